@@ -1,0 +1,339 @@
+"""Cluster state: instances on GPUs, the parameter pool, and background flows on links.
+
+The parameter pool records where every model's weights are: the GPUs of instances serving it and
+the one host-DRAM copy the cluster keeps of each model ("O(1) host caching": one copy per model in
+the whole cluster, not one per host). It answers which sources can send a model now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from blitzplan.errors import InfeasibleError, InvalidInputError
+from blitzplan.models import ModelIdentity, ModelSpec, load_model
+from blitzplan.topologies import Flow, Topology
+from blitzplan.units import GIB
+
+__all__ = [
+    "MAX_WEIGHT_FRACTION",
+    "ClusterState",
+    "HostCopy",
+    "Instance",
+    "ParameterPool",
+    "QueuedRequest",
+    "Role",
+    "Source",
+]
+
+MAX_WEIGHT_FRACTION = 0.9
+"""Weights may fill at most this share of a GPU's memory; the rest is KV cache and activations."""
+
+
+class Role(StrEnum):
+    """What an instance does. Prefill instances send KV caches out, so their egress is busy."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class QueuedRequest:
+    """A request waiting at an instance: when it arrived and how long its prompt is."""
+
+    arrival_s: float
+    prompt_tokens: int
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.arrival_s):
+            raise InvalidInputError(f"arrival_s must be finite, got {self.arrival_s!r}")
+        if (
+            isinstance(self.prompt_tokens, bool)
+            or not isinstance(self.prompt_tokens, int)
+            or (self.prompt_tokens < 1)
+        ):
+            raise InvalidInputError(
+                f"prompt_tokens must be a positive integer, got {self.prompt_tokens!r}"
+            )
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One serving instance: a model on a tensor-parallel group of GPUs."""
+
+    id: str
+    model: ModelSpec
+    gpus: tuple[str, ...]
+    role: Role
+    queue: tuple[QueuedRequest, ...] = ()
+    kv_bytes_used: int = 0
+
+    @property
+    def tp(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def identity(self) -> ModelIdentity:
+        return self.model.identity
+
+
+@dataclass(frozen=True)
+class HostCopy:
+    """The cluster's one host-DRAM copy of a model."""
+
+    identity: ModelIdentity
+    host: str
+    node: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Source:
+    """Somewhere a model's weights can be sent from right now.
+
+    ``nodes`` are the GPUs of a serving instance or the host-memory node of the host copy.
+    ``egress_busy`` is true for prefill instances, whose egress carries KV caches.
+    """
+
+    kind: str
+    nodes: tuple[str, ...]
+    identity: ModelIdentity
+    instance: Instance | None = None
+    host: str | None = None
+
+    @property
+    def egress_busy(self) -> bool:
+        return self.instance is not None and self.instance.role is Role.PREFILL
+
+
+class ParameterPool:
+    """Where each model's weights are: one host copy per model, plus serving instances."""
+
+    def __init__(self, topology: Topology) -> None:
+        self._topology = topology
+        self._copies: dict[ModelIdentity, HostCopy] = {}
+
+    @property
+    def host_copies(self) -> tuple[HostCopy, ...]:
+        return tuple(self._copies.values())
+
+    def host_copy(self, identity: ModelIdentity) -> HostCopy | None:
+        return self._copies.get(identity)
+
+    def dram_free_bytes(self, host: str) -> float:
+        used = sum(c.bytes for c in self._copies.values() if c.host == host)
+        return self._topology.dram_bytes(host) - used
+
+    def place(self, models: Iterable[ModelSpec]) -> tuple[HostCopy, ...]:
+        """Place one host copy of each new model, largest first on the host with most free DRAM.
+
+        All or nothing: raises InfeasibleError, placing none, when the copies do not fit.
+        """
+        new = {m.identity: m for m in models if m.identity not in self._copies}
+        hosts = self._topology.hosts()
+        free = {host: self.dram_free_bytes(host) for host in hosts}
+        need = sum(m.total_bytes for m in new.values())
+        if need > sum(free.values()):
+            raise InfeasibleError(
+                f"aggregate free host DRAM ({sum(free.values()) / GIB:.1f} GiB on {len(hosts)} "
+                f"hosts) cannot hold one copy of each model ({need / GIB:.1f} GiB for "
+                f"{', '.join(str(i) for i in new)})"
+            )
+        placed: list[HostCopy] = []
+        for identity, model in sorted(new.items(), key=lambda kv: (-kv[1].total_bytes, str(kv[0]))):
+            host = max(hosts, key=lambda h: free[h])
+            if free[host] < model.total_bytes:
+                raise InfeasibleError(
+                    f"no single host has {model.total_bytes / GIB:.1f} GiB of free DRAM left for "
+                    f"model {identity} (largest free: {free[host] / GIB:.1f} GiB on {host})"
+                )
+            free[host] -= model.total_bytes
+            node = self._topology.host_mem(host)
+            placed.append(HostCopy(identity, host, node, model.total_bytes))
+        self._copies.update((copy.identity, copy) for copy in placed)
+        return tuple(placed)
+
+    def drop(self, identity: ModelIdentity) -> None:
+        """Forget the host copy of a model (it is evicted)."""
+        if identity not in self._copies:
+            raise InvalidInputError(f"model {identity} has no host copy to drop")
+        del self._copies[identity]
+
+
+class ClusterState:
+    """Instances, free GPUs, the parameter pool and background flows of one cluster.
+
+    >>> from blitzplan import load_topology
+    >>> state = ClusterState(load_topology("h200-8"), models=["llama-3-8b"])
+    >>> inst = state.add_instance("llama-3-8b", gpus=["h0/gpu0"], role="decode")
+    >>> [s.kind for s in state.sources("llama-3-8b")]
+    ['instance', 'host']
+    """
+
+    def __init__(self, topology: Topology, *, models: Iterable[ModelSpec | str] = ()) -> None:
+        if not isinstance(topology, Topology):
+            raise InvalidInputError(f"topology must be a Topology, got {type(topology).__name__}")
+        self.topology = topology
+        self.pool = ParameterPool(topology)
+        self._instances: dict[str, Instance] = {}
+        self._background: list[Flow] = []
+        self._next_id = 0
+        self.pool.place(_spec(m) for m in models)
+
+    # --- instances ----------------------------------------------------------------------------
+
+    @property
+    def instances(self) -> tuple[Instance, ...]:
+        return tuple(self._instances.values())
+
+    def instance(self, instance_id: str) -> Instance:
+        if instance_id not in self._instances:
+            raise InvalidInputError(
+                f"instance_id {instance_id!r} is unknown; known: {', '.join(self._instances)}"
+            )
+        return self._instances[instance_id]
+
+    def busy_gpus(self) -> set[str]:
+        return {gpu for inst in self._instances.values() for gpu in inst.gpus}
+
+    def free_gpus(self) -> list[str]:
+        """GPUs no instance occupies, in topology order."""
+        busy = self.busy_gpus()
+        return [gpu for gpu in self.topology.gpus() if gpu not in busy]
+
+    def add_instance(
+        self,
+        model: ModelSpec | str,
+        *,
+        gpus: Sequence[str],
+        role: Role | str = Role.PREFILL,
+        queue: Iterable[QueuedRequest | tuple[float, int]] = (),
+        kv_bytes_used: int = 0,
+    ) -> Instance:
+        """Start an instance of ``model`` on free ``gpus`` (its TP group, all on one host)."""
+        spec = _spec(model)
+        group = self._check_gpus(spec, gpus)
+        instance = Instance(
+            id=f"i{self._next_id}",
+            model=spec,
+            gpus=group,
+            role=_role(role),
+            queue=_queue(queue),
+            kv_bytes_used=_kv(kv_bytes_used),
+        )
+        self._next_id += 1
+        self._instances[instance.id] = instance
+        return instance
+
+    def update_instance(
+        self,
+        instance_id: str,
+        *,
+        role: Role | str | None = None,
+        queue: Iterable[QueuedRequest | tuple[float, int]] | None = None,
+        kv_bytes_used: int | None = None,
+    ) -> Instance:
+        """Change an instance's role or load; returns the new record."""
+        old = self.instance(instance_id)
+        new = replace(
+            old,
+            role=old.role if role is None else _role(role),
+            queue=old.queue if queue is None else _queue(queue),
+            kv_bytes_used=old.kv_bytes_used if kv_bytes_used is None else _kv(kv_bytes_used),
+        )
+        self._instances[instance_id] = new
+        return new
+
+    def remove_instance(self, instance_id: str) -> Instance:
+        """Release an instance's GPUs; returns the removed record."""
+        return self._instances.pop(self.instance(instance_id).id)
+
+    def _check_gpus(self, model: ModelSpec, gpus: Sequence[str]) -> tuple[str, ...]:
+        if isinstance(gpus, str) or not gpus:
+            raise InvalidInputError(f"gpus must be a non-empty list of GPU names, got {gpus!r}")
+        group = tuple(gpus)
+        known = set(self.topology.gpus())
+        for gpu in group:
+            if gpu not in known:
+                raise InvalidInputError(f"gpus names {gpu!r}, which is not a GPU of the topology")
+        if len(set(group)) != len(group):
+            raise InvalidInputError(f"gpus repeats a GPU: {list(group)!r}")
+        busy = self.busy_gpus() & set(group)
+        if busy:
+            raise InvalidInputError(f"gpus {sorted(busy)!r} already run an instance")
+        hosts = {self.topology.host_of(g) for g in group}
+        if len(hosts) > 1:
+            raise InvalidInputError(
+                f"gpus of one instance must share a host, got {sorted(hosts)!r}"
+            )
+        model.check_tp(len(group))
+        per_gpu = model.shard(len(group)).total_bytes
+        for gpu in group:
+            memory = self.topology.gpu_spec(gpu).memory_bytes
+            if per_gpu > MAX_WEIGHT_FRACTION * memory:
+                raise InvalidInputError(
+                    f"model {model.name} needs {per_gpu / GIB:.1f} GiB of weights per GPU at "
+                    f"tp={len(group)}, more than {MAX_WEIGHT_FRACTION:.0%} of the "
+                    f"{memory / GIB:.1f} GiB of gpu {gpu!r}; use a larger TP group"
+                )
+        return group
+
+    # --- sources and flows --------------------------------------------------------------------
+
+    def sources(self, model: ModelSpec | str) -> list[Source]:
+        """Every place ``model``'s weights can be sent from now: instances, then the host copy.
+
+        Only the exact identity counts: instances of another revision are never sources.
+        """
+        identity = _spec(model).identity
+        found = [
+            Source("instance", inst.gpus, identity, instance=inst)
+            for inst in self._instances.values()
+            if inst.identity == identity
+        ]
+        copy = self.pool.host_copy(identity)
+        if copy is not None:
+            found.append(Source("host", (copy.node,), identity, host=copy.host))
+        return found
+
+    @property
+    def background_flows(self) -> tuple[Flow, ...]:
+        """Transfers (KV caches) occupying links while weights move."""
+        return tuple(self._background)
+
+    def add_background_flow(
+        self, src: str, dst: str, *, max_bytes_per_s: float = math.inf, name: str = ""
+    ) -> Flow:
+        """Record a transfer from ``src`` to ``dst`` that keeps running (e.g. KV caches)."""
+        flow = self.topology.flow(src, dst, max_bytes_per_s=max_bytes_per_s, name=name)
+        self._background.append(flow)
+        return flow
+
+    def clear_background_flows(self) -> None:
+        self._background.clear()
+
+
+def _spec(model: ModelSpec | str) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model(model)
+
+
+def _role(role: Role | str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        raise InvalidInputError(
+            f"role must be one of {', '.join(r.value for r in Role)}, got {role!r}"
+        ) from None
+
+
+def _queue(queue: Iterable[QueuedRequest | tuple[float, int]]) -> tuple[QueuedRequest, ...]:
+    return tuple(q if isinstance(q, QueuedRequest) else QueuedRequest(*q) for q in queue)
+
+
+def _kv(kv_bytes_used: int) -> int:
+    if isinstance(kv_bytes_used, bool) or not isinstance(kv_bytes_used, int) or kv_bytes_used < 0:
+        raise InvalidInputError(f"kv_bytes_used must be an integer >= 0, got {kv_bytes_used!r}")
+    return kv_bytes_used

@@ -1,0 +1,63 @@
+"""The closed table of exact backends, what each needs installed, and the statuses they map to."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from enum import Enum
+
+from blitzplan.errors import InvalidInputError, SolverUnavailableError
+
+__all__ = ["BACKENDS", "Backend", "SolveStatus", "available_backends", "check_backend"]
+
+
+class SolveStatus(Enum):
+    """Outcome of a solve. OPTIMAL only when proven; FEASIBLE carries a bound and a gap."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One exact backend: its name, the module it needs, and what it is."""
+
+    name: str
+    module: str | None
+    description: str
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("highs", "highspy", "MILP through PuLP on HiGHS (highspy)"),
+        Backend("cbc", "pulp", "MILP through PuLP on its bundled CBC"),
+        Backend("cpsat", "ortools", "OR-Tools CP-SAT interval model"),
+        Backend("enumerate", None, "exhaustive search, tiny cases only (the test oracle)"),
+    )
+}
+
+
+def _installed(module: str | None) -> bool:
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def available_backends() -> list[str]:
+    """Backends whose libraries are installed (checked without importing them)."""
+    return [name for name, b in BACKENDS.items() if _installed(b.module)]
+
+
+def check_backend(name: str) -> Backend:
+    """The Backend called ``name``; raises if the name is unknown or its library is missing."""
+    if name not in BACKENDS:
+        raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    backend = BACKENDS[name]
+    if backend.name == "highs" and not _installed("pulp"):
+        raise SolverUnavailableError("backend 'highs' needs pulp; pip install pulp highspy")
+    if not _installed(backend.module):
+        raise SolverUnavailableError(
+            f"backend {name!r} needs the {backend.module!r} package; pip install {backend.module}"
+        )
+    return backend

@@ -1,0 +1,22 @@
+"""Cluster topologies: the graph, its builders, fair sharing of flows, and the YAML catalog."""
+
+from blitzplan.topologies.builders import HostSpec, build_cluster, nvswitch_host, pcie_host
+from blitzplan.topologies.catalog import list_topologies, load_topology, topology_from_dict
+from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
+from blitzplan.topologies.graph import NODE_KINDS, SWITCH_KINDS, Topology
+
+__all__ = [
+    "NODE_KINDS",
+    "SWITCH_KINDS",
+    "Edge",
+    "Flow",
+    "HostSpec",
+    "Topology",
+    "build_cluster",
+    "list_topologies",
+    "load_topology",
+    "max_min_fair_share",
+    "nvswitch_host",
+    "pcie_host",
+    "topology_from_dict",
+]

@@ -1,0 +1,78 @@
+"""Max-min fair sharing of concurrent flows over directed edges, by progressive filling.
+
+The one function that turns "these flows run at once" into rates, used by the multicast planner
+and the simulator alike. All flows grow at the same rate until an edge fills (or a flow reaches its
+own cap); the flows on a full edge freeze and the rest keep growing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from blitzplan.errors import InvalidInputError
+
+__all__ = ["Edge", "Flow", "max_min_fair_share"]
+
+Edge = tuple[str, str]
+"""A directed edge ``(src, dst)`` of a topology graph."""
+
+_REL_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A transfer crossing ``edges`` in order, optionally capped at ``max_bytes_per_s``."""
+
+    edges: tuple[Edge, ...]
+    max_bytes_per_s: float = math.inf
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.edges:
+            raise InvalidInputError(f"flow {self.name!r} must cross at least one edge")
+        if not self.max_bytes_per_s > 0:
+            raise InvalidInputError(
+                f"flow {self.name!r} max_bytes_per_s must be > 0, got {self.max_bytes_per_s!r}"
+            )
+        if len(set(self.edges)) != len(self.edges):
+            raise InvalidInputError(f"flow {self.name!r} crosses an edge twice: {self.edges!r}")
+
+
+def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> tuple[float, ...]:
+    """Rates (bytes/s) of ``flows`` sharing the edges of ``capacity`` max-min fairly.
+
+    Every returned rate is positive and finite, no edge carries more than its capacity, and every
+    flow is either at its own cap or crosses a full edge on which no flow has a higher rate.
+    """
+    for flow in flows:
+        for edge in flow.edges:
+            if edge not in capacity:
+                raise InvalidInputError(f"flow {flow.name!r} crosses unknown edge {edge!r}")
+    for edge in {edge for flow in flows for edge in flow.edges}:
+        if not 0 < float(capacity[edge]) < math.inf:
+            raise InvalidInputError(
+                f"edge {edge!r} capacity must be finite and > 0, got {capacity[edge]!r}"
+            )
+    rates = [0.0] * len(flows)
+    remaining = {edge: float(capacity[edge]) for flow in flows for edge in flow.edges}
+    active = set(range(len(flows)))
+    while active:
+        users: dict[Edge, list[int]] = {}
+        for i in sorted(active):
+            for edge in flows[i].edges:
+                users.setdefault(edge, []).append(i)
+        edge_share = {edge: remaining[edge] / len(ids) for edge, ids in users.items()}
+        headroom = {i: flows[i].max_bytes_per_s - rates[i] for i in active}
+        step = max(0.0, min(min(edge_share.values()), min(headroom.values())))
+        limit = step * (1 + _REL_TOL)
+        full = {edge for edge, share in edge_share.items() if share <= limit}
+        frozen = {i for i in active if headroom[i] <= limit}
+        frozen.update(i for edge in full for i in users[edge])
+        for i in active:
+            rates[i] += step
+        for edge, ids in users.items():
+            remaining[edge] -= step * len(ids)
+        active -= frozen
+    return tuple(rates)

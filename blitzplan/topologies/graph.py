@@ -1,0 +1,346 @@
+"""The cluster topology: a directed graph of GPUs, memories, NICs and switches.
+
+Nodes carry ``kind`` (``gpu``, ``host_mem``, ``ssd``, ``nic``, ``switch``); switches also
+carry ``switch`` (``nvswitch``, ``pcie``, ``leaf``, ``spine``). Host-local nodes (all but leaves
+and the spine) carry ``host``; GPUs carry ``gpu`` (a GpuSpec name), ``nvlink_group`` (``None``
+without NVLink peers) and optionally ``nic``; host memories carry ``dram_bytes``. Every directed
+edge carries ``bytes_per_s`` and ``latency_s``; a full-duplex link is two edges, so only flows in
+the same direction compete.
+
+Routing: inside a host, traffic takes the fewest hops through the host's NVSwitch and PCIe
+switches; between hosts it leaves through the sender's NIC (a GPU's own NIC), crosses leaves and
+the spine, and enters through the receiver's NIC. GPUs and memories are never transit nodes: a GPU
+that forwards data does so as a planned chain hop. Ties break by insertion order, so routes are
+deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.hardware import GpuSpec, get_gpu
+from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
+
+__all__ = ["NODE_KINDS", "SWITCH_KINDS", "Topology"]
+
+NODE_KINDS = frozenset({"gpu", "host_mem", "ssd", "nic", "switch"})
+SWITCH_KINDS = frozenset({"nvswitch", "pcie", "leaf", "spine"})
+_HOST_LOCAL_KINDS = frozenset({"gpu", "host_mem", "ssd", "nic"})
+_HOST_LOCAL_SWITCHES = frozenset({"nvswitch", "pcie"})
+
+
+class Topology:
+    """A validated, frozen cluster graph with the queries the planners need.
+
+    ``graph`` is a frozen :class:`networkx.DiGraph`; build a new Topology to change it.
+    """
+
+    def __init__(
+        self, graph: nx.DiGraph[str], *, name: str = "custom", description: str = ""
+    ) -> None:
+        _validate_graph(graph)
+        self.graph: nx.DiGraph[str] = nx.freeze(graph.copy())
+        self.name = name
+        self.description = description
+        self._paths: dict[tuple[str, str, str], tuple[str, ...]] = {}
+        _check_gpus_reach_nics(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology({self.name!r}, hosts={len(self.hosts())}, gpus={len(self.gpus())}, "
+            f"edges={self.graph.number_of_edges()})"
+        )
+
+    # --- nodes --------------------------------------------------------------------------------
+
+    def _nodes_of_kind(self, kind: str) -> list[str]:
+        return [node for node, data in self.graph.nodes(data=True) if data["kind"] == kind]
+
+    def kind(self, node: str) -> str:
+        return str(self._node(node)["kind"])
+
+    @cached_property
+    def _gpus(self) -> tuple[str, ...]:
+        return tuple(self._nodes_of_kind("gpu"))
+
+    def gpus(self) -> list[str]:
+        """Every GPU, in the order the topology was built."""
+        return list(self._gpus)
+
+    def nics(self) -> list[str]:
+        return self._nodes_of_kind("nic")
+
+    def hosts(self) -> list[str]:
+        """Host names, in order of first appearance."""
+        return list(dict.fromkeys(self.graph.nodes[gpu]["host"] for gpu in self._gpus))
+
+    def gpus_of_host(self, host: str) -> list[str]:
+        gpus = [gpu for gpu in self._gpus if self.graph.nodes[gpu]["host"] == host]
+        if not gpus:
+            raise InvalidInputError(f"host {host!r} is not in topology {self.name!r}")
+        return gpus
+
+    def host_of(self, gpu: str) -> str:
+        return str(self._gpu(gpu)["host"])
+
+    def gpu_spec(self, gpu: str) -> GpuSpec:
+        return get_gpu(str(self._gpu(gpu)["gpu"]))
+
+    def host_mem(self, host: str) -> str:
+        """The host-DRAM node of ``host``."""
+        return self._host_node(host, "host_mem")
+
+    def ssd(self, host: str) -> str:
+        return self._host_node(host, "ssd")
+
+    def dram_bytes(self, host: str) -> float:
+        return float(self.graph.nodes[self.host_mem(host)]["dram_bytes"])
+
+    def nvlink_group_of(self, gpu: str) -> tuple[str, ...]:
+        """The GPUs joined to ``gpu`` by NVLink, itself included, in build order."""
+        group = self._gpu(gpu).get("nvlink_group")
+        if group is None:
+            return (gpu,)
+        return tuple(g for g in self._gpus if self.graph.nodes[g].get("nvlink_group") == group)
+
+    def nic_of(self, gpu: str) -> str:
+        """The NIC ``gpu`` sends and receives network traffic through (its rail)."""
+        self._gpu(gpu)
+        return self._nic_of[gpu]
+
+    def nics_of_host(self, host: str) -> list[str]:
+        return [n for n in self._host_nodes(host) if self.graph.nodes[n]["kind"] == "nic"]
+
+    def leaf_of(self, gpu: str) -> str | None:
+        """The leaf switch behind the GPU's NIC, or ``None`` when the NIC has no fabric."""
+        return self._leaf_of_nic(self.nic_of(gpu))
+
+    def _leaf_of_nic(self, nic: str) -> str | None:
+        for _, dst in self.graph.out_edges(nic):
+            if self.graph.nodes[dst].get("switch") == "leaf":
+                return str(dst)
+        return None
+
+    @cached_property
+    def _by_host(self) -> dict[str, list[str]]:
+        result: dict[str, list[str]] = {}
+        for node, data in self.graph.nodes(data=True):
+            if data.get("host"):
+                result.setdefault(str(data["host"]), []).append(node)
+        return result
+
+    def _host_nodes(self, host: str) -> list[str]:
+        if host not in self._by_host:
+            raise InvalidInputError(f"host {host!r} is not in topology {self.name!r}")
+        return self._by_host[host]
+
+    @cached_property
+    def _nic_of(self) -> dict[str, str]:
+        """Each GPU's NIC: its ``nic`` attribute, else the nearest NIC on its host."""
+        result: dict[str, str] = {}
+        for gpu in self._gpus:
+            nics = self.nics_of_host(self.host_of(gpu))
+            named = self.graph.nodes[gpu].get("nic")
+            if named is not None:
+                if named not in nics:
+                    raise InvalidInputError(
+                        f"gpu {gpu!r} names nic {named!r}, which is not a NIC of its host"
+                    )
+                nics = [named]
+            reachable = [nic for nic in nics if self._intra_host_path(gpu, nic) is not None]
+            if reachable:
+                result[gpu] = min(
+                    reachable, key=lambda nic: len(self._intra_host_path(gpu, nic) or ())
+                )
+        return result
+
+    # --- paths and rates ------------------------------------------------------------------------
+
+    def _intra_host_path(self, src: str, dst: str) -> tuple[str, ...] | None:
+        """Fewest-hop path inside one host, through its NVSwitch and PCIe switches only."""
+        key = ("intra", src, dst)
+        if key not in self._paths:
+            host = self.graph.nodes[src].get("host")
+            local = set(self._host_nodes(str(host))) if host else set()
+            view = nx.subgraph_view(
+                self.graph,
+                filter_node=lambda n: (
+                    n in (src, dst) or (n in local and self.graph.nodes[n]["kind"] == "switch")
+                ),
+            )
+            try:
+                self._paths[key] = tuple(nx.shortest_path(view, src, dst))
+            except (nx.NetworkXNoPath, nx.NodeNotFound):
+                return None
+        return self._paths[key]
+
+    def _network_path(self, src_nic: str, dst_nic: str) -> tuple[str, ...] | None:
+        """Fewest-hop path between two NICs through leaf and spine switches only."""
+        key = ("network", src_nic, dst_nic)
+        if key not in self._paths:
+            view = nx.subgraph_view(
+                self.graph,
+                filter_node=lambda n: (
+                    n in (src_nic, dst_nic)
+                    or self.graph.nodes[n].get("switch") in ("leaf", "spine")
+                ),
+            )
+            try:
+                self._paths[key] = tuple(nx.shortest_path(view, src_nic, dst_nic))
+            except nx.NetworkXNoPath:
+                return None
+        return self._paths[key]
+
+    def _egress_nics(self, node: str) -> list[str]:
+        """NICs ``node`` may use to reach the network: a GPU its own, memories any of the host."""
+        kind = self.graph.nodes[node]["kind"]
+        if kind == "gpu":
+            return [self.nic_of(node)]
+        if kind == "nic":
+            return [node]
+        host = str(self.graph.nodes[node]["host"])
+        return [nic for nic in self.nics_of_host(host) if self._intra_host_path(node, nic)]
+
+    def path(self, src: str, dst: str) -> tuple[str, ...]:
+        """Nodes from ``src`` to ``dst`` along the route their traffic takes.
+
+        Inside a host: fewest hops over its NVSwitch and PCIe switches. Between hosts: to the
+        sender's NIC (a GPU's own NIC; for host memory or an SSD the host NIC nearest the
+        receiver's), through leaves and the spine, then from the receiver's NIC.
+        """
+        for node in (src, dst):
+            if self._node(node).get("host") is None:
+                raise InvalidInputError(f"path endpoints must be host-local nodes, got {node!r}")
+        if src == dst:
+            raise InvalidInputError(f"path needs two different nodes, got {src!r} twice")
+        key = ("path", src, dst)
+        if key in self._paths:
+            return self._paths[key]
+        found: tuple[str, ...] | None = None
+        if self.graph.nodes[src]["host"] == self.graph.nodes[dst]["host"]:
+            found = self._intra_host_path(src, dst)
+        else:
+            options = []
+            for a in self._egress_nics(src):
+                for b in self._egress_nics(dst):
+                    middle = self._network_path(a, b)
+                    head = (src,) if a == src else self._intra_host_path(src, a)
+                    tail = (dst,) if b == dst else self._intra_host_path(b, dst)
+                    if middle and head and tail:
+                        options.append(head[:-1] + middle + tail[1:])
+            found = min(options, key=len) if options else None
+        if found is None:
+            raise InvalidInputError(f"no path from {src!r} to {dst!r} in topology {self.name!r}")
+        self._paths[key] = found
+        return found
+
+    def path_edges(self, src: str, dst: str) -> tuple[Edge, ...]:
+        nodes = self.path(src, dst)
+        return tuple(itertools.pairwise(nodes))
+
+    def bytes_per_s(self, edge: Edge) -> float:
+        return float(self._edge(edge)["bytes_per_s"])
+
+    def latency_s(self, edge: Edge) -> float:
+        return float(self._edge(edge)["latency_s"])
+
+    def bottleneck_bytes_per_s(self, src: str, dst: str) -> float:
+        """The smallest edge capacity on the path from ``src`` to ``dst``."""
+        return min(self.bytes_per_s(edge) for edge in self.path_edges(src, dst))
+
+    def path_latency_s(self, src: str, dst: str) -> float:
+        return sum(self.latency_s(edge) for edge in self.path_edges(src, dst))
+
+    @cached_property
+    def capacity(self) -> dict[Edge, float]:
+        """``bytes_per_s`` of every directed edge."""
+        return {(u, v): float(d["bytes_per_s"]) for u, v, d in self.graph.edges(data=True)}
+
+    def flow(
+        self, src: str, dst: str, *, max_bytes_per_s: float = math.inf, name: str = ""
+    ) -> Flow:
+        """A Flow from ``src`` to ``dst`` along :meth:`path`."""
+        return Flow(self.path_edges(src, dst), max_bytes_per_s, name or f"{src}->{dst}")
+
+    def fair_share(self, flows: Sequence[Flow]) -> tuple[float, ...]:
+        """Max-min fair rates of ``flows`` running at once on this topology."""
+        return max_min_fair_share(flows, self.capacity)
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _node(self, node: str) -> dict[str, Any]:
+        if node not in self.graph:
+            raise InvalidInputError(f"node {node!r} is not in topology {self.name!r}")
+        data: dict[str, Any] = self.graph.nodes[node]
+        return data
+
+    def _gpu(self, gpu: str) -> dict[str, Any]:
+        data = self._node(gpu)
+        if data["kind"] != "gpu":
+            raise InvalidInputError(f"node {gpu!r} is a {data['kind']}, not a gpu")
+        return data
+
+    def _edge(self, edge: Edge) -> dict[str, Any]:
+        if not self.graph.has_edge(*edge):
+            raise InvalidInputError(f"edge {edge!r} is not in topology {self.name!r}")
+        data: dict[str, Any] = self.graph.edges[edge]
+        return data
+
+    def _host_node(self, host: str, kind: str) -> str:
+        for node, data in self.graph.nodes(data=True):
+            if data["kind"] == kind and data.get("host") == host:
+                return str(node)
+        raise InvalidInputError(f"host {host!r} has no {kind} node in topology {self.name!r}")
+
+
+def _validate_graph(graph: nx.DiGraph[str]) -> None:
+    if not isinstance(graph, nx.DiGraph):
+        raise InvalidInputError(f"graph must be a networkx.DiGraph, got {type(graph).__name__}")
+    for node, data in graph.nodes(data=True):
+        kind = data.get("kind")
+        if kind not in NODE_KINDS:
+            raise InvalidInputError(
+                f"node {node!r} has kind {kind!r}; valid kinds: {', '.join(sorted(NODE_KINDS))}"
+            )
+        if kind == "switch" and data.get("switch") not in SWITCH_KINDS:
+            raise InvalidInputError(
+                f"switch {node!r} has switch type {data.get('switch')!r}; valid: "
+                f"{', '.join(sorted(SWITCH_KINDS))}"
+            )
+        local = kind in _HOST_LOCAL_KINDS or data.get("switch") in _HOST_LOCAL_SWITCHES
+        if local and not data.get("host"):
+            raise InvalidInputError(f"{kind} node {node!r} needs a 'host' attribute")
+        if kind == "gpu":
+            get_gpu(str(data.get("gpu")))
+        if kind == "host_mem":
+            _positive(f"node {node!r} dram_bytes", data.get("dram_bytes"))
+    for src, dst, data in graph.edges(data=True):
+        _positive(f"edge {src!r}->{dst!r} bytes_per_s", data.get("bytes_per_s"))
+        latency = data.get("latency_s")
+        if not isinstance(latency, int | float) or not 0 <= latency < math.inf:
+            raise InvalidInputError(
+                f"edge {src!r}->{dst!r} latency_s must be finite and >= 0, got {latency!r}"
+            )
+    if not any(data["kind"] == "gpu" for _, data in graph.nodes(data=True)):
+        raise InvalidInputError("topology has no gpu node")
+
+
+def _positive(what: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InvalidInputError(f"{what} must be finite and > 0, got {value!r}")
+
+
+def _check_gpus_reach_nics(topology: Topology) -> None:
+    stranded = [gpu for gpu in topology.gpus() if gpu not in topology._nic_of]
+    if stranded:
+        raise InvalidInputError(
+            f"gpu {stranded[0]!r} has no path to any NIC"
+            + (f" ({len(stranded) - 1} more gpus alike)" if len(stranded) > 1 else "")
+        )
