@@ -36,7 +36,7 @@ unit: $(VENV)/.dev
 test: lint typecheck unit
 
 bench: $(VENV)/.core
-	$(BIN)/python benchmarks/bench_fairshare.py
+	$(BIN)/python benchmarks/bench_foundation.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
