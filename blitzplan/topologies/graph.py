@@ -49,7 +49,7 @@ class Topology:
         self.graph: nx.DiGraph[str] = nx.freeze(graph.copy())
         self.name = name
         self.description = description
-        self._paths: dict[tuple[str, str, str], tuple[str, ...]] = {}
+        self._paths: dict[tuple[str, ...], tuple[str, ...]] = {}
         _check_gpus_reach_nics(self)
 
     def __repr__(self) -> str:
@@ -120,9 +120,10 @@ class Topology:
 
     def leaf_of(self, gpu: str) -> str | None:
         """The leaf switch behind the GPU's NIC, or ``None`` when the NIC has no fabric."""
-        return self._leaf_of_nic(self.nic_of(gpu))
+        return self.leaf_of_nic(self.nic_of(gpu))
 
-    def _leaf_of_nic(self, nic: str) -> str | None:
+    def leaf_of_nic(self, nic: str) -> str | None:
+        """The leaf switch a NIC connects to, or ``None``."""
         for _, dst in self.graph.out_edges(nic):
             if self.graph.nodes[dst].get("switch") == "leaf":
                 return str(dst)
@@ -208,27 +209,31 @@ class Topology:
         host = str(self.graph.nodes[node]["host"])
         return [nic for nic in self.nics_of_host(host) if self._intra_host_path(node, nic)]
 
-    def path(self, src: str, dst: str) -> tuple[str, ...]:
+    def path(self, src: str, dst: str, *, src_nic: str | None = None) -> tuple[str, ...]:
         """Nodes from ``src`` to ``dst`` along the route their traffic takes.
 
         Inside a host: fewest hops over its NVSwitch and PCIe switches. Between hosts: to the
         sender's NIC (a GPU's own NIC; for host memory or an SSD the host NIC nearest the
-        receiver's), through leaves and the spine, then from the receiver's NIC.
+        receiver's, or ``src_nic`` when given), through leaves and the spine, then from the
+        receiver's NIC. ``src_nic`` must be a NIC of the sender's host; inside a host it is unused.
         """
         for node in (src, dst):
             if self._node(node).get("host") is None:
                 raise InvalidInputError(f"path endpoints must be host-local nodes, got {node!r}")
         if src == dst:
             raise InvalidInputError(f"path needs two different nodes, got {src!r} twice")
-        key = ("path", src, dst)
+        host = str(self.graph.nodes[src]["host"])
+        if src_nic is not None and src_nic not in self.nics_of_host(host):
+            raise InvalidInputError(f"src_nic {src_nic!r} is not a NIC of host {host!r}")
+        key = ("path", src, dst, src_nic or "")
         if key in self._paths:
             return self._paths[key]
         found: tuple[str, ...] | None = None
-        if self.graph.nodes[src]["host"] == self.graph.nodes[dst]["host"]:
+        if host == self.graph.nodes[dst]["host"]:
             found = self._intra_host_path(src, dst)
         else:
             options = []
-            for a in self._egress_nics(src):
+            for a in [src_nic] if src_nic else self._egress_nics(src):
                 for b in self._egress_nics(dst):
                     middle = self._network_path(a, b)
                     head = (src,) if a == src else self._intra_host_path(src, a)
@@ -241,8 +246,8 @@ class Topology:
         self._paths[key] = found
         return found
 
-    def path_edges(self, src: str, dst: str) -> tuple[Edge, ...]:
-        nodes = self.path(src, dst)
+    def path_edges(self, src: str, dst: str, *, src_nic: str | None = None) -> tuple[Edge, ...]:
+        nodes = self.path(src, dst, src_nic=src_nic)
         return tuple(itertools.pairwise(nodes))
 
     def bytes_per_s(self, edge: Edge) -> float:
@@ -264,10 +269,17 @@ class Topology:
         return {(u, v): float(d["bytes_per_s"]) for u, v, d in self.graph.edges(data=True)}
 
     def flow(
-        self, src: str, dst: str, *, max_bytes_per_s: float = math.inf, name: str = ""
+        self,
+        src: str,
+        dst: str,
+        *,
+        max_bytes_per_s: float = math.inf,
+        name: str = "",
+        src_nic: str | None = None,
     ) -> Flow:
         """A Flow from ``src`` to ``dst`` along :meth:`path`."""
-        return Flow(self.path_edges(src, dst), max_bytes_per_s, name or f"{src}->{dst}")
+        edges = self.path_edges(src, dst, src_nic=src_nic)
+        return Flow(edges, max_bytes_per_s, name or f"{src}->{dst}")
 
     def fair_share(self, flows: Sequence[Flow]) -> tuple[float, ...]:
         """Max-min fair rates of ``flows`` running at once on this topology."""
