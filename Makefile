@@ -35,8 +35,8 @@ unit: $(VENV)/.dev
 
 test: lint typecheck unit
 
-bench: $(VENV)/.core
-	$(BIN)/python benchmarks/bench_foundation.py
+bench: $(VENV)/.dev
+	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO
 
-SCRIPTS = sorted((REPO / "benchmarks").glob("bench_*.py"))
+SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

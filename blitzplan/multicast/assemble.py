@@ -15,6 +15,7 @@ __all__ = [
     "Built",
     "base_builder",
     "build_chains",
+    "evaluate_structure",
     "finish",
     "live_instances",
     "run",
@@ -85,6 +86,12 @@ def score(objective: str, ready_at_s: Mapping[str, float], live: Sequence[str]) 
     if objective == "live_ready":
         return max(ready_at_s[name] for name in live)
     return max(ready_at_s.values())
+
+
+def evaluate_structure(problem: Problem, structure: Sequence[tuple[int, Sequence[int]]]) -> Built:
+    """Build and evaluate ``(source index, target indices)`` chains."""
+    builder, chains = build_chains(problem, structure)
+    return run(problem, builder, chains)
 
 
 def run(problem: Problem, builder: PlanBuilder, chains: Sequence[Chain]) -> Built:

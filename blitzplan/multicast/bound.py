@@ -6,6 +6,8 @@ shard ``S`` and distinct bytes ``D = tp * S`` (every rank's shard enters once):
 
 * ingress: each of its GPUs receives ``S`` over its in-edges: ``S / cap_in(gpu)``;
 * host cut: with no source on its host, ``D`` crosses the edges into the host;
+* node NICs: with no source on its host, ``D`` enters its node through the NICs of the node's
+  GPUs (lanes end through the receiver's own NIC; the rest of a stripe comes over NVLink);
 * source egress: ``D`` leaves the eligible sources: over the NIC uplinks of the exits they may
   use (their own GPUs and non-prefill spare GPUs of their NVLink group, or the host's NICs) when
   no target shares a source's host, else over their out-edges;
@@ -18,6 +20,7 @@ sum, live_ready the smallest ``LB_i`` (any live set holds at least one instance)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from blitzplan.multicast.setup import Problem
@@ -40,7 +43,7 @@ def _cap_out_of(topology: Topology, nodes: Iterable[str]) -> float:
 
 
 def _host_region(topology: Topology, host: str) -> set[str]:
-    return {n for n, d in topology.graph.nodes(data=True) if d.get("host") == host}
+    return set(topology.nodes_of_host(host))
 
 
 def _source_hosts(problem: Problem) -> set[str]:
@@ -50,6 +53,15 @@ def _source_hosts(problem: Problem) -> set[str]:
         for name in node.host_local_nodes:
             hosts.add(str(topo.graph.nodes[name]["host"]))
     return hosts
+
+
+def _nic_uplinks(topology: Topology, gpus: Iterable[str]) -> float:
+    """Capacity into the NICs of ``gpus`` from their leaves (infinite without a fabric)."""
+    total = 0.0
+    for nic in {topology.nic_of(g) for g in gpus}:
+        leaf = topology.leaf_of_nic(nic)
+        total += math.inf if leaf is None else topology.bytes_per_s((leaf, nic))
+    return total
 
 
 def _egress_capacity(problem: Problem) -> float:
@@ -81,6 +93,7 @@ def instance_bounds(problem: Problem, *, local_copies: bool = False) -> dict[str
     source_hosts = _source_hosts(problem)
     egress = _egress_capacity(problem)
     host_cut: dict[str, float] = {}
+    node_nics = {i: _nic_uplinks(topo, node.gpus) for i, node in enumerate(problem.targets)}
     bounds: dict[str, float] = {}
     for inst in problem.instances:
         host = topo.host_of(inst.gpus[0])
@@ -88,7 +101,10 @@ def instance_bounds(problem: Problem, *, local_copies: bool = False) -> dict[str
             inside = host in source_hosts
             host_cut[host] = 0.0 if inside else distinct / _cap_into(topo, _host_region(topo, host))
         ingress = max(shard / _cap_into(topo, {g}) for g in inst.gpus)
-        network = 0.0 if local_copies else max(host_cut[host], distinct / egress)
+        network = 0.0
+        if not local_copies:
+            own_nics = 0.0 if host in source_hosts else distinct / node_nics[inst.node]
+            network = max(host_cut[host], distinct / egress, own_nics)
         bounds[inst.name] = inst.startup_s + max(ingress, network)
     return bounds
 

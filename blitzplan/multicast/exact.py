@@ -18,12 +18,12 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-from blitzplan.multicast.assemble import Built, build_chains, run, score
+from blitzplan.multicast.assemble import Built, evaluate_structure, score
 from blitzplan.multicast.setup import Problem
 
-__all__ = ["ExactResult", "exact_search"]
+__all__ = ["ExactResult", "count_structures", "exact_search", "structures", "symmetry_types"]
 
 _EPS = 1e-9
 
@@ -37,7 +37,8 @@ class ExactResult:
         self.evaluated = evaluated
 
 
-def _symmetry_types(problem: Problem) -> list[object]:
+def symmetry_types(problem: Problem) -> list[object]:
+    """A label per target node; nodes with equal labels are interchangeable."""
     topo = problem.topology
     busy_hosts = _hosts_with_sources_or_background(problem)
     per_host = Counter(topo.host_of(t.gpus[0]) for t in problem.targets)
@@ -93,7 +94,7 @@ def _multiset_permutations(counts: dict[int, int], length: int) -> Iterator[list
 
 def structures(problem: Problem) -> Iterator[list[tuple[int, list[int]]]]:
     """Every structure of the search space, one per arrangement of interchangeable targets."""
-    types = _symmetry_types(problem)
+    types = symmetry_types(problem)
     labels = {t: i for i, t in enumerate(dict.fromkeys(types))}
     members: dict[int, list[int]] = {}
     for index, t in enumerate(types):
@@ -113,11 +114,6 @@ def structures(problem: Problem) -> Iterator[list[tuple[int, list[int]]]]:
                 for src in range(s)
                 if bounds[src + 1] > bounds[src]
             ]
-
-
-def evaluate_structure(problem: Problem, structure: Sequence[tuple[int, Sequence[int]]]) -> Built:
-    builder, chains = build_chains(problem, structure)
-    return run(problem, builder, chains)
 
 
 def exact_search(

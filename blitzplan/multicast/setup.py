@@ -165,7 +165,7 @@ def place_targets(
         key=lambda kv: (
             -(len(kv[1]) // tp),
             topo.leaf_of(kv[0][0]) not in prefer_leaves,
-            topo.gpus().index(kv[0][0]),
+            topo.gpu_position(kv[0][0]),
         ),
     )
     chosen: list[tuple[str, ...]] = []

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.types import AllGather, Hop, Lane, NewInstance, NodeKind, PlanNode
 from blitzplan.topologies import Flow, Topology
@@ -219,17 +221,17 @@ def _hop_times(
 ) -> tuple[tuple[float, ...], float]:
     """The recurrence for one hop; returns per-unit arrival times and the first chunk's."""
     lat = max(latency_s[lane.flow] for lane in lanes)
-    slowest = max(lane.fraction / rates[lane.flow] for lane in lanes)
+    fraction = np.array([lane.fraction for lane in lanes])
+    inverse = 1.0 / np.array([rates[lane.flow] for lane in lanes])
+    lane_bytes = np.outer(need, fraction)
+    tau = (lane_bytes * inverse).max(axis=1).tolist()
+    chunk = (np.minimum(lane_bytes, chunk_bytes) * inverse).max(axis=1).tolist()
     times: list[float] = []
     previous = start
-    first_chunk = 0.0
-    for u, bytes_ in enumerate(need):
-        tau = bytes_ * slowest
-        chunk = max(min(chunk_bytes, lane.fraction * bytes_) / rates[lane.flow] for lane in lanes)
-        previous = max(avail[u] + chunk + lat, previous + tau)
+    for u in range(len(need)):
+        previous = max(avail[u] + chunk[u] + lat, previous + tau[u])
         times.append(previous)
-        if u == 0:
-            first_chunk = max(avail[0], start) + chunk + lat
+    first_chunk = max(avail[0], start) + chunk[0] + lat
     return tuple(times), first_chunk
 
 

@@ -106,9 +106,25 @@ class Topology:
     def nvlink_group_of(self, gpu: str) -> tuple[str, ...]:
         """The GPUs joined to ``gpu`` by NVLink, itself included, in build order."""
         group = self._gpu(gpu).get("nvlink_group")
-        if group is None:
-            return (gpu,)
-        return tuple(g for g in self._gpus if self.graph.nodes[g].get("nvlink_group") == group)
+        return (gpu,) if group is None else self._nvlink_groups[group]
+
+    @cached_property
+    def _nvlink_groups(self) -> dict[str, tuple[str, ...]]:
+        members: dict[str, list[str]] = {}
+        for gpu in self._gpus:
+            group = self.graph.nodes[gpu].get("nvlink_group")
+            if group is not None:
+                members.setdefault(group, []).append(gpu)
+        return {group: tuple(gpus) for group, gpus in members.items()}
+
+    def gpu_position(self, gpu: str) -> int:
+        """The index of ``gpu`` in :meth:`gpus`."""
+        self._gpu(gpu)
+        return self._gpu_position[gpu]
+
+    @cached_property
+    def _gpu_position(self) -> dict[str, int]:
+        return {gpu: i for i, gpu in enumerate(self._gpus)}
 
     def nic_of(self, gpu: str) -> str:
         """The NIC ``gpu`` sends and receives network traffic through (its rail)."""
@@ -124,10 +140,21 @@ class Topology:
 
     def leaf_of_nic(self, nic: str) -> str | None:
         """The leaf switch a NIC connects to, or ``None``."""
-        for _, dst in self.graph.out_edges(nic):
-            if self.graph.nodes[dst].get("switch") == "leaf":
-                return str(dst)
-        return None
+        self._node(nic)
+        return self._leaf_by_nic.get(nic)
+
+    @cached_property
+    def _leaf_by_nic(self) -> dict[str, str]:
+        leaves: dict[str, str] = {}
+        for nic in self.nics():
+            for _, dst in self.graph.out_edges(nic):
+                if self.graph.nodes[dst].get("switch") == "leaf":
+                    leaves.setdefault(nic, str(dst))
+        return leaves
+
+    def nodes_of_host(self, host: str) -> list[str]:
+        """Every node that belongs to ``host`` (GPUs, memory, SSD, NICs, its switches)."""
+        return list(self._host_nodes(host))
 
     @cached_property
     def _by_host(self) -> dict[str, list[str]]:
@@ -287,10 +314,18 @@ class Topology:
 
     # --- helpers ------------------------------------------------------------------------------
 
+    @cached_property
+    def _node_data(self) -> dict[str, dict[str, Any]]:
+        return {node: data for node, data in self.graph.nodes(data=True)}
+
+    @cached_property
+    def _edge_data(self) -> dict[Edge, dict[str, Any]]:
+        return {(u, v): d for u, v, d in self.graph.edges(data=True)}
+
     def _node(self, node: str) -> dict[str, Any]:
-        if node not in self.graph:
+        data = self._node_data.get(node)
+        if data is None:
             raise InvalidInputError(f"node {node!r} is not in topology {self.name!r}")
-        data: dict[str, Any] = self.graph.nodes[node]
         return data
 
     def _gpu(self, gpu: str) -> dict[str, Any]:
@@ -300,9 +335,9 @@ class Topology:
         return data
 
     def _edge(self, edge: Edge) -> dict[str, Any]:
-        if not self.graph.has_edge(*edge):
+        data = self._edge_data.get(edge)
+        if data is None:
             raise InvalidInputError(f"edge {edge!r} is not in topology {self.name!r}")
-        data: dict[str, Any] = self.graph.edges[edge]
         return data
 
     def _host_node(self, host: str, kind: str) -> str:

@@ -1,6 +1,6 @@
 """Foundation benchmark: catalog load, routing and max-min fair sharing times on this machine.
 
-Run: .venv/bin/python benchmarks/bench_foundation.py   (BLITZPLAN_QUICK=1 for fewer repeats)
+Run: .venv/bin/python benchmarks/foundation.py   (BLITZPLAN_QUICK=1 for fewer repeats)
 Prints medians of wall-clock times; nothing is asserted, the README quotes the table.
 """
 
