@@ -21,6 +21,7 @@ from blitzplan.errors import (
 )
 from blitzplan.hardware import GPUS, GpuSpec, get_gpu, list_gpus
 from blitzplan.models import ModelIdentity, ModelSpec, list_models, load_model
+from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast
 from blitzplan.topologies import Flow, Topology, list_topologies, load_topology
 
 __version__ = "0.1.0"
@@ -38,6 +39,7 @@ __all__ = [
     "InvalidInputError",
     "ModelIdentity",
     "ModelSpec",
+    "MulticastPlan",
     "ParameterPool",
     "QueuedRequest",
     "Role",
@@ -53,4 +55,6 @@ __all__ = [
     "list_topologies",
     "load_model",
     "load_topology",
+    "plan_multicast",
+    "validate_multicast",
 ]
