@@ -156,6 +156,16 @@ class ParameterPool:
         self._copies.update((copy.identity, copy) for copy in placed)
         return tuple(placed)
 
+    def add(self, copy: HostCopy) -> None:
+        """Record an existing host copy (restoring a pool); it must fit its host's free DRAM."""
+        if copy.identity in self._copies:
+            raise InvalidInputError(f"model {copy.identity} already has a host copy")
+        if copy.node != self._topology.host_mem(copy.host):
+            raise InvalidInputError(f"host copy node {copy.node!r} is not the DRAM of {copy.host}")
+        if copy.bytes > self.dram_free_bytes(copy.host):
+            raise InfeasibleError(f"host {copy.host} has no room for the copy of {copy.identity}")
+        self._copies[copy.identity] = copy
+
     def drop(self, identity: ModelIdentity) -> None:
         """Forget the host copy of a model (it is evicted)."""
         if identity not in self._copies:
@@ -212,21 +222,35 @@ class ClusterState:
         role: Role | str = Role.PREFILL,
         queue: Iterable[QueuedRequest | tuple[float, int]] = (),
         kv_bytes_used: int = 0,
+        instance_id: str | None = None,
     ) -> Instance:
-        """Start an instance of ``model`` on free ``gpus`` (its TP group, all on one host)."""
+        """Start an instance of ``model`` on free ``gpus`` (its TP group, all on one host).
+
+        Ids are ``i0, i1, ...`` unless ``instance_id`` names it (it must be new)."""
         spec = _spec(model)
         group = self._check_gpus(spec, gpus)
+        if instance_id is not None and (
+            not isinstance(instance_id, str) or not instance_id or instance_id in self._instances
+        ):
+            raise InvalidInputError(
+                f"instance_id must be a new non-empty name, got {instance_id!r}"
+            )
         instance = Instance(
-            id=f"i{self._next_id}",
+            id=instance_id or self._fresh_id(),
             model=spec,
             gpus=group,
             role=_role(role),
             queue=_queue(queue),
             kv_bytes_used=_kv(kv_bytes_used),
         )
-        self._next_id += 1
         self._instances[instance.id] = instance
         return instance
+
+    def _fresh_id(self) -> str:
+        while f"i{self._next_id}" in self._instances:
+            self._next_id += 1
+        self._next_id += 1
+        return f"i{self._next_id - 1}"
 
     def update_instance(
         self,
@@ -309,6 +333,13 @@ class ClusterState:
     ) -> Flow:
         """Record a transfer from ``src`` to ``dst`` that keeps running (e.g. KV caches)."""
         flow = self.topology.flow(src, dst, max_bytes_per_s=max_bytes_per_s, name=name)
+        self._background.append(flow)
+        return flow
+
+    def add_flow(self, flow: Flow) -> Flow:
+        """Record an already routed background flow; its edges must be in the topology."""
+        for edge in flow.edges:
+            self.topology.bytes_per_s(edge)
         self._background.append(flow)
         return flow
 

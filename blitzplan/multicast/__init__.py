@@ -72,6 +72,8 @@ def plan_multicast(
     allow_prefill_sources: bool = False,
     time_limit_s: float | None = None,
     polish_evaluations: int | None = None,
+    names: Sequence[str] | None = None,
+    delivered: Mapping[str, Sequence[bool]] | None = None,
 ) -> MulticastPlan:
     """Plan loading ``model`` onto new instances: ``count`` placed on free GPUs, or ``targets``.
 
@@ -79,7 +81,10 @@ def plan_multicast(
     failed sources (instance ids, GPUs, hosts) never to use; ``time_limit_s`` bounds the exact
     search (FEASIBLE with the gap when it runs out). The greedy ends with a local search of at
     most ``polish_evaluations`` structures (default: sized to the plan, none beyond 16 target
-    nodes; 0 turns it off). Every plan reports a certified ``lower_bound_s`` on its objective.
+    nodes; 0 turns it off). ``names`` names the new instances (default ``new0, new1, ...``);
+    ``delivered`` marks per name the units an earlier plan already delivered (:func:`replan`
+    reuses them: they take no transfer and are ready at time 0). Every plan reports a certified
+    ``lower_bound_s`` on its objective.
     """
     started = time.perf_counter()
     if method not in METHODS:
@@ -112,6 +117,8 @@ def plan_multicast(
         startup_s=startup_s,
         exclude=exclude,
         allow_prefill_sources=allow_prefill_sources,
+        names=names,
+        delivered=delivered,
     )
     bound = lower_bound(problem, objective, local_copies=method in _LOCAL_PLANES)
     if method in BASELINES:

@@ -140,4 +140,5 @@ def finish(
         ready_at_s=dict(built.ready_at_s),
         live=built.live,
         allow_prefill_sources=problem.allow_prefill_sources,
+        delivered=dict(problem.delivered),
     )

@@ -88,25 +88,32 @@ def instance_bounds(problem: Problem, *, local_copies: bool = False) -> dict[str
     ServerlessLLM baselines), so only the per-GPU ingress cut applies.
     """
     topo = problem.topology
-    shard = float(sum(problem.unit_bytes))
-    distinct = problem.tp * shard
     source_hosts = _source_hosts(problem)
     egress = _egress_capacity(problem)
     host_cut: dict[str, float] = {}
     node_nics = {i: _nic_uplinks(topo, node.gpus) for i, node in enumerate(problem.targets)}
     bounds: dict[str, float] = {}
     for inst in problem.instances:
+        shard = _missing_bytes(problem, inst.name)
+        distinct = problem.tp * shard
         host = topo.host_of(inst.gpus[0])
         if host not in host_cut:
-            inside = host in source_hosts
-            host_cut[host] = 0.0 if inside else distinct / _cap_into(topo, _host_region(topo, host))
+            host_cut[host] = (
+                0.0 if host in source_hosts else 1.0 / _cap_into(topo, _host_region(topo, host))
+            )
         ingress = max(shard / _cap_into(topo, {g}) for g in inst.gpus)
         network = 0.0
         if not local_copies:
             own_nics = 0.0 if host in source_hosts else distinct / node_nics[inst.node]
-            network = max(host_cut[host], distinct / egress, own_nics)
+            network = max(distinct * host_cut[host], distinct / egress, own_nics)
         bounds[inst.name] = inst.startup_s + max(ingress, network)
     return bounds
+
+
+def _missing_bytes(problem: Problem, name: str) -> float:
+    """One GPU's shard bytes of the units ``name`` still needs."""
+    have = problem.delivered.get(name, ())
+    return float(sum(b for u, b in enumerate(problem.unit_bytes) if not (have and have[u])))
 
 
 def _leaf_bounds(problem: Problem) -> list[float]:
@@ -117,7 +124,6 @@ def _leaf_bounds(problem: Problem) -> list[float]:
         leaves = {topo.leaf_of_nic(nic) for nic in topo.nics_of_host(host)}
         if len(leaves) == 1 and None not in leaves:
             hosts_of_leaf.setdefault(str(leaves.pop()), []).append(host)
-    distinct = problem.tp * float(sum(problem.unit_bytes))
     bounds = []
     for leaf, hosts in hosts_of_leaf.items():
         wired = {h for h in hosts if set(topo.nics_of_host(h))}
@@ -128,6 +134,7 @@ def _leaf_bounds(problem: Problem) -> list[float]:
             continue
         region = {leaf} | {n for h in wired for n in _host_region(topo, h)}
         into = _cap_into(topo, region)
+        distinct = problem.tp * max(_missing_bytes(problem, i.name) for i in members)
         if into > 0:
             bounds.append(min(i.startup_s for i in members) + distinct / into)
     return bounds

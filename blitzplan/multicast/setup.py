@@ -14,6 +14,7 @@ from blitzplan.topologies import Topology
 
 __all__ = [
     "Problem",
+    "available_slots",
     "hop_lanes",
     "place_targets",
     "prepare",
@@ -34,6 +35,7 @@ class Problem:
     instances: tuple[NewInstance, ...]
     live: int
     allow_prefill_sources: bool
+    delivered: Mapping[str, tuple[bool, ...]]
 
     @property
     def topology(self) -> Topology:
@@ -52,8 +54,14 @@ def prepare(
     startup_s: float | Mapping[str, float],
     exclude: Iterable[str],
     allow_prefill_sources: bool,
+    names: Sequence[str] | None = None,
+    delivered: Mapping[str, Sequence[bool]] | None = None,
 ) -> Problem:
-    """Validate the request and lay out target and source nodes (no plan yet)."""
+    """Validate the request and lay out target and source nodes (no plan yet).
+
+    ``names`` name the new instances (default ``new0, new1, ...``); ``delivered`` marks, per
+    name, the units an earlier plan already delivered to it.
+    """
     model.check_tp(tp)
     _check_tp_fits(state.topology, tp)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
@@ -68,7 +76,9 @@ def prepare(
             f"live must be an integer in 0..{len(groups)} (the number of new instances), "
             f"got {live!r}"
         )
-    instances, nodes = _target_nodes(state.topology, groups, tp, startup_s)
+    names = _names(names, len(groups))
+    present = _delivered(delivered, names, model.num_units)
+    instances, nodes = _target_nodes(state.topology, groups, tp, startup_s, names, present)
     return Problem(
         state=state,
         model=model,
@@ -80,7 +90,35 @@ def prepare(
         instances=instances,
         live=live,
         allow_prefill_sources=allow_prefill_sources,
+        delivered={n: p for n, p in present.items() if any(p)},
     )
+
+
+def _names(names: Sequence[str] | None, count: int) -> list[str]:
+    if names is None:
+        return [f"new{i}" for i in range(count)]
+    result = [str(n) for n in names]
+    if len(result) != count or len(set(result)) != count:
+        raise InvalidInputError(
+            f"names must give {count} distinct instance names, got {list(names)!r}"
+        )
+    return result
+
+
+def _delivered(
+    delivered: Mapping[str, Sequence[bool]] | None, names: list[str], units: int
+) -> dict[str, tuple[bool, ...]]:
+    given = dict(delivered or {})
+    unknown = set(given) - set(names)
+    if unknown:
+        raise InvalidInputError(f"delivered names unknown instance(s) {sorted(unknown)!r}")
+    result = {}
+    for name in names:
+        mask = tuple(bool(x) for x in given.get(name, (False,) * units))
+        if len(mask) != units:
+            raise InvalidInputError(f"delivered[{name!r}] must mark {units} units, got {len(mask)}")
+        result[name] = mask
+    return result
 
 
 # --- targets ---------------------------------------------------------------------------------
@@ -143,14 +181,10 @@ def _check_explicit_targets(state: ClusterState, groups: list[tuple[str, ...]], 
             )
 
 
-def place_targets(
-    state: ClusterState,
-    tp: int,
-    count: int,
-    *,
-    prefer_leaves: Set[str | None] = frozenset(),
+def available_slots(
+    state: ClusterState, tp: int, *, prefer_leaves: Set[str | None] = frozenset()
 ) -> list[tuple[str, ...]]:
-    """Pick free GPUs for ``count`` TP groups: each inside one NVLink group, fullest groups
+    """Every free TP group in placement order: each inside one NVLink group, fullest groups
     first (so more instances share a group and receive sharded), then groups under a source's
     leaf, then topology order."""
     topo = state.topology
@@ -168,16 +202,27 @@ def place_targets(
             topo.gpu_position(kv[0][0]),
         ),
     )
-    chosen: list[tuple[str, ...]] = []
-    for _, gpus in order:
-        for start in range(0, len(gpus) - tp + 1, tp):
-            if len(chosen) < count:
-                chosen.append(tuple(gpus[start : start + tp]))
-    if len(chosen) < count:
+    return [
+        tuple(gpus[start : start + tp])
+        for _, gpus in order
+        for start in range(0, len(gpus) - tp + 1, tp)
+    ]
+
+
+def place_targets(
+    state: ClusterState,
+    tp: int,
+    count: int,
+    *,
+    prefer_leaves: Set[str | None] = frozenset(),
+) -> list[tuple[str, ...]]:
+    """The first ``count`` of :func:`available_slots`; InfeasibleError when they do not fit."""
+    slots = available_slots(state, tp, prefer_leaves=prefer_leaves)
+    if len(slots) < count:
         raise InfeasibleError(
-            f"count={count} new tp={tp} instances do not fit the free GPUs: room for {len(chosen)}"
+            f"count={count} new tp={tp} instances do not fit the free GPUs: room for {len(slots)}"
         )
-    return chosen
+    return slots[:count]
 
 
 def _target_nodes(
@@ -185,16 +230,18 @@ def _target_nodes(
     groups: list[tuple[str, ...]],
     tp: int,
     startup_s: float | Mapping[str, float],
+    names: list[str],
+    present: Mapping[str, tuple[bool, ...]],
 ) -> tuple[tuple[NewInstance, ...], tuple[PlanNode, ...]]:
-    """One target node per NVLink group; instances named new0, new1, ... in given order."""
-    by_group: dict[tuple[str, ...], list[int]] = {}
+    """One target node per NVLink group (and set of units already delivered)."""
+    by_group: dict[tuple[tuple[str, ...], tuple[bool, ...]], list[int]] = {}
     for i, group in enumerate(groups):
-        by_group.setdefault(topology.nvlink_group_of(group[0]), []).append(i)
-    names = [f"new{i}" for i in range(len(groups))]
+        key = (topology.nvlink_group_of(group[0]), present[names[i]])
+        by_group.setdefault(key, []).append(i)
     startups = _startups(startup_s, names)
     nodes: list[PlanNode] = []
     node_of: dict[int, int] = {}
-    for members in by_group.values():
+    for (_, mask), members in by_group.items():
         node_id = len(nodes)
         gpus = tuple(gpu for i in members for gpu in groups[i])
         label = "+".join(names[i] for i in members)
@@ -207,6 +254,7 @@ def _target_nodes(
                 egress=tuple((g, g) for g in gpus),
                 stripes=len(members),
                 tp=tp,
+                present=mask if any(mask) else (),
             )
         )
         for i in members:

@@ -112,8 +112,9 @@ class Timeline:
 
 
 def _need(node: PlanNode, unit_bytes: Sequence[int]) -> list[float]:
+    """Bytes one receiving GPU (a stage: its host) needs per unit; 0 for units it has."""
     scale = node.tp if node.kind is NodeKind.STAGE else 1
-    return [float(scale * b) for b in unit_bytes]
+    return [0.0 if node.has(u) else float(scale * b) for u, b in enumerate(unit_bytes)]
 
 
 def evaluate(
@@ -147,14 +148,23 @@ def evaluate(
         for prior in hop.after:
             start = max(start, hop_end[prior])
         times, first_chunk = _hop_times(
-            hop.lanes, rates, builder.flow_latency_s, need, chunk_bytes, avail, start
+            hop.lanes,
+            rates,
+            builder.flow_latency_s,
+            need,
+            chunk_bytes,
+            avail,
+            start,
+            receiver.present,
         )
         arrivals.append(times)
         hop_end.append(times[-1])
         first[hop.receiver] = first_chunk
         gather = gathers.get(hop.receiver)
         done[hop.receiver] = (
-            _gather_times(gather, rates, builder.flow_latency_s, need, times) if gather else times
+            _gather_times(gather, rates, builder.flow_latency_s, need, times, receiver.present)
+            if gather
+            else times
         )
     return Timeline(tuple(rates), tuple(arrivals), done, first, tuple(hop_end))
 
@@ -218,8 +228,11 @@ def _hop_times(
     chunk_bytes: int,
     avail: Sequence[float],
     start: float,
+    present: Sequence[bool] = (),
 ) -> tuple[tuple[float, ...], float]:
-    """The recurrence for one hop; returns per-unit arrival times and the first chunk's."""
+    """The recurrence for one hop; returns per-unit arrival times and the first chunk's.
+
+    Units the receiver already has (``present``) are there at time 0 and take no link time."""
     lat = max(latency_s[lane.flow] for lane in lanes)
     fraction = np.array([lane.fraction for lane in lanes])
     inverse = 1.0 / np.array([rates[lane.flow] for lane in lanes])
@@ -229,6 +242,9 @@ def _hop_times(
     times: list[float] = []
     previous = start
     for u in range(len(need)):
+        if present and present[u]:
+            times.append(0.0)
+            continue
         previous = max(avail[u] + chunk[u] + lat, previous + tau[u])
         times.append(previous)
     first_chunk = max(avail[0], start) + chunk[0] + lat
@@ -241,12 +257,16 @@ def _gather_times(
     latency_s: Sequence[float],
     need: Sequence[float],
     arrival: Sequence[float],
+    present: Sequence[bool] = (),
 ) -> tuple[float, ...]:
     lat = max(latency_s[lane.flow] for lane in gather.lanes)
     slowest = max(lane.fraction / rates[lane.flow] for lane in gather.lanes)
     done: list[float] = []
     previous = 0.0
     for u, bytes_ in enumerate(need):
+        if present and present[u]:
+            done.append(0.0)
+            continue
         previous = max(arrival[u], previous) + bytes_ * slowest + lat
         done.append(previous)
     return tuple(done)

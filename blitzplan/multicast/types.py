@@ -12,7 +12,7 @@ any of them against the rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from blitzplan.models import ModelIdentity
@@ -67,6 +67,12 @@ class PlanNode:
     instance_id: str | None = None
     stripes: int = 1
     tp: int = 1
+    present: tuple[bool, ...] = ()
+    """Units already complete on every GPU of the node before this plan (a replan reuses them);
+    empty when none are."""
+
+    def has(self, unit: int) -> bool:
+        return bool(self.present) and self.present[unit]
 
     @property
     def host_local_nodes(self) -> tuple[str, ...]:
@@ -166,6 +172,8 @@ class MulticastPlan:
     ready_at_s: Mapping[str, float]
     live: tuple[str, ...] = ()
     allow_prefill_sources: bool = False
+    delivered: Mapping[str, tuple[bool, ...]] = field(default_factory=dict)
+    """Per new instance, the units an earlier plan already delivered (ready at time 0 here)."""
 
     @property
     def gap(self) -> float:

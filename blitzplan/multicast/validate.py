@@ -169,6 +169,7 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
     for h, hop in enumerate(plan.hops):
         sender, receiver = plan.nodes[hop.sender], plan.nodes[hop.receiver]
         scale = receiver.tp if receiver.kind is NodeKind.STAGE else 1
+        need = [0.0 if receiver.has(u) else float(scale * b) for u, b in enumerate(unit)]
         if hop.sender in done:
             ready = done[hop.sender]
             if not hop.pipelined:
@@ -180,12 +181,14 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
         else:
             avail, begin = [0.0] * units, 0.0
         begin = max([begin, startup[hop.receiver], *(hop_end[a] for a in hop.after)])
-        times = _recurrence(plan, hop, latency, [scale * b for b in unit], avail, begin)
+        times = _recurrence(plan, hop, latency, need, avail, begin, receiver)
         arrival[hop.receiver] = times
-        first[hop.receiver] = _first_chunk(plan, hop, latency, scale * unit[0], avail[0], begin)
+        first[hop.receiver] = _first_chunk(plan, hop, latency, need[0], avail[0], begin)
         hop_end.append(times[-1])
         gather = gathers.get(hop.receiver)
-        done[hop.receiver] = _gather(plan, gather.lanes, latency, unit, times) if gather else times
+        done[hop.receiver] = (
+            _gather(plan, gather.lanes, latency, need, times, receiver) if gather else times
+        )
         if not _close(times, plan.arrival_s[h]):
             out.append(f"hop {h} arrivals differ from the recurrence")
     for inst in plan.instances:
@@ -214,11 +217,15 @@ def _recurrence(
     need: list[float],
     avail: list[float],
     begin: float,
+    receiver: PlanNode,
 ) -> list[float]:
     lat = max(latency[lane.flow] for lane in hop.lanes)
     t = begin
     out = []
     for u, b in enumerate(need):
+        if receiver.has(u):
+            out.append(0.0)  # delivered by an earlier plan: there now, no transfer
+            continue
         stream = max(lane.fraction * b / plan.rates[lane.flow] for lane in hop.lanes)
         chunk = max(
             min(plan.chunk_bytes, lane.fraction * b) / plan.rates[lane.flow] for lane in hop.lanes
@@ -242,13 +249,17 @@ def _gather(
     plan: MulticastPlan,
     lanes: tuple[Lane, ...],
     latency: dict[int, float],
-    unit: tuple[int, ...],
+    need: list[float],
     arrival: list[float],
+    receiver: PlanNode,
 ) -> list[float]:
     lat = max(latency[lane.flow] for lane in lanes)
     t = 0.0
     out = []
-    for u, b in enumerate(unit):
+    for u, b in enumerate(need):
+        if receiver.has(u):
+            out.append(0.0)
+            continue
         t = max(arrival[u], t) + max(lane.fraction * b / plan.rates[lane.flow] for lane in lanes)
         t += lat
         out.append(t)
