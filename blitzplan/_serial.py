@@ -106,8 +106,10 @@ def _tuple(kind: Any, data: Any, path: str) -> tuple[Any, ...]:
         return tuple(from_data(args[0], item, f"{path}[{i}]") for i, item in enumerate(data))
     if len(args) != len(data):
         raise InvalidInputError(f"{path}: expected {len(args)} items, got {len(data)}")
-    return tuple(from_data(a, item, f"{path}[{i}]") for i, (a, item) in enumerate(zip(args, data,
-                                                                                       strict=True)))
+    return tuple(
+        from_data(a, item, f"{path}[{i}]")
+        for i, (a, item) in enumerate(zip(args, data, strict=True))
+    )
 
 
 def _record(kind: type[T], data: Any, path: str) -> T:

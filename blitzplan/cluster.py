@@ -38,6 +38,8 @@ class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     IDLE = "idle"
+    LOADING = "loading"
+    """Still receiving its weights: occupies its GPUs but is no source."""
 
 
 @dataclass(frozen=True)
@@ -316,7 +318,7 @@ class ClusterState:
         found = [
             Source("instance", inst.gpus, identity, instance=inst)
             for inst in self._instances.values()
-            if inst.identity == identity
+            if inst.identity == identity and inst.role is not Role.LOADING
         ]
         copy = self.pool.host_copy(identity)
         if copy is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -74,6 +75,10 @@ class RooflineComputeModel:
             if not getattr(self, key) >= 0:
                 raise InvalidInputError(f"{key} must be >= 0, got {getattr(self, key)!r}")
 
+    @cached_property
+    def _shard_bytes(self) -> tuple[int, ...]:
+        return self.model.shard(self.tp).unit_bytes
+
     def _roofline_s(self, flops: float, bytes_moved: float) -> float:
         return max(
             flops / (self.gpu.bf16_flops_per_s * self.mfu),
@@ -91,7 +96,7 @@ class RooflineComputeModel:
     def _layer_weight_bytes(self, tokens: int) -> float:
         """Weights read once per layer; a small MoE batch touches only the experts it routes to."""
         m = self.model
-        layer = m.shard(self.tp).unit_bytes[1]
+        layer = self._shard_bytes[1]
         if m.num_experts == 1:
             return float(layer)
         expert = m.layer.mlp / m.num_experts / self.tp
@@ -130,7 +135,7 @@ class RooflineComputeModel:
         m = self.model
         head_params = m.vocab_size * m.hidden_size / self.tp
         flops = _FLOPS_PER_MAC * head_params * tokens
-        moved = m.shard(self.tp).unit_bytes[-1] + tokens * m.activation_bytes_per_token
+        moved = self._shard_bytes[-1] + tokens * m.activation_bytes_per_token
         return self._roofline_s(flops, moved) + self.layer_overhead_s
 
 

@@ -109,7 +109,7 @@ def test_instance_errors_are_named(state: ClusterState) -> None:
     with pytest.raises(InvalidInputError, match="needs 131.4 GiB of weights per GPU at tp=1"):
         state.add_instance("llama-3-70b", gpus=["h1/gpu0"])
     with pytest.raises(
-        InvalidInputError, match="role must be one of prefill, decode, idle, got 'router'"
+        InvalidInputError, match="role must be one of prefill, decode, idle, loading, got 'router'"
     ):
         state.add_instance("llama-3-8b", gpus=["h1/gpu0"], role="router")
     with pytest.raises(InvalidInputError, match="prompt_tokens must be a positive integer, got 0"):
@@ -124,3 +124,9 @@ def test_instance_errors_are_named(state: ClusterState) -> None:
 def test_unknown_model_name_in_state_is_named(state: ClusterState) -> None:
     with pytest.raises(InvalidInputError, match="model 'gpt-5' is neither a preset"):
         state.add_instance("gpt-5", gpus=["h1/gpu0"])
+
+
+def test_loading_instances_hold_gpus_but_are_no_source(state: ClusterState) -> None:
+    state.add_instance("llama-3-8b", gpus=["h1/gpu0"], role="loading")
+    assert "h1/gpu0" not in state.free_gpus()
+    assert [s.kind for s in state.sources("llama-3-8b")] == ["host"]
