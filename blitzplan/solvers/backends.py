@@ -12,12 +12,17 @@ __all__ = ["BACKENDS", "Backend", "SolveStatus", "available_backends", "check_ba
 
 
 class SolveStatus(Enum):
-    """Outcome of a solve. OPTIMAL only when proven; FEASIBLE carries a bound and a gap."""
+    """Outcome of a solve. OPTIMAL only when proven; FEASIBLE carries a bound and a gap.
+
+    UNKNOWN: no answer meeting every hard constraint was found and none was proven impossible
+    (a time limit, or a heuristic that missed a hard SLO).
+    """
 
     OPTIMAL = "optimal"
     FEASIBLE = "feasible"
     INFEASIBLE = "infeasible"
     ERROR = "error"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)

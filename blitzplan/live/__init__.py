@@ -1,0 +1,63 @@
+"""Live-scaling schedules: how a partly loaded new instance and an old one share queued batches.
+
+The problem is DESIGN.md section 4 (:class:`LiveScalingInstance`); every method returns a
+:class:`Schedule` through :func:`schedule_live`, and :func:`validate_schedule` certifies any of
+them. The heuristics are online policies (:class:`StopTheWorld`, :class:`BestEffort`,
+:class:`ZigZag`) driven by one event loop (:func:`simulate`), which also runs several new and
+old instances on one relay queue (:class:`Fleet`).
+"""
+
+from blitzplan.live.improve import improve
+from blitzplan.live.instance import (
+    Fleet,
+    LiveScalingInstance,
+    instance_from_queue,
+    unit_ready_from_link,
+)
+from blitzplan.live.loop import OLD_ORDERS, simulate
+from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
+from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound
+from blitzplan.live.schedule import (
+    OBJECTIVES,
+    NewOp,
+    OldOp,
+    Schedule,
+    batch_lower_bounds,
+    lower_bound,
+    timetable,
+)
+from blitzplan.live.solve import METHODS, schedule_live
+from blitzplan.live.state import Pin, RelayState, RunLayers, RunRest
+from blitzplan.live.validate import ScheduleReport, validate_schedule
+
+__all__ = [
+    "METHODS",
+    "OBJECTIVES",
+    "OLD_ORDERS",
+    "POLICIES",
+    "BestEffort",
+    "Fleet",
+    "LiveScalingInstance",
+    "NewOp",
+    "OldOp",
+    "Pin",
+    "Policy",
+    "RelaxedPlan",
+    "RelayState",
+    "RunLayers",
+    "RunRest",
+    "Schedule",
+    "ScheduleReport",
+    "StopTheWorld",
+    "ZigZag",
+    "batch_lower_bounds",
+    "improve",
+    "instance_from_queue",
+    "lower_bound",
+    "relaxation_bound",
+    "schedule_live",
+    "simulate",
+    "timetable",
+    "unit_ready_from_link",
+    "validate_schedule",
+]

@@ -1,0 +1,232 @@
+"""``method="improve"``: ZigZag, then local search over splits and orders within a time budget.
+
+A solution is (split, N order, O order); :func:`~blitzplan.live.schedule.timetable` times it.
+Starting from the best of ZigZag and the repaired N-capacity relaxation (a large move that
+re-plans every split and O's order at once), random moves are tried and kept when they lower the
+objective: move one batch's split up or down (inserting or removing its layers on N, moving it
+on or off O), swap or move blocks on O, swap neighbouring layers of two batches on N, or move a
+layer to another place on N between its batch's previous and next layers. The answer
+for a control loop with 10-100 ms to spare; the bound it reports is the cheap one (each batch
+alone), or the N-capacity relaxation's when O's order is fixed (``old_order="fifo"``, where that
+relaxation is solved exactly in linear time).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.loop import simulate
+from blitzplan.live.policies import ZigZag
+from blitzplan.live.relaxation import relaxation_bound, relaxed_greedy, repair
+from blitzplan.live.schedule import (
+    Schedule,
+    build_schedule,
+    evaluate_objective,
+    lower_bound,
+    timetable,
+)
+from blitzplan.solvers.backends import SolveStatus
+
+__all__ = ["Solution", "improve", "polish"]
+
+_GREEDY_SHARE = 0.2
+"""The most of the budget the relaxed plan may take."""
+
+
+@dataclass
+class Solution:
+    """A mutable (split, N order, O order) with its objective value."""
+
+    split: list[int]
+    new: list[int]
+    old: list[int]
+    value: float
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> Solution:
+        seq_new, seq_old = schedule.new_sequence(), schedule.old_sequence()
+        return cls(list(schedule.split), list(seq_new), list(seq_old), schedule.objective)
+
+
+class _Search:
+    """Random first-improvement local search; owns its RNG and its current solution."""
+
+    def __init__(
+        self, instance: LiveScalingInstance, objective: str, old_order: str, seed: int
+    ) -> None:
+        self.inst, self.objective, self.old_order = instance, objective, old_order
+        self.rng = random.Random(seed)
+        self.L = instance.num_layers
+
+    def value(self, split: Sequence[int], new: Sequence[int], old: Sequence[int]) -> float:
+        _, _, completion = timetable(self.inst, split, new, old)
+        return evaluate_objective(self.inst, completion, self.objective)
+
+    def run(
+        self,
+        best: Solution,
+        deadline_s: float,
+        *,
+        bound: float = -math.inf,
+        max_moves: float = math.inf,
+    ) -> Solution:
+        """Search until the deadline, ``max_moves`` tried moves, or the value meets ``bound``."""
+        moves = [self._split_up, self._split_down, self._old_swap, self._new_swap, self._new_move]
+        if self.old_order == "free":
+            moves.append(self._old_move)
+        tried = 0
+        while time.perf_counter() < deadline_s and best.value > bound and tried < max_moves:
+            tried += 1
+            candidate = self.rng.choice(moves)(best)
+            if candidate is None:
+                continue
+            value = self.value(*candidate)
+            if value < best.value:
+                best = Solution(*candidate, value=value)
+        return best
+
+    def _insert_old(self, old: list[int], batch: int) -> list[int]:
+        if self.old_order == "fifo":
+            rank = self.inst.fifo_order.index
+            return sorted([*old, batch], key=rank)
+        position = self.rng.randrange(len(old) + 1)
+        return [*old[:position], batch, *old[position:]]
+
+    def _split_up(self, s: Solution) -> tuple[list[int], list[int], list[int]] | None:
+        batch = self.rng.randrange(len(s.split))
+        k = s.split[batch]
+        if k == self.L:
+            return None
+        step = min(self.L - k, self.rng.choice((1, 1, 2, 4)))
+        positions = [p for p, b in enumerate(s.new) if b == batch]
+        after = positions[-1] + 1 if positions else 0
+        where = after if self.rng.random() < 0.5 else self.rng.randrange(after, len(s.new) + 1)
+        new = [*s.new[:where], *([batch] * step), *s.new[where:]]
+        split = list(s.split)
+        split[batch] = k + step
+        old = [b for b in s.old if b != batch] if split[batch] == self.L else list(s.old)
+        return split, new, old
+
+    def _split_down(self, s: Solution) -> tuple[list[int], list[int], list[int]] | None:
+        batch = self.rng.randrange(len(s.split))
+        k = s.split[batch]
+        if k == 0:
+            return None
+        step = min(k, self.rng.choice((1, 1, 2, 4)))
+        new = list(s.new)
+        for _ in range(step):
+            new.pop(len(new) - 1 - new[::-1].index(batch))
+        split = list(s.split)
+        split[batch] = k - step
+        old = self._insert_old(list(s.old), batch) if k == self.L else list(s.old)
+        return split, new, old
+
+    def _old_swap(self, s: Solution) -> tuple[list[int], list[int], list[int]] | None:
+        if len(s.old) < 2 or self.old_order == "fifo":
+            return None
+        a = self.rng.randrange(len(s.old) - 1)
+        b = a + 1 if self.rng.random() < 0.5 else self.rng.randrange(len(s.old))
+        old = list(s.old)
+        old[a], old[b] = old[b], old[a]
+        return list(s.split), list(s.new), old
+
+    def _old_move(self, s: Solution) -> tuple[list[int], list[int], list[int]] | None:
+        if len(s.old) < 2:
+            return None
+        old = list(s.old)
+        batch = old.pop(self.rng.randrange(len(old)))
+        old.insert(self.rng.randrange(len(old) + 1), batch)
+        return list(s.split), list(s.new), old
+
+    def _new_swap(self, s: Solution) -> tuple[list[int], list[int], list[int]] | None:
+        if len(s.new) < 2:
+            return None
+        a = self.rng.randrange(len(s.new) - 1)
+        if s.new[a] == s.new[a + 1]:
+            return None
+        new = list(s.new)
+        new[a], new[a + 1] = new[a + 1], new[a]
+        return list(s.split), new, list(s.old)
+
+    def _new_move(self, s: Solution) -> tuple[list[int], list[int], list[int]] | None:
+        """Move one layer earlier or later on N, between its batch's previous and next layers."""
+        if len(s.new) < 2:
+            return None
+        a = self.rng.randrange(len(s.new))
+        batch = s.new[a]
+        low = max((p for p in range(a) if s.new[p] == batch), default=-1) + 1
+        high = min((p for p in range(a + 1, len(s.new)) if s.new[p] == batch), default=len(s.new))
+        if high - low < 2:
+            return None
+        new = list(s.new)
+        new.pop(a)
+        new.insert(self.rng.randrange(low, high), batch)
+        return list(s.split), new, list(s.old)
+
+
+def polish(
+    instance: LiveScalingInstance,
+    start: Schedule,
+    *,
+    objective: str,
+    old_order: str,
+    deadline_s: float,
+    bound: float = -math.inf,
+    max_moves: float = math.inf,
+    seed: int = 0,
+) -> Solution:
+    """Local search from ``start`` until ``deadline_s`` (a ``time.perf_counter()`` value),
+    ``max_moves`` tried moves (a fixed budget makes runs repeatable), or it meets ``bound``."""
+    search = _Search(instance, objective, old_order, seed)
+    return search.run(Solution.of(start), deadline_s, bound=bound, max_moves=max_moves)
+
+
+def improve(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    time_limit_s: float = 0.1,
+    seed: int = 0,
+) -> Schedule:
+    """ZigZag improved within ``time_limit_s`` (all of the time counts, ZigZag's included)."""
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    best = simulate(ZigZag(), instance, objective=objective, old_order=old_order)
+    plan = relaxed_greedy(
+        instance,
+        objective=objective,
+        old_order=old_order,
+        time_limit_s=min(_GREEDY_SHARE * time_limit_s, (deadline - time.perf_counter()) / 2),
+    )
+    split, new, old = repair(instance, plan)
+    timed = time.perf_counter()
+    relaxed = Solution(list(split), list(new), list(old), math.inf)
+    relaxed.value = evaluate_objective(instance, timetable(instance, split, new, old)[2], objective)
+    reserve = 2 * (time.perf_counter() - timed)  # the final timing of the answer fits in
+    current = relaxed if relaxed.value < best.objective else Solution.of(best)
+    bound = (
+        relaxation_bound(instance, objective=objective, old_order="fifo")[0]
+        if old_order == "fifo"
+        else lower_bound(instance, objective)
+    )
+    search = _Search(instance, objective, old_order, seed)
+    found = search.run(current, deadline - reserve, bound=bound)
+    status = SolveStatus.OPTIMAL if found.value <= bound else SolveStatus.FEASIBLE
+    return build_schedule(
+        instance,
+        found.split,
+        found.new,
+        found.old,
+        objective=objective,
+        method="improve",
+        old_order=old_order,
+        status=status,
+        bound=bound,
+        solve_s=time.perf_counter() - started,
+    )

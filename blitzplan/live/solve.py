@@ -1,0 +1,173 @@
+"""The front door: ``schedule_live(instance, *, method=...)`` and its closed tables of names."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.loop import OLD_ORDERS, simulate
+from blitzplan.live.policies import POLICIES
+from blitzplan.live.schedule import Schedule, check_objective, empty_schedule
+from blitzplan.solvers.backends import BACKENDS, SolveStatus, check_backend
+
+__all__ = ["DEFAULT_BACKEND", "DEFAULT_IMPROVE_S", "METHODS", "schedule_live"]
+
+METHODS: dict[str, str] = {
+    "stop_the_world": "N does nothing until fully loaded, then serves whole batches",
+    "best_effort": "N runs every layer it has for each batch it takes, then hands off",
+    "zigzag": "the paper's priority-queue policy with an admission window (the default)",
+    "exact": "the optimum from a backend: highs, cbc (PuLP MILP), cpsat, enumerate",
+    "improve": "ZigZag improved by local search within time_limit_s (default 0.1 s)",
+}
+"""The closed table of methods."""
+
+DEFAULT_BACKEND = "highs"
+"""The backend ``method="exact"`` uses when none is named."""
+
+DEFAULT_IMPROVE_S = 0.1
+"""The budget of ``method="improve"`` when ``time_limit_s`` is None."""
+
+
+def _check_options(
+    method: str, backend: str | None, time_limit_s: float | None, old_order: str
+) -> None:
+    if method not in METHODS:
+        raise InvalidInputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if old_order not in OLD_ORDERS:
+        raise InvalidInputError(
+            f"old_order must be one of {', '.join(OLD_ORDERS)}, got {old_order!r}"
+        )
+    if time_limit_s is not None and (
+        isinstance(time_limit_s, bool)
+        or not isinstance(time_limit_s, int | float)
+        or not (math.isfinite(time_limit_s) and time_limit_s > 0)
+    ):
+        raise InvalidInputError(f"time_limit_s must be a number > 0 or None, got {time_limit_s!r}")
+    if backend is not None and method != "exact":
+        raise InvalidInputError(f"backend applies to method='exact' only, got backend={backend!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def _heuristic(
+    instance: LiveScalingInstance, method: str, objective: str, old_order: str
+) -> Schedule:
+    """Run a policy and settle its status."""
+    return _settle(simulate(POLICIES[method](), instance, objective=objective, old_order=old_order))
+
+
+def _settle(schedule: Schedule) -> Schedule:
+    """OPTIMAL when it meets its proven bound; a missed hard SLO is UNKNOWN, or INFEASIBLE when
+    the bound proves that no schedule meets it."""
+    bound = schedule.bound
+    if math.isinf(schedule.objective):
+        if bound is not None and math.isinf(bound):
+            return empty_schedule(
+                status=SolveStatus.INFEASIBLE,
+                objective=schedule.objective_name,
+                method=schedule.method,
+                old_order=schedule.old_order,
+                solve_s=schedule.solve_s,
+                message="a batch misses its SLO even with both instances to itself",
+            )
+        return replace(schedule, status=SolveStatus.UNKNOWN, message="missed a hard SLO")
+    if bound is not None and schedule.objective <= bound:
+        return replace(schedule, status=SolveStatus.OPTIMAL, gap=0.0)
+    return schedule
+
+
+def schedule_live(
+    instance: LiveScalingInstance,
+    *,
+    method: str = "zigzag",
+    objective: str = "mean_latency",
+    backend: str | None = None,
+    time_limit_s: float | None = None,
+    old_order: str = "free",
+    warm_start: bool = True,
+) -> Schedule:
+    """Plan how a partly loaded new instance and the old one share the queued batches.
+
+    ``method`` is one of :data:`METHODS`; ``objective`` one of
+    :data:`~blitzplan.live.schedule.OBJECTIVES`. ``method="exact"`` solves to proven optimality
+    with ``backend`` (default :data:`DEFAULT_BACKEND`), within ``time_limit_s`` if given (then
+    FEASIBLE with a bound and a gap when not proven). With ``warm_start``, ZigZag's schedule
+    and the repaired N-capacity relaxation, polished by a short local search, are its starting
+    point; without, the solver starts from nothing (the relaxation's bound still applies).
+    ``method="improve"`` spends ``time_limit_s`` (default 0.1 s) improving ZigZag; the
+    heuristics ignore it. ``old_order="fifo"`` makes O run blocks in release order. An SLO no
+    schedule can meet under ``objective="hard_slo"`` gives status INFEASIBLE; bad arguments
+    raise InvalidInputError, a missing backend SolverUnavailableError.
+    """
+    if not isinstance(instance, LiveScalingInstance):
+        raise InvalidInputError(
+            f"instance must be a LiveScalingInstance, got {type(instance).__name__}"
+        )
+    _check_options(method, backend, time_limit_s, old_order)
+    check_objective(objective, instance)
+    started = time.perf_counter()
+    if method in POLICIES:
+        result = _heuristic(instance, method, objective, old_order)
+    elif method == "improve":
+        from blitzplan.live.improve import improve
+
+        budget = DEFAULT_IMPROVE_S if time_limit_s is None else float(time_limit_s)
+        result = _settle(
+            improve(instance, objective=objective, old_order=old_order, time_limit_s=budget)
+        )
+    else:
+        result = _exact(
+            instance,
+            backend=backend or DEFAULT_BACKEND,
+            objective=objective,
+            old_order=old_order,
+            time_limit_s=time_limit_s,
+            warm_start=warm_start,
+        )
+    return replace(result, solve_s=time.perf_counter() - started)
+
+
+def _exact(
+    instance: LiveScalingInstance,
+    *,
+    backend: str,
+    objective: str,
+    old_order: str,
+    time_limit_s: float | None,
+    warm_start: bool,
+) -> Schedule:
+    check_backend(backend)
+    if backend == "enumerate":
+        from blitzplan.solvers.live_enumerate import solve_enumerate
+
+        return solve_enumerate(
+            instance, objective=objective, old_order=old_order, time_limit_s=time_limit_s
+        )
+    hint = _heuristic(instance, "zigzag", objective, old_order) if warm_start else None
+    if hint is not None and not hint.has_ops:
+        return replace(hint, method="exact", backend=backend)  # proven infeasible already
+    if backend == "cpsat":
+        from blitzplan.solvers.live_cpsat import solve_cpsat
+
+        return solve_cpsat(
+            instance,
+            objective=objective,
+            old_order=old_order,
+            time_limit_s=time_limit_s,
+            hint=hint,
+            warm_start=warm_start,
+        )
+    from blitzplan.solvers.live_milp import solve_milp
+
+    return solve_milp(
+        instance,
+        backend=backend,
+        objective=objective,
+        old_order=old_order,
+        time_limit_s=time_limit_s,
+        hint=hint,
+        warm_start=warm_start,
+    )

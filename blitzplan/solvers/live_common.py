@@ -1,0 +1,236 @@
+"""What every exact live-scaling backend shares: the starting point, the bound, and the wrap-up.
+
+Before a solver runs, the N-capacity relaxation (:mod:`blitzplan.live.relaxation`) gives a proven
+lower bound and a repaired schedule; with the ZigZag hint, the better of the two is the
+incumbent. A solver's answer is decoded into orders, re-timed by
+:func:`~blitzplan.live.schedule.timetable` and kept only if it beats the incumbent; the status is
+OPTIMAL only when the incumbent meets a proven bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound, repair
+from blitzplan.live.schedule import Schedule, build_schedule, empty_schedule, relative_gap
+from blitzplan.solvers.backends import SolveStatus
+
+__all__ = [
+    "OPTIMALITY_REL_GAP",
+    "Start",
+    "decode",
+    "finish",
+    "quiet_stdout",
+    "start_point",
+]
+
+OPTIMALITY_REL_GAP = 1e-5
+"""OPTIMAL means the objective is proven within this relative gap of the best possible."""
+
+MIN_ROUND_S = 0.05
+"""A solver round is not started with less time than this left."""
+
+RELAXATION_SHARE = 0.4
+"""The most of a time limit the relaxation bound may take before a solver starts."""
+
+RELAXATION_MAX_S = 10.0
+"""The relaxation's budget without a time limit (stopped early, its bound is weaker but valid)."""
+
+POLISH_SHARE = 0.05
+"""The share of a time limit spent improving the incumbent by local search before solving."""
+
+POLISH_MAX_S = 1.0
+"""The most time that local search gets, whatever the limit."""
+
+POLISH_MOVES = 2000
+"""Moves the local search tries (its time cap rarely binds, so runs repeat exactly)."""
+
+
+@dataclass
+class Start:
+    """The incumbent schedule, the best proven lower bound, and the clock of the solve."""
+
+    instance: LiveScalingInstance
+    objective: str
+    old_order: str
+    backend: str
+    incumbent: Schedule
+    bound: float
+    plan: RelaxedPlan | None
+    started_s: float
+    deadline_s: float
+
+    def left_s(self) -> float:
+        return self.deadline_s - time.perf_counter()
+
+    def offer(self, schedule: Schedule) -> None:
+        """Keep ``schedule`` if it is better than the incumbent."""
+        if schedule.objective < self.incumbent.objective:
+            self.incumbent = schedule
+
+    def polish(self, seconds: float) -> None:
+        """Local search from the incumbent for at most ``seconds`` (stops once proven)."""
+        if self.proven() or math.isinf(self.incumbent.objective):
+            return
+        from blitzplan.live.improve import polish
+
+        limit = time.perf_counter() + min(seconds, POLISH_MAX_S, max(self.left_s(), 0.0))
+        found = polish(
+            self.instance,
+            self.incumbent,
+            objective=self.objective,
+            old_order=self.old_order,
+            deadline_s=limit,
+            bound=self.bound,
+            max_moves=POLISH_MOVES,
+        )
+        if found.value < self.incumbent.objective:
+            args = (self.objective, self.old_order, self.backend)
+            self.offer(decode(self.instance, found.split, found.new, found.old, *args))
+
+    def raise_bound(self, bound: float) -> None:
+        if not math.isnan(bound):
+            self.bound = max(self.bound, bound)
+
+    def proven(self) -> bool:
+        """Whether the incumbent is proven optimal (or no schedule can exist)."""
+        value = self.incumbent.objective
+        if math.isinf(value):
+            return self.bound == math.inf
+        return self.bound >= value or value - self.bound <= OPTIMALITY_REL_GAP * abs(value)
+
+
+def start_point(
+    instance: LiveScalingInstance,
+    *,
+    objective: str,
+    old_order: str,
+    backend: str,
+    time_limit_s: float | None,
+    hint: Schedule | None,
+    relax: bool = True,
+    warm: bool = True,
+) -> Start:
+    """Where an exact backend starts.
+
+    With ``relax``: the relaxation's bound (and plan). With ``warm``: the incumbent is the best
+    of ``hint`` and the repaired relaxed plan, polished by a short local search; without, the
+    solver starts from nothing (an UNKNOWN placeholder with an infinite objective).
+    """
+    started = time.perf_counter()
+    deadline = math.inf if time_limit_s is None else started + time_limit_s
+    nothing = empty_schedule(
+        status=SolveStatus.UNKNOWN,
+        objective=objective,
+        method="exact",
+        backend=backend,
+        old_order=old_order,
+        solve_s=0.0,
+    )
+    start = Start(
+        instance, objective, old_order, backend, nothing, -math.inf, None, started, deadline
+    )
+    if relax:
+        upper = hint.objective if hint is not None else math.inf
+        budget = RELAXATION_MAX_S if time_limit_s is None else RELAXATION_SHARE * time_limit_s
+        start.bound, start.plan, _ = relaxation_bound(
+            instance,
+            objective=objective,
+            old_order=old_order,
+            upper_bound=upper,
+            time_limit_s=budget,
+        )
+    if not warm:
+        return start
+    if hint is not None and hint.has_ops:
+        start.incumbent = replace(hint, method="exact", backend=backend)
+    if start.plan is not None:
+        start.offer(decode(instance, *repair(instance, start.plan), objective, old_order, backend))
+        start.polish(POLISH_SHARE * (POLISH_MAX_S if time_limit_s is None else time_limit_s))
+    return start
+
+
+def decode(
+    instance: LiveScalingInstance,
+    split: Sequence[int],
+    new_sequence: Sequence[int],
+    old_sequence: Sequence[int],
+    objective: str,
+    old_order: str,
+    backend: str,
+) -> Schedule:
+    """A FEASIBLE schedule from orders (re-timed here, whatever times a solver held)."""
+    return build_schedule(
+        instance,
+        split,
+        new_sequence,
+        old_sequence,
+        objective=objective,
+        method="exact",
+        backend=backend,
+        old_order=old_order,
+        status=SolveStatus.FEASIBLE,
+        solve_s=0.0,
+    )
+
+
+def finish(start: Start, *, message: str = "", failed: bool = False) -> Schedule:
+    """The incumbent with its status (OPTIMAL only when it meets the proven bound) and bound;
+    ERROR when the solver ``failed`` and there is no schedule at all."""
+    best, bound = start.incumbent, start.bound
+    elapsed = time.perf_counter() - start.started_s
+    if bound == math.inf:
+        return replace(
+            best,
+            split=(),
+            new_ops=(),
+            old_ops=(),
+            completion_s=(),
+            objective=math.inf,
+            status=SolveStatus.INFEASIBLE,
+            bound=None,
+            gap=None,
+            solve_s=elapsed,
+            message=message or "proven infeasible: a batch cannot meet its SLO",
+        )
+    if math.isinf(best.objective):
+        status = SolveStatus.ERROR if failed and not best.has_ops else SolveStatus.UNKNOWN
+    elif start.proven():
+        status = SolveStatus.OPTIMAL
+    else:
+        status = SolveStatus.FEASIBLE
+    bound = min(bound, best.objective)
+    return replace(
+        best,
+        status=status,
+        bound=bound,
+        gap=relative_gap(best.objective, bound),
+        solve_s=elapsed,
+        message=message,
+    )
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """Silence file descriptor 1 (HiGHS prints a banner there even with output off)."""
+    try:
+        fd = os.dup(1)
+    except OSError:  # no real stdout: nothing to silence
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(fd, 1)
+        os.close(fd)
