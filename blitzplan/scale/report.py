@@ -1,0 +1,147 @@
+"""Readable tables of a ScalePlan (the CLI's and the demo's output)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from blitzplan._table import format_table
+from blitzplan.scale.types import ScalePlan
+
+__all__ = [
+    "chains_table",
+    "instances_table",
+    "layers_table",
+    "live_table",
+    "milestones_table",
+    "report",
+]
+
+
+def chains_table(plan: ScalePlan) -> str:
+    mc = plan.multicast
+    if mc is None or not mc.chains:
+        return "(no chains)"
+    rows = []
+    for k, chain in enumerate(mc.chains):
+        source = mc.nodes[chain.source]
+        rows.append([k, source.label, " -> ".join(mc.nodes[n].label for n in chain.nodes)])
+    return format_table(["chain", "source", "nodes in forwarding order"], rows)
+
+
+def instances_table(plan: ScalePlan) -> str:
+    if not plan.new_instances:
+        return "(no new instances)"
+    rows = [
+        [
+            i.name,
+            ",".join(i.gpus),
+            i.role,
+            "yes" if i.live else "",
+            f"{max(i.layer_ready_s[:2]):.3f}",
+            f"{i.ready_at_s:.3f}",
+        ]
+        for i in plan.new_instances
+    ]
+    return format_table(["instance", "gpus", "role", "live", "first layer s", "ready s"], rows)
+
+
+def layers_table(plan: ScalePlan, units: Sequence[int] | None = None) -> str:
+    """When sample units are complete on each new instance (0: embedding; last: head)."""
+    if not plan.new_instances:
+        return "(no new instances)"
+    count = len(plan.new_instances[0].layer_ready_s)
+    picks = (
+        list(units)
+        if units is not None
+        else sorted({0, 1, count // 4, count // 2, 3 * count // 4, count - 2, count - 1})
+    )
+    headers = ["instance", *(_unit_name(u, count) for u in picks)]
+    rows = [[i.name, *(f"{i.layer_ready_s[u]:.3f}" for u in picks)] for i in plan.new_instances]
+    return format_table(headers, rows)
+
+
+def _unit_name(unit: int, count: int) -> str:
+    if unit == 0:
+        return "embed"
+    if unit == count - 1:
+        return "head"
+    return f"L{unit}"
+
+
+def live_table(plan: ScalePlan) -> str:
+    if not plan.live_pairs:
+        return "(no live pairs)"
+    rows = []
+    for pair in plan.live_pairs:
+        s = pair.schedule
+        on_new = sum(s.split) / max(1, len(s.split))
+        rows.append(
+            [
+                pair.new,
+                pair.old,
+                pair.queued_requests,
+                pair.policy,
+                f"{on_new:.1f}",
+                f"{max(s.completion_s, default=0.0):.3f}",
+                f"{s.objective:.3f}",
+            ]
+        )
+    return format_table(
+        ["new", "old", "queued", "policy", "layers on new (mean)", "queue done s", "objective"],
+        rows,
+    )
+
+
+def milestones_table(plan: ScalePlan) -> str:
+    m = plan.milestones
+    rows = [
+        [
+            "blitzplan (" + plan.method + ")",
+            f"{m.first_capacity_s:.3f}",
+            f"{m.full_capacity_s:.3f}",
+            f"{m.queue_drain_s:.3f}",
+        ]
+    ]
+    for name, b in sorted(m.baselines.items()):
+        rows.append(
+            [
+                name,
+                f"{b.first_capacity_s:.3f}",
+                f"{b.full_capacity_s:.3f}",
+                f"{b.queue_drain_s:.3f}",
+            ]
+        )
+    return format_table(
+        ["data plane", "first capacity s", "full capacity s", "queues drained s"], rows
+    )
+
+
+def report(plan: ScalePlan) -> str:
+    """Every table of a plan, with headings."""
+    parts = [
+        f"Scale plan for {plan.model} (request {dict(plan.request)})",
+        "",
+        "Multicast chains",
+        chains_table(plan),
+        "",
+        "New instances",
+        instances_table(plan),
+        "",
+        "Live pairs (predicted)",
+        live_table(plan),
+        "",
+        "Milestones",
+        milestones_table(plan),
+    ]
+    if plan.mutations:
+        parts += ["", "Mutations"] + [
+            f"  {m.instance}: {m.from_role} -> {m.to_role} (replaced by {m.replaced_by})"
+            for m in plan.mutations
+        ]
+    if plan.releases:
+        parts += ["", "Drain and release"] + [
+            f"  {r.instance} ({r.role}) on {','.join(r.gpus)}" for r in plan.releases
+        ]
+    if plan.missing:
+        parts += ["", "Not met"] + [f"  {m}" for m in plan.missing]
+    return "\n".join(parts)

@@ -1,0 +1,186 @@
+"""What ``plan()`` takes and returns: ScaleRequest and ScalePlan, with its versioned JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from blitzplan._serial import from_data, to_data
+from blitzplan.errors import InvalidInputError
+from blitzplan.live.schedule import Schedule
+from blitzplan.models import ModelIdentity, ModelSpec
+from blitzplan.multicast.types import MulticastPlan
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "LivePair",
+    "MilestoneFigures",
+    "Milestones",
+    "Mutation",
+    "NewInstanceInfo",
+    "Release",
+    "ScalePlan",
+    "ScaleRequest",
+]
+
+SCHEMA = "blitzplan.scaleplan"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ScaleRequest:
+    """How many prefill and decode instances of ``model`` to add (negative: remove)."""
+
+    model: ModelSpec | str
+    prefill: int = 0
+    decode: int = 0
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("prefill", "decode"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInputError(f"{key} must be an integer, got {value!r}")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            raise InvalidInputError(f"tp must be a positive integer, got {self.tp!r}")
+        if not isinstance(self.model, ModelSpec | str):
+            raise InvalidInputError(
+                f"model must be a ModelSpec or a preset name, got {type(self.model).__name__}"
+            )
+
+
+@dataclass(frozen=True)
+class NewInstanceInfo:
+    """A new instance as a serving stack reads it."""
+
+    name: str
+    gpus: tuple[str, ...]
+    role: str
+    live: bool
+    ready_at_s: float
+    layer_ready_s: tuple[float, ...]
+    """When each unit (embedding, layers 1..L, head) is complete on all its GPUs."""
+
+
+@dataclass(frozen=True)
+class LivePair:
+    """A live new instance helping an overloaded old prefill instance with its queue."""
+
+    new: str
+    old: str
+    policy: str
+    schedule: Schedule
+    queued_requests: int
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """An instance that changes role in place (no weight transfer)."""
+
+    instance: str
+    from_role: str
+    to_role: str
+    replaced_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """An instance to drain (finish its queue, take no new work) and then release."""
+
+    instance: str
+    role: str
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MilestoneFigures:
+    """Seconds from now: first added capacity, all added capacity, and the queues drained."""
+
+    first_capacity_s: float
+    full_capacity_s: float
+    queue_drain_s: float
+
+
+@dataclass(frozen=True)
+class Milestones:
+    """This plan's figures, beside the same figures for the baseline data planes."""
+
+    first_capacity_s: float
+    full_capacity_s: float
+    queue_drain_s: float
+    baselines: Mapping[str, MilestoneFigures] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """Everything a serving stack needs to carry out one scaling decision."""
+
+    model: ModelIdentity
+    spec: ModelSpec
+    request: Mapping[str, int]
+    method: str
+    live_method: str
+    multicast: MulticastPlan | None
+    new_instances: tuple[NewInstanceInfo, ...]
+    live_pairs: tuple[LivePair, ...]
+    mutations: tuple[Mutation, ...]
+    releases: tuple[Release, ...]
+    milestones: Milestones
+    missing: tuple[str, ...] = ()
+    """What the request asked for and this plan could not do (empty when met in full)."""
+
+    def to_json(self) -> str:
+        """The versioned JSON document; equal plans give byte-identical text."""
+        document = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            **to_data(self),
+            "transfers": self.transfers(),
+        }
+        return json.dumps(document, sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ScalePlan:
+        """The ScalePlan a :meth:`to_json` document describes."""
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"ScalePlan JSON does not parse: {exc}") from exc
+        if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+            raise InvalidInputError(f"not a {SCHEMA} document")
+        version = document.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise InvalidInputError(
+                f"schema_version {version!r} is not supported (this blitzplan reads "
+                f"{SCHEMA_VERSION})"
+            )
+        data = {
+            k: v for k, v in document.items() if k not in ("schema", "schema_version", "transfers")
+        }
+        plan: ScalePlan = from_data(cls, data)
+        return plan
+
+    def transfers(self) -> list[dict[str, Any]]:
+        """Each weight flow: order (hop index), source holder, exit, destination GPU, bytes."""
+        mc = self.multicast
+        if mc is None:
+            return []
+        rows = []
+        for order, hop in enumerate(mc.hops):
+            receiver = mc.nodes[hop.receiver]
+            scale = receiver.tp if receiver.kind.value == "stage" else 1
+            for lane in hop.lanes:
+                rows.append(
+                    {
+                        "order": order,
+                        "source": lane.holder,
+                        "via": lane.exit,
+                        "destination": lane.dst,
+                        "bytes": round(lane.fraction * scale * sum(mc.unit_bytes)),
+                        "stripe": lane.stripe,
+                    }
+                )
+        return rows

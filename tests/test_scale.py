@@ -1,0 +1,276 @@
+"""plan(): live pairs, mutations, releases, milestones, JSON, version safety, and replan()."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
+from blitzplan.live.validate import validate_schedule
+from blitzplan.multicast import validate_multicast
+from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale.plan import Options, live_instance
+from blitzplan.scale.replan import recover
+
+MODEL = "mistral-small-24b"
+
+
+def paper_state(queue_tokens: tuple[int, int] = (24_000, 12_000)) -> ClusterState:
+    """Host 0 serves MODEL as two prefill (with queues) and two decode TP2 instances."""
+    state = ClusterState(load_topology("paper-a800-32"), models=[MODEL])
+    for i, tokens in enumerate(queue_tokens):
+        queue = [(-0.5 + 0.1 * k, tokens // 8) for k in range(8)]
+        state.add_instance(
+            MODEL,
+            gpus=[f"h0/gpu{2 * i}", f"h0/gpu{2 * i + 1}"],
+            role="prefill",
+            queue=queue,
+            kv_bytes_used=(i + 1) * 10**9,
+        )
+    for i in (2, 3):
+        state.add_instance(
+            MODEL,
+            gpus=[f"h0/gpu{2 * i}", f"h0/gpu{2 * i + 1}"],
+            role="decode",
+            kv_bytes_used=5 * 10**9,
+        )
+    return state
+
+
+def check_plan(state: ClusterState, scale: ScalePlan) -> None:
+    if scale.multicast is not None:
+        assert validate_multicast(state, scale.multicast) == ()
+    for pair in scale.live_pairs:
+        assert pair.schedule.has_ops
+
+
+def test_six_prefill_instances_with_live_pairs() -> None:
+    state = paper_state()
+    scale = plan(state, ScaleRequest(MODEL, prefill=6, tp=2))
+    check_plan(state, scale)
+    assert [i.role for i in scale.new_instances] == ["prefill"] * 6
+    assert len(scale.live_pairs) == 2
+    # the earliest live tail pairs with the most loaded old instance (i0: 24k queued tokens)
+    first = min(scale.live_pairs, key=lambda p: scale.multicast.layer_ready_s[p.new][1])
+    assert first.old == "i0"
+    m = scale.milestones
+    live_first_layer = min(max(scale.multicast.layer_ready_s[p.new][:2]) for p in scale.live_pairs)
+    assert m.first_capacity_s == pytest.approx(live_first_layer)
+    assert m.full_capacity_s == pytest.approx(max(i.ready_at_s for i in scale.new_instances))
+    assert m.queue_drain_s == pytest.approx(
+        max(max(p.schedule.completion_s) for p in scale.live_pairs)
+    )
+    assert set(m.baselines) == {"allcache", "serverlessllm"}
+    assert m.baselines["serverlessllm"].full_capacity_s > m.baselines["allcache"].full_capacity_s
+    # live help drains the queues sooner than waiting for a whole model from the SSD
+    assert m.queue_drain_s < m.baselines["serverlessllm"].queue_drain_s
+
+
+def test_live_schedules_are_valid_for_their_pairs() -> None:
+    state = paper_state()
+    scale = plan(state, ScaleRequest(MODEL, prefill=2, tp=2))
+    spec = load_model(MODEL)
+    assert len(scale.live_pairs) == 2
+    for pair in scale.live_pairs:
+        old = state.instance(pair.old)
+        problem = live_instance(
+            state,
+            spec,
+            scale.multicast.instance(pair.new).gpus,
+            scale.multicast.layer_ready_s[pair.new],
+            old,
+            old.queue,
+            Options(),
+            2,
+        )
+        report = validate_schedule(problem, pair.schedule)
+        assert report.ok, report.violations
+        assert report.objective == pytest.approx(pair.schedule.objective)
+
+
+def test_decode_growth_mutates_the_emptiest_prefill() -> None:
+    state = paper_state()
+    scale = plan(state, ScaleRequest(MODEL, decode=1, tp=2))
+    check_plan(state, scale)
+    (mutation,) = scale.mutations
+    assert (mutation.instance, mutation.from_role, mutation.to_role) == ("i0", "prefill", "decode")
+    assert [i.role for i in scale.new_instances] == ["prefill"]
+    assert mutation.replaced_by == scale.new_instances[0].name
+    # i0's queue moved to i1, which the replacement now helps live
+    assert [p.old for p in scale.live_pairs] == ["i1"]
+    assert scale.live_pairs[0].queued_requests == 16
+
+
+def test_large_prefill_scale_up_prescales_decode() -> None:
+    state = ClusterState(load_topology("paper-a800-32"), models=[MODEL])
+    state.add_instance(MODEL, gpus=["h0/gpu0", "h0/gpu1"], role="prefill", queue=[(0.0, 4096)])
+    state.add_instance(MODEL, gpus=["h0/gpu2", "h0/gpu3"], role="decode")
+    scale = plan(state, ScaleRequest(MODEL, prefill=4, tp=2))
+    check_plan(state, scale)
+    assert sorted(i.role for i in scale.new_instances) == ["decode"] * 4 + ["prefill"] * 4
+    assert not plan(state, ScaleRequest(MODEL, prefill=3, tp=2)).missing
+    assert all(
+        i.role == "prefill" for i in plan(state, ScaleRequest(MODEL, prefill=3, tp=2)).new_instances
+    )
+
+
+def test_scale_down_drains_the_least_loaded() -> None:
+    state = paper_state()
+    scale = plan(state, ScaleRequest(MODEL, prefill=-1, decode=-1, tp=2))
+    assert [(r.instance, r.role) for r in scale.releases] == [("i1", "prefill"), ("i2", "decode")]
+    assert scale.new_instances == () and scale.multicast is None
+    too_many = plan(state, ScaleRequest(MODEL, prefill=-3, tp=2))
+    assert "only 2 serve" in too_many.missing[0]
+
+
+def test_partial_plan_says_what_is_missing_unless_strict() -> None:
+    state = paper_state()
+    scale = plan(state, ScaleRequest(MODEL, prefill=14, tp=2), prescale_decode=False)
+    assert len(scale.new_instances) == 12
+    assert "free GPUs hold 12 new tp=2 instances, 14 wanted" in scale.missing[0]
+    with pytest.raises(InfeasibleError, match="14 wanted"):
+        plan(state, ScaleRequest(MODEL, prefill=14, tp=2), strict=True, prescale_decode=False)
+    # a large scale-up pre-scales decode first and drops it first when GPUs run out
+    both = plan(state, ScaleRequest(MODEL, prefill=14, tp=2))
+    assert "28 wanted: 14 pre-scaled decode" in both.missing[0]
+
+
+def test_version_safety() -> None:
+    state = ClusterState(load_topology("paper-a800-32"))
+    v2 = load_model(MODEL, revision="v2")
+    state.add_instance(v2, gpus=["h0/gpu0", "h0/gpu1"], role="decode")
+    with pytest.raises(InfeasibleError, match="no source holds model mistral-small-24b@main"):
+        plan(state, ScaleRequest(MODEL, prefill=1, tp=2))
+    scale = plan(state, ScaleRequest(v2, prefill=1, tp=2))
+    assert scale.model == v2.identity and scale.multicast.model == v2.identity
+
+
+def test_json_round_trip_is_lossless_and_deterministic() -> None:
+    a = plan(paper_state(), ScaleRequest(MODEL, prefill=6, decode=1, tp=2))
+    text = a.to_json()
+    b = ScalePlan.from_json(text)
+    assert b == a and b.to_json() == text
+    document = json.loads(text)
+    for key in (
+        "schema",
+        "schema_version",
+        "new_instances",
+        "transfers",
+        "live_pairs",
+        "mutations",
+        "milestones",
+    ):
+        assert key in document
+    transfer = document["transfers"][0]
+    assert {"order", "source", "destination", "bytes"} <= set(transfer)
+    assert all(isinstance(t["bytes"], int) and t["bytes"] > 0 for t in document["transfers"])
+    again = plan(paper_state(), ScaleRequest(MODEL, prefill=6, decode=1, tp=2))
+    strip = lambda t: json.loads(t, parse_float=str)  # noqa: E731
+    assert _without_solve_times(strip(again.to_json())) == _without_solve_times(strip(text))
+
+
+def _without_solve_times(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _without_solve_times(v) for k, v in value.items() if k != "solve_s"}
+    if isinstance(value, list):
+        return [_without_solve_times(v) for v in value]
+    return value
+
+
+def test_json_errors_are_named() -> None:
+    with pytest.raises(InvalidInputError, match="does not parse"):
+        ScalePlan.from_json("{")
+    with pytest.raises(InvalidInputError, match="not a blitzplan.scaleplan document"):
+        ScalePlan.from_json("{}")
+    text = plan(paper_state(), ScaleRequest(MODEL, prefill=1, tp=2)).to_json()
+    with pytest.raises(InvalidInputError, match="schema_version 99 is not supported"):
+        ScalePlan.from_json(text.replace('"schema_version": 1', '"schema_version": 99'))
+
+
+def test_request_errors_are_named() -> None:
+    with pytest.raises(InvalidInputError, match="prefill must be an integer, got 1.5"):
+        ScaleRequest(MODEL, prefill=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="live_method must be one of"):
+        plan(paper_state(), ScaleRequest(MODEL, prefill=1, tp=2), live_method="psychic")
+
+
+# --- replan ----------------------------------------------------------------------------------
+
+BASE = plan(paper_state(), ScaleRequest(MODEL, prefill=6, tp=2))
+FAILURES = [
+    "i2",
+    "i3",
+    "new0",
+    "new4",
+    "h0/gpu5",
+    "h1/gpu2",
+    "h2",
+    "h1/nic0",
+    "h0/nic6",
+    ("h2/nic1", "leaf0"),
+    ("h1/pcie0", "h1/gpu0"),
+]
+
+
+def test_replan_after_a_source_fails_reuses_delivered_layers() -> None:
+    state = paper_state()
+    at = BASE.milestones.full_capacity_s / 2
+    after = replan(BASE, state, at_s=at, failed=["i2"])
+    current, _, _ = recover(BASE, state, at_s=at, failed=["i2"])
+    assert "i2" not in {i.id for i in current.instances}
+    assert validate_multicast(current, after.multicast) == ()
+    for info in after.new_instances:
+        old = BASE.multicast.layer_ready_s[info.name]
+        for unit, t in enumerate(info.layer_ready_s):
+            if old[unit] <= at:
+                assert t == 0.0  # already there: not sent again
+            else:
+                assert t > 0.0
+    assert all(
+        plan_source.instance_id != "i2"
+        for plan_source in after.multicast.nodes
+        if plan_source.kind.value == "instance"
+    )
+
+
+def test_replan_cancel_and_errors() -> None:
+    state = paper_state()
+    after = replan(BASE, state, at_s=0.1, cancelled=["new5"])
+    assert "new5" not in {i.name for i in after.new_instances}
+    with pytest.raises(InvalidInputError, match="cancelled names 'new9'"):
+        replan(BASE, state, at_s=0.1, cancelled=["new9"])
+    with pytest.raises(InvalidInputError, match="failed names 'gpu77'"):
+        replan(BASE, state, at_s=0.1, failed=["gpu77"])
+    with pytest.raises(InvalidInputError, match="at_s must be a finite time >= 0, got -1"):
+        replan(BASE, state, at_s=-1)
+    with pytest.raises(InfeasibleError, match="no source"):
+        replan(BASE, state, at_s=0.1, failed=["i2", "i3", "h0"])
+
+
+@settings(max_examples=30)
+@given(st.sampled_from(FAILURES), st.floats(0.0, 1.0))
+def test_property_single_failure_replan_completes_every_survivor(failure, fraction) -> None:
+    """Property: after any single failure at any time, every surviving new instance ends with
+    every unit exactly once, from one identity, and the new multicast plan validates."""
+    state = paper_state()
+    at = fraction * BASE.milestones.full_capacity_s
+    after = replan(BASE, state, at_s=at, failed=[failure])
+    current, survivors, missing = recover(BASE, state, at_s=at, failed=[failure])
+    done_before = {i.name for i in BASE.new_instances if all(t <= at for t in i.layer_ready_s)}
+    lost = {i.name for i in BASE.new_instances} - {i.name for i in survivors} - done_before
+    assert {i.name for i in after.new_instances} == {i.name for i in survivors}
+    assert all(any(name in m for m in missing) for name in lost)
+    if after.multicast is None:
+        return
+    assert validate_multicast(current, after.multicast) == ()
+    assert after.multicast.model == BASE.model
+    for info in after.new_instances:
+        before = BASE.multicast.layer_ready_s[info.name]
+        for unit, t in enumerate(info.layer_ready_s):
+            delivered_before = before[unit] <= at
+            assert delivered_before == (t == 0.0)
+            assert math.isfinite(t)
