@@ -1,0 +1,120 @@
+"""Executor benchmark: predicted vs measured on this machine, over repeated validation runs.
+
+Run: .venv/bin/python benchmarks/executor.py   (BLITZPLAN_QUICK=1: the quick scenario, one run)
+Each run starts the workers, calibrates, plans, runs the chain multicast and the three live
+policies (``blitzplan.executor.validate``). Prints the errors of every run, then per policy over
+all runs; nothing is asserted, the README quotes the tables. "replay" is the prediction fed the
+run's own measured per-layer times (the execution model's error alone); "contention" how much
+slower a layer is side by side (both instances computing, weights streaming) than alone (1: every
+busy process has a core of its own).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from datetime import date
+
+import torch
+
+from blitzplan._table import format_table
+from blitzplan.executor.results import ValidationResult, percentile
+from blitzplan.executor.validate import validate
+
+QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
+SCENARIO = "quick" if QUICK else "default"
+RUNS = 1 if QUICK else 3
+
+
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:.1f}"
+
+
+def run_row(k: int, result: ValidationResult, wall_s: float) -> list[object]:
+    arrival = [abs(e) * 1e3 for e in result.arrival_errors_s()]
+    load = result.load_average
+    return [
+        k,
+        _pct(result.median_latency_error),
+        _pct(result.p90_latency_error),
+        _pct(result.makespan_error),
+        _pct(result.median_replay_error),
+        f"{statistics.median(c.calibration.contention for c in result.policies):.2f}",
+        f"{statistics.median(arrival):.2f}",
+        f"{max(arrival):.2f}",
+        f"{result.max_abs_logit_diff:.1e}",
+        result.layers_bit_exact,
+        "-" if load is None else f"{load[0]:.2f}/{load[1]:.2f}",
+        f"{wall_s:.1f}",
+    ]
+
+
+def policy_rows(results: list[ValidationResult]) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for i, policy in enumerate(c.policy for c in results[0].policies):
+        errors = [e for r in results for e in r.policies[i].latency_errors]
+        makespan = [r.policies[i].makespan_error for r in results]
+        rows.append(
+            [
+                policy,
+                len(errors),
+                _pct(statistics.median(errors)),
+                _pct(percentile(errors, 0.9)),
+                _pct(max(errors)),
+                _pct(statistics.median(makespan)),
+            ]
+        )
+    every = [e for r in results for e in r.latency_errors]
+    rows.append(
+        [
+            "all",
+            len(every),
+            _pct(statistics.median(every)),
+            _pct(percentile(every, 0.9)),
+            _pct(max(every)),
+            _pct(statistics.median([r.makespan_error for r in results])),
+        ]
+    )
+    return rows
+
+
+def main() -> None:
+    print(
+        f"blitzplan executor benchmark, {date.today()}, {platform.machine()}, "
+        f"{os.cpu_count()} cpus, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"scenario {SCENARIO}, {RUNS} run(s)\n"
+    )
+    results, rows = [], []
+    for k in range(RUNS):
+        started = time.monotonic()
+        result = validate(SCENARIO)
+        results.append(result)
+        rows.append(run_row(k, result, time.monotonic() - started))
+    headers = [
+        "run",
+        "median lat err %",
+        "p90 lat err %",
+        "makespan err %",
+        "replay median err %",
+        "contention x",
+        "median |arrival err| ms",
+        "max ms",
+        "max |logit diff|",
+        "bit-exact",
+        "load start/end",
+        "wall s",
+    ]
+    print(format_table(headers, rows), end="\n\n")
+    print("Per-request latency error |measured - predicted| / predicted, over all runs")
+    print(
+        format_table(
+            ["policy", "requests", "median %", "p90 %", "max %", "median makespan err %"],
+            policy_rows(results),
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

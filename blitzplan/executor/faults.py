@@ -1,0 +1,99 @@
+"""What can go wrong in a run, and how it is told: failures that name a rank and a layer.
+
+A worker whose receive or send fails or times out raises :class:`TransferError` carrying a
+:class:`Failure` (the peer it was talking to, the unit it was moving); the parent turns what it
+hears, and the exit codes it sees, into one :class:`RankFailedError` naming the culprit.
+:class:`InjectedFault` makes a rank die or stall on purpose, to test exactly that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from blitzplan.errors import BlitzplanError, InvalidInputError
+
+__all__ = [
+    "FAULT_KINDS",
+    "Event",
+    "Failure",
+    "InjectedFault",
+    "RankFailedError",
+    "TransferError",
+    "unit_name",
+]
+
+FAULT_KINDS: dict[str, str] = {
+    "die": "the process kills itself (SIGKILL)",
+    "stall": "the process stops (SIGSTOP) and holds its connections open",
+}
+"""Faults :class:`InjectedFault` can inject (to test that a run stops with a named rank)."""
+
+
+def unit_name(unit: int | None, num_layers: int | None) -> str:
+    """``layer 3``, ``the embedding (unit 0)`` or ``the head (unit L+1)``."""
+    if unit is None:
+        return "an unknown layer"
+    if num_layers is None:
+        return f"unit {unit}"
+    if unit == 0:
+        return "the embedding (unit 0)"
+    if unit == num_layers + 1:
+        return f"the head (unit {unit})"
+    return f"layer {unit}"
+
+
+class RankFailedError(BlitzplanError):
+    """A rank died, stalled or failed a transfer; every process of the run has been ended.
+
+    ``rank`` and ``label`` name the culprit, ``layer`` the unit it was moving (0 the embedding,
+    ``1..L`` decoder layers, ``L + 1`` the head; None when unknown).
+    """
+
+    def __init__(self, message: str, *, rank: int, label: str, layer: int | None) -> None:
+        super().__init__(message)
+        self.rank, self.label, self.layer = rank, label, layer
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """Make ``rank`` fail once it has the first chunk of unit ``layer``: ``kind`` in FAULT_KINDS."""
+
+    rank: int
+    layer: int
+    kind: str = "die"
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise InvalidInputError(
+                f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}"
+            )
+        for key in ("rank", "layer"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInputError(f"fault {key} must be an integer >= 0, got {value!r}")
+
+
+class Event(NamedTuple):
+    """Something a worker tells the parent: ``kind`` and its ``data``, from ``rank``."""
+
+    rank: int
+    kind: str
+    data: Any
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a worker reports when a job fails: the peer it was talking to, the unit, what."""
+
+    message: str
+    layer: int | None = None
+    peer: int | None = None
+
+
+class TransferError(Exception):
+    """Raised in a worker when a receive or send fails or times out."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
