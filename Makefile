@@ -10,15 +10,15 @@ $(BIN)/python:
 		{ echo "blitzplan needs Python 3.11 or newer (found $(PYTHON))"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# core install for the demo: no torch, no notebooks
+# the demo's install: the library and matplotlib for its PNG; no torch, no notebooks
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e ".[plot]"
 	touch $@
 
 # torch first from the pinned CPU build, so the extra's range pulls nothing more
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev,torch,notebooks]"
+	$(BIN)/python -m pip install -q -e ".[dev,torch,notebooks,plot]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core

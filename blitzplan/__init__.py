@@ -20,23 +20,41 @@ from blitzplan.errors import (
     SolverUnavailableError,
 )
 from blitzplan.hardware import GPUS, GpuSpec, get_gpu, list_gpus
+from blitzplan.live import (
+    BestEffort,
+    Fleet,
+    LiveScalingInstance,
+    Schedule,
+    ScheduleReport,
+    StopTheWorld,
+    ZigZag,
+    instance_from_queue,
+    schedule_live,
+    validate_schedule,
+)
 from blitzplan.models import ModelIdentity, ModelSpec, list_models, load_model
 from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast
+from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale.statefile import load_state
+from blitzplan.sim import SimReport, load_trace, simulate, synthetic_trace
 from blitzplan.topologies import Flow, Topology, list_topologies, load_topology
 
 __version__ = "0.1.0"
 
 __all__ = [
     "GPUS",
+    "BestEffort",
     "BlitzplanError",
     "ClusterState",
     "ComputeModel",
+    "Fleet",
     "Flow",
     "GpuSpec",
     "HostCopy",
     "InfeasibleError",
     "Instance",
     "InvalidInputError",
+    "LiveScalingInstance",
     "ModelIdentity",
     "ModelSpec",
     "MulticastPlan",
@@ -44,17 +62,33 @@ __all__ = [
     "QueuedRequest",
     "Role",
     "RooflineComputeModel",
+    "ScalePlan",
+    "ScaleRequest",
+    "Schedule",
+    "ScheduleReport",
+    "SimReport",
     "SolverUnavailableError",
     "Source",
+    "StopTheWorld",
     "TableComputeModel",
     "Topology",
+    "ZigZag",
     "__version__",
     "get_gpu",
+    "instance_from_queue",
     "list_gpus",
     "list_models",
     "list_topologies",
     "load_model",
+    "load_state",
     "load_topology",
+    "load_trace",
+    "plan",
     "plan_multicast",
+    "replan",
+    "schedule_live",
+    "simulate",
+    "synthetic_trace",
     "validate_multicast",
+    "validate_schedule",
 ]
