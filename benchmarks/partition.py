@@ -1,7 +1,7 @@
 """Live-scaling partition benchmark (issue 4): exact backends, heuristics against the optimum or
 the best bound, the paper's toy example, and the cost of one ZigZag decision.
 
-Run: .venv/bin/python benchmarks/bench_partition.py   (BLITZPLAN_QUICK=1: few, small, fast)
+Run: .venv/bin/python benchmarks/partition.py   (BLITZPLAN_QUICK=1: few, small, fast)
 
 Instances come from the presets: llama-3-8b on paper-a100-16 (TP1; its first 7 layers for
 L=7), mistral-small-24b (TP2) and qwen2.5-72b (TP4) on paper-a800-32. The new instance pulls its
