@@ -103,7 +103,7 @@ def main() -> None:
         "max ms",
         "max |logit diff|",
         "bit-exact",
-        "load start/end",
+        "load before/after",
         "wall s",
     ]
     print(format_table(headers, rows), end="\n\n")

@@ -165,7 +165,7 @@ def summary_table(result: ValidationResult) -> str:
     ]
     if result.load_average is not None:
         start, end = result.load_average
-        rows.append(["machine load (1-min average) at start, end", f"{start:.2f}, {end:.2f}"])
+        rows.append(["load average before, after (counts this run)", f"{start:.2f}, {end:.2f}"])
     return format_table(["measure", "value"], rows)
 
 

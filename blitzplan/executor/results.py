@@ -90,8 +90,9 @@ class ValidationResult:
     new_instance: str
     workers: tuple[str, ...] = field(default=())
     load_average: tuple[float, float] | None = None
-    """The machine's 1-minute load average when the run started and ended (None where the OS
-    does not say): other work on the machine is the first thing that moves measured times."""
+    """The machine's 1-minute load average when the run started and when it ended (None where
+    the OS does not say). The first is what else was running; the second counts this run's own
+    processes too. Other work on the machine is the first thing that moves measured times."""
 
     @property
     def layers_bit_exact(self) -> bool:
