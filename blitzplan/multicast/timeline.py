@@ -247,7 +247,7 @@ def _hop_times(
             continue
         previous = max(avail[u] + chunk[u] + lat, previous + tau[u])
         times.append(previous)
-    first_chunk = max(avail[0], start) + chunk[0] + lat
+    first_chunk = start + chunk[0] + lat  # the sender forwards its first chunk on arrival
     return tuple(times), first_chunk
 
 

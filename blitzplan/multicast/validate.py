@@ -183,7 +183,7 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
         begin = max([begin, startup[hop.receiver], *(hop_end[a] for a in hop.after)])
         times = _recurrence(plan, hop, latency, need, avail, begin, receiver)
         arrival[hop.receiver] = times
-        first[hop.receiver] = _first_chunk(plan, hop, latency, need[0], avail[0], begin)
+        first[hop.receiver] = _first_chunk(plan, hop, latency, need[0], begin)
         hop_end.append(times[-1])
         gather = gathers.get(hop.receiver)
         done[hop.receiver] = (
@@ -236,13 +236,15 @@ def _recurrence(
 
 
 def _first_chunk(
-    plan: MulticastPlan, hop: Hop, latency: dict[int, float], b: float, avail: float, begin: float
+    plan: MulticastPlan, hop: Hop, latency: dict[int, float], b: float, begin: float
 ) -> float:
+    """When the first chunk of unit 0 reaches the receiver: a forwarding sender passes each
+    chunk on as it arrives, so this waits for the hop's start, not for the sender's unit 0."""
     lat = max(latency[lane.flow] for lane in hop.lanes)
     chunk = max(
         min(plan.chunk_bytes, lane.fraction * b) / plan.rates[lane.flow] for lane in hop.lanes
     )
-    return max(avail, begin) + chunk + lat
+    return begin + chunk + lat
 
 
 def _gather(
