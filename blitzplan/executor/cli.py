@@ -13,8 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from blitzplan.errors import BlitzplanError
-
 __all__ = ["EXIT_MISMATCH", "add_validate_command", "main"]
 
 EXIT_MISMATCH = 1
@@ -88,15 +86,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m blitzplan.executor.cli validate ...``."""
-    parser = argparse.ArgumentParser(prog="blitzplan")
-    add_validate_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except BlitzplanError as exc:
-        print(f"blitzplan: error: {exc}", file=sys.stderr)
-        return 2
-    return code
+    from blitzplan.cli import main as blitzplan_main
+
+    return blitzplan_main(list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ class Coordinator:
         self.logits: dict[int, tuple[float, ...]] = {}
         self.new_ops: list[NewOp] = []
         self.old_ops: list[OldOp] = []
-        self.releases = sorted(range(n), key=self.st.rank.__getitem__)
+        self.releases = self.st.release_order()
         self.next_release = self.finished = 0
         self.t0 = 0.0
 
@@ -80,13 +80,7 @@ class Coordinator:
         """Releases up to ``now_s``; ``loaded`` from the measured arrivals."""
         st = self.st
         st.now_s = now_s
-        while self.next_release < len(self.releases):
-            batch = self.releases[self.next_release]
-            if st.release_s[batch] > now_s:
-                break
-            st.phase[batch] = WAITING
-            st.waiting.append(batch)
-            self.next_release += 1
+        self.next_release = st.release_due(self.releases, self.next_release, now_s)
         here = self.arrival_s
         loaded = 0
         while loaded < st.num_layers and here[loaded] is not None and here[loaded + 1] is not None:

@@ -55,7 +55,7 @@ class _Loop:
         self.new_pending: list[tuple[int, bool] | None] = [None] * fleet.num_new
         self.old_pending: list[int] = [-1] * fleet.num_old
         self.wakeups: list[float] = []
-        self.releases = sorted(range(len(state.phase)), key=state.rank.__getitem__)
+        self.releases = state.release_order()
         self.next_release = 0
         self.finished = 0
         for free_at in state.old_free_at_s:
@@ -68,13 +68,7 @@ class _Loop:
         """Apply releases, finished operations and layer arrivals up to ``now_s``."""
         st = self.state
         st.now_s = now_s
-        while self.next_release < len(self.releases):
-            batch = self.releases[self.next_release]
-            if st.release_s[batch] > now_s:
-                break
-            st.phase[batch] = WAITING
-            st.waiting.append(batch)
-            self.next_release += 1
+        self.next_release = st.release_due(self.releases, self.next_release, now_s)
         for w, pending in enumerate(self.new_pending):
             if pending is not None and st.free_at_s[w] <= now_s:
                 self._end_new(w, *pending)

@@ -103,6 +103,18 @@ class RelayState:
         self._fifo_next = 0
         self._suffix: dict[tuple[int, int], list[float]] = {}
 
+    def release_order(self) -> list[int]:
+        """Batches in the order they are released."""
+        return sorted(range(len(self.phase)), key=self.rank.__getitem__)
+
+    def release_due(self, order: list[int], start: int, now_s: float) -> int:
+        """Mark waiting every batch of ``order[start:]`` released by ``now_s``; the next index."""
+        while start < len(order) and self.release_s[order[start]] <= now_s:
+            self.phase[order[start]] = WAITING
+            self.waiting.append(order[start])
+            start += 1
+        return start
+
     def fifo_head(self) -> int:
         """Under ``old_order="fifo"``: the oldest batch O may still take, or -1."""
         order = self.instance.fifo_order
