@@ -227,7 +227,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 f"{result.lower_bound_s:.4f}",
                 result.status.value,
                 f"{result.solve_s * 1e3:.1f}",
-                len(result.chains) or "-",
+                len(result.hops) or "-",
             ]
         )
     print(
@@ -236,7 +236,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     )
     print(
         format_table(
-            ["method", "all ready s", "lower bound s", "status", "plan ms", "chains"], rows
+            ["method", "all ready s", "lower bound s", "status", "plan ms", "hops"], rows
         )
     )
     return 0
@@ -393,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "plan",
-        "plan adding (or removing) instances: chains, ready times, live pairs and milestones",
+        "plan adding (or removing) instances: routes, ready times, live pairs and milestones",
         _cmd_plan,
     )
     _scenario_options(p)

@@ -1,13 +1,16 @@
-"""Run a MulticastPlan for real: one process per source and per target, checked bit-exact.
+"""Run a MulticastPlan for real: one process per GPU (or memory) the plan uses, bit-exact.
 
 :func:`rank_plans` turns a plan into one :class:`~blitzplan.executor.transfer.TransferPlan` per
-rank: ranks follow the plan's nodes (sources, then targets, in node order); a hop becomes a send
-on its sender's rank paced to the plan's fair-share rate of its flow, and a receive on its
-receiver's. :func:`run_multicast` checks the checkpoint's identity against the plan's model before
-any process starts, runs every rank, and returns a :class:`MulticastRun` with when each unit was
-complete on each new instance (measured) beside the plan's prediction, and whether it is
-bit-exact. The executor runs single-GPU nodes (tp 1, no NVLink sharding); other plans are refused
-with the reason.
+rank: a rank stands for each holder (a source GPU or memory, which loads the checkpoint), each
+new instance GPU (labelled with the instance's name) and each relay the plan's lanes touch,
+holders first, then in plan order. A lane
+becomes a paced send on its holder's rank and a receive on its destination's (the exit and the
+route do not exist on a CPU: the lane's fair-share rate stands for them); gathers are lanes too.
+:func:`run_multicast` checks the checkpoint's identity against the plan's model before any
+process starts, runs every rank, and returns a :class:`MulticastRun` with when each unit was
+complete on each new instance (measured) beside the plan's prediction, and whether every byte of
+every new GPU is bit-exact. The executor runs TP1 plans (every GPU holds whole units); TP shards
+are refused with the reason.
 """
 
 from __future__ import annotations
@@ -21,90 +24,102 @@ from blitzplan.executor.checkpoint import Checkpoint, check_identity
 from blitzplan.executor.faults import InjectedFault
 from blitzplan.executor.processes import Workers
 from blitzplan.executor.transfer import (
-    SendPlan,
+    LanePlan,
     TransferPlan,
     TransferReport,
     TransferSession,
 )
 from blitzplan.executor.worker import RankContext
-from blitzplan.multicast import MulticastPlan, NodeKind
+from blitzplan.multicast import ALL_RANKS, MulticastPlan, NodeKind
 
 __all__ = ["MulticastRun", "multicast_job", "rank_plans", "run_multicast"]
+
+_HOLDERS = (NodeKind.INSTANCE, NodeKind.HOST, NodeKind.CACHE)
 
 
 def _check_supported(plan: MulticastPlan) -> None:
     problems = []
-    if plan.allgathers:
-        problems.append("NVLink all-gathers (striped target nodes)")
     for node in plan.nodes:
-        if node.tp != 1 or node.stripes != 1 or len(node.gpus) > 1:
-            problems.append(f"node {node.id} ({node.label}) spans {len(node.gpus)} GPUs")
-        if node.kind in (NodeKind.CACHE, NodeKind.STAGE):
-            problems.append(f"node {node.id} ({node.label}) is a baseline's {node.kind.value}")
+        if node.tp != 1 and node.kind is not NodeKind.STAGE:
+            problems.append(f"node {node.id} ({node.label}) holds tp={node.tp} shards")
         if any(node.present):
             problems.append(f"node {node.id} ({node.label}) already holds units")
-    for h, hop in enumerate(plan.hops):
-        if len(hop.lanes) != 1:
-            problems.append(f"hop {h} has {len(hop.lanes)} lanes")
-        for prior in hop.after:
-            if plan.hops[prior].sender != hop.sender:
-                problems.append(f"hop {h} waits for hop {prior} of another sender")
     if any(size <= 0 for size in plan.unit_bytes):
         problems.append("a unit of 0 bytes")
     if problems:
         raise InvalidInputError(
-            "the executor runs plans of single-GPU nodes with one lane per hop; this plan has "
-            + "; ".join(problems)
+            "the executor runs TP1 plans of whole units; this plan has " + "; ".join(problems)
         )
+
+
+def _devices(plan: MulticastPlan) -> list[str]:
+    """Every GPU or memory the plan's lanes touch: holders first, then in lane order."""
+    lanes = sorted(plan.lanes, key=lambda lane: lane.flow)
+    holders = [lane.holder for lane in lanes if plan.nodes[lane.sender].kind in _HOLDERS]
+    rest = [x for lane in lanes for x in (lane.holder, lane.dst)]
+    instance_gpus = [g for inst in plan.instances for g in inst.gpus]
+    return list(dict.fromkeys([*holders, *rest, *instance_gpus]))
 
 
 def rank_plans(
     plan: MulticastPlan, checkpoint: Checkpoint, *, paced: bool = True
 ) -> tuple[TransferPlan, ...]:
-    """One TransferPlan per plan node that sends or receives, ranks in node order.
+    """One TransferPlan per device of the plan, ranks in :func:`_devices` order.
 
-    ``paced``: every hop's sender keeps to the rate the plan gives its flow (so measured and
-    predicted times can be compared at rates where transfers dominate); otherwise unpaced."""
+    ``paced``: every lane keeps to the rate the plan gives its flow (so measured and predicted
+    times can be compared at rates where transfers dominate); otherwise unpaced."""
     _check_supported(plan)
-    used = sorted({n for hop in plan.hops for n in (hop.sender, hop.receiver)})
-    rank_of = {node: rank for rank, node in enumerate(used)}
+    devices = _devices(plan)
+    rank_of = {device: rank for rank, device in enumerate(devices)}
     startup: dict[int, float] = {}
     for inst in plan.instances:
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
-    ranks = []
-    for node in used:
-        incoming = [hop for hop in plan.hops if hop.receiver == node]
-        sends = tuple(
-            SendPlan(
-                hop=h,
-                dst=rank_of[hop.receiver],
-                bytes_per_s=plan.rates[hop.lanes[0].flow] if paced else None,
-                pipelined=hop.pipelined,
-                after=hop.after,
-                start_s=startup.get(hop.receiver, 0.0),
-            )
-            for h, hop in enumerate(plan.hops)
-            if hop.sender == node
-        )
-        ranks.append(
-            TransferPlan(
-                rank=rank_of[node],
-                label=plan.nodes[node].label,
-                unit_bytes=plan.unit_bytes,
-                chunk_bytes=plan.chunk_bytes,
-                digests=checkpoint.digests,
-                recv_from=rank_of[incoming[0].sender] if incoming else None,
-                sends=sends,
-                checkpoint=None if incoming else checkpoint,
+    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
+    sends: dict[str, list[LanePlan]] = {d: [] for d in devices}
+    recvs: dict[str, list[LanePlan]] = {d: [] for d in devices}
+    for lane in sorted(plan.lanes, key=lambda x: x.flow):
+        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
+        after = tuple(x.flow for h in hop.after for x in plan.hops[h].lanes) if hop else ()
+        present = plan.nodes[lane.receiver].present
+        units = tuple(not p for p in present) if present else ()
+        common = {"lo": lane.lo, "hi": lane.hi, "units": units}
+        if lane.rank == ALL_RANKS:
+            common.update(lo=0.0, hi=1.0)
+        sends[lane.holder].append(
+            LanePlan(
+                lane.flow,
+                rank_of[lane.dst],
+                bytes_per_s=plan.rates[lane.flow] if paced else None,
+                pipelined=hop.pipelined if hop else True,
+                after=after,
+                start_s=startup.get(lane.receiver, 0.0),
+                **common,  # type: ignore[arg-type]
             )
         )
-    return tuple(ranks)
+        recvs[lane.dst].append(LanePlan(lane.flow, rank_of[lane.holder], **common))  # type: ignore[arg-type]
+    holders = {lane.holder for lane in plan.lanes if plan.nodes[lane.sender].kind in _HOLDERS}
+    checked = {g for inst in plan.instances for g in inst.gpus}
+    names = {inst.gpus[0]: inst.name for inst in plan.instances}
+    return tuple(
+        TransferPlan(
+            rank=rank_of[d],
+            label=names.get(d, d),
+            unit_bytes=plan.unit_bytes,
+            chunk_bytes=plan.chunk_bytes,
+            digests=checkpoint.digests,
+            recvs=tuple(recvs[d]),
+            sends=tuple(sends[d]),
+            checkpoint=checkpoint if d in holders else None,
+            check=d in checked,
+        )
+        for d in devices
+    )
 
 
 def instance_ranks(plan: MulticastPlan, ranks: tuple[TransferPlan, ...]) -> dict[str, int]:
-    """The rank of every new instance of the plan, by name."""
-    used = sorted({n for hop in plan.hops for n in (hop.sender, hop.receiver)})
-    return {inst.name: used.index(inst.node) for inst in plan.instances}
+    """The rank of every new instance of the plan (its GPU), by name."""
+    by_label = {r.label: r.rank for r in ranks}
+    return {inst.name: by_label[inst.name] for inst in plan.instances}
 
 
 def multicast_job(ctx: RankContext, plan: TransferPlan) -> TransferReport:

@@ -172,10 +172,7 @@ def summary_table(result: ValidationResult) -> str:
 def format_report(result: ValidationResult) -> str:
     """Every table, with headings."""
     plan = result.plan
-    chains = "; ".join(
-        " -> ".join([plan.nodes[c.source].label, *(plan.nodes[n].label for n in c.nodes)])
-        for c in plan.chains
-    )
+    chains = plan.describe_routes()
     sections = [
         (f"Executor validation: {result.model} on {result.device}", summary_table(result)),
         ("Calibration", calibration_table(result)),

@@ -1,18 +1,23 @@
-"""One rank's part of a chain multicast: receive units chunk by chunk, forward them, paced.
+"""One rank's part of a striped multicast: lanes in, lanes out, chunk by chunk, paced.
 
-A rank holds every unit as one flat byte buffer (:class:`UnitStore`). A *source* loads them from
-a checkpoint before the start; a *target* receives them from its predecessor, chunk by chunk,
-while its sender threads forward every chunk it already has to their successors: chunk ``c + 1``
-arrives while chunk ``c`` leaves. A sender may be paced to ``bytes_per_s``: the link it stands
-for is busy ``chunk / rate`` seconds per chunk, from when the chunk is available and the link is
-free, and the chunk is handed to torch.distributed when that time is up. Every wait has the run's
-timeout; a failure anywhere stops the rank's threads and surfaces in :meth:`TransferSession.join`.
+A rank stands for one GPU (or host memory) of a plan and holds every unit as one flat byte buffer
+(:class:`UnitStore`). A *holder* loads every unit from a checkpoint before the start. Every lane
+of the plan moves the stripe ``[lo, hi)`` of every unit it carries, as the byte range
+``[floor(lo * n), floor(hi * n))`` of the unit's ``n`` bytes (equal TP degrees everywhere: the
+executor runs TP1 plans), from the rank of its holder to the rank of its destination, in chunks
+of at most ``chunk_bytes``. The receiving rank runs one thread per incoming lane; the sending rank
+one thread per outgoing lane, which sends each chunk as soon as that byte range is here (a
+forwarding lane passes chunk ``c`` on while ``c + 1`` arrives) and, when paced, keeps to the
+lane's rate: the link it stands for is busy ``chunk / rate`` seconds per chunk. A unit is
+complete on a rank when its whole byte range has arrived. Every wait has the run's timeout; a
+failure anywhere stops the rank's threads and surfaces in :meth:`TransferSession.join`.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,100 +32,135 @@ from blitzplan.executor.worker import RankContext
 
 __all__ = [
     "WEIGHTS_TAG",
-    "SendPlan",
+    "LanePlan",
     "TransferPlan",
     "TransferReport",
     "TransferSession",
     "UnitStore",
+    "byte_span",
 ]
 
 WEIGHTS_TAG = 1
-"""torch.distributed tag of weight chunks (activations use their own)."""
+"""torch.distributed tag of weight chunks: lane ``k`` uses ``WEIGHTS_TAG + k`` (activations use
+tags of their own above :data:`~blitzplan.executor.model` ``ACTIVATION_TAG``)."""
+
+
+def byte_span(lo: float, hi: float, size: int) -> tuple[int, int]:
+    """The bytes of stripe ``[lo, hi)`` of a unit of ``size`` bytes (neighbours share a cut)."""
+    return min(size, math.floor(lo * size)), size if hi >= 1.0 else min(size, math.floor(hi * size))
 
 
 @dataclass(frozen=True)
-class SendPlan:
-    """One outgoing hop: every unit to rank ``dst``, paced to ``bytes_per_s`` (None: unpaced).
+class LanePlan:
+    """One lane as one of its two ranks sees it: stripe ``[lo, hi)`` of the units it carries
+    (``units``: a mask, empty for all), to or from rank ``peer``.
 
-    ``pipelined`` hops forward each chunk as soon as it is here; others wait for the whole
-    model. The hop starts no earlier than ``start_s`` and the end of the hops in ``after``
-    (earlier hops of the same sender)."""
+    Sending side: paced to ``bytes_per_s`` (None: unpaced); ``pipelined`` lanes send each chunk
+    as soon as it is here, others wait for every unit they carry; the lane starts no earlier
+    than ``start_s`` and the end of the lanes in ``after`` (lanes of the same rank)."""
 
-    hop: int
-    dst: int
-    bytes_per_s: float | None
+    lane: int
+    peer: int
+    lo: float = 0.0
+    hi: float = 1.0
+    bytes_per_s: float | None = None
     pipelined: bool = True
     after: tuple[int, ...] = ()
     start_s: float = 0.0
+    units: tuple[bool, ...] = ()
+
+    def carries(self, unit: int) -> bool:
+        return not self.units or self.units[unit]
 
 
 @dataclass(frozen=True)
 class TransferPlan:
-    """What one rank does in a multicast: load (a source) or receive from ``recv_from``, and send.
+    """What one rank does in a multicast: load every unit (a holder) or receive its ``recvs``,
+    and run its ``sends``.
 
-    ``digests`` are the checkpoint's per-unit SHA-256, against which every received unit is
-    checked. With ``hold_report`` the rank checks and reports only once told ``("end",)``, so
-    that hashing does not take CPU from a live run it is part of."""
+    ``digests`` are the checkpoint's per-unit SHA-256; a rank with ``check`` (a new instance's
+    GPU, which must end with every byte) checks every unit against them; relays hold only the
+    stripes they pass on. With ``hold_report`` the rank checks and reports only once told
+    ``("end",)``, so that hashing does not take CPU from a live run it is part of."""
 
     rank: int
     label: str
     unit_bytes: tuple[int, ...]
     chunk_bytes: int
     digests: tuple[str, ...]
-    recv_from: int | None = None
-    sends: tuple[SendPlan, ...] = ()
+    recvs: tuple[LanePlan, ...] = ()
+    sends: tuple[LanePlan, ...] = ()
     checkpoint: Checkpoint | None = None
+    check: bool = True
     hold_report: bool = False
 
     @property
     def is_source(self) -> bool:
-        return self.recv_from is None
+        return self.checkpoint is not None
 
 
 @dataclass(frozen=True)
 class TransferReport:
-    """What a rank measured: when each unit was complete here, and whether it is bit-exact."""
+    """What a rank measured: when each unit was complete here (nan where it never was), whether
+    it is bit-exact (checked ranks), and when each of its sending lanes ended."""
 
     rank: int
     arrival_s: tuple[float, ...]
     bit_exact: tuple[bool, ...]
-    hop_end_s: dict[int, float]
+    lane_end_s: dict[int, float]
 
 
 class UnitStore:
-    """Every unit's flat bytes on one rank and when each chunk of it was here."""
+    """Every unit's flat bytes on one rank and when which byte ranges of it were here."""
 
     def __init__(self, plan: TransferPlan, device: torch.device) -> None:
         self.unit_bytes, self.chunk_bytes = plan.unit_bytes, plan.chunk_bytes
         self.buffers = [torch.empty(n, dtype=torch.uint8, device=device) for n in plan.unit_bytes]
-        self.chunk_s: list[list[float]] = [[] for _ in plan.unit_bytes]
+        self.pieces: list[list[tuple[int, int, float]]] = [[] for _ in plan.unit_bytes]
+        self.complete_s: list[float | None] = [None for _ in plan.unit_bytes]
         self.error: TransferError | None = None
         self._cond = threading.Condition()
 
-    def chunks(self, unit: int) -> list[tuple[int, int]]:
-        """The unit cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).
+    def chunks(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).
 
         Equal, not full chunks and a remainder: a tiny last chunk right behind a full one waits
         on TCP's small-segment rule (Nagle's algorithm, which gloo leaves on) for the previous
         one's acknowledgement, milliseconds on loopback."""
-        size = self.unit_bytes[unit]
+        size = hi - lo
+        if size <= 0:
+            return []
         count = -(-size // self.chunk_bytes)
-        edges = [size * k // count for k in range(count + 1)]
+        edges = [lo + size * k // count for k in range(count + 1)]
         return list(itertools.pairwise(edges))
 
     def fill(self, unit: int, flat: torch.Tensor, at_s: float) -> None:
-        """A unit loaded whole (a source): every chunk is here at ``at_s``."""
+        """A unit loaded whole (a holder): every byte is here at ``at_s``."""
         self.buffers[unit].copy_(flat)
         with self._cond:
-            self.chunk_s[unit] = [at_s] * len(self.chunks(unit))
+            self.pieces[unit] = [(0, self.unit_bytes[unit], at_s)]
+            self.complete_s[unit] = at_s
             self._cond.notify_all()
 
-    def arrived(self, unit: int, chunk: int, at_s: float) -> None:
+    def arrived(self, unit: int, lo: int, hi: int, at_s: float) -> bool:
+        """Bytes ``[lo, hi)`` of ``unit`` are here; True when that completes the unit."""
         with self._cond:
-            self.chunk_s[unit].append(at_s)
-            if len(self.chunk_s[unit]) != chunk + 1:
-                raise TransferError(Failure(f"chunk {chunk} of unit {unit} arrived out of order"))
+            self.pieces[unit].append((lo, hi, at_s))
+            done = self.complete_s[unit] is None and self._covered(unit, 0, self.unit_bytes[unit])
+            if done:
+                self.complete_s[unit] = at_s
             self._cond.notify_all()
+            return done
+
+    def _covered(self, unit: int, lo: int, hi: int) -> bool:
+        at = lo
+        for a, b, _ in sorted(self.pieces[unit]):
+            if a > at:
+                break
+            at = max(at, b)
+            if at >= hi:
+                return True
+        return at >= hi
 
     def fail(self, error: TransferError) -> None:
         with self._cond:
@@ -128,32 +168,33 @@ class UnitStore:
                 self.error = error
             self._cond.notify_all()
 
-    def wait_chunk(self, unit: int, chunk: int, timeout_s: float) -> float:
-        """When chunk ``chunk`` of ``unit`` was here; waits for it (or raises the rank's error)."""
+    def wait_range(self, unit: int, lo: int, hi: int, timeout_s: float) -> float:
+        """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them (or raises)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while len(self.chunk_s[unit]) <= chunk:
+            while not self._covered(unit, lo, hi):
                 if self.error is not None:
                     raise self.error
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
                 self._cond.wait(left)
-            return self.chunk_s[unit][chunk]
+            return max((t for a, b, t in self.pieces[unit] if a < hi and b > lo), default=0.0)
 
     def wait_unit(self, unit: int, timeout_s: float) -> float:
-        """When every chunk of ``unit`` was here."""
-        return self.wait_chunk(unit, len(self.chunks(unit)) - 1, timeout_s)
+        """When every byte of ``unit`` was here."""
+        return self.wait_range(unit, 0, self.unit_bytes[unit], timeout_s)
 
     def arrival_s(self, unit: int) -> float:
-        return self.chunk_s[unit][-1]
+        done = self.complete_s[unit]
+        return math.nan if done is None else done
 
 
 class TransferSession:
-    """One rank's receive and send threads for one multicast run.
+    """One rank's receiving and sending threads for one multicast run.
 
-    ``on_unit(unit)`` runs in the receiving thread once a unit is complete, before the parent
-    hears of it (the new instance unpacks the layer's tensors there)."""
+    ``on_unit(unit)`` runs in the receiving thread that completes a unit, before the parent hears
+    of it (the new instance unpacks the layer's tensors there)."""
 
     def __init__(
         self,
@@ -164,8 +205,8 @@ class TransferSession:
     ) -> None:
         self.ctx, self.plan, self.on_unit = ctx, plan, on_unit
         self.store = UnitStore(plan, ctx.transport)
-        self.hop_end_s: dict[int, float] = {}
-        self._hop_done = {send.hop: threading.Event() for send in plan.sends}
+        self.lane_end_s: dict[int, float] = {}
+        self._lane_done = {send.lane: threading.Event() for send in plan.sends}
         self._threads: list[threading.Thread] = []
         if plan.checkpoint is not None:
             dims = model_dims(plan.checkpoint.spec())
@@ -180,10 +221,10 @@ class TransferSession:
         return 2 * self.ctx.timeout_s
 
     def start(self) -> None:
-        if self.plan.recv_from is not None:
-            self.spawn(self._receive, "receive")
+        for recv in self.plan.recvs:
+            self.spawn(functools.partial(self._receive, recv), f"receive-lane{recv.lane}")
         for send in self.plan.sends:
-            self.spawn(functools.partial(self._send, send), f"send-hop{send.hop}")
+            self.spawn(functools.partial(self._send, send), f"send-lane{send.lane}")
 
     def spawn(self, body: Callable[[], None], name: str) -> threading.Thread:
         """Run ``body`` in a thread of this rank; its failure stops the rank (see join)."""
@@ -201,44 +242,52 @@ class TransferSession:
         thread.start()
         return thread
 
-    def _receive(self) -> None:
-        src, ctx, store = self.plan.recv_from, self.ctx, self.store
-        if src is None:
-            return
-        for unit in range(len(self.plan.unit_bytes)):
-            for chunk, (lo, hi) in enumerate(store.chunks(unit)):
-                ctx.recv(store.buffers[unit][lo:hi], src, layer=unit, tag=WEIGHTS_TAG)
-                store.arrived(unit, chunk, ctx.now())
-                if chunk == 0:
+    def _receive(self, recv: LanePlan) -> None:
+        ctx, store = self.ctx, self.store
+        for unit, size in enumerate(self.plan.unit_bytes):
+            if not recv.carries(unit):
+                continue
+            lo, hi = byte_span(recv.lo, recv.hi, size)
+            for k, (a, b) in enumerate(store.chunks(lo, hi)):
+                ctx.recv(
+                    store.buffers[unit][a:b], recv.peer, layer=unit, tag=WEIGHTS_TAG + recv.lane
+                )
+                if store.arrived(unit, a, b, ctx.now()):
+                    if self.on_unit is not None:
+                        self.on_unit(unit)
+                    ctx.emit("unit", (unit, store.arrival_s(unit)))
+                if k == 0:
                     ctx.maybe_fail(unit)
-            if self.on_unit is not None:
-                self.on_unit(unit)
-            ctx.emit("unit", (unit, store.arrival_s(unit)))
 
-    def _send(self, send: SendPlan) -> None:
+    def _send(self, send: LanePlan) -> None:
         ctx, store = self.ctx, self.store
         for prior in send.after:
-            if prior not in self._hop_done or not self._hop_done[prior].wait(self.wait_s):
-                raise TransferError(Failure(f"hop {send.hop} waited too long for hop {prior}"))
-        free_s = max([send.start_s, *(self.hop_end_s[p] for p in send.after)])
-        last = len(self.plan.unit_bytes) - 1
-        whole_s = None if send.pipelined else store.wait_unit(last, self.wait_s)
-        for unit in range(last + 1):
+            if prior not in self._lane_done or not self._lane_done[prior].wait(self.wait_s):
+                raise TransferError(Failure(f"lane {send.lane} waited too long for lane {prior}"))
+        free_s = max([send.start_s, *(self.lane_end_s[p] for p in send.after)])
+        units = [u for u in range(len(self.plan.unit_bytes)) if send.carries(u)]
+        whole_s = None
+        if not send.pipelined:
+            whole_s = max((store.wait_unit(u, self.wait_s) for u in units), default=0.0)
+        for unit in units:
             if self.plan.is_source:
                 ctx.emit("at", unit)
-            for chunk, (lo, hi) in enumerate(store.chunks(unit)):
-                ready_s = store.wait_chunk(unit, chunk, self.wait_s) if whole_s is None else whole_s
+            lo, hi = byte_span(send.lo, send.hi, self.plan.unit_bytes[unit])
+            for k, (a, b) in enumerate(store.chunks(lo, hi)):
+                ready_s = store.wait_range(unit, a, b, self.wait_s) if whole_s is None else whole_s
                 free_s = max(free_s, ready_s)
                 if send.bytes_per_s is not None:
-                    free_s += (hi - lo) / send.bytes_per_s
+                    free_s += (b - a) / send.bytes_per_s
                     ctx.sleep_until(free_s)
-                ctx.send(store.buffers[unit][lo:hi], send.dst, layer=unit, tag=WEIGHTS_TAG)
+                ctx.send(
+                    store.buffers[unit][a:b], send.peer, layer=unit, tag=WEIGHTS_TAG + send.lane
+                )
                 if send.bytes_per_s is None:
                     free_s = ctx.now()
-                if self.plan.is_source and chunk == 0:
+                if self.plan.is_source and k == 0:
                     ctx.maybe_fail(unit)
-        self.hop_end_s[send.hop] = free_s
-        self._hop_done[send.hop].set()
+        self.lane_end_s[send.lane] = free_s
+        self._lane_done[send.lane].set()
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this rank."""
@@ -255,7 +304,7 @@ class TransferSession:
         plan = self.plan
         arrival = tuple(self.store.arrival_s(u) for u in range(len(plan.unit_bytes)))
         exact = tuple(
-            unit_digest(buffer) == digest
+            plan.check and unit_digest(buffer) == digest
             for buffer, digest in zip(self.store.buffers, plan.digests, strict=True)
         )
-        return TransferReport(plan.rank, arrival, exact, dict(self.hop_end_s))
+        return TransferReport(plan.rank, arrival, exact, dict(self.lane_end_s))

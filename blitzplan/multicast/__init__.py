@@ -1,5 +1,10 @@
-"""Multicast planning: which sources send a model's weights to new instances, in which chains,
-and when every unit lands (DESIGN.md sections 1.1-1.4 and 3)."""
+"""Multicast planning: which holders send a model's weights to new instances, as which stripes
+over which NICs and relays, and when every unit lands (DESIGN.md sections 1.2-1.4 and 3).
+
+The plan space, the cost model and the validator are described in
+:mod:`blitzplan.multicast.types`, :mod:`~blitzplan.multicast.timeline` and
+:func:`validate_multicast`; the lower bound every plan reports in :mod:`~blitzplan.multicast.bound`.
+"""
 
 from __future__ import annotations
 
@@ -9,51 +14,55 @@ from collections.abc import Iterable, Mapping, Sequence
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, load_model
-from blitzplan.multicast.assemble import OBJECTIVES, Built, evaluate_structure, finish, score
+from blitzplan.multicast.assemble import OBJECTIVES, Built, finish, score
 from blitzplan.multicast.baselines import BASELINES
-from blitzplan.multicast.bound import lower_bound
+from blitzplan.multicast.bound import Bound, lower_bound
 from blitzplan.multicast.exact import exact_search
-from blitzplan.multicast.greedy import greedy_structure
+from blitzplan.multicast.greedy import Context, build, build_lp, context, greedy_choice
 from blitzplan.multicast.polish import polish
-from blitzplan.multicast.setup import Problem, prepare
+from blitzplan.multicast.setup import PLACEMENTS, Problem, prepare
 from blitzplan.multicast.types import (
+    ALL_RANKS,
     AllGather,
-    Chain,
     Hop,
     Lane,
     MulticastPlan,
     NewInstance,
     NodeKind,
     PlanNode,
+    Route,
 )
 from blitzplan.multicast.validate import validate_multicast
 from blitzplan.solvers import SolveStatus
 from blitzplan.units import MIB
 
 __all__ = [
+    "ALL_RANKS",
     "DEFAULT_CHUNK_BYTES",
     "METHODS",
     "OBJECTIVES",
+    "PLACEMENTS",
     "AllGather",
-    "Chain",
     "Hop",
     "Lane",
     "MulticastPlan",
     "NewInstance",
     "NodeKind",
     "PlanNode",
+    "Route",
     "plan_multicast",
     "validate_multicast",
 ]
 
 DEFAULT_CHUNK_BYTES = 16 * MIB
-"""Chunk a hop forwards as soon as it has it (store-and-forward granularity of a chain)."""
+"""Chunk a lane forwards as soon as it has it (store-and-forward granularity of a route)."""
 
 METHODS = ("greedy", "exact", *BASELINES)
-"""greedy: the BlitzScale planner; exact: exhaustive search of chain structures; the rest are
-baseline data planes (see blitzplan.multicast.baselines)."""
+"""greedy: the BlitzScale planner; exact: exhaustive search of the greedy's decisions, OPTIMAL
+only on the certified bound; the rest are baseline data planes (blitzplan.multicast.baselines)."""
 
 _LOCAL_PLANES = ("allcache", "serverlessllm")
+_AUTO = "auto"
 
 
 def plan_multicast(
@@ -74,41 +83,28 @@ def plan_multicast(
     polish_evaluations: int | None = None,
     names: Sequence[str] | None = None,
     delivered: Mapping[str, Sequence[bool]] | None = None,
+    placement: str = _AUTO,
 ) -> MulticastPlan:
     """Plan loading ``model`` onto new instances: ``count`` placed on free GPUs, or ``targets``.
 
-    ``live`` new instances are marked live (chain tails that forward nothing); ``exclude`` names
-    failed sources (instance ids, GPUs, hosts) never to use; ``time_limit_s`` bounds the exact
-    search (FEASIBLE with the gap when it runs out). The greedy ends with a local search of at
-    most ``polish_evaluations`` structures (default: sized to the plan, none beyond 16 target
-    nodes; 0 turns it off). ``names`` names the new instances (default ``new0, new1, ...``);
-    ``delivered`` marks per name the units an earlier plan already delivered (:func:`replan`
-    reuses them: they take no transfer and are ready at time 0). Every plan reports a certified
-    ``lower_bound_s`` on its objective.
+    ``live`` new instances are marked live (they forward nothing over the network); ``exclude``
+    names failed sources (instance ids, GPUs, NICs, hosts) never to use; ``time_limit_s`` bounds
+    the exact search (it answers OPTIMAL only when its plan meets the certified bound).
+    ``placement`` (with ``count``): ``pack`` fills the fullest NVLink groups, ``spread`` one
+    instance per group in turn (spare GPUs then relay over their NICs), ``auto`` takes the faster
+    of the two under the fluid estimate (``pack`` on ties). The greedy ends with a local search of
+    at most ``polish_evaluations`` plans (default: sized to the plan; 0 turns it off). ``names``
+    names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
+    units an earlier plan already delivered (they take no transfer and read time 0). Every plan
+    reports a certified ``lower_bound_s`` on its objective.
     """
     started = time.perf_counter()
-    if method not in METHODS:
-        raise InvalidInputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if objective not in OBJECTIVES:
-        raise InvalidInputError(
-            f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
-        )
-    if objective == "live_ready" and live < 1:
-        raise InvalidInputError(f"objective 'live_ready' needs live >= 1, got live={live!r}")
-    if polish_evaluations is not None and (
-        isinstance(polish_evaluations, bool)
-        or not isinstance(polish_evaluations, int)
-        or polish_evaluations < 0
-    ):
-        raise InvalidInputError(
-            f"polish_evaluations must be an integer >= 0, got {polish_evaluations!r}"
-        )
-    if time_limit_s is not None and not time_limit_s > 0:
-        raise InvalidInputError(f"time_limit_s must be > 0, got {time_limit_s!r}")
+    _check_options(method, objective, live, polish_evaluations, time_limit_s, placement)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    problem = prepare(
+    problem = _problem(
         state,
         spec,
+        placement=placement,
         count=count,
         targets=targets,
         tp=tp,
@@ -120,22 +116,13 @@ def plan_multicast(
         names=names,
         delivered=delivered,
     )
-    bound = lower_bound(problem, objective, local_copies=method in _LOCAL_PLANES)
+    local = method in _LOCAL_PLANES
     if method in BASELINES:
         built = BASELINES[method](problem)
-        status = SolveStatus.FEASIBLE
+        bound = lower_bound(problem, objective, local_copies=local)
     else:
-        structure = greedy_structure(problem)
-        built = evaluate_structure(problem, structure)
-        budget = (
-            _polish_budget(problem, built) if polish_evaluations is None else polish_evaluations
-        )
-        built = polish(problem, structure, built, objective, max_evaluations=budget)
-        status = SolveStatus.FEASIBLE
-        if method == "exact":
-            result = exact_search(problem, objective, built, bound, time_limit_s=time_limit_s)
-            built = result.best
-            status = SolveStatus.OPTIMAL if result.proven else SolveStatus.FEASIBLE
+        built, bound = _striped(problem, method, objective, polish_evaluations, time_limit_s)
+    status = SolveStatus.FEASIBLE
     if score(objective, built.ready_at_s, built.live) <= bound * (1 + 1e-9):
         status = SolveStatus.OPTIMAL  # meets the certified bound, so no plan is better
     return finish(
@@ -149,17 +136,113 @@ def plan_multicast(
     )
 
 
-POLISH_MAX_EVALUATIONS = 200
-"""At most this many structures evaluated by the greedy's local search."""
-POLISH_LANE_BUDGET = 8_000
-"""... and at most this many flows built across those evaluations (a count, so plans stay
+def _check_options(
+    method: str,
+    objective: str,
+    live: int,
+    polish_evaluations: int | None,
+    time_limit_s: float | None,
+    placement: str,
+) -> None:
+    if method not in METHODS:
+        raise InvalidInputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if objective not in OBJECTIVES:
+        raise InvalidInputError(
+            f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
+        )
+    if objective == "live_ready" and not (isinstance(live, int) and live >= 1):
+        raise InvalidInputError(f"objective 'live_ready' needs live >= 1, got live={live!r}")
+    if polish_evaluations is not None and (
+        isinstance(polish_evaluations, bool)
+        or not isinstance(polish_evaluations, int)
+        or polish_evaluations < 0
+    ):
+        raise InvalidInputError(
+            f"polish_evaluations must be an integer >= 0, got {polish_evaluations!r}"
+        )
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise InvalidInputError(f"time_limit_s must be > 0, got {time_limit_s!r}")
+    if placement not in (*PLACEMENTS, _AUTO):
+        raise InvalidInputError(
+            f"placement must be one of {', '.join((*PLACEMENTS, _AUTO))}, got {placement!r}"
+        )
+
+
+def _problem(state: ClusterState, spec: ModelSpec, *, placement: str, **options: object) -> Problem:
+    """The problem, choosing the placement when ``auto`` (only with ``count``)."""
+    if placement != _AUTO:
+        return prepare(state, spec, placement=placement, **options)  # type: ignore[arg-type]
+    packed = prepare(state, spec, placement="pack", **options)  # type: ignore[arg-type]
+    count = options.get("count")
+    if not isinstance(count, int) or count > AUTO_PLACEMENT_MAX:
+        return packed
+    spread = prepare(state, spec, placement="spread", **options)  # type: ignore[arg-type]
+    if [i.gpus for i in spread.instances] == [i.gpus for i in packed.instances]:
+        return packed
+    return spread if _estimate(spread) < _estimate(packed) * (1 - 0.01) else packed
+
+
+def _estimate(problem: Problem) -> float:
+    """The greedy's fluid time, without building lanes."""
+    from blitzplan.multicast.allocate import fluid_time
+
+    ctx = context(problem)
+    choice = greedy_choice(problem, ctx, "all_ready")
+    forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
+    return fluid_time(problem, ctx.nodes, ctx.port, choice.order, forwarding)
+
+
+def _striped(
+    problem: Problem,
+    method: str,
+    objective: str,
+    polish_evaluations: int | None,
+    time_limit_s: float | None,
+) -> tuple[Built, Bound]:
+    """The greedy (and exact) plan with its bound. A greedy plan within
+    :data:`CLOSE_ENOUGH` of the per-instance cuts is final as it is: no local search, no linear
+    program, no max-flow bound (each could gain less than that)."""
+    ctx = context(problem)
+    choice = greedy_choice(problem, ctx, objective)
+    built = build(problem, ctx, choice)
+    cheap = lower_bound(problem, objective, cheap=True)
+    if method == "greedy" and score(objective, built.ready_at_s, built.live) <= cheap * (
+        1 + CLOSE_ENOUGH
+    ):
+        return built, cheap
+    budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
+    choice, built = polish(problem, ctx, choice, built, objective, max_evaluations=budget)
+    if len(ctx.targets) <= LP_MAX_NODES:
+        refined = build_lp(problem, ctx, choice)
+        if refined is not None and score(objective, refined.ready_at_s, refined.live) < score(
+            objective, built.ready_at_s, built.live
+        ):
+            built = refined
+    if method == "exact":
+        built = exact_search(
+            problem, ctx, objective, (choice, built), time_limit_s=time_limit_s
+        ).best
+    return built, lower_bound(problem, objective)
+
+
+CLOSE_ENOUGH = 0.01
+"""A greedy plan this close to the per-instance cuts (relative) skips its refinements."""
+AUTO_PLACEMENT_MAX = 16
+"""``placement="auto"`` weighs spreading against packing up to this many new instances; beyond it
+packs (the two rarely differ when instances fill whole NVLink groups)."""
+LP_MAX_NODES = 16
+"""The greedy re-allocates its final order by linear program up to this many target nodes."""
+POLISH_MAX_EVALUATIONS = 60
+"""At most this many plans built by the greedy's local search."""
+POLISH_LANE_BUDGET = 6_000
+"""... and at most this many lanes built across those evaluations (a count, so plans stay
 deterministic): small plans get the full search, large ones little or none."""
-POLISH_MAX_NODES = 16
+POLISH_MAX_NODES = 12
 """No local search beyond this many target nodes (its neighbourhood grows quadratically)."""
 
 
-def _polish_budget(problem: Problem, built: Built) -> int:
-    if len(problem.targets) > POLISH_MAX_NODES:
+def _polish_budget(ctx: Context, built: Built) -> int:
+    if len(ctx.targets) > POLISH_MAX_NODES:
         return 0
-    per_evaluation = max(1, len(built.builder.flows))
+    per_evaluation = max(1, len(built.builder.lanes))
     return min(POLISH_MAX_EVALUATIONS, POLISH_LANE_BUDGET // per_evaluation)

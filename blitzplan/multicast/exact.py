@@ -1,151 +1,159 @@
-"""Exact multicast planning: search every chain structure under the same cost model.
+"""Exhaustive search over the striped construction's decisions, with a proof only by the bound.
 
-The space: every source roots at most one chain; every target node sits in exactly one chain, in
-any order. (The greedy's plans are in it, so exact <= greedy.) The search enumerates the
-structures, evaluating each with the same fair-share timeline, with the greedy plan as the
-incumbent. Target nodes that are interchangeable (same leaves, shape, startup and GPU positions,
-alone on a host that holds no source and carries no background flow) are enumerated once per
-arrangement of their types, not once per permutation. It stops early when the incumbent meets the
-certified lower bound. The answer is OPTIMAL only when the search finished or met the bound;
-a time limit returns FEASIBLE with the gap to the bound.
+The construction (:mod:`~blitzplan.multicast.greedy`) is decided by a forwarding order of the
+target nodes and the set of nodes holding the live instances. This search enumerates every
+minimal live cover and every order of the forwarding nodes (interchangeable nodes once), ranks
+them by the fluid time ``T*`` of their allocation, and builds and evaluates under the full cost
+model every candidate whose ``T*`` is within :data:`FLUID_WINDOW` of the best, each with the
+greedy's allocation and with the linear program of :mod:`~blitzplan.multicast.lp` over the
+lanes' real routes, with the greedy's plan as the incumbent.
 
-The search is exponential: (targets)! x C(targets + sources - 1, sources - 1) structures at worst
-(20,160 for 6 target nodes and 3 sources). It is meant for small cases and for measuring greedy.
+The plan space itself is larger (any stripe may take any route), so finishing this search proves
+nothing by itself: the answer is OPTIMAL only when its objective meets the certified lower bound
+(:mod:`~blitzplan.multicast.bound`), which holds for every plan under the model; otherwise it is
+FEASIBLE and the plan reports the gap. Exponential in the number of target nodes; meant for small
+cases and for measuring the greedy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import time
-from collections import Counter
-from collections.abc import Iterator
+from dataclasses import dataclass
 
-from blitzplan.multicast.assemble import Built, evaluate_structure, score
+from blitzplan.errors import InfeasibleError
+from blitzplan.multicast.allocate import fluid_time
+from blitzplan.multicast.assemble import Built, score
+from blitzplan.multicast.greedy import Choice, Context, build, build_lp
 from blitzplan.multicast.setup import Problem
 
-__all__ = ["ExactResult", "count_structures", "exact_search", "structures", "symmetry_types"]
+__all__ = ["FLUID_WINDOW", "MAX_CHOICES", "ExactResult", "exact_search"]
 
+FLUID_WINDOW = 0.02
+"""Candidates whose fluid time is within this fraction of the best are evaluated in full."""
+MAX_CHOICES = 50_000
+"""At most this many (order, cover) pairs are enumerated; beyond it the search stops early."""
+MAX_EVALUATIONS = 400
+"""At most this many candidates are built and evaluated in full (each with both allocations)."""
 _EPS = 1e-9
 
 
+@dataclass(frozen=True)
 class ExactResult:
-    """The best structure found and whether the search proved it optimal."""
+    """The best plan found, the choice that built it, how many choices were enumerated and
+    evaluated, and whether the enumeration finished."""
 
-    def __init__(self, best: Built, proven: bool, evaluated: int) -> None:
-        self.best = best
-        self.proven = proven
-        self.evaluated = evaluated
+    best: Built
+    choice: Choice
+    enumerated: int
+    evaluated: int
+    finished: bool
 
 
-def symmetry_types(problem: Problem) -> list[object]:
-    """A label per target node; nodes with equal labels are interchangeable."""
+def _types(problem: Problem, ctx: Context) -> dict[int, object]:
+    """Nodes with equal labels are interchangeable in an order."""
     topo = problem.topology
-    busy_hosts = _hosts_with_sources_or_background(problem)
-    per_host = Counter(topo.host_of(t.gpus[0]) for t in problem.targets)
-    startup = {inst.node: inst.startup_s for inst in problem.instances}
-    types: list[object] = []
-    for i, node in enumerate(problem.targets):
-        host = topo.host_of(node.gpus[0])
-        if host in busy_hosts or per_host[host] > 1:
-            types.append(("unique", i))
-            continue
-        types.append(
-            (
-                frozenset(topo.leaf_of(g) for g in node.gpus),
-                tuple(topo.graph.nodes[g].get("index") for g in node.gpus),
-                node.stripes,
-                node.tp,
-                startup.get(i, 0.0),
-                topo.gpu_spec(node.gpus[0]).name,
-            )
+    offset = len(problem.sources)
+    labels: dict[int, object] = {}
+    for t in ctx.targets:
+        node = ctx.nodes[t]
+        members = [i for i in problem.instances if i.node + offset == t]
+        labels[t] = (
+            tuple(sorted(ctx.port.into.get(t, {}).values())),
+            tuple(sorted(ctx.port.out.get(t, {}).values())),
+            tuple(sorted(ctx.port.leaves_in(t), key=str)),
+            len(node.gpus),
+            len(node.relays),
+            node.present,
+            tuple(i.startup_s for i in members),
+            frozenset(ctx.port.hosts[t]) & _holder_hosts(problem, ctx),
+            topo.gpu_spec(node.gpus[0]).name,
         )
-    return types
+    return labels
 
 
-def _hosts_with_sources_or_background(problem: Problem) -> set[str]:
-    topo = problem.topology
-    hosts = {str(topo.graph.nodes[n]["host"]) for s in problem.sources for n in s.host_local_nodes}
-    hosts |= {
-        str(topo.graph.nodes[h].get("host"))
-        for s in problem.sources
-        for _, exit_ in s.egress
-        for h in (exit_,)
-    }
-    for flow in problem.state.background_flows:
-        for u, v in flow.edges:
-            for node in (u, v):
-                host = topo.graph.nodes[node].get("host")
-                if host:
-                    hosts.add(str(host))
-    return hosts
+def _holder_hosts(problem: Problem, ctx: Context) -> frozenset[str]:
+    return frozenset().union(*(ctx.port.hosts[s.id] for s in problem.sources))
 
 
-def _multiset_permutations(counts: dict[int, int], length: int) -> Iterator[list[int]]:
-    if length == 0:
-        yield []
-        return
-    for label in sorted(counts):
-        if counts[label]:
-            counts[label] -= 1
-            for rest in _multiset_permutations(counts, length - 1):
-                yield [label, *rest]
-            counts[label] += 1
+def _covers(problem: Problem, ctx: Context) -> list[tuple[int, ...]]:
+    if problem.live == 0:
+        return [()]
+    offset = len(problem.sources)
+    count = {t: sum(1 for i in problem.instances if i.node + offset == t) for t in ctx.targets}
+    covers = []
+    for size in range(1, len(ctx.targets) + 1):
+        for cover in itertools.combinations(ctx.targets, size):
+            total = sum(count[t] for t in cover)
+            if total >= problem.live and all(total - count[t] < problem.live for t in cover):
+                covers.append(cover)
+    return covers
 
 
-def structures(problem: Problem) -> Iterator[list[tuple[int, list[int]]]]:
-    """Every structure of the search space, one per arrangement of interchangeable targets."""
-    types = symmetry_types(problem)
-    labels = {t: i for i, t in enumerate(dict.fromkeys(types))}
-    members: dict[int, list[int]] = {}
-    for index, t in enumerate(types):
-        members.setdefault(labels[t], []).append(index)
-    n, s = len(types), len(problem.sources)
-    counts = {label: len(ids) for label, ids in members.items()}
-    for word in _multiset_permutations(counts, n):
-        taken = dict.fromkeys(members, 0)
-        order = []
-        for label in word:
-            order.append(members[label][taken[label]])
-            taken[label] += 1
-        for cuts in itertools.combinations_with_replacement(range(n + 1), s - 1):
-            bounds = (0, *cuts, n)
-            yield [
-                (src, order[bounds[src] : bounds[src + 1]])
-                for src in range(s)
-                if bounds[src + 1] > bounds[src]
-            ]
+def _orders(nodes: list[int], labels: dict[int, object]) -> list[tuple[int, ...]]:
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for order in itertools.permutations(nodes):
+        key = tuple(labels[t] for t in order)
+        if key not in seen:
+            seen.add(key)
+            out.append(order)
+    return out
+
+
+def _builds(problem: Problem, ctx: Context, choice: Choice) -> list[Built]:
+    """The choice built with the greedy's allocation and with the linear program's."""
+    out = []
+    with contextlib.suppress(InfeasibleError):
+        out.append(build(problem, ctx, choice))
+    refined = build_lp(problem, ctx, choice)
+    if refined is not None:
+        out.append(refined)
+    return out
 
 
 def exact_search(
     problem: Problem,
+    ctx: Context,
     objective: str,
-    incumbent: Built,
-    lower_bound_s: float,
+    incumbent: tuple[Choice, Built],
     *,
     time_limit_s: float | None,
 ) -> ExactResult:
-    """Enumerate structures; keep the best; prove optimality by exhaustion or by the bound."""
-    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    best = incumbent
+    """Enumerate choices, evaluate the promising ones, keep the best (module docstring)."""
+    deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
+    labels = _types(problem, ctx)
+    ranked: list[tuple[float, Choice]] = []
+    finished = True
+    for cover in _covers(problem, ctx):
+        forwarders = [t for t in ctx.targets if t not in cover]
+        forwarding = frozenset(forwarders)
+        for order in _orders(forwarders, labels):
+            if len(ranked) >= MAX_CHOICES or time.perf_counter() > deadline:
+                finished = False
+                break
+            full = tuple(cover) + order if objective == "live_ready" else order + tuple(cover)
+            value = fluid_time(problem, ctx.nodes, ctx.port, full, forwarding)
+            ranked.append((value, Choice(full, cover)))
+    ranked.sort(key=lambda item: item[0])
+    best_choice, best = incumbent
     best_value = score(objective, best.ready_at_s, best.live)
     evaluated = 0
-    if best_value <= lower_bound_s * (1 + _EPS):
-        return ExactResult(best, True, evaluated)
-    for structure in structures(problem):
-        if deadline is not None and time.perf_counter() > deadline:
-            return ExactResult(best, False, evaluated)
-        built = evaluate_structure(problem, structure)
-        evaluated += 1
-        if objective == "live_ready" and not built.live:
+    limit = ranked[0][0] * (1 + FLUID_WINDOW) if ranked else math.inf
+    for value, choice in ranked:
+        if value > limit or time.perf_counter() > deadline:
+            finished = finished and value > limit
+            break
+        if choice == best_choice:
             continue
-        value = score(objective, built.ready_at_s, built.live)
-        if value < best_value * (1 - _EPS):
-            best, best_value = built, value
-            if best_value <= lower_bound_s * (1 + _EPS):
-                return ExactResult(best, True, evaluated)
-    return ExactResult(best, True, evaluated)
-
-
-def count_structures(problem: Problem) -> int:
-    """How many structures :func:`structures` yields (without evaluating them)."""
-    return sum(1 for _ in structures(problem))
+        if evaluated >= MAX_EVALUATIONS:
+            finished = False
+            break
+        evaluated += 1
+        for built in _builds(problem, ctx, choice):
+            trial = score(objective, built.ready_at_s, built.live)
+            if trial < best_value * (1 - _EPS):
+                best, best_value, best_choice = built, trial, choice
+    return ExactResult(best, best_choice, len(ranked), evaluated, finished)

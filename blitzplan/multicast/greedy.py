@@ -1,99 +1,161 @@
-"""The BlitzScale greedy chain planner.
+"""The BlitzScale greedy planner, widest matrix striped over every sender.
 
-1. Sources are the eligible ones of the problem (decode/idle instances of the same identity, else
-   the host copy; prefill instances only when allowed), each a node striping over its NICs.
-2. ``k = min(#sources, #target nodes)`` chains, one per source, widest sources first. (The paper
-   takes ``min(#sources, #live wanted, #target nodes)``; using every source is never slower and
-   still leaves at least as many chain tails as live instances wanted whenever sources allow.)
-3. Target nodes, widest first, each join the chain whose estimated rate after appending them is
-   highest: a hop runs at most at the narrower of the sender's egress and the receiver's ingress
-   (NIC uplinks, or NVLink inside a host), and across leaves at most at the leaf uplink. Ties go
-   to a chain under the same leaf, then to the shorter chain. Appending widest-first orders each
-   chain by decreasing bandwidth, so the slowest nodes sit at the tails: the live candidates.
-4. :mod:`blitzplan.multicast.polish` then moves or swaps nodes while the real cost model (fair
-   shares and the pipelined timeline) says it helps, within a deterministic budget.
+1. Sources are the problem's holders (decode/idle instances of the identity over their own and
+   their NVLink group's spare NICs, and the host copy over NICs no instance uses). Target nodes
+   are the new instances' NVLink groups, receiving over their own and their spare GPUs' NICs.
+2. **Live tails.** Live instances send nothing over the network, so the nodes that hold them are
+   leaves of every route. The greedy puts them in the nodes whose egress matters least: it tries
+   covering ``live`` instances with each single node that can, and with the nodes of smallest
+   egress, and keeps the cover with the least fluid time ``T*``
+   (:mod:`~blitzplan.multicast.allocate`), fewest spare instances on ties.
+3. **Forwarding order.** Other nodes forward widest egress first (each adds the most sending
+   capacity for the nodes after it), nodes under a holder's leaf first on ties; live nodes come
+   last (first for the ``live_ready`` objective).
+4. **Allocation.** Every node takes its bytes from holders and earlier forwarding nodes at
+   ``T*``: lane aggregation across sources, with as many stripes as the senders' shares need.
+5. **Lanes** (:mod:`~blitzplan.multicast.stripes`): stripes spread over every NIC of both ends,
+   sent from where they landed, paced to finish together.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from blitzplan.multicast.allocate import Ports, allocate, fluid_time, ports
+from blitzplan.multicast.assemble import Built, base_builder, run
+from blitzplan.multicast.lp import build_lp_lanes, lp_allocate
 from blitzplan.multicast.setup import Problem
+from blitzplan.multicast.stripes import build_lanes, relax_paces
 from blitzplan.multicast.types import PlanNode
-from blitzplan.topologies import Topology
 
-__all__ = ["greedy_structure"]
-
-
-def _hosts(topology: Topology, node: PlanNode) -> set[str]:
-    return {str(topology.graph.nodes[n]["host"]) for n in node.host_local_nodes}
-
-
-def _leaves(topology: Topology, node: PlanNode) -> set[str | None]:
-    if node.gpus:
-        return {topology.leaf_of(g) for g in node.gpus}
-    return {topology.leaf_of_nic(exit_) for _, exit_ in node.egress}
+__all__ = [
+    "Choice",
+    "Context",
+    "build",
+    "build_lp",
+    "context",
+    "greedy_choice",
+    "live_names",
+]
 
 
-def _nic_rates(topology: Topology, node: PlanNode) -> dict[str, float]:
-    """Each NIC a node can use, with the rate it can push through it."""
-    rates: dict[str, float] = {}
-    for holder, exit_ in node.egress:
-        nic = exit_ if topology.kind(exit_) == "nic" else topology.nic_of(exit_)
-        leaf = topology.leaf_of_nic(nic)
-        if leaf is None:
-            continue
-        inside = topology.bottleneck_bytes_per_s(holder, nic) if holder != nic else float("inf")
-        rates[nic] = max(rates.get(nic, 0.0), min(topology.bytes_per_s((nic, leaf)), inside))
-    return rates
+@dataclass(frozen=True)
+class Choice:
+    """The construction's decisions: target plan-node ids in forwarding order, and which of
+    them hold the live instances."""
+
+    order: tuple[int, ...]
+    live_nodes: tuple[int, ...]
 
 
-def _hop_rate(topology: Topology, sender: PlanNode, receiver: PlanNode) -> float:
-    """An optimistic rate for a hop: the narrower side, capped by the leaf uplink it crosses."""
-    same_host = _hosts(topology, sender) & _hosts(topology, receiver)
-    if same_host and sender.gpus:
-        per_gpu = topology.bottleneck_bytes_per_s(sender.gpus[0], receiver.gpus[0])
-        return per_gpu * min(len(sender.gpus), len(receiver.gpus))
-    if same_host:
-        memory = sender.memory or ""
-        return sum(topology.bottleneck_bytes_per_s(memory, g) for g in receiver.gpus)
-    out = sum(_nic_rates(topology, sender).values())
-    into = sum(_nic_rates(topology, receiver).values())
-    rate = min(out, into)
-    if not (_leaves(topology, sender) & _leaves(topology, receiver)):
-        uplinks = [
-            topology.bytes_per_s((leaf, "spine"))
-            for leaf in _leaves(topology, receiver)
-            if leaf is not None and topology.graph.has_edge(leaf, "spine")
-        ]
-        if uplinks:
-            rate = min(rate, sum(uplinks))
-    return rate
+@dataclass(frozen=True)
+class Context:
+    """What every construction of one problem shares."""
+
+    nodes: tuple[PlanNode, ...]
+    port: Ports
+    targets: tuple[int, ...]
 
 
-def greedy_structure(problem: Problem) -> list[tuple[int, list[int]]]:
-    """``(source index, target indices in chain order)`` per chain."""
+def context(problem: Problem) -> Context:
+    nodes = tuple(base_builder(problem).nodes)
+    targets = tuple(n.id for n in nodes[len(problem.sources) :])
+    return Context(nodes, ports(problem, nodes), targets)
+
+
+def live_names(problem: Problem, ctx: Context, live_nodes: Sequence[int]) -> tuple[str, ...]:
+    offset = len(problem.sources)
+    names = [i.name for node in live_nodes for i in problem.instances if i.node + offset == node]
+    return tuple(names[: problem.live])
+
+
+def ordered(
+    problem: Problem, ctx: Context, live_nodes: Sequence[int], objective: str
+) -> tuple[int, ...]:
+    """Forwarding order for a live cover (module docstring, step 3)."""
     topo = problem.topology
-    sources, targets = problem.sources, problem.targets
-    k = min(len(sources), len(targets))
-    width = {t: sum(_nic_rates(topo, targets[t]).values()) for t in range(len(targets))}
-    chosen = sorted(
-        range(len(sources)),
-        key=lambda i: (-sum(_nic_rates(topo, sources[i]).values()), -len(sources[i].egress), i),
-    )[:k]
-    chains: dict[int, list[int]] = {c: [] for c in chosen}
-    rate = dict.fromkeys(chosen, float("inf"))
-    for t in sorted(range(len(targets)), key=lambda t: (-width[t], -len(targets[t].gpus), t)):
-        node = targets[t]
+    holder_leaves = {
+        topo.leaf_of_nic(nic) for s in problem.sources for nic in ctx.port.out.get(s.id, {})
+    }
+    rest = sorted(
+        (t for t in ctx.targets if t not in live_nodes),
+        key=lambda t: (
+            -ctx.port.egress(t),
+            not (ctx.port.leaves_in(t) & holder_leaves),
+            -ctx.port.ingress(t),
+            t,
+        ),
+    )
+    tail = list(live_nodes)
+    return tuple(tail + rest) if objective == "live_ready" else tuple(rest + tail)
 
-        def after(c: int, node: PlanNode = node) -> float:
-            tail = targets[chains[c][-1]] if chains[c] else sources[c]
-            return min(rate[c], _hop_rate(topo, tail, node))
 
-        def preference(c: int, node: PlanNode = node) -> tuple[float, bool, int, int]:
-            tail = targets[chains[c][-1]] if chains[c] else sources[c]
-            shares_leaf = bool(_leaves(topo, tail) & _leaves(topo, node))
-            return (-after(c), not shares_leaf, len(chains[c]), chosen.index(c))
+def greedy_choice(problem: Problem, ctx: Context, objective: str) -> Choice:
+    """The greedy's live cover and order (module docstring, steps 2 and 3)."""
+    best: tuple[float, int, Choice] | None = None
+    for cover in _covers(problem, ctx):
+        order = ordered(problem, ctx, cover, objective)
+        fluid = _fluid(problem, ctx, order, cover)
+        spare = _instances_in(problem, ctx, cover) - problem.live
+        candidate = (fluid, spare, Choice(order, cover))
+        if best is None or candidate[:2] < best[:2]:
+            best = candidate
+    if best is None:
+        return Choice(ordered(problem, ctx, (), objective), ())
+    return best[2]
 
-        pick = min(chosen, key=preference)
-        rate[pick] = after(pick)
-        chains[pick].append(t)
-    return [(c, chains[c]) for c in chosen if chains[c]]
+
+def _instances_in(problem: Problem, ctx: Context, nodes: Sequence[int]) -> int:
+    offset = len(problem.sources)
+    return sum(1 for i in problem.instances if i.node + offset in nodes)
+
+
+def _covers(problem: Problem, ctx: Context) -> list[tuple[int, ...]]:
+    """Candidate sets of target nodes holding the live instances."""
+    if problem.live == 0:
+        return [()]
+    offset = len(problem.sources)
+    count = {t: sum(1 for i in problem.instances if i.node + offset == t) for t in ctx.targets}
+    covers: list[tuple[int, ...]] = [(t,) for t in ctx.targets if count[t] >= problem.live]
+    for key in (
+        lambda t: (ctx.port.egress(t), -count[t], t),
+        lambda t: (-count[t], ctx.port.egress(t), t),
+    ):
+        chosen: list[int] = []
+        for t in sorted(ctx.targets, key=key):
+            if sum(count[c] for c in chosen) >= problem.live:
+                break
+            chosen.append(t)
+        covers.append(tuple(chosen))
+    return list(dict.fromkeys(covers))
+
+
+def _fluid(
+    problem: Problem, ctx: Context, order: Sequence[int], live_nodes: Sequence[int]
+) -> float:
+    forwarding = frozenset(t for t in ctx.targets if t not in live_nodes)
+    return fluid_time(problem, ctx.nodes, ctx.port, order, forwarding)
+
+
+def build(problem: Problem, ctx: Context, choice: Choice) -> Built:
+    """The plan of ``choice``: allocation, lanes, gathers, evaluated."""
+    builder = base_builder(problem)
+    forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
+    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding)
+    build_lanes(problem, builder, ctx.port, alloc)
+    relax_paces(builder, problem.residual)
+    return run(problem, builder, live_names(problem, ctx, choice.live_nodes))
+
+
+def build_lp(problem: Problem, ctx: Context, choice: Choice) -> Built | None:
+    """The plan of ``choice`` with the byte allocation of :mod:`~blitzplan.multicast.lp`, or
+    None when that program is too large or has no answer."""
+    builder = base_builder(problem)
+    forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
+    lp = lp_allocate(problem, builder.nodes, choice.order, forwarding)
+    if lp is None:
+        return None
+    build_lp_lanes(problem, builder, lp, gather_headroom=1.0)
+    relax_paces(builder, problem.residual)
+    return run(problem, builder, live_names(problem, ctx, choice.live_nodes))

@@ -1,77 +1,83 @@
-"""Local search over chain structures under the same cost model (the greedy's last step).
+"""Local search over the greedy's decisions under the full cost model (its last step).
 
-Moves: take one target node out and put it at any position of any source's chain (a source
-without a chain may start one), or swap two target nodes. The first move that improves the
-objective is taken, until none does or ``max_evaluations`` structures have been evaluated. The
-budget is a count, not a clock, so equal input gives an identical plan. Arrangements that differ
-only by interchangeable target nodes (see :mod:`blitzplan.multicast.exact`) are evaluated once.
+Moves: swap two forwarding nodes in the order, move a forwarding node to another position, or
+replace one node of the live cover by another that still covers ``live`` instances. The first move
+that improves the objective (fair shares and the lane timeline, not the fluid estimate) is taken,
+until none does or ``max_evaluations`` plans have been built. The budget is a count, not a clock,
+so equal input gives an identical plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from blitzplan.multicast.assemble import Built, evaluate_structure, score
-from blitzplan.multicast.exact import symmetry_types
+from blitzplan.errors import InfeasibleError
+from blitzplan.multicast.assemble import Built, score
+from blitzplan.multicast.greedy import Choice, Context, build, ordered
 from blitzplan.multicast.setup import Problem
 
-__all__ = ["polish"]
+__all__ = ["neighbours", "polish"]
 
 _EPS = 1e-9
-Structure = list[tuple[int, list[int]]]
 
 
-def _neighbours(chains: dict[int, list[int]], sources: int) -> Iterator[dict[int, list[int]]]:
-    placed = [(s, i, t) for s, chain in chains.items() for i, t in enumerate(chain)]
-    for s, i, t in placed:
-        for dest in range(sources):
-            rest = [x for x in chains.get(dest, []) if x != t]
-            for position in range(len(rest) + 1):
-                if dest == s and position == i:
-                    continue
-                moved = {k: [x for x in v if x != t] for k, v in chains.items()}
-                moved[dest] = [*rest[:position], t, *rest[position:]]
-                yield moved
-    for a in range(len(placed)):
-        for b in range(a + 1, len(placed)):
-            (sa, ia, ta), (sb, ib, tb) = placed[a], placed[b]
-            swapped = {k: list(v) for k, v in chains.items()}
-            swapped[sa][ia], swapped[sb][ib] = tb, ta
-            yield swapped
+def neighbours(problem: Problem, ctx: Context, choice: Choice, objective: str) -> Iterator[Choice]:
+    live = set(choice.live_nodes)
+    forwarders = [t for t in choice.order if t not in live]
+    tail = [t for t in choice.order if t in live]
 
+    def assemble(order: list[int]) -> Choice:
+        full = tail + order if objective == "live_ready" else order + tail
+        return Choice(tuple(full), choice.live_nodes)
 
-def _structure(chains: dict[int, list[int]]) -> Structure:
-    return [(s, chain) for s, chain in sorted(chains.items()) if chain]
+    for a in range(len(forwarders)):
+        for b in range(a + 1, len(forwarders)):
+            swapped = list(forwarders)
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            yield assemble(swapped)
+    for a, node in enumerate(forwarders):
+        rest = forwarders[:a] + forwarders[a + 1 :]
+        for position in range(len(rest) + 1):
+            if position != a:
+                yield assemble([*rest[:position], node, *rest[position:]])
+    offset = len(problem.sources)
+    count = {t: sum(1 for i in problem.instances if i.node + offset == t) for t in ctx.targets}
+    for old in choice.live_nodes:
+        for new in forwarders:
+            cover = tuple(new if t == old else t for t in choice.live_nodes)
+            if sum(count[t] for t in cover) >= problem.live:
+                yield Choice(ordered(problem, ctx, cover, objective), cover)
 
 
 def polish(
-    problem: Problem, start: Structure, built: Built, objective: str, *, max_evaluations: int
-) -> Built:
-    """Improve ``start`` (already evaluated as ``built``) by first-improvement local search."""
-    best, value = built, score(objective, built.ready_at_s, built.live)
-    chains = {s: list(chain) for s, chain in start}
-    types = symmetry_types(problem)
-
-    def key(candidate: dict[int, list[int]]) -> tuple[tuple[int, tuple[object, ...]], ...]:
-        return tuple((s, tuple(types[t] for t in c)) for s, c in sorted(candidate.items()) if c)
-
-    seen = {key(chains)}
+    problem: Problem,
+    ctx: Context,
+    start: Choice,
+    built: Built,
+    objective: str,
+    *,
+    max_evaluations: int,
+) -> tuple[Choice, Built]:
+    """Improve ``start`` (already built as ``built``) by first-improvement local search."""
+    best, value, choice = built, score(objective, built.ready_at_s, built.live), start
+    seen = {start}
     evaluations = 0
     improved = True
     while improved and evaluations < max_evaluations:
         improved = False
-        for candidate in _neighbours(chains, len(problem.sources)):
+        for candidate in neighbours(problem, ctx, choice, objective):
             if evaluations >= max_evaluations:
                 break
-            if key(candidate) in seen:
-                continue  # the same arrangement of interchangeable nodes: the same plan value
-            seen.add(key(candidate))
-            trial = evaluate_structure(problem, _structure(candidate))
+            if candidate in seen:
+                continue
+            seen.add(candidate)
             evaluations += 1
-            if objective == "live_ready" and not trial.live:
+            try:
+                trial = build(problem, ctx, candidate)
+            except InfeasibleError:
                 continue
             trial_value = score(objective, trial.ready_at_s, trial.live)
             if trial_value < value * (1 - _EPS):
-                best, value, chains, improved = trial, trial_value, candidate, True
+                best, value, choice, improved = trial, trial_value, candidate, True
                 break
-    return best
+    return choice, best

@@ -1,4 +1,14 @@
-"""Where the new instances go, which sources may send, and how a hop's lanes are laid out."""
+"""Where the new instances go, who may send, and what each link has left for weights.
+
+Sources (holders): decode and idle instances of the model's identity (prefill ones only with
+``allow_prefill_sources``), each with the spare GPUs of its NVLink group whose NICs it may send
+through, and the cluster's host-DRAM copy, sending through its host's NICs that no instance source
+already uses. A prefill instance's GPUs are never exits under the paper's rule (the default); with
+``allow_prefill_sources`` they are exits only when every decode instance of the model sits in
+their NVLink group, so the instance's KV caches never leave through its NICs. Targets: one node per
+NVLink group holding new instances, with the group's spare GPUs as relays. Spare GPUs are GPUs no
+instance occupies, not reserved for a new instance, not excluded.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +16,29 @@ import math
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from blitzplan.cluster import ClusterState, Role, Source
+from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.types import NewInstance, NodeKind, PlanNode
-from blitzplan.topologies import Topology
+from blitzplan.topologies import Edge, Topology, residual_after
 
 __all__ = [
+    "PLACEMENTS",
     "Problem",
     "available_slots",
-    "hop_lanes",
     "place_targets",
     "prepare",
+    "residual_capacity",
 ]
+
+PLACEMENTS = ("pack", "spread")
+"""pack: fullest NVLink groups first (keeps groups whole); spread: one instance per group in
+turn, so groups keep spare GPUs whose NICs relay stripes."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Everything a method needs: the nodes and instances to load and the eligible sources."""
+    """Everything a method needs: nodes to load, eligible sources, and link capacity left."""
 
     state: ClusterState
     model: ModelSpec
@@ -36,10 +51,20 @@ class Problem:
     live: int
     allow_prefill_sources: bool
     delivered: Mapping[str, tuple[bool, ...]]
+    residual: Mapping[Edge, float]
 
     @property
     def topology(self) -> Topology:
         return self.state.topology
+
+    def missing_units(self, node: PlanNode) -> tuple[bool, ...]:
+        """Per unit, whether ``node``'s GPUs still need it."""
+        return tuple(not node.has(u) for u in range(len(self.unit_bytes)))
+
+    def node_bytes(self, node: PlanNode) -> float:
+        """Bytes of distinct shards the node still needs (every rank once)."""
+        need = self.missing_units(node)
+        return float(self.tp * sum(b for b, m in zip(self.unit_bytes, need, strict=True) if m))
 
 
 def prepare(
@@ -56,29 +81,42 @@ def prepare(
     allow_prefill_sources: bool,
     names: Sequence[str] | None = None,
     delivered: Mapping[str, Sequence[bool]] | None = None,
+    placement: str = "pack",
 ) -> Problem:
-    """Validate the request and lay out target and source nodes (no plan yet).
-
-    ``names`` name the new instances (default ``new0, new1, ...``); ``delivered`` marks, per
-    name, the units an earlier plan already delivered to it.
-    """
+    """Validate the request and lay out source and target nodes (no plan yet)."""
     model.check_tp(tp)
     _check_tp_fits(state.topology, tp)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
         raise InvalidInputError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    if placement not in PLACEMENTS:
+        raise InvalidInputError(
+            f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
+        )
     excluded = _check_exclude(state, exclude)
-    candidates = _source_nodes(state, model, excluded, allow_prefill_sources, reserved=set())
-    groups = _target_groups(state, model, tp, count, targets, candidates)
-    reserved = {gpu for group in groups for gpu in group}
-    sources = _source_nodes(state, model, excluded, allow_prefill_sources, reserved=reserved)
+    holders = _holders(state, model, excluded, allow_prefill_sources)
+    groups = _target_groups(state, tp, count, targets, holders, placement)
     if isinstance(live, bool) or not isinstance(live, int) or not 0 <= live <= len(groups):
         raise InvalidInputError(
             f"live must be an integer in 0..{len(groups)} (the number of new instances), "
             f"got {live!r}"
         )
+    reserved = {gpu for group in groups for gpu in group}
     names = _names(names, len(groups))
     present = _delivered(delivered, names, model.num_units)
-    instances, nodes = _target_nodes(state.topology, groups, tp, startup_s, names, present)
+    instances, nodes = _target_nodes(
+        state,
+        groups,
+        tp,
+        startup_s,
+        names,
+        present,
+        reserved | excluded,
+        _blocked_nics(state, allow_prefill_sources),
+    )
+    target_groups = {state.topology.nvlink_group_of(n.gpus[0]) for n in nodes}
+    sources = _source_nodes(
+        state, holders, excluded | reserved, allow_prefill_sources, target_groups
+    )
     return Problem(
         state=state,
         model=model,
@@ -91,12 +129,23 @@ def prepare(
         live=live,
         allow_prefill_sources=allow_prefill_sources,
         delivered={n: p for n, p in present.items() if any(p)},
+        residual=residual_capacity(state),
     )
+
+
+def residual_capacity(state: ClusterState) -> dict[Edge, float]:
+    """Each edge's capacity minus what the state's background flows use of it.
+
+    Background flows (KV caches) take their max-min fair rates among themselves first: weights
+    never slow serving traffic down; they use what is left."""
+    return residual_after(state.background_flows, state.topology.capacity)
 
 
 def _names(names: Sequence[str] | None, count: int) -> list[str]:
     if names is None:
         return [f"new{i}" for i in range(count)]
+    if isinstance(names, str):
+        raise InvalidInputError(f"names must be a list of instance names, got the string {names!r}")
     result = [str(n) for n in names]
     if len(result) != count or len(set(result)) != count:
         raise InvalidInputError(
@@ -126,15 +175,17 @@ def _delivered(
 
 def _target_groups(
     state: ClusterState,
-    model: ModelSpec,
     tp: int,
     count: int | None,
     targets: Sequence[Sequence[str]] | None,
-    sources: Sequence[PlanNode],
+    holders: Sequence[tuple[Instance | None, str | None]],
+    placement: str,
 ) -> list[tuple[str, ...]]:
     if (count is None) == (targets is None):
         raise InvalidInputError("give exactly one of count and targets")
     if targets is not None:
+        if isinstance(targets, str):
+            raise InvalidInputError(f"targets must be a list of GPU groups, got {targets!r}")
         groups = [tuple(group) for group in targets]
         if not groups:
             raise InvalidInputError("targets must name at least one instance, got []")
@@ -142,13 +193,15 @@ def _target_groups(
         return groups
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInputError(f"count must be a positive integer, got {count!r}")
-    source_leaves = {state.topology.leaf_of(gpu) for node in sources for gpu in node.gpus} | {
-        state.topology.leaf_of(g)
-        for node in sources
-        if node.memory
-        for g in state.topology.gpus_of_host(_host_of_memory(state.topology, node.memory))
-    }
-    return place_targets(state, tp, count, prefer_leaves=source_leaves)
+    topo = state.topology
+    leaves: set[str | None] = set()
+    for inst, memory in holders:
+        if inst is not None:
+            leaves |= {topo.leaf_of(g) for g in inst.gpus}
+        elif memory is not None:
+            host = str(topo.graph.nodes[memory]["host"])
+            leaves |= {topo.leaf_of(g) for g in topo.gpus_of_host(host)}
+    return place_targets(state, tp, count, prefer_leaves=leaves, placement=placement)
 
 
 def _check_tp_fits(topology: Topology, tp: int) -> None:
@@ -182,11 +235,16 @@ def _check_explicit_targets(state: ClusterState, groups: list[tuple[str, ...]], 
 
 
 def available_slots(
-    state: ClusterState, tp: int, *, prefer_leaves: Set[str | None] = frozenset()
+    state: ClusterState,
+    tp: int,
+    *,
+    prefer_leaves: Set[str | None] = frozenset(),
+    placement: str = "pack",
 ) -> list[tuple[str, ...]]:
-    """Every free TP group in placement order: each inside one NVLink group, fullest groups
-    first (so more instances share a group and receive sharded), then groups under a source's
-    leaf, then topology order."""
+    """Every free TP group in placement order, each inside one NVLink group.
+
+    ``pack``: fullest groups first (more instances share a group), then groups under a source's
+    leaf, then topology order. ``spread``: the same groups, but one slot per group in turn."""
     topo = state.topology
     _check_tp_fits(topo, tp)
     free = set(state.free_gpus())
@@ -202,11 +260,14 @@ def available_slots(
             topo.gpu_position(kv[0][0]),
         ),
     )
-    return [
-        tuple(gpus[start : start + tp])
+    per_group = [
+        [tuple(gpus[start : start + tp]) for start in range(0, len(gpus) - tp + 1, tp)]
         for _, gpus in order
-        for start in range(0, len(gpus) - tp + 1, tp)
     ]
+    if placement == "spread":
+        depth = max((len(slots) for slots in per_group), default=0)
+        return [slots[k] for k in range(depth) for slots in per_group if k < len(slots)]
+    return [slot for slots in per_group for slot in slots]
 
 
 def place_targets(
@@ -215,9 +276,10 @@ def place_targets(
     count: int,
     *,
     prefer_leaves: Set[str | None] = frozenset(),
+    placement: str = "pack",
 ) -> list[tuple[str, ...]]:
     """The first ``count`` of :func:`available_slots`; InfeasibleError when they do not fit."""
-    slots = available_slots(state, tp, prefer_leaves=prefer_leaves)
+    slots = available_slots(state, tp, prefer_leaves=prefer_leaves, placement=placement)
     if len(slots) < count:
         raise InfeasibleError(
             f"count={count} new tp={tp} instances do not fit the free GPUs: room for {len(slots)}"
@@ -226,33 +288,42 @@ def place_targets(
 
 
 def _target_nodes(
-    topology: Topology,
+    state: ClusterState,
     groups: list[tuple[str, ...]],
     tp: int,
     startup_s: float | Mapping[str, float],
     names: list[str],
     present: Mapping[str, tuple[bool, ...]],
+    unavailable: set[str],
+    blocked_nics: set[str],
 ) -> tuple[tuple[NewInstance, ...], tuple[PlanNode, ...]]:
-    """One target node per NVLink group (and set of units already delivered)."""
+    """One target node per NVLink group (and set of units already delivered). A GPU whose NIC
+    carries a prefill instance's KV caches receives but never forwards."""
+    topology = state.topology
     by_group: dict[tuple[tuple[str, ...], tuple[bool, ...]], list[int]] = {}
     for i, group in enumerate(groups):
         key = (topology.nvlink_group_of(group[0]), present[names[i]])
         by_group.setdefault(key, []).append(i)
     startups = _startups(startup_s, names)
+    free = set(state.free_gpus())
+    relay_taken: set[str] = set()
     nodes: list[PlanNode] = []
     node_of: dict[int, int] = {}
-    for (_, mask), members in by_group.items():
+    for (nvlink, mask), members in by_group.items():
         node_id = len(nodes)
         gpus = tuple(gpu for i in members for gpu in groups[i])
-        label = "+".join(names[i] for i in members)
+        relays = tuple(
+            g for g in nvlink if g in free and g not in unavailable and g not in relay_taken
+        )
+        relay_taken |= set(relays)
         nodes.append(
             PlanNode(
                 node_id,
                 NodeKind.TARGET,
-                label,
+                "+".join(names[i] for i in members),
                 gpus=gpus,
-                egress=tuple((g, g) for g in gpus),
-                stripes=len(members),
+                exits=tuple(g for g in gpus + relays if topology.nic_of(g) not in blocked_nics),
+                relays=relays,
                 tp=tp,
                 present=mask if any(mask) else (),
             )
@@ -300,139 +371,115 @@ def _check_exclude(state: ClusterState, exclude: Iterable[str]) -> set[str]:
     return items
 
 
-def _is_excluded(source: Source, topology: Topology, excluded: set[str]) -> bool:
-    names = set(source.nodes)
-    if source.instance is not None:
-        names.add(source.instance.id)
-        names |= {topology.host_of(g) for g in source.nodes}
-    if source.host is not None:
-        names.add(source.host)
-    return bool(names & excluded)
-
-
-def _source_nodes(
-    state: ClusterState,
-    model: ModelSpec,
-    excluded: set[str],
-    allow_prefill: bool,
-    *,
-    reserved: set[str],
-) -> tuple[PlanNode, ...]:
-    """Eligible sources as nodes: instances (decode/idle, prefill only when allowed), else the
-    host copy. Each instance stripes over its own GPUs' NICs and a share of the spare GPUs of its
-    NVLink group (GPUs not serving prefill, not ``reserved`` for new instances, not excluded)."""
+def _holders(
+    state: ClusterState, model: ModelSpec, excluded: set[str], allow_prefill: bool
+) -> list[tuple[Instance | None, str | None]]:
+    """Eligible holders: ``(instance, None)`` or ``(None, host memory)``."""
     topo = state.topology
     every = state.sources(model)
     if not every:
         raise InfeasibleError(f"no source holds model {model.identity}")
-    usable = [s for s in every if not _is_excluded(s, topo, excluded)]
+    usable = []
+    for source in every:
+        names = set(source.nodes) | ({source.host} if source.host else set())
+        if source.instance is not None:
+            names |= {source.instance.id} | {topo.host_of(g) for g in source.nodes}
+        if not names & excluded:
+            usable.append(source)
     if not usable:
         raise InfeasibleError(
             f"no source of model {model.identity} is left: all of "
-            f"{[_source_label(s) for s in every]} are excluded"
+            f"{[s.instance.id if s.instance else f'host copy on {s.host}' for s in every]} "
+            "are excluded"
         )
-    instances = [
-        s
+    holders: list[tuple[Instance | None, str | None]] = [
+        (s.instance, None)
         for s in usable
         if s.instance is not None and (allow_prefill or s.instance.role is not Role.PREFILL)
     ]
-    if instances:
-        return _instance_nodes(state, instances, excluded | reserved, allow_prefill)
-    hosts = [s for s in usable if s.kind == "host"]
-    if not hosts:
+    holders += [(None, s.nodes[0]) for s in usable if s.kind == "host"]
+    if not holders:
         raise InfeasibleError(
             f"model {model.identity} is held only by prefill instances, whose egress carries KV "
             "caches; pass allow_prefill_sources=True to use them"
         )
-    memory = hosts[0].nodes[0]
-    host = _host_of_memory(topo, memory)
-    egress = tuple((memory, nic) for nic in topo.nics_of_host(host))
-    return (PlanNode(0, NodeKind.HOST, f"host copy on {host}", memory=memory, egress=egress),)
+    return holders
 
 
-def _source_label(source: Source) -> str:
-    return source.instance.id if source.instance else f"host copy on {source.host}"
+def _kv_leaves_group(state: ClusterState, inst: Instance) -> bool:
+    """Whether a prefill instance sends KV caches out of its NVLink group (over its NICs)."""
+    group = set(state.topology.nvlink_group_of(inst.gpus[0]))
+    return any(
+        other.role is Role.DECODE
+        and other.identity == inst.identity
+        and not set(other.gpus) <= group
+        for other in state.instances
+    )
 
 
-def _instance_nodes(
-    state: ClusterState, sources: list[Source], excluded: set[str], allow_prefill: bool
+def _source_nodes(
+    state: ClusterState,
+    holders: list[tuple[Instance | None, str | None]],
+    unavailable: set[str],
+    allow_prefill: bool,
+    target_groups: set[tuple[str, ...]],
 ) -> tuple[PlanNode, ...]:
+    """Holders as nodes. An instance sends through its own GPUs (unless they carry its KV) and a
+    share of the spare GPUs of its NVLink group when no new instance lands in that group (those
+    spares relay for the new instances instead)."""
     topo = state.topology
-    source_gpus = {g for s in sources for g in s.nodes}
-    prefill_gpus = {
-        g
-        for inst in state.instances
-        if inst.role is Role.PREFILL and not allow_prefill
-        for g in inst.gpus
-    }
-    helpers_of: dict[int, list[str]] = {i: [] for i in range(len(sources))}
-    by_group: dict[tuple[str, ...], list[int]] = {}
-    for i, s in enumerate(sources):
-        by_group.setdefault(topo.nvlink_group_of(s.nodes[0]), []).append(i)
+    free = set(state.free_gpus())
+    instances = [inst for inst, _ in holders if inst is not None]
+    helpers: dict[str, list[str]] = {inst.id: [] for inst in instances}
+    by_group: dict[tuple[str, ...], list[Instance]] = {}
+    for inst in instances:
+        by_group.setdefault(topo.nvlink_group_of(inst.gpus[0]), []).append(inst)
     for group, members in by_group.items():
-        spare = [
-            g
-            for g in group
-            if g not in source_gpus
-            and g not in prefill_gpus
-            and g not in excluded
-            and g in topo.gpus()
-        ]
+        if group in target_groups:
+            continue
+        spare = [g for g in group if g in free and g not in unavailable]
         for j, gpu in enumerate(spare):
-            helpers_of[members[j % len(members)]].append(gpu)
-    nodes = []
-    for i, s in enumerate(sources):
-        own = s.nodes
-        egress = tuple((g, g) for g in own) + tuple(
-            (own[j % len(own)], h) for j, h in enumerate(helpers_of[i])
-        )
-        inst = s.instance
-        label = f"{inst.id} ({inst.role.value})" if inst else "source"
+            helpers[members[j % len(members)].id].append(gpu)
+    blocked = _blocked_nics(state, allow_prefill)
+    nodes: list[PlanNode] = []
+    for inst in instances:
+        own: tuple[str, ...] = inst.gpus
+        if inst.role is Role.PREFILL and (not allow_prefill or _kv_leaves_group(state, inst)):
+            own = ()
+        exits = tuple(g for g in own + tuple(helpers[inst.id]) if topo.nic_of(g) not in blocked)
         nodes.append(
             PlanNode(
-                i,
+                len(nodes),
                 NodeKind.INSTANCE,
-                label,
-                gpus=own,
-                egress=egress,
-                instance_id=inst.id if inst else None,
-                tp=len(own),
+                f"{inst.id} ({inst.role.value})",
+                gpus=inst.gpus,
+                exits=exits,
+                instance_id=inst.id,
+                tp=inst.tp,
             )
         )
-    return tuple(sorted(nodes, key=lambda n: (-len(n.egress), n.id)))
+    used_nics = {topo.nic_of(g) for node in nodes for g in node.exits}
+    for _, memory in holders:
+        if memory is None:
+            continue
+        host = str(topo.graph.nodes[memory]["host"])
+        nics = tuple(
+            n
+            for n in topo.nics_of_host(host)
+            if n not in used_nics and n not in blocked and n not in unavailable
+        )
+        nodes.append(
+            PlanNode(len(nodes), NodeKind.HOST, f"host copy on {host}", memory=memory, exits=nics)
+        )
+    return tuple(nodes)
 
 
-def _host_of_memory(topology: Topology, memory: str) -> str:
-    return str(topology.graph.nodes[memory]["host"])
-
-
-# --- lanes -----------------------------------------------------------------------------------
-
-
-def hop_lanes(
-    sender: PlanNode, receiver: PlanNode, *, full_shard: bool = False
-) -> list[tuple[str, str, str, float, int]]:
-    """Lanes ``(holder, exit, dst, fraction, stripe)`` from ``sender`` to ``receiver``.
-
-    Receiving GPU ``a * tp + r`` (instance ``a``, rank ``r``) gets stripe ``a`` of rank ``r``:
-    ``1/stripes`` of its shard (``full_shard``: all of it, as stripe 0). It comes from a sender
-    egress whose holder has the same rank (any egress when the sender is memory or its TP
-    differs), taking those egresses in turn so the lanes spread over all of them.
-    """
-    m = 1 if full_shard else receiver.stripes
-    groups: dict[int, list[tuple[str, str]]] = {}
-    for holder, exit_ in sender.egress:
-        rank = sender.gpus.index(holder) % sender.tp if holder in sender.gpus else 0
-        groups.setdefault(rank, []).append((holder, exit_))
-    rank_aware = sender.tp == receiver.tp and len(groups) == receiver.tp
-    used: dict[int, int] = {}
-    lanes = []
-    for i, dst in enumerate(receiver.gpus):
-        a, r = divmod(i, receiver.tp)
-        key = r if rank_aware else min(groups)
-        options = groups[key] if rank_aware else list(sender.egress)
-        k = used.get(key, 0)
-        used[key] = k + 1
-        holder, exit_ = options[k % len(options)]
-        lanes.append((holder, exit_, dst, 1.0 / m, 0 if full_shard else a))
-    return lanes
+def _blocked_nics(state: ClusterState, allow_prefill: bool) -> set[str]:
+    """NICs that carry a prefill instance's KV caches (never weight exits)."""
+    topo = state.topology
+    return {
+        topo.nic_of(g)
+        for inst in state.instances
+        if inst.role is Role.PREFILL and (not allow_prefill or _kv_leaves_group(state, inst))
+        for g in inst.gpus
+    }

@@ -1,103 +1,221 @@
-"""Building a plan's flows and computing its timeline with the pipelined recurrence.
+"""Building a plan's lanes and flows, and computing its timeline lane by lane.
 
-For hop ``k`` into node ``R`` from node ``S``, with lane ``j`` carrying ``b_j(l)`` bytes of unit
-``l`` at its fair-share rate ``r_j`` (all flows of the hop's phase plus background flows)::
+Every lane streams its stripe of each unit it carries in unit order. For lane ``f`` carrying
+``b_f(u)`` bytes of unit ``u`` at rate ``r_f`` (max-min fair on what background flows leave, at
+most the lane's pace) over a path of latency ``lat_f``::
 
-    tau_k(l) = max_j b_j(l) / r_j                      # the unit streaming over the hop
-    c_k(l)   = max_j min(chunk, b_j(l)) / r_j          # its last chunk, forwarded after arrival
-    t_k(-1)  = start_k
-    t_k(l)   = max(avail_S(l) + c_k(l) + lat_k, t_k(l-1) + tau_k(l))
+    tau_f(u) = b_f(u) / r_f                       # the stripe of the unit streaming over the lane
+    c_f(u)   = min(chunk, b_f(u)) / r_f           # its last chunk, sent on after it arrives
+    t_f(-1)  = start_f
+    t_f(u)   = max(avail_f(u) + c_f(u) + lat_f, t_f(u-1) + tau_f(u))
 
-``avail_S(l)`` is 0 for sources, the unit's arrival (or, when the hop's lanes do not line up with
-the sender's stripes, its completion after the all-gather) for a forwarding target node, and the
-sender's whole-model completion for store-and-forward hops. ``start_k`` is the latest of the
-sender's first chunk, the receiver's ``startup_s``, and the end of the hops in ``after``.
-A striped node then completes unit ``l`` with its NVLink ring all-gather:
-``done(l) = max(t(l), done(l-1)) + max_j a_j(l) / g_j + lat``.
+``avail_f(u)`` is 0 when the sender is a source, else the latest arrival of unit ``u`` over the
+lanes that brought the lane's stripe to its holder (the sender's completion of every unit for a
+store-and-forward hop). ``start_f`` is the latest of the holder's first chunk of the stripe, the
+receiver's ``startup_s`` and the end of every hop the lane's hop waits for. Units the receiver
+already has take no time and read 0. A GPU has unit ``u`` when every lane into it that carries
+``u`` has delivered it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.types import AllGather, Hop, Lane, NewInstance, NodeKind, PlanNode
-from blitzplan.topologies import Flow, Topology
+from blitzplan.multicast.holdings import overlap
+from blitzplan.multicast.types import ALL_RANKS, AllGather, Hop, Lane, NewInstance, PlanNode
+from blitzplan.topologies import Edge, Flow, Topology, fair_share_after
 
-__all__ = ["PlanBuilder", "Timeline", "evaluate", "lane_edges"]
+__all__ = [
+    "PlanBuilder",
+    "Timeline",
+    "evaluate",
+    "lane_dependencies",
+    "lane_edges",
+    "lane_route",
+]
+
+_SOURCE_KINDS = ("instance", "host", "cache")
 
 
-def lane_edges(
-    topology: Topology, holder: str, exit_: str, dst: str
-) -> tuple[tuple[str, str], ...]:
-    """The edges a lane crosses: from ``holder`` (over NVLink to ``exit_`` when they differ and
-    the receiver is on another host) out through ``exit_``'s NIC to ``dst``."""
-    if topology.kind(holder) in ("host_mem", "ssd"):
-        nic = exit_ if topology.kind(exit_) == "nic" else None
-        return topology.path_edges(holder, dst, src_nic=nic)
-    if holder == exit_ or topology.host_of(holder) == topology.graph.nodes[dst]["host"]:
+def lane_edges(topology: Topology, holder: str, exit_: str, dst: str) -> tuple[Edge, ...]:
+    """The edges a lane crosses: from ``holder`` (over NVLink to ``exit_`` when it differs),
+    out through the exit's NIC (or the host NIC ``exit_``), to ``dst``; inside one host, the
+    host's own route from ``holder`` to ``dst``."""
+    local = topology.graph.nodes[holder]["host"] == topology.graph.nodes[dst]["host"]
+    if local or exit_ == holder:
         return topology.path_edges(holder, dst)
+    if topology.kind(exit_) == "nic":
+        return topology.path_edges(holder, dst, src_nic=exit_)
     return topology.path_edges(holder, exit_) + topology.path_edges(exit_, dst)
+
+
+def lane_route(
+    topology: Topology, holder: str, exit_: str, dst: str
+) -> tuple[str, tuple[Edge, ...], float]:
+    """``(exit, edges, latency)`` of a lane, cached per topology; inside one host the exit is
+    the holder (no NIC, no relay)."""
+    cache = topology.memo.setdefault("lane_routes", {})
+    key = (holder, exit_, dst)
+    found = cache.get(key)
+    if found is None:
+        if topology.graph.nodes[holder]["host"] == topology.graph.nodes[dst]["host"]:
+            exit_ = holder
+        edges = lane_edges(topology, holder, exit_, dst)
+        found = (exit_, edges, sum(topology.latency_s(e) for e in edges))
+        cache[key] = found
+    return found
 
 
 @dataclass
 class PlanBuilder:
-    """Collects nodes, instances, hops and all-gathers, creating one flow per lane."""
+    """Collects nodes, instances and lanes (one flow per lane), grouped into hops and gathers."""
 
     topology: Topology
     nodes: list[PlanNode] = field(default_factory=list)
     instances: list[NewInstance] = field(default_factory=list)
-    hops: list[Hop] = field(default_factory=list)
-    allgathers: list[AllGather] = field(default_factory=list)
+    lanes: list[Lane] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
     flow_phase: list[int] = field(default_factory=list)
     flow_latency_s: list[float] = field(default_factory=list)
+    hop_of_lane: list[int] = field(default_factory=list)
+    deps: list[list[int] | None] = field(default_factory=list)
+    """Per lane, the lanes bringing its bytes to its holder when the constructor knows them."""
+    hop_specs: list[tuple[int, int, int, bool, tuple[int, ...]]] = field(default_factory=list)
 
     def add_node(self, node: PlanNode) -> int:
         node = PlanNode(**{**node.__dict__, "id": len(self.nodes)})
         self.nodes.append(node)
         return node.id
 
-    def _lane(
-        self, holder: str, exit_: str, dst: str, fraction: float, stripe: int, phase: int
-    ) -> Lane:
-        edges = lane_edges(self.topology, holder, exit_, dst)
-        self.flows.append(Flow(edges, name=f"{holder}->{dst}"))
-        self.flow_phase.append(phase)
-        self.flow_latency_s.append(sum(self.topology.latency_s(e) for e in edges))
-        return Lane(len(self.flows) - 1, holder, exit_, dst, fraction, stripe)
-
-    def add_hop(
+    def hop(
         self,
         sender: int,
         receiver: int,
-        lanes: Sequence[tuple[str, str, str, float, int]],
         *,
         phase: int = 0,
         pipelined: bool = True,
         after: Sequence[int] = (),
     ) -> int:
-        """Add a hop; ``lanes`` are ``(holder, exit, dst, fraction, stripe)``."""
-        built = tuple(self._lane(*lane, phase) for lane in lanes)
-        self.hops.append(Hop(sender, receiver, built, phase, pipelined, tuple(after)))
-        return len(self.hops) - 1
+        """The hop id for ``sender -> receiver`` (created on first use); -1 for gathers."""
+        spec = (sender, receiver, phase, pipelined, tuple(after))
+        for h, known in enumerate(self.hop_specs):
+            if known[:3] == spec[:3]:
+                return h
+        self.hop_specs.append(spec)
+        return len(self.hop_specs) - 1
 
-    def add_allgather(self, node: int, *, phase: int = 0) -> None:
-        """A ring all-gather among the GPUs of each TP rank of a striped node."""
-        target = self.nodes[node]
-        m, tp = target.stripes, target.tp
-        if m == 1:
-            return
-        lanes = []
-        for rank in range(tp):
-            ring = [target.gpus[i * tp + rank] for i in range(m)]
-            for i, gpu in enumerate(ring):
-                nxt = ring[(i + 1) % m]
-                lanes.append(self._lane(gpu, gpu, nxt, (m - 1) / m, i, phase))
-        self.allgathers.append(AllGather(node, tuple(lanes), phase))
+    def add_lane(
+        self,
+        hop: int,
+        holder: str,
+        exit_: str,
+        dst: str,
+        rank: int,
+        lo: float,
+        hi: float,
+        *,
+        pace_bytes_per_s: float = math.inf,
+        deps: list[int] | None = None,
+    ) -> Lane:
+        """A lane of hop ``hop``; ``deps`` are the lanes bringing its bytes to ``holder``
+        (``None``: derive them from the lanes into the holder)."""
+        sender, receiver, phase = self.hop_specs[hop][:3]
+        return self._lane(
+            sender,
+            receiver,
+            hop,
+            phase,
+            holder,
+            exit_,
+            dst,
+            rank,
+            lo,
+            hi,
+            pace=pace_bytes_per_s,
+            deps=deps,
+        )
+
+    def add_gather(
+        self,
+        node: int,
+        holder: str,
+        dst: str,
+        rank: int,
+        lo: float,
+        hi: float,
+        *,
+        phase: int = 0,
+        deps: list[int] | None = None,
+        pace_bytes_per_s: float = math.inf,
+    ) -> Lane:
+        """An NVLink copy of stripe ``[lo, hi)`` of ``rank`` from ``holder`` to ``dst``."""
+        return self._lane(
+            node,
+            node,
+            -1,
+            phase,
+            holder,
+            holder,
+            dst,
+            rank,
+            lo,
+            hi,
+            gather=True,
+            deps=deps,
+            pace=pace_bytes_per_s,
+        )
+
+    def _lane(
+        self,
+        sender: int,
+        receiver: int,
+        hop: int,
+        phase: int,
+        holder: str,
+        exit_: str,
+        dst: str,
+        rank: int,
+        lo: float,
+        hi: float,
+        *,
+        gather: bool = False,
+        pace: float = math.inf,
+        deps: list[int] | None = None,
+    ) -> Lane:
+        exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
+        lane = Lane(len(self.lanes), sender, receiver, holder, exit_, dst, rank, lo, hi, gather)
+        self.lanes.append(lane)
+        self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))
+        self.flow_phase.append(phase)
+        self.flow_latency_s.append(latency)
+        self.hop_of_lane.append(hop)
+        self.deps.append(deps)
+        return lane
+
+    def hops(self) -> tuple[Hop, ...]:
+        grouped: list[list[Lane]] = [[] for _ in self.hop_specs]
+        for lane, h in zip(self.lanes, self.hop_of_lane, strict=True):
+            if h >= 0:
+                grouped[h].append(lane)
+        return tuple(
+            Hop(s, r, tuple(lanes), phase, pipelined, after)
+            for (s, r, phase, pipelined, after), lanes in zip(self.hop_specs, grouped, strict=True)
+        )
+
+    def allgathers(self) -> tuple[AllGather, ...]:
+        by_node: dict[int, list[Lane]] = {}
+        for lane in self.lanes:
+            if lane.gather:
+                by_node.setdefault(lane.receiver, []).append(lane)
+        return tuple(
+            AllGather(node, tuple(lanes), self.flow_phase[lanes[0].flow])
+            for node, lanes in sorted(by_node.items())
+        )
 
 
 @dataclass(frozen=True)
@@ -105,16 +223,78 @@ class Timeline:
     """Rates and times of a built plan."""
 
     rates: tuple[float, ...]
-    arrival_s: tuple[tuple[float, ...], ...]
-    done_s: dict[int, tuple[float, ...]]
-    first_s: dict[int, float]
-    hop_end_s: tuple[float, ...]
+    lane_arrival_s: np.ndarray
+    """lanes x units: arrival of each carried unit, 0 where the lane carries nothing."""
+    hop_arrival_s: tuple[tuple[float, ...], ...]
+    layer_ready_s: dict[str, tuple[float, ...]]
 
 
-def _need(node: PlanNode, unit_bytes: Sequence[int]) -> list[float]:
-    """Bytes one receiving GPU (a stage: its host) needs per unit; 0 for units it has."""
-    scale = node.tp if node.kind is NodeKind.STAGE else 1
-    return [0.0 if node.has(u) else float(scale * b) for u, b in enumerate(unit_bytes)]
+def lane_dependencies(
+    lanes: Sequence[Lane],
+    nodes: Sequence[PlanNode],
+    hops: Sequence[Hop],
+    known: Sequence[list[int] | None] = (),
+) -> list[list[int]]:
+    """For each lane, the lanes whose arrivals it waits for (see the module docstring); entries
+    of ``known`` that are not None are taken as given."""
+    into: dict[tuple[int, str], list[Lane]] = {}
+    into_node: dict[int, list[int]] = {}
+    for lane in lanes:
+        into.setdefault((lane.receiver, lane.dst), []).append(lane)
+        into_node.setdefault(lane.receiver, []).append(lane.flow)
+    for arrived in into.values():
+        arrived.sort(key=lambda x: x.lo)
+    store_and_forward = {h for h, hop in enumerate(hops) if not hop.pipelined}
+    hop_of = {lane.flow: h for h, hop in enumerate(hops) for lane in hop.lanes}
+    deps: list[list[int]] = []
+    for lane in lanes:
+        given = known[lane.flow] if lane.flow < len(known) else None
+        if nodes[lane.sender].kind.value in _SOURCE_KINDS:
+            deps.append([])
+        elif hop_of.get(lane.flow, -1) in store_and_forward:
+            deps.append(list(into_node.get(lane.sender, [])))
+        elif given is not None:
+            deps.append(list(given))
+        else:
+            deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
+    return deps
+
+
+def _feeding(arrived: Sequence[Lane], lane: Lane) -> list[int]:
+    """Lanes among ``arrived`` (sorted by ``lo``) carrying some of ``lane``'s stripe."""
+    out = []
+    for other in arrived:
+        if other.lo >= lane.hi:
+            break
+        if (
+            other.flow != lane.flow
+            and (ALL_RANKS in (other.rank, lane.rank) or other.rank == lane.rank)
+            and overlap((other.lo, other.hi), (lane.lo, lane.hi)) is not None
+        ):
+            out.append(other.flow)
+    return out
+
+
+def topological_order(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[int]:
+    """Lanes in an order where every lane follows what it waits for; raises on a cycle."""
+    waits = [set(d) | set(a) for d, a in zip(deps, after, strict=True)]
+    users: dict[int, list[int]] = {}
+    for lane, needed in enumerate(waits):
+        for other in needed:
+            users.setdefault(other, []).append(lane)
+    count = [len(w) for w in waits]
+    ready = [lane for lane, c in enumerate(count) if c == 0]
+    order: list[int] = []
+    while ready:
+        lane = ready.pop()
+        order.append(lane)
+        for user in users.get(lane, []):
+            count[user] -= 1
+            if count[user] == 0:
+                ready.append(user)
+    if len(order) != len(waits):
+        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
+    return order
 
 
 def evaluate(
@@ -122,151 +302,191 @@ def evaluate(
     unit_bytes: Sequence[int],
     chunk_bytes: int,
     background: Sequence[Flow] = (),
+    *,
+    tp: int = 1,
 ) -> Timeline:
-    """Fair-share rates per phase, then the recurrence over hops in order."""
-    rates = _phase_rates(builder, background)
-    incoming: dict[int, int] = {}
-    for h, hop in enumerate(builder.hops):
-        if hop.receiver in incoming:
-            raise InvalidInputError(f"node {hop.receiver} receives over two hops")
-        incoming[hop.receiver] = h
-    startup = _startup_by_node(builder)
-    gathers = {ag.node: ag for ag in builder.allgathers}
-    arrivals: list[tuple[float, ...]] = []
-    hop_end: list[float] = []
-    done: dict[int, tuple[float, ...]] = {}
-    first: dict[int, float] = {}
-    units = len(unit_bytes)
-    for hop in builder.hops:
-        sender = builder.nodes[hop.sender]
-        receiver = builder.nodes[hop.receiver]
-        need = _need(receiver, unit_bytes)
-        avail, sender_first = _availability(
-            hop, sender, receiver, incoming, arrivals, done, first, units
-        )
-        start = max(sender_first, startup.get(hop.receiver, 0.0))
-        for prior in hop.after:
-            start = max(start, hop_end[prior])
-        times, first_chunk = _hop_times(
-            hop.lanes,
-            rates,
-            builder.flow_latency_s,
-            need,
-            chunk_bytes,
-            avail,
-            start,
-            receiver.present,
-        )
-        arrivals.append(times)
-        hop_end.append(times[-1])
-        first[hop.receiver] = first_chunk
-        gather = gathers.get(hop.receiver)
-        done[hop.receiver] = (
-            _gather_times(gather, rates, builder.flow_latency_s, need, times, receiver.present)
-            if gather
-            else times
-        )
-    return Timeline(tuple(rates), tuple(arrivals), done, first, tuple(hop_end))
+    """Fair-share rates per phase, then the recurrence over lanes in dependency order."""
+    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background)
+    hops = builder.hops()
+    return run_lanes(
+        builder.lanes,
+        builder.nodes,
+        hops,
+        builder.instances,
+        rates,
+        builder.flow_latency_s,
+        unit_bytes,
+        chunk_bytes,
+        tp=tp,
+        known=builder.deps,
+    )
 
 
-def _phase_rates(builder: PlanBuilder, background: Sequence[Flow]) -> list[float]:
-    rates = [0.0] * len(builder.flows)
-    for phase in sorted(set(builder.flow_phase)):
-        ids = [i for i, p in enumerate(builder.flow_phase) if p == phase]
-        shared = builder.topology.fair_share([builder.flows[i] for i in ids] + list(background))
-        for i, rate in zip(ids, shared, strict=False):
+def phase_rates(
+    topology: Topology, flows: Sequence[Flow], phases: Sequence[int], background: Sequence[Flow]
+) -> tuple[float, ...]:
+    rates = [0.0] * len(flows)
+    for phase in sorted(set(phases)):
+        ids = [i for i, p in enumerate(phases) if p == phase]
+        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background)
+        for i, rate in zip(ids, shared, strict=True):
             rates[i] = rate
-    return rates
+    return tuple(rates)
 
 
-def _startup_by_node(builder: PlanBuilder) -> dict[int, float]:
+def run_lanes(
+    lanes: Sequence[Lane],
+    nodes: Sequence[PlanNode],
+    hops: Sequence[Hop],
+    instances: Sequence[NewInstance],
+    rates: Sequence[float],
+    latency_s: Sequence[float],
+    unit_bytes: Sequence[int],
+    chunk_bytes: int,
+    *,
+    tp: int = 1,
+    known: Sequence[list[int] | None] = (),
+) -> Timeline:
+    """The recurrence of the module docstring for every lane, then per-instance readiness.
+
+    Lanes are evaluated level by level (a lane's level is one more than the deepest lane it
+    waits for), every level at once with numpy."""
+    units = len(unit_bytes)
+    deps = lane_dependencies(lanes, nodes, hops, known)
+    hop_of = {lane.flow: h for h, hop in enumerate(hops) for lane in hop.lanes}
+    after = [
+        [x.flow for h in hops[hop_of[lane.flow]].after for x in hops[h].lanes]
+        if lane.flow in hop_of
+        else []
+        for lane in lanes
+    ]
+    saf = np.array(
+        [lane.flow in hop_of and not hops[hop_of[lane.flow]].pipelined for lane in lanes],
+        dtype=bool,
+    )
+    need = _need_matrix(lanes, nodes, unit_bytes, tp)
+    startup = _startup_by_node(instances)
+    begin = np.array([startup.get(lane.receiver, 0.0) for lane in lanes])
+    rate = np.asarray(rates, dtype=float)
+    latency = np.asarray(latency_s, dtype=float)
+    arrival = np.zeros((len(lanes), units))
+    first = np.zeros(len(lanes))
+    end = np.zeros(len(lanes))
+    for level in _levels(deps, after):
+        avail, first_in, done_in = _gathered(level, deps, arrival, first, end)
+        after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
+        idx = np.asarray(level)
+        sf = saf[idx]
+        avail = np.where(sf[:, None], done_in[:, None], avail)
+        start = np.maximum.reduce([begin[idx], np.where(sf, done_in, first_in), after_end])
+        times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
+        arrival[idx] = times
+        end[idx] = times.max(axis=1) if units else start
+    hop_arrival = tuple(
+        tuple(arrival[[lane.flow for lane in hop.lanes]].max(axis=0).tolist()) if hop.lanes else ()
+        for hop in hops
+    )
+    return Timeline(tuple(rates), arrival, hop_arrival, _ready(lanes, nodes, instances, arrival))
+
+
+def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
     startup: dict[int, float] = {}
-    for inst in builder.instances:
+    for inst in instances:
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
     return startup
 
 
-def aligned(sender: PlanNode, receiver: PlanNode) -> bool:
-    """A target sender can forward stripes as they arrive when both nodes stripe alike."""
-    return (
-        sender.kind is NodeKind.TARGET
-        and receiver.kind is NodeKind.TARGET
-        and len(sender.gpus) == len(receiver.gpus)
-        and sender.stripes == receiver.stripes
-        and sender.tp == receiver.tp
-    )
+def _levels(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[list[int]]:
+    level = [0] * len(deps)
+    for f in topological_order(deps, after):
+        waits = [*deps[f], *after[f]]
+        level[f] = 1 + max(level[w] for w in waits) if waits else 0
+    grouped: dict[int, list[int]] = {}
+    for f, k in enumerate(level):
+        grouped.setdefault(k, []).append(f)
+    return [grouped[k] for k in sorted(grouped)]
 
 
-def _availability(
-    hop: Hop,
-    sender: PlanNode,
-    receiver: PlanNode,
-    incoming: dict[int, int],
-    arrivals: list[tuple[float, ...]],
-    done: dict[int, tuple[float, ...]],
-    first: dict[int, float],
-    units: int,
-) -> tuple[list[float], float]:
-    """When each unit is available at the sender, and when the sender can start sending."""
-    if sender.id not in incoming:
-        return [0.0] * units, 0.0
-    if incoming[sender.id] >= len(arrivals):
-        raise InvalidInputError(f"hop from node {sender.id} comes before the hop that feeds it")
-    completed = done[sender.id]
-    if not hop.pipelined:
-        return [completed[-1]] * units, completed[-1]
-    if aligned(sender, receiver):
-        return list(arrivals[incoming[sender.id]]), first[sender.id]
-    return list(completed), first[sender.id]
+def _need_matrix(
+    lanes: Sequence[Lane], nodes: Sequence[PlanNode], unit_bytes: Sequence[int], tp: int
+) -> np.ndarray:
+    """Bytes of each unit each lane carries (0 for units its receiver already has)."""
+    shard = np.asarray(unit_bytes, dtype=float)
+    scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
+    need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
+    for f, lane in enumerate(lanes):
+        present = nodes[lane.receiver].present
+        if present:
+            need[f, np.asarray(present, dtype=bool)] = 0.0
+    return need
 
 
-def _hop_times(
+def _gathered(
+    level: Sequence[int],
+    deps: Sequence[Sequence[int]],
+    arrival: np.ndarray,
+    first: np.ndarray,
+    end: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per lane of a level: latest arrival per unit over the lanes it waits for, their latest
+    first chunk, and their latest end (all 0 for lanes fed by a source)."""
+    m, units = len(level), arrival.shape[1]
+    avail = np.zeros((m, units))
+    first_in = np.zeros(m)
+    done_in = np.zeros(m)
+    fed = [k for k, f in enumerate(level) if deps[f]]
+    if fed:
+        flat = np.fromiter((d for k in fed for d in deps[level[k]]), dtype=np.intp)
+        starts = np.cumsum([0] + [len(deps[level[k]]) for k in fed[:-1]])
+        rows = np.asarray(fed)
+        avail[rows] = np.maximum.reduceat(arrival[flat], starts, axis=0)
+        first_in[rows] = np.maximum.reduceat(first[flat], starts)
+        done_in[rows] = np.maximum.reduceat(end[flat], starts)
+    return avail, first_in, done_in
+
+
+def _scan(
+    need: np.ndarray,
+    avail: np.ndarray,
+    rate: np.ndarray,
+    latency: np.ndarray,
+    chunk: int,
+    start: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence for a batch of lanes (a max-plus scan over the units each carries)."""
+    carried = need > 0
+    blocked = rate <= 0
+    inverse = (1.0 / np.where(blocked, 1.0, rate))[:, None]
+    tau = np.where(carried, need * inverse, 0.0)
+    c = np.where(carried, np.minimum(need, chunk) * inverse, 0.0)
+    prefix = np.cumsum(tau, axis=1)
+    lead = np.where(carried, avail + c + latency[:, None] - prefix, -np.inf)
+    times = prefix + np.maximum(start[:, None], np.maximum.accumulate(lead, axis=1))
+    times = np.where(carried, np.where(blocked[:, None], np.inf, times), 0.0)
+    lead_chunk = c[np.arange(len(need)), np.argmax(carried, axis=1)]
+    first = np.where(blocked, np.inf, start + lead_chunk + latency)
+    return times, first
+
+
+def _ready(
     lanes: Sequence[Lane],
-    rates: Sequence[float],
-    latency_s: Sequence[float],
-    need: Sequence[float],
-    chunk_bytes: int,
-    avail: Sequence[float],
-    start: float,
-    present: Sequence[bool] = (),
-) -> tuple[tuple[float, ...], float]:
-    """The recurrence for one hop; returns per-unit arrival times and the first chunk's.
-
-    Units the receiver already has (``present``) are there at time 0 and take no link time."""
-    lat = max(latency_s[lane.flow] for lane in lanes)
-    fraction = np.array([lane.fraction for lane in lanes])
-    inverse = 1.0 / np.array([rates[lane.flow] for lane in lanes])
-    lane_bytes = np.outer(need, fraction)
-    tau = (lane_bytes * inverse).max(axis=1).tolist()
-    chunk = (np.minimum(lane_bytes, chunk_bytes) * inverse).max(axis=1).tolist()
-    times: list[float] = []
-    previous = start
-    for u in range(len(need)):
-        if present and present[u]:
-            times.append(0.0)
-            continue
-        previous = max(avail[u] + chunk[u] + lat, previous + tau[u])
-        times.append(previous)
-    first_chunk = start + chunk[0] + lat  # the sender forwards its first chunk on arrival
-    return tuple(times), first_chunk
-
-
-def _gather_times(
-    gather: AllGather,
-    rates: Sequence[float],
-    latency_s: Sequence[float],
-    need: Sequence[float],
-    arrival: Sequence[float],
-    present: Sequence[bool] = (),
-) -> tuple[float, ...]:
-    lat = max(latency_s[lane.flow] for lane in gather.lanes)
-    slowest = max(lane.fraction / rates[lane.flow] for lane in gather.lanes)
-    done: list[float] = []
-    previous = 0.0
-    for u, bytes_ in enumerate(need):
-        if present and present[u]:
-            done.append(0.0)
-            continue
-        previous = max(arrival[u], previous) + bytes_ * slowest + lat
-        done.append(previous)
-    return tuple(done)
+    nodes: Sequence[PlanNode],
+    instances: Sequence[NewInstance],
+    arrival: np.ndarray,
+) -> dict[str, tuple[float, ...]]:
+    """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
+    units = arrival.shape[1]
+    into: dict[str, list[int]] = {}
+    for lane in lanes:
+        into.setdefault(lane.dst, []).append(lane.flow)
+    ready: dict[str, tuple[float, ...]] = {}
+    for inst in instances:
+        node = nodes[inst.node]
+        present = np.asarray(node.present, dtype=bool) if node.present else np.zeros(units, bool)
+        done = np.zeros(units)
+        for rank, gpu in enumerate(inst.gpus):
+            mine = [f for f in into.get(gpu, []) if lanes[f].rank in (rank, ALL_RANKS)]
+            got = arrival[mine].max(axis=0) if mine else np.zeros(units)
+            done = np.maximum(done, np.where(present, 0.0, np.where(got > 0, got, math.inf)))
+        ready[inst.name] = tuple(done.tolist())
+    return ready

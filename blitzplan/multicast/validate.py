@@ -1,8 +1,14 @@
 """The certificate checker every multicast plan passes, written apart from the planners.
 
-It recomputes, from the plan's own hops and the cluster state: what each new GPU receives, where
-it comes from, the fair-share rates, the timeline and the objective, and returns every violated
-rule as a sentence (an empty tuple means the plan is valid).
+It re-derives from the plan's lanes and the cluster state, without the planner's code: that every
+new GPU receives every byte of its own rank's shard exactly once (stripe intervals partition
+``[0, 1)`` for each unit it needs); that every lane's holder holds what it sends (a source's TP
+rank, the model's host copy, or what arrived at the holder earlier in this plan); that no live
+instance sends over the network and no prefill GPU sends unless allowed; that every flow is a path
+from holder through its exit to its destination; that no link carries more than its capacity
+beside the background flows and every rate is positive; that lanes wait for nothing in a cycle;
+and the recurrence of every lane, each instance's readiness and the objective. It returns every
+violated rule as a sentence (an empty tuple means the plan is valid).
 """
 
 from __future__ import annotations
@@ -10,13 +16,16 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from fractions import Fraction
 
 from blitzplan.cluster import ClusterState, Role
-from blitzplan.multicast.types import Hop, Lane, MulticastPlan, NodeKind, PlanNode
+from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.topologies import fair_share_after
 
 __all__ = ["validate_multicast"]
 
 _TOL = 1e-6
+_COORD = 1e-9
 _LOCAL_METHODS = ("allcache", "serverlessllm")
 
 
@@ -24,11 +33,15 @@ def validate_multicast(state: ClusterState, plan: MulticastPlan) -> tuple[str, .
     """Every rule ``plan`` breaks, as sentences; empty when it is valid."""
     problems: list[str] = []
     problems += _check_instances(plan)
-    problems += _check_sources(state, plan)
+    problems += _check_senders(state, plan)
     problems += _check_bytes(plan)
+    problems += _check_holdings(plan)
     problems += _check_flows(state, plan)
     if not problems:
+        problems += _check_rates(state, plan)
+    if not problems:
         problems += _check_timeline(state, plan)
+    if not problems:
         problems += _check_objective(plan)
     return tuple(problems)
 
@@ -43,84 +56,194 @@ def _check_instances(plan: MulticastPlan) -> list[str]:
         expected = tuple(g for i in members for g in i.gpus)
         if expected != node.gpus:
             out.append(f"target node {node.id} holds {node.gpus}, its instances {expected}")
-        if node.stripes != len(members) and any(
-            lane.fraction < 1 for hop in plan.hops if hop.receiver == node.id for lane in hop.lanes
-        ):
-            out.append(f"target node {node.id} stripes {node.stripes} ways for {len(members)}")
+        if set(node.relays) & set(node.gpus):
+            out.append(f"target node {node.id} lists an instance GPU as a relay")
     for inst in plan.instances:
         if set(inst.gpus) & seen:
             out.append(f"instance {inst.name} shares GPUs with another new instance")
         seen |= set(inst.gpus)
+    names = [i.name for i in plan.instances]
+    if len(set(plan.live)) != len(plan.live) or not set(plan.live) <= set(names):
+        out.append(f"live {plan.live} are not distinct new instances")
     return out
 
 
-def _check_sources(state: ClusterState, plan: MulticastPlan) -> list[str]:
+def _kv_nics(state: ClusterState, allow_prefill: bool) -> set[str]:
+    """NICs that carry a prefill instance's KV caches: every prefill GPU's NIC, or with
+    prefill sources allowed those of prefill instances with a decode instance of their model
+    outside their NVLink group."""
+    topo = state.topology
+    out = set()
+    for inst in state.instances:
+        if inst.role is not Role.PREFILL:
+            continue
+        group = set(topo.nvlink_group_of(inst.gpus[0]))
+        leaves = any(
+            o.role is Role.DECODE and o.identity == inst.identity and not set(o.gpus) <= group
+            for o in state.instances
+        )
+        if not allow_prefill or leaves:
+            out |= {topo.nic_of(g) for g in inst.gpus}
+    return out
+
+
+def _check_senders(state: ClusterState, plan: MulticastPlan) -> list[str]:
     out = []
+    topo = state.topology
     instances = {inst.id: inst for inst in state.instances}
-    prefill_gpus = {g for i in state.instances if i.role is Role.PREFILL for g in i.gpus}
-    received = {hop.receiver: h for h, hop in enumerate(plan.hops)}
-    for h, hop in enumerate(plan.hops):
-        sender = plan.nodes[hop.sender]
+    prefill = {g for i in state.instances if i.role is Role.PREFILL for g in i.gpus}
+    kv_nics = _kv_nics(state, plan.allow_prefill_sources)
+    live_nodes = {i.node for i in plan.instances if i.name in plan.live}
+    live_gpus = {g for n in live_nodes for g in (*plan.nodes[n].gpus, *plan.nodes[n].relays)}
+    for lane in plan.lanes:
+        sender = plan.nodes[lane.sender]
+        where = f"lane {lane.flow} ({lane.holder}->{lane.dst})"
         if sender.kind is NodeKind.INSTANCE:
             inst = instances.get(sender.instance_id or "")
-            if inst is None or inst.identity != plan.model:
-                out.append(f"hop {h} sends from {sender.label}, which does not hold {plan.model}")
+            if inst is None or inst.identity != plan.model or inst.role is Role.LOADING:
+                out.append(f"{where} sends from {sender.label}, which does not serve {plan.model}")
             elif inst.role is Role.PREFILL and not plan.allow_prefill_sources:
-                out.append(f"hop {h} sends from prefill instance {inst.id}")
+                out.append(f"{where} sends from prefill instance {inst.id}")
         elif sender.kind is NodeKind.HOST:
             copy = state.pool.host_copy(plan.model)
             if copy is None or copy.node != sender.memory:
-                out.append(f"hop {h} sends from {sender.memory}, not the host copy of {plan.model}")
-        elif sender.kind is NodeKind.CACHE:
-            if plan.method not in _LOCAL_METHODS:
-                out.append(f"hop {h} reads an assumed local cache in method {plan.method!r}")
-        elif received.get(hop.sender, math.inf) >= h:
-            out.append(f"hop {h} forwards from node {hop.sender} before any hop feeds it")
-        if not plan.allow_prefill_sources:
-            used = {lane.exit for lane in hop.lanes} | {lane.holder for lane in hop.lanes}
-            if used & prefill_gpus and sender.kind is not NodeKind.TARGET:
-                out.append(f"hop {h} relays over prefill GPUs {sorted(used & prefill_gpus)}")
+                out.append(f"{where} sends from {sender.memory}, not the host copy of {plan.model}")
+        elif sender.kind is NodeKind.CACHE and plan.method not in _LOCAL_METHODS:
+            out.append(f"{where} reads an assumed local cache in method {plan.method!r}")
+        if lane.gather:
+            continue
+        local = topo.graph.nodes[lane.holder]["host"] == topo.graph.nodes[lane.dst]["host"]
+        if not local and lane.exit != lane.holder and lane.exit not in sender.exits:
+            out.append(f"{where} leaves by {lane.exit}, not an exit of {sender.label}")
+        if not plan.allow_prefill_sources and {lane.holder, lane.exit} & prefill:
+            out.append(f"{where} sends from a prefill GPU")
+        if not local:
+            nic = lane.exit if topo.kind(lane.exit) == "nic" else topo.nic_of(lane.exit)
+            if nic in kv_nics:
+                out.append(f"{where} leaves by {nic}, which carries a prefill instance's KV")
+        if not local and {lane.holder, lane.exit} & live_gpus:
+            out.append(f"{where} sends over the network from the node of a live instance")
     return out
 
 
 def _check_bytes(plan: MulticastPlan) -> list[str]:
-    """Each new GPU gets every stripe of its shard exactly once: network plus all-gather."""
+    """Each instance GPU gets each stripe of its own rank exactly once; nothing lands outside."""
     out = []
-    got: dict[str, list[float]] = defaultdict(list)
-    stripes: dict[str, list[int]] = defaultdict(list)
-    hops_into: dict[int, int] = defaultdict(int)
-    for hop in plan.hops:
-        hops_into[hop.receiver] += 1
-        for lane in hop.lanes:
-            got[lane.dst].append(lane.fraction)
-            stripes[lane.dst].append(lane.stripe)
-    for gather in plan.allgathers:
-        node = plan.nodes[gather.node]
-        for lane in gather.lanes:
-            got[lane.dst].append(lane.fraction)
-            if lane.dst not in node.gpus or lane.holder not in node.gpus:
-                out.append(f"all-gather of node {node.id} leaves the node ({lane.holder})")
-    for node in plan.nodes:
-        if node.kind in (NodeKind.TARGET, NodeKind.STAGE) and hops_into[node.id] != 1:
-            out.append(f"node {node.id} ({node.label}) is fed by {hops_into[node.id]} hops")
+    got: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for lane in plan.lanes:
+        receiver = plan.nodes[lane.receiver]
+        if receiver.kind is not NodeKind.TARGET:
+            continue
+        if lane.dst not in receiver.gpus + receiver.relays:
+            out.append(f"lane {lane.flow} lands on {lane.dst}, outside node {receiver.id}")
+            continue
+        rank = receiver.rank_of(lane.dst)
+        if rank is not None and lane.rank != rank:
+            out.append(
+                f"lane {lane.flow} lands rank {lane.rank} bytes on rank-{rank} GPU {lane.dst}"
+            )
+        elif rank is not None:
+            got[lane.dst].append((lane.lo, lane.hi))
+        if not 0 - _COORD <= lane.lo < lane.hi <= 1 + _COORD:
+            out.append(f"lane {lane.flow} carries the empty or invalid stripe {lane.lo}..{lane.hi}")
     for inst in plan.instances:
+        node = plan.nodes[inst.node]
+        if node.present and all(node.present):
+            continue
         for gpu in inst.gpus:
-            total = sum(got[gpu])
-            if abs(total - 1.0) > _TOL:
-                out.append(f"{inst.name} GPU {gpu} receives {total:.6f} of its shard, not 1")
-            if len(set(stripes[gpu])) != len(stripes[gpu]):
-                out.append(f"{inst.name} GPU {gpu} receives a stripe twice")
+            missing, doubled = _gaps(got[gpu])
+            if missing > _TOL:
+                out.append(f"{inst.name} GPU {gpu} misses {missing:.6f} of its shard")
+            if doubled > _TOL:
+                out.append(f"{inst.name} GPU {gpu} receives {doubled:.6f} of its shard twice")
     return out
 
 
+def _gaps(intervals: list[tuple[float, float]]) -> tuple[float, float]:
+    missing = doubled = 0.0
+    end = 0.0
+    for lo, hi in sorted(intervals):
+        if lo > end:
+            missing += lo - end
+        else:
+            doubled += max(0.0, min(hi, end) - lo)
+        end = max(end, hi)
+    return missing + max(0.0, 1.0 - end), doubled
+
+
+def _held_by_rank(q: int, a: int, r: int, b: int, lo: float, hi: float) -> bool:
+    """Whether rank ``q`` of an ``a``-way instance holds stripe [lo, hi) of rank ``r`` of ``b``:
+    the split coordinates (r + lo)/b .. (r + hi)/b must lie in q/a .. (q+1)/a."""
+    start = (Fraction(r) + Fraction(lo)) / b
+    end = (Fraction(r) + Fraction(hi)) / b
+    return Fraction(q, a) - Fraction(_COORD) <= start and end <= Fraction(q + 1, a) + Fraction(
+        _COORD
+    )
+
+
+def _check_holdings(plan: MulticastPlan) -> list[str]:
+    out = []
+    tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
+    into: dict[tuple[int, str], list[Lane]] = defaultdict(list)
+    for lane in plan.lanes:
+        into[(lane.receiver, lane.dst)].append(lane)
+    for lane in plan.lanes:
+        sender = plan.nodes[lane.sender]
+        where = f"lane {lane.flow} ({lane.holder}->{lane.dst})"
+        if sender.kind is NodeKind.INSTANCE:
+            if lane.holder not in sender.gpus:
+                out.append(f"{where}: {lane.holder} is not a GPU of {sender.label}")
+            elif lane.rank == ALL_RANKS or not _held_by_rank(
+                sender.gpus.index(lane.holder), sender.tp, lane.rank, tp, lane.lo, lane.hi
+            ):
+                out.append(
+                    f"{where}: {lane.holder} does not hold rank {lane.rank} "
+                    f"[{lane.lo:.6f}, {lane.hi:.6f})"
+                )
+        elif sender.kind in (NodeKind.HOST, NodeKind.CACHE):
+            if lane.holder != sender.memory:
+                out.append(f"{where}: {lane.holder} is not the memory of {sender.label}")
+        else:
+            out += _check_forwarded(plan, lane, into[(lane.sender, lane.holder)], where)
+    return out
+
+
+def _check_forwarded(plan: MulticastPlan, lane: Lane, arrived: list[Lane], where: str) -> list[str]:
+    """A target or stage forwards only what reached the holder (or the node had before)."""
+    sender = plan.nodes[lane.sender]
+    if sender.kind is NodeKind.STAGE:
+        return [] if lane.holder == sender.memory and arrived else [f"{where}: stage holds nothing"]
+    if lane.holder not in sender.gpus + sender.relays:
+        return [f"{where}: {lane.holder} is not a GPU of node {sender.id}"]
+    pieces = sorted(
+        (x.lo, x.hi) for x in arrived if x.rank == lane.rank and x.hi > lane.lo and x.lo < lane.hi
+    )
+    covered = lane.lo
+    for lo, hi in pieces:
+        if lo <= covered + _COORD:
+            covered = max(covered, hi)
+    receiver = plan.nodes[lane.receiver]
+    carried = [u for u in range(len(plan.unit_bytes)) if not receiver.has(u)]
+    if any(not sender.has(u) for u in carried) and covered < lane.hi - _COORD:
+        return [
+            f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, "
+            f"{lane.hi:.6f})"
+        ]
+    if any(sender.has(u) for u in carried) and lane.holder in sender.relays:
+        return [f"{where}: relay {lane.holder} holds no unit the node had before"]
+    return []
+
+
 def _check_flows(state: ClusterState, plan: MulticastPlan) -> list[str]:
-    """Flows are paths from holder to receiver; rates are the fair share; no link overfull."""
     out = []
     topo = state.topology
-    lanes = [lane for hop in plan.hops for lane in hop.lanes]
-    lanes += [lane for gather in plan.allgathers for lane in gather.lanes]
-    for lane in lanes:
+    if len(plan.flows) != len(plan.lanes) or any(
+        lane.flow != i for i, lane in enumerate(sorted(plan.lanes, key=lambda x: x.flow))
+    ):
+        return ["lanes and flows do not correspond one to one"]
+    for lane in plan.lanes:
         edges = plan.flows[lane.flow].edges
+        nodes = [edges[0][0], *(v for _, v in edges)]
         if edges[0][0] != lane.holder or edges[-1][1] != lane.dst:
             out.append(
                 f"flow {lane.flow} runs {edges[0][0]}->{edges[-1][1]}, "
@@ -130,19 +253,31 @@ def _check_flows(state: ClusterState, plan: MulticastPlan) -> list[str]:
             out.append(f"flow {lane.flow} is not a connected path")
         if any(not topo.graph.has_edge(*e) for e in edges):
             out.append(f"flow {lane.flow} uses an edge the topology lacks")
-    if out:
-        return out
+        if lane.exit != lane.holder and lane.exit not in nodes:
+            out.append(f"flow {lane.flow} does not pass its exit {lane.exit}")
+    return out
+
+
+def _check_rates(state: ClusterState, plan: MulticastPlan) -> list[str]:
+    out = []
+    topo = state.topology
     for phase in sorted(set(plan.flow_phase)):
         ids = [i for i, p in enumerate(plan.flow_phase) if p == phase]
-        flows = [plan.flows[i] for i in ids] + list(plan.background)
-        rates = topo.fair_share(flows)
-        for i, rate in zip(ids, rates, strict=False):
-            if abs(rate - plan.rates[i]) > _TOL * rate:
-                out.append(f"flow {i} has rate {plan.rates[i]:.6g}, fair share gives {rate:.6g}")
+        flows = [plan.flows[i] for i in ids]
+        rates = fair_share_after(flows, topo.capacity, plan.background)
         load: dict[tuple[str, str], float] = defaultdict(float)
-        for flow, rate in zip(flows, rates, strict=True):
+        for flow, rate in zip(plan.background, topo.fair_share(plan.background), strict=True):
             for edge in flow.edges:
                 load[edge] += rate
+        for i, rate in zip(ids, rates, strict=True):
+            if abs(rate - plan.rates[i]) > _TOL * max(rate, 1.0):
+                out.append(f"flow {i} has rate {plan.rates[i]:.6g}, fair share gives {rate:.6g}")
+            if not plan.rates[i] > 0:
+                out.append(f"flow {i} gets no capacity (rate {plan.rates[i]!r})")
+            if plan.rates[i] > plan.flows[i].max_bytes_per_s * (1 + _TOL):
+                out.append(f"flow {i} runs faster than its pace")
+            for edge in plan.flows[i].edges:
+                load[edge] += plan.rates[i]
         for edge, used in load.items():
             if used > topo.bytes_per_s(edge) * (1 + _TOL):
                 out.append(f"phase {phase} puts {used:.6g} B/s on {edge}, over its capacity")
@@ -150,127 +285,128 @@ def _check_flows(state: ClusterState, plan: MulticastPlan) -> list[str]:
 
 
 def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
-    """Recompute the recurrence hop by hop and compare."""
-    out = []
-    unit = plan.unit_bytes
-    units = len(unit)
-    done: dict[int, list[float]] = {}
-    arrival: dict[int, list[float]] = {}
-    first: dict[int, float] = {}
-    hop_end: list[float] = []
+    """Recompute every lane's arrivals with a plain loop in dependency order and compare."""
+    topo = state.topology
+    units = len(plan.unit_bytes)
+    tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
+    lanes = sorted(plan.lanes, key=lambda x: x.flow)
+    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
     startup: dict[int, float] = defaultdict(float)
     for inst in plan.instances:
         startup[inst.node] = max(startup[inst.node], inst.startup_s)
-    topo = state.topology
-    latency = {
-        i: sum(topo.latency_s(edge) for edge in flow.edges) for i, flow in enumerate(plan.flows)
-    }
-    gathers = {gather.node: gather for gather in plan.allgathers}
-    for h, hop in enumerate(plan.hops):
-        sender, receiver = plan.nodes[hop.sender], plan.nodes[hop.receiver]
-        scale = receiver.tp if receiver.kind is NodeKind.STAGE else 1
-        need = [0.0 if receiver.has(u) else float(scale * b) for u, b in enumerate(unit)]
-        if hop.sender in done:
-            ready = done[hop.sender]
-            if not hop.pipelined:
-                avail, begin = [ready[-1]] * units, ready[-1]
-            elif _same_stripes(sender, receiver):
-                avail, begin = arrival[hop.sender], first[hop.sender]
-            else:
-                avail, begin = ready, first[hop.sender]
+    waits = _waits(plan, lanes, hop_of)
+    if waits is None:
+        return ["the plan's lanes wait for each other in a cycle"]
+    order, feeds = waits
+    arrive: dict[int, list[float]] = {}
+    first: dict[int, float] = {}
+    for f in order:
+        lane = lanes[f]
+        receiver = plan.nodes[lane.receiver]
+        scale = tp if lane.rank == ALL_RANKS else 1
+        latency = sum(topo.latency_s(e) for e in plan.flows[f].edges)
+        rate = plan.rates[f]
+        hop = plan.hops[hop_of[f]] if f in hop_of else None
+        begin = max([startup[lane.receiver], *(max(arrive[x]) for x in _after(plan, hop))])
+        if feeds[f] and hop is not None and not hop.pipelined:
+            done = max(max(arrive[x]) for x in feeds[f])
+            avail, begin = [done] * units, max(begin, done)
+        elif feeds[f]:
+            avail = [max(arrive[x][u] for x in feeds[f]) for u in range(units)]
+            begin = max(begin, max(first[x] for x in feeds[f]))
         else:
-            avail, begin = [0.0] * units, 0.0
-        begin = max([begin, startup[hop.receiver], *(hop_end[a] for a in hop.after)])
-        times = _recurrence(plan, hop, latency, need, avail, begin, receiver)
-        arrival[hop.receiver] = times
-        first[hop.receiver] = _first_chunk(plan, hop, latency, need[0], begin)
-        hop_end.append(times[-1])
-        gather = gathers.get(hop.receiver)
-        done[hop.receiver] = (
-            _gather(plan, gather.lanes, latency, need, times, receiver) if gather else times
-        )
-        if not _close(times, plan.arrival_s[h]):
-            out.append(f"hop {h} arrivals differ from the recurrence")
+            avail = [0.0] * units
+        t, times, lead = begin, [], None
+        for u in range(units):
+            size = 0.0 if receiver.has(u) else lane.fraction * scale * plan.unit_bytes[u]
+            if size <= 0:
+                times.append(0.0)
+                continue
+            chunk = min(plan.chunk_bytes, size) / rate
+            t = max(avail[u] + chunk + latency, t + size / rate)
+            times.append(t)
+            lead = chunk if lead is None else lead
+        arrive[f] = times
+        first[f] = begin + (lead or 0.0) + latency
+    problems = [
+        f"lane {f} arrivals differ from the recurrence"
+        for f in range(len(lanes))
+        if not _close(arrive[f], plan.lane_arrival_s[f])
+    ]
+    return problems or _check_ready(plan, lanes, arrive, units)
+
+
+def _after(plan: MulticastPlan, hop: object) -> list[int]:
+    if hop is None:
+        return []
+    return [lane.flow for h in hop.after for lane in plan.hops[h].lanes]  # type: ignore[attr-defined]
+
+
+def _waits(
+    plan: MulticastPlan, lanes: list[Lane], hop_of: dict[int, int]
+) -> tuple[list[int], list[list[int]]] | None:
+    """Which lanes feed each lane's holder, and an order respecting them (None on a cycle)."""
+    sources = (NodeKind.INSTANCE, NodeKind.HOST, NodeKind.CACHE)
+    feeds: list[list[int]] = []
+    for lane in lanes:
+        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
+        if plan.nodes[lane.sender].kind in sources:
+            feeds.append([])
+        elif hop is not None and not hop.pipelined:
+            feeds.append([x.flow for x in lanes if x.receiver == lane.sender])
+        else:
+            feeds.append(
+                [
+                    x.flow
+                    for x in lanes
+                    if x.receiver == lane.sender
+                    and x.dst == lane.holder
+                    and x.flow != lane.flow
+                    and (x.rank == lane.rank or ALL_RANKS in (x.rank, lane.rank))
+                    and min(x.hi, lane.hi) - max(x.lo, lane.lo) > _COORD
+                ]
+            )
+    needs = [
+        set(feeds[f]) | set(_after(plan, plan.hops[hop_of[f]] if f in hop_of else None))
+        for f in range(len(lanes))
+    ]
+    order: list[int] = []
+    placed: set[int] = set()
+    while len(order) < len(lanes):
+        ready = [f for f in range(len(lanes)) if f not in placed and needs[f] <= placed]
+        if not ready:
+            return None
+        order += ready
+        placed |= set(ready)
+    return order, feeds
+
+
+def _check_ready(
+    plan: MulticastPlan, lanes: list[Lane], arrive: dict[int, list[float]], units: int
+) -> list[str]:
+    out = []
     for inst in plan.instances:
-        expected = done.get(inst.node)
-        if expected is None or not _close(expected, plan.layer_ready_s[inst.name]):
+        node = plan.nodes[inst.node]
+        done = [0.0] * units
+        for gpu in inst.gpus:
+            rank = node.rank_of(gpu)
+            mine = [f for f, x in enumerate(lanes) if x.dst == gpu and x.rank in (rank, ALL_RANKS)]
+            for u in range(units):
+                if node.has(u):
+                    continue
+                got = max((arrive[f][u] for f in mine), default=math.inf)
+                done[u] = max(done[u], got if got > 0 else math.inf)
+        if not _close(done, plan.layer_ready_s[inst.name]):
             out.append(f"{inst.name} layer ready times differ from the recurrence")
-        elif abs(plan.ready_at_s[inst.name] - expected[-1]) > _TOL * max(1.0, expected[-1]):
+        elif abs(plan.ready_at_s[inst.name] - max(done)) > _TOL * max(1.0, max(done)):
             out.append(f"{inst.name} ready_at_s differs from its last unit")
-    return out
-
-
-def _same_stripes(sender: PlanNode, receiver: PlanNode) -> bool:
-    return (
-        sender.kind is NodeKind.TARGET
-        and receiver.kind is NodeKind.TARGET
-        and len(sender.gpus) == len(receiver.gpus)
-        and sender.stripes == receiver.stripes
-        and sender.tp == receiver.tp
-    )
-
-
-def _recurrence(
-    plan: MulticastPlan,
-    hop: Hop,
-    latency: dict[int, float],
-    need: list[float],
-    avail: list[float],
-    begin: float,
-    receiver: PlanNode,
-) -> list[float]:
-    lat = max(latency[lane.flow] for lane in hop.lanes)
-    t = begin
-    out = []
-    for u, b in enumerate(need):
-        if receiver.has(u):
-            out.append(0.0)  # delivered by an earlier plan: there now, no transfer
-            continue
-        stream = max(lane.fraction * b / plan.rates[lane.flow] for lane in hop.lanes)
-        chunk = max(
-            min(plan.chunk_bytes, lane.fraction * b) / plan.rates[lane.flow] for lane in hop.lanes
-        )
-        t = max(avail[u] + chunk + lat, t + stream)
-        out.append(t)
-    return out
-
-
-def _first_chunk(
-    plan: MulticastPlan, hop: Hop, latency: dict[int, float], b: float, begin: float
-) -> float:
-    """When the first chunk of unit 0 reaches the receiver: a forwarding sender passes each
-    chunk on as it arrives, so this waits for the hop's start, not for the sender's unit 0."""
-    lat = max(latency[lane.flow] for lane in hop.lanes)
-    chunk = max(
-        min(plan.chunk_bytes, lane.fraction * b) / plan.rates[lane.flow] for lane in hop.lanes
-    )
-    return begin + chunk + lat
-
-
-def _gather(
-    plan: MulticastPlan,
-    lanes: tuple[Lane, ...],
-    latency: dict[int, float],
-    need: list[float],
-    arrival: list[float],
-    receiver: PlanNode,
-) -> list[float]:
-    lat = max(latency[lane.flow] for lane in lanes)
-    t = 0.0
-    out = []
-    for u, b in enumerate(need):
-        if receiver.has(u):
-            out.append(0.0)
-            continue
-        t = max(arrival[u], t) + max(lane.fraction * b / plan.rates[lane.flow] for lane in lanes)
-        t += lat
-        out.append(t)
     return out
 
 
 def _close(a: list[float] | tuple[float, ...], b: list[float] | tuple[float, ...]) -> bool:
     return len(a) == len(b) and all(
-        abs(x - y) <= _TOL * max(1.0, abs(y)) for x, y in zip(a, b, strict=True)
+        (math.isinf(x) and x == y) or abs(x - y) <= _TOL * max(1.0, abs(y))
+        for x, y in zip(a, b, strict=True)
     )
 
 
@@ -285,6 +421,8 @@ def _check_objective(plan: MulticastPlan) -> list[str]:
         value = max(ready.values())
     if not abs(value - plan.objective_s) <= _TOL * max(1.0, value):
         out.append(f"objective_s {plan.objective_s} but the ready times give {value}")
+    if not math.isfinite(plan.objective_s):
+        out.append(f"objective_s {plan.objective_s} is not finite")
     if plan.lower_bound_s > plan.objective_s * (1 + _TOL):
         out.append(f"lower bound {plan.lower_bound_s} exceeds the objective {plan.objective_s}")
     return out

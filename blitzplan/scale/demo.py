@@ -17,7 +17,7 @@ from blitzplan.cluster import ClusterState
 from blitzplan.live.solve import schedule_live
 from blitzplan.scale.plan import Options, live_instance, plan
 from blitzplan.scale.report import (
-    chains_table,
+    feeds_table,
     instances_table,
     layers_table,
     live_table,
@@ -149,8 +149,9 @@ def run_demo(png: Path | None = None) -> str:
         "host 0 serves it as 2 prefill instances (12 queued requests each) and 2 decode "
         "instances, TP2; six new prefill instances are added",
         "",
-        "Multicast chains (prefill sources pruned: their NICs carry KV caches)",
-        chains_table(scale),
+        "Multicast: who feeds each target node (prefill sources pruned: their NICs carry KV "
+        "caches)",
+        feeds_table(scale),
         "",
         "New instances",
         instances_table(scale),

@@ -8,7 +8,7 @@ from blitzplan._table import format_table
 from blitzplan.scale.types import ScalePlan
 
 __all__ = [
-    "chains_table",
+    "feeds_table",
     "instances_table",
     "layers_table",
     "live_table",
@@ -17,15 +17,16 @@ __all__ = [
 ]
 
 
-def chains_table(plan: ScalePlan) -> str:
+def feeds_table(plan: ScalePlan) -> str:
+    """Per target node (new instances in one NVLink group), who sends it which share."""
     mc = plan.multicast
-    if mc is None or not mc.chains:
-        return "(no chains)"
-    rows = []
-    for k, chain in enumerate(mc.chains):
-        source = mc.nodes[chain.source]
-        rows.append([k, source.label, " -> ".join(mc.nodes[n].label for n in chain.nodes)])
-    return format_table(["chain", "source", "nodes in forwarding order"], rows)
+    if mc is None or not mc.hops:
+        return "(no transfers)"
+    rows = [
+        [node, ", ".join(f"{sender} {share:.0%}" for sender, share in senders)]
+        for node, senders in mc.feeds()
+    ]
+    return format_table(["target node", "fed by (share of its bytes)"], rows)
 
 
 def instances_table(plan: ScalePlan) -> str:
@@ -121,8 +122,8 @@ def report(plan: ScalePlan) -> str:
     parts = [
         f"Scale plan for {plan.model} (request {dict(plan.request)})",
         "",
-        "Multicast chains",
-        chains_table(plan),
+        "Multicast: who feeds each target node",
+        feeds_table(plan),
         "",
         "New instances",
         instances_table(plan),

@@ -164,23 +164,26 @@ class ScalePlan:
         return plan
 
     def transfers(self) -> list[dict[str, Any]]:
-        """Each weight flow: order (hop index), source holder, exit, destination GPU, bytes."""
+        """Every lane (network lanes, then NVLink gathers): hop index (-1 for gathers), holder,
+        exit, destination GPU, TP rank and stripe ``[lo, hi)`` of its shard, and bytes."""
         mc = self.multicast
         if mc is None:
             return []
+        hop_of = {lane.flow: h for h, hop in enumerate(mc.hops) for lane in hop.lanes}
         rows = []
-        for order, hop in enumerate(mc.hops):
-            receiver = mc.nodes[hop.receiver]
-            scale = receiver.tp if receiver.kind.value == "stage" else 1
-            for lane in hop.lanes:
-                rows.append(
-                    {
-                        "order": order,
-                        "source": lane.holder,
-                        "via": lane.exit,
-                        "destination": lane.dst,
-                        "bytes": round(lane.fraction * scale * sum(mc.unit_bytes)),
-                        "stripe": lane.stripe,
-                    }
-                )
+        for lane in mc.lanes:
+            present = mc.nodes[lane.receiver].present
+            carried = sum(b for u, b in enumerate(mc.unit_bytes) if not (present and present[u]))
+            scale = mc.nodes[lane.receiver].tp if lane.rank < 0 else 1
+            rows.append(
+                {
+                    "order": hop_of.get(lane.flow, -1),
+                    "source": lane.holder,
+                    "via": lane.exit,
+                    "destination": lane.dst,
+                    "rank": lane.rank,
+                    "stripe": [lane.lo, lane.hi],
+                    "bytes": round(lane.fraction * scale * carried),
+                }
+            )
         return rows

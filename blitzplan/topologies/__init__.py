@@ -2,7 +2,13 @@
 
 from blitzplan.topologies.builders import HostSpec, build_cluster, nvswitch_host, pcie_host
 from blitzplan.topologies.catalog import list_topologies, load_topology, topology_from_dict
-from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
+from blitzplan.topologies.fairshare import (
+    Edge,
+    Flow,
+    fair_share_after,
+    max_min_fair_share,
+    residual_after,
+)
 from blitzplan.topologies.graph import NODE_KINDS, SWITCH_KINDS, Topology
 
 __all__ = [
@@ -13,10 +19,12 @@ __all__ = [
     "HostSpec",
     "Topology",
     "build_cluster",
+    "fair_share_after",
     "list_topologies",
     "load_topology",
     "max_min_fair_share",
     "nvswitch_host",
     "pcie_host",
+    "residual_after",
     "topology_from_dict",
 ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from blitzplan.errors import InvalidInputError
 
-__all__ = ["Edge", "Flow", "max_min_fair_share"]
+__all__ = ["Edge", "Flow", "fair_share_after", "max_min_fair_share", "residual_after"]
 
 Edge = tuple[str, str]
 """A directed edge ``(src, dst)`` of a topology graph."""
@@ -45,6 +45,8 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
 
     Every returned rate is positive and finite, no edge carries more than its capacity, and every
     flow is either at its own cap or crosses a full edge on which no flow has a higher rate.
+    Flows that share no edge, directly or through other flows, are filled separately (the same
+    result, found faster); when every flow's cap fits on every edge the caps are the answer.
     """
     for flow in flows:
         for edge in flow.edges:
@@ -55,6 +57,55 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
             raise InvalidInputError(
                 f"edge {edge!r} capacity must be finite and > 0, got {capacity[edge]!r}"
             )
+    if _caps_fit(flows, capacity):
+        return tuple(flow.max_bytes_per_s for flow in flows)  # every cap fits: nothing to share
+    rates = [0.0] * len(flows)
+    for component in _components(flows):
+        for i, rate in zip(component, _fill([flows[i] for i in component], capacity), strict=True):
+            rates[i] = rate
+    return tuple(rates)
+
+
+def _caps_fit(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> bool:
+    load: dict[Edge, float] = {}
+    for flow in flows:
+        cap = flow.max_bytes_per_s
+        if cap == math.inf:
+            return False
+        for edge in flow.edges:
+            load[edge] = load.get(edge, 0.0) + cap
+    return all(used <= capacity[edge] * (1 + _REL_TOL) for edge, used in load.items())
+
+
+def _components(flows: Sequence[Flow]) -> list[list[int]]:
+    """Groups of flows linked by shared edges (union-find), each in input order."""
+    parent = list(range(len(flows)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[Edge, int] = {}
+    for i, flow in enumerate(flows):
+        for edge in flow.edges:
+            if edge in owner:
+                a, b = find(owner[edge]), find(i)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+            else:
+                owner[edge] = i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(flows)):
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
+
+
+def _fill(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> list[float]:
+    """Progressive filling of one group of flows."""
+    if _caps_fit(flows, capacity):
+        return [flow.max_bytes_per_s for flow in flows]
     rates = [0.0] * len(flows)
     remaining = {edge: float(capacity[edge]) for flow in flows for edge in flow.edges}
     active = set(range(len(flows)))
@@ -75,4 +126,41 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
         for edge, ids in users.items():
             remaining[edge] -= step * len(ids)
         active -= frozen
+    return rates
+
+
+_BLOCKED = 1e-9
+"""An edge with less than this share of its capacity left carries no more flows."""
+
+
+def residual_after(background: Sequence[Flow], capacity: Mapping[Edge, float]) -> dict[Edge, float]:
+    """Each edge's capacity minus what ``background`` flows use of it at their fair rates."""
+    left = dict(capacity)
+    if background:
+        for flow, rate in zip(background, max_min_fair_share(background, capacity), strict=True):
+            for edge in flow.edges:
+                left[edge] = max(0.0, left[edge] - rate)
+    return left
+
+
+def fair_share_after(
+    flows: Sequence[Flow], capacity: Mapping[Edge, float], background: Sequence[Flow] = ()
+) -> tuple[float, ...]:
+    """Rates of ``flows`` sharing what ``background`` leaves of ``capacity`` max-min fairly.
+
+    Background flows (serving traffic) take their fair rates among themselves first; the flows
+    share the rest. A flow crossing an edge the background fills gets rate 0.
+    """
+    if not background:
+        return max_min_fair_share(flows, capacity)
+    left = residual_after(background, capacity)
+    blocked = [
+        any(left.get(edge, 0.0) <= _BLOCKED * capacity.get(edge, 0.0) for edge in flow.edges)
+        for flow in flows
+    ]
+    open_ids = [i for i, b in enumerate(blocked) if not b]
+    shared = max_min_fair_share([flows[i] for i in open_ids], left)
+    rates = [0.0] * len(flows)
+    for i, rate in zip(open_ids, shared, strict=True):
+        rates[i] = rate
     return tuple(rates)

@@ -50,6 +50,9 @@ class Topology:
         self.name = name
         self.description = description
         self._paths: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._edges: dict[tuple[str, str, str], tuple[Edge, ...]] = {}
+        self.memo: dict[str, dict[Any, Any]] = {}
+        """Caches of derived data that planners keep per topology (the graph never changes)."""
         _check_gpus_reach_nics(self)
 
     def __repr__(self) -> str:
@@ -244,6 +247,10 @@ class Topology:
         receiver's, or ``src_nic`` when given), through leaves and the spine, then from the
         receiver's NIC. ``src_nic`` must be a NIC of the sender's host; inside a host it is unused.
         """
+        key = ("path", src, dst, src_nic or "")
+        known = self._paths.get(key)
+        if known is not None:
+            return known
         for node in (src, dst):
             if self._node(node).get("host") is None:
                 raise InvalidInputError(f"path endpoints must be host-local nodes, got {node!r}")
@@ -252,9 +259,6 @@ class Topology:
         host = str(self.graph.nodes[src]["host"])
         if src_nic is not None and src_nic not in self.nics_of_host(host):
             raise InvalidInputError(f"src_nic {src_nic!r} is not a NIC of host {host!r}")
-        key = ("path", src, dst, src_nic or "")
-        if key in self._paths:
-            return self._paths[key]
         found: tuple[str, ...] | None = None
         if host == self.graph.nodes[dst]["host"]:
             found = self._intra_host_path(src, dst)
@@ -274,8 +278,12 @@ class Topology:
         return found
 
     def path_edges(self, src: str, dst: str, *, src_nic: str | None = None) -> tuple[Edge, ...]:
-        nodes = self.path(src, dst, src_nic=src_nic)
-        return tuple(itertools.pairwise(nodes))
+        key = (src, dst, src_nic or "")
+        edges = self._edges.get(key)
+        if edges is None:
+            edges = tuple(itertools.pairwise(self.path(src, dst, src_nic=src_nic)))
+            self._edges[key] = edges
+        return edges
 
     def bytes_per_s(self, edge: Edge) -> float:
         return float(self._edge(edge)["bytes_per_s"])

@@ -1,0 +1,409 @@
+"""How many bytes each target node takes from each sender: the widest-matrix allocation.
+
+A *port* is a NIC a node can use, with the rate what background flows leave lets it move
+(``min`` over the NIC's link to its leaf and the host path between the NIC and the node's GPU or
+memory). A node's network egress is the sum of its exits' ports, its network ingress the sum of
+its GPUs' and relays' ports. A node on a host that also has a holder, or an earlier forwarding
+node, can besides take bytes over that host's own links: from host DRAM down the PCIe link of every
+GPU of the node and of its relays (their NVLink then gathers the stripes), or from a GPU over
+NVLink or PCIe; that *local* rate is the sum of the route bottlenecks to the node's GPUs, and each
+local sender's own out-links cap what it serves.
+
+In the fluid limit every paced lane streams for the whole plan. In forwarding ``order``, node
+``j`` takes what it can locally, at most ``L_j * T``, and the rest, at most ``ingress_j * T``, over
+the network, where the first ``k`` nodes together draw from the holders and the earlier
+forwarding nodes (not those holding live instances: their egress carries KV caches)::
+
+    sum_{j <= k} network_j  <=  T * sum_{s available to k} egress_s        for every k
+
+The least ``T`` meeting all of these is the allocation's *fluid time* ``T*`` (found by bisection,
+which the constraints' monotony in ``T`` allows), and filling the nodes in order from any sender
+with budget left achieves it (every later node can use every sender an earlier one can).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from blitzplan.errors import InfeasibleError
+from blitzplan.multicast.setup import Problem
+from blitzplan.multicast.types import NodeKind, PlanNode
+
+__all__ = ["Allocation", "Ports", "allocate", "fluid_time", "ports"]
+
+_SLACK = 1 + 1e-9
+_SHARE_FLOOR = 1e-6
+_BISECTIONS = 48
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Per plan node: NIC ports out and in (NIC -> bytes/s), hosts, and local routes.
+
+    ``local[(s, j)]`` is the rate sender ``s`` can feed target ``j`` over their shared host's own
+    links, per receiving GPU; ``local_out[s]`` what ``s``'s own out-links allow in total."""
+
+    out: dict[int, dict[str, float]]
+    into: dict[int, dict[str, float]]
+    hosts: dict[int, set[str]]
+    leaf: dict[str, str]
+    local: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
+    local_out: dict[int, float] = field(default_factory=dict)
+    combined_out: dict[int, float] = field(default_factory=dict)
+    """Per memory holder: what its host's PCIe switch uplinks carry in all (local and network)."""
+    local_into: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    """Per target: ``(sender, local rate)`` of every sender sharing its host."""
+    need: dict[int, float] = field(default_factory=dict)
+    """Per target: the bytes it still needs."""
+    floor: dict[int, float] = field(default_factory=dict)
+    """Per target: the least time its instance GPUs' in-links allow (shard / in-capacity)."""
+    leaf_sets: dict[tuple[int, str], frozenset[str]] = field(default_factory=dict)
+
+    def egress(self, node: int) -> float:
+        return sum(self.out.get(node, {}).values())
+
+    def ingress(self, node: int) -> float:
+        return sum(self.into.get(node, {}).values())
+
+    def local_rate(self, sender: int, node: int) -> float:
+        return sum(self.local.get((sender, node), {}).values())
+
+    def local_senders(self, node: int, available: set[int]) -> list[tuple[int, float]]:
+        return [(s, r) for s, r in self.local_into.get(node, []) if s in available]
+
+    def leaves_out(self, node: int) -> frozenset[str]:
+        return self._leaves(node, self.out, "out")
+
+    def leaves_in(self, node: int) -> frozenset[str]:
+        return self._leaves(node, self.into, "in")
+
+    def _leaves(self, node: int, ports: dict[int, dict[str, float]], way: str) -> frozenset[str]:
+        key = (node, way)
+        found = self.leaf_sets.get(key)
+        if found is None:
+            found = frozenset(self.leaf[nic] for nic in ports.get(node, {}))
+            self.leaf_sets[key] = found
+        return found
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Targets (plan node ids) in forwarding order; per target, local and network senders with
+    their shares of its bytes (shares of one target sum to 1)."""
+
+    order: tuple[int, ...]
+    local: dict[int, tuple[tuple[int, float], ...]]
+    network: dict[int, tuple[tuple[int, float], ...]]
+    forwarding: frozenset[int]
+    fluid_s: float
+
+    def senders(self, node: int) -> tuple[tuple[int, float], ...]:
+        return self.local.get(node, ()) + self.network.get(node, ())
+
+
+def _rate(problem: Problem, edges: Sequence[tuple[str, str]]) -> float:
+    return min((problem.residual.get(e, 0.0) for e in edges), default=math.inf)
+
+
+def ports(problem: Problem, nodes: Sequence[PlanNode]) -> Ports:
+    """The NIC ports and local routes of every source and target node (ids = positions)."""
+    topo = problem.topology
+    out: dict[int, dict[str, float]] = {}
+    into: dict[int, dict[str, float]] = {}
+    hosts: dict[int, set[str]] = {}
+    leaf_of: dict[str, str] = {}
+    for node in nodes:
+        hosts[node.id] = {str(topo.graph.nodes[n]["host"]) for n in node.host_local_nodes}
+        out[node.id] = _nic_ports(problem, node, leaf_of, outgoing=True)
+        if node.kind is NodeKind.TARGET:
+            into[node.id] = _nic_ports(problem, node, leaf_of, outgoing=False)
+    port = Ports(out, into, hosts, leaf_of)
+    _local_routes(problem, nodes, port)
+    for (s, j), routes in port.local.items():
+        if routes:
+            port.local_into.setdefault(j, []).append((s, sum(routes.values())))
+    for node in nodes:
+        if node.kind is NodeKind.TARGET:
+            port.need[node.id] = problem.node_bytes(node)
+            shard = port.need[node.id] / problem.tp
+            port.floor[node.id] = max(
+                shard / max(_in_capacity(problem, g), 1e-300) for g in node.gpus
+            )
+    return port
+
+
+def _in_capacity(problem: Problem, gpu: str) -> float:
+    return sum(problem.residual[(u, gpu)] for u in problem.topology.graph.predecessors(gpu))
+
+
+def _nic_ports(
+    problem: Problem, node: PlanNode, leaf_of: dict[str, str], *, outgoing: bool
+) -> dict[str, float]:
+    topo = problem.topology
+    found: dict[str, float] = {}
+    members = node.exits if outgoing else node.gpus + node.relays
+    for member in members:
+        nic = member if topo.kind(member) == "nic" else topo.nic_of(member)
+        leaf = topo.leaf_of_nic(nic)
+        if leaf is None:
+            continue
+        if outgoing:
+            start = node.memory if topo.kind(member) == "nic" and node.memory else member
+            inside = topo.path_edges(start, nic) if start != nic else ()
+            rate = min(_rate(problem, ((nic, leaf),)), _rate(problem, inside))
+        else:
+            rate = min(_rate(problem, ((leaf, nic),)), _rate(problem, topo.path_edges(nic, member)))
+        leaf_of[nic] = leaf
+        found[nic] = max(found.get(nic, 0.0), rate)
+    return {nic: rate for nic, rate in found.items() if rate > 0}
+
+
+def _local_routes(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> None:
+    """Fill ``port.local`` and ``port.local_out`` for sender/target pairs sharing a host."""
+    topo = problem.topology
+    targets = [n for n in nodes if n.kind is NodeKind.TARGET]
+    for sender in nodes:
+        if sender.kind not in (NodeKind.INSTANCE, NodeKind.HOST, NodeKind.TARGET):
+            continue
+        start = sender.memory or sender.gpus[0]
+        port.local_out[sender.id] = sum(
+            problem.residual[(start, v)] for v in topo.graph.successors(start)
+        )
+        if sender.memory:
+            port.combined_out[sender.id] = _below_root(problem, sender.memory)
+        for target in targets:
+            if target.id == sender.id or not port.hosts[sender.id] & port.hosts[target.id]:
+                continue
+            same_group = sender.gpus and set(sender.gpus) & set(
+                topo.nvlink_group_of(target.gpus[0])
+            )
+            members = (
+                target.gpus if same_group or not sender.memory else target.gpus + (target.relays)
+            )
+            rates = {g: _rate(problem, topo.path_edges(start, g)) for g in members}
+            port.local[(sender.id, target.id)] = {g: r for g, r in rates.items() if r > 0}
+
+
+def _below_root(problem: Problem, memory: str) -> float:
+    """What host memory can push below its root complex: min(DRAM link, the root's links down)."""
+    topo = problem.topology
+    total = 0.0
+    for root in topo.graph.successors(memory):
+        down = sum(
+            problem.residual[(root, v)]
+            for v in topo.graph.successors(root)
+            if topo.kind(v) not in ("host_mem", "ssd")
+        )
+        total += min(problem.residual[(memory, root)], down)
+    return total
+
+
+def _holders(nodes: Sequence[PlanNode]) -> list[int]:
+    return [n.id for n in nodes if n.kind in (NodeKind.INSTANCE, NodeKind.HOST)]
+
+
+class _Budgets:
+    """Bytes each sender may still send within a window: over the network, over its host's own
+    links, and in all (host DRAM feeds both through the same PCIe switch uplinks)."""
+
+    def __init__(self, port: Ports, window: float) -> None:
+        self.port, self.window = port, window
+        self.network: dict[int, float] = {}
+        self.local: dict[int, float] = {}
+        self.combined: dict[int, float] = {}
+
+    def add(self, sender: int) -> None:
+        self.network[sender] = self.port.egress(sender) * self.window
+        self.local[sender] = self.port.local_out.get(sender, 0.0) * self.window
+        self.combined[sender] = self.port.combined_out.get(sender, math.inf) * self.window
+
+    def take_local(self, sender: int, want: float, rate: float) -> float:
+        take = min(want, rate * self.window, self.local[sender], self.combined[sender])
+        self.local[sender] -= take
+        self.combined[sender] -= take
+        return take
+
+    def network_left(self, sender: int) -> float:
+        return min(self.network[sender], self.combined[sender])
+
+    def take_network(self, sender: int, want: float) -> float:
+        take = min(want, self.network_left(sender))
+        self.network[sender] -= take
+        self.combined[sender] -= take
+        return take
+
+
+def _fill_all(
+    nodes: Sequence[PlanNode],
+    port: Ports,
+    order: Sequence[int],
+    forwarding: frozenset[int],
+    window: float,
+) -> (
+    tuple[dict[int, tuple[tuple[int, float], ...]], dict[int, tuple[tuple[int, float], ...]]] | None
+):
+    """Local and network shares of every node filled within ``window`` seconds, or None."""
+    holders = set(_holders(nodes))
+    budgets = _Budgets(port, window * _SLACK)
+    for h in holders:
+        budgets.add(h)
+    available = set(holders)
+    local: dict[int, tuple[tuple[int, float], ...]] = {}
+    network: dict[int, tuple[tuple[int, float], ...]] = {}
+    for j in order:
+        total = port.need[j]
+        need = total
+        taken: list[tuple[int, float]] = []
+        for s, rate in port.local_senders(j, available):
+            take = budgets.take_local(s, need, rate)
+            if take > total * _SHARE_FLOOR:
+                need -= take
+                taken.append((s, take / total))
+        local[j] = tuple(taken)
+        if need > port.ingress(j) * window * _SLACK + total * 1e-9:
+            return None
+        shares = _fill(need, total, j, budgets, port, holders, {s for s, _ in taken})
+        if shares is None:
+            return None
+        network[j] = shares
+        if j in forwarding:
+            available.add(j)
+            budgets.add(j)
+    return local, network
+
+
+def fluid_time(
+    problem: Problem,
+    nodes: Sequence[PlanNode],
+    port: Ports,
+    order: Sequence[int],
+    forwarding: frozenset[int],
+) -> float:
+    """``T*`` of the module docstring for ``order`` (``inf`` when no time is enough).
+
+    The ratios of the network-only constraints give a first value; when local routes or shared
+    host links make it fall short, bisection finds the least feasible time."""
+    if all(port.need[j] <= 0 for j in order):
+        return 0.0
+    floor = max((port.floor[j] for j in order if port.need[j] > 0), default=0.0)
+    guess = max(floor, _network_only(nodes, port, order, forwarding))
+    local = any(port.local_into.get(j) for j in order if port.need[j] > 0)
+    shared = any(port.egress(s) > port.combined_out.get(s, math.inf) for s in port.combined_out)
+    if math.isfinite(guess) and not local and not shared:
+        return guess  # the ratios are the whole story: no bisection, no check needed
+    if math.isfinite(guess) and _fill_all(nodes, port, order, forwarding, guess) is not None:
+        if not local:
+            return guess
+        hi = guess
+    else:
+        hi = _upper(nodes, port, order)
+        if not math.isfinite(hi) or _fill_all(nodes, port, order, forwarding, hi) is None:
+            return math.inf
+    lo = floor
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2
+        if _fill_all(nodes, port, order, forwarding, mid) is not None:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= hi * 1e-9:
+            break
+    return hi
+
+
+def _network_only(
+    nodes: Sequence[PlanNode], port: Ports, order: Sequence[int], forwarding: frozenset[int]
+) -> float:
+    supply = sum(port.egress(s) for s in _holders(nodes))
+    demand = worst = 0.0
+    for j in order:
+        need = port.need[j]
+        if need > 0:
+            demand += need
+            ingress = port.ingress(j)
+            worst = max(
+                worst,
+                need / ingress if ingress > 0 else math.inf,
+                demand / supply if supply > 0 else math.inf,
+            )
+        if j in forwarding:
+            supply += port.egress(j)
+    return worst
+
+
+def _upper(nodes: Sequence[PlanNode], port: Ports, order: Sequence[int]) -> float:
+    """A time every reachable node can be filled in: each node on its own from its best route,
+    one after another (inf when some node has neither a network nor a local route)."""
+    supply = sum(port.egress(s) for s in _holders(nodes))
+    total = 0.0
+    for j in order:
+        if port.need[j] <= 0:
+            continue
+        local = max((r for _, r in port.local_into.get(j, [])), default=0.0)
+        best = max(min(supply, port.ingress(j)), local)
+        if best <= 0:
+            return math.inf
+        total += port.need[j] / best
+    return max(total, 1e-9) * len(order)
+
+
+def allocate(
+    problem: Problem,
+    nodes: Sequence[PlanNode],
+    port: Ports,
+    order: Sequence[int],
+    forwarding: frozenset[int],
+) -> Allocation:
+    """Fill the targets in ``order`` at ``T*``: each takes locally what it can, then from the
+    network senders it may use."""
+    fluid = fluid_time(problem, nodes, port, order, forwarding)
+    filled = _fill_all(nodes, port, order, forwarding, fluid) if math.isfinite(fluid) else None
+    if filled is None:
+        raise InfeasibleError(
+            "no route carries weights to "
+            + ", ".join(nodes[j].label for j in order if port.need[j] > 0)
+            + ": the eligible senders have no capacity left towards them"
+        )
+    local, network = filled
+    return Allocation(tuple(order), local, network, forwarding, fluid)
+
+
+def _fill(
+    need: float,
+    total: float,
+    j: int,
+    budgets: _Budgets,
+    port: Ports,
+    holders: set[int],
+    local: set[int],
+) -> tuple[tuple[int, float], ...] | None:
+    """Take ``need`` of ``total`` bytes from network senders with budget left: senders under one
+    of the node's leaves first (no spine crossing), then holders (shallowest routes), then the
+    most budget. Shares are of ``total``; None when the senders cannot supply it."""
+    if need <= total * _SHARE_FLOOR:
+        return ()
+    leaves = port.leaves_in(j)
+    shares: list[tuple[int, float]] = []
+    left = need
+    order = sorted(
+        budgets.network,
+        key=lambda s: (
+            not (port.leaves_out(s) & leaves),
+            s not in holders,
+            -budgets.network_left(s),
+            s,
+        ),
+    )
+    for s in order:
+        if left <= total * _SHARE_FLOOR:
+            break
+        if s in local or budgets.network_left(s) <= total * _SHARE_FLOOR:
+            continue  # a sender sharing the node's host reaches it over the host's own links
+        take = budgets.take_network(s, left)
+        left -= take
+        shares.append((s, take / total))
+    if left > total * 1e-6:
+        return None
+    return tuple(shares)

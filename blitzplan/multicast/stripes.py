@@ -1,0 +1,460 @@
+"""From an allocation to lanes: which stripe intervals go from which holder, exit and relay.
+
+For each target node, in forwarding order:
+
+1. **Entries.** Each rank's ``[0, 1)`` is split over the node's instance GPUs of that rank and its
+   relays in proportion to what each can receive (its NIC port for the network part, its route from
+   each local sender for the local part), so every receiving link works for the same time;
+   instance GPUs only receive their own rank, relays any.
+2. **Senders.** Every entry's interval is shared out: each local sender gets, in every entry, the
+   part its route to that entry carries; the network part goes to the network senders by shares,
+   entry by entry, a sender with an exit under the entry's leaf first (no spine crossing).
+3. **Holders.** A source sends each piece from the GPU holding it (TP re-sharding by
+   :mod:`~blitzplan.multicast.holdings`); a forwarding node from the GPU it landed on, so it
+   forwards each chunk as it arrives.
+4. **Exits.** A network piece leaves by the holder's own NIC when that NIC is under the
+   destination's leaf and has budget left at the planned rate, else by the exits under that leaf,
+   else by any exit, most budget left first, split over several when one has too little (spare
+   GPUs relay over NVLink). Every lane is paced to finish at the allocation's fluid time.
+5. **Gathers.** What lands on one GPU is copied over NVLink to every other instance GPU of its
+   rank in the node, one lane per contiguous interval, paced at twice the rate its bytes land.
+6. **Headroom.** A lane that forwards (or gathers) starts a chunk after the bytes it forwards
+   begin to arrive; :func:`relax_paces` lets it run faster than its pace, up to twice, where its
+   links have room the other lanes' paces leave, so it catches up instead of ending a chunk late.
+
+The builder records, for every lane, the lanes that bring its bytes to its holder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from blitzplan.multicast.allocate import Allocation, Ports
+from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
+from blitzplan.multicast.setup import Problem
+from blitzplan.multicast.timeline import PlanBuilder
+from blitzplan.multicast.types import NodeKind, PlanNode
+from blitzplan.topologies import Edge
+
+__all__ = ["build_lanes", "relax_paces"]
+
+Piece = tuple[str, float, float]  # (gpu, lo, hi)
+
+GATHER_HEADROOM = 2.0
+"""Gathers are paced at this multiple of the rate their bytes land at, so a gather that starts
+late catches up while it never crowds other flows off an NVLink."""
+MIN_PIECE = 1e-6
+"""No piece of a stripe shorter than this (of a rank's shard) gets its own lane."""
+Landing = tuple[str, float, float, int]  # (gpu, lo, hi, lane id)
+
+
+class _Exits:
+    """Per sender NIC, the bytes its lanes already carry, against its budget at ``fluid_s``."""
+
+    def __init__(self, builder: PlanBuilder, port: Ports, fluid_s: float) -> None:
+        self.builder, self.port, self.fluid_s = builder, port, fluid_s
+        self.used: dict[tuple[int, str], float] = {}
+
+    def nic(self, exit_: str) -> str:
+        topo = self.builder.topology
+        return exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
+
+    def left(self, sender: int, exit_: str) -> float:
+        rate = self.port.out.get(sender, {}).get(self.nic(exit_), 0.0)
+        return rate * self.fluid_s - self.used.get((sender, self.nic(exit_)), 0.0)
+
+    def choose(self, sender: int, holder: str, dst: str, size: float) -> list[tuple[str, float]]:
+        """``(exit, fraction of the piece)`` pairs covering the piece (step 4)."""
+        topo = self.builder.topology
+        leaf = topo.leaf_of(dst)
+        rates = self.port.out.get(sender, {})
+        options = [e for e in self.builder.nodes[sender].exits if self.nic(e) in rates]
+        if not options:
+            return [(holder, 1.0)]
+        same = [e for e in options if topo.leaf_of_nic(self.nic(e)) == leaf]
+        if holder in same and self.left(sender, holder) >= size * (1 - 1e-6):
+            return [(holder, 1.0)]
+        chosen: list[tuple[str, float]] = []
+        remaining = size
+        for pool in (same, options):
+            for e in sorted(pool, key=lambda e: (-self.left(sender, e), e != holder)):
+                if remaining <= size * MIN_PIECE:
+                    break
+                room = self.left(sender, e)
+                if room <= size * MIN_PIECE or any(e == c for c, _ in chosen):
+                    continue
+                take = remaining if remaining - room <= size * MIN_PIECE else room
+                chosen.append((e, take / size if size > 0 else 1.0))
+                remaining -= take
+        if not chosen:  # over budget everywhere: the exit with most room takes it all
+            best = max(options, key=lambda e: self.left(sender, e))
+            return [(best, 1.0)]
+        if remaining > 0:
+            e, fraction = chosen[-1]
+            chosen[-1] = (e, fraction + remaining / size)
+        return chosen
+
+    def spend(self, sender: int, exit_: str, size: float) -> None:
+        key = (sender, self.nic(exit_))
+        self.used[key] = self.used.get(key, 0.0) + size
+
+
+def build_lanes(problem: Problem, builder: PlanBuilder, port: Ports, alloc: Allocation) -> None:
+    """Add every lane and gather of ``alloc`` to ``builder`` (nodes already added)."""
+    landed: dict[int, dict[int, list[Landing]]] = {}
+    exits = _Exits(builder, port, alloc.fluid_s)
+    for j in alloc.order:
+        if not alloc.senders(j):
+            continue
+        node = builder.nodes[j]
+        carried = float(sum(b for u, b in enumerate(problem.unit_bytes) if not node.has(u)))
+        pieces = _assign(problem, node, port, alloc, j)
+        landed[j] = {r: [] for r in range(problem.tp)}
+        for sender, rank, dst, lo, hi in pieces:
+            hop = builder.hop(sender, j)
+            for holder, a, b, deps in _holders(
+                builder.nodes[sender], landed, rank, lo, hi, problem.tp
+            ):
+                for lane, x, y in _lanes(
+                    builder, exits, alloc, hop, sender, holder, dst, rank, a, b, carried, deps
+                ):
+                    landed[j][rank].append((dst, x, y, lane))
+        pace = GATHER_HEADROOM * carried / alloc.fluid_s if alloc.fluid_s > 0 else math.inf
+        _gathers(builder, node, landed[j], pace)
+
+
+def _assign(
+    problem: Problem, node: PlanNode, port: Ports, alloc: Allocation, j: int
+) -> list[tuple[int, int, str, float, float]]:
+    """``(sender, rank, dst, lo, hi)`` pieces covering every rank of node ``j`` (steps 1-2)."""
+    local = [(s, f) for s, f in alloc.local.get(j, ())]
+    network = [(s, f) for s, f in alloc.network.get(j, ())]
+    total = sum(f for _, f in local + network)
+    local = [(s, f / total) for s, f in local]
+    network = [(s, f / total) for s, f in network]
+    weights, local_parts = _entry_weights(problem, node, port, j, local, network)
+    entries = _entries(problem, node, weights)
+    budget = {s: f * problem.tp for s, f in network}
+    out: list[tuple[int, int, str, float, float]] = []
+    for rank in range(problem.tp):
+        for dst, lo, hi in entries[rank]:
+            at = lo
+            for s, part in local_parts.get(dst, []):
+                end = at + (hi - lo) * part / weights[dst]
+                if hi - end <= MIN_PIECE and not network:
+                    end = hi
+                if end - at > MIN_PIECE:
+                    out.append((s, rank, dst, at, end))
+                    at = end
+            out += _network_pieces(problem, port, budget, network, rank, dst, at, hi)
+            if hi - at > 0 and not network and out:  # rounding: the last local piece ends at hi
+                s, r, d, a, _ = out[-1]
+                out[-1] = (s, r, d, a, hi)
+    return out
+
+
+def _entry_weights(
+    problem: Problem,
+    node: PlanNode,
+    port: Ports,
+    j: int,
+    local: list[tuple[int, float]],
+    network: list[tuple[int, float]],
+) -> tuple[dict[str, float], dict[str, list[tuple[int, float]]]]:
+    """Per receiving GPU: its weight (share of the node's bytes it receives), and per local
+    sender the part of that weight it sends there."""
+    topo = problem.topology
+    members = node.gpus + node.relays
+    share_net = sum(f for _, f in network)
+    sharing: dict[str, int] = {}
+    for g in members:
+        sharing[topo.nic_of(g)] = sharing.get(topo.nic_of(g), 0) + 1
+    into = port.into.get(j, {})
+    net = {g: into.get(topo.nic_of(g), 0.0) / sharing[topo.nic_of(g)] for g in members}
+    total_net = sum(net.values())
+    weights = {g: share_net * net[g] / total_net if total_net > 0 else 0.0 for g in members}
+    parts: dict[str, list[tuple[int, float]]] = {}
+    for s, f in local:
+        routes = port.local.get((s, j), {})
+        total = sum(routes.values())
+        for g, rate in routes.items():
+            weights[g] = weights.get(g, 0.0) + f * rate / total
+            parts.setdefault(g, []).append((s, f * rate / total))
+    return weights, parts
+
+
+def _entries(problem: Problem, node: PlanNode, weights: dict[str, float]) -> dict[int, list[Piece]]:
+    """Per rank, ``[0, 1)`` split over the GPUs that receive it in proportion to ``weights``."""
+    tp = problem.tp
+    own = {
+        r: [g for g in node.gpus if node.rank_of(g) == r and weights.get(g, 0) > 0]
+        for r in range(tp)
+    }
+    relays = [g for g in node.relays if weights.get(g, 0) > 0]
+    total = sum(weights.values())
+    per_coordinate = tp / total if total > 0 else 0.0
+    own_share = {
+        r: min(1.0, per_coordinate * sum(weights[g] for g in own[r])) if relays else 1.0
+        for r in range(tp)
+    }
+    out: dict[int, list[Piece]] = {}
+    for r in range(tp):
+        out[r] = _split(own[r], [weights[g] for g in own[r]], 0.0, own_share[r]) if own[r] else []
+        if not out[r]:
+            own_share[r] = 0.0
+    deficits = [(r, own_share[r], 1.0) for r in range(tp) if own_share[r] < 1.0 - TOLERANCE]
+    for r, piece in _spread(relays, [weights[g] for g in relays], deficits):
+        out[r].append(piece)
+    return out
+
+
+def _split(gpus: Sequence[str], weights: Sequence[float], lo: float, hi: float) -> list[Piece]:
+    """``[lo, hi)`` cut in proportion to ``weights``."""
+    total = sum(weights)
+    out = []
+    at = lo
+    for i, (gpu, w) in enumerate(zip(gpus, weights, strict=True)):
+        end = hi if i == len(gpus) - 1 else at + (hi - lo) * w / total
+        if end - at > TOLERANCE:
+            out.append((gpu, at, end))
+        at = end
+    return out
+
+
+def _spread(
+    relays: Sequence[str], weights: Sequence[float], deficits: Sequence[tuple[int, float, float]]
+) -> list[tuple[int, Piece]]:
+    """Cover each rank's missing ``[lo, hi)`` with relays in proportion to their weights."""
+    need = sum(hi - lo for _, lo, hi in deficits)
+    if not relays or need <= 0:
+        return []
+    total = sum(weights)
+    budgets = [need * w / total for w in weights]
+    out: list[tuple[int, Piece]] = []
+    k = 0
+    for rank, lo, hi in deficits:
+        at = lo
+        while hi - at > TOLERANCE and k < len(relays):
+            end = min(hi, at + budgets[k])
+            if end - at > TOLERANCE:
+                out.append((rank, (relays[k], at, end)))
+            budgets[k] -= end - at
+            at = end
+            if budgets[k] <= TOLERANCE:
+                k += 1
+        if hi - at > TOLERANCE:
+            out.append((rank, (relays[-1], at, hi)))
+    return out
+
+
+def _network_pieces(
+    problem: Problem,
+    port: Ports,
+    budget: dict[int, float],
+    network: list[tuple[int, float]],
+    rank: int,
+    dst: str,
+    lo: float,
+    hi: float,
+) -> list[tuple[int, int, str, float, float]]:
+    """Share ``[lo, hi)`` of one entry among network senders (step 2)."""
+    if hi - lo <= TOLERANCE or not network:
+        return []
+    leaf = problem.topology.leaf_of(dst)
+    order = sorted(
+        (s for s, _ in network),
+        key=lambda s: (leaf not in port.leaves_out(s), -budget[s]),
+    )
+    out: list[tuple[int, int, str, float, float]] = []
+    at = lo
+    for s in order:
+        if hi - at <= MIN_PIECE:
+            break
+        take = min(hi - at, budget[s])
+        if take <= MIN_PIECE:
+            continue
+        if hi - at - take <= MIN_PIECE:
+            take = hi - at  # no sliver left behind
+        out.append((s, rank, dst, at, at + take))
+        budget[s] -= take
+        at += take
+    if hi - at > 0 and out:  # rounding: the last piece takes the rest
+        s, r, d, a, _ = out[-1]
+        out[-1] = (s, r, d, a, hi)
+        budget[s] -= hi - at
+    elif hi - at > 0:
+        s = max((s for s, _ in network), key=lambda s: budget[s])
+        out.append((s, rank, dst, at, hi))
+        budget[s] -= hi - at
+    return out
+
+
+def _holders(
+    sender: PlanNode,
+    landed: dict[int, dict[int, list[Landing]]],
+    rank: int,
+    lo: float,
+    hi: float,
+    tp: int,
+) -> list[tuple[str, float, float, list[tuple[int, float, float]]]]:
+    """Who at ``sender`` holds ``[lo, hi)`` of ``rank``, split where the holder changes, with
+    the lanes ``(id, lo, hi)`` that bring it there."""
+    if sender.kind is NodeKind.HOST:
+        return [(str(sender.memory), lo, hi, [])]
+    if sender.kind is NodeKind.INSTANCE:
+        segments = [(sender.gpus[q], a, b) for a, b, q in holder_segments(sender.tp, rank, tp)]
+        return [(g, a, b, []) for g, a, b in _cut(segments, lo, hi)]
+    arrived = landed.get(sender.id, {}).get(rank)
+    if not arrived:  # the node had every unit before this plan: each rank GPU holds its shard
+        gpu = next(g for g in sender.gpus if sender.rank_of(g) == rank)
+        return [(gpu, lo, hi, [])]
+    out: list[tuple[str, float, float, list[tuple[int, float, float]]]] = []
+    for gpu, a, b, lane in sorted(arrived, key=lambda x: x[1]):
+        common = overlap((a, b), (lo, hi))
+        if common is None:
+            continue
+        if out and out[-1][0] == gpu and abs(out[-1][2] - common[0]) <= TOLERANCE:
+            out[-1] = (gpu, out[-1][1], common[1], [*out[-1][3], (lane, a, b)])
+        else:
+            out.append((gpu, common[0], common[1], [(lane, a, b)]))
+    return out
+
+
+def _cut(pieces: Sequence[Piece], lo: float, hi: float) -> list[Piece]:
+    out = []
+    for gpu, a, b in pieces:
+        common = overlap((a, b), (lo, hi))
+        if common is not None:
+            out.append((gpu, common[0], common[1]))
+    return out
+
+
+def _lanes(
+    builder: PlanBuilder,
+    exits: _Exits,
+    alloc: Allocation,
+    hop: int,
+    sender: int,
+    holder: str,
+    dst: str,
+    rank: int,
+    lo: float,
+    hi: float,
+    carried: float,
+    feeds: list[tuple[int, float, float]],
+) -> list[tuple[int, float, float]]:
+    """Lanes ``(id, lo, hi)`` for one held piece: one per exit it leaves by (step 4)."""
+    topo = builder.topology
+    size = (hi - lo) * carried
+    pace = 1.0 / alloc.fluid_s if alloc.fluid_s > 0 else math.inf
+    local = topo.graph.nodes[holder]["host"] == topo.graph.nodes[dst]["host"]
+    if local:
+        lane = builder.add_lane(
+            hop,
+            holder,
+            holder,
+            dst,
+            rank,
+            lo,
+            hi,
+            pace_bytes_per_s=size * pace,
+            deps=_within(feeds, lo, hi),
+        )
+        return [(lane.flow, lo, hi)]
+    out = []
+    at = lo
+    choices = exits.choose(sender, holder, dst, size)
+    for k, (exit_, fraction) in enumerate(choices):
+        end = hi if k == len(choices) - 1 else at + (hi - lo) * fraction
+        if end - at <= TOLERANCE:
+            continue
+        part = (end - at) * carried
+        exits.spend(sender, exit_, part)
+        lane = builder.add_lane(
+            hop,
+            holder,
+            exit_,
+            dst,
+            rank,
+            at,
+            end,
+            pace_bytes_per_s=part * pace,
+            deps=_within(feeds, at, end),
+        )
+        out.append((lane.flow, at, end))
+        at = end
+    return out
+
+
+def _within(feeds: list[tuple[int, float, float]], lo: float, hi: float) -> list[int]:
+    """The feeding lanes that carry part of ``[lo, hi)``."""
+    return [lane for lane, a, b in feeds if overlap((a, b), (lo, hi)) is not None]
+
+
+def _gathers(
+    builder: PlanBuilder, node: PlanNode, landed: dict[int, list[Landing]], pace: float
+) -> None:
+    """NVLink copies of every contiguous interval that landed on one GPU (step 5)."""
+    for rank, pieces in landed.items():
+        peers = [g for g in node.gpus if node.rank_of(g) == rank]
+        if len(peers) <= 1 and all(p[0] in peers for p in pieces):
+            continue
+        by_gpu: dict[str, list[tuple[float, float, int]]] = {}
+        for gpu, lo, hi, lane in pieces:
+            by_gpu.setdefault(gpu, []).append((lo, hi, lane))
+        for holder, parts in by_gpu.items():
+            for lo, hi, deps in _runs(parts):
+                for gpu in peers:
+                    if gpu != holder:
+                        builder.add_gather(
+                            node.id,
+                            holder,
+                            gpu,
+                            rank,
+                            lo,
+                            hi,
+                            deps=deps,
+                            pace_bytes_per_s=(hi - lo) * pace,
+                        )
+
+
+def _runs(parts: list[tuple[float, float, int]]) -> list[tuple[float, float, list[int]]]:
+    """Contiguous runs of intervals, each with the lanes that make it up."""
+    runs: list[tuple[float, float, list[int]]] = []
+    for lo, hi, lane in sorted(parts):
+        if runs and abs(runs[-1][1] - lo) <= TOLERANCE:
+            runs[-1] = (runs[-1][0], hi, [*runs[-1][2], lane])
+        else:
+            runs.append((lo, hi, [lane]))
+    return runs
+
+
+FORWARD_HEADROOM = 2.0
+"""A forwarding or gathering lane may be paced up to this multiple of its planned rate."""
+
+
+def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
+    """Raise the pace of every forwarding and gathering lane into the room its links have left
+    (module docstring, step 6). Every pace stays within what the links carry together, so the
+    fair shares remain the paces."""
+    load: dict[Edge, float] = {}
+    for flow in builder.flows:
+        for edge in flow.edges:
+            load[edge] = load.get(edge, 0.0) + flow.max_bytes_per_s
+    for lane in builder.lanes:
+        if builder.nodes[lane.sender].kind is not NodeKind.TARGET:
+            continue
+        flow = builder.flows[lane.flow]
+        if not math.isfinite(flow.max_bytes_per_s):
+            continue
+        room = min(residual.get(e, 0.0) - load[e] for e in flow.edges)
+        extra = min(room, flow.max_bytes_per_s * (FORWARD_HEADROOM - 1))
+        if extra <= 0:
+            continue
+        for edge in flow.edges:
+            load[edge] += extra
+        builder.flows[lane.flow] = dataclasses.replace(
+            flow, max_bytes_per_s=flow.max_bytes_per_s + extra
+        )
