@@ -17,7 +17,7 @@ import numpy as np
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
-from blitzplan.models import ModelSpec
+from blitzplan.models import ModelSpec, TensorParallelShard
 from blitzplan.units import US
 
 __all__ = ["ComputeModel", "RooflineComputeModel", "TableComputeModel"]
@@ -76,8 +76,17 @@ class RooflineComputeModel:
                 raise InvalidInputError(f"{key} must be >= 0, got {getattr(self, key)!r}")
 
     @cached_property
+    def _shard(self) -> TensorParallelShard:
+        return self.model.shard(self.tp)
+
+    @cached_property
     def _shard_bytes(self) -> tuple[int, ...]:
-        return self.model.shard(self.tp).unit_bytes
+        return self._shard.unit_bytes
+
+    @cached_property
+    def _kv_bytes_per_token_per_layer(self) -> float:
+        """KV bytes one token writes per layer on one GPU (MLA's latent is not split by TP)."""
+        return self._shard.kv_bytes_per_token / self.model.num_layers
 
     def _roofline_s(self, flops: float, bytes_moved: float) -> float:
         return max(
@@ -94,9 +103,13 @@ class RooflineComputeModel:
         return _ALLREDUCES_PER_LAYER * (ring + self.allreduce_latency_s)
 
     def _layer_weight_bytes(self, tokens: int) -> float:
-        """Weights read once per layer; a small MoE batch touches only the experts it routes to."""
+        """Weights read once per layer; a small MoE batch touches only the experts it routes to.
+
+        Layers may differ (DeepSeek's dense first layers): the largest one stands for all, as
+        ``ModelSpec.layer`` does.
+        """
         m = self.model
-        layer = self._shard_bytes[1]
+        layer = max(self._shard_bytes[1:-1])
         if m.num_experts == 1:
             return float(layer)
         expert = m.layer.mlp / m.num_experts / self.tp
@@ -111,7 +124,7 @@ class RooflineComputeModel:
         # causal attention: QK^T and PV over half of an n x n matrix per request of n tokens
         attention_macs = 2 * q_dim * tokens * (tokens / requests) / 2
         flops = _FLOPS_PER_MAC * (m.active_params_per_layer * tokens + attention_macs) / self.tp
-        kv_write = tokens * m.kv_bytes_per_token / m.num_layers / self.tp
+        kv_write = tokens * self._kv_bytes_per_token_per_layer
         moved = (
             self._layer_weight_bytes(tokens) + 2 * tokens * m.activation_bytes_per_token + kv_write
         )
@@ -124,7 +137,7 @@ class RooflineComputeModel:
         q_dim = m.num_attention_heads * m.head_dim
         attention_macs = 2 * q_dim * batch_size * context_len
         flops = _FLOPS_PER_MAC * (m.active_params_per_layer * batch_size + attention_macs) / self.tp
-        kv_read = batch_size * context_len * m.kv_bytes_per_token / m.num_layers / self.tp
+        kv_read = batch_size * context_len * self._kv_bytes_per_token_per_layer
         moved = self._layer_weight_bytes(batch_size) + kv_read
         return (
             self._roofline_s(flops, moved) + self._allreduce_s(batch_size) + self.layer_overhead_s
