@@ -69,6 +69,7 @@ def _identity_metadata(identity: ModelIdentity) -> dict[str, str]:
         "name": identity.name,
         "revision": identity.revision,
         "content_hash": identity.content_hash,
+        "hash_kind": identity.hash_kind,
     }
 
 
@@ -149,7 +150,10 @@ def load_unit(checkpoint: Checkpoint, unit: int, *, dims: Dims | None = None) ->
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
         found = ModelIdentity(
-            metadata.get("name", ""), metadata.get("revision", ""), metadata.get("content_hash", "")
+            metadata.get("name", ""),
+            metadata.get("revision", ""),
+            metadata.get("content_hash", ""),
+            metadata.get("hash_kind", "config"),
         )
         if found != checkpoint.identity:
             raise InvalidInputError(

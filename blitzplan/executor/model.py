@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.models import ModelSpec
+from blitzplan.models import ModelSpec, config_dtype
 
 __all__ = [
     "DTYPES",
@@ -86,6 +86,10 @@ def model_dims(spec: ModelSpec) -> Dims:
             ("mlp_bias", spec.mlp_bias),
             ("tie_word_embeddings", spec.tie_word_embeddings),
             ("num_experts > 1", spec.num_experts > 1),
+            ("multi-head latent attention", spec.mla is not None),
+            ("qk norms", spec.qk_norm),
+            ("quantization", spec.quantization is not None),
+            ("a vision tower", spec.vision is not None),
         )
         if flag
     ]
@@ -94,7 +98,8 @@ def model_dims(spec: ModelSpec) -> Dims:
             f"model {spec.name!r} uses {', '.join(unsupported)}; the executor runs dense Llama "
             "layers without biases and with an untied lm_head"
         )
-    dtype_name = str(spec.config.get("torch_dtype", "float32")).removeprefix("torch.")
+    found = config_dtype(spec.config)
+    dtype_name = found[1] if found else "float32"
     if dtype_name not in DTYPES:
         raise InvalidInputError(
             f"torch_dtype must be one of {', '.join(DTYPES)} for the executor, got {dtype_name!r}"
