@@ -179,6 +179,12 @@ class RooflineComputeModel:
         )
         return sum(elementwise_s(self.gpu, self.params, bytes_moved=x) for x in traffic)
 
+    @cached_property
+    def kv_bytes_per_token_layer(self) -> float:
+        """KV-cache bytes one token holds in one layer on one GPU (MLA's latent is not split
+        by TP, so DeepSeek reads its whole latent on every GPU)."""
+        return self.model.shard(self.tp).kv_bytes_per_token / self.model.num_layers
+
     def _kv_write_s(self, tokens: int) -> float:
         """The new K and V copied into the cache, priced as the traffic it is.
 
@@ -187,8 +193,7 @@ class RooflineComputeModel:
         as long for a quarter of the bytes: a per-token cost of that implementation, not of the
         hardware, so it is neither fitted nor modelled; a copy kernel does it in ~20 us at 2,048.
         """
-        s = self._shard
-        moved = _READ_AND_WRITE * tokens * _KV_TENSORS * s.kv_out * s.dtype_bytes
+        moved = _READ_AND_WRITE * tokens * self.kv_bytes_per_token_layer
         return elementwise_s(self.gpu, self.params, bytes_moved=moved)
 
     def allreduce_s(self, tokens: int) -> float:
@@ -231,8 +236,8 @@ class RooflineComputeModel:
             self.gpu,
             self.params,
             flops=_FLOPS_PER_MAC * _ATTENTION_PRODUCTS * s.q_out * cached,
-            bytes_moved=(cached * _KV_TENSORS * s.kv_out + batch_size * _Q_AND_OUT * s.q_out)
-            * s.dtype_bytes,
+            bytes_moved=cached * self.kv_bytes_per_token_layer
+            + batch_size * _Q_AND_OUT * s.q_out * s.dtype_bytes,
         )
         return KernelTimes(
             gemm_s=self._gemms_s(batch_size),

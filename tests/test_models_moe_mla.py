@@ -21,7 +21,6 @@ from __future__ import annotations
 import pytest
 
 from blitzplan import InvalidInputError, RooflineComputeModel, get_gpu, load_model
-from blitzplan.units import GB_PER_S
 from tests import model_configs as C
 
 DEEPSEEK_EXPERT_PARAMS = 3 * 7168 * 2048
@@ -75,10 +74,12 @@ def test_deepseek_tp_shard_replicates_down_projections_and_routers() -> None:
 
 def test_roofline_on_deepseek_reads_the_unsplit_mla_cache() -> None:
     spec = load_model(C.DEEPSEEK_V3)
-    model = RooflineComputeModel(spec, get_gpu("h200"), tp=8, layer_overhead_s=0.0)
-    per_token_layer = (512 + 64) * 2
-    extra = model.decode_layer_s(1, 1000) - model.decode_layer_s(1, 0)
-    assert extra == pytest.approx(1000 * per_token_layer / (4800 * GB_PER_S * 0.8))
+    model = RooflineComputeModel(spec, get_gpu("h200"), tp=8)
+    assert model.kv_bytes_per_token_layer == (512 + 64) * spec.dtype_bytes  # not split by TP
+    llama = RooflineComputeModel(load_model("llama-3-8b"), get_gpu("h200"), tp=8)
+    assert llama.kv_bytes_per_token_layer == 2 * 1 * 128 * 2  # 8 KV heads over 8 GPUs
+    short, long = model.decode_layer_s(1, 1000), model.decode_layer_s(1, 100_000)
+    assert long > short
 
 
 def test_deepseek_v2_lite_mla_without_query_lora() -> None:

@@ -8,11 +8,12 @@ The plan space, the cost model and the validator are described in
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from blitzplan.cluster import ClusterState
-from blitzplan.errors import InvalidInputError
+from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast.assemble import OBJECTIVES, Built, finish, score
 from blitzplan.multicast.baselines import BASELINES
@@ -122,6 +123,7 @@ def plan_multicast(
         bound = lower_bound(problem, objective, local_copies=local)
     else:
         built, bound = _striped(problem, method, objective, polish_evaluations, time_limit_s)
+    _check_reachable(problem, built)
     status = SolveStatus.FEASIBLE
     if score(objective, built.ready_at_s, built.live) <= bound * (1 + 1e-9):
         status = SolveStatus.OPTIMAL  # meets the certified bound, so no plan is better
@@ -134,6 +136,23 @@ def plan_multicast(
         lower_bound_s=bound,
         solve_s=time.perf_counter() - started,
     )
+
+
+def _check_reachable(problem: Problem, built: Built) -> None:
+    """InfeasibleError naming a GPU no lane can reach (its routes cross a link the background
+    flows fill) instead of a plan that never ends."""
+    if all(math.isfinite(t) for t in built.ready_at_s.values()):
+        return
+    for lane, rate in zip(built.builder.lanes, built.timeline.rates, strict=True):
+        if rate <= 0:
+            edges = built.builder.flows[lane.flow].edges
+            full = [e for e in edges if problem.residual.get(e, 0.0) <= 0]
+            raise InfeasibleError(
+                f"no route carries weights to {lane.dst}: background flows fill "
+                f"{full[0] if full else edges} on every route this plan space allows"
+            )
+    stuck = sorted(n for n, t in built.ready_at_s.items() if not math.isfinite(t))
+    raise InfeasibleError(f"no route carries weights to {', '.join(stuck)}")
 
 
 def _check_options(
