@@ -235,9 +235,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"{args.topology if not args.state else args.state} (objective: all ready)"
     )
     print(
-        format_table(
-            ["method", "all ready s", "lower bound s", "status", "plan ms", "hops"], rows
-        )
+        format_table(["method", "all ready s", "lower bound s", "status", "plan ms", "hops"], rows)
     )
     return 0
 

@@ -90,7 +90,9 @@ def test_compare_prints_greedy_and_exact(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["compare", "--count", "3", "--tp", "2"]) == 0
     out = capsys.readouterr().out
     assert "greedy" in out and "exact" in out and "lower bound s" in out
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:5] in ("greed", "exact")}
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line[:5] in ("greed", "exact")
+    }
     assert float(rows["exact"][1]) <= float(rows["greedy"][1])  # exact is never worse
     assert float(rows["exact"][2]) <= float(rows["exact"][1])  # its bound is below it
 

@@ -30,10 +30,10 @@ from blitzplan.executor.live import LOGIT_TOLERANCE, live_violations, run_live  
 from blitzplan.executor.model import small_config  # noqa: E402
 from blitzplan.executor.multicast import MulticastRun, run_multicast  # noqa: E402
 from blitzplan.executor.processes import Workers  # noqa: E402
+from blitzplan.executor.striped import run_striped, striped_plan  # noqa: E402
 from blitzplan.live.instance import instance_from_queue  # noqa: E402
 from blitzplan.live.policies import POLICIES  # noqa: E402
 from blitzplan.live.schedule import Schedule  # noqa: E402
-from blitzplan.executor.striped import run_striped, striped_plan  # noqa: E402
 from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast  # noqa: E402
 from blitzplan.units import KIB, MB  # noqa: E402
 

@@ -220,7 +220,7 @@ def test_replan_after_a_source_fails_reuses_delivered_layers() -> None:
     state = paper_state()
     at = BASE.milestones.full_capacity_s / 2
     after = replan(BASE, state, at_s=at, failed=["i2"])
-    current, _, _ = recover(BASE, state, at_s=at, failed=["i2"])
+    current = recover(BASE, state, at_s=at, failed=["i2"]).state
     assert "i2" not in {i.id for i in current.instances}
     assert validate_multicast(current, after.multicast) == ()
     for info in after.new_instances:
@@ -259,7 +259,8 @@ def test_property_single_failure_replan_completes_every_survivor(failure, fracti
     state = paper_state()
     at = fraction * BASE.milestones.full_capacity_s
     after = replan(BASE, state, at_s=at, failed=[failure])
-    current, survivors, missing = recover(BASE, state, at_s=at, failed=[failure])
+    recovery = recover(BASE, state, at_s=at, failed=[failure])
+    current, survivors, missing = recovery.state, recovery.survivors, after.missing
     done_before = {i.name for i in BASE.new_instances if all(t <= at for t in i.layer_ready_s)}
     lost = {i.name for i in BASE.new_instances} - {i.name for i in survivors} - done_before
     assert {i.name for i in after.new_instances} == {i.name for i in survivors}

@@ -75,7 +75,7 @@ def plan_multicast(
     tp: int = 1,
     method: str = "greedy",
     objective: str = "all_ready",
-    live: int = 0,
+    live: int | Sequence[str] = 0,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     startup_s: float | Mapping[str, float] = 0.0,
     exclude: Iterable[str] = (),
@@ -88,7 +88,8 @@ def plan_multicast(
 ) -> MulticastPlan:
     """Plan loading ``model`` onto new instances: ``count`` placed on free GPUs, or ``targets``.
 
-    ``live`` new instances are marked live (they forward nothing over the network); ``exclude``
+    ``live`` new instances are marked live (they forward nothing over the network; a count, the
+    planner choosing which, or their names); ``exclude``
     names failed sources (instance ids, GPUs, NICs, hosts) never to use; ``time_limit_s`` bounds
     the exact search (it answers OPTIMAL only when its plan meets the certified bound).
     ``placement`` (with ``count``): ``pack`` fills the fullest NVLink groups, ``spread`` one
@@ -106,6 +107,7 @@ def plan_multicast(
         state,
         spec,
         placement=placement,
+        need_sources=method not in _LOCAL_PLANES,
         count=count,
         targets=targets,
         tp=tp,
@@ -158,7 +160,7 @@ def _check_reachable(problem: Problem, built: Built) -> None:
 def _check_options(
     method: str,
     objective: str,
-    live: int,
+    live: int | Sequence[str],
     polish_evaluations: int | None,
     time_limit_s: float | None,
     placement: str,
@@ -169,7 +171,10 @@ def _check_options(
         raise InvalidInputError(
             f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
         )
-    if objective == "live_ready" and not (isinstance(live, int) and live >= 1):
+    if objective == "live_ready" and not (
+        (isinstance(live, int) and not isinstance(live, bool) and live >= 1)
+        or (isinstance(live, Sequence) and not isinstance(live, str) and len(live) >= 1)
+    ):
         raise InvalidInputError(f"objective 'live_ready' needs live >= 1, got live={live!r}")
     if polish_evaluations is not None and (
         isinstance(polish_evaluations, bool)
@@ -193,7 +198,7 @@ def _problem(state: ClusterState, spec: ModelSpec, *, placement: str, **options:
         return prepare(state, spec, placement=placement, **options)  # type: ignore[arg-type]
     packed = prepare(state, spec, placement="pack", **options)  # type: ignore[arg-type]
     count = options.get("count")
-    if not isinstance(count, int) or count > AUTO_PLACEMENT_MAX:
+    if not isinstance(count, int) or count > AUTO_PLACEMENT_MAX or not packed.sources:
         return packed
     spread = prepare(state, spec, placement="spread", **options)  # type: ignore[arg-type]
     if [i.gpus for i in spread.instances] == [i.gpus for i in packed.instances]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.types import NodeKind, PlanNode
+from blitzplan.topologies import Topology
 
 __all__ = ["Allocation", "Ports", "allocate", "fluid_time", "ports"]
 
@@ -60,6 +61,33 @@ class Ports:
     floor: dict[int, float] = field(default_factory=dict)
     """Per target: the least time its instance GPUs' in-links allow (shard / in-capacity)."""
     leaf_sets: dict[tuple[int, str], frozenset[str]] = field(default_factory=dict)
+    fabric: Topology | None = None
+    """Set when failures split the network: senders then reach only some targets."""
+    reach: dict[tuple[int, int], bool] = field(default_factory=dict)
+
+    def reaches(self, sender: int, node: int) -> bool:
+        """Whether ``sender`` reaches target ``node`` over the network (always, unless a
+        failure split the fabric)."""
+        if self.fabric is None:
+            return True
+        key = (sender, node)
+        found = self.reach.get(key)
+        if found is None:
+            topo = self.fabric
+            found = any(
+                topo.nics_connected(a, b)
+                for a in self.out.get(sender, {})
+                for b in self.into.get(node, {})
+            )
+            self.reach[key] = found
+        return found
+
+    def reaches_nic(self, sender: int, nic: str) -> bool:
+        """Whether ``sender`` reaches receiving NIC ``nic`` over the network."""
+        if self.fabric is None:
+            return True
+        topo = self.fabric
+        return any(topo.nics_connected(a, nic) for a in self.out.get(sender, {}))
 
     def egress(self, node: int) -> float:
         return sum(self.out.get(node, {}).values())
@@ -119,7 +147,7 @@ def ports(problem: Problem, nodes: Sequence[PlanNode]) -> Ports:
         out[node.id] = _nic_ports(problem, node, leaf_of, outgoing=True)
         if node.kind is NodeKind.TARGET:
             into[node.id] = _nic_ports(problem, node, leaf_of, outgoing=False)
-    port = Ports(out, into, hosts, leaf_of)
+    port = Ports(out, into, hosts, leaf_of, fabric=None if topo.fabric_whole() else topo)
     _local_routes(problem, nodes, port)
     for (s, j), routes in port.local.items():
         if routes:
@@ -182,7 +210,11 @@ def _local_routes(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> N
             members = (
                 target.gpus if same_group or not sender.memory else target.gpus + (target.relays)
             )
-            rates = {g: _rate(problem, topo.path_edges(start, g)) for g in members}
+            rates = {
+                g: _rate(problem, topo.path_edges(start, g))
+                for g in members
+                if topo.has_path(start, g)
+            }
             port.local[(sender.id, target.id)] = {g: r for g, r in rates.items() if r > 0}
 
 
@@ -291,10 +323,10 @@ def fluid_time(
     guess = max(floor, _network_only(nodes, port, order, forwarding))
     local = any(port.local_into.get(j) for j in order if port.need[j] > 0)
     shared = any(port.egress(s) > port.combined_out.get(s, math.inf) for s in port.combined_out)
-    if math.isfinite(guess) and not local and not shared:
+    if math.isfinite(guess) and not local and not shared and port.fabric is None:
         return guess  # the ratios are the whole story: no bisection, no check needed
     if math.isfinite(guess) and _fill_all(nodes, port, order, forwarding, guess) is not None:
-        if not local:
+        if not local and port.fabric is None:
             return guess
         hi = guess
     else:
@@ -336,16 +368,23 @@ def _network_only(
 def _upper(nodes: Sequence[PlanNode], port: Ports, order: Sequence[int]) -> float:
     """A time every reachable node can be filled in: each node on its own from its best route,
     one after another (inf when some node has neither a network nor a local route)."""
-    supply = sum(port.egress(s) for s in _holders(nodes))
+    holders = _holders(nodes)
     total = 0.0
     for j in order:
         if port.need[j] <= 0:
             continue
-        local = max((r for _, r in port.local_into.get(j, [])), default=0.0)
+        supply = sum(port.egress(s) for s in holders if port.reaches(s, j))
+        local = max(
+            (
+                min(r, port.local_out.get(s, math.inf), port.combined_out.get(s, math.inf))
+                for s, r in port.local_into.get(j, [])
+            ),
+            default=0.0,
+        )
         best = max(min(supply, port.ingress(j)), local)
         if best <= 0:
             return math.inf
-        total += port.need[j] / best
+        total += max(port.need[j] / best, port.floor[j])
     return max(total, 1e-9) * len(order)
 
 
@@ -361,6 +400,13 @@ def allocate(
     fluid = fluid_time(problem, nodes, port, order, forwarding)
     filled = _fill_all(nodes, port, order, forwarding, fluid) if math.isfinite(fluid) else None
     if filled is None:
+        cut = _unreached(nodes, port, order, forwarding)
+        if cut:
+            raise InfeasibleError(
+                "no holder of the weights reaches "
+                + ", ".join(nodes[j].label for j in cut)
+                + ": every route from one crosses a failed or missing link"
+            )
         raise InfeasibleError(
             "no route carries weights to "
             + ", ".join(nodes[j].label for j in order if port.need[j] > 0)
@@ -368,6 +414,23 @@ def allocate(
         )
     local, network = filled
     return Allocation(tuple(order), local, network, forwarding, fluid)
+
+
+def _unreached(
+    nodes: Sequence[PlanNode], port: Ports, order: Sequence[int], forwarding: frozenset[int]
+) -> list[int]:
+    """Targets needing bytes that no holder reaches, directly or through earlier targets."""
+    reached = set(_holders(nodes))
+    out = []
+    for j in order:
+        fed = any(s in reached for s, _ in port.local_into.get(j, [])) or (
+            port.ingress(j) > 0 and any(port.egress(s) > 0 and port.reaches(s, j) for s in reached)
+        )
+        if fed and j in forwarding:
+            reached.add(j)
+        elif not fed and port.need[j] > 0:
+            out.append(j)
+    return out
 
 
 def _fill(
@@ -401,6 +464,8 @@ def _fill(
             break
         if s in local or budgets.network_left(s) <= total * _SHARE_FLOOR:
             continue  # a sender sharing the node's host reaches it over the host's own links
+        if not port.reaches(s, j):
+            continue
         take = budgets.take_network(s, left)
         left -= take
         shares.append((s, take / total))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocate import fluid_time
 from blitzplan.multicast.assemble import Built, score
-from blitzplan.multicast.greedy import Choice, Context, build, build_lp
+from blitzplan.multicast.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup import Problem
 
 __all__ = ["FLUID_WINDOW", "MAX_CHOICES", "ExactResult", "exact_search"]
@@ -81,6 +81,8 @@ def _holder_hosts(problem: Problem, ctx: Context) -> frozenset[str]:
 def _covers(problem: Problem, ctx: Context) -> list[tuple[int, ...]]:
     if problem.live == 0:
         return [()]
+    if problem.live_names:
+        return [forced_cover(problem)]
     offset = len(problem.sources)
     count = {t: sum(1 for i in problem.instances if i.node + offset == t) for t in ctx.targets}
     covers = []

@@ -35,6 +35,7 @@ __all__ = [
     "build",
     "build_lp",
     "context",
+    "forced_cover",
     "greedy_choice",
     "live_names",
 ]
@@ -65,6 +66,8 @@ def context(problem: Problem) -> Context:
 
 
 def live_names(problem: Problem, ctx: Context, live_nodes: Sequence[int]) -> tuple[str, ...]:
+    if problem.live_names:
+        return problem.live_names
     offset = len(problem.sources)
     names = [i.name for node in live_nodes for i in problem.instances if i.node + offset == node]
     return tuple(names[: problem.live])
@@ -116,6 +119,8 @@ def _covers(problem: Problem, ctx: Context) -> list[tuple[int, ...]]:
     if problem.live == 0:
         return [()]
     offset = len(problem.sources)
+    if problem.live_names:
+        return [forced_cover(problem)]
     count = {t: sum(1 for i in problem.instances if i.node + offset == t) for t in ctx.targets}
     covers: list[tuple[int, ...]] = [(t,) for t in ctx.targets if count[t] >= problem.live]
     for key in (
@@ -129,6 +134,13 @@ def _covers(problem: Problem, ctx: Context) -> list[tuple[int, ...]]:
             chosen.append(t)
         covers.append(tuple(chosen))
     return list(dict.fromkeys(covers))
+
+
+def forced_cover(problem: Problem) -> tuple[int, ...]:
+    """The plan-node ids of the nodes holding the named live instances."""
+    offset = len(problem.sources)
+    nodes = {i.node + offset for i in problem.instances if i.name in problem.live_names}
+    return tuple(sorted(nodes))
 
 
 def _fluid(

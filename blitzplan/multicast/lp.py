@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.holdings import TOLERANCE, holder_segments
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder, lane_route
@@ -119,7 +120,10 @@ def _candidates(
                             if s in local_only and not _same_host(topo, h, e):
                                 continue
                             for x in _exits(problem, nodes[s], h, e):
-                                _, edges, _ = lane_route(topo, h, x, e)
+                                try:
+                                    _, edges, _ = lane_route(topo, h, x, e)
+                                except (InvalidInputError, InfeasibleError):
+                                    continue  # no route after failures
                                 load = tuple((edge, 1) for edge in edges) + gather
                                 out.append(_Candidate(j, rank, c, s, h, x, e, load))
                     if len(out) > MAX_CANDIDATES:
@@ -137,7 +141,7 @@ def _same_host(topo: Topology, a: str, b: str) -> bool:
 def _gather_load(topo: Topology, entry: str, peers: Sequence[str]) -> tuple[tuple[Edge, int], ...]:
     load: dict[Edge, int] = {}
     for g in peers:
-        if g != entry:
+        if g != entry and topo.has_path(entry, g):
             for edge in lane_route(topo, entry, entry, g)[1]:
                 load[edge] = load.get(edge, 0) + 1
     return tuple(load.items())
@@ -200,7 +204,11 @@ def lp_allocate(
     cost = np.zeros(n + 1)
     cost[n] = 1.0
     solve = functools.partial(
-        linprog, A_ub=a_ub, b_ub=np.zeros(len(rows)), A_eq=a_eq.tocsr(), b_eq=b_eq,
+        linprog,
+        A_ub=a_ub,
+        b_ub=np.zeros(len(rows)),
+        A_eq=a_eq.tocsr(),
+        b_eq=b_eq,
         method="highs",
     )
     result = solve(cost, bounds=[(0, None)] * (n + 1))

@@ -40,6 +40,8 @@ def neighbours(problem: Problem, ctx: Context, choice: Choice, objective: str) -
         for position in range(len(rest) + 1):
             if position != a:
                 yield assemble([*rest[:position], node, *rest[position:]])
+    if problem.live_names:
+        return  # the live instances are given
     offset = len(problem.sources)
     count = {t: sum(1 for i in problem.instances if i.node + offset == t) for t in ctx.targets}
     for old in choice.live_nodes:

@@ -52,6 +52,8 @@ class Problem:
     allow_prefill_sources: bool
     delivered: Mapping[str, tuple[bool, ...]]
     residual: Mapping[Edge, float]
+    live_names: tuple[str, ...] = ()
+    """The new instances that must be the live ones (empty: the planner chooses ``live``)."""
 
     @property
     def topology(self) -> Topology:
@@ -74,7 +76,7 @@ def prepare(
     count: int | None,
     targets: Sequence[Sequence[str]] | None,
     tp: int,
-    live: int,
+    live: int | Sequence[str],
     chunk_bytes: int,
     startup_s: float | Mapping[str, float],
     exclude: Iterable[str],
@@ -82,8 +84,13 @@ def prepare(
     names: Sequence[str] | None = None,
     delivered: Mapping[str, Sequence[bool]] | None = None,
     placement: str = "pack",
+    need_sources: bool = True,
 ) -> Problem:
-    """Validate the request and lay out source and target nodes (no plan yet)."""
+    """Validate the request and lay out source and target nodes (no plan yet).
+
+    ``live`` is how many new instances are live (the planner picks them) or their names.
+    ``need_sources=False`` (data planes that read copies on every host) plans without holders.
+    """
     model.check_tp(tp)
     _check_tp_fits(state.topology, tp)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
@@ -93,15 +100,11 @@ def prepare(
             f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
         )
     excluded = _check_exclude(state, exclude)
-    holders = _holders(state, model, excluded, allow_prefill_sources)
+    holders = _holders(state, model, excluded, allow_prefill_sources) if need_sources else []
     groups = _target_groups(state, tp, count, targets, holders, placement)
-    if isinstance(live, bool) or not isinstance(live, int) or not 0 <= live <= len(groups):
-        raise InvalidInputError(
-            f"live must be an integer in 0..{len(groups)} (the number of new instances), "
-            f"got {live!r}"
-        )
     reserved = {gpu for group in groups for gpu in group}
     names = _names(names, len(groups))
+    live, live_names = _live(live, names)
     present = _delivered(delivered, names, model.num_units)
     instances, nodes = _target_nodes(
         state,
@@ -130,7 +133,27 @@ def prepare(
         allow_prefill_sources=allow_prefill_sources,
         delivered={n: p for n, p in present.items() if any(p)},
         residual=residual_capacity(state),
+        live_names=live_names,
     )
+
+
+def _live(live: int | Sequence[str], names: list[str]) -> tuple[int, tuple[str, ...]]:
+    if isinstance(live, str) or not isinstance(live, int | Sequence) or isinstance(live, bool):
+        raise InvalidInputError(
+            f"live must be a count in 0..{len(names)} or a list of new instance names, got {live!r}"
+        )
+    if isinstance(live, int):
+        if not 0 <= live <= len(names):
+            raise InvalidInputError(
+                f"live must be an integer in 0..{len(names)} (the number of new instances), "
+                f"got {live!r}"
+            )
+        return live, ()
+    chosen = tuple(str(n) for n in live)
+    unknown = [n for n in chosen if n not in names]
+    if unknown or len(set(chosen)) != len(chosen):
+        raise InvalidInputError(f"live names {list(live)!r}; new instances: {names}")
+    return len(chosen), chosen
 
 
 def residual_capacity(state: ClusterState) -> dict[Edge, float]:
@@ -312,8 +335,14 @@ def _target_nodes(
     for (nvlink, mask), members in by_group.items():
         node_id = len(nodes)
         gpus = tuple(gpu for i in members for gpu in groups[i])
-        relays = tuple(
-            g for g in nvlink if g in free and g not in unavailable and g not in relay_taken
+        relays = tuple(  # a node holding units from before has none: a relay could not
+            g  # forward those units to a node that still lacks them
+            for g in nvlink
+            if not any(mask)
+            and g in free
+            and g not in unavailable
+            and g not in relay_taken
+            and all(topology.has_path(g, x) for x in gpus)
         )
         relay_taken |= set(relays)
         nodes.append(
@@ -322,7 +351,9 @@ def _target_nodes(
                 NodeKind.TARGET,
                 "+".join(names[i] for i in members),
                 gpus=gpus,
-                exits=tuple(g for g in gpus + relays if topology.nic_of(g) not in blocked_nics),
+                exits=tuple(
+                    g for g in gpus + relays if _wired(topology, topology.nic_of(g), blocked_nics)
+                ),
                 relays=relays,
                 tp=tp,
                 present=mask if any(mask) else (),
@@ -446,7 +477,11 @@ def _source_nodes(
         own: tuple[str, ...] = inst.gpus
         if inst.role is Role.PREFILL and (not allow_prefill or _kv_leaves_group(state, inst)):
             own = ()
-        exits = tuple(g for g in own + tuple(helpers[inst.id]) if topo.nic_of(g) not in blocked)
+        exits = tuple(
+            g
+            for g in own + tuple(h for h in helpers[inst.id] if topo.has_path(inst.gpus[0], h))
+            if _wired(topo, topo.nic_of(g), blocked)
+        )
         nodes.append(
             PlanNode(
                 len(nodes),
@@ -466,12 +501,20 @@ def _source_nodes(
         nics = tuple(
             n
             for n in topo.nics_of_host(host)
-            if n not in used_nics and n not in blocked and n not in unavailable
+            if n not in used_nics
+            and n not in unavailable
+            and _wired(topo, n, blocked)
+            and topo.has_path(memory, n)
         )
         nodes.append(
             PlanNode(len(nodes), NodeKind.HOST, f"host copy on {host}", memory=memory, exits=nics)
         )
     return tuple(nodes)
+
+
+def _wired(topology: Topology, nic: str, blocked: set[str]) -> bool:
+    """Whether weights may leave by ``nic``: it reaches a leaf and carries no prefill KV."""
+    return nic not in blocked and topology.leaf_of_nic(nic) is not None
 
 
 def _blocked_nics(state: ClusterState, allow_prefill: bool) -> set[str]:

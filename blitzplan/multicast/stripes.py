@@ -36,7 +36,7 @@ from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder
 from blitzplan.multicast.types import NodeKind, PlanNode
-from blitzplan.topologies import Edge
+from blitzplan.topologies import Edge, Topology
 
 __all__ = ["build_lanes", "relax_paces"]
 
@@ -70,7 +70,11 @@ class _Exits:
         topo = self.builder.topology
         leaf = topo.leaf_of(dst)
         rates = self.port.out.get(sender, {})
-        options = [e for e in self.builder.nodes[sender].exits if self.nic(e) in rates]
+        options = [
+            e
+            for e in self.builder.nodes[sender].exits
+            if self.nic(e) in rates and _routable(topo, holder, e, dst)
+        ]
         if not options:
             return [(holder, 1.0)]
         same = [e for e in options if topo.leaf_of_nic(self.nic(e)) == leaf]
@@ -172,7 +176,12 @@ def _entry_weights(
     for g in members:
         sharing[topo.nic_of(g)] = sharing.get(topo.nic_of(g), 0) + 1
     into = port.into.get(j, {})
-    net = {g: into.get(topo.nic_of(g), 0.0) / sharing[topo.nic_of(g)] for g in members}
+    net = {
+        g: into.get(topo.nic_of(g), 0.0) / sharing[topo.nic_of(g)]
+        if any(port.reaches_nic(s, topo.nic_of(g)) for s, _ in network)
+        else 0.0
+        for g in members
+    }
     total_net = sum(net.values())
     weights = {g: share_net * net[g] / total_net if total_net > 0 else 0.0 for g in members}
     parts: dict[str, list[tuple[int, float]]] = {}
@@ -263,10 +272,9 @@ def _network_pieces(
     if hi - lo <= TOLERANCE or not network:
         return []
     leaf = problem.topology.leaf_of(dst)
-    order = sorted(
-        (s for s, _ in network),
-        key=lambda s: (leaf not in port.leaves_out(s), -budget[s]),
-    )
+    nic = problem.topology.nic_of(dst)
+    reach = [s for s, _ in network if port.reaches_nic(s, nic)] or [s for s, _ in network]
+    order = sorted(reach, key=lambda s: (leaf not in port.leaves_out(s), -budget[s]))
     out: list[tuple[int, int, str, float, float]] = []
     at = lo
     for s in order:
@@ -285,7 +293,7 @@ def _network_pieces(
         out[-1] = (s, r, d, a, hi)
         budget[s] -= hi - at
     elif hi - at > 0:
-        s = max((s for s, _ in network), key=lambda s: budget[s])
+        s = max(reach, key=lambda s: budget[s])
         out.append((s, rank, dst, at, hi))
         budget[s] -= hi - at
     return out
@@ -386,6 +394,15 @@ def _lanes(
         out.append((lane.flow, at, end))
         at = end
     return out
+
+
+def _routable(topo: Topology, holder: str, exit_: str, dst: str) -> bool:
+    """Whether a lane from ``holder`` by ``exit_`` to ``dst`` has a route (after failures some
+    pairs have none)."""
+    if topo.kind(exit_) == "nic":
+        return topo.has_path(holder, dst, src_nic=exit_)
+    first = exit_ == holder or topo.has_path(holder, exit_)
+    return first and topo.has_path(exit_, dst)
 
 
 def _within(feeds: list[tuple[int, float, float]], lo: float, hi: float) -> list[int]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from blitzplan.errors import InvalidInputError
+from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.holdings import overlap
 from blitzplan.multicast.types import ALL_RANKS, AllGather, Hop, Lane, NewInstance, PlanNode
 from blitzplan.topologies import Edge, Flow, Topology, fair_share_after
@@ -65,7 +65,14 @@ def lane_route(
     if found is None:
         if topology.graph.nodes[holder]["host"] == topology.graph.nodes[dst]["host"]:
             exit_ = holder
-        edges = lane_edges(topology, holder, exit_, dst)
+        try:
+            edges = lane_edges(topology, holder, exit_, dst)
+        except InvalidInputError as exc:  # a failure cut every route this method could use
+            raise InfeasibleError(
+                f"no route from {holder} to {dst}"
+                + ("" if exit_ in (holder, dst) else f" by {exit_}")
+                + f" in topology {topology.name!r}: this method has no other way to reach {dst}"
+            ) from exc
         found = (exit_, edges, sum(topology.latency_s(e) for e in edges))
         cache[key] = found
     return found

@@ -226,8 +226,7 @@ def _check_forwarded(plan: MulticastPlan, lane: Lane, arrived: list[Lane], where
     carried = [u for u in range(len(plan.unit_bytes)) if not receiver.has(u)]
     if any(not sender.has(u) for u in carried) and covered < lane.hi - _COORD:
         return [
-            f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, "
-            f"{lane.hi:.6f})"
+            f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, {lane.hi:.6f})"
         ]
     if any(sender.has(u) for u in carried) and lane.holder in sender.relays:
         return [f"{where}: relay {lane.holder} holds no unit the node had before"]

@@ -25,6 +25,7 @@ asked) gives a plan for what is possible and lists what is missing, unless ``str
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from blitzplan.scale.types import (
     Milestones,
     Mutation,
     NewInstanceInfo,
+    PlanOptions,
     Release,
     ScalePlan,
     ScaleRequest,
@@ -132,6 +134,7 @@ def plan(
         max_batch_tokens,
         compare_baselines,
         allow_prefill_sources,
+        strict,
     )
     staying = [i for i in prefill_old if i not in mutated]
     targets = Targets(count=new_prefill + new_decode, prefill=new_prefill)
@@ -162,12 +165,25 @@ class Options:
     max_batch_tokens: int | None = None
     compare_baselines: bool = True
     allow_prefill_sources: bool = False
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if self.live_method not in LIVE_METHODS:
             raise InvalidInputError(
                 f"live_method must be one of {', '.join(LIVE_METHODS)}, got {self.live_method!r}"
             )
+
+    @property
+    def recorded(self) -> PlanOptions:
+        """What the plan records of these options (all but the compute model)."""
+        return PlanOptions(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(PlanOptions)}
+        )
+
+    @classmethod
+    def of(cls, recorded: PlanOptions, compute: ComputeModel | None = None) -> Options:
+        """The options a plan recorded, with ``compute`` again."""
+        return cls(compute=compute, **dataclasses.asdict(recorded))
 
 
 @dataclass(frozen=True)
@@ -180,6 +196,14 @@ class Targets:
     groups: tuple[tuple[str, ...], ...] = ()
     names: tuple[str, ...] = ()
     delivered: Mapping[str, tuple[bool, ...]] = field(default_factory=dict)
+    roles: Mapping[str, str] = field(default_factory=dict)
+    """With ``groups``: each instance's role (a replan keeps them)."""
+    live: tuple[str, ...] | None = None
+    """With ``groups``: the instances that stay live (None: the planner picks)."""
+    pairs: Mapping[str, str] = field(default_factory=dict)
+    """Live pairs to keep, new instance name -> old instance id."""
+    startup_s: Mapping[str, float] = field(default_factory=dict)
+    """Startup still ahead per new instance (a replan), else the options' ``startup_s``."""
 
     @property
     def total(self) -> int:
@@ -202,7 +226,9 @@ def realize(
     """Multicast, roles, live pairs and milestones for a fixed set of new instances."""
     queues = _requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
-    live = min(targets.prefill, len(loaded))
+    live: int | tuple[str, ...] = min(targets.prefill, len(loaded))
+    if targets.live is not None:
+        live = targets.live
     multicast = None
     if targets.total:
         placement: dict[str, object] = (
@@ -221,14 +247,19 @@ def realize(
             method=options.method,
             live=live,
             chunk_bytes=options.chunk_bytes,
-            startup_s=options.startup_s,
+            startup_s=dict(targets.startup_s) if targets.startup_s else options.startup_s,
             time_limit_s=options.time_limit_s,
             allow_prefill_sources=options.allow_prefill_sources,
             **placement,  # type: ignore[arg-type]
         )
-    roles = _roles(multicast, targets.prefill)
-    pairs = _pairs(state, spec, multicast, loaded, queues, options, tp)
-    milestones = _milestones(state, spec, multicast, roles, pairs, staying, queues, tp, options)
+    roles = dict(targets.roles) if targets.roles else _roles(multicast, targets.prefill)
+    pairs = _pairs(state, spec, multicast, loaded, queues, options, tp, keep=targets.pairs)
+    draining = [i for i in state.instances if i.id in {r.instance for r in releases} and i.queue]
+    for inst in draining:  # a released instance finishes its own queue first
+        queues.setdefault(inst.id, list(inst.queue))
+    milestones = _milestones(
+        state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
+    )
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -242,6 +273,7 @@ def realize(
         releases=releases,
         milestones=milestones,
         missing=tuple(missing),
+        options=options.recorded,
     )
 
 
@@ -378,13 +410,40 @@ def _pairs(
     queues: dict[str, list[QueuedRequest]],
     options: Options,
     tp: int,
+    *,
+    keep: Mapping[str, str] | None = None,
 ) -> tuple[LivePair, ...]:
+    """Live tails with old prefill instances: the pairs in ``keep`` whose old instance still has
+    a queue, then the other tails, earliest first layer first, with the most loaded olds left."""
     if multicast is None or not multicast.live:
         return ()
     tails = sorted(multicast.live, key=lambda n: (multicast.layer_ready_s[n][1], n))
-    olds = sorted(loaded, key=lambda i: (-sum(q.prompt_tokens for q in queues[i.id]), i.id))
+    topo = state.topology
+
+    def linked(name: str, old: Instance) -> bool:  # activations cross both ways
+        new_gpu, old_gpu = multicast.instance(name).gpus[0], old.gpus[0]
+        return topo.has_path(new_gpu, old_gpu) and topo.has_path(old_gpu, new_gpu)
+
+    by_id = {i.id: i for i in loaded}
+    chosen = [
+        (n, by_id[keep[n]])
+        for n in tails
+        if keep and keep.get(n) in by_id and linked(n, by_id[keep[n]])
+    ]
+    taken = {n for n, _ in chosen} | {old.id for _, old in chosen}
+    olds = sorted(
+        (i for i in loaded if i.id not in taken),
+        key=lambda i: (-sum(q.prompt_tokens for q in queues[i.id]), i.id),
+    )
+    for name in tails:
+        if name in taken:
+            continue
+        old = next((o for o in olds if o.id not in taken and linked(name, o)), None)
+        if old is not None:
+            chosen.append((name, old))
+            taken |= {name, old.id}
     pairs = []
-    for name, old in zip(tails, olds, strict=False):
+    for name, old in chosen:
         new = multicast.instance(name)
         schedule = _live_schedule(
             state,
@@ -457,17 +516,20 @@ def _milestones(
         targets = [list(i.gpus) for i in multicast.instances]
         by_id = {i.id: i for i in staying}
         for plane in BASELINE_PLANES:
-            other = plan_multicast(
-                state,
-                spec,
-                targets=targets,
-                tp=tp,
-                method=plane,
-                chunk_bytes=options.chunk_bytes,
-                startup_s=options.startup_s,
-                names=[i.name for i in multicast.instances],
-                delivered=multicast.delivered,
-            )
+            try:
+                other = plan_multicast(
+                    state,
+                    spec,
+                    targets=targets,
+                    tp=tp,
+                    method=plane,
+                    chunk_bytes=options.chunk_bytes,
+                    startup_s=options.startup_s,
+                    names=[i.name for i in multicast.instances],
+                    delivered=multicast.delivered,
+                )
+            except InfeasibleError:
+                continue  # this data plane cannot run here (a failure cut its routes): no figure
             waits = [
                 max(
                     _live_schedule(

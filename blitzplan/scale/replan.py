@@ -1,34 +1,72 @@
-"""``replan()``: finish a ScalePlan after a source, target or link failed part-way through.
+"""``replan()``: finish a ScalePlan after something failed part-way through.
 
-At ``at_s`` seconds into ``plan``, a unit counts as delivered to a new instance when the plan had
-it complete on every GPU of the instance by then; those units are kept (ready now, no transfer)
-and only the rest is planned again, from the sources that survive, on the topology without the
-failed parts. Everything in the new plan is timed from the moment of replanning.
+What a serving stack can rely on:
 
-What fails is named in ``failed``: a source instance id, a new instance name, a GPU, a NIC or a
-switch, a host, or a link as a ``(node, node)`` pair (both directions go). A failed GPU takes the
-instance on it down; GPUs cut off from every NIC go with the parts that cut them off. Weights of
-one identity only: surviving new instances keep their delivered units (all from the plan's model)
-and receive the rest from sources of that same identity, so no instance ever mixes two.
-New instances that had every unit by ``at_s`` are serving and join the sources.
+* **What fails** is named in ``failed``: a source instance id or a new instance's name (its
+  *process*: the GPUs under it stay healthy and free, so they may relay or be placed on again),
+  a GPU (the GPU and any instance on it), a NIC, a PCIe switch, a root complex, an NVSwitch, a
+  leaf or the spine (the switch), a host's DRAM (its host copy of the model is gone), a whole
+  host, or a link as a ``(node, node)`` pair (both directions go). ``cancelled`` names new
+  instances no longer wanted.
+* **At ``at_s`` seconds** into ``plan``, a unit counts as delivered to a new instance when the plan
+  had it complete on every GPU of the instance by then; delivered units stay (no transfer) and
+  only the rest is planned, from the sources that survive (their delivered units included), on
+  the topology without the failed parts. New instances that had every unit are complete and
+  serve: they join the sources. Everything in the new plan is timed from the moment of replanning.
+* **A GPU is lost** when it fails, or when the failures cut it off from every NIC of its host; a
+  GPU whose own NIC died sends and receives through the nearest NIC its host still reaches. A GPU
+  whose host lost the fabric is not lost: it is only unreachable over the network. A GPU whose
+  NVSwitch died keeps PCIe only; an instance of more than one GPU on it is lost (its tensor-parallel
+  collectives fail) while its GPUs stay free.
+* **Survivors keep** their roles, their live status and their live pairs, unless the failure
+  forces a change (a live instance whose old instance died pairs again with another overloaded
+  one); the plan's options carry over (a custom compute model is passed again); the startup still
+  ahead of each survivor is what remains of the plan's.
+* **What cannot be finished** is said: a surviving new instance no holder can reach any more is
+  listed in ``missing`` with the reason (with ``strict``, an InfeasibleError says it instead),
+  and when nothing is left to plan for the survivors the error names them all.
+
+Weights of one identity only: surviving new instances keep their delivered units (all from the
+plan's model) and receive the rest from sources of that same identity, so no instance mixes two.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import networkx as nx
 
 from blitzplan.cluster import ClusterState, Instance, Role
-from blitzplan.errors import InvalidInputError
+from blitzplan.compute import ComputeModel
+from blitzplan.errors import InfeasibleError, InvalidInputError
+from blitzplan.multicast import plan_multicast
 from blitzplan.scale.plan import Options, Targets, realize
 from blitzplan.scale.types import NewInstanceInfo, ScalePlan
 from blitzplan.topologies import Topology
 
-__all__ = ["recover", "replan"]
+__all__ = ["Recovery", "degrade", "recover", "replan"]
 
 Failure = str | tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """The cluster after the failures and what became of the plan's new instances.
+
+    ``state`` is the cluster on the surviving topology with the instances that survive (same
+    ids), the host copies that survive, the background flows that still run, and the new
+    instances that were complete (named as in the plan). ``survivors`` are the new instances
+    still loading; ``lost`` says, one sentence per new instance, why it can no longer be loaded;
+    ``removed`` says the same of every serving instance that no longer serves.
+    """
+
+    state: ClusterState
+    survivors: tuple[NewInstanceInfo, ...]
+    complete: tuple[NewInstanceInfo, ...]
+    lost: tuple[str, ...]
+    removed: tuple[str, ...] = ()
 
 
 def replan(
@@ -39,44 +77,103 @@ def replan(
     failed: Iterable[Failure] = (),
     cancelled: Iterable[str] = (),
     options: Options | None = None,
+    compute: ComputeModel | None = None,
 ) -> ScalePlan:
-    """A new ScalePlan that completes every surviving new instance of ``plan``.
+    """A new ScalePlan that completes every surviving new instance of ``plan`` (module
+    docstring). ``state`` is the cluster as it is now (its instances, queues and host copies;
+    the new instances of ``plan`` are not in it yet). ``options`` replaces the plan's recorded
+    options; ``compute`` is the compute model to use with the recorded ones."""
+    recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
+    options = options or Options.of(plan.options, compute)
+    survivors = list(recovery.survivors)
 
-    ``state`` is the cluster as it is now (its instances, queues and host copies; the new
-    instances of ``plan`` are not in it yet). ``cancelled`` names new instances no longer wanted.
-    """
-    current, survivors, missing = recover(
-        plan, state, at_s=at_s, failed=failed, cancelled=cancelled
-    )
-    options = options or Options(method=plan.method, live_method=plan.live_method)
-    delivered = {info.name: tuple(t <= at_s for t in info.layer_ready_s) for info in survivors}
-    targets = Targets(
+    def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
+        return realize(
+            recovery.state,
+            plan.spec,
+            int(plan.request.get("tp", 1)),
+            _targets(plan, survivors, at_s, options),
+            options,
+            request=plan.request,
+            **_serving(plan, recovery.state),  # type: ignore[arg-type]
+            missing=missing,
+        )
+
+    try:
+        return finish(survivors, list(recovery.lost))
+    except InfeasibleError:
+        stranded = _stranded(plan, recovery, survivors, options)
+        if not stranded:
+            raise
+    if options.strict or len(stranded) == len(survivors):
+        raise InfeasibleError("; ".join(stranded.values()))
+    rest = [s for s in survivors if s.name not in stranded]
+    return finish(rest, [*recovery.lost, *stranded.values()])
+
+
+def _targets(
+    plan: ScalePlan, survivors: list[NewInstanceInfo], at_s: float, options: Options
+) -> Targets:
+    live = tuple(s.name for s in survivors if s.live)
+    kept = {p.new: p.old for p in plan.live_pairs if p.new in live}
+    return Targets(
         prefill=sum(1 for info in survivors if info.role == "prefill"),
         groups=tuple(info.gpus for info in survivors),
         names=tuple(info.name for info in survivors),
-        delivered=delivered,
+        delivered={info.name: tuple(t <= at_s for t in info.layer_ready_s) for info in survivors},
+        roles={info.name: info.role for info in survivors},
+        live=live,
+        pairs=kept,
+        startup_s={info.name: max(0.0, options.startup_s - at_s) for info in survivors},
     )
+
+
+def _serving(plan: ScalePlan, current: ClusterState) -> dict[str, object]:
+    """The old instances of the plan's model that still serve, drain or mutate."""
     mine = [i for i in current.instances if i.identity == plan.model]
     released = {r.instance for r in plan.releases}
     mutated_ids = {m.instance for m in plan.mutations}
-    staying = [
-        i
-        for i in mine
-        if i.role is Role.PREFILL and i.id not in released and i.id not in mutated_ids
-    ]
-    mutated = [i for i in mine if i.id in mutated_ids]
-    releases = tuple(r for r in plan.releases if r.instance in {i.id for i in mine})
-    return realize(
-        current,
+    new_names = {info.name for info in plan.new_instances}
+    return {
+        "staying": [
+            i
+            for i in mine
+            if i.role is Role.PREFILL
+            and i.id not in released
+            and i.id not in mutated_ids
+            and i.id not in new_names
+        ],
+        "mutated": [i for i in mine if i.id in mutated_ids],
+        "releases": tuple(r for r in plan.releases if r.instance in {i.id for i in mine}),
+    }
+
+
+def _stranded(
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+) -> dict[str, str]:
+    """Survivors no holder can reach any more (each tried alone), with the reason."""
+    out = {}
+    for info in survivors:
+        try:
+            _reach(plan, recovery, [info], options)
+        except InfeasibleError as exc:
+            out[info.name] = f"{info.name} cannot be finished: {exc}"
+    return out
+
+
+def _reach(
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+) -> None:
+    """Raise InfeasibleError unless a plan reaches every one of ``survivors``."""
+    plan_multicast(
+        recovery.state,
         plan.spec,
-        int(plan.request.get("tp", 1)),
-        targets,
-        options,
-        request=plan.request,
-        staying=staying,
-        mutated=mutated,
-        releases=releases,
-        missing=missing,
+        targets=[list(s.gpus) for s in survivors],
+        names=[s.name for s in survivors],
+        tp=int(plan.request.get("tp", 1)),
+        allow_prefill_sources=options.allow_prefill_sources,
+        chunk_bytes=options.chunk_bytes,
+        polish_evaluations=0,
     )
 
 
@@ -87,68 +184,128 @@ def recover(
     at_s: float,
     failed: Iterable[Failure] = (),
     cancelled: Iterable[str] = (),
-) -> tuple[ClusterState, list[NewInstanceInfo], list[str]]:
-    """The cluster after the failures (the state :func:`replan` plans on), the new instances
-    still to complete, and what was lost."""
+) -> Recovery:
+    """The cluster after the failures (the state :func:`replan` plans on) and the fate of every
+    new instance of ``plan``."""
     if not isinstance(plan, ScalePlan):
         raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
-    if not isinstance(at_s, int | float) or isinstance(at_s, bool) or not 0 <= at_s < math.inf:
+    if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
         raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
     names = {info.name for info in plan.new_instances}
-    cancelled = set(cancelled)
+    cancelled = set(_names("cancelled", cancelled))
     for name in sorted(cancelled - names):
         raise InvalidInputError(f"cancelled names {name!r}, which is not a new instance of plan")
-    failures = list(failed)
-    dead_nodes, dead_links, dead_names = _classify(state, names, failures)
-    topology, lost_gpus = _degrade(state.topology, dead_nodes, dead_links)
-    missing = [f"{f!r} failed at {at_s:.3f} s" for f in failures]
+    failures = _failures(failed)
+    broken = _classify(state, names, failures)
+    topology, lost_gpus = degrade(state.topology, broken.nodes, broken.links)
+    unlinked = _unlinked(state.topology, broken.nodes)
+    lost: list[str] = []
+    removed: list[str] = []
+    for inst in state.instances:
+        if inst.id in broken.processes:
+            removed.append(f"{inst.id}'s process failed; its GPUs {list(inst.gpus)} are free")
+        elif set(inst.gpus) & lost_gpus:
+            removed.append(f"{inst.id} lost with its GPUs {sorted(set(inst.gpus) & lost_gpus)}")
+        elif len(inst.gpus) > 1 and set(inst.gpus) & unlinked:
+            broken.processes.add(inst.id)
+            removed.append(f"{inst.id} lost: its tensor-parallel GPUs lost their NVSwitch")
     survivors: list[NewInstanceInfo] = []
     complete: list[NewInstanceInfo] = []
     for info in plan.new_instances:
+        done = all(t <= at_s for t in info.layer_ready_s)
         if info.name in cancelled:
-            missing.append(f"{info.name} cancelled")
-        elif info.name in dead_names or set(info.gpus) & lost_gpus:
-            missing.append(f"{info.name} lost with its GPUs {list(info.gpus)}")
-        elif all(t <= at_s for t in info.layer_ready_s):
+            lost.append(f"{info.name} cancelled")
+        elif info.name in broken.processes:
+            lost.append(f"{info.name}'s process failed; its GPUs {list(info.gpus)} are free")
+        elif set(info.gpus) & lost_gpus:
+            lost.append(f"{info.name} lost with its GPUs {sorted(set(info.gpus) & lost_gpus)}")
+        elif len(info.gpus) > 1 and set(info.gpus) & unlinked:
+            lost.append(f"{info.name} lost: its tensor-parallel GPUs lost their NVSwitch")
+        elif done:
             complete.append(info)
         else:
             survivors.append(info)
-    current = _rebuild(state, topology, lost_gpus, dead_names, plan, complete)
-    return current, survivors, missing
+    current = _rebuild(state, topology, lost_gpus, broken, plan, complete)
+    return Recovery(current, tuple(survivors), tuple(complete), tuple(lost), tuple(removed))
 
 
-def _classify(
-    state: ClusterState, names: set[str], failures: list[Failure]
-) -> tuple[set[str], set[tuple[str, str]], set[str]]:
-    """Split failures into dead topology nodes, dead links and dead instances (ids, names)."""
+@dataclass(frozen=True)
+class _Broken:
+    nodes: set[str]
+    links: set[tuple[str, str]]
+    processes: set[str]
+    memories: set[str]
+
+
+def _unlinked(topology: Topology, dead_nodes: set[str]) -> set[str]:
+    """GPUs that survive but whose NVSwitch died: a tensor-parallel instance on them loses its
+    collectives (its process fails); a single-GPU instance serves on."""
+    return {
+        g
+        for g in topology.gpus()
+        if g not in dead_nodes and topology.graph.nodes[g].get("nvlink_group") in dead_nodes
+    }
+
+
+def _names(what: str, items: Iterable[str]) -> list[str]:
+    if isinstance(items, str) or not isinstance(items, Iterable):
+        raise InvalidInputError(f"{what} must be a collection of names, got {items!r}")
+    return list(items)
+
+
+def _failures(failed: Iterable[Failure]) -> list[Failure]:
+    if isinstance(failed, str) or not isinstance(failed, Iterable):
+        raise InvalidInputError(
+            f"failed must be a collection of names and (node, node) links, got {failed!r}"
+        )
+    out: list[Failure] = []
+    for item in failed:
+        if isinstance(item, str):
+            out.append(item)
+        elif (
+            isinstance(item, tuple | list)
+            and len(item) == 2
+            and all(isinstance(x, str) for x in item)
+        ):
+            out.append((item[0], item[1]))
+        else:
+            raise InvalidInputError(
+                f"failed names {item!r}: each failure is a name or a (node, node) link"
+            )
+    return out
+
+
+def _classify(state: ClusterState, names: set[str], failures: list[Failure]) -> _Broken:
+    """Split failures into dead topology nodes and links, dead processes and lost memories."""
     topo = state.topology
-    nodes: set[str] = set()
-    links: set[tuple[str, str]] = set()
-    instances: set[str] = set()
-    by_id = {i.id: i for i in state.instances}
+    broken = _Broken(set(), set(), set(), set())
+    by_id = {i.id for i in state.instances}
     for item in failures:
         if isinstance(item, tuple):
-            if len(item) != 2 or not topo.graph.has_edge(*item):
+            if not topo.graph.has_edge(*item):
                 raise InvalidInputError(f"failed names link {item!r}, which is not in the topology")
-            links |= {(item[0], item[1]), (item[1], item[0])}
+            broken.links.update({(item[0], item[1]), (item[1], item[0])})
         elif item in by_id or item in names:
-            instances.add(item)
+            broken.processes.add(item)
         elif item in topo.hosts():
-            nodes |= set(topo.nodes_of_host(item))
+            broken.nodes.update(topo.nodes_of_host(item))
+        elif item in topo.graph and topo.kind(item) in ("host_mem", "ssd"):
+            broken.memories.add(item)  # the data it held is gone; the node stays (no transit)
         elif item in topo.graph:
-            nodes.add(item)
+            broken.nodes.add(item)
         else:
             raise InvalidInputError(
                 f"failed names {item!r}, which is neither an instance, a node, a host nor a link"
             )
-    return nodes, links, instances
+    return broken
 
 
-def _degrade(
+def degrade(
     topology: Topology, dead_nodes: set[str], dead_links: set[tuple[str, str]]
 ) -> tuple[Topology, set[str]]:
-    """The topology without the dead parts, and every GPU lost with them. A GPU whose own NIC
-    died sends through the nearest NIC of its host that still reaches a leaf, over PCIe."""
+    """The topology without the dead parts, and every GPU lost with them (module docstring):
+    a GPU whose own NIC died goes through the nearest NIC of its host that still reaches a leaf
+    (else the nearest NIC at all); a GPU that reaches no NIC is lost."""
     if not dead_nodes and not dead_links:
         return topology, set()
     graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
@@ -156,30 +313,37 @@ def _degrade(
     graph.remove_nodes_from(dead_nodes)
     lost = {g for g in topology.gpus() if g in dead_nodes}
     for gpu in topology.gpus():
+        group = topology.graph.nodes[gpu].get("nvlink_group")
+        if gpu in graph and group is not None and group not in graph:
+            graph.nodes[gpu]["nvlink_group"] = None  # its NVSwitch died: no NVLink any more
+    for gpu in topology.gpus():
         if gpu in lost:
             continue
-        nic = topology.nic_of(gpu)
-        if topology.leaf_of_nic(nic) is None:
-            continue  # no fabric to lose
         local = {
             n
             for n in topology.nodes_of_host(topology.host_of(gpu))
             if n in graph and (n == gpu or graph.nodes[n]["kind"] in ("switch", "nic"))
         }
         hops = nx.single_source_shortest_path_length(graph.subgraph(local), gpu)
-        if nic in hops and _wired(graph, nic):
+        nics = sorted((d, n) for n, d in hops.items() if graph.nodes[n]["kind"] == "nic")
+        nic = topology.nic_of(gpu)
+        if nic in hops and (_wired(graph, nic) or not any(_wired(graph, n) for _, n in nics)):
             continue
-        wired = sorted(
-            (d, n) for n, d in hops.items() if graph.nodes[n]["kind"] == "nic" and _wired(graph, n)
-        )
+        wired = [n for _, n in nics if _wired(graph, n)] or [n for _, n in nics]
         if wired:
-            graph.nodes[gpu]["nic"] = wired[0][1]  # its NIC is cut off: go through another
+            graph.nodes[gpu]["nic"] = wired[0]  # its NIC is cut off: go through another
         else:
             lost.add(gpu)
     graph.remove_nodes_from(lost)
     if not any(d["kind"] == "gpu" for _, d in graph.nodes(data=True)):
-        raise InvalidInputError("the failures leave no GPU in the topology")
+        raise InfeasibleError(
+            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
+            "nothing can be planned"
+        )
     return Topology(graph, name=f"{topology.name} (degraded)"), lost
+
+
+_degrade = degrade  # the simulator's systems still import it by this name
 
 
 def _wired(graph: nx.DiGraph[str], nic: str) -> bool:
@@ -191,23 +355,28 @@ def _rebuild(
     state: ClusterState,
     topology: Topology,
     lost_gpus: set[str],
-    dead: set[str],
+    broken: _Broken,
     plan: ScalePlan,
     complete: list[NewInstanceInfo],
 ) -> ClusterState:
     """The cluster now: surviving instances (same ids), host copies, background flows, and the
     new instances that are already complete."""
-    if topology is state.topology and not dead and not complete:
+    if topology is state.topology and not broken.processes and not broken.memories and not complete:
         return state
     current = ClusterState(topology)
     for copy in state.pool.host_copies:
-        if copy.node in topology.graph:
+        if copy.node in topology.graph and copy.node not in broken.memories:
             current.pool.add(copy)
     for inst in state.instances:
-        if inst.id in dead or set(inst.gpus) & lost_gpus:
+        if inst.id in broken.processes or set(inst.gpus) & lost_gpus:
+            continue
+        if not set(inst.gpus) <= set(topology.gpus()):
             continue
         _copy_instance(current, inst)
+    known = {i.id for i in current.instances}
     for info in complete:
+        if info.name in known:
+            continue  # the caller's state already has it
         role = Role(info.role) if info.role in Role._value2member_map_ else Role.IDLE
         current.add_instance(plan.spec, gpus=list(info.gpus), role=role, instance_id=info.name)
     for flow in state.background_flows:

@@ -21,6 +21,7 @@ __all__ = [
     "Milestones",
     "Mutation",
     "NewInstanceInfo",
+    "PlanOptions",
     "Release",
     "ScalePlan",
     "ScaleRequest",
@@ -106,12 +107,29 @@ class MilestoneFigures:
 
 @dataclass(frozen=True)
 class Milestones:
-    """This plan's figures, beside the same figures for the baseline data planes."""
+    """This plan's figures, beside the same figures for the baseline data planes (a baseline that
+    cannot run on this cluster, e.g. a host copy cut off by a failure, has no entry)."""
 
     first_capacity_s: float
     full_capacity_s: float
     queue_drain_s: float
     baselines: Mapping[str, MilestoneFigures] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The options a plan was made with (what :func:`~blitzplan.replan` carries over). A custom
+    compute model is not part of it: pass it to ``replan`` again."""
+
+    method: str = "greedy"
+    live_method: str = "zigzag"
+    time_limit_s: float | None = None
+    chunk_bytes: int = 16 * 1024**2
+    startup_s: float = 0.0
+    max_batch_tokens: int | None = None
+    compare_baselines: bool = True
+    allow_prefill_sources: bool = False
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,7 @@ class ScalePlan:
     milestones: Milestones
     missing: tuple[str, ...] = ()
     """What the request asked for and this plan could not do (empty when met in full)."""
+    options: PlanOptions = field(default_factory=PlanOptions)
 
     def to_json(self) -> str:
         """The versioned JSON document; equal plans give byte-identical text."""

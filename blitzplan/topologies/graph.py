@@ -209,8 +209,8 @@ class Topology:
             try:
                 self._paths[key] = tuple(nx.shortest_path(view, src, dst))
             except (nx.NetworkXNoPath, nx.NodeNotFound):
-                return None
-        return self._paths[key]
+                self._paths[key] = ()  # no route: remembered too
+        return self._paths[key] or None
 
     def _network_path(self, src_nic: str, dst_nic: str) -> tuple[str, ...] | None:
         """Fewest-hop path between two NICs through leaf and spine switches only."""
@@ -226,8 +226,25 @@ class Topology:
             try:
                 self._paths[key] = tuple(nx.shortest_path(view, src_nic, dst_nic))
             except nx.NetworkXNoPath:
-                return None
-        return self._paths[key]
+                self._paths[key] = ()  # no route: remembered too
+        return self._paths[key] or None
+
+    def nics_connected(self, src_nic: str, dst_nic: str) -> bool:
+        """Whether traffic leaving NIC ``src_nic`` reaches NIC ``dst_nic`` through the switches
+        (a failed leaf or spine may cut some pairs apart)."""
+        return src_nic == dst_nic or self._network_path(src_nic, dst_nic) is not None
+
+    def fabric_whole(self) -> bool:
+        """Whether every leaf and spine switch reaches every other one: no failure has split the
+        network in parts (a lone NIC cut from its leaf does not count)."""
+        found = self.memo.setdefault("fabric_whole", {}).get(())
+        if found is None:
+            switches = [
+                n for n, d in self.graph.nodes(data=True) if d.get("switch") in ("leaf", "spine")
+            ]
+            found = len(switches) <= 1 or nx.is_strongly_connected(self.graph.subgraph(switches))
+            self.memo["fabric_whole"][()] = found
+        return bool(found)
 
     def _egress_nics(self, node: str) -> list[str]:
         """NICs ``node`` may use to reach the network: a GPU its own, memories any of the host."""
@@ -276,6 +293,14 @@ class Topology:
             raise InvalidInputError(f"no path from {src!r} to {dst!r} in topology {self.name!r}")
         self._paths[key] = found
         return found
+
+    def has_path(self, src: str, dst: str, *, src_nic: str | None = None) -> bool:
+        """Whether :meth:`path` finds a route (after failures some do not exist)."""
+        try:
+            self.path_edges(src, dst, src_nic=src_nic)
+        except InvalidInputError:
+            return False
+        return True
 
     def path_edges(self, src: str, dst: str, *, src_nic: str | None = None) -> tuple[Edge, ...]:
         key = (src, dst, src_nic or "")
