@@ -44,6 +44,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from blitzplan.live.instance import LiveScalingInstance
@@ -72,6 +73,7 @@ class _Model:
     def __init__(self, pulp: Any, start: Start, cut: float) -> None:
         inst = start.instance
         self.pulp, self.inst, self.start = pulp, inst, start
+        self.deadline_s = start.deadline_s
         L, n = inst.num_layers, inst.num_batches
         self.L, self.n = L, n
         self.unit = (sum(inst.new_layer_s) + sum(inst.old_layer_s)) / (2 * n)
@@ -93,6 +95,11 @@ class _Model:
         self._symmetry()
         self._old_machine()
         self._objective(cut)
+
+    def check_time(self) -> None:
+        """Raise _OutOfTime once the deadline has passed (building can take longer than solving)."""
+        if time.perf_counter() > self.deadline_s:
+            raise _OutOfTime
 
     def _var(
         self, name: str, low: float | None = None, up: float | None = None, cat: str = "Continuous"
@@ -129,6 +136,7 @@ class _Model:
         lp, prob, L, big = self.pulp, self.prob, self.L, self.big
         old_free = self.inst.old_free_at_s / self.unit
         for i in range(self.n):
+            self.check_time()
             z, s, S, C, p, d = self.z, self.s, self.S[i], self.C[i], self.p_new[i], self.hand[i]
             earliest_old = max(old_free, self.inst.release_s[i] / self.unit)
             prob += lp.lpSum(z[i, k] for k in range(L + 1)) == 1, f"one_split_{i}"
@@ -165,6 +173,7 @@ class _Model:
         order = self.inst.fifo_order
         self.w: dict[tuple[int, int], Any] = {}
         for a, i in enumerate(order):
+            self.check_time()
             for j in order[a + 1 :]:
                 off = big * (z[i, L] + z[j, L])
                 if self.start.old_order == "fifo":
@@ -229,6 +238,7 @@ class _Model:
         """Disjunctions for the layer pairs (i, li, j, lj) and their band; how many were new."""
         added = 0
         for i, li, j, lj in pairs:
+            self.check_time()
             for a in range(max(1, li - BAND), min(self.L, li + BAND) + 1):
                 for b in range(max(1, lj - BAND), min(self.L, lj + BAND) + 1):
                     added += (
@@ -345,6 +355,25 @@ def _offer_answer(model: _Model, start: Start) -> list[tuple[int, int, int, int]
     return overlaps
 
 
+class _OutOfTime(Exception):
+    """Building the model ran into the deadline."""
+
+
+@dataclass
+class _Costs:
+    """What a round costs around the solve itself, learned round by round (the worst seen)."""
+
+    hand_off_s: float
+    """Warm start and PuLP's hand-off to the solver, before the solver starts."""
+    read_back_s: float
+    """Reading the solver's answer back into PuLP."""
+    after_s: float
+    """Decoding the answer and growing the model, after reading it back."""
+
+    def round_fits(self, left_s: float) -> bool:
+        return left_s >= self.hand_off_s + self.read_back_s + self.after_s + MIN_ROUND_S
+
+
 def solve_milp(
     instance: LiveScalingInstance,
     *,
@@ -360,6 +389,8 @@ def solve_milp(
 
     ``use_relaxation=False`` drops the relaxation (its bound, cut, plan and the local search):
     the model alone, warm-started from ``hint``. ``warm_start=False``: no starting solution.
+    With ``time_limit_s`` every round's solver limit comes from the wall clock (see
+    :mod:`blitzplan.solvers.pulp_run`); a round that does not fit is not started.
     """
     import pulp
 
@@ -376,33 +407,59 @@ def solve_milp(
     if start.proven():
         return finish(start, message="proven by the N-capacity relaxation")
     built = time.perf_counter()
-    model = _Model(pulp, start, start.bound)
-    planned = _planned_overlaps(model, start.plan.split) if start.plan is not None else []
-    if len(planned) * (2 * BAND + 1) ** 2 <= MAX_SEEDED:
-        model.add_disjunctions(planned)
-    # handing the model to a solver (PuLP adds rows one by one) costs about twice building it;
-    # keep that inside the limit, then learn the real cost from each round's overrun
-    overhead = 2 * (time.perf_counter() - built)
-    rounds, failure = 0, ""
-    while start.left_s() - overhead >= MIN_ROUND_S:
+    try:
+        model = _Model(pulp, start, start.bound)
+        planned = _planned_overlaps(model, start.plan.split) if start.plan is not None else []
+        if len(planned) * (2 * BAND + 1) ** 2 <= MAX_SEEDED:
+            model.add_disjunctions(planned)
+    except _OutOfTime:
+        return finish(start, message=f"no time left to build the {backend} model")
+    # first guesses from the build (PuLP's hand-off costs about twice building), then learned
+    build_s = time.perf_counter() - built
+    costs = _Costs(hand_off_s=2 * build_s, read_back_s=build_s / 2, after_s=build_s / 2)
+    rounds, note, failed = _rounds(model, start, backend, costs)
+    message = f"{rounds} round(s), {len(model.y)} N disjunctions{note}"
+    return finish(start, message=message, failed=failed)
+
+
+def _rounds(model: _Model, start: Start, backend: str, costs: _Costs) -> tuple[int, str, bool]:
+    """Solve, cut and grow until optimal, proven or out of time: (rounds, note, failed)."""
+    pulp, rounds = model.pulp, 0
+    while costs.round_fits(start.left_s()):
         rounds += 1
+        began = time.perf_counter()
         if math.isfinite(start.incumbent.objective):
             model.set_start(start.incumbent)
-        limit, began = start.left_s() - overhead, time.perf_counter()
+        called = time.perf_counter()
         try:
-            has, optimal, bound = solve_once(model.pulp, model.prob, backend, limit)
+            found = solve_once(
+                pulp,
+                model.prob,
+                backend,
+                stop_by_s=start.deadline_s - costs.after_s,
+                read_back_s=costs.read_back_s,
+            )
         except pulp.PulpSolverError as exc:  # the solver process failed; keep what we have
-            failure = f"; {backend} failed: {exc}"
-            break
-        overhead = max(overhead, time.perf_counter() - began - limit)
-        start.raise_bound(model.from_model(bound))
-        if start.bound == math.inf:
-            break
-        overlaps = _offer_answer(model, start) if has else []
-        if optimal and not overlaps:
+            return rounds, f"; {backend} failed: {exc}", True
+        if found.note:
+            return rounds, f"; {found.note}", False
+        costs.hand_off_s = max(costs.hand_off_s, called - began + found.hand_off_s)
+        costs.read_back_s = max(costs.read_back_s, found.read_back_s)
+        if found.bound == math.inf:
+            refused = start.infeasible_round(backend)
+            return rounds, f"; {refused}" if refused else "", bool(refused)
+        after = time.perf_counter()
+        start.raise_bound(model.from_model(found.bound))
+        overlaps = _offer_answer(model, start) if found.has_solution else []
+        if found.optimal and not overlaps:
             break  # optimal for a relaxation and feasible: optimal
         model.set_cut(start.bound)
-        if start.proven() or not has or model.add_disjunctions(overlaps) == 0:
+        if start.proven() or not found.has_solution or not costs.round_fits(start.left_s()):
             break
-    message = f"{rounds} round(s), {len(model.y)} N disjunctions{failure}"
-    return finish(start, message=message, failed=bool(failure))
+        try:
+            if model.add_disjunctions(overlaps) == 0:
+                break
+        except _OutOfTime:
+            break
+        costs.after_s = max(costs.after_s, time.perf_counter() - after)
+    return rounds, "", False
