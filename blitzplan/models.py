@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from blitzplan._checks import check_count, is_integer
 from blitzplan.errors import InvalidInputError
 
 __all__ = [
@@ -133,9 +134,7 @@ class ModelSpec:
             "experts_per_token",
             "dtype_bytes",
         ):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidInputError(f"{key} must be a positive integer, got {value!r}")
+            object.__setattr__(self, key, check_count(key, getattr(self, key)))
         if self.num_attention_heads % self.num_kv_heads:
             raise InvalidInputError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -302,8 +301,7 @@ class ModelSpec:
 
     def check_tp(self, tp: int) -> None:
         """Raise InvalidInputError unless ``tp`` evenly splits heads and the MLP."""
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-            raise InvalidInputError(f"tp must be a positive integer, got {tp!r}")
+        tp = check_count("tp", tp)
         kv = self.num_kv_heads
         if (
             self.num_attention_heads % tp
@@ -356,9 +354,9 @@ def _int_field(config: Mapping[str, Any], *keys: str, default: int | None = None
         value = config.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_integer(value):
             raise InvalidInputError(f"config.json field {key!r} must be an integer, got {value!r}")
-        return value
+        return int(value)
     if default is None:
         raise InvalidInputError(f"config.json is missing required field {keys[0]!r}")
     return default

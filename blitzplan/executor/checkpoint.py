@@ -21,6 +21,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.model import Dims, Weights, flatten_unit, init_unit, model_dims
 from blitzplan.models import ModelIdentity, ModelSpec
@@ -88,8 +89,7 @@ def _identity_metadata(identity: ModelIdentity) -> dict[str, str]:
 
 def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) -> Checkpoint:
     """Write seeded weights for ``spec`` to ``directory`` (created), one file per unit."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidInputError(f"seed must be an integer >= 0, got {seed!r}")
+    seed = check_count("seed", seed, minimum=0, maximum=2**63 - 1)
     dims = model_dims(spec)
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from blitzplan._checks import MAX_SECONDS, is_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.faults import Event, Failure, InjectedFault, RankFailedError, unit_name
 from blitzplan.executor.worker import (
@@ -67,8 +68,10 @@ class Workers:
     def __init__(
         self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0
     ) -> None:
-        if not (isinstance(timeout_s, int | float) and 0 < timeout_s < float("inf")):
-            raise InvalidInputError(f"timeout_s must be a number > 0, got {timeout_s!r}")
+        if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
+            raise InvalidInputError(
+                f"timeout_s must be a number > 0 (at most {MAX_SECONDS:g} s), got {timeout_s!r}"
+            )
         if len(labels) < 2:
             raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
         self.backend = check_device(device, len(labels))

@@ -6,6 +6,7 @@ import math
 import time
 from dataclasses import replace
 
+from blitzplan._checks import MAX_SECONDS, is_finite_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import OLD_ORDERS, simulate
@@ -50,12 +51,12 @@ def _check_options(
         raise InvalidInputError(
             f"old_order must be one of {', '.join(OLD_ORDERS)}, got {old_order!r}"
         )
-    if time_limit_s is not None and (
-        isinstance(time_limit_s, bool)
-        or not isinstance(time_limit_s, int | float)
-        or not (math.isfinite(time_limit_s) and time_limit_s > 0)
-    ):
+    if time_limit_s is not None and not (is_finite_number(time_limit_s) and time_limit_s > 0):
         raise InvalidInputError(f"time_limit_s must be a number > 0 or None, got {time_limit_s!r}")
+    if time_limit_s is not None and time_limit_s > MAX_SECONDS:
+        raise InvalidInputError(
+            f"time_limit_s must be at most {MAX_SECONDS:g} s, got {time_limit_s!r}"
+        )
     if backend is not None and method != "exact":
         raise InvalidInputError(f"backend applies to method='exact' only, got backend={backend!r}")
     if backend is not None and backend not in BACKENDS:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from blitzplan._checks import MAX_COUNT, check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
 
 __all__ = [
@@ -76,7 +77,7 @@ class Trace:
     def window(self, start_s: float, end_s: float) -> Trace:
         """Requests arriving in ``[start_s, end_s)`` (seconds from the first request), re-based
         so the window starts at 0."""
-        if not 0 <= start_s < end_s:
+        if not (is_finite_number(start_s) and is_finite_number(end_s) and 0 <= start_s < end_s):
             raise InvalidInputError(
                 f"window_s must satisfy 0 <= start < end, got {(start_s, end_s)}"
             )
@@ -89,7 +90,7 @@ class Trace:
 
     def rescale(self, rate_scale: float) -> Trace:
         """The same temporal pattern at ``rate_scale`` times the rate (arrivals compressed)."""
-        if not 0 < rate_scale < math.inf:
+        if not is_finite_number(rate_scale) or rate_scale <= 0:
             raise InvalidInputError(f"rate_scale must be finite and > 0, got {rate_scale!r}")
         if not math.isfinite(self.duration_s / rate_scale):
             raise InvalidInputError(
@@ -109,8 +110,10 @@ class Trace:
 
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
-MAX_TOKENS = 2**31 - 1
+MAX_TOKENS = MAX_COUNT
 """The largest token count a trace row may carry (an int32; no model's context comes near)."""
+MAX_SYNTHETIC_REQUESTS = 10_000_000
+"""The most requests :func:`synthetic_trace` generates (its arrays are held in memory)."""
 
 
 def load_trace(path: str | Path, *, format: str = "auto", skip_ramp_up: bool = False) -> Trace:
@@ -309,10 +312,17 @@ def synthetic_trace(
         ("mean_prompt_tokens", mean_prompt_tokens),
         ("mean_output_tokens", mean_output_tokens),
     ):
-        if not 0 < value < math.inf:
+        if not is_finite_number(value) or value <= 0:
             raise InvalidInputError(f"{name} must be finite and > 0, got {value!r}")
-    if not zipf_a > 1:
-        raise InvalidInputError(f"zipf_a must be > 1, got {zipf_a!r}")
+    if duration_s * rate_per_s > MAX_SYNTHETIC_REQUESTS:
+        raise InvalidInputError(
+            f"duration_s * rate_per_s must be at most {MAX_SYNTHETIC_REQUESTS:,} requests, got "
+            f"{duration_s!r} * {rate_per_s!r}"
+        )
+    if not is_finite_number(zipf_a) or zipf_a <= 1:
+        raise InvalidInputError(f"zipf_a must be finite and > 1, got {zipf_a!r}")
+    max_tokens = check_count("max_tokens", max_tokens, maximum=MAX_TOKENS)
+    seed = check_count("seed", seed, minimum=0, maximum=2**63 - 1)
     rng = np.random.default_rng(seed)
     shape = 1.0 / burstiness
     count = int(duration_s * rate_per_s * 1.5) + 16
