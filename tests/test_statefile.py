@@ -79,8 +79,8 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
     [
         (
             [[0, 100], [0.5]],
-            r"instances\[0\]: queue\[1\] must be a QueuedRequest or an \(arrival_s, prompt_tokens\) "
-            r"pair, got \[0\.5\]",
+            r"instances\[0\]: queue\[1\] must be a QueuedRequest or an "
+            r"\(arrival_s, prompt_tokens\) pair, got \[0\.5\]",
         ),
         ([[0, 100], 7], r"instances\[0\]: queue\[1\] must be .* pair, got 7"),
         ([[0, 100, 3]], r"instances\[0\]: queue\[0\] must be .* pair, got \[0, 100, 3\]"),
@@ -94,7 +94,10 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
             r"got 10\.5",
         ),
         ([[0, 2**40]], r"queue\[0\] .*prompt_tokens must be at most 2147483647"),
-        ([[1e308, 100]], r"queue\[0\] .*arrival_s must be a finite number of seconds within 1e\+09"),
+        (
+            [[1e308, 100]],
+            r"queue\[0\] .*arrival_s must be a finite number of seconds within 1e\+09",
+        ),
         ("0, 100", r"instances\[0\] queue must be a list, got '0, 100'"),
         (7, r"instances\[0\] queue must be a list, got 7"),
     ],
