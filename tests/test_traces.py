@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from blitzplan import InvalidInputError
-from blitzplan.sim import load_trace
+from blitzplan.sim import load_trace, simulate
 from blitzplan.sim.traces import MAX_TOKENS, Request, Trace
+from tests.conftest import SHARED
+
+TRACES = SHARED / "traces"
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -112,3 +115,18 @@ def test_rescale_refuses_a_rate_that_stretches_time_to_infinity() -> None:
     with pytest.raises(InvalidInputError, match=r"rate_scale 1e-308 stretches the trace's 10 s"):
         trace.rescale(1e-308)
     assert trace.rescale(1e-3).duration_s == pytest.approx(1e4)
+
+
+def test_simulate_refuses_an_infinite_timestamp_at_load(tmp_path: Path) -> None:
+    """It used never to return: the clock ran to an infinite end."""
+    path = _write(tmp_path, BURST + _burst_row("0") + _burst_row("1") + _burst_row("inf"))
+    with pytest.raises(InvalidInputError, match=r"line 4: Timestamp 'inf' is not finite"):
+        simulate("paper-a100-16", "llama-3-8b", path)
+
+
+@pytest.mark.skipif(not (TRACES / "AzureLLMInferenceTrace_code.csv").is_file(), reason="no traces")
+def test_a_real_trace_with_a_byte_order_mark_loads_the_same(tmp_path: Path) -> None:
+    original = TRACES / "AzureLLMInferenceTrace_code.csv"
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + original.read_bytes())
+    assert load_trace(marked).requests == load_trace(original).requests
