@@ -97,7 +97,8 @@ SETUPS = {layers: setup(layers) for layers, _ in SIZES}
 
 
 def instance(layers: int, batches: int, seed: int) -> LiveScalingInstance:
-    s, rng = SETUPS[layers], random.Random(f"{layers}-{batches}-{seed}")
+    s = SETUPS[layers] if layers in SETUPS else setup(layers)
+    rng = random.Random(f"{layers}-{batches}-{seed}")
     tokens = [rng.choice(TOKENS) for _ in range(batches)]
     batch_s = layers * statistics.fmean(s.compute.prefill_layer_s(t) for t in tokens)
     clock, queue = 0.0, []

@@ -8,10 +8,11 @@ the whole cluster, not one per host). It answers which sources can send a model 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from blitzplan._checks import MAX_BYTES, MAX_SECONDS, check_count, is_finite_number
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelIdentity, ModelSpec, load_model
 from blitzplan.topologies import Flow, Topology
@@ -50,16 +51,14 @@ class QueuedRequest:
     prompt_tokens: int
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.arrival_s):
-            raise InvalidInputError(f"arrival_s must be finite, got {self.arrival_s!r}")
-        if (
-            isinstance(self.prompt_tokens, bool)
-            or not isinstance(self.prompt_tokens, int)
-            or (self.prompt_tokens < 1)
-        ):
+        if not is_finite_number(self.arrival_s) or abs(self.arrival_s) > MAX_SECONDS:
             raise InvalidInputError(
-                f"prompt_tokens must be a positive integer, got {self.prompt_tokens!r}"
+                f"arrival_s must be a finite number of seconds within {MAX_SECONDS:g} of now, "
+                f"got {self.arrival_s!r}"
             )
+        tokens = check_count("prompt_tokens", self.prompt_tokens)
+        object.__setattr__(self, "arrival_s", float(self.arrival_s))
+        object.__setattr__(self, "prompt_tokens", tokens)
 
 
 @dataclass(frozen=True)
@@ -278,7 +277,12 @@ class ClusterState:
         return self._instances.pop(self.instance(instance_id).id)
 
     def _check_gpus(self, model: ModelSpec, gpus: Sequence[str]) -> tuple[str, ...]:
-        if isinstance(gpus, str) or not gpus:
+        if (
+            isinstance(gpus, str)
+            or not isinstance(gpus, Sequence)
+            or not gpus
+            or not all(isinstance(g, str) for g in gpus)
+        ):
             raise InvalidInputError(f"gpus must be a non-empty list of GPU names, got {gpus!r}")
         group = tuple(gpus)
         known = set(self.topology.gpus())
@@ -363,10 +367,26 @@ def _role(role: Role | str) -> Role:
 
 
 def _queue(queue: Iterable[QueuedRequest | tuple[float, int]]) -> tuple[QueuedRequest, ...]:
-    return tuple(q if isinstance(q, QueuedRequest) else QueuedRequest(*q) for q in queue)
+    if isinstance(queue, str | bytes | Mapping) or not isinstance(queue, Iterable):
+        raise InvalidInputError(
+            f"queue must be a list of (arrival_s, prompt_tokens) pairs, got {queue!r}"
+        )
+    return tuple(_queued(i, q) for i, q in enumerate(queue))
+
+
+def _queued(index: int, entry: object) -> QueuedRequest:
+    if isinstance(entry, QueuedRequest):
+        return entry
+    if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
+        raise InvalidInputError(
+            f"queue[{index}] must be a QueuedRequest or an (arrival_s, prompt_tokens) pair, "
+            f"got {entry!r}"
+        )
+    try:
+        return QueuedRequest(*entry)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"queue[{index}] {entry!r}: {exc}") from None
 
 
 def _kv(kv_bytes_used: int) -> int:
-    if isinstance(kv_bytes_used, bool) or not isinstance(kv_bytes_used, int) or kv_bytes_used < 0:
-        raise InvalidInputError(f"kv_bytes_used must be an integer >= 0, got {kv_bytes_used!r}")
-    return kv_bytes_used
+    return check_count("kv_bytes_used", kv_bytes_used, minimum=0, maximum=MAX_BYTES)

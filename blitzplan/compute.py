@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from blitzplan._checks import MAX_COUNT, MAX_SECONDS, is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
 from blitzplan.kernels import (
@@ -59,8 +60,10 @@ class ComputeModel(Protocol):
 
 
 def _check_count(name: str, value: int, *, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+    if not is_integer(value) or value < minimum:
         raise InvalidInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value > MAX_COUNT:
+        raise InvalidInputError(f"{name} must be at most {MAX_COUNT}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -276,21 +279,33 @@ def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
     return float(np.interp(x, xs, ys))
 
 
+def _array(name: str, values: object) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name} must hold numbers, got {values!r}") from None
+
+
 def _axis(name: str, values: Sequence[float]) -> np.ndarray:
-    array = np.asarray(values, dtype=float)
+    array = _array(name, values)
     if array.ndim != 1 or len(array) == 0:
         raise InvalidInputError(f"{name} must be a non-empty 1-D sequence, got {values!r}")
+    if np.any(~np.isfinite(array)) or np.any(array < 0) or np.any(array > MAX_COUNT):
+        raise InvalidInputError(f"{name} must hold counts in [0, {MAX_COUNT}], got {values!r}")
     if np.any(np.diff(array) <= 0):
         raise InvalidInputError(f"{name} must be strictly increasing, got {list(values)!r}")
     return array
 
 
 def _times(name: str, values: object, shape: tuple[int, ...]) -> np.ndarray:
-    array = np.asarray(values, dtype=float)
+    array = _array(name, values)
     if array.shape != shape:
         raise InvalidInputError(f"{name} must have shape {shape}, got {array.shape}")
-    if np.any(~np.isfinite(array)) or np.any(array < 0):
-        raise InvalidInputError(f"{name} must hold finite times >= 0, got {array.tolist()!r}")
+    if np.any(~np.isfinite(array)) or np.any(array < 0) or np.any(array > MAX_SECONDS):
+        raise InvalidInputError(
+            f"{name} must hold finite times >= 0 (at most {MAX_SECONDS:g} s), "
+            f"got {array.tolist()!r}"
+        )
     return array
 
 

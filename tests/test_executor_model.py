@@ -9,6 +9,7 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from blitzplan import ClusterState, InvalidInputError, load_model  # noqa: E402
 from blitzplan.executor import model as m  # noqa: E402
 from blitzplan.executor.calibrate import fit_line, paced_topology  # noqa: E402
 from blitzplan.executor.checkpoint import (  # noqa: E402
+    CorruptCheckpointError,
     check_identity,
     load_checkpoint,
     load_unit,
@@ -180,6 +182,41 @@ def test_weights_of_another_model_are_refused_before_any_process_starts(tmp_path
         run_multicast(plan, checkpoint)
     assert time.monotonic() - started < 1.0
     assert multiprocessing.active_children() == []
+
+
+def _corrupt(checkpoint_dir: Path, name: str) -> None:
+    """Flip the last byte of a unit file (its tensor data: the header still parses)."""
+    data = bytearray((checkpoint_dir / name).read_bytes())
+    data[-1] ^= 0xFF
+    (checkpoint_dir / name).write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("unit", [0, 2, 4])  # the embedding, a layer, the head (L=3)
+def test_a_corrupted_unit_is_refused_naming_it_before_any_process_starts(
+    tmp_path: Path, unit: int
+) -> None:
+    spec = load_model(TINY)
+    state = ClusterState(paced_topology(3, bytes_per_s=10 * MB, latency_s=0.0), models=[spec])
+    plan = plan_multicast(state, spec, targets=[["h0/gpu1"], ["h0/gpu2"]])
+    checkpoint = save_checkpoint(spec, tmp_path / "w")
+    _corrupt(tmp_path / "w", checkpoint.files[unit])
+    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} in .* hashes to") as info:
+        run_multicast(plan, checkpoint)
+    assert info.value.layer == info.value.unit == unit
+    assert multiprocessing.active_children() == []
+    (tmp_path / "w" / checkpoint.files[unit]).write_text("not safetensors")
+    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* does not read"):
+        check_identity(checkpoint, spec.identity)
+    (tmp_path / "w" / checkpoint.files[unit]).unlink()
+    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* is missing"):
+        check_identity(checkpoint, spec.identity)
+
+
+def test_fault_numbers_may_be_numpy_integers() -> None:
+    fault = InjectedFault(np.int64(1), np.int32(2), kind="stall")
+    assert (fault.rank, fault.layer) == (1, 2) and type(fault.layer) is int
+    with pytest.raises(InvalidInputError, match="fault layer must be an integer >= 0, got True"):
+        InjectedFault(1, True)
 
 
 def test_bad_options_name_the_argument() -> None:

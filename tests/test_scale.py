@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
+from blitzplan.compute import RooflineComputeModel
 from blitzplan.live.validate import validate_schedule
 from blitzplan.multicast import validate_multicast
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
@@ -125,6 +127,32 @@ def test_scale_down_drains_the_least_loaded() -> None:
     assert scale.new_instances == () and scale.multicast is None
     too_many = plan(state, ScaleRequest(MODEL, prefill=-3, tp=2))
     assert "only 2 serve" in too_many.missing[0]
+
+
+def test_a_released_instance_drains_its_own_queue_first() -> None:
+    """Removing the only prefill instance with 100 queued requests: the drain milestone is when
+    it has served them (not 0), one prompt after another."""
+    state = ClusterState(load_topology("paper-a800-32"), models=[MODEL])
+    state.add_instance(
+        MODEL, gpus=["h0/gpu0", "h0/gpu1"], role="prefill", queue=[(0.0, 1024)] * 100
+    )
+    state.add_instance(MODEL, gpus=["h0/gpu2", "h0/gpu3"], role="decode")
+    scale = plan(state, ScaleRequest(MODEL, prefill=-1, tp=2))
+    assert [r.instance for r in scale.releases] == ["i0"]
+    spec = load_model(MODEL)
+    compute = RooflineComputeModel(spec, state.topology.gpu_spec("h0/gpu0"), tp=2)
+    prompt_s = spec.num_layers * compute.prefill_layer_s(1024) + compute.head_s(1)
+    assert scale.milestones.queue_drain_s == pytest.approx(100 * prompt_s)
+
+
+def test_numpy_counts_are_counts() -> None:
+    request = ScaleRequest(MODEL, prefill=np.int64(2), decode=np.int32(0), tp=np.int64(2))
+    assert (request.prefill, request.decode, request.tp) == (2, 0, 2)
+    assert type(request.prefill) is int
+    assert (
+        plan(paper_state(), request).request
+        == plan(paper_state(), ScaleRequest(MODEL, 2, tp=2)).request
+    )
 
 
 def test_partial_plan_says_what_is_missing_unless_strict() -> None:

@@ -72,3 +72,82 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
     bad.write_text("topology: [unclosed")
     with pytest.raises(InvalidInputError, match="does not parse"):
         load_state(bad)
+
+
+@pytest.mark.parametrize(
+    ("queue", "message"),
+    [
+        (
+            [[0, 100], [0.5]],
+            r"instances\[0\]: queue\[1\] must be a QueuedRequest or an "
+            r"\(arrival_s, prompt_tokens\) pair, got \[0\.5\]",
+        ),
+        ([[0, 100], 7], r"instances\[0\]: queue\[1\] must be .* pair, got 7"),
+        ([[0, 100, 3]], r"instances\[0\]: queue\[0\] must be .* pair, got \[0, 100, 3\]"),
+        (
+            [["soon", 100]],
+            r"instances\[0\]: queue\[0\] \['soon', 100\]: arrival_s must be a finite number",
+        ),
+        (
+            [[0, 10.5]],
+            r"instances\[0\]: queue\[0\] \[0, 10\.5\]: prompt_tokens must be a positive integer, "
+            r"got 10\.5",
+        ),
+        ([[0, 2**40]], r"queue\[0\] .*prompt_tokens must be at most 2147483647"),
+        (
+            [[1e308, 100]],
+            r"queue\[0\] .*arrival_s must be a finite number of seconds within 1e\+09",
+        ),
+        ("0, 100", r"instances\[0\] queue must be a list, got '0, 100'"),
+        (7, r"instances\[0\] queue must be a list, got 7"),
+    ],
+)
+def test_malformed_queue_entries_name_the_instance_and_the_entry(queue, message: str) -> None:
+    data = base()
+    data["instances"][0]["queue"] = queue
+    with pytest.raises(InvalidInputError, match=message):
+        state_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda d: d["instances"][1].update(gpus=5),
+            r"instances\[1\]: gpus must be a non-empty list of GPU names, got 5",
+        ),
+        (
+            lambda d: d["instances"][1].update(gpus=[[0]]),
+            r"instances\[1\]: gpus must be a non-empty list of GPU names, got \[\[0\]\]",
+        ),
+        (
+            lambda d: d["instances"][1].update(kv_bytes_used=1.5e9),
+            r"instances\[1\]: kv_bytes_used must be an integer >= 0, got 1500000000\.0",
+        ),
+        (
+            lambda d: d["background_flows"][0].update(gbps="fast"),
+            r"background_flows\[0\] gbps must be a number > 0 \(or absent\), got 'fast'",
+        ),
+        (
+            lambda d: d["background_flows"][0].update(gbps=1e-300),
+            r"background_flows\[0\]: flow .* max_bytes_per_s must be inf \(uncapped\) or within",
+        ),
+    ],
+)
+def test_malformed_instances_and_flows_are_clear_errors(mutate, message: str) -> None:
+    data = base()
+    mutate(data)
+    with pytest.raises(InvalidInputError, match=message):
+        state_from_dict(data)
+
+
+def test_a_state_with_zero_bandwidth_nics_is_refused_naming_the_key(tmp_path: Path) -> None:
+    data = base()
+    data["topology"] = {
+        "host": {"gpu": "a800", "gpus": 8, "nic_gbps": 0, "host_to_gpu_gbps": 256},
+        "cluster": {"hosts": 2},
+    }
+    path = tmp_path / "state.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InvalidInputError, match=r"topology: .*host nic_gbps must be > 0, got 0"):
+        load_state(path)

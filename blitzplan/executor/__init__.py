@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from blitzplan.executor.calibrate import Calibration, paced_topology
     from blitzplan.executor.checkpoint import (
         Checkpoint,
+        CorruptCheckpointError,
         check_identity,
         load_checkpoint,
         save_checkpoint,
@@ -49,6 +50,7 @@ __all__ = [
     "SCENARIOS",
     "Calibration",
     "Checkpoint",
+    "CorruptCheckpointError",
     "InjectedFault",
     "LiveRun",
     "MulticastRun",
@@ -72,6 +74,7 @@ _MODULES = {
     "Calibration": "calibrate",
     "paced_topology": "calibrate",
     "Checkpoint": "checkpoint",
+    "CorruptCheckpointError": "checkpoint",
     "check_identity": "checkpoint",
     "load_checkpoint": "checkpoint",
     "save_checkpoint": "checkpoint",

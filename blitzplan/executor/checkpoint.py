@@ -4,8 +4,10 @@ A checkpoint directory holds ``unit-000.safetensors`` .. ``unit-{L+1}.safetensor
 ``manifest.json``: the model's identity (name, revision, content hash), its config, the seed, and
 the SHA-256 of every unit's flattened bytes (:func:`~blitzplan.executor.model.flatten_unit`).
 Every unit file also carries the identity in its metadata, so layers of two versions are never
-mixed; :func:`check_identity` refuses weights whose identity differs from a plan's model before
-anything runs, and :func:`load_unit` refuses a unit whose bytes do not hash to the manifest's.
+mixed. :func:`check_identity` refuses, before anything runs, weights whose identity differs from
+a plan's model or any unit whose file is of another model or whose bytes do not hash to the
+manifest's (:class:`CorruptCheckpointError`, naming the unit); :func:`load_unit` checks the same
+for the one unit it loads.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.model import Dims, Weights, flatten_unit, init_unit, model_dims
 from blitzplan.models import ModelIdentity, ModelSpec
@@ -26,6 +29,7 @@ from blitzplan.models import ModelIdentity, ModelSpec
 __all__ = [
     "MANIFEST",
     "Checkpoint",
+    "CorruptCheckpointError",
     "check_identity",
     "load_checkpoint",
     "load_unit",
@@ -35,6 +39,17 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 _FORMAT = "blitzplan-executor-checkpoint/1"
+
+
+class CorruptCheckpointError(InvalidInputError):
+    """A unit file of a checkpoint is not what its manifest says: another model's, or its bytes
+    hash to another digest. ``unit`` (also ``layer``, as in
+    :class:`~blitzplan.executor.faults.RankFailedError`) is the unit: 0 the embedding, ``1..L``
+    the decoder layers, ``L + 1`` the head."""
+
+    def __init__(self, message: str, *, unit: int) -> None:
+        super().__init__(message)
+        self.unit = self.layer = unit
 
 
 def unit_digest(flat: torch.Tensor) -> str:
@@ -75,8 +90,7 @@ def _identity_metadata(identity: ModelIdentity) -> dict[str, str]:
 
 def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) -> Checkpoint:
     """Write seeded weights for ``spec`` to ``directory`` (created), one file per unit."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidInputError(f"seed must be an integer >= 0, got {seed!r}")
+    seed = check_count("seed", seed, minimum=0, maximum=2**63 - 1)
     dims = model_dims(spec)
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
@@ -133,12 +147,17 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
 
 
 def check_identity(checkpoint: Checkpoint, identity: ModelIdentity) -> None:
-    """Raise InvalidInputError unless the checkpoint holds exactly the model ``identity``."""
+    """Raise InvalidInputError unless the checkpoint holds exactly the model ``identity``, whole
+    and intact: every unit is read and checked against the manifest (CorruptCheckpointError
+    naming the first unit that is not), so that a run never starts on weights it cannot send."""
     if checkpoint.identity != identity:
         raise InvalidInputError(
             f"checkpoint {str(checkpoint.directory)!r} holds model {checkpoint.identity}, but the "
             f"plan's model is {identity}; refusing to mix weights of two model versions"
         )
+    dims = model_dims(checkpoint.spec())
+    for unit in range(checkpoint.num_units):
+        load_unit(checkpoint, unit, dims=dims)
 
 
 def load_unit(checkpoint: Checkpoint, unit: int, *, dims: Dims | None = None) -> Weights:
@@ -147,6 +166,37 @@ def load_unit(checkpoint: Checkpoint, unit: int, *, dims: Dims | None = None) ->
     if not 0 <= unit < checkpoint.num_units:
         raise InvalidInputError(f"unit must be in 0..{checkpoint.num_units - 1}, got {unit!r}")
     path = checkpoint.directory / checkpoint.files[unit]
+    if not path.is_file():
+        raise CorruptCheckpointError(f"unit {unit} file {str(path)!r} is missing", unit=unit)
+    try:
+        weights, found = _read_unit(path)
+    except (OSError, SafetensorError) as exc:
+        raise CorruptCheckpointError(
+            f"unit {unit} file {str(path)!r} does not read as safetensors: {exc}", unit=unit
+        ) from None
+    if found != checkpoint.identity:
+        raise CorruptCheckpointError(
+            f"unit {unit} file {str(path)!r} belongs to model {found}, the checkpoint is "
+            f"{checkpoint.identity}",
+            unit=unit,
+        )
+    try:
+        digest = unit_digest(flatten_unit(dims, unit, weights))
+    except (KeyError, RuntimeError, ValueError) as exc:  # missing or misshapen tensors
+        raise CorruptCheckpointError(
+            f"unit {unit} in {str(path)!r} does not hold the unit's tensors: {exc}", unit=unit
+        ) from None
+    if digest != checkpoint.digests[unit]:
+        raise CorruptCheckpointError(
+            f"unit {unit} in {str(path)!r} hashes to {digest[:12]}, the manifest says "
+            f"{checkpoint.digests[unit][:12]}",
+            unit=unit,
+        )
+    return weights
+
+
+def _read_unit(path: Path) -> tuple[Weights, ModelIdentity]:
+    """A unit file's tensors and the identity in its metadata."""
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}
         found = ModelIdentity(
@@ -155,16 +205,5 @@ def load_unit(checkpoint: Checkpoint, unit: int, *, dims: Dims | None = None) ->
             metadata.get("content_hash", ""),
             metadata.get("hash_kind", "config"),
         )
-        if found != checkpoint.identity:
-            raise InvalidInputError(
-                f"unit file {str(path)!r} belongs to model {found}, the checkpoint is "
-                f"{checkpoint.identity}"
-            )
         weights: Weights = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
-    digest = unit_digest(flatten_unit(dims, unit, weights))
-    if digest != checkpoint.digests[unit]:
-        raise InvalidInputError(
-            f"unit {unit} in {str(path)!r} hashes to {digest[:12]}, the manifest says "
-            f"{checkpoint.digests[unit][:12]}"
-        )
-    return weights
+    return weights, found

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from blitzplan._checks import is_integer
 from blitzplan.errors import BlitzplanError, InvalidInputError
 
 __all__ = [
@@ -57,7 +58,13 @@ class RankFailedError(BlitzplanError):
 
 @dataclass(frozen=True)
 class InjectedFault:
-    """Make ``rank`` fail once it has the first chunk of unit ``layer``: ``kind`` in FAULT_KINDS."""
+    """Make ``rank`` fail once it has unit ``layer``: ``kind`` in FAULT_KINDS.
+
+    A rank that receives the model has a unit once its first chunk is here; a source once it
+    has sent the first chunk; the old instance of a live run, which loads the whole model before
+    the start, once it has loaded the unit. The unit must exist (``0..L + 1``) and the rank
+    must run a job: otherwise the run refuses the fault before anything starts.
+    """
 
     rank: int
     layer: int
@@ -70,8 +77,9 @@ class InjectedFault:
             )
         for key in ("rank", "layer"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_integer(value) or value < 0:
                 raise InvalidInputError(f"fault {key} must be an integer >= 0, got {value!r}")
+            object.__setattr__(self, key, int(value))
 
 
 class Event(NamedTuple):

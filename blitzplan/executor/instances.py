@@ -209,10 +209,12 @@ def _next_run(instance: _NewInstance) -> tuple[int, int, int] | None:
 def old_instance_job(ctx: RankContext, plan: OldInstancePlan) -> OldReport:
     """The old instance's worker: load the full model, compute the reference, serve blocks."""
     dims = model_dims(plan.checkpoint.spec())
-    units = [
-        {name: t.to(ctx.device) for name, t in load_unit(plan.checkpoint, u, dims=dims).items()}
-        for u in range(dims.num_units)
-    ]
+    units = []
+    for u in range(dims.num_units):
+        weights = load_unit(plan.checkpoint, u, dims=dims)
+        units.append({name: t.to(ctx.device) for name, t in weights.items()})
+        ctx.emit("at", u)
+        ctx.maybe_fail(u)  # it has unit u (see InjectedFault)
     rope = rope_tables(dims, max_positions=_max_positions(plan.prompts), device=ctx.device)
     reference = tuple(
         _to_list(forward(dims, units, torch.tensor(ids, device=ctx.device), rope))

@@ -8,9 +8,11 @@ them and relays their events. Every job reports ``ready``, then waits for one sh
 every process of the machine).
 
 Every receive and send has a timeout. A worker whose transfer fails reports the peer and the unit
-it was moving; a process that dies is seen by its exit code. Either way :meth:`Workers.next_event`
-ends every process and raises :class:`~blitzplan.executor.faults.RankFailedError` naming the
-culprit rank and the layer.
+it was moving; a process that dies is seen by its exit code; a process that is stopped (frozen)
+is seen by its heartbeat stopping. Either way :meth:`Workers.next_event` ends every process and
+raises :class:`~blitzplan.executor.faults.RankFailedError` naming the culprit rank and the unit it
+was at (always a unit of the model): the dead rank, else the frozen one, else the peer a report
+names.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from blitzplan._checks import MAX_SECONDS, is_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.faults import Event, Failure, InjectedFault, RankFailedError, unit_name
 from blitzplan.executor.worker import (
+    ALIVE,
     STARTUP_TIMEOUT_S,
     STOP,
     Boot,
     Job,
     TCPStore,
     check_device,
+    heartbeat_s,
     worker_main,
 )
 
@@ -45,7 +50,10 @@ GRACE_S = 0.3
 """After a worker reports a failed transfer, how long the parent waits to see its peer die."""
 WATCHDOG_FACTOR = 2.0
 """A run with no event at all for this many receive timeouts has stalled (a worker's own
-timeouts fire first and name the peer; this catches the rest)."""
+timeouts fire first and name the peer; this catches the rest), and so has a worker that sent
+not even a heartbeat for as long."""
+MISSED_BEATS = 3
+"""A worker that missed this many heartbeats is frozen (when a failure needs a culprit)."""
 POLITE_S = 2.0
 """How long a polite close waits for the workers to exit before killing them."""
 
@@ -60,8 +68,10 @@ class Workers:
     def __init__(
         self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0
     ) -> None:
-        if not (isinstance(timeout_s, int | float) and 0 < timeout_s < float("inf")):
-            raise InvalidInputError(f"timeout_s must be a number > 0, got {timeout_s!r}")
+        if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
+            raise InvalidInputError(
+                f"timeout_s must be a number > 0 (at most {MAX_SECONDS:g} s), got {timeout_s!r}"
+            )
         if len(labels) < 2:
             raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
         self.backend = check_device(device, len(labels))
@@ -69,6 +79,8 @@ class Workers:
         self.labels = list(labels)
         self.num_layers: int | None = None
         self._progress: dict[int, int | None] = dict.fromkeys(range(len(labels)))
+        self._heard_s: dict[int, float] = {}
+        """When each rank that is up last sent anything (a heartbeat at least)."""
         self._pending: deque[Event] = deque()
         self._results: dict[int, Any] = {}
         self._closed = False
@@ -136,8 +148,8 @@ class Workers:
         start_delay_s: float = 0.05,
     ) -> float:
         """Submit one job per rank, wait until each is ready, start them together; returns t0."""
-        if fault is not None and fault.rank not in jobs:
-            raise InvalidInputError(f"fault names rank {fault.rank}, which runs no job")
+        if fault is not None:
+            _check_fault(fault, jobs, num_layers)
         self.num_layers = num_layers
         self._progress = dict.fromkeys(range(self.world_size), 0)
         for rank in jobs:
@@ -165,15 +177,21 @@ class Workers:
         return {rank: self._results.pop(rank) for rank in ranks}
 
     def next_event(self, timeout_s: float) -> Event | None:
-        """The next event within ``timeout_s`` (None if none); raises RankFailedError."""
+        """The next event within ``timeout_s`` (None if none; heartbeats are not events);
+        raises RankFailedError."""
         deadline = time.monotonic() + timeout_s
         while True:
             event = self._pop(min(POLL_S, max(0.0, deadline - time.monotonic())))
             if event is not None:
-                return self._handle(event)
+                self._heard_s[event.rank] = time.monotonic()
+                if event.kind != ALIVE:
+                    return self._handle(event)
             dead = self._dead()
             if dead:
                 self._fail(dead[0], None)
+            frozen = self._frozen(WATCHDOG_FACTOR * self.timeout_s)
+            if frozen:
+                self.fail_stalled(frozen)
             if time.monotonic() >= deadline:
                 return None
 
@@ -228,17 +246,49 @@ class Workers:
     def _dead(self) -> list[int]:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
+    def _frozen(self, silent_s: float) -> list[int]:
+        """Ranks that are up and sent nothing, not even a heartbeat, for ``silent_s``; the most
+        silent first."""
+        now = time.monotonic()
+        silent = [(heard, rank) for rank, heard in self._heard_s.items() if now - heard > silent_s]
+        return [rank for _, rank in sorted(silent)]
+
     def _fail(self, dead_rank: int | None, report: Event | None) -> None:
         if dead_rank is None:
             deadline = time.monotonic() + GRACE_S
             while not self._dead() and time.monotonic() < deadline:
-                time.sleep(POLL_S)
+                self._receive(POLL_S)  # heartbeats keep the others off the frozen list
+                self._note_heartbeats()
             dead = self._dead()
             dead_rank = dead[0] if dead else None
         failure: Failure | None = report.data if report is not None else None
-        error = self._explain(dead_rank, report, failure)
+        frozen = self._frozen(MISSED_BEATS * heartbeat_s(self.timeout_s))
+        if dead_rank is None and frozen:
+            peer = failure.peer if failure is not None else None
+            error = self._frozen_error(peer if peer in frozen else frozen[0], report, failure)
+        else:
+            error = self._explain(dead_rank, report, failure)
         self.close(polite=False)
         raise error
+
+    def _note_heartbeats(self) -> None:
+        """Take the heartbeats out of the pending events, noting when each rank sent one."""
+        now, kept = time.monotonic(), deque[Event]()
+        for event in self._pending:
+            self._heard_s[event.rank] = now
+            if event.kind != ALIVE:
+                kept.append(event)
+        self._pending = kept
+
+    def _frozen_error(
+        self, rank: int, report: Event | None, failure: Failure | None
+    ) -> RankFailedError:
+        said = ""
+        if report is not None and failure is not None:
+            said = f"; rank {report.rank} ({self.labels[report.rank]}) reported: {failure.message}"
+        silent_s = time.monotonic() - self._heard_s[rank]
+        said += f"; no sign of life from rank {rank} for {silent_s:.1f} s"
+        return self._error(rank, self._layer_of(rank, failure), "stalled", said)
 
     def _explain(
         self, dead_rank: int | None, report: Event | None, failure: Failure | None
@@ -249,7 +299,10 @@ class Workers:
         if dead_rank is not None:
             code = self._procs[dead_rank].exitcode
             layer = self._layer_of(dead_rank, failure)
-            return self._error(dead_rank, layer, f"died (exit code {code})", said)
+            what = (
+                f"died (exit code {code})" if code else "exited (exit code 0) before its job ended"
+            )
+            return self._error(dead_rank, layer, what, said)
         if report is None or failure is None:
             return self._error(0, None, "failed", "; no rank reported why")
         if failure.peer is not None:
@@ -257,11 +310,11 @@ class Workers:
         return self._error(report.rank, failure.layer, "failed", said)
 
     def _layer_of(self, culprit: int, failure: Failure | None) -> int | None:
-        """The unit the culprit itself was moving (from its events), else the one its peer
-        reported."""
+        """The unit the culprit itself was at (from its events; once it has every unit, the
+        last), else the one its peer reported."""
         own = self._progress.get(culprit)
         if own is not None:
-            return own
+            return own if self.num_layers is None else min(own, self.num_layers + 1)
         return failure.layer if failure is not None and failure.peer == culprit else None
 
     def _error(self, rank: int, layer: int | None, what: str, said: str) -> RankFailedError:
@@ -270,7 +323,15 @@ class Workers:
         return RankFailedError(message, rank=rank, label=self.labels[rank], layer=layer)
 
     def fail_stalled(self, ranks: Sequence[int]) -> None:
-        """End every process and raise: ``ranks`` sent nothing for timeout_s."""
+        """End every process and raise: ``ranks`` sent nothing for timeout_s. The culprit is a
+        frozen rank (one whose heartbeat stopped) if there is one, else the one of ``ranks``
+        that got least far."""
+        self._note_heartbeats()
+        frozen = self._frozen(MISSED_BEATS * heartbeat_s(self.timeout_s))
+        if frozen:
+            error = self._frozen_error(frozen[0], None, None)
+            self.close(polite=False)
+            raise error
         slowest = min(ranks, key=lambda r: (self._progress.get(r) or 0, r))
         names = ", ".join(str(r) for r in ranks)
         said = f"; no event from rank(s) {names} for {self.timeout_s:g} s"
@@ -310,3 +371,18 @@ class Workers:
     def _drain(self) -> None:
         self._receive(0.0)
         self._pending.clear()
+
+
+def _check_fault(
+    fault: InjectedFault, jobs: Mapping[int, tuple[Job, Any]], num_layers: int | None
+) -> None:
+    """A fault that could never fire is refused before the run starts."""
+    if fault.rank not in jobs:
+        raise InvalidInputError(f"fault names rank {fault.rank}, which runs no job")
+    if num_layers is None:
+        raise InvalidInputError("a fault needs the run's num_layers (its layer must exist)")
+    if fault.layer > num_layers + 1:
+        raise InvalidInputError(
+            f"fault layer {fault.layer} does not exist: the model's units are 0 (the embedding), "
+            f"1..{num_layers} (its layers) and {num_layers + 1} (the head)"
+        )

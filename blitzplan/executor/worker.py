@@ -6,6 +6,9 @@ is a module-level function ``job(ctx, payload) -> result``; :class:`RankContext`
 rank, its devices, the shared clock, messages to and from the parent, and point-to-point
 transfers that each have a timeout. Messages travel over one pipe per direction, written by the
 thread that has them (no feeder threads), so an event reaches the parent as soon as it happens.
+A heartbeat thread tells the parent every :func:`heartbeat_s` that the process still runs: a
+stopped (frozen) process is the one whose heartbeat stops. A worker whose job failed waits to be
+ended by the parent; it never exits on its own.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.errors import InvalidInputError
+from blitzplan.executor.checkpoint import CorruptCheckpointError
 from blitzplan.executor.faults import Event, Failure, InjectedFault, TransferError, unit_name
 
 __all__ = [
+    "ALIVE",
     "DEVICES",
+    "HEARTBEAT_MAX_S",
     "STARTUP_TIMEOUT_S",
     "STOP",
     "Boot",
@@ -38,6 +44,7 @@ __all__ = [
     "RankContext",
     "TCPStore",
     "check_device",
+    "heartbeat_s",
     "worker_main",
 ]
 
@@ -57,6 +64,10 @@ PARENT_CHECK_S = 0.5
 """How often a worker waiting for a command checks that its parent is still there."""
 STOP = None
 """The message that ends a worker."""
+ALIVE = "alive"
+"""The kind of a worker's heartbeat event."""
+HEARTBEAT_MAX_S = 1.0
+"""The longest interval between two heartbeats of a worker."""
 TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported
 
 
@@ -72,6 +83,12 @@ def check_device(device: str, world_size: int) -> str:
             "(no GPU or a CPU-only torch build); use device='cpu'"
         )
     return "nccl" if torch.cuda.device_count() >= max(2, world_size) else "gloo"
+
+
+def heartbeat_s(timeout_s: float) -> float:
+    """How often a worker of a run with ``timeout_s`` says it is alive (a quarter of the timeout,
+    at most HEARTBEAT_MAX_S)."""
+    return min(HEARTBEAT_MAX_S, timeout_s / 4)
 
 
 def _loopback_interface() -> str | None:
@@ -147,13 +164,16 @@ class RankContext:
             torch.cuda.synchronize(self.device)
 
     def maybe_fail(self, layer: int) -> None:
-        """Apply this job's injected fault when it is for this layer."""
+        """Apply this job's injected fault when it is for this layer.
+
+        The signal is sent to the calling thread: a signal sent to the process may be taken by
+        another thread, and this one would run on (and report progress) until the stop or the
+        kill reaches it; either signal still stops or ends the whole process."""
         fault = self.fault
         if fault is None or fault.rank != self.rank or fault.layer != layer:
             return
-        if fault.kind == "die":
-            os.kill(os.getpid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
+        signal.pthread_kill(threading.get_ident(), kind)
 
     def recv(self, tensor: torch.Tensor, src: int, *, layer: int | None, tag: int) -> None:
         work = dist.irecv(tensor, src=src, tag=tag)
@@ -220,9 +240,19 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
         ctx.emit("error", Failure(f"could not join the group: {exc}"))
         return
     ctx.emit("up", os.getpid())
+    beat = threading.Thread(
+        target=_heartbeat, args=(ctx, heartbeat_s(boot.timeout_s)), name="heartbeat", daemon=True
+    )
+    beat.start()
     _serve(ctx, commands)
     events.close()
     os._exit(0)  # skip torch's slow interpreter teardown; every event has been written
+
+
+def _heartbeat(ctx: RankContext, interval_s: float) -> None:
+    while True:
+        time.sleep(interval_s)
+        ctx.emit(ALIVE)
 
 
 def _next_command(commands: Connection, timeout_s: float | None) -> Any:
@@ -255,11 +285,17 @@ def _serve(ctx: RankContext, commands: Connection) -> None:
         except TransferError as exc:
             ctx.emit("error", exc.failure)
             break
+        except CorruptCheckpointError as exc:
+            ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}", exc.unit))
+            break
         except Exception as exc:
             ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}"))
             break
         ctx.emit("result", result)
-    _next_command(commands, None)  # the group is broken: wait until the parent ends this process
+    # the group is broken: wait until the parent ends this process (a command sent to the job
+    # before the parent heard of the failure, such as the end of a run, is not the stop)
+    while _next_command(commands, None) is not STOP:
+        pass
 
 
 Job = Callable[[RankContext, Any], Any]

@@ -13,6 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from blitzplan._checks import (
+    MAX_BYTES,
+    MAX_BYTES_PER_S,
+    MAX_SECONDS,
+    MIN_BYTES_PER_S,
+    check_bounded,
+    is_integer,
+    is_number,
+)
 from blitzplan.cluster import QueuedRequest
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InvalidInputError
@@ -30,14 +39,21 @@ PerBatch = float | Sequence[float]
 
 
 def _time(name: str, value: object, *, positive: bool = False) -> float:
-    """A finite time in seconds, >= 0 (or > 0 when ``positive``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A finite time in seconds, >= 0 (or > 0 when ``positive``), at most MAX_SECONDS."""
+    if not is_number(value):
         raise InvalidInputError(f"{name} must be a number of seconds, got {value!r}")
     number = float(value)
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
         bound = "> 0" if positive else ">= 0"
         raise InvalidInputError(f"{name} must be finite and {bound}, got {value!r}")
+    if number > MAX_SECONDS:
+        raise InvalidInputError(f"{name} must be at most {MAX_SECONDS:g} s, got {value!r}")
     return number
+
+
+def _rate(name: str, value: object) -> float:
+    """A link rate in bytes per second (see blitzplan._checks for the bounds)."""
+    return check_bounded(name, value, MIN_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s")
 
 
 def _times(name: str, values: object, *, positive: bool = False) -> tuple[float, ...]:
@@ -54,7 +70,7 @@ def _per_batch(name: str, values: object, n: int, *, positive: bool) -> tuple[fl
         raise InvalidInputError(
             f"{name} must be seconds (one number or one per batch), got {values!r}"
         )
-    if isinstance(values, int | float):
+    if is_number(values):
         return (_time(name, values, positive=positive),) * n
     out = _times(name, values, positive=positive)
     if len(out) != n:
@@ -240,11 +256,15 @@ def unit_ready_from_link(
     The simplest timeline: one hop at a constant rate. The multicast planner's timelines take
     chains, sharding and fair sharing into account; both give one time per unit.
     """
-    rate = _time("bytes_per_s", bytes_per_s, positive=True)
+    rate = _rate("bytes_per_s", bytes_per_s)
     clock = _time("start_s", start_s) + _time("latency_s", latency_s)
     ready = []
     for i, size in enumerate(unit_bytes):
-        clock += _time(f"unit_bytes[{i}]", size) / rate
+        if not is_number(size) or not 0 <= size <= MAX_BYTES:
+            raise InvalidInputError(
+                f"unit_bytes[{i}] must be a size in [0, {MAX_BYTES:g}] bytes, got {size!r}"
+            )
+        clock += size / rate
         ready.append(clock)
     if len(ready) < 3:
         raise InvalidInputError(
@@ -263,11 +283,7 @@ def _batches(
     )
     if not requests:
         raise InvalidInputError("queue must hold at least one request, got none")
-    if max_batch_tokens is not None and (
-        isinstance(max_batch_tokens, bool)
-        or not isinstance(max_batch_tokens, int)
-        or max_batch_tokens < 1
-    ):
+    if max_batch_tokens is not None and (not is_integer(max_batch_tokens) or max_batch_tokens < 1):
         raise InvalidInputError(
             f"max_batch_tokens must be a positive integer or None, got {max_batch_tokens!r}"
         )
@@ -318,7 +334,7 @@ def instance_from_queue(
         )
     # a layer is usable once it and every unit before it are there (layers run in order)
     units = [max(arrived[: u + 1]) for u in range(len(arrived))]
-    rate = _time("handoff_bytes_per_s", handoff_bytes_per_s, positive=True)
+    rate = _rate("handoff_bytes_per_s", handoff_bytes_per_s)
     latency = _time("handoff_latency_s", handoff_latency_s)
     old = compute if old_compute is None else old_compute
     release, new, old_s, handoff = [], [], [], []

@@ -7,10 +7,10 @@ configuration only, no per-run state, and look at nothing a running system would
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from blitzplan._checks import check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.state import HANDED_OFF, HELD, WAITING, Pin, RelayState, RunLayers, RunRest
 
@@ -119,14 +119,12 @@ class ZigZag:
 
     def __post_init__(self) -> None:
         for key in ("window_start", "window_min"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{key} must be a positive integer, got {value!r}")
+            object.__setattr__(self, key, check_count(key, getattr(self, key)))
         if self.window_min > self.window_start:
             raise InvalidInputError(
                 f"window_min ({self.window_min}) must be <= window_start ({self.window_start})"
             )
-        if not (math.isfinite(self.narrow_every_s) and self.narrow_every_s > 0):
+        if not (is_finite_number(self.narrow_every_s) and self.narrow_every_s > 0):
             raise InvalidInputError(f"narrow_every_s must be > 0, got {self.narrow_every_s!r}")
 
     def window(self, elapsed_s: float) -> int:

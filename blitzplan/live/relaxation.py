@@ -258,19 +258,24 @@ def relaxation_bound(
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
     ``upper_bound`` (the value of any known schedule, in objective units) prunes the search;
-    with ``time_limit_s`` the search stops early and the bound is the least over the states it
-    had not expanded (still valid, weaker).
+    with ``time_limit_s`` the search stops early (after ``SEARCH_SHARE`` of it) and the bound is
+    the least over the states it had not expanded (still valid, weaker). The call returns
+    within about ``time_limit_s`` plus one greedy pass and one Pareto merge.
     """
+    started = time.perf_counter()
     relax = _Relaxation(instance, objective)
-    greedy = relaxed_greedy(instance, objective=objective, old_order=old_order)
+    greedy_s = GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4)
+    greedy = relaxed_greedy(
+        instance, objective=objective, old_order=old_order, time_limit_s=greedy_s
+    )
     if old_order == "fifo":
         return greedy.value, greedy, True
     scale = instance.num_batches if objective in ("mean_latency", "hard_slo") else 1
     best_cost = min(relax.evaluate(greedy.old_sequence), upper_bound * scale)
     best_seq: tuple[int, ...] = greedy.old_sequence
-    deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
-    result = _subset_search(relax, best_cost, deadline)
-    cost, sequence, complete = result
+    deadline = math.inf if time_limit_s is None else started + time_limit_s
+    search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    cost, sequence, complete = _subset_search(relax, best_cost, search_until, deadline)
     if sequence is not None and relax.evaluate(sequence) <= relax.evaluate(best_seq):
         best_seq = sequence
     plan = relax.plan(best_seq)
@@ -279,11 +284,19 @@ def relaxation_bound(
 
 _State = tuple[float, float, tuple[int, ...]]
 
+SEARCH_SHARE = 0.8
+"""The share of ``relaxation_bound``'s time limit the subset search may use; the rest bounds
+the states it left open."""
+
+GREEDY_MAX_S = 0.05
+"""The most time the greedy start of ``relaxation_bound`` gets (a quarter of a shorter limit)."""
+
 
 def _subset_search(
-    relax: _Relaxation, best_cost: float, deadline: float
+    relax: _Relaxation, best_cost: float, search_until: float, deadline: float
 ) -> tuple[float, tuple[int, ...] | None, bool]:
-    """Breadth-first over subsets placed on O; returns (bound, best sequence found, finished)."""
+    """Breadth-first over subsets placed on O until ``search_until``; returns (bound, best
+    sequence found, finished). Bounding the open states takes until ``deadline`` at most."""
     n = relax.instance.num_batches
     level: dict[int, list[_State]] = {0: [(relax.instance.old_free_at_s, relax.obj.empty, ())]}
     best_seq: tuple[int, ...] | None = None
@@ -292,8 +305,9 @@ def _subset_search(
         grown: dict[int, list[_State]] = {}
         items = list(level.items())
         for index, (placed, states) in enumerate(items):
-            if time.perf_counter() > deadline:
-                return _open_bound(relax, items[index:], grown, best_cost), best_seq, False
+            if time.perf_counter() > search_until:
+                bound = _open_bound(relax, [*items[index:], *grown.items()], best_cost, deadline)
+                return bound, best_seq, False
             rest = [i for i in range(n) if not placed >> i & 1]
             for free, cost, seq in states:
                 done = cost
@@ -340,15 +354,26 @@ def _expand(
 
 def _open_bound(
     relax: _Relaxation,
-    unexpanded: list[tuple[int, list[_State]]],
-    grown: dict[int, list[_State]],
+    groups: list[tuple[int, list[_State]]],
     best_cost: float,
+    deadline: float,
 ) -> float:
-    """The least value any completion of an open state could reach (a valid lower bound)."""
+    """The least value any completion of an open state could reach (a valid lower bound).
+
+    Each state's own bound until ``deadline``; after it, one per group of states with the same
+    batches placed: their least cost with O free at their earliest time (weaker, still valid,
+    because a batch's best completion never gets earlier when O is free later).
+    """
     n, bound = relax.instance.num_batches, best_cost
-    for placed, states in [*unexpanded, *grown.items()]:
+    for placed, states in groups:
+        if not states:
+            continue
         rest = [i for i in range(n) if not placed >> i & 1]
-        for free, cost, _ in states:
+        if time.perf_counter() > deadline:
+            free, cost = min(s[0] for s in states), min(s[1] for s in states)
+            bound = min(bound, relax.obj.combine(cost, relax.remaining_bound(free, rest)))
+            continue
+        for free, cost, _ in _pareto(states):  # a dominated state bounds no lower
             bound = min(bound, relax.obj.combine(cost, relax.remaining_bound(free, rest)))
     return bound
 

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from blitzplan._checks import is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.instance import Fleet, LiveScalingInstance
 from blitzplan.live.schedule import OBJECTIVES, SLO_TOL_S, NewOp, OldOp, Schedule
@@ -57,7 +58,7 @@ class _Checker:
             self.fail(f"split has {len(split)} entries for {self.n} batches")
             return False
         for i, k in enumerate(split):
-            if not isinstance(k, int) or not 0 <= k <= self.L:
+            if not is_integer(k) or not 0 <= k <= self.L:
                 self.fail(f"split[{i}]={k!r} is not an integer in 0..{self.L}")
                 return False
         return True

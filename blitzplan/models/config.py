@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from blitzplan._checks import is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.models.quant_parse import parse_quantization
 from blitzplan.models.vision import mistral3_vision
@@ -66,11 +67,11 @@ def int_field(
         value = config.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_integer(value):
             raise InvalidInputError(
                 f"config.json field {where + key!r} must be an integer, got {value!r}"
             )
-        return value
+        return int(value)
     if default is None:
         raise InvalidInputError(f"config.json is missing required field {where + keys[0]!r}")
     return default

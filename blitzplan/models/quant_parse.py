@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
 from blitzplan.models.quant import (
     ALL_LINEARS,
@@ -53,9 +54,7 @@ def _first(raw: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInputError(f"{_KEY}.{key} must be a positive integer, got {value!r}")
-    return value
+    return check_count(f"{_KEY}.{key}", value)
 
 
 def _names(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
 from blitzplan.models.checks import check_quantization
 from blitzplan.models.config import spec_fields
@@ -75,9 +76,7 @@ class ModelSpec:
             "hidden_size", "intermediate_size", "num_layers", "num_attention_heads", "num_kv_heads",
             "head_dim", "vocab_size", "num_experts", "experts_per_token", "dtype_bytes",
         ):  # fmt: skip
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidInputError(f"{key} must be a positive integer, got {value!r}")
+            object.__setattr__(self, key, check_count(key, getattr(self, key)))
         if self.num_attention_heads % self.num_kv_heads:
             raise InvalidInputError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -312,8 +311,7 @@ class ModelSpec:
 
     def check_tp(self, tp: int) -> None:
         """Raise InvalidInputError unless ``tp`` evenly splits heads, MLPs and quantized blocks."""
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-            raise InvalidInputError(f"tp must be a positive integer, got {tp!r}")
+        tp = check_count("tp", tp)
         kv = self.num_kv_heads
         if (
             self.num_attention_heads % tp

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
 
 __all__ = ["VisionTower", "mistral3_vision"]
@@ -36,11 +37,7 @@ class VisionTower:
 
 def _int(where: str, config: Mapping[str, Any], key: str, default: int | None = None) -> int:
     value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInputError(
-            f"config.json field '{where}.{key}' must be a positive integer, got {value!r}"
-        )
-    return value
+    return check_count(f"config.json field '{where}.{key}'", value)
 
 
 def mistral3_vision(config: Mapping[str, Any], *, text_hidden_size: int) -> VisionTower:

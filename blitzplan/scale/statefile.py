@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from blitzplan._checks import is_number
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import BlitzplanError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
@@ -97,12 +98,12 @@ def _add_instance(
     state: ClusterState, spec: ModelSpec, entry: Mapping[str, Any], where: str
 ) -> None:
     gpus = entry["gpus"]
-    queue = [tuple(q) if isinstance(q, list) else q for q in entry.get("queue", [])]
+    queue = _list(entry.get("queue", []), f"{where} queue")
     _wrap(
         where,
         lambda: state.add_instance(
             spec,
-            gpus=list(gpus) if isinstance(gpus, list) else gpus,
+            gpus=gpus,
             role=entry.get("role", "prefill"),
             queue=queue,
             kv_bytes_used=entry.get("kv_bytes_used", 0),
@@ -113,6 +114,8 @@ def _add_instance(
 
 def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None:
     rate = entry.get("gbps")
+    if rate is not None and not (is_number(rate) and rate > 0):
+        raise InvalidInputError(f"{where} gbps must be a number > 0 (or absent), got {rate!r}")
     cap = float("inf") if rate is None else float(rate) * GBPS
     _wrap(
         where,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blitzplan._serial import from_data, to_data
+from blitzplan._checks import MAX_COUNT, check_count, is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.schedule import Schedule
 from blitzplan.models import ModelIdentity, ModelSpec
@@ -41,12 +42,12 @@ class ScaleRequest:
     tp: int = 1
 
     def __post_init__(self) -> None:
-        for key in ("prefill", "decode"):
+        for key in ("prefill", "decode"):  # numpy integers are counts too; stored as int
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_integer(value):
                 raise InvalidInputError(f"{key} must be an integer, got {value!r}")
-        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
-            raise InvalidInputError(f"tp must be a positive integer, got {self.tp!r}")
+            object.__setattr__(self, key, check_count(key, value, minimum=-MAX_COUNT))
+        object.__setattr__(self, "tp", check_count("tp", self.tp))
         if not isinstance(self.model, ModelSpec | str):
             raise InvalidInputError(
                 f"model must be a ModelSpec or a preset name, got {type(self.model).__name__}"

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from blitzplan._checks import MAX_SECONDS, is_finite_number
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InvalidInputError
@@ -79,6 +80,7 @@ def simulate(
     ``(time_s, host)`` host failures. SLOs default to 5x the unloaded TTFT of a mean prompt and
     5x an unloaded decode step.
     """
+    _check_times(drain_limit_s, slo_ttft_s, slo_tbt_s)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     spec.check_tp(tp)
@@ -162,6 +164,19 @@ def simulate(
         slo_ttft_s=ttft_slo,
         slo_tbt_s=tbt_slo,
     )
+
+
+def _check_times(drain_limit_s: object, slo_ttft_s: object, slo_tbt_s: object) -> None:
+    if not is_finite_number(drain_limit_s) or not 0 <= drain_limit_s <= MAX_SECONDS:
+        raise InvalidInputError(
+            f"drain_limit_s must be finite and >= 0 (at most {MAX_SECONDS:g}), "
+            f"got {drain_limit_s!r}"
+        )
+    for name, value in (("slo_ttft_s", slo_ttft_s), ("slo_tbt_s", slo_tbt_s)):
+        if value is not None and not (is_finite_number(value) and 0 < value <= MAX_SECONDS):
+            raise InvalidInputError(
+                f"{name} must be finite and > 0 (at most {MAX_SECONDS:g}) or None, got {value!r}"
+            )
 
 
 def _trace(trace: Trace | str | Path | None, seed: int) -> Trace:

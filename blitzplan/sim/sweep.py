@@ -8,6 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
 
 __all__ = ["BACKENDS", "Cell", "grid", "run_cell", "sweep"]
@@ -15,6 +16,9 @@ __all__ = ["BACKENDS", "Cell", "grid", "run_cell", "sweep"]
 BACKENDS = ("local", "ray")
 """local: a process pool on this machine; ray: one Ray task per cell (``pip install
 blitzplan[ray]``; ``ray.init()`` joins the cluster in RAY_ADDRESS, else starts a local one)."""
+
+MAX_WORKERS = 1024
+"""The most local worker processes a sweep starts."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,7 @@ def sweep(
     """Run ``cells``; results come back in the cells' order whatever the backend."""
     if backend not in BACKENDS:
         raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InvalidInputError(f"workers must be a positive integer, got {workers!r}")
+    workers = check_count("workers", workers, maximum=MAX_WORKERS)
     if backend == "ray":
         return _ray(cells)
     if workers == 1 or len(cells) <= 1:

@@ -2,7 +2,17 @@
 synthetic bursty generator; rescaling and windows.
 
 A :class:`Trace` holds requests sorted by arrival, with times in seconds from the trace's first
-request. Loaders stream the file line by line and report a bad row by file and line.
+request. Loaders stream the file line by line.
+
+Rules for files (each breach is an :class:`InvalidInputError` naming the file and the physical
+line, counting the header, blank lines, dropped rows and every line of a quoted multi-line field):
+
+- a UTF-8 byte-order mark before the header is accepted;
+- every row must reach each needed column (a short row is refused, naming the column);
+- times must parse and be finite (NaN and infinity are refused), and must not go backwards;
+- token counts must be whole numbers in ``[0, MAX_TOKENS]``: "396", "396.0" and "4e2" are read,
+  a fractional count such as "396.7" is refused, never rounded (rounding would invent data),
+  and so are NaN and infinity.
 """
 
 from __future__ import annotations
@@ -13,9 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from blitzplan._checks import MAX_COUNT, check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
 
 __all__ = [
@@ -65,7 +77,7 @@ class Trace:
     def window(self, start_s: float, end_s: float) -> Trace:
         """Requests arriving in ``[start_s, end_s)`` (seconds from the first request), re-based
         so the window starts at 0."""
-        if not 0 <= start_s < end_s:
+        if not (is_finite_number(start_s) and is_finite_number(end_s) and 0 <= start_s < end_s):
             raise InvalidInputError(
                 f"window_s must satisfy 0 <= start < end, got {(start_s, end_s)}"
             )
@@ -78,8 +90,13 @@ class Trace:
 
     def rescale(self, rate_scale: float) -> Trace:
         """The same temporal pattern at ``rate_scale`` times the rate (arrivals compressed)."""
-        if not 0 < rate_scale < math.inf:
+        if not is_finite_number(rate_scale) or rate_scale <= 0:
             raise InvalidInputError(f"rate_scale must be finite and > 0, got {rate_scale!r}")
+        if not math.isfinite(self.duration_s / rate_scale):
+            raise InvalidInputError(
+                f"rate_scale {rate_scale!r} stretches the trace's {self.duration_s:g} s "
+                "beyond any finite time"
+            )
         return Trace(
             tuple(
                 Request(r.arrival_s / rate_scale, r.prompt_tokens, r.output_tokens)
@@ -93,6 +110,10 @@ class Trace:
 
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
+MAX_TOKENS = MAX_COUNT
+"""The largest token count a trace row may carry (an int32; no model's context comes near)."""
+MAX_SYNTHETIC_REQUESTS = 10_000_000
+"""The most requests :func:`synthetic_trace` generates (its arrays are held in memory)."""
 
 
 def load_trace(path: str | Path, *, format: str = "auto", skip_ramp_up: bool = False) -> Trace:
@@ -101,27 +122,21 @@ def load_trace(path: str | Path, *, format: str = "auto", skip_ramp_up: bool = F
     ``format`` is ``"azure"``, ``"burstgpt"`` or ``"auto"`` (by header). BurstGPT rows with zero
     response tokens are dropped; ``skip_ramp_up`` drops its low-rate start (the minutes before the
     per-minute rate first reaches a quarter of its median).
+
+    Every malformed row raises :class:`InvalidInputError` naming the file and the physical line
+    (blank and dropped rows counted; see the module docstring for the rules).
     """
     file = Path(path)
     if not file.is_file():
         raise InvalidInputError(f"trace file {str(path)!r} does not exist")
     if format not in ("auto", "azure", "burstgpt"):
         raise InvalidInputError(f"format must be one of auto, azure, burstgpt, got {format!r}")
-    with file.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = [h.strip() for h in next(reader, [])]
-        kind = format if format != "auto" else _detect(header, file)
-        columns = _AZURE if kind == "azure" else _BURSTGPT
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise InvalidInputError(f"trace {file}: header lacks column(s) {missing}")
-        index = [header.index(c) for c in columns]
-        rows = (
-            _azure_rows(reader, index, file)
-            if kind == "azure"
-            else _burstgpt_rows(reader, index, file)
-        )
-        requests = list(rows)
+    try:
+        kind, requests = _read(file, format)
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(f"trace {file}: not UTF-8 text ({error.reason})") from None
+    except csv.Error as error:
+        raise InvalidInputError(f"trace {file}: not a CSV file ({error})") from None
     if kind == "burstgpt" and skip_ramp_up:
         requests = _skip_ramp_up(requests)
     if requests:
@@ -130,6 +145,39 @@ def load_trace(path: str | Path, *, format: str = "auto", skip_ramp_up: bool = F
             Request(r.arrival_s - first, r.prompt_tokens, r.output_tokens) for r in requests
         ]
     return Trace(tuple(requests), file.stem)
+
+
+def _read(file: Path, format: str) -> tuple[str, list[Request]]:
+    """The trace's kind and its requests in file order (``utf-8-sig`` drops a byte-order mark)."""
+    with file.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle)
+        header = [h.strip() for h in next(reader, [])]
+        kind = format if format != "auto" else _detect(header, file)
+        columns = _AZURE if kind == "azure" else _BURSTGPT
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise InvalidInputError(f"trace {file}: header lacks column(s) {missing}")
+        fields = _fields(reader, columns, [header.index(c) for c in columns], file)
+        parse = _azure_row if kind == "azure" else _burstgpt_row
+        return kind, list(_sorted((parse(line, row, file) for line, row in fields), file))
+
+
+def _fields(
+    reader: Any, columns: tuple[str, ...], index: list[int], file: Path
+) -> Iterator[tuple[int, list[str]]]:
+    """(physical line where the row starts, its wanted fields) for each non-blank row."""
+    line = 1  # the header; a quoted field may span lines, so lines come from the reader
+    for row in reader:
+        start, line = line + 1, reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        for column, position in zip(columns, index, strict=True):
+            if position >= len(row):
+                raise InvalidInputError(
+                    f"trace {file} line {start}: {len(row)} field(s), no {column} "
+                    f"(column {position + 1})"
+                )
+        yield start, [row[i] for i in index]
 
 
 def _detect(header: list[str], file: Path) -> str:
@@ -156,60 +204,78 @@ def _azure_time(text: str, file: Path, line: int) -> float:
     return moment.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
 
 
-def _tokens(text: str, what: str, file: Path, line: int) -> int:
+def _seconds(text: str, what: str, file: Path, line: int) -> float:
+    """A finite number of seconds."""
     try:
-        value = int(float(text))
+        value = float(text)
     except ValueError:
-        raise InvalidInputError(
-            f"trace {file} line {line}: {what} {text!r} is not a number"
-        ) from None
-    if value < 0:
-        raise InvalidInputError(f"trace {file} line {line}: {what} is negative ({value})")
+        raise InvalidInputError(f"trace {file} line {line}: bad {what} {text!r}") from None
+    if not math.isfinite(value):
+        raise InvalidInputError(f"trace {file} line {line}: {what} {text!r} is not finite")
     return value
 
 
-def _checked(rows: Iterator[tuple[float, int, int]], file: Path) -> Iterator[Request]:
-    previous = -math.inf
-    for line, (t, prompt, output) in enumerate(rows, start=2):
-        if t < previous:
+def _tokens(text: str, what: str, file: Path, line: int) -> int:
+    """A whole token count in [0, MAX_TOKENS]; '396.0' and '4e2' are whole, '396.7' is not."""
+    try:
+        value: int | float = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
             raise InvalidInputError(
-                f"trace {file} line {line}: timestamps are not sorted ({t} after {previous})"
+                f"trace {file} line {line}: {what} {text!r} is not a number"
+            ) from None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"trace {file} line {line}: {what} {text!r} is not finite")
+        if not value.is_integer():
+            raise InvalidInputError(
+                f"trace {file} line {line}: {what} {text!r} is not a whole number of tokens"
             )
-        previous = t
-        yield Request(t, prompt, output)
+        value = int(value)
+    if value < 0:
+        raise InvalidInputError(f"trace {file} line {line}: {what} is negative ({text!r})")
+    if value > MAX_TOKENS:
+        raise InvalidInputError(
+            f"trace {file} line {line}: {what} {text!r} is above MAX_TOKENS ({MAX_TOKENS})"
+        )
+    return value
 
 
-def _azure_rows(reader: Iterator[list[str]], index: list[int], file: Path) -> Iterator[Request]:
-    def rows() -> Iterator[tuple[float, int, int]]:
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            t, prompt, output = (row[i] for i in index)
-            yield (
-                _azure_time(t, file, line),
-                _tokens(prompt, "ContextTokens", file, line),
-                _tokens(output, "GeneratedTokens", file, line),
+def _sorted(rows: Iterator[tuple[int, Request] | None], file: Path) -> Iterator[Request]:
+    """The requests of kept rows, refusing a time earlier than the one before."""
+    previous = -math.inf
+    for row in rows:
+        if row is None:
+            continue
+        line, request = row
+        if request.arrival_s < previous:
+            raise InvalidInputError(
+                f"trace {file} line {line}: timestamps are not sorted "
+                f"({request.arrival_s} after {previous})"
             )
+        previous = request.arrival_s
+        yield request
 
-    return _checked(rows(), file)
+
+def _azure_row(line: int, row: list[str], file: Path) -> tuple[int, Request]:
+    t, prompt, output = row
+    return line, Request(
+        _azure_time(t, file, line),
+        _tokens(prompt, "ContextTokens", file, line),
+        _tokens(output, "GeneratedTokens", file, line),
+    )
 
 
-def _burstgpt_rows(reader: Iterator[list[str]], index: list[int], file: Path) -> Iterator[Request]:
-    def rows() -> Iterator[tuple[float, int, int]]:
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            t, prompt, output = (row[i] for i in index)
-            response = _tokens(output, "Response tokens", file, line)
-            if response == 0:
-                continue  # failed requests carry no response
-            try:
-                arrival = float(t)
-            except ValueError:
-                raise InvalidInputError(f"trace {file} line {line}: bad Timestamp {t!r}") from None
-            yield arrival, _tokens(prompt, "Request tokens", file, line), response
-
-    return _checked(rows(), file)
+def _burstgpt_row(line: int, row: list[str], file: Path) -> tuple[int, Request] | None:
+    """The row's request, or None for a failed request (zero response tokens)."""
+    t, prompt, output = row
+    arrival = _seconds(t, "Timestamp", file, line)
+    response = _tokens(output, "Response tokens", file, line)
+    if response == 0:
+        return None
+    return line, Request(arrival, _tokens(prompt, "Request tokens", file, line), response)
 
 
 def _skip_ramp_up(requests: list[Request]) -> list[Request]:
@@ -246,10 +312,17 @@ def synthetic_trace(
         ("mean_prompt_tokens", mean_prompt_tokens),
         ("mean_output_tokens", mean_output_tokens),
     ):
-        if not 0 < value < math.inf:
+        if not is_finite_number(value) or value <= 0:
             raise InvalidInputError(f"{name} must be finite and > 0, got {value!r}")
-    if not zipf_a > 1:
-        raise InvalidInputError(f"zipf_a must be > 1, got {zipf_a!r}")
+    if duration_s * rate_per_s > MAX_SYNTHETIC_REQUESTS:
+        raise InvalidInputError(
+            f"duration_s * rate_per_s must be at most {MAX_SYNTHETIC_REQUESTS:,} requests, got "
+            f"{duration_s!r} * {rate_per_s!r}"
+        )
+    if not is_finite_number(zipf_a) or zipf_a <= 1:
+        raise InvalidInputError(f"zipf_a must be finite and > 1, got {zipf_a!r}")
+    max_tokens = check_count("max_tokens", max_tokens, maximum=MAX_TOKENS)
+    seed = check_count("seed", seed, minimum=0, maximum=2**63 - 1)
     rng = np.random.default_rng(seed)
     shape = 1.0 / burstiness
     count = int(duration_s * rate_per_s * 1.5) + 16

@@ -8,7 +8,14 @@ from enum import Enum
 
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
 
-__all__ = ["BACKENDS", "Backend", "SolveStatus", "available_backends", "check_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "SolveStatus",
+    "available_backends",
+    "check_backend",
+    "load_backend",
+]
 
 
 class SolveStatus(Enum):
@@ -27,19 +34,23 @@ class SolveStatus(Enum):
 
 @dataclass(frozen=True)
 class Backend:
-    """One exact backend: its name, the module it needs, and what it is."""
+    """One exact backend: its name, the package it needs, what it is, and the modules a solve
+    imports (:func:`load_backend` imports them, once per process)."""
 
     name: str
     module: str | None
     description: str
+    imports: tuple[str, ...] = ()
 
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("highs", "highspy", "MILP through PuLP on HiGHS (highspy)"),
-        Backend("cbc", "pulp", "MILP through PuLP on its bundled CBC"),
-        Backend("cpsat", "ortools", "OR-Tools CP-SAT interval model"),
+        Backend("highs", "highspy", "MILP through PuLP on HiGHS (highspy)", ("pulp", "highspy")),
+        Backend("cbc", "pulp", "MILP through PuLP on its bundled CBC", ("pulp",)),
+        Backend(
+            "cpsat", "ortools", "OR-Tools CP-SAT interval model", ("ortools.sat.python.cp_model",)
+        ),
         Backend("enumerate", None, "exhaustive search, tiny cases only (the test oracle)"),
     )
 }
@@ -65,4 +76,13 @@ def check_backend(name: str) -> Backend:
         raise SolverUnavailableError(
             f"backend {name!r} needs the {backend.module!r} package; pip install {backend.module}"
         )
+    return backend
+
+
+def load_backend(name: str) -> Backend:
+    """:func:`check_backend`, then import the backend's libraries (so that a time limit that
+    starts afterwards does not pay for the first import in a process)."""
+    backend = check_backend(name)
+    for module in backend.imports:
+        importlib.import_module(module)
     return backend

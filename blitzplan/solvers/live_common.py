@@ -4,7 +4,10 @@ Before a solver runs, the N-capacity relaxation (:mod:`blitzplan.live.relaxation
 lower bound and a repaired schedule; with the ZigZag hint, the better of the two is the
 incumbent. A solver's answer is decoded into orders, re-timed by
 :func:`~blitzplan.live.schedule.timetable` and kept only if it beats the incumbent; the status is
-OPTIMAL only when the incumbent meets a proven bound.
+OPTIMAL only when the incumbent meets a proven bound. The incumbent is only ever replaced by a
+schedule the independent checker (:func:`~blitzplan.live.validate.validate_schedule`) passes,
+and no solver round can discard it: a round that fails or claims the problem infeasible while a
+schedule is known leaves it standing (FEASIBLE with its gap).
 """
 
 from __future__ import annotations
@@ -71,9 +74,25 @@ class Start:
         return self.deadline_s - time.perf_counter()
 
     def offer(self, schedule: Schedule) -> None:
-        """Keep ``schedule`` if it is better than the incumbent."""
-        if schedule.objective < self.incumbent.objective:
+        """Keep ``schedule`` if it is better than the incumbent and the checker passes it (its
+        status is settled later, by :func:`finish`)."""
+        from blitzplan.live.validate import validate_schedule
+
+        unsettled = replace(schedule, status=SolveStatus.UNKNOWN)
+        better = schedule.objective < self.incumbent.objective
+        if better and validate_schedule(self.instance, unsettled).ok:
             self.incumbent = schedule
+
+    def infeasible_round(self, solver: str) -> str:
+        """A solver round found its model infeasible. Every round's model relaxes the problem,
+        but only a hard SLO can make the problem infeasible, and a known schedule proves it is
+        not: then the solver is wrong (numerics), the round counts as failed, and the answer is
+        why; otherwise the bound becomes +inf (proven infeasible) and the answer is ""."""
+        if self.objective == "hard_slo" and math.isinf(self.incumbent.objective):
+            self.raise_bound(math.inf)
+            return ""
+        known = "a schedule is known" if self.incumbent.has_ops else "one always exists"
+        return f"{solver} called a round infeasible though {known}"
 
     def polish(self, seconds: float) -> None:
         """Local search from the incumbent for at most ``seconds`` (stops once proven)."""

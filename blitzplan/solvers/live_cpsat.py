@@ -250,7 +250,9 @@ def solve_cpsat(
     if status == cp_model.MODEL_INVALID:
         return finish(start, message="CP-SAT: model invalid", failed=True)
     if status == cp_model.INFEASIBLE:
-        start.raise_bound(math.inf)
+        refused = start.infeasible_round("CP-SAT")
+        if refused:
+            return finish(start, message=f"CP-SAT INFEASIBLE; {refused}", failed=True)
     elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         split, new_order, old_found, plan = model.read(solver)
         start.offer(decode(instance, split, new_order, old_found, objective, old_order, "cpsat"))

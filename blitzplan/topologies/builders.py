@@ -15,6 +15,14 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from blitzplan._checks import (
+    MAX_BYTES,
+    MAX_BYTES_PER_S,
+    MIN_BYTES_PER_S,
+    check_bounded,
+    check_count,
+    is_number,
+)
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import get_gpu
 from blitzplan.topologies.graph import Topology
@@ -22,6 +30,8 @@ from blitzplan.units import GIB, US
 
 __all__ = [
     "DRAM_LATENCY_S",
+    "MAX_GPUS_PER_HOST",
+    "MAX_HOSTS",
     "NETWORK_LATENCY_S",
     "NVLINK_LATENCY_S",
     "PCIE_LATENCY_S",
@@ -38,6 +48,11 @@ NETWORK_LATENCY_S = 2 * US
 """One network hop (NIC to leaf, leaf to spine)."""
 DRAM_LATENCY_S = 0.1 * US
 SSD_LATENCY_S = 20 * US
+MAX_GPUS_PER_HOST = 1024
+"""The most GPUs one host (one NVSwitch or PCIe domain) may have; rack-scale NVLink domains
+have 72."""
+MAX_HOSTS = 100_000
+"""The most hosts a built cluster may have (the largest today have tens of thousands)."""
 
 
 @dataclass(frozen=True)
@@ -64,23 +79,24 @@ class HostSpec:
     def __post_init__(self) -> None:
         get_gpu(self.gpu)
         for key in ("gpus", "gpus_per_pcie_switch", "gpus_per_nic"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{key} must be a positive integer, got {value!r}")
+            count = check_count(key, getattr(self, key), maximum=MAX_GPUS_PER_HOST)
+            object.__setattr__(self, key, count)
         for key in (
             "gpu_pcie_bytes_per_s",
             "host_to_gpu_bytes_per_s",
             "nic_bytes_per_s",
-            "dram_bytes",
             "dram_bytes_per_s",
             "ssd_bytes_per_s",
         ):
-            value = getattr(self, key)
-            if not 0 < value < math.inf:
-                raise InvalidInputError(f"{key} must be finite and > 0, got {value!r}")
-        if not 0 <= self.nvlink_bytes_per_s < math.inf:
-            raise InvalidInputError(
-                f"nvlink_bytes_per_s must be finite and >= 0, got {self.nvlink_bytes_per_s!r}"
+            check_bounded(key, getattr(self, key), MIN_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s")
+        check_bounded("dram_bytes", self.dram_bytes, 1, MAX_BYTES, "bytes")
+        if self.nvlink_bytes_per_s != 0:  # 0: no NVLink
+            check_bounded(
+                "nvlink_bytes_per_s",
+                self.nvlink_bytes_per_s,
+                MIN_BYTES_PER_S,
+                MAX_BYTES_PER_S,
+                "bytes/s",
             )
         if self.gpus % self.gpus_per_pcie_switch:
             raise InvalidInputError(
@@ -224,14 +240,9 @@ def build_cluster(
     description: str = "",
 ) -> Topology:
     """``hosts`` identical hosts on a leaf-spine fabric (one leaf holds every host by default)."""
-    if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
-        raise InvalidInputError(f"hosts must be a positive integer, got {hosts!r}")
-    per_leaf = hosts if hosts_per_leaf is None else hosts_per_leaf
-    if isinstance(per_leaf, bool) or not isinstance(per_leaf, int) or per_leaf < 1:
-        raise InvalidInputError(
-            f"hosts_per_leaf must be a positive integer, got {hosts_per_leaf!r}"
-        )
-    if not 1 <= oversubscription < math.inf:
+    hosts = check_count("hosts", hosts, maximum=MAX_HOSTS)
+    per_leaf = hosts if hosts_per_leaf is None else check_count("hosts_per_leaf", hosts_per_leaf)
+    if not is_number(oversubscription) or not 1 <= oversubscription < math.inf:
         raise InvalidInputError(f"oversubscription must be >= 1, got {oversubscription!r}")
     graph: nx.DiGraph[str] = nx.DiGraph()
     leaf_load: dict[str, float] = {}

@@ -22,6 +22,7 @@ Unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 import networkx as nx
 import yaml
 
+from blitzplan._checks import is_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.topologies.builders import HostSpec, build_cluster, nvswitch_host, pcie_host
 from blitzplan.topologies.graph import Topology
@@ -222,7 +224,7 @@ def _number(data: Mapping[str, Any], key: str, where: str, default: float | None
     value = data.get(key, default)
     if value is None:
         raise InvalidInputError(f"{where} needs {key!r}")
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise InvalidInputError(f"{where} {key} must be a number, got {value!r}")
     return float(value)
 
@@ -231,4 +233,6 @@ def _rate(data: Mapping[str, Any], key: str, where: str) -> float:
     value = _number(data, key, where)
     if not value > 0:
         raise InvalidInputError(f"{where} {key} must be > 0, got {value!r}")
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{where} {key} must be finite, got {value!r}")
     return value * GBPS

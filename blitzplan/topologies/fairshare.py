@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from blitzplan._checks import MAX_BYTES_PER_S, MIN_BYTES_PER_S, is_number
 from blitzplan.errors import InvalidInputError
 
 __all__ = ["Edge", "Flow", "fair_share_after", "max_min_fair_share", "residual_after"]
@@ -32,9 +33,13 @@ class Flow:
     def __post_init__(self) -> None:
         if not self.edges:
             raise InvalidInputError(f"flow {self.name!r} must cross at least one edge")
-        if not self.max_bytes_per_s > 0:
+        cap = self.max_bytes_per_s
+        if not is_number(cap) or not cap > 0:
+            raise InvalidInputError(f"flow {self.name!r} max_bytes_per_s must be > 0, got {cap!r}")
+        if cap != math.inf and not MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S:
             raise InvalidInputError(
-                f"flow {self.name!r} max_bytes_per_s must be > 0, got {self.max_bytes_per_s!r}"
+                f"flow {self.name!r} max_bytes_per_s must be inf (uncapped) or within "
+                f"[{MIN_BYTES_PER_S:g}, {MAX_BYTES_PER_S:g}] bytes/s, got {cap!r}"
             )
         if len(set(self.edges)) != len(self.edges):
             raise InvalidInputError(f"flow {self.name!r} crosses an edge twice: {self.edges!r}")

@@ -24,6 +24,14 @@ from typing import Any
 
 import networkx as nx
 
+from blitzplan._checks import (
+    MAX_BYTES,
+    MAX_BYTES_PER_S,
+    MAX_SECONDS,
+    MIN_BYTES_PER_S,
+    check_bounded,
+    is_number,
+)
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
@@ -400,21 +408,21 @@ def _validate_graph(graph: nx.DiGraph[str]) -> None:
         if kind == "gpu":
             get_gpu(str(data.get("gpu")))
         if kind == "host_mem":
-            _positive(f"node {node!r} dram_bytes", data.get("dram_bytes"))
+            check_bounded(
+                f"node {node!r} dram_bytes", data.get("dram_bytes"), 1, MAX_BYTES, "bytes"
+            )
     for src, dst, data in graph.edges(data=True):
-        _positive(f"edge {src!r}->{dst!r} bytes_per_s", data.get("bytes_per_s"))
+        rate = data.get("bytes_per_s")
+        edge = f"edge {src!r}->{dst!r}"
+        check_bounded(f"{edge} bytes_per_s", rate, MIN_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s")
         latency = data.get("latency_s")
-        if not isinstance(latency, int | float) or not 0 <= latency < math.inf:
+        if not is_number(latency) or not 0 <= latency <= MAX_SECONDS:
             raise InvalidInputError(
-                f"edge {src!r}->{dst!r} latency_s must be finite and >= 0, got {latency!r}"
+                f"edge {src!r}->{dst!r} latency_s must be finite and >= 0 (at most "
+                f"{MAX_SECONDS:g}), got {latency!r}"
             )
     if not any(data["kind"] == "gpu" for _, data in graph.nodes(data=True)):
         raise InvalidInputError("topology has no gpu node")
-
-
-def _positive(what: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise InvalidInputError(f"{what} must be finite and > 0, got {value!r}")
 
 
 def _check_gpus_reach_nics(topology: Topology) -> None:
