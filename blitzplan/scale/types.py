@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from blitzplan._serial import from_data, to_data
 from blitzplan._checks import MAX_COUNT, check_count, is_integer
+from blitzplan._serial import from_data, to_data
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.schedule import Schedule
 from blitzplan.models import ModelIdentity, ModelSpec
