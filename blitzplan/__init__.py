@@ -34,7 +34,7 @@ from blitzplan.live import (
 )
 from blitzplan.models import ModelIdentity, ModelSpec, list_models, load_model
 from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast
-from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale import ScalePlan, ScaleRequest, apply_plan, plan, recover, replan
 from blitzplan.scale.statefile import load_state
 from blitzplan.sim import SimReport, load_trace, simulate, synthetic_trace
 from blitzplan.topologies import Flow, Topology, list_topologies, load_topology
@@ -74,6 +74,7 @@ __all__ = [
     "Topology",
     "ZigZag",
     "__version__",
+    "apply_plan",
     "get_gpu",
     "instance_from_queue",
     "list_gpus",
@@ -85,6 +86,7 @@ __all__ = [
     "load_trace",
     "plan",
     "plan_multicast",
+    "recover",
     "replan",
     "schedule_live",
     "simulate",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from blitzplan._table import format_table
-from blitzplan.cluster import MAX_WEIGHT_FRACTION, ClusterState
+from blitzplan.cluster import ClusterState, memory_misfit
 from blitzplan.errors import BlitzplanError, InvalidInputError
 from blitzplan.executor.cli import add_validate_command
 from blitzplan.models import ModelSpec, list_models, load_model
@@ -114,7 +114,7 @@ def host_load_table(topology_name: str = _DEMO_TOPOLOGY) -> str:
                 row.append("-")
                 continue
             shard = m.shard(tp).total_bytes
-            if shard > MAX_WEIGHT_FRACTION * memory:
+            if memory_misfit(m, tp, memory):
                 row.append("-")
                 continue
             flows = [topo.flow(topo.host_mem(host), gpu) for gpu in gpus[:tp]]
@@ -347,6 +347,17 @@ def _cmd_models(_: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from blitzplan.scale.document import schema_text
+
+    text = schema_text()
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from blitzplan.scale.demo import run_demo
 
@@ -361,6 +372,7 @@ _EXAMPLES = {
     "topologies": "blitzplan topologies",
     "models": "blitzplan models",
     "demo": "blitzplan demo --png timeline.png",
+    "schema": "blitzplan schema --out scaleplan.schema.json",
     "simulate": "blitzplan simulate --topology paper-a800-32 --model mistral-small-24b --tp 2 "
     "--trace AzureLLMInferenceTrace_conv.csv --systems blitzscale,allcache --window 0 600 "
     "--out sim/",
@@ -414,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--live", type=int, default=0, help="live instances wanted")
     c.add_argument("--time-limit", type=float, default=60.0, help="seconds for the exact search")
     command("topologies", "list the cluster catalog", _cmd_topologies)
+    sc = command("schema", "print the JSON Schema of the ScalePlan document", _cmd_schema)
+    sc.add_argument("--out", default=None, help="write it to this file instead")
     command("models", "list the model presets, their sizes and host load times", _cmd_models)
     for name, help_text, func in (
         (

@@ -20,6 +20,7 @@ from blitzplan.units import GIB
 
 __all__ = [
     "MAX_WEIGHT_FRACTION",
+    "MIN_KV_TOKENS",
     "ClusterState",
     "HostCopy",
     "Instance",
@@ -27,10 +28,31 @@ __all__ = [
     "QueuedRequest",
     "Role",
     "Source",
+    "memory_misfit",
 ]
 
 MAX_WEIGHT_FRACTION = 0.9
-"""Weights may fill at most this share of a GPU's memory; the rest is KV cache and activations."""
+"""Weights and the KV reserve may fill at most this share of a GPU's memory (the rest is
+activations and the runtime, as vLLM's default ``gpu_memory_utilization``)."""
+
+MIN_KV_TOKENS = 8192
+"""KV cache every GPU must keep room for beside its weights: one 8k-token request. An instance
+whose weights leave less is refused, by ``add_instance`` and by ``plan()`` alike."""
+
+
+def memory_misfit(model: ModelSpec, tp: int, memory_bytes: float) -> str | None:
+    """Why ``model`` at ``tp`` does not fit a GPU of ``memory_bytes``, or None when it does:
+    weights per GPU plus the KV of :data:`MIN_KV_TOKENS` tokens must stay within
+    :data:`MAX_WEIGHT_FRACTION` of the memory."""
+    shard = model.shard(tp)
+    reserve = MIN_KV_TOKENS * shard.kv_bytes_per_token
+    if shard.total_bytes + reserve <= MAX_WEIGHT_FRACTION * memory_bytes:
+        return None
+    return (
+        f"{model.name} at tp={tp} needs {shard.total_bytes / GIB:.1f} GiB of weights and "
+        f"{reserve / GIB:.1f} GiB of KV reserve ({MIN_KV_TOKENS} tokens) per GPU, more than "
+        f"{MAX_WEIGHT_FRACTION:.0%} of {memory_bytes / GIB:.1f} GiB"
+    )
 
 
 class Role(StrEnum):
@@ -45,12 +67,17 @@ class Role(StrEnum):
 
 @dataclass(frozen=True)
 class QueuedRequest:
-    """A request waiting at an instance: when it arrived and how long its prompt is."""
+    """A request waiting at an instance: when it arrived, how long its prompt is, and its id
+    (``"<instance>/r<k>"`` by default: ClusterState names the k-th request of an instance's queue
+    when it comes without one)."""
 
     arrival_s: float
     prompt_tokens: int
+    id: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise InvalidInputError(f"request id must be a string, got {self.id!r}")
         if not is_finite_number(self.arrival_s) or abs(self.arrival_s) > MAX_SECONDS:
             raise InvalidInputError(
                 f"arrival_s must be a finite number of seconds within {MAX_SECONDS:g} of now, "
@@ -194,6 +221,15 @@ class ClusterState:
         self._next_id = 0
         self.pool.place(_spec(m) for m in models)
 
+    def copy(self) -> ClusterState:
+        """An independent copy: same topology, host copies, instances and background flows."""
+        other = ClusterState(self.topology)
+        other.pool._copies = dict(self.pool._copies)
+        other._instances = dict(self._instances)
+        other._background = list(self._background)
+        other._next_id = self._next_id
+        return other
+
     # --- instances ----------------------------------------------------------------------------
 
     @property
@@ -236,12 +272,13 @@ class ClusterState:
             raise InvalidInputError(
                 f"instance_id must be a new non-empty name, got {instance_id!r}"
             )
+        name = instance_id or self._fresh_id()
         instance = Instance(
-            id=instance_id or self._fresh_id(),
+            id=name,
             model=spec,
             gpus=group,
             role=_role(role),
-            queue=_queue(queue),
+            queue=_queue(queue, name),
             kv_bytes_used=_kv(kv_bytes_used),
         )
         self._instances[instance.id] = instance
@@ -266,7 +303,7 @@ class ClusterState:
         new = replace(
             old,
             role=old.role if role is None else _role(role),
-            queue=old.queue if queue is None else _queue(queue),
+            queue=old.queue if queue is None else _queue(queue, old.id),
             kv_bytes_used=old.kv_bytes_used if kv_bytes_used is None else _kv(kv_bytes_used),
         )
         self._instances[instance_id] = new
@@ -300,15 +337,10 @@ class ClusterState:
                 f"gpus of one instance must share a host, got {sorted(hosts)!r}"
             )
         model.check_tp(len(group))
-        per_gpu = model.shard(len(group)).total_bytes
         for gpu in group:
-            memory = self.topology.gpu_spec(gpu).memory_bytes
-            if per_gpu > MAX_WEIGHT_FRACTION * memory:
-                raise InvalidInputError(
-                    f"model {model.name} needs {per_gpu / GIB:.1f} GiB of weights per GPU at "
-                    f"tp={len(group)}, more than {MAX_WEIGHT_FRACTION:.0%} of the "
-                    f"{memory / GIB:.1f} GiB of gpu {gpu!r}; use a larger TP group"
-                )
+            misfit = memory_misfit(model, len(group), self.topology.gpu_spec(gpu).memory_bytes)
+            if misfit:
+                raise InvalidInputError(f"gpu {gpu!r}: {misfit}; use a larger TP group")
         return group
 
     # --- sources and flows --------------------------------------------------------------------
@@ -366,21 +398,39 @@ def _role(role: Role | str) -> Role:
         ) from None
 
 
-def _queue(queue: Iterable[QueuedRequest | tuple[float, int]]) -> tuple[QueuedRequest, ...]:
+def _queue(
+    queue: Iterable[QueuedRequest | tuple[float, int] | tuple[float, int, str]], instance: str
+) -> tuple[QueuedRequest, ...]:
+    """The queue as QueuedRequests, each with an id unique in it (``<instance>/r<k>`` for the
+    k-th entry that comes without one)."""
     if isinstance(queue, str | bytes | Mapping) or not isinstance(queue, Iterable):
         raise InvalidInputError(
             f"queue must be a list of (arrival_s, prompt_tokens) pairs, got {queue!r}"
         )
-    return tuple(_queued(i, q) for i, q in enumerate(queue))
+    out = []
+    seen: set[str] = set()
+    for index, entry in enumerate(queue):
+        request = _queued(index, entry)
+        if not request.id:
+            request = replace(request, id=f"{instance}/r{index}")
+        if request.id in seen:
+            raise InvalidInputError(f"queue[{index}] repeats request id {request.id!r}")
+        seen.add(request.id)
+        out.append(request)
+    return tuple(out)
 
 
 def _queued(index: int, entry: object) -> QueuedRequest:
     if isinstance(entry, QueuedRequest):
         return entry
-    if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
+    if (
+        isinstance(entry, str | bytes)
+        or not isinstance(entry, Sequence)
+        or len(entry) not in (2, 3)
+    ):
         raise InvalidInputError(
-            f"queue[{index}] must be a QueuedRequest or an (arrival_s, prompt_tokens) pair, "
-            f"got {entry!r}"
+            f"queue[{index}] must be a QueuedRequest or an (arrival_s, prompt_tokens[, id]) "
+            f"tuple, got {entry!r}"
         )
     try:
         return QueuedRequest(*entry)

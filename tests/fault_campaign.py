@@ -24,6 +24,7 @@ from blitzplan.multicast import validate_multicast
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
 from blitzplan.scale.replan import recover
 from blitzplan.solvers import SolveStatus
+from tests.program_check import check_program
 
 KINDS = (
     "source",
@@ -242,6 +243,7 @@ def check(
                 out.append(f"lane {lane.flow} reads the failed memory {lane.holder}")
             if sender.instance_id in gone:
                 out.append(f"lane {lane.flow} sends from the failed instance {sender.instance_id}")
+        out += [f"program: {p}" for p in check_program(after)[:3]]
         if mc.lower_bound_s > mc.objective_s * (1 + 1e-9):
             out.append("bound above the objective")
         if mc.status is SolveStatus.OPTIMAL and mc.objective_s > mc.lower_bound_s * (1 + 1e-9):

@@ -64,7 +64,10 @@ def test_numpy_integer_counts_are_accepted_and_stored_as_int() -> None:
     inst = state.add_instance(
         spec, gpus=["h0/gpu0"], queue=[(np.float64(0.5), np.int64(100))], kv_bytes_used=np.int64(0)
     )
-    assert inst.queue == (QueuedRequest(0.5, 100),) and type(inst.queue[0].prompt_tokens) is int
+    assert (
+        inst.queue == (QueuedRequest(0.5, 100, "i0/r0"),)
+        and type(inst.queue[0].prompt_tokens) is int
+    )
     compute = RooflineComputeModel(spec, topo.gpu_spec("h0/gpu0"))
     assert compute.prefill_layer_s(np.int64(100)) > 0
     instance = instance_from_queue(

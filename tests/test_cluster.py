@@ -41,7 +41,7 @@ def test_instances_occupy_gpus(state: ClusterState) -> None:
         "mistral-small-24b", gpus=["h0/gpu0", "h0/gpu1"], role="prefill", queue=[(0.5, 1024)]
     )
     assert inst.id == "i0" and inst.tp == 2 and inst.role is Role.PREFILL
-    assert inst.queue == (QueuedRequest(0.5, 1024),)
+    assert inst.queue == (QueuedRequest(0.5, 1024, "i0/r0"),)
     assert "h0/gpu0" not in state.free_gpus() and len(state.free_gpus()) == 30
     updated = state.update_instance(inst.id, role="decode", kv_bytes_used=4096)
     assert updated.role is Role.DECODE and state.instance(inst.id).kv_bytes_used == 4096
@@ -106,7 +106,10 @@ def test_instance_errors_are_named(state: ClusterState) -> None:
         state.add_instance("llama-3-8b", gpus=["h9/gpu0"])
     with pytest.raises(InvalidInputError, match="must share a host"):
         state.add_instance("mistral-small-24b", gpus=["h1/gpu0", "h2/gpu0"])
-    with pytest.raises(InvalidInputError, match="needs 131.4 GiB of weights per GPU at tp=1"):
+    with pytest.raises(
+        InvalidInputError,
+        match="llama-3-70b at tp=1 needs 131.4 GiB of weights and 2.5 GiB of KV reserve",
+    ):
         state.add_instance("llama-3-70b", gpus=["h1/gpu0"])
     with pytest.raises(
         InvalidInputError, match="role must be one of prefill, decode, idle, loading, got 'router'"

@@ -80,10 +80,17 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
         (
             [[0, 100], [0.5]],
             r"instances\[0\]: queue\[1\] must be a QueuedRequest or an "
-            r"\(arrival_s, prompt_tokens\) pair, got \[0\.5\]",
+            r"\(arrival_s, prompt_tokens\[, id\]\) tuple, got \[0\.5\]",
         ),
-        ([[0, 100], 7], r"instances\[0\]: queue\[1\] must be .* pair, got 7"),
-        ([[0, 100, 3]], r"instances\[0\]: queue\[0\] must be .* pair, got \[0, 100, 3\]"),
+        ([[0, 100], 7], r"instances\[0\]: queue\[1\] must be .* tuple, got 7"),
+        (
+            [[0, 100, 3]],
+            r"instances\[0\]: queue\[0\] \[0, 100, 3\]: request id must be a string, got 3",
+        ),
+        (
+            [[0, 100, "a", 4]],
+            r"instances\[0\]: queue\[0\] must be .* tuple, got \[0, 100, .a., 4\]",
+        ),
         (
             [["soon", 100]],
             r"instances\[0\]: queue\[0\] \['soon', 100\]: arrival_s must be a finite number",

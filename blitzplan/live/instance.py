@@ -31,6 +31,7 @@ __all__ = [
     "Fleet",
     "LiveScalingInstance",
     "instance_from_queue",
+    "queue_batches",
     "unit_ready_from_link",
 ]
 
@@ -274,9 +275,11 @@ def unit_ready_from_link(
     return tuple(ready)
 
 
-def _batches(
+def queue_batches(
     queue: Iterable[QueuedRequest | tuple[float, int]], max_batch_tokens: int | None
 ) -> list[list[QueuedRequest]]:
+    """The batches :func:`instance_from_queue` makes of ``queue``: by arrival, one request per
+    batch, or consecutive requests up to ``max_batch_tokens`` prompt tokens together."""
     requests = sorted(
         (q if isinstance(q, QueuedRequest) else QueuedRequest(*q) for q in queue),
         key=lambda q: q.arrival_s,
@@ -338,7 +341,7 @@ def instance_from_queue(
     latency = _time("handoff_latency_s", handoff_latency_s)
     old = compute if old_compute is None else old_compute
     release, new, old_s, handoff = [], [], [], []
-    for batch in _batches(queue, max_batch_tokens):
+    for batch in queue_batches(queue, max_batch_tokens):
         tokens = sum(q.prompt_tokens for q in batch)
         release.append(max(q.arrival_s for q in batch))
         new.append(compute.prefill_layer_s(tokens, requests=len(batch)))

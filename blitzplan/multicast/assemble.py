@@ -91,6 +91,8 @@ def finish(
         background=problem.state.background_flows,
         arrival_s=t.hop_arrival_s,
         lane_arrival_s=tuple(tuple(row) for row in t.lane_arrival_s.tolist()),
+        lane_start_s=tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else (),
+        lane_feeds=t.lane_feeds,
         layer_ready_s=dict(t.layer_ready_s),
         ready_at_s=dict(built.ready_at_s),
         live=built.live,

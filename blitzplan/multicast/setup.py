@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from blitzplan.cluster import ClusterState, Instance, Role
+from blitzplan.cluster import ClusterState, Instance, Role, memory_misfit
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.types import NewInstance, NodeKind, PlanNode
@@ -101,7 +101,7 @@ def prepare(
         )
     excluded = _check_exclude(state, exclude)
     holders = _holders(state, model, excluded, allow_prefill_sources) if need_sources else []
-    groups = _target_groups(state, tp, count, targets, holders, placement)
+    groups = _target_groups(state, model, tp, count, targets, holders, placement)
     reserved = {gpu for group in groups for gpu in group}
     names = _names(names, len(groups))
     live, live_names = _live(live, names)
@@ -198,6 +198,7 @@ def _delivered(
 
 def _target_groups(
     state: ClusterState,
+    model: ModelSpec,
     tp: int,
     count: int | None,
     targets: Sequence[Sequence[str]] | None,
@@ -213,6 +214,11 @@ def _target_groups(
         if not groups:
             raise InvalidInputError("targets must name at least one instance, got []")
         _check_explicit_targets(state, groups, tp)
+        for group in groups:
+            for gpu in group:
+                misfit = memory_misfit(model, tp, state.topology.gpu_spec(gpu).memory_bytes)
+                if misfit:
+                    raise InfeasibleError(f"targets group {list(group)!r}: {misfit}")
         return groups
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInputError(f"count must be a positive integer, got {count!r}")
@@ -224,7 +230,7 @@ def _target_groups(
         elif memory is not None:
             host = str(topo.graph.nodes[memory]["host"])
             leaves |= {topo.leaf_of(g) for g in topo.gpus_of_host(host)}
-    return place_targets(state, tp, count, prefer_leaves=leaves, placement=placement)
+    return place_targets(state, tp, count, prefer_leaves=leaves, placement=placement, model=model)
 
 
 def _check_tp_fits(topology: Topology, tp: int) -> None:
@@ -263,8 +269,10 @@ def available_slots(
     *,
     prefer_leaves: Set[str | None] = frozenset(),
     placement: str = "pack",
+    model: ModelSpec | None = None,
 ) -> list[tuple[str, ...]]:
-    """Every free TP group in placement order, each inside one NVLink group.
+    """Every free TP group in placement order, each inside one NVLink group (and, given
+    ``model``, on GPUs whose memory holds it: :func:`~blitzplan.cluster.memory_misfit`).
 
     ``pack``: fullest groups first (more instances share a group), then groups under a source's
     leaf, then topology order. ``spread``: the same groups, but one slot per group in turn."""
@@ -273,7 +281,9 @@ def available_slots(
     free = set(state.free_gpus())
     groups: dict[tuple[str, ...], list[str]] = {}
     for gpu in topo.gpus():
-        if gpu in free:
+        if gpu in free and not (
+            model is not None and memory_misfit(model, tp, topo.gpu_spec(gpu).memory_bytes)
+        ):
             groups.setdefault(topo.nvlink_group_of(gpu), []).append(gpu)
     order = sorted(
         groups.items(),
@@ -300,14 +310,28 @@ def place_targets(
     *,
     prefer_leaves: Set[str | None] = frozenset(),
     placement: str = "pack",
+    model: ModelSpec | None = None,
 ) -> list[tuple[str, ...]]:
     """The first ``count`` of :func:`available_slots`; InfeasibleError when they do not fit."""
-    slots = available_slots(state, tp, prefer_leaves=prefer_leaves, placement=placement)
+    slots = available_slots(
+        state, tp, prefer_leaves=prefer_leaves, placement=placement, model=model
+    )
     if len(slots) < count:
         raise InfeasibleError(
             f"count={count} new tp={tp} instances do not fit the free GPUs: room for {len(slots)}"
+            + _misfit_note(state, tp, model)
         )
     return slots[:count]
+
+
+def _misfit_note(state: ClusterState, tp: int, model: ModelSpec | None) -> str:
+    """Why free GPUs do not count, when memory is the reason."""
+    if model is None:
+        return ""
+    topo = state.topology
+    reasons = {memory_misfit(model, tp, topo.gpu_spec(g).memory_bytes) for g in state.free_gpus()}
+    reasons.discard(None)
+    return "".join(f"; {reason}" for reason in sorted(r for r in reasons if r))
 
 
 def _target_nodes(

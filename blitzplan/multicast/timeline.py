@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.holdings import overlap
 from blitzplan.multicast.types import ALL_RANKS, AllGather, Hop, Lane, NewInstance, PlanNode
@@ -197,6 +198,7 @@ class PlanBuilder:
         exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
         lane = Lane(len(self.lanes), sender, receiver, holder, exit_, dst, rank, lo, hi, gather)
         self.lanes.append(lane)
+        pace = max(pace, MIN_BYTES_PER_S)  # a sliver's pace: any cap above it is as good
         self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))
         self.flow_phase.append(phase)
         self.flow_latency_s.append(latency)
@@ -234,6 +236,10 @@ class Timeline:
     """lanes x units: arrival of each carried unit, 0 where the lane carries nothing."""
     hop_arrival_s: tuple[tuple[float, ...], ...]
     layer_ready_s: dict[str, tuple[float, ...]]
+    lane_start_s: np.ndarray | None = None
+    """Per lane: when it may send its first byte (``start_f`` of the module docstring)."""
+    lane_feeds: tuple[tuple[int, ...], ...] = ()
+    """Per lane: the lanes whose arrivals it waits for."""
 
 
 def lane_dependencies(
@@ -379,6 +385,7 @@ def run_lanes(
     arrival = np.zeros((len(lanes), units))
     first = np.zeros(len(lanes))
     end = np.zeros(len(lanes))
+    starts = np.zeros(len(lanes))
     for level in _levels(deps, after):
         avail, first_in, done_in = _gathered(level, deps, arrival, first, end)
         after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
@@ -386,6 +393,7 @@ def run_lanes(
         sf = saf[idx]
         avail = np.where(sf[:, None], done_in[:, None], avail)
         start = np.maximum.reduce([begin[idx], np.where(sf, done_in, first_in), after_end])
+        starts[idx] = start
         times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
         arrival[idx] = times
         end[idx] = times.max(axis=1) if units else start
@@ -393,7 +401,14 @@ def run_lanes(
         tuple(arrival[[lane.flow for lane in hop.lanes]].max(axis=0).tolist()) if hop.lanes else ()
         for hop in hops
     )
-    return Timeline(tuple(rates), arrival, hop_arrival, _ready(lanes, nodes, instances, arrival))
+    return Timeline(
+        tuple(rates),
+        arrival,
+        hop_arrival,
+        _ready(lanes, nodes, instances, arrival),
+        starts,
+        tuple(tuple(d) for d in deps),
+    )
 
 
 def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:

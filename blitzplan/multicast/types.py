@@ -199,7 +199,7 @@ class MulticastPlan:
     status: SolveStatus
     objective_s: float
     lower_bound_s: float
-    solve_s: float
+    solve_s: float = field(compare=False)  # wall time: not part of what equality sees
     unit_bytes: tuple[int, ...]
     chunk_bytes: int
     nodes: tuple[PlanNode, ...]
@@ -220,6 +220,11 @@ class MulticastPlan:
     """Per new instance, the units an earlier plan already delivered (ready at time 0 here)."""
     bound_kind: str = ""
     """Which cut gave ``lower_bound_s`` (e.g. ``max-flow into new3``)."""
+    lane_start_s: tuple[float, ...] = ()
+    """Per lane: when it may send its first byte (its holder's first chunk, its receiver's
+    startup and the hops it waits for)."""
+    lane_feeds: tuple[tuple[int, ...], ...] = ()
+    """Per lane: the lanes that bring its stripe to its holder (it streams what they deliver)."""
 
     @property
     def gap(self) -> float:

@@ -1,7 +1,8 @@
 """``plan()``: the call a serving stack makes, its ScalePlan, and ``replan()`` after failures."""
 
 from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan
-from blitzplan.scale.replan import replan
+from blitzplan.scale.apply import apply_plan
+from blitzplan.scale.replan import Recovery, recover, replan
 from blitzplan.scale.types import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -26,9 +27,12 @@ __all__ = [
     "Mutation",
     "NewInstanceInfo",
     "Options",
+    "Recovery",
     "Release",
     "ScalePlan",
     "ScaleRequest",
+    "apply_plan",
     "plan",
+    "recover",
     "replan",
 ]

@@ -30,10 +30,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from blitzplan.cluster import ClusterState, Instance, QueuedRequest, Role
+from blitzplan.cluster import ClusterState, Instance, QueuedRequest, Role, memory_misfit
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
+from blitzplan.live.instance import LiveScalingInstance, instance_from_queue, queue_batches
 from blitzplan.live.schedule import Schedule
 from blitzplan.live.solve import METHODS as LIVE_METHODS
 from blitzplan.live.solve import schedule_live
@@ -41,6 +41,8 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast
 from blitzplan.multicast.setup import available_slots
 from blitzplan.multicast.types import MulticastPlan
+from blitzplan.scale.document import plan_digest
+from blitzplan.scale.program import Held, program
 from blitzplan.scale.types import (
     LivePair,
     MilestoneFigures,
@@ -121,7 +123,9 @@ def plan(
         prescale = math.ceil(add_prefill * len(decode_old) / len(prefill_old))
     new_prefill = add_prefill + len(mutated)
     new_decode = add_decode - len(mutated) + prescale
-    new_prefill, new_decode = _fit(state, request.tp, new_prefill, new_decode, prescale, missing)
+    new_prefill, new_decode = _fit(
+        state, spec, request.tp, (new_prefill, new_decode, prescale), missing
+    )
     if strict and missing:
         raise InfeasibleError("; ".join(missing))
     options = Options(
@@ -222,9 +226,11 @@ def realize(
     mutated: list[Instance],
     releases: tuple[Release, ...],
     missing: list[str],
+    held: Held | None = None,
 ) -> ScalePlan:
-    """Multicast, roles, live pairs and milestones for a fixed set of new instances."""
-    queues = _requeue(staying, mutated)
+    """Multicast, roles, live pairs, milestones and the transfer program for a fixed set of
+    new instances (``held``: bytes the new GPUs already have, a replan's)."""
+    queues, moved = _requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live: int | tuple[str, ...] = min(targets.prefill, len(loaded))
     if targets.live is not None:
@@ -238,7 +244,7 @@ def realize(
                 "delivered": dict(targets.delivered),
             }
             if targets.groups
-            else {"count": targets.count}
+            else {"count": targets.count, "names": _fresh_names(state, targets.count)}
         )
         multicast = plan_multicast(
             state,
@@ -260,7 +266,8 @@ def realize(
     milestones = _milestones(
         state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
     )
-    return ScalePlan(
+    steps, snapped = program(multicast, state.topology, held) if multicast else ((), {})
+    made = ScalePlan(
         model=spec.identity,
         spec=spec,
         request=dict(request),
@@ -269,12 +276,42 @@ def realize(
         multicast=multicast,
         new_instances=_infos(multicast, roles),
         live_pairs=pairs,
-        mutations=_mutations(mutated, multicast, roles),
-        releases=releases,
+        mutations=_mutations(mutated, multicast, roles, moved),
+        releases=_timed_releases(state, spec, releases, options),
         milestones=milestones,
         missing=tuple(missing),
         options=options.recorded,
+        steps=steps,
+        held=snapped,
     )
+    return dataclasses.replace(made, plan_id=plan_digest(made))
+
+
+def _fresh_names(state: ClusterState, count: int) -> list[str]:
+    """``new0, new1, ...`` skipping every instance id the state already has (an applied
+    plan's instances keep their names, so names stay unique across plans)."""
+    taken = {i.id for i in state.instances}
+    names: list[str] = []
+    k = 0
+    while len(names) < count:
+        if f"new{k}" not in taken:
+            names.append(f"new{k}")
+        k += 1
+    return names
+
+
+def _timed_releases(
+    state: ClusterState, spec: ModelSpec, releases: tuple[Release, ...], options: Options
+) -> tuple[Release, ...]:
+    """Each release with the requests it finishes first and when it is free."""
+    out = []
+    for release in releases:
+        inst = state.instance(release.instance)
+        drain = _solo_drain_s(state, spec, inst, list(inst.queue), options.compute)
+        out.append(
+            dataclasses.replace(release, at_s=drain, requests=tuple(q.id for q in inst.queue))
+        )
+    return tuple(out)
 
 
 def _tokens(instance: Instance) -> int:
@@ -301,11 +338,16 @@ def _releases(
 
 
 def _fit(
-    state: ClusterState, tp: int, prefill: int, decode: int, prescale: int, missing: list[str]
+    state: ClusterState,
+    spec: ModelSpec,
+    tp: int,
+    counts: tuple[int, int, int],
+    missing: list[str],
 ) -> tuple[int, int]:
     """Shrink the new-instance counts to what the free GPUs hold: pre-scaled decode first,
-    then decode, then prefill."""
-    room = len(available_slots(state, tp))
+    then decode, then prefill. ``counts`` are the prefill, decode and pre-scaled decode wanted."""
+    prefill, decode, prescale = counts
+    room = len(available_slots(state, tp, model=spec))
     wanted = prefill + decode
     if wanted <= room:
         return prefill, decode
@@ -318,18 +360,28 @@ def _fit(
         f"{drop_prescale} pre-scaled decode, {drop_decode - drop_prescale} decode and "
         f"{drop_prefill} prefill instances are not planned"
     )
+    topo = state.topology
+    misfits = {memory_misfit(spec, tp, topo.gpu_spec(g).memory_bytes) for g in state.free_gpus()}
+    missing += sorted(f"free GPUs refused: {m}" for m in misfits if m)
     return prefill - drop_prefill, decode - drop_decode
 
 
-def _requeue(staying: list[Instance], mutated: list[Instance]) -> dict[str, list[QueuedRequest]]:
-    """Queues after mutation: a mutated instance's requests go to the least loaded prefill."""
+def _requeue(
+    staying: list[Instance], mutated: list[Instance]
+) -> tuple[dict[str, list[QueuedRequest]], dict[str, tuple[tuple[str, str], ...]]]:
+    """Queues after mutation: a mutated instance's requests go to the least loaded prefill;
+    per mutated instance, ``(request id, where it went)``."""
     queues = {i.id: list(i.queue) for i in staying}
+    moved: dict[str, tuple[tuple[str, str], ...]] = {}
     for inst in mutated:
+        moves = []
         for request in inst.queue:
             if queues:
                 target = min(queues, key=lambda k: (sum(q.prompt_tokens for q in queues[k]), k))
                 queues[target].append(request)
-    return queues
+                moves.append((request.id, target))
+        moved[inst.id] = tuple(moves)
+    return queues, moved
 
 
 def _roles(multicast: MulticastPlan | None, new_prefill: int) -> dict[str, str]:
@@ -343,12 +395,22 @@ def _roles(multicast: MulticastPlan | None, new_prefill: int) -> dict[str, str]:
 
 
 def _mutations(
-    mutated: list[Instance], multicast: MulticastPlan | None, roles: dict[str, str]
+    mutated: list[Instance],
+    multicast: MulticastPlan | None,
+    roles: dict[str, str],
+    moved: Mapping[str, tuple[tuple[str, str], ...]],
 ) -> tuple[Mutation, ...]:
     replacements = [name for name, role in roles.items() if role == "prefill"]
     replacements.sort(key=lambda name: (name not in (multicast.live if multicast else ()), name))
     return tuple(
-        Mutation(inst.id, "prefill", "decode", replacements[k] if k < len(replacements) else None)
+        Mutation(
+            inst.id,
+            "prefill",
+            "decode",
+            replacements[k] if k < len(replacements) else None,
+            at_s=0.0,
+            moved=moved.get(inst.id, ()),
+        )
         for k, inst in enumerate(mutated)
     )
 
@@ -456,7 +518,13 @@ def _pairs(
             options,
             tp,
         )
-        pairs.append(LivePair(name, old.id, options.live_method, schedule, len(queues[old.id])))
+        batches = tuple(
+            tuple(q.id for q in batch)
+            for batch in queue_batches(queues[old.id], options.max_batch_tokens)
+        )
+        pairs.append(
+            LivePair(name, old.id, options.live_method, schedule, len(queues[old.id]), batches)
+        )
     return tuple(pairs)
 
 

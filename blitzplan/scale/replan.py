@@ -43,6 +43,7 @@ from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
 from blitzplan.scale.plan import Options, Targets, realize
+from blitzplan.scale.program import held_after
 from blitzplan.scale.types import NewInstanceInfo, ScalePlan
 from blitzplan.topologies import Topology
 
@@ -88,6 +89,8 @@ def replan(
     survivors = list(recovery.survivors)
 
     def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
+        gpus = [g for info in survivors for g in info.gpus]
+        held = held_after(plan.multicast, at_s, gpus, plan.held) if plan.multicast else {}
         return realize(
             recovery.state,
             plan.spec,
@@ -97,6 +100,7 @@ def replan(
             request=plan.request,
             **_serving(plan, recovery.state),  # type: ignore[arg-type]
             missing=missing,
+            held=held,
         )
 
     try:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from blitzplan._checks import MAX_COUNT, check_count, is_integer
-from blitzplan._serial import from_data, to_data
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.schedule import Schedule
 from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.multicast.types import MulticastPlan
+from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
+from blitzplan.scale.program import TransferStep
 
 __all__ = [
     "SCHEMA",
@@ -27,9 +26,6 @@ __all__ = [
     "ScalePlan",
     "ScaleRequest",
 ]
-
-SCHEMA = "blitzplan.scaleplan"
-SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -76,6 +72,8 @@ class LivePair:
     policy: str
     schedule: Schedule
     queued_requests: int
+    batches: tuple[tuple[str, ...], ...] = ()
+    """The request ids of each batch of ``schedule`` (batch ``i`` is ``batches[i]``)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +84,10 @@ class Mutation:
     from_role: str
     to_role: str
     replaced_by: str | None = None
+    at_s: float = 0.0
+    """When it changes role: now (its queue moves at once, see ``moved``)."""
+    moved: tuple[tuple[str, str], ...] = ()
+    """``(request id, instance id)``: where each of its queued requests goes."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,10 @@ class Release:
     instance: str
     role: str
     gpus: tuple[str, ...]
+    at_s: float = 0.0
+    """When it has finished its queue and its GPUs are free (predicted)."""
+    requests: tuple[str, ...] = ()
+    """The ids of the queued requests it finishes first."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,12 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class ScalePlan:
-    """Everything a serving stack needs to carry out one scaling decision."""
+    """Everything a serving stack needs to carry out one scaling decision.
+
+    ``steps`` is the transfer program (:mod:`blitzplan.scale.program`); ``held`` what the new
+    GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals.
+    ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`): equal
+    inputs give equal plans, equal ids and byte-identical JSON."""
 
     model: ModelIdentity
     spec: ModelSpec
@@ -151,59 +162,25 @@ class ScalePlan:
     missing: tuple[str, ...] = ()
     """What the request asked for and this plan could not do (empty when met in full)."""
     options: PlanOptions = field(default_factory=PlanOptions)
+    steps: tuple[TransferStep, ...] = ()
+    held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
+    plan_id: str = ""
 
-    def to_json(self) -> str:
-        """The versioned JSON document; equal plans give byte-identical text."""
-        document = {
-            "schema": SCHEMA,
-            "schema_version": SCHEMA_VERSION,
-            **to_data(self),
-            "transfers": self.transfers(),
-        }
-        return json.dumps(document, sort_keys=True, indent=1, allow_nan=False) + "\n"
+    def to_json(self, *, timing: bool = False) -> str:
+        """The versioned JSON document (:mod:`blitzplan.scale.document`); equal plans give
+        byte-identical text. ``timing=True`` adds the wall-clock solve times."""
+        from blitzplan.scale.document import encode
+
+        return encode(self, timing=timing)
 
     @classmethod
     def from_json(cls, text: str) -> ScalePlan:
-        """The ScalePlan a :meth:`to_json` document describes."""
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"ScalePlan JSON does not parse: {exc}") from exc
-        if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-            raise InvalidInputError(f"not a {SCHEMA} document")
-        version = document.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise InvalidInputError(
-                f"schema_version {version!r} is not supported (this blitzplan reads "
-                f"{SCHEMA_VERSION})"
-            )
-        data = {
-            k: v for k, v in document.items() if k not in ("schema", "schema_version", "transfers")
-        }
-        plan: ScalePlan = from_data(cls, data)
-        return plan
+        """The ScalePlan a :meth:`to_json` document describes (its ``plan_id`` checked)."""
+        from blitzplan.scale.document import decode, plan_digest
 
-    def transfers(self) -> list[dict[str, Any]]:
-        """Every lane (network lanes, then NVLink gathers): hop index (-1 for gathers), holder,
-        exit, destination GPU, TP rank and stripe ``[lo, hi)`` of its shard, and bytes."""
-        mc = self.multicast
-        if mc is None:
-            return []
-        hop_of = {lane.flow: h for h, hop in enumerate(mc.hops) for lane in hop.lanes}
-        rows = []
-        for lane in mc.lanes:
-            present = mc.nodes[lane.receiver].present
-            carried = sum(b for u, b in enumerate(mc.unit_bytes) if not (present and present[u]))
-            scale = mc.nodes[lane.receiver].tp if lane.rank < 0 else 1
-            rows.append(
-                {
-                    "order": hop_of.get(lane.flow, -1),
-                    "source": lane.holder,
-                    "via": lane.exit,
-                    "destination": lane.dst,
-                    "rank": lane.rank,
-                    "stripe": [lane.lo, lane.hi],
-                    "bytes": round(lane.fraction * scale * carried),
-                }
+        plan = decode(text)
+        if plan.plan_id and plan.plan_id != plan_digest(plan):
+            raise InvalidInputError(
+                f"plan_id {plan.plan_id!r} does not match the plan: the document was changed"
             )
-        return rows
+        return plan

@@ -1,0 +1,96 @@
+"""``apply_plan()``: the cluster part-way through a ScalePlan, or after it.
+
+What ``apply_plan(state, plan, at_s=t)`` gives, every time relative to the new "now" (``t``
+seconds into the plan):
+
+* **New instances** join under their plan names: those whose every unit is ready by ``t`` with
+  their planned role (sources for later plans); the others as ``loading`` (their GPUs taken, not
+  yet sources; a later plan does not take weights from a half-loaded instance).
+* **Mutations** are done (they happen at once): the instance is a decode instance and its queued
+  requests sit where the plan moved them. **Releases** whose queue is done by ``t`` are gone;
+  the others still drain.
+* **Live pairs**: requests whose batch the pair's schedule completes by ``t`` have left the old
+  instance's queue; the rest wait, their arrival times shifted by ``t``.
+* **Transfers still running** (steps that end after ``t``) are background flows on their
+  routes at their planned rates, so a plan made now shares the links with them.
+
+The plan must have been made on ``state`` (its new GPUs free, its instances present).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from blitzplan.cluster import ClusterState, QueuedRequest, Role
+from blitzplan.errors import InvalidInputError
+from blitzplan.scale.types import ScalePlan
+from blitzplan.topologies import Flow
+
+__all__ = ["apply_plan"]
+
+
+def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterState:
+    """The cluster ``at_s`` seconds into ``plan`` (module docstring); ``state`` is unchanged."""
+    if not isinstance(plan, ScalePlan):
+        raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
+    if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
+        raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
+    _check_made_on(state, plan)
+    after = state.copy()
+    done = _completed_requests(plan, at_s)
+    moved = {request: target for m in plan.mutations for request, target in m.moved}
+    queued = {q.id: q for inst in state.instances for q in inst.queue}
+    gone = {r.instance for r in plan.releases if r.at_s <= at_s}
+    for inst in state.instances:
+        if inst.id in gone:
+            after.remove_instance(inst.id)
+            continue
+        keep = [q for q in inst.queue if q.id not in moved and q.id not in done]
+        keep += [queued[r] for r, target in moved.items() if target == inst.id and r not in done]
+        role = Role.DECODE if inst.id in {m.instance for m in plan.mutations} else inst.role
+        after.update_instance(inst.id, role=role, queue=[_shift(q, at_s) for q in keep])
+    for info in plan.new_instances:
+        ready = all(t <= at_s for t in info.layer_ready_s)
+        after.add_instance(
+            plan.spec,
+            gpus=list(info.gpus),
+            role=Role(info.role) if ready else Role.LOADING,
+            instance_id=info.name,
+        )
+    if plan.multicast is not None:
+        for step in plan.steps:
+            if step.end_s > at_s:
+                flow = plan.multicast.flows[step.id]
+                rate = plan.multicast.rates[step.id]
+                after.add_flow(Flow(flow.edges, rate, f"{plan.plan_id[:8]} step {step.id}"))
+    return after
+
+
+def _check_made_on(state: ClusterState, plan: ScalePlan) -> None:
+    free = set(state.free_gpus())
+    for info in plan.new_instances:
+        busy = [g for g in info.gpus if g not in free]
+        if busy:
+            raise InvalidInputError(
+                f"plan was not made on this state: {info.name}'s GPUs {busy} are not free"
+            )
+    ids = {i.id for i in state.instances}
+    named = {r.instance for r in plan.releases} | {m.instance for m in plan.mutations}
+    named |= {p.old for p in plan.live_pairs}
+    for name in sorted(named - ids):
+        raise InvalidInputError(f"plan was not made on this state: it names instance {name!r}")
+
+
+def _completed_requests(plan: ScalePlan, at_s: float) -> set[str]:
+    """Ids of requests the plan's live pairs finish by ``at_s``."""
+    done: set[str] = set()
+    for pair in plan.live_pairs:
+        for batch, end in zip(pair.batches, pair.schedule.completion_s, strict=False):
+            if end <= at_s:
+                done.update(batch)
+    return done
+
+
+def _shift(request: QueuedRequest, at_s: float) -> QueuedRequest:
+    return replace(request, arrival_s=request.arrival_s - at_s)

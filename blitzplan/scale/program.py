@@ -1,0 +1,308 @@
+"""The transfer program: the steps a data plane runs to carry out a ScalePlan's multicast.
+
+Every new GPU ends with its rank's buffer of every unit (:func:`blitzplan.layout`): for unit
+``u`` and TP rank ``r`` of a ``tp``-way instance, ``B_u`` bytes (``plan.multicast.unit_bytes``).
+A step moves a *stripe* ``[lo, hi)`` of that buffer, for every unit it carries, from ``source``
+to ``destination``: the bytes ``[round(lo * B_u), round(hi * B_u))`` of each unit's buffer
+(``ranges`` lists them, grouped over runs of units with equal offsets; a replan leaves out bytes
+the destination already has, so a unit may have several ranges). What a source holds:
+
+* a GPU of a serving instance of the same TP degree, or any GPU that received the bytes in this
+  plan, holds them at the same offsets of its own rank buffer;
+* a GPU of a serving instance of another TP degree (``source_layout = (tp, rank)``) packs them
+  from its own buffer (:meth:`blitzplan.models.layout.Layout.reshard` lists the byte copies);
+* host DRAM holds the buffers of every rank, rank after rank per unit, so rank ``r``'s bytes of a
+  unit start at ``r * B_u`` (a step with ``rank == -1`` moves a stripe of all of them).
+
+**Pipelining.** All steps run at once. A step sends its units in order and each unit's bytes in
+chunks of ``chunk_bytes``; a chunk leaves once it has arrived at ``source`` over the steps in
+``feeds`` (nothing to wait for when the source held it before the plan), and no faster than
+``pace_bytes_per_s`` when set. A step with ``store_and_forward`` waits instead until every step
+in ``feeds`` has ended; every step waits for the steps in ``after`` to end and for
+``not_before_s`` (its destination instance's startup). ``start_s`` and ``end_s`` are the
+predicted first byte out and last byte in, seconds from the start of the plan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from blitzplan.multicast.holdings import merge
+from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.topologies import Topology
+
+__all__ = ["ByteRange", "Held", "StepKind", "TransferStep", "held_after", "program"]
+
+Held = Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]]
+"""Per GPU, per unit: the stripe intervals of its rank buffer it already has."""
+
+
+class StepKind(StrEnum):
+    NETWORK = "network"
+    """Between hosts: out of ``nic`` (``relay``'s NIC when set), through the switches."""
+    HOST_TO_DEVICE = "host_to_device"
+    """Host DRAM to a GPU of the same host over PCIe."""
+    DEVICE_TO_DEVICE = "device_to_device"
+    """GPU to GPU inside one host (``link``: NVLink or PCIe)."""
+    ALLGATHER = "allgather"
+    """Inside one new instance's NVLink group: the bytes one GPU received, to its peers of the
+    same rank (completing every GPU's buffer)."""
+    DISK_TO_HOST = "disk_to_host"
+    """SSD to host DRAM (the ServerlessLLM baseline's cache miss)."""
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes ``[offset, offset + length)`` of each unit ``first_unit..last_unit``'s buffer."""
+
+    first_unit: int
+    last_unit: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class TransferStep:
+    """One stream of a stripe from a holder to a GPU (see the module docstring)."""
+
+    id: int
+    kind: StepKind
+    source: str
+    destination: str
+    instance: str | None
+    """The new instance the destination GPU belongs to; None for a spare GPU that relays."""
+    rank: int
+    stripe: tuple[float, float]
+    ranges: tuple[ByteRange, ...]
+    bytes: int
+    link: str
+    """``network``, ``nvlink`` or ``pcie``: what the route crosses."""
+    nic: str | None = None
+    relay: str | None = None
+    """A spare GPU of the source's NVLink group whose NIC sends (chunks staged there)."""
+    source_layout: tuple[int, int] | None = None
+    feeds: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+    store_and_forward: bool = False
+    pace_bytes_per_s: float | None = None
+    not_before_s: float = 0.0
+    start_s: float = 0.0
+    end_s: float = 0.0
+
+
+def program(
+    plan: MulticastPlan, topology: Topology, held: Held | None = None
+) -> tuple[tuple[TransferStep, ...], dict[str, dict[int, tuple[tuple[float, float], ...]]]]:
+    """The steps of ``plan`` on ``topology``, leaving out the bytes in ``held`` (a replan), and
+    ``held`` with its coordinates snapped to the steps' (so both give the same bytes)."""
+    held = held or {}
+    snap = _snapper(plan, held)
+    snapped = {
+        gpu: {u: tuple((snap(a), snap(b)) for a, b in ivs) for u, ivs in units.items()}
+        for gpu, units in held.items()
+    }
+    owner = {g: inst.name for inst in plan.instances for g in inst.gpus}
+    startup: dict[int, float] = {}
+    for inst in plan.instances:
+        startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
+    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
+    steps: dict[int, TransferStep] = {}
+    for lane in sorted(plan.lanes, key=lambda x: x.flow):
+        ranges = _ranges(plan, lane, held.get(lane.dst, {}), snap)
+        total = sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
+        if total == 0:
+            continue  # the destination has every byte of it already
+        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
+        steps[lane.flow] = TransferStep(
+            id=lane.flow,
+            instance=owner.get(lane.dst),
+            rank=lane.rank,
+            stripe=(snap(lane.lo), snap(lane.hi)),
+            ranges=ranges,
+            bytes=total,
+            source_layout=_source_layout(plan, lane),
+            after=tuple(x.flow for h in (hop.after if hop else ()) for x in plan.hops[h].lanes),
+            store_and_forward=bool(hop and not hop.pipelined),
+            pace_bytes_per_s=_pace(plan, lane),
+            not_before_s=startup.get(lane.receiver, 0.0),
+            start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
+            end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
+            feeds=plan.lane_feeds[lane.flow] if plan.lane_feeds else (),
+            **_route(plan, lane, topology),  # type: ignore[arg-type]
+        )
+    ordered = tuple(
+        _drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id)
+    )
+    return ordered, snapped
+
+
+def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> TransferStep:
+    """Dependencies on steps left out (nothing to send) are dropped: their bytes are there."""
+    feeds = tuple(f for f in step.feeds if f in steps)
+    after = tuple(a for a in step.after if a in steps)
+    if (feeds, after) == (step.feeds, step.after):
+        return step
+    return TransferStep(**{**step.__dict__, "feeds": feeds, "after": after})
+
+
+def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> dict[str, object]:
+    """Kind, link, sending NIC and relay of a lane, from the route its flow takes."""
+    edges = plan.flows[lane.flow].edges
+    nodes = [edges[0][0], *(v for _, v in edges)]
+    kinds = [topology.kind(n) for n in nodes]
+    source_kind = topology.kind(lane.holder)
+    nic = next((n for n, k in zip(nodes, kinds, strict=True) if k == "nic"), None)
+    relay = lane.exit if lane.exit not in (lane.holder, nic) and lane.exit in nodes else None
+    if source_kind == "ssd":
+        kind, link = StepKind.DISK_TO_HOST, "pcie"
+    elif lane.gather:
+        kind, link = StepKind.ALLGATHER, _local_link(nodes, topology)
+    elif nic is not None:
+        kind, link = StepKind.NETWORK, "network"
+    elif source_kind == "host_mem":
+        kind, link = StepKind.HOST_TO_DEVICE, "pcie"
+    else:
+        kind, link = StepKind.DEVICE_TO_DEVICE, _local_link(nodes, topology)
+    return {
+        "kind": kind,
+        "link": link,
+        "nic": nic,
+        "relay": relay,
+        "source": lane.holder,
+        "destination": lane.dst,
+    }
+
+
+def _local_link(nodes: Sequence[str], topology: Topology) -> str:
+    middle = nodes[1:-1]
+    if middle and all(topology.graph.nodes[n].get("switch") == "nvswitch" for n in middle):
+        return "nvlink"
+    return "pcie"
+
+
+def _pace(plan: MulticastPlan, lane: Lane) -> float | None:
+    cap = plan.flows[lane.flow].max_bytes_per_s
+    return None if cap == float("inf") else cap
+
+
+def _source_layout(plan: MulticastPlan, lane: Lane) -> tuple[int, int] | None:
+    """``(tp, rank)`` of a serving instance whose TP degree differs from the new instances'."""
+    sender = plan.nodes[lane.sender]
+    target_tp = plan.nodes[lane.receiver].tp
+    if sender.kind is not NodeKind.INSTANCE or sender.tp == target_tp:
+        return None
+    return sender.tp, sender.gpus.index(lane.holder)
+
+
+_SAME_POINT = 1e-7
+"""Stripe coordinates closer than this are one point (the planner's arithmetic leaves
+differences of about 1e-9 between the end of one stripe and the start of the next)."""
+
+
+def _snapper(plan: MulticastPlan, held: Held) -> Callable[[float], float]:
+    """Maps every stripe coordinate of ``plan`` and ``held`` to one point of its cluster (points
+    chained within :data:`_SAME_POINT`; 0 or 1 when the cluster holds it, else its first), so
+    that neighbouring stripes meet at the same byte."""
+    points = sorted(
+        {x for lane in plan.lanes for x in (lane.lo, lane.hi)}
+        | {x for units in held.values() for ivs in units.values() for iv in ivs for x in iv}
+        | {0.0, 1.0}
+    )
+    clusters: list[list[float]] = []
+    for x in points:
+        if clusters and x - clusters[-1][-1] <= _SAME_POINT:
+            clusters[-1].append(x)
+        else:
+            clusters.append([x])
+    lows = [c[0] for c in clusters]
+    rep = [1.0 if 1.0 in c else 0.0 if 0.0 in c else c[0] for c in clusters]
+
+    def snap(x: float) -> float:
+        k = bisect.bisect_right(lows, x) - 1
+        return rep[k] if k >= 0 and clusters[k][0] <= x <= clusters[k][-1] else x
+
+    return snap
+
+
+def _ranges(
+    plan: MulticastPlan,
+    lane: Lane,
+    have: Mapping[int, tuple[tuple[float, float], ...]],
+    snap: Callable[[float], float],
+) -> tuple[ByteRange, ...]:
+    """Per carried unit, the bytes of the lane's stripe the destination lacks, grouped."""
+    receiver = plan.nodes[lane.receiver]
+    spans: list[tuple[int, int, int]] = []  # (unit, offset, length)
+    for unit, size in enumerate(plan.unit_bytes):
+        if receiver.has(unit):
+            continue
+        total = size * (receiver.tp if lane.rank == ALL_RANKS else 1)
+        want = (snap(lane.lo), snap(lane.hi))
+        owned = [(snap(a), snap(b)) for a, b in have.get(unit, ())]
+        for lo, hi in _missing(want, owned):
+            start, end = round(lo * total), round(hi * total)
+            if end > start:
+                spans.append((unit, start, end - start))
+    out: list[ByteRange] = []
+    for (offset, length), group in itertools.groupby(spans, key=lambda s: (s[1], s[2])):
+        units = [u for u, _, _ in group]
+        for run in _runs(units):
+            out.append(ByteRange(run[0], run[-1], offset, length))
+    return tuple(sorted(out, key=lambda r: (r.first_unit, r.offset)))
+
+
+def _runs(units: list[int]) -> list[list[int]]:
+    """Consecutive unit numbers grouped."""
+    runs: list[list[int]] = []
+    for u in units:
+        if runs and runs[-1][-1] == u - 1:
+            runs[-1].append(u)
+        else:
+            runs.append([u])
+    return runs
+
+
+def _missing(
+    want: tuple[float, float], have: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """``want`` minus the intervals of ``have``."""
+    out = []
+    at = want[0]
+    for lo, hi in merge(have):
+        if hi <= at or lo >= want[1]:
+            continue
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < want[1]:
+        out.append((at, want[1]))
+    return out
+
+
+def held_after(
+    plan: MulticastPlan, at_s: float, gpus: Sequence[str], before: Held | None = None
+) -> dict[str, dict[int, tuple[tuple[float, float], ...]]]:
+    """What each of ``gpus`` has of its rank buffer ``at_s`` seconds into ``plan``: what it had
+    before (``before``, a replan's own start) and every stripe of a unit a lane into it had
+    delivered whole by then."""
+    wanted = set(gpus)
+    found: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    for gpu, units in (before or {}).items():
+        if gpu in wanted:
+            for unit, intervals in units.items():
+                found.setdefault(gpu, {}).setdefault(unit, []).extend(intervals)
+    for lane in plan.lanes:
+        if lane.dst not in wanted:
+            continue
+        receiver = plan.nodes[lane.receiver]
+        for unit, t in enumerate(plan.lane_arrival_s[lane.flow]):
+            if not receiver.has(unit) and t <= at_s:
+                found.setdefault(lane.dst, {}).setdefault(unit, []).append((lane.lo, lane.hi))
+    return {
+        gpu: {unit: tuple(merge(intervals)) for unit, intervals in sorted(units.items())}
+        for gpu, units in found.items()
+    }

@@ -1,0 +1,72 @@
+"""An independent certificate of a ScalePlan's transfer program, in bytes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from blitzplan.scale import ScalePlan
+
+Intervals = list[tuple[int, int]]
+
+
+def _add(have: Intervals, lo: int, hi: int) -> bool:
+    """Add [lo, hi) to sorted disjoint ``have``; False when it overlaps what is there."""
+    for a, b in have:
+        if lo < b and a < hi:
+            return False
+    have.append((lo, hi))
+    have.sort()
+    return True
+
+
+def _covered(have: Intervals, lo: int, hi: int) -> bool:
+    at = lo
+    for a, b in sorted(have):
+        if a <= at < b:
+            at = b
+    return at >= hi
+
+
+def check_program(scale: ScalePlan) -> list[str]:
+    """An independent certificate of the transfer program, in bytes: every new GPU ends with
+    every byte of its rank buffer of every unit exactly once (what it held before included), and
+    every step sends only bytes its source holds (a serving instance or host memory: all; a GPU
+    that receives in this plan: what it held before or what the steps in ``feeds`` bring it)."""
+    mc = scale.multicast
+    if mc is None:
+        return []
+    out: list[str] = []
+    held: dict[tuple[str, int], Intervals] = defaultdict(list)
+    for gpu, units in scale.held.items():
+        for unit, intervals in units.items():
+            for lo, hi in intervals:
+                size = mc.unit_bytes[unit]
+                _add(held[(gpu, unit)], round(lo * size), round(hi * size))
+    got: dict[tuple[str, int], Intervals] = defaultdict(lambda: [])
+    for key, intervals in held.items():
+        got[key] = list(intervals)
+    receivers = {step.destination for step in scale.steps}
+    by_id = {step.id: step for step in scale.steps}
+    for step in scale.steps:
+        for r in step.ranges:
+            lo, hi = r.offset, r.offset + r.length
+            for unit in range(r.first_unit, r.last_unit + 1):
+                if not _add(got[(step.destination, unit)], lo, hi):
+                    out.append(f"step {step.id} sends bytes {step.destination} has or gets")
+                if step.source in receivers or (step.source, unit) in held:
+                    brought = [
+                        (x.offset, x.offset + x.length)
+                        for f in step.feeds
+                        if f in by_id and by_id[f].destination == step.source
+                        for x in by_id[f].ranges
+                        if x.first_unit <= unit <= x.last_unit
+                    ] + held[(step.source, unit)]
+                    if not _covered(brought, lo, hi):
+                        out.append(f"step {step.id}: {step.source} lacks bytes of unit {unit}")
+    for info in scale.new_instances:
+        done = mc.delivered.get(info.name, ())
+        for gpu in info.gpus:
+            for unit, size in enumerate(mc.unit_bytes):
+                if not (done and done[unit]) and not _covered(got[(gpu, unit)], 0, size):
+                    out.append(f"{info.name} {gpu} misses bytes of unit {unit}")
+    return out
