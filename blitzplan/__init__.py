@@ -32,7 +32,7 @@ from blitzplan.live import (
     schedule_live,
     validate_schedule,
 )
-from blitzplan.models import ModelIdentity, ModelSpec, list_models, load_model
+from blitzplan.models import Layout, ModelIdentity, ModelSpec, layout, list_models, load_model
 from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast
 from blitzplan.scale import ScalePlan, ScaleRequest, apply_plan, plan, recover, replan
 from blitzplan.scale.statefile import load_state
@@ -54,6 +54,7 @@ __all__ = [
     "InfeasibleError",
     "Instance",
     "InvalidInputError",
+    "Layout",
     "LiveScalingInstance",
     "ModelIdentity",
     "ModelSpec",
@@ -77,6 +78,7 @@ __all__ = [
     "apply_plan",
     "get_gpu",
     "instance_from_queue",
+    "layout",
     "list_gpus",
     "list_models",
     "list_topologies",

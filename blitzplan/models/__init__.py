@@ -17,6 +17,7 @@ finds a config from a preset, a path or a Hugging Face repo id.
 from blitzplan.models.config import DTYPE_BYTES, KNOWN_MODEL_TYPES, config_dtype
 from blitzplan.models.identity import ModelIdentity, safetensors_files, weights_hash
 from blitzplan.models.layers import LayerBytes
+from blitzplan.models.layout import Layout, layout
 from blitzplan.models.loading import hub_cache_dir, list_models, load_model
 from blitzplan.models.quant import Quantization, WeightFormat
 from blitzplan.models.shapes import MlaDims, MoeLayout, TensorParallelShard
@@ -27,6 +28,7 @@ __all__ = [
     "DTYPE_BYTES",
     "KNOWN_MODEL_TYPES",
     "LayerBytes",
+    "Layout",
     "MlaDims",
     "ModelIdentity",
     "ModelSpec",
@@ -37,6 +39,7 @@ __all__ = [
     "WeightFormat",
     "config_dtype",
     "hub_cache_dir",
+    "layout",
     "list_models",
     "load_model",
     "safetensors_files",
