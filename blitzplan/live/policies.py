@@ -73,16 +73,17 @@ class StopTheWorld:
 class BestEffort:
     """The paper's naive policy: N runs every layer it has, then hands the batch off.
 
-    When idle, N takes the oldest waiting batch, runs the layers loaded at that moment back to
-    back and sends the activation to the relay queue (or finishes the batch when it has every
-    layer and the head). O takes the oldest batch that is waiting or handed off.
+    When idle, N takes the oldest waiting batch (if its KV memory has room), runs the layers
+    loaded at that moment back to back and sends the activation to the relay queue (or finishes
+    the batch when it has every layer and the head). O takes the oldest batch that is waiting or
+    handed off.
     """
 
     name: str = "best_effort"
 
     def decide_new(self, state: RelayState, worker: int) -> RunLayers | None:
         loaded = state.loaded[worker]
-        if loaded == 0 or not state.waiting:
+        if loaded == 0 or not state.waiting or not state.can_admit(worker, state.waiting[0]):
             return None
         return RunLayers(state.waiting[0], loaded, hand_off=loaded < state.num_layers)
 
@@ -95,7 +96,8 @@ class ZigZag:
     """The paper's priority-queue policy, with an admission window.
 
     New instance, when idle: among the batches it holds whose next layer is loaded, and the oldest
-    waiting batch if it holds fewer than the window allows, run one layer of the oldest (FCFS).
+    waiting batch if it holds fewer than the window allows and its KV memory has room for it (the
+    paper's admission limit), run one layer of the oldest (FCFS).
     The window starts at ``window_start`` outstanding batches and narrows by one every
     ``narrow_every_s`` seconds after the first layer is usable, down to ``window_min``.
 
@@ -144,10 +146,10 @@ class ZigZag:
                 break
         if loaded and state.waiting:
             elapsed = state.now_s - state.usable_s[worker][0]
-            if len(held) < self.window(elapsed):
-                head = state.waiting[0]
-                if best < 0 or state.rank[head] < state.rank[best]:
-                    best = head
+            head = state.waiting[0]
+            room = len(held) < self.window(elapsed) and state.can_admit(worker, head)
+            if room and (best < 0 or state.rank[head] < state.rank[best]):
+                best = head
         return RunLayers(best) if best >= 0 else None
 
     def decide_old(self, state: RelayState, worker: int) -> RunRest | Pin | None:
