@@ -63,7 +63,8 @@ class StopTheWorld:
     def decide_new(self, state: RelayState, worker: int) -> RunLayers | None:
         if state.loaded[worker] < state.num_layers or not state.waiting:
             return None
-        return RunLayers(state.waiting[0], state.num_layers)
+        head = state.waiting[0]
+        return RunLayers(head, state.num_layers) if state.can_admit(worker, head) else None
 
     def decide_old(self, state: RelayState, worker: int) -> RunRest | Pin | None:
         return RunRest(state.waiting[0]) if state.waiting else None

@@ -123,8 +123,8 @@ class RelayState:
     ``tokens`` (for KV admission). Per new instance: ``usable_s`` (when each layer may start),
     ``loaded`` (layers usable now), ``free_at_s``, ``held`` (its batches, oldest first),
     ``running`` (``(batch, hand_off)`` or None), ``kv_capacity_tokens``, ``kv_held_tokens``,
-    ``new_active``. Per old instance: ``old_free_at_s``, ``old_running`` (batch or -1),
-    ``old_active``. ``waiting``: released batches not started, oldest first; ``handed``:
+    ``admitting``, ``new_active``. Per old instance: ``old_free_at_s``, ``old_running`` (batch
+    or -1), ``old_active``. ``waiting``: released batches not started, oldest first; ``handed``:
     handed-off batches, oldest first.
     """
 
@@ -153,6 +153,7 @@ class RelayState:
         self.kv_capacity_tokens: list[float] = []
         self.kv_held_tokens: list[int] = []
         self.new_active: list[bool] = []
+        self.admitting: list[bool] = []
         self.old_free_at_s: list[float] = []
         self.old_running: list[int] = []
         self.old_active: list[bool] = []
@@ -259,6 +260,7 @@ class RelayState:
         self.kv_capacity_tokens.append(kv_capacity_tokens)
         self.kv_held_tokens.append(0)
         self.new_active.append(True)
+        self.admitting.append(True)
         return len(self.usable_s) - 1
 
     def retime_new(self, worker: int, usable_s: Sequence[float]) -> None:
@@ -274,6 +276,11 @@ class RelayState:
         self.old_running.append(-1)
         self.old_active.append(True)
         return len(self.old_free_at_s) - 1
+
+    def close_admission(self, worker: int) -> None:
+        """``worker`` takes no new batch (it finishes those it holds: the paper's refractory
+        phase at the end of loading)."""
+        self.admitting[worker] = False
 
     def retire_new(self, worker: int) -> None:
         """``worker`` leaves the relay (it holds nothing)."""
@@ -300,8 +307,10 @@ class RelayState:
         )
 
     def can_admit(self, worker: int, batch: int) -> bool:
-        """Whether ``worker``'s KV memory has room for ``batch`` besides what it holds."""
-        return self.kv_held_tokens[worker] + self.tokens[batch] <= self.kv_capacity_tokens[worker]
+        """Whether ``worker`` admits batches and its KV memory has room for ``batch`` besides
+        what it holds."""
+        room = self.kv_held_tokens[worker] + self.tokens[batch] <= self.kv_capacity_tokens[worker]
+        return room and self.admitting[worker]
 
     def fully_loaded(self, worker: int) -> bool:
         return self.loaded[worker] == self.num_layers

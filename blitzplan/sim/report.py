@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ class RequestRecord:
     finish_s: float
     restarts: int
     dropped: str
+    split: int = 0
+    """Layers of its last prefill that ran on a loading (live) instance."""
+    prefilled_on: tuple[str, ...] = ()
+    """The instances of its last prefill (the loading one first when it ran layers)."""
 
     @property
     def ttft_s(self) -> float:
@@ -74,6 +78,17 @@ class SimReport:
     wall_s: float
     slo_ttft_s: float
     slo_tbt_s: float
+    live_policy: str = "zigzag"
+    link_efficiency: Mapping[str, float] = field(default_factory=dict)
+    """Per link medium, the fraction of line rate the run used."""
+    replans: int = 0
+    """Loads replanned after a failure."""
+    lost_loads: tuple[str, ...] = ()
+    """Loads a failure lost (replan found no plan), each with the reason."""
+    fault_notes: tuple[str, ...] = ()
+    log: tuple[tuple[float, int, str, str], ...] = ()
+    """With ``simulate(record=True)``: (time, request id, what, detail) for every step of every
+    request."""
 
     @property
     def finished(self) -> list[RequestRecord]:
@@ -126,6 +141,9 @@ class SimReport:
             "first_capacity_mean_s": _mean([e.first_capacity_s - e.decided_s for e in events]),
             "full_capacity_mean_s": _mean([e.full_capacity_s - e.decided_s for e in events]),
             "restarted_requests": sum(1 for r in self.requests if r.restarts),
+            "live_prefills": sum(1 for r in self.requests if r.split > 0),
+            "replans": self.replans,
+            "lost_loads": len(self.lost_loads),
             "no_host_copy_s": self.no_host_copy_s,
             "events_processed": self.events_processed,
             "events_per_s": self.events_processed / self.wall_s if self.wall_s > 0 else math.nan,
@@ -171,6 +189,8 @@ class SimReport:
                     "tbt_s",
                     "restarts",
                     "dropped",
+                    "split",
+                    "prefilled_on",
                 ]
             )
             for r in self.requests:
@@ -185,6 +205,8 @@ class SimReport:
                         r.tbt_s,
                         r.restarts,
                         r.dropped,
+                        r.split,
+                        " ".join(r.prefilled_on),
                     ]
                 )
 
@@ -194,6 +216,9 @@ class SimReport:
             "summary": self.summary(),
             "scale_events": [asdict(e) for e in self.scale_events],
             "failures": list(self.failures),
+            "lost_loads": list(self.lost_loads),
+            "fault_notes": list(self.fault_notes),
+            "link_efficiency": dict(self.link_efficiency),
             "timeline": self.timeline(),
         }
         path.write_text(json.dumps(document, indent=1, default=str, allow_nan=True) + "\n")
