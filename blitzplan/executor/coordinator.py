@@ -84,18 +84,25 @@ class Coordinator:
         return self.clock() - self.t0
 
     def run(self, t0: float) -> None:
+        """Until every batch is done: apply everything heard, then advance and decide, then
+        wait for the next event or the next thing due."""
         self.t0 = t0
         heard = self.clock()
-        while self.relay.finished < self.relay.num_batches:
+        while True:
+            event = self.workers.next_event(0.0)
+            while event is not None:
+                heard = self.clock()
+                self.on_event(event)
+                event = self.workers.next_event(0.0)
+            if self.relay.finished == self.relay.num_batches:
+                return
             self.advance(self.now())
             for op in self.relay.decide(self.policy):
                 self.dispatch(op)
             event = self.workers.next_event(self._wait_s())
             if event is not None:
                 heard = self.clock()
-                while event is not None:  # everything heard, then the next decision
-                    self.on_event(event)
-                    event = self.workers.next_event(0.0)
+                self.on_event(event)
             elif self.clock() - heard > WATCHDOG_FACTOR * self.workers.timeout_s:
                 self.workers.fail_stalled([self.new_rank, self.old_rank])
 

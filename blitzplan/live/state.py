@@ -350,11 +350,14 @@ class RelayState:
         self.loaded[worker] = layers
 
     def next_due_s(self) -> float | None:
-        """The next release or layer arrival after now, if any."""
+        """The next release, layer arrival or old instance freed of earlier work, if any."""
         due = [self._releases[0][0]] if self._releases else []
         for w, usable in enumerate(self.usable_s):
             if self.new_active[w] and self.loaded[w] < len(usable):
                 due.append(usable[self.loaded[w]])
+        for w, free_at in enumerate(self.old_free_at_s):
+            if self.old_active[w] and self.old_running[w] < 0:
+                due.append(free_at)
         later = [t for t in due if t > self.now_s]
         return min(later) if later else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from blitzplan.cluster import ClusterState
@@ -136,7 +137,8 @@ def simulate(
     wall = time.perf_counter() - started
     if progress:
         sys.stderr.write("\n")
-    return _report(sim, system, topo, spec, base, tp, wall, ttft_slo, tbt_slo, policy)
+    report = _report(sim, system, topo, spec, base, tp, wall, ttft_slo, tbt_slo, policy)
+    return replace(report, rate_scale=scale, trace_start_s=start_s)
 
 
 def _policy(live_policy: str | Policy) -> Policy:

@@ -134,13 +134,20 @@ class Simulator:
         gpu = topo.gpus()[0]
         nic, leaf = topo.nic_of(gpu), topo.leaf_of(gpu)
         edge = (nic, leaf) if leaf else (gpu, nic)
+        model, compute = self.model, self.compute
+
+        def prefill_s(tokens: int, requests: int) -> float:
+            layers = model.num_layers * compute.prefill_layer_s(tokens, requests=requests)
+            return layers + compute.head_s(requests)
+
         return PrefillTier(
-            self.model,
-            self.compute,
+            model.num_layers,
+            prefill_s,
             policy=policy,
             token_budget=self.token_budget,
             handoff_bytes_per_s=topo.bytes_per_s(edge),
             handoff_latency_s=topo.latency_s(edge),
+            activation_bytes_per_token=float(model.activation_bytes_per_token),
             kv_bytes_per_token=float(self.model.kv_bytes_per_token),
             wake=self.wake_relay,
         )

@@ -16,19 +16,19 @@ admits nothing more and finishes what it holds, or an old instance takes it (ref
 holds nothing it serves like any other prefill instance (it joins the old instances). A batch's
 split is ``k``: layers ``1..k`` (and their KV cache) on the new instance, ``k+1..L`` on the old.
 
-Per-layer times are the instance's whole prefill (layers and lm_head, from the compute model)
-divided by ``L``; a hand-off moves the batch's activations at one NIC's achieved rate.
+Per-layer times are the instance's whole prefill of the batch (``prefill_s(tokens, requests)``:
+layers and lm_head, from the compute model) divided by ``L``; a hand-off moves the batch's
+activations at one NIC's achieved rate.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from blitzplan.compute import ComputeModel
 from blitzplan.live.policies import Policy
 from blitzplan.live.state import UNRELEASED, WAITING, RelayState, Started, usable_from_units
-from blitzplan.models import ModelSpec
 from blitzplan.sim.instances import NO_WORKER, SimInstance, SimRequest
 
 __all__ = ["PrefillTier", "Prefilled"]
@@ -50,23 +50,26 @@ class PrefillTier:
 
     def __init__(
         self,
-        model: ModelSpec,
-        compute: ComputeModel,
+        num_layers: int,
+        prefill_s: Callable[[int, int], float],
         *,
         policy: Policy,
         token_budget: int,
         handoff_bytes_per_s: float,
         handoff_latency_s: float,
+        activation_bytes_per_token: float,
         kv_bytes_per_token: float,
         wake: Callable[[float], None],
+        end_of_loading: bool = True,
     ) -> None:
-        self.model, self.compute, self.policy = model, compute, policy
-        self.layers = model.num_layers
-        self.relay = RelayState(self.layers, record_ops=False)
+        self.prefill_s, self.policy = prefill_s, policy
+        self.layers = num_layers
+        self.relay = RelayState(num_layers, record_ops=False)
         self.token_budget = token_budget
-        self.handoff = (handoff_latency_s, model.activation_bytes_per_token / handoff_bytes_per_s)
+        self.handoff = (handoff_latency_s, activation_bytes_per_token / handoff_bytes_per_s)
         self.kv_bytes_per_token = kv_bytes_per_token
         self.wake = wake
+        self.end_of_loading = end_of_loading
         self.batches: list[list[SimRequest]] = []
         self.new_inst: list[SimInstance] = []
         self.old_inst: list[SimInstance] = []
@@ -89,46 +92,62 @@ class PrefillTier:
             and relay.phase[tail] in (UNRELEASED, WAITING)
             and relay.tokens[tail] + request.prompt_tokens <= self.token_budget
         )
-        if grow:
-            group = self.batches[tail]
-            group.append(request)
-            tokens = relay.tokens[tail] + request.prompt_tokens
-            per_layer, handoff = self._times(tokens, len(group))
-            relay.grow_batch(tail, per_layer, per_layer, handoff, tokens)
-        else:
-            per_layer, handoff = self._times(request.prompt_tokens, 1)
-            batch = relay.add_batch(
-                now_s, per_layer, per_layer, handoff, tokens=request.prompt_tokens, rank=request.id
-            )
-            self.batches.append([request])
-            if not restart:
-                self.tail = batch
         request.stage = "prefill"
         self.queued_tokens += request.prompt_tokens
+        if not grow:
+            per_layer, handoff = self._times(request.prompt_tokens, 1)
+            batch = self.submit_batch([request], now_s, per_layer, per_layer, handoff)
+            if not restart:
+                self.tail = batch
+            return
+        group = self.batches[tail]
+        group.append(request)
+        tokens = relay.tokens[tail] + request.prompt_tokens
+        per_layer, handoff = self._times(tokens, len(group))
+        relay.grow_batch(tail, per_layer, per_layer, handoff, tokens)
         self.wake(now_s)
+
+    def submit_batch(
+        self,
+        requests: list[SimRequest],
+        now_s: float,
+        new_layer_s: float,
+        old_layer_s: float,
+        handoff_s: float,
+    ) -> int:
+        """Queue ``requests`` as one batch released now, with these per-layer times (on a
+        loading and on a serving instance) and hand-off time; its index in the relay."""
+        tokens = sum(r.prompt_tokens for r in requests)
+        rank = min(r.id for r in requests)
+        batch = self.relay.add_batch(
+            now_s, new_layer_s, old_layer_s, handoff_s, tokens=tokens, rank=rank
+        )
+        self.batches.append(list(requests))
+        self.wake(now_s)
+        return batch
 
     def _times(self, tokens: int, requests: int) -> tuple[float, float]:
         key = (tokens, requests)
         cost = self._cost.get(key)
         if cost is None:
-            whole = self.layers * self.compute.prefill_layer_s(tokens, requests=requests)
-            whole += self.compute.head_s(requests)
+            whole = self.prefill_s(tokens, requests)
             cost = (whole / self.layers, self.handoff[0] + tokens * self.handoff[1])
             self._cost[key] = cost
         return cost
 
     # --- instances ----------------------------------------------------------------------------
 
-    def join_old(self, inst: SimInstance) -> None:
-        """A serving prefill instance takes work from the relay."""
-        inst.old_worker = self.relay.add_old()
+    def join_old(self, inst: SimInstance, free_at_s: float | None = None) -> None:
+        """A serving prefill instance takes work from the relay (from ``free_at_s``, default
+        now)."""
+        inst.old_worker = self.relay.add_old(free_at_s)
         self.old_inst.append(inst)
-        self.wake(self.relay.now_s)
+        self.wake(max(self.relay.now_s, free_at_s or 0.0))
 
     def join_new(self, inst: SimInstance, unit_ready_s: Sequence[float]) -> None:
         """A live loading instance runs layers as they land (``unit_ready_s``: absolute times)."""
         usable = usable_from_units(unit_ready_s)
-        room = inst.kv_capacity / self.kv_bytes_per_token if self.kv_bytes_per_token else 0.0
+        room = inst.kv_capacity / self.kv_bytes_per_token if self.kv_bytes_per_token else math.inf
         inst.new_worker = self.relay.add_new(usable, kv_capacity_tokens=room)
         self.new_inst.append(inst)
         self.loading[inst.new_worker] = inst
@@ -193,8 +212,11 @@ class PrefillTier:
         return done
 
     def _end_of_loading(self) -> bool:
-        """Fully loaded new instances admit nothing more; empty ones join the old instances."""
+        """Fully loaded new instances admit nothing more; empty ones join the old instances
+        (unless ``end_of_loading`` is off: then they stay new instances, as offline)."""
         relay, joined = self.relay, False
+        if not self.end_of_loading:
+            return False
         for worker, inst in list(self.loading.items()):
             if not relay.fully_loaded(worker):
                 continue

@@ -78,6 +78,10 @@ class SimReport:
     wall_s: float
     slo_ttft_s: float
     slo_tbt_s: float
+    rate_scale: float = 1.0
+    """The trace's rate was multiplied by this (its times divided by it)."""
+    trace_start_s: float = 0.0
+    """Where the replayed window starts on the trace's own axis."""
     live_policy: str = "zigzag"
     link_efficiency: Mapping[str, float] = field(default_factory=dict)
     """Per link medium, the fraction of line rate the run used."""
@@ -93,6 +97,10 @@ class SimReport:
     @property
     def finished(self) -> list[RequestRecord]:
         return [r for r in self.requests if not r.dropped]
+
+    def trace_time_s(self, sim_s: float) -> float:
+        """A time of this run on the trace's own axis (the axis of failures and ``window_s``)."""
+        return self.trace_start_s + sim_s * self.rate_scale
 
     def gpu_time_s(self) -> float:
         """Integral of allocated GPUs over the run."""
