@@ -111,6 +111,7 @@ class Simulator:
             finished=self._finished,
         )
         self.prefill.note = self.router.note
+        self.prefill.note_instance = self.router.note_instance
         self.faults = FaultHandler(self)
         self.loads: list[WeightLoad] = []
         self.scale_events: list[ScaleEvent] = []
@@ -236,6 +237,7 @@ class Simulator:
         if inst.state != "loading" or inst.ready_s != event.ready_s:
             return  # released, or its load was replanned since
         inst.state, inst.idle_since_s = "serving", self.now_s
+        self.router.note_instance(self.now_s, inst, "loaded")
         if inst.role == "decode":
             self.router.admit_backlog(self.now_s)
         elif inst.new_worker == NO_WORKER:
@@ -274,7 +276,11 @@ class Simulator:
             named[launch.name] = inst
             self.queue.push(launch.ready_s, LoadDone(inst, launch.ready_s))
             if launch.live:
+                first = max(launch.unit_ready_s[:2])
+                self.router.note_instance(self.now_s, inst, "launch-live", f"layer 1 at {first!r}")
                 self.prefill.join_new(inst, launch.unit_ready_s)
+            else:
+                self.router.note_instance(self.now_s, inst, "launch")
         if action.launches:
             end = max(launch.ready_s for launch in action.launches)
             self.flows.set_weights(len(self.loads), self.now_s, end, action.weight_flows)
@@ -327,6 +333,7 @@ class Simulator:
 
     def release(self, inst: SimInstance) -> None:
         self.instances.release(inst, self.now_s)
+        self.router.note_instance(self.now_s, inst, "released")
         if not self.instances.on_host(inst.host):
             self.system.host_emptied(self, inst.host)
 
@@ -334,6 +341,7 @@ class Simulator:
         """A prefill instance becomes a decode instance in place (no transfer)."""
         self.prefill.leave(inst)
         inst.role, inst.kv_used = "decode", 0.0
+        self.router.note_instance(self.now_s, inst, "mutated")
         if inst.state == "serving":
             self.router.admit_backlog(self.now_s)
 

@@ -171,6 +171,7 @@ class FaultHandler:
 
     def _lose(self, inst: SimInstance, reason: str) -> None:
         sim, now = self.sim, self.sim.now_s
+        sim.router.note_instance(now, inst, "lost")
         sim.router.requeued(sim.prefill.fail(inst), now, reason)
         for request in list(inst.running):
             sim.router.restart(request, now, reason)

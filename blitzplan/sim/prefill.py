@@ -78,6 +78,7 @@ class PrefillTier:
         self.tail = -1
         self.queued_tokens = 0
         self.note: Callable[[float, SimRequest, str, str], None] | None = None
+        self.note_instance: Callable[[float, SimInstance, str], None] | None = None
         self._cost: dict[tuple[int, int], tuple[float, float]] = {}
 
     # --- requests in --------------------------------------------------------------------------
@@ -220,14 +221,21 @@ class PrefillTier:
         for worker, inst in list(self.loading.items()):
             if not relay.fully_loaded(worker):
                 continue
-            relay.close_admission(worker)
+            if relay.admitting[worker]:
+                relay.close_admission(worker)
+                self._note_instance(inst, "refractory")
             if not relay.held[worker] and relay.running[worker] is None:
                 relay.retire_new(worker)
                 del self.loading[worker]
                 inst.new_worker = NO_WORKER
                 self.join_old(inst)
+                self._note_instance(inst, "joined-old")
                 joined = True
         return joined
+
+    def _note_instance(self, inst: SimInstance, what: str) -> None:
+        if self.note_instance is not None:
+            self.note_instance(self.relay.now_s, inst, what)
 
     def _started(self, op: Started) -> None:
         if op.first_layer == 1:  # it leaves the queue

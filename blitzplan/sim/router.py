@@ -23,7 +23,8 @@ __all__ = ["Router"]
 
 
 class Router:
-    """Moves requests between the tiers; ``log`` (when a list) records what happened."""
+    """Moves requests between the tiers; ``log`` (when a list) records what happened to every
+    request, and to every instance under request id -1."""
 
     def __init__(
         self,
@@ -44,6 +45,12 @@ class Router:
     def note(self, now_s: float, request: SimRequest, what: str, detail: str = "") -> None:
         if self.log is not None:
             self.log.append((now_s, request.id, what, detail))
+
+    def note_instance(self, now_s: float, inst: SimInstance, what: str, extra: str = "") -> None:
+        """An instance's step, logged under request id -1 with the instance id and host."""
+        if self.log is not None:
+            detail = f"{inst.id} {inst.role} on {inst.host}" + (f" {extra}" if extra else "")
+            self.log.append((now_s, -1, what, detail))
 
     def arrive(self, request: SimRequest, now_s: float) -> None:
         self.note(now_s, request, "arrive")
