@@ -147,6 +147,7 @@ class FaultHandler:
             self._no_host_left()
             return
         sim.degrade(after)
+        sim.flows.drop_weights(load.id for load in hit)  # replanned below
         self._in_flight(host, set(before.nodes_of_host(host)))
         for load in hit:
             self._replan(load, states[load.id], host)

@@ -93,8 +93,13 @@ class Flows:
             return
         for load in [k for k, (_, end, _) in self.weights.items() if end <= now_s]:
             del self.weights[load]
-        background = [
-            f for start, _, flows in self.weights.values() if start <= now_s for f in flows
+        capacity = self.topology.capacity
+        background = [  # weight flows of loads still running, on links that still exist
+            f
+            for start, _, flows in self.weights.values()
+            if start <= now_s
+            for f in flows
+            if all(edge in capacity for edge in f.edges)
         ]
         ids = list(self.transfers)
         rates = self.topology.fair_share([self.transfers[i].flow for i in ids] + background)
