@@ -15,7 +15,8 @@ from collections import defaultdict
 import pytest
 
 from blitzplan.live.policies import ZigZag
-from blitzplan.live.state import Pin, RelayState, RunLayers, RunRest
+from blitzplan.live.relay import RelayState
+from blitzplan.live.state import Pin, RunLayers, RunRest
 from blitzplan.sim import SimReport, simulate, synthetic_trace
 from blitzplan.sim.events import EventQueue, RelayStep
 from blitzplan.sim.instances import SimInstance, SimRequest

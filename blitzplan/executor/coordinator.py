@@ -1,13 +1,13 @@
 """The coordinator of a live run: the measured driver of the relay state machine.
 
-It holds a :class:`~blitzplan.live.state.RelayState` built from the predicted
+It holds a :class:`~blitzplan.live.relay.RelayState` built from the predicted
 :class:`~blitzplan.live.instance.LiveScalingInstance` and, like the offline loop and the
 simulator, lets it ask the policy what each idle instance runs next
-(:meth:`~blitzplan.live.state.RelayState.decide`); it sends each started operation to its
+(:meth:`~blitzplan.live.relay.RelayState.decide`); it sends each started operation to its
 instance's process and feeds the state what the processes measure: which layers have arrived on
-the new instance (:meth:`~blitzplan.live.state.RelayState.set_loaded`) and when operations end
-(:meth:`~blitzplan.live.state.RelayState.end_layers`,
-:meth:`~blitzplan.live.state.RelayState.end_block`). At dispatch the state books predicted times
+the new instance (:meth:`~blitzplan.live.relay.RelayState.set_loaded`) and when operations end
+(:meth:`~blitzplan.live.relay.RelayState.end_layers`,
+:meth:`~blitzplan.live.relay.RelayState.end_block`). At dispatch the state books predicted times
 and the measured ones overwrite them when the operation ends. Every event heard is applied before
 the next decision, so events that arrive together are decided on together.
 """
@@ -24,8 +24,9 @@ from blitzplan.executor.faults import Event
 from blitzplan.executor.processes import WATCHDOG_FACTOR
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.policies import Policy
+from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import NewOp, OldOp
-from blitzplan.live.state import DONE, RelayState, Started
+from blitzplan.live.state import DONE, Started
 
 __all__ = ["IDLE_WAKE_S", "Coordinator", "Processes"]
 

@@ -1,7 +1,7 @@
 """The offline driver of the relay state machine: an online policy over a known queue.
 
 Events are releases, layer arrivals and the ends of operations, all at booked times. At each event
-time the :class:`~blitzplan.live.state.RelayState` applies what is due and asks the policy for
+time the :class:`~blitzplan.live.relay.RelayState` applies what is due and asks the policy for
 every idle old and then every idle new instance (in index order, so runs are deterministic).
 Several new and several old instances may share the queue (a
 :class:`~blitzplan.live.instance.Fleet`).
@@ -15,6 +15,7 @@ import time
 from blitzplan.errors import BlitzplanError, InvalidInputError
 from blitzplan.live.instance import Fleet, LiveScalingInstance
 from blitzplan.live.policies import Policy
+from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     Schedule,
     batch_lower_bounds,
@@ -22,7 +23,6 @@ from blitzplan.live.schedule import (
     evaluate_objective,
     relative_gap,
 )
-from blitzplan.live.state import RelayState
 from blitzplan.solvers.backends import SolveStatus
 
 __all__ = ["OLD_ORDERS", "drive", "simulate"]

@@ -228,6 +228,7 @@ def _report(
         slo_tbt_s=tbt_slo,
         live_policy=policy.name,
         link_efficiency=topo.link_efficiency,
+        loading_gpu_s=sim.instances.loading_gpu_s,
         replans=faults.replans,
         lost_loads=tuple(faults.lost_loads),
         fault_notes=tuple(faults.notes),

@@ -62,6 +62,8 @@ class ScaleEvent:
     decode: int
     first_capacity_s: float
     full_capacity_s: float
+    ssd_loads: int = 0
+    launched: int = 0
 
 
 class Simulator:
@@ -236,7 +238,8 @@ class Simulator:
         inst = event.instance
         if inst.state != "loading" or inst.ready_s != event.ready_s:
             return  # released, or its load was replanned since
-        inst.state, inst.idle_since_s = "serving", self.now_s
+        self.instances.loaded(inst, self.now_s)
+        inst.idle_since_s = self.now_s
         self.router.note_instance(self.now_s, inst, "loaded")
         if inst.role == "decode":
             self.router.admit_backlog(self.now_s)
@@ -307,6 +310,8 @@ class Simulator:
                 decision.decode,
                 first,
                 full,
+                action.ssd_loads,
+                len(action.launches),
             )
         )
 

@@ -79,6 +79,8 @@ class Instances:
         self.by_id: dict[str, SimInstance] = {}
         self._alive: dict[str, SimInstance] = {}
         self.gpu_timeline: list[tuple[float, int]] = [(0.0, 0)]
+        self.loading_gpu_s = 0.0
+        """GPU-seconds of instances loading (from launch to loaded or released)."""
         self._next = 0
 
     def __iter__(self) -> Iterator[SimInstance]:
@@ -101,7 +103,14 @@ class Instances:
         self._gpus_changed(now_s)
         return inst
 
+    def loaded(self, inst: SimInstance, now_s: float) -> None:
+        """``inst`` has all its weights: it serves."""
+        self.loading_gpu_s += len(inst.gpus) * (now_s - inst.created_s)
+        inst.state = "serving"
+
     def release(self, inst: SimInstance, now_s: float) -> None:
+        if inst.state == "loading":
+            self.loading_gpu_s += len(inst.gpus) * (now_s - inst.created_s)
         inst.state = "released"
         inst.released_s = now_s
         del self._alive[inst.id]

@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blitzplan.live.policies import Policy
-from blitzplan.live.state import UNRELEASED, WAITING, RelayState, Started, usable_from_units
+from blitzplan.live.relay import RelayState
+from blitzplan.live.state import UNRELEASED, WAITING, Started, usable_from_units
 from blitzplan.sim.instances import NO_WORKER, SimInstance, SimRequest
 
 __all__ = ["PrefillTier", "Prefilled"]

@@ -85,6 +85,8 @@ class SimReport:
     live_policy: str = "zigzag"
     link_efficiency: Mapping[str, float] = field(default_factory=dict)
     """Per link medium, the fraction of line rate the run used."""
+    loading_gpu_s: float = 0.0
+    """GPU-seconds of instances loading weights (part of the GPU time)."""
     replans: int = 0
     """Loads replanned after a failure."""
     lost_loads: tuple[str, ...] = ()
@@ -144,6 +146,9 @@ class SimReport:
             "slo_violation_rate": (absolute + dropped) / total,
             "slo_violation_rate_paper": (paper + dropped) / total,
             "gpu_time_s": self.gpu_time_s(),
+            "loading_gpu_s": self.loading_gpu_s,
+            "instances_launched": sum(e.launched for e in events),
+            "ssd_loads": sum(e.ssd_loads for e in events),
             "scale_events": len(events),
             "detection_delay_mean_s": _mean([e.decided_s - e.detected_s for e in events]),
             "first_capacity_mean_s": _mean([e.first_capacity_s - e.decided_s for e in events]),

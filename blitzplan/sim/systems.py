@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from blitzplan.cluster import ClusterState
@@ -63,6 +63,8 @@ class ScaleAction:
     mutations: tuple[str, ...] = ()
     weight_flows: tuple[Flow, ...] = ()
     plan: ScalePlan | None = None
+    ssd_loads: int = 0
+    """Launches that load from SSD (a ServerlessLLM host-cache miss)."""
 
 
 class ClusterView(Protocol):
@@ -168,13 +170,7 @@ class DataPlane:
             blitz = self.plane.startswith("blitzscale")
             action = (self._blitz if blitz else self._local)(view, add_p, add_d)
             self._touch(view, action.launches)
-        return ScaleAction(
-            action.launches,
-            tuple(releases),
-            action.mutations,
-            action.weight_flows,
-            action.plan,
-        )
+        return replace(action, releases=tuple(releases))
 
     def _local(self, view: ClusterView, add_p: int, add_d: int) -> ScaleAction:
         """AllCache / ServerlessLLM: host DRAM (a cache hit) or SSD, on the target's host."""
@@ -202,7 +198,7 @@ class DataPlane:
             Launch(role, tuple(gpus), ready[tuple(gpus)])
             for role, gpus in zip(roles, slots, strict=False)
         )
-        return ScaleAction(launches=launches)
+        return ScaleAction(launches=launches, ssd_loads=len(misses))
 
     def _cached(self, view: ClusterView, host: str) -> bool:
         return self._cache_until.get(host, -1.0) >= view.now_s
