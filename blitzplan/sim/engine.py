@@ -11,7 +11,6 @@ the same input are identical.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ from blitzplan.cluster import ClusterState, QueuedRequest, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.live.policies import Policy
 from blitzplan.models import ModelSpec
-from blitzplan.sim.autoscaler import Autoscaler, Load, ScaleDecision
+from blitzplan.sim.autoscaler import Autoscaler, ScaleDecision
 from blitzplan.sim.decode import DecodeTier
 from blitzplan.sim.events import (
     Arrival,
@@ -37,10 +36,10 @@ from blitzplan.sim.faults import FaultHandler
 from blitzplan.sim.flows import Flows
 from blitzplan.sim.instances import NO_WORKER, Instances, SimInstance, SimRequest
 from blitzplan.sim.loads import WeightLoad, load_hosts
-from blitzplan.sim.metrics import WINDOW_S, LoadMeter
+from blitzplan.sim.metrics import LoadMeter, autoscaler_load, watch_prefill_bound
 from blitzplan.sim.prefill import PrefillTier
 from blitzplan.sim.router import Router
-from blitzplan.sim.systems import ScaleAction, System
+from blitzplan.sim.systems import Launch, ScaleAction, System
 from blitzplan.sim.traces import Trace
 from blitzplan.topologies import Topology
 
@@ -216,7 +215,7 @@ class Simulator:
         request = event.request
         self.meter.prompt(self.now_s, request.prompt_tokens)
         self.router.arrive(request, self.now_s)
-        self._watch_prefill_bound()
+        watch_prefill_bound(self)
 
     def _relay_step(self, _: RelayStep) -> None:
         self._wakes.discard(self.now_s)
@@ -249,7 +248,7 @@ class Simulator:
     def _tick(self, _: Tick) -> None:
         if self.autoscaler is None:
             return
-        decision = self.autoscaler.decide(self.load())
+        decision = self.autoscaler.decide(autoscaler_load(self))
         if decision.prefill > 0 or decision.decode > 0:
             self.meter.hot(self.now_s)
         else:
@@ -269,32 +268,37 @@ class Simulator:
             inst = self.instances.by_id.get(inst_id)
             if inst is not None and inst.alive and inst.role == "prefill":
                 self._mutate(inst)
-        named: dict[str, SimInstance] = {}
-        for launch in action.launches:
-            host = self._topology_now.host_of(launch.gpus[0])
-            inst = self.instances.add(
-                launch.role, launch.gpus, host, now_s=self.now_s, ready_s=launch.ready_s
+        named = {launch.name: self._launch(launch) for launch in action.launches}
+        if action.plan is not None and action.launches:
+            load = WeightLoad(
+                len(self.loads),
+                self.now_s,
+                action.plan,
+                named,
+                {launch.name: launch.unit_ready_s for launch in action.launches},
+                load_hosts(self._topology_now, action.plan),
             )
-            inst.live = launch.live
-            named[launch.name] = inst
-            self.queue.push(launch.ready_s, LoadDone(inst, launch.ready_s))
-            if launch.live:
-                first = max(launch.unit_ready_s[:2])
-                self.router.note_instance(self.now_s, inst, "launch-live", f"layer 1 at {first!r}")
-                self.prefill.join_new(inst, launch.unit_ready_s)
-            else:
-                self.router.note_instance(self.now_s, inst, "launch")
-        if action.launches:
+            self.loads.append(load)
             end = max(launch.ready_s for launch in action.launches)
-            self.flows.set_weights(len(self.loads), self.now_s, end, action.weight_flows)
-        if action.plan is not None:
-            units = {launch.name: launch.unit_ready_s for launch in action.launches}
-            hosts = load_hosts(self._topology_now, action.plan)
-            self.loads.append(
-                WeightLoad(len(self.loads), self.now_s, action.plan, named, units, hosts)
-            )
+            self.flows.set_weights(load.id, self.now_s, end, action.weight_flows)
         if decision is not None and action.launches:
             self._record(decision, action)
+
+    def _launch(self, launch: Launch) -> SimInstance:
+        """A new instance, loading until its last unit lands (live ones join the relay now)."""
+        host = self._topology_now.host_of(launch.gpus[0])
+        inst = self.instances.add(
+            launch.role, launch.gpus, host, now_s=self.now_s, ready_s=launch.ready_s
+        )
+        inst.live = launch.live
+        self.queue.push(launch.ready_s, LoadDone(inst, launch.ready_s))
+        if launch.live:
+            first = max(launch.unit_ready_s[:2])
+            self.router.note_instance(self.now_s, inst, "launch-live", f"layer 1 at {first!r}")
+            self.prefill.join_new(inst, launch.unit_ready_s)
+        else:
+            self.router.note_instance(self.now_s, inst, "launch")
+        return inst
 
     def _record(self, decision: ScaleDecision, action: ScaleAction) -> None:
         prefill = [la for la in action.launches if la.role == "prefill"] or list(action.launches)
@@ -394,41 +398,3 @@ class Simulator:
                 QueuedRequest(request.arrival_s - self.now_s, request.prompt_tokens)
             )
         return queues
-
-    def load(self) -> Load:
-        decode = self.instances.active("decode")
-        demand = (self.meter.prompt_tokens(self.now_s) + self.prefill.queued_tokens) / WINDOW_S
-        backlog = sum(self.decode.need_bytes(r) for r in self.decode.backlog)
-        return Load(
-            now_s=self.now_s,
-            prefill_instances=self.count("prefill"),
-            decode_instances=len(decode),
-            prefill_demand_tokens_per_s=demand,
-            prefill_capacity_tokens_per_s=self.prefill_capacity(),
-            kv_used_bytes=sum(i.kv_used for i in decode) + backlog,
-            kv_capacity_bytes=self.instances.kv_capacity_bytes,
-            kv_arrival_bytes_per_s=self.meter.kv_bytes(self.now_s) / WINDOW_S,
-            kv_ingress_bytes_per_s=self._nic_ingress(),
-        )
-
-    def prefill_capacity(self) -> float:
-        """Prompt tokens per second one prefill instance processes at a full token budget."""
-        budget = self.token_budget
-        per_layer, _ = self.prefill._times(budget, max(1, budget // 1024))
-        return budget / (self.model.num_layers * per_layer)
-
-    def _nic_ingress(self) -> float:
-        topo = self._topology_now
-        nic = topo.nic_of(topo.gpus()[0])
-        leaf = topo.leaf_of_nic(nic)
-        return (topo.bytes_per_s((leaf, nic)) if leaf else math.inf) * self.tp
-
-    def _watch_prefill_bound(self) -> None:
-        """Note when prefill demand first passes the autoscaler's high mark."""
-        high = getattr(self.autoscaler, "high", None)
-        if high is None or self.meter.hot_since_s is not None:
-            return
-        demand = self.meter.prompt_tokens(self.now_s) + self.prefill.queued_tokens
-        capacity = self.count("prefill") * self.prefill_capacity()
-        if capacity <= 0 or demand / WINDOW_S > high * capacity:
-            self.meter.hot(self.now_s)

@@ -128,6 +128,10 @@ class PrefillTier:
         self.wake(now_s)
         return batch
 
+    def batch_s(self, tokens: int, requests: int) -> float:
+        """Seconds a serving instance takes to prefill a batch (every layer and the head)."""
+        return self._times(tokens, requests)[0] * self.layers
+
     def _times(self, tokens: int, requests: int) -> tuple[float, float]:
         key = (tokens, requests)
         cost = self._cost.get(key)
@@ -164,9 +168,11 @@ class PrefillTier:
             self.wake(max(at_s, self.relay.now_s))
 
     def leave(self, inst: SimInstance) -> None:
-        """``inst`` takes no more work (drained or mutated); a block it runs still ends."""
+        """``inst`` takes no more work (drained or mutated); what it runs or holds still ends."""
         if inst.old_worker != NO_WORKER:
             self.relay.retire_old(inst.old_worker)
+        if inst.new_worker != NO_WORKER:
+            self.relay.close_admission(inst.new_worker)
 
     def busy(self, inst: SimInstance) -> bool:
         relay = self.relay
@@ -229,9 +235,10 @@ class PrefillTier:
                 relay.retire_new(worker)
                 del self.loading[worker]
                 inst.new_worker = NO_WORKER
-                self.join_old(inst)
-                self._note_instance(inst, "joined-old")
-                joined = True
+                if inst.role == "prefill" and not inst.draining:  # not mutated or drained
+                    self.join_old(inst)
+                    self._note_instance(inst, "joined-old")
+                    joined = True
         return joined
 
     def _note_instance(self, inst: SimInstance, what: str) -> None:
