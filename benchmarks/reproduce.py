@@ -87,7 +87,11 @@ PAIRINGS = [
         "llama-3-8b",
         1,
         lambda: azure("code"),
-        {"ttft_vs_sllm": "~47% lower", "tbt_vs_sllm": "94.1% lower", "tbt_vs_allcache": "88.3% lower"},
+        {
+            "ttft_vs_sllm": "~47% lower",
+            "tbt_vs_sllm": "94.1% lower",
+            "tbt_vs_allcache": "88.3% lower",
+        },
     ),
     Pairing(
         "AzureConv x mistral-small-24b (TP2) on paper-a800-32",
