@@ -261,3 +261,23 @@ def test_sweep_on_ray_in_local_mode() -> None:
         window_s=(0, 20),
     )
     assert sweep(cells, backend="ray")[0]["system"] == "allcache"
+
+
+def test_links_run_at_their_achieved_rates_unless_line_rate_is_asked() -> None:
+    """The simulator derates every link by its medium's measured efficiency (AllCache's PCIe
+    loads take 1 / 0.8 as long); ``link_efficiency=1.0`` is line rate."""
+    runs = {
+        label: simulate(
+            "paper-a800-32", "mistral-small-24b", SMALL, system="allcache", tp=2, **options
+        )
+        for label, options in (("achieved", {}), ("line", {"link_efficiency": 1.0}))
+    }
+    assert runs["achieved"].link_efficiency["pcie"] == 0.8
+    assert set(runs["line"].link_efficiency.values()) == {1.0}
+    loads = {
+        label: [e.full_capacity_s - e.decided_s for e in report.scale_events]
+        for label, report in runs.items()
+    }
+    assert loads["achieved"][0] == pytest.approx(loads["line"][0] / 0.8, rel=0.02)
+    with pytest.raises(InvalidInputError, match="link_efficiency"):
+        simulate("paper-a800-32", "mistral-small-24b", SMALL, tp=2, link_efficiency=0.0)

@@ -1,31 +1,50 @@
-"""The coordinator of a live run: the relay state, the policy, and the two processes it drives.
+"""The coordinator of a live run: the measured driver of the relay state machine.
 
-It holds a :class:`~blitzplan.live.state.RelayState` built from the predicted
-:class:`~blitzplan.live.instance.LiveScalingInstance` and asks the policy what each idle instance
-runs next, as :func:`blitzplan.live.loop.simulate` does (old instance first, then new); it sends
-the decision to the instance's process and updates the state from what the processes measure:
-which layers have arrived on the new instance (``loaded``), when operations end
-(``last_end_s``, ``free_at_s``), hand-offs. At dispatch it books predicted times, as the
-simulator would, and overwrites them with the measured ones when the operation ends.
+It holds a :class:`~blitzplan.live.relay.RelayState` built from the predicted
+:class:`~blitzplan.live.instance.LiveScalingInstance` and, like the offline loop and the
+simulator, lets it ask the policy what each idle instance runs next
+(:meth:`~blitzplan.live.relay.RelayState.decide`); it sends each started operation to its
+instance's process and feeds the state what the processes measure: which layers have arrived on
+the new instance (:meth:`~blitzplan.live.relay.RelayState.set_loaded`) and when operations end
+(:meth:`~blitzplan.live.relay.RelayState.end_layers`,
+:meth:`~blitzplan.live.relay.RelayState.end_block`). At dispatch the state books predicted times
+and the measured ones overwrite them when the operation ends. Every event heard is applied before
+the next decision, so events that arrive together are decided on together.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 from blitzplan.errors import BlitzplanError
 from blitzplan.executor.faults import Event
-from blitzplan.executor.processes import WATCHDOG_FACTOR, Workers
+from blitzplan.executor.processes import WATCHDOG_FACTOR
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.policies import Policy
+from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import NewOp, OldOp
-from blitzplan.live.state import DONE, HANDED_OFF, HELD, ON_NEW, ON_OLD, WAITING, Pin, RelayState
+from blitzplan.live.state import DONE, Started
 
-__all__ = ["IDLE_WAKE_S", "Coordinator"]
+__all__ = ["IDLE_WAKE_S", "Coordinator", "Processes"]
 
 IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
+
+
+class Processes(Protocol):
+    """What the coordinator needs of a :class:`~blitzplan.executor.processes.Workers` pool."""
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    def tell(self, rank: int, message: object) -> None: ...
+
+    def next_event(self, timeout_s: float) -> Event | None: ...
+
+    def fail_stalled(self, ranks: list[int]) -> None: ...
 
 
 class Coordinator:
@@ -35,121 +54,85 @@ class Coordinator:
         self,
         policy: Policy,
         instance: LiveScalingInstance,
-        workers: Workers,
+        workers: Processes,
         ranks: tuple[int, int],
         old_order: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy, self.workers = policy, workers
+        self.policy, self.workers, self.clock = policy, workers, clock
         self.new_rank, self.old_rank = ranks
-        self.st = RelayState(instance, instance.fleet(), old_order)
-        n, units = instance.num_batches, instance.num_layers + 2
-        self.arrival_s: list[float | None] = [None] * units
-        self.new_job: tuple[int, bool] | None = None
-        self.old_job = -1
-        self.split, self.completion = [0] * n, [math.nan] * n
+        self.relay = RelayState.from_instance(instance, old_order=old_order, record_ops=False)
+        self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
         self.logits: dict[int, tuple[float, ...]] = {}
         self.new_ops: list[NewOp] = []
         self.old_ops: list[OldOp] = []
-        self.releases = self.st.release_order()
-        self.next_release = self.finished = 0
         self.t0 = 0.0
 
+    @property
+    def split(self) -> list[int]:
+        return self.relay.split
+
+    @property
+    def completion(self) -> list[float]:
+        """Measured completion per batch (nan until it finished)."""
+        return [
+            c if p == DONE else math.nan
+            for c, p in zip(self.relay.completion_s, self.relay.phase, strict=True)
+        ]
+
     def now(self) -> float:
-        return time.monotonic() - self.t0
+        return self.clock() - self.t0
 
     def run(self, t0: float) -> None:
+        """Until every batch is done: apply everything heard, then advance and decide, then
+        wait for the next event or the next thing due."""
         self.t0 = t0
-        heard = time.monotonic()
-        while self.finished < len(self.split):
+        heard = self.clock()
+        while True:
+            event = self.workers.next_event(0.0)
+            while event is not None:
+                heard = self.clock()
+                self.on_event(event)
+                event = self.workers.next_event(0.0)
+            if self.relay.finished == self.relay.num_batches:
+                return
             self.advance(self.now())
-            self.decide()
+            for op in self.relay.decide(self.policy):
+                self.dispatch(op)
             event = self.workers.next_event(self._wait_s())
             if event is not None:
-                heard = time.monotonic()
+                heard = self.clock()
                 self.on_event(event)
-            elif time.monotonic() - heard > WATCHDOG_FACTOR * self.workers.timeout_s:
+            elif self.clock() - heard > WATCHDOG_FACTOR * self.workers.timeout_s:
                 self.workers.fail_stalled([self.new_rank, self.old_rank])
 
     def _wait_s(self) -> float:
-        if self.next_release < len(self.releases):
-            due = self.st.release_s[self.releases[self.next_release]] - self.now()
-            return max(0.0, min(due, IDLE_WAKE_S))
-        return IDLE_WAKE_S
+        due = self.relay.next_due_s()
+        if due is None:
+            return IDLE_WAKE_S
+        return max(0.0, min(due - self.now(), IDLE_WAKE_S))
 
     def advance(self, now_s: float) -> None:
-        """Releases up to ``now_s``; ``loaded`` from the measured arrivals."""
-        st = self.st
-        st.now_s = now_s
-        self.next_release = st.release_due(self.releases, self.next_release, now_s)
-        here = self.arrival_s
-        loaded = 0
-        while loaded < st.num_layers and here[loaded] is not None and here[loaded + 1] is not None:
-            if loaded + 1 == st.num_layers and here[-1] is None:
+        """Releases up to ``now_s``; the layers usable on the new instance, as measured (a layer
+        needs every unit before it, the last layer also the head)."""
+        relay = self.relay
+        relay.release_due(now_s)
+        here, loaded = self.arrival_s, 0
+        while loaded < relay.num_layers and None not in (here[loaded], here[loaded + 1]):
+            if loaded + 1 == relay.num_layers and here[-1] is None:
                 break
             loaded += 1
-        st.loaded[0] = loaded
+        relay.set_loaded(0, loaded)
 
-    def decide(self) -> None:
-        """Ask the policy, old instance first (as the simulator's loop does)."""
-        st = self.st
-        while self.old_job < 0:
-            action = self.policy.decide_old(st, 0)
-            if isinstance(action, Pin):
-                if st.pinned[action.batch] or st.phase[action.batch] != HELD:
-                    raise BlitzplanError(f"{self.policy.name}: cannot pin {action.batch}")
-                st.pinned[action.batch] = True
-                continue
-            if action is not None:
-                self.dispatch_old(action.batch)
-            break
-        if self.new_job is None:
-            choice = self.policy.decide_new(st, 0)
-            if choice is not None:
-                self.dispatch_new(choice.batch, choice.layers, choice.hand_off)
-
-    def dispatch_new(self, batch: int, layers: int, hand_off: bool) -> None:
-        st = self.st
-        if st.phase[batch] == WAITING:
-            st.waiting.remove(batch)
-            st.holder[batch] = 0
-            st.held[0].append(batch)
-            st.held[0].sort(key=st.rank.__getitem__)
-        elif st.phase[batch] != HELD or st.holder[batch] != 0:
-            raise BlitzplanError(f"{self.policy.name}: the new instance cannot run batch {batch}")
-        if not 1 <= layers <= st.num_layers - st.done[batch]:
-            raise BlitzplanError(f"{self.policy.name}: cannot run {layers} more layers")
-        first, clock = st.done[batch] + 1, st.now_s
-        for layer in range(first, first + layers):
-            usable = clock if layer <= st.loaded[0] else st.usable_s[0][layer - 1]
-            start = max(clock, usable, st.last_end_s[batch])
-            clock = st.last_end_s[batch] = start + st.new_layer_s[batch]
-            st.done[batch] = layer
-        if st.done[batch] == st.num_layers:
-            st.pinned[batch] = True
-        st.phase[batch], st.free_at_s[0] = ON_NEW, clock
-        self.new_job = (batch, hand_off)
-        self.workers.tell(self.new_rank, ("run", batch, first, layers))
-
-    def dispatch_old(self, batch: int) -> None:
-        st = self.st
-        phase, k = st.phase[batch], st.done[batch]
-        if phase == WAITING:
-            st.waiting.remove(batch)
-            start = st.now_s
-        elif phase == HELD:
-            st.held[st.holder[batch]].remove(batch)
-            start = st.now_s + st.handoff_s[batch]
-        elif phase == HANDED_OFF:
-            st.handed.remove(batch)
-            start = max(st.now_s, st.ready_s[batch])
-        else:
-            raise BlitzplanError(f"{self.policy.name}: the old instance cannot take batch {batch}")
-        st.phase[batch] = ON_OLD
-        st.old_free_at_s[0] = start + (st.num_layers - k) * st.old_layer_s[batch]
-        self.split[batch], self.old_job = k, batch
-        if k > 0:
-            self.workers.tell(self.new_rank, ("send", batch, k))
-        self.workers.tell(self.old_rank, ("run", batch, k + 1))
+    def dispatch(self, op: Started) -> None:
+        """Send a started operation to its process."""
+        if op.on_new:
+            self.workers.tell(self.new_rank, ("run", op.batch, op.first_layer, op.layers))
+            return
+        if op.first_layer > 1:
+            self.workers.tell(self.new_rank, ("send", op.batch, op.first_layer - 1))
+        self.workers.tell(self.old_rank, ("run", op.batch, op.first_layer))
 
     def on_event(self, event: Event) -> None:
         if event.kind == "unit" and event.rank == self.new_rank:
@@ -159,39 +142,21 @@ class Coordinator:
             batch, layer, start, end = event.data
             self.new_ops.append(NewOp(batch, layer, start, end, 0))
         elif event.kind == "new_done":
-            self._new_done(*event.data)
+            batch, end, logits = event.data
+            running = self.relay.running[0]
+            if running is None or running[0] != batch:
+                raise BlitzplanError(
+                    f"the new instance finished batch {batch}, which it was not running"
+                )
+            if self.relay.end_layers(0, at_s=end) == DONE:
+                self._logits(batch, logits)
         elif event.kind == "old_done":
             batch, start, end, logits = event.data
-            self.old_ops.append(OldOp(batch, self.split[batch] + 1, start, end, 0))
-            self._finish(batch, end, logits)
-            self.st.old_free_at_s[0], self.old_job = end, -1
+            self.old_ops.append(OldOp(batch, self.relay.split[batch] + 1, start, end, 0))
+            self.relay.end_block(0, at_s=end)
+            self._logits(batch, logits)
 
-    def _new_done(self, batch: int, end: float, logits: tuple[float, ...] | None) -> None:
-        st = self.st
-        if self.new_job is None or self.new_job[0] != batch:
-            raise BlitzplanError(
-                f"the new instance finished batch {batch}, which it was not running"
-            )
-        hand_off = self.new_job[1]
-        self.new_job = None
-        st.last_end_s[batch] = st.free_at_s[0] = end
-        if st.done[batch] == st.num_layers:
-            st.held[0].remove(batch)
-            self.split[batch] = st.num_layers
-            self._finish(batch, end, logits)
-        elif hand_off:
-            st.phase[batch] = HANDED_OFF
-            st.held[0].remove(batch)
-            st.ready_s[batch] = end + st.handoff_s[batch]
-            st.handed.append(batch)
-            st.handed.sort(key=st.rank.__getitem__)
-        else:
-            st.phase[batch] = HELD
-
-    def _finish(self, batch: int, end: float, logits: tuple[float, ...] | None) -> None:
+    def _logits(self, batch: int, logits: tuple[float, ...] | None) -> None:
         if logits is None:
             raise BlitzplanError(f"batch {batch} finished without logits")
-        self.st.phase[batch] = DONE
-        self.completion[batch] = end
         self.logits[batch] = logits
-        self.finished += 1

@@ -17,6 +17,7 @@ from blitzplan.live.instance import (
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
 from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound
+from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     OBJECTIVES,
     NewOp,
@@ -27,7 +28,7 @@ from blitzplan.live.schedule import (
     timetable,
 )
 from blitzplan.live.solve import METHODS, schedule_live
-from blitzplan.live.state import Pin, RelayState, RunLayers, RunRest
+from blitzplan.live.state import Pin, RelayView, RunLayers, RunRest
 from blitzplan.live.validate import ScheduleReport, validate_schedule
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Policy",
     "RelaxedPlan",
     "RelayState",
+    "RelayView",
     "RunLayers",
     "RunRest",
     "Schedule",

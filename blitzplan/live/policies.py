@@ -12,7 +12,7 @@ from typing import Protocol
 
 from blitzplan._checks import check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
-from blitzplan.live.state import HANDED_OFF, HELD, WAITING, Pin, RelayState, RunLayers, RunRest
+from blitzplan.live.state import HANDED_OFF, HELD, WAITING, Pin, RelayView, RunLayers, RunRest
 
 __all__ = ["POLICIES", "BestEffort", "Policy", "StopTheWorld", "ZigZag"]
 
@@ -25,20 +25,20 @@ class Policy(Protocol):
         """The method name the schedules it produces carry."""
         ...
 
-    def decide_new(self, state: RelayState, worker: int) -> RunLayers | None:
+    def decide_new(self, state: RelayView, worker: int) -> RunLayers | None:
         """What idle new instance ``worker`` runs now; None waits for the next event."""
         ...
 
-    def decide_old(self, state: RelayState, worker: int) -> RunRest | Pin | None:
+    def decide_old(self, state: RelayView, worker: int) -> RunRest | Pin | None:
         """What idle old instance ``worker`` takes now (a Pin, then it is asked again)."""
         ...
 
 
-def _key(state: RelayState, batch: int) -> int:
+def _key(state: RelayView, batch: int) -> int:
     return state.rank[batch]
 
 
-def _oldest_waiting_or_handed(state: RelayState) -> RunRest | None:
+def _oldest_waiting_or_handed(state: RelayView) -> RunRest | None:
     """O takes the oldest batch that is waiting or handed off (FIFO over release order)."""
     if state.old_order == "fifo":
         head = state.fifo_head()
@@ -60,12 +60,13 @@ class StopTheWorld:
 
     name: str = "stop_the_world"
 
-    def decide_new(self, state: RelayState, worker: int) -> RunLayers | None:
+    def decide_new(self, state: RelayView, worker: int) -> RunLayers | None:
         if state.loaded[worker] < state.num_layers or not state.waiting:
             return None
-        return RunLayers(state.waiting[0], state.num_layers)
+        head = state.waiting[0]
+        return RunLayers(head, state.num_layers) if state.can_admit(worker, head) else None
 
-    def decide_old(self, state: RelayState, worker: int) -> RunRest | Pin | None:
+    def decide_old(self, state: RelayView, worker: int) -> RunRest | Pin | None:
         return RunRest(state.waiting[0]) if state.waiting else None
 
 
@@ -73,20 +74,21 @@ class StopTheWorld:
 class BestEffort:
     """The paper's naive policy: N runs every layer it has, then hands the batch off.
 
-    When idle, N takes the oldest waiting batch, runs the layers loaded at that moment back to
-    back and sends the activation to the relay queue (or finishes the batch when it has every
-    layer and the head). O takes the oldest batch that is waiting or handed off.
+    When idle, N takes the oldest waiting batch (if its KV memory has room), runs the layers
+    loaded at that moment back to back and sends the activation to the relay queue (or finishes
+    the batch when it has every layer and the head). O takes the oldest batch that is waiting or
+    handed off.
     """
 
     name: str = "best_effort"
 
-    def decide_new(self, state: RelayState, worker: int) -> RunLayers | None:
+    def decide_new(self, state: RelayView, worker: int) -> RunLayers | None:
         loaded = state.loaded[worker]
-        if loaded == 0 or not state.waiting:
+        if loaded == 0 or not state.waiting or not state.can_admit(worker, state.waiting[0]):
             return None
         return RunLayers(state.waiting[0], loaded, hand_off=loaded < state.num_layers)
 
-    def decide_old(self, state: RelayState, worker: int) -> RunRest | Pin | None:
+    def decide_old(self, state: RelayView, worker: int) -> RunRest | Pin | None:
         return _oldest_waiting_or_handed(state)
 
 
@@ -95,7 +97,8 @@ class ZigZag:
     """The paper's priority-queue policy, with an admission window.
 
     New instance, when idle: among the batches it holds whose next layer is loaded, and the oldest
-    waiting batch if it holds fewer than the window allows, run one layer of the oldest (FCFS).
+    waiting batch if it holds fewer than the window allows and its KV memory has room for it (the
+    paper's admission limit), run one layer of the oldest (FCFS).
     The window starts at ``window_start`` outstanding batches and narrows by one every
     ``narrow_every_s`` seconds after the first layer is usable, down to ``window_min``.
 
@@ -132,7 +135,7 @@ class ZigZag:
         steps = int(max(0.0, elapsed_s) // self.narrow_every_s)
         return max(self.window_min, self.window_start - steps)
 
-    def decide_new(self, state: RelayState, worker: int) -> RunLayers | None:
+    def decide_new(self, state: RelayView, worker: int) -> RunLayers | None:
         loaded, done, phase = state.loaded[worker], state.done, state.phase
         held = state.held[worker]
         best = -1
@@ -142,13 +145,13 @@ class ZigZag:
                 break
         if loaded and state.waiting:
             elapsed = state.now_s - state.usable_s[worker][0]
-            if len(held) < self.window(elapsed):
-                head = state.waiting[0]
-                if best < 0 or state.rank[head] < state.rank[best]:
-                    best = head
+            head = state.waiting[0]
+            room = len(held) < self.window(elapsed) and state.can_admit(worker, head)
+            if room and (best < 0 or state.rank[head] < state.rank[best]):
+                best = head
         return RunLayers(best) if best >= 0 else None
 
-    def decide_old(self, state: RelayState, worker: int) -> RunRest | Pin | None:
+    def decide_old(self, state: RelayView, worker: int) -> RunRest | Pin | None:
         if state.old_order == "fifo":
             return self._decide_old_fifo(state)
         candidates = [b for held in state.held for b in held if state.phase[b] == HELD]
@@ -161,7 +164,7 @@ class ZigZag:
                 return RunRest(batch)
         return None
 
-    def _decide_old_fifo(self, state: RelayState) -> RunRest | Pin | None:
+    def _decide_old_fifo(self, state: RelayView) -> RunRest | Pin | None:
         head = state.fifo_head()
         if head < 0:
             return None
@@ -172,7 +175,7 @@ class ZigZag:
         return RunRest(head) if self.worth_handing_off(state, head) else Pin(head)
 
     @staticmethod
-    def worth_handing_off(state: RelayState, batch: int) -> bool:
+    def worth_handing_off(state: RelayView, batch: int) -> bool:
         """The hand-off rule (see the class docstring)."""
         remaining = state.num_layers - state.done[batch]
         on_old = state.now_s + state.handoff_s[batch] + remaining * state.old_layer_s[batch]

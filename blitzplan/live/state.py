@@ -1,16 +1,19 @@
 """What an online policy sees (the relay state) and what it may decide (actions).
 
-The event loop owns and mutates a :class:`RelayState`; policies only read it and return actions.
-The same policy objects can therefore drive the offline prediction, a cluster simulator or real
-processes: all they need is this state, kept current by whoever runs them.
+:class:`RelayView` is the live-execution state a policy reads: batches, new and old instances,
+the relay queue, and the queries the policies ask. Every change to it is a transition of
+:class:`~blitzplan.live.relay.RelayState` (the state machine); policies only read and return
+actions (:class:`RunLayers`, :class:`RunRest`, :class:`Pin`), so the same policy objects drive
+the offline prediction, the cluster simulator and real processes.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from blitzplan.live.instance import Fleet, LiveScalingInstance
+from blitzplan.live.schedule import NewOp, OldOp
 
 __all__ = [
     "DONE",
@@ -21,9 +24,11 @@ __all__ = [
     "UNRELEASED",
     "WAITING",
     "Pin",
-    "RelayState",
+    "RelayView",
     "RunLayers",
     "RunRest",
+    "Started",
+    "usable_from_units",
 ]
 
 # Phases of a batch (plain ints: policies compare them on every decision).
@@ -65,59 +70,142 @@ class Pin(NamedTuple):
     batch: int
 
 
-class RelayState:
-    """Batches, instances and the relay queue at time ``now_s``.
+class Started(NamedTuple):
+    """An operation :meth:`RelayState.decide` started, with its booked times.
+
+    ``on_new``: layers ``first_layer .. first_layer + layers - 1`` on new instance ``worker``
+    (``hand_off`` as decided); otherwise layers ``first_layer..L`` as one block on old instance
+    ``worker``, with ``pulled`` when the activation leaves the batch's new instance only now.
+    """
+
+    on_new: bool
+    worker: int
+    batch: int
+    first_layer: int
+    layers: int
+    start_s: float
+    end_s: float
+    hand_off: bool = False
+    pulled: bool = False
+
+
+def usable_from_units(unit_ready_s: Sequence[float]) -> tuple[float, ...]:
+    """When each layer may start on a new instance, from when each unit (embedding, layers,
+    head) is complete there: a layer needs every unit before it, the last layer also the head."""
+    units = list(unit_ready_s)
+    for u in range(1, len(units)):
+        units[u] = max(units[u], units[u - 1])
+    return (*units[1:-2], units[-1])
+
+
+class RelayView:
+    """What a policy reads: batches, instances and the relay queue at time ``now_s``.
 
     Per batch: ``phase``, ``done`` (layers run on a new instance), ``holder`` (that new
     instance, or -1), ``last_end_s`` (end of its last layer there), ``ready_s`` (when a handed-off
-    activation arrives), ``pinned``. Per new instance: ``usable_s`` (when each layer may start),
-    ``loaded`` (layers usable now), ``free_at_s``, ``held`` (its batches, oldest first). Per old
-    instance: ``old_free_at_s``. ``waiting``: released batches not started, oldest first;
-    ``handed``: handed-off batches, oldest first.
+    activation arrives), ``pinned``, ``rank`` (its place in release order), ``split`` and
+    ``completion_s`` (booked when its last operation starts, measured when a driver says so),
+    ``tokens`` (for KV admission). Per new instance: ``usable_s`` (when each layer may start),
+    ``loaded`` (layers usable now), ``free_at_s``, ``held`` (its batches, oldest first),
+    ``running`` (``(batch, hand_off)`` or None), ``kv_capacity_tokens``, ``kv_held_tokens``,
+    ``admitting``, ``new_active``. Per old instance: ``old_free_at_s``, ``old_running`` (batch
+    or -1), ``old_active``. ``waiting``: released batches not started, oldest first; ``handed``:
+    handed-off batches, oldest first.
     """
 
-    def __init__(self, instance: LiveScalingInstance, fleet: Fleet, old_order: str) -> None:
-        n = instance.num_batches
-        self.instance, self.fleet, self.old_order = instance, fleet, old_order
-        self.num_layers = instance.num_layers
+    def __init__(
+        self, num_layers: int, *, old_order: str = "free", record_ops: bool = True
+    ) -> None:
+        self.num_layers, self.old_order, self.record_ops = num_layers, old_order, record_ops
         self.now_s = 0.0
-        self.release_s = instance.release_s
-        self.new_layer_s, self.old_layer_s = instance.new_layer_s, instance.old_layer_s
-        self.handoff_s = instance.handoff_s
-        self.rank = [0] * n
-        for position, batch in enumerate(instance.fifo_order):
-            self.rank[batch] = position
-        self.phase = [UNRELEASED] * n
-        self.done = [0] * n
-        self.holder = [-1] * n
-        self.last_end_s = list(instance.release_s)
-        self.ready_s = [0.0] * n
-        self.pinned = [False] * n
-        self.usable_s = [fleet.usable_s(w) for w in range(fleet.num_new)]
-        self.loaded = [0] * fleet.num_new
-        self.free_at_s = [0.0] * fleet.num_new
-        self.held: list[list[int]] = [[] for _ in range(fleet.num_new)]
-        self.old_free_at_s = list(fleet.old_free_at_s)
+        self.release_s: list[float] = []
+        self.new_layer_s: list[float] = []
+        self.old_layer_s: list[float] = []
+        self.handoff_s: list[float] = []
+        self.tokens: list[int] = []
+        self.rank: list[int] = []
+        self.phase: list[int] = []
+        self.done: list[int] = []
+        self.holder: list[int] = []
+        self.last_end_s: list[float] = []
+        self.ready_s: list[float] = []
+        self.pinned: list[bool] = []
+        self.split: list[int] = []
+        self.completion_s: list[float] = []
+        self.usable_s: list[tuple[float, ...]] = []
+        self.loaded: list[int] = []
+        self.free_at_s: list[float] = []
+        self.held: list[list[int]] = []
+        self.running: list[tuple[int, bool] | None] = []
+        self.kv_capacity_tokens: list[float] = []
+        self.kv_held_tokens: list[int] = []
+        self.new_active: list[bool] = []
+        self.admitting: list[bool] = []
+        self.old_free_at_s: list[float] = []
+        self.old_running: list[int] = []
+        self.old_active: list[bool] = []
         self.waiting: deque[int] = deque()
         self.handed: list[int] = []
+        self.fifo_order: list[int] = []
+        self.finished = 0
+        self.new_ops: list[NewOp] = []
+        self.old_ops: list[OldOp] = []
+        self._fifo_pos: list[int] = []
         self._fifo_next = 0
-        self._suffix: dict[tuple[int, int], list[float]] = {}
+        self._releases: list[tuple[float, int, int]] = []
+        self._suffix: dict[tuple[int, float], list[float]] = {}
+
+    # --- what there is ------------------------------------------------------------------------
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.phase)
+
+    def idle_new(self, worker: int) -> bool:
+        return (
+            self.new_active[worker]
+            and self.running[worker] is None
+            and self.free_at_s[worker] <= self.now_s
+        )
+
+    def idle_old(self, worker: int) -> bool:
+        return (
+            self.old_active[worker]
+            and self.old_running[worker] < 0
+            and self.old_free_at_s[worker] <= self.now_s
+        )
+
+    def can_admit(self, worker: int, batch: int) -> bool:
+        """Whether ``worker`` admits batches and its KV memory has room for ``batch`` besides
+        what it holds."""
+        room = self.kv_held_tokens[worker] + self.tokens[batch] <= self.kv_capacity_tokens[worker]
+        return room and self.admitting[worker]
+
+    def fully_loaded(self, worker: int) -> bool:
+        return self.loaded[worker] == self.num_layers
+
+    def next_due_s(self) -> float | None:
+        """The next release, layer arrival or old instance freed of earlier work, if any."""
+        due = [self._releases[0][0]] if self._releases else []
+        for w, usable in enumerate(self.usable_s):
+            if self.new_active[w] and self.loaded[w] < len(usable):
+                due.append(usable[self.loaded[w]])
+        for w, free_at in enumerate(self.old_free_at_s):
+            if self.old_active[w] and self.old_running[w] < 0:
+                due.append(free_at)
+        later = [t for t in due if t > self.now_s]
+        return min(later) if later else None
+
+    # --- what policies ask --------------------------------------------------------------------
 
     def release_order(self) -> list[int]:
         """Batches in the order they are released."""
-        return sorted(range(len(self.phase)), key=self.rank.__getitem__)
-
-    def release_due(self, order: list[int], start: int, now_s: float) -> int:
-        """Mark waiting every batch of ``order[start:]`` released by ``now_s``; the next index."""
-        while start < len(order) and self.release_s[order[start]] <= now_s:
-            self.phase[order[start]] = WAITING
-            self.waiting.append(order[start])
-            start += 1
-        return start
+        return sorted(range(self.num_batches), key=lambda b: (self.release_s[b], self.rank[b]))
 
     def fifo_head(self) -> int:
-        """Under ``old_order="fifo"``: the oldest batch O may still take, or -1."""
-        order = self.instance.fifo_order
+        """Under ``old_order="fifo"``: the oldest released batch O may still take, or -1 (and
+        -1 while an older batch is still to be released)."""
+        order = self.fifo_order
         while self._fifo_next < len(order):
             batch = order[self._fifo_next]
             if self.phase[batch] in (ON_OLD, DONE) or self.pinned[batch]:
@@ -130,13 +218,13 @@ class RelayState:
         """When the batch's new instance would finish it, running only it from when it is free.
 
         Closed form of ``f = max(f, usable_l) + p`` over the remaining layers ``l``, with the
-        suffix maxima of ``usable_l - l * p`` computed once per (instance, batch).
+        suffix maxima of ``usable_l - l * p`` computed once per (instance, layer time).
         """
         worker, k, p = self.holder[batch], self.done[batch], self.new_layer_s[batch]
-        suffix = self._suffix.get((worker, batch))
+        suffix = self._suffix.get((worker, p))
         if suffix is None:
             suffix = self._suffix_maxima(worker, p)
-            self._suffix[(worker, batch)] = suffix
+            self._suffix[(worker, p)] = suffix
         start = max(self.now_s, self.free_at_s[worker], self.last_end_s[batch])
         remaining = self.num_layers - k
         return max(start + remaining * p, suffix[k] + (self.num_layers + 1) * p)

@@ -54,6 +54,7 @@ from blitzplan.scale.types import (
     ScalePlan,
     ScaleRequest,
 )
+from blitzplan.topologies.links import LINK_EFFICIENCY, link_efficiency_table
 
 __all__ = [
     "BASELINE_PLANES",
@@ -87,6 +88,7 @@ def plan(
     compare_baselines: bool = True,
     mutate_decode: bool = True,
     allow_prefill_sources: bool = False,
+    link_efficiency: float | Mapping[str, float] | None = None,
 ) -> ScalePlan:
     """Plan the scaling ``request`` asks for on ``state`` (see the module docstring).
 
@@ -97,6 +99,9 @@ def plan(
     ``compare_baselines`` the milestones also hold the AllCache and ServerlessLLM figures.
     ``mutate_decode=False`` loads every added decode instance instead of mutating prefill ones.
     ``allow_prefill_sources`` lets prefill instances send weights (when nothing else holds them).
+    ``link_efficiency``: each link medium's achieved fraction of line rate the plan's times are
+    computed at (None: the measured defaults of :data:`blitzplan.topologies.links.
+    LINK_EFFICIENCY`; ``1.0``: line rate; or a table per medium).
     """
     if not isinstance(request, ScaleRequest):
         raise InvalidInputError(f"request must be a ScaleRequest, got {type(request).__name__}")
@@ -139,6 +144,7 @@ def plan(
         compare_baselines,
         allow_prefill_sources,
         strict,
+        link_efficiency_table(link_efficiency),
     )
     staying = [i for i in prefill_old if i not in mutated]
     targets = Targets(count=new_prefill + new_decode, prefill=new_prefill)
@@ -170,6 +176,7 @@ class Options:
     compare_baselines: bool = True
     allow_prefill_sources: bool = False
     strict: bool = False
+    link_efficiency: Mapping[str, float] = field(default_factory=lambda: dict(LINK_EFFICIENCY))
 
     def __post_init__(self) -> None:
         if self.live_method not in LIVE_METHODS:
@@ -229,7 +236,9 @@ def realize(
     held: Held | None = None,
 ) -> ScalePlan:
     """Multicast, roles, live pairs, milestones and the transfer program for a fixed set of
-    new instances (``held``: bytes the new GPUs already have, a replan's)."""
+    new instances (``held``: bytes the new GPUs already have, a replan's), on ``state``'s links
+    at ``options.link_efficiency``."""
+    state = at_efficiency(state, options.link_efficiency)
     queues, moved = _requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live: int | tuple[str, ...] = min(targets.prefill, len(loaded))
@@ -285,6 +294,20 @@ def realize(
         held=snapped,
     )
     return dataclasses.replace(made, plan_id=plan_digest(made))
+
+
+def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> ClusterState:
+    """``state`` with its topology's links at ``efficiency`` (the derated topology is kept on
+    the original, so repeated plans reuse its route caches)."""
+    if dict(state.topology.link_efficiency) == dict(efficiency):
+        return state
+    key = tuple(sorted(efficiency.items()))
+    cache = state.topology.memo.setdefault("derated", {})
+    if key not in cache:
+        cache[key] = state.topology.with_link_efficiency(dict(efficiency))
+    derated = state.copy()
+    derated.topology = cache[key]
+    return derated
 
 
 def _fresh_names(state: ClusterState, count: int) -> list[str]:

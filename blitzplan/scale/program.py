@@ -73,6 +73,10 @@ class TransferStep:
     kind: StepKind
     source: str
     destination: str
+    holder: str
+    """What ``source`` is: ``instance`` (a GPU of a serving instance: its own buffer, of
+    ``source_layout`` when set), ``memory`` (host DRAM: every rank's buffer), ``disk`` (an SSD),
+    or ``plan`` (a GPU that receives in this plan, a new instance's or a relay)."""
     instance: str | None
     """The new instance the destination GPU belongs to; None for a spare GPU that relays."""
     rank: int
@@ -167,8 +171,15 @@ def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> dict[str, obj
         kind, link = StepKind.HOST_TO_DEVICE, "pcie"
     else:
         kind, link = StepKind.DEVICE_TO_DEVICE, _local_link(nodes, topology)
+    sender = plan.nodes[lane.sender].kind
+    holder = {
+        NodeKind.INSTANCE: "instance",
+        NodeKind.HOST: "memory",
+        NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
+    }.get(sender, "plan")
     return {
         "kind": kind,
+        "holder": holder,
         "link": link,
         "nic": nic,
         "relay": relay,

@@ -36,8 +36,6 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import networkx as nx
-
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -307,52 +305,10 @@ def _classify(state: ClusterState, names: set[str], failures: list[Failure]) -> 
 def degrade(
     topology: Topology, dead_nodes: set[str], dead_links: set[tuple[str, str]]
 ) -> tuple[Topology, set[str]]:
-    """The topology without the dead parts, and every GPU lost with them (module docstring):
-    a GPU whose own NIC died goes through the nearest NIC of its host that still reaches a leaf
-    (else the nearest NIC at all); a GPU that reaches no NIC is lost."""
-    if not dead_nodes and not dead_links:
-        return topology, set()
-    graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
-    graph.remove_edges_from(dead_links)
-    graph.remove_nodes_from(dead_nodes)
-    lost = {g for g in topology.gpus() if g in dead_nodes}
-    for gpu in topology.gpus():
-        group = topology.graph.nodes[gpu].get("nvlink_group")
-        if gpu in graph and group is not None and group not in graph:
-            graph.nodes[gpu]["nvlink_group"] = None  # its NVSwitch died: no NVLink any more
-    for gpu in topology.gpus():
-        if gpu in lost:
-            continue
-        local = {
-            n
-            for n in topology.nodes_of_host(topology.host_of(gpu))
-            if n in graph and (n == gpu or graph.nodes[n]["kind"] in ("switch", "nic"))
-        }
-        hops = nx.single_source_shortest_path_length(graph.subgraph(local), gpu)
-        nics = sorted((d, n) for n, d in hops.items() if graph.nodes[n]["kind"] == "nic")
-        nic = topology.nic_of(gpu)
-        if nic in hops and (_wired(graph, nic) or not any(_wired(graph, n) for _, n in nics)):
-            continue
-        wired = [n for _, n in nics if _wired(graph, n)] or [n for _, n in nics]
-        if wired:
-            graph.nodes[gpu]["nic"] = wired[0]  # its NIC is cut off: go through another
-        else:
-            lost.add(gpu)
-    graph.remove_nodes_from(lost)
-    if not any(d["kind"] == "gpu" for _, d in graph.nodes(data=True)):
-        raise InfeasibleError(
-            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
-            "nothing can be planned"
-        )
-    return Topology(graph, name=f"{topology.name} (degraded)"), lost
-
-
-_degrade = degrade  # the simulator's systems still import it by this name
-
-
-def _wired(graph: nx.DiGraph[str], nic: str) -> bool:
-    """Whether ``nic`` still reaches a leaf switch."""
-    return any(graph.nodes[n].get("switch") == "leaf" for n in graph.successors(nic))
+    """The topology without the dead parts (:meth:`~blitzplan.topologies.Topology.without`),
+    and every GPU lost with them (failed, or cut off from every NIC of its host)."""
+    degraded = topology.without(nodes=dead_nodes, links=dead_links)
+    return degraded, set(topology.gpus()) - set(degraded.gpus())
 
 
 def _rebuild(

@@ -12,6 +12,7 @@ from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.multicast.types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.program import TransferStep
+from blitzplan.topologies.links import LINK_EFFICIENCY
 
 __all__ = [
     "SCHEMA",
@@ -137,6 +138,8 @@ class PlanOptions:
     compare_baselines: bool = True
     allow_prefill_sources: bool = False
     strict: bool = False
+    link_efficiency: Mapping[str, float] = field(default_factory=lambda: dict(LINK_EFFICIENCY))
+    """Each link medium's achieved fraction of line rate the plan was computed at."""
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from blitzplan._checks import MAX_SECONDS, is_finite_number
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InvalidInputError
+from blitzplan.live.policies import POLICIES, Policy
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast.setup import available_slots
 from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
 from blitzplan.sim.engine import Simulator
+from blitzplan.sim.faults import check_failures
 from blitzplan.sim.report import RequestRecord, SimReport, plot_reports
 from blitzplan.sim.systems import SYSTEMS, make_system
 from blitzplan.sim.traces import Request, Trace, load_trace, synthetic_trace
@@ -67,9 +70,12 @@ def simulate(
     failures: Sequence[tuple[float, str]] = (),
     autoscaler: Autoscaler | None = None,
     compute: ComputeModel | None = None,
+    live_policy: str | Policy = "zigzag",
+    link_efficiency: float | Mapping[str, float] | None = None,
     slo_ttft_s: float | None = None,
     slo_tbt_s: float | None = None,
     drain_limit_s: float = 600.0,
+    record: bool = False,
     progress: bool = False,
 ) -> SimReport:
     """Replay ``trace`` (a Trace, a CSV path, or None for a seeded synthetic burst) on
@@ -77,11 +83,18 @@ def simulate(
 
     ``window_s`` cuts the trace (seconds from its first request); ``rate_scale`` multiplies its
     rate (None: rescale to half the cluster's capacity, the paper's setting). ``failures`` are
-    ``(time_s, host)`` host failures. SLOs default to 5x the unloaded TTFT of a mean prompt and
-    5x an unloaded decode step.
+    ``(time_s, host)`` host failures, times on the trace's own axis (the axis of ``window_s``,
+    before rescaling), inside the replayed span. ``live_policy`` drives live loading instances
+    (``zigzag``, ``best_effort``, ``stop_the_world`` or a Policy object; only ``blitzscale``
+    has live instances). ``link_efficiency`` sets each link medium's achieved fraction of line
+    rate for every system and the planner (None: the measured defaults of
+    :data:`~blitzplan.topologies.LINK_EFFICIENCY`; ``1.0``: line rate). SLOs default to 5x the
+    unloaded TTFT of a mean prompt and 5x an unloaded decode step. ``record`` keeps a
+    per-request event log in the report.
     """
     _check_times(drain_limit_s, slo_ttft_s, slo_tbt_s)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
+    topo = topo.with_link_efficiency(link_efficiency)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     spec.check_tp(tp)
     slots = available_slots(ClusterState(topo), tp)
@@ -90,35 +103,22 @@ def simulate(
             f"topology {topo.name!r} has room for {len(slots)} tp={tp} instances of {spec.name}; "
             "the simulation needs at least 2 (one prefill, one decode)"
         )
-    make_system(system)  # check the name before any work
+    runner = make_system(system)  # checks the name before any work
+    policy = _policy(live_policy)
     base = _trace(trace, seed)
+    start_s = 0.0
     if window_s is not None:
-        base = base.window(*window_s)
+        base, start_s = base.window(*window_s), float(window_s[0])
     cost = compute or RooflineComputeModel(spec, topo.gpu_spec(topo.gpus()[0]), tp=tp)
-    if len(base) > 1:
-        scale = rate_scale
-        if scale is None:
-            scale = (
-                TARGET_LOAD
-                * capacity_rate_per_s(topo, spec, base, tp=tp, compute=cost)
-                / base.rate_per_s
-            )
+    scale = _rate_scale(rate_scale, topo, spec, base, tp, cost)
+    span_s = base.duration_s
+    if scale != 1.0:
         base = base.rescale(scale)
-    scaler = None
-    runner = make_system(system)
-    if runner.autoscaled:
-        scaler = autoscaler or PaperAutoscaler()
-    mean_prompt = max(1, int(base.mean_prompt_tokens)) if len(base) else 1024
-    ttft_slo = (
-        slo_ttft_s
-        if slo_ttft_s is not None
-        else 5 * (spec.num_layers * cost.prefill_layer_s(mean_prompt) + cost.head_s(1))
+    faults = check_failures(
+        failures, hosts=topo.hosts(), start_s=start_s, span_s=span_s, rate_scale=scale
     )
-    tbt_slo = (
-        slo_tbt_s
-        if slo_tbt_s is not None
-        else 5 * (spec.num_layers * cost.decode_layer_s(1, mean_prompt) + cost.head_s(1))
-    )
+    scaler = (autoscaler or PaperAutoscaler()) if runner.autoscaled else None
+    ttft_slo, tbt_slo = _slos(spec, base, cost, slo_ttft_s, slo_tbt_s)
     started = time.perf_counter()
     sim = Simulator(
         topo,
@@ -128,14 +128,76 @@ def simulate(
         system=runner,
         autoscaler=scaler,
         compute=cost,
-        failures=failures,
+        policy=policy,
+        failures=faults,
         drain_limit_s=drain_limit_s,
         progress=_progress_bar(started) if progress else None,
     )
+    if record:
+        sim.router.log = []
     sim.run()
     wall = time.perf_counter() - started
     if progress:
         sys.stderr.write("\n")
+    report = _report(sim, system, topo, spec, base, tp, wall, ttft_slo, tbt_slo, policy)
+    return replace(report, rate_scale=scale, trace_start_s=start_s)
+
+
+def _policy(live_policy: str | Policy) -> Policy:
+    if isinstance(live_policy, str):
+        if live_policy not in POLICIES:
+            raise InvalidInputError(
+                f"live_policy must be one of {', '.join(POLICIES)} or a Policy, got {live_policy!r}"
+            )
+        return POLICIES[live_policy]()
+    if not callable(getattr(live_policy, "decide_new", None)):
+        raise InvalidInputError(
+            f"live_policy must be a policy name or a Policy, got {live_policy!r}"
+        )
+    return live_policy
+
+
+def _rate_scale(
+    rate_scale: float | None,
+    topo: Topology,
+    spec: ModelSpec,
+    trace: Trace,
+    tp: int,
+    cost: ComputeModel,
+) -> float:
+    if len(trace) <= 1:
+        return 1.0
+    if rate_scale is not None:
+        return rate_scale
+    capacity = capacity_rate_per_s(topo, spec, trace, tp=tp, compute=cost)
+    return TARGET_LOAD * capacity / trace.rate_per_s
+
+
+def _slos(
+    spec: ModelSpec,
+    trace: Trace,
+    cost: ComputeModel,
+    slo_ttft_s: float | None,
+    slo_tbt_s: float | None,
+) -> tuple[float, float]:
+    mean_prompt = max(1, int(trace.mean_prompt_tokens)) if len(trace) else 1024
+    ttft = 5 * (spec.num_layers * cost.prefill_layer_s(mean_prompt) + cost.head_s(1))
+    tbt = 5 * (spec.num_layers * cost.decode_layer_s(1, mean_prompt) + cost.head_s(1))
+    return (ttft if slo_ttft_s is None else slo_ttft_s, tbt if slo_tbt_s is None else slo_tbt_s)
+
+
+def _report(
+    sim: Simulator,
+    system: str,
+    topo: Topology,
+    spec: ModelSpec,
+    trace: Trace,
+    tp: int,
+    wall: float,
+    ttft_slo: float,
+    tbt_slo: float,
+    policy: Policy,
+) -> SimReport:
     records = tuple(
         RequestRecord(
             r.arrival_s,
@@ -145,24 +207,34 @@ def simulate(
             r.finish_s,
             r.restarts,
             r.dropped,
+            r.split,
+            r.prefilled_on,
         )
         for r in sim.requests
     )
+    faults = sim.faults
     return SimReport(
         system=system,
         topology=topo.name,
         model=spec.name,
-        trace=base.name,
+        trace=trace.name,
         tp=tp,
         requests=records,
-        gpu_timeline=(*sim.gpu_timeline, (sim.now, 0)),
+        gpu_timeline=(*sim.instances.gpu_timeline, (sim.now_s, 0)),
         scale_events=tuple(sim.scale_events),
-        failures=tuple(sim.failed_hosts),
-        no_host_copy_s=sim.no_host_copy_s,
+        failures=tuple(faults.failed),
+        no_host_copy_s=faults.no_host_copy_s,
         events_processed=sim.events_processed,
         wall_s=wall,
         slo_ttft_s=ttft_slo,
         slo_tbt_s=tbt_slo,
+        live_policy=policy.name,
+        link_efficiency=topo.link_efficiency,
+        loading_gpu_s=sim.instances.loading_gpu_s,
+        replans=faults.replans,
+        lost_loads=tuple(faults.lost_loads),
+        fault_notes=tuple(faults.notes),
+        log=tuple(sim.router.log or ()),
     )
 
 

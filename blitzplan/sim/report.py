@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ class RequestRecord:
     finish_s: float
     restarts: int
     dropped: str
+    split: int = 0
+    """Layers of its last prefill that ran on a loading (live) instance."""
+    prefilled_on: tuple[str, ...] = ()
+    """The instances of its last prefill (the loading one first when it ran layers)."""
 
     @property
     def ttft_s(self) -> float:
@@ -74,10 +78,31 @@ class SimReport:
     wall_s: float
     slo_ttft_s: float
     slo_tbt_s: float
+    rate_scale: float = 1.0
+    """The trace's rate was multiplied by this (its times divided by it)."""
+    trace_start_s: float = 0.0
+    """Where the replayed window starts on the trace's own axis."""
+    live_policy: str = "zigzag"
+    link_efficiency: Mapping[str, float] = field(default_factory=dict)
+    """Per link medium, the fraction of line rate the run used."""
+    loading_gpu_s: float = 0.0
+    """GPU-seconds of instances loading weights (part of the GPU time)."""
+    replans: int = 0
+    """Loads replanned after a failure."""
+    lost_loads: tuple[str, ...] = ()
+    """Loads a failure lost (replan found no plan), each with the reason."""
+    fault_notes: tuple[str, ...] = ()
+    log: tuple[tuple[float, int, str, str], ...] = ()
+    """With ``simulate(record=True)``: (time, request id, what, detail) for every step of every
+    request."""
 
     @property
     def finished(self) -> list[RequestRecord]:
         return [r for r in self.requests if not r.dropped]
+
+    def trace_time_s(self, sim_s: float) -> float:
+        """A time of this run on the trace's own axis (the axis of failures and ``window_s``)."""
+        return self.trace_start_s + sim_s * self.rate_scale
 
     def gpu_time_s(self) -> float:
         """Integral of allocated GPUs over the run."""
@@ -121,11 +146,17 @@ class SimReport:
             "slo_violation_rate": (absolute + dropped) / total,
             "slo_violation_rate_paper": (paper + dropped) / total,
             "gpu_time_s": self.gpu_time_s(),
+            "loading_gpu_s": self.loading_gpu_s,
+            "instances_launched": sum(e.launched for e in events),
+            "ssd_loads": sum(e.ssd_loads for e in events),
             "scale_events": len(events),
             "detection_delay_mean_s": _mean([e.decided_s - e.detected_s for e in events]),
             "first_capacity_mean_s": _mean([e.first_capacity_s - e.decided_s for e in events]),
             "full_capacity_mean_s": _mean([e.full_capacity_s - e.decided_s for e in events]),
             "restarted_requests": sum(1 for r in self.requests if r.restarts),
+            "live_prefills": sum(1 for r in self.requests if r.split > 0),
+            "replans": self.replans,
+            "lost_loads": len(self.lost_loads),
             "no_host_copy_s": self.no_host_copy_s,
             "events_processed": self.events_processed,
             "events_per_s": self.events_processed / self.wall_s if self.wall_s > 0 else math.nan,
@@ -171,6 +202,8 @@ class SimReport:
                     "tbt_s",
                     "restarts",
                     "dropped",
+                    "split",
+                    "prefilled_on",
                 ]
             )
             for r in self.requests:
@@ -185,6 +218,8 @@ class SimReport:
                         r.tbt_s,
                         r.restarts,
                         r.dropped,
+                        r.split,
+                        " ".join(r.prefilled_on),
                     ]
                 )
 
@@ -194,6 +229,9 @@ class SimReport:
             "summary": self.summary(),
             "scale_events": [asdict(e) for e in self.scale_events],
             "failures": list(self.failures),
+            "lost_loads": list(self.lost_loads),
+            "fault_notes": list(self.fault_notes),
+            "link_efficiency": dict(self.link_efficiency),
             "timeline": self.timeline(),
         }
         path.write_text(json.dumps(document, indent=1, default=str, allow_nan=True) + "\n")

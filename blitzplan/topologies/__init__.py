@@ -10,8 +10,11 @@ from blitzplan.topologies.fairshare import (
     residual_after,
 )
 from blitzplan.topologies.graph import NODE_KINDS, SWITCH_KINDS, Topology
+from blitzplan.topologies.links import LINE_RATE, LINK_EFFICIENCY
 
 __all__ = [
+    "LINE_RATE",
+    "LINK_EFFICIENCY",
     "NODE_KINDS",
     "SWITCH_KINDS",
     "Edge",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -352,6 +352,36 @@ class Topology:
     def fair_share(self, flows: Sequence[Flow]) -> tuple[float, ...]:
         """Max-min fair rates of ``flows`` running at once on this topology."""
         return max_min_fair_share(flows, self.capacity)
+
+    # --- derived topologies ---------------------------------------------------------------
+
+    def with_link_efficiency(
+        self, efficiency: float | Mapping[str, float] | None = None
+    ) -> Topology:
+        """This topology with each link at its achieved rate: line rate times its medium's
+        efficiency (None: the measured defaults of :data:`~blitzplan.topologies.links.
+        LINK_EFFICIENCY`; ``1.0``: line rate)."""
+        from blitzplan.topologies.links import derated
+
+        return derated(self, efficiency)
+
+    @property
+    def link_efficiency(self) -> dict[str, float]:
+        """Per medium, the fraction of line rate its edges run at (1.0 at line rate)."""
+        out: dict[str, float] = {}
+        for _, _, data in self.graph.edges(data=True):
+            line = data.get("line_bytes_per_s", data["bytes_per_s"])
+            out.setdefault(str(data.get("medium", "network")), data["bytes_per_s"] / line)
+        return out
+
+    def without(
+        self, *, nodes: Iterable[str] = (), links: Iterable[tuple[str, str]] = ()
+    ) -> Topology:
+        """This topology without failed ``nodes`` and ``links`` (see
+        :func:`blitzplan.topologies.links.without`)."""
+        from blitzplan.topologies.links import without
+
+        return without(self, nodes, links)
 
     # --- helpers ------------------------------------------------------------------------------
 

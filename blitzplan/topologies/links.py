@@ -1,0 +1,167 @@
+"""Achieved link rates and degraded topologies: two operations that derive a new Topology.
+
+**Link efficiency.** A topology's edges carry line rates. Real transfers achieve a fraction of
+them, and that fraction depends on the kind of link (an edge's ``medium``). The defaults, each from
+a public measurement (``../shared/hardware/HARDWARE.md``):
+
+* ``pcie`` 0.80: pinned host-to-GPU copies measure 25.1 GB/s on an A100's PCIe Gen4 x16 link,
+  whose line rate is 31.5 GB/s per direction (nvbandwidth issue #42; HARDWARE.md section 2).
+  Gen5 hosts measured lower (35.2 of 63 GB/s on an H100 cluster, 0.56, reported as an open
+  issue), so 0.80 is the Gen4 figure the paper's testbeds have.
+* ``nvlink`` 0.77: NCCL send/recv of 64 MiB between two GPUs of a node moves 228 GB/s on an A100
+  DGX (300 GB/s per direction) and 348 GB/s on an H100 DGX (450 GB/s): 0.76 and 0.77 (vidur's
+  profiles, HARDWARE.md section 5).
+* ``network`` 0.72 (RDMA): the same profiles' inter-node send/recv of 64 MiB moves 35.9 GB/s on the
+  H100 DGX profile. Assumed, as HARDWARE.md does not document that node: one 400 Gb/s NIC per GPU
+  (the DGX H100 pairing), 50 GB/s, so 0.72. The A100 profile's inter-node figure (7.8 GB/s) has an
+  unknown NIC and is not used.
+* ``ssd`` 0.875: a PCIe 4.0 x4 NVMe drive reads about 7 GB/s of its ~8 GB/s interface
+  (HARDWARE.md section 4).
+* ``dram`` 1.0: no measurement; every path from host memory to a GPU also crosses PCIe, which
+  bounds it.
+
+``topology.with_link_efficiency()`` applies them; ``with_link_efficiency(1.0)`` gives line rate
+back (the multicast benchmark's paper targets are stated at line rate). Each edge keeps its
+``line_bytes_per_s``, so applying a table twice does not compound. The simulator applies the
+defaults unless told otherwise (``simulate(..., link_efficiency=1.0)`` for line rate).
+
+**Failed parts.** ``topology.without(nodes=..., links=...)`` removes nodes and links; a GPU whose
+own NIC was cut off sends through the nearest NIC of its host that still reaches a leaf (over
+PCIe), or any NIC it still reaches when its host lost the fabric; a GPU that reaches no NIC goes
+too, and GPUs whose NVSwitch died lose their NVLink group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from blitzplan.errors import InfeasibleError, InvalidInputError
+
+if TYPE_CHECKING:
+    from blitzplan.topologies.graph import Topology
+
+__all__ = ["LINE_RATE", "LINK_EFFICIENCY", "MEDIA", "derated", "link_efficiency_table", "without"]
+
+LINK_EFFICIENCY: Mapping[str, float] = MappingProxyType(
+    {"pcie": 0.80, "nvlink": 0.77, "network": 0.72, "ssd": 0.875, "dram": 1.0}
+)
+"""Achieved fraction of line rate per link medium (see the module docstring for the sources)."""
+MEDIA = tuple(LINK_EFFICIENCY)
+"""The link media a topology's edges may name."""
+LINE_RATE = 1.0
+"""``link_efficiency=LINE_RATE``: every link at its line rate."""
+_DEFAULT_MEDIUM = "network"
+
+
+def link_efficiency_table(efficiency: float | Mapping[str, float] | None) -> dict[str, float]:
+    """A full medium -> fraction table: None gives the defaults, a number applies to every
+    medium, a mapping overrides the defaults for the media it names."""
+    if efficiency is None:
+        return dict(LINK_EFFICIENCY)
+    if isinstance(efficiency, Mapping):
+        unknown = sorted(set(efficiency) - set(MEDIA))
+        if unknown:
+            raise InvalidInputError(
+                f"link_efficiency names unknown media {unknown}; valid: {', '.join(MEDIA)}"
+            )
+        table = {**LINK_EFFICIENCY, **efficiency}
+    else:
+        table = dict.fromkeys(MEDIA, efficiency)
+    for medium, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidInputError(f"link_efficiency[{medium!r}] must be a number, got {value!r}")
+        if not 0 < value <= 1 or not math.isfinite(value):
+            raise InvalidInputError(f"link_efficiency[{medium!r}] must be in (0, 1], got {value!r}")
+    return {medium: float(value) for medium, value in table.items()}
+
+
+def derated(topology: Topology, efficiency: float | Mapping[str, float] | None) -> Topology:
+    """``topology`` with every edge at its line rate times its medium's efficiency."""
+    from blitzplan.topologies.graph import Topology
+
+    table = link_efficiency_table(efficiency)
+    graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
+    for src, dst, data in graph.edges(data=True):
+        medium = str(data.get("medium", _DEFAULT_MEDIUM))
+        if medium not in table:
+            raise InvalidInputError(
+                f"edge {src!r}->{dst!r} has medium {medium!r}; valid: {', '.join(MEDIA)}"
+            )
+        line = float(data.get("line_bytes_per_s", data["bytes_per_s"]))
+        data["line_bytes_per_s"] = line
+        data["bytes_per_s"] = line * table[medium]
+    return Topology(graph, name=topology.name, description=topology.description)
+
+
+def without(
+    topology: Topology, nodes: Iterable[str] = (), links: Iterable[tuple[str, str]] = ()
+) -> Topology:
+    """``topology`` without ``nodes`` and ``links`` (both directions of each).
+
+    A GPU whose own NIC was cut off sends and receives through the nearest NIC of its host that
+    still reaches a leaf (else the nearest NIC at all: its host lost the fabric, and the GPU is
+    only unreachable over the network); a GPU that reaches no NIC of its host goes too. GPUs
+    whose NVSwitch died keep PCIe only (no NVLink group). Raises InvalidInputError naming
+    unknown parts, InfeasibleError when no GPU is left."""
+    dead_nodes, dead_links = set(nodes), set()
+    for node in sorted(dead_nodes):
+        if node not in topology.graph:
+            raise InvalidInputError(f"nodes names {node!r}, which is not in the topology")
+    for link in links:
+        if len(link) != 2 or not topology.graph.has_edge(*link):
+            raise InvalidInputError(f"links names {link!r}, which is not a link of the topology")
+        dead_links |= {(link[0], link[1]), (link[1], link[0])}
+    if not dead_nodes and not dead_links:
+        return topology
+    graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
+    graph.remove_edges_from(dead_links)
+    graph.remove_nodes_from(dead_nodes)
+    for gpu in topology.gpus():
+        group = topology.graph.nodes[gpu].get("nvlink_group")
+        if gpu in graph and group is not None and group not in graph:
+            graph.nodes[gpu]["nvlink_group"] = None  # its NVSwitch died: no NVLink any more
+    lost = {
+        gpu
+        for gpu in topology.gpus()
+        if gpu not in dead_nodes and not _rewire(topology, graph, gpu)
+    }
+    graph.remove_nodes_from(lost)
+    if not any(d["kind"] == "gpu" for _, d in graph.nodes(data=True)):
+        raise InfeasibleError(
+            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
+            "nothing can be planned"
+        )
+    return type(topology)(
+        graph, name=f"{topology.name} (degraded)", description=topology.description
+    )
+
+
+def _rewire(topology: Topology, graph: nx.DiGraph[str], gpu: str) -> bool:
+    """Keep ``gpu`` reaching a NIC: its own when it still reaches a leaf, else the nearest
+    of its host that does, else the nearest at all (recorded on the node). False when it
+    reaches none."""
+    nic = topology.nic_of(gpu)
+    local = {
+        n
+        for n in topology.nodes_of_host(topology.host_of(gpu))
+        if n in graph and (n == gpu or graph.nodes[n]["kind"] in ("switch", "nic"))
+    }
+    hops = nx.single_source_shortest_path_length(graph.subgraph(local), gpu)
+    nics = sorted((d, n) for n, d in hops.items() if graph.nodes[n]["kind"] == "nic")
+    if nic in hops and (_wired(graph, nic) or not any(_wired(graph, n) for _, n in nics)):
+        return True
+    wired = [n for _, n in nics if _wired(graph, n)] or [n for _, n in nics]
+    if not wired:
+        return False
+    graph.nodes[gpu]["nic"] = wired[0]
+    return True
+
+
+def _wired(graph: nx.DiGraph[str], nic: str) -> bool:
+    """Whether ``nic`` still reaches a leaf switch."""
+    return any(graph.nodes[n].get("switch") == "leaf" for n in graph.successors(nic))

@@ -1,0 +1,282 @@
+"""One relay state machine, three drivers: the offline loop, the simulator's prefill tier and the
+executor's coordinator, run on the same inputs, make the same decisions at the same times.
+
+The coordinator runs against processes that do exactly what the model says on a simulated clock
+(so its measured times are the booked ones); one run on real CPU processes checks the same
+coordinator against the certificate of DESIGN.md section 4.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blitzplan.executor.coordinator import Coordinator
+from blitzplan.executor.faults import Event
+from blitzplan.live import Fleet, LiveScalingInstance, NewOp, OldOp, Schedule, simulate
+from blitzplan.live.policies import POLICIES, Policy
+from blitzplan.sim.events import Arrival, EventQueue, RelayStep
+from blitzplan.sim.instances import SimInstance, SimRequest
+from blitzplan.sim.prefill import PrefillTier
+
+NEW_RANK, OLD_RANK = 0, 1
+
+
+@st.composite
+def instances(draw: st.DrawFn, *, fleets: bool = True) -> tuple[LiveScalingInstance, Fleet]:
+    layers = draw(st.integers(1, 6))
+    batches = draw(st.integers(1, 7))
+    times = st.floats(0.0, 3.0, allow_nan=False).map(lambda t: round(t, 2))
+    layer_s = st.floats(0.05, 1.0).map(lambda t: round(t, 2))
+    ready = sorted(draw(st.lists(times, min_size=layers, max_size=layers)))
+    inst = LiveScalingInstance(
+        ready,
+        draw(st.lists(times, min_size=batches, max_size=batches)),
+        (per_layer := draw(st.lists(layer_s, min_size=batches, max_size=batches))),
+        per_layer,  # the simulator's instances are the same GPUs: equal layer times
+        draw(st.lists(st.sampled_from([0.0, 0.1, 0.5]), min_size=batches, max_size=batches)),
+        old_free_at_s=draw(times),
+        head_ready_s=ready[-1] + draw(st.sampled_from([0.0, 0.3])),
+    )
+    if not fleets or not draw(st.booleans()):
+        return inst, inst.fleet()
+    other = sorted(draw(st.lists(times, min_size=layers, max_size=layers)))
+    olds = draw(st.lists(times, min_size=1, max_size=3))
+    return inst, Fleet(new_layer_ready_s=[ready, other], old_free_at_s=olds)
+
+
+# --- the simulator's driver ------------------------------------------------------------------
+
+
+def _worker(name: str) -> SimInstance:
+    return SimInstance(name, "prefill", (), "h0", 0.0, 0.0, kv_capacity=math.inf)
+
+
+def run_prefill_tier(
+    policy: Policy, inst: LiveScalingInstance, fleet: Fleet
+) -> tuple[list[int], list[float], PrefillTier]:
+    """The simulator's prefill tier on ``inst``: batches arrive as events at their release times,
+    the tier steps late in each instant, as inside :class:`~blitzplan.sim.engine.Simulator`."""
+    queue, wakes = EventQueue(), set()
+
+    def wake(at_s: float) -> None:
+        if at_s not in wakes:
+            wakes.add(at_s)
+            queue.push(at_s, RelayStep(), late=True)
+
+    tier = PrefillTier(
+        inst.num_layers,
+        lambda tokens, requests: 1.0,
+        policy=policy,
+        token_budget=1,
+        handoff_bytes_per_s=1.0,
+        handoff_latency_s=0.0,
+        activation_bytes_per_token=0.0,
+        kv_bytes_per_token=0.0,
+        wake=wake,
+        end_of_loading=False,  # offline, a loaded new instance stays one
+    )
+    tier.relay.record_ops = True
+    for w in range(fleet.num_new):
+        usable = fleet.usable_s(w)
+        tier.join_new(_worker(f"new{w}"), (usable[0], *usable[:-1], usable[-1], usable[-1]))
+    for w, free_at in enumerate(fleet.old_free_at_s):
+        tier.join_old(_worker(f"old{w}"), free_at)
+    for position, batch in enumerate(inst.fifo_order):  # request ids are release ranks
+        queue.push(inst.release_s[batch], Arrival(SimRequest(position, 0.0, 1, 1)))
+    split, completion = [-1] * inst.num_batches, [math.nan] * inst.num_batches
+    while queue:
+        now, event = queue.pop()
+        if isinstance(event, Arrival):
+            b = inst.fifo_order[event.request.id]
+            tier.submit_batch(
+                [event.request], now, inst.new_layer_s[b], inst.old_layer_s[b], inst.handoff_s[b]
+            )
+            continue
+        wakes.discard(now)
+        for done in tier.step(now):
+            for request in done.requests:
+                b = inst.fifo_order[request.id]
+                split[b], completion[b] = done.split, now
+    return split, completion, tier
+
+
+# --- the executor's driver -------------------------------------------------------------------
+
+
+class ModelProcesses:
+    """The new and old instance's processes, doing exactly what the model says, on a simulated
+    clock; the clock jumps to the next event (or the end of a wait)."""
+
+    timeout_s = 10.0
+
+    def __init__(self, inst: LiveScalingInstance) -> None:
+        self.inst, self.now = inst, 0.0
+        self.events: list[tuple[float, int, Event]] = []
+        self.last_end = list(inst.release_s)
+        self.coordinator: Coordinator | None = None
+        units = (inst.embed_ready_s, *inst.layer_ready_s, inst.head_ready_s)
+        for unit, at_s in enumerate(units):
+            self._emit(at_s, Event(NEW_RANK, "unit", (unit, at_s)))
+
+    def _emit(self, at_s: float, event: Event) -> None:
+        heapq.heappush(self.events, (at_s, len(self.events), event))
+
+    def clock(self) -> float:
+        return self.now
+
+    def tell(self, rank: int, message: Any) -> None:
+        if message[0] == "run" and rank == NEW_RANK:
+            self._run_new(*message[1:])
+        elif message[0] == "run":
+            self._run_old(message[1])
+
+    def _run_new(self, batch: int, first: int, count: int) -> None:
+        clock, inst = self.now, self.inst
+        for layer in range(first, first + count):
+            start = max(clock, inst.usable_s[layer - 1], self.last_end[batch])
+            clock = self.last_end[batch] = start + inst.new_layer_s[batch]
+            self._emit(clock, Event(NEW_RANK, "op", (batch, layer, start, clock)))
+        logits = (0.0,) if first + count - 1 == inst.num_layers else None
+        self._emit(clock, Event(NEW_RANK, "new_done", (batch, clock, logits)))
+
+    def _run_old(self, batch: int) -> None:
+        assert self.coordinator is not None
+        relay = self.coordinator.relay
+        end = relay.completion_s[batch]  # the block as booked: start + remaining layers
+        start = end - (relay.num_layers - relay.split[batch]) * relay.old_layer_s[batch]
+        self._emit(end, Event(OLD_RANK, "old_done", (batch, start, end, (0.0,))))
+
+    def next_event(self, timeout_s: float) -> Event | None:
+        if self.events and self.events[0][0] <= self.now + timeout_s:
+            at_s, _, event = heapq.heappop(self.events)
+            self.now = max(self.now, at_s)
+            return event
+        assert self.coordinator is not None
+        due = self.coordinator.relay.next_due_s()  # wake exactly at a release, not 1 ulp early
+        target = self.now + timeout_s
+        self.now = max(self.now, due) if due is not None and due <= target + 1e-9 else target
+        return None
+
+    def fail_stalled(self, ranks: list[int]) -> None:
+        raise AssertionError(f"ranks {ranks} stalled")
+
+
+def run_coordinator(policy: Policy, inst: LiveScalingInstance) -> Coordinator:
+    processes = ModelProcesses(inst)
+    coordinator = Coordinator(
+        policy, inst, processes, (NEW_RANK, OLD_RANK), "free", clock=processes.clock
+    )
+    processes.coordinator = coordinator
+    coordinator.run(0.0)
+    return coordinator
+
+
+# --- the comparisons -------------------------------------------------------------------------
+
+
+def _same_schedule(schedule: Schedule, split: list[int], completion: list[float]) -> None:
+    assert tuple(split) == schedule.split
+    assert tuple(completion) == pytest.approx(schedule.completion_s, abs=1e-9)
+
+
+@given(case=instances())
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_the_loop_and_the_simulator_drive_the_same_machine(
+    name: str, case: tuple[LiveScalingInstance, Fleet]
+) -> None:
+    """Property: on any instance and fleet, the simulator's prefill tier makes exactly the
+    offline loop's decisions: same splits, completions and operations, in the same order."""
+    inst, fleet = case
+    schedule = simulate(POLICIES[name](), inst, fleet=fleet)
+    split, completion, tier = run_prefill_tier(POLICIES[name](), inst, fleet)
+    _same_schedule(schedule, split, completion)
+    ranks = inst.fifo_order
+    rebatched = (  # the tier numbers batches in release order
+        [NewOp(ranks[op.batch], *op[1:]) for op in tier.relay.new_ops],
+        [OldOp(ranks[op.batch], *op[1:]) for op in tier.relay.old_ops],
+    )
+    assert rebatched == (list(schedule.new_ops), list(schedule.old_ops))
+
+
+@given(case=instances(fleets=False))
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_the_loop_and_the_coordinator_drive_the_same_machine(
+    name: str, case: tuple[LiveScalingInstance, Fleet]
+) -> None:
+    """Property: the executor's coordinator, fed measurements equal to the model's times, makes
+    the loop's decisions: same splits, completions and (measured) operations."""
+    inst, _ = case
+    schedule = simulate(POLICIES[name](), inst)
+    coordinator = run_coordinator(POLICIES[name](), inst)
+    _same_schedule(schedule, coordinator.split, coordinator.completion)
+    for measured, booked in ((coordinator.new_ops, schedule.new_ops),):
+        got, want = sorted(measured), sorted(booked)
+        assert [(op.batch, op.layer) for op in got] == [(op.batch, op.layer) for op in want]
+        assert [t for op in got for t in op[2:4]] == pytest.approx(
+            [t for op in want for t in op[2:4]]
+        )
+    old = sorted(coordinator.old_ops)
+    expected = sorted(schedule.old_ops)
+    assert [(op.batch, op.first_layer) for op in old] == [
+        (op.batch, op.first_layer) for op in expected
+    ]
+    assert [op.end_s for op in old] == pytest.approx([op.end_s for op in expected])
+
+
+def test_the_coordinator_on_real_processes(tmp_path: Path) -> None:
+    """Real CPU processes (gloo), the old instance busy until layer 3 lands: the coordinator
+    relays batches (layers on both instances), its measured run passes the certificate of
+    DESIGN.md section 4 and every batch's logits equal the monolithic model's. (Which layer a
+    batch splits at moves with the machine's timing, so the splits are not compared.)"""
+    pytest.importorskip("torch")
+    from blitzplan import ClusterState, load_model
+    from blitzplan.compute import TableComputeModel
+    from blitzplan.executor.calibrate import paced_topology
+    from blitzplan.executor.checkpoint import save_checkpoint
+    from blitzplan.executor.live import LOGIT_TOLERANCE, live_violations, run_live
+    from blitzplan.executor.model import small_config
+    from blitzplan.live.instance import instance_from_queue
+    from blitzplan.multicast import plan_multicast
+    from blitzplan.units import KIB, MB
+
+    config = small_config(
+        num_layers=4,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
+    spec = load_model(config)
+    queue = [(0.0, 48), (0.0, 32), (0.005, 64), (0.01, 40), (0.02, 56)]
+    state = ClusterState(paced_topology(3, bytes_per_s=2 * MB, latency_s=0.0), models=[spec])
+    state.add_instance(spec, gpus=["h0/gpu0"], role="prefill", queue=queue)
+    plan = plan_multicast(
+        state, spec, targets=[["h0/gpu1"], ["h0/gpu2"]], live=1, chunk_bytes=64 * KIB
+    )
+    compute = TableComputeModel(
+        prefill_tokens=[16, 64],
+        prefill_s=[3e-4, 6e-4],
+        decode_batch_sizes=[1],
+        decode_context_lens=[0],
+        decode_s=[[3e-4]],
+        head_tokens=[1],
+        head_s=[1e-4],
+    )
+    ready = plan.layer_ready_s[plan.live[0]]
+    inst = instance_from_queue(  # the old instance is busy until layer 3 lands
+        spec, compute, ready, queue, handoff_bytes_per_s=1e9, old_free_at_s=ready[3]
+    )
+    weights = save_checkpoint(spec, tmp_path, seed=1)
+    prompts = [[(7 * i + j) % 128 for j in range(n)] for i, (_, n) in enumerate(queue)]
+    run = run_live(POLICIES["zigzag"](), inst, plan, weights, prompts, timeout_s=20.0)
+    assert live_violations(run) == ()
+    assert run.max_abs_logit_diff <= LOGIT_TOLERANCE
+    assert any(0 < k < inst.num_layers for k in run.split)  # relayed: layers on both
