@@ -18,7 +18,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 # torch first from the pinned CPU build, so the extra's range pulls nothing more
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev,torch,notebooks,plot]"
+	$(BIN)/python -m pip install -q -e ".[dev,exact,torch,notebooks,plot]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core

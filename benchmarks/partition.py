@@ -37,9 +37,9 @@ from blitzplan.live import (
     simulate,
     unit_ready_from_link,
 )
-from blitzplan.solvers.live_cpsat import solve_cpsat
-from blitzplan.solvers.live_enumerate import MAX_SCHEDULES, count_schedules
-from blitzplan.solvers.live_milp import solve_milp
+from blitzplan.live.exact.cpsat import solve_cpsat
+from blitzplan.live.exact.enumerate import MAX_SCHEDULES, count_schedules
+from blitzplan.live.exact.milp import solve_milp
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

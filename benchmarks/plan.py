@@ -1,6 +1,11 @@
-"""plan() latency: the call a serving stack makes in its control loop, ZigZag predictions included.
+"""plan() latency with its defaults, the call a serving stack makes in its control loop.
 
-Run: .venv/bin/python benchmarks/plan.py   (BLITZPLAN_QUICK=1: fewer repeats)
+Busy fleets: every scenario serves prefill instances with queues (live pairs, ZigZag predicted)
+and decode instances; plan() runs with its defaults (greedy, ZigZag, measured link efficiencies,
+no baseline comparison, no decode pre-scaling), then with ``deadline_s``. Topologies are loaded
+once (load_topology caches them); the first, cold load is timed apart.
+
+Run: .venv/bin/python benchmarks/plan.py   (BLITZPLAN_QUICK=1: fewer repeats, no +512)
 Prints medians of wall-clock times measured on this machine; nothing is asserted.
 """
 
@@ -16,9 +21,10 @@ from datetime import date
 from blitzplan import ClusterState, load_topology
 from blitzplan._table import format_table
 from blitzplan.scale import ScaleRequest, plan
+from blitzplan.topologies import catalog
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
-REPEATS = 5 if QUICK else 25
+REPEATS = 3 if QUICK else 11
 
 
 def paper() -> ClusterState:
@@ -34,12 +40,16 @@ def paper() -> ClusterState:
     return state
 
 
-def rail() -> ClusterState:
-    state = ClusterState(load_topology("rail-leafspine-1024"), models=["llama-3-8b"])
-    for g in range(8):
-        role = "prefill" if g < 4 else "decode"
-        queue = [(-0.05 * i, 512 + 256 * (i % 5)) for i in range(12)] if role == "prefill" else []
-        state.add_instance("llama-3-8b", gpus=[f"h0/gpu{g}"], role=role, queue=queue)
+def busy_rail() -> ClusterState:
+    """rail-leafspine-1024 serving llama-3-8b: 64 prefill instances with 8 queued requests each
+    and 64 decode instances, one GPU each."""
+    topology = load_topology("rail-leafspine-1024")
+    state = ClusterState(topology, models=["llama-3-8b"])
+    gpus = topology.gpus()
+    for k in range(128):
+        role = "prefill" if k < 64 else "decode"
+        queue = [(-0.05 * i, 512 + 256 * (i % 5)) for i in range(8)] if role == "prefill" else []
+        state.add_instance("llama-3-8b", gpus=[gpus[k]], role=role, queue=queue)
     return state
 
 
@@ -53,43 +63,61 @@ def median_ms(call: Callable[[], object]) -> float:
     return statistics.median(runs) * 1e3
 
 
+def cold_load_ms(name: str) -> tuple[float, float]:
+    catalog._LOADED.clear()
+    start = time.perf_counter()
+    load_topology(name)
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    load_topology(name)
+    return cold * 1e3, (time.perf_counter() - start) * 1e3
+
+
 def main() -> None:
     print(
         f"blitzplan plan() latency, {date.today()}, {platform.machine()}, {os.cpu_count()} cpus, "
         f"Python {platform.python_version()}, median of {REPEATS}\n"
     )
+    cold, warm = cold_load_ms("rail-leafspine-1024")
+    print(f"load_topology('rail-leafspine-1024'): {cold:.0f} ms cold, {warm:.2f} ms cached\n")
+    cases = [
+        ("paper-a800-32", paper(), "mistral-small-24b", 8, 2, None, "-"),
+        ("rail-leafspine-1024, busy", busy_rail(), "llama-3-8b", 64, 1, None, "100"),
+        ("rail-leafspine-1024, busy", busy_rail(), "llama-3-8b", 64, 1, 0.1, "100"),
+    ]
+    if not QUICK:
+        cases += [
+            ("rail-leafspine-1024, busy", busy_rail(), "llama-3-8b", 512, 1, None, "500"),
+            ("rail-leafspine-1024, busy", busy_rail(), "llama-3-8b", 512, 1, 0.5, "500"),
+        ]
     rows = []
-    for name, state, model, count, tp, target in (
-        ("paper-a800-32", paper(), "mistral-small-24b", 8, 2, "10"),
-        ("rail-leafspine-1024", rail(), "llama-3-8b", 64, 1, "250"),
-    ):
+    for name, state, model, count, tp, deadline, target in cases:
         request = ScaleRequest(model, prefill=count, tp=tp)
-        result = plan(state, request, prescale_decode=False)
-        for baselines in (False, True):
-            ms = median_ms(
-                lambda s=state, r=request, b=baselines: plan(
-                    s, r, prescale_decode=False, compare_baselines=b
-                )
-            )
-            rows.append(
-                [
-                    name,
-                    count,
-                    len(result.live_pairs),
-                    "yes" if baselines else "no",
-                    f"{ms:.1f}",
-                    target if not baselines else "-",
-                ]
-            )
+        result = plan(state, request, deadline_s=deadline)
+        ms = median_ms(lambda s=state, r=request, d=deadline: plan(s, r, deadline_s=d))
+        rows.append(
+            [
+                name,
+                f"+{count}",
+                "-" if deadline is None else f"{deadline:g}",
+                len(result.live_pairs),
+                len(result.steps),
+                f"{ms:.1f}",
+                target,
+                "; ".join(result.notes) or "-",
+            ]
+        )
     print(
         format_table(
             [
-                "topology",
-                "new instances",
-                "live pairs (ZigZag)",
-                "baseline milestones",
+                "cluster",
+                "added",
+                "deadline s",
+                "live pairs",
+                "steps",
                 "plan ms",
                 "target ms",
+                "notes",
             ],
             rows,
         )

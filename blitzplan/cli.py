@@ -129,7 +129,6 @@ def host_load_table(topology_name: str = _DEMO_TOPOLOGY) -> str:
 
 def _scenario(args: argparse.Namespace) -> ClusterState:
     """The cluster from --state, or from --topology with serving instances placed on it."""
-    from blitzplan.multicast.setup import available_slots
     from blitzplan.scale.statefile import load_state
 
     if args.state:
@@ -141,7 +140,7 @@ def _scenario(args: argparse.Namespace) -> ClusterState:
             )
     state = ClusterState(load_topology(args.topology), models=[args.model])
     wanted = args.serving_prefill + args.serving_decode
-    slots = available_slots(state, args.tp)
+    slots = state.free_slots(args.tp)
     if wanted > len(slots):
         raise InvalidInputError(
             f"--serving-prefill + --serving-decode = {wanted} tp={args.tp} instances do not fit "
@@ -348,9 +347,9 @@ def _cmd_models(_: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from blitzplan.scale.document import schema_text
+    from blitzplan.scale.types import ScalePlan
 
-    text = schema_text()
+    text = ScalePlan.json_schema()
     if args.out:
         Path(args.out).write_text(text)
     else:

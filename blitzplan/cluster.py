@@ -8,7 +8,7 @@ the whole cluster, not one per host). It answers which sources can send a model 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -28,6 +28,7 @@ __all__ = [
     "QueuedRequest",
     "Role",
     "Source",
+    "check_tp_fits",
     "memory_misfit",
 ]
 
@@ -38,6 +39,13 @@ activations and the runtime, as vLLM's default ``gpu_memory_utilization``)."""
 MIN_KV_TOKENS = 8192
 """KV cache every GPU must keep room for beside its weights: one 8k-token request. An instance
 whose weights leave less is refused, by ``add_instance`` and by ``plan()`` alike."""
+
+
+def check_tp_fits(topology: Topology, tp: int) -> None:
+    """InvalidInputError unless some NVLink group of ``topology`` has ``tp`` GPUs."""
+    largest = max(len(topology.nvlink_group_of(g)) for g in topology.gpus())
+    if tp > largest:
+        raise InvalidInputError(f"tp={tp} is larger than the largest NVLink group ({largest} GPUs)")
 
 
 def memory_misfit(model: ModelSpec, tp: int, memory_bytes: float) -> str | None:
@@ -223,7 +231,7 @@ class ClusterState:
 
     def copy(self) -> ClusterState:
         """An independent copy: same topology, host copies, instances and background flows."""
-        other = ClusterState(self.topology)
+        other = ClusterState(self.topology)  # no models: nothing placed, nothing searched
         other.pool._copies = dict(self.pool._copies)
         other._instances = dict(self._instances)
         other._background = list(self._background)
@@ -250,6 +258,46 @@ class ClusterState:
         """GPUs no instance occupies, in topology order."""
         busy = self.busy_gpus()
         return [gpu for gpu in self.topology.gpus() if gpu not in busy]
+
+    def free_slots(
+        self,
+        tp: int,
+        *,
+        model: ModelSpec | None = None,
+        placement: str = "pack",
+        prefer_leaves: Set[str | None] = frozenset(),
+    ) -> list[tuple[str, ...]]:
+        """Every free TP group of ``tp`` GPUs inside one NVLink group, in placement order (and,
+        given ``model``, only on GPUs whose memory holds it: :func:`memory_misfit`).
+
+        ``pack``: fullest groups first (more instances share a group), then groups under one of
+        ``prefer_leaves``, then topology order. ``spread``: the same groups, one slot per group
+        in turn."""
+        topo = self.topology
+        check_tp_fits(topo, tp)
+        free = set(self.free_gpus())
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for gpu in topo.gpus():
+            if gpu in free and not (
+                model is not None and memory_misfit(model, tp, topo.gpu_spec(gpu).memory_bytes)
+            ):
+                groups.setdefault(topo.nvlink_group_of(gpu), []).append(gpu)
+        order = sorted(
+            groups.items(),
+            key=lambda kv: (
+                -(len(kv[1]) // tp),
+                topo.leaf_of(kv[0][0]) not in prefer_leaves,
+                topo.gpu_position(kv[0][0]),
+            ),
+        )
+        per_group = [
+            [tuple(gpus[start : start + tp]) for start in range(0, len(gpus) - tp + 1, tp)]
+            for _, gpus in order
+        ]
+        if placement == "spread":
+            depth = max((len(slots) for slots in per_group), default=0)
+            return [slots[k] for k in range(depth) for slots in per_group if k < len(slots)]
+        return [slot for slots in per_group for slot in slots]
 
     def add_instance(
         self,

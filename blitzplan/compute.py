@@ -251,7 +251,17 @@ class RooflineComputeModel:
         )
 
     def prefill_layer_s(self, tokens: int, *, requests: int = 1) -> float:
-        return self.prefill_kernels(tokens, requests=requests).total_s
+        key = (tokens, requests)
+        found = self._prefill_cache.get(key)
+        if found is None:
+            found = self.prefill_kernels(tokens, requests=requests).total_s
+            self._prefill_cache[key] = found
+        return found
+
+    @cached_property
+    def _prefill_cache(self) -> dict[tuple[int, int], float]:
+        """Layer times already computed (a plan asks for the same prompt lengths many times)."""
+        return {}
 
     def decode_layer_s(self, batch_size: int, context_len: int) -> float:
         return self.decode_kernels(batch_size, context_len).total_s

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
-from blitzplan.multicast import validate_multicast
-from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.replan import recover
 from blitzplan.solvers import SolveStatus
 from tests.program_check import check_program
@@ -93,17 +92,20 @@ def _host_copy_only() -> ClusterState:
     return state
 
 
+_BASELINES: dict[str, object] = {"compare_baselines": True}
+"""Replans must also keep the baseline comparison working (or leave out what cannot run)."""
+
 SCENARIOS = (
-    Scenario("paper a800 24B tp2", _paper, ScaleRequest("mistral-small-24b", prefill=6, tp=2), {}),
+    Scenario("paper a800 24B tp2", _paper, ScaleRequest("mistral-small-24b", prefill=6, tp=2), _BASELINES),
     Scenario(
         "paper a800 24B tp2, prefill sources, startup 2 s",
         _paper,
         ScaleRequest("mistral-small-24b", prefill=4, tp=2),
-        {"allow_prefill_sources": True, "startup_s": 2.0},
+        {"allow_prefill_sources": True, "startup_s": 2.0, **_BASELINES},
     ),
-    Scenario("dgx h100 8B tp1", _dgx, ScaleRequest("llama-3-8b", prefill=10, tp=1), {}),
-    Scenario("a100 pcie 8B tp1", _pcie, ScaleRequest("llama-3-8b", prefill=4, tp=1), {}),
-    Scenario("h200 one host 8B", _h200, ScaleRequest("llama-3-8b", prefill=3, tp=1), {}),
+    Scenario("dgx h100 8B tp1", _dgx, ScaleRequest("llama-3-8b", prefill=10, tp=1), _BASELINES),
+    Scenario("a100 pcie 8B tp1", _pcie, ScaleRequest("llama-3-8b", prefill=4, tp=1), _BASELINES),
+    Scenario("h200 one host 8B", _h200, ScaleRequest("llama-3-8b", prefill=3, tp=1), _BASELINES),
     Scenario(
         "dgx host copy only 7B tp2",
         _host_copy_only,
@@ -230,7 +232,7 @@ def check(
     dead_nodes, dead_links = _dead(state, failures)
     mc = after.multicast
     if mc is not None:
-        out += [f"invalid: {p}" for p in validate_multicast(recovery.state, mc)]
+        out += [f"invalid: {p}" for p in validate_plan(recovery.state, after)]
         for flow in mc.flows:
             touched = {u for edge in flow.edges for u in edge}
             if touched & dead_nodes or set(flow.edges) & dead_links:

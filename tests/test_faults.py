@@ -246,6 +246,9 @@ def test_bound_holds_on_replans_with_units_delivered(index: int) -> None:
 def test_plan_with_prefill_sources_and_baselines_on() -> None:
     sc = scenario("paper a800 24B tp2,")
     made = plan(
-        sc.build(), ScaleRequest("mistral-small-24b", prefill=4, tp=2), allow_prefill_sources=True
+        sc.build(),
+        ScaleRequest("mistral-small-24b", prefill=4, tp=2),
+        allow_prefill_sources=True,
+        compare_baselines=True,
     )
     assert set(made.milestones.baselines) == {"allcache", "serverlessllm"}

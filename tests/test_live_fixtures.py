@@ -155,7 +155,7 @@ def test_a_failing_solver_process_keeps_the_incumbent_or_reports_error(
     """If the MILP solver process dies, the answer is the incumbent (never OPTIMAL unless the
     bound proves it), or ERROR when there was no starting schedule."""
     pulp = pytest.importorskip("pulp")
-    import blitzplan.solvers.live_milp as live_milp
+    import blitzplan.live.exact.milp as live_milp
 
     def dies(*args: object, **kwargs: object) -> None:
         raise pulp.PulpSolverError("killed")

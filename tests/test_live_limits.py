@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
+from blitzplan.live.exact.common import start_point
 from blitzplan.live.relaxation import _open_bound, _Relaxation, relaxation_bound
 from blitzplan.solvers import SolveStatus
-from blitzplan.solvers.live_common import start_point
 from tests.test_live_properties import instances
 
 LOOSE = LiveScalingInstance([0.0, 0.0], [0.0] * 3, 1.0, 1.0, 0.0)
@@ -34,7 +34,7 @@ TIGHT_SLO = LiveScalingInstance([0.0, 0.0], [0.0] * 3, 1.0, 1.0, 0.0, slo_s=2.9)
 def _fake_rounds(monkeypatch: pytest.MonkeyPatch, *rounds: object) -> list[dict[str, float]]:
     """Replace the MILP's solver rounds by ``rounds`` (in turn); returns the calls' deadlines."""
     pytest.importorskip("pulp")
-    import blitzplan.solvers.live_milp as live_milp
+    import blitzplan.live.exact.milp as live_milp
 
     calls: list[dict[str, float]] = []
     answers = iter(rounds)
@@ -127,7 +127,7 @@ def test_every_round_is_due_before_the_call_is(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_model_without_time_to_build_keeps_the_incumbent() -> None:
     pytest.importorskip("pulp")
-    from blitzplan.solvers.live_milp import solve_milp
+    from blitzplan.live.exact.milp import solve_milp
 
     hint = schedule_live(LOOSE, method="zigzag")
     result = solve_milp(

@@ -17,10 +17,10 @@ from blitzplan.live import (
     relaxation_bound,
     simulate,
 )
+from blitzplan.live.exact.cpsat import solve_cpsat
+from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.exact.milp import solve_milp
 from blitzplan.solvers import SolveStatus, available_backends
-from blitzplan.solvers.live_cpsat import solve_cpsat
-from blitzplan.solvers.live_enumerate import count_schedules
-from blitzplan.solvers.live_milp import solve_milp
 
 HEURISTICS = ["stop_the_world", "best_effort", "zigzag"]
 REL = 1e-5  # OPTIMAL is proven within this relative gap

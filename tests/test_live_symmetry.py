@@ -7,11 +7,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
+from blitzplan.live.exact.cpsat import solve_cpsat
+from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.exact.milp import solve_milp
+from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut_s
 from blitzplan.solvers import SolveStatus
-from blitzplan.solvers.live_cpsat import solve_cpsat
-from blitzplan.solvers.live_enumerate import count_schedules
-from blitzplan.solvers.live_milp import solve_milp
-from blitzplan.solvers.live_symmetry import canonical, identical_groups, work_cut_s
 
 TOY = LiveScalingInstance([6.0 * (k + 1) for k in range(7)], [0.0] * 7, 1.0, 1.0, 0.0)
 

@@ -16,8 +16,8 @@ from blitzplan import (
     load_topology,
 )
 from blitzplan.cli import main
-from blitzplan.scale import ScaleRequest, plan, replan
-from blitzplan.scale.document import json_schema, schema_text
+from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale.document import json_schema
 from blitzplan.scale.program import StepKind
 from tests.conftest import REPO
 from tests.fault_campaign import SCENARIOS, base_plan
@@ -106,7 +106,7 @@ def test_new_names_skip_instance_ids_in_use() -> None:
 
 def test_the_shipped_schema_is_the_generated_one(capsys: pytest.CaptureFixture[str]) -> None:
     shipped = (REPO / "blitzplan" / "schemas" / "scaleplan.v2.schema.json").read_text()
-    assert shipped == schema_text()
+    assert shipped == ScalePlan.json_schema()
     assert main(["schema"]) == 0
     assert capsys.readouterr().out == shipped
 
@@ -119,11 +119,11 @@ def test_documents_validate_against_the_schema(which: str) -> None:
     if which == "replan":
         at = 0.3 * scale.milestones.full_capacity_s
         scale = replan(scale, sc.build(), at_s=at, failed=["h1/gpu3"])
-    jsonschema.validate(json.loads(scale.to_json(timing=True)), json_schema())
+    jsonschema.validate(json.loads(scale.to_json(timing=True)), json_schema(ScalePlan))
     with pytest.raises(jsonschema.ValidationError):
         document = json.loads(scale.to_json())
         document["steps"][0]["kind"] = "teleport"
-        jsonschema.validate(document, json_schema())
+        jsonschema.validate(document, json_schema(ScalePlan))
 
 
 # --- applying a plan --------------------------------------------------------------------------

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.compute import RooflineComputeModel
 from blitzplan.live.validate import validate_schedule
-from blitzplan.multicast import validate_multicast
-from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.plan import Options, live_instance
 from blitzplan.scale.replan import recover
 
@@ -45,16 +44,17 @@ def paper_state(queue_tokens: tuple[int, int] = (24_000, 12_000)) -> ClusterStat
 
 def check_plan(state: ClusterState, scale: ScalePlan) -> None:
     if scale.multicast is not None:
-        assert validate_multicast(state, scale.multicast) == ()
+        assert validate_plan(state, scale) == ()
     for pair in scale.live_pairs:
         assert pair.schedule.has_ops
 
 
 def test_six_prefill_instances_with_live_pairs() -> None:
     state = paper_state()
-    scale = plan(state, ScaleRequest(MODEL, prefill=6, tp=2))
+    scale = plan(state, ScaleRequest(MODEL, prefill=6, tp=2), compare_baselines=True)
     check_plan(state, scale)
     assert [i.role for i in scale.new_instances] == ["prefill"] * 6
+    assert not plan(state, ScaleRequest(MODEL, prefill=6, tp=2)).milestones.baselines  # opt-in
     assert len(scale.live_pairs) == 2
     # the earliest live tail pairs with the most loaded old instance (i0: 24k queued tokens)
     first = min(scale.live_pairs, key=lambda p: scale.multicast.layer_ready_s[p.new][1])
@@ -111,13 +111,13 @@ def test_large_prefill_scale_up_prescales_decode() -> None:
     state = ClusterState(load_topology("paper-a800-32"), models=[MODEL])
     state.add_instance(MODEL, gpus=["h0/gpu0", "h0/gpu1"], role="prefill", queue=[(0.0, 4096)])
     state.add_instance(MODEL, gpus=["h0/gpu2", "h0/gpu3"], role="decode")
-    scale = plan(state, ScaleRequest(MODEL, prefill=4, tp=2))
+    scale = plan(state, ScaleRequest(MODEL, prefill=4, tp=2), prescale_decode=True)
     check_plan(state, scale)
     assert sorted(i.role for i in scale.new_instances) == ["decode"] * 4 + ["prefill"] * 4
-    assert not plan(state, ScaleRequest(MODEL, prefill=3, tp=2)).missing
-    assert all(
-        i.role == "prefill" for i in plan(state, ScaleRequest(MODEL, prefill=3, tp=2)).new_instances
-    )
+    small = plan(state, ScaleRequest(MODEL, prefill=3, tp=2), prescale_decode=True)
+    assert not small.missing and all(i.role == "prefill" for i in small.new_instances)
+    default = plan(state, ScaleRequest(MODEL, prefill=4, tp=2))  # opt-in: what was asked
+    assert [i.role for i in default.new_instances] == ["prefill"] * 4
 
 
 def test_scale_down_drains_the_least_loaded() -> None:
@@ -163,7 +163,7 @@ def test_partial_plan_says_what_is_missing_unless_strict() -> None:
     with pytest.raises(InfeasibleError, match="14 wanted"):
         plan(state, ScaleRequest(MODEL, prefill=14, tp=2), strict=True, prescale_decode=False)
     # a large scale-up pre-scales decode first and drops it first when GPUs run out
-    both = plan(state, ScaleRequest(MODEL, prefill=14, tp=2))
+    both = plan(state, ScaleRequest(MODEL, prefill=14, tp=2), prescale_decode=True)
     assert "28 wanted: 14 pre-scaled decode" in both.missing[0]
 
 
@@ -259,7 +259,7 @@ def test_replan_after_a_source_fails_reuses_delivered_layers() -> None:
     after = replan(BASE, state, at_s=at, failed=["i2"])
     current = recover(BASE, state, at_s=at, failed=["i2"]).state
     assert "i2" not in {i.id for i in current.instances}
-    assert validate_multicast(current, after.multicast) == ()
+    assert validate_plan(current, after) == ()
     for info in after.new_instances:
         old = BASE.multicast.layer_ready_s[info.name]
         for unit, t in enumerate(info.layer_ready_s):
@@ -304,7 +304,7 @@ def test_property_single_failure_replan_completes_every_survivor(failure, fracti
     assert all(any(name in m for m in missing) for name in lost)
     if after.multicast is None:
         return
-    assert validate_multicast(current, after.multicast) == ()
+    assert validate_plan(current, after) == ()
     assert after.multicast.model == BASE.model
     for info in after.new_instances:
         before = BASE.multicast.layer_ready_s[info.name]

@@ -160,7 +160,7 @@ def _exact(
     ZigZag hint) is taken off ``time_limit_s``."""
     load_backend(backend)
     if backend == "enumerate":
-        from blitzplan.solvers.live_enumerate import solve_enumerate
+        from blitzplan.live.exact.enumerate import solve_enumerate
 
         return solve_enumerate(
             instance, objective=objective, old_order=old_order, time_limit_s=time_limit_s
@@ -171,7 +171,7 @@ def _exact(
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
     if backend == "cpsat":
-        from blitzplan.solvers.live_cpsat import solve_cpsat
+        from blitzplan.live.exact.cpsat import solve_cpsat
 
         return solve_cpsat(
             instance,
@@ -181,7 +181,7 @@ def _exact(
             hint=hint,
             warm_start=warm_start,
         )
-    from blitzplan.solvers.live_milp import solve_milp
+    from blitzplan.live.exact.milp import solve_milp
 
     return solve_milp(
         instance,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Unpack
 
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -21,7 +22,7 @@ from blitzplan.multicast.bound import Bound, lower_bound
 from blitzplan.multicast.exact import exact_search
 from blitzplan.multicast.greedy import Context, build, build_lp, context, greedy_choice
 from blitzplan.multicast.polish import polish
-from blitzplan.multicast.setup import PLACEMENTS, Problem, prepare
+from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
 from blitzplan.multicast.types import (
     ALL_RANKS,
     AllGather,
@@ -95,7 +96,8 @@ def plan_multicast(
     ``placement`` (with ``count``): ``pack`` fills the fullest NVLink groups, ``spread`` one
     instance per group in turn (spare GPUs then relay over their NICs), ``auto`` takes the faster
     of the two under the fluid estimate (``pack`` on ties). The greedy ends with a local search of
-    at most ``polish_evaluations`` plans (default: sized to the plan; 0 turns it off). ``names``
+    at most ``polish_evaluations`` plans and a linear program over its lanes (default: sized to
+    the plan; 0 turns both refinements off). ``names``
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
     reports a certified ``lower_bound_s`` on its objective.
@@ -192,15 +194,17 @@ def _check_options(
         )
 
 
-def _problem(state: ClusterState, spec: ModelSpec, *, placement: str, **options: object) -> Problem:
+def _problem(
+    state: ClusterState, spec: ModelSpec, *, placement: str, **options: Unpack[PrepareOptions]
+) -> Problem:
     """The problem, choosing the placement when ``auto`` (only with ``count``)."""
     if placement != _AUTO:
-        return prepare(state, spec, placement=placement, **options)  # type: ignore[arg-type]
-    packed = prepare(state, spec, placement="pack", **options)  # type: ignore[arg-type]
-    count = options.get("count")
-    if not isinstance(count, int) or count > AUTO_PLACEMENT_MAX or not packed.sources:
+        return prepare(state, spec, placement=placement, **options)
+    packed = prepare(state, spec, placement="pack", **options)
+    count = options["count"]
+    if count is None or count > AUTO_PLACEMENT_MAX or not packed.sources:
         return packed
-    spread = prepare(state, spec, placement="spread", **options)  # type: ignore[arg-type]
+    spread = prepare(state, spec, placement="spread", **options)
     if [i.gpus for i in spread.instances] == [i.gpus for i in packed.instances]:
         return packed
     return spread if _estimate(spread) < _estimate(packed) * (1 - 0.01) else packed
@@ -236,7 +240,7 @@ def _striped(
         return built, cheap
     budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
     choice, built = polish(problem, ctx, choice, built, objective, max_evaluations=budget)
-    if len(ctx.targets) <= LP_MAX_NODES:
+    if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # 0: no refinement at all
         refined = build_lp(problem, ctx, choice)
         if refined is not None and score(objective, refined.ready_at_s, refined.live) < score(
             objective, built.ready_at_s, built.live

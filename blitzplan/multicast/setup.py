@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
+from typing import TypedDict
 
-from blitzplan.cluster import ClusterState, Instance, Role, memory_misfit
+from blitzplan.cluster import ClusterState, Instance, Role, check_tp_fits, memory_misfit
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.types import NewInstance, NodeKind, PlanNode
@@ -24,8 +25,8 @@ from blitzplan.topologies import Edge, Topology, residual_after
 
 __all__ = [
     "PLACEMENTS",
+    "PrepareOptions",
     "Problem",
-    "available_slots",
     "place_targets",
     "prepare",
     "residual_capacity",
@@ -69,6 +70,22 @@ class Problem:
         return float(self.tp * sum(b for b, m in zip(self.unit_bytes, need, strict=True) if m))
 
 
+class PrepareOptions(TypedDict):
+    """The keyword arguments of :func:`prepare` besides ``placement``."""
+
+    count: int | None
+    targets: Sequence[Sequence[str]] | None
+    tp: int
+    live: int | Sequence[str]
+    chunk_bytes: int
+    startup_s: float | Mapping[str, float]
+    exclude: Iterable[str]
+    allow_prefill_sources: bool
+    names: Sequence[str] | None
+    delivered: Mapping[str, Sequence[bool]] | None
+    need_sources: bool
+
+
 def prepare(
     state: ClusterState,
     model: ModelSpec,
@@ -92,7 +109,7 @@ def prepare(
     ``need_sources=False`` (data planes that read copies on every host) plans without holders.
     """
     model.check_tp(tp)
-    _check_tp_fits(state.topology, tp)
+    check_tp_fits(state.topology, tp)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
         raise InvalidInputError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     if placement not in PLACEMENTS:
@@ -233,12 +250,6 @@ def _target_groups(
     return place_targets(state, tp, count, prefer_leaves=leaves, placement=placement, model=model)
 
 
-def _check_tp_fits(topology: Topology, tp: int) -> None:
-    largest = max(len(topology.nvlink_group_of(g)) for g in topology.gpus())
-    if tp > largest:
-        raise InvalidInputError(f"tp={tp} is larger than the largest NVLink group ({largest} GPUs)")
-
-
 def _check_explicit_targets(state: ClusterState, groups: list[tuple[str, ...]], tp: int) -> None:
     topo = state.topology
     free = set(state.free_gpus())
@@ -263,46 +274,6 @@ def _check_explicit_targets(state: ClusterState, groups: list[tuple[str, ...]], 
             )
 
 
-def available_slots(
-    state: ClusterState,
-    tp: int,
-    *,
-    prefer_leaves: Set[str | None] = frozenset(),
-    placement: str = "pack",
-    model: ModelSpec | None = None,
-) -> list[tuple[str, ...]]:
-    """Every free TP group in placement order, each inside one NVLink group (and, given
-    ``model``, on GPUs whose memory holds it: :func:`~blitzplan.cluster.memory_misfit`).
-
-    ``pack``: fullest groups first (more instances share a group), then groups under a source's
-    leaf, then topology order. ``spread``: the same groups, but one slot per group in turn."""
-    topo = state.topology
-    _check_tp_fits(topo, tp)
-    free = set(state.free_gpus())
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for gpu in topo.gpus():
-        if gpu in free and not (
-            model is not None and memory_misfit(model, tp, topo.gpu_spec(gpu).memory_bytes)
-        ):
-            groups.setdefault(topo.nvlink_group_of(gpu), []).append(gpu)
-    order = sorted(
-        groups.items(),
-        key=lambda kv: (
-            -(len(kv[1]) // tp),
-            topo.leaf_of(kv[0][0]) not in prefer_leaves,
-            topo.gpu_position(kv[0][0]),
-        ),
-    )
-    per_group = [
-        [tuple(gpus[start : start + tp]) for start in range(0, len(gpus) - tp + 1, tp)]
-        for _, gpus in order
-    ]
-    if placement == "spread":
-        depth = max((len(slots) for slots in per_group), default=0)
-        return [slots[k] for k in range(depth) for slots in per_group if k < len(slots)]
-    return [slot for slots in per_group for slot in slots]
-
-
 def place_targets(
     state: ClusterState,
     tp: int,
@@ -312,10 +283,9 @@ def place_targets(
     placement: str = "pack",
     model: ModelSpec | None = None,
 ) -> list[tuple[str, ...]]:
-    """The first ``count`` of :func:`available_slots`; InfeasibleError when they do not fit."""
-    slots = available_slots(
-        state, tp, prefer_leaves=prefer_leaves, placement=placement, model=model
-    )
+    """The first ``count`` of :meth:`ClusterState.free_slots`; InfeasibleError when they do not
+    fit."""
+    slots = state.free_slots(tp, prefer_leaves=prefer_leaves, placement=placement, model=model)
     if len(slots) < count:
         raise InfeasibleError(
             f"count={count} new tp={tp} instances do not fit the free GPUs: room for {len(slots)}"

@@ -1,7 +1,7 @@
 """``plan()``: the call a serving stack makes, its ScalePlan, and ``replan()`` after failures."""
 
 from blitzplan.scale.apply import apply_plan
-from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan
+from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan, validate_plan
 from blitzplan.scale.replan import Recovery, recover, replan
 from blitzplan.scale.types import (
     SCHEMA,
@@ -35,4 +35,5 @@ __all__ = [
     "plan",
     "recover",
     "replan",
+    "validate_plan",
 ]

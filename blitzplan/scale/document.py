@@ -14,6 +14,7 @@ version rather than guess.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -61,11 +62,24 @@ def _text(document: dict[str, Any]) -> str:
 
 
 def plan_digest(plan: ScalePlan) -> str:
-    """SHA-256 of the document without ``plan_id`` and timing: equal plans, equal digests."""
-    data = _builtins(plan)
-    data.pop("plan_id", None)
-    _timing(data)
-    return hashlib.sha256(_text(data).encode()).hexdigest()
+    """SHA-256 of the plan without ``plan_id`` and wall-clock times: equal plans, equal
+    digests (msgspec's deterministic encoding: sorted mapping keys, fields in order)."""
+    import msgspec
+
+    multicast = plan.multicast
+    held = {gpu: {str(u): ivs for u, ivs in units.items()} for gpu, units in plan.held.items()}
+    canonical = dataclasses.replace(
+        plan,
+        plan_id="",
+        held={},
+        multicast=dataclasses.replace(multicast, solve_s=0.0) if multicast else None,
+        live_pairs=tuple(
+            dataclasses.replace(p, schedule=dataclasses.replace(p.schedule, solve_s=0.0))
+            for p in plan.live_pairs
+        ),
+    )
+    text = msgspec.json.encode((canonical, held), order="deterministic")
+    return hashlib.sha256(text).hexdigest()
 
 
 def encode(plan: ScalePlan, *, timing: bool = False) -> str:
@@ -78,12 +92,11 @@ def encode(plan: ScalePlan, *, timing: bool = False) -> str:
     return _text(document)
 
 
-def decode(text: str) -> ScalePlan:
-    """The ScalePlan a document describes; InvalidInputError naming what does not fit."""
+def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
+    """The ScalePlan (``kind``) a document describes; InvalidInputError naming what does not
+    fit."""
     import msgspec
     import msgspec.inspect
-
-    from blitzplan.scale.types import ScalePlan
 
     try:
         document = msgspec.json.decode(text)
@@ -100,9 +113,9 @@ def decode(text: str) -> ScalePlan:
     for key in ("schema", "schema_version"):
         document.pop(key)
     _restore_timing(document, timing)
-    data = _infinite(msgspec.inspect.type_info(ScalePlan), document)
+    data = _infinite(msgspec.inspect.type_info(kind), document)
     try:
-        plan: ScalePlan = msgspec.convert(data, ScalePlan, str_keys=True)
+        plan: ScalePlan = msgspec.convert(data, kind, str_keys=True)
     except msgspec.ValidationError as exc:
         raise InvalidInputError(f"ScalePlan JSON does not fit the schema: {exc}") from None
     return plan
@@ -152,13 +165,11 @@ def _infinite(info: Any, data: Any) -> Any:
     return data
 
 
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (2020-12) of the document."""
+def json_schema(kind: type[ScalePlan]) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of the document of ``kind`` (ScalePlan)."""
     import msgspec
 
-    from blitzplan.scale.types import ScalePlan
-
-    schema: dict[str, Any] = msgspec.json.schema(ScalePlan)
+    schema: dict[str, Any] = msgspec.json.schema(kind)
     schema = _nullable_numbers(schema)
     root = schema["$defs"]["ScalePlan"]
     root["properties"] = {
@@ -196,6 +207,6 @@ def _nullable_numbers(node: Any) -> Any:
     return node
 
 
-def schema_text() -> str:
+def schema_text(kind: type[ScalePlan]) -> str:
     """:func:`json_schema` as stable text (what ``blitzplan schema`` prints)."""
-    return json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"
+    return json.dumps(json_schema(kind), indent=1, sort_keys=True) + "\n"

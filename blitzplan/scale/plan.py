@@ -26,20 +26,22 @@ asked) gives a plan for what is possible and lists what is missing, unless ``str
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from blitzplan.cluster import ClusterState, Instance, QueuedRequest, Role, memory_misfit
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
+from blitzplan.hardware import GpuSpec
 from blitzplan.live.instance import LiveScalingInstance, instance_from_queue, queue_batches
 from blitzplan.live.schedule import Schedule
 from blitzplan.live.solve import METHODS as LIVE_METHODS
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
-from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast
-from blitzplan.multicast.setup import available_slots
+from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
 from blitzplan.multicast.types import MulticastPlan
 from blitzplan.scale.document import plan_digest
 from blitzplan.scale.program import Held, program
@@ -64,6 +66,7 @@ __all__ = [
     "live_instance",
     "plan",
     "realize",
+    "validate_plan",
 ]
 
 LARGE_SCALE_UP = 4.0
@@ -84,11 +87,12 @@ def plan(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     startup_s: float = 0.0,
     max_batch_tokens: int | None = None,
-    prescale_decode: bool = True,
-    compare_baselines: bool = True,
+    prescale_decode: bool = False,
+    compare_baselines: bool = False,
     mutate_decode: bool = True,
     allow_prefill_sources: bool = False,
     link_efficiency: float | Mapping[str, float] | None = None,
+    deadline_s: float | None = None,
 ) -> ScalePlan:
     """Plan the scaling ``request`` asks for on ``state`` (see the module docstring).
 
@@ -101,8 +105,18 @@ def plan(
     ``allow_prefill_sources`` lets prefill instances send weights (when nothing else holds them).
     ``link_efficiency``: each link medium's achieved fraction of line rate the plan's times are
     computed at (None: the measured defaults of :data:`blitzplan.topologies.links.
-    LINK_EFFICIENCY`; ``1.0``: line rate; or a table per medium).
+    LINK_EFFICIENCY`; ``1.0``: line rate; or a table per medium). ``prescale_decode`` and
+    ``compare_baselines`` are off by default (a control loop gets what it asked for, fast).
+    ``deadline_s`` bounds the whole call: the greedy skips its refinements and live tails stop
+    pairing once it has passed, and the plan's ``notes`` say what was left out.
     """
+    started = time.monotonic()
+    if deadline_s is not None and (
+        isinstance(deadline_s, bool)
+        or not isinstance(deadline_s, int | float)
+        or not deadline_s > 0
+    ):
+        raise InvalidInputError(f"deadline_s must be a number of seconds > 0, got {deadline_s!r}")
     if not isinstance(request, ScaleRequest):
         raise InvalidInputError(f"request must be a ScaleRequest, got {type(request).__name__}")
     spec = request.model if isinstance(request.model, ModelSpec) else load_model(request.model)
@@ -145,6 +159,7 @@ def plan(
         allow_prefill_sources,
         strict,
         link_efficiency_table(link_efficiency),
+        deadline_s,
     )
     staying = [i for i in prefill_old if i not in mutated]
     targets = Targets(count=new_prefill + new_decode, prefill=new_prefill)
@@ -159,6 +174,7 @@ def plan(
         mutated=mutated,
         releases=releases,
         missing=missing,
+        started=started,
     )
 
 
@@ -173,10 +189,11 @@ class Options:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     startup_s: float = 0.0
     max_batch_tokens: int | None = None
-    compare_baselines: bool = True
+    compare_baselines: bool = False
     allow_prefill_sources: bool = False
     strict: bool = False
     link_efficiency: Mapping[str, float] = field(default_factory=lambda: dict(LINK_EFFICIENCY))
+    deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.live_method not in LIVE_METHODS:
@@ -234,10 +251,13 @@ def realize(
     releases: tuple[Release, ...],
     missing: list[str],
     held: Held | None = None,
+    started: float | None = None,
 ) -> ScalePlan:
     """Multicast, roles, live pairs, milestones and the transfer program for a fixed set of
     new instances (``held``: bytes the new GPUs already have, a replan's), on ``state``'s links
     at ``options.link_efficiency``."""
+    clock = _Deadline(started, options.deadline_s)
+    notes: list[str] = []
     state = at_efficiency(state, options.link_efficiency)
     queues, moved = _requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
@@ -246,18 +266,14 @@ def realize(
         live = targets.live
     multicast = None
     if targets.total:
-        placement: dict[str, object] = (
-            {
-                "targets": [list(g) for g in targets.groups],
-                "names": list(targets.names),
-                "delivered": dict(targets.delivered),
-            }
-            if targets.groups
-            else {"count": targets.count, "names": _fresh_names(state, targets.count)}
-        )
+        explicit = bool(targets.groups)
         multicast = plan_multicast(
             state,
             spec,
+            count=None if explicit else targets.count,
+            targets=[list(g) for g in targets.groups] if explicit else None,
+            names=list(targets.names) if explicit else _fresh_names(state, targets.count),
+            delivered=dict(targets.delivered) if explicit else None,
             tp=tp,
             method=options.method,
             live=live,
@@ -265,10 +281,19 @@ def realize(
             startup_s=dict(targets.startup_s) if targets.startup_s else options.startup_s,
             time_limit_s=options.time_limit_s,
             allow_prefill_sources=options.allow_prefill_sources,
-            **placement,  # type: ignore[arg-type]
+            polish_evaluations=0 if clock.tight() else None,
         )
+        if clock.tight():
+            notes.append("deadline_s: the greedy multicast plan without its refinements")
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets.prefill)
-    pairs = _pairs(state, spec, multicast, loaded, queues, options, tp, keep=targets.pairs)
+    pairs = _pairs(
+        state, spec, multicast, loaded, queues, options, tp, keep=targets.pairs, clock=clock
+    )
+    if multicast is not None and len(pairs) < min(len(multicast.live), len(loaded)):
+        notes.append(
+            f"deadline_s: {min(len(multicast.live), len(loaded)) - len(pairs)} live instances "
+            "left without a pair (they load, but help no queue)"
+        )
     draining = [i for i in state.instances if i.id in {r.instance for r in releases} and i.queue]
     for inst in draining:  # a released instance finishes its own queue first
         queues.setdefault(inst.id, list(inst.queue))
@@ -289,6 +314,7 @@ def realize(
         releases=_timed_releases(state, spec, releases, options),
         milestones=milestones,
         missing=tuple(missing),
+        notes=tuple(notes),
         options=options.recorded,
         steps=steps,
         held=snapped,
@@ -308,6 +334,32 @@ def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> Clust
     derated = state.copy()
     derated.topology = cache[key]
     return derated
+
+
+def validate_plan(state: ClusterState, plan: ScalePlan) -> tuple[str, ...]:
+    """Every rule ``plan``'s multicast breaks on ``state`` (the state it was made on), checked
+    at the link efficiency the plan was computed at (:func:`~blitzplan.validate_multicast`)."""
+    if plan.multicast is None:
+        return ()
+    return validate_multicast(at_efficiency(state, plan.options.link_efficiency), plan.multicast)
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """``plan()``'s ``deadline_s`` from its start: refinements are skipped when it is tight
+    (half of it gone), pairing stops once it has passed."""
+
+    started: float | None
+    deadline_s: float | None
+
+    def _used(self) -> float:
+        return 0.0 if self.started is None else time.monotonic() - self.started
+
+    def tight(self) -> bool:
+        return self.deadline_s is not None and self._used() > self.deadline_s / 2
+
+    def passed(self) -> bool:
+        return self.deadline_s is not None and self._used() > self.deadline_s
 
 
 def _fresh_names(state: ClusterState, count: int) -> list[str]:
@@ -370,7 +422,7 @@ def _fit(
     """Shrink the new-instance counts to what the free GPUs hold: pre-scaled decode first,
     then decode, then prefill. ``counts`` are the prefill, decode and pre-scaled decode wanted."""
     prefill, decode, prescale = counts
-    room = len(available_slots(state, tp, model=spec))
+    room = len(state.free_slots(tp, model=spec))
     wanted = prefill + decode
     if wanted <= room:
         return prefill, decode
@@ -443,7 +495,13 @@ def _compute_for(
 ) -> ComputeModel:
     if compute is not None:
         return compute
-    return RooflineComputeModel(spec, state.topology.gpu_spec(gpu), tp=tp)
+    return _roofline(spec, state.topology.gpu_spec(gpu), tp)
+
+
+@functools.lru_cache(maxsize=64)
+def _roofline(spec: ModelSpec, gpu: GpuSpec, tp: int) -> RooflineComputeModel:
+    """One roofline model per model, GPU and TP degree (its layer times cached inside)."""
+    return RooflineComputeModel(spec, gpu, tp=tp)
 
 
 def live_instance(
@@ -497,6 +555,7 @@ def _pairs(
     tp: int,
     *,
     keep: Mapping[str, str] | None = None,
+    clock: _Deadline | None = None,
 ) -> tuple[LivePair, ...]:
     """Live tails with old prefill instances: the pairs in ``keep`` whose old instance still has
     a queue, then the other tails, earliest first layer first, with the most loaded olds left."""
@@ -529,6 +588,8 @@ def _pairs(
             taken |= {name, old.id}
     pairs = []
     for name, old in chosen:
+        if clock is not None and clock.passed():
+            break  # past the deadline: the rest load without a pair (the plan notes it)
         new = multicast.instance(name)
         schedule = _live_schedule(
             state,

@@ -30,6 +30,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from blitzplan.multicast.holdings import merge
 from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
@@ -136,7 +137,7 @@ def program(
             start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
             end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
             feeds=plan.lane_feeds[lane.flow] if plan.lane_feeds else (),
-            **_route(plan, lane, topology),  # type: ignore[arg-type]
+            **_route(plan, lane, topology)._asdict(),
         )
     ordered = tuple(
         _drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id)
@@ -153,7 +154,17 @@ def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> Tran
     return TransferStep(**{**step.__dict__, "feeds": feeds, "after": after})
 
 
-def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> dict[str, object]:
+class _Route(NamedTuple):
+    kind: StepKind
+    holder: str
+    link: str
+    nic: str | None
+    relay: str | None
+    source: str
+    destination: str
+
+
+def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> _Route:
     """Kind, link, sending NIC and relay of a lane, from the route its flow takes."""
     edges = plan.flows[lane.flow].edges
     nodes = [edges[0][0], *(v for _, v in edges)]
@@ -177,15 +188,7 @@ def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> dict[str, obj
         NodeKind.HOST: "memory",
         NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
     }.get(sender, "plan")
-    return {
-        "kind": kind,
-        "holder": holder,
-        "link": link,
-        "nic": nic,
-        "relay": relay,
-        "source": lane.holder,
-        "destination": lane.dst,
-    }
+    return _Route(kind, holder, link, nic, relay, lane.holder, lane.dst)
 
 
 def _local_link(nodes: Sequence[str], topology: Topology) -> str:
@@ -248,13 +251,22 @@ def _ranges(
     """Per carried unit, the bytes of the lane's stripe the destination lacks, grouped."""
     receiver = plan.nodes[lane.receiver]
     spans: list[tuple[int, int, int]] = []  # (unit, offset, length)
+    want = (snap(lane.lo), snap(lane.hi))
+    scale = receiver.tp if lane.rank == ALL_RANKS else 1
+    whole: dict[int, tuple[int, int]] = {}  # per unit size: the stripe's bytes, none held
     for unit, size in enumerate(plan.unit_bytes):
         if receiver.has(unit):
             continue
-        total = size * (receiver.tp if lane.rank == ALL_RANKS else 1)
-        want = (snap(lane.lo), snap(lane.hi))
-        owned = [(snap(a), snap(b)) for a, b in have.get(unit, ())]
-        for lo, hi in _missing(want, owned):
+        total = size * scale
+        owned = have.get(unit)
+        if not owned:
+            if total not in whole:
+                whole[total] = (round(want[0] * total), round(want[1] * total))
+            start, end = whole[total]
+            if end > start:
+                spans.append((unit, start, end - start))
+            continue
+        for lo, hi in _missing(want, [(snap(a), snap(b)) for a, b in owned]):
             start, end = round(lo * total), round(hi * total)
             if end > start:
                 spans.append((unit, start, end - start))

@@ -42,7 +42,7 @@ from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
 from blitzplan.scale.plan import Options, Targets, realize
 from blitzplan.scale.program import held_after
-from blitzplan.scale.types import NewInstanceInfo, ScalePlan
+from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 from blitzplan.topologies import Topology
 
 __all__ = ["Recovery", "degrade", "recover", "replan"]
@@ -86,6 +86,8 @@ def replan(
     options = options or Options.of(plan.options, compute)
     survivors = list(recovery.survivors)
 
+    serving = _serving(plan, recovery.state)
+
     def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
         gpus = [g for info in survivors for g in info.gpus]
         held = held_after(plan.multicast, at_s, gpus, plan.held) if plan.multicast else {}
@@ -96,7 +98,9 @@ def replan(
             _targets(plan, survivors, at_s, options),
             options,
             request=plan.request,
-            **_serving(plan, recovery.state),  # type: ignore[arg-type]
+            staying=serving.staying,
+            mutated=serving.mutated,
+            releases=serving.releases,
             missing=missing,
             held=held,
         )
@@ -130,14 +134,21 @@ def _targets(
     )
 
 
-def _serving(plan: ScalePlan, current: ClusterState) -> dict[str, object]:
+@dataclass(frozen=True)
+class _Serving:
+    staying: list[Instance]
+    mutated: list[Instance]
+    releases: tuple[Release, ...]
+
+
+def _serving(plan: ScalePlan, current: ClusterState) -> _Serving:
     """The old instances of the plan's model that still serve, drain or mutate."""
     mine = [i for i in current.instances if i.identity == plan.model]
     released = {r.instance for r in plan.releases}
     mutated_ids = {m.instance for m in plan.mutations}
     new_names = {info.name for info in plan.new_instances}
-    return {
-        "staying": [
+    return _Serving(
+        staying=[
             i
             for i in mine
             if i.role is Role.PREFILL
@@ -145,9 +156,9 @@ def _serving(plan: ScalePlan, current: ClusterState) -> dict[str, object]:
             and i.id not in mutated_ids
             and i.id not in new_names
         ],
-        "mutated": [i for i in mine if i.id in mutated_ids],
-        "releases": tuple(r for r in plan.releases if r.instance in {i.id for i in mine}),
-    }
+        mutated=[i for i in mine if i.id in mutated_ids],
+        releases=tuple(r for r in plan.releases if r.instance in {i.id for i in mine}),
+    )
 
 
 def _stranded(

@@ -135,11 +135,12 @@ class PlanOptions:
     chunk_bytes: int = 16 * 1024**2
     startup_s: float = 0.0
     max_batch_tokens: int | None = None
-    compare_baselines: bool = True
+    compare_baselines: bool = False
     allow_prefill_sources: bool = False
     strict: bool = False
     link_efficiency: Mapping[str, float] = field(default_factory=lambda: dict(LINK_EFFICIENCY))
     """Each link medium's achieved fraction of line rate the plan was computed at."""
+    deadline_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -164,10 +165,19 @@ class ScalePlan:
     milestones: Milestones
     missing: tuple[str, ...] = ()
     """What the request asked for and this plan could not do (empty when met in full)."""
+    notes: tuple[str, ...] = ()
+    """What the planner left out to keep ``deadline_s`` (empty when nothing)."""
     options: PlanOptions = field(default_factory=PlanOptions)
     steps: tuple[TransferStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
     plan_id: str = ""
+
+    @classmethod
+    def json_schema(cls) -> str:
+        """The JSON Schema of :meth:`to_json` documents, as text (``blitzplan schema``)."""
+        from blitzplan.scale.document import schema_text
+
+        return schema_text(cls)
 
     def to_json(self, *, timing: bool = False) -> str:
         """The versioned JSON document (:mod:`blitzplan.scale.document`); equal plans give
@@ -181,7 +191,7 @@ class ScalePlan:
         """The ScalePlan a :meth:`to_json` document describes (its ``plan_id`` checked)."""
         from blitzplan.scale.document import decode, plan_digest
 
-        plan = decode(text)
+        plan = decode(text, cls)
         if plan.plan_id and plan.plan_id != plan_digest(plan):
             raise InvalidInputError(
                 f"plan_id {plan.plan_id!r} does not match the plan: the document was changed"

@@ -14,7 +14,6 @@ from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.policies import POLICIES, Policy
 from blitzplan.models import ModelSpec, load_model
-from blitzplan.multicast.setup import available_slots
 from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
 from blitzplan.sim.engine import Simulator
 from blitzplan.sim.faults import check_failures
@@ -46,7 +45,7 @@ def capacity_rate_per_s(
 ) -> float:
     """Requests per second the whole cluster sustains for this trace's mean request: half the
     instances prefilling at a full token budget, half decoding at batch 64, the slower side."""
-    slots = len(available_slots(ClusterState(topology), tp))
+    slots = len(ClusterState(topology).free_slots(tp))
     layers = model.num_layers
     prompt = max(1.0, trace.mean_prompt_tokens)
     output = max(1.0, trace.mean_output_tokens)
@@ -97,7 +96,7 @@ def simulate(
     topo = topo.with_link_efficiency(link_efficiency)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     spec.check_tp(tp)
-    slots = available_slots(ClusterState(topo), tp)
+    slots = ClusterState(topo).free_slots(tp)
     if len(slots) < 2:
         raise InvalidInputError(
             f"topology {topo.name!r} has room for {len(slots)} tp={tp} instances of {spec.name}; "

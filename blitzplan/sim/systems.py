@@ -27,7 +27,6 @@ from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import plan_multicast
-from blitzplan.multicast.setup import available_slots
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
 from blitzplan.sim.autoscaler import ScaleDecision
 from blitzplan.sim.instances import SimInstance
@@ -136,7 +135,7 @@ class DataPlane:
 
     def start(self, view: ClusterView) -> ScaleAction:
         """The instances at time 0: all of them for fixed systems, one of each otherwise."""
-        slots = available_slots(view.snapshot(), view.tp)
+        slots = view.snapshot().free_slots(view.tp)
         count = 2 if self.autoscaled else max(2, int(len(slots) * (self.fixed_fraction or 1)))
         prefill = max(1, min(count - 1, round(count * self.prefill_share)))
         loaded = (view.now_s,) * view.model.num_units
@@ -175,7 +174,7 @@ class DataPlane:
     def _local(self, view: ClusterView, add_p: int, add_d: int) -> ScaleAction:
         """AllCache / ServerlessLLM: host DRAM (a cache hit) or SSD, on the target's host."""
         state = view.snapshot()
-        slots = available_slots(state, view.tp)[: add_p + add_d]
+        slots = state.free_slots(view.tp)[: add_p + add_d]
         hosts = {tuple(s): view.topology_now.host_of(s[0]) for s in slots}
         hits = [s for s in slots if self.plane == "allcache" or self._cached(view, hosts[tuple(s)])]
         misses = [s for s in slots if s not in hits]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -57,7 +61,12 @@ BACKENDS: dict[str, Backend] = {
 
 
 def _installed(module: str | None) -> bool:
-    return module is None or importlib.util.find_spec(module) is not None
+    if module is None:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or half-removed install counts as missing
+        return False
 
 
 def available_backends() -> list[str]:
@@ -71,10 +80,12 @@ def check_backend(name: str) -> Backend:
         raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
     backend = BACKENDS[name]
     if backend.name == "highs" and not _installed("pulp"):
-        raise SolverUnavailableError("backend 'highs' needs pulp; pip install pulp highspy")
+        raise SolverUnavailableError(
+            "backend 'highs' needs pulp and highspy: pip install 'blitzplan[exact]'"
+        )
     if not _installed(backend.module):
         raise SolverUnavailableError(
-            f"backend {name!r} needs the {backend.module!r} package; pip install {backend.module}"
+            f"backend {name!r} needs the {backend.module!r} package: pip install 'blitzplan[exact]'"
         )
     return backend
 
@@ -86,3 +97,26 @@ def load_backend(name: str) -> Backend:
     for module in backend.imports:
         importlib.import_module(module)
     return backend
+
+
+OPTIMALITY_REL_GAP = 1e-5
+"""OPTIMAL means the objective is proven within this relative gap of the best possible."""
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """Silence file descriptor 1 (HiGHS prints a banner there even with output off)."""
+    try:
+        fd = os.dup(1)
+    except OSError:  # no real stdout: nothing to silence
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(fd, 1)
+        os.close(fd)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from blitzplan.solvers.live_common import OPTIMALITY_REL_GAP, quiet_stdout
+from blitzplan.solvers.backends import OPTIMALITY_REL_GAP, quiet_stdout
 
 __all__ = ["KILL_GRACE_S", "MIN_SOLVE_S", "Round", "set_initial", "solve_once"]
 

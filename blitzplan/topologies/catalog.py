@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -72,11 +72,21 @@ def list_topologies() -> list[str]:
     )
 
 
+_LOADED: dict[tuple[str, float, int], Topology] = {}
+"""Topologies already built, by file and its modification time and size (a control loop loads
+the same cluster every step; a Topology is immutable, so one object serves every caller)."""
+
+
 def load_topology(topology: str | Path) -> Topology:
-    """A Topology from a catalog name (see :func:`list_topologies`) or a YAML/JSON file path."""
+    """A Topology from a catalog name (see :func:`list_topologies`) or a YAML/JSON file path.
+
+    Loading the same unchanged file again returns the same (immutable) Topology, with its route
+    caches warm."""
     if isinstance(topology, str) and topology in list_topologies():
-        text = (_catalog_dir() / f"{topology}.yaml").read_text()
-        return topology_from_dict(yaml.safe_load(text), source=topology)
+        path = Path(str(_catalog_dir() / f"{topology}.yaml"))
+        return _cached(
+            path, lambda: topology_from_dict(yaml.safe_load(path.read_text()), source=topology)
+        )
     if not isinstance(topology, str | Path):
         raise InvalidInputError(
             f"topology must be a catalog name or a path, got {type(topology).__name__}"
@@ -87,6 +97,10 @@ def load_topology(topology: str | Path) -> Topology:
             f"topology {str(topology)!r} is neither a catalog entry nor a file; "
             f"catalog: {', '.join(list_topologies())}"
         )
+    return _cached(path, lambda: _from_file(path))
+
+
+def _from_file(path: Path) -> Topology:
     try:
         data = (
             json.loads(path.read_text())
@@ -96,6 +110,14 @@ def load_topology(topology: str | Path) -> Topology:
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise InvalidInputError(f"topology file {str(path)!r} does not parse: {exc}") from exc
     return topology_from_dict(data, source=str(path))
+
+
+def _cached(path: Path, build: Callable[[], Topology]) -> Topology:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime, stat.st_size)
+    if key not in _LOADED:
+        _LOADED[key] = build()
+    return _LOADED[key]
 
 
 def topology_from_dict(data: object, *, source: str = "<dict>") -> Topology:

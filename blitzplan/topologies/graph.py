@@ -368,11 +368,14 @@ class Topology:
     @property
     def link_efficiency(self) -> dict[str, float]:
         """Per medium, the fraction of line rate its edges run at (1.0 at line rate)."""
-        out: dict[str, float] = {}
-        for _, _, data in self.graph.edges(data=True):
-            line = data.get("line_bytes_per_s", data["bytes_per_s"])
-            out.setdefault(str(data.get("medium", "network")), data["bytes_per_s"] / line)
-        return out
+        found = self.memo.setdefault("link_efficiency", {}).get(())
+        if found is None:
+            found = {}
+            for _, _, data in self.graph.edges(data=True):
+                line = data.get("line_bytes_per_s", data["bytes_per_s"])
+                found.setdefault(str(data.get("medium", "network")), data["bytes_per_s"] / line)
+            self.memo["link_efficiency"][()] = found
+        return dict(found)
 
     def without(
         self, *, nodes: Iterable[str] = (), links: Iterable[tuple[str, str]] = ()
@@ -412,10 +415,20 @@ class Topology:
         return data
 
     def _host_node(self, host: str, kind: str) -> str:
+        found = self._host_nodes_by_kind.get((host, kind))
+        if found is None:
+            raise InvalidInputError(f"host {host!r} has no {kind} node in topology {self.name!r}")
+        return found
+
+    @cached_property
+    def _host_nodes_by_kind(self) -> dict[tuple[str, str], str]:
+        """The first node of each kind on each host (its memory, its SSD)."""
+        out: dict[tuple[str, str], str] = {}
         for node, data in self.graph.nodes(data=True):
-            if data["kind"] == kind and data.get("host") == host:
-                return str(node)
-        raise InvalidInputError(f"host {host!r} has no {kind} node in topology {self.name!r}")
+            host = data.get("host")
+            if host is not None:
+                out.setdefault((str(host), str(data["kind"])), str(node))
+        return out
 
 
 def _validate_graph(graph: nx.DiGraph[str]) -> None:

@@ -82,8 +82,6 @@ def link_efficiency_table(efficiency: float | Mapping[str, float] | None) -> dic
 
 def derated(topology: Topology, efficiency: float | Mapping[str, float] | None) -> Topology:
     """``topology`` with every edge at its line rate times its medium's efficiency."""
-    from blitzplan.topologies.graph import Topology
-
     table = link_efficiency_table(efficiency)
     graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
     for src, dst, data in graph.edges(data=True):
@@ -95,7 +93,7 @@ def derated(topology: Topology, efficiency: float | Mapping[str, float] | None) 
         line = float(data.get("line_bytes_per_s", data["bytes_per_s"]))
         data["line_bytes_per_s"] = line
         data["bytes_per_s"] = line * table[medium]
-    return Topology(graph, name=topology.name, description=topology.description)
+    return type(topology)(graph, name=topology.name, description=topology.description)
 
 
 def without(

@@ -1,5 +1,5 @@
 """The exact live-scaling MILP as a PuLP model, built once and grown between solves (see
-:mod:`blitzplan.solvers.live_milp` for the solve loop).
+:mod:`blitzplan.live.exact.milp` for the solve loop).
 
 Model (times in units of ``unit_s``, a typical layer time, so that the numbers stay near 1):
 
@@ -47,10 +47,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from blitzplan.live.exact.common import Start
+from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut_s
 from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.schedule import Schedule
-from blitzplan.solvers.live_common import Start
-from blitzplan.solvers.live_symmetry import canonical, identical_groups, work_cut_s
 from blitzplan.solvers.pulp_run import set_initial
 
 __all__ = ["BAND", "MAX_SEEDED", "LiveMilpModel", "OutOfTime", "planned_overlaps"]

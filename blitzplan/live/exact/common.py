@@ -12,18 +12,15 @@ schedule is known leaves it standing (FEASIBLE with its gap).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound, repair
 from blitzplan.live.schedule import Schedule, build_schedule, empty_schedule, relative_gap
-from blitzplan.solvers.backends import SolveStatus
+from blitzplan.solvers.backends import OPTIMALITY_REL_GAP, SolveStatus, quiet_stdout
 
 __all__ = [
     "OPTIMALITY_REL_GAP",
@@ -34,8 +31,6 @@ __all__ = [
     "start_point",
 ]
 
-OPTIMALITY_REL_GAP = 1e-5
-"""OPTIMAL means the objective is proven within this relative gap of the best possible."""
 
 MIN_ROUND_S = 0.05
 """A solver round is not started with less time than this left."""
@@ -234,22 +229,3 @@ def finish(start: Start, *, message: str = "", failed: bool = False) -> Schedule
         solve_s=elapsed,
         message=message,
     )
-
-
-@contextlib.contextmanager
-def quiet_stdout() -> Iterator[None]:
-    """Silence file descriptor 1 (HiGHS prints a banner there even with output off)."""
-    try:
-        fd = os.dup(1)
-    except OSError:  # no real stdout: nothing to silence
-        yield
-        return
-    sys.stdout.flush()
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(fd, 1)
-        os.close(fd)

@@ -33,11 +33,11 @@ import itertools
 import math
 from typing import Any
 
+from blitzplan.live.exact.common import MIN_ROUND_S, Start, decode, finish, start_point
+from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import RelaxedPlan, alone_chain_s, repair
 from blitzplan.live.schedule import SLO_TOL_S, Schedule
-from blitzplan.solvers.live_common import MIN_ROUND_S, Start, decode, finish, start_point
-from blitzplan.solvers.live_symmetry import canonical, identical_groups, work_cut
 
 __all__ = ["TICKS_PER_SHORTEST_LAYER", "solve_cpsat"]
 

@@ -1,6 +1,6 @@
 """The exact live-scaling MILP solved by HiGHS or CBC: rounds of solve, cut and grow.
 
-The model is :class:`~blitzplan.solvers.live_milp_model.LiveMilpModel` (its docstring states
+The model is :class:`~blitzplan.live.exact.milp_model.LiveMilpModel` (its docstring states
 every variable and constraint family). Each round warm-starts the solver from the incumbent,
 decodes its answer (kept only if it beats the incumbent and the checker passes it), raises the
 proven bound, and adds the N disjunctions its answer violates; a round whose answer has no
@@ -14,17 +14,17 @@ import math
 import time
 from dataclasses import dataclass
 
-from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, repair
-from blitzplan.live.schedule import Schedule
-from blitzplan.solvers.live_common import MIN_ROUND_S, Start, decode, finish, start_point
-from blitzplan.solvers.live_milp_model import (
+from blitzplan.live.exact.common import MIN_ROUND_S, Start, decode, finish, start_point
+from blitzplan.live.exact.milp_model import (
     BAND,
     MAX_SEEDED,
     LiveMilpModel,
     OutOfTime,
     planned_overlaps,
 )
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.relaxation import RelaxedPlan, repair
+from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.pulp_run import solve_once
 
 __all__ = ["BAND", "solve_milp"]
