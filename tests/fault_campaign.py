@@ -96,7 +96,9 @@ _BASELINES: dict[str, object] = {"compare_baselines": True}
 """Replans must also keep the baseline comparison working (or leave out what cannot run)."""
 
 SCENARIOS = (
-    Scenario("paper a800 24B tp2", _paper, ScaleRequest("mistral-small-24b", prefill=6, tp=2), _BASELINES),
+    Scenario(
+        "paper a800 24B tp2", _paper, ScaleRequest("mistral-small-24b", prefill=6, tp=2), _BASELINES
+    ),
     Scenario(
         "paper a800 24B tp2, prefill sources, startup 2 s",
         _paper,

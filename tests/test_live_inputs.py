@@ -117,7 +117,9 @@ def test_a_missing_backend_names_the_package(
         return None if name == package else real(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    with pytest.raises(SolverUnavailableError, match=rf"{package}.*pip install .blitzplan\[exact\]"):
+    with pytest.raises(
+        SolverUnavailableError, match=rf"{package}.*pip install .blitzplan\[exact\]"
+    ):
         schedule_live(_make(), method="exact", backend=backend)
 
 
