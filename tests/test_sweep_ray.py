@@ -1,8 +1,8 @@
 """The sweep on a local Ray cluster gives what the local process backend gives, cell by cell.
 
-ray is in the ``dev`` extra, so a missing ray fails here (it is a broken test install, not a
-reason to skip); a ray that is installed but cannot start a cluster on this machine skips, with
-Ray's reason.
+ray is in the ``dev`` extra, so a missing ray fails these tests (a broken test install, not a
+reason to skip; the rest of the suite still runs); a ray that is installed but cannot start a
+cluster on this machine skips them, with Ray's reason.
 """
 
 from __future__ import annotations
@@ -16,26 +16,23 @@ import pytest
 from blitzplan.errors import InvalidInputError
 from blitzplan.sim.sweep import Cell, grid, sweep
 
-try:
-    import ray
-except ImportError as exc:  # a broken dev install: fail, never skip
-    raise ImportError(
-        "ray is in the dev extra but is not installed: pip install -e '.[dev]'"
-    ) from exc
-
 TIMING = {"wall_s", "events_per_s"}
 """Summary fields that measure this machine's speed, not the simulation."""
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """A small local Ray cluster (2 CPUs, no dashboard) for this module, shut down after."""
+def local_ray() -> Iterator[Any]:
+    """The ray module, with a small local cluster (2 CPUs, no dashboard) for this module."""
+    try:
+        import ray
+    except ImportError as exc:
+        pytest.fail(f"ray is in the dev extra but does not import ({exc}): pip install -e '.[dev]'")
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     except Exception as exc:  # Ray's start-up errors have no common base class
         pytest.skip(f"a local Ray cluster cannot start here: {type(exc).__name__}: {exc}")
     try:
-        yield
+        yield ray
     finally:
         ray.shutdown()
 
@@ -49,7 +46,7 @@ def _same(left: dict[str, Any], right: dict[str, Any]) -> bool:
     )
 
 
-def test_ray_backend_matches_the_process_backend(local_ray: None) -> None:
+def test_ray_backend_matches_the_process_backend(local_ray: Any) -> None:
     cells = grid(
         topology="paper-a800-32",
         model="llama-3-8b",
@@ -61,16 +58,16 @@ def test_ray_backend_matches_the_process_backend(local_ray: None) -> None:
     )
     on_ray = sweep(cells, backend="ray")
     local = sweep(cells, backend="local", workers=2)
-    assert ray.is_initialized()  # the sweep used the fixture's cluster and left it running
+    assert local_ray.is_initialized()  # the sweep used the fixture's cluster and left it running
     assert [(r["system"], r["seed"]) for r in on_ray] == [(c.system, c.seed) for c in cells]
     assert all(r["requests_finished"] > 0 for r in on_ray)
     for cell, a, b in zip(cells, on_ray, local, strict=True):
         assert _same(a, b), (cell, {k: (a[k], b[k]) for k in a if a[k] != b[k]})
 
 
-def test_a_failing_cell_on_ray_raises_the_library_error(local_ray: None) -> None:
+def test_a_failing_cell_on_ray_raises_the_library_error(local_ray: Any) -> None:
     good = Cell("paper-a800-32", "llama-3-8b", 1, "allcache", None, 0, (0.0, 5.0))
     bad = Cell("paper-a800-32", "llama-3-8b", 1, "magic", None, 0, (0.0, 5.0))
     with pytest.raises(InvalidInputError, match="magic"):
         sweep([good, bad], backend="ray")
-    assert ray.is_initialized()
+    assert local_ray.is_initialized()
