@@ -1,23 +1,33 @@
-"""The ``blitzplan`` command line: plan, compare, the catalog, the model presets, and the demo."""
+"""The ``blitzplan`` command line: plan, compare, the catalog, the model presets, the demo, and
+the commands registered by :mod:`blitzplan.sim.cli` (simulate, sweep) and
+:mod:`blitzplan.executor.cli` (validate)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
+from blitzplan._log import LEVEL_ENV, LEVELS, console_logging, log_level
 from blitzplan._table import format_table
 from blitzplan.cluster import ClusterState, memory_misfit
 from blitzplan.errors import BlitzplanError, InvalidInputError
 from blitzplan.executor.cli import add_validate_command
 from blitzplan.models import ModelSpec, list_models, load_model
+from blitzplan.sim.cli import add_sim_commands
 from blitzplan.topologies import list_topologies, load_topology
 from blitzplan.units import GB_PER_S, GBPS, GIB, MIB
 
 __all__ = ["build_parser", "main"]
 
+_LOG = logging.getLogger("blitzplan.cli")  # not __name__: it is "__main__" under -m
+
 _DEMO_TOPOLOGY = "paper-a800-32"
+_DEMO_MODEL = "mistral-small-24b"
+_DEMO_TP = 2
 
 
 def topologies_table() -> str:
@@ -127,23 +137,32 @@ def host_load_table(topology_name: str = _DEMO_TOPOLOGY) -> str:
 # --- scenarios for plan and compare ----------------------------------------------------------
 
 
-def _scenario(args: argparse.Namespace) -> ClusterState:
-    """The cluster from --state, or from --topology with serving instances placed on it."""
+def _scenario(args: argparse.Namespace) -> tuple[ClusterState, ModelSpec | str, int]:
+    """The cluster from --state, or from --topology with serving instances placed on it, and
+    the model and TP degree to scale (explicit flags, else the state's, else the demo's)."""
     from blitzplan.scale.statefile import load_state
 
     if args.state:
-        return load_state(args.state)
+        state = load_state(args.state)
+        model, tp = _state_model_and_tp(state, args.state, args.model, args.tp)
+        return state, model, tp
+    model = args.model if args.model is not None else _DEMO_MODEL
+    tp = args.tp if args.tp is not None else _DEMO_TP
+    return _placed_scenario(args, model, tp), model, tp
+
+
+def _placed_scenario(args: argparse.Namespace, model: str, tp: int) -> ClusterState:
     for key in ("serving_prefill", "serving_decode", "queued", "prompt_tokens"):
         if getattr(args, key) < 0:
             raise InvalidInputError(
                 f"--{key.replace('_', '-')} must be >= 0, got {getattr(args, key)}"
             )
-    state = ClusterState(load_topology(args.topology), models=[args.model])
+    state = ClusterState(load_topology(args.topology), models=[model])
     wanted = args.serving_prefill + args.serving_decode
-    slots = state.free_slots(args.tp)
+    slots = state.free_slots(tp)
     if wanted > len(slots):
         raise InvalidInputError(
-            f"--serving-prefill + --serving-decode = {wanted} tp={args.tp} instances do not fit "
+            f"--serving-prefill + --serving-decode = {wanted} tp={tp} instances do not fit "
             f"{args.topology} ({len(slots)} fit)"
         )
     host_first = sorted(slots[:wanted], key=lambda group: state.topology.gpu_position(group[0]))
@@ -151,16 +170,59 @@ def _scenario(args: argparse.Namespace) -> ClusterState:
     for k, group in enumerate(host_first):
         role = "prefill" if k < args.serving_prefill else "decode"
         state.add_instance(
-            args.model, gpus=list(group), role=role, queue=queue if role == "prefill" else ()
+            model, gpus=list(group), role=role, queue=queue if role == "prefill" else ()
         )
     return state
 
 
+def _state_model_and_tp(
+    state: ClusterState, path: str, model: str | None, tp: int | None
+) -> tuple[ModelSpec | str, int]:
+    """--model and --tp when given; else the model of the state's instances when they serve
+    exactly one, and their TP degree when they share one."""
+    served: dict[str, list[int]] = {}
+    for inst in state.instances:
+        served.setdefault(inst.model.name, []).append(inst.tp)
+    if model is None:
+        if len(served) != 1:
+            found = f"models {', '.join(sorted(served))}" if served else "no instances"
+            raise InvalidInputError(
+                f"--state {path} has {found}; give --model to say which to scale"
+            )
+        (model,) = served
+        _LOG.info("model %s: the one model of the instances in %s", model, path)
+    if tp is None:
+        degrees = sorted(set(served.get(model, [])))
+        if len(degrees) != 1:
+            found = f"TP degrees {degrees}" if degrees else "no instances"
+            raise InvalidInputError(
+                f"--state {path} has {found} of model {model}; give --tp to say which to add"
+            )
+        (tp,) = degrees
+        _LOG.info("tp %d: the TP degree of the %s instances in %s", tp, model, path)
+    return _state_model(state, model), tp
+
+
 def _scenario_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state", help="a YAML/JSON state file (instead of the flags below)")
+    parser.add_argument(
+        "--state",
+        help="a YAML/JSON state file; it gives --model and --tp unless they are set "
+        "(default: none: the flags below build the cluster)",
+    )
     parser.add_argument("--topology", default=_DEMO_TOPOLOGY, help="catalog name or file")
-    parser.add_argument("--model", default="mistral-small-24b", help="preset or config.json")
-    parser.add_argument("--tp", type=int, default=2, help="TP degree of every instance")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"preset or config.json (default: the model of the --state instances, else "
+        f"{_DEMO_MODEL})",
+    )
+    parser.add_argument(
+        "--tp",
+        type=int,
+        default=None,
+        help=f"TP degree of every instance (default: that of the --state instances, else "
+        f"{_DEMO_TP})",
+    )
     parser.add_argument(
         "--serving-prefill",
         type=int,
@@ -182,15 +244,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from blitzplan.scale import ScaleRequest, plan
     from blitzplan.scale.report import report
 
-    state = _scenario(args)
-    model = args.model if not args.state else _state_model(state, args.model)
+    state, model, tp = _scenario(args)
     scale = plan(
         state,
-        ScaleRequest(model, prefill=args.prefill, decode=args.decode, tp=args.tp),
+        ScaleRequest(model, prefill=args.prefill, decode=args.decode, tp=tp),
         method=args.method,
         live_method=args.live_method,
         time_limit_s=args.time_limit,
         strict=args.strict,
+        compare_baselines=args.baselines,
+        prescale_decode=args.prescale_decode,
+        deadline_s=args.deadline,
     )
     print(scale.to_json() if args.json else report(scale), end="" if args.json else "\n")
     return 0
@@ -206,15 +270,14 @@ def _state_model(state: ClusterState, name: str) -> ModelSpec | str:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from blitzplan.multicast import plan_multicast
 
-    state = _scenario(args)
-    model = args.model if not args.state else _state_model(state, args.model)
+    state, model, tp = _scenario(args)
     rows = []
     for method in ("greedy", "exact", "allcache", "ring"):
         result = plan_multicast(
             state,
             model,
             count=args.count,
-            tp=args.tp,
+            tp=tp,
             method=method,
             live=min(args.live, args.count),
             time_limit_s=args.time_limit,
@@ -229,108 +292,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 len(result.hops) or "-",
             ]
         )
+    name = model if isinstance(model, str) else model.name
     print(
-        f"{args.count} new tp={args.tp} instances of {args.model} on "
+        f"{args.count} new tp={tp} instances of {name} on "
         f"{args.topology if not args.state else args.state} (objective: all ready)"
     )
     print(
         format_table(["method", "all ready s", "lower bound s", "status", "plan ms", "hops"], rows)
     )
-    return 0
-
-
-_SIM_COLUMNS = (
-    ("system", "system", "{}"),
-    ("requests_finished", "finished", "{}"),
-    ("requests_dropped", "dropped", "{}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
-    ("ttft_p95_s", "TTFT p95 s", "{:.3f}"),
-    ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
-    ("tbt_p95_s", "TBT p95 s", "{:.4f}"),
-    ("slo_violation_rate", "SLO viol.", "{:.1%}"),
-    ("slo_violation_rate_paper", "SLO viol. (5x mean)", "{:.1%}"),
-    ("gpu_time_s", "GPU time s", "{:.0f}"),
-    ("scale_events", "scalings", "{}"),
-)
-
-
-def summary_table(summaries: Sequence[dict[str, object]]) -> str:
-    """The comparison table of simulation summaries."""
-    rows = [[fmt.format(s[key]) for key, _, fmt in _SIM_COLUMNS] for s in summaries]
-    return format_table([title for _, title, _ in _SIM_COLUMNS], rows)
-
-
-def _window(values: Sequence[float] | None) -> tuple[float, float] | None:
-    if values is None:
-        return None
-    return float(values[0]), float(values[1])
-
-
-def _failures(items: Sequence[str]) -> list[tuple[float, str]]:
-    out = []
-    for item in items:
-        time_text, _, host = item.partition(":")
-        try:
-            out.append((float(time_text), host))
-        except ValueError:
-            raise InvalidInputError(f"--fail takes TIME:HOST, got {item!r}") from None
-    return out
-
-
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    from blitzplan.sim import plot_reports, simulate
-
-    reports = []
-    for system in args.systems.split(","):
-        reports.append(
-            simulate(
-                args.topology,
-                args.model,
-                args.trace,
-                system=system,
-                tp=args.tp,
-                window_s=_window(args.window),
-                rate_scale=args.rate_scale,
-                seed=args.seed,
-                failures=_failures(args.fail),
-                progress=True,
-            )
-        )
-    print(f"{reports[0].trace} on {args.topology}, {args.model} tp={args.tp}")
-    print(summary_table([r.summary() for r in reports]))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for report in reports:
-            report.write_csv(out / f"{report.system}-requests.csv")
-            report.write_json(out / f"{report.system}.json")
-        for path in plot_reports(reports, out / "simulation"):
-            print(f"wrote {path}")
-        print(f"wrote per-request CSVs and JSON reports to {out}")
-    return 0
-
-
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    import json
-
-    from blitzplan.sim.sweep import grid, sweep
-
-    traces = [None if t == "synthetic" else t for t in args.traces.split(",")]
-    cells = grid(
-        topology=args.topology,
-        model=args.model,
-        tp=args.tp,
-        systems=args.systems.split(","),
-        traces=traces,
-        seeds=[int(s) for s in args.seeds.split(",")],
-        window_s=_window(args.window),
-        rate_scale=args.rate_scale,
-    )
-    results = sweep(cells, backend=args.backend, workers=args.workers)
-    print(summary_table(results))
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1, default=str) + "\n")
-        print(f"wrote {args.out}")
     return 0
 
 
@@ -366,18 +335,34 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 _EXAMPLES = {
     "plan": "blitzplan plan --topology paper-a800-32 --model mistral-small-24b --tp 2 "
-    "--prefill 6\n  blitzplan plan --state cluster.yaml --model llama-3-8b --prefill 4 --json",
+    "--prefill 6\n  blitzplan plan --state cluster.yaml --prefill 4 --json",
     "compare": "blitzplan compare --count 6 --tp 2 --time-limit 30",
     "topologies": "blitzplan topologies",
     "models": "blitzplan models",
     "demo": "blitzplan demo --png timeline.png",
     "schema": "blitzplan schema --out scaleplan.schema.json",
-    "simulate": "blitzplan simulate --topology paper-a800-32 --model mistral-small-24b --tp 2 "
-    "--trace AzureLLMInferenceTrace_conv.csv --systems blitzscale,allcache --window 0 600 "
-    "--out sim/",
-    "sweep": "blitzplan sweep --systems blitzscale,allcache,serverlessllm --traces synthetic "
-    "--seeds 0,1,2 --workers 2",
 }
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions and examples as written; every option's default appended to its help,
+    unless the help already says it ("(default...") or the option is a flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own."""
+    try:
+        return metadata.version("blitzplan")
+    except metadata.PackageNotFoundError:
+        from blitzplan import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,8 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="blitzplan",
         description="Plan fast, live autoscaling of LLM serving.",
         epilog="example: blitzplan demo",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    _log_option(parser, default=None)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_text: str, func: object) -> argparse.ArgumentParser:
@@ -395,16 +382,51 @@ def build_parser() -> argparse.ArgumentParser:
             help=help_text,
             description=help_text[0].upper() + help_text[1:] + ".",
             epilog=f"example:\n  {_EXAMPLES[name]}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         cmd.set_defaults(func=func)
         return cmd
 
-    p = command(
-        "plan",
-        "plan adding (or removing) instances: routes, ready times, live pairs and milestones",
-        _cmd_plan,
+    _plan_options(
+        command(
+            "plan",
+            "plan adding (or removing) instances: routes, ready times, live pairs and milestones",
+            _cmd_plan,
+        )
     )
+    _compare_options(
+        command(
+            "compare", "compare greedy, exact and baselines on one multicast scenario", _cmd_compare
+        )
+    )
+    command("topologies", "list the cluster catalog", _cmd_topologies)
+    sc = command("schema", "print the JSON Schema of the ScalePlan document", _cmd_schema)
+    sc.add_argument("--out", default=None, help="write it to this file (default: print it)")
+    command("models", "list the model presets, their sizes and host load times", _cmd_models)
+    add_sim_commands(sub)  # the simulator loads only when its commands run
+    add_validate_command(sub)  # the torch executor loads only when the command runs
+    d = command("demo", "run the paper's scenario end to end (the main job)", _cmd_demo)
+    d.add_argument(
+        "--png", default="blitzplan-demo.png", help="where to write the timeline PNG ('' for none)"
+    )
+    for cmd in sub.choices.values():  # every subcommand, wherever it was registered
+        cmd.formatter_class = HelpFormatter
+        _log_option(cmd, default=argparse.SUPPRESS)
+    return parser
+
+
+def _log_option(parser: argparse.ArgumentParser, *, default: object) -> None:
+    """--log-level, before or after the subcommand (SUPPRESS there keeps the value given
+    before it)."""
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default=default,
+        help=f"log records at this level and above to stderr (default: ${LEVEL_ENV}, else WARNING)",
+    )
+
+
+def _plan_options(p: argparse.ArgumentParser) -> None:
     _scenario_options(p)
     p.add_argument("--prefill", type=int, default=0, help="prefill instances to add (<0: remove)")
     p.add_argument("--decode", type=int, default=0, help="decode instances to add (<0: remove)")
@@ -414,88 +436,38 @@ def build_parser() -> argparse.ArgumentParser:
         default="zigzag",
         help="live policy (zigzag, best_effort, stop_the_world, improve, exact)",
     )
-    p.add_argument("--time-limit", type=float, default=None, help="seconds for exact searches")
-    p.add_argument("--strict", action="store_true", help="fail unless the request is met in full")
-    p.add_argument("--json", action="store_true", help="print the ScalePlan JSON")
-    c = command(
-        "compare", "compare greedy, exact and baselines on one multicast scenario", _cmd_compare
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds for exact searches (default: no limit; live 'improve' keeps its own budget)",
     )
+    p.add_argument("--strict", action="store_true", help="fail unless the request is met in full")
+    p.add_argument(
+        "--baselines", action="store_true", help="also time the AllCache and ServerlessLLM planes"
+    )
+    p.add_argument(
+        "--prescale-decode",
+        action="store_true",
+        help="a large prefill scale-up also adds decode instances in the serving ratio",
+    )
+    p.add_argument("--deadline", type=float, default=None, help="seconds the planning may take")
+    p.add_argument("--json", action="store_true", help="print the ScalePlan JSON")
+
+
+def _compare_options(c: argparse.ArgumentParser) -> None:
     _scenario_options(c)
     c.add_argument("--count", type=int, default=6, help="new instances to load")
     c.add_argument("--live", type=int, default=0, help="live instances wanted")
     c.add_argument("--time-limit", type=float, default=60.0, help="seconds for the exact search")
-    command("topologies", "list the cluster catalog", _cmd_topologies)
-    sc = command("schema", "print the JSON Schema of the ScalePlan document", _cmd_schema)
-    sc.add_argument("--out", default=None, help="write it to this file instead")
-    command("models", "list the model presets, their sizes and host load times", _cmd_models)
-    for name, help_text, func in (
-        (
-            "simulate",
-            "replay a trace (or a synthetic burst) on a cluster under one or more systems",
-            _cmd_simulate,
-        ),
-        (
-            "sweep",
-            "run a grid of systems x traces x seeds in local processes or on Ray",
-            _cmd_sweep,
-        ),
-    ):
-        s = command(name, help_text, func)
-        s.add_argument("--topology", default=_DEMO_TOPOLOGY, help="catalog name or file")
-        s.add_argument("--model", default="mistral-small-24b", help="preset or config.json")
-        s.add_argument("--tp", type=int, default=2, help="TP degree of every instance")
-        s.add_argument(
-            "--systems",
-            default="blitzscale,allcache,serverlessllm",
-            help="comma-separated: distserve-full, distserve-half, serverlessllm, "
-            "allcache, blitzscale-network, blitzscale-multicast, blitzscale",
-        )
-        s.add_argument(
-            "--window",
-            type=float,
-            nargs=2,
-            metavar=("START_S", "END_S"),
-            help="replay only this window of the trace",
-        )
-        s.add_argument(
-            "--rate-scale",
-            type=float,
-            default=None,
-            help="multiply the trace's rate (default: half the cluster's capacity)",
-        )
-        if name == "simulate":
-            s.add_argument(
-                "--trace", default=None, help="Azure or BurstGPT CSV (default: a synthetic burst)"
-            )
-            s.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace")
-            s.add_argument(
-                "--fail",
-                action="append",
-                default=[],
-                metavar="TIME:HOST",
-                help="a host failure, e.g. 120:h1 (repeatable)",
-            )
-            s.add_argument("--out", default=None, help="folder for plots, CSVs and JSON")
-        else:
-            s.add_argument(
-                "--traces", default="synthetic", help="comma-separated CSV paths or 'synthetic'"
-            )
-            s.add_argument("--seeds", default="0", help="comma-separated seeds")
-            s.add_argument("--backend", default="local", help="local or ray")
-            s.add_argument("--workers", type=int, default=2, help="local processes")
-            s.add_argument("--out", default=None, help="JSON file for the results")
-    add_validate_command(sub)  # the torch executor loads only when the command runs
-    d = command("demo", "run the paper's scenario end to end (the main job)", _cmd_demo)
-    d.add_argument(
-        "--png", default="blitzplan-demo.png", help="where to write the timeline PNG ('' for none)"
-    )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        code: int = args.func(args)
+        level = log_level(args.log_level)
+        with console_logging(level):
+            code: int = args.func(args)
     except BlitzplanError as exc:
         print(f"blitzplan: error: {exc}", file=sys.stderr)
         return 2

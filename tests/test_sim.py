@@ -249,20 +249,6 @@ def test_sweep_runs_a_grid_locally() -> None:
         sweep(cells, backend="slurm")
 
 
-def test_sweep_on_ray_in_local_mode() -> None:
-    pytest.importorskip("ray")
-    cells = grid(
-        topology="paper-a800-32",
-        model="mistral-small-24b",
-        tp=2,
-        systems=["allcache"],
-        traces=[None],
-        seeds=[0],
-        window_s=(0, 20),
-    )
-    assert sweep(cells, backend="ray")[0]["system"] == "allcache"
-
-
 def test_links_run_at_their_achieved_rates_unless_line_rate_is_asked() -> None:
     """The simulator derates every link by its medium's measured efficiency (AllCache's PCIe
     loads take 1 / 0.8 as long); ``link_efficiency=1.0`` is line rate."""

@@ -26,16 +26,25 @@ from blitzplan.scale.report import (
 from blitzplan.scale.types import ScalePlan, ScaleRequest
 from blitzplan.topologies import load_topology
 
-__all__ = ["DEMO_MODEL", "demo_state", "policies_table", "run_demo", "write_timeline_png"]
+__all__ = [
+    "DEMO_MODEL",
+    "DEMO_TOPOLOGY",
+    "demo_state",
+    "policies_table",
+    "run_demo",
+    "timeline_title",
+    "write_timeline_png",
+]
 
 DEMO_MODEL = "mistral-small-24b"
+DEMO_TOPOLOGY = "paper-a800-32"
 _PROMPTS = (1020, 310, 2480, 770, 1530, 95, 3100, 640, 1210, 420, 1880, 260)
 """Prompt tokens of the queued requests (a spread like AzureConv's: many short, a few long)."""
 
 
 def demo_state() -> ClusterState:
     """Host 0 of paper-a800-32 serving DEMO_MODEL as 2 prefill (queued) + 2 decode TP2."""
-    state = ClusterState(load_topology("paper-a800-32"), models=[DEMO_MODEL])
+    state = ClusterState(load_topology(DEMO_TOPOLOGY), models=[DEMO_MODEL])
     for k in range(2):
         queue = [(-0.6 + 0.05 * i, _PROMPTS[(i + 5 * k) % len(_PROMPTS)]) for i in range(12)]
         state.add_instance(
@@ -92,8 +101,18 @@ def policies_table(state: ClusterState, scale: ScalePlan) -> str:
     )
 
 
-def write_timeline_png(scale: ScalePlan, path: Path) -> bool:
-    """Layer arrival per new instance and the first live pair's ZigZag Gantt, as a PNG.
+def timeline_title(scale: ScalePlan, *, topology: str | None = None) -> str:
+    """The timeline's title: the model, the request, the methods and the cluster when given."""
+    request = ", ".join(f"{key} {value}" for key, value in scale.request.items())
+    where = f" on {topology}" if topology else ""
+    return (
+        f"{scale.spec.name}{where}: {request} ({scale.method} multicast, {scale.live_method} live)"
+    )
+
+
+def write_timeline_png(scale: ScalePlan, path: Path, *, title: str | None = None) -> bool:
+    """Layer arrival per new instance and the first live pair's ZigZag Gantt, as a PNG titled
+    ``title`` (default :func:`timeline_title`).
 
     Returns False (writing nothing) when matplotlib is not installed (``pip install
     blitzplan[plot]``).
@@ -134,6 +153,7 @@ def write_timeline_png(scale: ScalePlan, path: Path) -> bool:
         right.set_yticks([0, 1], [f"old {pair.old}", f"new {pair.new}"])
         right.set_xlabel("seconds from now")
         right.set_title(f"{pair.policy}: queued batches (colour) on both instances")
+    fig.suptitle(title or timeline_title(scale))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -169,7 +189,7 @@ def run_demo(png: Path | None = None) -> str:
         milestones_table(scale),
     ]
     if png is not None:
-        if write_timeline_png(scale, png):
+        if write_timeline_png(scale, png, title=timeline_title(scale, topology=DEMO_TOPOLOGY)):
             parts += ["", f"timeline written to {png}"]
         else:
             parts += [

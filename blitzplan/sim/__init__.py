@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from blitzplan._checks import MAX_SECONDS, is_finite_number
+from blitzplan._progress import position_bar
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InvalidInputError
@@ -34,6 +35,8 @@ __all__ = [
     "simulate",
     "synthetic_trace",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 TARGET_LOAD = 0.5
 """With ``rate_scale=None`` the trace is rescaled to this fraction of the cluster's capacity
@@ -118,6 +121,16 @@ def simulate(
     )
     scaler = (autoscaler or PaperAutoscaler()) if runner.autoscaled else None
     ttft_slo, tbt_slo = _slos(spec, base, cost, slo_ttft_s, slo_tbt_s)
+    _LOG.info(
+        "simulate %s: %d requests of %s on %s, %s tp=%d, rate x%.3g",
+        system,
+        len(base),
+        base.name,
+        topo.name,
+        spec.name,
+        tp,
+        scale,
+    )
     started = time.perf_counter()
     sim = Simulator(
         topo,
@@ -130,14 +143,21 @@ def simulate(
         policy=policy,
         failures=faults,
         drain_limit_s=drain_limit_s,
-        progress=_progress_bar(started) if progress else None,
     )
     if record:
         sim.router.log = []
-    sim.run()
+    label = f"simulate {system} ({len(base)} requests)"
+    with position_bar(label, max(1.0, base.duration_s), "sim s", enabled=progress) as advance:
+        sim.progress = lambda fraction: advance(fraction * sim.end_s)
+        sim.run()
     wall = time.perf_counter() - started
-    if progress:
-        sys.stderr.write("\n")
+    _LOG.info(
+        "simulate %s: %d events in %.2f s (simulated %.1f s)",
+        system,
+        sim.events_processed,
+        wall,
+        sim.now_s,
+    )
     report = _report(sim, system, topo, spec, base, tp, wall, ttft_slo, tbt_slo, policy)
     return replace(report, rate_scale=scale, trace_start_s=start_s)
 
@@ -256,14 +276,3 @@ def _trace(trace: Trace | str | Path | None, seed: int) -> Trace:
     if isinstance(trace, Trace):
         return trace
     return load_trace(trace)
-
-
-def _progress_bar(started: float):  # type: ignore[no-untyped-def]
-    def show(fraction: float) -> None:
-        if time.perf_counter() - started < 3.0:
-            return
-        filled = int(40 * min(1.0, fraction))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (40 - filled)}] {fraction:6.1%}")
-        sys.stderr.flush()
-
-    return show

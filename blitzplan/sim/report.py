@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -14,7 +15,9 @@ import numpy as np
 
 from blitzplan.sim.engine import ScaleEvent
 
-__all__ = ["RequestRecord", "SimReport"]
+__all__ = ["RequestRecord", "SimReport", "plot_reports", "plot_title", "time_axis_label"]
+
+_LOG = logging.getLogger(__name__)
 
 PAPER_SLO_FACTOR = 5.0
 """The paper's rule: a request violates its SLO when its latency exceeds 5x the run's mean."""
@@ -242,43 +245,61 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(data)) if data else math.nan
 
 
+def plot_title(reports: Sequence[SimReport]) -> str:
+    """What the plots of ``reports`` show: trace, cluster, model and TP, and the rate rescale
+    (several values are listed when the reports differ)."""
+
+    def values(name: str) -> str:
+        return "/".join(dict.fromkeys(str(getattr(r, name)) for r in reports))
+
+    scales = "/".join(dict.fromkeys(f"x{r.rate_scale:.3g}" for r in reports))
+    return (
+        f"{values('trace')} on {values('topology')}, {values('model')} tp={values('tp')}, "
+        f"trace rate {scales}"
+    )
+
+
+def time_axis_label(reports: Sequence[SimReport]) -> str:
+    """The label of a simulated-time axis: it says how it maps to the trace's own time when a
+    window or a rate rescale moved it."""
+    axes = {(r.trace_start_s, r.rate_scale) for r in reports}
+    if len(axes) != 1:
+        return "simulated time (s; the runs rescale the trace differently)"
+    ((start_s, scale),) = axes
+    if start_s == 0 and scale == 1:
+        return "time (s into the trace)"
+    trace_time = f"trace time - {start_s:g} s" if start_s else "trace time"
+    if scale == 1:
+        return f"time (s, {trace_time})"
+    if start_s:
+        trace_time = f"({trace_time})"
+    factor = f"/ {scale:.3g}" if scale >= 1 else f"x {1 / scale:.3g}"
+    return f"time (s, {trace_time} {factor})"
+
+
 def plot_reports(reports: Sequence[SimReport], prefix: Path) -> list[Path]:
-    """Latency over time, TTFT CDFs and GPU count over time, one PNG each; [] without
-    matplotlib."""
+    """Latency over time, TTFT CDFs and GPU count over time, one titled PNG each; [] (and a
+    logged warning) without matplotlib."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        _LOG.warning("no plots: matplotlib is not installed (pip install 'blitzplan[plot]')")
         return []
     paths = []
-    figures: list[tuple[str, str, str]] = [
-        ("latency", "seconds into the trace", "mean TTFT of arrivals (s)"),
-        ("cdf", "TTFT (s)", "fraction of requests"),
-        ("gpus", "seconds into the trace", "GPUs allocated"),
+    title, time_label = plot_title(reports), time_axis_label(reports)
+    figures: list[tuple[str, str, str, str]] = [
+        ("latency", "Mean TTFT of the requests arriving", time_label, "mean TTFT (s)"),
+        ("cdf", "TTFT distribution", "TTFT (s)", "fraction of requests"),
+        ("gpus", "GPUs allocated", time_label, "GPUs"),
     ]
-    for kind, xlabel, ylabel in figures:
-        fig, ax = plt.subplots(figsize=(8, 4))
+    for kind, heading, xlabel, ylabel in figures:
+        fig, ax = plt.subplots(figsize=(8, 4.4))
         for report in reports:
-            if kind == "latency":
-                rows = report.timeline()
-                ax.plot(
-                    [r["time_s"] for r in rows],
-                    [r["ttft_mean_s"] for r in rows],
-                    label=report.system,
-                )
-            elif kind == "cdf":
-                values = np.sort([r.ttft_s for r in report.finished])
-                if values.size:
-                    ax.plot(
-                        values, np.arange(1, values.size + 1) / values.size, label=report.system
-                    )
-                ax.set_xscale("log")
-            else:
-                times = [t for t, _ in report.gpu_timeline]
-                counts = [n for _, n in report.gpu_timeline]
-                ax.step(times, counts, where="post", label=report.system)
+            _plot(ax, kind, report)
+        ax.set_title(f"{heading}\n{title}", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)
@@ -286,5 +307,21 @@ def plot_reports(reports: Sequence[SimReport], prefix: Path) -> list[Path]:
         path = prefix.parent / f"{prefix.name}-{kind}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
+        _LOG.debug("wrote %s", path)
         paths.append(path)
     return paths
+
+
+def _plot(ax: Any, kind: str, report: SimReport) -> None:
+    if kind == "latency":
+        rows = report.timeline()
+        ax.plot([r["time_s"] for r in rows], [r["ttft_mean_s"] for r in rows], label=report.system)
+    elif kind == "cdf":
+        values = np.sort([r.ttft_s for r in report.finished])
+        if values.size:
+            ax.plot(values, np.arange(1, values.size + 1) / values.size, label=report.system)
+        ax.set_xscale("log")
+    else:
+        times = [t for t, _ in report.gpu_timeline]
+        counts = [n for _, n in report.gpu_timeline]
+        ax.step(times, counts, where="post", label=report.system)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from blitzplan._checks import check_count
+from blitzplan._progress import counter
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
 
 __all__ = ["BACKENDS", "Cell", "grid", "run_cell", "sweep"]
@@ -16,6 +19,11 @@ __all__ = ["BACKENDS", "Cell", "grid", "run_cell", "sweep"]
 BACKENDS = ("local", "ray")
 """local: a process pool on this machine; ray: one Ray task per cell (``pip install
 blitzplan[ray]``; ``ray.init()`` joins the cluster in RAY_ADDRESS, else starts a local one)."""
+
+_LOG = logging.getLogger(__name__)
+
+_Done = Callable[[int, dict[str, Any]], None]
+"""Called with a cell's index and its result as each cell finishes."""
 
 MAX_WORKERS = 1024
 """The most local worker processes a sweep starts."""
@@ -73,21 +81,52 @@ def run_cell(cell: Cell) -> dict[str, Any]:
 
 
 def sweep(
-    cells: Sequence[Cell], *, backend: str = "local", workers: int = 2
+    cells: Sequence[Cell], *, backend: str = "local", workers: int = 2, progress: bool = False
 ) -> list[dict[str, Any]]:
-    """Run ``cells``; results come back in the cells' order whatever the backend."""
+    """Run ``cells``; results come back in the cells' order whatever the backend.
+
+    ``progress`` shows a bar of cells done on stderr (when it is a terminal)."""
     if backend not in BACKENDS:
         raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     workers = check_count("workers", workers, maximum=MAX_WORKERS)
-    if backend == "ray":
-        return _ray(cells)
-    if workers == 1 or len(cells) <= 1:
-        return [run_cell(cell) for cell in cells]
+    _LOG.info("sweep: %d cells, backend %s, %d local workers", len(cells), backend, workers)
+    started = time.perf_counter()
+    results: list[dict[str, Any] | None] = [None] * len(cells)
+    with counter(f"sweep ({backend})", len(cells), "cells", enabled=progress) as tick:
+
+        def done(index: int, result: dict[str, Any]) -> None:
+            results[index] = result
+            tick()
+            _LOG.info("sweep: cell %d/%d done: %s", index + 1, len(cells), _coordinates(result))
+
+        if backend == "ray":
+            _ray(cells, done)
+        elif workers == 1 or len(cells) <= 1:
+            for index, cell in enumerate(cells):
+                done(index, run_cell(cell))
+        else:
+            _processes(cells, workers, done)
+    _LOG.info("sweep: %d cells in %.1f s", len(cells), time.perf_counter() - started)
+    return [r for r in results if r is not None]
+
+
+def _coordinates(result: dict[str, Any]) -> str:
+    trace = result["trace"] or "synthetic"
+    return f"system={result['system']} trace={trace} seed={result['seed']}"
+
+
+def _processes(cells: Sequence[Cell], workers: int, done: _Done) -> None:
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_cell, cells))
+        futures = {pool.submit(run_cell, cell): index for index, cell in enumerate(cells)}
+        try:
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # a failed cell stops the sweep: run no more
+            raise
 
 
-def _ray(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+def _ray(cells: Sequence[Cell], done: _Done) -> None:
     try:
         import ray
     except ImportError:
@@ -99,7 +138,22 @@ def _ray(cells: Sequence[Cell]) -> list[dict[str, Any]]:
         ray.init(include_dashboard=False, log_to_driver=False)
     try:
         task = ray.remote(run_cell)
-        return list(ray.get([task.remote(cell) for cell in cells]))
+        _gather(ray, [task.remote(cell) for cell in cells], done)
     finally:
         if started:
             ray.shutdown()
+
+
+def _gather(ray: Any, refs: list[Any], done: _Done) -> None:
+    """Hand each task's result to ``done`` as it finishes; on a failure cancel the rest."""
+    index = {ref: k for k, ref in enumerate(refs)}
+    pending = list(refs)
+    try:
+        while pending:
+            finished, pending = ray.wait(pending, num_returns=1)
+            for ref in finished:
+                done(index[ref], ray.get(ref))
+    except BaseException:
+        for ref in pending:  # a failed cell stops the sweep on a shared cluster too
+            ray.cancel(ref)
+        raise
