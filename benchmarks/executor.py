@@ -8,7 +8,11 @@ run's own measured per-layer times (the execution model's error alone); "content
 slower a layer is side by side (both instances computing, weights streaming) than alone (1: every
 busy process has a core of its own). Last, the striped scenario of ``blitzplan.executor.striped``
 runs for real (two sources feed one node of two GPUs, which forwards to a second): predicted vs
-measured arrivals, every byte checked.
+measured arrivals, every byte checked. Then a ScalePlan document's transfer program runs from
+its JSON alone (``blitzplan.executor.program``; the ``large`` scenario of
+``blitzplan.executor.program_scenario``, ``small`` in quick mode), with its replan after a source
+fails half-way: per step the predicted, rule-given (the program's own rules with no overhead)
+and measured first byte out and last byte in.
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ from pathlib import Path
 
 import torch
 
-from blitzplan import load_model
+from blitzplan import load_model, replan
 from blitzplan._table import format_table
 from blitzplan.executor.checkpoint import save_checkpoint
 from blitzplan.executor.model import small_config
+from blitzplan.executor.processes import Workers
+from blitzplan.executor.program import devices_of, run_program
+from blitzplan.executor.program_doc import read_program
+from blitzplan.executor.program_result import ProgramRun
+from blitzplan.executor.program_scenario import PROGRAM_SCENARIOS, scenario_plan
 from blitzplan.executor.results import ValidationResult, percentile
 from blitzplan.executor.striped import run_striped, striped_plan
 from blitzplan.executor.validate import validate
@@ -134,6 +143,7 @@ def main() -> None:
             rows,
         )
     )
+    print_program_section()
 
 
 def striped_rows(runs: int) -> tuple[list[list[object]], str]:
@@ -165,6 +175,139 @@ def striped_rows(runs: int) -> tuple[list[list[object]], str]:
         for name, values in per.items()
     ]
     return rows, plan.describe_routes()
+
+
+def program_documents(name: str) -> list[tuple[str, str]]:
+    """The scenario's ScalePlan document and its replan with the last serving source failed
+    half-way through, as (label, JSON text)."""
+    state, made = scenario_plan(name)
+    source = state.instances[-1] if name == "large" else state.instances[1]
+    half_s = 0.5 * max(i.ready_at_s for i in made.new_instances)
+    after = replan(made, state, at_s=half_s, failed=[source.id])
+    return [("plan", made.to_json()), (f"replan ({source.id} fails)", after.to_json())]
+
+
+def _spread_ms(values: list[float]) -> tuple[str, str]:
+    magnitudes = [abs(v) * 1e3 for v in values]
+    return f"{statistics.median(magnitudes):.1f}", f"{max(magnitudes):.1f}"
+
+
+def program_rows(name: str, runs: int) -> tuple[list[list[object]], list[list[object]], int]:
+    """Run the scenario's documents ``runs`` times each on one pool of processes: a summary row
+    per document and the plan's per-step rows (medians over the runs)."""
+    documents = program_documents(name)
+    spec = load_model(dict(PROGRAM_SCENARIOS[name].config))
+    summary, per_step, processes = [], [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = save_checkpoint(spec, Path(tmp), seed=1)
+        size = max(len(devices_of(read_program(text))) for _, text in documents)
+        with Workers([f"rank{k}" for k in range(size)], backend="gloo") as pool:
+            for label, text in documents:
+                results = [run_program(text, weights, workers=pool) for _ in range(runs)]
+                summary.append(_summary_row(label, results))
+                if label == "plan":
+                    per_step = _step_rows(results)
+                processes = max(processes, len(results[0].devices))
+    return summary, per_step, processes
+
+
+def _summary_row(label: str, results: list[ProgramRun]) -> list[object]:
+    start = [e for r in results for e in r.start_errors_s().values()]
+    end = [e for r in results for e in r.end_errors_s().values()]
+    ready = [e for r in results for errors in r.ready_errors_s().values() for e in errors]
+    lateness = [o for r in results for pair in r.overhead_s().values() for o in pair]
+    rule = [
+        x
+        for r in results
+        for s in r.steps
+        for x in (s.rule_start_s - s.predicted_start_s, s.rule_end_s - s.predicted_end_s)
+    ]
+    return [
+        label,
+        len(results[0].steps),
+        f"{results[0].plan_s * 1e3:.1f}",
+        *_spread_ms(start),
+        *_spread_ms(end),
+        *_spread_ms(ready),
+        *_spread_ms(rule),
+        *_spread_ms(lateness),
+        all(r.bit_exact for r in results),
+        sum(r.duplicate_bytes for r in results),
+    ]
+
+
+def _step_rows(results: list[ProgramRun]) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for k, step in enumerate(results[0].steps):
+        start = statistics.median(r.steps[k].start_s for r in results)
+        end = statistics.median(r.steps[k].end_s for r in results)
+        rows.append(
+            [
+                step.id,
+                step.kind,
+                f"{step.source} -> {step.destination}",
+                step.bytes,
+                f"{step.predicted_start_s * 1e3:.1f}",
+                f"{step.rule_start_s * 1e3:.1f}",
+                f"{start * 1e3:.1f}",
+                f"{step.predicted_end_s * 1e3:.1f}",
+                f"{step.rule_end_s * 1e3:.1f}",
+                f"{end * 1e3:.1f}",
+            ]
+        )
+    return rows
+
+
+def print_program_section() -> None:
+    name = "small" if QUICK else "large"
+    started = time.monotonic()
+    summary, per_step, processes = program_rows(name, RUNS)
+    print(
+        f"\nTransfer program from JSON ({name} scenario, {processes} processes, gloo, {RUNS} "
+        f"run(s) per document, {time.monotonic() - started:.0f} s with startup): a ScalePlan "
+        "document run by its steps alone, every new GPU checked byte for byte"
+    )
+    print(
+        format_table(
+            [
+                "document",
+                "steps",
+                "plan ms",
+                "start |err| median ms",
+                "worst",
+                "end |err| median",
+                "worst",
+                "unit ready |err| median",
+                "worst",
+                "|rule - plan| median",
+                "worst",
+                "|measured - rule| median",
+                "worst",
+                "bit-exact",
+                "dup bytes",
+            ],
+            summary,
+        ),
+        end="\n\n",
+    )
+    print("Per step of the plan (ms; measured: median over the runs)")
+    print(
+        format_table(
+            [
+                "step",
+                "kind",
+                "route",
+                "bytes",
+                "start",
+                "by rule",
+                "measured",
+                "end",
+                "by rule",
+                "measured",
+            ],
+            per_step,
+        )
+    )
 
 
 def striped_config() -> dict[str, object]:

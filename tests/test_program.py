@@ -45,6 +45,16 @@ def test_the_program_gives_every_gpu_its_buffer_once() -> None:
         assert all(f < len(scale.multicast.lanes) for f in step.feeds)
 
 
+def test_step_rates_agree_with_their_predicted_times() -> None:
+    scale = plan(paper_state(), ScaleRequest(MODEL, prefill=6, tp=2))
+    for step in scale.steps:
+        assert step.rate_bytes_per_s > 0
+        sending_s = step.bytes / step.rate_bytes_per_s
+        assert sending_s <= step.end_s - step.start_s + 1e-6
+        if not step.feeds and not step.after:  # nothing to wait for: it sends at its rate
+            assert sending_s == pytest.approx(step.end_s - step.start_s, rel=1e-6)
+
+
 def test_a_broken_program_is_caught_by_the_certificate() -> None:
     scale = plan(paper_state(), ScaleRequest(MODEL, prefill=2, tp=2))
     dropped = dataclasses.replace(scale, steps=scale.steps[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -194,6 +195,20 @@ def test_json_round_trip_is_lossless_and_deterministic() -> None:
     assert ScalePlan.from_json(timed).multicast.solve_s == a.multicast.solve_s
 
 
+def test_a_document_that_adds_fields_reads_and_a_changed_one_does_not() -> None:
+    from blitzplan.scale.document import document_digest
+
+    a = plan(paper_state(), ScaleRequest(MODEL, prefill=2, tp=2))
+    document = json.loads(a.to_json())
+    document["added_by_a_newer_writer"] = {"x": 1}
+    document["plan_id"] = document_digest(document)
+    newer = ScalePlan.from_json(json.dumps(document))
+    assert dataclasses.replace(newer, plan_id=a.plan_id) == a
+    document["added_by_a_newer_writer"] = {"x": 2}  # changed after signing
+    with pytest.raises(InvalidInputError, match="plan_id .* does not match"):
+        ScalePlan.from_json(json.dumps(document))
+
+
 def test_json_writes_infinity_as_null_and_reads_it_back() -> None:
     ring = plan(paper_state(), ScaleRequest(MODEL, prefill=2, tp=2), method="ring")
     assert any(f.max_bytes_per_s == math.inf for f in ring.multicast.flows)  # unpaced
@@ -219,7 +234,7 @@ def test_json_errors_are_named() -> None:
     document = json.loads(text)
     document["steps"][0]["bytes"] = 1
     with pytest.raises(
-        InvalidInputError, match="does not match the plan: the document was changed"
+        InvalidInputError, match="does not match the document: the document was changed"
     ):
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)

@@ -12,6 +12,11 @@ validate`` (likewise ``calibrate`` and ``replay``).
 - :mod:`~blitzplan.executor.faults`: failures that name a rank and a layer, injected faults;
 - :mod:`~blitzplan.executor.multicast`, :mod:`~blitzplan.executor.transfer`: a MulticastPlan's
   chains over torch.distributed, paced, chunk by chunk;
+- :mod:`~blitzplan.executor.program` (:mod:`~blitzplan.executor.program_doc`,
+  :mod:`~blitzplan.executor.program_checks`, :mod:`~blitzplan.executor.program_worker`,
+  :mod:`~blitzplan.executor.program_result`, :mod:`~blitzplan.executor.program_timeline`): a
+  ScalePlan document's transfer program run from its JSON alone, bit-exact per GPU, with
+  built-in documents in :mod:`~blitzplan.executor.program_scenario`;
 - :mod:`~blitzplan.executor.live`, :mod:`~blitzplan.executor.instances`,
   :mod:`~blitzplan.executor.coordinator`: live cooperative execution driven by the policies;
 - :mod:`~blitzplan.executor.calibrate`, :mod:`~blitzplan.executor.probes`: measured compute
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
     from blitzplan.executor.live import LiveRun, live_violations, run_live
     from blitzplan.executor.multicast import MulticastRun, run_multicast
     from blitzplan.executor.processes import Workers
+    from blitzplan.executor.program import run_program
+    from blitzplan.executor.program_result import ProgramRun
     from blitzplan.executor.report import format_report, write_png
     from blitzplan.executor.results import ValidationResult
     from blitzplan.executor.scenarios import SCENARIOS, Scenario
@@ -54,6 +61,7 @@ __all__ = [
     "InjectedFault",
     "LiveRun",
     "MulticastRun",
+    "ProgramRun",
     "RankFailedError",
     "Scenario",
     "ValidationResult",
@@ -66,6 +74,7 @@ __all__ = [
     "require_torch",
     "run_live",
     "run_multicast",
+    "run_program",
     "save_checkpoint",
     "write_png",
 ]
@@ -86,6 +95,8 @@ _MODULES = {
     "InjectedFault": "faults",
     "RankFailedError": "faults",
     "Workers": "processes",
+    "run_program": "program",
+    "ProgramRun": "program_result",
     "format_report": "report",
     "write_png": "report",
     "SCENARIOS": "scenarios",

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from blitzplan.errors import BlitzplanError
+
 __all__ = ["EXIT_MISMATCH", "add_validate_command", "main"]
 
 EXIT_MISMATCH = 1
@@ -27,7 +29,14 @@ gloo on the CPU, NCCL on GPUs), calibrates per-layer compute and the links, plan
 with plan_multicast on a topology paced to the measured link rate, runs the chain (every layer
 checked bit-exact on every target), then serves a queue live under each policy, predicted with
 schedule_live. Prints predicted vs measured tables and writes a PNG. Exits 1 when any output
-differs from the monolithic model's (logits beyond 1e-5 or a layer not bit-exact)."""
+differs from the monolithic model's (logits beyond 1e-5 or a layer not bit-exact).
+
+With --plan (or --program) it instead runs the transfer program of a ScalePlan document from its
+JSON alone: one process per device, every new GPU's buffers checked bit-exact, each step's
+measured first byte out and last byte in beside the document's predictions:
+  blitzplan validate --plan-scenario small --plan-out plan.json --checkpoint weights
+  blitzplan validate --plan plan.json --checkpoint weights
+or both at once: blitzplan validate --program small"""
 
 
 def add_validate_command(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -48,13 +57,39 @@ def add_validate_command(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=",".join(_DEFAULT_POLICIES),
         help="comma-separated live policies (stop_the_world, best_effort, zigzag)",
     )
-    cmd.add_argument("--checkpoint", default=None, help="an existing checkpoint directory")
+    cmd.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a checkpoint directory (--program and --plan-scenario write seeded weights there "
+        "when it has none)",
+    )
     cmd.add_argument("--timeout", type=float, default=30.0, help="seconds any receive may wait")
     cmd.add_argument("--seed", type=int, default=0, help="seed of the weights and prompts")
     cmd.add_argument(
         "--png", default="blitzplan-validate.png", help="where to write the figure ('' for none)"
     )
     cmd.add_argument("--json", action="store_true", help="print the summary as JSON")
+    program = cmd.add_argument_group(
+        "transfer program",
+        "run a ScalePlan document's transfer program alone (its JSON, no planner objects)",
+    )
+    program.add_argument(
+        "--plan", default=None, help="a ScalePlan JSON document to run (with --checkpoint)"
+    )
+    program.add_argument(
+        "--program",
+        default=None,
+        metavar="SCENARIO",
+        help="plan a built-in scenario (small, large), write its JSON, run it from the JSON",
+    )
+    program.add_argument(
+        "--plan-scenario",
+        default=None,
+        metavar="SCENARIO",
+        help="only write a built-in scenario's document (to --plan-out; weights to --checkpoint)",
+    )
+    program.add_argument("--plan-out", default=None, help="where to write the document")
+    program.add_argument("--unpaced", action="store_true", help="run every step as fast as it goes")
     cmd.set_defaults(func=run_validate)
 
 
@@ -63,6 +98,10 @@ def run_validate(args: argparse.Namespace) -> int:
     from blitzplan.executor import require_torch
 
     require_torch()
+    if args.plan or args.program or args.plan_scenario:
+        from blitzplan.executor.program_cli import run_program_command
+
+        return run_program_command(args)
     from blitzplan.executor.report import format_report, write_png
     from blitzplan.executor.validate import validate
 
@@ -85,10 +124,16 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m blitzplan.executor.cli validate ...``."""
-    from blitzplan.cli import main as blitzplan_main
-
-    return blitzplan_main(list(sys.argv[1:] if argv is None else argv))
+    """``python -m blitzplan.executor.cli validate ...`` (the ``validate`` command alone)."""
+    parser = argparse.ArgumentParser(prog="blitzplan")
+    add_validate_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        result: int = args.func(args)
+    except BlitzplanError as exc:
+        print(f"blitzplan: error: {exc}", file=sys.stderr)
+        return 2
+    return result
 
 
 if __name__ == "__main__":

@@ -62,11 +62,18 @@ class Workers:
     """``len(labels)`` spawned processes in one process group; use as a context manager.
 
     ``labels`` name the ranks in messages (``relabel`` renames them once a plan is known).
-    ``timeout_s`` bounds every receive, send and wait of a run.
+    ``timeout_s`` bounds every receive, send and wait of a run. ``backend`` overrides the
+    torch.distributed backend chosen for ``device`` (:func:`~blitzplan.executor.worker.
+    check_device`).
     """
 
     def __init__(
-        self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0
+        self,
+        labels: Sequence[str],
+        *,
+        device: str = "cpu",
+        timeout_s: float = 30.0,
+        backend: str | None = None,
     ) -> None:
         if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
             raise InvalidInputError(
@@ -74,7 +81,7 @@ class Workers:
             )
         if len(labels) < 2:
             raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
-        self.backend = check_device(device, len(labels))
+        self.backend = check_device(device, len(labels), backend=backend)
         self.device, self.timeout_s = device, float(timeout_s)
         self.labels = list(labels)
         self.num_layers: int | None = None

@@ -35,6 +35,7 @@ from blitzplan.executor.faults import Event, Failure, InjectedFault, TransferErr
 
 __all__ = [
     "ALIVE",
+    "BACKENDS",
     "DEVICES",
     "HEARTBEAT_MAX_S",
     "STARTUP_TIMEOUT_S",
@@ -54,6 +55,8 @@ DEVICES: dict[str, str] = {
     "host memory",
 }
 """The closed table of devices the executor runs on (default ``cpu``)."""
+BACKENDS = ("gloo", "nccl")
+"""The torch.distributed backends a run may ask for."""
 
 STARTUP_TIMEOUT_S = 180.0
 """Spawning a process imports torch: seconds allowed for every rank to join the group."""
@@ -71,17 +74,26 @@ HEARTBEAT_MAX_S = 1.0
 TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported
 
 
-def check_device(device: str, world_size: int) -> str:
-    """The torch.distributed backend for ``device``; a clear error when it cannot run here."""
+def check_device(device: str, world_size: int, *, backend: str | None = None) -> str:
+    """The torch.distributed backend for ``device``; a clear error when it cannot run here.
+
+    ``backend`` (``gloo`` or ``nccl``) overrides the choice: gloo runs on any device (through
+    host memory from a GPU), NCCL needs ``device='cuda'``."""
     if device not in DEVICES:
         raise InvalidInputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if backend is not None and backend not in BACKENDS:
+        raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if device == "cpu":
+        if backend == "nccl":
+            raise InvalidInputError("backend='nccl' needs device='cuda'")
         return "gloo"
     if not torch.cuda.is_available():
         raise InvalidInputError(
             "device='cuda' needs a GPU, but torch.cuda.is_available() is False on this machine "
             "(no GPU or a CPU-only torch build); use device='cpu'"
         )
+    if backend is not None:
+        return backend
     return "nccl" if torch.cuda.device_count() >= max(2, world_size) else "gloo"
 
 

@@ -8,16 +8,17 @@ plan: they change from run to run while the plan does not, so equal inputs give 
 documents. ``timing=True`` adds them under ``timing`` (readers ignore it).
 
 Version policy: ``schema_version`` changes when a field is removed, renamed or changes meaning;
-a field added with a default keeps it (older documents still read). A reader refuses another
-version rather than guess.
+a field added with a default keeps it: older documents still read, and a document that adds
+fields this version does not know reads too (they are ignored; its ``plan_id``, a digest of the
+whole document, still checks). A reader refuses another version rather than guess.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from blitzplan.errors import InvalidInputError
@@ -25,10 +26,19 @@ from blitzplan.errors import InvalidInputError
 if TYPE_CHECKING:
     from blitzplan.scale.types import ScalePlan
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "decode", "encode", "json_schema", "plan_digest"]
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "decode",
+    "document_digest",
+    "encode",
+    "json_schema",
+    "plan_digest",
+]
 
 SCHEMA = "blitzplan.scaleplan"
 SCHEMA_VERSION = 2
+_UNHASHED = frozenset({"schema", "schema_version", "plan_id", "timing"})
 _TIMED = (("multicast", "solve_s"),)
 """Paths of wall-clock fields (live pairs' schedules have one each too)."""
 
@@ -62,24 +72,19 @@ def _text(document: dict[str, Any]) -> str:
 
 
 def plan_digest(plan: ScalePlan) -> str:
-    """SHA-256 of the plan without ``plan_id`` and wall-clock times: equal plans, equal
-    digests (msgspec's deterministic encoding: sorted mapping keys, fields in order)."""
-    import msgspec
+    """SHA-256 of the document's text without ``schema``, ``schema_version``, ``plan_id`` and
+    ``timing`` (sorted keys, one-space indent, a final newline): equal plans, equal digests, and
+    a data plane recomputes it from the JSON alone."""
+    data = _builtins(plan)
+    _timing(data)
+    return document_digest(data)
 
-    multicast = plan.multicast
-    held = {gpu: {str(u): ivs for u, ivs in units.items()} for gpu, units in plan.held.items()}
-    canonical = dataclasses.replace(
-        plan,
-        plan_id="",
-        held={},
-        multicast=dataclasses.replace(multicast, solve_s=0.0) if multicast else None,
-        live_pairs=tuple(
-            dataclasses.replace(p, schedule=dataclasses.replace(p.schedule, solve_s=0.0))
-            for p in plan.live_pairs
-        ),
-    )
-    text = msgspec.json.encode((canonical, held), order="deterministic")
-    return hashlib.sha256(text).hexdigest()
+
+def document_digest(document: Mapping[str, Any]) -> str:
+    """:func:`plan_digest` of a parsed document, fields this version does not know included (so
+    a document from a newer writer that only adds fields keeps its ``plan_id``)."""
+    data = {k: v for k, v in document.items() if k not in _UNHASHED}
+    return hashlib.sha256(_text(data).encode()).hexdigest()
 
 
 def encode(plan: ScalePlan, *, timing: bool = False) -> str:
@@ -109,6 +114,7 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
         raise InvalidInputError(
             f"schema_version {version!r} is not supported (this blitzplan reads {SCHEMA_VERSION})"
         )
+    digest = document_digest(document)
     timing = document.pop("timing", None) or {}
     for key in ("schema", "schema_version"):
         document.pop(key)
@@ -118,6 +124,10 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
         plan: ScalePlan = msgspec.convert(data, kind, str_keys=True)
     except msgspec.ValidationError as exc:
         raise InvalidInputError(f"ScalePlan JSON does not fit the schema: {exc}") from None
+    if plan.plan_id and plan.plan_id != digest:
+        raise InvalidInputError(
+            f"plan_id {plan.plan_id!r} does not match the document: the document was changed"
+        )
     return plan
 
 

@@ -9,15 +9,17 @@ The steps, each a rule a serving stack can predict:
    prefill instance is live-scaled in its place. Its queued requests move to the least loaded
    remaining prefill instance, so the last prefill instance never mutates. Decode instances
    beyond the prefill instances that may mutate are loaded like any new instance.
-3. **Decode pre-scaling.** A prefill scale-up that at least multiplies the model's prefill
-   instances by :data:`LARGE_SCALE_UP` also loads decode instances in the serving ratio
+3. **Decode pre-scaling** (only with ``prescale_decode=True``). A prefill scale-up that at
+   least multiplies the model's prefill instances by :data:`LARGE_SCALE_UP` also loads decode
+   instances in the serving ratio
    (``ceil(prefill_added * decode / prefill)``): the burst's decode load follows within seconds.
 4. **Multicast.** All new instances are loaded by one :func:`~blitzplan.plan_multicast` call;
    as many chain tails as there are overloaded old prefill instances (with a queue) are live.
 5. **Live pairs.** Live tails, earliest first layer first, pair with the old prefill instances,
    most queued tokens first; each pair's predicted schedule comes from
    :func:`~blitzplan.schedule_live` over the old instance's queue.
-6. **Milestones**, beside the AllCache and ServerlessLLM data planes on the same GPUs.
+6. **Milestones**: first and full added capacity, queue drain; with ``compare_baselines=True``
+   also those of the AllCache and ServerlessLLM data planes on the same GPUs.
 
 A request that cannot be met in full (not enough free GPUs, fewer instances to remove than
 asked) gives a plan for what is possible and lists what is missing, unless ``strict=True``.

@@ -15,12 +15,15 @@ the destination already has, so a unit may have several ranges). What a source h
   unit start at ``r * B_u`` (a step with ``rank == -1`` moves a stripe of all of them).
 
 **Pipelining.** All steps run at once. A step sends its units in order and each unit's bytes in
-chunks of ``chunk_bytes``; a chunk leaves once it has arrived at ``source`` over the steps in
-``feeds`` (nothing to wait for when the source held it before the plan), and no faster than
-``pace_bytes_per_s`` when set. A step with ``store_and_forward`` waits instead until every step
-in ``feeds`` has ended; every step waits for the steps in ``after`` to end and for
-``not_before_s`` (its destination instance's startup). ``start_s`` and ``end_s`` are the
-predicted first byte out and last byte in, seconds from the start of the plan.
+chunks of at most ``chunk_bytes`` (how a range is cut is the data plane's choice); a chunk
+leaves once it has arrived at ``source`` over the steps in ``feeds`` (nothing to wait for when
+the source held it before the plan), and no faster than ``pace_bytes_per_s`` when set. A step
+with ``store_and_forward`` waits instead until every step in ``feeds`` has ended; every step
+waits for the steps in ``after`` to end and for ``not_before_s`` (its destination instance's
+startup). ``rate_bytes_per_s``, ``start_s`` and ``end_s`` are the predicted rate, first byte out
+and last byte in, seconds from the start of the plan. After a replan
+the timeline counts a partly delivered unit as a whole one while its steps leave out the bytes
+already there, so its predictions err late (by the held part of such units, at the step's rate).
 """
 
 from __future__ import annotations
@@ -88,12 +91,16 @@ class TransferStep:
     """``network``, ``nvlink`` or ``pcie``: what the route crosses."""
     nic: str | None = None
     relay: str | None = None
-    """A spare GPU of the source's NVLink group whose NIC sends (chunks staged there)."""
+    """Another GPU of the source's host whose NIC sends (a spare GPU or a new instance's;
+    chunks are staged there over NVLink or PCIe, then leave through ``nic``)."""
     source_layout: tuple[int, int] | None = None
     feeds: tuple[int, ...] = ()
     after: tuple[int, ...] = ()
     store_and_forward: bool = False
     pace_bytes_per_s: float | None = None
+    rate_bytes_per_s: float = 0.0
+    """The predicted rate of the step (max-min fair on what the state's background flows leave
+    of each link it crosses); ``start_s``/``end_s`` follow from it."""
     not_before_s: float = 0.0
     start_s: float = 0.0
     end_s: float = 0.0
@@ -133,6 +140,7 @@ def program(
             after=tuple(x.flow for h in (hop.after if hop else ()) for x in plan.hops[h].lanes),
             store_and_forward=bool(hop and not hop.pipelined),
             pace_bytes_per_s=_pace(plan, lane),
+            rate_bytes_per_s=plan.rates[lane.flow],
             not_before_s=startup.get(lane.receiver, 0.0),
             start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
             end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
