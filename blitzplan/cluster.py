@@ -24,6 +24,7 @@ __all__ = [
     "ClusterState",
     "HostCopy",
     "Instance",
+    "Loading",
     "ParameterPool",
     "QueuedRequest",
     "Role",
@@ -70,7 +71,33 @@ class Role(StrEnum):
     DECODE = "decode"
     IDLE = "idle"
     LOADING = "loading"
-    """Still receiving its weights: occupies its GPUs but is no source."""
+    """Still receiving its weights. It occupies its GPUs; it is a source for a later plan only
+    when its ``loading`` record says when each unit arrives (:func:`blitzplan.apply_plan` keeps
+    one), and then only as its future role allows (a future prefill instance is no source under
+    the paper's rule)."""
+
+
+@dataclass(frozen=True)
+class Loading:
+    """An instance still receiving its weights under an earlier plan: the role it takes once
+    loaded and, per unit (embedding, layers 1..L, head), the predicted seconds from now until
+    the unit is complete on every one of its GPUs (0 for units it has)."""
+
+    role: Role
+    units_ready_s: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        role = _role(self.role)
+        if role is Role.LOADING:
+            raise InvalidInputError("loading.role is the role taken once loaded, not 'loading'")
+        times = tuple(self.units_ready_s) if isinstance(self.units_ready_s, Sequence) else None
+        if not times or not all(is_finite_number(t) and 0 <= t <= MAX_SECONDS for t in times):
+            raise InvalidInputError(
+                "loading.units_ready_s must be a non-empty list of finite seconds >= 0, got "
+                f"{self.units_ready_s!r}"
+            )
+        object.__setattr__(self, "role", role)
+        object.__setattr__(self, "units_ready_s", tuple(float(t) for t in times))
 
 
 @dataclass(frozen=True)
@@ -106,10 +133,17 @@ class Instance:
     role: Role
     queue: tuple[QueuedRequest, ...] = ()
     kv_bytes_used: int = 0
+    loading: Loading | None = None
+    """For a ``loading`` instance: its future role and when each unit arrives (None: unknown)."""
 
     @property
     def tp(self) -> int:
         return len(self.gpus)
+
+    @property
+    def serving_role(self) -> Role:
+        """The role it serves in: its own, or for a loading instance the one it takes."""
+        return self.loading.role if self.loading is not None else self.role
 
     @property
     def identity(self) -> ModelIdentity:
@@ -142,7 +176,7 @@ class Source:
 
     @property
     def egress_busy(self) -> bool:
-        return self.instance is not None and self.instance.role is Role.PREFILL
+        return self.instance is not None and self.instance.serving_role is Role.PREFILL
 
 
 class ParameterPool:
@@ -308,11 +342,14 @@ class ClusterState:
         queue: Iterable[QueuedRequest | tuple[float, int]] = (),
         kv_bytes_used: int = 0,
         instance_id: str | None = None,
+        loading: Loading | None = None,
     ) -> Instance:
         """Start an instance of ``model`` on free ``gpus`` (its TP group, all on one host).
 
-        Ids are ``i0, i1, ...`` unless ``instance_id`` names it (it must be new)."""
+        Ids are ``i0, i1, ...`` unless ``instance_id`` names it (it must be new). ``loading``
+        goes with ``role="loading"``: its future role and per-unit arrival times."""
         spec = _spec(model)
+        _check_loading(loading, _role(role), spec)
         group = self._check_gpus(spec, gpus)
         if instance_id is not None and (
             not isinstance(instance_id, str) or not instance_id or instance_id in self._instances
@@ -328,6 +365,7 @@ class ClusterState:
             role=_role(role),
             queue=_queue(queue, name),
             kv_bytes_used=_kv(kv_bytes_used),
+            loading=loading,
         )
         self._instances[instance.id] = instance
         return instance
@@ -345,12 +383,17 @@ class ClusterState:
         role: Role | str | None = None,
         queue: Iterable[QueuedRequest | tuple[float, int]] | None = None,
         kv_bytes_used: int | None = None,
+        loading: Loading | None = None,
     ) -> Instance:
-        """Change an instance's role or load; returns the new record."""
+        """Change an instance's role, load or loading record; returns the new record (a role
+        other than ``loading`` drops its loading record)."""
         old = self.instance(instance_id)
+        new_role = old.role if role is None else _role(role)
+        _check_loading(loading, new_role, old.model)
         new = replace(
             old,
-            role=old.role if role is None else _role(role),
+            loading=(loading or old.loading) if new_role is Role.LOADING else None,
+            role=new_role,
             queue=old.queue if queue is None else _queue(queue, old.id),
             kv_bytes_used=old.kv_bytes_used if kv_bytes_used is None else _kv(kv_bytes_used),
         )
@@ -394,7 +437,9 @@ class ClusterState:
     # --- sources and flows --------------------------------------------------------------------
 
     def sources(self, model: ModelSpec | str) -> list[Source]:
-        """Every place ``model``'s weights can be sent from now: instances, then the host copy.
+        """Every place ``model``'s weights can be sent from now: instances (loading ones whose
+        arrival times are known included: they hold each unit from its ``units_ready_s``), then
+        the host copy.
 
         Only the exact identity counts: instances of another revision are never sources.
         """
@@ -402,7 +447,8 @@ class ClusterState:
         found = [
             Source("instance", inst.gpus, identity, instance=inst)
             for inst in self._instances.values()
-            if inst.identity == identity and inst.role is not Role.LOADING
+            if inst.identity == identity
+            and (inst.role is not Role.LOADING or inst.loading is not None)
         ]
         copy = self.pool.host_copy(identity)
         if copy is not None:
@@ -484,6 +530,21 @@ def _queued(index: int, entry: object) -> QueuedRequest:
         return QueuedRequest(*entry)
     except InvalidInputError as exc:
         raise InvalidInputError(f"queue[{index}] {entry!r}: {exc}") from None
+
+
+def _check_loading(loading: Loading | None, role: Role, spec: ModelSpec) -> None:
+    if loading is None:
+        return
+    if not isinstance(loading, Loading):
+        raise InvalidInputError(f"loading must be a Loading record, got {loading!r}")
+    if role is not Role.LOADING:
+        raise InvalidInputError(f"loading goes with role 'loading', got role {role.value!r}")
+    units = len(spec.unit_bytes())
+    if len(loading.units_ready_s) != units:
+        raise InvalidInputError(
+            f"loading.units_ready_s has {len(loading.units_ready_s)} times; {spec.name} has "
+            f"{units} units (embedding, {units - 2} layers, head)"
+        )
 
 
 def _kv(kv_bytes_used: int) -> int:

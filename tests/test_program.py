@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -11,9 +12,12 @@ from blitzplan import (
     ClusterState,
     InfeasibleError,
     InvalidInputError,
+    Loading,
     Role,
     apply_plan,
     load_topology,
+    plan_multicast,
+    validate_multicast,
 )
 from blitzplan.cli import main
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
@@ -156,9 +160,10 @@ def test_apply_part_way_and_after() -> None:
     by_id = {i.id: i for i in mid.instances}
     loading = [i for i in scale.new_instances if not all(t <= half for t in i.layer_ready_s)]
     assert loading and all(by_id[i.name].role is Role.LOADING for i in loading)
-    assert not any(
-        s.instance and s.instance.id in {i.name for i in loading} for s in mid.sources(MODEL)
-    )
+    for info in loading:  # each knows its future role and when each unit arrives from now
+        record = by_id[info.name].loading
+        assert record is not None and record.role.value == info.role
+        assert record.units_ready_s == tuple(max(0.0, t - half) for t in info.layer_ready_s)
     assert len(mid.background_flows) == sum(1 for s in scale.steps if s.end_s > half)
     assert [i.id for i in state.instances] == ["i0", "i1", "i2"]  # the input is unchanged
     (mutation,) = scale.mutations
@@ -175,15 +180,20 @@ def test_apply_part_way_and_after() -> None:
 
 
 def test_a_second_plan_on_an_applied_state_names_new_instances_afresh() -> None:
-    """While the first plan loads, its transfers are background flows for the next plan (here
-    they fill every route out of host 0: a clear error); once it is done, its instances serve
-    as sources and the names stay unique."""
+    """While the first plan loads, its transfers are background flows for the next plan, and
+    its loading decode instance is a source from each unit's arrival; once it is done, its
+    instances serve as sources; the names stay unique."""
     state = paper_state()
     first = plan(state, ScaleRequest(MODEL, decode=1, tp=2))  # a decode instance: a source
     mid = apply_plan(state, first, at_s=first.milestones.full_capacity_s / 2)
     assert mid.background_flows
-    with pytest.raises(InfeasibleError, match="background flows fill"):
-        plan(mid, ScaleRequest(MODEL, prefill=1, tp=2))
+    overlapping = plan(mid, ScaleRequest(MODEL, prefill=1, tp=2))
+    assert {s.holder for s in overlapping.steps} & {"loading"}
+    assert validate_multicast(mid, overlapping.multicast) == ()
+    prefill_first = plan(state, ScaleRequest(MODEL, prefill=1, tp=2))  # a future prefill one
+    busy = apply_plan(state, prefill_first, at_s=prefill_first.milestones.full_capacity_s / 2)
+    with pytest.raises(InfeasibleError, match="background flows fill"):  # is no source
+        plan(busy, ScaleRequest(MODEL, prefill=1, tp=2))
     done = apply_plan(state, first, at_s=first.milestones.full_capacity_s)
     assert not done.background_flows
     second = plan(done, ScaleRequest(MODEL, prefill=1, tp=2))
@@ -191,6 +201,64 @@ def test_a_second_plan_on_an_applied_state_names_new_instances_afresh() -> None:
     assert names.isdisjoint(i.name for i in second.new_instances)
     senders = {n.instance_id for n in second.multicast.nodes if n.instance_id}
     assert senders & names  # the first plan's instance is a source now
+
+
+def overlapping() -> tuple[ClusterState, ClusterState, ScalePlan]:
+    """Two decode instances loading (no mutation) when a burst asks for four prefill ones."""
+    state = ClusterState(load_topology("paper-a800-32"), models=[MODEL])
+    state.add_instance(MODEL, gpus=["h0/gpu0", "h0/gpu1"], role="prefill", queue=[(0.0, 2048)] * 8)
+    state.add_instance(MODEL, gpus=["h0/gpu2", "h0/gpu3"], role="decode")
+    first = plan(state, ScaleRequest(MODEL, decode=2, tp=2), mutate_decode=False)
+    return state, apply_plan(state, first, at_s=0.2), first
+
+
+def test_an_overlapping_plan_streams_from_instances_still_loading() -> None:
+    _, mid, _ = overlapping()
+    loading = {i.id: i.loading for i in mid.instances if i.loading is not None}
+    assert set(loading) == {"new0", "new1"}
+    second = plan(mid, ScaleRequest(MODEL, prefill=4, tp=2))
+    assert validate_multicast(mid, second.multicast) == () and check_program(second) == []
+    from_loading = [s for s in second.steps if s.holder == "loading"]
+    assert from_loading  # the first plan's busy source NICs leave the loading GPUs' as the way
+    owner = {g: i.id for i in mid.instances for g in i.gpus}
+    for step in from_loading:
+        record = loading[owner[step.source]]
+        assert record is not None
+        carried = [u for r in step.ranges for u in range(r.first_unit, r.last_unit + 1)]
+        assert step.start_s >= min(record.units_ready_s[u] for u in carried) - 1e-9
+        assert step.end_s >= max(record.units_ready_s[u] for u in carried)
+    # without them the same burst waits for host 0's NICs, which the first plan still uses
+    alone = plan_multicast(mid, MODEL, count=4, tp=2, exclude=["new0", "new1"])
+    assert second.multicast.objective_s < alone.objective_s
+
+
+def test_a_loading_record_is_checked_and_moves_on() -> None:
+    state, mid, first = overlapping()
+    spec = first.spec
+    with pytest.raises(InvalidInputError, match="not 'loading'"):
+        Loading(Role.LOADING, (0.0,))
+    with pytest.raises(InvalidInputError, match="units_ready_s must be"):
+        Loading(Role.DECODE, (0.0, math.nan))
+    with pytest.raises(InvalidInputError, match="goes with role 'loading'"):
+        state.add_instance(
+            spec, gpus=["h3/gpu0"], role="decode", loading=Loading(Role.DECODE, (1.0,))
+        )
+    with pytest.raises(InvalidInputError, match="has 1 times"):
+        state.add_instance(
+            spec, gpus=["h3/gpu0"], role="loading", loading=Loading(Role.DECODE, (1.0,))
+        )
+    bare = mid.copy()
+    bare.update_instance("new0", role="idle")
+    assert bare.instance("new0").loading is None  # a role other than loading drops the record
+    # a plan applied on top moves the first plan's loading instances on with the clock
+    second = plan(mid, ScaleRequest(MODEL, prefill=1, tp=2))
+    later = apply_plan(mid, second, at_s=10.0)
+    assert later.instance("new0").role is Role.DECODE and later.instance("new0").loading is None
+    soon = apply_plan(mid, second, at_s=0.1)
+    before = mid.instance("new0").loading
+    after = soon.instance("new0").loading
+    assert before is not None and after is not None
+    assert after.units_ready_s == tuple(max(0.0, t - 0.1) for t in before.units_ready_s)
 
 
 def test_apply_refuses_a_plan_of_another_state() -> None:

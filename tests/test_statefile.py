@@ -158,3 +158,27 @@ def test_a_state_with_zero_bandwidth_nics_is_refused_naming_the_key(tmp_path: Pa
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InvalidInputError, match=r"topology: .*host nic_gbps must be > 0, got 0"):
         load_state(path)
+
+
+def test_a_loading_instance_with_its_arrival_times() -> None:
+    data = base()
+    times = [0.1 * k for k in range(34)]  # llama-3-8b: embedding, 32 layers, head
+    data["instances"].append(
+        {
+            "model": "llama-3-8b",
+            "gpus": ["h1/gpu0"],
+            "role": "loading",
+            "id": "n0",
+            "loading": {"role": "decode", "units_ready_s": times},
+        }
+    )
+    state = state_from_dict(data)
+    record = state.instance("n0").loading
+    assert record is not None and record.units_ready_s == tuple(times)
+    assert "n0" in {s.instance.id for s in state.sources("llama-3-8b") if s.instance}
+    data["instances"][-1]["loading"] = {"role": "decode", "units_ready_s": times[:3]}
+    with pytest.raises(InvalidInputError, match=r"instances\[2\].*has 3 times"):
+        state_from_dict(data)
+    data["instances"][-1]["loading"] = {"units_ready_s": times}
+    with pytest.raises(InvalidInputError, match=r"instances\[2\] loading must be a mapping"):
+        state_from_dict(data)

@@ -8,6 +8,8 @@ hears, and the exit codes it sees, into one :class:`RankFailedError` naming the 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -21,6 +23,7 @@ __all__ = [
     "InjectedFault",
     "RankFailedError",
     "TransferError",
+    "join_threads",
     "unit_name",
 ]
 
@@ -105,3 +108,17 @@ class TransferError(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
+
+
+def join_threads(
+    threads: Iterable[threading.Thread], error: Callable[[], TransferError | None]
+) -> None:
+    """Wait for every thread of a worker; raise the first failure (``error()``) as soon as one
+    is recorded, even while threads still run."""
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.05)
+            if (failed := error()) is not None:
+                raise failed
+    if (failed := error()) is not None:
+        raise failed

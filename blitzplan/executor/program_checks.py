@@ -82,6 +82,11 @@ def _check_fields(program: Program, step: ProgramStep, memory: set[str]) -> None
         raise InvalidInputError(
             f"{where}: kind must be one of {', '.join(STEP_KINDS)}, got {step.kind!r}"
         )
+    if step.holder == "loading":
+        raise InvalidInputError(
+            f"{where}: holder 'loading' sends from an instance an earlier plan is still loading; "
+            "this executor runs one plan at a time (run the earlier plan first)"
+        )
     if step.holder not in HOLDERS:
         raise InvalidInputError(
             f"{where}: holder must be one of {', '.join(HOLDERS)}, got {step.holder!r}"

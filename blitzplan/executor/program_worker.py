@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from blitzplan.executor.checkpoint import Checkpoint, load_unit
-from blitzplan.executor.faults import Failure, TransferError
+from blitzplan.executor.faults import Failure, TransferError, join_threads
 from blitzplan.executor.model import model_dims
 from blitzplan.executor.program_store import DeviceStore, equal_chunks
 from blitzplan.executor.worker import RankContext
@@ -281,13 +281,7 @@ class ProgramSession:
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device."""
-        for thread in self._threads:
-            while thread.is_alive():
-                thread.join(0.05)
-                if self.store.error is not None:
-                    raise self.store.error
-        if self.store.error is not None:
-            raise self.store.error
+        join_threads(self._threads, lambda: self.store.error)
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from blitzplan.executor.checkpoint import Checkpoint, load_unit, unit_digest
-from blitzplan.executor.faults import Failure, TransferError
+from blitzplan.executor.faults import Failure, TransferError, join_threads
 from blitzplan.executor.model import flatten_unit, model_dims
 from blitzplan.executor.worker import RankContext
 
@@ -291,13 +291,7 @@ class TransferSession:
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this rank."""
-        for thread in self._threads:
-            while thread.is_alive():
-                thread.join(0.05)
-                if self.store.error is not None:
-                    raise self.store.error
-        if self.store.error is not None:
-            raise self.store.error
+        join_threads(self._threads, lambda: self.store.error)
 
     def report(self) -> TransferReport:
         """Arrival times and the bit-exact check of every unit (hashing after the transfer)."""

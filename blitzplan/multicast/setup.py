@@ -1,13 +1,14 @@
 """Where the new instances go, who may send, and what each link has left for weights.
 
 Sources (holders): decode and idle instances of the model's identity (prefill ones only with
-``allow_prefill_sources``), each with the spare GPUs of its NVLink group whose NICs it may send
-through, and the cluster's host-DRAM copy, sending through its host's NICs that no instance source
-already uses. A prefill instance's GPUs are never exits under the paper's rule (the default); with
-``allow_prefill_sources`` they are exits only when every decode instance of the model sits in
-their NVLink group, so the instance's KV caches never leave through its NICs. Targets: one node per
-NVLink group holding new instances, with the group's spare GPUs as relays. Spare GPUs are GPUs no
-instance occupies, not reserved for a new instance, not excluded.
+``allow_prefill_sources``; loading ones with known arrival times by the role they will take,
+holding each unit from its arrival), each with the spare GPUs of its NVLink group whose NICs it
+may send through, and the cluster's host-DRAM copy, sending through its host's NICs that no
+instance source already uses. A prefill instance's GPUs are never exits under the paper's rule
+(the default); with ``allow_prefill_sources`` they are exits only when every decode instance of
+the model sits in their NVLink group, so the instance's KV caches never leave through its NICs.
+Targets: one node per NVLink group holding new instances, with the group's spare GPUs as relays.
+Spare GPUs are GPUs no instance occupies, not reserved for a new instance, not excluded.
 """
 
 from __future__ import annotations
@@ -420,7 +421,7 @@ def _holders(
     holders: list[tuple[Instance | None, str | None]] = [
         (s.instance, None)
         for s in usable
-        if s.instance is not None and (allow_prefill or s.instance.role is not Role.PREFILL)
+        if s.instance is not None and (allow_prefill or s.instance.serving_role is not Role.PREFILL)
     ]
     holders += [(None, s.nodes[0]) for s in usable if s.kind == "host"]
     if not holders:
@@ -435,7 +436,7 @@ def _kv_leaves_group(state: ClusterState, inst: Instance) -> bool:
     """Whether a prefill instance sends KV caches out of its NVLink group (over its NICs)."""
     group = set(state.topology.nvlink_group_of(inst.gpus[0]))
     return any(
-        other.role is Role.DECODE
+        other.serving_role is Role.DECODE
         and other.identity == inst.identity
         and not set(other.gpus) <= group
         for other in state.instances
@@ -469,7 +470,9 @@ def _source_nodes(
     nodes: list[PlanNode] = []
     for inst in instances:
         own: tuple[str, ...] = inst.gpus
-        if inst.role is Role.PREFILL and (not allow_prefill or _kv_leaves_group(state, inst)):
+        if inst.serving_role is Role.PREFILL and (
+            not allow_prefill or _kv_leaves_group(state, inst)
+        ):
             own = ()
         exits = tuple(
             g
@@ -485,6 +488,7 @@ def _source_nodes(
                 exits=exits,
                 instance_id=inst.id,
                 tp=inst.tp,
+                ready_s=inst.loading.units_ready_s if inst.loading is not None else (),
             )
         )
     used_nics = {topo.nic_of(g) for node in nodes for g in node.exits}
@@ -517,6 +521,7 @@ def _blocked_nics(state: ClusterState, allow_prefill: bool) -> set[str]:
     return {
         topo.nic_of(g)
         for inst in state.instances
-        if inst.role is Role.PREFILL and (not allow_prefill or _kv_leaves_group(state, inst))
+        if inst.serving_role is Role.PREFILL
+        and (not allow_prefill or _kv_leaves_group(state, inst))
         for g in inst.gpus
     }

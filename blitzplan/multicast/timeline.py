@@ -9,10 +9,12 @@ most the lane's pace) over a path of latency ``lat_f``::
     t_f(-1)  = start_f
     t_f(u)   = max(avail_f(u) + c_f(u) + lat_f, t_f(u-1) + tau_f(u))
 
-``avail_f(u)`` is 0 when the sender is a source, else the latest arrival of unit ``u`` over the
-lanes that brought the lane's stripe to its holder (the sender's completion of every unit for a
-store-and-forward hop). ``start_f`` is the latest of the holder's first chunk of the stripe, the
-receiver's ``startup_s`` and the end of every hop the lane's hop waits for. Units the receiver
+``avail_f(u)`` is 0 when the sender is a source (for a source still loading under an earlier
+plan, when that plan delivers unit ``u`` to it: its node's ``ready_s``), else the latest arrival
+of unit ``u`` over the lanes that brought the lane's stripe to its holder (the sender's
+completion of every unit for a store-and-forward hop). ``start_f`` is the latest of the holder's
+first chunk of the stripe (a loading source: its first carried unit's arrival), the receiver's
+``startup_s`` and the end of every hop the lane's hop waits for. Units the receiver
 already has take no time and read 0. A GPU has unit ``u`` when every lane into it that carries
 ``u`` has delivered it.
 """
@@ -378,6 +380,7 @@ def run_lanes(
         dtype=bool,
     )
     need = _need_matrix(lanes, nodes, unit_bytes, tp)
+    held, held_first = _held_from(lanes, nodes, need)
     startup = _startup_by_node(instances)
     begin = np.array([startup.get(lane.receiver, 0.0) for lane in lanes])
     rate = np.asarray(rates, dtype=float)
@@ -391,8 +394,10 @@ def run_lanes(
         after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
         idx = np.asarray(level)
         sf = saf[idx]
-        avail = np.where(sf[:, None], done_in[:, None], avail)
-        start = np.maximum.reduce([begin[idx], np.where(sf, done_in, first_in), after_end])
+        avail = np.maximum(np.where(sf[:, None], done_in[:, None], avail), held[idx])
+        start = np.maximum.reduce(
+            [begin[idx], np.where(sf, done_in, first_in), after_end, held_first[idx]]
+        )
         starts[idx] = start
         times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
         arrival[idx] = times
@@ -441,6 +446,22 @@ def _need_matrix(
         if present:
             need[f, np.asarray(present, dtype=bool)] = 0.0
     return need
+
+
+def _held_from(
+    lanes: Sequence[Lane], nodes: Sequence[PlanNode], need: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per lane: when its sender holds each unit (a loading source's ``ready_s``, else 0), and
+    when it holds the first unit the lane carries."""
+    held = np.zeros(need.shape)
+    first = np.zeros(len(lanes))
+    for f, lane in enumerate(lanes):
+        ready = nodes[lane.sender].ready_s
+        if ready:
+            held[f] = ready
+            carried = need[f] > 0
+            first[f] = held[f][carried].min() if carried.any() else 0.0
+    return held, first
 
 
 def _gathered(

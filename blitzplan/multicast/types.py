@@ -92,6 +92,9 @@ class PlanNode:
     instance_id: str | None = None
     tp: int = 1
     present: tuple[bool, ...] = ()
+    ready_s: tuple[float, ...] = ()
+    """For an instance source still loading under an earlier plan: per unit, when it holds it
+    (seconds from now; lanes from it stream each unit no earlier). Empty: everything now."""
 
     def has(self, unit: int) -> bool:
         return bool(self.present) and self.present[unit]

@@ -75,11 +75,13 @@ def _kv_nics(state: ClusterState, allow_prefill: bool) -> set[str]:
     topo = state.topology
     out = set()
     for inst in state.instances:
-        if inst.role is not Role.PREFILL:
+        if inst.serving_role is not Role.PREFILL:
             continue
         group = set(topo.nvlink_group_of(inst.gpus[0]))
         leaves = any(
-            o.role is Role.DECODE and o.identity == inst.identity and not set(o.gpus) <= group
+            o.serving_role is Role.DECODE
+            and o.identity == inst.identity
+            and not set(o.gpus) <= group
             for o in state.instances
         )
         if not allow_prefill or leaves:
@@ -91,7 +93,7 @@ def _check_senders(state: ClusterState, plan: MulticastPlan) -> list[str]:
     out = []
     topo = state.topology
     instances = {inst.id: inst for inst in state.instances}
-    prefill = {g for i in state.instances if i.role is Role.PREFILL for g in i.gpus}
+    prefill = {g for i in state.instances if i.serving_role is Role.PREFILL for g in i.gpus}
     kv_nics = _kv_nics(state, plan.allow_prefill_sources)
     live_nodes = {i.node for i in plan.instances if i.name in plan.live}
     live_gpus = {g for n in live_nodes for g in (*plan.nodes[n].gpus, *plan.nodes[n].relays)}
@@ -100,9 +102,10 @@ def _check_senders(state: ClusterState, plan: MulticastPlan) -> list[str]:
         where = f"lane {lane.flow} ({lane.holder}->{lane.dst})"
         if sender.kind is NodeKind.INSTANCE:
             inst = instances.get(sender.instance_id or "")
-            if inst is None or inst.identity != plan.model or inst.role is Role.LOADING:
+            loading_unknown = inst is not None and inst.role is Role.LOADING and not inst.loading
+            if inst is None or inst.identity != plan.model or loading_unknown:
                 out.append(f"{where} sends from {sender.label}, which does not serve {plan.model}")
-            elif inst.role is Role.PREFILL and not plan.allow_prefill_sources:
+            elif inst.serving_role is Role.PREFILL and not plan.allow_prefill_sources:
                 out.append(f"{where} sends from prefill instance {inst.id}")
         elif sender.kind is NodeKind.HOST:
             copy = state.pool.host_copy(plan.model)
@@ -297,6 +300,9 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
     if waits is None:
         return ["the plan's lanes wait for each other in a cycle"]
     order, feeds = waits
+    loading = {
+        i.id: list(i.loading.units_ready_s) for i in state.instances if i.loading is not None
+    }
     arrive: dict[int, list[float]] = {}
     first: dict[int, float] = {}
     for f in order:
@@ -313,8 +319,10 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
         elif feeds[f]:
             avail = [max(arrive[x][u] for x in feeds[f]) for u in range(units)]
             begin = max(begin, max(first[x] for x in feeds[f]))
-        else:
-            avail = [0.0] * units
+        else:  # a source: it holds every unit now, or a loading one from its arrival
+            avail = list(loading.get(plan.nodes[lane.sender].instance_id or "", [0.0] * units))
+            carried = [avail[u] for u in range(units) if not receiver.has(u)]
+            begin = max(begin, min(carried, default=0.0))
         t, times, lead = begin, [], None
         for u in range(units):
             size = 0.0 if receiver.has(u) else lane.fraction * scale * plan.unit_bytes[u]

@@ -4,8 +4,13 @@ What ``apply_plan(state, plan, at_s=t)`` gives, every time relative to the new "
 seconds into the plan):
 
 * **New instances** join under their plan names: those whose every unit is ready by ``t`` with
-  their planned role (sources for later plans); the others as ``loading`` (their GPUs taken, not
-  yet sources; a later plan does not take weights from a half-loaded instance).
+  their planned role (sources for later plans); the others as ``loading``, with a
+  :class:`~blitzplan.cluster.Loading` record of their planned role and when each unit arrives
+  (seconds from ``t``, 0 for units they have). A later plan may take weights from such an
+  instance as from one of its planned role (a future decode or idle instance; a future prefill
+  one only with ``allow_prefill_sources``), each unit no earlier than it arrives: overlapping
+  plans chain. Instances still loading under an earlier plan move on the same way (and serve
+  in their role once every unit is there).
 * **Mutations** are done (they happen at once): the instance is a decode instance and its queued
   requests sit where the plan moved them. **Releases** whose queue is done by ``t`` are gone;
   the others still drain.
@@ -22,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from blitzplan.cluster import ClusterState, QueuedRequest, Role
+from blitzplan.cluster import ClusterState, Loading, QueuedRequest, Role
 from blitzplan.errors import InvalidInputError
 from blitzplan.scale.types import ScalePlan
 from blitzplan.topologies import Flow
@@ -49,14 +54,24 @@ def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterS
         keep = [q for q in inst.queue if q.id not in moved and q.id not in done]
         keep += [queued[r] for r, target in moved.items() if target == inst.id and r not in done]
         role = Role.DECODE if inst.id in {m.instance for m in plan.mutations} else inst.role
-        after.update_instance(inst.id, role=role, queue=[_shift(q, at_s) for q in keep])
+        loading = None
+        if inst.loading is not None:  # loading under an earlier plan: its clock moves on too
+            left = tuple(max(0.0, t - at_s) for t in inst.loading.units_ready_s)
+            role = inst.loading.role if not any(left) else role
+            loading = Loading(inst.loading.role, left) if any(left) else None
+        after.update_instance(
+            inst.id, role=role, queue=[_shift(q, at_s) for q in keep], loading=loading
+        )
     for info in plan.new_instances:
         ready = all(t <= at_s for t in info.layer_ready_s)
+        left = tuple(max(0.0, t - at_s) for t in info.layer_ready_s)
+        known = not ready and all(math.isfinite(t) for t in left)
         after.add_instance(
             plan.spec,
             gpus=list(info.gpus),
             role=Role(info.role) if ready else Role.LOADING,
             instance_id=info.name,
+            loading=Loading(Role(info.role), left) if known else None,
         )
     if plan.multicast is not None:
         for step in plan.steps:

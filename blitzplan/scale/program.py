@@ -17,7 +17,8 @@ the destination already has, so a unit may have several ranges). What a source h
 **Pipelining.** All steps run at once. A step sends its units in order and each unit's bytes in
 chunks of at most ``chunk_bytes`` (how a range is cut is the data plane's choice); a chunk
 leaves once it has arrived at ``source`` over the steps in ``feeds`` (nothing to wait for when
-the source held it before the plan), and no faster than ``pace_bytes_per_s`` when set. A step
+the source held it before the plan; from a ``loading`` source, once the earlier plan delivered
+it), and no faster than ``pace_bytes_per_s`` when set. A step
 with ``store_and_forward`` waits instead until every step in ``feeds`` has ended; every step
 waits for the steps in ``after`` to end and for ``not_before_s`` (its destination instance's
 startup). ``rate_bytes_per_s``, ``start_s`` and ``end_s`` are the predicted rate, first byte out
@@ -79,8 +80,10 @@ class TransferStep:
     destination: str
     holder: str
     """What ``source`` is: ``instance`` (a GPU of a serving instance: its own buffer, of
-    ``source_layout`` when set), ``memory`` (host DRAM: every rank's buffer), ``disk`` (an SSD),
-    or ``plan`` (a GPU that receives in this plan, a new instance's or a relay)."""
+    ``source_layout`` when set), ``loading`` (a GPU of an instance still loading under an earlier
+    plan: its buffer fills as that plan delivers, and a chunk leaves once it is there),
+    ``memory`` (host DRAM: every rank's buffer), ``disk`` (an SSD), or ``plan`` (a GPU that
+    receives in this plan, a new instance's or a relay)."""
     instance: str | None
     """The new instance the destination GPU belongs to; None for a spare GPU that relays."""
     rank: int
@@ -123,8 +126,16 @@ def program(
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
     hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
     steps: dict[int, TransferStep] = {}
+    same: dict[tuple[float, float, int, int], tuple[ByteRange, ...]] = {}
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
-        ranges = _ranges(plan, lane, held.get(lane.dst, {}), snap)
+        have = held.get(lane.dst, {})
+        if have:
+            ranges = _ranges(plan, lane, have, snap)
+        else:  # lanes of one stripe into one node with nothing held send the same ranges
+            key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, lane.receiver)
+            if key not in same:
+                same[key] = _ranges(plan, lane, have, snap)
+            ranges = same[key]
         total = sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
         if total == 0:
             continue  # the destination has every byte of it already
@@ -190,12 +201,12 @@ def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> _Route:
         kind, link = StepKind.HOST_TO_DEVICE, "pcie"
     else:
         kind, link = StepKind.DEVICE_TO_DEVICE, _local_link(nodes, topology)
-    sender = plan.nodes[lane.sender].kind
+    sender = plan.nodes[lane.sender]
     holder = {
-        NodeKind.INSTANCE: "instance",
+        NodeKind.INSTANCE: "loading" if sender.ready_s else "instance",
         NodeKind.HOST: "memory",
         NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
-    }.get(sender, "plan")
+    }.get(sender.kind, "plan")
     return _Route(kind, holder, link, nic, relay, lane.holder, lane.dst)
 
 

@@ -7,6 +7,8 @@
     instances:
       - {model: mistral-small-24b, gpus: [h0/gpu0, h0/gpu1], role: prefill,
          queue: [[0.0, 2048], [0.1, 512]], kv_bytes_used: 0, id: p0}
+      - {model: mistral-small-24b, gpus: [h1/gpu0, h1/gpu1], role: loading, id: n0,
+         loading: {role: decode, units_ready_s: [0.0, 0.1, ..., 0.5]}}   # per unit, from now
     background_flows:
       - {src: h0/gpu0, dst: h1/gpu0, gbps: 20}
 
@@ -24,7 +26,7 @@ from typing import Any, TypeVar
 import yaml
 
 from blitzplan._checks import is_number
-from blitzplan.cluster import ClusterState
+from blitzplan.cluster import ClusterState, Loading
 from blitzplan.errors import BlitzplanError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.topologies import Topology, load_topology, topology_from_dict
@@ -35,7 +37,8 @@ __all__ = ["load_state", "state_from_dict"]
 T = TypeVar("T")
 
 _TOP = {"topology", "models", "instances", "background_flows"}
-_INSTANCE = {"model", "gpus", "role", "queue", "kv_bytes_used", "id"}
+_INSTANCE = {"model", "gpus", "role", "queue", "kv_bytes_used", "id", "loading"}
+_LOADING = {"role", "units_ready_s"}
 _FLOW = {"src", "dst", "gbps", "name"}
 
 
@@ -99,6 +102,7 @@ def _add_instance(
 ) -> None:
     gpus = entry["gpus"]
     queue = _list(entry.get("queue", []), f"{where} queue")
+    loading = _loading(entry.get("loading"), f"{where} loading")
     _wrap(
         where,
         lambda: state.add_instance(
@@ -108,8 +112,20 @@ def _add_instance(
             queue=queue,
             kv_bytes_used=entry.get("kv_bytes_used", 0),
             instance_id=entry.get("id"),
+            loading=loading,
         ),
     )
+
+
+def _loading(entry: object, where: str) -> Loading | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, Mapping) or set(entry) != _LOADING:
+        raise InvalidInputError(
+            f"{where} must be a mapping with role and units_ready_s, got {entry!r}"
+        )
+    times = _list(entry["units_ready_s"], f"{where} units_ready_s")
+    return _wrap(where, lambda: Loading(entry["role"], tuple(times)))
 
 
 def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None:
