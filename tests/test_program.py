@@ -52,6 +52,7 @@ def test_the_program_gives_every_gpu_its_buffer_once() -> None:
 def test_step_rates_agree_with_their_predicted_times() -> None:
     scale = plan(paper_state(), ScaleRequest(MODEL, prefill=6, tp=2))
     for step in scale.steps:
+        assert step.chunk_bytes == scale.options.chunk_bytes
         assert step.rate_bytes_per_s > 0
         sending_s = step.bytes / step.rate_bytes_per_s
         assert sending_s <= step.end_s - step.start_s + 1e-6

@@ -101,6 +101,8 @@ class TransferStep:
     after: tuple[int, ...] = ()
     store_and_forward: bool = False
     pace_bytes_per_s: float | None = None
+    chunk_bytes: int = 0
+    """The largest chunk the step sends (the plan's ``chunk_bytes``; its predictions assume it)."""
     rate_bytes_per_s: float = 0.0
     """The predicted rate of the step (max-min fair on what the state's background flows leave
     of each link it crosses); ``start_s``/``end_s`` follow from it."""
@@ -152,6 +154,7 @@ def program(
             store_and_forward=bool(hop and not hop.pipelined),
             pace_bytes_per_s=_pace(plan, lane),
             rate_bytes_per_s=plan.rates[lane.flow],
+            chunk_bytes=plan.chunk_bytes,
             not_before_s=startup.get(lane.receiver, 0.0),
             start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
             end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
