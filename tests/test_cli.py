@@ -48,6 +48,9 @@ def test_demo_runs_the_paper_scenario(tmp_path: Path, capsys: pytest.CaptureFixt
         assert heading in out
     for policy in ("stop_the_world", "best_effort", "zigzag"):
         assert policy in out
+    milestones = out[out.index("Milestones") :]
+    for plane in ("blitzplan (greedy)", "allcache", "serverlessllm"):  # the demo compares them
+        assert plane in milestones
     assert f"timeline written to {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

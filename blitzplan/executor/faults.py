@@ -24,6 +24,7 @@ __all__ = [
     "RankFailedError",
     "TransferError",
     "join_threads",
+    "start_thread",
     "unit_name",
 ]
 
@@ -122,3 +123,26 @@ def join_threads(
                 raise failed
     if (failed := error()) is not None:
         raise failed
+
+
+def start_thread(
+    threads: list[threading.Thread],
+    body: Callable[[], None],
+    name: str,
+    fail: Callable[[TransferError], None],
+) -> threading.Thread:
+    """Run ``body`` in a daemon thread added to ``threads``; any exception it raises becomes a
+    TransferError handed to ``fail`` (the worker's store, which stops it)."""
+
+    def run() -> None:
+        try:
+            body()
+        except TransferError as exc:
+            fail(exc)
+        except Exception as exc:
+            fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    threads.append(thread)
+    thread.start()
+    return thread

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from blitzplan.executor.checkpoint import Checkpoint, load_unit
-from blitzplan.executor.faults import Failure, TransferError, join_threads
+from blitzplan.executor.faults import Failure, TransferError, join_threads, start_thread
 from blitzplan.executor.model import model_dims
 from blitzplan.executor.program_store import DeviceStore, equal_chunks
 from blitzplan.executor.worker import RankContext
@@ -206,17 +206,7 @@ class ProgramSession:
             self._spawn(functools.partial(self._send, send), f"send-step{send.step}")
 
     def _spawn(self, body: Callable[[], None], name: str) -> None:
-        def run() -> None:
-            try:
-                body()
-            except TransferError as exc:
-                self.store.fail(exc)
-            except Exception as exc:
-                self.store.fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        start_thread(self._threads, body, name, self.store.fail)
 
     def _receive(self, recv: RecvPlan) -> None:
         ctx, store, moved = self.ctx, self.store, 0

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from blitzplan.executor.checkpoint import Checkpoint, load_unit, unit_digest
-from blitzplan.executor.faults import Failure, TransferError, join_threads
+from blitzplan.executor.faults import Failure, TransferError, join_threads, start_thread
 from blitzplan.executor.model import flatten_unit, model_dims
 from blitzplan.executor.worker import RankContext
 
@@ -228,19 +228,7 @@ class TransferSession:
 
     def spawn(self, body: Callable[[], None], name: str) -> threading.Thread:
         """Run ``body`` in a thread of this rank; its failure stops the rank (see join)."""
-
-        def run() -> None:
-            try:
-                body()
-            except TransferError as exc:
-                self.store.fail(exc)
-            except Exception as exc:
-                self.store.fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-        return thread
+        return start_thread(self._threads, body, name, self.store.fail)
 
     def _receive(self, recv: LanePlan) -> None:
         ctx, store = self.ctx, self.store

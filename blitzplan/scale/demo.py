@@ -163,7 +163,7 @@ def write_timeline_png(scale: ScalePlan, path: Path, *, title: str | None = None
 def run_demo(png: Path | None = None) -> str:
     """The demo's text; writes the PNG timeline to ``png`` when given and possible."""
     state = demo_state()
-    scale = plan(state, ScaleRequest(DEMO_MODEL, prefill=6, tp=2))
+    scale = plan(state, ScaleRequest(DEMO_MODEL, prefill=6, tp=2), compare_baselines=True)
     parts = [
         "blitzplan demo: live autoscaling of mistral-small-24b on paper-a800-32",
         "host 0 serves it as 2 prefill instances (12 queued requests each) and 2 decode "
