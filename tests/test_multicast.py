@@ -563,3 +563,35 @@ def test_bound_holds_against_many_random_plans_on_tiny_graphs(index: int) -> Non
     assert bound <= best * (1 + 1e-9)
     greedy = plan_multicast(state, spec, chunk_bytes=4 * MIB, **options)
     assert greedy.objective_s <= best * (1 + 1e-6)
+
+
+def test_spare_gpus_of_a_pcie_host_relay_to_its_live_targets() -> None:
+    """Three live TP1 targets on one PCIe host (each its own node): the host's five spare GPUs
+    are dealt to them as relays, so each receives over several NICs, not one."""
+    host = pcie_host(
+        "a100-pcie",
+        gpus=8,
+        gpus_per_pcie_switch=2,
+        nic_bytes_per_s=100 * GBPS,
+        host_to_gpu_bytes_per_s=128 * GBPS,
+        dram_bytes=512 * GIB,
+    )
+    state = ClusterState(build_cluster(host, hosts=2, hosts_per_leaf=2), models=["llama-3-8b"])
+    targets = [["h1/gpu0"], ["h1/gpu2"], ["h1/gpu4"]]
+    plan = plan_multicast(state, "llama-3-8b", targets=targets, tp=1, live=3)
+    assert validate_multicast(state, plan) == ()
+    nodes = [n for n in plan.nodes if n.gpus and n.gpus[0] in {t[0] for t in targets}]
+    relays = [set(n.relays) for n in nodes]
+    assert all(relays) and set.union(*relays) == {
+        "h1/gpu1",
+        "h1/gpu3",
+        "h1/gpu5",
+        "h1/gpu6",
+        "h1/gpu7",
+    }
+    assert sum(len(r) for r in relays) == 5  # dealt, never shared
+    assert any(lane.dst in set.union(*relays) for lane in plan.lanes)
+    spares = sorted(set.union(*relays))
+    alone = plan_multicast(state, "llama-3-8b", targets=targets, tp=1, live=3, exclude=spares)
+    assert not any(n.relays for n in alone.nodes)
+    assert plan.objective_s < 0.75 * alone.objective_s

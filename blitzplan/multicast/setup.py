@@ -324,6 +324,7 @@ def _target_nodes(
         by_group.setdefault(key, []).append(i)
     startups = _startups(startup_s, names)
     free = set(state.free_gpus())
+    pool = _pcie_relay_pools(topology, by_group, free - unavailable - set(sum(groups, ())))
     relay_taken: set[str] = set()
     nodes: list[PlanNode] = []
     node_of: dict[int, int] = {}
@@ -332,7 +333,7 @@ def _target_nodes(
         gpus = tuple(gpu for i in members for gpu in groups[i])
         relays = tuple(  # a node holding units from before has none: a relay could not
             g  # forward those units to a node that still lacks them
-            for g in nvlink
+            for g in pool.get((nvlink, mask), nvlink)
             if not any(mask)
             and g in free
             and g not in unavailable
@@ -360,6 +361,32 @@ def _target_nodes(
         NewInstance(names[i], groups[i], node_of[i], startups[names[i]]) for i in range(len(groups))
     )
     return instances, tuple(nodes)
+
+
+def _pcie_relay_pools(
+    topology: Topology,
+    by_group: Mapping[tuple[tuple[str, ...], tuple[bool, ...]], list[int]],
+    spare: Set[str],
+) -> dict[tuple[tuple[str, ...], tuple[bool, ...]], tuple[str, ...]]:
+    """Relay candidates of target nodes on hosts without NVLink (one GPU per node): the host's
+    spare GPUs without NVLink, dealt round-robin to the host's target nodes (they forward what
+    their NICs receive over PCIe). Nodes in an NVLink group are not listed (their group's spares
+    relay over NVLink)."""
+    by_host: dict[str, list[tuple[tuple[str, ...], tuple[bool, ...]]]] = {}
+    for key in by_group:
+        nvlink, mask = key
+        if len(nvlink) == 1 and not any(mask):
+            by_host.setdefault(topology.host_of(nvlink[0]), []).append(key)
+    pools: dict[tuple[tuple[str, ...], tuple[bool, ...]], tuple[str, ...]] = {}
+    for host, keys in by_host.items():
+        candidates = [
+            g
+            for g in topology.gpus_of_host(host)
+            if g in spare and len(topology.nvlink_group_of(g)) == 1
+        ]
+        for k, key in enumerate(keys):
+            pools[key] = tuple(candidates[k :: len(keys)])
+    return pools
 
 
 def _startups(startup_s: float | Mapping[str, float], names: list[str]) -> dict[str, float]:

@@ -10,7 +10,9 @@ The plan space (DESIGN.md sections 1.2-1.4):
   another TP degree holds a contiguous interval of it (see :mod:`blitzplan.multicast.holdings`).
 * A *node* is a set of GPUs that sends or receives together: a source instance (plus the spare GPUs
   of its NVLink group whose NICs it may send through), the host-DRAM copy, or all new instances
-  inside one NVLink group (plus that group's spare GPUs, which may receive and forward as relays).
+  inside one NVLink group (plus that group's spare GPUs, which may receive and forward as relays;
+  on a host without NVLink, where each new GPU is a node, the host's spare GPUs are dealt to its
+  nodes as relays that forward over PCIe).
 * A *lane* moves one stripe interval of one rank, for every unit it carries, from a *holder* (a GPU
   or memory that has those bytes) out through an *exit* (a GPU whose NIC is used, a host NIC, or the
   holder itself when the route stays inside a host) to a destination GPU of the receiving node
