@@ -46,22 +46,30 @@ def check_program(scale: ScalePlan) -> list[str]:
     for key, intervals in held.items():
         got[key] = list(intervals)
     receivers = {step.destination for step in scale.steps}
+    relays = {step.destination for step in scale.steps if step.instance is None}
     by_id = {step.id: step for step in scale.steps}
+
+    def base(device: str, rank: int, unit: int) -> int:
+        """Where ``rank``'s bytes of ``unit`` sit on ``device``: a relay stages every rank."""
+        return rank * mc.unit_bytes[unit] if device in relays and rank >= 0 else 0
+
     for step in scale.steps:
         for r in step.ranges:
-            lo, hi = r.offset, r.offset + r.length
             for unit in range(r.first_unit, r.last_unit + 1):
-                if not _add(got[(step.destination, unit)], lo, hi):
+                at = base(step.destination, step.rank, unit) + r.offset
+                if not _add(got[(step.destination, unit)], at, at + r.length):
                     out.append(f"step {step.id} sends bytes {step.destination} has or gets")
                 if step.source in receivers or (step.source, unit) in held:
                     brought = [
-                        (x.offset, x.offset + x.length)
+                        (start, start + x.length)
                         for f in step.feeds
                         if f in by_id and by_id[f].destination == step.source
                         for x in by_id[f].ranges
                         if x.first_unit <= unit <= x.last_unit
+                        for start in [base(step.source, by_id[f].rank, unit) + x.offset]
                     ] + held[(step.source, unit)]
-                    if not _covered(brought, lo, hi):
+                    lo = base(step.source, step.rank, unit) + r.offset
+                    if not _covered(brought, lo, lo + r.length):
                         out.append(f"step {step.id}: {step.source} lacks bytes of unit {unit}")
     for info in scale.new_instances:
         done = mc.delivered.get(info.name, ())

@@ -270,3 +270,21 @@ def test_apply_refuses_a_plan_of_another_state() -> None:
         apply_plan(applied, scale, at_s=0.0)
     with pytest.raises(InvalidInputError, match="at_s must be a finite time"):
         apply_plan(state, scale, at_s=-1)
+
+
+def test_a_relay_stages_several_ranks_apart() -> None:
+    """A spare GPU relaying for a TP2 node may receive the same stripe of both ranks: it stages
+    them as host memory holds them (rank r at r * B_u), so neither overwrites the other."""
+    scenario = SCENARIOS[1]  # paper a800, prefill sources allowed: a GPU of a new node fails
+    after = replan(base_plan(scenario), scenario.build(), at_s=0.0, failed=["h1/gpu7"])
+    relayed: dict[str, set[int]] = {}
+    for step in after.steps:
+        if step.instance is None:
+            relayed.setdefault(step.destination, set()).add(step.rank)
+    assert any(len(ranks) > 1 for ranks in relayed.values())
+    assert check_program(after) == []
+    pytest.importorskip("torch")
+    from blitzplan.executor.program_checks import memory_devices
+    from blitzplan.executor.program_doc import read_program
+
+    assert set(relayed) <= memory_devices(read_program(after.to_json()))

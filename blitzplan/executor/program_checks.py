@@ -37,9 +37,11 @@ receives in this plan."""
 
 
 def memory_devices(program: Program) -> set[str]:
-    """Devices that hold every rank's buffer: sources of ``memory``/``disk`` steps and
-    destinations of ``rank = -1`` steps."""
+    """Devices that hold every rank's buffer: sources of ``memory``/``disk`` steps, destinations
+    of ``rank = -1`` steps, and relays (GPUs that receive for no new instance: they stage each
+    rank's bytes at that rank's place, as host memory does)."""
     found = {s.source for s in program.steps if s.holder in ("memory", "disk")}
+    found |= {s.destination for s in program.steps if s.instance is None}
     return found | {s.destination for s in program.steps if s.rank == ALL_RANKS}
 
 

@@ -7,12 +7,15 @@ to ``destination``: the bytes ``[round(lo * B_u), round(hi * B_u))`` of each uni
 (``ranges`` lists them, grouped over runs of units with equal offsets; a replan leaves out bytes
 the destination already has, so a unit may have several ranges). What a source holds:
 
-* a GPU of a serving instance of the same TP degree, or any GPU that received the bytes in this
-  plan, holds them at the same offsets of its own rank buffer;
+* a GPU of a serving instance of the same TP degree, or a new instance's GPU that received the
+  bytes in this plan, holds them at the same offsets of its own rank buffer;
 * a GPU of a serving instance of another TP degree (``source_layout = (tp, rank)``) packs them
   from its own buffer (:meth:`blitzplan.models.layout.Layout.reshard` lists the byte copies);
 * host DRAM holds the buffers of every rank, rank after rank per unit, so rank ``r``'s bytes of a
-  unit start at ``r * B_u`` (a step with ``rank == -1`` moves a stripe of all of them).
+  unit start at ``r * B_u`` (a step with ``rank == -1`` moves a stripe of all of them);
+* a *relay* (a step's destination that belongs to no new instance, ``instance`` None) may
+  receive stripes of several ranks: it stages them the way host DRAM holds them, rank ``r``'s
+  bytes of a unit at ``r * B_u``.
 
 **Pipelining.** All steps run at once. A step sends its units in order and each unit's bytes in
 chunks of at most ``chunk_bytes`` (how a range is cut is the data plane's choice); a chunk
