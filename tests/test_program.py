@@ -17,10 +17,9 @@ from blitzplan import (
     apply_plan,
     load_topology,
     plan_multicast,
-    validate_multicast,
 )
 from blitzplan.cli import main
-from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale import ScalePlan, ScaleRequest, plan, recover, replan, validate_plan
 from blitzplan.scale.document import json_schema
 from blitzplan.scale.program import StepKind
 from tests.conftest import REPO
@@ -190,7 +189,7 @@ def test_a_second_plan_on_an_applied_state_names_new_instances_afresh() -> None:
     assert mid.background_flows
     overlapping = plan(mid, ScaleRequest(MODEL, prefill=1, tp=2))
     assert {s.holder for s in overlapping.steps} & {"loading"}
-    assert validate_multicast(mid, overlapping.multicast) == ()
+    assert validate_plan(mid, overlapping) == ()
     prefill_first = plan(state, ScaleRequest(MODEL, prefill=1, tp=2))  # a future prefill one
     busy = apply_plan(state, prefill_first, at_s=prefill_first.milestones.full_capacity_s / 2)
     with pytest.raises(InfeasibleError, match="background flows fill"):  # is no source
@@ -218,7 +217,7 @@ def test_an_overlapping_plan_streams_from_instances_still_loading() -> None:
     loading = {i.id: i.loading for i in mid.instances if i.loading is not None}
     assert set(loading) == {"new0", "new1"}
     second = plan(mid, ScaleRequest(MODEL, prefill=4, tp=2))
-    assert validate_multicast(mid, second.multicast) == () and check_program(second) == []
+    assert validate_plan(mid, second) == () and check_program(second) == []
     from_loading = [s for s in second.steps if s.holder == "loading"]
     assert from_loading  # the first plan's busy source NICs leave the loading GPUs' as the way
     owner = {g: i.id for i in mid.instances for g in i.gpus}
@@ -228,6 +227,10 @@ def test_an_overlapping_plan_streams_from_instances_still_loading() -> None:
         carried = [u for r in step.ranges for u in range(r.first_unit, r.last_unit + 1)]
         assert step.start_s >= min(record.units_ready_s[u] for u in carried) - 1e-9
         assert step.end_s >= max(record.units_ready_s[u] for u in carried)
+    # one of them fails: the replan streams from the other, still loading
+    after = replan(second, mid, at_s=0.1, failed=["new0"])
+    assert validate_plan(recover(second, mid, at_s=0.1, failed=["new0"]).state, after) == ()
+    assert {s.source for s in after.steps if s.holder == "loading"} == {"h1/gpu2", "h1/gpu3"}
     # without them the same burst waits for host 0's NICs, which the first plan still uses
     alone = plan_multicast(mid, MODEL, count=4, tp=2, exclude=["new0", "new1"])
     assert second.multicast.objective_s < alone.objective_s

@@ -364,4 +364,5 @@ def _copy_instance(state: ClusterState, inst: Instance) -> None:
         queue=inst.queue,
         kv_bytes_used=inst.kv_bytes_used,
         instance_id=inst.id,
+        loading=inst.loading,  # an earlier plan's instance still loading stays a source
     )
