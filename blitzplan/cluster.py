@@ -99,6 +99,12 @@ class Loading:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "units_ready_s", tuple(float(t) for t in times))
 
+    def advanced(self, seconds: float) -> Loading | None:
+        """The record ``seconds`` later (every arrival that much nearer), None once every unit
+        is there."""
+        left = tuple(max(0.0, t - seconds) for t in self.units_ready_s)
+        return Loading(self.role, left) if any(left) else None
+
 
 @dataclass(frozen=True)
 class QueuedRequest:

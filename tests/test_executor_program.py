@@ -35,8 +35,9 @@ from blitzplan.executor.program import run_program  # noqa: E402
 from blitzplan.executor.program_doc import document_digest, read_program  # noqa: E402
 from blitzplan.executor.program_result import ProgramRun  # noqa: E402
 from blitzplan.executor.program_scenario import scenario_plan  # noqa: E402
-from blitzplan.executor.program_store import Coverage, equal_chunks  # noqa: E402
+from blitzplan.executor.program_store import Coverage  # noqa: E402
 from blitzplan.executor.program_timeline import program_timeline  # noqa: E402
+from blitzplan.executor.waiting import equal_chunks  # noqa: E402
 from blitzplan.executor.worker import check_device  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 

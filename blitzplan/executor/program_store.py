@@ -13,28 +13,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import threading
-import time
 from collections.abc import Sequence
 
 import torch
 
-from blitzplan.executor.faults import Failure, TransferError
+from blitzplan.executor.faults import Failure
+from blitzplan.executor.waiting import WaitingStore
 
-__all__ = ["Coverage", "DeviceStore", "equal_chunks"]
-
-
-def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).
-
-    Equal rather than full chunks and a remainder: a tiny last chunk right behind a full one
-    waits on TCP's small-segment rule (Nagle's algorithm, which gloo leaves on)."""
-    size = hi - lo
-    if size <= 0:
-        return []
-    count = -(-size // chunk_bytes)
-    edges = [lo + size * k // count for k in range(count + 1)]
-    return list(itertools.pairwise(edges))
+__all__ = ["Coverage", "DeviceStore"]
 
 
 class Coverage:
@@ -84,14 +70,13 @@ class Coverage:
         return None
 
 
-class DeviceStore:
+class DeviceStore(WaitingStore):
     """A device's buffer of every unit (``sizes`` bytes each, zeroed) on ``device``."""
 
     def __init__(self, sizes: Sequence[int], device: torch.device) -> None:
+        super().__init__()
         self.buffers = [torch.zeros(n, dtype=torch.uint8, device=device) for n in sizes]
         self.coverage = [Coverage(n) for n in sizes]
-        self.error: TransferError | None = None
-        self._cond = threading.Condition()
 
     def fill(self, unit: int, lo: int, data: torch.Tensor, at_s: float = 0.0) -> None:
         """Bytes ``[lo, lo + len(data))`` of ``unit`` are ``data``, here since ``at_s``."""
@@ -105,26 +90,10 @@ class DeviceStore:
             self._cond.notify_all()
             return done
 
-    def fail(self, error: TransferError) -> None:
-        with self._cond:
-            if self.error is None:
-                self.error = error
-            self._cond.notify_all()
-
     def wait_range(self, unit: int, lo: int, hi: int, timeout_s: float) -> float:
         """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them (or raises)."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while (since := self.coverage[unit].since(lo, hi)) is None:
-                if self.error is not None:
-                    raise self.error
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TransferError(
-                        Failure(f"timed out waiting for bytes [{lo}, {hi}) of unit {unit}", unit)
-                    )
-                self._cond.wait(left)
-            return since
+        late = Failure(f"timed out waiting for bytes [{lo}, {hi}) of unit {unit}", unit)
+        return self._wait(lambda: self.coverage[unit].since(lo, hi), timeout_s, late)
 
     def complete_s(self, unit: int) -> float:
         done = self.coverage[unit].complete_s

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from blitzplan.executor.program_checks import memory_devices, rank_base
 from blitzplan.executor.program_doc import Program, ProgramStep
-from blitzplan.executor.program_store import equal_chunks
+from blitzplan.executor.waiting import equal_chunks
 
 __all__ = ["program_timeline"]
 

@@ -29,7 +29,8 @@ import torch
 from blitzplan.executor.checkpoint import Checkpoint, load_unit
 from blitzplan.executor.faults import Failure, TransferError, join_threads, start_thread
 from blitzplan.executor.model import model_dims
-from blitzplan.executor.program_store import DeviceStore, equal_chunks
+from blitzplan.executor.program_store import DeviceStore
+from blitzplan.executor.waiting import equal_chunks
 from blitzplan.executor.worker import RankContext
 from blitzplan.models import ModelSpec
 from blitzplan.models.layout import Layout, layout

@@ -16,10 +16,8 @@ failure anywhere stops the rank's threads and surfaces in :meth:`TransferSession
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +26,7 @@ import torch
 from blitzplan.executor.checkpoint import Checkpoint, load_unit, unit_digest
 from blitzplan.executor.faults import Failure, TransferError, join_threads, start_thread
 from blitzplan.executor.model import flatten_unit, model_dims
+from blitzplan.executor.waiting import WaitingStore, equal_chunks
 from blitzplan.executor.worker import RankContext
 
 __all__ = [
@@ -110,29 +109,19 @@ class TransferReport:
     lane_end_s: dict[int, float]
 
 
-class UnitStore:
+class UnitStore(WaitingStore):
     """Every unit's flat bytes on one rank and when which byte ranges of it were here."""
 
     def __init__(self, plan: TransferPlan, device: torch.device) -> None:
+        super().__init__()
         self.unit_bytes, self.chunk_bytes = plan.unit_bytes, plan.chunk_bytes
         self.buffers = [torch.empty(n, dtype=torch.uint8, device=device) for n in plan.unit_bytes]
         self.pieces: list[list[tuple[int, int, float]]] = [[] for _ in plan.unit_bytes]
         self.complete_s: list[float | None] = [None for _ in plan.unit_bytes]
-        self.error: TransferError | None = None
-        self._cond = threading.Condition()
 
     def chunks(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).
-
-        Equal, not full chunks and a remainder: a tiny last chunk right behind a full one waits
-        on TCP's small-segment rule (Nagle's algorithm, which gloo leaves on) for the previous
-        one's acknowledgement, milliseconds on loopback."""
-        size = hi - lo
-        if size <= 0:
-            return []
-        count = -(-size // self.chunk_bytes)
-        edges = [lo + size * k // count for k in range(count + 1)]
-        return list(itertools.pairwise(edges))
+        """``[lo, hi)`` in this store's chunks (:func:`~.waiting.equal_chunks`)."""
+        return equal_chunks(lo, hi, self.chunk_bytes)
 
     def fill(self, unit: int, flat: torch.Tensor, at_s: float) -> None:
         """A unit loaded whole (a holder): every byte is here at ``at_s``."""
@@ -162,24 +151,15 @@ class UnitStore:
                 return True
         return at >= hi
 
-    def fail(self, error: TransferError) -> None:
-        with self._cond:
-            if self.error is None:
-                self.error = error
-            self._cond.notify_all()
-
     def wait_range(self, unit: int, lo: int, hi: int, timeout_s: float) -> float:
         """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them (or raises)."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not self._covered(unit, lo, hi):
-                if self.error is not None:
-                    raise self.error
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
-                self._cond.wait(left)
+
+        def since() -> float | None:
+            if not self._covered(unit, lo, hi):
+                return None
             return max((t for a, b, t in self.pieces[unit] if a < hi and b > lo), default=0.0)
+
+        return self._wait(since, timeout_s, Failure(f"timed out waiting for unit {unit}", unit))
 
     def wait_unit(self, unit: int, timeout_s: float) -> float:
         """When every byte of ``unit`` was here."""

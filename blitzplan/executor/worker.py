@@ -304,10 +304,16 @@ def _serve(ctx: RankContext, commands: Connection) -> None:
             ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}"))
             break
         ctx.emit("result", result)
-    # the group is broken: wait until the parent ends this process (a command sent to the job
-    # before the parent heard of the failure, such as the end of a run, is not the stop)
-    while _next_command(commands, None) is not STOP:
-        pass
+    _await_stop(commands)
+
+
+def _await_stop(commands: Connection) -> None:
+    """The group is broken: wait until the parent ends this process. Commands sent before the
+    parent heard of the failure (such as the end of a run) are read and dropped: only STOP ends
+    the wait."""
+    command = _next_command(commands, None)
+    while command is not STOP:
+        command = _next_command(commands, None)
 
 
 Job = Callable[[RankContext, Any], Any]

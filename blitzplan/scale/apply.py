@@ -56,22 +56,21 @@ def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterS
         role = Role.DECODE if inst.id in {m.instance for m in plan.mutations} else inst.role
         loading = None
         if inst.loading is not None:  # loading under an earlier plan: its clock moves on too
-            left = tuple(max(0.0, t - at_s) for t in inst.loading.units_ready_s)
-            role = inst.loading.role if not any(left) else role
-            loading = Loading(inst.loading.role, left) if any(left) else None
+            loading = inst.loading.advanced(at_s)
+            role = role if loading is not None else inst.loading.role
         after.update_instance(
             inst.id, role=role, queue=[_shift(q, at_s) for q in keep], loading=loading
         )
     for info in plan.new_instances:
+        known = all(math.isfinite(t) for t in info.layer_ready_s)  # else: never completes
+        loading = Loading(Role(info.role), info.layer_ready_s).advanced(at_s) if known else None
         ready = all(t <= at_s for t in info.layer_ready_s)
-        left = tuple(max(0.0, t - at_s) for t in info.layer_ready_s)
-        known = not ready and all(math.isfinite(t) for t in left)
         after.add_instance(
             plan.spec,
             gpus=list(info.gpus),
             role=Role(info.role) if ready else Role.LOADING,
             instance_id=info.name,
-            loading=Loading(Role(info.role), left) if known else None,
+            loading=loading,
         )
     if plan.multicast is not None:
         for step in plan.steps:

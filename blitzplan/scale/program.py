@@ -21,13 +21,13 @@ the destination already has, so a unit may have several ranges). What a source h
 chunks of at most ``chunk_bytes`` (how a range is cut is the data plane's choice); a chunk
 leaves once it has arrived at ``source`` over the steps in ``feeds`` (nothing to wait for when
 the source held it before the plan; from a ``loading`` source, once the earlier plan delivered
-it), and no faster than ``pace_bytes_per_s`` when set. A step
-with ``store_and_forward`` waits instead until every step in ``feeds`` has ended; every step
-waits for the steps in ``after`` to end and for ``not_before_s`` (its destination instance's
-startup). ``rate_bytes_per_s``, ``start_s`` and ``end_s`` are the predicted rate, first byte out
-and last byte in, seconds from the start of the plan. After a replan
-the timeline counts a partly delivered unit as a whole one while its steps leave out the bytes
-already there, so its predictions err late (by the held part of such units, at the step's rate).
+it), and no faster than ``pace_bytes_per_s`` when set. A step with ``store_and_forward`` waits
+instead until every step in ``feeds`` has ended; every step waits for the steps in ``after`` to
+end and for ``not_before_s`` (its destination instance's startup). ``rate_bytes_per_s``,
+``start_s`` and ``end_s`` are the predicted rate, first byte out and last byte in, seconds from
+the start of the plan. After a replan the timeline counts a partly delivered unit as a whole one
+while its steps leave out the bytes already there, so its predictions err late (by the held part
+of such units, at the step's rate).
 """
 
 from __future__ import annotations
