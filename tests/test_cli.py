@@ -59,6 +59,7 @@ def test_plan_prints_tables_and_json(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["plan", "--prefill", "2", "--tp", "2"]) == 0
     out = capsys.readouterr().out
     assert "Multicast: who feeds each target node" in out and "Milestones" in out
+    assert "lower bound" in out and "objective / bound" in out  # status beside its certificate
     assert main(["plan", "--prefill", "2", "--tp", "2", "--json"]) == 0
     document = capsys.readouterr().out
     plan = ScalePlan.from_json(document)

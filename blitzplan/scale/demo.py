@@ -17,6 +17,7 @@ from blitzplan.cluster import ClusterState
 from blitzplan.live.solve import schedule_live
 from blitzplan.scale.plan import Options, live_instance, plan
 from blitzplan.scale.report import (
+    bound_line,
     feeds_table,
     instances_table,
     layers_table,
@@ -172,6 +173,7 @@ def run_demo(png: Path | None = None) -> str:
         "Multicast: who feeds each target node (prefill sources pruned: their NICs carry KV "
         "caches)",
         feeds_table(scale),
+        bound_line(scale),
         "",
         "New instances",
         instances_table(scale),

@@ -8,6 +8,7 @@ from blitzplan._table import format_table
 from blitzplan.scale.types import ScalePlan
 
 __all__ = [
+    "bound_line",
     "feeds_table",
     "instances_table",
     "layers_table",
@@ -27,6 +28,19 @@ def feeds_table(plan: ScalePlan) -> str:
         for node, senders in mc.feeds()
     ]
     return format_table(["target node", "fed by (share of its bytes)"], rows)
+
+
+def bound_line(plan: ScalePlan) -> str:
+    """The multicast's objective beside its certified lower bound (valid for every plan of the
+    cost model) and its status: OPTIMAL only when the plan meets the bound."""
+    mc = plan.multicast
+    if mc is None or not mc.hops:
+        return "(no transfers)"
+    ratio = mc.objective_s / mc.lower_bound_s if mc.lower_bound_s > 0 else float("inf")
+    return (
+        f"{mc.method} {mc.objective}: {mc.objective_s:.3f} s; lower bound {mc.lower_bound_s:.3f} s "
+        f"({mc.bound_kind or 'cut'}); objective / bound {ratio:.4f}; {mc.status.value.upper()}"
+    )
 
 
 def instances_table(plan: ScalePlan) -> str:
@@ -85,12 +99,12 @@ def live_table(plan: ScalePlan) -> str:
                 f"{on_new:.1f}",
                 f"{max(s.completion_s, default=0.0):.3f}",
                 f"{s.objective:.3f}",
+                "-" if s.bound is None else f"{s.bound:.3f}",
+                s.status.value,
             ]
         )
-    return format_table(
-        ["new", "old", "queued", "policy", "layers on new (mean)", "queue done s", "objective"],
-        rows,
-    )
+    headers = ["new", "old", "queued", "policy", "layers on new (mean)", "queue done s"]
+    return format_table([*headers, "objective", "bound", "status"], rows)
 
 
 def milestones_table(plan: ScalePlan) -> str:
@@ -124,6 +138,7 @@ def report(plan: ScalePlan) -> str:
         "",
         "Multicast: who feeds each target node",
         feeds_table(plan),
+        bound_line(plan),
         "",
         "New instances",
         instances_table(plan),
