@@ -2,7 +2,9 @@
 
 Every planner, the simulator and the executor ask a :class:`ComputeModel` three questions: how
 long one decoder layer takes to prefill a batch of tokens, how long one decode step of one layer
-takes for a batch at a context length, and how long the lm_head takes for some tokens. Times are
+takes for a batch at a context length, and how long the lm_head takes for some tokens. Colocated
+engines also ask for one layer of a batch that mixes prefill chunks and decodes
+(``mixed_layer_s``; :mod:`blitzplan.iteration`). Times are
 per GPU of a tensor-parallel instance, including its all-reduces, with kernels back to back (the
 host's launch gaps are not modelled: CUDA graphs remove them in decode).
 """
@@ -20,6 +22,7 @@ import numpy as np
 from blitzplan._checks import MAX_COUNT, MAX_SECONDS, is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
+from blitzplan.iteration import chunk_sums, composed_layer_s, decode_sums
 from blitzplan.kernels import (
     A100_PARAMS,
     RooflineParams,
@@ -207,48 +210,100 @@ class RooflineComputeModel:
 
     # --- the layer ---------------------------------------------------------------------------
 
+    def _prefill_attention_s(self, tokens: int, macs: float, prefix_tokens: int) -> float:
+        """Causal attention of ``tokens`` new query tokens doing ``macs`` multiply-adds, reading
+        their own K and V and ``prefix_tokens`` cached ones (a chunk's computed prefix)."""
+        s = self._shard
+        own = tokens * (_Q_AND_OUT * s.q_out + _KV_TENSORS * s.kv_out) * s.dtype_bytes
+        return prefill_attention_s(
+            self.gpu,
+            self.params,
+            flops=_FLOPS_PER_MAC * macs,
+            bytes_moved=own + prefix_tokens * self.kv_bytes_per_token_layer,
+            rows=tokens * s.heads,
+        )
+
+    def _decode_attention_s(self, batch_size: int, cached_tokens: int) -> float:
+        """One query row for each of ``batch_size`` requests against ``cached_tokens`` in all."""
+        s = self._shard
+        return decode_attention_s(
+            self.gpu,
+            self.params,
+            flops=_FLOPS_PER_MAC * _ATTENTION_PRODUCTS * s.q_out * cached_tokens,
+            bytes_moved=cached_tokens * self.kv_bytes_per_token_layer
+            + batch_size * _Q_AND_OUT * s.q_out * s.dtype_bytes,
+        )
+
+    def _layer(self, tokens: int, attention_s: float) -> KernelTimes:
+        """A layer over ``tokens`` tokens (projections, elementwise, all-reduces, KV write)
+        with this attention time."""
+        return KernelTimes(*self._token_parts(tokens, attention_s))
+
+    def _token_parts(self, tokens: int, attention_s: float) -> tuple[float, ...]:
+        """A layer's kernel families in :class:`KernelTimes` order (the token-count parts
+        cached: an engine asks for the same counts every iteration)."""
+        found = self._token_cache.get(tokens)
+        if found is None:
+            found = (
+                self._gemms_s(tokens),
+                self._elementwise_s(tokens),
+                _ALLREDUCES_PER_LAYER * self.allreduce_s(tokens),
+                self._kv_write_s(tokens),
+            )
+            self._token_cache[tokens] = found
+        gemm, elementwise, allreduce, kv_write = found
+        return gemm, elementwise, attention_s, allreduce, kv_write
+
+    @cached_property
+    def _token_cache(self) -> dict[int, tuple[float, float, float, float]]:
+        """The parts of a layer that depend only on its token count (an engine asks for the
+        same counts every iteration)."""
+        return {}
+
     def prefill_kernels(self, tokens: int, *, requests: int = 1) -> KernelTimes:
         """One layer's prefill of ``tokens`` prompt tokens split evenly over ``requests``."""
         _check_count("tokens", tokens)
         _check_count("requests", requests)
-        s = self._shard
         # causal attention: QK^T and PV over half of an n x n matrix per request of n tokens
-        attention_macs = _ATTENTION_PRODUCTS * s.q_out * tokens * (tokens / requests) / 2
-        attention = prefill_attention_s(
-            self.gpu,
-            self.params,
-            flops=_FLOPS_PER_MAC * attention_macs,
-            bytes_moved=tokens * (_Q_AND_OUT * s.q_out + _KV_TENSORS * s.kv_out) * s.dtype_bytes,
-            rows=tokens * s.heads,
-        )
-        return KernelTimes(
-            gemm_s=self._gemms_s(tokens),
-            elementwise_s=self._elementwise_s(tokens),
-            attention_s=attention,
-            allreduce_s=_ALLREDUCES_PER_LAYER * self.allreduce_s(tokens),
-            kv_write_s=self._kv_write_s(tokens),
-        )
+        macs = _ATTENTION_PRODUCTS * self._shard.q_out * tokens * (tokens / requests) / 2
+        return self._layer(tokens, self._prefill_attention_s(tokens, macs, 0))
 
     def decode_kernels(self, batch_size: int, context_len: int) -> KernelTimes:
         """One layer's decode step: one new token for each of ``batch_size`` requests."""
         _check_count("batch_size", batch_size)
         _check_count("context_len", context_len, minimum=0)
-        s = self._shard
-        cached = batch_size * context_len
-        attention = decode_attention_s(
-            self.gpu,
-            self.params,
-            flops=_FLOPS_PER_MAC * _ATTENTION_PRODUCTS * s.q_out * cached,
-            bytes_moved=cached * self.kv_bytes_per_token_layer
-            + batch_size * _Q_AND_OUT * s.q_out * s.dtype_bytes,
-        )
-        return KernelTimes(
-            gemm_s=self._gemms_s(batch_size),
-            elementwise_s=self._elementwise_s(batch_size),
-            attention_s=attention,
-            allreduce_s=_ALLREDUCES_PER_LAYER * self.allreduce_s(batch_size),
-            kv_write_s=self._kv_write_s(batch_size),
-        )
+        attention = self._decode_attention_s(batch_size, batch_size * context_len)
+        return self._layer(batch_size, attention)
+
+    def mixed_kernels(
+        self, chunks: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
+    ) -> KernelTimes:
+        """One layer of one iteration that mixes prefill chunks and decodes (a colocated
+        engine's batch): ``chunks`` are ``(tokens, prefix_tokens)``, a chunk's new tokens and the
+        tokens of its request already in the KV cache, which it attends to in full (causally
+        within itself); ``decode_contexts`` the cached tokens of each decoding request.
+
+        Projections, elementwise kernels, all-reduces and the KV write run once over every token
+        of the batch; attention is a prefill call over the chunks plus a decode call over the
+        decodes (two kernels, as FlashInfer runs a mixed batch). A batch of one kind is exactly
+        :meth:`prefill_kernels` (equal chunks, no prefix) or :meth:`decode_kernels`.
+        """
+        return KernelTimes(*self._mixed_parts(chunks, decode_contexts))
+
+    def _mixed_parts(
+        self, chunks: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
+    ) -> tuple[float, ...]:
+        if not chunks and not decode_contexts:
+            raise InvalidInputError("a mixed batch needs at least one chunk or decode, got none")
+        prefill, pairs, prefix = chunk_sums(chunks)
+        batch, cached = decode_sums(decode_contexts)
+        attention = 0.0
+        if prefill:
+            macs = _ATTENTION_PRODUCTS * self._shard.q_out * pairs
+            attention += self._prefill_attention_s(prefill, macs, prefix)
+        if batch:
+            attention += self._decode_attention_s(batch, cached)
+        return self._token_parts(prefill + batch, attention)
 
     def prefill_layer_s(self, tokens: int, *, requests: int = 1) -> float:
         key = (tokens, requests)
@@ -266,8 +321,27 @@ class RooflineComputeModel:
     def decode_layer_s(self, batch_size: int, context_len: int) -> float:
         return self.decode_kernels(batch_size, context_len).total_s
 
+    def mixed_layer_s(
+        self, chunks: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
+    ) -> float:
+        """Seconds of one layer of a mixed iteration (:meth:`mixed_kernels`)."""
+        gemm, elementwise, attention, allreduce, kv_write = self._mixed_parts(
+            chunks, decode_contexts
+        )
+        return gemm + elementwise + attention + allreduce + kv_write  # KernelTimes.total_s
+
     def head_s(self, tokens: int) -> float:
         """The final RMSNorm and the lm_head GEMM (this GPU's slice of the vocabulary)."""
+        found = self._head_cache.get(tokens)
+        if found is None:
+            found = self._head_cache[tokens] = self._head_s(tokens)
+        return found
+
+    @cached_property
+    def _head_cache(self) -> dict[int, float]:
+        return {}
+
+    def _head_s(self, tokens: int) -> float:
         _check_count("tokens", tokens)
         s = self._shard
         norm = _READ_AND_WRITE * tokens * s.hidden * s.dtype_bytes
@@ -384,3 +458,10 @@ class TableComputeModel:
     def head_s(self, tokens: int) -> float:
         _check_count("tokens", tokens)
         return max(0.0, _interp(tokens, self._head_x, self._head_y))
+
+    def mixed_layer_s(
+        self, chunks: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
+    ) -> float:
+        """One layer of a mixed iteration, composed from the table
+        (:func:`~blitzplan.iteration.composed_layer_s`: no chunk-prefix term)."""
+        return composed_layer_s(self, chunks, decode_contexts)

@@ -155,7 +155,8 @@ def test_autoscaler_scales_down_one_at_a_time() -> None:
 
 @pytest.mark.parametrize("system", list(SYSTEMS))
 def test_every_system_conserves_requests(system: str) -> None:
-    report = simulate("paper-a800-32", "mistral-small-24b", SMALL, system=system, tp=2)
+    fleet = {"prefill": 2, "decode": 2} if system == "fixed" else {}
+    report = simulate("paper-a800-32", "mistral-small-24b", SMALL, system=system, tp=2, **fleet)
     s = report.summary()
     assert s["requests_in"] == len(SMALL)
     assert s["requests_in"] == s["requests_finished"] + s["requests_dropped"]
