@@ -65,9 +65,8 @@ def test_prefill_first_runs_waiting_prompts_as_one_batch_before_decodes() -> Non
 
 
 def test_prefill_first_caps_sequences_counting_the_running_ones() -> None:
-    running = [request(k, 4, 5) for k in range(3)]
     queues, lim = ReplicaQueues(100, 100), limits(100, 4)
-    queues.waiting.extend(running + [request(3, 4, 5), request(4, 4, 5)])
+    queues.waiting.extend(request(k, 4, 5) for k in range(5))
     assert ids(prefill_first(queues, lim).work) == [(k, 4) for k in range(4)]  # cap 4
     run_batch(queues, prefill_first(queues, lim).work)  # decodes: the 5th still waits
     assert [r.id for r in queues.waiting] == [4]
