@@ -328,3 +328,69 @@ def test_preemption_happens_and_the_preempted_finish_once() -> None:
     preempted = [rid for rid, r in enumerate(report.requests) if r.preemptions]
     finishes = Counter(rid for _, rid, what, _ in report.log if what == "finish")
     assert preempted and all(finishes[rid] == 1 for rid in preempted)
+
+
+# --- live colocated replicas -----------------------------------------------------------------
+
+BURST = Trace(tuple(Request(k / 40, 1500 + 50 * (k % 5), 30 + k % 7) for k in range(120)))
+"""40 requests a second of ~1,600 tokens: more than one llama-3-8b replica prefills."""
+
+
+@pytest.fixture(scope="module")
+def live() -> SimReport:
+    return simulate(
+        "paper-a100-16",
+        "llama-3-8b",
+        BURST,
+        system="blitzscale",
+        serving="colocated",
+        rate_scale=1.0,
+        record=True,
+    )
+
+
+def test_live_replicas_relay_their_pairs_waiting_prompts(live: SimReport) -> None:
+    """A loading replica pairs with the busiest serving one and runs the first layers of the
+    prompts waiting there while its weights land; the old replica finishes them; the loaded
+    replica then serves on its own. Every request finishes once."""
+    s = live.summary()
+    assert s["requests_finished"] == len(BURST) and s["live_prefills"] > 0
+    steps: dict[str, dict[str, float]] = {}
+    paired: dict[str, str] = {}
+    for time_s, rid, what, detail in live.log:
+        if rid == -1:
+            name = detail.split()[0]
+            steps.setdefault(name, {}).setdefault(what, time_s)
+            if what == "paired":
+                paired[name] = detail.split()[-1]
+    assert paired
+    for new, old in paired.items():
+        assert steps[new]["launch-live"] <= steps[new]["loaded"] <= steps[new]["joined-replicas"]
+        assert steps[old]["loaded"] <= steps[new]["launch-live"]
+    for time_s, _, what, detail in live.log:
+        if what == "relay-new":
+            assert detail.split()[0] in paired
+            assert time_s < steps[detail.split()[0]]["joined-replicas"]
+        elif what == "relay-old":
+            assert detail.split()[0] in paired.values()
+    finishes = Counter(rid for _, rid, what, _ in live.log if what == "finish")
+    assert set(finishes.values()) == {1}
+
+
+@pytest.mark.parametrize(("at_s", "host"), [(0.6, "h0"), (1.0, "h0"), (1.0, "h1")])
+def test_live_replicas_survive_host_failures(at_s: float, host: str) -> None:
+    report = simulate(
+        "paper-a100-16",
+        "llama-3-8b",
+        BURST,
+        system="blitzscale",
+        serving="colocated",
+        rate_scale=1.0,
+        record=True,
+        failures=[(at_s, host)],
+    )
+    s = report.summary()
+    assert s["requests_in"] == s["requests_finished"] + s["requests_dropped"]
+    assert s["requests_dropped"] == 0
+    finishes = Counter(rid for _, rid, what, _ in report.log if what == "finish")
+    assert set(finishes.values()) == {1}

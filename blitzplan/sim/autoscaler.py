@@ -6,7 +6,7 @@
 * KV-migration bandwidth: KV bytes per second arriving at decode instances over their NICs'
   ingress.
 
-Colocated replicas (``colocated_instances > 0``) are scaled on two of them: prompt tokens
+Colocated replicas (``colocated``) are scaled on two of them: prompt tokens
 arriving and waiting over what the replicas prefill, and KV memory in use (blocks, with the
 requests waiting for them) over the replicas' KV capacity; the larger want wins, and one fewer
 only when both are low.
@@ -45,6 +45,8 @@ class Load:
     """Per decode instance."""
     colocated_instances: int = 0
     """Colocated replicas (then prefill capacity and KV capacity are per replica)."""
+    colocated: bool = False
+    """Whether the fleet is colocated (it scales colocated replicas, not prefill and decode)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class PaperAutoscaler:
         return current, False
 
     def decide(self, load: Load) -> ScaleDecision:
-        if load.colocated_instances:
+        if load.colocated:
             return self._decide_colocated(load)
         p, d = load.prefill_instances, load.decode_instances
         prefill_u = _ratio(load.prefill_demand_tokens_per_s, p * load.prefill_capacity_tokens_per_s)

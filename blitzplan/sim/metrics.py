@@ -83,6 +83,9 @@ class LoadView(Protocol):
     @property
     def meter(self) -> LoadMeter: ...
 
+    @property
+    def serves_colocated(self) -> bool: ...
+
     def count(self, role: str) -> int: ...
 
     def queued_tokens(self) -> int:
@@ -118,6 +121,7 @@ def autoscaler_load(view: LoadView) -> Load:
         kv_arrival_bytes_per_s=meter.kv_bytes(now) / WINDOW_S,
         kv_ingress_bytes_per_s=view.kv_ingress_bytes_per_s(),
         colocated_instances=view.count("colocated"),
+        colocated=view.serves_colocated,
     )
 
 

@@ -222,6 +222,10 @@ class RunParts:
 
     # --- what the autoscaler reads (LoadView) -------------------------------------------------
 
+    @property
+    def serves_colocated(self) -> bool:
+        return self.colocated is not None
+
     def queued_tokens(self) -> int:
         if self.colocated is not None:
             return self.colocated.queued_tokens()
