@@ -66,8 +66,9 @@ class ScaleEvent:
 class Simulator(RunParts):
     """A stateful run over one trace; :meth:`run` drives the event loop to the end.
 
-    ``serving`` (resolved :class:`~.serving.ServingOptions`) makes the fleet colocated; None
-    keeps it disaggregated.
+    ``serving`` (resolved :class:`~.serving.ServingOptions`) makes the fleet colocated, each
+    replica sustaining ``replica_tokens_per_s`` prompt tokens a second (the autoscaler's
+    capacity); None keeps it disaggregated.
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class Simulator(RunParts):
         compute: ComputeModel,
         policy: Policy,
         serving: ServingOptions | None = None,
+        replica_tokens_per_s: float | None = None,
         failures: Sequence[tuple[float, float, str]] = (),
         token_budget: int = 8192,
         max_decode_batch: int = 256,
@@ -91,7 +93,7 @@ class Simulator(RunParts):
         self.queue = EventQueue()
         super().__init__(topology, model, tp=tp, compute=compute, token_budget=token_budget)
         self.system, self.autoscaler = system, autoscaler
-        self.build(policy, serving, max_decode_batch)
+        self.build(policy, serving, max_decode_batch, replica_tokens_per_s)
         self.faults = FaultHandler(self, topology, model, holds_host_copy=system.holds_host_copy)
         self.loads: list[WeightLoad] = []
         self.scale_events: list[ScaleEvent] = []

@@ -11,7 +11,6 @@ the boundary.
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields
 
 from blitzplan._checks import check_count
@@ -24,7 +23,6 @@ __all__ = [
     "check_colocated_options",
     "fixed_fleet",
     "is_colocated",
-    "replica_rate_per_s",
 ]
 
 MODES = ("disaggregated", "colocated")
@@ -84,12 +82,3 @@ def check_colocated_options(colocated: bool, options: ServingOptions) -> None:
             f"{', '.join(changed)} apply to colocated fleets; this run is disaggregated "
             "(pass serving='colocated')"
         )
-
-
-def replica_rate_per_s(
-    prefill_tokens_per_s: float, decode_tokens_per_s: float, prompt: float, output: float
-) -> float:
-    """Requests per second one colocated replica sustains: it spends ``prompt /
-    prefill_tokens_per_s`` prefilling and ``output / decode_tokens_per_s`` decoding each."""
-    per_request_s = prompt / prefill_tokens_per_s + output / decode_tokens_per_s
-    return 1 / per_request_s if per_request_s > 0 else math.inf

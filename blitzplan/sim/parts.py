@@ -75,9 +75,17 @@ class RunParts:
         self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
         self._wakes: set[tuple[str | None, float]] = set()
 
-    def build(self, policy: Policy, serving: ServingOptions | None, max_decode_batch: int) -> None:
-        """The tiers of a disaggregated fleet, and with ``serving`` those of a colocated one."""
-        self.serving = serving
+    def build(
+        self,
+        policy: Policy,
+        serving: ServingOptions | None,
+        max_decode_batch: int,
+        replica_tokens_per_s: float | None = None,
+    ) -> None:
+        """The tiers of a disaggregated fleet, and with ``serving`` those of a colocated one
+        (whose replicas each sustain ``replica_tokens_per_s`` prompt tokens a second, decoding
+        included: the autoscaler's prefill capacity; None: a budget-sized prefill's)."""
+        self.serving, self.replica_tokens_per_s = serving, replica_tokens_per_s
         shard = self.model.shard(self.tp)
         kv = self.tp * (KV_FRACTION_DISAGGREGATED * self.gpu.memory_bytes - shard.total_bytes)
         blocks = serving.kv_blocks(self.model, self.gpu, self.tp) if serving else 0
@@ -232,9 +240,9 @@ class RunParts:
         return self.prefill.queued_tokens
 
     def prefill_capacity_tokens_per_s(self) -> float:
+        if self.colocated is not None and self.replica_tokens_per_s:
+            return self.replica_tokens_per_s
         budget = self.token_budget
-        if self.serving is not None and self.serving.max_num_batched_tokens:
-            budget = self.serving.max_num_batched_tokens
         return budget / self.prefill.batch_s(budget, max(1, budget // 1024))
 
     def kv_bytes(self) -> tuple[float, float]:

@@ -18,9 +18,8 @@ from blitzplan.models import ModelSpec
 from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
 from blitzplan.sim.engine import Simulator
 from blitzplan.sim.faults import check_failures
-from blitzplan.sim.options import replica_rate_per_s
 from blitzplan.sim.report import RequestRecord, SimReport
-from blitzplan.sim.serving import ServingOptions
+from blitzplan.sim.serving import ServingOptions, replica_rate_per_s
 from blitzplan.sim.systems import Fleet, make_system
 from blitzplan.sim.traces import MAX_TRACE_S, Trace
 from blitzplan.topologies import Topology
@@ -41,33 +40,40 @@ def capacity_rate_per_s(
     *,
     tp: int,
     compute: ComputeModel,
-    colocated: bool = False,
+    serving: ServingOptions | None = None,
 ) -> float:
-    """Requests per second the whole cluster sustains for this trace's mean request, every
-    instance prefilling at a full token budget (8,192) or decoding at batch 64. Disaggregated:
-    half the instances on each side, the slower side; colocated: every replica doing both."""
+    """Requests per second the whole cluster sustains for this trace's mean request.
+    Disaggregated (``serving`` None): half the instances prefilling at a full token budget
+    (8,192), half decoding at batch 64, the slower side. Colocated (``serving``: resolved
+    options): every replica at :func:`~.serving.replica_rate_per_s`."""
     slots = len(ClusterState(topology).free_slots(tp))
-    if colocated:
-        return slots * _replica_rate(model, trace, compute)
-    prefill, decode, prompt, output = _throughputs(model, trace, compute)
-    return max(1, slots // 2) * min(prefill / prompt, decode / output)
-
-
-def _throughputs(
-    model: ModelSpec, trace: Trace, compute: ComputeModel
-) -> tuple[float, float, float, float]:
-    """Prompt tokens per second of one instance at a full budget, output tokens per second at
-    batch 64 (at the trace's mean context), and the trace's mean prompt and output."""
+    if serving is not None:
+        return slots * _replica_rate(topology, model, trace, tp, compute, serving)
     layers = model.num_layers
     prompt, output = max(1.0, trace.mean_prompt_tokens), max(1.0, trace.mean_output_tokens)
     prefill = 8192 / (layers * compute.prefill_layer_s(8192, requests=8) + compute.head_s(8))
     context = int(prompt + output / 2)
     decode = 64 / (layers * compute.decode_layer_s(64, context) + compute.head_s(64))
-    return prefill, decode, prompt, output
+    return max(1, slots // 2) * min(prefill / prompt, decode / output)
 
 
-def _replica_rate(model: ModelSpec, trace: Trace, compute: ComputeModel) -> float:
-    return replica_rate_per_s(*_throughputs(model, trace, compute))
+def _replica_rate(
+    topology: Topology,
+    model: ModelSpec,
+    trace: Trace,
+    tp: int,
+    compute: ComputeModel,
+    serving: ServingOptions,
+) -> float:
+    blocks = serving.kv_blocks(model, topology.gpu_spec(topology.gpus()[0]), tp)
+    return replica_rate_per_s(
+        model,
+        compute,
+        serving,
+        blocks,
+        prompt_tokens=trace.mean_prompt_tokens,
+        output_tokens=trace.mean_output_tokens,
+    )
 
 
 @dataclass(frozen=True)
@@ -106,17 +112,21 @@ class Replay:
         if not base.requests:
             _LOG.warning("simulate: the replayed trace %s holds no request", base.name)
         cost = compute or RooflineComputeModel(spec, gpu, tp=self.tp)
-        scale = self._rate_scale(rate_scale, base, cost)
+        scale = self._rate_scale(rate_scale, base, cost, serving)
         span_s = base.duration_s
         base = base.rescale(scale) if scale != 1.0 else base
         _check_span(base)
-        fleet = self._fleet(slots, base, cost)
+        fleet = self._fleet(slots, base, cost, serving)
         runner = make_system(self.system, colocated=self.colocated, fleet=fleet)
         self._check_room(slots, runner.initial_fleet(slots))
         faults = check_failures(
             failures, hosts=topo.hosts(), start_s=start_s, span_s=span_s, rate_scale=scale
         )
         scaler = (autoscaler or PaperAutoscaler()) if runner.autoscaled else None
+        replica_tokens_per_s = None
+        if serving is not None and base.requests:
+            rate = _replica_rate(topo, spec, base, self.tp, cost, serving)
+            replica_tokens_per_s = rate * base.mean_prompt_tokens
         ttft_slo, tbt_slo = _slos(spec, base, cost, *slos)
         sim = Simulator(
             topo,
@@ -128,6 +138,7 @@ class Replay:
             compute=cost,
             policy=live_policy,
             serving=serving,
+            replica_tokens_per_s=replica_tokens_per_s,
             failures=faults,
             drain_limit_s=drain_limit_s,
         )
@@ -135,21 +146,29 @@ class Replay:
         report = _report(sim, self, base, wall, (ttft_slo, tbt_slo), live_policy)
         return replace(report, rate_scale=scale, trace_start_s=start_s)
 
-    def _rate_scale(self, rate_scale: float | None, trace: Trace, cost: ComputeModel) -> float:
+    def _rate_scale(
+        self,
+        rate_scale: float | None,
+        trace: Trace,
+        cost: ComputeModel,
+        serving: ServingOptions | None,
+    ) -> float:
         if len(trace) <= 1:
             return 1.0
         if rate_scale is not None:
             return rate_scale
         capacity = capacity_rate_per_s(
-            self.topology, self.model, trace, tp=self.tp, compute=cost, colocated=self.colocated
+            self.topology, self.model, trace, tp=self.tp, compute=cost, serving=serving
         )
         return TARGET_LOAD * capacity / trace.rate_per_s
 
-    def _fleet(self, slots: int, trace: Trace, cost: ComputeModel) -> Fleet | None:
+    def _fleet(
+        self, slots: int, trace: Trace, cost: ComputeModel, serving: ServingOptions | None
+    ) -> Fleet | None:
         """``vllm-avg``: the replicas the trace's mean rate needs; else the caller's."""
-        if self.system != "vllm-avg":
+        if self.system != "vllm-avg" or serving is None:
             return self.fleet
-        rate = _replica_rate(self.model, trace, cost)
+        rate = _replica_rate(self.topology, self.model, trace, self.tp, cost, serving)
         return Fleet(colocated=max(1, min(slots, math.ceil(trace.rate_per_s / rate))))
 
     def _check_room(self, slots: int, fleet: Fleet) -> None:
