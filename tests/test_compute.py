@@ -18,7 +18,7 @@ from blitzplan import (
     load_model,
 )
 from blitzplan.compute import KernelTimes
-from blitzplan.iteration import iteration_s
+from blitzplan.compute.iteration import iteration_s
 from blitzplan.kernels import A100_PARAMS, gemm_s, smooth_max
 from blitzplan.units import GB, GB_PER_S, TFLOPS
 

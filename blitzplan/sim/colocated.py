@@ -3,10 +3,10 @@
 A serving replica runs iterations back to back while it has work. Before each, its scheduler
 (:mod:`.schedulers`: ``prefill-first`` or ``chunked``) picks the batch under the token budget,
 the sequence cap and its KV blocks; the iteration lasts what the compute model prices for that
-mixed batch (:func:`blitzplan.iteration.iteration_s`). When it ends, every request that computed
-all its tokens samples one (the first ends its time to first token), and one with all its output
-tokens finishes and frees its blocks. Requests that arrive during an iteration wait for the
-next, as in vLLM's engine loop. The router (:data:`~.serving.ROUTERS`) gives each arriving
+mixed batch (:func:`blitzplan.compute.iteration.iteration_s`). When it ends, every request that
+computed all its tokens samples one (the first ends its time to first token), and one with all
+its output tokens finishes and frees its blocks. Requests that arrive during an iteration wait
+for the next, as in vLLM's engine loop. The router (:data:`~.serving.ROUTERS`) gives each arriving
 request to a serving replica; while none serves it waits in the tier's backlog.
 
 A request whose prompt and output exceed ``max_model_len`` is dropped on arrival, as vLLM's
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from blitzplan.compute import ComputeModel
-from blitzplan.iteration import iteration_s
+from blitzplan.compute.iteration import iteration_s
 from blitzplan.models import ModelSpec
 from blitzplan.sim.instances import SimInstance, SimRequest, finish
 from blitzplan.sim.notes import Notes

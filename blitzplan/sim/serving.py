@@ -35,9 +35,9 @@ from dataclasses import dataclass, replace
 
 from blitzplan._checks import check_count, is_finite_number
 from blitzplan.compute import ComputeModel
+from blitzplan.compute.iteration import iteration_s
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec
-from blitzplan.iteration import iteration_s
 from blitzplan.models import ModelSpec
 from blitzplan.sim.schedulers import SCHEDULERS, ReplicaLimits
 

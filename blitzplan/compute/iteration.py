@@ -22,7 +22,7 @@ from blitzplan._checks import MAX_COUNT, check_count
 from blitzplan.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from blitzplan.compute import ComputeModel
+    from blitzplan.compute.protocol import ComputeModel
 
 __all__ = ["chunk_sums", "composed_layer_s", "decode_sums", "iteration_s", "mixed_layer_s"]
 

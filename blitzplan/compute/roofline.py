@@ -1,28 +1,17 @@
-"""Per-layer compute times: a calibrated roofline on a GPU spec, or a measured table.
-
-Every planner, the simulator and the executor ask a :class:`ComputeModel` three questions: how
-long one decoder layer takes to prefill a batch of tokens, how long one decode step of one layer
-takes for a batch at a context length, and how long the lm_head takes for some tokens. Colocated
-engines also ask for one layer of a batch that mixes prefill chunks and decodes
-(``mixed_layer_s``; :mod:`blitzplan.iteration`). Times are
-per GPU of a tensor-parallel instance, including its all-reduces, with kernels back to back (the
-host's launch gaps are not modelled: CUDA graphs remove them in decode).
-"""
+"""The calibrated roofline: per-layer times from a GPU's spec sheet and fitted efficiencies."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol, runtime_checkable
 
-import numpy as np
-
-from blitzplan._checks import MAX_COUNT, MAX_SECONDS, is_integer
+from blitzplan.compute.iteration import chunk_sums, decode_sums
+from blitzplan.compute.protocol import KernelTimes
+from blitzplan.compute.protocol import check_count_arg as _check_count
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
-from blitzplan.iteration import chunk_sums, composed_layer_s, decode_sums
 from blitzplan.kernels import (
     A100_PARAMS,
     RooflineParams,
@@ -34,7 +23,7 @@ from blitzplan.kernels import (
 )
 from blitzplan.models import ModelSpec
 
-__all__ = ["ComputeModel", "KernelTimes", "RooflineComputeModel", "TableComputeModel"]
+__all__ = ["RooflineComputeModel"]
 
 _ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron tensor parallelism)
 _FLOPS_PER_MAC = 2
@@ -43,58 +32,6 @@ _ATTENTION_PRODUCTS = 2  # QK^T and PV
 _Q_AND_OUT = 2  # attention reads the queries and writes as much output
 _READ_AND_WRITE = 2  # an elementwise kernel reads its input and writes as much back
 _TWO_IN_ONE_OUT = 3  # SiLU-and-mul and the residual add read two tensors and write one
-
-
-@runtime_checkable
-class ComputeModel(Protocol):
-    """What the planners need to know about compute time, per layer and per instance."""
-
-    def prefill_layer_s(self, tokens: int, *, requests: int = 1) -> float:
-        """Seconds for one decoder layer to prefill ``tokens`` prompt tokens of ``requests``."""
-        ...
-
-    def decode_layer_s(self, batch_size: int, context_len: int) -> float:
-        """Seconds for one decoder layer to decode one token for each of ``batch_size``."""
-        ...
-
-    def head_s(self, tokens: int) -> float:
-        """Seconds for the final norm and lm_head over ``tokens`` tokens."""
-        ...
-
-
-def _check_count(name: str, value: int, *, minimum: int = 1) -> None:
-    if not is_integer(value) or value < minimum:
-        raise InvalidInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value > MAX_COUNT:
-        raise InvalidInputError(f"{name} must be at most {MAX_COUNT}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class KernelTimes:
-    """Seconds of one decoder layer on one GPU by kernel family, measured or predicted.
-
-    ``gemm_s``: the QKV, O and MLP projections; ``elementwise_s``: RoPE, SiLU-and-mul, both
-    RMSNorms and the residual add; ``attention_s``: the attention kernel; ``allreduce_s``: both
-    tensor-parallel all-reduces; ``kv_write_s``: writing the new K and V into the cache.
-    """
-
-    gemm_s: float = 0.0
-    elementwise_s: float = 0.0
-    attention_s: float = 0.0
-    allreduce_s: float = 0.0
-    kv_write_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if not 0 <= value < math.inf:
-                raise InvalidInputError(f"{item.name} must be finite and >= 0, got {value!r}")
-
-    @property
-    def total_s(self) -> float:
-        return (
-            self.gemm_s + self.elementwise_s + self.attention_s + self.allreduce_s + self.kv_write_s
-        )
 
 
 @dataclass(frozen=True)
@@ -348,120 +285,3 @@ class RooflineComputeModel:
         return self._gemm(tokens, s.hidden, s.vocab) + elementwise_s(
             self.gpu, self.params, bytes_moved=norm
         )
-
-
-def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
-    """Piecewise-linear through (xs, ys), extended linearly past both ends."""
-    if len(xs) == 1:
-        return float(ys[0])
-    if x < xs[0]:
-        slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
-        return float(ys[0] + slope * (x - xs[0]))
-    if x > xs[-1]:
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return float(ys[-1] + slope * (x - xs[-1]))
-    return float(np.interp(x, xs, ys))
-
-
-def _array(name: str, values: object) -> np.ndarray:
-    try:
-        return np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{name} must hold numbers, got {values!r}") from None
-
-
-def _axis(name: str, values: Sequence[float]) -> np.ndarray:
-    array = _array(name, values)
-    if array.ndim != 1 or len(array) == 0:
-        raise InvalidInputError(f"{name} must be a non-empty 1-D sequence, got {values!r}")
-    if np.any(~np.isfinite(array)) or np.any(array < 0) or np.any(array > MAX_COUNT):
-        raise InvalidInputError(f"{name} must hold counts in [0, {MAX_COUNT}], got {values!r}")
-    if np.any(np.diff(array) <= 0):
-        raise InvalidInputError(f"{name} must be strictly increasing, got {list(values)!r}")
-    return array
-
-
-def _times(name: str, values: object, shape: tuple[int, ...]) -> np.ndarray:
-    array = _array(name, values)
-    if array.shape != shape:
-        raise InvalidInputError(f"{name} must have shape {shape}, got {array.shape}")
-    if np.any(~np.isfinite(array)) or np.any(array < 0) or np.any(array > MAX_SECONDS):
-        raise InvalidInputError(
-            f"{name} must hold finite times >= 0 (at most {MAX_SECONDS:g} s), "
-            f"got {array.tolist()!r}"
-        )
-    return array
-
-
-class TableComputeModel:
-    """A measured compute model: piecewise-linear in tokens, bilinear in (batch, context).
-
-    ``prefill_s[i]`` is the per-layer time at ``prefill_tokens[i]``; ``decode_s[i][j]`` the
-    decode step at ``decode_batch_sizes[i]`` and ``decode_context_lens[j]``; ``head_s[i]`` the
-    head at ``head_tokens[i]``. Outside the grid the nearest segment is extended linearly.
-    Prefill here does not depend on the number of requests (the table measured one mix).
-    """
-
-    def __init__(
-        self,
-        *,
-        prefill_tokens: Sequence[float],
-        prefill_s: Sequence[float],
-        decode_batch_sizes: Sequence[float],
-        decode_context_lens: Sequence[float],
-        decode_s: Sequence[Sequence[float]],
-        head_tokens: Sequence[float],
-        head_s: Sequence[float],
-    ) -> None:
-        self._prefill_x = _axis("prefill_tokens", prefill_tokens)
-        self._prefill_y = _times("prefill_s", prefill_s, self._prefill_x.shape)
-        self._batch_x = _axis("decode_batch_sizes", decode_batch_sizes)
-        self._context_x = _axis("decode_context_lens", decode_context_lens)
-        self._decode_y = _times("decode_s", decode_s, (len(self._batch_x), len(self._context_x)))
-        self._head_x = _axis("head_tokens", head_tokens)
-        self._head_y = _times("head_s", head_s, self._head_x.shape)
-
-    @classmethod
-    def tabulate(
-        cls,
-        model: ComputeModel,
-        *,
-        prefill_tokens: Sequence[int] = (1, 128, 512, 2048, 8192),
-        decode_batch_sizes: Sequence[int] = (1, 8, 32, 128),
-        decode_context_lens: Sequence[int] = (0, 512, 2048, 8192),
-    ) -> TableComputeModel:
-        """Sample another compute model on a grid (for tests, or to freeze a calibrated model)."""
-        return cls(
-            prefill_tokens=prefill_tokens,
-            prefill_s=[model.prefill_layer_s(n) for n in prefill_tokens],
-            decode_batch_sizes=decode_batch_sizes,
-            decode_context_lens=decode_context_lens,
-            decode_s=[
-                [model.decode_layer_s(b, c) for c in decode_context_lens]
-                for b in decode_batch_sizes
-            ],
-            head_tokens=prefill_tokens,
-            head_s=[model.head_s(n) for n in prefill_tokens],
-        )
-
-    def prefill_layer_s(self, tokens: int, *, requests: int = 1) -> float:
-        _check_count("tokens", tokens)
-        _check_count("requests", requests)
-        return max(0.0, _interp(tokens, self._prefill_x, self._prefill_y))
-
-    def decode_layer_s(self, batch_size: int, context_len: int) -> float:
-        _check_count("batch_size", batch_size)
-        _check_count("context_len", context_len, minimum=0)
-        per_batch = np.array([_interp(context_len, self._context_x, row) for row in self._decode_y])
-        return max(0.0, _interp(batch_size, self._batch_x, per_batch))
-
-    def head_s(self, tokens: int) -> float:
-        _check_count("tokens", tokens)
-        return max(0.0, _interp(tokens, self._head_x, self._head_y))
-
-    def mixed_layer_s(
-        self, chunks: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
-    ) -> float:
-        """One layer of a mixed iteration, composed from the table
-        (:func:`~blitzplan.iteration.composed_layer_s`: no chunk-prefix term)."""
-        return composed_layer_s(self, chunks, decode_contexts)
