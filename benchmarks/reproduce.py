@@ -34,12 +34,21 @@ from typing import Any
 import numpy as np
 
 from blitzplan._table import format_table
-from blitzplan.sim import SYSTEMS, Trace, load_trace, simulate, synthetic_trace
+from blitzplan.sim import Trace, load_trace, simulate, synthetic_trace
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 WINDOW = (0.0, 300.0) if QUICK else None
 QUICK_SYSTEMS = ("distserve-full", "serverlessllm", "allcache", "blitzscale")
+DISAGGREGATED_SYSTEMS = (
+    "distserve-full",
+    "distserve-half",
+    "serverlessllm",
+    "allcache",
+    "blitzscale-network",
+    "blitzscale-multicast",
+    "blitzscale",
+)
 POLICIES = ("zigzag", "best_effort", "stop_the_world")
 
 
@@ -269,7 +278,7 @@ def ablation_table(pairing: Pairing, trace: Trace) -> str:
 
 def run_pairing(pairing: Pairing) -> None:
     trace = pairing.trace()
-    systems = QUICK_SYSTEMS if QUICK else tuple(SYSTEMS)
+    systems = QUICK_SYSTEMS if QUICK else DISAGGREGATED_SYSTEMS
     summaries = {system: run(pairing, trace, system) for system in systems}
     full = summaries["distserve-full"]["gpu_time_s"]
     print(f"{pairing.title} ({summaries['blitzscale']['requests_in']} requests, {trace.name})")
