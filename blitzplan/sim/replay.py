@@ -107,20 +107,16 @@ class Replay:
         gpu = topo.gpu_spec(topo.gpus()[0])
         serving = self.options.resolved(spec, gpu) if self.colocated else None
         slots = len(ClusterState(topo).free_slots(self.tp))
-        start_s = 0.0 if window_s is None else float(window_s[0])
-        base = trace if window_s is None else trace.window(*window_s)
-        if not base.requests:
-            _LOG.warning("simulate: the replayed trace %s holds no request", base.name)
         cost = compute or RooflineComputeModel(spec, gpu, tp=self.tp)
-        scale = self._rate_scale(rate_scale, base, cost, serving)
-        span_s = base.duration_s
-        base = base.rescale(scale) if scale != 1.0 else base
-        _check_span(base)
+        start_s = 0.0 if window_s is None else float(window_s[0])
+        cut = trace if window_s is None else trace.window(*window_s)
+        scale = self._rate_scale(rate_scale, cut, cost, serving)
+        base = _rescaled(cut, scale)
         fleet = self._fleet(slots, base, cost, serving)
         runner = make_system(self.system, colocated=self.colocated, fleet=fleet)
         self._check_room(slots, runner.initial_fleet(slots))
         faults = check_failures(
-            failures, hosts=topo.hosts(), start_s=start_s, span_s=span_s, rate_scale=scale
+            failures, hosts=topo.hosts(), start_s=start_s, span_s=cut.duration_s, rate_scale=scale
         )
         scaler = (autoscaler or PaperAutoscaler()) if runner.autoscaled else None
         replica_tokens_per_s = None
@@ -182,12 +178,18 @@ class Replay:
             )
 
 
-def _check_span(trace: Trace) -> None:
+def _rescaled(trace: Trace, scale: float) -> Trace:
+    """``trace`` at ``scale`` times its rate, checked (at most MAX_TRACE_S long, warned when
+    empty)."""
+    if not trace.requests:
+        _LOG.warning("simulate: the replayed trace %s holds no request", trace.name)
+    trace = trace.rescale(scale) if scale != 1.0 else trace
     if trace.duration_s > MAX_TRACE_S:
         raise InvalidInputError(
             f"trace {trace.name!r} spans {trace.duration_s:g} s, more than MAX_TRACE_S = "
             f"{MAX_TRACE_S:g} s (a year)"
         )
+    return trace
 
 
 def _run(
