@@ -11,7 +11,8 @@ option                      default (source)
                             for its OpenAI server; V0 ``SchedulerConfig`` without chunking)
 ``max_num_seqs``            ``chunked``: 1024 on those GPUs, else 256; ``prefill-first``: 256
                             (the same sources)
-``long_prefill_tokens``     0, no per-request cap (V1 ``long_prefill_token_threshold``)
+``long_prefill_tokens``     0, no per-request cap (V1 ``long_prefill_token_threshold``; chunked
+                            only)
 ``gpu_memory_utilization``  0.9 (vLLM ``CacheConfig``)
 ``block_size``              16 tokens (vLLM ``CacheConfig`` on CUDA)
 ``max_model_len``           the model's ``max_position_embeddings`` (vLLM ``ModelConfig``);
@@ -20,6 +21,10 @@ option                      default (source)
 ``router``                  ``"least-outstanding"``: the replica with the fewest requests routed
                             to it and not finished (ties: the oldest replica); ``"round-robin"``
 ==========================  ====================================================================
+
+``prefill-first`` never splits a prompt: one longer than ``max_num_batched_tokens`` is dropped
+(vLLM V0 refuses a budget under ``max_model_len`` instead; here a smaller budget is allowed and
+its effect, the longer prompts refused, shows in the report).
 
 A replica's KV cache holds what ``gpu_memory_utilization`` of each GPU's memory leaves after its
 weight shard and the peak activations of a full iteration (vLLM measures these in a profiling
