@@ -26,7 +26,7 @@ from blitzplan.topologies import Topology
 
 __all__ = ["TARGET_LOAD", "Replay", "capacity_rate_per_s"]
 
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("blitzplan.sim")  # the simulator's one logger
 
 TARGET_LOAD = 0.5
 """With ``rate_scale=None`` the trace is rescaled to this fraction of the cluster's capacity

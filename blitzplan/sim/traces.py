@@ -337,14 +337,14 @@ def synthetic_trace(
     ):
         if not is_finite_number(value) or value <= 0:
             raise InvalidInputError(f"{name} must be finite and > 0, got {value!r}")
-    if duration_s > MAX_TRACE_S:
-        raise InvalidInputError(
-            f"duration_s must be at most MAX_TRACE_S = {MAX_TRACE_S:g} s, got {duration_s!r}"
-        )
     if duration_s * rate_per_s > MAX_SYNTHETIC_REQUESTS:
         raise InvalidInputError(
             f"duration_s * rate_per_s must be at most {MAX_SYNTHETIC_REQUESTS:,} requests, got "
             f"{duration_s!r} * {rate_per_s!r}"
+        )
+    if duration_s > MAX_TRACE_S:
+        raise InvalidInputError(
+            f"duration_s must be at most MAX_TRACE_S = {MAX_TRACE_S:g} s, got {duration_s!r}"
         )
     if not is_finite_number(zipf_a) or zipf_a <= 1:
         raise InvalidInputError(f"zipf_a must be finite and > 1, got {zipf_a!r}")
