@@ -1,6 +1,8 @@
-"""The paper's three workload pairings under every system, beside the paper's reported numbers.
+"""The paper's three workload pairings under every system, beside the paper's reported numbers,
+then colocated serving: the paper's section 6.4 and a fixed colocated fleet on AzureConv.
 
-Run: .venv/bin/python benchmarks/reproduce.py   (BLITZPLAN_QUICK=1: 5-minute windows, fewer runs)
+Run: .venv/bin/python benchmarks/reproduce.py [disaggregated] [colocated]   (default: both;
+BLITZPLAN_QUICK=1: 5-minute windows, fewer runs)
 
 Reads the Azure traces from ../shared/traces/ (a BurstGPT CSV there too when present; else the
 project's synthetic BurstGPT-like burst). Every run uses the calibrated compute model, the striped
@@ -8,14 +10,20 @@ multicast planner, links at their measured achieved rates (``link_efficiency`` d
 ``blitzscale``, the paper's live protocol online (ZigZag unless the ablation says otherwise).
 Per workload it prints every system's TTFT, TBT, SLO violations and GPU time, the paper's figures
 beside the measured ones, and the ablation (network, +multicast, +live under each policy); then a
-host failure in the middle of a replay and the replay speed. Nothing is asserted.
+host failure in the middle of a replay and the replay speed. Colocated: llama-2-7b replicas on the
+burst under vLLM on every GPU (``vllm-full``), vLLM provisioned for the mean rate (``vllm-avg``)
+and the autoscaled systems, with each vLLM scheduler (``prefill-first``, the vLLM of the paper's
+time, and ``chunked``); and a fixed fleet of colocated replicas on the whole AzureConv trace
+under both schedulers. Nothing is asserted.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import resource
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,13 +31,24 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from blitzplan._table import format_table
-from blitzplan.sim import SYSTEMS, Trace, load_trace, simulate, synthetic_trace
+from blitzplan.sim import Trace, load_trace, simulate, synthetic_trace
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 WINDOW = (0.0, 300.0) if QUICK else None
 QUICK_SYSTEMS = ("distserve-full", "serverlessllm", "allcache", "blitzscale")
+DISAGGREGATED_SYSTEMS = (
+    "distserve-full",
+    "distserve-half",
+    "serverlessllm",
+    "allcache",
+    "blitzscale-network",
+    "blitzscale-multicast",
+    "blitzscale",
+)
 POLICIES = ("zigzag", "best_effort", "stop_the_world")
 
 
@@ -40,9 +59,9 @@ def azure(name: str) -> Trace:
     return synthetic_trace(duration_s=3500, rate_per_s=5, seed=7)
 
 
-def burst() -> Trace:
+def burst(max_tokens: int = 8192) -> Trace:
     """BurstGPT when its CSV is there; else a BurstGPT-like burst: Gamma arrivals with a squared
-    CV of 8 and conversation lengths."""
+    CV of 8 and conversation lengths, each at most ``max_tokens``."""
     path = TRACES / "BurstGPT_1.csv"
     if path.is_file():
         return load_trace(path, skip_ramp_up=True)
@@ -52,6 +71,7 @@ def burst() -> Trace:
         burstiness=8,
         mean_prompt_tokens=600,
         mean_output_tokens=250,
+        max_tokens=max_tokens,
         seed=11,
     )
 
@@ -258,7 +278,7 @@ def ablation_table(pairing: Pairing, trace: Trace) -> str:
 
 def run_pairing(pairing: Pairing) -> None:
     trace = pairing.trace()
-    systems = QUICK_SYSTEMS if QUICK else tuple(SYSTEMS)
+    systems = QUICK_SYSTEMS if QUICK else DISAGGREGATED_SYSTEMS
     summaries = {system: run(pairing, trace, system) for system in systems}
     full = summaries["distserve-full"]["gpu_time_s"]
     print(f"{pairing.title} ({summaries['blitzscale']['requests_in']} requests, {trace.name})")
@@ -348,16 +368,185 @@ def speed() -> None:
     print(format_table(["requests", "wall s", "events", "events/s", "peak RSS MiB"], rows))
 
 
+COLOCATED_SYSTEMS = ("vllm-full", "vllm-avg", "serverlessllm", "allcache", "blitzscale")
+SCHEDULERS = ("prefill-first", "chunked")
+WARM_S = 3.0
+"""Autoscaled systems start from one replica: TTFT p99 is also shown without the requests that
+arrive in the first WARM_S seconds (simulated)."""
+
+
+def colocated_burst() -> None:
+    """The paper's section 6.4: llama-2-7b colocated on a BurstGPT-like burst (prompts and
+    outputs of at most 2,048 tokens each, so every request fits llama-2-7b's 4,096)."""
+    trace = burst(max_tokens=2048)
+    topology, model = "paper-a800-32", "llama-2-7b"
+    for scheduler in SCHEDULERS:
+        reports = {
+            system: simulate(
+                topology,
+                model,
+                trace,
+                system=system,
+                serving="colocated",
+                scheduler=scheduler,
+                window_s=WINDOW,
+            )
+            for system in COLOCATED_SYSTEMS
+        }
+        full = reports["vllm-full"].summary()["gpu_time_s"]
+        first = reports["vllm-full"]
+        print(
+            f"Colocated (paper section 6.4): {trace.name} x {model} (TP1) on {topology}, vLLM "
+            f"scheduler {scheduler}, {len(first.requests)} requests, trace rate "
+            f"x{first.rate_scale:.3g}"
+        )
+        print(colocated_table(reports, full), end="\n\n")
+        print(colocated_paper_table(reports), end="\n\n")
+
+
+def _warm_p99(report: Any) -> float:
+    values = [r.ttft_s for r in report.finished if r.arrival_s >= WARM_S]
+    return float(np.percentile(values, 99)) if values else math.nan
+
+
+def colocated_table(reports: dict[str, Any], full_gpu_s: float) -> str:
+    rows = []
+    for name, report in reports.items():
+        s = report.summary()
+        rows.append(
+            [
+                name,
+                f"{s['ttft_mean_s']:.3f}",
+                f"{s['ttft_p99_s']:.3f}",
+                f"{_warm_p99(report):.3f}",
+                f"{s['tbt_mean_s']:.4f}",
+                f"{s['tbt_p99_s']:.4f}",
+                f"{s['gpu_time_s']:.0f}",
+                f"{s['gpu_time_s'] / full_gpu_s:.1%}",
+                s["scale_events"],
+                s["live_prefills"],
+                s["preemptions"],
+                s["requests_dropped"],
+            ]
+        )
+    headers = [
+        "system",
+        "TTFT mean s",
+        "TTFT p99 s",
+        f"TTFT p99 after {WARM_S:g} s",
+        "TBT mean s",
+        "TBT p99 s",
+        "GPU time s",
+        "of full",
+        "scalings",
+        "live prefills",
+        "preempted",
+        "dropped",
+    ]
+    return format_table(headers, rows)
+
+
+def colocated_paper_table(reports: dict[str, Any]) -> str:
+    blitz = reports["blitzscale"]
+    b = blitz.summary()
+    rows = []
+    for name, paper in (("vllm-full", "about the same (1x)"), ("vllm-avg", "0.24x")):
+        other = reports[name]
+        o = other.summary()
+        rows.append(
+            [
+                f"BlitzScale P99 TTFT / {name}",
+                f"{b['ttft_p99_s'] / o['ttft_p99_s']:.2f}x",
+                f"{_warm_p99(blitz) / _warm_p99(other):.2f}x",
+                paper,
+            ]
+        )
+        rows.append(
+            [
+                f"BlitzScale mean TTFT / {name}",
+                f"{b['ttft_mean_s'] / o['ttft_mean_s']:.2f}x",
+                "",
+                "-",
+            ]
+        )
+    return format_table(["comparison", "measured", f"after {WARM_S:g} s", "paper"], rows)
+
+
+def colocated_azure() -> None:
+    """A fixed fleet of colocated replicas (every GPU) on the whole AzureConv trace, with each
+    scheduler at the same rate."""
+    pairing = PAIRINGS[2]
+    trace = azure("conv")
+    rows = []
+    rate_scale = None
+    for scheduler in SCHEDULERS:
+        started = time.perf_counter()
+        report = simulate(
+            pairing.topology,
+            pairing.model,
+            trace,
+            system="vllm-full",
+            tp=pairing.tp,
+            scheduler=scheduler,
+            window_s=WINDOW,
+            rate_scale=rate_scale,
+        )
+        rate_scale = report.rate_scale
+        wall = time.perf_counter() - started
+        s = report.summary()
+        rows.append(
+            [
+                scheduler,
+                s["requests_in"],
+                s["requests_finished"],
+                s["requests_dropped"],
+                f"{s['ttft_mean_s']:.3f}",
+                f"{s['ttft_p50_s']:.3f}",
+                f"{s['ttft_p99_s']:.3f}",
+                f"{s['tbt_mean_s']:.4f}",
+                f"{s['tbt_p99_s']:.4f}",
+                s["preemptions"],
+                f"{s['events_processed']:,}",
+                f"{wall:.1f}",
+            ]
+        )
+    print(
+        f"Colocated fixed fleet: AzureConv x {pairing.model} (TP{pairing.tp}) on "
+        f"{pairing.topology}, vllm-full (a replica on every {pairing.tp} GPUs, vLLM defaults), "
+        f"trace rate x{rate_scale:.3g}"
+    )
+    headers = [
+        "scheduler",
+        "in",
+        "finished",
+        "dropped",
+        "TTFT mean s",
+        "TTFT p50 s",
+        "TTFT p99 s",
+        "TBT mean s",
+        "TBT p99 s",
+        "preempted",
+        "events",
+        "wall s",
+    ]
+    print(format_table(headers, rows), end="\n\n")
+
+
 def main() -> None:
     print(
         f"blitzplan paper reproduction, {date.today()}, {platform.machine()}, "
         f"{os.cpu_count()} cpus, Python {platform.python_version()}"
         f"{', 5-minute windows' if QUICK else ', whole traces'}\n"
     )
-    for pairing in PAIRINGS:
-        run_pairing(pairing)
-    faults()
-    speed()
+    parts = sys.argv[1:] or ["disaggregated", "colocated"]
+    if "disaggregated" in parts:
+        for pairing in PAIRINGS:
+            run_pairing(pairing)
+        faults()
+        speed()
+    if "colocated" in parts:
+        colocated_burst()
+        colocated_azure()
 
 
 if __name__ == "__main__":

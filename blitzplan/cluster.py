@@ -69,6 +69,9 @@ class Role(StrEnum):
 
     PREFILL = "prefill"
     DECODE = "decode"
+    COLOCATED = "colocated"
+    """Prefills and decodes in one engine (vLLM, SGLang): no KV cache leaves it for a decode
+    instance, so its NICs are free to send weights."""
     IDLE = "idle"
     LOADING = "loading"
     """Still receiving its weights. It occupies its GPUs; it is a source for a later plan only

@@ -30,7 +30,7 @@ cells = [
         "QUICK = os.environ.get('BLITZPLAN_QUICK') == '1'\n"
         "WINDOW = (0.0, 180.0) if QUICK else None\n"
         "SYSTEMS_RUN = (['distserve-full', 'serverlessllm', 'allcache', 'blitzscale'] if QUICK\n"
-        "               else list(SYSTEMS))\n"
+        "               else [s for s in SYSTEMS if s not in ('fixed', 'vllm-full', 'vllm-avg')])\n"
         "TRACES = Path('..').resolve().parent / 'shared' / 'traces'\n\n"
         "def azure(name):\n"
         "    path = TRACES / f'AzureLLMInferenceTrace_{name}.csv'\n"

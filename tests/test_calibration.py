@@ -161,3 +161,20 @@ def test_bad_inputs_are_named() -> None:
         ProfileRow("prefill", 1, 8, KernelTimes())
     with pytest.raises(InvalidInputError, match="errors must hold at least one row"):
         error_summary([])
+
+
+def test_a_mixed_iteration_keeps_the_calibrated_error_on_every_layer_row() -> None:
+    """A colocated engine's batch is priced by ``mixed_layer_s``; on each measured row (one
+    prompt, or one decode batch) it prices exactly what the calibrated layer does, so its error
+    on the table is the calibrated one (median <= 10%, worst <= 25%)."""
+    errors = []
+    for row in LAYER_ROWS:
+        compute = RooflineComputeModel(TABLE.model, TABLE.gpu, tp=row.tp)
+        if row.kind == "prefill":
+            mixed = compute.mixed_layer_s([(row.tokens, 0)], [])
+        else:
+            mixed = compute.mixed_layer_s([], [row.context_len] * row.tokens)
+        errors.append(abs(mixed / row.measured.total_s - 1))
+    predicted = compare(LAYER_ROWS, model=TABLE.model, gpu=TABLE.gpu, params=A100_PARAMS)
+    assert errors == pytest.approx([abs(e.relative_error) for e in predicted], abs=1e-12)
+    assert sorted(errors)[len(errors) // 2] <= 0.10 and max(errors) <= 0.25

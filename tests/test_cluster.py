@@ -112,7 +112,8 @@ def test_instance_errors_are_named(state: ClusterState) -> None:
     ):
         state.add_instance("llama-3-70b", gpus=["h1/gpu0"])
     with pytest.raises(
-        InvalidInputError, match="role must be one of prefill, decode, idle, loading, got 'router'"
+        InvalidInputError,
+        match="role must be one of prefill, decode, colocated, idle, loading, got 'router'",
     ):
         state.add_instance("llama-3-8b", gpus=["h1/gpu0"], role="router")
     with pytest.raises(InvalidInputError, match="prompt_tokens must be a positive integer, got 0"):

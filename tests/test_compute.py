@@ -18,6 +18,7 @@ from blitzplan import (
     load_model,
 )
 from blitzplan.compute import KernelTimes
+from blitzplan.compute.iteration import iteration_s
 from blitzplan.kernels import A100_PARAMS, gemm_s, smooth_max
 from blitzplan.units import GB, GB_PER_S, TFLOPS
 
@@ -256,3 +257,67 @@ def test_compute_model_errors_are_named() -> None:
             head_tokens=[1],
             head_s=[1],
         )
+
+
+# --- a mixed iteration -----------------------------------------------------------------------
+
+CALIBRATED = RooflineComputeModel(LLAMA, get_gpu("a100"))
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_a_batch_of_one_kind_is_the_calibrated_prefill_or_decode(tp: int) -> None:
+    """The mixed layer is priced from the same kernels: equal chunks without prefix are the
+    prefill of the calibration rows, decodes alone their decode step (so its error on them is
+    the calibrated model's)."""
+    model = RooflineComputeModel(LLAMA, get_gpu("a100"), tp=tp)
+    for tokens, requests in ((128, 1), (2048, 1), (4096, 4)):
+        chunks = [(tokens // requests, 0)] * requests
+        assert model.mixed_layer_s(chunks, []) == pytest.approx(
+            model.prefill_layer_s(tokens, requests=requests), rel=1e-12
+        )
+    for batch, context in ((1, 1024), (32, 1024), (128, 0)):
+        assert model.mixed_layer_s([], [context] * batch) == pytest.approx(
+            model.decode_layer_s(batch, context), rel=1e-12
+        )
+
+
+def test_a_mixed_batch_shares_its_projections_and_pays_for_prefixes() -> None:
+    m = CALIBRATED
+    prefill, decodes = m.mixed_layer_s([(512, 0)], []), m.mixed_layer_s([], [1024] * 32)
+    both = m.mixed_layer_s([(512, 0)], [1024] * 32)
+    assert max(prefill, decodes) < both < prefill + decodes  # one pass reads the weights once
+    later = m.mixed_kernels([(512, 3584)], [])
+    first = m.mixed_kernels([(512, 0)], [])
+    assert later.attention_s > 3 * first.attention_s  # a chunk attends to its computed prefix
+    assert later.gemm_s == first.gemm_s
+
+
+def test_iteration_prices_layers_and_one_head_per_request() -> None:
+    m = CALIBRATED
+    chunks, contexts = [(300, 0), (200, 100)], [50, 60, 70]
+    expected = 32 * m.mixed_layer_s(chunks, contexts) + m.head_s(5)
+    assert iteration_s(m, 32, chunks, contexts) == pytest.approx(expected)
+
+
+def test_a_table_model_composes_a_mixed_layer() -> None:
+    table = TableComputeModel.tabulate(CALIBRATED)
+    assert table.mixed_layer_s([], [512] * 8) == pytest.approx(table.decode_layer_s(8, 512))
+    assert table.mixed_layer_s([(2048, 0)], []) == pytest.approx(table.prefill_layer_s(2048))
+    mixed = table.mixed_layer_s([(2040, 0)], [512] * 8)
+    attention = table.decode_layer_s(8, 512) - table.decode_layer_s(8, 0)
+    assert mixed == pytest.approx(table.prefill_layer_s(2048) + attention)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "contexts", "message"),
+    [
+        ([], [], "at least one chunk or decode"),
+        ([(0, 5)], [], r"chunks\[0\] tokens must be a positive integer"),
+        ([(5, -1)], [], r"chunks\[0\] prefix_tokens must be an integer >= 0"),
+        ([(5,)], [], r"chunks\[0\] must be \(tokens, prefix_tokens\)"),
+        ([], [1.5], r"decode_contexts\[0\] must be an integer >= 0"),
+    ],
+)
+def test_bad_mixed_batches_are_refused(chunks: list, contexts: list, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        CALIBRATED.mixed_layer_s(chunks, contexts)

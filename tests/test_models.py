@@ -18,6 +18,9 @@ PUBLISHED_TOTAL_BYTES = {
     "qwen2.5-7b": 2 * 7_615_616_512,
     "qwen2.5-72b": 2 * 72_706_203_648,
     "mixtral-8x7b": 93_405_585_408,
+    # 2 x 6,738,415,616 parameters; the safetensors total_size, 13,476,839,424, also counts 32
+    # fp32 rotary inv_freq buffers (8,192 bytes) that are no weights
+    "llama-2-7b": 2 * 6_738_415_616,
 }
 
 LLAMA_8B = {

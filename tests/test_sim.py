@@ -10,6 +10,7 @@ import pytest
 from blitzplan import InvalidInputError, load_topology
 from blitzplan.sim import SYSTEMS, load_trace, simulate, synthetic_trace
 from blitzplan.sim.autoscaler import Load, PaperAutoscaler
+from blitzplan.sim.events import ClockError, EventQueue, Tick
 from blitzplan.sim.sweep import grid, sweep
 from blitzplan.sim.traces import Request, Trace
 from tests.conftest import SHARED
@@ -155,7 +156,8 @@ def test_autoscaler_scales_down_one_at_a_time() -> None:
 
 @pytest.mark.parametrize("system", list(SYSTEMS))
 def test_every_system_conserves_requests(system: str) -> None:
-    report = simulate("paper-a800-32", "mistral-small-24b", SMALL, system=system, tp=2)
+    fleet = {"prefill": 2, "decode": 2} if system == "fixed" else {}
+    report = simulate("paper-a800-32", "mistral-small-24b", SMALL, system=system, tp=2, **fleet)
     s = report.summary()
     assert s["requests_in"] == len(SMALL)
     assert s["requests_in"] == s["requests_finished"] + s["requests_dropped"]
@@ -267,3 +269,50 @@ def test_links_run_at_their_achieved_rates_unless_line_rate_is_asked() -> None:
     assert loads["achieved"][0] == pytest.approx(loads["line"][0] / 0.8, rel=0.02)
     with pytest.raises(InvalidInputError, match="link_efficiency"):
         simulate("paper-a800-32", "mistral-small-24b", SMALL, tp=2, link_efficiency=0.0)
+
+
+# --- the clock -------------------------------------------------------------------------------
+
+
+def test_the_event_queue_refuses_an_event_before_its_clock() -> None:
+    """The core asserts the clock never goes back: booking before the last event given out is
+    an internal error, raised where it is booked (so every simulator test run checks it)."""
+    queue = EventQueue()
+    queue.push(2.0, Tick())
+    queue.push(1.0, Tick())
+    assert queue.pop()[0] == 1.0
+    queue.push(1.0, Tick())  # the same instant is fine
+    with pytest.raises(ClockError, match=r"booked at 0\.5 s, before the simulator's clock"):
+        queue.push(0.5, Tick())
+    with pytest.raises(ClockError):
+        queue.push(math.nan, Tick())
+
+
+@pytest.mark.parametrize("system", ["serverlessllm", "allcache", "blitzscale"])
+def test_instances_serve_only_what_has_arrived(system: str) -> None:
+    """No prefill instance runs a batch before its weights are there (issue 18: an instance
+    that joined the relay at the relay's lagging clock ran work up to 0.71 s early)."""
+    trace = synthetic_trace(duration_s=60, rate_per_s=4, burstiness=8, seed=5)
+    report = simulate("paper-a800-32", "mistral-small-24b", trace, system=system, tp=2, record=True)
+    loaded: dict[str, float] = {}
+    ran = 0
+    for time_s, rid, what, detail in report.log:
+        name = detail.split()[0] if detail else ""
+        if rid == -1 and what == "loaded":
+            loaded[name] = time_s
+        elif what == "relay-old":
+            assert time_s >= loaded[name], (name, time_s, loaded[name])
+            ran += 1
+    assert ran and len(loaded) > 2
+
+
+def test_idle_stretches_do_not_tick() -> None:
+    """Two requests 30 days apart: the autoscaler's ticks skip the empty month (at 0.5 s they
+    would be 5 million events) and both requests finish."""
+    month = 30 * 86_400.0
+    trace = Trace((Request(0.0, 100, 10), Request(month, 100, 10)))
+    report = simulate("h200-8", "llama-3-8b", trace, rate_scale=1.0, system="allcache")
+    s = report.summary()
+    assert s["requests_finished"] == 2
+    assert report.events_processed < 2_000
+    assert report.requests[1].first_token_s - month < 1.0

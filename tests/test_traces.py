@@ -10,7 +10,7 @@ import pytest
 
 from blitzplan import InvalidInputError
 from blitzplan.sim import load_trace, simulate
-from blitzplan.sim.traces import MAX_TOKENS, Request, Trace
+from blitzplan.sim.traces import MAX_TOKENS, MAX_TRACE_S, Request, Trace
 from tests.conftest import SHARED
 
 TRACES = SHARED / "traces"
@@ -130,3 +130,36 @@ def test_a_real_trace_with_a_byte_order_mark_loads_the_same(tmp_path: Path) -> N
     marked = tmp_path / "marked.csv"
     marked.write_bytes(b"\xef\xbb\xbf" + original.read_bytes())
     assert load_trace(marked).requests == load_trace(original).requests
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (AZURE + "1900-01-01 00:00:00.0,10,5\n2023-11-16 18:17:05.0,10,5\n", 3),
+        (AZURE + "2023-11-16 18:17:05.0,10,5\n9999-12-31 23:59:59.0,10,5\n", 3),
+        (BURST + _burst_row("0") + _burst_row("1") + _burst_row("1e15"), 4),
+    ],
+)
+def test_a_far_timestamp_is_refused_at_its_line(tmp_path: Path, body: str, line: int) -> None:
+    """A finite but far time (centuries in an Azure file, 1e15 s in BurstGPT) would replay as
+    years of idle cluster: a trace may span at most MAX_TRACE_S (a year)."""
+    path = _write(tmp_path, body)
+    _refused(path, rf"line {line}: time .* after the first request \(line 2\); .*MAX_TRACE_S")
+
+
+def test_traces_longer_than_a_year_are_refused_however_they_are_made() -> None:
+    far = Trace((Request(0.0, 10, 5), Request(MAX_TRACE_S + 1, 10, 5)), "far")
+    with pytest.raises(InvalidInputError, match="spans .* more than MAX_TRACE_S"):
+        simulate("h200-8", "llama-3-8b", far, rate_scale=1.0)
+    day = Trace((Request(0.0, 10, 5), Request(86_400.0, 10, 5)))
+    with pytest.raises(InvalidInputError, match="stretches .* beyond MAX_TRACE_S"):
+        day.rescale(1e-3)
+
+
+def test_a_window_past_the_last_request_is_refused() -> None:
+    trace = Trace(tuple(Request(float(t), 10, 5) for t in range(10)))
+    with pytest.raises(
+        InvalidInputError, match=r"starts after the last request .*\(9 s from its first\)"
+    ):
+        simulate("h200-8", "llama-3-8b", trace, window_s=(50, 60))
+    assert len(trace.window(9, 60)) == 1  # the last request is at 9 s: kept

@@ -6,6 +6,11 @@
 * KV-migration bandwidth: KV bytes per second arriving at decode instances over their NICs'
   ingress.
 
+Colocated replicas (``colocated``) are scaled on two of them: prompt tokens
+arriving and waiting over what the replicas prefill, and KV memory in use (blocks, with the
+requests waiting for them) over the replicas' KV capacity; the larger want wins, and one fewer
+only when both are low.
+
 A bound above its high mark asks for enough instances to bring it to the midpoint of its marks;
 below its low mark it allows one fewer (at most one scale-down per step, and only of an
 instance idle for ``idle_timeout_s``). Decisions are values; the simulator applies them.
@@ -38,6 +43,10 @@ class Load:
     kv_arrival_bytes_per_s: float
     kv_ingress_bytes_per_s: float
     """Per decode instance."""
+    colocated_instances: int = 0
+    """Colocated replicas (then prefill capacity and KV capacity are per replica)."""
+    colocated: bool = False
+    """Whether the fleet is colocated (it scales colocated replicas, not prefill and decode)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,15 @@ class ScaleDecision:
     prefill: int
     decode: int
     reason: str
+    colocated: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.prefill or self.decode or self.colocated)
+
+    @property
+    def up(self) -> bool:
+        return self.prefill > 0 or self.decode > 0 or self.colocated > 0
 
 
 class Autoscaler(Protocol):
@@ -68,6 +86,7 @@ class PaperAutoscaler:
     idle_timeout_s: float = 0.5
     min_prefill: int = 1
     min_decode: int = 1
+    min_colocated: int = 1
 
     def __post_init__(self) -> None:
         if not 0 <= self.low < self.high <= 1:
@@ -95,6 +114,8 @@ class PaperAutoscaler:
         return current, False
 
     def decide(self, load: Load) -> ScaleDecision:
+        if load.colocated:
+            return self._decide_colocated(load)
         p, d = load.prefill_instances, load.decode_instances
         prefill_u = _ratio(load.prefill_demand_tokens_per_s, p * load.prefill_capacity_tokens_per_s)
         kv_u = _ratio(load.kv_used_bytes, d * load.kv_capacity_bytes)
@@ -118,6 +139,17 @@ class PaperAutoscaler:
         return ScaleDecision(
             max(delta_p, -1), max(delta_d, -1), ", ".join(reasons) or "below low mark"
         )
+
+    def _decide_colocated(self, load: Load) -> ScaleDecision:
+        c = load.colocated_instances
+        prefill_u = _ratio(load.prefill_demand_tokens_per_s, c * load.prefill_capacity_tokens_per_s)
+        kv_u = _ratio(load.kv_used_bytes, c * load.kv_capacity_bytes)
+        want_p, hot_p = self._wanted(c, prefill_u, self.min_colocated)
+        want_kv, hot_kv = self._wanted(c, kv_u, self.min_colocated)
+        named = (("prefill tokens", hot_p), ("KV memory", hot_kv))
+        reasons = [name for name, hot in named if hot]
+        delta = max(want_p, want_kv) - c
+        return ScaleDecision(0, 0, ", ".join(reasons) or "below low mark", max(delta, -1))
 
 
 def _ratio(used: float, capacity: float) -> float:

@@ -99,6 +99,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 failures=_failures(args.fail),
                 progress=True,
+                **_fleet_options(args, system),
             )
         )
     first = reports[0]
@@ -117,6 +118,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         print(f"wrote per-request CSVs and JSON reports to {out}")
     return 0
+
+
+def _fleet_options(args: argparse.Namespace, system: str) -> dict[str, Any]:
+    """The colocated options the user gave, and the fleet's counts for ``fixed`` (the others
+    keep simulate's defaults)."""
+    names = ["serving", "max_num_batched_tokens", "max_num_seqs", "scheduler", "router"]
+    if system == "fixed":
+        names += ["prefill", "decode", "colocated"]
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def _seeds(text: str) -> list[int]:
@@ -152,8 +162,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 _SYSTEMS_HELP = (
-    "comma-separated: distserve-full, distserve-half, serverlessllm, allcache, "
-    "blitzscale-network, blitzscale-multicast, blitzscale"
+    "comma-separated: distserve-full, distserve-half, vllm-full, vllm-avg, fixed, "
+    "serverlessllm, allcache, blitzscale-network, blitzscale-multicast, blitzscale"
 )
 
 
@@ -181,6 +191,7 @@ def add_sim_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a host failure on the trace's time axis, e.g. 120:h1 (repeatable; default: none)",
     )
     s.add_argument("--out", default=None, help="folder for plots, CSVs and JSON (default: none)")
+    _fleet_arguments(s)
     s.set_defaults(func=_cmd_simulate)
     w = subparsers.add_parser(
         "sweep",
@@ -197,6 +208,47 @@ def add_sim_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
     w.add_argument("--workers", type=int, default=2, help="local processes")
     w.add_argument("--out", default=None, help="JSON file for the results (default: none)")
     w.set_defaults(func=_cmd_sweep)
+
+
+def _fleet_arguments(cmd: argparse.ArgumentParser) -> None:
+    """A fixed fleet and the colocated engine's options (simulate's keywords)."""
+    cmd.add_argument(
+        "--serving",
+        choices=("disaggregated", "colocated"),
+        default=None,
+        help="disaggregated or colocated (default: the system's own)",
+    )
+    for role in ("prefill", "decode", "colocated"):
+        cmd.add_argument(
+            f"--{role}",
+            type=int,
+            default=None,
+            help=f"{role} instances of a --systems fixed fleet (default: none)",
+        )
+    cmd.add_argument(
+        "--scheduler",
+        choices=("chunked", "prefill-first"),
+        default=None,
+        help="a colocated replica's vLLM scheduler (default: chunked)",
+    )
+    cmd.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="token budget of an iteration (default: vLLM's for the GPU and scheduler)",
+    )
+    cmd.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="requests in an iteration (default: vLLM's for the GPU and scheduler)",
+    )
+    cmd.add_argument(
+        "--router",
+        choices=("least-outstanding", "round-robin"),
+        default=None,
+        help="how requests spread over colocated replicas (default: least-outstanding)",
+    )
 
 
 def _common_options(cmd: argparse.ArgumentParser) -> None:

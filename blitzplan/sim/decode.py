@@ -36,7 +36,27 @@ class DecodeTier:
         self.kv_per_token = float(model.kv_bytes_per_token)
         self.schedule_step = step
         self.backlog: deque[SimRequest] = deque()
+        self.admit: Callable[[float], None] | None = None
+        """Admits the backlog (the router's); a joining instance calls it."""
         self._cost: dict[tuple[int, int], float] = {}
+
+    # --- the tier interface -------------------------------------------------------------------
+
+    def join(self, inst: SimInstance, now_s: float) -> None:
+        """A decode instance serves: the backlog may move to it."""
+        if self.admit is not None:
+            self.admit(now_s)
+
+    def leave(self, inst: SimInstance) -> None:
+        """Nothing to stop: a draining instance is no longer among the serving ones that
+        :meth:`reserve` is given; its running requests finish."""
+
+    def busy(self, inst: SimInstance) -> bool:
+        return bool(inst.running) or inst.kv_used > 0
+
+    def fail(self, inst: SimInstance, now_s: float) -> list[SimRequest]:
+        """``inst`` is gone: the requests decoding on it must start over."""
+        return list(inst.running)
 
     def need_bytes(self, request: SimRequest) -> float:
         return (request.prompt_tokens + request.output_tokens) * self.kv_per_token
@@ -62,7 +82,7 @@ class DecodeTier:
         if request in target.running:
             target.running.remove(request)
 
-    def join(self, request: SimRequest, now_s: float) -> None:
+    def start_decoding(self, request: SimRequest, now_s: float) -> None:
         """``request``'s KV cache is on its decode instance: it decodes from the next step."""
         target = request.decode
         if target is None:

@@ -1,25 +1,26 @@
 """The discrete-event engine: one queue of typed events, the parts that handle them, the clock.
 
-The parts a reader can find: requests and the instance lifecycle (:mod:`.instances`), the request
-path (:mod:`.router`), the prefill relay (:mod:`.prefill`), decode (:mod:`.decode`), transfers
-(:mod:`.flows`), the autoscaler's signals (:mod:`.metrics`), the systems and their scale actions
-(:mod:`.systems`), loads in flight (:mod:`.loads`) and host failures (:mod:`.faults`). Every
-handler changes state through those parts; systems return :class:`~.systems.ScaleAction` values
-that :meth:`Simulator.apply` carries out. The queue owns its tie-breaking counter, so two runs of
-the same input are identical.
+The serving tiers are parts behind one small interface (:class:`~.tiers.Tier`): the prefill relay
+(:mod:`.prefill`) and decode instances (:mod:`.decode`) of a disaggregated fleet, joined by the
+request path (:mod:`.router`) and KV transfers (:mod:`.flows`); or the colocated replicas
+(:mod:`.colocated`) and their live pairs (:mod:`.pairs`). The other parts see narrow typed views
+of the run, never the engine: systems a :class:`~.systems.ClusterView`, host failures a
+:class:`~.faults.FaultView`, the autoscaler's signals a :class:`~.metrics.LoadView`. Systems
+return :class:`~.systems.ScaleAction` values that :meth:`Simulator.apply` carries out. The queue
+owns its tie-breaking counter and refuses an event booked in the past, so two runs of the same
+input are identical and the clock never goes back.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from blitzplan.cluster import ClusterState, QueuedRequest, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.live.policies import Policy
 from blitzplan.models import ModelSpec
 from blitzplan.sim.autoscaler import Autoscaler, ScaleDecision
-from blitzplan.sim.decode import DecodeTier
 from blitzplan.sim.events import (
     Arrival,
     CopyRestored,
@@ -28,26 +29,22 @@ from blitzplan.sim.events import (
     EventQueue,
     FlowDone,
     HostFailure,
+    Iteration,
     LoadDone,
     RelayStep,
     Tick,
 )
 from blitzplan.sim.faults import FaultHandler
-from blitzplan.sim.flows import Flows
-from blitzplan.sim.instances import NO_WORKER, Instances, SimInstance, SimRequest
+from blitzplan.sim.instances import NO_WORKER, SimInstance, SimRequest
 from blitzplan.sim.loads import WeightLoad, load_hosts
-from blitzplan.sim.metrics import LoadMeter, autoscaler_load, watch_prefill_bound
-from blitzplan.sim.prefill import PrefillTier
-from blitzplan.sim.router import Router
+from blitzplan.sim.metrics import autoscaler_load, watch_prefill_bound
+from blitzplan.sim.parts import RunParts
+from blitzplan.sim.serving import ServingOptions
 from blitzplan.sim.systems import Launch, ScaleAction, System
 from blitzplan.sim.traces import Trace
 from blitzplan.topologies import Topology
 
 __all__ = ["ScaleEvent", "Simulator"]
-
-SNAPSHOT_QUEUE = 32
-"""A snapshot deals the relay's queued requests round-robin to the serving prefill instances,
-at most this many each (plan() reads them to pair live instances; the relay ignores its pairs)."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +60,16 @@ class ScaleEvent:
     full_capacity_s: float
     ssd_loads: int = 0
     launched: int = 0
+    colocated: int = 0
 
 
-class Simulator:
-    """A stateful run over one trace; :meth:`run` drives the event loop to the end."""
+class Simulator(RunParts):
+    """A stateful run over one trace; :meth:`run` drives the event loop to the end.
+
+    ``serving`` (resolved :class:`~.serving.ServingOptions`) makes the fleet colocated, each
+    replica sustaining ``replica_tokens_per_s`` prompt tokens a second (the autoscaler's
+    capacity); None keeps it disaggregated.
+    """
 
     def __init__(
         self,
@@ -79,41 +82,19 @@ class Simulator:
         autoscaler: Autoscaler | None,
         compute: ComputeModel,
         policy: Policy,
+        serving: ServingOptions | None = None,
+        replica_tokens_per_s: float | None = None,
         failures: Sequence[tuple[float, float, str]] = (),
         token_budget: int = 8192,
         max_decode_batch: int = 256,
         drain_limit_s: float = 600.0,
         progress: Callable[[float], None] | None = None,
     ) -> None:
-        self.base_topology = self._topology_now = topology
-        self.model, self.tp, self.system, self.autoscaler = model, tp, system, autoscaler
-        self.compute, self.token_budget = compute, token_budget
-        self.now_s = 0.0
         self.queue = EventQueue()
-        gpu = topology.gpu_spec(topology.gpus()[0])
-        kv_capacity = max(0.0, tp * (0.9 * gpu.memory_bytes - model.shard(tp).total_bytes))
-        self.instances = Instances(kv_capacity)
-        self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
-        self.prefill = self._prefill_tier(policy)
-        self.decode = DecodeTier(
-            model,
-            compute,
-            max_batch=max_decode_batch,
-            step=lambda t, inst, n: self.queue.push(t, DecodeStep(inst, n)),
-        )
-        self.meter = LoadMeter()
-        self.router = Router(
-            self.instances,
-            self.prefill,
-            self.decode,
-            self.flows,
-            tp=tp,
-            meter=self.meter,
-            finished=self._finished,
-        )
-        self.prefill.note = self.router.note
-        self.prefill.note_instance = self.router.note_instance
-        self.faults = FaultHandler(self)
+        super().__init__(topology, model, tp=tp, compute=compute, token_budget=token_budget)
+        self.system, self.autoscaler = system, autoscaler
+        self.build(policy, serving, max_decode_batch, replica_tokens_per_s)
+        self.faults = FaultHandler(self, topology, model, holds_host_copy=system.holds_host_copy)
         self.loads: list[WeightLoad] = []
         self.scale_events: list[ScaleEvent] = []
         self.requests = [
@@ -121,49 +102,17 @@ class Simulator:
             for i, r in enumerate(trace.requests)
         ]
         self.pending = len(self.requests)
+        self.arrived = 0
         self.end_s = (trace.duration_s if trace.requests else 0.0) + drain_limit_s
         self.events_processed = 0
         self.progress = progress
-        self._wakes: set[float] = set()
         self._draining: list[SimInstance] = []
         for request in self.requests:
             self.queue.push(request.arrival_s, Arrival(request))
         for sim_s, trace_s, host in failures:
             self.queue.push(sim_s, HostFailure(host, trace_s))
 
-    def _prefill_tier(self, policy: Policy) -> PrefillTier:
-        topo = self.base_topology
-        gpu = topo.gpus()[0]
-        nic, leaf = topo.nic_of(gpu), topo.leaf_of(gpu)
-        edge = (nic, leaf) if leaf else (gpu, nic)
-        model, compute = self.model, self.compute
-
-        def prefill_s(tokens: int, requests: int) -> float:
-            layers = model.num_layers * compute.prefill_layer_s(tokens, requests=requests)
-            return layers + compute.head_s(requests)
-
-        return PrefillTier(
-            model.num_layers,
-            prefill_s,
-            policy=policy,
-            token_budget=self.token_budget,
-            handoff_bytes_per_s=topo.bytes_per_s(edge),
-            handoff_latency_s=topo.latency_s(edge),
-            activation_bytes_per_token=float(model.activation_bytes_per_token),
-            kv_bytes_per_token=float(self.model.kv_bytes_per_token),
-            wake=self.wake_relay,
-        )
-
     # --- the loop -----------------------------------------------------------------------------
-
-    @property
-    def topology_now(self) -> Topology:
-        """The topology without the parts that failed so far."""
-        return self._topology_now
-
-    def degrade(self, topology: Topology) -> None:
-        """What failed is gone: plans and new transfers use ``topology`` from now on."""
-        self._topology_now = self.flows.topology = topology
 
     def run(self) -> None:
         self.apply(self.system.start(self))
@@ -174,6 +123,7 @@ class Simulator:
             RelayStep: self._relay_step,  # type: ignore[dict-item]
             FlowDone: self._flow_done,  # type: ignore[dict-item]
             DecodeStep: self._decode_step,  # type: ignore[dict-item]
+            Iteration: self._iteration,  # type: ignore[dict-item]
             LoadDone: self._load_done,  # type: ignore[dict-item]
             Tick: self._tick,  # type: ignore[dict-item]
             HostFailure: self.faults.host_failure,  # type: ignore[dict-item]
@@ -181,10 +131,9 @@ class Simulator:
         }
         next_report = 0.0
         while self.queue and self.pending:
-            time_s, event = self.queue.pop()
-            if time_s > self.end_s:
+            if self.queue.peek_s() > self.end_s:
                 break
-            self.now_s = time_s
+            time_s, event = self.queue.pop()
             handlers[type(event)](event)
             self.events_processed += 1
             if self.progress is not None and time_s >= next_report:
@@ -200,37 +149,38 @@ class Simulator:
             self.instances.release(inst, self.now_s)
         self.faults.close(self.now_s)
 
-    def _finished(self, request: SimRequest) -> None:
-        self.pending -= 1
-
-    def wake_relay(self, at_s: float) -> None:
-        """The relay steps at ``at_s`` (once per instant, after everything else there)."""
-        if at_s not in self._wakes:
-            self._wakes.add(at_s)
-            self.queue.push(at_s, RelayStep(), late=True)
-
     # --- handlers -----------------------------------------------------------------------------
 
     def _arrival(self, event: Arrival) -> None:
         request = event.request
+        self.arrived += 1
         self.meter.prompt(self.now_s, request.prompt_tokens)
-        self.router.arrive(request, self.now_s)
-        watch_prefill_bound(self)
+        self.path.arrive(request, self.now_s)
+        watch_prefill_bound(self, getattr(self.autoscaler, "high", None))
 
-    def _relay_step(self, _: RelayStep) -> None:
-        self._wakes.discard(self.now_s)
-        for done in self.prefill.step(self.now_s):
-            self.router.prefilled(done, self.now_s)
+    def _relay_step(self, event: RelayStep) -> None:
+        self._wakes.discard((event.owner, self.now_s))
+        if event.owner is not None:
+            if self.pairs is not None:
+                self.pairs.step(event.owner, self.now_s)
+        elif self.router is not None:
+            for done in self.prefill.step(self.now_s):
+                self.router.prefilled(done, self.now_s)
         self._release_drained()
 
     def _flow_done(self, event: FlowDone) -> None:
         tag = self.flows.done(self.now_s, event.flow, event.version)
         if isinstance(tag, SimRequest):
-            self.router.kv_landed(tag, self.now_s)
+            self.path.kv_landed(tag, self.now_s)
 
     def _decode_step(self, event: DecodeStep) -> None:
-        if event.instance.alive:
+        if event.instance.alive and self.router is not None:
             self.router.decoded(event.instance, event.size, self.now_s)
+            self._release_drained()
+
+    def _iteration(self, event: Iteration) -> None:
+        if self.colocated is not None:
+            self.colocated.iteration_done(event.instance, event.number, self.now_s)
             self._release_drained()
 
     def _load_done(self, event: LoadDone) -> None:
@@ -239,24 +189,34 @@ class Simulator:
             return  # released, or its load was replanned since
         self.instances.loaded(inst, self.now_s)
         inst.idle_since_s = self.now_s
-        self.router.note_instance(self.now_s, inst, "loaded")
-        if inst.role == "decode":
-            self.router.admit_backlog(self.now_s)
-        elif inst.new_worker == NO_WORKER:
-            self.prefill.join_old(inst)  # a live instance joins once it holds nothing
+        self.notes.instance(self.now_s, inst, "loaded")
+        if inst.new_worker == NO_WORKER:  # a live instance joins once it holds nothing
+            self.tiers[inst.role].join(inst, self.now_s)
 
     def _tick(self, _: Tick) -> None:
         if self.autoscaler is None:
             return
         decision = self.autoscaler.decide(autoscaler_load(self))
-        if decision.prefill > 0 or decision.decode > 0:
+        if decision.up:
             self.meter.hot(self.now_s)
         else:
             self.meter.cool(self.now_s)
-        if decision.prefill or decision.decode:
+        if decision.any:
             idle_s = float(getattr(self.autoscaler, "idle_timeout_s", 0.5))
             self.apply(self.system.scale(self, decision, idle_s), decision)
-        self.queue.push(self.now_s + self.autoscaler.interval_s, Tick())
+        self.queue.push(self._next_tick_s(decision), Tick())
+
+    def _next_tick_s(self, decision: ScaleDecision) -> float:
+        """The next decision. While the cluster holds no request and its load window is empty,
+        nothing loads or drains and nothing was asked, every tick would decide the same: the
+        ticks skip to the last one before the next arrival (on the same grid)."""
+        interval = self.autoscaler.interval_s if self.autoscaler else 1.0
+        settled = len(self.requests) - self.pending
+        more = self.arrived < len(self.requests)
+        if decision.any or not more or self.arrived != settled or not self.quiet():
+            return self.now_s + interval
+        gap = self.requests[self.arrived].arrival_s - self.now_s
+        return self.now_s + interval * max(1, math.floor(gap / interval))
 
     # --- applying decisions -------------------------------------------------------------------
 
@@ -276,7 +236,7 @@ class Simulator:
                 action.plan,
                 named,
                 {launch.name: launch.unit_ready_s for launch in action.launches},
-                load_hosts(self._topology_now, action.plan),
+                load_hosts(self.topology_now, action.plan),
             )
             self.loads.append(load)
             end = max(launch.ready_s for launch in action.launches)
@@ -285,24 +245,32 @@ class Simulator:
             self._record(decision, action)
 
     def _launch(self, launch: Launch) -> SimInstance:
-        """A new instance, loading until its last unit lands (live ones join the relay now)."""
-        host = self._topology_now.host_of(launch.gpus[0])
+        """A new instance, loading until its last unit lands (live ones join a relay now)."""
+        host = self.topology_now.host_of(launch.gpus[0])
         inst = self.instances.add(
             launch.role, launch.gpus, host, now_s=self.now_s, ready_s=launch.ready_s
         )
-        inst.live = launch.live
         self.queue.push(launch.ready_s, LoadDone(inst, launch.ready_s))
-        if launch.live:
+        inst.live = launch.live and self._join_live(inst, launch)
+        if inst.live:
             first = max(launch.unit_ready_s[:2])
-            self.router.note_instance(self.now_s, inst, "launch-live", f"layer 1 at {first!r}")
-            self.prefill.join_new(inst, launch.unit_ready_s)
+            self.notes.instance(self.now_s, inst, "launch-live", f"layer 1 at {first!r}")
         else:
-            self.router.note_instance(self.now_s, inst, "launch")
+            self.notes.instance(self.now_s, inst, "launch")
         return inst
 
+    def _join_live(self, inst: SimInstance, launch: Launch) -> bool:
+        if inst.role == "colocated":
+            pairs = self.pairs
+            return pairs is not None and pairs.start(
+                inst, launch.unit_ready_s, launch.pair, self.now_s
+            )
+        self.prefill.join_new(inst, launch.unit_ready_s)
+        return True
+
     def _record(self, decision: ScaleDecision, action: ScaleAction) -> None:
-        prefill = [la for la in action.launches if la.role == "prefill"] or list(action.launches)
-        first = min(max(la.unit_ready_s[:2]) if la.live else la.ready_s for la in prefill)
+        serving = [la for la in action.launches if la.role != "decode"] or list(action.launches)
+        first = min(max(la.unit_ready_s[:2]) if la.live else la.ready_s for la in serving)
         full = max(la.ready_s for la in action.launches)
         detected = self.meter.detected_s(self.now_s)
         self.scale_events.append(
@@ -316,6 +284,7 @@ class Simulator:
                 full,
                 action.ssd_loads,
                 len(action.launches),
+                decision.colocated,
             )
         )
 
@@ -323,78 +292,21 @@ class Simulator:
         """Stop giving ``inst`` work; it is released once its work is done."""
         inst.draining = True
         self._draining.append(inst)
-        if inst.role == "prefill":
-            self.prefill.leave(inst)
+        self.tiers[inst.role].leave(inst)
         self._release_drained()
 
     def _release_drained(self) -> None:
         for inst in list(self._draining):
-            if inst.alive and self._busy(inst):
+            if inst.alive and self.tiers[inst.role].busy(inst):
                 continue
             self._draining.remove(inst)
             if inst.alive:
                 self.release(inst)
 
-    def _busy(self, inst: SimInstance) -> bool:
-        if inst.role == "prefill":
-            return self.prefill.busy(inst)
-        return bool(inst.running) or inst.kv_used > 0
-
-    def release(self, inst: SimInstance) -> None:
-        self.instances.release(inst, self.now_s)
-        self.router.note_instance(self.now_s, inst, "released")
-        if not self.instances.on_host(inst.host):
-            self.system.host_emptied(self, inst.host)
-
     def _mutate(self, inst: SimInstance) -> None:
         """A prefill instance becomes a decode instance in place (no transfer)."""
         self.prefill.leave(inst)
         inst.role, inst.kv_used = "decode", 0.0
-        self.router.note_instance(self.now_s, inst, "mutated")
+        self.notes.instance(self.now_s, inst, "mutated")
         if inst.state == "serving":
-            self.router.admit_backlog(self.now_s)
-
-    # --- what systems and the autoscaler read -------------------------------------------------
-
-    def count(self, role: str) -> int:
-        return len(self.instances.active(role))
-
-    def idle_instance(self, role: str, idle_s: float) -> SimInstance | None:
-        """A serving instance of ``role`` idle for at least ``idle_s``, if any."""
-        for inst in sorted(self.instances.serving(role), key=lambda i: i.id, reverse=True):
-            if not self._busy(inst) and self.now_s - inst.idle_since_s >= idle_s:
-                return inst
-        return None
-
-    def snapshot(
-        self, *, topology: Topology | None = None, exclude: frozenset[str] = frozenset()
-    ) -> ClusterState:
-        """The cluster as plan() sees it: instances with queues (the relay's, dealt out) and KV
-        use; loading instances hold their GPUs but are no sources."""
-        state = ClusterState(topology or self._topology_now, models=[self.model])
-        if self.faults.copy_missing:
-            state.pool.drop(self.model.identity)
-        queues = self._dealt_queues()
-        for inst in self.instances.alive():
-            if inst.id in exclude:
-                continue
-            state.add_instance(
-                self.model,
-                gpus=list(inst.gpus),
-                role=Role.LOADING if inst.state == "loading" else Role(inst.role),
-                queue=queues.get(inst.id, []),
-                kv_bytes_used=int(inst.kv_used),
-                instance_id=inst.id,
-            )
-        return state
-
-    def _dealt_queues(self) -> dict[str, list[QueuedRequest]]:
-        serving = [i for i in self.instances.serving("prefill") if i.new_worker == NO_WORKER]
-        queues: dict[str, list[QueuedRequest]] = {i.id: [] for i in serving}
-        relay, cap = self.prefill.relay, SNAPSHOT_QUEUE * len(serving)
-        waiting = [r for b in list(relay.waiting)[:cap] for r in self.prefill.batches[b]]
-        for k, request in enumerate(waiting[:cap]):
-            queues[serving[k % len(serving)].id].append(
-                QueuedRequest(request.arrival_s - self.now_s, request.prompt_tokens)
-            )
-        return queues
+            self.decode.join(inst, self.now_s)

@@ -1,9 +1,12 @@
 """The simulator's typed events and the queue that orders them.
 
 Entries are ``(time, priority, sequence, event)``: at equal times every ordinary event comes
-before the relay's step (``late``), so the prefill relay decides once on everything that happened
-at that instant, as the offline loop does; remaining ties break by insertion order, with a counter
-owned by the queue, so two runs of the same input are identical.
+before a relay's step (``late``), so a relay decides once on everything that happened at that
+instant, as the offline loop does; remaining ties break by insertion order, with a counter owned
+by the queue, so two runs of the same input are identical.
+
+The clock never goes back: the queue knows the time of the last event it gave out, and an event
+booked before it is an internal error (:class:`ClockError`), raised where it is booked.
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from blitzplan.errors import BlitzplanError
+
 if TYPE_CHECKING:
     from blitzplan.sim.instances import SimInstance, SimRequest
 
 __all__ = [
     "Arrival",
+    "ClockError",
     "CopyRestored",
     "DecodeStep",
     "Event",
     "EventQueue",
     "FlowDone",
     "HostFailure",
+    "Iteration",
     "LoadDone",
     "RelayStep",
     "Tick",
@@ -38,7 +45,10 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class RelayStep:
-    """The prefill relay applies what is due and asks its policy (late at its instant)."""
+    """A relay applies what is due and asks its policy (late at its instant): the prefill tier's
+    (``owner`` None) or a colocated replica's live group (``owner`` its old replica's id)."""
+
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,14 @@ class DecodeStep:
 
     instance: SimInstance
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Iteration:
+    """A colocated replica's iteration ``number`` ended."""
+
+    instance: SimInstance
+    number: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,25 +103,47 @@ class CopyRestored:
     attempt: int
 
 
-Event = Arrival | RelayStep | FlowDone | DecodeStep | LoadDone | Tick | HostFailure | CopyRestored
+Event = (
+    Arrival
+    | RelayStep
+    | FlowDone
+    | DecodeStep
+    | Iteration
+    | LoadDone
+    | Tick
+    | HostFailure
+    | CopyRestored
+)
+
+
+class ClockError(BlitzplanError):
+    """An internal error: an event was booked before the simulator's clock."""
 
 
 class EventQueue:
-    """A heap of events by time, then priority, then insertion."""
+    """A heap of events by time, then priority, then insertion; ``now_s`` is the time of the
+    last event given out, and nothing may be booked before it."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
+        self.now_s = 0.0
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def push(self, time_s: float, event: Event, *, late: bool = False) -> None:
+        if not time_s >= self.now_s:  # also refuses NaN
+            raise ClockError(
+                f"internal error: {type(event).__name__} booked at {time_s!r} s, before the "
+                f"simulator's clock ({self.now_s!r} s); the clock never goes back"
+            )
         heapq.heappush(self._heap, (time_s, int(late), self._seq, event))
         self._seq += 1
 
     def pop(self) -> tuple[float, Event]:
         time_s, _, _, event = heapq.heappop(self._heap)
+        self.now_s = time_s
         return time_s, event
 
     def peek_s(self) -> float:

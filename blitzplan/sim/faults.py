@@ -13,7 +13,7 @@ When host H fails:
 2. KV transfers crossing H stop, and their requests restart;
 3. instances on H are released: batches whose layers (and KV cache) they held restart, so a
    request relayed through a loading instance on H restarts even if its old instance survives;
-   requests decoding on H restart;
+   requests decoding on H restart (on a colocated replica: every request it held, on the others);
 4. requests waiting for decode memory whose KV cache sat on H restart;
 5. BlitzScale's one host copy: if it lived on H, or was being rebuilt there, it is rebuilt on the
    host the pool places it on now, from a serving GPU (else from that host's SSD); each loss
@@ -26,18 +26,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.sim.events import CopyRestored, HostFailure, LoadDone
-from blitzplan.sim.instances import NO_WORKER, SimInstance
+from blitzplan.models import ModelSpec
+from blitzplan.sim.events import CopyRestored, HostFailure
+from blitzplan.sim.flows import Flows
+from blitzplan.sim.instances import SimInstance
 from blitzplan.sim.loads import WeightLoad, load_hosts, replan_load
+from blitzplan.topologies import Topology
 
-if TYPE_CHECKING:
-    from blitzplan.sim.engine import Simulator
-
-__all__ = ["FaultHandler", "HostCopyBook", "check_failures"]
+__all__ = ["FaultHandler", "FaultView", "HostCopyBook", "check_failures"]
 
 
 def check_failures(
@@ -106,19 +106,68 @@ class HostCopyBook:
             self.missing_since_s = now_s
 
 
-class FaultHandler:
-    """Applies host failures to a :class:`~blitzplan.sim.engine.Simulator` (see the module)."""
+class FaultView(Protocol):
+    """What the fault handler reads of a running simulation and asks it to do."""
 
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
+    @property
+    def now_s(self) -> float: ...
+
+    @property
+    def topology_now(self) -> Topology: ...
+
+    @property
+    def loads(self) -> list[WeightLoad]: ...
+
+    @property
+    def flows(self) -> Flows: ...
+
+    def degrade(self, topology: Topology) -> None:
+        """Plans and new transfers use ``topology`` from now on."""
+        ...
+
+    def snapshot(self, *, exclude: frozenset[str]) -> ClusterState:
+        """The cluster as ``plan()`` sees it, without the instances in ``exclude``."""
+        ...
+
+    def lose_host(self, host: str, nodes: set[str]) -> None:
+        """Transfers through ``nodes``, instances on ``host`` and KV caches waiting there are
+        lost: their requests restart."""
+        ...
+
+    def lose(self, inst: SimInstance, reason: str) -> None:
+        """``inst`` is gone: its requests restart and it is released."""
+        ...
+
+    def retime(self, inst: SimInstance, units: tuple[float, ...]) -> None:
+        """A replanned loading instance's units land at these times."""
+        ...
+
+    def serving_gpu(self) -> str | None:
+        """A GPU of a serving instance (a donor for rebuilding the host copy), if any."""
+        ...
+
+    def book(self, time_s: float, event: CopyRestored) -> None: ...
+
+    def end_run(self, reason: str) -> None:
+        """Nothing can serve any more: every unfinished request is dropped for ``reason``."""
+        ...
+
+
+class FaultHandler:
+    """Applies host failures to a simulation through its :class:`FaultView` (see the module)."""
+
+    def __init__(
+        self, view: FaultView, topology: Topology, model: ModelSpec, *, holds_host_copy: bool
+    ) -> None:
+        self.view, self.base_topology, self.model = view, topology, model
         self.dead: set[str] = set()
         self.failed: list[tuple[float, str]] = []
         self.notes: list[str] = []
         self.lost_loads: list[str] = []
         self.replans = 0
         self.copy: HostCopyBook | None = None
-        if sim.system.holds_host_copy:
-            copies = ClusterState(sim.base_topology, models=[sim.model]).pool.host_copies
+        if holds_host_copy:
+            copies = ClusterState(topology, models=[model]).pool.host_copies
             self.copy = HostCopyBook(copies[0].host)
 
     @property
@@ -130,123 +179,86 @@ class FaultHandler:
         return self.copy.missing_s if self.copy is not None else 0.0
 
     def host_failure(self, event: HostFailure) -> None:
-        sim, host, now = self.sim, event.host, self.sim.now_s
+        view, host, now = self.view, event.host, self.view.now_s
         self.failed.append((event.trace_s, host))
         if host in self.dead:
             self.notes.append(f"{now:.3f} s: {host} failed again; nothing left to lose")
             return
-        before = sim.topology_now
-        hit = [load for load in sim.loads if load.in_flight(now) and host in load.hosts]
+        before = view.topology_now
+        hit = [load for load in view.loads if load.in_flight(now) and host in load.hosts]
         states = {load.id: self._state_for(load) for load in hit}
         self.dead.add(host)
+        base = self.base_topology
         try:
-            after = sim.base_topology.without(
-                nodes=[n for h in sorted(self.dead) for n in sim.base_topology.nodes_of_host(h)]
+            after = base.without(
+                nodes=[n for h in sorted(self.dead) for n in base.nodes_of_host(h)]
             )
         except (InvalidInputError, InfeasibleError):
-            self._no_host_left()
+            reason = f"no host left: every host failed by {now:.3f} s"
+            self.notes.append(f"{now:.3f} s: {reason}")
+            view.end_run(reason)
             return
-        sim.degrade(after)
-        sim.flows.drop_weights(load.id for load in hit)  # replanned below
-        self._in_flight(host, set(before.nodes_of_host(host)))
+        view.degrade(after)
+        view.flows.drop_weights(load.id for load in hit)  # replanned below
+        view.lose_host(host, set(before.nodes_of_host(host)))
         for load in hit:
             self._replan(load, states[load.id], host)
         self._copy_lost(host)
-        sim.wake_relay(now)
 
     def _state_for(self, load: WeightLoad) -> ClusterState:
-        exclude = frozenset(inst.id for inst in load.instances.values())
-        return self.sim.snapshot(exclude=exclude)
-
-    def _in_flight(self, host: str, nodes: set[str]) -> None:
-        """Transfers, instances and waiting KV caches on ``host``."""
-        sim, now = self.sim, self.sim.now_s
-        for tag in sim.flows.cancel(now, sim.flows.crossing(nodes)):
-            sim.router.restart(tag, now, f"KV transfer lost with {host}")  # type: ignore[arg-type]
-        for inst in sim.instances.on_host(host):
-            self._lose(inst, f"{inst.id} lost with {host}")
-        for request in [
-            r for r in sim.decode.backlog if any(src.host == host for src, _ in r.kv_sources)
-        ]:
-            sim.router.restart(request, now, f"KV cache lost with {host}")
-
-    def _lose(self, inst: SimInstance, reason: str) -> None:
-        sim, now = self.sim, self.sim.now_s
-        sim.router.note_instance(now, inst, "lost")
-        sim.router.requeued(sim.prefill.fail(inst), now, reason)
-        for request in list(inst.running):
-            sim.router.restart(request, now, reason)
-        sim.release(inst)
+        return self.view.snapshot(exclude=frozenset(i.id for i in load.instances.values()))
 
     def _replan(self, load: WeightLoad, state: ClusterState, host: str) -> None:
-        sim, now = self.sim, self.sim.now_s
+        view, now = self.view, self.view.now_s
         outcome = replan_load(load, state, now, host)
         self.replans += 1
         for name in outcome.lost:
             inst = load.instances[name]
             if inst.alive:
-                self._lose(inst, f"{inst.id}'s load was lost with {host}")
+                view.lose(inst, f"{inst.id}'s load was lost with {host}")
             del load.units[name]
         if outcome.plan is None:
             self.lost_loads.append(
                 f"the load started at {load.start_s:.3f} s lost {', '.join(outcome.lost)} at "
                 f"{now:.3f} s: {outcome.reason}"
             )
-            sim.flows.drop_weights([load.id])
+            view.flows.drop_weights([load.id])
             return
         load.plan, load.start_s = outcome.plan, now
-        load.hosts = load_hosts(sim.topology_now, outcome.plan)
+        load.hosts = load_hosts(view.topology_now, outcome.plan)
         for name, units in outcome.units.items():
             load.units[name] = units
-            self._retime(load.instances[name], units)
+            inst = load.instances[name]
+            if inst.alive and inst.state == "loading":
+                view.retime(inst, units)
         flows = outcome.plan.multicast.flows if outcome.plan.multicast else ()
         end = max((max(u) for u in outcome.units.values()), default=now)
-        sim.flows.set_weights(load.id, now, end, flows)
-
-    def _retime(self, inst: SimInstance, units: tuple[float, ...]) -> None:
-        if not inst.alive or inst.state != "loading":
-            return
-        inst.ready_s = max(units)
-        self.sim.queue.push(inst.ready_s, LoadDone(inst, inst.ready_s))
-        if inst.new_worker != NO_WORKER:
-            self.sim.prefill.retime(inst, units)
+        view.flows.set_weights(load.id, now, end, flows)
 
     def _copy_lost(self, host: str) -> None:
-        book, sim = self.copy, self.sim
+        book, view = self.copy, self.view
         if book is None or host not in (book.host, book.rebuilding_on):
             return
         try:
-            placed = ClusterState(sim.topology_now, models=[sim.model]).pool.host_copies
+            placed = ClusterState(view.topology_now, models=[self.model]).pool.host_copies
         except InfeasibleError:
             placed = ()
         target = placed[0].host if placed else None
-        attempt = book.lost(sim.now_s, target)
-        self.notes.append(f"{sim.now_s:.3f} s: the host copy on {host} is lost")
+        attempt = book.lost(view.now_s, target)
+        self.notes.append(f"{view.now_s:.3f} s: the host copy on {host} is lost")
         if target is not None:
-            sim.queue.push(sim.now_s + self._rebuild_s(target), CopyRestored(attempt))
+            view.book(view.now_s + self._rebuild_s(target), CopyRestored(attempt))
 
     def _rebuild_s(self, target: str) -> float:
         """Copy the weights into ``target``'s DRAM from a serving GPU, else from its SSD."""
-        topo, size = self.sim.topology_now, float(self.sim.model.total_bytes)
-        memory = topo.host_mem(target)
-        donors = [i for i in self.sim.instances.alive() if i.state == "serving"]
-        source = donors[0].gpus[0] if donors else topo.ssd(target)
-        return size / topo.bottleneck_bytes_per_s(source, memory)
+        topo, size = self.view.topology_now, float(self.model.total_bytes)
+        source = self.view.serving_gpu() or topo.ssd(target)
+        return size / topo.bottleneck_bytes_per_s(source, topo.host_mem(target))
 
     def copy_restored(self, event: CopyRestored) -> None:
-        if self.copy is not None and self.copy.restored(self.sim.now_s, event.attempt):
-            self.notes.append(f"{self.sim.now_s:.3f} s: the host copy is back on {self.copy.host}")
-
-    def _no_host_left(self) -> None:
-        sim = self.sim
-        reason = f"no host left: every host failed by {sim.now_s:.3f} s"
-        self.notes.append(f"{sim.now_s:.3f} s: {reason}")
-        for inst in sim.instances.alive():
-            sim.release(inst)
-        for request in sim.requests:
-            if request.stage != "done" and not request.dropped:
-                request.dropped = reason
-        sim.pending = 0
+        now = self.view.now_s
+        if self.copy is not None and self.copy.restored(now, event.attempt):
+            self.notes.append(f"{now:.3f} s: the host copy is back on {self.copy.host}")
 
     def close(self, now_s: float) -> None:
         if self.copy is not None:

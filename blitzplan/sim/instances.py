@@ -11,7 +11,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Instances", "SimInstance", "SimRequest"]
+from blitzplan.errors import BlitzplanError
+
+__all__ = ["Instances", "SimInstance", "SimRequest", "finish"]
 
 NO_WORKER = -1
 """An instance that is not a worker of the prefill relay."""
@@ -23,7 +25,9 @@ class SimRequest:
 
     ``split`` is the number of layers its last prefill ran on a loading instance (0: none) and
     ``prefilled_on`` the instances of that prefill; ``kv_parts`` the KV transfers still in flight
-    and ``kv_sources`` where its KV cache waits when no decode instance has room.
+    and ``kv_sources`` where its KV cache waits when no decode instance has room. On a colocated
+    replica (``replica``): ``computed_tokens`` of its prompt and output are in the KV cache, in
+    ``kv_blocks`` blocks; ``preemptions`` counts the times it was preempted (by recompute).
     """
 
     id: int
@@ -41,6 +45,10 @@ class SimRequest:
     kv_parts: int = 0
     kv_sources: tuple[tuple[SimInstance, float], ...] = ()
     decode: SimInstance | None = None
+    replica: SimInstance | None = None
+    computed_tokens: int = 0
+    kv_blocks: int = 0
+    preemptions: int = 0
 
 
 @dataclass(eq=False)
@@ -69,6 +77,14 @@ class SimInstance:
     @property
     def alive(self) -> bool:
         return self.state != "released"
+
+
+def finish(request: SimRequest, now_s: float) -> None:
+    """``request`` produced its last token at ``now_s`` (an internal error if it had before)."""
+    if request.stage == "done":
+        raise BlitzplanError(f"internal error: request {request.id} finished twice")
+    request.stage = "done"
+    request.finish_s = now_s
 
 
 class Instances:

@@ -1,19 +1,25 @@
 """What the autoscaler sees: prompt tokens and KV bytes over a sliding window, the
-:class:`~blitzplan.sim.autoscaler.Load` it decides on, and when the prefill bound first ran hot
-(the detection delay of the next scale-up runs from there)."""
+:class:`~blitzplan.sim.autoscaler.Load` it decides on (read through a narrow
+:class:`LoadView` of the run), and when the prefill bound first ran hot (the detection delay
+of the next scale-up runs from there)."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from blitzplan.sim.autoscaler import Load
+from blitzplan.topologies import Topology
 
-if TYPE_CHECKING:
-    from blitzplan.sim.engine import Simulator
-
-__all__ = ["WINDOW_S", "LoadMeter", "autoscaler_load", "prefill_capacity", "watch_prefill_bound"]
+__all__ = [
+    "WINDOW_S",
+    "LoadMeter",
+    "LoadView",
+    "autoscaler_load",
+    "nic_ingress_bytes_per_s",
+    "watch_prefill_bound",
+]
 
 WINDOW_S = 2.0
 """The autoscaler's load window."""
@@ -68,45 +74,70 @@ class LoadMeter:
         return detected
 
 
-def autoscaler_load(sim: Simulator) -> Load:
-    """The autoscaler's view of ``sim`` now."""
-    now, meter = sim.now_s, sim.meter
-    decode = sim.instances.active("decode")
-    demand = (meter.prompt_tokens(now) + sim.prefill.queued_tokens) / WINDOW_S
-    backlog = sum(sim.decode.need_bytes(r) for r in sim.decode.backlog)
+class LoadView(Protocol):
+    """What the autoscaler's signals read of a running simulation."""
+
+    @property
+    def now_s(self) -> float: ...
+
+    @property
+    def meter(self) -> LoadMeter: ...
+
+    @property
+    def serves_colocated(self) -> bool: ...
+
+    def count(self, role: str) -> int: ...
+
+    def queued_tokens(self) -> int:
+        """Prompt tokens waiting to be prefilled."""
+        ...
+
+    def prefill_capacity_tokens_per_s(self) -> float:
+        """Prompt tokens per second one instance that prefills processes at a full budget."""
+        ...
+
+    def kv_bytes(self) -> tuple[float, float]:
+        """KV bytes in use (and waiting for room) and the KV capacity of one instance, over the
+        instances that hold KV caches (decode or colocated)."""
+        ...
+
+    def kv_ingress_bytes_per_s(self) -> float:
+        """KV bytes per second one decode instance's NICs take in (inf when colocated)."""
+        ...
+
+
+def autoscaler_load(view: LoadView) -> Load:
+    """The autoscaler's view of the run now."""
+    now, meter = view.now_s, view.meter
+    used, capacity = view.kv_bytes()
     return Load(
         now_s=now,
-        prefill_instances=sim.count("prefill"),
-        decode_instances=len(decode),
-        prefill_demand_tokens_per_s=demand,
-        prefill_capacity_tokens_per_s=prefill_capacity(sim),
-        kv_used_bytes=sum(i.kv_used for i in decode) + backlog,
-        kv_capacity_bytes=sim.instances.kv_capacity_bytes,
+        prefill_instances=view.count("prefill"),
+        decode_instances=view.count("decode"),
+        prefill_demand_tokens_per_s=(meter.prompt_tokens(now) + view.queued_tokens()) / WINDOW_S,
+        prefill_capacity_tokens_per_s=view.prefill_capacity_tokens_per_s(),
+        kv_used_bytes=used,
+        kv_capacity_bytes=capacity,
         kv_arrival_bytes_per_s=meter.kv_bytes(now) / WINDOW_S,
-        kv_ingress_bytes_per_s=_nic_ingress(sim),
+        kv_ingress_bytes_per_s=view.kv_ingress_bytes_per_s(),
+        colocated_instances=view.count("colocated"),
+        colocated=view.serves_colocated,
     )
 
 
-def prefill_capacity(sim: Simulator) -> float:
-    """Prompt tokens per second one prefill instance processes at a full token budget."""
-    budget = sim.token_budget
-    return budget / sim.prefill.batch_s(budget, max(1, budget // 1024))
+def nic_ingress_bytes_per_s(topology: Topology, tp: int) -> float:
+    """KV bytes per second an instance's NICs take in (``tp`` GPUs, one NIC each)."""
+    nic = topology.nic_of(topology.gpus()[0])
+    leaf = topology.leaf_of_nic(nic)
+    return (topology.bytes_per_s((leaf, nic)) if leaf else math.inf) * tp
 
 
-def _nic_ingress(sim: Simulator) -> float:
-    """KV bytes per second a decode instance's NICs take in."""
-    topo = sim.topology_now
-    nic = topo.nic_of(topo.gpus()[0])
-    leaf = topo.leaf_of_nic(nic)
-    return (topo.bytes_per_s((leaf, nic)) if leaf else math.inf) * sim.tp
-
-
-def watch_prefill_bound(sim: Simulator) -> None:
-    """Note when prefill demand first passes the autoscaler's high mark."""
-    high = getattr(sim.autoscaler, "high", None)
-    if high is None or sim.meter.hot_since_s is not None:
+def watch_prefill_bound(view: LoadView, high: float | None) -> None:
+    """Note when prefill demand first passes the autoscaler's ``high`` mark."""
+    if high is None or view.meter.hot_since_s is not None:
         return
-    demand = sim.meter.prompt_tokens(sim.now_s) + sim.prefill.queued_tokens
-    capacity = sim.count("prefill") * prefill_capacity(sim)
+    demand = view.meter.prompt_tokens(view.now_s) + view.queued_tokens()
+    prefilling = view.count("prefill") + view.count("colocated")
+    capacity = prefilling * view.prefill_capacity_tokens_per_s()
     if capacity <= 0 or demand / WINDOW_S > high * capacity:
-        sim.meter.hot(sim.now_s)
+        view.meter.hot(view.now_s)

@@ -62,9 +62,12 @@ class PrefillTier:
         kv_bytes_per_token: float,
         wake: Callable[[float], None],
         end_of_loading: bool = True,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.prefill_s, self.policy = prefill_s, policy
         self.layers = num_layers
+        self.role = "prefill"
+        """The role of the instances it serves (a colocated replica's live group: colocated)."""
         self.relay = RelayState(num_layers, record_ops=False)
         self.token_budget = token_budget
         self.handoff = (handoff_latency_s, activation_bytes_per_token / handoff_bytes_per_s)
@@ -78,8 +81,13 @@ class PrefillTier:
         self.taker: dict[int, SimInstance] = {}
         self.tail = -1
         self.queued_tokens = 0
+        self.clock = clock or (lambda: self.relay.now_s)
+        """The driver's time (a relay's own clock lags it between steps)."""
         self.note: Callable[[float, SimRequest, str, str], None] | None = None
         self.note_instance: Callable[[float, SimInstance, str], None] | None = None
+        self.retired: Callable[[SimInstance], None] = self._join_as_old
+        """What a new instance does once loaded and empty (default: it joins the old ones)."""
+        self.old_started: Callable[[SimInstance, Started], None] | None = None
         self._cost: dict[tuple[int, int], tuple[float, float]] = {}
 
     # --- requests in --------------------------------------------------------------------------
@@ -143,12 +151,23 @@ class PrefillTier:
 
     # --- instances ----------------------------------------------------------------------------
 
+    def join(self, inst: SimInstance, now_s: float) -> None:
+        """A loaded prefill instance serves: it takes work from the relay from ``now_s``."""
+        self.join_old(inst, now_s)
+
     def join_old(self, inst: SimInstance, free_at_s: float | None = None) -> None:
         """A serving prefill instance takes work from the relay (from ``free_at_s``, default
         now)."""
-        inst.old_worker = self.relay.add_old(free_at_s)
+        now = self.clock()
+        free_at = now if free_at_s is None else max(now, free_at_s)
+        inst.old_worker = self.relay.add_old(free_at)
         self.old_inst.append(inst)
-        self.wake(max(self.relay.now_s, free_at_s or 0.0))
+        self.wake(free_at)
+
+    def hold_old(self, inst: SimInstance, until_s: float) -> None:
+        """Old instance ``inst`` is busy with work of its own until ``until_s`` (a colocated
+        replica's iteration): the relay gives it nothing before."""
+        self.relay.old_free_at_s[inst.old_worker] = until_s
 
     def join_new(self, inst: SimInstance, unit_ready_s: Sequence[float]) -> None:
         """A live loading instance runs layers as they land (``unit_ready_s``: absolute times)."""
@@ -157,15 +176,18 @@ class PrefillTier:
         inst.new_worker = self.relay.add_new(usable, kv_capacity_tokens=room)
         self.new_inst.append(inst)
         self.loading[inst.new_worker] = inst
-        for at_s in sorted(set(usable)):
-            self.wake(max(at_s, self.relay.now_s))
+        self._wake_at(usable)
 
     def retime(self, inst: SimInstance, unit_ready_s: Sequence[float]) -> None:
         """A replanned load: the layers still to come land at new times."""
         usable = usable_from_units(unit_ready_s)
         self.relay.retime_new(inst.new_worker, usable)
-        for at_s in sorted(set(usable)):
-            self.wake(max(at_s, self.relay.now_s))
+        self._wake_at(usable)
+
+    def _wake_at(self, times: Sequence[float]) -> None:
+        now = self.clock()
+        for at_s in sorted({max(t, now) for t in times}):
+            self.wake(at_s)
 
     def leave(self, inst: SimInstance) -> None:
         """``inst`` takes no more work (drained or mutated); what it runs or holds still ends."""
@@ -180,9 +202,10 @@ class PrefillTier:
             return True
         return inst.old_worker != NO_WORKER and relay.old_running[inst.old_worker] >= 0
 
-    def fail(self, inst: SimInstance) -> list[SimRequest]:
-        """``inst`` is gone: the batches whose layers (and KV) it held start over. Returns their
-        requests (each counted as restarted)."""
+    def fail(self, inst: SimInstance, now_s: float) -> list[SimRequest]:
+        """``inst`` is gone: the batches whose layers (and KV) it held start over in the relay
+        (each request counted as restarted and noted). Nothing is left for the caller to
+        restart: returns []."""
         relay, lost = self.relay, []
         if inst.new_worker != NO_WORKER:
             lost += relay.fail_new(inst.new_worker)
@@ -190,16 +213,16 @@ class PrefillTier:
             inst.new_worker = NO_WORKER
         if inst.old_worker != NO_WORKER:
             lost += relay.fail_old(inst.old_worker)
-        requests = []
         for batch in lost:
             self.taker.pop(batch, None)
             self.queued_tokens += relay.tokens[batch]
             for request in self.batches[batch]:
                 request.restarts += 1
                 request.tokens_done = 0
-                requests.append(request)
-        self.wake(relay.now_s)
-        return requests
+                if self.note is not None:
+                    self.note(now_s, request, "restart", f"{inst.id} was lost")
+        self.wake(now_s)
+        return []
 
     # --- one step -----------------------------------------------------------------------------
 
@@ -235,15 +258,19 @@ class PrefillTier:
                 relay.retire_new(worker)
                 del self.loading[worker]
                 inst.new_worker = NO_WORKER
-                if inst.role == "prefill" and not inst.draining:  # not mutated or drained
-                    self.join_old(inst)
-                    self._note_instance(inst, "joined-old")
+                if inst.role == self.role and not inst.draining:  # not mutated or drained
+                    self.retired(inst)
                     joined = True
         return joined
 
+    def _join_as_old(self, inst: SimInstance) -> None:
+        if inst.state != "loading":  # else it joins when its load ends (the engine's LoadDone)
+            self.join_old(inst)
+            self._note_instance(inst, "joined-old")
+
     def _note_instance(self, inst: SimInstance, what: str) -> None:
         if self.note_instance is not None:
-            self.note_instance(self.relay.now_s, inst, what)
+            self.note_instance(self.clock(), inst, what)
 
     def _started(self, op: Started) -> None:
         if op.first_layer == 1:  # it leaves the queue
@@ -251,6 +278,8 @@ class PrefillTier:
         inst = self.new_inst[op.worker] if op.on_new else self.old_inst[op.worker]
         if not op.on_new:
             self.taker[op.batch] = inst
+            if self.old_started is not None:
+                self.old_started(inst, op)
         if self.note is not None:
             where = "new" if op.on_new else "old"
             last = op.first_layer + op.layers - 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from blitzplan.sim.colocated import IterationRecord
 from blitzplan.sim.engine import ScaleEvent
 
 __all__ = ["RequestRecord", "SimReport", "plot_reports", "plot_title", "time_axis_label"]
@@ -38,6 +39,8 @@ class RequestRecord:
     """Layers of its last prefill that ran on a loading (live) instance."""
     prefilled_on: tuple[str, ...] = ()
     """The instances of its last prefill (the loading one first when it ran layers)."""
+    preemptions: int = 0
+    """Times a colocated replica preempted it (by recompute) for KV memory."""
 
     @property
     def ttft_s(self) -> float:
@@ -98,6 +101,10 @@ class SimReport:
     log: tuple[tuple[float, int, str, str], ...] = ()
     """With ``simulate(record=True)``: (time, request id, what, detail) for every step of every
     request."""
+    serving: str = "disaggregated"
+    """``disaggregated`` or ``colocated``."""
+    iterations: tuple[IterationRecord, ...] = ()
+    """With ``simulate(record_iterations=True)``: every colocated iteration."""
 
     @property
     def finished(self) -> list[RequestRecord]:
@@ -116,6 +123,7 @@ class SimReport:
 
     def summary(self) -> dict[str, Any]:
         done = self.finished
+        events = self.scale_events
         ttft = _percentiles([r.ttft_s for r in done])
         tbt = _percentiles([r.tbt_s for r in done])
         mean_ttft, mean_tbt = ttft["mean"], tbt["mean"]
@@ -132,9 +140,9 @@ class SimReport:
         )
         dropped = len(self.requests) - len(done)
         total = max(1, len(self.requests))
-        events = self.scale_events
         return {
             "system": self.system,
+            "serving": self.serving,
             "requests_in": len(self.requests),
             "requests_finished": len(done),
             "requests_dropped": dropped,
@@ -157,6 +165,7 @@ class SimReport:
             "first_capacity_mean_s": _mean([e.first_capacity_s - e.decided_s for e in events]),
             "full_capacity_mean_s": _mean([e.full_capacity_s - e.decided_s for e in events]),
             "restarted_requests": sum(1 for r in self.requests if r.restarts),
+            "preemptions": sum(r.preemptions for r in self.requests),
             "live_prefills": sum(1 for r in self.requests if r.split > 0),
             "replans": self.replans,
             "lost_loads": len(self.lost_loads),

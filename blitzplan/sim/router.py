@@ -15,16 +15,16 @@ from collections.abc import Callable
 from blitzplan.errors import BlitzplanError
 from blitzplan.sim.decode import DecodeTier
 from blitzplan.sim.flows import Flows
-from blitzplan.sim.instances import Instances, SimInstance, SimRequest
+from blitzplan.sim.instances import Instances, SimInstance, SimRequest, finish
 from blitzplan.sim.metrics import LoadMeter
+from blitzplan.sim.notes import Notes
 from blitzplan.sim.prefill import Prefilled, PrefillTier
 
 __all__ = ["Router"]
 
 
 class Router:
-    """Moves requests between the tiers; ``log`` (when a list) records what happened to every
-    request, and to every instance under request id -1."""
+    """Moves requests between the tiers of a disaggregated fleet; every step goes to ``notes``."""
 
     def __init__(
         self,
@@ -35,22 +35,13 @@ class Router:
         *,
         tp: int,
         meter: LoadMeter,
-        finished: Callable[[SimRequest], None],
+        notes: Notes,
+        settled: Callable[[SimRequest], None],
     ) -> None:
         self.instances, self.prefill, self.decode, self.flows = instances, prefill, decode, flows
-        self.tp, self.meter = tp, meter
-        self.on_finish = finished
-        self.log: list[tuple[float, int, str, str]] | None = None
-
-    def note(self, now_s: float, request: SimRequest, what: str, detail: str = "") -> None:
-        if self.log is not None:
-            self.log.append((now_s, request.id, what, detail))
-
-    def note_instance(self, now_s: float, inst: SimInstance, what: str, extra: str = "") -> None:
-        """An instance's step, logged under request id -1 with the instance id and host."""
-        if self.log is not None:
-            detail = f"{inst.id} {inst.role} on {inst.host}" + (f" {extra}" if extra else "")
-            self.log.append((now_s, -1, what, detail))
+        self.tp, self.meter, self.notes = tp, meter, notes
+        self.note = notes.request
+        self.on_finish = settled
 
     def arrive(self, request: SimRequest, now_s: float) -> None:
         self.note(now_s, request, "arrive")
@@ -88,13 +79,13 @@ class Router:
         )
         self.note(now_s, request, "kv", f"{request.kv_parts} flows to {target.id}")
         if request.kv_parts == 0:
-            self.decode.join(request, now_s)
+            self.decode.start_decoding(request, now_s)
 
     def kv_landed(self, request: SimRequest, now_s: float) -> None:
         request.kv_parts -= 1
         if request.kv_parts == 0:
             self.note(now_s, request, "decode", request.decode.id if request.decode else "")
-            self.decode.join(request, now_s)
+            self.decode.start_decoding(request, now_s)
 
     def admit_backlog(self, now_s: float) -> None:
         """Requests waiting for decode memory, oldest first, while an instance has room."""
@@ -110,10 +101,7 @@ class Router:
         self.admit_backlog(now_s)
 
     def finish(self, request: SimRequest, now_s: float) -> None:
-        if request.stage == "done":
-            raise BlitzplanError(f"request {request.id} finished twice")
-        request.stage = "done"
-        request.finish_s = now_s
+        finish(request, now_s)
         self.note(now_s, request, "finish")
         self.on_finish(request)
 
@@ -129,8 +117,3 @@ class Router:
         request.tokens_done, request.kv_parts, request.kv_sources = 0, 0, ()
         self.note(now_s, request, "restart", reason)
         self.prefill.submit(request, now_s, restart=True)
-
-    def requeued(self, requests: list[SimRequest], now_s: float, reason: str) -> None:
-        """The relay put these back in its queue (their prefill was lost)."""
-        for request in requests:
-            self.note(now_s, request, "restart", reason)

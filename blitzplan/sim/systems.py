@@ -2,18 +2,25 @@
 :class:`ScaleAction` (instances to launch with their unit timelines, instances to drain or to
 mutate, weight flows, and the plan to replan from after a failure); the engine applies it.
 
-* ``distserve-full`` / ``distserve-half``: every GPU / half of them, fixed, preloaded.
+* ``distserve-full`` / ``distserve-half``: every GPU / half of them, fixed, preloaded
+  (disaggregated).
+* ``vllm-full`` / ``vllm-avg``: colocated replicas, fixed, preloaded: on every GPU / as many as
+  the trace's mean rate needs (the fleet ``simulate`` computes).
+* ``fixed``: the fleet the caller gives (prefill, decode and colocated counts), preloaded.
 * ``serverlessllm``: autoscaled; a host DRAM cache kept ``ttl_s`` per host after its last
   instance, else SSD -> DRAM -> GPU; new instances serve once fully loaded.
 * ``allcache``: autoscaled; host DRAM, always a hit; serves once loaded.
 * ``blitzscale-network``: autoscaled; weights from serving GPUs or the one host copy over the
   network, one target at a time; serves once loaded.
 * ``blitzscale-multicast``: the same with ``plan()``'s striped multicast (greedy).
-* ``blitzscale``: the multicast, plus live new instances that run the paper's protocol (the
-  prefill relay, :mod:`.prefill`, under the run's live policy) and decode scaling by mutation.
+* ``blitzscale``: the multicast, plus live new instances that run the paper's protocol (a relay,
+  :mod:`.prefill`, under the run's live policy) and, disaggregated, decode scaling by mutation.
 
-The ablations add one idea at a time (the paper's Figure 20); ``blitzscale`` has them all. The
-autoscaler decides decode counts, so ``plan()``'s decode pre-scaling is off here.
+The autoscaled systems run disaggregated or colocated (``colocated``): colocated, they add and
+remove colocated replicas, and BlitzScale's live replicas pair with the replicas ``plan()``
+pairs them with (:mod:`.pairs`). The ablations add one idea at a time (the paper's Figure 20);
+``blitzscale`` has them all. The autoscaler decides decode counts, so ``plan()``'s decode
+pre-scaling is off here.
 """
 
 from __future__ import annotations
@@ -30,21 +37,52 @@ from blitzplan.multicast import plan_multicast
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
 from blitzplan.sim.autoscaler import ScaleDecision
 from blitzplan.sim.instances import SimInstance
+from blitzplan.sim.snapshot import planning_state
 from blitzplan.topologies import Flow, Topology
 
-__all__ = ["SYSTEMS", "ClusterView", "DataPlane", "Launch", "ScaleAction", "System", "make_system"]
+__all__ = [
+    "COLOCATED_SYSTEMS",
+    "SYSTEMS",
+    "ClusterView",
+    "DataPlane",
+    "Fleet",
+    "Launch",
+    "ScaleAction",
+    "System",
+    "make_system",
+]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A fixed fleet: how many instances of each role start preloaded."""
+
+    prefill: int = 0
+    decode: int = 0
+    colocated: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prefill + self.decode + self.colocated
+
+    def roles(self) -> list[str]:
+        return (
+            ["prefill"] * self.prefill + ["decode"] * self.decode + ["colocated"] * self.colocated
+        )
 
 
 @dataclass(frozen=True)
 class Launch:
     """A new instance: role, GPUs, when each unit (embedding, layers, head) lands (seconds
-    into the run), whether it serves live while loading, and its name in the plan."""
+    into the run), whether it serves live while loading, its name in the plan and, live and
+    colocated, the replica it helps (``pair``)."""
 
     role: str
     gpus: tuple[str, ...]
     unit_ready_s: tuple[float, ...]
     live: bool = False
     name: str = ""
+    pair: str | None = None
 
     @property
     def ready_s(self) -> float:
@@ -81,7 +119,7 @@ class ClusterView(Protocol):
     @property
     def topology_now(self) -> Topology: ...
 
-    def snapshot(self) -> ClusterState: ...
+    def snapshot(self, *, exclude: frozenset[str] = ...) -> ClusterState: ...
 
     def idle_instance(self, role: str, idle_s: float) -> SimInstance | None: ...
 
@@ -123,28 +161,41 @@ class DataPlane:
     ttl_s: float = 60.0
     prefill_share: float = 0.5
     startup_s: float = 0.0
+    colocated: bool = False
+    fleet: Fleet | None = None
+    """The fixed fleet (``fixed``, ``vllm-avg``; None: from ``fixed_fraction``)."""
     _cache_until: dict[str, float] = field(default_factory=dict)
 
     @property
     def autoscaled(self) -> bool:
-        return self.fixed_fraction is None
+        return self.fixed_fraction is None and self.fleet is None
 
     @property
     def holds_host_copy(self) -> bool:
         return self.plane.startswith("blitzscale")
 
     def start(self, view: ClusterView) -> ScaleAction:
-        """The instances at time 0: all of them for fixed systems, one of each otherwise."""
+        """The instances at time 0: the fixed fleet, or one of each role it scales."""
         slots = view.snapshot().free_slots(view.tp)
-        count = 2 if self.autoscaled else max(2, int(len(slots) * (self.fixed_fraction or 1)))
-        prefill = max(1, min(count - 1, round(count * self.prefill_share)))
+        roles = self.initial_fleet(len(slots)).roles()
         loaded = (view.now_s,) * view.model.num_units
         launches = tuple(
-            Launch("prefill" if k < prefill else "decode", tuple(gpus), loaded)
-            for k, gpus in enumerate(slots[:count])
+            Launch(role, tuple(gpus), loaded) for role, gpus in zip(roles, slots, strict=False)
         )
         self._touch(view, launches)
         return ScaleAction(launches=launches)
+
+    def initial_fleet(self, slots: int) -> Fleet:
+        """What :meth:`start` launches on a cluster with room for ``slots`` instances."""
+        if self.fleet is not None:
+            return self.fleet
+        if self.colocated:
+            return Fleet(
+                colocated=1 if self.autoscaled else int(slots * (self.fixed_fraction or 1))
+            )
+        count = 2 if self.autoscaled else max(2, int(slots * (self.fixed_fraction or 1)))
+        prefill = max(1, min(count - 1, round(count * self.prefill_share)))
+        return Fleet(prefill=prefill, decode=count - prefill)
 
     def host_emptied(self, view: ClusterView, host: str) -> None:
         """A host's DRAM cache lives ``ttl_s`` after its last instance (ServerlessLLM)."""
@@ -159,15 +210,24 @@ class DataPlane:
         if not self.autoscaled:
             return ScaleAction()
         releases = []
-        for role, delta in (("prefill", decision.prefill), ("decode", decision.decode)):
+        deltas = (
+            ("prefill", decision.prefill),
+            ("decode", decision.decode),
+            ("colocated", decision.colocated),
+        )
+        for role, delta in deltas:
             victim = view.idle_instance(role, idle_s) if delta < 0 else None
             if victim is not None and view.count(role) > 1:
                 releases.append(victim.id)
         add_p, add_d = max(decision.prefill, 0), max(decision.decode, 0)
+        if self.colocated:
+            add_p, add_d = max(decision.colocated, 0), 0
         action = ScaleAction()
         if add_p + add_d:
             blitz = self.plane.startswith("blitzscale")
             action = (self._blitz if blitz else self._local)(view, add_p, add_d)
+            if self.colocated:
+                action = _as_colocated(action)
             self._touch(view, action.launches)
         return replace(action, releases=tuple(releases))
 
@@ -207,6 +267,7 @@ class DataPlane:
         scale = _plan(view, self, add_p, add_d)
         if scale is None or scale.multicast is None:
             return ScaleAction()
+        pairs = {pair.new: pair.old for pair in scale.live_pairs}
         launches = tuple(
             Launch(
                 info.role,
@@ -214,6 +275,7 @@ class DataPlane:
                 tuple(view.now_s + t for t in info.layer_ready_s),
                 live=self.live and info.live and info.role == "prefill",
                 name=info.name,
+                pair=pairs.get(info.name),
             )
             for info in scale.new_instances
         )
@@ -225,9 +287,19 @@ class DataPlane:
         )
 
 
+def _as_colocated(action: ScaleAction) -> ScaleAction:
+    """The launches of a colocated system: what plan() loads as prefill instances are
+    colocated replicas."""
+    launches = tuple(
+        replace(launch, role="colocated") if launch.role == "prefill" else launch
+        for launch in action.launches
+    )
+    return replace(action, launches=launches)
+
+
 def _plan(view: ClusterView, system: DataPlane, add_p: int, add_d: int) -> ScalePlan | None:
     request = ScaleRequest(view.model, prefill=add_p, decode=add_d, tp=view.tp)
-    state = view.snapshot()
+    state = planning_state(view.snapshot())
     options = {
         "method": "one_by_one" if system.plane == "blitzscale-network" else "greedy",
         "compare_baselines": False,
@@ -235,7 +307,9 @@ def _plan(view: ClusterView, system: DataPlane, add_p: int, add_d: int) -> Scale
         "mutate_decode": system.mutate,
         "startup_s": system.startup_s,
     }
-    for prefill_sources in (False, True):  # prefill sources only when nothing else holds it
+    # prefill sources only when nothing else holds it; colocated replicas (shown as prefill
+    # instances, see .snapshot) send no KV to decode instances: always sources
+    for prefill_sources in (True,) if system.colocated else (False, True):
         try:
             return plan(state, request, allow_prefill_sources=prefill_sources, **options)  # type: ignore[arg-type]
         except InfeasibleError:
@@ -246,6 +320,9 @@ def _plan(view: ClusterView, system: DataPlane, add_p: int, add_d: int) -> Scale
 SYSTEMS: dict[str, Callable[[], DataPlane]] = {
     "distserve-full": lambda: DataPlane("distserve-full", fixed_fraction=1.0),
     "distserve-half": lambda: DataPlane("distserve-half", fixed_fraction=0.5),
+    "vllm-full": lambda: DataPlane("vllm-full", fixed_fraction=1.0, colocated=True),
+    "vllm-avg": lambda: DataPlane("vllm-avg", fixed_fraction=1.0, colocated=True),
+    "fixed": lambda: DataPlane("fixed", fixed_fraction=1.0),
     "serverlessllm": lambda: DataPlane("serverlessllm", plane="serverlessllm"),
     "allcache": lambda: DataPlane("allcache", plane="allcache"),
     "blitzscale-network": lambda: DataPlane("blitzscale-network", plane="blitzscale-network"),
@@ -254,8 +331,12 @@ SYSTEMS: dict[str, Callable[[], DataPlane]] = {
 }
 """Every system :func:`~blitzplan.simulate` knows, by name."""
 
+COLOCATED_SYSTEMS = ("vllm-full", "vllm-avg")
+"""The systems that are colocated whatever ``serving`` says."""
 
-def make_system(name: str) -> DataPlane:
+
+def make_system(name: str, *, colocated: bool = False, fleet: Fleet | None = None) -> DataPlane:
+    """A fresh system by name, colocated or not, with a fixed ``fleet`` when given."""
     if name not in SYSTEMS:
         raise InvalidInputError(f"system must be one of {', '.join(SYSTEMS)}, got {name!r}")
-    return SYSTEMS[name]()
+    return replace(SYSTEMS[name](), colocated=colocated, fleet=fleet)

@@ -10,6 +10,9 @@ line, counting the header, blank lines, dropped rows and every line of a quoted 
 - a UTF-8 byte-order mark before the header is accepted;
 - every row must reach each needed column (a short row is refused, naming the column);
 - times must parse and be finite (NaN and infinity are refused), and must not go backwards;
+- a trace may span at most :data:`MAX_TRACE_S` (a year) from its first request: a far timestamp
+  (a row dated 1900 or 9999 among rows of 2023, a BurstGPT time of 1e15) is refused at its line
+  instead of being replayed as centuries of idle cluster;
 - token counts must be whole numbers in ``[0, MAX_TOKENS]``: "396", "396.0" and "4e2" are read,
   a fractional count such as "396.7" is refused, never rounded (rounding would invent data),
   and so are NaN and infinity.
@@ -31,6 +34,7 @@ from blitzplan._checks import MAX_COUNT, check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
 
 __all__ = [
+    "MAX_TRACE_S",
     "Request",
     "Trace",
     "load_trace",
@@ -76,10 +80,16 @@ class Trace:
 
     def window(self, start_s: float, end_s: float) -> Trace:
         """Requests arriving in ``[start_s, end_s)`` (seconds from the first request), re-based
-        so the window starts at 0."""
+        so the window starts at 0. A window that starts after the last request is refused (it
+        would replay nothing)."""
         if not (is_finite_number(start_s) and is_finite_number(end_s) and 0 <= start_s < end_s):
             raise InvalidInputError(
                 f"window_s must satisfy 0 <= start < end, got {(start_s, end_s)}"
+            )
+        if self.requests and start_s > self.duration_s:
+            raise InvalidInputError(
+                f"window_s {(start_s, end_s)} starts after the last request of trace "
+                f"{self.name!r} ({self.duration_s:g} s from its first): it holds no request"
             )
         kept = tuple(
             Request(r.arrival_s - start_s, r.prompt_tokens, r.output_tokens)
@@ -92,10 +102,10 @@ class Trace:
         """The same temporal pattern at ``rate_scale`` times the rate (arrivals compressed)."""
         if not is_finite_number(rate_scale) or rate_scale <= 0:
             raise InvalidInputError(f"rate_scale must be finite and > 0, got {rate_scale!r}")
-        if not math.isfinite(self.duration_s / rate_scale):
+        if not self.duration_s / rate_scale <= MAX_TRACE_S:
             raise InvalidInputError(
-                f"rate_scale {rate_scale!r} stretches the trace's {self.duration_s:g} s "
-                "beyond any finite time"
+                f"rate_scale {rate_scale!r} stretches the trace's {self.duration_s:g} s beyond "
+                f"MAX_TRACE_S = {MAX_TRACE_S:g} s (a year)"
             )
         return Trace(
             tuple(
@@ -112,6 +122,9 @@ _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
 MAX_TOKENS = MAX_COUNT
 """The largest token count a trace row may carry (an int32; no model's context comes near)."""
+MAX_TRACE_S = 366 * 86_400.0
+"""The longest span a trace may have, first request to last (a year; public LLM traces span a
+week (Azure 2024) to four months (BurstGPT)). Longer is refused: see the module docstring."""
 MAX_SYNTHETIC_REQUESTS = 10_000_000
 """The most requests :func:`synthetic_trace` generates (its arrays are held in memory)."""
 
@@ -244,8 +257,10 @@ def _tokens(text: str, what: str, file: Path, line: int) -> int:
 
 
 def _sorted(rows: Iterator[tuple[int, Request] | None], file: Path) -> Iterator[Request]:
-    """The requests of kept rows, refusing a time earlier than the one before."""
-    previous = -math.inf
+    """The requests of kept rows, refusing a time earlier than the one before and one more than
+    :data:`MAX_TRACE_S` after the first."""
+    previous = first = -math.inf
+    first_line = 0
     for row in rows:
         if row is None:
             continue
@@ -254,6 +269,14 @@ def _sorted(rows: Iterator[tuple[int, Request] | None], file: Path) -> Iterator[
             raise InvalidInputError(
                 f"trace {file} line {line}: timestamps are not sorted "
                 f"({request.arrival_s} after {previous})"
+            )
+        if first == -math.inf:
+            first, first_line = request.arrival_s, line
+        if request.arrival_s - first > MAX_TRACE_S:
+            raise InvalidInputError(
+                f"trace {file} line {line}: time {request.arrival_s:.17g} is "
+                f"{request.arrival_s - first:.6g} s after the first request (line {first_line}); "
+                f"a trace may span at most MAX_TRACE_S = {MAX_TRACE_S:g} s (a year)"
             )
         previous = request.arrival_s
         yield request
@@ -318,6 +341,10 @@ def synthetic_trace(
         raise InvalidInputError(
             f"duration_s * rate_per_s must be at most {MAX_SYNTHETIC_REQUESTS:,} requests, got "
             f"{duration_s!r} * {rate_per_s!r}"
+        )
+    if duration_s > MAX_TRACE_S:
+        raise InvalidInputError(
+            f"duration_s must be at most MAX_TRACE_S = {MAX_TRACE_S:g} s, got {duration_s!r}"
         )
     if not is_finite_number(zipf_a) or zipf_a <= 1:
         raise InvalidInputError(f"zipf_a must be finite and > 1, got {zipf_a!r}")

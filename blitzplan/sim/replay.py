@@ -1,0 +1,276 @@
+"""One replay, once :func:`~blitzplan.sim.simulate` checked its arguments: the trace cut and
+rescaled, the fleet sized, the engine run, the report assembled."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from blitzplan._progress import position_bar
+from blitzplan.cluster import ClusterState
+from blitzplan.compute import ComputeModel, RooflineComputeModel
+from blitzplan.errors import InvalidInputError
+from blitzplan.live.policies import Policy
+from blitzplan.models import ModelSpec
+from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
+from blitzplan.sim.engine import Simulator
+from blitzplan.sim.faults import check_failures
+from blitzplan.sim.report import RequestRecord, SimReport
+from blitzplan.sim.serving import ServingOptions, replica_rate_per_s
+from blitzplan.sim.systems import Fleet, make_system
+from blitzplan.sim.traces import MAX_TRACE_S, Trace
+from blitzplan.topologies import Topology
+
+__all__ = ["TARGET_LOAD", "Replay", "capacity_rate_per_s"]
+
+_LOG = logging.getLogger("blitzplan.sim")  # the simulator's one logger
+
+TARGET_LOAD = 0.5
+"""With ``rate_scale=None`` the trace is rescaled to this fraction of the cluster's capacity
+(the paper's setting)."""
+
+
+def capacity_rate_per_s(
+    topology: Topology,
+    model: ModelSpec,
+    trace: Trace,
+    *,
+    tp: int,
+    compute: ComputeModel,
+    serving: ServingOptions | None = None,
+) -> float:
+    """Requests per second the whole cluster sustains for this trace's mean request.
+    Disaggregated (``serving`` None): half the instances prefilling at a full token budget
+    (8,192), half decoding at batch 64, the slower side. Colocated (``serving``: resolved
+    options): every replica at :func:`~.serving.replica_rate_per_s`."""
+    slots = len(ClusterState(topology).free_slots(tp))
+    if serving is not None:
+        return slots * _replica_rate(topology, model, trace, tp, compute, serving)
+    layers = model.num_layers
+    prompt, output = max(1.0, trace.mean_prompt_tokens), max(1.0, trace.mean_output_tokens)
+    prefill = 8192 / (layers * compute.prefill_layer_s(8192, requests=8) + compute.head_s(8))
+    context = int(prompt + output / 2)
+    decode = 64 / (layers * compute.decode_layer_s(64, context) + compute.head_s(64))
+    return max(1, slots // 2) * min(prefill / prompt, decode / output)
+
+
+def _replica_rate(
+    topology: Topology,
+    model: ModelSpec,
+    trace: Trace,
+    tp: int,
+    compute: ComputeModel,
+    serving: ServingOptions,
+) -> float:
+    blocks = serving.kv_blocks(model, topology.gpu_spec(topology.gpus()[0]), tp)
+    return replica_rate_per_s(
+        model,
+        compute,
+        serving,
+        blocks,
+        prompt_tokens=trace.mean_prompt_tokens,
+        output_tokens=trace.mean_output_tokens,
+    )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The checked setting of one run: cluster, model, system, fleet and colocated options."""
+
+    topology: Topology
+    model: ModelSpec
+    tp: int
+    system: str
+    fleet: Fleet | None
+    colocated: bool
+    options: ServingOptions
+
+    def replay(
+        self,
+        trace: Trace,
+        *,
+        window_s: tuple[float, float] | None,
+        rate_scale: float | None,
+        failures: Sequence[tuple[float, str]],
+        autoscaler: Autoscaler | None,
+        compute: ComputeModel | None,
+        live_policy: Policy,
+        slos: tuple[float | None, float | None],
+        drain_limit_s: float,
+        record: tuple[bool, bool],
+        progress: bool,
+    ) -> SimReport:
+        topo, spec = self.topology, self.model
+        gpu = topo.gpu_spec(topo.gpus()[0])
+        serving = self.options.resolved(spec, gpu) if self.colocated else None
+        slots = len(ClusterState(topo).free_slots(self.tp))
+        cost = compute or RooflineComputeModel(spec, gpu, tp=self.tp)
+        start_s = 0.0 if window_s is None else float(window_s[0])
+        cut = trace if window_s is None else trace.window(*window_s)
+        scale = self._rate_scale(rate_scale, cut, cost, serving)
+        base = _rescaled(cut, scale)
+        fleet = self._fleet(slots, base, cost, serving)
+        runner = make_system(self.system, colocated=self.colocated, fleet=fleet)
+        self._check_room(slots, runner.initial_fleet(slots))
+        faults = check_failures(
+            failures, hosts=topo.hosts(), start_s=start_s, span_s=cut.duration_s, rate_scale=scale
+        )
+        scaler = (autoscaler or PaperAutoscaler()) if runner.autoscaled else None
+        replica_tokens_per_s = None
+        if serving is not None and base.requests:
+            rate = _replica_rate(topo, spec, base, self.tp, cost, serving)
+            replica_tokens_per_s = rate * base.mean_prompt_tokens
+        ttft_slo, tbt_slo = _slos(spec, base, cost, *slos)
+        sim = Simulator(
+            topo,
+            spec,
+            base,
+            tp=self.tp,
+            system=runner,
+            autoscaler=scaler,
+            compute=cost,
+            policy=live_policy,
+            serving=serving,
+            replica_tokens_per_s=replica_tokens_per_s,
+            failures=faults,
+            drain_limit_s=drain_limit_s,
+        )
+        wall = _run(sim, self.system, base, record, progress)
+        report = _report(sim, self, base, wall, (ttft_slo, tbt_slo), live_policy)
+        return replace(report, rate_scale=scale, trace_start_s=start_s)
+
+    def _rate_scale(
+        self,
+        rate_scale: float | None,
+        trace: Trace,
+        cost: ComputeModel,
+        serving: ServingOptions | None,
+    ) -> float:
+        if len(trace) <= 1:
+            return 1.0
+        if rate_scale is not None:
+            return rate_scale
+        capacity = capacity_rate_per_s(
+            self.topology, self.model, trace, tp=self.tp, compute=cost, serving=serving
+        )
+        return TARGET_LOAD * capacity / trace.rate_per_s
+
+    def _fleet(
+        self, slots: int, trace: Trace, cost: ComputeModel, serving: ServingOptions | None
+    ) -> Fleet | None:
+        """``vllm-avg``: the replicas the trace's mean rate needs; else the caller's."""
+        if self.system != "vllm-avg" or serving is None:
+            return self.fleet
+        rate = _replica_rate(self.topology, self.model, trace, self.tp, cost, serving)
+        return Fleet(colocated=max(1, min(slots, math.ceil(trace.rate_per_s / rate))))
+
+    def _check_room(self, slots: int, fleet: Fleet) -> None:
+        need = max(fleet.total, 1 if self.colocated else 2)
+        if slots < need:
+            kind = "one colocated replica" if self.colocated else "one prefill, one decode"
+            raise InvalidInputError(
+                f"topology {self.topology.name!r} has room for {slots} tp={self.tp} instances "
+                f"of {self.model.name}; the simulation needs at least {need} ({kind}"
+                f"{'' if need <= 2 else ', the fleet asked'})"
+            )
+
+
+def _rescaled(trace: Trace, scale: float) -> Trace:
+    """``trace`` at ``scale`` times its rate, checked (at most MAX_TRACE_S long, warned when
+    empty)."""
+    if not trace.requests:
+        _LOG.warning("simulate: the replayed trace %s holds no request", trace.name)
+    trace = trace.rescale(scale) if scale != 1.0 else trace
+    if trace.duration_s > MAX_TRACE_S:
+        raise InvalidInputError(
+            f"trace {trace.name!r} spans {trace.duration_s:g} s, more than MAX_TRACE_S = "
+            f"{MAX_TRACE_S:g} s (a year)"
+        )
+    return trace
+
+
+def _run(
+    sim: Simulator, system: str, trace: Trace, record: tuple[bool, bool], progress: bool
+) -> float:
+    """Run ``sim``; the wall seconds it took."""
+    if record[0]:
+        sim.notes.log = []
+    if record[1] and sim.colocated is not None:
+        sim.colocated.records = []
+    _LOG.info("simulate %s: %d requests of %s", system, len(trace), trace.name)
+    started = time.perf_counter()
+    label = f"simulate {system} ({len(trace)} requests)"
+    with position_bar(label, max(1.0, trace.duration_s), "sim s", enabled=progress) as advance:
+        sim.progress = lambda fraction: advance(fraction * sim.end_s)
+        sim.run()
+    wall = time.perf_counter() - started
+    _LOG.info("simulate %s: %d events in %.2f s", system, sim.events_processed, wall)
+    return wall
+
+
+def _slos(
+    spec: ModelSpec,
+    trace: Trace,
+    cost: ComputeModel,
+    slo_ttft_s: float | None,
+    slo_tbt_s: float | None,
+) -> tuple[float, float]:
+    mean_prompt = max(1, int(trace.mean_prompt_tokens)) if len(trace) else 1024
+    ttft = 5 * (spec.num_layers * cost.prefill_layer_s(mean_prompt) + cost.head_s(1))
+    tbt = 5 * (spec.num_layers * cost.decode_layer_s(1, mean_prompt) + cost.head_s(1))
+    return (ttft if slo_ttft_s is None else slo_ttft_s, tbt if slo_tbt_s is None else slo_tbt_s)
+
+
+def _report(
+    sim: Simulator,
+    setting: Replay,
+    trace: Trace,
+    wall: float,
+    slos: tuple[float, float],
+    policy: Policy,
+) -> SimReport:
+    records = tuple(
+        RequestRecord(
+            r.arrival_s,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.first_token_s,
+            r.finish_s,
+            r.restarts,
+            r.dropped,
+            r.split,
+            r.prefilled_on,
+            r.preemptions,
+        )
+        for r in sim.requests
+    )
+    faults, topo = sim.faults, setting.topology
+    iterations = sim.colocated.records if sim.colocated is not None else None
+    return SimReport(
+        system=setting.system,
+        topology=topo.name,
+        model=setting.model.name,
+        trace=trace.name,
+        tp=setting.tp,
+        requests=records,
+        gpu_timeline=(*sim.instances.gpu_timeline, (sim.now_s, 0)),
+        scale_events=tuple(sim.scale_events),
+        failures=tuple(faults.failed),
+        no_host_copy_s=faults.no_host_copy_s,
+        events_processed=sim.events_processed,
+        wall_s=wall,
+        slo_ttft_s=slos[0],
+        slo_tbt_s=slos[1],
+        live_policy=policy.name,
+        link_efficiency=topo.link_efficiency,
+        loading_gpu_s=sim.instances.loading_gpu_s,
+        replans=faults.replans,
+        lost_loads=tuple(faults.lost_loads),
+        fault_notes=tuple(faults.notes),
+        log=tuple(sim.notes.log or ()),
+        serving="colocated" if setting.colocated else "disaggregated",
+        iterations=tuple(iterations or ()),
+    )
