@@ -15,22 +15,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from blitzplan._table import format_table
-from blitzplan.executor.program_timeline import program_timeline
+from blitzplan.executor.program.jobs import checked_gpus
 
 if TYPE_CHECKING:
-    from blitzplan.executor.program_doc import Program
-    from blitzplan.executor.program_worker import DeviceReport
+    from blitzplan.executor.program.jobs import Stage
+    from blitzplan.executor.program.session import DeviceReport
 
 __all__ = ["InstanceResult", "ProgramRun", "StepResult", "format_program_run", "summarize"]
 
 
 @dataclass(frozen=True)
 class StepResult:
-    """One step: first byte out and last byte in as the document predicts them, as its own
-    rules give them (``rule_*``: :func:`~blitzplan.executor.program_timeline.program_timeline`)
-    and as measured; bytes moved; when its sender was done (``sent_s``: the last chunk's pacing
-    window over and sent)."""
+    """One step (``id`` in its document; ``program`` 1 for a replan's): first byte out and last
+    byte in as the document predicts them (from the run's start) and as measured; the bytes it
+    was to move and moved; when its sender was done (``sent_s``: the last chunk sent)."""
 
+    program: int
     id: int
     kind: str
     source: str
@@ -42,8 +42,6 @@ class StepResult:
     end_s: float
     moved_bytes: int
     sent_s: float
-    rule_start_s: float = math.nan
-    rule_end_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -61,10 +59,12 @@ class InstanceResult:
 @dataclass(frozen=True)
 class ProgramRun:
     """A document's transfer program run for real (:func:`~blitzplan.executor.program.
-    run_program`). ``plan_s`` is the document's last predicted byte in; ``devices`` the
-    processes, by rank; ``duplicate_bytes`` bytes a new GPU received that it already had."""
+    run_program`). ``plan_s`` is the last predicted byte in; ``devices`` the processes, by rank;
+    ``duplicate_bytes`` bytes a new GPU received that it already had; ``transport`` the
+    transport; ``wall_s`` the first byte out to the last byte in, measured."""
 
     plan_id: str
+    transport: str
     plan_s: float
     devices: tuple[str, ...]
     steps: tuple[StepResult, ...]
@@ -82,15 +82,15 @@ class ProgramRun:
 
     def start_errors_s(self) -> dict[int, float]:
         """Measured minus predicted first byte out, per step."""
-        return {s.id: s.start_s - s.predicted_start_s for s in self.steps}
+        return {k: s.start_s - s.predicted_start_s for k, s in enumerate(self.steps)}
 
     def end_errors_s(self) -> dict[int, float]:
         """Measured minus predicted last byte in, per step."""
-        return {s.id: s.end_s - s.predicted_end_s for s in self.steps}
+        return {k: s.end_s - s.predicted_end_s for k, s in enumerate(self.steps)}
 
-    def overhead_s(self) -> dict[int, tuple[float, float]]:
-        """Measured minus rule-given (start, end), per step: the executor's own lateness."""
-        return {s.id: (s.start_s - s.rule_start_s, s.end_s - s.rule_end_s) for s in self.steps}
+    @property
+    def wall_s(self) -> float:
+        return max(s.end_s for s in self.steps) - min(s.start_s for s in self.steps)
 
     def ready_errors_s(self) -> dict[str, tuple[float, ...]]:
         """Measured minus predicted ready time, per new instance and unit."""
@@ -103,9 +103,10 @@ class ProgramRun:
         """Plain types for JSON (a time that never came is None)."""
         start, end = self.start_errors_s().values(), self.end_errors_s().values()
         ready = [e for errors in self.ready_errors_s().values() for e in errors]
-        overhead = self.overhead_s().values()
         return {
             "plan_id": self.plan_id,
+            "transport": self.transport,
+            "wall_s": self.wall_s,
             "plan_s": self.plan_s,
             "processes": len(self.devices),
             "bit_exact": self.bit_exact,
@@ -115,10 +116,6 @@ class ProgramRun:
                 "start": _spread(start),
                 "end": _spread(end),
                 "ready": _spread(ready),
-            },
-            "overhead_s": {
-                "start": _spread([o[0] for o in overhead]),
-                "end": _spread([o[1] for o in overhead]),
             },
             "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in self.steps],
             "instances": [
@@ -147,49 +144,57 @@ def _spread(errors: Sequence[float] | Any) -> dict[str, float | None]:
 
 
 def summarize(
-    program: Program, devices: Sequence[str], reports: Mapping[int, DeviceReport]
+    parts: list[Stage],
+    devices: list[str],
+    reports: Mapping[int, DeviceReport],
+    *,
+    transport: str,
 ) -> ProgramRun:
     """A ProgramRun from the devices' reports (ranks in ``devices`` order)."""
     rank_of = {d: r for r, d in enumerate(devices)}
-    rules = program_timeline(program)
-    steps = tuple(
-        StepResult(
-            id=s.id,
-            kind=s.kind,
-            source=s.source,
-            destination=s.destination,
-            bytes=s.bytes,
-            predicted_start_s=s.start_s,
-            predicted_end_s=s.end_s,
-            start_s=reports[rank_of[s.source]].sent_start_s.get(s.id, math.nan),
-            end_s=reports[rank_of[s.destination]].received_end_s.get(s.id, math.nan),
-            moved_bytes=reports[rank_of[s.destination]].received_bytes.get(s.id, 0),
-            sent_s=reports[rank_of[s.source]].sent_end_s.get(s.id, math.nan),
-            rule_start_s=rules.get(s.id, (math.nan, math.nan))[0],
-            rule_end_s=rules.get(s.id, (math.nan, math.nan))[1],
-        )
-        for s in program.steps
-    )
+    steps = []
+    for k, part in enumerate(parts):
+        for s in part.program.steps:
+            key, src, dst = part.offset + s.id, reports[rank_of[s.source]], reports[rank_of[s.destination]]
+            if key not in dst.received_bytes:
+                continue  # nothing left of it to send (a step the replan took over)
+            steps.append(
+                StepResult(
+                    program=k,
+                    id=s.id,
+                    kind=s.kind,
+                    source=s.source,
+                    destination=s.destination,
+                    bytes=s.bytes,
+                    predicted_start_s=part.at_s + s.start_s,
+                    predicted_end_s=part.at_s + s.end_s,
+                    start_s=src.sent_start_s.get(key, math.nan),
+                    end_s=dst.received_end_s.get(key, math.nan),
+                    moved_bytes=dst.received_bytes[key],
+                    sent_s=src.sent_end_s.get(key, math.nan),
+                )
+            )
+    checked, units = set(checked_gpus(parts)), len(parts[0].program.unit_bytes)
+    found = {i.name: (part, i) for part in parts for i in part.program.new_instances}
     instances = tuple(
         InstanceResult(
             name=inst.name,
             gpus=inst.gpus,
-            predicted_s=inst.predicted_s,
-            ready_s=tuple(
-                max(reports[rank_of[g]].complete_s[u] for g in inst.gpus)
-                for u in range(len(program.unit_bytes))
-            ),
+            predicted_s=tuple(part.at_s + t for t in inst.predicted_s),
+            ready_s=tuple(max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in range(units)),
             bit_exact={g: reports[rank_of[g]].bit_exact for g in inst.gpus},
         )
-        for inst in program.new_instances
+        for part, inst in found.values()
+        if set(inst.gpus) <= checked
     )
     return ProgramRun(
-        plan_id=program.plan_id,
-        plan_s=program.plan_s,
+        plan_id=parts[-1].program.plan_id,
+        transport=transport,
+        plan_s=max(p.at_s + p.program.plan_s for p in parts),
         devices=tuple(devices),
-        steps=steps,
+        steps=tuple(steps),
         instances=instances,
-        duplicate_bytes=sum(reports[rank_of[g]].duplicate_bytes for g in program.gpu_rank),
+        duplicate_bytes=sum(reports[rank_of[g]].duplicate_bytes for g in checked),
     )
 
 
@@ -206,31 +211,15 @@ def format_program_run(run: ProgramRun) -> str:
     and bit-exactness, then the median and worst errors."""
     rows = [
         [
-            s.id,
+            f"{s.id}" + ("'" if s.program else ""),
             s.kind,
             f"{s.source} -> {s.destination}",
-            s.bytes,
-            _ms(s.predicted_start_s),
-            _ms(s.rule_start_s),
-            _ms(s.start_s),
-            _ms(s.predicted_end_s),
-            _ms(s.rule_end_s),
-            _ms(s.end_s),
+            s.moved_bytes,
+            *(_ms(t) for t in (s.predicted_start_s, s.start_s, s.predicted_end_s, s.end_s)),
         ]
         for s in run.steps
     ]
-    headers = [
-        "step",
-        "kind",
-        "route",
-        "bytes",
-        "start ms",
-        "by rule",
-        "measured",
-        "end ms",
-        "by rule",
-        "measured",
-    ]
+    headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
     ready = [
         [
             inst.name,
@@ -241,23 +230,18 @@ def format_program_run(run: ProgramRun) -> str:
         ]
         for inst in run.instances
     ]
-    summary = run.to_dict()
+    errors = run.to_dict()["errors_s"]
     lines = [
         format_table(headers, rows),
-        "",
+        "(a replan's steps are marked ')",
         format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
         "",
         *(
             f"{what:>5} error: median {_ms(_or_nan(e['median']))} ms, worst "
             f"{_ms(_or_nan(e['worst']))} ms (plan {run.plan_s * 1e3:.1f} ms)"
-            for what, e in summary["errors_s"].items()
+            for what, e in errors.items()
         ),
-        *(
-            f"{what:>5} overhead (measured - by rule): median {_ms(_or_nan(e['median']))} ms, "
-            f"worst {_ms(_or_nan(e['worst']))} ms"
-            for what, e in summary["overhead_s"].items()
-        ),
-        f"{len(run.devices)} processes, {run.moved_bytes} bytes moved, "
+        f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
         f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
     ]
     return "\n".join(lines)

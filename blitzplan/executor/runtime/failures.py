@@ -1,8 +1,9 @@
 """What can go wrong in a run, and how it is told: failures that name a rank and a layer.
 
 A worker whose receive or send fails or times out raises :class:`TransferError` carrying a
-:class:`Failure` (the peer it was talking to, the unit it was moving); the parent turns what it
-hears, and the exit codes it sees, into one :class:`RankFailedError` naming the culprit.
+:class:`Failure` (the peer it was talking to, the unit, the step and the chunk it was moving);
+the parent turns what it hears, and the exit codes it sees, into one :class:`RankFailedError`
+naming the culprit, the unit, and the step and chunk where known.
 :class:`InjectedFault` makes a rank die or stall on purpose, to test exactly that.
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "InjectedFault",
     "RankFailedError",
     "TransferError",
+    "chunk_name",
     "join_threads",
     "start_thread",
     "unit_name",
@@ -33,6 +35,14 @@ FAULT_KINDS: dict[str, str] = {
     "stall": "the process stops (SIGSTOP) and holds its connections open",
 }
 """Faults :class:`InjectedFault` can inject (to test that a run stops with a named rank)."""
+
+
+def chunk_name(step: int | None, chunk: tuple[int, int] | None, unit: int | None) -> str:
+    """``step 4, chunk [0, 32768) of unit 2`` (empty when the step is unknown)."""
+    if step is None:
+        return ""
+    where = f", chunk [{chunk[0]}, {chunk[1]}) of unit {unit}" if chunk is not None else ""
+    return f" (step {step}{where})"
 
 
 def unit_name(unit: int | None, num_layers: int | None) -> str:
@@ -52,22 +62,33 @@ class RankFailedError(BlitzplanError):
     """A rank died, stalled or failed a transfer; every process of the run has been ended.
 
     ``rank`` and ``label`` name the culprit, ``layer`` the unit it was moving (0 the embedding,
-    ``1..L`` decoder layers, ``L + 1`` the head; None when unknown).
+    ``1..L`` decoder layers, ``L + 1`` the head), ``step`` and ``chunk`` (bytes of the unit's
+    buffer) the transfer step and chunk; None when unknown.
     """
 
-    def __init__(self, message: str, *, rank: int, label: str, layer: int | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int,
+        label: str,
+        layer: int | None,
+        step: int | None = None,
+        chunk: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__(message)
         self.rank, self.label, self.layer = rank, label, layer
+        self.step, self.chunk = step, chunk
 
 
 @dataclass(frozen=True)
 class InjectedFault:
     """Make ``rank`` fail once it has unit ``layer``: ``kind`` in FAULT_KINDS.
 
-    A rank that receives the model has a unit once its first chunk is here; a source once it
-    has sent the first chunk; the old instance of a live run, which loads the whole model before
-    the start, once it has loaded the unit. The unit must exist (``0..L + 1``) and the rank
-    must run a job: otherwise the run refuses the fault before anything starts.
+    A rank fires as it starts to send the unit's first chunk of a step, or once it received
+    one; the old instance of a live run, which loads the whole model before the start, once
+    it has loaded the unit. A fault that could never fire (no such unit, a rank that runs no
+    job or never moves that unit) is refused before any process starts.
     """
 
     rank: int
@@ -96,11 +117,14 @@ class Event(NamedTuple):
 
 @dataclass(frozen=True)
 class Failure:
-    """What a worker reports when a job fails: the peer it was talking to, the unit, what."""
+    """What a worker reports when a job fails: what, the unit, the peer it was talking to, and
+    the step and chunk ``(lo, hi)`` of the unit's buffer it was moving."""
 
     message: str
     layer: int | None = None
     peer: int | None = None
+    step: int | None = None
+    chunk: tuple[int, int] | None = None
 
 
 class TransferError(Exception):

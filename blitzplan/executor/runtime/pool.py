@@ -1,7 +1,7 @@
 """Worker processes joined in one torch.distributed group, run from the parent.
 
-:class:`Workers` is the executor's stateful object. It spawns one process per rank (``spawn``
-context, one torch thread each, see :mod:`~blitzplan.executor.worker`), joins them over a
+:class:`Workers` is the executor's stateful object (one pool serves runs of both transports). It spawns one process per rank (``spawn``
+context, one torch thread each, see :mod:`~blitzplan.executor.runtime.worker`), joins them over a
 TCPStore on 127.0.0.1 that it owns (the port is the store's own, never guessed), runs jobs on
 them and relays their events. Every job reports ``ready``, then waits for one shared start time
 ``t0`` so that all ranks measure times from the same instant (``time.monotonic`` is one clock for
@@ -10,9 +10,9 @@ every process of the machine).
 Every receive and send has a timeout. A worker whose transfer fails reports the peer and the unit
 it was moving; a process that dies is seen by its exit code; a process that is stopped (frozen)
 is seen by its heartbeat stopping. Either way :meth:`Workers.next_event` ends every process and
-raises :class:`~blitzplan.executor.faults.RankFailedError` naming the culprit rank and the unit it
-was at (always a unit of the model): the dead rank, else the frozen one, else the peer a report
-names.
+raises :class:`~blitzplan.executor.runtime.failures.RankFailedError` naming the culprit rank, the
+unit it was at (always a unit of the model) and, where known, the step and chunk: the dead rank,
+else the frozen one, else the peer a report names.
 """
 
 from __future__ import annotations
@@ -29,8 +29,15 @@ from typing import Any
 
 from blitzplan._checks import MAX_SECONDS, is_number
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.faults import Event, Failure, InjectedFault, RankFailedError, unit_name
-from blitzplan.executor.worker import (
+from blitzplan.executor.runtime.failures import (
+    Event,
+    Failure,
+    InjectedFault,
+    RankFailedError,
+    chunk_name,
+    unit_name,
+)
+from blitzplan.executor.runtime.worker import (
     ALIVE,
     STARTUP_TIMEOUT_S,
     STOP,
@@ -63,8 +70,8 @@ class Workers:
 
     ``labels`` name the ranks in messages (``relabel`` renames them once a plan is known).
     ``timeout_s`` bounds every receive, send and wait of a run. ``backend`` overrides the
-    torch.distributed backend chosen for ``device`` (:func:`~blitzplan.executor.worker.
-    check_device`).
+    torch.distributed backend chosen for ``device`` (:func:`~blitzplan.executor.runtime.
+    worker.check_device`).
     """
 
     def __init__(
@@ -86,6 +93,8 @@ class Workers:
         self.labels = list(labels)
         self.num_layers: int | None = None
         self._progress: dict[int, int | None] = dict.fromkeys(range(len(labels)))
+        self._at: dict[int, tuple[int, tuple[int, int]]] = {}
+        """Each rank's last step and chunk (from its ``at`` events)."""
         self._heard_s: dict[int, float] = {}
         """When each rank that is up last sent anything (a heartbeat at least)."""
         self._pending: deque[Event] = deque()
@@ -159,6 +168,7 @@ class Workers:
             _check_fault(fault, jobs, num_layers)
         self.num_layers = num_layers
         self._progress = dict.fromkeys(range(self.world_size), 0)
+        self._at = {}
         for rank in jobs:
             self._results.pop(rank, None)
         for rank, (job, payload) in jobs.items():
@@ -228,8 +238,11 @@ class Workers:
             self._results[event.rank] = event.data
         elif event.kind == "unit":
             self._progress[event.rank] = int(event.data[0]) + 1
-        elif event.kind == "at":
-            self._progress[event.rank] = int(event.data)
+        elif event.kind == "at":  # a unit, or (unit, step, (lo, hi)) of a chunk
+            unit, *where = event.data if isinstance(event.data, tuple) else (event.data,)
+            self._progress[event.rank] = int(unit)
+            if where:
+                self._at[event.rank] = (where[0], where[1])
         return event
 
     def _wait_for(
@@ -295,7 +308,7 @@ class Workers:
             said = f"; rank {report.rank} ({self.labels[report.rank]}) reported: {failure.message}"
         silent_s = time.monotonic() - self._heard_s[rank]
         said += f"; no sign of life from rank {rank} for {silent_s:.1f} s"
-        return self._error(rank, self._layer_of(rank, failure), "stalled", said)
+        return self._error(rank, self._layer_of(rank, failure), "stalled", said, failure)
 
     def _explain(
         self, dead_rank: int | None, report: Event | None, failure: Failure | None
@@ -309,12 +322,13 @@ class Workers:
             what = (
                 f"died (exit code {code})" if code else "exited (exit code 0) before its job ended"
             )
-            return self._error(dead_rank, layer, what, said)
+            return self._error(dead_rank, layer, what, said, failure)
         if report is None or failure is None:
             return self._error(0, None, "failed", "; no rank reported why")
         if failure.peer is not None:
-            return self._error(failure.peer, self._layer_of(failure.peer, failure), "stalled", said)
-        return self._error(report.rank, failure.layer, "failed", said)
+            layer = self._layer_of(failure.peer, failure)
+            return self._error(failure.peer, layer, "stalled", said, failure)
+        return self._error(report.rank, failure.layer, "failed", said, failure)
 
     def _layer_of(self, culprit: int, failure: Failure | None) -> int | None:
         """The unit the culprit itself was at (from its events; once it has every unit, the
@@ -324,10 +338,18 @@ class Workers:
             return own if self.num_layers is None else min(own, self.num_layers + 1)
         return failure.layer if failure is not None and failure.peer == culprit else None
 
-    def _error(self, rank: int, layer: int | None, what: str, said: str) -> RankFailedError:
-        where = unit_name(layer, self.num_layers)
+    def _error(
+        self, rank: int, layer: int | None, what: str, said: str, failure: Failure | None = None
+    ) -> RankFailedError:
+        """The error naming ``rank``, its unit and its step and chunk: its own last ones, else
+        those of the report about it."""
+        step, chunk = self._at.get(rank, (None, None))
+        if step is None and failure is not None and failure.peer in (rank, None):
+            step, chunk = failure.step, failure.chunk
+        where = unit_name(layer, self.num_layers) + chunk_name(step, chunk, layer)
         message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
-        return RankFailedError(message, rank=rank, label=self.labels[rank], layer=layer)
+        label = self.labels[rank]
+        return RankFailedError(message, rank=rank, label=label, layer=layer, step=step, chunk=chunk)
 
     def fail_stalled(self, ranks: Sequence[int]) -> None:
         """End every process and raise: ``ranks`` sent nothing for timeout_s. The culprit is a

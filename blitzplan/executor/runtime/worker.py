@@ -1,6 +1,6 @@
 """Inside a worker process: joining the group, the rank's context, serving jobs.
 
-A worker is spawned by :class:`~blitzplan.executor.processes.Workers`, sets one torch thread,
+A worker is spawned by :class:`~blitzplan.executor.runtime.pool.Workers`, sets one torch thread,
 joins the process group over the parent's TCPStore and then runs jobs until told to stop. A job
 is a module-level function ``job(ctx, payload) -> result``; :class:`RankContext` gives it the
 rank, its devices, the shared clock, messages to and from the parent, and point-to-point
@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.checkpoint import CorruptCheckpointError
-from blitzplan.executor.faults import Event, Failure, InjectedFault, TransferError, unit_name
+from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, TransferError, unit_name
+from blitzplan.executor.smallmodel.checkpoint import CorruptCheckpointError
 
 __all__ = [
     "ALIVE",
@@ -132,7 +132,10 @@ class RankContext:
         cuda = boot.device == "cuda"
         count = torch.cuda.device_count() if cuda else 0
         self.device = torch.device(f"cuda:{boot.rank % count}") if cuda else torch.device("cpu")
-        self.transport = self.device if boot.backend == "nccl" else torch.device("cpu")
+        self.wire = self.device if boot.backend == "nccl" else torch.device("cpu")
+        """Where torch.distributed's tensors live (host memory for gloo)."""
+        self.store: Any = None
+        """The group's TCPStore (a transport's rendezvous)."""
         self.fault: InjectedFault | None = None
         self.num_layers: int | None = None
         self.t0 = time.monotonic()
@@ -187,17 +190,23 @@ class RankContext:
         kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
         signal.pthread_kill(threading.get_ident(), kind)
 
-    def recv(self, tensor: torch.Tensor, src: int, *, layer: int | None, tag: int) -> None:
-        work = dist.irecv(tensor, src=src, tag=tag)
-        self._wait(
-            work, f"receiving {unit_name(layer, self.num_layers)} from rank {src}", src, layer
-        )
+    def recv(
+        self, tensor: torch.Tensor, src: int, *, layer: int | None, tag: int, **where: Any
+    ) -> None:
+        """Receive ``tensor`` from ``src`` (torch.distributed, within the timeout); ``where``
+        (``step``, ``chunk``) goes into the failure."""
+        work = dist.irecv(tensor, src=src, tag=tag, group=where.pop("group", None))
+        what = f"receiving {unit_name(layer, self.num_layers)} from rank {src}"
+        self._wait(work, what, Failure("", layer, src, **where))
 
-    def send(self, tensor: torch.Tensor, dst: int, *, layer: int | None, tag: int) -> None:
-        work = dist.isend(tensor, dst=dst, tag=tag)
-        self._wait(work, f"sending {unit_name(layer, self.num_layers)} to rank {dst}", dst, layer)
+    def send(
+        self, tensor: torch.Tensor, dst: int, *, layer: int | None, tag: int, **where: Any
+    ) -> None:
+        work = dist.isend(tensor, dst=dst, tag=tag, group=where.pop("group", None))
+        what = f"sending {unit_name(layer, self.num_layers)} to rank {dst}"
+        self._wait(work, what, Failure("", layer, dst, **where))
 
-    def _wait(self, work: Any, what: str, peer: int, layer: int | None) -> None:
+    def _wait(self, work: Any, what: str, where: Failure) -> None:
         if work is None:
             return
         try:
@@ -219,7 +228,7 @@ class RankContext:
                 message = f"lost the connection {what}"
             else:
                 message = f"{what} failed: {text.splitlines()[0][:200]}"
-            raise TransferError(Failure(message, layer, peer)) from None
+            raise TransferError(replace(where, message=message)) from None
 
 
 def _send(conn: Connection, event: Event, lock: threading.Lock) -> None:
@@ -244,7 +253,9 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
     try:
         if ctx.device.type == "cuda":
             torch.cuda.set_device(ctx.device)
-        store = TCPStore("127.0.0.1", boot.store_port, is_master=False, timeout=timeout)
+        store = ctx.store = TCPStore(
+            "127.0.0.1", boot.store_port, is_master=False, timeout=timeout
+        )
         dist.init_process_group(
             boot.backend, store=store, rank=boot.rank, world_size=boot.world_size, timeout=timeout
         )
