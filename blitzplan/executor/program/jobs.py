@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
@@ -155,12 +155,7 @@ def stages(program: Program, replan: Program | None = None, at_s: float = 0.0) -
 def _kept(old: Program, new: Program, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring), checked against ``held``."""
     memory = memory_devices(old)
-    complete = {
-        g
-        for inst in old.new_instances
-        if max(inst.predicted_s) <= at_s
-        for g in inst.gpus
-    }
+    complete = {g for inst in old.new_instances if max(inst.predicted_s) <= at_s for g in inst.gpus}
     need: Spans = defaultdict(list)
     for gpu, spans in new.held.items():
         if old.gpu_rank.get(gpu, new.gpu_rank[gpu]) != new.gpu_rank[gpu] or gpu in memory:
@@ -239,7 +234,7 @@ def device_jobs(
     """One DeviceJob per device, ranks in :func:`devices_of` order."""
     devices = devices_of(p.program for p in parts)
     rank_of = {d: r for r, d in enumerate(devices)}
-    first, roles = parts[0].program, {}
+    first, roles = parts[0].program, dict[str, _Role]()
     for part in reversed(parts):  # the first program that names a device says what it is
         roles.update(_roles(part.program, first_stage=part is parts[0]))
     sends: dict[str, list[SendPlan]] = defaultdict(list)
@@ -256,13 +251,12 @@ def device_jobs(
             recvs[step.destination].append(RecvPlan(key, rank_of[step.source], pieces))
     checked = set(checked_gpus(parts))
     for device, plans in sends.items():
-        if any(p.reshard for p in plans) and roles[device]["holds"] is None:
+        if any(p.reshard for p in plans) and roles[device].holds is None:
             raise InvalidInputError(
                 f"{device!r} reshards its buffer for the replan, but the running program loads it"
             )
     bases = {
-        rank_of[d]: arena_bases(unit_sizes(first, roles[d]["holds"], roles[d]["memory"]))
-        for d in devices
+        rank_of[d]: arena_bases(unit_sizes(first, roles[d].holds, roles[d].memory)) for d in devices
     }
     return tuple(
         DeviceJob(
@@ -276,7 +270,12 @@ def device_jobs(
             transport=transport,
             run=run,
             paced=paced,
-            **{**roles[d], "check": d in checked},
+            memory=roles[d].memory,
+            holds=roles[d].holds,
+            every_rank=roles[d].every_rank,
+            held=roles[d].held,
+            gpu_rank=roles[d].gpu_rank,
+            check=d in checked,
         )
         for d in devices
     )
@@ -295,22 +294,30 @@ def checked_gpus(parts: list[Stage]) -> list[str]:
     return list(dict.fromkeys([*last.program.gpu_rank, *done]))
 
 
-def _roles(program: Program, *, first_stage: bool) -> dict[str, dict[str, object]]:
-    """What each device of ``program`` is and holds before the start (a later program's holders
-    that the first program loads hold nothing before: their bytes come from it)."""
+@dataclass(frozen=True)
+class _Role:
+    memory: bool
+    holds: tuple[int, int] | None
+    every_rank: bool
+    held: tuple[tuple[int, int, int], ...]
+    gpu_rank: int | None
+
+
+def _roles(program: Program, *, first_stage: bool) -> dict[str, _Role]:
+    """What each device of ``program`` is and holds before the start (``held`` only in the
+    first program: a replan's held bytes come from the program it takes over)."""
     memory, holds = memory_devices(program), source_holds(program)
     filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
-    out: dict[str, dict[str, object]] = {}
-    for device in devices_of([program]):
-        out[device] = {
-            "memory": device in memory,
-            "holds": holds.get(device),
-            "every_rank": device in filled,
-            "held": program.held.get(device, ()) if first_stage else (),
-            "gpu_rank": program.gpu_rank.get(device),
-            "check": device in program.gpu_rank,
-        }
-    return out
+    return {
+        device: _Role(
+            memory=device in memory,
+            holds=holds.get(device),
+            every_rank=device in filled,
+            held=tuple(program.held.get(device, ())) if first_stage else (),
+            gpu_rank=program.gpu_rank.get(device),
+        )
+        for device in devices_of([program])
+    }
 
 
 def _placed(

@@ -155,7 +155,11 @@ def summarize(
     steps = []
     for k, part in enumerate(parts):
         for s in part.program.steps:
-            key, src, dst = part.offset + s.id, reports[rank_of[s.source]], reports[rank_of[s.destination]]
+            key, src, dst = (
+                part.offset + s.id,
+                reports[rank_of[s.source]],
+                reports[rank_of[s.destination]],
+            )
             if key not in dst.received_bytes:
                 continue  # nothing left of it to send (a step the replan took over)
             steps.append(
@@ -181,7 +185,9 @@ def summarize(
             name=inst.name,
             gpus=inst.gpus,
             predicted_s=tuple(part.at_s + t for t in inst.predicted_s),
-            ready_s=tuple(max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in range(units)),
+            ready_s=tuple(
+                max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in range(units)
+            ),
             bit_exact={g: reports[rank_of[g]].bit_exact for g in inst.gpus},
         )
         for part, inst in found.values()

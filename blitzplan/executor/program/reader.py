@@ -2,13 +2,13 @@
 
 :func:`read_program` parses the text with :mod:`json`, converts the parts a data plane needs
 (``steps``, ``held``, ``new_instances``, ``live_pairs``, ``options.chunk_bytes``, ``request.tp``,
-``model``, ``spec``) into the executor's own frozen records with msgspec (a wrong type is named by its path,
-``$.steps[3].rank``), checks ``plan_id`` against the document (SHA-256 of the document without
-``schema``, ``schema_version``, ``plan_id`` and ``timing``, sorted keys, one-space indent, as the
-document's module says), and then checks the program itself: one call,
-:func:`~blitzplan.executor.program.rules.check_program` in :func:`read_program` (the place to
-swap in the library's own check of a document). Every mistake is an InvalidInputError naming the
-field and the value, raised before any process runs.
+``model``, ``spec``) into the executor's own frozen records with msgspec (a wrong type is named by
+its path, ``$.steps[3].rank``), checks ``plan_id`` against the document (SHA-256 of the document
+without ``schema``, ``schema_version``, ``plan_id`` and ``timing``, sorted keys, one-space indent,
+as the document's module says), and then checks the program itself: one call,
+:func:`~blitzplan.executor.program.rules.check_program` in :func:`read_program` (the place to swap
+in the library's own check of a document). Every mistake is an InvalidInputError naming the field
+and the value, raised before any process runs.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from blitzplan.models import ModelIdentity, ModelSpec
 __all__ = [
     "ALL_RANKS",
     "HOLDERS",
-    "LivePairDoc",
     "SCHEMA",
     "SCHEMA_VERSION",
     "STEP_KINDS",
+    "LivePairDoc",
     "NewInstance",
     "Program",
     "ProgramStep",

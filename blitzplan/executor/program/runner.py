@@ -57,7 +57,8 @@ def check_fault(fault: InjectedFault, jobs: tuple[DeviceJob, ...]) -> None:
     if not 0 <= fault.rank < len(jobs):
         raise InvalidInputError(f"fault names rank {fault.rank}, the run has {len(jobs)} devices")
     job = jobs[fault.rank]
-    moved = sorted({p[0] for plan in (*job.sends, *job.recvs) for p in plan.pieces})
+    moved = sorted({p[0] for plan in job.sends for p in plan.pieces})
+    moved = sorted({*moved, *(p[0] for plan in job.recvs for p in plan.pieces)})
     if fault.layer not in moved:
         raise InvalidInputError(
             f"fault names unit {fault.layer} of rank {fault.rank} ({job.label}), which never "

@@ -71,13 +71,21 @@ SCENARIOS: dict[str, Scenario] = {
     "small": Scenario(
         config=_TINY,
         hosts=3,
-        serving=((("h0/gpu0",), "decode"), (("h2/gpu3",), "decode"), (("h2/gpu1", "h2/gpu2"), "prefill")),
+        serving=(
+            (("h0/gpu0",), "decode"),
+            (("h2/gpu3",), "decode"),
+            (("h2/gpu1", "h2/gpu2"), "prefill"),
+        ),
         prefill=3,
     ),
     "large": Scenario(
         config=_SMALL,
         hosts=5,
-        serving=((("h0/gpu0",), "decode"), (("h0/gpu1",), "decode"), (("h1/gpu0", "h1/gpu1"), "decode")),
+        serving=(
+            (("h0/gpu0",), "decode"),
+            (("h0/gpu1",), "decode"),
+            (("h1/gpu0", "h1/gpu1"), "decode"),
+        ),
         prefill=6,
         nic_bytes_per_s=4 * MB,
         chunk_bytes=64 * KIB,
@@ -136,8 +144,9 @@ def scenario_plan(
     spec = spec or load_model(dict(chosen.config))
     state = scenario_state(name, spec)
     request = ScaleRequest(spec, prefill=chosen.prefill, tp=chosen.tp)
-    extra = {} if compute is None else {"compute": compute}
-    made = plan(state, request, link_efficiency=1.0, chunk_bytes=chosen.chunk_bytes, **extra)
+    made = plan(
+        state, request, link_efficiency=1.0, chunk_bytes=chosen.chunk_bytes, compute=compute
+    )
     return state, made
 
 

@@ -161,7 +161,9 @@ class ProgramSession:
     def _receive(self, recv: RecvPlan) -> None:
         ctx, store, moved = self.ctx, self.store, 0
         for unit, _, dst, length in recv.pieces:
-            for k, (a, b) in enumerate(equal_chunks(dst, dst + length, self.job.program.chunk_bytes)):
+            for k, (a, b) in enumerate(
+                equal_chunks(dst, dst + length, self.job.program.chunk_bytes)
+            ):
                 chunk = Chunk(recv.step, unit, recv.peer, 0, self.bases[unit] + a, a, b)
                 self.transport.landed(chunk)
                 moved += b - a
@@ -200,7 +202,9 @@ class ProgramSession:
                     ready_s, origin = 0.0, packed + a
                 free_s = max(free_s, ready_s)
                 self.sent_start_s.setdefault(send.step, max(free_s, ctx.now()))
-                chunk = Chunk(send.step, unit, send.peer, origin, bases[unit] + dst + a, dst + a, dst + b)
+                chunk = Chunk(
+                    send.step, unit, send.peer, origin, bases[unit] + dst + a, dst + a, dst + b
+                )
                 if k == 0:
                     ctx.emit("at", (unit, send.step, (chunk.lo, chunk.hi)))
                     ctx.maybe_fail(unit)

@@ -1,11 +1,11 @@
 """Worker processes joined in one torch.distributed group, run from the parent.
 
-:class:`Workers` is the executor's stateful object (one pool serves runs of both transports). It spawns one process per rank (``spawn``
-context, one torch thread each, see :mod:`~blitzplan.executor.runtime.worker`), joins them over a
-TCPStore on 127.0.0.1 that it owns (the port is the store's own, never guessed), runs jobs on
-them and relays their events. Every job reports ``ready``, then waits for one shared start time
-``t0`` so that all ranks measure times from the same instant (``time.monotonic`` is one clock for
-every process of the machine).
+:class:`Workers` is the executor's stateful object (one pool serves runs of both transports). It
+spawns one process per rank (``spawn`` context, one torch thread each, see
+:mod:`~blitzplan.executor.runtime.worker`), joins them over a TCPStore on 127.0.0.1 that it owns
+(the port is the store's own, never guessed), runs jobs on them and relays their events. Every job
+reports ``ready``, then waits for one shared start time ``t0`` so that all ranks measure times from
+the same instant (``time.monotonic`` is one clock for every process of the machine).
 
 Every receive and send has a timeout. A worker whose transfer fails reports the peer and the unit
 it was moving; a process that dies is seen by its exit code; a process that is stopped (frozen)

@@ -30,7 +30,13 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, TransferError, unit_name
+from blitzplan.executor.runtime.failures import (
+    Event,
+    Failure,
+    InjectedFault,
+    TransferError,
+    unit_name,
+)
 from blitzplan.executor.smallmodel.checkpoint import CorruptCheckpointError
 
 __all__ = [
@@ -253,9 +259,7 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
     try:
         if ctx.device.type == "cuda":
             torch.cuda.set_device(ctx.device)
-        store = ctx.store = TCPStore(
-            "127.0.0.1", boot.store_port, is_master=False, timeout=timeout
-        )
+        store = ctx.store = TCPStore("127.0.0.1", boot.store_port, is_master=False, timeout=timeout)
         dist.init_process_group(
             boot.backend, store=store, rank=boot.rank, world_size=boot.world_size, timeout=timeout
         )

@@ -15,7 +15,6 @@ computes every request's logits with the monolithic model before the start, the 
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +99,9 @@ class _Shelf:
             size = session.job.unit_sizes()[unit]
             session.store.wait_range(unit, 0, size, session.wait_s)
             spec = session.job.program.spec
-            self.units[unit] = unit_from_buffer(spec, unit, session.buffer(unit), device=self.device)
+            self.units[unit] = unit_from_buffer(
+                spec, unit, session.buffer(unit), device=self.device
+            )
         return self.units[unit]
 
 

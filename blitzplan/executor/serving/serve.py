@@ -112,7 +112,9 @@ def pair_instance(
     )
 
 
-def _pair(program: Program, index: int, requests: Mapping[str, int]) -> tuple[LivePairDoc, list[int]]:
+def _pair(
+    program: Program, index: int, requests: Mapping[str, int]
+) -> tuple[LivePairDoc, list[int]]:
     if not 0 <= index < len(program.live_pairs):
         raise InvalidInputError(
             f"pair must be in 0..{len(program.live_pairs) - 1}, got {index!r} "
@@ -169,13 +171,18 @@ def serve_live(
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     dims = model_dims(program.spec)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
-    launched[new_rank] = (new_instance_job, NewInstancePlan(jobs[new_rank], dims, prompts, old_rank))
+    launched[new_rank] = (
+        new_instance_job,
+        NewInstancePlan(jobs[new_rank], dims, prompts, old_rank),
+    )
     launched[old_rank] = (old_instance_job, OldInstancePlan(checkpoint, prompts, new_rank))
     names = [*labels, f"old instance {chosen.old}"]
     pool = workers or Workers(names, device=device, timeout_s=timeout_s)
     try:
         if pool.world_size <= old_rank:
-            raise InvalidInputError(f"workers has {pool.world_size} ranks, the run needs {old_rank + 1}")
+            raise InvalidInputError(
+                f"workers has {pool.world_size} ranks, the run needs {old_rank + 1}"
+            )
         pool.relabel(dict(enumerate(names)))
         policy = POLICIES[chosen.policy]()
         coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")

@@ -2,7 +2,8 @@
 
 A checkpoint directory holds ``unit-000.safetensors`` .. ``unit-{L+1}.safetensors`` and
 ``manifest.json``: the model's identity (name, revision, content hash), its config, the seed, and
-the SHA-256 of every unit's flattened bytes (:func:`~blitzplan.executor.smallmodel.llama.flatten_unit`).
+the SHA-256 of every unit's flattened bytes
+(:func:`~blitzplan.executor.smallmodel.llama.flatten_unit`).
 Every unit file also carries the identity in its metadata, so layers of two versions are never
 mixed. :func:`check_identity` refuses, before anything runs, weights whose identity differs from
 a plan's model or any unit whose file is of another model or whose bytes do not hash to the
@@ -46,8 +47,8 @@ _FORMAT = "blitzplan-executor-checkpoint/1"
 class CorruptCheckpointError(InvalidInputError):
     """A unit file of a checkpoint is not what its manifest says: another model's, or its bytes
     hash to another digest. ``unit`` (also ``layer``, as in
-    :class:`~blitzplan.executor.runtime.failures.RankFailedError`) is the unit: 0 the embedding, ``1..L``
-    the decoder layers, ``L + 1`` the head."""
+    :class:`~blitzplan.executor.runtime.failures.RankFailedError`) is the unit: 0 the
+    embedding, ``1..L`` the decoder layers, ``L + 1`` the head."""
 
     def __init__(self, message: str, *, unit: int) -> None:
         super().__init__(message)

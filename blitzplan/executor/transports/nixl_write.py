@@ -78,7 +78,9 @@ class NixlTransport:
             [(self.base, arena.numel(), self.gpu, "")], self.memory
         )
         key = f"nixl/{run}/"
-        ctx.store.set(key + str(ctx.rank), pickle.dumps((self.agent.get_agent_metadata(), self.base)))
+        ctx.store.set(
+            key + str(ctx.rank), pickle.dumps((self.agent.get_agent_metadata(), self.base))
+        )
         self.peers: dict[int, tuple[str, int]] = {}
         for peer in writes_to:
             metadata, base = pickle.loads(ctx.store.get(key + str(peer)))
@@ -90,12 +92,18 @@ class NixlTransport:
     def _failed(self, chunk: Chunk, what: str) -> TransferError:
         where = unit_name(chunk.unit, self.ctx.num_layers)
         message = f"{what} ({where}, rank {chunk.peer}, NIXL)"
-        return TransferError(Failure(message, chunk.unit, chunk.peer, chunk.step, (chunk.lo, chunk.hi)))
+        return TransferError(
+            Failure(message, chunk.unit, chunk.peer, chunk.step, (chunk.lo, chunk.hi))
+        )
 
     def write(self, chunk: Chunk) -> None:
         name, base = self.peers[chunk.peer]
-        local = self.agent.get_xfer_descs([(self.base + chunk.src, chunk.nbytes, self.gpu)], self.memory)
-        remote = self.agent.get_xfer_descs([(base + chunk.dst, chunk.nbytes, self.gpu)], self.memory)
+        local = self.agent.get_xfer_descs(
+            [(self.base + chunk.src, chunk.nbytes, self.gpu)], self.memory
+        )
+        remote = self.agent.get_xfer_descs(
+            [(base + chunk.dst, chunk.nbytes, self.gpu)], self.memory
+        )
         note = f"{chunk.step}:{chunk.dst}".encode()
         try:
             handle = self.agent.initialize_xfer("WRITE", local, remote, name, note)
