@@ -134,10 +134,15 @@ def scenario_state(name: str, spec: ModelSpec | None = None) -> ClusterState:
 
 
 def scenario_plan(
-    name: str, spec: ModelSpec | None = None, *, compute: ComputeModel | None = None
+    name: str,
+    spec: ModelSpec | None = None,
+    *,
+    compute: ComputeModel | None = None,
+    live_method: str = "zigzag",
 ) -> tuple[ClusterState, ScalePlan]:
     """The scenario's state and its plan (``spec`` defaults to the scenario's model; ``compute``,
-    e.g. layer times measured on this machine, to the planner's roofline)."""
+    e.g. layer times measured on this machine, to the planner's roofline; ``live_method`` is the
+    live pairs' policy)."""
     from blitzplan import ScaleRequest, load_model, plan
 
     chosen = _scenario(name)
@@ -145,7 +150,12 @@ def scenario_plan(
     state = scenario_state(name, spec)
     request = ScaleRequest(spec, prefill=chosen.prefill, tp=chosen.tp)
     made = plan(
-        state, request, link_efficiency=1.0, chunk_bytes=chosen.chunk_bytes, compute=compute
+        state,
+        request,
+        link_efficiency=1.0,
+        chunk_bytes=chosen.chunk_bytes,
+        compute=compute,
+        live_method=live_method,
     )
     return state, made
 

@@ -1,7 +1,8 @@
 """The ``nixl`` transport: each chunk one one-sided NIXL WRITE, with a notification per chunk.
 
-Every device of a run creates a NIXL agent (UCX backend, its progress thread on, the metadata
-listener off), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a GPU) and publishes its
+Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core
+per process: the waits drive progress, a sender polling its WRITE, a receiver its notifications;
+no metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a GPU) and publishes its
 metadata and the arena's address in the group's TCPStore; a device loads the metadata of every
 rank it writes to. A chunk is written from the sender's arena at ``src`` into the receiver's at
 ``dst`` with the notification ``b"<step>:<dst>"``; the receiver's :meth:`NixlTransport.landed`
@@ -65,7 +66,7 @@ class NixlTransport:
 
         self.ctx, self.arena = ctx, arena
         config = nixl_agent_config(
-            enable_prog_thread=True,
+            enable_prog_thread=False,
             enable_listen_thread=False,
             backends=["UCX"],
             sync_mode=nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT,
