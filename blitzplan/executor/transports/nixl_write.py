@@ -1,16 +1,16 @@
 """The ``nixl`` transport: each chunk one one-sided NIXL WRITE, with a notification per chunk.
 
-Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core
-per process: the waits drive progress, a sender polling its WRITE, a receiver its notifications;
-no metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a GPU) and publishes its
-metadata and the arena's address in the group's TCPStore; a device loads the metadata of every
-rank it writes to. A chunk is written from the sender's arena at ``src`` into the receiver's at
-``dst`` with the notification ``b"<step>:<dst>"``; the receiver's :meth:`NixlTransport.landed`
-returns once that notification has come (NIXL delivers it after the bytes). UCX is kept to the
-loopback interface unless ``UCX_NET_DEVICES`` says otherwise, and to TCP on the CPU unless
-``UCX_TLS`` does: no socket of a run listens beyond this host. Two traps of NIXL's Python API
-are handled here: ``add_remote_agent`` returns the name as bytes (it is decoded before use), and
-the agent's own metadata listener would bind every interface (it stays off).
+Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core per
+process: the waits drive progress, a sender polling its WRITE, a receiver its notifications; no
+metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a GPU) and publishes its
+metadata and the arena's address in the group's TCPStore; a device loads the metadata of every rank
+it writes to. A chunk is written from the sender's arena at ``src`` into the receiver's at ``dst``
+with the notification ``b"<step>:<dst>"``; the receiver's :meth:`NixlTransport.landed` returns once
+that notification has come (NIXL delivers it after the bytes). UCX is kept to the loopback interface
+unless ``UCX_NET_DEVICES`` says otherwise, and to TCP on the CPU unless ``UCX_TLS`` does: no socket
+of a run listens beyond this host. Two traps of NIXL's Python API are handled here:
+``add_remote_agent`` returns the name as bytes (it is decoded before use), and the agent's own
+metadata listener would bind every interface (it stays off).
 """
 
 from __future__ import annotations
