@@ -110,7 +110,8 @@ def step_section(plans: dict[str, list[ProgramRun]]) -> None:
     rows = []
     first = plans[TRANSPORTS[0]][0]
     for k, step in enumerate(first.steps):
-        row: list[object] = [step.id, step.kind, f"{step.source} -> {step.destination}", step.bytes]
+        row: list[object] = [step.id, step.kind, f"{step.source} -> {step.destination}"]
+        row.append(step.moved_bytes)
         row.append(f"{step.predicted_start_s * 1e3:.1f}")
         row += [
             f"{statistics.median(r.steps[k].start_s for r in plans[t]) * 1e3:.1f}"

@@ -19,8 +19,6 @@ from collections.abc import Sequence
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
 
-__all__ = ["ByteStore", "Coverage", "equal_chunks"]
-
 
 def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
     """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).

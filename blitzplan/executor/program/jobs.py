@@ -31,19 +31,6 @@ if TYPE_CHECKING:
     from blitzplan.executor.program.reader import Program, ProgramStep
     from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 
-__all__ = [
-    "DeviceJob",
-    "Piece",
-    "RecvPlan",
-    "SendPlan",
-    "Stage",
-    "arena_bases",
-    "checked_gpus",
-    "device_jobs",
-    "devices_of",
-    "stages",
-]
-
 Piece = tuple[int, int, int, int]
 """``(unit, source offset, destination offset, length)``: bytes of the unit's buffers."""
 Spans = dict[tuple[str, int], list[tuple[int, int]]]

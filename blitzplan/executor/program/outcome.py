@@ -1,9 +1,7 @@
-"""What a program run measured, beside what its document predicted; a table of it.
+"""What a run measured beside what its documents predicted, and a table of it.
 
-Times are seconds from the shared start (the start of the plan). A step's measured start is its
-first byte out (the sender had the bytes and began the chunk's pacing window), its end the last
-byte in at the destination; a unit is ready on a new instance when every byte of it is on every
-GPU of the instance (held bytes count from the start).
+Times are seconds from the run's start. A step's measured start is its first byte out, its end
+its last byte in; a unit is ready on a new instance when every byte of it is on every GPU.
 """
 
 from __future__ import annotations
@@ -21,21 +19,17 @@ if TYPE_CHECKING:
     from blitzplan.executor.program.jobs import Stage
     from blitzplan.executor.program.session import DeviceReport
 
-__all__ = ["InstanceResult", "ProgramRun", "StepResult", "format_program_run", "summarize"]
-
 
 @dataclass(frozen=True)
 class StepResult:
-    """One step (``id`` in its document; ``program`` 1 for a replan's): first byte out and last
-    byte in as the document predicts them (from the run's start) and as measured; the bytes it
-    was to move and moved; when its sender was done (``sent_s``: the last chunk sent)."""
+    """A step (``id`` in its document; ``program`` 1 for a replan's): predicted and measured
+    first byte out and last byte in, the bytes it moved, when its sender was done."""
 
     program: int
     id: int
     kind: str
     source: str
     destination: str
-    bytes: int
     predicted_start_s: float
     predicted_end_s: float
     start_s: float
@@ -46,8 +40,8 @@ class StepResult:
 
 @dataclass(frozen=True)
 class InstanceResult:
-    """One new instance: per unit, predicted (``layer_ready_s``) and measured ready times, and
-    per GPU per unit whether its buffer is bit-exact."""
+    """A new instance: per unit its predicted and measured ready time; per GPU per unit
+    whether its buffer is bit-exact."""
 
     name: str
     gpus: tuple[str, ...]
@@ -58,10 +52,9 @@ class InstanceResult:
 
 @dataclass(frozen=True)
 class ProgramRun:
-    """A document's transfer program run for real (:func:`~blitzplan.executor.program.
-    run_program`). ``plan_s`` is the last predicted byte in; ``devices`` the processes, by rank;
-    ``duplicate_bytes`` bytes a new GPU received that it already had; ``transport`` the
-    transport; ``wall_s`` the first byte out to the last byte in, measured."""
+    """A run (:func:`~blitzplan.executor.program.runner.run_program`): ``plan_s`` the last
+    predicted byte in; ``devices`` the processes by rank; ``duplicate_bytes`` bytes a new GPU
+    received twice."""
 
     plan_id: str
     transport: str
@@ -73,61 +66,50 @@ class ProgramRun:
 
     @property
     def bit_exact(self) -> bool:
-        """Every unit on every GPU of every new instance is its rank buffer, byte for byte."""
+        """Every unit on every surviving new GPU is its rank buffer, byte for byte."""
         return all(all(units) for inst in self.instances for units in inst.bit_exact.values())
 
     @property
     def moved_bytes(self) -> int:
         return sum(s.moved_bytes for s in self.steps)
 
+    @property
+    def wall_s(self) -> float:
+        """First byte out to last byte in, measured."""
+        return max(s.end_s for s in self.steps) - min(s.start_s for s in self.steps)
+
     def start_errors_s(self) -> dict[int, float]:
-        """Measured minus predicted first byte out, per step."""
+        """Measured minus predicted first byte out, per step (in ``steps`` order)."""
         return {k: s.start_s - s.predicted_start_s for k, s in enumerate(self.steps)}
 
     def end_errors_s(self) -> dict[int, float]:
-        """Measured minus predicted last byte in, per step."""
         return {k: s.end_s - s.predicted_end_s for k, s in enumerate(self.steps)}
 
-    @property
-    def wall_s(self) -> float:
-        return max(s.end_s for s in self.steps) - min(s.start_s for s in self.steps)
-
-    def ready_errors_s(self) -> dict[str, tuple[float, ...]]:
-        """Measured minus predicted ready time, per new instance and unit."""
-        return {
-            inst.name: tuple(m - p for m, p in zip(inst.ready_s, inst.predicted_s, strict=True))
-            for inst in self.instances
-        }
+    def ready_errors_s(self) -> list[float]:
+        """Measured minus predicted ready time of every unit on every new instance."""
+        pairs = [zip(i.ready_s, i.predicted_s, strict=True) for i in self.instances]
+        return [m - p for pair in pairs for m, p in pair]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON (a time that never came is None)."""
-        start, end = self.start_errors_s().values(), self.end_errors_s().values()
-        ready = [e for errors in self.ready_errors_s().values() for e in errors]
         return {
             "plan_id": self.plan_id,
             "transport": self.transport,
-            "wall_s": self.wall_s,
             "plan_s": self.plan_s,
+            "wall_s": self.wall_s,
             "processes": len(self.devices),
             "bit_exact": self.bit_exact,
             "moved_bytes": self.moved_bytes,
             "duplicate_bytes": self.duplicate_bytes,
             "errors_s": {
-                "start": _spread(start),
-                "end": _spread(end),
-                "ready": _spread(ready),
+                "start": _spread(self.start_errors_s().values()),
+                "end": _spread(self.end_errors_s().values()),
+                "ready": _spread(self.ready_errors_s()),
             },
             "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in self.steps],
-            "instances": [
-                {
-                    "name": inst.name,
-                    "gpus": list(inst.gpus),
-                    "predicted_s": [_finite(t) for t in inst.predicted_s],
-                    "ready_s": [_finite(t) for t in inst.ready_s],
-                    "bit_exact": {g: list(b) for g, b in inst.bit_exact.items()},
-                }
-                for inst in self.instances
-            ],
+            "bit_exact_by_gpu": {
+                g: list(b) for inst in self.instances for g, b in inst.bit_exact.items()
+            },
         }
 
 
@@ -135,7 +117,7 @@ def _finite(value: object) -> object:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _spread(errors: Sequence[float] | Any) -> dict[str, float | None]:
+def _spread(errors: Any) -> dict[str, float | None]:
     """Median and worst absolute error (None when a time never came)."""
     values = [abs(e) for e in errors]
     if not values or not all(math.isfinite(v) for v in values):
@@ -144,110 +126,80 @@ def _spread(errors: Sequence[float] | Any) -> dict[str, float | None]:
 
 
 def summarize(
-    parts: list[Stage],
-    devices: list[str],
-    reports: Mapping[int, DeviceReport],
-    *,
-    transport: str,
+    parts: list[Stage], devices: Sequence[str], reports: Mapping[int, DeviceReport], transport: str
 ) -> ProgramRun:
     """A ProgramRun from the devices' reports (ranks in ``devices`` order)."""
     rank_of = {d: r for r, d in enumerate(devices)}
     steps = []
     for k, part in enumerate(parts):
         for s in part.program.steps:
-            key, src, dst = (
-                part.offset + s.id,
-                reports[rank_of[s.source]],
-                reports[rank_of[s.destination]],
-            )
-            if key not in dst.received_bytes:
-                continue  # nothing left of it to send (a step the replan took over)
-            steps.append(
-                StepResult(
-                    program=k,
-                    id=s.id,
-                    kind=s.kind,
-                    source=s.source,
-                    destination=s.destination,
-                    bytes=s.bytes,
-                    predicted_start_s=part.at_s + s.start_s,
-                    predicted_end_s=part.at_s + s.end_s,
-                    start_s=src.sent_start_s.get(key, math.nan),
-                    end_s=dst.received_end_s.get(key, math.nan),
-                    moved_bytes=dst.received_bytes[key],
-                    sent_s=src.sent_end_s.get(key, math.nan),
+            key = part.offset + s.id
+            out, into = reports[rank_of[s.source]], reports[rank_of[s.destination]]
+            if key in into.received_bytes:  # else nothing was left of it to send
+                steps.append(
+                    StepResult(
+                        *(k, s.id, s.kind, s.source, s.destination),
+                        *(part.at_s + s.start_s, part.at_s + s.end_s),
+                        out.sent_start_s.get(key, math.nan),
+                        into.received_end_s.get(key, math.nan),
+                        into.received_bytes[key],
+                        out.sent_end_s.get(key, math.nan),
+                    )
                 )
-            )
-    checked, units = set(checked_gpus(parts)), len(parts[0].program.unit_bytes)
+    checked, units = set(checked_gpus(parts)), range(len(parts[0].program.unit_bytes))
     found = {i.name: (part, i) for part in parts for i in part.program.new_instances}
     instances = tuple(
         InstanceResult(
-            name=inst.name,
-            gpus=inst.gpus,
-            predicted_s=tuple(part.at_s + t for t in inst.predicted_s),
-            ready_s=tuple(
-                max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in range(units)
-            ),
-            bit_exact={g: reports[rank_of[g]].bit_exact for g in inst.gpus},
+            inst.name,
+            inst.gpus,
+            tuple(part.at_s + t for t in inst.predicted_s),
+            tuple(max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in units),
+            {g: reports[rank_of[g]].bit_exact for g in inst.gpus},
         )
         for part, inst in found.values()
         if set(inst.gpus) <= checked
     )
+    plan_s = max(p.at_s + p.program.plan_s for p in parts)
+    duplicates = sum(reports[rank_of[g]].duplicate_bytes for g in checked)
+    plan_id = parts[-1].program.plan_id
     return ProgramRun(
-        plan_id=parts[-1].program.plan_id,
-        transport=transport,
-        plan_s=max(p.at_s + p.program.plan_s for p in parts),
-        devices=tuple(devices),
-        steps=tuple(steps),
-        instances=instances,
-        duplicate_bytes=sum(reports[rank_of[g]].duplicate_bytes for g in checked),
+        plan_id, transport, plan_s, tuple(devices), tuple(steps), instances, duplicates
     )
 
 
-def _or_nan(value: float | None) -> float:
-    return math.nan if value is None else value
+def _ms(value: float | None) -> str:
+    return f"{value * 1e3:.1f}" if value is not None and math.isfinite(value) else "-"
 
 
-def _ms(value: float) -> str:
-    return f"{value * 1e3:.1f}" if math.isfinite(value) else "-"
+def _exact(instance: InstanceResult) -> bool:
+    return all(all(b) for b in instance.bit_exact.values())
 
 
 def format_program_run(run: ProgramRun) -> str:
-    """Per step predicted vs measured start and end (ms), then per new instance its ready time
-    and bit-exactness, then the median and worst errors."""
+    """Per step predicted vs measured start and end (ms; a replan's steps marked '), per new
+    instance its ready time and bit-exactness, then the median and worst errors."""
+    times = ("predicted_start_s", "start_s", "predicted_end_s", "end_s")
     rows = [
-        [
-            f"{s.id}" + ("'" if s.program else ""),
-            s.kind,
-            f"{s.source} -> {s.destination}",
-            s.moved_bytes,
-            *(_ms(t) for t in (s.predicted_start_s, s.start_s, s.predicted_end_s, s.end_s)),
-        ]
+        [f"{s.id}" + "'" * s.program, s.kind, f"{s.source} -> {s.destination}", s.moved_bytes]
+        + [_ms(getattr(s, t)) for t in times]
         for s in run.steps
     ]
-    headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
     ready = [
-        [
-            inst.name,
-            " ".join(inst.gpus),
-            _ms(max(inst.predicted_s)),
-            _ms(max(inst.ready_s)),
-            all(all(b) for b in inst.bit_exact.values()),
-        ]
-        for inst in run.instances
+        [i.name, " ".join(i.gpus), _ms(max(i.predicted_s)), _ms(max(i.ready_s)), _exact(i)]
+        for i in run.instances
     ]
     errors = run.to_dict()["errors_s"]
-    lines = [
-        format_table(headers, rows),
-        "(a replan's steps are marked ')",
-        format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
-        "",
-        *(
-            f"{what:>5} error: median {_ms(_or_nan(e['median']))} ms, worst "
-            f"{_ms(_or_nan(e['worst']))} ms (plan {run.plan_s * 1e3:.1f} ms)"
-            for what, e in errors.items()
-        ),
-        f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
-        f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
-    ]
-    return "\n".join(lines)
+    headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
+    return "\n".join(
+        [
+            format_table(headers, rows),
+            format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
+            *(
+                f"{what:>5} error: median {_ms(e['median'])} ms, worst {_ms(e['worst'])} ms "
+                f"(plan {run.plan_s * 1e3:.1f} ms)"
+                for what, e in errors.items()
+            ),
+            f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
+            f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
+        ]
+    )

@@ -22,23 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.rules import ALL_RANKS, HOLDERS, STEP_KINDS, check_program
+from blitzplan.executor.program.rules import check_program
 from blitzplan.models import ModelIdentity, ModelSpec
-
-__all__ = [
-    "ALL_RANKS",
-    "HOLDERS",
-    "SCHEMA",
-    "SCHEMA_VERSION",
-    "STEP_KINDS",
-    "LivePairDoc",
-    "NewInstance",
-    "Program",
-    "ProgramStep",
-    "StepRange",
-    "document_digest",
-    "read_program",
-]
 
 SCHEMA = "blitzplan.scaleplan"
 SCHEMA_VERSION = 2

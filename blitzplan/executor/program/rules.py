@@ -25,8 +25,6 @@ from blitzplan.models.layout import layout
 if TYPE_CHECKING:
     from blitzplan.executor.program.reader import Program, ProgramStep
 
-__all__ = ["check_program", "memory_devices", "rank_base", "source_holds"]
-
 Spans = dict[tuple[str, int], list[tuple[int, int]]]
 
 

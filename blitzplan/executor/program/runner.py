@@ -38,8 +38,6 @@ from blitzplan.executor.runtime.worker import check_device
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, check_identity, load_checkpoint
 from blitzplan.executor.transports import check_transport
 
-__all__ = ["prepare", "run_program"]
-
 
 def _checkpoint(checkpoint: Checkpoint | str | Path) -> Checkpoint:
     if isinstance(checkpoint, Checkpoint):

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
     from blitzplan.scale import ScalePlan
 
-__all__ = ["SCENARIOS", "Scenario", "scenario_plan", "scenario_state", "write_scenario"]
-
 
 @dataclass(frozen=True)
 class Scenario:

@@ -33,8 +33,6 @@ from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
 from blitzplan.executor.transports import Chunk, open_transport
 from blitzplan.models.layout import Layout, layout
 
-__all__ = ["DeviceReport", "ProgramSession", "program_job"]
-
 
 @dataclass(frozen=True)
 class DeviceReport:

@@ -28,8 +28,6 @@ from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import NewOp, OldOp
 from blitzplan.live.state import DONE, Started
 
-__all__ = ["IDLE_WAKE_S", "Coordinator", "Processes"]
-
 IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
 

@@ -39,15 +39,6 @@ from blitzplan.executor.smallmodel.llama import (
     unit_from_buffer,
 )
 
-__all__ = [
-    "ACTIVATION_TAG",
-    "NewInstancePlan",
-    "OldInstancePlan",
-    "OldReport",
-    "new_instance_job",
-    "old_instance_job",
-]
-
 ACTIVATION_TAG = 1000
 """torch.distributed tag of batch ``b``'s activation: ``ACTIVATION_TAG + b``."""
 _SLICE_S = 0.05

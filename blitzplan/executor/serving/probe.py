@@ -22,8 +22,6 @@ from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.llama import decoder_layer, init_unit, model_dims, rope_tables
 from blitzplan.models import ModelSpec
 
-__all__ = ["ProbePlan", "layer_times_job", "measured_compute"]
-
 
 @dataclass(frozen=True)
 class ProbePlan:

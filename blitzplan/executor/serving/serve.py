@@ -44,8 +44,6 @@ from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.policies import POLICIES
 from blitzplan.live.schedule import NewOp, OldOp
 
-__all__ = ["LOGIT_TOLERANCE", "LiveRun", "live_violations", "serve_live"]
-
 LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
 

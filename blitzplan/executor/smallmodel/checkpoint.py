@@ -28,18 +28,6 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.executor.smallmodel.llama import Dims, Weights, flatten_unit, init_unit, model_dims
 from blitzplan.models import ModelIdentity, ModelSpec
 
-__all__ = [
-    "MANIFEST",
-    "Checkpoint",
-    "CorruptCheckpointError",
-    "check_identity",
-    "checkpoint_tensors",
-    "load_checkpoint",
-    "load_unit",
-    "save_checkpoint",
-    "unit_digest",
-]
-
 MANIFEST = "manifest.json"
 _FORMAT = "blitzplan-executor-checkpoint/1"
 

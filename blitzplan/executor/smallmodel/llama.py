@@ -24,24 +24,6 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, config_dtype
 from blitzplan.models.layout import layout
 
-__all__ = [
-    "DTYPES",
-    "Dims",
-    "Rope",
-    "Weights",
-    "decoder_layer",
-    "embed",
-    "final_logits",
-    "flatten_unit",
-    "forward",
-    "init_unit",
-    "model_dims",
-    "rope_tables",
-    "small_config",
-    "unit_from_buffer",
-    "unit_layout",
-]
-
 Weights = dict[str, torch.Tensor]
 """One unit's tensors by name."""
 

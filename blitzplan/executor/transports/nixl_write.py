@@ -29,8 +29,6 @@ from blitzplan.executor.transports import Chunk
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
-__all__ = ["NixlTransport", "loopback_ucx"]
-
 _POLL_S = (5e-5, 1e-3)
 """Waits poll NIXL from every 50 us, backing off to every millisecond."""
 

@@ -18,8 +18,6 @@ from blitzplan.executor.transports import Chunk
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
-__all__ = ["TAG", "TorchTransport"]
-
 TAG = 1
 """torch.distributed tag of step ``k``'s chunks: ``TAG + k``."""
 
