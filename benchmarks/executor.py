@@ -185,7 +185,11 @@ def _raw_send(
         gpu, memory = transport.gpu, transport.memory
         src = agent.get_xfer_descs([(transport.base + a, n, gpu) for a, n in local], memory)
         dst = agent.get_xfer_descs(
-            [(transport.peers[send.peer][1] + a, n, gpu) for a, n in remote], memory
+            [
+                (transport.peers[send.peer][1] + a, n, transport.peers[send.peer][2])
+                for a, n in remote
+            ],
+            memory,
         )
         handle = agent.initialize_xfer("WRITE", src, dst, name, f"raw{send.step}".encode())
         state = agent.transfer(handle)

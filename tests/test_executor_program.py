@@ -116,7 +116,8 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     run = run_program(text, small.weights, workers=pool, transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0 and run.transport == transport
     assert len(run.devices) == 8 and run.plan_id == small.plan.plan_id
-    assert all(s.moved_bytes == s.bytes for s in run.steps)
+    step = read_program(text).step
+    assert all(s.moved_bytes == step[s.id].bytes for s in run.steps)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
     _check_paced(run, text)
 

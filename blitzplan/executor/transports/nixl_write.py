@@ -78,13 +78,15 @@ class NixlTransport:
         )
         key = f"nixl/{run}/"
         ctx.store.set(
-            key + str(ctx.rank), pickle.dumps((self.agent.get_agent_metadata(), self.base))
+            key + str(ctx.rank),
+            pickle.dumps((self.agent.get_agent_metadata(), self.base, self.gpu)),
         )
-        self.peers: dict[int, tuple[str, int]] = {}
+        self.peers: dict[int, tuple[str, int, int]] = {}
+        """Per rank written to: its agent's name, its arena's address and its GPU."""
         for peer in writes_to:
-            metadata, base = pickle.loads(ctx.store.get(key + str(peer)))
+            metadata, base, gpu = pickle.loads(ctx.store.get(key + str(peer)))
             name = self.agent.add_remote_agent(metadata)
-            self.peers[peer] = (name.decode() if isinstance(name, bytes) else name, base)
+            self.peers[peer] = (name.decode() if isinstance(name, bytes) else name, base, gpu)
         self._seen: set[bytes] = set()
         self._lock = threading.Lock()
 
@@ -96,13 +98,11 @@ class NixlTransport:
         )
 
     def write(self, chunk: Chunk) -> None:
-        name, base = self.peers[chunk.peer]
+        name, base, gpu = self.peers[chunk.peer]
         local = self.agent.get_xfer_descs(
             [(self.base + chunk.src, chunk.nbytes, self.gpu)], self.memory
         )
-        remote = self.agent.get_xfer_descs(
-            [(base + chunk.dst, chunk.nbytes, self.gpu)], self.memory
-        )
+        remote = self.agent.get_xfer_descs([(base + chunk.dst, chunk.nbytes, gpu)], self.memory)
         note = f"{chunk.step}:{chunk.dst}".encode()
         try:
             handle = self.agent.initialize_xfer("WRITE", local, remote, name, note)
@@ -138,7 +138,7 @@ class NixlTransport:
             ) from None
 
     def close(self) -> None:
-        for name, _ in self.peers.values():
+        for name, _, _ in self.peers.values():
             self.agent.remove_remote_agent(name)
         self.agent.deregister_memory(self.registered)
         del self.agent
