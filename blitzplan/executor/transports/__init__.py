@@ -18,7 +18,7 @@ step and the chunk.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -69,16 +69,14 @@ class Transport(Protocol):
 
 def check_transport(name: str) -> str:
     """``name`` if it is a transport that runs here; InvalidInputError or SolverUnavailableError
-    (with the install line) otherwise."""
+    (with the install line) otherwise. NIXL is looked for, not imported: only the workers load
+    it (its bundled abseil and protobuf would clash with OR-Tools' in the caller's process)."""
     if name not in TRANSPORTS:
         raise InvalidInputError(f"transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
-    if name == "nixl":
-        try:
-            importlib.import_module("nixl_cu12")
-        except ImportError as exc:
-            raise SolverUnavailableError(
-                "transport 'nixl' needs NIXL: pip install 'blitzplan[nixl]' (nixl-cu12)"
-            ) from exc
+    if name == "nixl" and importlib.util.find_spec("nixl_cu12") is None:
+        raise SolverUnavailableError(
+            "transport 'nixl' needs NIXL: pip install 'blitzplan[nixl]' (nixl-cu12)"
+        )
     return name
 
 
