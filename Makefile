@@ -1,9 +1,10 @@
 # The two commands of the README: `make demo` and `make test`. Each bootstraps .venv itself.
+# `make gpu-check` runs the executor's GPU paths on a machine with a GPU (it skips without one).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench gpu-check clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -15,10 +16,12 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[plot]"
 	touch $@
 
-# torch first from the pinned CPU build, so the extra's range pulls nothing more
+# torch first from the pinned CPU build, so the extra's range pulls nothing more; NIXL (the
+# nixl extra) without its dependencies, which are CUDA wheels: on the CPU it needs only numpy
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[dev,exact,torch,notebooks,plot]"
+	$(BIN)/python -m pip install -q --no-deps nixl-cu12==1.5.1
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
@@ -37,6 +40,9 @@ test: lint typecheck unit
 
 bench: $(VENV)/.dev
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done
+
+gpu-check: $(VENV)/.dev
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,324 +1,313 @@
-"""Executor benchmark: predicted vs measured on this machine, over repeated validation runs.
+"""Executor benchmark: ScalePlan documents run for real on both transports, beside predictions.
 
-Run: .venv/bin/python benchmarks/executor.py   (BLITZPLAN_QUICK=1: the quick scenario, one run)
-Each run starts the workers, calibrates, plans, runs the multicast and the three live
-policies (``blitzplan.executor.validate``). Prints the errors of every run, then per policy over
-all runs; nothing is asserted, the README quotes the tables. "replay" is the prediction fed the
-run's own measured per-layer times (the execution model's error alone); "contention" how much
-slower a layer is side by side (both instances computing, weights streaming) than alone (1: every
-busy process has a core of its own). Last, the striped scenario of ``blitzplan.executor.striped``
-runs for real (two sources feed one node of two GPUs, which forwards to a second): predicted vs
-measured arrivals, every byte checked. Then a ScalePlan document's transfer program runs from
-its JSON alone (``blitzplan.executor.program``; the ``large`` scenario of
-``blitzplan.executor.program_scenario``, ``small`` in quick mode), with its replan after a source
-fails half-way: per step the predicted, rule-given (the program's own rules with no overhead)
-and measured first byte out and last byte in.
+Run: .venv/bin/python benchmarks/executor.py   (BLITZPLAN_QUICK=1: the small scenario, one run)
+One pool of processes runs everything (``blitzplan.executor``): the ``large`` scenario's document
+(16 processes; ``small``, 8, in quick mode) paced, on the ``torch`` and the ``nixl`` transport,
+and the replan that takes it over half-way when a serving source fails; per document the step
+errors (measured minus predicted first byte out and last byte in) and bit-exactness, and per
+step of the plan the predicted and measured times on both transports. Then throughput: the same
+document unpaced against the transport's own raw transfer of the same bytes between the same
+processes (NIXL: one WRITE of each step's bytes; torch: one send/recv per step), as a ratio in
+one run. Last, live serving: layer times measured on the workers, the ``live`` scenario planned
+with them under each policy, its program run and its live pair served; per-request latency
+against the document's prediction. Nothing is asserted: the README quotes the tables.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from blitzplan import load_model, replan
+from blitzplan import replan
 from blitzplan._table import format_table
-from blitzplan.executor.checkpoint import save_checkpoint
-from blitzplan.executor.model import small_config
-from blitzplan.executor.processes import Workers
-from blitzplan.executor.program import devices_of, run_program
-from blitzplan.executor.program_doc import read_program
-from blitzplan.executor.program_result import ProgramRun
-from blitzplan.executor.program_scenario import PROGRAM_SCENARIOS, scenario_plan
-from blitzplan.executor.results import ValidationResult, percentile
-from blitzplan.executor.striped import run_striped, striped_plan
-from blitzplan.executor.validate import validate
+from blitzplan.executor.program.jobs import DeviceJob, arena_bases, devices_of
+from blitzplan.executor.program.outcome import ProgramRun
+from blitzplan.executor.program.reader import read_program
+from blitzplan.executor.program.runner import prepare, run_program
+from blitzplan.executor.program.scenarios import scenario_plan
+from blitzplan.executor.runtime.pool import Workers
+from blitzplan.executor.runtime.worker import RankContext
+from blitzplan.executor.serving.probe import measured_compute
+from blitzplan.executor.serving.serve import live_violations, serve_live
+from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
+from blitzplan.executor.transports import open_transport
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
-SCENARIO = "quick" if QUICK else "default"
+SCENARIO = "small" if QUICK else "large"
 RUNS = 1 if QUICK else 3
+TRANSPORTS = ["torch"] + (["nixl"] if importlib.util.find_spec("nixl_cu12") else [])
+POLICIES = ["zigzag"] if QUICK else ["zigzag", "best_effort", "stop_the_world"]
 
 
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.1f}"
+def _ms(values: list[float]) -> list[str]:
+    magnitudes = [abs(v) * 1e3 for v in values]
+    return [f"{statistics.median(magnitudes):.1f}", f"{max(magnitudes):.1f}"]
 
 
-def run_row(k: int, result: ValidationResult, wall_s: float) -> list[object]:
-    arrival = [abs(e) * 1e3 for e in result.arrival_errors_s()]
-    load = result.load_average
+def documents() -> list[tuple[str, str, float | None, str | None]]:
+    """(label, document, at_s, replan): the plan, and the plan taken over by its replan when
+    its last serving source fails half-way."""
+    state, made = scenario_plan(SCENARIO)
+    source = state.instances[-1] if SCENARIO == "large" else state.instances[1]
+    half_s = 0.5 * max(i.ready_at_s for i in made.new_instances)
+    after = replan(made, state, at_s=half_s, failed=[source.id]).to_json()
     return [
-        k,
-        _pct(result.median_latency_error),
-        _pct(result.p90_latency_error),
-        _pct(result.makespan_error),
-        _pct(result.median_replay_error),
-        f"{statistics.median(c.calibration.contention for c in result.policies):.2f}",
-        f"{statistics.median(arrival):.2f}",
-        f"{max(arrival):.2f}",
-        f"{result.max_abs_logit_diff:.1e}",
-        result.layers_bit_exact,
-        "-" if load is None else f"{load[0]:.2f}/{load[1]:.2f}",
-        f"{wall_s:.1f}",
+        ("plan", made.to_json(), None, None),
+        (f"replan ({source.id} fails)", made.to_json(), half_s, after),
     ]
 
 
-def policy_rows(results: list[ValidationResult]) -> list[list[object]]:
-    rows: list[list[object]] = []
-    for i, policy in enumerate(c.policy for c in results[0].policies):
-        errors = [e for r in results for e in r.policies[i].latency_errors]
-        makespan = [r.policies[i].makespan_error for r in results]
-        rows.append(
-            [
-                policy,
-                len(errors),
-                _pct(statistics.median(errors)),
-                _pct(percentile(errors, 0.9)),
-                _pct(max(errors)),
-                _pct(statistics.median(makespan)),
+def program_section(pool: Workers, weights: Checkpoint) -> dict[str, list[ProgramRun]]:
+    rows, plans = [], {}
+    for transport in TRANSPORTS:
+        for label, text, at_s, after in documents():
+            runs = [
+                run_program(
+                    text, weights, replan=after, at_s=at_s, transport=transport, workers=pool
+                )
+                for _ in range(RUNS)
             ]
-        )
-    every = [e for r in results for e in r.latency_errors]
-    rows.append(
-        [
-            "all",
-            len(every),
-            _pct(statistics.median(every)),
-            _pct(percentile(every, 0.9)),
-            _pct(max(every)),
-            _pct(statistics.median([r.makespan_error for r in results])),
-        ]
+            start = [e for r in runs for e in r.start_errors_s().values()]
+            end = [e for r in runs for e in r.end_errors_s().values()]
+            rows.append(
+                [
+                    transport,
+                    label,
+                    len(runs[0].devices),
+                    len(runs[0].steps),
+                    f"{runs[0].plan_s * 1e3:.1f}",
+                    *_ms(start),
+                    *_ms(end),
+                    all(r.bit_exact for r in runs),
+                    sum(r.duplicate_bytes for r in runs),
+                ]
+            )
+            if at_s is None:
+                plans[transport] = runs
+    print(
+        f"Transfer programs from JSON ({SCENARIO} scenario, {RUNS} run(s) each, paced): every "
+        "surviving new GPU checked byte for byte; errors are |measured - predicted|"
     )
-    return rows
+    headers = ["transport", "document", "processes", "steps", "plan ms", "start |err| median ms"]
+    headers += ["worst", "end |err| median", "worst", "bit-exact", "dup bytes"]
+    print(format_table(headers, rows), end="\n\n")
+    return plans
+
+
+def step_section(plans: dict[str, list[ProgramRun]]) -> None:
+    rows = []
+    first = plans[TRANSPORTS[0]][0]
+    for k, step in enumerate(first.steps):
+        row: list[object] = [step.id, step.kind, f"{step.source} -> {step.destination}"]
+        row.append(step.moved_bytes)
+        row.append(f"{step.predicted_start_s * 1e3:.1f}")
+        row += [
+            f"{statistics.median(r.steps[k].start_s for r in plans[t]) * 1e3:.1f}"
+            for t in TRANSPORTS
+        ]
+        row.append(f"{step.predicted_end_s * 1e3:.1f}")
+        row += [
+            f"{statistics.median(r.steps[k].end_s for r in plans[t]) * 1e3:.1f}" for t in TRANSPORTS
+        ]
+        rows.append(row)
+    headers = ["step", "kind", "route", "bytes", "start ms", *TRANSPORTS, "end ms", *TRANSPORTS]
+    print("Per step of the plan: predicted, then measured on each transport (median over runs)")
+    print(format_table(headers, rows), end="\n\n")
+
+
+@dataclass(frozen=True)
+class RawPlan:
+    job: DeviceJob
+    transport: str
+
+
+def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
+    """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
+    of a step's bytes (one notification), torch one send/recv of them; every step at once.
+    Returns the first byte out and last byte in (nan where none)."""
+    job, bases = plan.job, arena_bases(plan.job.unit_sizes())
+    arena = torch.zeros(bases[-1], dtype=torch.uint8, device=ctx.device)
+    peers = tuple(sorted({p.peer for p in (*job.sends, *job.recvs)}))
+    transport: Any = open_transport(
+        plan.transport,
+        ctx,
+        arena,
+        run=job.run + "raw",
+        writes_to=tuple(sorted(job.peer_bases)),
+        peers=peers,
+    )
+    ctx.ready()
+    times: list[tuple[str, float]] = []
+    bodies = [lambda s=s: _raw_send(ctx, transport, plan, s, bases) for s in job.sends]
+    bodies += [lambda r=r: _raw_recv(ctx, transport, plan, r) for r in job.recvs]
+    threads = [threading.Thread(target=_timed(b, times, ctx)) for b in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    transport.close()
+    starts = [t for kind, t in times if kind == "send"]
+    ends = [t for kind, t in times if kind == "recv"]
+    return (min(starts, default=float("nan")), max(ends, default=float("nan")))
+
+
+def _timed(
+    body: Callable[[], None], times: list[tuple[str, float]], ctx: RankContext
+) -> Callable[[], None]:
+    def run() -> None:
+        start = ctx.now()
+        kind = body()
+        times.append(("send", start) if kind == "send" else ("recv", ctx.now()))
+
+    return run
+
+
+def _raw_send(
+    ctx: RankContext, transport: Any, plan: RawPlan, send: Any, bases: tuple[int, ...]
+) -> str:
+    peer = plan.job.peer_bases[send.peer]
+    local = [(bases[u] + s, n) for u, s, _, n in send.pieces]
+    remote = [(peer[u] + d, n) for u, _, d, n in send.pieces]
+    if plan.transport == "nixl":
+        agent, name = transport.agent, transport.peers[send.peer][0]
+        gpu, memory = transport.gpu, transport.memory
+        src = agent.get_xfer_descs([(transport.base + a, n, gpu) for a, n in local], memory)
+        dst = agent.get_xfer_descs(
+            [
+                (transport.peers[send.peer][1] + a, n, transport.peers[send.peer][2])
+                for a, n in remote
+            ],
+            memory,
+        )
+        handle = agent.initialize_xfer("WRITE", src, dst, name, f"raw{send.step}".encode())
+        state = agent.transfer(handle)
+        while state == "PROC":
+            time.sleep(5e-5)
+            state = agent.check_xfer_state(handle)
+        agent.release_xfer_handle(handle)
+    else:
+        data = torch.cat([transport.arena[a : a + n] for a, n in local])
+        ctx.send(data, send.peer, layer=None, tag=1 + send.step)
+    return "send"
+
+
+def _raw_recv(ctx: RankContext, transport: Any, plan: RawPlan, recv: Any) -> str:
+    if plan.transport == "nixl":
+        note = f"raw{recv.step}".encode()
+        while transport._arrived(note) is None:
+            time.sleep(5e-5)
+    else:
+        total = sum(n for *_, n in recv.pieces)
+        ctx.recv(torch.empty(total, dtype=torch.uint8), recv.peer, layer=None, tag=1 + recv.step)
+    return "recv"
+
+
+def throughput_section(pool: Workers, weights: Checkpoint) -> None:
+    _, text, _, _ = documents()[0]
+    rows = []
+    for transport in TRANSPORTS:
+        for _ in range(RUNS):
+            run = run_program(text, weights, transport=transport, workers=pool, paced=False)
+            _, jobs = prepare(text, weights, transport=transport, paced=False)
+            pool.launch({j.rank: (raw_job, RawPlan(j, transport)) for j in jobs})
+            found = pool.collect([j.rank for j in jobs])
+            raw_s = max(e for _, e in found.values() if e == e) - min(
+                s for s, _ in found.values() if s == s
+            )
+            rows.append(
+                [
+                    transport,
+                    len(jobs),
+                    run.moved_bytes,
+                    f"{run.wall_s * 1e3:.1f}",
+                    f"{run.moved_bytes / run.wall_s / 1e6:.0f}",
+                    f"{raw_s * 1e3:.1f}",
+                    f"{run.moved_bytes / raw_s / 1e6:.0f}",
+                    f"{raw_s / run.wall_s:.2f}",
+                    run.bit_exact,
+                ]
+            )
+    print(
+        "Throughput, unpaced: the program's steps vs the transport's raw transfer of the same bytes"
+    )
+    headers = ["transport", "processes", "bytes", "program ms", "MB/s", "raw ms", "raw MB/s"]
+    print(format_table([*headers, "ratio", "bit-exact"], rows), end="\n\n")
+
+
+def live_section(pool: Workers, weights_dir: Path) -> None:
+    _, made = scenario_plan("live")
+    weights = save_checkpoint(made.spec, weights_dir / "live", seed=1)
+    _, jobs = prepare(made.to_json(), weights)
+    compute = measured_compute(pool, made.spec, (0, len(jobs)))
+    rows = []
+    for policy in POLICIES:
+        for transport in TRANSPORTS:
+            state, doc = scenario_plan("live", compute=compute, live_method=policy)
+            text = doc.to_json()
+            requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
+            errors, diffs, violations, exact = [], [], 0, True
+            for _ in range(RUNS):
+                run = serve_live(
+                    text,
+                    weights,
+                    requests=requests,
+                    compute=compute,
+                    transport=transport,
+                    workers=pool,
+                )
+                errors += run.latency_errors
+                diffs.append(run.max_abs_logit_diff)
+                violations += len(live_violations(run))
+                exact &= run.transfer.bit_exact
+            errors.sort()
+            rows.append(
+                [
+                    policy,
+                    transport,
+                    len(errors),
+                    f"{100 * statistics.median(errors):.1f}",
+                    f"{100 * errors[int(0.9 * (len(errors) - 1))]:.1f}",
+                    f"{max(diffs):.1e}",
+                    violations,
+                    exact,
+                ]
+            )
+    print("Live serving from the document (live scenario, layer times measured on the workers)")
+    headers = ["policy", "transport", "requests", "median lat err %", "p90 %", "max |logit diff|"]
+    print(format_table([*headers, "violations", "bit-exact"], rows))
 
 
 def main() -> None:
     print(
-        f"blitzplan executor benchmark, {date.today()}, {platform.machine()}, "
-        f"{os.cpu_count()} cpus, Python {platform.python_version()}, torch {torch.__version__}, "
-        f"scenario {SCENARIO}, {RUNS} run(s)\n"
+        f"blitzplan executor benchmark, {date.today()}, {platform.machine()}, {os.cpu_count()} "
+        f"cpus, load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, torch "
+        f"{torch.__version__}, transports {', '.join(TRANSPORTS)}\n"
     )
-    results, rows = [], []
-    for k in range(RUNS):
-        started = time.monotonic()
-        result = validate(SCENARIO)
-        results.append(result)
-        rows.append(run_row(k, result, time.monotonic() - started))
-    headers = [
-        "run",
-        "median lat err %",
-        "p90 lat err %",
-        "makespan err %",
-        "replay median err %",
-        "contention x",
-        "median |arrival err| ms",
-        "max ms",
-        "max |logit diff|",
-        "bit-exact",
-        "load before/after",
-        "wall s",
-    ]
-    print(format_table(headers, rows), end="\n\n")
-    print("Per-request latency error |measured - predicted| / predicted, over all runs")
-    print(
-        format_table(
-            ["policy", "requests", "median %", "p90 %", "max %", "median makespan err %"],
-            policy_rows(results),
-        ),
-        end="\n\n",
-    )
-    rows, routes = striped_rows(RUNS)
-    print(
-        f"Striped multicast for real ({RUNS} run(s), 6 processes, gloo): two sources, one node of "
-        f"two GPUs that forwards to a second ({routes})"
-    )
-    print(
-        format_table(
-            ["instance", "predicted ready ms", "measured ms", "max |unit err| ms", "bit-exact"],
-            rows,
-        )
-    )
-    print_program_section()
-
-
-def striped_rows(runs: int) -> tuple[list[list[object]], str]:
-    """The striped scenario (``blitzplan.executor.striped``): per new instance, the plan's and
-    the measured time its last unit was complete, the largest |error| over its units, bit-exact."""
-    spec = load_model(striped_config())
-    _, plan = striped_plan(spec)
-    per: dict[str, list[tuple[float, float, bool]]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        weights = save_checkpoint(spec, Path(tmp), seed=1)
-        for _ in range(runs):
-            run = run_striped(weights)
-            for name, errors in run.arrival_errors_s().items():
-                per.setdefault(name, []).append(
-                    (
-                        max(run.arrival_s[name]),
-                        max(abs(e) for e in errors),
-                        all(run.bit_exact[name]),
-                    )
-                )
-    rows = [
-        [
-            name,
-            f"{max(plan.layer_ready_s[name]) * 1e3:.1f}",
-            f"{statistics.median(m for m, _, _ in values) * 1e3:.1f}",
-            f"{max(e for _, e, _ in values) * 1e3:.1f}",
-            all(b for _, _, b in values),
-        ]
-        for name, values in per.items()
-    ]
-    return rows, plan.describe_routes()
-
-
-def program_documents(name: str) -> list[tuple[str, str]]:
-    """The scenario's ScalePlan document and its replan with the last serving source failed
-    half-way through, as (label, JSON text)."""
-    state, made = scenario_plan(name)
-    source = state.instances[-1] if name == "large" else state.instances[1]
-    half_s = 0.5 * max(i.ready_at_s for i in made.new_instances)
-    after = replan(made, state, at_s=half_s, failed=[source.id])
-    return [("plan", made.to_json()), (f"replan ({source.id} fails)", after.to_json())]
-
-
-def _spread_ms(values: list[float]) -> tuple[str, str]:
-    magnitudes = [abs(v) * 1e3 for v in values]
-    return f"{statistics.median(magnitudes):.1f}", f"{max(magnitudes):.1f}"
-
-
-def program_rows(name: str, runs: int) -> tuple[list[list[object]], list[list[object]], int]:
-    """Run the scenario's documents ``runs`` times each on one pool of processes: a summary row
-    per document and the plan's per-step rows (medians over the runs)."""
-    documents = program_documents(name)
-    spec = load_model(dict(PROGRAM_SCENARIOS[name].config))
-    summary, per_step, processes = [], [], 0
-    with tempfile.TemporaryDirectory() as tmp:
-        weights = save_checkpoint(spec, Path(tmp), seed=1)
-        size = max(len(devices_of(read_program(text))) for _, text in documents)
-        with Workers([f"rank{k}" for k in range(size)], backend="gloo") as pool:
-            for label, text in documents:
-                results = [run_program(text, weights, workers=pool) for _ in range(runs)]
-                summary.append(_summary_row(label, results))
-                if label == "plan":
-                    per_step = _step_rows(results)
-                processes = max(processes, len(results[0].devices))
-    return summary, per_step, processes
-
-
-def _summary_row(label: str, results: list[ProgramRun]) -> list[object]:
-    start = [e for r in results for e in r.start_errors_s().values()]
-    end = [e for r in results for e in r.end_errors_s().values()]
-    ready = [e for r in results for errors in r.ready_errors_s().values() for e in errors]
-    lateness = [o for r in results for pair in r.overhead_s().values() for o in pair]
-    rule = [
-        x
-        for r in results
-        for s in r.steps
-        for x in (s.rule_start_s - s.predicted_start_s, s.rule_end_s - s.predicted_end_s)
-    ]
-    return [
-        label,
-        len(results[0].steps),
-        f"{results[0].plan_s * 1e3:.1f}",
-        *_spread_ms(start),
-        *_spread_ms(end),
-        *_spread_ms(ready),
-        *_spread_ms(rule),
-        *_spread_ms(lateness),
-        all(r.bit_exact for r in results),
-        sum(r.duplicate_bytes for r in results),
-    ]
-
-
-def _step_rows(results: list[ProgramRun]) -> list[list[object]]:
-    rows: list[list[object]] = []
-    for k, step in enumerate(results[0].steps):
-        start = statistics.median(r.steps[k].start_s for r in results)
-        end = statistics.median(r.steps[k].end_s for r in results)
-        rows.append(
-            [
-                step.id,
-                step.kind,
-                f"{step.source} -> {step.destination}",
-                step.bytes,
-                f"{step.predicted_start_s * 1e3:.1f}",
-                f"{step.rule_start_s * 1e3:.1f}",
-                f"{start * 1e3:.1f}",
-                f"{step.predicted_end_s * 1e3:.1f}",
-                f"{step.rule_end_s * 1e3:.1f}",
-                f"{end * 1e3:.1f}",
-            ]
-        )
-    return rows
-
-
-def print_program_section() -> None:
-    name = "small" if QUICK else "large"
     started = time.monotonic()
-    summary, per_step, processes = program_rows(name, RUNS)
-    print(
-        f"\nTransfer program from JSON ({name} scenario, {processes} processes, gloo, {RUNS} "
-        f"run(s) per document, {time.monotonic() - started:.0f} s with startup): a ScalePlan "
-        "document run by its steps alone, every new GPU checked byte for byte"
+    _, made = scenario_plan(SCENARIO)
+    size = max(
+        len(devices_of([read_program(text), *([read_program(r)] if r else [])]))
+        for _, text, _, r in documents()
     )
-    print(
-        format_table(
-            [
-                "document",
-                "steps",
-                "plan ms",
-                "start |err| median ms",
-                "worst",
-                "end |err| median",
-                "worst",
-                "unit ready |err| median",
-                "worst",
-                "|rule - plan| median",
-                "worst",
-                "|measured - rule| median",
-                "worst",
-                "bit-exact",
-                "dup bytes",
-            ],
-            summary,
-        ),
-        end="\n\n",
-    )
-    print("Per step of the plan (ms; measured: median over the runs)")
-    print(
-        format_table(
-            [
-                "step",
-                "kind",
-                "route",
-                "bytes",
-                "start",
-                "by rule",
-                "measured",
-                "end",
-                "by rule",
-                "measured",
-            ],
-            per_step,
-        )
-    )
-
-
-def striped_config() -> dict[str, object]:
-    return small_config(
-        num_layers=8,
-        hidden_size=128,
-        intermediate_size=384,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=512,
-    )
+    with tempfile.TemporaryDirectory() as tmp, Workers([f"rank{k}" for k in range(size)]) as pool:
+        weights = save_checkpoint(made.spec, Path(tmp) / "w", seed=1)
+        plans = program_section(pool, weights)
+        step_section(plans)
+        throughput_section(pool, weights)
+        live_section(pool, Path(tmp))
+    print(f"\n{time.monotonic() - started:.0f} s in all, with the startup of {size} processes")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import itertools
 import multiprocessing
 import time
 from pathlib import Path
@@ -17,24 +14,23 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from blitzplan import ClusterState, InvalidInputError, load_model  # noqa: E402
-from blitzplan.executor import model as m  # noqa: E402
-from blitzplan.executor.calibrate import fit_line, paced_topology  # noqa: E402
-from blitzplan.executor.checkpoint import (  # noqa: E402
+from blitzplan import InvalidInputError, load_model  # noqa: E402
+from blitzplan.cli import main  # noqa: E402
+from blitzplan.executor.program.runner import run_program  # noqa: E402
+from blitzplan.executor.program.scenarios import scenario_plan  # noqa: E402
+from blitzplan.executor.runtime.failures import InjectedFault  # noqa: E402
+from blitzplan.executor.runtime.pool import Workers  # noqa: E402
+from blitzplan.executor.runtime.worker import check_device  # noqa: E402
+from blitzplan.executor.smallmodel import llama as m  # noqa: E402
+from blitzplan.executor.smallmodel.checkpoint import (  # noqa: E402
     CorruptCheckpointError,
     check_identity,
+    checkpoint_tensors,
     load_checkpoint,
     load_unit,
     save_checkpoint,
 )
-from blitzplan.executor.cli import add_validate_command, main  # noqa: E402
-from blitzplan.executor.faults import InjectedFault  # noqa: E402
-from blitzplan.executor.multicast import run_multicast  # noqa: E402
-from blitzplan.executor.probes import smooth  # noqa: E402
-from blitzplan.executor.processes import Workers  # noqa: E402
-from blitzplan.executor.worker import check_device  # noqa: E402
-from blitzplan.multicast import plan_multicast  # noqa: E402
-from blitzplan.units import MB  # noqa: E402
+from blitzplan.models.layout import layout  # noqa: E402
 
 TINY = m.small_config(
     num_layers=3,
@@ -45,6 +41,17 @@ TINY = m.small_config(
     vocab_size=64,
 )
 NO_GPU = not torch.cuda.is_available()
+
+
+def _through_buffer(spec: object, dims: m.Dims, unit: int, weights: m.Weights) -> m.Weights:
+    """The unit packed into its TP1 rank buffer (what the executor moves) and read back."""
+    prefix = f"model.layers.{unit - 1}." if 0 < unit <= dims.layers else "model."
+    tensors = {
+        (k if k.startswith("lm_head") else prefix + k): v.view(torch.int32).numpy()
+        for k, v in weights.items()
+    }
+    buffer = torch.from_numpy(layout(spec, 1).rank_buffer(unit, 0, tensors))  # type: ignore[arg-type]
+    return m.unit_from_buffer(spec, unit, buffer, device=torch.device("cpu"))  # type: ignore[arg-type]
 
 
 def _units(config: dict[str, object], seed: int = 0) -> tuple[m.Dims, list[m.Weights]]:
@@ -63,7 +70,8 @@ def _units(config: dict[str, object], seed: int = 0) -> tuple[m.Dims, list[m.Wei
 def test_units_flatten_to_exactly_the_spec_bytes(
     layers: int, kv_heads: int, head_dim: int, inter: int, vocab: int
 ) -> None:
-    """Property: every unit flattens to spec.unit_bytes()[u] bytes and unflattens to itself."""
+    """Property: every unit flattens to spec.unit_bytes()[u] bytes, and its TP1 rank buffer (as
+    the executor moves it) reads back to itself."""
     config = m.small_config(
         num_layers=layers,
         hidden_size=4 * head_dim,
@@ -77,17 +85,18 @@ def test_units_flatten_to_exactly_the_spec_bytes(
     for unit, weights in enumerate(units):
         flat = m.flatten_unit(dims, unit, weights)
         assert flat.numel() == spec.unit_bytes()[unit]
-        back = m.unflatten_unit(dims, unit, flat)
+        back = _through_buffer(spec, dims, unit, weights)
         assert all(torch.equal(back[k], weights[k]) for k in weights)
 
 
 def _split_forward(dims: m.Dims, units: list[m.Weights], ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Layers 1..k on one copy of the weights, the rest on copies made from flattened bytes."""
+    """Layers 1..k on one copy of the weights, the rest on copies read from rank buffers."""
     rope = m.rope_tables(dims, max_positions=len(ids))
     hidden = m.embed(units[0], ids)
     for layer in range(1, k + 1):
         hidden = m.decoder_layer(dims, units[layer], hidden, rope)
-    moved = [m.unflatten_unit(dims, u, m.flatten_unit(dims, u, w)) for u, w in enumerate(units)]
+    spec = load_model(TINY)
+    moved = [_through_buffer(spec, dims, u, w) for u, w in enumerate(units)]
     for layer in range(k + 1, dims.layers + 1):
         hidden = m.decoder_layer(dims, moved[layer], hidden.clone(), rope)
     return m.final_logits(dims, moved[-1], hidden)
@@ -115,24 +124,6 @@ def test_attention_is_causal_and_position_aware() -> None:
     assert torch.equal(hidden[:4], changed[:4]) and not torch.equal(hidden[4], changed[4])
     swapped = m.forward(dims, units, torch.tensor([9, 5, 1, 30, 2]), rope)
     assert not torch.allclose(swapped, m.forward(dims, units, ids, rope))
-
-
-def test_decode_step_matches_the_last_position_of_prefill() -> None:
-    """A decode step over cached keys equals prefill's last row (the calibration's decode)."""
-    dims, units = _units(TINY)
-    rope = m.rope_tables(dims, max_positions=8)
-    x = torch.randn(6, dims.hidden, generator=torch.Generator().manual_seed(1))
-    full = m.decoder_layer(dims, units[1], x, rope)
-    w = units[1]
-    normed = m._rms_norm(x[:5], w["input_layernorm.weight"], dims.rms_norm_eps)
-    k = torch.nn.functional.linear(normed, w["self_attn.k_proj.weight"])
-    v = torch.nn.functional.linear(normed, w["self_attn.v_proj.weight"])
-    k = m._rotate(
-        k.view(5, dims.kv_heads, dims.head_dim).transpose(0, 1), rope.cos[:5], rope.sin[:5]
-    )
-    v = v.view(5, dims.kv_heads, dims.head_dim).transpose(0, 1)
-    step = m.decode_layer(dims, w, x[5:], k.unsqueeze(0), v.unsqueeze(0), rope)
-    torch.testing.assert_close(step[0], full[5], rtol=1e-5, atol=1e-5)
 
 
 def test_unsupported_models_are_refused_by_name() -> None:
@@ -173,14 +164,13 @@ def test_a_unit_of_another_version_or_corrupted_is_refused(tmp_path: Path) -> No
 
 
 def test_weights_of_another_model_are_refused_before_any_process_starts(tmp_path: Path) -> None:
-    spec, other = load_model(TINY), load_model(TINY, revision="v2")
-    state = ClusterState(paced_topology(3, bytes_per_s=10 * MB, latency_s=0.0), models=[spec])
-    plan = plan_multicast(state, spec, targets=[["h0/gpu1"], ["h0/gpu2"]])
+    _, made = scenario_plan("small")
+    other = load_model(dict(made.spec.config), revision="v2")
     checkpoint = save_checkpoint(other, tmp_path / "w")
     started = time.monotonic()
     with pytest.raises(InvalidInputError, match="refusing to mix weights"):
-        run_multicast(plan, checkpoint)
-    assert time.monotonic() - started < 1.0
+        run_program(made.to_json(), checkpoint)
+    assert time.monotonic() - started < 5.0
     assert multiprocessing.active_children() == []
 
 
@@ -191,17 +181,16 @@ def _corrupt(checkpoint_dir: Path, name: str) -> None:
     (checkpoint_dir / name).write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("unit", [0, 2, 4])  # the embedding, a layer, the head (L=3)
+@pytest.mark.parametrize("unit", [0, 2, 5])  # the embedding, a layer, the head (L=4)
 def test_a_corrupted_unit_is_refused_naming_it_before_any_process_starts(
     tmp_path: Path, unit: int
 ) -> None:
-    spec = load_model(TINY)
-    state = ClusterState(paced_topology(3, bytes_per_s=10 * MB, latency_s=0.0), models=[spec])
-    plan = plan_multicast(state, spec, targets=[["h0/gpu1"], ["h0/gpu2"]])
+    _, made = scenario_plan("small")
+    spec = made.spec
     checkpoint = save_checkpoint(spec, tmp_path / "w")
     _corrupt(tmp_path / "w", checkpoint.files[unit])
     with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} in .* hashes to") as info:
-        run_multicast(plan, checkpoint)
+        run_program(made.to_json(), checkpoint)
     assert info.value.layer == info.value.unit == unit
     assert multiprocessing.active_children() == []
     (tmp_path / "w" / checkpoint.files[unit]).write_text("not safetensors")
@@ -232,58 +221,41 @@ def test_bad_options_name_the_argument() -> None:
 def test_cuda_without_a_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(InvalidInputError, match=r"device='cuda' needs a GPU.*use device='cpu'"):
         check_device("cuda", 3)
-    assert main(["validate", "--device", "cuda", "--png", ""]) == 2
+    assert main(["validate", "--program", "small", "--device", "cuda"]) == 2
     assert "device='cuda' needs a GPU" in capsys.readouterr().err
     assert multiprocessing.active_children() == []
 
 
 def test_validate_help_ends_with_an_example(capsys: pytest.CaptureFixture[str]) -> None:
-    parser = argparse.ArgumentParser(prog="blitzplan")
-    add_validate_command(parser.add_subparsers())
     with pytest.raises(SystemExit):
-        parser.parse_args(["validate", "--help"])
+        main(["validate", "--help"])
     lines = capsys.readouterr().out.rstrip().splitlines()
-    assert lines[-2:] == ["example:", "  blitzplan validate --json"]
+    assert lines[-2:] == ["example:", "  blitzplan validate --program small --transport nixl"]
 
 
-def test_calibration_fits() -> None:
-    """Property of the fits: a line through exact points is recovered, smoothing is monotone."""
-    intercept, slope = fit_line([1.0, 2.0, 4.0], [3.0, 5.0, 9.0])
-    assert intercept == pytest.approx(1.0) and slope == pytest.approx(2.0)
-    fitted = smooth([64, 96, 128, 160], [0.004, 0.002, 0.007, 0.006])
-    assert all(a <= b for a, b in itertools.pairwise(fitted))
-    with pytest.raises(InvalidInputError, match="two distinct x values"):
-        fit_line([1.0, 1.0], [2.0, 3.0])
-
-
-def test_validate_exits_nonzero_when_outputs_differ(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The exit status follows ``result.ok`` (logits or bits differ: EXIT_MISMATCH)."""
-    from blitzplan.executor.cli import EXIT_MISMATCH
-
-    module = importlib.import_module("blitzplan.executor.validate")
-
-    class Differs:
-        ok = False
-
-        def to_json(self) -> dict[str, object]:
-            return {"max_abs_logit_diff": 0.5, "layers_bit_exact": True}
-
-    monkeypatch.setattr(module, "validate", lambda *args, **kwargs: Differs())
-    assert main(["validate", "--json", "--png", ""]) == EXIT_MISMATCH
-    assert '"max_abs_logit_diff": 0.5' in capsys.readouterr().out
+def test_checkpoint_tensors_pack_to_the_layouts_rank_buffers(tmp_path: Path) -> None:
+    """The executor fills buffers with ``Layout.rank_buffer`` of the checkpoint's tensors: TP1's
+    buffer is every TP2 rank's bytes, and every byte comes from the checkpoint."""
+    spec = load_model(TINY)
+    checkpoint = save_checkpoint(spec, tmp_path, seed=2)
+    for unit in range(spec.num_units):
+        tensors = checkpoint_tensors(checkpoint, unit)
+        whole = layout(spec, 1).rank_buffer(unit, 0, tensors)
+        assert whole.nbytes == spec.unit_bytes()[unit]
+        halves = [layout(spec, 2).rank_buffer(unit, r, tensors) for r in (0, 1)]
+        assert sum(h.nbytes for h in halves) >= whole.nbytes  # replicated norms count twice
 
 
 def test_the_live_checker_catches_broken_runs() -> None:
     """Certificate of the certificate: a valid run passes; each broken rule is named."""
-    from blitzplan.executor.live import LiveRun, live_violations
+    from blitzplan.executor.serving.serve import LiveRun, live_violations
     from blitzplan.live.schedule import NewOp, OldOp
 
     def run(new_ops: list[NewOp], old_ops: list[OldOp], completion: list[float]) -> LiveRun:
         return LiveRun(
             policy="zigzag",
             release_s=(0.0, 0.0),
+            predicted_s=(0.3, 0.2),
             split=(1, 0),
             new_ops=tuple(new_ops),
             old_ops=tuple(old_ops),

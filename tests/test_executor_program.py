@@ -1,17 +1,18 @@
-"""The torch executor runs a ScalePlan document's transfer program from its JSON alone.
+"""The executor runs ScalePlan documents from their JSON alone, over torch and NIXL, bit-exact.
 
-The small scenario (:mod:`blitzplan.executor.program_scenario`): TP1 sources on two hosts, three
+The small scenario (:mod:`blitzplan.executor.program.scenarios`): TP1 sources on two hosts, three
 TP2 targets, resharded sources, multi-source stripes, a forward between target nodes and NVLink
-all-gathers, planned with ``blitzplan.plan`` and run by 8 processes over gloo. One pool of
-processes serves every run of the module; the command-line test starts and ends its own.
+all-gathers; the live scenario adds relays (a spare GPU that stages a stripe) and a live pair.
+One pool of 8 processes serves every run of the module on both transports (each NIXL run makes
+its agents anew); the fault and command-line tests start and end their own, of 2 processes.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import math
 import multiprocessing
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,22 +27,27 @@ pytest.importorskip("safetensors")
 
 import blitzplan  # noqa: E402
 from blitzplan import ClusterState, InvalidInputError, ScaleRequest, load_model  # noqa: E402
-from blitzplan.executor.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
-from blitzplan.executor.cli import main  # noqa: E402
-from blitzplan.executor.faults import InjectedFault, RankFailedError  # noqa: E402
-from blitzplan.executor.model import small_config  # noqa: E402
-from blitzplan.executor.processes import Workers  # noqa: E402
-from blitzplan.executor.program import run_program  # noqa: E402
-from blitzplan.executor.program_doc import document_digest, read_program  # noqa: E402
-from blitzplan.executor.program_result import ProgramRun  # noqa: E402
-from blitzplan.executor.program_scenario import scenario_plan  # noqa: E402
-from blitzplan.executor.program_store import Coverage  # noqa: E402
-from blitzplan.executor.program_timeline import program_timeline  # noqa: E402
-from blitzplan.executor.waiting import equal_chunks  # noqa: E402
-from blitzplan.executor.worker import check_device  # noqa: E402
+from blitzplan.cli import main  # noqa: E402
+from blitzplan.compute import TableComputeModel  # noqa: E402
+from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
+from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
+from blitzplan.executor.program.reader import document_digest, read_program  # noqa: E402
+from blitzplan.executor.program.runner import run_program  # noqa: E402
+from blitzplan.executor.program.scenarios import scenario_plan  # noqa: E402
+from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
+from blitzplan.executor.runtime.pool import Workers  # noqa: E402
+from blitzplan.executor.runtime.worker import check_device  # noqa: E402
+from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, live_violations, serve_live  # noqa: E402
+from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from blitzplan.executor.smallmodel.llama import small_config  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 
 PACKAGE = Path(blitzplan.__file__).parent
+HAVE_NIXL = pytest.importorskip("importlib").util.find_spec("nixl_cu12") is not None
+TRANSPORTS = [
+    "torch",
+    pytest.param("nixl", marks=pytest.mark.skipif(not HAVE_NIXL, reason="no NIXL")),
+]
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[Workers]:
-    with Workers([f"rank{k}" for k in range(8)], timeout_s=20.0, backend="gloo") as workers:
+    with Workers([f"rank{k}" for k in range(8)], timeout_s=20.0) as workers:
         yield workers
     assert multiprocessing.active_children() == []
 
@@ -77,12 +83,16 @@ def _edited(text: str, edit: Callable[[dict[str, Any]], None], *, sign: bool = T
     return json.dumps(document)
 
 
-def _check_timing(run: ProgramRun) -> None:
-    """Gross errors only: the machine is shared, the bound is twice the plan's whole time."""
-    bound = 2 * run.plan_s
-    errors = [*run.start_errors_s().values(), *run.end_errors_s().values()]
-    errors += [e for per in run.ready_errors_s().values() for e in per]
-    assert max(abs(e) for e in errors) < bound, (errors, bound)
+def _check_paced(run: ProgramRun, text: str) -> None:
+    """Load only slows a run down: no step ends before its bytes at its pace from its earliest
+    start (less one chunk's window: a chunk leaves as its window opens; a step that started late
+    may catch up with its windows, never run ahead of them)."""
+    program = read_program(text)
+    for result in run.steps:
+        step = program.step[result.id]
+        if step.pace_bytes_per_s and result.program == 0:
+            floor_s = (result.moved_bytes - program.chunk_bytes) / step.pace_bytes_per_s
+            assert result.end_s >= 0.99 * (step.not_before_s + floor_s), result
 
 
 def test_the_small_plan_has_every_feature_the_executor_must_run(small: Setup) -> None:
@@ -96,51 +106,77 @@ def test_the_small_plan_has_every_feature_the_executor_must_run(small: Setup) ->
     into: dict[str, set[str]] = {}
     for s in steps:
         into.setdefault(s["destination"], set()).add(s["source"])
-    sources_of = {s["source"] for s in steps if s["holder"] == "instance"}
-    assert len({g.split("/")[0] for g in sources_of}) == 2  # sources on two hosts
     assert any(len(froms) >= 2 for froms in into.values())  # a buffer from several sources
 
 
-def test_the_plans_predictions_follow_its_own_program(small: Setup) -> None:
-    """The document's start_s/end_s agree with its steps run on paper by their own rules
-    (program_timeline), to within one chunk's window at the step's pace."""
-    program = read_program(small.path)
-    rules = program_timeline(program)
-    assert set(rules) == {s.id for s in program.steps}
-    for step in program.steps:
-        window = program.chunk_bytes / (step.pace_bytes_per_s or math.inf)
-        start, end = rules[step.id]
-        assert abs(start - step.start_s) <= window and abs(end - step.end_s) <= window, step.id
-
-
-def test_the_program_runs_from_json_bit_exact_near_the_plan(small: Setup, pool: Workers) -> None:
-    run = run_program(small.path, small.weights, workers=pool)
-    assert run.bit_exact and run.duplicate_bytes == 0
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_same_document_runs_bit_exact_on_both_transports(
+    small: Setup, pool: Workers, transport: str
+) -> None:
+    text = small.path.read_text()
+    run = run_program(text, small.weights, workers=pool, transport=transport)
+    assert run.bit_exact and run.duplicate_bytes == 0 and run.transport == transport
     assert len(run.devices) == 8 and run.plan_id == small.plan.plan_id
-    assert all(s.moved_bytes == s.bytes for s in run.steps)
+    step = read_program(text).step
+    assert all(s.moved_bytes == step[s.id].bytes for s in run.steps)
+    assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
-    _check_timing(run)
+    _check_paced(run, text)
 
 
-def test_a_replan_moves_only_what_remains(small: Setup, pool: Workers) -> None:
+def _replanned(small: Setup) -> tuple[str, float]:
     source = next(i.id for i in small.state.instances if i.gpus == ("h2/gpu3",))
-    after = blitzplan.replan(
-        small.plan,
-        small.state,
-        at_s=0.5 * max(i.ready_at_s for i in small.plan.new_instances),
-        failed=[source],
+    at_s = 0.5 * max(i.ready_at_s for i in small.plan.new_instances)
+    return blitzplan.replan(small.plan, small.state, at_s=at_s, failed=[source]).to_json(), at_s
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_running_program_takes_a_replan_and_ends_bit_exact(
+    small: Setup, pool: Workers, transport: str
+) -> None:
+    """Half-way through, the serving source on h2/gpu3 fails; the replan takes over: the old
+    steps deliver what the replan holds and stop, the replan's steps send the rest, each byte
+    arrives once, every new GPU ends bit-exact."""
+    after, at_s = _replanned(small)
+    replan = read_program(after)
+    held = sum(hi - lo for spans in replan.held.values() for _, lo, hi in spans)
+    assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
+    run = run_program(
+        small.path, small.weights, replan=after, at_s=at_s, workers=pool, transport=transport
     )
-    text = after.to_json()
-    program = read_program(text)
-    held = sum(hi - lo for spans in program.held.values() for _, lo, hi in spans)
-    assert held > 0 and all(s.source != "h2/gpu3" for s in program.steps)
-    run = run_program(text, small.weights, workers=pool)
     assert run.bit_exact and run.duplicate_bytes == 0
-    gpus = [g for i in program.new_instances for g in i.gpus]
-    assert run.moved_bytes == sum(s.bytes for s in program.steps)
-    assert run.moved_bytes + held == len(gpus) * sum(program.unit_bytes)  # each byte once
-    assert run.moved_bytes < sum(s.bytes for s in read_program(small.path).steps)
-    _check_timing(run)
+    gpus = [g for i in replan.new_instances for g in i.gpus]
+    assert run.moved_bytes == len(gpus) * sum(replan.unit_bytes)  # every byte once
+    first = [s for s in run.steps if s.program == 0]
+    assert sum(s.moved_bytes for s in first) == held  # the old steps stopped at held
+    assert all(s.start_s >= at_s - 1e-9 for s in run.steps if s.program == 1)
+
+
+def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> None:
+    """The running program, less one step into a GPU the replan says holds its bytes: the
+    replan would leave a hole there, and is refused before any process starts."""
+    after, at_s = _replanned(small)
+    held = read_program(after).held
+    steps = json.loads(small.path.read_text())["steps"]
+    sources = {s["source"] for s in steps}
+    dropped = next(
+        s
+        for s in steps
+        if s["destination"] in held
+        and s["destination"] not in sources
+        and s["ranges"][0]["first_unit"] in {u for u, _, _ in held[s["destination"]]}
+    )
+
+    def drop(document: dict[str, Any]) -> None:
+        document["steps"] = [s for s in document["steps"] if s["id"] != dropped["id"]]
+
+    gpu = dropped["destination"]
+    before = set(multiprocessing.active_children())
+    with pytest.raises(InvalidInputError, match=f"held says '{gpu}' has bytes .* never delivers"):
+        run_program(_edited(small.path.read_text(), drop), small.weights, replan=after, at_s=at_s)
+    with pytest.raises(InvalidInputError, match="replan and at_s go together"):
+        run_program(small.path, small.weights, replan=after)
+    assert set(multiprocessing.active_children()) == before
 
 
 def test_after_store_and_forward_and_startup_are_kept(small: Setup, pool: Workers) -> None:
@@ -158,7 +194,10 @@ def test_after_store_and_forward_and_startup_are_kept(small: Setup, pool: Worker
     assert step[2].start_s >= 0.05
 
 
-def test_host_memory_and_disk_sources_hold_every_rank(small: Setup, pool: Workers) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_host_memory_and_disk_sources_hold_every_rank(
+    small: Setup, pool: Workers, transport: str
+) -> None:
     """ServerlessLLM's plan: the SSD fills host memory (rank -1: every rank's buffer), which
     feeds each new GPU its rank's bytes at ``rank * B_u``."""
     state = ClusterState(small.state.topology, models=[small.plan.spec])
@@ -171,79 +210,114 @@ def test_host_memory_and_disk_sources_hold_every_rank(small: Setup, pool: Worker
         link_efficiency=1.0,
         chunk_bytes=32 * 1024,
     )
-    steps = made.steps
-    assert any(s.rank == -1 and s.holder == "disk" for s in steps)
-    assert any(s.kind == "host_to_device" and s.rank == 1 for s in steps)
-    run = run_program(made.to_json(), small.weights, workers=pool)
+    assert any(s.rank == -1 and s.holder == "disk" for s in made.steps)
+    run = run_program(made.to_json(), small.weights, workers=pool, transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0
 
 
-def test_the_command_writes_a_document_and_runs_it(
-    small: Setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+COMPUTE = TableComputeModel(
+    prefill_tokens=[16, 256],
+    prefill_s=[3e-4, 2e-3],
+    decode_batch_sizes=[1],
+    decode_context_lens=[0],
+    decode_s=[[3e-4]],
+    head_tokens=[1],
+    head_s=[1e-4],
+)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_live_pair_is_served_from_the_document(
+    pool: Workers, tmp_path: Path, transport: str
 ) -> None:
-    before = set(multiprocessing.active_children())
-    out, weights = tmp_path / "small.json", tmp_path / "weights"
-    args = ["validate", "--plan-scenario", "small", "--plan-out", str(out)]
-    assert main([*args, "--checkpoint", str(weights)]) == 0
-    assert json.loads(out.read_text())["plan_id"] == small.plan.plan_id  # deterministic
-    capsys.readouterr()
-    assert main(["validate", "--plan", str(out), "--checkpoint", str(weights), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["bit_exact"] is True and report["processes"] == 8
-    assert report["errors_s"]["end"]["worst"] < 2 * report["plan_s"]
-    assert set(multiprocessing.active_children()) == before
+    """The live scenario's document (relays included) runs and its live pair is served: the new
+    instance computes on layers as they land, every request's logits equal the monolithic
+    model's, the measured operations obey the rules, every byte is bit-exact."""
+    state, made = scenario_plan("live", compute=COMPUTE)
+    document = json.loads(made.to_json())
+    assert any(s["instance"] is None for s in document["steps"])  # a relay stages a stripe
+    assert document["live_pairs"][0]["new"] == "new0"
+    weights = save_checkpoint(made.spec, tmp_path, seed=1)
+    requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
+    run = serve_live(
+        made.to_json(),
+        weights,
+        requests=requests,
+        compute=COMPUTE,
+        workers=pool,
+        transport=transport,
+    )
+    assert run.transfer.bit_exact and run.max_abs_logit_diff <= LOGIT_TOLERANCE
+    assert live_violations(run) == ()
+    assert len(run.predicted_s) == len(run.completion_s) == len(requests)
 
 
-def test_a_source_that_dies_is_named_and_every_process_ends(small: Setup) -> None:
-    """AllCache's plan (host memory to four GPUs, 5 processes): the memory dies as it starts
-    sending layer 2; the run stops naming it, and no process is left."""
+def _tiny_plan(small: Setup) -> str:
+    """AllCache's plan of one TP1 instance: host memory to one GPU, 2 processes."""
     state = ClusterState(small.state.topology, models=[small.plan.spec])
     made = blitzplan.plan(
         state,
-        ScaleRequest(small.plan.spec, prefill=2, tp=2),
+        ScaleRequest(small.plan.spec, prefill=1, tp=1),
         method="allcache",
         link_efficiency=1.0,
     )
+    return made.to_json()
+
+
+@pytest.mark.parametrize(
+    ("transport", "rank", "label"),
+    [("torch", 0, r"h\d/mem"), pytest.param("nixl", 1, r"h\d/gpu\d", marks=TRANSPORTS[1].marks)],
+    ids=["torch-source-dies", "nixl-receiver-dies"],
+)
+def test_a_dead_peer_is_named_with_its_step_and_chunk(
+    small: Setup, transport: str, rank: int, label: str
+) -> None:
+    """Host memory (rank 0, it only sends) or the GPU (rank 1, it only receives) dies as it
+    moves layer 2; the run stops naming the rank, the unit, the step and the chunk, and no
+    process is left."""
     before = set(multiprocessing.active_children())
-    fault = InjectedFault(rank=0, layer=2, kind="die")
-    with pytest.raises(RankFailedError, match=r"rank 0 \(h\d/mem\) died .* layer 2") as caught:
-        run_program(made.to_json(), small.weights, fault=fault, timeout_s=5.0)
-    assert caught.value.layer == 2
+    fault = InjectedFault(rank=rank, layer=2, kind="die")
+    message = rf"rank {rank} \({label}\) died .* layer 2 \(step 0, chunk \[0, \d+\) of unit 2\)"
+    with pytest.raises(RankFailedError, match=message) as caught:
+        run_program(
+            _tiny_plan(small), small.weights, fault=fault, timeout_s=5.0, transport=transport
+        )
+    assert (caught.value.layer, caught.value.step) == (2, 0)
     assert set(multiprocessing.active_children()) == before
 
 
-def test_the_program_option_writes_then_runs_from_the_file(
-    small: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``--program`` writes the scenario's document and weights, then runs the file it wrote
-    (the run itself is the ``--plan`` path, run for real above)."""
-    import blitzplan.executor.program_cli as program_cli
+def test_a_fault_that_could_never_fire_is_refused_before_the_run(small: Setup) -> None:
+    before = set(multiprocessing.active_children())
+    with pytest.raises(InvalidInputError, match="fault names rank 9, the run has 2 devices"):
+        run_program(_tiny_plan(small), small.weights, fault=InjectedFault(9, 1))
+    with pytest.raises(InvalidInputError, match="never moves it .* the fault could never fire"):
+        run_program(_tiny_plan(small), small.weights, fault=InjectedFault(1, 99))
+    assert set(multiprocessing.active_children()) == before
 
-    ran: list[tuple[Path, Path]] = []
-    monkeypatch.setattr(
-        program_cli, "_run", lambda path, weights, args: ran.append((path, weights)) or 0
-    )
-    out, weights = tmp_path / "doc.json", tmp_path / "w"
-    assert (
-        main(
-            ["validate", "--program", "small", "--plan-out", str(out), "--checkpoint", str(weights)]
-        )
-        == 0
-    )
-    assert ran == [(out, weights)] and (weights / "manifest.json").is_file()
-    assert read_program(out).plan_id == small.plan.plan_id
+
+def test_the_command_runs_a_document_over_nixl(
+    small: Setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "tiny.json"
+    path.write_text(_tiny_plan(small))
+    transport = "nixl" if HAVE_NIXL else "torch"
+    argv = ["validate", "--plan", str(path), "--checkpoint", str(small.weights.directory)]
+    assert main([*argv, "--transport", transport, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bit_exact"] is True and report["processes"] == 2
+    assert report["transport"] == transport
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--plan", "x.json"], "--plan needs --checkpoint"),
-        (["--plan-scenario", "small"], "--plan-scenario needs --plan-out"),
         (["--plan", "x.json", "--program", "small"], "give one of"),
-        (["--program", "huge"], "scenario must be one of small, large"),
+        (["--program", "huge"], "scenario must be one of small, large, live"),
+        (["--program", "small", "--transport", "mpi"], "transport must be one of torch, nixl"),
     ],
 )
-def test_the_program_options_refuse_what_cannot_run(
+def test_the_command_refuses_what_cannot_run(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = set(multiprocessing.active_children())
@@ -324,20 +398,29 @@ def test_a_bad_document_is_refused_before_anything_starts(
     assert set(multiprocessing.active_children()) == before
 
 
+def _source(module: str) -> Path:
+    base = PACKAGE.parent / module.replace(".", "/")
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
 def _imports(module: str) -> list[str]:
     """Every module ``module`` imports (at the top or inside a function)."""
-    tree = ast.parse((PACKAGE.parent / (module.replace(".", "/") + ".py")).read_text())
+    tree = ast.parse(_source(module).read_text())
     found = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     return found + [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
 
 
 def test_the_executor_reads_only_the_json() -> None:
-    """What runs a document (run_program and every executor module it reaches) imports nothing
-    of the planner (blitzplan.scale, blitzplan.multicast): the document is the whole contract."""
-    seen, todo, planner = set(), ["blitzplan.executor.program"], []
+    """What runs a document (run_program and every executor module it reaches, live serving
+    too) imports nothing of the planner (blitzplan.scale, blitzplan.multicast)."""
+    seen, todo, planner = (
+        set(),
+        ["blitzplan.executor.program.runner", "blitzplan.executor.serving.serve"],
+        [],
+    )
     while todo:
         module = todo.pop()
-        if module in seen:
+        if module in seen or not _source(module).is_file():
             continue
         seen.add(module)
         for name in _imports(module):
@@ -345,13 +428,17 @@ def test_the_executor_reads_only_the_json() -> None:
                 planner.append((module, name))
             elif name.startswith("blitzplan.executor."):
                 todo.append(name)
-    assert "blitzplan.executor.program_worker" in seen and "blitzplan.executor.worker" in seen
+    assert {
+        "blitzplan.executor.program.session",
+        "blitzplan.executor.transports.nixl_write",
+    } <= seen
     assert planner == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_the_program_runs_with_buffers_on_the_gpu(small: Setup) -> None:
-    run = run_program(small.path, small.weights, device="cuda")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_program_runs_with_buffers_on_the_gpu(small: Setup, transport: str) -> None:
+    run = run_program(small.path, small.weights, device="cuda", transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0
 
 

@@ -138,7 +138,7 @@ def test_unit_bytes_equal_the_spec_shard(name: str) -> None:
 
 def test_names_and_shapes_match_the_executors_checkpoint() -> None:
     pytest.importorskip("torch")
-    from blitzplan.executor.model import model_dims, small_config, unit_layout
+    from blitzplan.executor.smallmodel.llama import model_dims, small_config, unit_layout
 
     spec = load_model(small_config(num_layers=3))
     dims, lay = model_dims(spec), layout(spec, 1)

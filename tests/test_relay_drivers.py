@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blitzplan.executor.coordinator import Coordinator
-from blitzplan.executor.faults import Event
+from blitzplan.executor.runtime.failures import Event
+from blitzplan.executor.serving.coordinator import Coordinator
 from blitzplan.live import Fleet, LiveScalingInstance, NewOp, OldOp, Schedule, simulate
 from blitzplan.live.policies import POLICIES, Policy
 from blitzplan.sim.events import Arrival, EventQueue, RelayStep
@@ -228,55 +227,3 @@ def test_the_loop_and_the_coordinator_drive_the_same_machine(
         (op.batch, op.first_layer) for op in expected
     ]
     assert [op.end_s for op in old] == pytest.approx([op.end_s for op in expected])
-
-
-def test_the_coordinator_on_real_processes(tmp_path: Path) -> None:
-    """Real CPU processes (gloo), the old instance busy until layer 3 lands: the coordinator
-    relays batches (layers on both instances), its measured run passes the certificate of
-    DESIGN.md section 4 and every batch's logits equal the monolithic model's. (Which layer a
-    batch splits at moves with the machine's timing, so the splits are not compared.)"""
-    pytest.importorskip("torch")
-    from blitzplan import ClusterState, load_model
-    from blitzplan.compute import TableComputeModel
-    from blitzplan.executor.calibrate import paced_topology
-    from blitzplan.executor.checkpoint import save_checkpoint
-    from blitzplan.executor.live import LOGIT_TOLERANCE, live_violations, run_live
-    from blitzplan.executor.model import small_config
-    from blitzplan.live.instance import instance_from_queue
-    from blitzplan.multicast import plan_multicast
-    from blitzplan.units import KIB, MB
-
-    config = small_config(
-        num_layers=4,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-    )
-    spec = load_model(config)
-    queue = [(0.0, 48), (0.0, 32), (0.005, 64), (0.01, 40), (0.02, 56)]
-    state = ClusterState(paced_topology(3, bytes_per_s=2 * MB, latency_s=0.0), models=[spec])
-    state.add_instance(spec, gpus=["h0/gpu0"], role="prefill", queue=queue)
-    plan = plan_multicast(
-        state, spec, targets=[["h0/gpu1"], ["h0/gpu2"]], live=1, chunk_bytes=64 * KIB
-    )
-    compute = TableComputeModel(
-        prefill_tokens=[16, 64],
-        prefill_s=[3e-4, 6e-4],
-        decode_batch_sizes=[1],
-        decode_context_lens=[0],
-        decode_s=[[3e-4]],
-        head_tokens=[1],
-        head_s=[1e-4],
-    )
-    ready = plan.layer_ready_s[plan.live[0]]
-    inst = instance_from_queue(  # the old instance is busy until layer 3 lands
-        spec, compute, ready, queue, handoff_bytes_per_s=1e9, old_free_at_s=ready[3]
-    )
-    weights = save_checkpoint(spec, tmp_path, seed=1)
-    prompts = [[(7 * i + j) % 128 for j in range(n)] for i, (_, n) in enumerate(queue)]
-    run = run_live(POLICIES["zigzag"](), inst, plan, weights, prompts, timeout_s=20.0)
-    assert live_violations(run) == ()
-    assert run.max_abs_logit_diff <= LOGIT_TOLERANCE
-    assert any(0 < k < inst.num_layers for k in run.split)  # relayed: layers on both

@@ -20,22 +20,20 @@ from collections.abc import Callable
 from typing import Protocol
 
 from blitzplan.errors import BlitzplanError
-from blitzplan.executor.faults import Event
-from blitzplan.executor.processes import WATCHDOG_FACTOR
+from blitzplan.executor.runtime.failures import Event
+from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.policies import Policy
 from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import NewOp, OldOp
 from blitzplan.live.state import DONE, Started
 
-__all__ = ["IDLE_WAKE_S", "Coordinator", "Processes"]
-
 IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
 
 
 class Processes(Protocol):
-    """What the coordinator needs of a :class:`~blitzplan.executor.processes.Workers` pool."""
+    """What the coordinator needs of a :class:`~blitzplan.executor.runtime.pool.Workers` pool."""
 
     @property
     def timeout_s(self) -> float: ...

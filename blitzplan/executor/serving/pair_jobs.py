@@ -1,6 +1,7 @@
 """The two instances of live scaling, as worker jobs the coordinator drives by messages.
 
-The *new instance* receives the model's units as they arrive (it is a multicast target) and runs
+The *new instance* receives the model's units as they arrive (its device's part of the transfer
+program runs beside it) and runs
 what it is told: ``("run", batch, first_layer, count)`` runs that many layers of a batch, one
 after the other, each once its layer is here (the embedding before layer 1, the head with layer
 ``L``), and keeps the activation; ``("send", batch, layer)`` sends a kept activation to the old
@@ -14,8 +15,6 @@ computes every request's logits with the monolithic model before the start, the 
 from __future__ import annotations
 
 import queue
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from blitzplan.executor.checkpoint import Checkpoint, load_unit
-from blitzplan.executor.faults import Failure, TransferError
-from blitzplan.executor.model import (
+from blitzplan.executor.program.jobs import DeviceJob
+from blitzplan.executor.program.session import DeviceReport, ProgramSession
+from blitzplan.executor.runtime.failures import Failure, TransferError
+from blitzplan.executor.runtime.worker import RankContext
+from blitzplan.executor.smallmodel.checkpoint import Checkpoint, load_unit
+from blitzplan.executor.smallmodel.llama import (
     Dims,
     Weights,
     decoder_layer,
@@ -34,19 +36,8 @@ from blitzplan.executor.model import (
     forward,
     model_dims,
     rope_tables,
-    unflatten_unit,
+    unit_from_buffer,
 )
-from blitzplan.executor.transfer import TransferPlan, TransferReport, TransferSession
-from blitzplan.executor.worker import RankContext
-
-__all__ = [
-    "ACTIVATION_TAG",
-    "NewInstancePlan",
-    "OldInstancePlan",
-    "OldReport",
-    "new_instance_job",
-    "old_instance_job",
-]
 
 ACTIVATION_TAG = 1000
 """torch.distributed tag of batch ``b``'s activation: ``ACTIVATION_TAG + b``."""
@@ -56,9 +47,10 @@ _SLICE_S = 0.05
 
 @dataclass(frozen=True)
 class NewInstancePlan:
-    """The new instance: its multicast part, the model's sizes, the prompts, the old rank."""
+    """The new instance: its device's part of the program, the model's sizes, the prompts, the
+    old instance's rank."""
 
-    transfer: TransferPlan
+    transfer: DeviceJob
     dims: Dims
     prompts: tuple[tuple[int, ...], ...]
     old_rank: int
@@ -85,32 +77,23 @@ def _max_positions(prompts: Sequence[Sequence[int]]) -> int:
 
 
 class _Shelf:
-    """Units unpacked on the new instance, handed from the receiving thread to the compute loop."""
+    """Units unpacked on the new instance once the program has brought every byte of them."""
 
-    def __init__(self, session: TransferSession, dims: Dims, device: torch.device) -> None:
-        self.session, self.dims, self.device = session, dims, device
+    def __init__(self, session: ProgramSession, device: torch.device) -> None:
+        self.session, self.device = session, device
         self.units: dict[int, Weights] = {}
-        self._cond = threading.Condition()
-
-    def put(self, unit: int) -> None:
-        flat = self.session.store.buffers[unit]
-        weights = unflatten_unit(self.dims, unit, flat, device=self.device)
-        with self._cond:
-            self.units[unit] = weights
-            self._cond.notify_all()
 
     def get(self, unit: int) -> Weights:
         """The unit's tensors, waiting for them (or raising the transfer's failure)."""
-        store = self.session.store
-        deadline = time.monotonic() + self.session.wait_s
-        with self._cond:
-            while unit not in self.units:
-                if store.error is not None:
-                    raise store.error
-                if time.monotonic() > deadline:
-                    raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
-                self._cond.wait(_SLICE_S)
-            return self.units[unit]
+        if unit not in self.units:
+            session = self.session
+            size = session.job.unit_sizes()[unit]
+            session.store.wait_range(unit, 0, size, session.wait_s)
+            spec = session.job.program.spec
+            self.units[unit] = unit_from_buffer(
+                spec, unit, session.buffer(unit), device=self.device
+            )
+        return self.units[unit]
 
 
 def _to_list(logits: torch.Tensor) -> tuple[float, ...]:
@@ -122,17 +105,14 @@ class _NewInstance:
 
     def __init__(self, ctx: RankContext, plan: NewInstancePlan) -> None:
         self.ctx, self.plan, self.dims = ctx, plan, plan.dims
-        self.session = TransferSession(ctx, plan.transfer, on_unit=self._unpacked)
-        self.shelf = _Shelf(self.session, plan.dims, ctx.device)
+        self.session = ProgramSession(ctx, plan.transfer)
+        self.shelf = _Shelf(self.session, ctx.device)
         self.rope = rope_tables(
             plan.dims, max_positions=_max_positions(plan.prompts), device=ctx.device
         )
         self.kept: dict[int, torch.Tensor] = {}
         self.runs: queue.Queue[tuple[int, int, int] | None] = queue.Queue()
         self.sends: queue.Queue[tuple[int, int] | None] = queue.Queue()
-
-    def _unpacked(self, unit: int) -> None:
-        self.shelf.put(unit)
 
     def route(self) -> None:
         """Reader thread: runs go to the compute loop, sends to the sending thread."""
@@ -150,7 +130,7 @@ class _NewInstance:
     def send_loop(self) -> None:
         while (item := self.sends.get()) is not None:
             batch, layer = item
-            activation = self.kept.pop(batch).to(self.ctx.transport)
+            activation = self.kept.pop(batch).to(self.ctx.wire)
             self.ctx.send(activation, self.plan.old_rank, layer=layer, tag=ACTIVATION_TAG + batch)
             self.ctx.emit("sent", (batch, self.ctx.now()))
 
@@ -180,7 +160,7 @@ class _NewInstance:
         ctx.emit("new_done", (batch, end, logits))
 
 
-def new_instance_job(ctx: RankContext, plan: NewInstancePlan) -> TransferReport:
+def new_instance_job(ctx: RankContext, plan: NewInstancePlan) -> DeviceReport:
     """The new instance's worker: receive units, run what the coordinator says, report."""
     instance = _NewInstance(ctx, plan)
     ctx.ready()
@@ -226,7 +206,7 @@ def old_instance_job(ctx: RankContext, plan: OldInstancePlan) -> OldReport:
         ctx.emit("at", first)
         ids = plan.prompts[batch]
         if first > 1:
-            buffer = torch.empty(len(ids), dims.hidden, dtype=dims.dtype, device=ctx.transport)
+            buffer = torch.empty(len(ids), dims.hidden, dtype=dims.dtype, device=ctx.wire)
             ctx.recv(buffer, plan.new_rank, layer=first - 1, tag=ACTIVATION_TAG + batch)
             hidden = buffer.to(ctx.device)
         start = ctx.now()

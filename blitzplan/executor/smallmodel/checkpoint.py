@@ -2,7 +2,8 @@
 
 A checkpoint directory holds ``unit-000.safetensors`` .. ``unit-{L+1}.safetensors`` and
 ``manifest.json``: the model's identity (name, revision, content hash), its config, the seed, and
-the SHA-256 of every unit's flattened bytes (:func:`~blitzplan.executor.model.flatten_unit`).
+the SHA-256 of every unit's flattened bytes
+(:func:`~blitzplan.executor.smallmodel.llama.flatten_unit`).
 Every unit file also carries the identity in its metadata, so layers of two versions are never
 mixed. :func:`check_identity` refuses, before anything runs, weights whose identity differs from
 a plan's model or any unit whose file is of another model or whose bytes do not hash to the
@@ -16,6 +17,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -23,19 +25,8 @@ from safetensors.torch import save_file
 
 from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.model import Dims, Weights, flatten_unit, init_unit, model_dims
+from blitzplan.executor.smallmodel.llama import Dims, Weights, flatten_unit, init_unit, model_dims
 from blitzplan.models import ModelIdentity, ModelSpec
-
-__all__ = [
-    "MANIFEST",
-    "Checkpoint",
-    "CorruptCheckpointError",
-    "check_identity",
-    "load_checkpoint",
-    "load_unit",
-    "save_checkpoint",
-    "unit_digest",
-]
 
 MANIFEST = "manifest.json"
 _FORMAT = "blitzplan-executor-checkpoint/1"
@@ -44,8 +35,8 @@ _FORMAT = "blitzplan-executor-checkpoint/1"
 class CorruptCheckpointError(InvalidInputError):
     """A unit file of a checkpoint is not what its manifest says: another model's, or its bytes
     hash to another digest. ``unit`` (also ``layer``, as in
-    :class:`~blitzplan.executor.faults.RankFailedError`) is the unit: 0 the embedding, ``1..L``
-    the decoder layers, ``L + 1`` the head."""
+    :class:`~blitzplan.executor.runtime.failures.RankFailedError`) is the unit: 0 the
+    embedding, ``1..L`` the decoder layers, ``L + 1`` the head."""
 
     def __init__(self, message: str, *, unit: int) -> None:
         super().__init__(message)
@@ -207,3 +198,18 @@ def _read_unit(path: Path) -> tuple[Weights, ModelIdentity]:
         )
         weights: Weights = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
     return weights, found
+
+
+_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def checkpoint_tensors(checkpoint: Checkpoint, unit: int) -> dict[str, Any]:
+    """A unit as full tensors under their Hugging Face names, numpy integers of the element
+    width (what :meth:`blitzplan.models.layout.Layout.rank_buffer` packs: it moves bytes)."""
+    dims = model_dims(checkpoint.spec())
+    prefix = f"model.layers.{unit - 1}." if 0 < unit <= dims.layers else "model."
+    out = {}
+    for name, tensor in load_unit(checkpoint, unit, dims=dims).items():
+        full = name if name.startswith("lm_head") else prefix + name
+        out[full] = tensor.view(_INT_OF_WIDTH[tensor.element_size()]).numpy()
+    return out

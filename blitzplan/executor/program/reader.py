@@ -1,12 +1,14 @@
 """A ScalePlan JSON document read for its transfer program alone: no planner object is built.
 
 :func:`read_program` parses the text with :mod:`json`, converts the parts a data plane needs
-(``steps``, ``held``, ``new_instances``, ``options.chunk_bytes``, ``request.tp``, ``model``,
-``spec``) into the executor's own frozen records with msgspec (a wrong type is named by its path,
-``$.steps[3].rank``), checks ``plan_id`` against the document (SHA-256 of the document without
-``schema``, ``schema_version``, ``plan_id`` and ``timing``, sorted keys, one-space indent, as the
-document's module says), and then checks the program itself (:mod:`.program_checks`). Every
-mistake is an InvalidInputError naming the field and the value, raised before any process runs.
+(``steps``, ``held``, ``new_instances``, ``live_pairs``, ``options.chunk_bytes``, ``request.tp``,
+``model``, ``spec``) into the executor's own frozen records with msgspec (a wrong type is named by
+its path, ``$.steps[3].rank``), checks ``plan_id`` against the document (SHA-256 of the document
+without ``schema``, ``schema_version``, ``plan_id`` and ``timing``, sorted keys, one-space indent,
+as the document's module says), and then checks the program itself: one call,
+:func:`~blitzplan.executor.program.rules.check_program` in :func:`read_program` (the place to swap
+in the library's own check of a document). Every mistake is an InvalidInputError naming the field
+and the value, raised before any process runs.
 """
 
 from __future__ import annotations
@@ -20,22 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program_checks import ALL_RANKS, HOLDERS, STEP_KINDS, check_program
+from blitzplan.executor.program.rules import check_program
 from blitzplan.models import ModelIdentity, ModelSpec
-
-__all__ = [
-    "ALL_RANKS",
-    "HOLDERS",
-    "SCHEMA",
-    "SCHEMA_VERSION",
-    "STEP_KINDS",
-    "NewInstance",
-    "Program",
-    "ProgramStep",
-    "StepRange",
-    "document_digest",
-    "read_program",
-]
 
 SCHEMA = "blitzplan.scaleplan"
 SCHEMA_VERSION = 2
@@ -100,6 +88,23 @@ class NewInstance:
 
 
 @dataclass(frozen=True)
+class _Schedule:
+    completion_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class LivePairDoc:
+    """A live pair as the executor reads it: the new instance's name, the old instance's id, the
+    policy, the request ids of each batch and their predicted completion times."""
+
+    new: str
+    old: str
+    policy: str
+    batches: tuple[tuple[str, ...], ...] = ()
+    schedule: _Schedule = field(default_factory=_Schedule)
+
+
+@dataclass(frozen=True)
 class _Options:
     chunk_bytes: int
 
@@ -115,6 +120,7 @@ class _Document:
     new_instances: tuple[NewInstance, ...]
     steps: tuple[ProgramStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
+    live_pairs: tuple[LivePairDoc, ...] = ()
     plan_id: str = ""
 
 
@@ -136,6 +142,7 @@ class Program:
     new_instances: tuple[NewInstance, ...]
     held: Mapping[str, tuple[tuple[int, int, int], ...]]
     gpu_rank: Mapping[str, int]
+    live_pairs: tuple[LivePairDoc, ...] = ()
 
     @property
     def step(self) -> dict[int, ProgramStep]:
@@ -226,8 +233,9 @@ def read_program(document: str | Path) -> Program:
         new_instances=doc.new_instances,
         held=_held_bytes(doc.held, lay.unit_bytes, gpu_rank),
         gpu_rank=gpu_rank,
+        live_pairs=doc.live_pairs,
     )
-    check_program(program)
+    check_program(program)  # the one check of the program (module docstring)
     return program
 
 

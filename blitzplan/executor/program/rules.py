@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
+from blitzplan.models.layout import layout
 
 if TYPE_CHECKING:
-    from blitzplan.executor.program_doc import Program, ProgramStep
-
-__all__ = ["check_program", "memory_devices", "rank_base", "source_holds"]
+    from blitzplan.executor.program.reader import Program, ProgramStep
 
 Spans = dict[tuple[str, int], list[tuple[int, int]]]
 
@@ -152,6 +152,14 @@ def _check_source_layout(program: Program, step: ProgramStep) -> None:
         raise InvalidInputError(f"{where}: source_layout rank {rank!r} is not in 0..{tp - 1}")
     if step.rank == ALL_RANKS:
         raise InvalidInputError(f"{where}: a resharding source sends one rank, not rank -1")
+    target, source = layout(program.spec, program.tp), layout(program.spec, tp)
+    for unit, offset, length in step.pieces():  # the serving rank holds every byte it sends
+        size = program.unit_bytes[unit]
+        lo, hi = Fraction(offset, size), Fraction(offset + length, size)
+        try:
+            target.reshard(unit, source, rank, step.rank, lo, hi)  # type: ignore[arg-type]
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{where} (source_layout {(tp, rank)}): {exc}") from None
 
 
 def _check_devices(program: Program, memory: set[str]) -> None:

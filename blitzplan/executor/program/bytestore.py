@@ -1,11 +1,11 @@
-"""One device's buffers in a program run, and which bytes of each are there since when.
+"""Which bytes of a device's buffers are there since when, and waiting for them.
 
 :class:`Coverage` keeps the byte ranges of one unit's buffer that are present, each with the time
 it arrived, disjoint and sorted (a range that overlaps what is there merges with it and counts
-its overlap as duplicate bytes: a correct program has none). :class:`DeviceStore` holds one
-buffer per unit and one Coverage each, under one condition variable: the sending threads wait
-for the bytes of their next chunk, the receiving threads add what arrived, and a failure in any
-thread wakes every waiter with it.
+its overlap as duplicate bytes: a correct program has none). :class:`ByteStore` keeps one
+Coverage per unit under one condition variable: the sending threads wait for the bytes of their
+next chunk, the receiving threads add what arrived, and a failure in any thread wakes every
+waiter with it. :func:`equal_chunks` cuts a byte range into the chunks both ends of a step use.
 """
 
 from __future__ import annotations
@@ -13,14 +13,25 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import threading
+import time
 from collections.abc import Sequence
 
-import torch
+from blitzplan.executor.runtime.failures import Failure, TransferError
 
-from blitzplan.executor.faults import Failure
-from blitzplan.executor.waiting import WaitingStore
 
-__all__ = ["Coverage", "DeviceStore"]
+def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).
+
+    Equal rather than full chunks and a remainder: a tiny last chunk right behind a full one
+    waits on TCP's small-segment rule (Nagle's algorithm, which gloo leaves on) for the previous
+    one's acknowledgement, milliseconds on loopback."""
+    size = hi - lo
+    if size <= 0:
+        return []
+    count = -(-size // chunk_bytes)
+    edges = [lo + size * k // count for k in range(count + 1)]
+    return list(itertools.pairwise(edges))
 
 
 class Coverage:
@@ -70,18 +81,20 @@ class Coverage:
         return None
 
 
-class DeviceStore(WaitingStore):
-    """A device's buffer of every unit (``sizes`` bytes each, zeroed) on ``device``."""
+class ByteStore:
+    """A device's Coverage of every unit (``sizes`` bytes each) and the first failure of its
+    threads, raised to every waiter."""
 
-    def __init__(self, sizes: Sequence[int], device: torch.device) -> None:
-        super().__init__()
-        self.buffers = [torch.zeros(n, dtype=torch.uint8, device=device) for n in sizes]
+    def __init__(self, sizes: Sequence[int]) -> None:
         self.coverage = [Coverage(n) for n in sizes]
+        self.error: TransferError | None = None
+        self._cond = threading.Condition()
 
-    def fill(self, unit: int, lo: int, data: torch.Tensor, at_s: float = 0.0) -> None:
-        """Bytes ``[lo, lo + len(data))`` of ``unit`` are ``data``, here since ``at_s``."""
-        self.buffers[unit][lo : lo + data.numel()].copy_(data)
-        self.arrived(unit, lo, lo + data.numel(), at_s)
+    def fail(self, error: TransferError) -> None:
+        with self._cond:
+            if self.error is None:
+                self.error = error
+            self._cond.notify_all()
 
     def arrived(self, unit: int, lo: int, hi: int, at_s: float) -> bool:
         """Bytes ``[lo, hi)`` of ``unit`` are here; True when that completes the unit."""
@@ -91,9 +104,19 @@ class DeviceStore(WaitingStore):
             return done
 
     def wait_range(self, unit: int, lo: int, hi: int, timeout_s: float) -> float:
-        """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them (or raises)."""
-        late = Failure(f"timed out waiting for bytes [{lo}, {hi}) of unit {unit}", unit)
-        return self._wait(lambda: self.coverage[unit].since(lo, hi), timeout_s, late)
+        """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them, raising the
+        store's failure or, after ``timeout_s``, a timeout naming the bytes."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while (since := self.coverage[unit].since(lo, hi)) is None:
+                if self.error is not None:
+                    raise self.error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    message = f"timed out waiting for bytes [{lo}, {hi}) of unit {unit}"
+                    raise TransferError(Failure(message, unit))
+                self._cond.wait(left)
+            return since
 
     def complete_s(self, unit: int) -> float:
         done = self.coverage[unit].complete_s

@@ -1,9 +1,8 @@
-"""What can go wrong in a run, and how it is told: failures that name a rank and a layer.
+"""What can go wrong in a run: failures that name a rank, a unit, a step and a chunk.
 
-A worker whose receive or send fails or times out raises :class:`TransferError` carrying a
-:class:`Failure` (the peer it was talking to, the unit it was moving); the parent turns what it
-hears, and the exit codes it sees, into one :class:`RankFailedError` naming the culprit.
-:class:`InjectedFault` makes a rank die or stall on purpose, to test exactly that.
+A worker whose transfer fails or times out raises :class:`TransferError` carrying a
+:class:`Failure`; the parent turns what it hears and the exit codes it sees into one
+:class:`RankFailedError` naming the culprit. :class:`InjectedFault` makes a rank fail on purpose.
 """
 
 from __future__ import annotations
@@ -16,23 +15,10 @@ from typing import Any, NamedTuple
 from blitzplan._checks import is_integer
 from blitzplan.errors import BlitzplanError, InvalidInputError
 
-__all__ = [
-    "FAULT_KINDS",
-    "Event",
-    "Failure",
-    "InjectedFault",
-    "RankFailedError",
-    "TransferError",
-    "join_threads",
-    "start_thread",
-    "unit_name",
-]
-
 FAULT_KINDS: dict[str, str] = {
     "die": "the process kills itself (SIGKILL)",
     "stall": "the process stops (SIGSTOP) and holds its connections open",
 }
-"""Faults :class:`InjectedFault` can inject (to test that a run stops with a named rank)."""
 
 
 def unit_name(unit: int | None, num_layers: int | None) -> str:
@@ -43,32 +29,34 @@ def unit_name(unit: int | None, num_layers: int | None) -> str:
         return f"unit {unit}"
     if unit == 0:
         return "the embedding (unit 0)"
-    if unit == num_layers + 1:
-        return f"the head (unit {unit})"
-    return f"layer {unit}"
+    return f"the head (unit {unit})" if unit == num_layers + 1 else f"layer {unit}"
+
+
+def chunk_name(step: int | None, chunk: tuple[int, int] | None, unit: int | None) -> str:
+    """`` (step 4, chunk [0, 32768) of unit 2)``; empty when the step is unknown."""
+    if step is None:
+        return ""
+    where = f", chunk [{chunk[0]}, {chunk[1]}) of unit {unit}" if chunk is not None else ""
+    return f" (step {step}{where})"
 
 
 class RankFailedError(BlitzplanError):
     """A rank died, stalled or failed a transfer; every process of the run has been ended.
+    ``rank`` and ``label`` name it, ``layer`` the unit (0 the embedding, ``L + 1`` the head),
+    ``step`` and ``chunk`` (bytes of the unit's buffer) what it moved; None when unknown."""
 
-    ``rank`` and ``label`` name the culprit, ``layer`` the unit it was moving (0 the embedding,
-    ``1..L`` decoder layers, ``L + 1`` the head; None when unknown).
-    """
-
-    def __init__(self, message: str, *, rank: int, label: str, layer: int | None) -> None:
+    def __init__(self, message: str, *, rank: int, label: str, layer: int | None, **at: Any):
         super().__init__(message)
         self.rank, self.label, self.layer = rank, label, layer
+        self.step: int | None = at.get("step")
+        self.chunk: tuple[int, int] | None = at.get("chunk")
 
 
 @dataclass(frozen=True)
 class InjectedFault:
-    """Make ``rank`` fail once it has unit ``layer``: ``kind`` in FAULT_KINDS.
-
-    A rank that receives the model has a unit once its first chunk is here; a source once it
-    has sent the first chunk; the old instance of a live run, which loads the whole model before
-    the start, once it has loaded the unit. The unit must exist (``0..L + 1``) and the rank
-    must run a job: otherwise the run refuses the fault before anything starts.
-    """
+    """Make ``rank`` fail (``kind`` in FAULT_KINDS) where it first moves unit ``layer``: as it
+    starts to send a chunk of it, or once one has landed (the old instance of a live run once
+    it has loaded it). A fault that could never fire is refused before any process starts."""
 
     rank: int
     layer: int
@@ -96,15 +84,17 @@ class Event(NamedTuple):
 
 @dataclass(frozen=True)
 class Failure:
-    """What a worker reports when a job fails: the peer it was talking to, the unit, what."""
+    """What a worker reports: what failed, the unit, the peer, the step and the chunk."""
 
     message: str
     layer: int | None = None
     peer: int | None = None
+    step: int | None = None
+    chunk: tuple[int, int] | None = None
 
 
 class TransferError(Exception):
-    """Raised in a worker when a receive or send fails or times out."""
+    """Raised in a worker when a transfer fails or times out."""
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
@@ -112,10 +102,9 @@ class TransferError(Exception):
 
 
 def join_threads(
-    threads: Iterable[threading.Thread], error: Callable[[], TransferError | None]
+    threads: Iterable[threading.Thread], error: Callable[[], Exception | None]
 ) -> None:
-    """Wait for every thread of a worker; raise the first failure (``error()``) as soon as one
-    is recorded, even while threads still run."""
+    """Wait for every thread; raise the first failure (``error()``) as soon as there is one."""
     for thread in threads:
         while thread.is_alive():
             thread.join(0.05)
@@ -130,9 +119,8 @@ def start_thread(
     body: Callable[[], None],
     name: str,
     fail: Callable[[TransferError], None],
-) -> threading.Thread:
-    """Run ``body`` in a daemon thread added to ``threads``; any exception it raises becomes a
-    TransferError handed to ``fail`` (the worker's store, which stops it)."""
+) -> None:
+    """Run ``body`` in a daemon thread added to ``threads``; what it raises goes to ``fail``."""
 
     def run() -> None:
         try:
@@ -145,4 +133,3 @@ def start_thread(
     thread = threading.Thread(target=run, name=name, daemon=True)
     threads.append(thread)
     thread.start()
-    return thread

@@ -5,7 +5,8 @@ RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, s
 unit 0 the embedding, units ``1..L`` the decoder layers, unit ``L + 1`` the final norm and the
 lm_head. A unit's weights are a ``dict`` from name to tensor; :func:`unit_layout` fixes their
 names (as in Hugging Face Llama checkpoints), shapes and order, so a unit flattens to exactly
-``spec.unit_bytes()[unit]`` bytes (:func:`flatten_unit`) and back (:func:`unflatten_unit`).
+``spec.unit_bytes()[unit]`` bytes (:func:`flatten_unit`); :func:`unit_from_buffer` reads a
+unit back from its TP1 rank buffer of :func:`blitzplan.layout`.
 Prefill only: a request's tokens run through every layer and the head returns the logits of its
 last position (the next-token distribution).
 """
@@ -15,30 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, config_dtype
-
-__all__ = [
-    "DTYPES",
-    "Dims",
-    "Rope",
-    "Weights",
-    "decode_layer",
-    "decoder_layer",
-    "embed",
-    "final_logits",
-    "flatten_unit",
-    "forward",
-    "init_unit",
-    "model_dims",
-    "rope_tables",
-    "small_config",
-    "unflatten_unit",
-    "unit_layout",
-]
+from blitzplan.models.layout import layout
 
 Weights = dict[str, torch.Tensor]
 """One unit's tensors by name."""
@@ -203,26 +187,22 @@ def flatten_unit(dims: Dims, unit: int, weights: Mapping[str, torch.Tensor]) -> 
     return torch.cat(parts)
 
 
-def unflatten_unit(
-    dims: Dims, unit: int, flat: torch.Tensor, *, device: torch.device | None = None
+def unit_from_buffer(
+    spec: ModelSpec, unit: int, buffer: torch.Tensor, *, device: torch.device
 ) -> Weights:
-    """Fresh tensors (on ``device``) from a flattened unit; the inverse of :func:`flatten_unit`.
+    """Fresh tensors (on ``device``) of ``unit`` from its TP1 rank buffer
+    (:meth:`blitzplan.models.layout.Layout.unpack`), named as :func:`unit_layout` names them.
 
-    The tensors are copies, not views into ``flat``: every process then computes on freshly
-    allocated (equally aligned) memory, which keeps results bit-identical across processes.
-    """
+    Copies, not views: every process computes on freshly allocated memory, which keeps results
+    bit-identical across processes."""
+    dims = model_dims(spec)
+    shards = layout(spec, 1).unpack(unit, 0, buffer.cpu().numpy())
+    prefix = f"model.layers.{unit - 1}." if 0 < unit <= dims.layers else "model."
     weights: Weights = {}
-    offset = 0
     for name, shape in unit_layout(dims, unit):
-        count = 1
-        for size in shape:
-            count *= size
-        nbytes = count * dims.dtype.itemsize
-        piece = flat[offset : offset + nbytes].view(dims.dtype).reshape(shape)
-        weights[name] = piece.to(device=device or flat.device, copy=True)
-        offset += nbytes
-    if offset != flat.numel():
-        raise InvalidInputError(f"unit {unit} holds {offset} bytes, got a buffer of {flat.numel()}")
+        full = name if name.startswith("lm_head") else prefix + name
+        raw = torch.from_numpy(np.ascontiguousarray(shards[full]))
+        weights[name] = raw.view(dims.dtype).reshape(shape).to(device=device, copy=True)
     return weights
 
 
@@ -314,35 +294,3 @@ def forward(
     for layer in range(1, dims.layers + 1):
         hidden = decoder_layer(dims, units[layer], hidden, rope)
     return final_logits(dims, units[-1], hidden)
-
-
-def decode_layer(
-    dims: Dims,
-    weights: Mapping[str, torch.Tensor],
-    hidden: torch.Tensor,
-    past_k: torch.Tensor,
-    past_v: torch.Tensor,
-    rope: Rope,
-) -> torch.Tensor:
-    """One decode step of one layer: ``hidden`` (batch, hidden) attends to its cached keys.
-
-    ``past_k`` and ``past_v`` are (batch, kv_heads, context, head_dim); the new token sits at
-    position ``context``. Used to time decode steps (the executor runs prefill).
-    """
-    batch, context = hidden.shape[0], past_k.shape[2]
-    eps = dims.rms_norm_eps
-    x = _rms_norm(hidden, weights["input_layernorm.weight"], eps)
-    q = F.linear(x, weights["self_attn.q_proj.weight"]).view(batch, dims.heads, 1, dims.head_dim)
-    shape = (batch, dims.kv_heads, 1, dims.head_dim)
-    k = F.linear(x, weights["self_attn.k_proj.weight"]).view(shape)
-    v = F.linear(x, weights["self_attn.v_proj.weight"]).view(shape)
-    cos, sin = rope.cos[context : context + 1], rope.sin[context : context + 1]
-    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-    group = dims.heads // dims.kv_heads
-    keys = torch.cat([past_k, k], dim=2).repeat_interleave(group, dim=1)
-    values = torch.cat([past_v, v], dim=2).repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q, keys, values).reshape(batch, -1)
-    hidden = hidden + F.linear(out, weights["self_attn.o_proj.weight"])
-    return hidden + _mlp(
-        weights, _rms_norm(hidden, weights["post_attention_layernorm.weight"], eps)
-    )

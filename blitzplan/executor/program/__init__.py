@@ -1,0 +1,1 @@
+"""The program runner: a ScalePlan document's transfer program, run from its JSON."""

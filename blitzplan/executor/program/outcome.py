@@ -1,0 +1,205 @@
+"""What a run measured beside what its documents predicted, and a table of it.
+
+Times are seconds from the run's start. A step's measured start is its first byte out, its end
+its last byte in; a unit is ready on a new instance when every byte of it is on every GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from blitzplan._table import format_table
+from blitzplan.executor.program.jobs import checked_gpus
+
+if TYPE_CHECKING:
+    from blitzplan.executor.program.jobs import Stage
+    from blitzplan.executor.program.session import DeviceReport
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A step (``id`` in its document; ``program`` 1 for a replan's): predicted and measured
+    first byte out and last byte in, the bytes it moved, when its sender was done."""
+
+    program: int
+    id: int
+    kind: str
+    source: str
+    destination: str
+    predicted_start_s: float
+    predicted_end_s: float
+    start_s: float
+    end_s: float
+    moved_bytes: int
+    sent_s: float
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """A new instance: per unit its predicted and measured ready time; per GPU per unit
+    whether its buffer is bit-exact."""
+
+    name: str
+    gpus: tuple[str, ...]
+    predicted_s: tuple[float, ...]
+    ready_s: tuple[float, ...]
+    bit_exact: Mapping[str, tuple[bool, ...]]
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """A run (:func:`~blitzplan.executor.program.runner.run_program`): ``plan_s`` the last
+    predicted byte in; ``devices`` the processes by rank; ``duplicate_bytes`` bytes a new GPU
+    received twice."""
+
+    plan_id: str
+    transport: str
+    plan_s: float
+    devices: tuple[str, ...]
+    steps: tuple[StepResult, ...]
+    instances: tuple[InstanceResult, ...]
+    duplicate_bytes: int
+
+    @property
+    def bit_exact(self) -> bool:
+        """Every unit on every surviving new GPU is its rank buffer, byte for byte."""
+        return all(all(units) for inst in self.instances for units in inst.bit_exact.values())
+
+    @property
+    def moved_bytes(self) -> int:
+        return sum(s.moved_bytes for s in self.steps)
+
+    @property
+    def wall_s(self) -> float:
+        """First byte out to last byte in, measured."""
+        return max(s.end_s for s in self.steps) - min(s.start_s for s in self.steps)
+
+    def start_errors_s(self) -> dict[int, float]:
+        """Measured minus predicted first byte out, per step (in ``steps`` order)."""
+        return {k: s.start_s - s.predicted_start_s for k, s in enumerate(self.steps)}
+
+    def end_errors_s(self) -> dict[int, float]:
+        return {k: s.end_s - s.predicted_end_s for k, s in enumerate(self.steps)}
+
+    def ready_errors_s(self) -> list[float]:
+        """Measured minus predicted ready time of every unit on every new instance."""
+        pairs = [zip(i.ready_s, i.predicted_s, strict=True) for i in self.instances]
+        return [m - p for pair in pairs for m, p in pair]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types for JSON (a time that never came is None)."""
+        return {
+            "plan_id": self.plan_id,
+            "transport": self.transport,
+            "plan_s": self.plan_s,
+            "wall_s": self.wall_s,
+            "processes": len(self.devices),
+            "bit_exact": self.bit_exact,
+            "moved_bytes": self.moved_bytes,
+            "duplicate_bytes": self.duplicate_bytes,
+            "errors_s": {
+                "start": _spread(self.start_errors_s().values()),
+                "end": _spread(self.end_errors_s().values()),
+                "ready": _spread(self.ready_errors_s()),
+            },
+            "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in self.steps],
+            "bit_exact_by_gpu": {
+                g: list(b) for inst in self.instances for g, b in inst.bit_exact.items()
+            },
+        }
+
+
+def _finite(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _spread(errors: Any) -> dict[str, float | None]:
+    """Median and worst absolute error (None when a time never came)."""
+    values = [abs(e) for e in errors]
+    if not values or not all(math.isfinite(v) for v in values):
+        return {"median": None, "worst": None}
+    return {"median": statistics.median(values), "worst": max(values)}
+
+
+def summarize(
+    parts: list[Stage], devices: Sequence[str], reports: Mapping[int, DeviceReport], transport: str
+) -> ProgramRun:
+    """A ProgramRun from the devices' reports (ranks in ``devices`` order)."""
+    rank_of = {d: r for r, d in enumerate(devices)}
+    steps = []
+    for k, part in enumerate(parts):
+        for s in part.program.steps:
+            key = part.offset + s.id
+            out, into = reports[rank_of[s.source]], reports[rank_of[s.destination]]
+            if key in into.received_bytes:  # else nothing was left of it to send
+                steps.append(
+                    StepResult(
+                        *(k, s.id, s.kind, s.source, s.destination),
+                        *(part.at_s + s.start_s, part.at_s + s.end_s),
+                        out.sent_start_s.get(key, math.nan),
+                        into.received_end_s.get(key, math.nan),
+                        into.received_bytes[key],
+                        out.sent_end_s.get(key, math.nan),
+                    )
+                )
+    checked, units = set(checked_gpus(parts)), range(len(parts[0].program.unit_bytes))
+    found = {i.name: (part, i) for part in parts for i in part.program.new_instances}
+    instances = tuple(
+        InstanceResult(
+            inst.name,
+            inst.gpus,
+            tuple(part.at_s + t for t in inst.predicted_s),
+            tuple(max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in units),
+            {g: reports[rank_of[g]].bit_exact for g in inst.gpus},
+        )
+        for part, inst in found.values()
+        if set(inst.gpus) <= checked
+    )
+    plan_s = max(p.at_s + p.program.plan_s for p in parts)
+    duplicates = sum(reports[rank_of[g]].duplicate_bytes for g in checked)
+    plan_id = parts[-1].program.plan_id
+    return ProgramRun(
+        plan_id, transport, plan_s, tuple(devices), tuple(steps), instances, duplicates
+    )
+
+
+def _ms(value: float | None) -> str:
+    return f"{value * 1e3:.1f}" if value is not None and math.isfinite(value) else "-"
+
+
+def _exact(instance: InstanceResult) -> bool:
+    return all(all(b) for b in instance.bit_exact.values())
+
+
+def format_program_run(run: ProgramRun) -> str:
+    """Per step predicted vs measured start and end (ms; a replan's steps marked '), per new
+    instance its ready time and bit-exactness, then the median and worst errors."""
+    times = ("predicted_start_s", "start_s", "predicted_end_s", "end_s")
+    rows = [
+        [f"{s.id}" + "'" * s.program, s.kind, f"{s.source} -> {s.destination}", s.moved_bytes]
+        + [_ms(getattr(s, t)) for t in times]
+        for s in run.steps
+    ]
+    ready = [
+        [i.name, " ".join(i.gpus), _ms(max(i.predicted_s)), _ms(max(i.ready_s)), _exact(i)]
+        for i in run.instances
+    ]
+    errors = run.to_dict()["errors_s"]
+    headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
+    return "\n".join(
+        [
+            format_table(headers, rows),
+            format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
+            *(
+                f"{what:>5} error: median {_ms(e['median'])} ms, worst {_ms(e['worst'])} ms "
+                f"(plan {run.plan_s * 1e3:.1f} ms)"
+                for what, e in errors.items()
+            ),
+            f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
+            f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
+        ]
+    )

@@ -1,0 +1,1 @@
+"""Worker processes, their failures and the pool that runs them."""

@@ -1,0 +1,273 @@
+"""Worker processes joined in one torch.distributed group, run from the parent.
+
+:class:`Workers` spawns one process per rank (``spawn`` context), joins them over a TCPStore on
+127.0.0.1 that it owns, runs jobs on them (each reports ``ready``, then all start at one shared
+time ``t0``) and relays their events; one pool serves runs of both transports. A failure ends
+every process and raises RankFailedError naming the culprit, its unit and, where known, its step
+and chunk: a process that died (its exit code), else the peer a failed transfer names (it
+stalled), else the rank that failed; no event at all for a while is a stall too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from blitzplan._checks import MAX_SECONDS, is_number
+from blitzplan.errors import InvalidInputError
+from blitzplan.executor.runtime.failures import (
+    Event,
+    Failure,
+    InjectedFault,
+    RankFailedError,
+    chunk_name,
+    unit_name,
+)
+from blitzplan.executor.runtime.worker import (
+    STARTUP_TIMEOUT_S,
+    STOP,
+    Boot,
+    Job,
+    TCPStore,
+    check_device,
+    worker_main,
+)
+
+POLL_S = 0.02
+"""How often the parent looks at its children's exit codes while it waits for events."""
+GRACE_S = 0.3
+"""After a worker reports a failed transfer, how long the parent waits to see its peer die."""
+WATCHDOG_FACTOR = 2.0
+"""A run with no event for this many transfer timeouts has stalled."""
+
+
+class Workers:
+    """``len(labels)`` spawned processes in one process group; use as a context manager.
+
+    ``labels`` name the ranks in messages (``relabel`` renames them); ``timeout_s`` bounds every
+    transfer and wait; ``backend`` overrides the one chosen for ``device`` (``check_device``)."""
+
+    def __init__(
+        self,
+        labels: Sequence[str],
+        *,
+        device: str = "cpu",
+        timeout_s: float = 30.0,
+        backend: str | None = None,
+    ) -> None:
+        if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
+            raise InvalidInputError(
+                f"timeout_s must be a number > 0 (at most {MAX_SECONDS:g} s), got {timeout_s!r}"
+            )
+        if len(labels) < 2:
+            raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
+        self.backend = check_device(device, len(labels), backend=backend)
+        self.timeout_s, self.labels = float(timeout_s), list(labels)
+        self.num_layers: int | None = None
+        self._at: dict[int, tuple[int | None, int | None, tuple[int, int] | None]] = {}
+        """Each rank's last unit, step and chunk (its ``at`` and ``unit`` events)."""
+        self._pending: deque[Event] = deque()
+        self._results: dict[int, Any] = {}
+        self._closed = False
+        timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
+        self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
+        self._events: list[Connection] = []
+        self._commands: list[Connection] = []
+        self._procs: list[Any] = []
+        context = mp.get_context("spawn")
+        try:
+            for rank in range(len(labels)):
+                boot = Boot(rank, len(labels), self._store.port, device, self.backend, timeout_s)
+                events_r, events_w = context.Pipe(duplex=False)
+                commands_r, commands_w = context.Pipe(duplex=False)
+                proc = context.Process(
+                    target=worker_main, args=(boot, commands_r, events_w), daemon=True
+                )
+                proc.start()
+                events_w.close()  # the worker holds the writing end: EOF when it exits
+                commands_r.close()
+                self._procs.append(proc)
+                self._events.append(events_r)
+                self._commands.append(commands_w)
+            self._wait_for("up", range(len(labels)))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def world_size(self) -> int:
+        return len(self.labels)
+
+    def relabel(self, labels: Mapping[int, str]) -> None:
+        """Rename ranks (for messages)."""
+        for rank, label in labels.items():
+            self.labels[rank] = label
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def launch(
+        self,
+        jobs: Mapping[int, tuple[Job, Any]],
+        *,
+        num_layers: int | None = None,
+        fault: InjectedFault | None = None,
+    ) -> float:
+        """Submit one job per rank, wait until each is ready, start them together; returns t0.
+        A fault whose rank runs no job or whose unit does not exist is refused first."""
+        if fault is not None:
+            if fault.rank not in jobs:
+                raise InvalidInputError(f"fault names rank {fault.rank}, which runs no job")
+            if num_layers is None or fault.layer > num_layers + 1:
+                raise InvalidInputError(f"fault layer {fault.layer} is no unit of the model")
+        self.num_layers, self._at = num_layers, {}
+        for rank, (job, payload) in jobs.items():
+            self._results.pop(rank, None)
+            self.tell(rank, (job, payload, fault, num_layers))
+        self._wait_for("ready", jobs)
+        t0 = time.monotonic() + 0.05
+        for rank in jobs:
+            self.tell(rank, ("go", t0))
+        return t0
+
+    def tell(self, rank: int, message: Any) -> None:
+        """Send a message to the job running on ``rank``."""
+        with contextlib.suppress(OSError):  # a worker that has gone is seen by its exit code
+            self._commands[rank].send(message)
+
+    def collect(self, ranks: Sequence[int]) -> dict[int, Any]:
+        """The results of the jobs on ``ranks``, waiting for those not in yet."""
+        while any(rank not in self._results for rank in ranks):
+            if self.next_event(WATCHDOG_FACTOR * self.timeout_s) is None:
+                self.fail_stalled([r for r in ranks if r not in self._results])
+        return {rank: self._results.pop(rank) for rank in ranks}
+
+    def next_event(self, timeout_s: float) -> Event | None:
+        """The next event within ``timeout_s`` (None if none); raises RankFailedError."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self._pending:
+                self._receive(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            if self._pending:
+                return self._handle(self._pending.popleft())
+            if dead := self._dead():
+                self._fail(dead[0], None)
+            if time.monotonic() >= deadline:
+                return None
+
+    def _receive(self, timeout_s: float) -> None:
+        open_ends = [conn for conn in self._events if not conn.closed]
+        ready = wait(open_ends, timeout_s)
+        for conn in open_ends:
+            try:
+                while conn in ready and conn.poll():
+                    self._pending.append(conn.recv())
+            except (EOFError, OSError):
+                conn.close()  # the worker exited
+
+    def _handle(self, event: Event) -> Event:
+        if event.kind == "error":
+            self._fail(None, event)
+        elif event.kind == "result":
+            self._results[event.rank] = event.data
+        elif event.kind in ("at", "unit"):  # (unit, step, chunk), (unit, at_s) or a unit
+            data = event.data if isinstance(event.data, tuple) else (event.data,)
+            unit = data[0] + (event.kind == "unit")
+            where = data[1:] if event.kind == "at" and len(data) == 3 else (None, None)
+            self._at[event.rank] = (unit, *where)
+        return event
+
+    def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
+        waiting, stash = set(ranks), []
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while waiting:
+            event = self.next_event(max(0.0, deadline - time.monotonic()))
+            if event is None:
+                self.fail_stalled(sorted(waiting))
+            elif event.kind == kind and event.rank in waiting:
+                waiting.discard(event.rank)
+            elif event is not None:
+                stash.append(event)
+        self._pending.extend(stash)
+
+    def _dead(self) -> list[int]:
+        return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
+
+    def _fail(self, dead: int | None, report: Event | None) -> None:
+        """End every process and raise for the culprit (module docstring)."""
+        failure: Failure | None = report.data if report is not None else None
+        deadline = time.monotonic() + GRACE_S
+        while dead is None and time.monotonic() < deadline:
+            self._receive(POLL_S)
+            dead = next(iter(self._dead()), None)
+        said = ""
+        if report is not None and failure is not None:
+            said = f"; rank {report.rank} ({self.labels[report.rank]}) reported: {failure.message}"
+        if dead is not None:
+            code = self._procs[dead].exitcode
+            what = f"died (exit code {code})" if code else "exited before its job ended"
+            error = self._error(dead, what, said, failure)
+        elif failure is not None and failure.peer is not None:
+            error = self._error(failure.peer, "stalled", said, failure)
+        else:
+            rank = report.rank if report is not None else 0
+            error = self._error(rank, "failed", said or "; no rank reported why", failure)
+        self.close(polite=False)
+        raise error
+
+    def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
+        """The error naming ``rank`` and its unit, step and chunk: its own last ones, else the
+        failure's (reported by it or by a peer about it)."""
+        unit, step, chunk = self._at.get(rank, (None, None, None))
+        if failure is not None and failure.peer in (rank, None) and (step is None or unit is None):
+            unit, step, chunk = failure.layer, failure.step, failure.chunk
+        if unit is not None and self.num_layers is not None:
+            unit = min(unit, self.num_layers + 1)
+        where = unit_name(unit, self.num_layers) + chunk_name(step, chunk, unit)
+        message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
+        label = self.labels[rank]
+        return RankFailedError(message, rank=rank, label=label, layer=unit, step=step, chunk=chunk)
+
+    def fail_stalled(self, ranks: Sequence[int]) -> None:
+        """End every process and raise: ``ranks`` sent nothing for a long time; the culprit is
+        the one that got least far."""
+        slowest = min(ranks, key=lambda r: (self._at.get(r, (-1,))[0] or -1, r))
+        names = ", ".join(str(r) for r in ranks)
+        said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
+        error = self._error(slowest, "stalled", said, None)
+        self.close(polite=False)
+        raise error
+
+    def close(self, *, polite: bool = True) -> None:
+        """End every process (politely: ask, wait a moment; else kill at once)."""
+        if self._closed:
+            return
+        self._closed = True
+        if polite:
+            for rank, proc in enumerate(self._procs):
+                if proc.exitcode is None:
+                    self.tell(rank, STOP)
+        deadline = time.monotonic() + (2.0 if polite else 0.0)
+        while any(p.exitcode is None for p in self._procs) and time.monotonic() < deadline:
+            self._receive(0.0)  # a worker flushes its last events before it exits
+            self._pending.clear()
+            time.sleep(POLL_S)
+        for proc in self._procs:
+            if proc.exitcode is None:
+                proc.kill()  # a stopped process ignores SIGTERM; SIGKILL ends it anyway
+        for proc in self._procs:
+            proc.join(5.0)
+            with contextlib.suppress(ValueError):
+                proc.close()
+        for conn in (*self._commands, *self._events):
+            conn.close()
+        del self._store

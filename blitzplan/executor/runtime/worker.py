@@ -1,0 +1,225 @@
+"""Inside a worker process: joining the group, the rank's context, serving jobs.
+
+A worker sets one torch thread, joins the process group over the parent's TCPStore and runs jobs
+``job(ctx, payload) -> result`` until told to stop. :class:`RankContext` gives a job its rank,
+devices, the shared clock, messages to and from the parent (one pipe each way, written by the
+thread that has them) and torch.distributed transfers with a timeout. A worker whose job failed
+waits to be ended by the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.executor.runtime.failures import (
+    Event,
+    Failure,
+    InjectedFault,
+    TransferError,
+    unit_name,
+)
+
+DEVICES = ("cpu", "cuda")
+"""Where a run's buffers live (default ``cpu``)."""
+STARTUP_TIMEOUT_S = 180.0
+"""Spawning a process imports torch: seconds allowed for every rank to join the group."""
+SWITCH_INTERVAL_S = 1e-4
+"""GIL switch interval in the workers: transfer threads must not wait for a compute thread."""
+STOP = None
+"""The message that ends a worker."""
+TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported
+Job = Callable[["RankContext", Any], Any]
+"""A module-level function run in a worker: ``job(ctx, payload) -> result``."""
+
+
+def check_device(device: str, world_size: int, *, backend: str | None = None) -> str:
+    """The torch.distributed backend for ``device``: gloo on the CPU; on GPUs NCCL when every
+    rank has its own GPU, else gloo through host memory (``backend`` overrides)."""
+    if device not in DEVICES:
+        raise InvalidInputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if backend not in (None, "gloo", "nccl"):
+        raise InvalidInputError(f"backend must be one of gloo, nccl, got {backend!r}")
+    if device == "cpu":
+        if backend == "nccl":
+            raise InvalidInputError("backend='nccl' needs device='cuda'")
+        return "gloo"
+    if not torch.cuda.is_available():
+        raise InvalidInputError(
+            "device='cuda' needs a GPU, but torch.cuda.is_available() is False on this machine "
+            "(no GPU or a CPU-only torch build); use device='cpu'"
+        )
+    return backend or ("nccl" if torch.cuda.device_count() >= max(2, world_size) else "gloo")
+
+
+@dataclass(frozen=True)
+class Boot:
+    """What a spawned worker needs to join the group (pickled to it)."""
+
+    rank: int
+    world_size: int
+    store_port: int
+    device: str
+    backend: str
+    timeout_s: float
+
+
+class RankContext:
+    """A worker's view of the run: its rank, its devices, the clock, messages and transfers."""
+
+    def __init__(self, boot: Boot, commands: Connection, events: Connection) -> None:
+        self.rank, self.backend, self.timeout_s = boot.rank, boot.backend, boot.timeout_s
+        count = torch.cuda.device_count() if boot.device == "cuda" else 0
+        self.device = torch.device(f"cuda:{boot.rank % count}" if count else "cpu")
+        self.wire = self.device if boot.backend == "nccl" else torch.device("cpu")
+        """Where torch.distributed's tensors live (host memory for gloo)."""
+        self.store: Any = None
+        """The group's TCPStore (a transport's rendezvous)."""
+        self.fault: InjectedFault | None = None
+        self.num_layers: int | None = None
+        self.t0 = time.monotonic()
+        self._commands, self._events, self._lock = commands, events, threading.Lock()
+
+    def emit(self, kind: str, data: Any = None) -> None:
+        """Tell the parent now, from whichever thread has it."""
+        with self._lock:
+            try:
+                self._events.send(Event(self.rank, kind, data))
+            except OSError:
+                os._exit(1)  # the parent has gone
+
+    def command(self) -> Any:
+        """The next message from the parent; the stop message (or the parent's death) ends."""
+        parent = os.getppid()
+        while True:
+            try:
+                if self._commands.poll(0.5):
+                    message = self._commands.recv()
+                    if message is STOP:
+                        raise SystemExit(0)
+                    return message
+            except (EOFError, OSError):
+                os._exit(1)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    def ready(self) -> None:
+        """Report ready, wait for the shared start time ``t0`` and sleep until it."""
+        self.emit("ready")
+        _, self.t0 = self.command()
+        self.sleep_until(0.0)
+
+    def now(self) -> float:
+        """Seconds since the shared start time (``time.monotonic`` is one clock per machine)."""
+        return time.monotonic() - self.t0
+
+    def sleep_until(self, at_s: float) -> None:
+        if (delay := at_s - self.now()) > 0:
+            time.sleep(delay)
+
+    def synchronize(self) -> None:
+        """Wait for queued GPU work (no-op on the CPU), so times are real."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def maybe_fail(self, layer: int) -> None:
+        """Apply this job's injected fault when it is for this layer (to the calling thread:
+        another thread of the process could take a process-wide signal late)."""
+        fault = self.fault
+        if fault is not None and fault.rank == self.rank and fault.layer == layer:
+            kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
+            signal.pthread_kill(threading.get_ident(), kind)
+
+    def recv(
+        self, tensor: torch.Tensor, src: int, *, layer: int | None, tag: int, **at: Any
+    ) -> None:
+        """Receive ``tensor`` from ``src`` within the timeout; ``at`` (``step``, ``chunk``,
+        ``group``) says where, for the failure."""
+        work = dist.irecv(tensor, src=src, tag=tag, group=at.pop("group", None))
+        what = f"receiving {unit_name(layer, self.num_layers)} from rank {src}"
+        self._wait(work, what, Failure("", layer, src, **at))
+
+    def send(
+        self, tensor: torch.Tensor, dst: int, *, layer: int | None, tag: int, **at: Any
+    ) -> None:
+        work = dist.isend(tensor, dst=dst, tag=tag, group=at.pop("group", None))
+        what = f"sending {unit_name(layer, self.num_layers)} to rank {dst}"
+        self._wait(work, what, Failure("", layer, dst, **at))
+
+    def _wait(self, work: Any, what: str, where: Failure) -> None:
+        try:
+            if self.backend == "nccl":  # NCCL's wait has no timeout of its own
+                deadline = time.monotonic() + self.timeout_s
+                while not work.is_completed():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("Timed out")
+                    time.sleep(1e-4)
+                self.synchronize()
+            else:
+                work.wait(timeout=timedelta(seconds=self.timeout_s))
+        except RuntimeError as exc:
+            text = str(exc)
+            if "Timed out" in text:
+                message = f"timed out after {self.timeout_s:g} s {what}"
+            elif "closed" in text or "reset" in text.lower():
+                message = f"lost the connection {what}"
+            else:
+                message = f"{what} failed: {text.splitlines()[0][:200]}"
+            raise TransferError(replace(where, message=message)) from None
+
+
+def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
+    """A worker process: join the group, then run jobs until told to stop."""
+    with contextlib.suppress(OSError):  # gloo on the loopback interface: this host only
+        names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+        if names and boot.backend == "gloo":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
+    torch.set_num_threads(1)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    ctx = RankContext(boot, commands, events)
+    timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
+    try:
+        if ctx.device.type == "cuda":
+            torch.cuda.set_device(ctx.device)
+        ctx.store = TCPStore("127.0.0.1", boot.store_port, is_master=False, timeout=timeout)
+        dist.init_process_group(
+            boot.backend, store=ctx.store, rank=boot.rank, world_size=boot.world_size
+        )
+    except Exception as exc:
+        ctx.emit("error", Failure(f"could not join the group: {exc}"))
+        return
+    ctx.emit("up", os.getpid())
+    with contextlib.suppress(SystemExit):
+        _serve(ctx)
+    events.close()
+    os._exit(0)  # skip torch's slow interpreter teardown; every event has been written
+
+
+def _serve(ctx: RankContext) -> None:
+    while True:
+        job, payload, ctx.fault, ctx.num_layers = ctx.command()
+        try:
+            result = job(ctx, payload)
+        except TransferError as exc:
+            ctx.emit("error", exc.failure)
+            break
+        except Exception as exc:
+            ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None)))
+            break
+        ctx.emit("result", result)
+    while True:  # the group is broken: wait until the parent ends this process
+        ctx.command()

@@ -1,0 +1,250 @@
+"""A document's live pair served for real, driven by the relay state machine.
+
+One policy, three uses (DESIGN.md section 5): a
+:class:`~blitzplan.executor.serving.coordinator.Coordinator` holds the
+:class:`~blitzplan.live.relay.RelayState` the planner and the simulator drive and asks the
+pair's policy what each idle instance runs next; the processes measure. :func:`serve_live` runs
+the document's transfer program (every device, over the chosen transport) and, beside it, the
+pair: its new instance (a TP1 GPU of the program, computing on layers as they land in its
+buffers) and its old instance (one more process with the whole model). The policy's estimates
+read the prediction built from the document (the new instance's ``layer_ready_s``) and the layer
+times of ``compute``, which is all a running system knows of the future. Every finished batch's
+logits are compared with the monolithic model's; :func:`live_violations` checks the measured
+operations against the rules of DESIGN.md section 4 with the measured arrivals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blitzplan.compute import ComputeModel
+from blitzplan.errors import InvalidInputError
+from blitzplan.executor.program.outcome import ProgramRun, summarize
+from blitzplan.executor.program.reader import LivePairDoc, Program
+from blitzplan.executor.program.runner import check_fault, prepare
+from blitzplan.executor.program.session import program_job
+from blitzplan.executor.runtime.failures import InjectedFault
+from blitzplan.executor.runtime.pool import Workers
+from blitzplan.executor.serving.coordinator import Coordinator
+from blitzplan.executor.serving.pair_jobs import (
+    NewInstancePlan,
+    OldInstancePlan,
+    OldReport,
+    new_instance_job,
+    old_instance_job,
+)
+from blitzplan.executor.smallmodel.checkpoint import Checkpoint
+from blitzplan.executor.smallmodel.llama import model_dims
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.policies import POLICIES
+from blitzplan.live.schedule import NewOp, OldOp
+
+LOGIT_TOLERANCE = 1e-5
+"""Largest absolute logit difference from the monolithic model that counts as equal."""
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """What one live run measured (seconds from the common start) beside the document.
+
+    ``split``, ``new_ops``, ``old_ops`` and ``completion_s`` as in a Schedule, measured;
+    ``predicted_s`` the document's predicted completion per batch; ``unit_arrival_s`` when each
+    unit was complete on the new instance; ``logit_diff[i]`` the largest absolute difference
+    between batch ``i``'s logits and the monolithic model's; ``transfer`` the program's run."""
+
+    policy: str
+    release_s: tuple[float, ...]
+    predicted_s: tuple[float, ...]
+    split: tuple[int, ...]
+    new_ops: tuple[NewOp, ...]
+    old_ops: tuple[OldOp, ...]
+    completion_s: tuple[float, ...]
+    unit_arrival_s: tuple[float, ...]
+    logit_diff: tuple[float, ...]
+    transfer: ProgramRun
+
+    @property
+    def latency_s(self) -> tuple[float, ...]:
+        return tuple(c - r for c, r in zip(self.completion_s, self.release_s, strict=True))
+
+    @property
+    def latency_errors(self) -> tuple[float, ...]:
+        """Per batch, ``|measured - predicted| / predicted`` latency."""
+        pairs = zip(self.latency_s, self.predicted_s, self.release_s, strict=True)
+        return tuple(abs(m - (p - r)) / (p - r) for m, p, r in pairs)
+
+    @property
+    def max_abs_logit_diff(self) -> float:
+        return max(self.logit_diff)
+
+    @property
+    def logits_match(self) -> bool:
+        return self.max_abs_logit_diff <= LOGIT_TOLERANCE
+
+
+def pair_instance(
+    program: Program,
+    pair: LivePairDoc,
+    tokens: list[int],
+    compute: ComputeModel,
+    handoff_bytes_per_s: float,
+) -> LiveScalingInstance:
+    """The prediction the policy reads: the new instance's arrivals from the document, one
+    batch per request queued now, layer times from ``compute``."""
+    new = next(i for i in program.new_instances if i.name == pair.new)
+    ready = list(itertools.accumulate(new.predicted_s, max))
+    act = program.spec.activation_bytes_per_token
+    return LiveScalingInstance(
+        ready[1:-1],
+        [0.0] * len(tokens),
+        [compute.prefill_layer_s(n) for n in tokens],
+        [compute.prefill_layer_s(n) for n in tokens],
+        [n * act / handoff_bytes_per_s for n in tokens],
+        embed_ready_s=ready[0],
+        head_ready_s=ready[-1],
+    )
+
+
+def _pair(
+    program: Program, index: int, requests: Mapping[str, int]
+) -> tuple[LivePairDoc, list[int]]:
+    if not 0 <= index < len(program.live_pairs):
+        raise InvalidInputError(
+            f"pair must be in 0..{len(program.live_pairs) - 1}, got {index!r} "
+            f"(the document has {len(program.live_pairs)} live pairs)"
+        )
+    pair = program.live_pairs[index]
+    gpus = next(i.gpus for i in program.new_instances if i.name == pair.new)
+    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches):
+        raise InvalidInputError(
+            f"live pair {pair.new}/{pair.old}: the executor serves TP1 instances, one request "
+            "per batch"
+        )
+    missing = [b[0] for b in pair.batches if b[0] not in requests]
+    if missing or pair.policy not in POLICIES:
+        raise InvalidInputError(
+            f"live pair {pair.new}/{pair.old}: requests {missing} have no prompt length, or "
+            f"its policy {pair.policy!r} is not one of {', '.join(POLICIES)}"
+        )
+    return pair, [requests[b[0]] for b in pair.batches]
+
+
+def serve_live(
+    document: str | Path,
+    checkpoint: Checkpoint,
+    *,
+    requests: Mapping[str, int],
+    compute: ComputeModel,
+    handoff_bytes_per_s: float = 1e9,
+    pair: int = 0,
+    transport: str = "torch",
+    device: str = "cpu",
+    timeout_s: float = 30.0,
+    workers: Workers | None = None,
+    fault: InjectedFault | None = None,
+    seed: int = 0,
+) -> LiveRun:
+    """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
+
+    ``requests`` gives each queued request id its prompt length (seeded token ids are drawn);
+    ``compute`` the layer times the prediction uses. ``workers`` reuses a pool of at least the
+    program's devices plus one (the old instance runs on the rank after them); otherwise one is
+    started on ``device`` and ended. A rank that dies or stalls raises RankFailedError naming
+    it, after every process has been ended."""
+    parts, jobs = prepare(document, checkpoint, transport=transport)
+    program = parts[0].program
+    chosen, tokens = _pair(program, pair, requests)
+    gpu = next(i.gpus[0] for i in program.new_instances if i.name == chosen.new)
+    labels = [job.label for job in jobs]
+    new_rank, old_rank = labels.index(gpu), len(jobs)
+    if fault is not None and fault.rank != old_rank:
+        check_fault(fault, jobs)
+    instance = pair_instance(program, chosen, tokens, compute, handoff_bytes_per_s)
+    rng = random.Random(seed)
+    prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
+    dims = model_dims(program.spec)
+    launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
+    launched[new_rank] = (
+        new_instance_job,
+        NewInstancePlan(jobs[new_rank], dims, prompts, old_rank),
+    )
+    launched[old_rank] = (old_instance_job, OldInstancePlan(checkpoint, prompts, new_rank))
+    names = [*labels, f"old instance {chosen.old}"]
+    pool = workers or Workers(names, device=device, timeout_s=timeout_s)
+    try:
+        if pool.world_size <= old_rank:
+            raise InvalidInputError(
+                f"workers has {pool.world_size} ranks, the run needs {old_rank + 1}"
+            )
+        pool.relabel(dict(enumerate(names)))
+        policy = POLICIES[chosen.policy]()
+        coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
+        coordinator.run(pool.launch(launched, num_layers=dims.layers, fault=fault))
+        pool.tell(new_rank, ("end",))
+        pool.tell(old_rank, ("end",))
+        results = pool.collect(list(launched))
+    finally:
+        if workers is None:
+            pool.close()
+    reference: OldReport = results.pop(old_rank)
+    diffs = tuple(
+        max(abs(a - b) for a, b in zip(coordinator.logits[i], ref, strict=True))
+        for i, ref in enumerate(reference.reference)
+    )
+    return LiveRun(
+        policy=policy.name,
+        release_s=instance.release_s,
+        predicted_s=tuple(chosen.schedule.completion_s),
+        split=tuple(coordinator.split),
+        new_ops=tuple(sorted(coordinator.new_ops, key=lambda op: (op.start_s, op.batch))),
+        old_ops=tuple(sorted(coordinator.old_ops, key=lambda op: (op.start_s, op.batch))),
+        completion_s=tuple(coordinator.completion),
+        unit_arrival_s=results[new_rank].complete_s,
+        logit_diff=diffs,
+        transfer=summarize(parts, labels, results, transport=transport),
+    )
+
+
+def live_violations(run: LiveRun, *, tol_s: float = 1e-6) -> tuple[str, ...]:
+    """Rules of DESIGN.md section 4 the measured run breaks, with the measured arrivals.
+
+    Every batch runs layers ``1..k`` on the new instance, in order, each starting after its
+    release, its layer's arrival (the embedding's for layer 1, the head's for layer L) and the
+    previous layer; the rest as one block on the old instance after the last of those; no two
+    operations overlap on one instance; completion is the end of the last operation."""
+    problems: list[str] = []
+    arrival, L = run.unit_arrival_s, len(run.unit_arrival_s) - 2
+    for i, k in enumerate(run.split):
+        ops = sorted((op for op in run.new_ops if op.batch == i), key=lambda op: op.layer)
+        if [op.layer for op in ops] != list(range(1, k + 1)):
+            problems.append(f"batch {i}: new instance ran layers {[op.layer for op in ops]}, k={k}")
+            continue
+        ready = run.release_s[i]
+        for op in ops:
+            needed = [arrival[op.layer]] + ([arrival[0]] if op.layer == 1 else [])
+            needed += [arrival[-1]] if op.layer == L else []
+            if op.start_s < max(ready, *needed) - tol_s:
+                problems.append(f"batch {i} layer {op.layer} starts before it could ({op})")
+            ready = op.end_s
+        blocks = [op for op in run.old_ops if op.batch == i]
+        if k < L and (len(blocks) != 1 or blocks[0].first_layer != k + 1):
+            problems.append(f"batch {i}: expected one block from layer {k + 1}, got {blocks}")
+        elif k == L and blocks:
+            problems.append(f"batch {i} finished on the new instance and ran on the old too")
+        for block in blocks:
+            if block.start_s < ready - tol_s:
+                problems.append(f"batch {i}: block starts before its inputs are there ({block})")
+            ready = block.end_s
+        if abs(run.completion_s[i] - ready) > tol_s:
+            problems.append(f"batch {i}: completion {run.completion_s[i]} is not its last end")
+    for label, timeline in (("new", run.new_ops), ("old", run.old_ops)):
+        spans = sorted((op.start_s, op.end_s, op.batch) for op in timeline)
+        for a, b in itertools.pairwise(spans):
+            if b[0] < a[1] - tol_s:
+                problems.append(f"the {label} instance runs batches {a[2]} and {b[2]} at once")
+    return tuple(problems)
