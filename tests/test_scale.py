@@ -184,7 +184,7 @@ def test_json_round_trip_is_lossless_and_deterministic() -> None:
     b = ScalePlan.from_json(text)
     assert b == a and b.to_json() == text
     document = json.loads(text)
-    assert document["schema_version"] == 2 and document["plan_id"] == a.plan_id
+    assert document["schema_version"] == 3 and document["plan_id"] == a.plan_id
     for key in ("new_instances", "steps", "live_pairs", "mutations", "releases", "milestones"):
         assert key in document
     assert "solve_s" not in document["multicast"] and "timing" not in document
@@ -226,19 +226,23 @@ def test_json_errors_are_named() -> None:
         ScalePlan.from_json("{}")
     text = plan(paper_state(), ScaleRequest(MODEL, prefill=1, tp=2)).to_json()
     with pytest.raises(InvalidInputError, match="schema_version 99 is not supported"):
-        ScalePlan.from_json(text.replace('"schema_version": 2', '"schema_version": 99'))
+        ScalePlan.from_json(text.replace("\"schema_version\":3", "\"schema_version\":99"))
+    from blitzplan.scale.document import document_digest
+
     document = json.loads(text)
     del document["new_instances"]
+    document["plan_id"] = document_digest(document)
     with pytest.raises(InvalidInputError, match="missing required field `new_instances`"):
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)
     document["steps"][0]["bytes"] = 1
     with pytest.raises(
-        InvalidInputError, match="does not match the document: the document was changed"
+        InvalidInputError, match="does not match the document: it was changed"
     ):
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)
     document["steps"][0]["kind"] = "teleport"
+    document["plan_id"] = document_digest(document)
     with pytest.raises(InvalidInputError, match=r"does not fit the schema: .*steps\[0\]\.kind"):
         ScalePlan.from_json(json.dumps(document))
 
