@@ -148,8 +148,8 @@ class Program:
 
 def document_digest(document: Mapping[str, Any]) -> str:
     """SHA-256 of the RFC 8785 canonical form of ``document`` without ``plan_id`` and ``timing``
-    (what ``plan_id`` is; :mod:`blitzplan.scale.canonical`)."""
-    from blitzplan.scale.canonical import digest
+    (what ``plan_id`` is; :mod:`blitzplan.canonical`)."""
+    from blitzplan.canonical import digest
 
     return digest(document, ("plan_id", "timing"))
 

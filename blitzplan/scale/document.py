@@ -1,7 +1,7 @@
 """The ScalePlan JSON document: encoding, decoding and its JSON Schema.
 
 The document is the ScalePlan's fields plus ``schema`` and ``schema_version``, written in its
-RFC 8785 canonical form (:mod:`blitzplan.scale.canonical`: no whitespace, sorted keys,
+RFC 8785 canonical form (:mod:`blitzplan.canonical`: no whitespace, sorted keys,
 ECMAScript numbers) and a final newline. ``plan_id`` is the SHA-256 of the canonical form of the
 document without ``plan_id`` and ``timing``: any JCS implementation recomputes it from the parsed
 document, and a reader refuses a document without one or whose content does not match it.
@@ -33,8 +33,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from blitzplan.canonical import check_digest, digest, signed_json
 from blitzplan.errors import InvalidInputError
-from blitzplan.scale.canonical import canonical_json, check_digest, digest
 
 if TYPE_CHECKING:
     from blitzplan.scale.types import ScalePlan
@@ -101,10 +101,8 @@ def document_digest(document: Mapping[str, Any]) -> str:
 def encode(plan: ScalePlan, *, timing: bool = False) -> str:
     """The JSON document of ``plan`` (module docstring); its ``plan_id`` is computed here."""
     document, measured = _document(plan)
-    document["plan_id"] = digest(document, _UNSIGNED)
-    if timing:
-        document["timing"] = measured
-    return canonical_json(document) + "\n"
+    text, _ = signed_json(document, "plan_id", {"timing": measured} if timing else None)
+    return text + "\n"
 
 
 def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:

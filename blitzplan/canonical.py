@@ -67,53 +67,89 @@ def _key(name: str) -> bytes:
     return name.encode("utf-16-be")
 
 
-def _prepared(value: Any, marks: list[int], path: str) -> Any:
+def _float(value: float, marks: list[int]) -> Any:
+    """A float as :func:`_prepared` writes it: an int when integral below 2**53, itself where
+    Python's ``repr`` and ECMAScript agree (non-integral, |x| >= 1e-4), else its marked JCS
+    text."""
+    if value.is_integer():
+        if -_EXACT < value < _EXACT:
+            return int(value)
+    elif 1e-4 <= abs(value) < math.inf:  # non-integral, so < 2**52: repr and ECMAScript agree
+        return value
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{value!r} has no JSON form (JSON numbers are finite)")
+    marks.append(1)
+    return _MARK + _es_finite(value)
+
+
+def _scalar(value: Any, marks: list[int]) -> Any:
+    kind = type(value)
+    if kind is float:
+        return _float(value, marks)
+    if kind is str:
+        if _MARK in value:
+            raise InvalidInputError(f"the string {value[:40]!r} holds a NUL character")
+        return value
+    if kind is int and not -_EXACT < value < _EXACT:
+        raise InvalidInputError(f"the integer {value} is beyond 2**53: JCS reads it as a double")
+    if value is None or kind is bool or kind is int:
+        return value
+    raise InvalidInputError(f"a {kind.__name__} has no JSON form")
+
+
+def _prepared(value: Any, marks: list[int]) -> Any:
     """``value`` with members in JCS order and every float that Python's ``repr`` writes
     differently from ECMAScript replaced by a marked string (``_MARK`` + its JCS text)."""
     kind = type(value)
     if kind is dict:
-        out = {}
-        for name in sorted(value, key=_key):
-            if type(name) is not str:
-                raise InvalidInputError(f"{path} has the key {name!r}: JSON keys are strings")
-            out[name] = _prepared(value[name], marks, f"{path}.{name}")
-        return out
+        names = sorted(value) if all(map(str.isascii, value)) else sorted(value, key=_key)
+        return {name: _prepared(value[name], marks) for name in names}
     if kind is list or kind is tuple:
-        return [_prepared(item, marks, f"{path}[]") for item in value]
-    if kind is float:
-        if value.is_integer() and abs(value) < _EXACT:
-            return int(value)
-        if 1e-4 <= abs(value) < 1e16:  # repr and ECMAScript agree digit for digit here
-            return value
-        if not math.isfinite(value):
-            raise InvalidInputError(f"{path} holds {value!r}, which has no JSON form")
-        marks.append(1)
-        return _MARK + _es_finite(value)
-    if kind is int and abs(value) >= _EXACT:
-        raise InvalidInputError(
-            f"{path} holds the integer {value}, beyond 2**53: JCS reads numbers as doubles"
-        )
-    if kind is str and _MARK in value:
-        raise InvalidInputError(f"{path} holds a string with a NUL character")
-    if value is None or kind in (bool, int, str):
-        return value
-    raise InvalidInputError(f"{path} holds a {kind.__name__}, which has no JSON form")
+        out = []
+        for item in value:
+            t = type(item)
+            if t is str or t is bool or item is None:
+                out.append(item)
+            elif t is float:
+                out.append(_float(item, marks))
+            elif t is dict or t is list or t is tuple:
+                out.append(_prepared(item, marks))
+            else:
+                out.append(_scalar(item, marks))
+        return out
+    return _scalar(value, marks)
 
 
-def canonical_json(value: Any, *, path: str = "$") -> str:
-    """The RFC 8785 text of a parsed JSON value (dicts, lists, str, int, float, bool, None)."""
-    marks: list[int] = []
-    text = json.dumps(
-        _prepared(value, marks, path),
-        ensure_ascii=False,
-        separators=(",", ":"),
-        allow_nan=False,
-    )
+def _text(prepared: Any, marks: list[int]) -> str:
+    text = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if marks:
         text, found = _MARKED.subn(r"\1", text)
-        if found != len(marks):  # cannot happen: strings with NUL were refused above
-            raise InvalidInputError(f"{path}: canonical numbers could not be placed")
+        if found != len(marks):  # cannot happen: strings with NUL were refused
+            raise InvalidInputError("canonical numbers could not be placed")
     return text
+
+
+def canonical_json(value: Any) -> str:
+    """The RFC 8785 text of a parsed JSON value (dicts with str keys, lists, tuples, str, int,
+    float, bool, None); InvalidInputError for anything JSON cannot hold."""
+    marks: list[int] = []
+    return _text(_prepared(value, marks), marks)
+
+
+def signed_json(
+    document: Mapping[str, Any], key: str, extra: Mapping[str, Any] | None = None
+) -> tuple[str, str]:
+    """``(text, digest)``: the canonical text of ``document`` with ``key`` set to the SHA-256
+    of the canonical text of ``document`` alone, and the members of ``extra`` (not signed)."""
+    marks: list[int] = []
+    prepared = _prepared(dict(document), marks)
+    signed = _text(prepared, list(marks))
+    hexdigest = hashlib.sha256(signed.encode()).hexdigest()
+    prepared[key] = hexdigest
+    for name, value in (extra or {}).items():
+        prepared[name] = _prepared(value, marks)
+    names = sorted(prepared, key=_key)
+    return _text({name: prepared[name] for name in names}, marks), hexdigest
 
 
 def digest(document: Mapping[str, Any], leave_out: tuple[str, ...]) -> str:
