@@ -99,7 +99,7 @@ def test_numpy_integer_counts_are_accepted_and_stored_as_int() -> None:
         (lambda: build_cluster(_host(), hosts=10**9), "hosts must be at most 100000"),
         (lambda: QueuedRequest(1e308, 10), "arrival_s must be a finite number of seconds"),
         (lambda: QueuedRequest("now", 10), "arrival_s must be a finite number of seconds"),
-        (lambda: QueuedRequest(0.0, 2**40), "prompt_tokens must be at most 2147483647"),
+        (lambda: QueuedRequest(0.0, 2**40), "prompt_tokens must be at most 10000000"),
         (
             lambda: LiveScalingInstance([1e308], [0.0], 1.0, 1.0, 0.0),
             r"layer_ready_s\[0\] must be at most 1e\+09 s, got 1e\+308",

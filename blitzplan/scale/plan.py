@@ -320,6 +320,7 @@ def realize(
         options=options.recorded,
         steps=steps,
         held=snapped,
+        cluster=state.topology.name,
     )
     return dataclasses.replace(made, plan_id=plan_digest(made))
 
@@ -365,16 +366,8 @@ class _Deadline:
 
 
 def _fresh_names(state: ClusterState, count: int) -> list[str]:
-    """``new0, new1, ...`` skipping every instance id the state already has (an applied
-    plan's instances keep their names, so names stay unique across plans)."""
-    taken = {i.id for i in state.instances}
-    names: list[str] = []
-    k = 0
-    while len(names) < count:
-        if f"new{k}" not in taken:
-            names.append(f"new{k}")
-        k += 1
-    return names
+    """``new<k>`` names the state never handed out (released instances' names included)."""
+    return state.fresh_names("new", count)
 
 
 def _timed_releases(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from blitzplan._checks import MAX_COUNT, check_count, is_integer
 from blitzplan.errors import InvalidInputError
@@ -13,6 +14,9 @@ from blitzplan.multicast.types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.program import TransferStep
 from blitzplan.topologies.links import LINK_EFFICIENCY
+
+if TYPE_CHECKING:
+    from blitzplan.cluster import ClusterState
 
 __all__ = [
     "SCHEMA",
@@ -148,7 +152,7 @@ class PlanOptions:
     deadline_s: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScalePlan:
     """Everything a serving stack needs to carry out one scaling decision.
 
@@ -176,6 +180,35 @@ class ScalePlan:
     steps: tuple[TransferStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
     plan_id: str = ""
+    cluster: str = ""
+    """The name of the topology the plan was made on (replan and apply_plan refuse a state of
+    another cluster)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"ScalePlan({self.model}, request={dict(self.request)}, "
+            f"new_instances={len(self.new_instances)}, steps={len(self.steps)}, "
+            f"live_pairs={len(self.live_pairs)}, full_capacity_s="
+            f"{self.milestones.full_capacity_s:.4g}, missing={len(self.missing)}, "
+            f"plan_id={self.plan_id[:12]!r})"
+        )
+
+    def check_cluster(self, state: ClusterState) -> None:
+        """InvalidInputError unless ``state`` is a state of the cluster the plan was made on
+        (its topology's name; a plan without ``cluster`` passes)."""
+        name = state.topology.name
+        if self.cluster and name != self.cluster:
+            raise InvalidInputError(
+                f"state is a state of cluster {name!r}, but plan {self.plan_id[:12]} was made on "
+                f"cluster {self.cluster!r}: replan and apply it with a state of that cluster"
+            )
+
+    def summary(self) -> str:
+        """A short human summary: what is added, how and when (see :mod:`.report` for the full
+        tables)."""
+        from blitzplan.scale.report import summary
+
+        return summary(self)
 
     @classmethod
     def json_schema(cls) -> str:
