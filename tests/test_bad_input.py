@@ -166,9 +166,9 @@ def test_a_zero_or_infinite_capacity_edge_is_refused_naming_the_edge() -> None:
 @pytest.mark.parametrize(
     ("host", "message"),
     [
-        ({"nic_gbps": 0}, "host nic_gbps must be > 0, got 0"),
+        ({"nic_gbps": 0}, "host nic_gbps must be at least 0.1 Gbit/s, got 0"),
         ({"nic_gbps": math.inf}, "host nic_gbps must be finite, got inf"),
-        ({"nic_gbps": 1e-318}, r"nic_bytes_per_s must be within \[1, 1e\+15\] bytes/s"),
+        ({"nic_gbps": 1e-318}, r"nic_gbps must be at least 0.1 Gbit/s, got 1e-318"),
     ],
 )
 def test_a_zero_bandwidth_nic_file_is_the_same_clear_error_in_the_api_and_the_cli(

@@ -98,3 +98,34 @@ def test_replan_and_apply_refuse_another_clusters_state() -> None:
         replan(scale, other, at_s=0.1, failed=[])
     with pytest.raises(InvalidInputError, match="made on cluster 'paper-a800-32'"):
         apply_plan(other, scale, at_s=0.1)
+
+
+def _two_hosts(nic1_gbps: float | None) -> dict:
+    """Two PCIe hosts under one leaf; host 1's NIC at ``nic1_gbps`` (None: not linked)."""
+    nodes: list[dict] = [{"id": "leaf", "kind": "switch", "switch": "leaf"}]
+    links: list[dict] = []
+    for host, rate in (("h0", 100.0), ("h1", nic1_gbps)):
+        nodes += [
+            {"id": f"{host}/mem", "kind": "host_mem", "host": host, "dram_gib": 512},
+            {"id": f"{host}/pcie0", "kind": "switch", "switch": "pcie", "host": host},
+            {"id": f"{host}/nic0", "kind": "nic", "host": host},
+            {"id": f"{host}/gpu0", "kind": "gpu", "host": host, "gpu": "h100"},
+        ]
+        links += [
+            {"a": f"{host}/gpu0", "b": f"{host}/pcie0", "gbps": 256, "medium": "pcie"},
+            {"a": f"{host}/mem", "b": f"{host}/pcie0", "gbps": 256, "medium": "pcie"},
+            {"a": f"{host}/nic0", "b": f"{host}/pcie0", "gbps": 256, "medium": "pcie"},
+        ]
+        if rate is not None:
+            links.append({"a": f"{host}/nic0", "b": "leaf", "gbps": rate})
+    return {"name": "two-hosts", "nodes": nodes, "links": links}
+
+
+def test_a_crawling_link_and_a_host_without_uplink_are_refused_at_load() -> None:
+    from blitzplan.topologies import topology_from_dict
+
+    assert len(topology_from_dict(_two_hosts(100.0)).gpus()) == 2
+    with pytest.raises(InvalidInputError, match=r"links\[9\] gbps must be at least 0.1 Gbit/s"):
+        topology_from_dict(_two_hosts(1e-6))
+    with pytest.raises(InvalidInputError, match="host 'h1' has no uplink"):
+        topology_from_dict(_two_hosts(None))
