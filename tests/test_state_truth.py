@@ -125,7 +125,7 @@ def test_a_crawling_link_and_a_host_without_uplink_are_refused_at_load() -> None
     from blitzplan.topologies import topology_from_dict
 
     assert len(topology_from_dict(_two_hosts(100.0)).gpus()) == 2
-    with pytest.raises(InvalidInputError, match=r"links\[9\] gbps must be at least 0.1 Gbit/s"):
+    with pytest.raises(InvalidInputError, match=r"links\[7\] gbps must be at least 0.1 Gbit/s"):
         topology_from_dict(_two_hosts(1e-6))
     with pytest.raises(InvalidInputError, match="host 'h1' has no uplink"):
         topology_from_dict(_two_hosts(None))
