@@ -156,7 +156,7 @@ def test_a_state_with_zero_bandwidth_nics_is_refused_naming_the_key(tmp_path: Pa
     }
     path = tmp_path / "state.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InvalidInputError, match=r"topology: .*host nic_gbps must be > 0, got 0"):
+    with pytest.raises(InvalidInputError, match=r"topology: .*host nic_gbps must be at least 0.1"):
         load_state(path)
 
 

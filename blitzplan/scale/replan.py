@@ -336,6 +336,7 @@ def _rebuild(
     if topology is state.topology and not broken.processes and not broken.memories and not complete:
         return state
     current = ClusterState(topology)
+    current.restore_counters(state.counters)  # ids stay never reused across a failure
     for copy in state.pool.host_copies:
         if copy.node in topology.graph and copy.node not in broken.memories:
             current.pool.add(copy)

@@ -195,9 +195,10 @@ class ScalePlan:
 
     def check_cluster(self, state: ClusterState) -> None:
         """InvalidInputError unless ``state`` is a state of the cluster the plan was made on
-        (its topology's name; a plan without ``cluster`` passes)."""
+        (its topology's name, failures aside: ``X (degraded)`` is cluster ``X``; a plan without
+        ``cluster`` passes)."""
         name = state.topology.name
-        if self.cluster and name != self.cluster:
+        if self.cluster and _base(name) != _base(self.cluster):
             raise InvalidInputError(
                 f"state is a state of cluster {name!r}, but plan {self.plan_id[:12]} was made on "
                 f"cluster {self.cluster!r}: replan and apply it with a state of that cluster"
@@ -237,3 +238,10 @@ class ScalePlan:
         from blitzplan.scale.document import decode
 
         return decode(text, cls)
+
+
+def _base(cluster: str) -> str:
+    """A topology name without the ``" (degraded)"`` marks failures add."""
+    while cluster.endswith(" (degraded)"):
+        cluster = cluster.removesuffix(" (degraded)")
+    return cluster
