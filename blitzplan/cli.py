@@ -329,9 +329,10 @@ def _cmd_models(_: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    from blitzplan.scale.export import ScaleProgram
     from blitzplan.scale.types import ScalePlan
 
-    text = ScalePlan.json_schema()
+    text = ScaleProgram.json_schema() if args.program else ScalePlan.json_schema()
     if args.out:
         Path(args.out).write_text(text)
     else:
@@ -415,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("topologies", "list the cluster catalog", _cmd_topologies)
     sc = command("schema", "print the JSON Schema of the ScalePlan document", _cmd_schema)
     sc.add_argument("--out", default=None, help="write it to this file (default: print it)")
+    sc.add_argument(
+        "--program", action="store_true", help="the program export's schema instead"
+    )
     command("models", "list the model presets, their sizes and host load times", _cmd_models)
     add_control_commands(sub, command)
     add_sim_commands(sub)  # the simulator loads only when its commands run

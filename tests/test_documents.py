@@ -320,3 +320,28 @@ def test_the_schema_refuses_malformed_documents(scale: ScalePlan, probe: str) ->
     SCHEMA_PROBES[probe](document)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, schema)
+
+
+def test_the_shipped_export_schema_is_the_generated_one_and_validates(relayed: ScalePlan) -> None:
+    from blitzplan.scale.export import program_schema
+    from blitzplan.scale.schema_fields import field_table
+    from tests.conftest import REPO
+
+    shipped = (REPO / "blitzplan" / "schemas" / "scaleprogram.v1.schema.json").read_text()
+    assert shipped == ScaleProgram.json_schema()
+    schema = program_schema()
+    assert [(n, p) for n, p, body in _properties(schema) if not body.get("description")] == []
+    assert set(field_table()) <= set(schema["$defs"]) | set(json_schema(ScalePlan)["$defs"])
+    document = json.loads(relayed.to_program_json())
+    jsonschema.validate(document, schema)
+    for edit in (
+        lambda d: d["steps"][0].update(holder="cloud"),
+        lambda d: d["steps"][0]["ranges"][0].__setitem__(3, -1),
+        lambda d: d.update(program_id="x"),
+        lambda d: d["new_instances"][0].update(role="boss"),
+        lambda d: d["steps"][0].update(start_s=None),
+    ):
+        probe = json.loads(json.dumps(document))
+        edit(probe)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(probe, schema)

@@ -43,6 +43,7 @@ __all__ = [
     "ScaleProgram",
     "StepRecord",
     "program_json",
+    "program_schema",
     "read_program_json",
 ]
 
@@ -129,6 +130,13 @@ class ScaleProgram:
     def from_json(cls, text: str) -> ScaleProgram:
         """The checked program of a ``blitzplan.scaleprogram`` document."""
         return read_program_json(text)
+
+    @classmethod
+    def json_schema(cls) -> str:
+        """The JSON Schema of the export, as text (``blitzplan schema --program``)."""
+        import json
+
+        return json.dumps(program_schema(), indent=1, sort_keys=True) + "\n"
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -275,3 +283,29 @@ def check_program(program: ScaleProgram) -> None:
         held=program.held,
         spec=program.spec,
     )
+
+
+def program_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12) of the export: every property described, enums and minimums,
+    ``null`` only where it means +infinity or an absent value."""
+    import msgspec
+
+    from blitzplan.scale.schema_fields import strict_schema
+
+    schema: dict[str, Any] = msgspec.json.schema(ScaleProgram)
+    root = schema["$defs"]["ScaleProgram"]
+    root["properties"].update(schema={"type": "string"}, schema_version={"type": "integer"})
+    schema = strict_schema(schema)
+    root = schema["$defs"]["ScaleProgram"]
+    root["properties"]["schema"]["const"] = PROGRAM_SCHEMA
+    root["properties"]["schema_version"]["const"] = PROGRAM_SCHEMA_VERSION
+    root["required"] = sorted({"schema", "schema_version", "program_id", *root["required"]})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "blitzplan program export",
+        "description": (
+            "What a data plane needs to carry out a ScalePlan (blitzplan.scaleprogram), written "
+            "in RFC 8785 canonical form; fields of a step at their defaults are left out."
+        ),
+        **schema,
+    }
