@@ -25,7 +25,14 @@ from typing import Any
 
 from blitzplan.errors import InvalidInputError
 
-__all__ = ["canonical_json", "check_digest", "digest", "es_number"]
+__all__ = [
+    "canonical_json",
+    "check_digest",
+    "digest",
+    "es_number",
+    "signed_as_written",
+    "signed_json",
+]
 
 _EXACT = 2**53
 _MARK = "\x00"
@@ -185,6 +192,22 @@ def check_digest(text: str, document: Mapping[str, Any], key: str, trailer: str 
             f"{key} {claimed[:12]}... does not match the document: it was changed after it was "
             "written"
         )
+
+
+def signed_as_written(text: str, key: str) -> str | None:
+    """The digest ``text`` claims under ``key`` when ``text`` is canonical text whose digest
+    (the text without the ``key`` member) is that claim, else None (a reader then parses and
+    checks with :func:`check_digest`). A reader that gets a digest here may decode ``text``
+    knowing it is exactly what was signed, once it has checked that the parsed ``key`` is
+    this digest (a top-level member, not one nested inside)."""
+    found = re.search(f'"{re.escape(key)}":"([0-9a-f]{{64}})"', text)
+    if found is None:
+        return None
+    claimed = found.group(1)
+    signed = _signed_text(text, claimed, key, "")
+    if signed is None or hashlib.sha256(signed.encode()).hexdigest() != claimed:
+        return None
+    return claimed
 
 
 def _signed_text(text: str, claimed: str, key: str, trailer: str) -> str | None:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from blitzplan.canonical import check_digest, signed_json
+from blitzplan.canonical import check_digest, signed_as_written, signed_json
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.scale.types import Mutation, NewInstanceInfo, Release
@@ -207,6 +207,97 @@ def program_json(plan: ScalePlan) -> str:
     return text + "\n"
 
 
+@dataclass(frozen=True)
+class _InstanceWire:
+    name: str
+    gpus: tuple[str, ...]
+    role: str
+    live: bool
+    ready_at_s: float | None
+    layer_ready_s: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class _ReleaseWire:
+    instance: str
+    role: str
+    gpus: tuple[str, ...]
+    at_s: float | None = 0.0
+    requests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """The export as written (``null`` for a time never reached), decoded in one pass."""
+
+    schema: str
+    schema_version: int
+    plan_id: str
+    program_id: str
+    model: ModelIdentity
+    spec: ModelSpec
+    tp: int
+    chunk_bytes: int
+    unit_bytes: tuple[int, ...]
+    new_instances: tuple[_InstanceWire, ...]
+    steps: tuple[StepRecord, ...]
+    held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(
+        default_factory=dict
+    )
+    live_pairs: tuple[PairRecord, ...] = ()
+    mutations: tuple[Mutation, ...] = ()
+    releases: tuple[_ReleaseWire, ...] = ()
+
+
+def _never(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+def _fast(text: str) -> ScaleProgram | None:
+    """The export decoded straight into its records, when ``text`` is the canonical text it
+    was signed as (else None: the itemised path reads it)."""
+    import msgspec
+
+    claimed = signed_as_written(text, "program_id")
+    if claimed is None:
+        return None
+    try:
+        wire = msgspec.json.decode(text, type=_Wire, strict=True)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if (wire.schema, wire.schema_version, wire.program_id) != (
+        PROGRAM_SCHEMA,
+        PROGRAM_SCHEMA_VERSION,
+        claimed,
+    ):
+        return None
+    instances = tuple(
+        NewInstanceInfo(
+            w.name, w.gpus, w.role, w.live, _never(w.ready_at_s),
+            tuple(_never(t) for t in w.layer_ready_s),
+        )
+        for w in wire.new_instances
+    )
+    releases = tuple(
+        Release(r.instance, r.role, r.gpus, _never(r.at_s), r.requests) for r in wire.releases
+    )
+    return ScaleProgram(
+        plan_id=wire.plan_id,
+        program_id=wire.program_id,
+        model=wire.model,
+        spec=wire.spec,
+        tp=wire.tp,
+        chunk_bytes=wire.chunk_bytes,
+        unit_bytes=wire.unit_bytes,
+        new_instances=instances,
+        steps=wire.steps,
+        held=wire.held,
+        live_pairs=wire.live_pairs,
+        mutations=wire.mutations,
+        releases=releases,
+    )
+
+
 def read_program_json(text: str) -> ScaleProgram:
     """The checked :class:`ScaleProgram` of a program export; InvalidInputError naming the
     first thing wrong (the version, ``program_id``, a field's type by its path, a program
@@ -215,6 +306,10 @@ def read_program_json(text: str) -> ScaleProgram:
 
     if not isinstance(text, str):
         raise InvalidInputError(f"a program export is JSON text, got {type(text).__name__}")
+    fast = _fast(text)
+    if fast is not None:
+        check_program(fast)
+        return fast
     try:
         document = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:

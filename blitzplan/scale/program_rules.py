@@ -84,9 +84,11 @@ def check_program_rules(
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         raise InvalidInputError(f"step ids must be unique, these repeat: {repeated}")
     spans = {s.id: _spans(s.ranges) for s in steps}
+    if not (_fields_pass(steps, tp) and _ranges_pass(steps, spans, tp, unit_bytes)):
+        for step in steps:  # the slow, itemised check finds the first offence and names it
+            _check_fields(step, tp)
+            _check_ranges(step, spans[step.id], tp, unit_bytes)
     for step in steps:
-        _check_fields(step, tp)
-        _check_ranges(step, spans[step.id], tp, unit_bytes)
         if step.source_layout is not None:
             _check_source_layout(step, spec)
     memory = _memory_devices(steps)
@@ -133,6 +135,48 @@ def _check_held(
                         f"held[{gpu!r}][{unit}] has the interval {[lo, hi]}, "
                         "not 0 <= lo <= hi <= 1"
                     )
+
+
+def _fields_pass(steps: Sequence[Any], tp: int) -> bool:
+    """Whether every step passes :func:`_check_fields` (the same rules, over all steps at once)."""
+    for name, allowed in (("kind", STEP_KINDS), ("holder", HOLDERS), ("link", LINKS)):
+        if not {getattr(s, name, allowed[0]) for s in steps} <= set(allowed):
+            return False
+    if not {s.rank for s in steps} <= set(range(-1, tp)):
+        return False
+    paces = [s.pace_bytes_per_s for s in steps if s.pace_bytes_per_s is not None]
+    if paces and not (min(paces) > 0 and math.isfinite(math.fsum(paces))):
+        return False
+    for name in ("not_before_s", "start_s", "end_s", "rate_bytes_per_s"):
+        values = [getattr(s, name, 0.0) for s in steps]
+        if values and not (min(values) >= 0 and math.isfinite(math.fsum(values))):
+            return False
+    if min((getattr(s, "chunk_bytes", 1) for s in steps), default=1) < 1:
+        return False
+    stripes = [getattr(s, "stripe", (0.0, 1.0)) for s in steps]
+    return all(0 <= lo < hi <= 1 for lo, hi in stripes)
+
+
+def _ranges_pass(
+    steps: Sequence[Any], spans: Mapping[int, list[Span]], tp: int, unit_bytes: Sequence[int]
+) -> bool:
+    """Whether every step passes :func:`_check_ranges` (the same rules, quicker)."""
+    smallest: dict[tuple[int, int], int] = {}
+    units = len(unit_bytes)
+    for step in steps:
+        total = 0
+        scale = tp if step.rank == ALL_RANKS else 1
+        for first, last, offset, length in spans[step.id]:
+            if not 0 <= first <= last < units or offset < 0 or length <= 0:
+                return False
+            if (first, last) not in smallest:
+                smallest[(first, last)] = min(unit_bytes[first : last + 1])
+            if offset + length > smallest[(first, last)] * scale:
+                return False
+            total += (last - first + 1) * length
+        if total != step.bytes:
+            return False
+    return True
 
 
 def _time(value: object) -> bool:
@@ -311,6 +355,7 @@ class _Holdings:
         self.run_of = {u: run for run in _segments(unit_bytes) for u in range(run[0], run[1] + 1)}
         self.rects: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
         self._cuts: dict[str, tuple[list[int], list[list[tuple[int, int]]]]] = {}
+        self._pieces: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     def base(self, rank: int, unit: int, memory: bool) -> int:
         """Where rank ``rank``'s buffer of ``unit`` starts in a device: ``rank * B_u`` in a
@@ -319,18 +364,22 @@ class _Holdings:
 
     def pieces(self, first: int, last: int) -> list[tuple[int, int]]:
         """``first..last`` cut at the runs of equal-sized units."""
-        out, unit = [], first
-        while unit <= last:
-            end = min(last, self.run_of[unit][1])
-            out.append((unit, end))
-            unit = end + 1
-        return out
+        found = self._pieces.get((first, last))
+        if found is None:
+            found, unit = [], first
+            while unit <= last:
+                end = min(last, self.run_of[unit][1])
+                found.append((unit, end))
+                unit = end + 1
+            self._pieces[(first, last)] = found
+        return found
 
     def add(self, device: str, rank: int, span: Span, memory: bool) -> None:
         first, last, offset, length = span
+        rects = self.rects[device]
         for a, b in self.pieces(first, last):
-            start = self.base(rank, a, memory) + offset
-            self.rects[device].append((a, b, start, start + length))
+            start = (rank * self.unit_bytes[a] if memory and rank != ALL_RANKS else 0) + offset
+            rects.append((a, b, start, start + length))
 
     def _segments(self, device: str) -> tuple[list[int], list[list[tuple[int, int]]]]:
         """Unit cut points of ``device`` and, between each two, the byte intervals it has."""
@@ -388,15 +437,22 @@ def _check_bytes_at_sources(
                 start, stop = round(lo * unit_bytes[unit]), round(hi * unit_bytes[unit])
                 if stop > start:
                     holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
+    senders = {s.source for s in steps if s.holder == "plan"}
     for step in steps:
-        into = step.destination in memory
-        for span in spans[step.id]:
-            holdings.add(step.destination, step.rank, span, into)
+        if step.destination in senders:  # what only lands is never checked again
+            into = step.destination in memory
+            for span in spans[step.id]:
+                holdings.add(step.destination, step.rank, span, into)
+    asked: set[tuple[str, int, Span]] = set()  # a source forwards one stripe to many
     for step in steps:
         if step.holder != "plan":
             continue
         out_of = step.source in memory
         for span in spans[step.id]:
+            key = (step.source, step.rank, span)
+            if key in asked:
+                continue
+            asked.add(key)
             lacking = holdings.lacks(step.source, step.rank, span, out_of)
             if lacking is not None:
                 unit, offset = lacking
