@@ -15,29 +15,15 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
-import time
-from collections.abc import Callable
 from datetime import date
 
-from plan import busy_rail
+from plan import REPEATS, busy_rail, median_ms
 
 from blitzplan._table import format_table
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
 from blitzplan.scale.export import read_program_json
 
-QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
-REPEATS = 3 if QUICK else 7
-ADDED = 64 if QUICK else 512
-
-
-def median_ms(call: Callable[[], object]) -> float:
-    runs = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs) * 1e3
+ADDED = 64 if os.environ.get("BLITZPLAN_QUICK") == "1" else 512
 
 
 def main() -> None:

@@ -104,26 +104,36 @@ def _scalar(value: Any, marks: list[int]) -> Any:
     raise InvalidInputError(f"a {kind.__name__} has no JSON form")
 
 
+def _plain(item: Any) -> bool:
+    """Whether ``item`` is written as it is (a string without NUL, a bool, None, an int below
+    2**53, or a float whose ``repr`` is its JCS text: non-integral, 1e-4 <= |x| < inf)."""
+    t = type(item)
+    if t is float:
+        return bool(1e-4 <= abs(item) < math.inf) and not item.is_integer()
+    if t is str:
+        return _MARK not in item
+    if t is int:
+        return bool(-_EXACT < item < _EXACT)
+    return item is None or t is bool
+
+
 def _prepared(value: Any, marks: list[int]) -> Any:
     """``value`` with members in JCS order and every float that Python's ``repr`` writes
     differently from ECMAScript replaced by a marked string (``_MARK`` + its JCS text)."""
     kind = type(value)
     if kind is dict:
         names = sorted(value) if all(map(str.isascii, value)) else sorted(value, key=_key)
-        return {name: _prepared(value[name], marks) for name in names}
+        if any(_MARK in name for name in names):
+            raise InvalidInputError("a key holds a NUL character")
+        return {
+            name: item if _plain(item) else _prepared(item, marks)
+            for name in names
+            for item in (value[name],)
+        }
     if kind is list or kind is tuple:
-        out = []
-        for item in value:
-            t = type(item)
-            if t is str or t is bool or item is None:
-                out.append(item)
-            elif t is float:
-                out.append(_float(item, marks))
-            elif t is dict or t is list or t is tuple:
-                out.append(_prepared(item, marks))
-            else:
-                out.append(_scalar(item, marks))
-        return out
+        return [item if _plain(item) else _prepared(item, marks) for item in value]
+    if kind is float:
+        return _float(value, marks)
     return _scalar(value, marks)
 
 

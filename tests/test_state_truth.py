@@ -94,7 +94,7 @@ def test_replan_and_apply_refuse_another_clusters_state() -> None:
     assert scale.cluster == "paper-a800-32"
     other = ClusterState(load_topology("dgx-h100-64"), models=[MODEL])
     other.add_instance(MODEL, gpus=["h0/gpu2", "h0/gpu3"], role="decode")
-    with pytest.raises(InvalidInputError, match="state of cluster 'dgx-h100-64', but plan"):
+    with pytest.raises(InvalidInputError, match="state of cluster .dgx-h100-64., but the plan"):
         replan(scale, other, at_s=0.1, failed=[])
     with pytest.raises(InvalidInputError, match="made on cluster 'paper-a800-32'"):
         apply_plan(other, scale, at_s=0.1)

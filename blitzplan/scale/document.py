@@ -124,6 +124,7 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
             f"schema_version {version!r} is not supported (this blitzplan reads {SCHEMA_VERSION})"
         )
     check_digest(text, document, "plan_id", "timing")
+    plan_id = document.pop("plan_id")
     timing = document.pop("timing", None) or {}
     for key in ("schema", "schema_version"):
         document.pop(key)
@@ -134,6 +135,7 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
     except msgspec.ValidationError as exc:
         raise InvalidInputError(f"ScalePlan JSON does not fit the schema: {exc}") from None
     check_plan(plan)
+    plan.__dict__["plan_id"] = plan_id  # checked above: no need to compute it again
     return plan
 
 
@@ -178,6 +180,41 @@ def _restore_timing(document: dict[str, Any], timing: dict[str, Any]) -> None:
             pair["schedule"].setdefault("solve_s", solve[k] if k < len(solve) else 0.0)
 
 
+def _holds_float(info: Any, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether a value of type ``info`` may hold a float anywhere inside."""
+    import msgspec.inspect as mi
+
+    if isinstance(info, mi.FloatType):
+        return True
+    if isinstance(info, mi.DataclassType | mi.NamedTupleType):
+        if id(info.cls) in seen:
+            return False
+        inner = seen | {id(info.cls)}
+        return any(_holds_float(f.type, inner) for f in info.fields)
+    if isinstance(info, mi.UnionType):
+        return any(_holds_float(t, seen) for t in info.types)
+    if isinstance(info, mi.ListType | mi.VarTupleType):
+        return _holds_float(info.item_type, seen)
+    if isinstance(info, mi.TupleType):
+        return any(_holds_float(t, seen) for t in info.item_types)
+    if isinstance(info, mi.DictType):
+        return _holds_float(info.value_type, seen)
+    return False
+
+
+@functools.cache
+def _float_fields(cls: Any) -> tuple[tuple[str, Any, bool], ...]:
+    """``(name, type, nullable)`` of the fields of dataclass ``cls`` that may hold floats."""
+    from blitzplan.scale.schema_fields import nullable
+
+    table = nullable()
+    return tuple(
+        (f.encode_name, f.type, (cls.__name__, f.encode_name) in table)
+        for f in _info(cls).fields
+        if _holds_float(f.type)
+    )
+
+
 def _nulls(info: Any, data: Any, path: str, allowed: bool = False) -> Any:
     """``data`` (builtins of a value of type ``info``) with +infinity written None where it is
     meaningful (``allowed``, from the nullable table); InvalidInputError for infinity elsewhere,
@@ -197,24 +234,24 @@ def _nulls(info: Any, data: Any, path: str, allowed: bool = False) -> Any:
         options = [t for t in info.types if not isinstance(t, mi.NoneType)]
         return _nulls(options[0], data, path, allowed) if len(options) == 1 else data
     if isinstance(info, mi.DataclassType) and isinstance(data, dict):
-        from blitzplan.scale.schema_fields import nullable
-
-        table, name = nullable(), info.cls.__name__
-        for item in info.fields:
-            if item.encode_name in data:
-                data[item.encode_name] = _nulls(
-                    item.type, data[item.encode_name], f"{path}.{item.encode_name}",
-                    (name, item.encode_name) in table,
-                )
+        for name, kind, nullable in _float_fields(info.cls):
+            if name in data:
+                data[name] = _nulls(kind, data[name], f"{path}.{name}", nullable)
     elif isinstance(info, mi.ListType | mi.VarTupleType) and isinstance(data, list | tuple):
-        return [_nulls(info.item_type, x, f"{path}[{k}]", allowed) for k, x in enumerate(data)]
+        if isinstance(info.item_type, mi.FloatType) and math.isfinite(math.fsum(data)):
+            return data  # every number finite: nothing to write as null or refuse
+        if not _holds_float(info.item_type):
+            return data
+        inner = f"{path}[]"
+        return [_nulls(info.item_type, x, inner, allowed) for x in data]
     elif isinstance(info, mi.TupleType) and isinstance(data, list | tuple):
         return [
             _nulls(t, x, f"{path}[{k}]", allowed)
             for k, (t, x) in enumerate(zip(info.item_types, data, strict=False))
         ]
     elif isinstance(info, mi.DictType) and isinstance(data, dict):
-        return {k: _nulls(info.value_type, v, f"{path}.{k}", allowed) for k, v in data.items()}
+        inner = f"{path}{{}}"
+        return {k: _nulls(info.value_type, v, inner, allowed) for k, v in data.items()}
     return data
 
 
@@ -259,6 +296,7 @@ def json_schema(kind: type[ScalePlan]) -> dict[str, Any]:
     schema["$defs"]["ScalePlan"]["properties"].update(
         schema={"type": "string"},
         schema_version={"type": "integer"},
+        plan_id={"type": "string"},
         timing={"type": "object"},
     )
     schema = strict_schema(schema)

@@ -45,7 +45,6 @@ from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
 from blitzplan.multicast.types import MulticastPlan
-from blitzplan.scale.document import plan_digest
 from blitzplan.scale.program import Held, program
 from blitzplan.scale.types import (
     LivePair,
@@ -303,7 +302,7 @@ def realize(
         state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
     )
     steps, snapped = program(multicast, state.topology, held) if multicast else ((), {})
-    made = ScalePlan(
+    return ScalePlan(
         model=spec.identity,
         spec=spec,
         request=dict(request),
@@ -322,7 +321,6 @@ def realize(
         held=snapped,
         cluster=state.topology.name,
     )
-    return dataclasses.replace(made, plan_id=plan_digest(made))
 
 
 def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> ClusterState:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -158,8 +159,8 @@ class ScalePlan:
 
     ``steps`` is the transfer program (:mod:`blitzplan.scale.program`); ``held`` what the new
     GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals.
-    ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`): equal
-    inputs give equal plans, equal ids and byte-identical JSON."""
+    ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`), computed
+    when first asked for: equal inputs give equal plans, equal ids and byte-identical JSON."""
 
     model: ModelIdentity
     spec: ModelSpec
@@ -179,18 +180,26 @@ class ScalePlan:
     options: PlanOptions = field(default_factory=PlanOptions)
     steps: tuple[TransferStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
-    plan_id: str = ""
     cluster: str = ""
     """The name of the topology the plan was made on (replan and apply_plan refuse a state of
     another cluster)."""
 
+    @functools.cached_property
+    def plan_id(self) -> str:
+        """The plan's id: :func:`~blitzplan.scale.document.plan_digest`, computed when first
+        asked for (a plan read from JSON has it already, checked)."""
+        from blitzplan.scale.document import plan_digest
+
+        return plan_digest(self)
+
     def __repr__(self) -> str:
+        known = self.__dict__.get("plan_id", "")
         return (
             f"ScalePlan({self.model}, request={dict(self.request)}, "
             f"new_instances={len(self.new_instances)}, steps={len(self.steps)}, "
             f"live_pairs={len(self.live_pairs)}, full_capacity_s="
             f"{self.milestones.full_capacity_s:.4g}, missing={len(self.missing)}, "
-            f"plan_id={self.plan_id[:12]!r})"
+            f"plan_id={known[:12] or '(not computed)'!r})"
         )
 
     def check_cluster(self, state: ClusterState) -> None:
@@ -200,8 +209,8 @@ class ScalePlan:
         name = state.topology.name
         if self.cluster and _base(name) != _base(self.cluster):
             raise InvalidInputError(
-                f"state is a state of cluster {name!r}, but plan {self.plan_id[:12]} was made on "
-                f"cluster {self.cluster!r}: replan and apply it with a state of that cluster"
+                f"state is a state of cluster {name!r}, but the plan was made on cluster "
+                f"{self.cluster!r}: replan and apply it with a state of that cluster"
             )
 
     def summary(self) -> str:
