@@ -21,7 +21,7 @@ from plan import REPEATS, busy_rail, median_ms
 
 from blitzplan._table import format_table
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
-from blitzplan.scale.export import read_program_json
+from blitzplan.scale.export import program_json, read_program_json
 
 ADDED = 64 if os.environ.get("BLITZPLAN_QUICK") == "1" else 512
 
@@ -33,7 +33,7 @@ def main() -> None:
     )
     scale = plan(busy_rail(), ScaleRequest("llama-3-8b", prefill=ADDED, tp=1))
     full = scale.to_json()
-    export = scale.to_program_json()
+    export = program_json(scale)
     print(f"busy rail-leafspine-1024, +{ADDED} llama-3-8b: {len(scale.steps)} steps\n")
     rows = [
         [
@@ -44,9 +44,9 @@ def main() -> None:
             "-",
         ],
         [
-            "program export (to_program_json / read_program_json)",
+            "program export (program_json / read_program_json)",
             f"{len(export.encode()) / 1e6:.2f}",
-            f"{median_ms(scale.to_program_json):.0f}",
+            f"{median_ms(lambda: program_json(scale)):.0f}",
             f"{median_ms(lambda: read_program_json(export)):.0f}",
             "3 MB, 100 ms" if ADDED == 512 else "(at +512: 3 MB, 100 ms)",
         ],

@@ -18,7 +18,7 @@ from blitzplan import InvalidInputError
 from blitzplan.canonical import canonical_json, es_number
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
 from blitzplan.scale.document import document_digest, json_schema
-from blitzplan.scale.export import ScaleProgram, read_program_json
+from blitzplan.scale.export import ScaleProgram, program_json, read_program_json
 from tests.test_scale import MODEL, paper_state
 
 jcs = pytest.importorskip("jcs")
@@ -224,7 +224,7 @@ def test_a_plan_source_must_hold_what_it_sends(relayed: ScalePlan) -> None:
 
 
 def test_the_program_export_holds_what_a_data_plane_needs(relayed: ScalePlan) -> None:
-    text = relayed.to_program_json()
+    text = program_json(relayed)
     document = json.loads(text)
     assert document["schema"] == "blitzplan.scaleprogram" and document["schema_version"] == 1
     assert jcs.canonicalize(document) + b"\n" == text.encode()
@@ -250,11 +250,11 @@ def test_the_program_export_holds_what_a_data_plane_needs(relayed: ScalePlan) ->
 
 
 def test_the_program_export_is_checked(relayed: ScalePlan) -> None:
-    document = json.loads(relayed.to_program_json())
+    document = json.loads(program_json(relayed))
     del document["program_id"]
     with pytest.raises(InvalidInputError, match="program_id must be"):
         read_program_json(json.dumps(document))
-    document = json.loads(relayed.to_program_json())
+    document = json.loads(program_json(relayed))
     document["steps"][0]["ranges"][0][3] = -1
     signed = {k: v for k, v in document.items() if k != "program_id"}
     document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
@@ -332,7 +332,7 @@ def test_the_shipped_export_schema_is_the_generated_one_and_validates(relayed: S
     schema = program_schema()
     assert [(n, p) for n, p, body in _properties(schema) if not body.get("description")] == []
     assert set(field_table()) <= set(schema["$defs"]) | set(json_schema(ScalePlan)["$defs"])
-    document = json.loads(relayed.to_program_json())
+    document = json.loads(program_json(relayed))
     jsonschema.validate(document, schema)
     for edit in (
         lambda d: d["steps"][0].update(holder="cloud"),

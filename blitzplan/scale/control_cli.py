@@ -91,8 +91,10 @@ def link_efficiency_option(text: str | None) -> float | dict[str, float] | None:
 def write_plan_outputs(scale: Any, out: str | None, program_out: str | None) -> str | None:
     """Write the plan's JSON to ``out`` and its export to ``program_out`` when given; the
     JSON text when it is to be printed instead."""
+    from blitzplan.scale.export import program_json
+
     if program_out:
-        Path(program_out).write_text(scale.to_program_json())
+        Path(program_out).write_text(program_json(scale))
     if out:
         Path(out).write_text(scale.to_json())
         return None

@@ -1,6 +1,6 @@
 """The program export: what a data plane needs to carry out a ScalePlan, and nothing else.
 
-``ScalePlan.to_program_json()`` writes a ``blitzplan.scaleprogram`` document (version 1), about a
+``program_json(plan)`` writes a ``blitzplan.scaleprogram`` document (version 1), about a
 fifth of the full document, in RFC 8785 canonical form (:mod:`blitzplan.canonical`):
 
 * ``plan_id`` (the full plan's id: which plan this program carries out) and ``program_id``

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from blitzplan._table import format_table
-from blitzplan.scale.types import ScalePlan
+
+if TYPE_CHECKING:
+    from blitzplan.scale.types import ScalePlan
 
 __all__ = [
     "bound_line",

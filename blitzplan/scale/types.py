@@ -234,13 +234,6 @@ class ScalePlan:
 
         return encode(self, timing=timing)
 
-    def to_program_json(self) -> str:
-        """The program export a data plane needs (:mod:`blitzplan.scale.export`): the steps,
-        what new GPUs hold, the new instances, the model and the live pairs' batches."""
-        from blitzplan.scale.export import program_json
-
-        return program_json(self)
-
     @classmethod
     def from_json(cls, text: str) -> ScalePlan:
         """The ScalePlan a :meth:`to_json` document describes (its ``plan_id`` checked)."""
