@@ -345,3 +345,16 @@ def test_the_shipped_export_schema_is_the_generated_one_and_validates(relayed: S
         edit(probe)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(probe, schema)
+
+
+def test_the_one_pass_screen_passes_valid_programs(relayed: ScalePlan, scale: ScalePlan) -> None:
+    """The screen is the fast path; every probe above shows it refuses what the itemised checks
+    refuse (else from_json would have passed them)."""
+    from blitzplan.scale.program_rules import _memory_devices, _screen, _spans
+
+    for made in (relayed, scale):
+        spans = {s.id: _spans(s.ranges) for s in made.steps}
+        instances = {i.name: i for i in made.new_instances}
+        memory = _memory_devices(made.steps)
+        tp, units = made.request["tp"], made.multicast.unit_bytes
+        assert _screen(made.steps, spans, tp, units, instances, made.held, memory)

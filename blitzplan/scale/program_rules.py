@@ -23,14 +23,12 @@ across two sending devices) is that data plane's own check, made after these.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError
+from blitzplan.scale.program_bytes import check_bytes_at_sources
 
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
@@ -54,9 +52,13 @@ class _Instance(Protocol):
     def gpus(self) -> Sequence[str]: ...
 
 
-def _spans(ranges: Sequence[Any]) -> list[Span]:
+def _spans(ranges: Sequence[Any]) -> Sequence[Span]:
     """Byte ranges as 4-tuples (from ByteRange-like records or 4-item sequences)."""
-    if not ranges or isinstance(ranges[0], tuple | list):
+    if not ranges:
+        return ()
+    if type(ranges[0]) is tuple and len(ranges[0]) == 4:
+        return ranges  # already spans (the program export's)
+    if isinstance(ranges[0], tuple | list):
         return [(r[0], r[1], r[2], r[3]) for r in ranges]
     return [(r.first_unit, r.last_unit, r.offset, r.length) for r in ranges]
 
@@ -84,17 +86,23 @@ def check_program_rules(
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         raise InvalidInputError(f"step ids must be unique, these repeat: {repeated}")
     spans = {s.id: _spans(s.ranges) for s in steps}
-    if not (_fields_pass(steps, tp) and _ranges_pass(steps, spans, tp, unit_bytes)):
-        for step in steps:  # the slow, itemised check finds the first offence and names it
+    memory = _memory_devices(steps)
+    instances = {i.name: i for i in new_instances}
+    try:
+        passed = _screen(steps, spans, tp, unit_bytes, instances, held, memory)
+    except (TypeError, IndexError):  # a value of the wrong type: the itemised checks name it
+        passed = False
+    if not passed:
+        for step in steps:  # the itemised checks find the first offence and name it
             _check_fields(step, tp)
             _check_ranges(step, spans[step.id], tp, unit_bytes)
+        _check_devices(steps, instances, set(gpu_rank), held, memory)
+        _check_links(steps)
     for step in steps:
         if step.source_layout is not None:
             _check_source_layout(step, spec)
-    memory = _memory_devices(steps)
-    _check_devices(steps, {i.name: i for i in new_instances}, set(gpu_rank), held, memory)
-    _check_dependencies(steps)
-    _check_bytes_at_sources(steps, spans, unit_bytes, held, memory)
+    _check_acyclic(steps)
+    check_bytes_at_sources(steps, spans, unit_bytes, held, memory)
 
 
 def _check_instances(instances: Sequence[_Instance], tp: int) -> dict[str, int]:
@@ -137,36 +145,58 @@ def _check_held(
                     )
 
 
-def _fields_pass(steps: Sequence[Any], tp: int) -> bool:
-    """Whether every step passes :func:`_check_fields` (the same rules, over all steps at once)."""
-    for name, allowed in (("kind", STEP_KINDS), ("holder", HOLDERS), ("link", LINKS)):
-        if not {getattr(s, name, allowed[0]) for s in steps} <= set(allowed):
-            return False
-    if not {s.rank for s in steps} <= set(range(-1, tp)):
-        return False
-    paces = [s.pace_bytes_per_s for s in steps if s.pace_bytes_per_s is not None]
-    if paces and not (min(paces) > 0 and math.isfinite(math.fsum(paces))):
-        return False
-    for name in ("not_before_s", "start_s", "end_s", "rate_bytes_per_s"):
-        values = [getattr(s, name, 0.0) for s in steps]
-        if values and not (min(values) >= 0 and math.isfinite(math.fsum(values))):
-            return False
-    if min((getattr(s, "chunk_bytes", 1) for s in steps), default=1) < 1:
-        return False
-    stripes = [getattr(s, "stripe", (0.0, 1.0)) for s in steps]
-    return all(0 <= lo < hi <= 1 for lo, hi in stripes)
-
-
-def _ranges_pass(
-    steps: Sequence[Any], spans: Mapping[int, list[Span]], tp: int, unit_bytes: Sequence[int]
+def _screen(
+    steps: Sequence[Any],
+    spans: Mapping[int, Sequence[Span]],
+    tp: int,
+    unit_bytes: Sequence[int],
+    instances: Mapping[str, _Instance],
+    held: Mapping[str, Any],
+    memory: set[str],
 ) -> bool:
-    """Whether every step passes :func:`_check_ranges` (the same rules, quicker)."""
+    """Whether every step passes :func:`_check_fields`, :func:`_check_ranges`,
+    :func:`_check_devices` and :func:`_check_links`: the same rules in one pass (a failing
+    program is then checked item by item, for the message)."""
+    by_id = {s.id: s for s in steps}
+    receivers = {s.destination for s in steps}
+    new_gpus = {g for inst in instances.values() for g in inst.gpus}
+    kinds, holders, links = set(STEP_KINDS), set(HOLDERS), set(LINKS)
     smallest: dict[tuple[int, int], int] = {}
     units = len(unit_bytes)
-    for step in steps:
-        total = 0
-        scale = tp if step.rank == ALL_RANKS else 1
-        for first, last, offset, length in spans[step.id]:
+    for s in steps:
+        rank, source, destination = s.rank, s.source, s.destination
+        link = getattr(s, "link", "pcie")
+        if s.kind not in kinds or s.holder not in holders or link not in links:
+            return False
+        if not (-1 <= rank < tp) or source == destination:
+            return False
+        if rank == ALL_RANKS and (source not in memory or s.instance is not None):
+            return False
+        if s.instance is not None:
+            inst = instances.get(s.instance)
+            if inst is None or inst.gpus[rank] != destination:
+                return False
+        if (s.holder == "plan") != (source in receivers) and not (
+            s.holder == "plan" and source in held
+        ):
+            return False
+        if destination in new_gpus and destination in memory:
+            return False
+        pace = s.pace_bytes_per_s
+        if pace is not None and not 0 < pace < math.inf:
+            return False
+        times = (s.not_before_s, s.start_s, s.end_s, getattr(s, "rate_bytes_per_s", 0.0))
+        if not all(0 <= t < math.inf for t in times) or getattr(s, "chunk_bytes", 1) < 1:
+            return False
+        lo, hi = getattr(s, "stripe", (0.0, 1.0))
+        if not 0 <= lo < hi <= 1:
+            return False
+        if any(f not in by_id or by_id[f].destination != source for f in s.feeds):
+            return False
+        if any(a not in by_id or a == s.id for a in s.after):
+            return False
+        total, scale = 0, tp if rank == ALL_RANKS else 1
+        for first, last, offset, length in spans[s.id]:
             if not 0 <= first <= last < units or offset < 0 or length <= 0:
                 return False
             if (first, last) not in smallest:
@@ -174,7 +204,7 @@ def _ranges_pass(
             if offset + length > smallest[(first, last)] * scale:
                 return False
             total += (last - first + 1) * length
-        if total != step.bytes:
+        if total != s.bytes:
             return False
     return True
 
@@ -207,7 +237,7 @@ def _check_fields(step: Any, tp: int) -> None:
         raise InvalidInputError(f"{where}: stripe {[lo, hi]} is not 0 <= lo < hi <= 1")
 
 
-def _check_ranges(step: Any, spans: list[Span], tp: int, unit_bytes: Sequence[int]) -> None:
+def _check_ranges(step: Any, spans: Sequence[Span], tp: int, unit_bytes: Sequence[int]) -> None:
     where, total = f"step {step.id}", 0
     scale = tp if step.rank == ALL_RANKS else 1
     for first, last, offset, length in spans:
@@ -300,7 +330,8 @@ def _check_devices(
             )
 
 
-def _check_dependencies(steps: Sequence[Any]) -> None:
+def _check_links(steps: Sequence[Any]) -> None:
+    """``feeds`` name steps into the source; ``after`` names other steps."""
     by_id = {s.id: s for s in steps}
     for step in steps:
         for feed in step.feeds:
@@ -314,7 +345,15 @@ def _check_dependencies(steps: Sequence[Any]) -> None:
                 raise InvalidInputError(
                     f"step {step.id}: after names step {prior}, which is not another step"
                 )
-    waits = {s.id: [*s.after, *(s.feeds if s.store_and_forward else ())] for s in steps}
+
+
+def _check_acyclic(steps: Sequence[Any]) -> None:
+    """No step waits for itself through ``after`` and store-and-forward ``feeds``."""
+    waits = {
+        s.id: [*s.after, *(s.feeds if s.store_and_forward else ())]
+        for s in steps
+        if s.after or (s.store_and_forward and s.feeds)
+    }
     state: dict[int, int] = {}  # 1: on the path being walked, 2: done
     for root in waits:
         if root in state:
@@ -331,132 +370,6 @@ def _check_dependencies(steps: Sequence[Any]) -> None:
             elif nxt not in state:
                 state[nxt] = 1
                 path.append(nxt)
-                stack.append(iter(waits[nxt]))
+                stack.append(iter(waits.get(nxt, ())))
 
 
-def _segments(unit_bytes: Sequence[int]) -> list[tuple[int, int]]:
-    """Runs ``(first, last)`` of consecutive units with equal buffer sizes."""
-    runs: list[tuple[int, int]] = []
-    for unit, size in enumerate(unit_bytes):
-        if runs and unit_bytes[runs[-1][1]] == size:
-            runs[-1] = (runs[-1][0], unit)
-        else:
-            runs.append((unit, unit))
-    return runs
-
-
-class _Holdings:
-    """Byte intervals per device, as rectangles (units ``a..b``, bytes ``[lo, hi)``) cut at the
-    runs of equal-sized units (a model's layers are one run), so a range over many units is
-    checked once, not unit by unit."""
-
-    def __init__(self, unit_bytes: Sequence[int]) -> None:
-        self.unit_bytes = unit_bytes
-        self.run_of = {u: run for run in _segments(unit_bytes) for u in range(run[0], run[1] + 1)}
-        self.rects: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
-        self._cuts: dict[str, tuple[list[int], list[list[tuple[int, int]]]]] = {}
-        self._pieces: dict[tuple[int, int], list[tuple[int, int]]] = {}
-
-    def base(self, rank: int, unit: int, memory: bool) -> int:
-        """Where rank ``rank``'s buffer of ``unit`` starts in a device: ``rank * B_u`` in a
-        device holding every rank (``rank -1``: all of it), else 0."""
-        return rank * self.unit_bytes[unit] if memory and rank != ALL_RANKS else 0
-
-    def pieces(self, first: int, last: int) -> list[tuple[int, int]]:
-        """``first..last`` cut at the runs of equal-sized units."""
-        found = self._pieces.get((first, last))
-        if found is None:
-            found, unit = [], first
-            while unit <= last:
-                end = min(last, self.run_of[unit][1])
-                found.append((unit, end))
-                unit = end + 1
-            self._pieces[(first, last)] = found
-        return found
-
-    def add(self, device: str, rank: int, span: Span, memory: bool) -> None:
-        first, last, offset, length = span
-        rects = self.rects[device]
-        for a, b in self.pieces(first, last):
-            start = (rank * self.unit_bytes[a] if memory and rank != ALL_RANKS else 0) + offset
-            rects.append((a, b, start, start + length))
-
-    def _segments(self, device: str) -> tuple[list[int], list[list[tuple[int, int]]]]:
-        """Unit cut points of ``device`` and, between each two, the byte intervals it has."""
-        if device not in self._cuts:
-            rects = self.rects.get(device, [])
-            cuts = sorted({x for r in rects for x in (r[0], r[1] + 1)})
-            have = [
-                sorted((r[2], r[3]) for r in rects if r[0] <= lo and hi - 1 <= r[1])
-                for lo, hi in itertools.pairwise(cuts)
-            ]
-            self._cuts[device] = (cuts, have)
-        return self._cuts[device]
-
-    def lacks(self, device: str, rank: int, span: Span, memory: bool) -> tuple[int, int] | None:
-        """None when ``device`` has every byte of ``span``; else a unit and a byte it lacks."""
-        first, last, offset, length = span
-        cuts, have = self._segments(device)
-        for a, b in self.pieces(first, last):
-            start = self.base(rank, a, memory) + offset
-            unit = a
-            while unit <= b:
-                k = bisect.bisect_right(cuts, unit) - 1
-                if k < 0 or k >= len(have):
-                    return unit, start
-                gap = _first_gap(have[k], start, start + length)
-                if gap is not None:
-                    return unit, gap
-                unit = cuts[k + 1]
-        return None
-
-
-def _first_gap(have: list[tuple[int, int]], lo: int, hi: int) -> int | None:
-    """The first byte of ``[lo, hi)`` that the sorted intervals ``have`` leave out, or None."""
-    at = lo
-    for a, b in have:
-        if a > at:
-            break
-        at = max(at, b)
-        if at >= hi:
-            return None
-    return at if at < hi else None
-
-
-def _check_bytes_at_sources(
-    steps: Sequence[Any],
-    spans: Mapping[int, list[Span]],
-    unit_bytes: Sequence[int],
-    held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]],
-    memory: set[str],
-) -> None:
-    holdings = _Holdings(unit_bytes)
-    for gpu, per_unit in held.items():
-        for unit, intervals in per_unit.items():
-            for lo, hi in intervals:
-                start, stop = round(lo * unit_bytes[unit]), round(hi * unit_bytes[unit])
-                if stop > start:
-                    holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
-    senders = {s.source for s in steps if s.holder == "plan"}
-    for step in steps:
-        if step.destination in senders:  # what only lands is never checked again
-            into = step.destination in memory
-            for span in spans[step.id]:
-                holdings.add(step.destination, step.rank, span, into)
-    asked: set[tuple[str, int, Span]] = set()  # a source forwards one stripe to many
-    for step in steps:
-        if step.holder != "plan":
-            continue
-        out_of = step.source in memory
-        for span in spans[step.id]:
-            key = (step.source, step.rank, span)
-            if key in asked:
-                continue
-            asked.add(key)
-            lacking = holdings.lacks(step.source, step.rank, span, out_of)
-            if lacking is not None:
-                unit, offset = lacking
-                raise InvalidInputError(
-                    f"step {step.id} sends byte {offset} of unit {unit} from {step.source!r}, "
-                    "which neither holds it before the plan nor receives it in a step"
-                )
