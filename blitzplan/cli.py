@@ -16,6 +16,12 @@ from blitzplan._table import format_table
 from blitzplan.cluster import ClusterState, memory_misfit
 from blitzplan.errors import BlitzplanError, InvalidInputError
 from blitzplan.models import ModelSpec, list_models, load_model
+from blitzplan.scale.control_cli import EXAMPLES as CONTROL_EXAMPLES
+from blitzplan.scale.control_cli import (
+    add_control_commands,
+    link_efficiency_option,
+    write_plan_outputs,
+)
 from blitzplan.sim.cli import add_sim_commands
 from blitzplan.topologies import list_topologies, load_topology
 from blitzplan.units import GB_PER_S, GBPS, GIB, MIB
@@ -254,8 +260,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         compare_baselines=args.baselines,
         prescale_decode=args.prescale_decode,
         deadline_s=args.deadline,
+        allow_prefill_sources=args.allow_prefill_sources,
+        startup_s=args.startup,
+        link_efficiency=link_efficiency_option(args.link_efficiency),
     )
-    print(scale.to_json() if args.json else report(scale), end="" if args.json else "\n")
+    text = write_plan_outputs(scale, args.out, args.program_out)
+    if args.json and text is not None:
+        print(text, end="")
+    elif not args.json:
+        print(report(scale))
     return 0
 
 
@@ -315,9 +328,10 @@ def _cmd_models(_: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    from blitzplan.scale.export import ScaleProgram
     from blitzplan.scale.types import ScalePlan
 
-    text = ScalePlan.json_schema()
+    text = ScaleProgram.json_schema() if args.program else ScalePlan.json_schema()
     if args.out:
         Path(args.out).write_text(text)
     else:
@@ -340,6 +354,7 @@ _EXAMPLES = {
     "models": "blitzplan models",
     "demo": "blitzplan demo --png timeline.png",
     "schema": "blitzplan schema --out scaleplan.schema.json",
+    **CONTROL_EXAMPLES,
 }
 
 
@@ -400,7 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("topologies", "list the cluster catalog", _cmd_topologies)
     sc = command("schema", "print the JSON Schema of the ScalePlan document", _cmd_schema)
     sc.add_argument("--out", default=None, help="write it to this file (default: print it)")
+    sc.add_argument(
+        "--program", action="store_true", help="the program export's schema instead"
+    )
     command("models", "list the model presets, their sizes and host load times", _cmd_models)
+    add_control_commands(sub, command)
     add_sim_commands(sub)  # the simulator loads only when its commands run
     _add_validate(sub)  # the executor loads only when the command runs
     d = command("demo", "run the paper's scenario end to end (the main job)", _cmd_demo)
@@ -568,7 +587,27 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
         help="a large prefill scale-up also adds decode instances in the serving ratio",
     )
     p.add_argument("--deadline", type=float, default=None, help="seconds the planning may take")
+    p.add_argument(
+        "--allow-prefill-sources",
+        action="store_true",
+        help="prefill instances may send weights when their KV never leaves over those NICs",
+    )
+    p.add_argument(
+        "--startup", type=float, default=0.0, help="seconds a new instance needs to start"
+    )
+    p.add_argument(
+        "--link-efficiency",
+        default=None,
+        help="achieved fraction of line rate: one number (1.0: line rate) or medium=number "
+        "pairs, e.g. network=0.8,pcie=0.9 (default: the measured table)",
+    )
     p.add_argument("--json", action="store_true", help="print the ScalePlan JSON")
+    p.add_argument("--out", default=None, help="write the ScalePlan JSON to this file")
+    p.add_argument(
+        "--program-out",
+        default=None,
+        help="write the program export (what a data plane needs) to this file",
+    )
 
 
 def _compare_options(c: argparse.ArgumentParser) -> None:

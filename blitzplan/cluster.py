@@ -8,9 +8,12 @@ the whole cluster, not one per host). It answers which sources can send a model 
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from blitzplan._checks import MAX_BYTES, MAX_SECONDS, check_count, is_finite_number
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -19,6 +22,8 @@ from blitzplan.topologies import Flow, Topology
 from blitzplan.units import GIB
 
 __all__ = [
+    "MAX_AHEAD_S",
+    "MAX_PROMPT_TOKENS",
     "MAX_WEIGHT_FRACTION",
     "MIN_KV_TOKENS",
     "ClusterState",
@@ -40,6 +45,19 @@ activations and the runtime, as vLLM's default ``gpu_memory_utilization``)."""
 MIN_KV_TOKENS = 8192
 """KV cache every GPU must keep room for beside its weights: one 8k-token request. An instance
 whose weights leave less is refused, by ``add_instance`` and by ``plan()`` alike."""
+
+
+MAX_AHEAD_S = 3600.0
+"""A queued request arrives at most this many seconds from now (a request further ahead is not
+queued yet; a time that far out is a unit mistake)."""
+
+MAX_PROMPT_TOKENS = 10_000_000
+"""The longest prompt a queued request may carry (ten million tokens, beyond every released
+model's context window)."""
+
+_NUMBERED = re.compile(r"(i|new)(\d+)")
+"""Instance ids the state and the planner make up: ``i<k>`` (add_instance) and ``new<k>``
+(plan()); the state counts both so that neither is used twice."""
 
 
 def check_tp_fits(topology: Topology, tp: int) -> None:
@@ -122,12 +140,14 @@ class QueuedRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
             raise InvalidInputError(f"request id must be a string, got {self.id!r}")
-        if not is_finite_number(self.arrival_s) or abs(self.arrival_s) > MAX_SECONDS:
+        if not is_finite_number(self.arrival_s) or not (
+            -MAX_SECONDS <= self.arrival_s <= MAX_AHEAD_S
+        ):
             raise InvalidInputError(
-                f"arrival_s must be a finite number of seconds within {MAX_SECONDS:g} of now, "
-                f"got {self.arrival_s!r}"
+                f"arrival_s must be a finite number of seconds, at most {MAX_AHEAD_S:g} ahead of "
+                f"now and {MAX_SECONDS:g} behind, got {self.arrival_s!r}"
             )
-        tokens = check_count("prompt_tokens", self.prompt_tokens)
+        tokens = check_count("prompt_tokens", self.prompt_tokens, maximum=MAX_PROMPT_TOKENS)
         object.__setattr__(self, "arrival_s", float(self.arrival_s))
         object.__setattr__(self, "prompt_tokens", tokens)
 
@@ -269,17 +289,94 @@ class ClusterState:
         self.pool = ParameterPool(topology)
         self._instances: dict[str, Instance] = {}
         self._background: list[Flow] = []
-        self._next_id = 0
+        self._names: dict[str, int] = {"i": 0, "new": 0}
+        """Per made-up id prefix, the next number never handed out (ids are never reused)."""
+        self._requests: dict[str, int] = {}
+        """Per instance id, the next default request number ``<instance>/r<k>``."""
         self.pool.place(_spec(m) for m in models)
 
     def copy(self) -> ClusterState:
-        """An independent copy: same topology, host copies, instances and background flows."""
+        """An independent copy: same topology, host copies, instances, background flows and
+        counters of the ids handed out."""
         other = ClusterState(self.topology)  # no models: nothing placed, nothing searched
         other.pool._copies = dict(self.pool._copies)
         other._instances = dict(self._instances)
         other._background = list(self._background)
-        other._next_id = self._next_id
+        other._names = dict(self._names)
+        other._requests = dict(self._requests)
         return other
+
+    def __repr__(self) -> str:
+        roles = Counter(inst.role.value for inst in self._instances.values())
+        copies = [f"{c.identity.name}@{c.host}" for c in self.pool.host_copies]
+        return (
+            f"ClusterState({self.topology.name!r}, instances={len(self._instances)} "
+            f"({', '.join(f'{n} {r}' for r, n in sorted(roles.items())) or 'none'}), "
+            f"free_gpus={len(self.free_gpus())}, host_copies={copies}, "
+            f"background_flows={len(self._background)})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal states: the same topology (name, nodes and links), instances, host copies and
+        background flows (in any order). The id counters are not compared."""
+        if not isinstance(other, ClusterState):
+            return NotImplemented
+        return (
+            _same_topology(self.topology, other.topology)
+            and self._instances == other._instances
+            and self.pool._copies == other.pool._copies
+            and Counter(self._background) == Counter(other._background)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # a mutable state is no dict key
+
+    # --- ids ------------------------------------------------------------------------------------
+
+    @property
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The ids handed out so far, as data (a state file keeps them): ``names``, per made-up
+        id prefix (``i``, ``new``) the next number; ``requests``, per instance the next default
+        request number. Ids below them are never handed out again."""
+        return {"names": dict(self._names), "requests": dict(self._requests)}
+
+    def restore_counters(self, counters: Mapping[str, Mapping[str, int]]) -> None:
+        """Raise the counters to at least ``counters`` (what :attr:`counters` gave: restoring
+        a saved state); never lowers them."""
+        tables = {"names": self._names, "requests": self._requests}
+        for what, given in counters.items():
+            if what not in tables or not isinstance(given, Mapping):
+                raise InvalidInputError(
+                    f"counters.{what} is not a mapping of names or requests, got {given!r}"
+                )
+            for key, value in given.items():
+                if not isinstance(key, str) or not key:
+                    raise InvalidInputError(f"counters.{what} has the key {key!r}, not a name")
+                count = check_count(f"counters.{what}.{key}", value, minimum=0)
+                tables[what][key] = max(tables[what].get(key, 0), count)
+
+    def fresh_names(self, prefix: str, count: int) -> list[str]:
+        """``count`` ids ``<prefix><k>`` never handed out by this state (nothing is claimed: a
+        plan names its new instances with them, and they are claimed when added)."""
+        names: list[str] = []
+        k = self._names.get(prefix, 0)
+        while len(names) < count:
+            if f"{prefix}{k}" not in self._instances:
+                names.append(f"{prefix}{k}")
+            k += 1
+        return names
+
+    def _claim(self, name: str) -> None:
+        found = _NUMBERED.fullmatch(name)
+        if found:
+            prefix, number = found.group(1), int(found.group(2))
+            self._names[prefix] = max(self._names.get(prefix, 0), number + 1)
+
+    def _queue_of(
+        self, instance: str, queue: Iterable[QueuedRequest | tuple[float, int]]
+    ) -> tuple[QueuedRequest, ...]:
+        requests, after = _queue(queue, instance, self._requests.get(instance, 0))
+        self._requests[instance] = after
+        return requests
 
     # --- instances ----------------------------------------------------------------------------
 
@@ -355,8 +452,10 @@ class ClusterState:
     ) -> Instance:
         """Start an instance of ``model`` on free ``gpus`` (its TP group, all on one host).
 
-        Ids are ``i0, i1, ...`` unless ``instance_id`` names it (it must be new). ``loading``
-        goes with ``role="loading"``: its future role and per-unit arrival times."""
+        Ids are ``i0, i1, ...`` unless ``instance_id`` names it (it must be new); an id is never
+        handed out twice, even after its instance is removed. Queued requests without an id get
+        ``<instance>/r<k>``, ``k`` counting on across updates (never reused). ``loading`` goes
+        with ``role="loading"``: its future role and per-unit arrival times."""
         spec = _spec(model)
         _check_loading(loading, _role(role), spec)
         group = self._check_gpus(spec, gpus)
@@ -366,24 +465,21 @@ class ClusterState:
             raise InvalidInputError(
                 f"instance_id must be a new non-empty name, got {instance_id!r}"
             )
-        name = instance_id or self._fresh_id()
+        name = instance_id or self.fresh_names("i", 1)[0]
+        kv = _kv(kv_bytes_used)
+        requests = self._queue_of(name, queue)
+        self._claim(name)
         instance = Instance(
             id=name,
             model=spec,
             gpus=group,
             role=_role(role),
-            queue=_queue(queue, name),
-            kv_bytes_used=_kv(kv_bytes_used),
+            queue=requests,
+            kv_bytes_used=kv,
             loading=loading,
         )
         self._instances[instance.id] = instance
         return instance
-
-    def _fresh_id(self) -> str:
-        while f"i{self._next_id}" in self._instances:
-            self._next_id += 1
-        self._next_id += 1
-        return f"i{self._next_id - 1}"
 
     def update_instance(
         self,
@@ -403,7 +499,7 @@ class ClusterState:
             old,
             loading=(loading or old.loading) if new_role is Role.LOADING else None,
             role=new_role,
-            queue=old.queue if queue is None else _queue(queue, old.id),
+            queue=old.queue if queue is None else self._queue_of(old.id, queue),
             kv_bytes_used=old.kv_bytes_used if kv_bytes_used is None else _kv(kv_bytes_used),
         )
         self._instances[instance_id] = new
@@ -435,6 +531,13 @@ class ClusterState:
         if len(hosts) > 1:
             raise InvalidInputError(
                 f"gpus of one instance must share a host, got {sorted(hosts)!r}"
+            )
+        groups = {self.topology.nvlink_group_of(g) for g in group}
+        if len(group) > 1 and len(groups) > 1:
+            raise InvalidInputError(
+                f"gpus {list(group)!r} are not in one NVLink group ({len(groups)} groups): a TP "
+                "instance runs its collectives over NVLink, and the planner places and loads TP "
+                "groups inside one; on a host without NVLink use one GPU per instance"
             )
         model.check_tp(len(group))
         for gpu in group:
@@ -488,6 +591,19 @@ class ClusterState:
         self._background.clear()
 
 
+def _same_topology(a: Topology, b: Topology) -> bool:
+    """The same name, nodes and links (with their attributes)."""
+    if a is b:
+        return True
+    def nodes(t: Topology) -> dict[str, Any]:
+        return {n: d for n, d in t.graph.nodes(data=True)}
+
+    def links(t: Topology) -> dict[tuple[str, str], Any]:
+        return {(u, v): d for u, v, d in t.graph.edges(data=True)}
+
+    return a.name == b.name and nodes(a) == nodes(b) and links(a) == links(b)
+
+
 def _spec(model: ModelSpec | str) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
 
@@ -502,25 +618,32 @@ def _role(role: Role | str) -> Role:
 
 
 def _queue(
-    queue: Iterable[QueuedRequest | tuple[float, int] | tuple[float, int, str]], instance: str
-) -> tuple[QueuedRequest, ...]:
+    queue: Iterable[QueuedRequest | tuple[float, int] | tuple[float, int, str]],
+    instance: str,
+    start: int,
+) -> tuple[tuple[QueuedRequest, ...], int]:
     """The queue as QueuedRequests, each with an id unique in it (``<instance>/r<k>`` for the
-    k-th entry that comes without one)."""
+    entries that come without one, ``k`` from ``start`` on, past every such id already there),
+    and the next ``k``."""
     if isinstance(queue, str | bytes | Mapping) or not isinstance(queue, Iterable):
         raise InvalidInputError(
             f"queue must be a list of (arrival_s, prompt_tokens) pairs, got {queue!r}"
         )
+    given = [_queued(index, entry) for index, entry in enumerate(queue)]
+    pattern = re.compile(re.escape(instance) + r"/r(\d+)")
+    numbered = [pattern.fullmatch(r.id) for r in given]
+    k = max([start, *(int(m.group(1)) + 1 for m in numbered if m)])
     out = []
     seen: set[str] = set()
-    for index, entry in enumerate(queue):
-        request = _queued(index, entry)
+    for index, request in enumerate(given):
         if not request.id:
-            request = replace(request, id=f"{instance}/r{index}")
+            request = replace(request, id=f"{instance}/r{k}")
+            k += 1
         if request.id in seen:
             raise InvalidInputError(f"queue[{index}] repeats request id {request.id!r}")
         seen.add(request.id)
         out.append(request)
-    return tuple(out)
+    return tuple(out), k
 
 
 def _queued(index: int, entry: object) -> QueuedRequest:

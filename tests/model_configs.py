@@ -276,3 +276,50 @@ DEEPSEEK_V2_LITE: dict[str, Any] = {
     "vocab_size": 102400,
 }
 """deepseek-ai/DeepSeek-V2-Lite (MLA without a query LoRA, two shared experts, no score bias)."""
+
+# google/gemma-2-9b (the base checkpoint, stored in float32)
+GEMMA_2_9B: dict[str, Any] = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 3584,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 42,
+    "num_key_value_heads": 8,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "torch_dtype": "float32",
+    "vocab_size": 256000,
+}
+
+# microsoft/Phi-3.5-MoE-instruct
+PHI_3_5_MOE: dict[str, Any] = {
+    "architectures": ["PhiMoEForCausalLM"],
+    "attention_bias": True,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 6400,
+    "lm_head_bias": True,
+    "max_position_embeddings": 131072,
+    "model_type": "phimoe",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 16,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 32064,
+}

@@ -63,7 +63,7 @@ def test_plan_prints_tables_and_json(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["plan", "--prefill", "2", "--tp", "2", "--json"]) == 0
     document = capsys.readouterr().out
     plan = ScalePlan.from_json(document)
-    assert len(plan.new_instances) == 2 and json.loads(document)["schema_version"] == 2
+    assert len(plan.new_instances) == 2 and json.loads(document)["schema_version"] == 3
 
 
 def test_plan_reads_a_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,6 +53,8 @@ SIZED_CONFIGS = {
     "qwen1.5-moe-a2.7b": mc.QWEN1_5_MOE_A2_7B,
     "qwen3-8b": mc.QWEN3_8B,
     "deepseek-v2-lite": mc.DEEPSEEK_V2_LITE,
+    "gemma-2-9b": mc.GEMMA_2_9B,
+    "phi-3.5-moe": mc.PHI_3_5_MOE,
 }
 
 

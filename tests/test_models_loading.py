@@ -56,9 +56,10 @@ def test_other_vlm_wrappers_are_refused_pointing_at_text_config() -> None:
     llava = {**C.MISTRAL_SMALL_3_1, "model_type": "llava"}
     with pytest.raises(InvalidInputError, match=r"wrapper.*pass config\['text_config'\]"):
         load_model(llava)
-    assert (
-        load_model(llava["text_config"]).total_bytes == load_model("mistral-small-24b").total_bytes
-    )
+    with pytest.raises(InvalidInputError, match="names no dtype"):  # it is at the top level
+        load_model(llava["text_config"])
+    text = load_model(llava["text_config"], dtype_bytes=2)
+    assert text.total_bytes == load_model("mistral-small-24b").total_bytes
 
 
 def test_vlm_missing_text_field_points_at_text_config() -> None:

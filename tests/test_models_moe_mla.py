@@ -131,9 +131,9 @@ def test_shared_experts_and_dense_widths_bound_tp() -> None:
 
 def test_unknown_model_type_is_refused_not_guessed() -> None:
     with pytest.raises(
-        InvalidInputError, match="model_type' is 'gemma2', which blitzplan does not size"
+        InvalidInputError, match="model_type' is 'falcon', which blitzplan does not size"
     ):
-        load_model({**C.QWEN3_8B, "model_type": "gemma2"})
+        load_model({**C.QWEN3_8B, "model_type": "falcon"})
 
 
 def test_shared_expert_size_outside_qwen2_moe_is_refused() -> None:

@@ -29,6 +29,7 @@ SMALL = {
     "num_attention_heads": 8,
     "num_key_value_heads": 8,
     "vocab_size": 4000,
+    "torch_dtype": "bfloat16",
 }
 CHUNK = 1 * MIB
 RATE = 100 * GBPS

@@ -119,7 +119,7 @@ def test_new_names_skip_instance_ids_in_use() -> None:
 
 
 def test_the_shipped_schema_is_the_generated_one(capsys: pytest.CaptureFixture[str]) -> None:
-    shipped = (REPO / "blitzplan" / "schemas" / "scaleplan.v2.schema.json").read_text()
+    shipped = (REPO / "blitzplan" / "schemas" / "scaleplan.v3.schema.json").read_text()
     assert shipped == ScalePlan.json_schema()
     assert main(["schema"]) == 0
     assert capsys.readouterr().out == shipped

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -184,7 +183,7 @@ def test_json_round_trip_is_lossless_and_deterministic() -> None:
     b = ScalePlan.from_json(text)
     assert b == a and b.to_json() == text
     document = json.loads(text)
-    assert document["schema_version"] == 2 and document["plan_id"] == a.plan_id
+    assert document["schema_version"] == 3 and document["plan_id"] == a.plan_id
     for key in ("new_instances", "steps", "live_pairs", "mutations", "releases", "milestones"):
         assert key in document
     assert "solve_s" not in document["multicast"] and "timing" not in document
@@ -203,7 +202,7 @@ def test_a_document_that_adds_fields_reads_and_a_changed_one_does_not() -> None:
     document["added_by_a_newer_writer"] = {"x": 1}
     document["plan_id"] = document_digest(document)
     newer = ScalePlan.from_json(json.dumps(document))
-    assert dataclasses.replace(newer, plan_id=a.plan_id) == a
+    assert newer == a and newer.plan_id != a.plan_id  # the added field is signed too
     document["added_by_a_newer_writer"] = {"x": 2}  # changed after signing
     with pytest.raises(InvalidInputError, match="plan_id .* does not match"):
         ScalePlan.from_json(json.dumps(document))
@@ -226,19 +225,23 @@ def test_json_errors_are_named() -> None:
         ScalePlan.from_json("{}")
     text = plan(paper_state(), ScaleRequest(MODEL, prefill=1, tp=2)).to_json()
     with pytest.raises(InvalidInputError, match="schema_version 99 is not supported"):
-        ScalePlan.from_json(text.replace('"schema_version": 2', '"schema_version": 99'))
+        ScalePlan.from_json(text.replace("\"schema_version\":3", "\"schema_version\":99"))
+    from blitzplan.scale.document import document_digest
+
     document = json.loads(text)
     del document["new_instances"]
+    document["plan_id"] = document_digest(document)
     with pytest.raises(InvalidInputError, match="missing required field `new_instances`"):
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)
     document["steps"][0]["bytes"] = 1
     with pytest.raises(
-        InvalidInputError, match="does not match the document: the document was changed"
+        InvalidInputError, match="does not match the document: it was changed"
     ):
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)
     document["steps"][0]["kind"] = "teleport"
+    document["plan_id"] = document_digest(document)
     with pytest.raises(InvalidInputError, match=r"does not fit the schema: .*steps\[0\]\.kind"):
         ScalePlan.from_json(json.dumps(document))
 

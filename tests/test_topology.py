@@ -128,7 +128,8 @@ def builder_yaml(**host_overrides: object) -> dict:
 def test_yaml_with_zero_or_negative_bandwidth(tmp_path, value: int) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(builder_yaml(nic_gbps=value)))
-    with pytest.raises(InvalidInputError, match=f"host nic_gbps must be > 0, got {float(value)}"):
+    message = f"host nic_gbps must be at least 0.1 Gbit/s, got {float(value)}"
+    with pytest.raises(InvalidInputError, match=message):
         load_topology(path)
 
 
@@ -161,7 +162,7 @@ def test_explicit_yaml_loads(tmp_path) -> None:
 def test_explicit_zero_bandwidth_link_is_named() -> None:
     data = tiny_explicit()
     data["links"][1]["gbps"] = 0
-    with pytest.raises(InvalidInputError, match=r"links\[1\] gbps must be > 0, got 0"):
+    with pytest.raises(InvalidInputError, match=r"links\[1\] gbps must be at least 0.1 Gbit/s"):
         topology_from_dict(data)
 
 

@@ -1,7 +1,9 @@
 """Reading a Hugging Face ``config.json`` into :class:`~blitzplan.models.ModelSpec` fields.
 
-Model types sized (``model_type``): ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (dense);
-``mixtral``, ``qwen2_moe``, ``qwen3_moe`` (routed experts, Qwen2-MoE with a gated shared expert);
+Model types sized (``model_type``): ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma2``
+(dense; Gemma-2 with four norms per layer and tied embeddings by default); ``mixtral``,
+``phimoe`` (Phi-3.5-MoE: LayerNorms with biases, attention and head biases), ``qwen2_moe``,
+``qwen3_moe`` (routed experts, Qwen2-MoE with a gated shared expert);
 ``deepseek_v2``, ``deepseek_v3`` (multi-head latent attention, shared experts, dense first
 layers); and the ``mistral3`` vision-language wrapper (language model in ``text_config``, Pixtral
 vision tower in ``vision_config``). A config without ``model_type`` is read as Llama. Any other
@@ -10,7 +12,8 @@ type is refused: its layers may hold tensors these layouts lack, and a silent gu
 The dtype comes from ``dtype`` (written by transformers >= 4.56) or ``torch_dtype`` (older). When
 both are present and differ, ``dtype`` wins, as in transformers >= 4.56, where ``torch_dtype`` is a
 deprecated alias read only when ``dtype`` is absent. A wrapper's top-level dtype (the checkpoint
-as saved) wins over its ``text_config``'s.
+as saved) wins over its ``text_config``'s. A config with neither is refused unless the caller
+says ``dtype_bytes``: guessing bfloat16 would size a float32 checkpoint at half its bytes.
 """
 
 from __future__ import annotations
@@ -34,20 +37,24 @@ DTYPE_BYTES: dict[str, int] = {
 }
 """Bytes per parameter for the ``dtype`` / ``torch_dtype`` names a config.json may carry."""
 
-DEFAULT_DTYPE = "bfloat16"
 _DENSE, _MOE, _MLA = "dense", "moe", "mla"
 KNOWN_MODEL_TYPES: dict[str, str] = {
     "llama": _DENSE,
     "mistral": _DENSE,
     "qwen2": _DENSE,
     "qwen3": _DENSE,
+    "gemma2": _DENSE,
     "mixtral": _MOE,
+    "phimoe": _MOE,
     "qwen2_moe": _MOE,
     "qwen3_moe": _MOE,
     "deepseek_v2": _MLA,
     "deepseek_v3": _MLA,
 }
 """The decoder layouts blitzplan sizes, by ``model_type``."""
+
+_TIED_BY_DEFAULT = ("gemma2",)
+"""Model types whose transformers config ties the head to the embedding unless it says not."""
 
 _REQUIRED_FIELDS = (
     "hidden_size",
@@ -86,7 +93,13 @@ def config_dtype(config: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def _dtype_bytes(config: Mapping[str, Any], text: Mapping[str, Any]) -> int:
-    found = config_dtype(config) or config_dtype(text) or ("torch_dtype", DEFAULT_DTYPE)
+    found = config_dtype(config) or config_dtype(text)
+    if found is None:
+        raise InvalidInputError(
+            "config.json names no dtype (neither 'dtype' nor 'torch_dtype'): the bytes per "
+            "parameter are unknown; add the key, or pass dtype_bytes (2 for bfloat16 or "
+            "float16) to ModelSpec.from_config / load_model"
+        )
     key, name = found
     if name not in DTYPE_BYTES:
         raise InvalidInputError(
@@ -108,7 +121,7 @@ def _unwrap(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
             "model is in 'text_config' and its vision tower in 'vision_config'. blitzplan sizes "
             f"the vision tower only for model_type {_WRAPPER!r} (Pixtral); to plan the language "
             "model alone pass config['text_config'] (its bytes then leave out the vision tower "
-            "and projector)"
+            "and projector; give dtype_bytes when the dtype is only at the top level)"
         )
     if config.get("quantization_config") is not None:
         raise InvalidInputError(
@@ -221,7 +234,9 @@ def spec_fields(config: Mapping[str, Any], *, dtype_bytes: int | None = None) ->
             else int_field(text, "head_dim", default=hidden // heads, where=where)
         ),
         "vocab_size": int_field(text, "vocab_size", where=where),
-        "tie_word_embeddings": bool(text.get("tie_word_embeddings", False)),
+        "tie_word_embeddings": bool(
+            text.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
+        ),
         "qkv_bias": bool(text.get("qkv_bias", qwen2 or attention_bias)),
         "o_bias": attention_bias and not qwen2,
         "mlp_bias": bool(text.get("mlp_bias", False)),

@@ -71,8 +71,21 @@ def config_identity(spec: ModelSpec) -> ModelIdentity:
         for f in dataclasses.fields(spec)
         if f.name not in _CONFIG_ONLY_FIELDS
     }
-    payload = json.dumps({**sizes, "config": dict(spec.config)}, sort_keys=True, default=str)
+    config = _json_numbers(dict(spec.config))
+    payload = json.dumps({**sizes, "config": config}, sort_keys=True, default=str)
     return ModelIdentity(spec.name, spec.revision, hashlib.sha256(payload.encode()).hexdigest())
+
+
+def _json_numbers(value: Any) -> Any:
+    """``value`` with integral floats as ints, as JSON has one kind of number (``1.0`` and
+    ``1`` are one value: a config read back from a canonical document keeps its hash)."""
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_numbers(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
 
 
 # --- weights ---------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 A layer is an inventory of :class:`Linear` projections and :class:`Vector` weights (norms, router
 biases) named as the Hugging Face checkpoint names them, so quantization rules that name modules
-apply to the right ones. Layouts: grouped-query attention (Llama, Mistral, Qwen2/3) or
-multi-head latent attention (DeepSeek-V2/V3); a dense SwiGLU MLP, or routed experts with a router
-and optional shared experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek).
+apply to the right ones. Layouts: grouped-query attention (Llama, Mistral, Qwen2/3, Gemma-2,
+Phi-3.5-MoE) or multi-head latent attention (DeepSeek-V2/V3); a dense gated MLP, or routed
+experts with a router and optional shared experts (Mixtral, Phi-3.5-MoE, Qwen2-MoE, Qwen3-MoE,
+DeepSeek). Gemma-2 adds norms before and after the MLP; Phi-3.5-MoE's norms carry biases.
 
 Tensor parallelism follows Megatron and vLLM: "column" linears split their outputs and "row"
 linears their inputs over ``parts`` indivisible pieces (heads, or features; KV heads are
@@ -24,9 +25,22 @@ if TYPE_CHECKING:
     from blitzplan.models.shapes import MlaDims
     from blitzplan.models.spec import ModelSpec
 
-__all__ = ["LayerBytes", "Linear", "Vector", "layer_bytes", "layer_modules", "layer_params"]
+__all__ = [
+    "NORM_BIASES",
+    "SANDWICH_NORMS",
+    "LayerBytes",
+    "Linear",
+    "Vector",
+    "layer_bytes",
+    "layer_modules",
+    "layer_params",
+]
 
 _ATTENTION_FAMILIES = ("q", "k", "v", "o", "kv")
+SANDWICH_NORMS = ("gemma2",)
+"""Model types with norms before and after the MLP too (four per layer)."""
+NORM_BIASES = ("phimoe",)
+"""Model types whose norms are LayerNorms with a bias (the final norm too)."""
 _EXPERT = "{e}"  # stands for the expert index in a routed expert's module name
 _FLOAT32_BYTES = 4
 
@@ -161,7 +175,7 @@ def _swiglu(
 
 def _moe(spec: ModelSpec) -> list[Linear | Vector]:
     h, experts, moe = spec.hidden_size, spec.num_experts, spec.moe
-    if spec.model_type == "mixtral":
+    if spec.model_type in ("mixtral", "phimoe"):
         return [
             Linear("block_sparse_moe.gate", "router", h, experts, quantizable=False),
             *_swiglu(
@@ -198,7 +212,12 @@ def layer_modules(spec: ModelSpec, index: int) -> tuple[Linear | Vector, ...]:
     else:
         inter = spec.moe.dense_intermediate_size or spec.intermediate_size
         mlp = list(_swiglu("mlp.", "mlp", h, inter, bias=spec.mlp_bias))
-    norms = [Vector("input_layernorm", "norms", h), Vector("post_attention_layernorm", "norms", h)]
+    names = ["input_layernorm", "post_attention_layernorm"]
+    if spec.model_type in SANDWICH_NORMS:
+        names += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+    norms = [Vector(name, "norms", h) for name in names]
+    if spec.model_type in NORM_BIASES:
+        norms += [Vector(f"{name}.bias", "norms", h) for name in names]
     return (*attention, *mlp, *norms)
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from blitzplan.models.layers import Linear, Vector, layer_modules
+from blitzplan.models.layers import NORM_BIASES, Linear, Vector, layer_modules
 
 if TYPE_CHECKING:
     from blitzplan.models.spec import ModelSpec
@@ -154,6 +154,16 @@ def _vocab(name: str, spec: ModelSpec, tp: int) -> TensorLayout:
     )
 
 
+def _vocab_bias(name: str, spec: ModelSpec, tp: int) -> TensorLayout:
+    """A head bias, split by vocabulary rows as the head is (padded up)."""
+    rows = math.ceil(spec.vocab_size / tp)
+    starts = tuple(r * rows for r in range(tp))
+    shape = (spec.vocab_size,)
+    return TensorLayout(
+        name, shape, (rows,), "vocab", False, rows, spec.dtype_bytes, spec.vocab_size, starts
+    )
+
+
 def _linear(name: str, linear: Linear, tp: int, dtype_bytes: int) -> Iterator[TensorLayout]:
     """The weight and (if any) bias of one linear, as TP rank shards."""
     weight = (linear.out_features, linear.in_features)
@@ -206,15 +216,21 @@ def unit_tensors(spec: ModelSpec, unit: int, tp: int) -> tuple[TensorLayout, ...
     ``input_layernorm``, the attention tensors (q, k, v, o, each weight followed by its bias,
     then Qwen3's q/k norms; MLA's as :mod:`.layers` lists them), ``post_attention_layernorm``,
     then the MLP (gate, up, down; a MoE layer: the router, then expert by expert its w1/w3/w2 or
-    gate/up/down, then shared experts and their gate). Unit ``L + 1``: ``model.norm.weight``,
-    then ``lm_head.weight`` unless the embeddings are tied.
+    gate/up/down, then shared experts and their gate), then Gemma-2's pre- and post-feedforward
+    norms and Phi-3.5-MoE's norm biases. Unit ``L + 1``: ``model.norm.weight`` (and its bias),
+    then ``lm_head.weight`` unless the embeddings are tied (and its bias).
     """
     if unit == 0:
         return (_vocab("model.embed_tokens.weight", spec, tp),)
     if unit == spec.num_layers + 1:
-        norm = _replicated("model.norm.weight", (spec.hidden_size,), tp, spec.dtype_bytes)
-        head = () if spec.tie_word_embeddings else (_vocab("lm_head.weight", spec, tp),)
-        return (norm, *head)
+        h, d = spec.hidden_size, spec.dtype_bytes
+        norms = [_replicated("model.norm.weight", (h,), tp, d)]
+        if spec.model_type in NORM_BIASES:
+            norms.append(_replicated("model.norm.bias", (h,), tp, d))
+        head = [] if spec.tie_word_embeddings else [_vocab("lm_head.weight", spec, tp)]
+        if spec.lm_head_bias:
+            head.append(_vocab_bias("lm_head.bias", spec, tp))
+        return (*norms, *head)
     return tuple(_layer_tensors(spec, unit - 1, tp))
 
 

@@ -14,6 +14,7 @@ from blitzplan.models.checks import check_quantization
 from blitzplan.models.config import spec_fields
 from blitzplan.models.identity import ModelIdentity, config_identity
 from blitzplan.models.layers import (
+    NORM_BIASES,
     LayerBytes,
     Linear,
     formats,
@@ -203,15 +204,21 @@ class ModelSpec:
         """Vision tower and projector of a vision-language model (carried in unit 0); else 0."""
         return self.dtype_bytes * self.vision.params if self.vision else 0
 
+    @property
+    def lm_head_bias(self) -> bool:
+        """Whether the head carries a bias (Phi-3.5-MoE's ``lm_head_bias``)."""
+        return not self.tie_word_embeddings and bool(self.config.get("lm_head_bias", False))
+
     def _lm_head_bytes(self, vocab: int) -> int:
         if self.tie_word_embeddings:
             return 0
         fmt = self.quantization.lm_head_format() if self.quantization else None
-        return (
+        weight = (
             fmt.weight_bytes(self.hidden_size, vocab)
             if fmt
             else self.dtype_bytes * vocab * self.hidden_size
         )
+        return weight + (self.dtype_bytes * vocab if self.lm_head_bias else 0)
 
     @property
     def lm_head_bytes(self) -> int:
@@ -220,7 +227,12 @@ class ModelSpec:
 
     @property
     def final_norm_bytes(self) -> int:
-        return self.dtype_bytes * self.hidden_size
+        """The final norm's weight (and bias, for LayerNorm models)."""
+        return self.dtype_bytes * self._final_norm_params
+
+    @property
+    def _final_norm_params(self) -> int:
+        return self.hidden_size * (2 if self.model_type in NORM_BIASES else 1)
 
     @property
     def total_bytes(self) -> int:
@@ -238,7 +250,14 @@ class ModelSpec:
         layers = sum(memo[self.is_moe_layer(i)] for i in range(self.num_layers))
         heads = 1 if self.tie_word_embeddings else 2
         vision = self.vision.params if self.vision else 0
-        return heads * self.vocab_size * self.hidden_size + self.hidden_size + layers + vision
+        head_bias = self.vocab_size if self.lm_head_bias else 0
+        return (
+            heads * self.vocab_size * self.hidden_size
+            + head_bias
+            + self._final_norm_params
+            + layers
+            + vision
+        )
 
     @property
     def mtp_bytes(self) -> int:

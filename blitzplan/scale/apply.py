@@ -82,6 +82,7 @@ def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterS
 
 
 def _check_made_on(state: ClusterState, plan: ScalePlan) -> None:
+    plan.check_cluster(state)
     free = set(state.free_gpus())
     for info in plan.new_instances:
         busy = [g for g in info.gpus if g not in free]

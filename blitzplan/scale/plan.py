@@ -45,7 +45,6 @@ from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
 from blitzplan.multicast.types import MulticastPlan
-from blitzplan.scale.document import plan_digest
 from blitzplan.scale.program import Held, program
 from blitzplan.scale.types import (
     LivePair,
@@ -303,7 +302,7 @@ def realize(
         state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
     )
     steps, snapped = program(multicast, state.topology, held) if multicast else ((), {})
-    made = ScalePlan(
+    return ScalePlan(
         model=spec.identity,
         spec=spec,
         request=dict(request),
@@ -320,8 +319,8 @@ def realize(
         options=options.recorded,
         steps=steps,
         held=snapped,
+        cluster=state.topology.name,
     )
-    return dataclasses.replace(made, plan_id=plan_digest(made))
 
 
 def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> ClusterState:
@@ -365,16 +364,8 @@ class _Deadline:
 
 
 def _fresh_names(state: ClusterState, count: int) -> list[str]:
-    """``new0, new1, ...`` skipping every instance id the state already has (an applied
-    plan's instances keep their names, so names stay unique across plans)."""
-    taken = {i.id for i in state.instances}
-    names: list[str] = []
-    k = 0
-    while len(names) < count:
-        if f"new{k}" not in taken:
-            names.append(f"new{k}")
-        k += 1
-    return names
+    """``new<k>`` names the state never handed out (released instances' names included)."""
+    return state.fresh_names("new", count)
 
 
 def _timed_releases(

@@ -204,6 +204,7 @@ def recover(
         raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
     if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
         raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
+    plan.check_cluster(state)
     names = {info.name for info in plan.new_instances}
     cancelled = set(_names("cancelled", cancelled))
     for name in sorted(cancelled - names):
@@ -335,6 +336,7 @@ def _rebuild(
     if topology is state.topology and not broken.processes and not broken.memories and not complete:
         return state
     current = ClusterState(topology)
+    current.restore_counters(state.counters)  # ids stay never reused across a failure
     for copy in state.pool.host_copies:
         if copy.node in topology.graph and copy.node not in broken.memories:
             current.pool.add(copy)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from blitzplan._table import format_table
-from blitzplan.scale.types import ScalePlan
+
+if TYPE_CHECKING:
+    from blitzplan.scale.types import ScalePlan
 
 __all__ = [
     "bound_line",
@@ -15,6 +18,7 @@ __all__ = [
     "live_table",
     "milestones_table",
     "report",
+    "summary",
 ]
 
 
@@ -161,3 +165,38 @@ def report(plan: ScalePlan) -> str:
     if plan.missing:
         parts += ["", "Not met"] + [f"  {m}" for m in plan.missing]
     return "\n".join(parts)
+
+
+def summary(plan: ScalePlan) -> str:
+    """A few lines: the request, the new instances by role, how many bytes move in how many
+    steps from which kinds of holders, the live pairs, mutations and releases, the milestones,
+    and what is missing or was left out."""
+    roles: dict[str, int] = {}
+    for info in plan.new_instances:
+        roles[info.role] = roles.get(info.role, 0) + 1
+    holders: dict[str, int] = {}
+    for step in plan.steps:
+        holders[step.holder] = holders.get(step.holder, 0) + step.bytes
+    moved = sum(holders.values())
+    m = plan.milestones
+    rows = [
+        ["request", ", ".join(f"{k}={v}" for k, v in plan.request.items())],
+        ["new instances", ", ".join(f"{n} {r}" for r, n in sorted(roles.items())) or "none"],
+        [
+            "transfer",
+            f"{moved / 1e9:.2f} GB in {len(plan.steps)} steps"
+            + (f" from {', '.join(sorted(holders))}" if holders else ""),
+        ],
+        ["live pairs", str(len(plan.live_pairs))],
+        ["mutations, releases", f"{len(plan.mutations)}, {len(plan.releases)}"],
+        [
+            "milestones s",
+            f"first capacity {m.first_capacity_s:.3f}, full {m.full_capacity_s:.3f}, "
+            f"queues drained {m.queue_drain_s:.3f}",
+        ],
+    ]
+    rows += [["missing", text] for text in plan.missing]
+    rows += [["note", text] for text in plan.notes]
+    title = f"ScalePlan {plan.plan_id[:12]} for {plan.model} on {plan.cluster or '?'}"
+    width = max(len(key) for key, _ in rows)
+    return "\n".join([title, *(f"  {key:<{width}}  {value}" for key, value in rows)])

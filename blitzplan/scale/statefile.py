@@ -10,10 +10,19 @@
       - {model: mistral-small-24b, gpus: [h1/gpu0, h1/gpu1], role: loading, id: n0,
          loading: {role: decode, units_ready_s: [0.0, 0.1, ..., 0.5]}}   # per unit, from now
     background_flows:
-      - {src: h0/gpu0, dst: h1/gpu0, gbps: 20}
+      - {src: h0/gpu0, dst: h1/gpu0, gbps: 20}            # routed src -> dst
+      - {edges: [[h0/nic0, leaf0], [leaf0, h1/nic0]], bytes_per_s: 2.5e9, name: kv}
 
 A model is a preset name, a path to a config.json, or a mapping with ``config`` (and optional
-``name``, ``revision``). Every error names the entry it is about.
+``name``, ``revision``, ``weights_hash``). Every error names the entry it is about.
+
+:func:`save_state` writes what :func:`~blitzplan.apply_plan` and :func:`~blitzplan.recover`
+produce, and :func:`load_state` reads it back equal: the same keys plus ``removed`` (failed
+``nodes`` and ``links`` taken out of the topology, as ``Topology.without`` does),
+``host_copies`` (each model's host copy where it is, ``{name, revision, content_hash,
+hash_kind, host, bytes}``, instead of ``models`` placing them), routed background flows with
+their ``edges`` and exact ``bytes_per_s``, queued requests with their ids, and ``counters`` (the
+ids the state handed out, so that none is handed out again).
 """
 
 from __future__ import annotations
@@ -26,20 +35,29 @@ from typing import Any, TypeVar
 import yaml
 
 from blitzplan._checks import is_number
-from blitzplan.cluster import ClusterState, Loading
+from blitzplan.cluster import ClusterState, HostCopy, Loading
 from blitzplan.errors import BlitzplanError, InvalidInputError
-from blitzplan.models import ModelSpec, load_model
-from blitzplan.topologies import Topology, load_topology, topology_from_dict
+from blitzplan.models import ModelIdentity, ModelSpec, list_models, load_model
+from blitzplan.topologies import Flow, Topology, load_topology, topology_from_dict
 from blitzplan.units import GBPS
 
-__all__ = ["load_state", "state_from_dict"]
+__all__ = ["load_state", "save_state", "state_from_dict", "state_to_dict"]
 
 T = TypeVar("T")
 
-_TOP = {"topology", "models", "instances", "background_flows"}
+_TOP = {
+    "topology",
+    "removed",
+    "models",
+    "host_copies",
+    "instances",
+    "background_flows",
+    "counters",
+}
 _INSTANCE = {"model", "gpus", "role", "queue", "kv_bytes_used", "id", "loading"}
 _LOADING = {"role", "units_ready_s"}
-_FLOW = {"src", "dst", "gbps", "name"}
+_FLOW = {"src", "dst", "edges", "gbps", "bytes_per_s", "name"}
+_COPY = {"name", "revision", "content_hash", "hash_kind", "host", "bytes"}
 
 
 def load_state(path: str | Path) -> ClusterState:
@@ -69,11 +87,19 @@ def state_from_dict(
     if "topology" not in data:
         raise InvalidInputError(f"state {source!r} needs a 'topology'")
     topology = _topology(data["topology"], source, base)
+    if "removed" in data:
+        topology = _removed(topology, data["removed"], f"state {source!r} removed")
     models = [
         _model(m, f"state {source!r} models[{i}]", base)
         for i, m in enumerate(_list(data.get("models", []), f"state {source!r} models"))
     ]
-    state = _wrap(f"state {source!r} models", lambda: ClusterState(topology, models=models))
+    state = ClusterState(topology)
+    for i, entry in enumerate(_list(data.get("host_copies", []), f"state {source!r} host_copies")):
+        _add_copy(state, _mapping(entry, f"state {source!r} host_copies[{i}]"), i, source)
+    _wrap(f"state {source!r} models", lambda: state.pool.place(models))
+    if "counters" in data:
+        counters = _mapping(data["counters"], f"state {source!r} counters")
+        _wrap(f"state {source!r}", lambda: state.restore_counters(counters))
     for i, entry in enumerate(_list(data.get("instances", []), f"state {source!r} instances")):
         where = f"state {source!r} instances[{i}]"
         entry = _mapping(entry, where)
@@ -129,10 +155,25 @@ def _loading(entry: object, where: str) -> Loading | None:
 
 
 def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None:
-    rate = entry.get("gbps")
+    if "gbps" in entry and "bytes_per_s" in entry:
+        raise InvalidInputError(f"{where} gives both gbps and bytes_per_s; give one")
+    key = "gbps" if "gbps" in entry else "bytes_per_s"
+    rate = entry.get(key)
     if rate is not None and not (is_number(rate) and rate > 0):
-        raise InvalidInputError(f"{where} gbps must be a number > 0 (or absent), got {rate!r}")
-    cap = float("inf") if rate is None else float(rate) * GBPS
+        raise InvalidInputError(f"{where} {key} must be a number > 0 (or absent), got {rate!r}")
+    cap = float("inf") if rate is None else float(rate) * (GBPS if key == "gbps" else 1.0)
+    if "edges" in entry:
+        if "src" in entry or "dst" in entry:
+            raise InvalidInputError(f"{where} gives edges and src/dst; give one")
+        edges = [
+            tuple(_list(e, f"{where} edges[{k}]"))
+            for k, e in enumerate(_list(entry["edges"], f"{where} edges"))
+        ]
+        if not all(len(e) == 2 and all(isinstance(n, str) for n in e) for e in edges):
+            raise InvalidInputError(f"{where} edges must be [node, node] pairs, got {edges!r}")
+        flow = _wrap(where, lambda: Flow(tuple(edges), cap, str(entry.get("name", ""))))
+        _wrap(where, lambda: state.add_flow(flow))
+        return
     _wrap(
         where,
         lambda: state.add_background_flow(
@@ -167,10 +208,16 @@ def _model(value: object, where: str, base: Path | None) -> ModelSpec:
     if isinstance(value, Mapping):
         if "config" not in value:
             raise InvalidInputError(f"{where} needs 'config' when given as a mapping")
+        extra = sorted(set(value) - {"config", "name", "revision", "weights_hash"})
+        if extra:
+            raise InvalidInputError(f"{where} has unknown key(s) {extra}")
         return _wrap(
             where,
             lambda: ModelSpec.from_config(
-                value["config"], name=value.get("name"), revision=str(value.get("revision", "main"))
+                value["config"],
+                name=value.get("name"),
+                revision=str(value.get("revision", "main")),
+                weights_hash=value.get("weights_hash"),
             ),
         )
     if isinstance(value, str) and base is not None and (base / value).exists():
@@ -190,3 +237,143 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"{where} must be a mapping, got {value!r}")
     return value
+
+
+def _removed(topology: Topology, entry: object, where: str) -> Topology:
+    removed = _mapping(entry, where)
+    extra = sorted(set(removed) - {"nodes", "links"})
+    if extra:
+        raise InvalidInputError(f"{where} has unknown key(s) {extra}; allowed: links, nodes")
+    nodes = [str(n) for n in _list(removed.get("nodes", []), f"{where} nodes")]
+    links = [
+        tuple(_list(link, f"{where} links[{k}]"))
+        for k, link in enumerate(_list(removed.get("links", []), f"{where} links"))
+    ]
+    return _wrap(where, lambda: topology.without(nodes=nodes, links=links))
+
+
+def _add_copy(state: ClusterState, entry: Mapping[str, Any], index: int, source: str) -> None:
+    where = f"state {source!r} host_copies[{index}]"
+    if set(entry) != _COPY:
+        raise InvalidInputError(
+            f"{where} needs exactly the keys {sorted(_COPY)}, got {sorted(entry)}"
+        )
+
+    def add() -> None:
+        identity = ModelIdentity(
+            str(entry["name"]), str(entry["revision"]), str(entry["content_hash"]),
+            str(entry["hash_kind"]),
+        )
+        host = str(entry["host"])
+        size = entry["bytes"]
+        if not isinstance(size, int) or size <= 0:
+            raise InvalidInputError(f"bytes must be a positive integer, got {size!r}")
+        state.pool.add(HostCopy(identity, host, state.topology.host_mem(host), size))
+
+    _wrap(where, add)
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def save_state(state: ClusterState, path: str | Path, *, topology: object = None) -> None:
+    """Write ``state`` as a state file (JSON for a ``.json`` path, else YAML) that
+    :func:`load_state` reads back equal. ``topology`` is the file's ``topology`` entry (a
+    catalog name, a path or a mapping; default: the topology's catalog name)."""
+    data = state_to_dict(state, topology=topology)
+    file = Path(path)
+    if file.suffix == ".json":
+        file.write_text(json.dumps(data, indent=1) + "\n")
+    else:
+        file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def state_to_dict(state: ClusterState, *, topology: object = None) -> dict[str, Any]:
+    """The contents of a state file for ``state`` (see :func:`save_state`)."""
+    entry = topology if topology is not None else _base_name(state.topology)
+    base = _topology(entry, "<save>", None)
+    data: dict[str, Any] = {"topology": entry}
+    removed = _difference(base, state.topology)
+    if removed:
+        data["removed"] = removed
+    data["host_copies"] = [
+        {
+            "name": c.identity.name,
+            "revision": c.identity.revision,
+            "content_hash": c.identity.content_hash,
+            "hash_kind": c.identity.hash_kind,
+            "host": c.host,
+            "bytes": c.bytes,
+        }
+        for c in state.pool.host_copies
+    ]
+    data["instances"] = [_instance_entry(inst) for inst in state.instances]
+    data["background_flows"] = [_flow_entry(flow) for flow in state.background_flows]
+    data["counters"] = state.counters
+    return data
+
+
+def _base_name(topology: Topology) -> str:
+    name = topology.name
+    while name.endswith(" (degraded)"):
+        name = name.removesuffix(" (degraded)")
+    return name
+
+
+def _graph_parts(topology: Topology) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    nodes = {n: d for n, d in topology.graph.nodes(data=True)}
+    return nodes, {(u, v): d for u, v, d in topology.graph.edges(data=True)}
+
+
+def _difference(base: Topology, now: Topology) -> dict[str, Any]:
+    """The nodes and links ``now`` lacks of ``base`` (``base.without`` of them is ``now``);
+    InvalidInputError when ``now`` is not ``base`` less some parts."""
+    base_nodes, base_links = _graph_parts(base)
+    now_nodes, now_links = _graph_parts(now)
+    nodes = sorted(set(base_nodes) - set(now_nodes))
+    links = sorted(
+        {tuple(sorted(e)) for e in set(base_links) - set(now_links) if set(e) <= set(now_nodes)}
+    )
+    if not nodes and not links and (base_nodes, base_links) == (now_nodes, now_links):
+        return {}
+    rebuilt = base.without(nodes=nodes, links=links)  # type: ignore[arg-type]
+    if _graph_parts(rebuilt) != (now_nodes, now_links):
+        raise InvalidInputError(
+            f"the state's topology {now.name!r} is not its topology file less failed parts; "
+            "pass topology= (the file's topology entry) to save it"
+        )
+    return {"nodes": nodes, "links": [list(link) for link in links]}
+
+
+def _model_entry(spec: ModelSpec) -> object:
+    if spec.name in list_models() and load_model(spec.name) == spec:
+        return spec.name
+    entry: dict[str, Any] = {"config": dict(spec.config), "name": spec.name}
+    entry["revision"] = spec.revision
+    if spec.weights_hash is not None:
+        entry["weights_hash"] = spec.weights_hash
+    return entry
+
+
+def _instance_entry(inst: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": inst.id,
+        "model": _model_entry(inst.model),
+        "gpus": list(inst.gpus),
+        "role": inst.role.value,
+        "queue": [[q.arrival_s, q.prompt_tokens, q.id] for q in inst.queue],
+        "kv_bytes_used": inst.kv_bytes_used,
+    }
+    if inst.loading is not None:
+        entry["loading"] = {
+            "role": inst.loading.role.value,
+            "units_ready_s": list(inst.loading.units_ready_s),
+        }
+    return entry
+
+
+def _flow_entry(flow: Flow) -> dict[str, Any]:
+    entry: dict[str, Any] = {"edges": [list(e) for e in flow.edges], "name": flow.name}
+    if flow.max_bytes_per_s != float("inf"):
+        entry["bytes_per_s"] = flow.max_bytes_per_s
+    return entry

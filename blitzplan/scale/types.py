@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from blitzplan._checks import MAX_COUNT, check_count, is_integer
 from blitzplan.errors import InvalidInputError
@@ -13,6 +15,9 @@ from blitzplan.multicast.types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.program import TransferStep
 from blitzplan.topologies.links import LINK_EFFICIENCY
+
+if TYPE_CHECKING:
+    from blitzplan.cluster import ClusterState
 
 __all__ = [
     "SCHEMA",
@@ -148,14 +153,14 @@ class PlanOptions:
     deadline_s: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScalePlan:
     """Everything a serving stack needs to carry out one scaling decision.
 
     ``steps`` is the transfer program (:mod:`blitzplan.scale.program`); ``held`` what the new
     GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals.
-    ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`): equal
-    inputs give equal plans, equal ids and byte-identical JSON."""
+    ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`), computed
+    when first asked for: equal inputs give equal plans, equal ids and byte-identical JSON."""
 
     model: ModelIdentity
     spec: ModelSpec
@@ -175,7 +180,45 @@ class ScalePlan:
     options: PlanOptions = field(default_factory=PlanOptions)
     steps: tuple[TransferStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
-    plan_id: str = ""
+    cluster: str = ""
+    """The name of the topology the plan was made on (replan and apply_plan refuse a state of
+    another cluster)."""
+
+    @functools.cached_property
+    def plan_id(self) -> str:
+        """The plan's id: :func:`~blitzplan.scale.document.plan_digest`, computed when first
+        asked for (a plan read from JSON has it already, checked)."""
+        from blitzplan.scale.document import plan_digest
+
+        return plan_digest(self)
+
+    def __repr__(self) -> str:
+        known = self.__dict__.get("plan_id", "")
+        return (
+            f"ScalePlan({self.model}, request={dict(self.request)}, "
+            f"new_instances={len(self.new_instances)}, steps={len(self.steps)}, "
+            f"live_pairs={len(self.live_pairs)}, full_capacity_s="
+            f"{self.milestones.full_capacity_s:.4g}, missing={len(self.missing)}, "
+            f"plan_id={known[:12] or '(not computed)'!r})"
+        )
+
+    def check_cluster(self, state: ClusterState) -> None:
+        """InvalidInputError unless ``state`` is a state of the cluster the plan was made on
+        (its topology's name, failures aside: ``X (degraded)`` is cluster ``X``; a plan without
+        ``cluster`` passes)."""
+        name = state.topology.name
+        if self.cluster and _base(name) != _base(self.cluster):
+            raise InvalidInputError(
+                f"state is a state of cluster {name!r}, but the plan was made on cluster "
+                f"{self.cluster!r}: replan and apply it with a state of that cluster"
+            )
+
+    def summary(self) -> str:
+        """A short human summary: what is added, how and when (see :mod:`.report` for the full
+        tables)."""
+        from blitzplan.scale.report import summary
+
+        return summary(self)
 
     @classmethod
     def json_schema(cls) -> str:
@@ -197,3 +240,10 @@ class ScalePlan:
         from blitzplan.scale.document import decode
 
         return decode(text, cls)
+
+
+def _base(cluster: str) -> str:
+    """A topology name without the ``" (degraded)"`` marks failures add."""
+    while cluster.endswith(" (degraded)"):
+        cluster = cluster.removesuffix(" (degraded)")
+    return cluster

@@ -16,7 +16,10 @@ The *explicit* form lists nodes and links (full duplex) or edges (one direction)
       - {a: h0/gpu0, b: h0/nic0, gbps: 100, latency_us: 1}
 
 Rates are in Gbit/s (``*_gbps``), memory in GiB (``dram_gib``), latencies in microseconds.
-Unknown keys are errors, so a typo never silently falls back to a default.
+Unknown keys are errors, so a typo never silently falls back to a default. A link slower than
+:data:`MIN_LINK_GBPS` is refused (a weight transfer over it would take days: almost surely a unit
+mistake), and so is an explicit topology with a host whose GPUs reach no GPU of another host (a
+host without an uplink: nothing could be sent to it or from it).
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ from blitzplan.topologies.builders import HostSpec, build_cluster, nvswitch_host
 from blitzplan.topologies.graph import Topology
 from blitzplan.units import GBPS, GIB, US
 
-__all__ = ["list_topologies", "load_topology", "topology_from_dict"]
+__all__ = ["MIN_LINK_GBPS", "list_topologies", "load_topology", "topology_from_dict"]
+
+MIN_LINK_GBPS = 0.1
+"""The slowest link a topology file may declare, Gbit/s (100 Mbit/s)."""
 
 _HOST_KEYS = {
     "type",
@@ -145,7 +151,39 @@ def topology_from_dict(data: object, *, source: str = "<dict>") -> Topology:
         )
     if "nodes" not in data:
         raise InvalidInputError(f"topology {source!r} needs either 'host' or 'nodes'")
-    return Topology(_explicit_graph(data, source), name=name, description=description)
+    graph = _explicit_graph(data, source)
+    _check_uplinks(graph, source)
+    return Topology(graph, name=name, description=description)
+
+
+def _check_uplinks(graph: nx.DiGraph[str], source: str) -> None:
+    """Every host's GPUs reach a GPU of every other host and are reached from one; the error
+    names the host that reaches fewest others (the one without an uplink)."""
+    hosts: dict[str, set[str]] = {}
+    for node, attrs in graph.nodes(data=True):
+        if attrs.get("kind") == "gpu" and attrs.get("host") is not None:
+            hosts.setdefault(str(attrs["host"]), set()).add(node)
+    if len(hosts) < 2:
+        return
+    linked: dict[str, set[str]] = {}
+    for host, gpus in hosts.items():
+        out = set().union(*(nx.descendants(graph, g) for g in gpus))
+        into = set().union(*(nx.ancestors(graph, g) for g in gpus))
+        linked[host] = {o for o, theirs in hosts.items() if o != host and out & theirs & into}
+    host_of = {n: a.get("host") for n, a in graph.nodes(data=True)}
+    uplinks = {h: 0 for h in hosts}
+    for u, v in graph.edges():
+        mine = host_of[u]
+        if isinstance(mine, str) and mine in uplinks and host_of[v] != mine:
+            uplinks[mine] += 1
+    worst = min(sorted(hosts), key=lambda h: (len(linked[h]), uplinks[h]))
+    if len(linked[worst]) < len(hosts) - 1:
+        cut = sorted(set(hosts) - linked[worst] - {worst})
+        raise InvalidInputError(
+            f"topology {source!r}: host {worst!r} has no uplink: its GPUs neither reach nor are "
+            f"reached from {', '.join(cut[:4])}{'...' if len(cut) > 4 else ''} (link its NIC to "
+            "a switch)"
+        )
 
 
 def _host_spec(host: Mapping[str, Any], source: str) -> HostSpec:
@@ -253,8 +291,11 @@ def _number(data: Mapping[str, Any], key: str, where: str, default: float | None
 
 def _rate(data: Mapping[str, Any], key: str, where: str) -> float:
     value = _number(data, key, where)
-    if not value > 0:
-        raise InvalidInputError(f"{where} {key} must be > 0, got {value!r}")
+    if not value >= MIN_LINK_GBPS:
+        raise InvalidInputError(
+            f"{where} {key} must be at least {MIN_LINK_GBPS:g} Gbit/s, got {value!r} (a model "
+            "would take days to cross it: a unit mistake?)"
+        )
     if not math.isfinite(value):
         raise InvalidInputError(f"{where} {key} must be finite, got {value!r}")
     return value * GBPS

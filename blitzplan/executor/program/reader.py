@@ -3,17 +3,15 @@
 :func:`read_program` parses the text with :mod:`json`, converts the parts a data plane needs
 (``steps``, ``held``, ``new_instances``, ``live_pairs``, ``options.chunk_bytes``, ``request.tp``,
 ``model``, ``spec``) into the executor's own frozen records with msgspec (a wrong type is named by
-its path, ``$.steps[3].rank``), checks ``plan_id`` against the document (SHA-256 of the document
-without ``schema``, ``schema_version``, ``plan_id`` and ``timing``, sorted keys, one-space indent,
-as the document's module says), and then checks the program itself: one call,
-:func:`~blitzplan.executor.program.rules.check_program` in :func:`read_program` (the place to swap
-in the library's own check of a document). Every mistake is an InvalidInputError naming the field
-and the value, raised before any process runs.
+its path, ``$.steps[3].rank``), checks ``plan_id`` against the document (SHA-256 of the RFC 8785
+canonical form of the document without ``plan_id`` and ``timing``, as the document's module
+says), and then checks the program itself: one call,
+:func:`~blitzplan.executor.program.rules.check_program` in :func:`read_program`. Every mistake is
+an InvalidInputError naming the field and the value, raised before any process runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -26,7 +24,7 @@ from blitzplan.executor.program.rules import check_program
 from blitzplan.models import ModelIdentity, ModelSpec
 
 SCHEMA = "blitzplan.scaleplan"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The document (and version) this executor reads."""
 
 
@@ -155,19 +153,11 @@ class Program:
 
 
 def document_digest(document: Mapping[str, Any]) -> str:
-    """SHA-256 of ``document`` without ``schema``, ``schema_version``, ``plan_id`` and ``timing``
-    in the document's own text form (what ``plan_id`` is). Written here again on purpose: the
-    executor reads the document by its stated rules, not through the planner's code."""
-    import msgspec
+    """SHA-256 of the RFC 8785 canonical form of ``document`` without ``plan_id`` and ``timing``
+    (what ``plan_id`` is; :mod:`blitzplan.canonical`)."""
+    from blitzplan.canonical import digest
 
-    data = {
-        k: v
-        for k, v in document.items()
-        if k not in ("schema", "schema_version", "plan_id", "timing")
-    }
-    raw = msgspec.json.encode(data, order="sorted")
-    text = msgspec.json.format(raw, indent=1).decode() + "\n"
-    return hashlib.sha256(text.encode()).hexdigest()
+    return digest(document, ("plan_id", "timing"))
 
 
 def _parse(text: str) -> dict[str, Any]:

@@ -1,0 +1,252 @@
+"""The canonical JSON form of blitzplan documents: RFC 8785, the JSON Canonicalization Scheme.
+
+JCS writes a JSON value with no whitespace, object members sorted by the UTF-16 code units of
+their names, strings escaped as ECMAScript's ``JSON.stringify`` does (``\\"``, ``\\\\``, ``\\b``,
+``\\f``, ``\\n``, ``\\r``, ``\\t``, other control characters as ``\\u00xx``, nothing else), and
+numbers as ECMAScript's ``Number.prototype.toString`` does (the shortest digits that read back
+to the same IEEE double: ``1`` for 1.0, ``0.000001``, ``1e-7``, ``1e+21``). Any JCS
+implementation reproduces these bytes from the parsed document, so a digest of them (a
+document's ``plan_id`` or ``program_id``) can be recomputed without blitzplan.
+
+blitzplan writes its documents *as* their canonical form (plus a final newline), so a reader
+checks a digest on the text itself (:func:`check_digest`); a document that was re-formatted
+(indented, keys reordered) is canonicalized again and still checks. Integers beyond 2**53
+are refused: JCS reads every number as a double.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from blitzplan.errors import InvalidInputError
+
+__all__ = [
+    "canonical_json",
+    "check_digest",
+    "digest",
+    "es_number",
+    "signed_as_written",
+    "signed_json",
+]
+
+_EXACT = 2**53
+_MARK = "\x00"
+_MARKED = re.compile(r'"\\u0000([^"]*)"')
+
+
+def es_number(value: float) -> str:
+    """``value`` as ECMAScript's ``Number.prototype.toString`` writes it (RFC 8785, 3.2.2.3)."""
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{value!r} has no JSON form (JSON numbers are finite)")
+    return _es_finite(value)
+
+
+def _es_finite(value: float) -> str:
+    if value == 0:
+        return "0"
+    text = repr(abs(value))
+    mantissa, _, exponent = text.partition("e")
+    point = mantissa.find(".")
+    point = len(mantissa) if point < 0 else point
+    raw = mantissa.replace(".", "")
+    stripped = raw.lstrip("0")
+    n = point + int(exponent or 0) - (len(raw) - len(stripped))
+    digits = stripped.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = f"{digits[:n]}.{digits[n:]}"
+    elif -6 < n <= 0:
+        out = "0." + "0" * -n + digits
+    else:
+        e = n - 1
+        out = f"{digits[0]}{'.' + digits[1:] if k > 1 else ''}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return "-" + out if value < 0 else out
+
+
+def _key(name: str) -> bytes:
+    return name.encode("utf-16-be")
+
+
+def _float(value: float, marks: list[int]) -> Any:
+    """A float as :func:`_prepared` writes it: an int when integral below 2**53, itself where
+    Python's ``repr`` and ECMAScript agree (non-integral, |x| >= 1e-4), else its marked JCS
+    text."""
+    if value.is_integer():
+        if -_EXACT < value < _EXACT:
+            return int(value)
+    elif 1e-4 <= abs(value) < math.inf:  # non-integral, so < 2**52: repr and ECMAScript agree
+        return value
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{value!r} has no JSON form (JSON numbers are finite)")
+    marks.append(1)
+    return _MARK + _es_finite(value)
+
+
+def _scalar(value: Any, marks: list[int]) -> Any:
+    kind = type(value)
+    if kind is float:
+        return _float(value, marks)
+    if kind is str:
+        if _MARK in value:
+            raise InvalidInputError(f"the string {value[:40]!r} holds a NUL character")
+        return value
+    if kind is int and not -_EXACT < value < _EXACT:
+        raise InvalidInputError(f"the integer {value} is beyond 2**53: JCS reads it as a double")
+    if value is None or kind is bool or kind is int:
+        return value
+    raise InvalidInputError(f"a {kind.__name__} has no JSON form")
+
+
+def _plain(item: Any) -> bool:
+    """Whether ``item`` is written as it is (a string without NUL, a bool, None, an int below
+    2**53, or a float whose ``repr`` is its JCS text: non-integral, 1e-4 <= |x| < inf)."""
+    t = type(item)
+    if t is float:
+        return bool(1e-4 <= abs(item) < math.inf) and not item.is_integer()
+    if t is str:
+        return _MARK not in item
+    if t is int:
+        return bool(-_EXACT < item < _EXACT)
+    return item is None or t is bool
+
+
+def _prepared(value: Any, marks: list[int]) -> Any:
+    """``value`` with members in JCS order and every float that Python's ``repr`` writes
+    differently from ECMAScript replaced by a marked string (``_MARK`` + its JCS text)."""
+    kind = type(value)
+    if kind is dict:
+        names = sorted(value) if all(map(str.isascii, value)) else sorted(value, key=_key)
+        if any(_MARK in name for name in names):
+            raise InvalidInputError("a key holds a NUL character")
+        return {
+            name: item if _plain(item) else _prepared(item, marks)
+            for name in names
+            for item in (value[name],)
+        }
+    if kind is list or kind is tuple:
+        return [item if _plain(item) else _prepared(item, marks) for item in value]
+    if kind is float:
+        return _float(value, marks)
+    return _scalar(value, marks)
+
+
+def _text(prepared: Any, marks: list[int]) -> str:
+    text = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if marks:
+        text, found = _MARKED.subn(r"\1", text)
+        if found != len(marks):  # cannot happen: strings with NUL were refused
+            raise InvalidInputError("canonical numbers could not be placed")
+    return text
+
+
+def canonical_json(value: Any) -> str:
+    """The RFC 8785 text of a parsed JSON value (dicts with str keys, lists, tuples, str, int,
+    float, bool, None); InvalidInputError for anything JSON cannot hold."""
+    marks: list[int] = []
+    return _text(_prepared(value, marks), marks)
+
+
+def signed_json(
+    document: Mapping[str, Any], key: str, extra: Mapping[str, Any] | None = None
+) -> tuple[str, str]:
+    """``(text, digest)``: the canonical text of ``document`` with ``key`` set to the SHA-256
+    of the canonical text of ``document`` alone, and the members of ``extra`` (not signed)."""
+    marks: list[int] = []
+    prepared = _prepared(dict(document), marks)
+    signed = _text(prepared, list(marks))
+    hexdigest = hashlib.sha256(signed.encode()).hexdigest()
+    prepared[key] = hexdigest
+    for name, value in (extra or {}).items():
+        prepared[name] = _prepared(value, marks)
+    names = sorted(prepared, key=_key)
+    return _text({name: prepared[name] for name in names}, marks), hexdigest
+
+
+def digest(document: Mapping[str, Any], leave_out: tuple[str, ...]) -> str:
+    """SHA-256 (hex) of the canonical UTF-8 text of ``document`` without the keys
+    ``leave_out``."""
+    kept = {key: value for key, value in document.items() if key not in leave_out}
+    return hashlib.sha256(canonical_json(kept).encode()).hexdigest()
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def check_digest(text: str, document: Mapping[str, Any], key: str, trailer: str = "") -> None:
+    """Check that ``document[key]`` is :func:`digest` of ``document`` without ``key`` and
+    ``trailer`` (a key that is not part of the digest, such as wall-clock timing).
+
+    ``text`` is the document's text. When it is the canonical form blitzplan writes, the digest
+    is taken over the text itself with the ``key`` member (and a final ``trailer`` member)
+    cut out; a match proves the rest of the text is exactly what was signed. Otherwise the
+    parsed document is canonicalized again. InvalidInputError when ``key`` is missing, malformed
+    or does not match."""
+    claimed = document.get(key)
+    if not isinstance(claimed, str) or not _DIGEST.fullmatch(claimed):
+        raise InvalidInputError(
+            f"{key} must be the 64 hex digits of the document's SHA-256 (it is what keeps the "
+            f"document from being changed unseen), got {claimed!r}"
+        )
+    signed = _signed_text(text, claimed, key, trailer if trailer in document else "")
+    if signed is not None and hashlib.sha256(signed.encode()).hexdigest() == claimed:
+        return
+    if digest(document, (key, trailer)) != claimed:
+        raise InvalidInputError(
+            f"{key} {claimed[:12]}... does not match the document: it was changed after it was "
+            "written"
+        )
+
+
+def signed_as_written(text: str, key: str) -> str | None:
+    """The digest ``text`` claims under ``key`` when ``text`` is canonical text whose digest
+    (the text without the ``key`` member) is that claim, else None (a reader then parses and
+    checks with :func:`check_digest`). A reader that gets a digest here may decode ``text``
+    knowing it is exactly what was signed, once it has checked that the parsed ``key`` is
+    this digest (a top-level member, not one nested inside)."""
+    found = re.search(f'"{re.escape(key)}":"([0-9a-f]{{64}})"', text)
+    if found is None:
+        return None
+    claimed = found.group(1)
+    signed = _signed_text(text, claimed, key, "")
+    if signed is None or hashlib.sha256(signed.encode()).hexdigest() != claimed:
+        return None
+    return claimed
+
+
+def _signed_text(text: str, claimed: str, key: str, trailer: str) -> str | None:
+    """``text`` without its ``key`` member and its last member ``trailer``, when ``text`` looks
+    canonical (None otherwise)."""
+    body = text[:-1] if text.endswith("\n") else text
+    member = f'"{key}":"{claimed}"'
+    at = body.find(member)
+    if at < 1 or not body.endswith("}"):
+        return None
+    before, after = body[at - 1], body[at + len(member)]
+    if before == "," and after in ",}":
+        body = body[: at - 1] + body[at + len(member) :]
+    elif before == "{" and after == ",":
+        body = body[:at] + body[at + len(member) + 1 :]
+    else:
+        return None
+    if trailer:
+        cut = body.rfind(f',"{trailer}":')
+        if cut < 0 or not _one_value(body[cut + len(trailer) + 4 : -1]):
+            return None
+        body = body[:cut] + "}"
+    return body
+
+
+def _one_value(text: str) -> bool:
+    """Whether ``text`` is exactly one JSON value (so cutting it out cuts nothing else)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,375 @@
+"""The rules every transfer program obeys (:mod:`blitzplan.scale.program`), checked from the
+document alone: what ``ScalePlan.from_json``, the program export's reader and a data plane's
+reader (the executor's) refuse before anything runs. Each error names the step and the value.
+
+* **new instances**: unique names; each has one GPU per TP rank; no GPU in two of them;
+* **held**: names new GPUs and units of the model, with stripe intervals ``0 <= lo <= hi <= 1``;
+* **fields**: unique step ids; a known ``kind``, ``holder`` and ``link``; ``rank`` in
+  ``0..tp-1`` or ``-1`` (every rank, between host-memory devices); byte ranges inside the
+  unit's buffer (``length > 0``, ``offset >= 0``, ``offset + length`` at most the buffer), and
+  ``bytes`` their sum; paces positive or null; finite times ``>= 0``; ``source_layout`` a TP
+  degree the model splits into, of a serving-instance source, and a rank of it;
+* **devices**: source and destination differ; a step into a new instance goes to that instance's
+  GPU of its rank; a serving, loading, memory or disk source receives nothing in the plan; a
+  ``plan`` source receives in the plan or held bytes before it; a new GPU is not also a
+  host-memory device (relays, ``rank -1`` destinations and memory sources hold every rank);
+* **dependencies**: ``feeds`` name steps into the source, ``after`` existing steps; no step
+  waits for itself through ``after`` and store-and-forward ``feeds``;
+* **bytes**: every byte a ``plan`` source sends, it held before the start or a step brings it.
+
+What a particular data plane cannot run (the executor refuses ``loading`` sources, and ``after``
+across two sending devices) is that data plane's own check, made after these.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.scale.program_bytes import check_bytes_at_sources
+
+if TYPE_CHECKING:
+    from blitzplan.models import ModelSpec
+
+__all__ = ["ALL_RANKS", "HOLDERS", "LINKS", "STEP_KINDS", "check_program_rules"]
+
+ALL_RANKS = -1
+STEP_KINDS = ("network", "host_to_device", "device_to_device", "allgather", "disk_to_host")
+HOLDERS = ("instance", "loading", "memory", "disk", "plan")
+LINKS = ("network", "nvlink", "pcie")
+_MEMORY_HOLDERS = ("memory", "disk")
+
+Span = tuple[int, int, int, int]
+"""``(first_unit, last_unit, offset, length)``."""
+
+
+class _Instance(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def gpus(self) -> Sequence[str]: ...
+
+
+def _spans(ranges: Sequence[Any]) -> Sequence[Span]:
+    """Byte ranges as 4-tuples (from ByteRange-like records or 4-item sequences)."""
+    if not ranges:
+        return ()
+    if type(ranges[0]) is tuple and len(ranges[0]) == 4:
+        return ranges  # already spans (the program export's)
+    if isinstance(ranges[0], tuple | list):
+        return [(r[0], r[1], r[2], r[3]) for r in ranges]
+    return [(r.first_unit, r.last_unit, r.offset, r.length) for r in ranges]
+
+
+def check_program_rules(
+    steps: Sequence[Any],
+    *,
+    tp: int,
+    unit_bytes: Sequence[int],
+    new_instances: Sequence[_Instance],
+    held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]],
+    spec: ModelSpec | None = None,
+) -> None:
+    """Raise InvalidInputError for the first rule ``steps`` break (module docstring).
+
+    ``steps`` are step records with the fields of :class:`~blitzplan.scale.program.TransferStep`
+    (``link``, ``stripe``, ``chunk_bytes`` and ``rate_bytes_per_s`` are checked when present;
+    ``ranges`` hold ByteRange-like records or ``(first_unit, last_unit, offset, length)``);
+    ``unit_bytes`` each unit's per-rank buffer at ``tp``; ``held`` the document's ``held``;
+    ``spec`` the model (to check ``source_layout`` TP degrees; skipped when None)."""
+    gpu_rank = _check_instances(new_instances, tp)
+    _check_held(held, gpu_rank, len(unit_bytes))
+    ids = [s.id for s in steps]
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        raise InvalidInputError(f"step ids must be unique, these repeat: {repeated}")
+    spans = {s.id: _spans(s.ranges) for s in steps}
+    memory = _memory_devices(steps)
+    instances = {i.name: i for i in new_instances}
+    try:
+        passed = _screen(steps, spans, tp, unit_bytes, instances, held, memory)
+    except (TypeError, IndexError):  # a value of the wrong type: the itemised checks name it
+        passed = False
+    if not passed:
+        for step in steps:  # the itemised checks find the first offence and name it
+            _check_fields(step, tp)
+            _check_ranges(step, spans[step.id], tp, unit_bytes)
+        _check_devices(steps, instances, set(gpu_rank), held, memory)
+        _check_links(steps)
+    for step in steps:
+        if step.source_layout is not None:
+            _check_source_layout(step, spec)
+    _check_acyclic(steps)
+    check_bytes_at_sources(steps, spans, unit_bytes, held, memory)
+
+
+def _check_instances(instances: Sequence[_Instance], tp: int) -> dict[str, int]:
+    gpu_rank: dict[str, int] = {}
+    names: set[str] = set()
+    for inst in instances:
+        if inst.name in names:
+            raise InvalidInputError(f"new instance name {inst.name!r} repeats")
+        names.add(inst.name)
+        if len(inst.gpus) != tp:
+            raise InvalidInputError(
+                f"new instance {inst.name!r} has {len(inst.gpus)} GPUs {list(inst.gpus)}, "
+                f"not one per TP rank (tp={tp})"
+            )
+        for rank, gpu in enumerate(inst.gpus):
+            if gpu in gpu_rank:
+                raise InvalidInputError(f"GPU {gpu!r} belongs to two new instances")
+            gpu_rank[gpu] = rank
+    return gpu_rank
+
+
+def _check_held(
+    held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]],
+    gpu_rank: Mapping[str, int],
+    units: int,
+) -> None:
+    for gpu, per_unit in held.items():
+        if gpu not in gpu_rank:
+            raise InvalidInputError(f"held names {gpu!r}, which is no new instance's GPU")
+        for unit, intervals in per_unit.items():
+            if not 0 <= unit < units:
+                raise InvalidInputError(
+                    f"held[{gpu!r}] names unit {unit}; the model has units 0..{units - 1}"
+                )
+            for lo, hi in intervals:
+                if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi <= 1):
+                    raise InvalidInputError(
+                        f"held[{gpu!r}][{unit}] has the interval {[lo, hi]}, "
+                        "not 0 <= lo <= hi <= 1"
+                    )
+
+
+def _screen(
+    steps: Sequence[Any],
+    spans: Mapping[int, Sequence[Span]],
+    tp: int,
+    unit_bytes: Sequence[int],
+    instances: Mapping[str, _Instance],
+    held: Mapping[str, Any],
+    memory: set[str],
+) -> bool:
+    """Whether every step passes :func:`_check_fields`, :func:`_check_ranges`,
+    :func:`_check_devices` and :func:`_check_links`: the same rules in one pass (a failing
+    program is then checked item by item, for the message)."""
+    by_id = {s.id: s for s in steps}
+    receivers = {s.destination for s in steps}
+    new_gpus = {g for inst in instances.values() for g in inst.gpus}
+    kinds, holders, links = set(STEP_KINDS), set(HOLDERS), set(LINKS)
+    smallest: dict[tuple[int, int], int] = {}
+    units = len(unit_bytes)
+    for s in steps:
+        rank, source, destination = s.rank, s.source, s.destination
+        link = getattr(s, "link", "pcie")
+        if s.kind not in kinds or s.holder not in holders or link not in links:
+            return False
+        if not (-1 <= rank < tp) or source == destination:
+            return False
+        if rank == ALL_RANKS and (source not in memory or s.instance is not None):
+            return False
+        if s.instance is not None:
+            inst = instances.get(s.instance)
+            if inst is None or inst.gpus[rank] != destination:
+                return False
+        if (s.holder == "plan") != (source in receivers) and not (
+            s.holder == "plan" and source in held
+        ):
+            return False
+        if destination in new_gpus and destination in memory:
+            return False
+        pace = s.pace_bytes_per_s
+        if pace is not None and not 0 < pace < math.inf:
+            return False
+        times = (s.not_before_s, s.start_s, s.end_s, getattr(s, "rate_bytes_per_s", 0.0))
+        if not all(0 <= t < math.inf for t in times) or getattr(s, "chunk_bytes", 1) < 1:
+            return False
+        lo, hi = getattr(s, "stripe", (0.0, 1.0))
+        if not 0 <= lo < hi <= 1:
+            return False
+        if any(f not in by_id or by_id[f].destination != source for f in s.feeds):
+            return False
+        if any(a not in by_id or a == s.id for a in s.after):
+            return False
+        total, scale = 0, tp if rank == ALL_RANKS else 1
+        for first, last, offset, length in spans[s.id]:
+            if not 0 <= first <= last < units or offset < 0 or length <= 0:
+                return False
+            if (first, last) not in smallest:
+                smallest[(first, last)] = min(unit_bytes[first : last + 1])
+            if offset + length > smallest[(first, last)] * scale:
+                return False
+            total += (last - first + 1) * length
+        if total != s.bytes:
+            return False
+    return True
+
+
+def _time(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
+def _check_fields(step: Any, tp: int) -> None:
+    where = f"step {step.id}"
+    for name, allowed in (("kind", STEP_KINDS), ("holder", HOLDERS), ("link", LINKS)):
+        value = getattr(step, name, allowed[0])
+        if value not in allowed:
+            raise InvalidInputError(
+                f"{where}: {name} must be one of {', '.join(allowed)}, got {value!r}"
+            )
+    if not (step.rank == ALL_RANKS or 0 <= step.rank < tp):
+        raise InvalidInputError(f"{where}: rank must be -1 or in 0..{tp - 1}, got {step.rank!r}")
+    pace = step.pace_bytes_per_s
+    if pace is not None and not (math.isfinite(pace) and pace > 0):
+        raise InvalidInputError(f"{where}: pace_bytes_per_s must be > 0 or null, got {pace!r}")
+    for name in ("not_before_s", "start_s", "end_s", "rate_bytes_per_s"):
+        value = getattr(step, name, 0.0)
+        if not _time(value):
+            raise InvalidInputError(f"{where}: {name} must be finite and >= 0, got {value!r}")
+    if getattr(step, "chunk_bytes", 1) < 1:
+        raise InvalidInputError(f"{where}: chunk_bytes must be >= 1, got {step.chunk_bytes!r}")
+    lo, hi = getattr(step, "stripe", (0.0, 1.0))
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo < hi <= 1):
+        raise InvalidInputError(f"{where}: stripe {[lo, hi]} is not 0 <= lo < hi <= 1")
+
+
+def _check_ranges(step: Any, spans: Sequence[Span], tp: int, unit_bytes: Sequence[int]) -> None:
+    where, total = f"step {step.id}", 0
+    scale = tp if step.rank == ALL_RANKS else 1
+    for first, last, offset, length in spans:
+        if not 0 <= first <= last < len(unit_bytes):
+            raise InvalidInputError(
+                f"{where}: units {first}..{last} are not units of the model "
+                f"(0..{len(unit_bytes) - 1})"
+            )
+        smallest = min(unit_bytes[first : last + 1]) * scale
+        if offset < 0 or length <= 0 or offset + length > smallest:
+            raise InvalidInputError(
+                f"{where}: bytes [{offset}, {offset + length}) of units {first}..{last} are not "
+                f"inside their buffers (the smallest has {smallest} bytes; length must be > 0)"
+            )
+        total += (last - first + 1) * length
+    if total != step.bytes:
+        raise InvalidInputError(
+            f"{where}: its ranges hold {total} bytes, 'bytes' says {step.bytes}"
+        )
+
+
+def _check_source_layout(step: Any, spec: ModelSpec | None) -> None:
+    where = f"step {step.id}"
+    if step.holder not in ("instance", "loading"):
+        raise InvalidInputError(
+            f"{where}: source_layout is set, but its source is a {step.holder!r} holder, not a "
+            "serving instance"
+        )
+    tp, rank = step.source_layout
+    if spec is not None:
+        try:
+            spec.check_tp(tp)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{where}: source_layout tp={tp!r}: {exc}") from None
+    if not 0 <= rank < tp:
+        raise InvalidInputError(f"{where}: source_layout rank {rank!r} is not in 0..{tp - 1}")
+    if step.rank == ALL_RANKS:
+        raise InvalidInputError(f"{where}: a resharding source sends one rank, not rank -1")
+
+
+def _memory_devices(steps: Sequence[Any]) -> set[str]:
+    """Devices that hold every rank's buffer: memory and disk sources, relays (destinations of
+    no new instance) and destinations of ``rank -1`` steps."""
+    found = {s.source for s in steps if s.holder in _MEMORY_HOLDERS}
+    return found | {s.destination for s in steps if s.instance is None or s.rank == ALL_RANKS}
+
+
+def _check_devices(
+    steps: Sequence[Any],
+    instances: Mapping[str, _Instance],
+    new_gpus: set[str],
+    held: Mapping[str, Any],
+    memory: set[str],
+) -> None:
+    receivers = {s.destination for s in steps}
+    for step in steps:
+        where = f"step {step.id}"
+        if step.source == step.destination:
+            raise InvalidInputError(f"{where}: source and destination are both {step.source!r}")
+        if step.rank == ALL_RANKS and step.source not in memory:
+            raise InvalidInputError(
+                f"{where}: rank -1 (every rank) needs a host-memory source, got {step.source!r}"
+            )
+        if step.instance is not None:
+            inst = instances.get(step.instance)
+            if inst is None:
+                raise InvalidInputError(
+                    f"{where}: instance {step.instance!r} is not a new instance of the document "
+                    f"({', '.join(instances) or 'none'})"
+                )
+            if step.rank == ALL_RANKS or inst.gpus[step.rank] != step.destination:
+                raise InvalidInputError(
+                    f"{where}: destination {step.destination!r} is not rank {step.rank} of "
+                    f"{inst.name} {list(inst.gpus)}"
+                )
+        if step.holder != "plan" and step.source in receivers:
+            raise InvalidInputError(
+                f"{where}: source {step.source!r} is a {step.holder!r} holder but also receives "
+                "in this plan (its holder is 'plan')"
+            )
+        if step.holder == "plan" and step.source not in receivers and step.source not in held:
+            raise InvalidInputError(
+                f"{where}: source {step.source!r} is unknown: it neither receives in this plan "
+                "nor holds bytes before it"
+            )
+        if step.destination in new_gpus and step.destination in memory:
+            raise InvalidInputError(
+                f"{where}: {step.destination!r} is a new GPU but also a host-memory device (a "
+                "rank -1 destination or a relay)"
+            )
+
+
+def _check_links(steps: Sequence[Any]) -> None:
+    """``feeds`` name steps into the source; ``after`` names other steps."""
+    by_id = {s.id: s for s in steps}
+    for step in steps:
+        for feed in step.feeds:
+            if feed not in by_id or by_id[feed].destination != step.source:
+                raise InvalidInputError(
+                    f"step {step.id}: feeds names step {feed}, which does not bring bytes to its "
+                    f"source {step.source!r}"
+                )
+        for prior in step.after:
+            if prior not in by_id or prior == step.id:
+                raise InvalidInputError(
+                    f"step {step.id}: after names step {prior}, which is not another step"
+                )
+
+
+def _check_acyclic(steps: Sequence[Any]) -> None:
+    """No step waits for itself through ``after`` and store-and-forward ``feeds``."""
+    waits = {
+        s.id: [*s.after, *(s.feeds if s.store_and_forward else ())]
+        for s in steps
+        if s.after or (s.store_and_forward and s.feeds)
+    }
+    state: dict[int, int] = {}  # 1: on the path being walked, 2: done
+    for root in waits:
+        if root in state:
+            continue
+        path, stack = [root], [iter(waits[root])]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                raise InvalidInputError(f"steps wait for each other in a cycle: {[*path, nxt]}")
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(waits.get(nxt, ())))
+
+
