@@ -6,7 +6,9 @@ root complex, host DRAM, an NVSwitch, a host, a leaf, the spine, a link) and a t
 or after the load. :func:`run_case` replans it and :func:`check` judges the outcome with its own
 code: a clear InfeasibleError, or a plan that validates on what survives, never touches a failed
 part, sends nothing a survivor already has, keeps every survivor's role and live status and the
-plan's options, completes or names every survivor, and claims OPTIMAL only on its bound.
+plan's options, completes or names every survivor, holds only bytes the old plan's steps had
+delivered (:func:`~blitzplan.scale.byte_checks.validate_replan`), and claims OPTIMAL only on its
+bound.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
+from blitzplan.scale.byte_checks import validate_replan
 from blitzplan.scale.replan import recover
 from blitzplan.solvers import SolveStatus
 from tests.program_check import check_program
@@ -248,6 +251,7 @@ def check(
             if sender.instance_id in gone:
                 out.append(f"lane {lane.flow} sends from the failed instance {sender.instance_id}")
         out += [f"program: {p}" for p in check_program(after)[:3]]
+        out += [f"across documents: {p}" for p in validate_replan(base, after, at)[:3]]
         if mc.lower_bound_s > mc.objective_s * (1 + 1e-9):
             out.append("bound above the objective")
         if mc.status is SolveStatus.OPTIMAL and mc.objective_s > mc.lower_bound_s * (1 + 1e-9):

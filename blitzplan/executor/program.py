@@ -77,7 +77,7 @@ def _check_reshard(program: Program, step: ProgramStep, holds: tuple[int, int]) 
         size = program.unit_bytes[unit]
         lo, hi = Fraction(offset, size), Fraction(offset + length, size)
         try:
-            target.reshard(unit, source, holds[1], step.rank, lo, hi)  # type: ignore[arg-type]
+            target.reshard(unit, source, holds[1], step.rank, lo, hi)
         except InvalidInputError as exc:
             raise InvalidInputError(f"step {step.id} (source_layout {holds}): {exc}") from None
 

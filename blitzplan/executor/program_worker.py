@@ -187,7 +187,7 @@ class ProgramSession:
             size = self.target.unit_bytes[unit]
             lo, hi = Fraction(offset, size), Fraction(offset + length, size)
             out = torch.zeros(length, dtype=torch.uint8, device=self.ctx.device)
-            copies = self.target.reshard(unit, self.own, source_rank, rank, lo, hi)  # type: ignore[arg-type]
+            copies = self.target.reshard(unit, self.own, source_rank, rank, lo, hi)
             for src, dst, n in copies:
                 out[dst - offset : dst - offset + n] = self.store.buffers[unit][src : src + n]
             self.packed[(send.step, unit, offset)] = out

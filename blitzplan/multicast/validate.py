@@ -3,7 +3,8 @@
 It re-derives from the plan's lanes and the cluster state, without the planner's code: that every
 new GPU receives every byte of its own rank's shard exactly once (stripe intervals partition
 ``[0, 1)`` for each unit it needs); that every lane's holder holds what it sends (a source's TP
-rank, the model's host copy, or what arrived at the holder earlier in this plan); that no live
+rank, the model's host copy, or what arrived at the holder earlier in this plan; from an instance of
+another TP degree, byte by byte in the model's layout); that no live
 instance sends over the network and no prefill GPU sends unless allowed; that every flow is a path
 from holder through its exit to its destination; that no link carries more than its capacity
 beside the background flows and every rate is positive; that lanes wait for nothing in a cycle;
@@ -19,6 +20,8 @@ from collections import defaultdict
 from fractions import Fraction
 
 from blitzplan.cluster import ClusterState, Role
+from blitzplan.errors import InvalidInputError
+from blitzplan.models import ModelSpec, layout
 from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
 from blitzplan.topologies import fair_share_after
 
@@ -36,6 +39,7 @@ def validate_multicast(state: ClusterState, plan: MulticastPlan) -> tuple[str, .
     problems += _check_senders(state, plan)
     problems += _check_bytes(plan)
     problems += _check_holdings(plan)
+    problems += _check_resharded_bytes(state, plan)
     problems += _check_flows(state, plan)
     if not problems:
         problems += _check_rates(state, plan)
@@ -209,6 +213,57 @@ def _check_holdings(plan: MulticastPlan) -> list[str]:
         else:
             out += _check_forwarded(plan, lane, into[(lane.sender, lane.holder)], where)
     return out
+
+
+def _check_resharded_bytes(state: ClusterState, plan: MulticastPlan) -> list[str]:
+    """A lane from an instance of another TP degree sends, of every unit it carries, bytes
+    ``[round(lo * B), round(hi * B))`` of its rank buffer: its holder's own buffer must contain
+    each of them (:meth:`~blitzplan.models.layout.Layout.reshard`, byte by byte)."""
+    tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
+    specs = {inst.id: inst.model for inst in state.instances}
+    out: list[str] = []
+    seen: dict[tuple[object, ...], str] = {}
+    for lane in plan.lanes:
+        sender = plan.nodes[lane.sender]
+        if (
+            sender.kind is not NodeKind.INSTANCE
+            or sender.tp == tp
+            or lane.holder not in sender.gpus
+        ):
+            continue
+        spec = specs.get(sender.instance_id or "")
+        if spec is None:
+            continue  # _check_senders names it
+        receiver = plan.nodes[lane.receiver]
+        carried = [u for u in range(len(plan.unit_bytes)) if not receiver.has(u)]
+        key = (spec, sender.tp, sender.gpus.index(lane.holder), lane.rank, lane.lo, lane.hi)
+        if key not in seen:
+            seen[key] = _lacked(spec, tp, key[1:], carried)
+        if seen[key]:
+            out.append(f"lane {lane.flow} ({lane.holder}->{lane.dst}): {seen[key]}")
+    return out
+
+
+def _lacked(
+    spec: ModelSpec, tp: int, lane: tuple[int, int, int, float, float], units: list[int]
+) -> str:
+    """What the source rank lacks of the stripe (empty: nothing), by the layouts' bytes."""
+    source_tp, source_rank, rank, lo, hi = lane
+    try:
+        target, source = layout(spec, tp), layout(spec, source_tp)
+    except InvalidInputError as exc:
+        return f"its bytes cannot be checked: {exc}"
+    done: set[tuple[object, ...]] = set()
+    for unit in units:
+        shape = target.shape_key(unit)
+        if shape in done:
+            continue  # a unit laid out like one checked already (the layers)
+        done.add(shape)
+        try:
+            target.reshard(unit, source, source_rank, rank, lo, hi)
+        except InvalidInputError as exc:
+            return f"unit {unit}: {exc}"
+    return ""
 
 
 def _check_forwarded(plan: MulticastPlan, lane: Lane, arrived: list[Lane], where: str) -> list[str]:

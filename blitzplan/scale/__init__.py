@@ -1,6 +1,7 @@
 """``plan()``: the call a serving stack makes, its ScalePlan, and ``replan()`` after failures."""
 
 from blitzplan.scale.apply import apply_plan
+from blitzplan.scale.byte_checks import validate_replan
 from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan, validate_plan
 from blitzplan.scale.replan import Recovery, recover, replan
 from blitzplan.scale.types import (
@@ -36,4 +37,5 @@ __all__ = [
     "recover",
     "replan",
     "validate_plan",
+    "validate_replan",
 ]

@@ -45,6 +45,7 @@ from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
 from blitzplan.multicast.types import MulticastPlan
+from blitzplan.scale.byte_checks import check_source_bytes
 from blitzplan.scale.document import plan_digest
 from blitzplan.scale.program import Held, program
 from blitzplan.scale.types import (
@@ -302,7 +303,7 @@ def realize(
     milestones = _milestones(
         state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
     )
-    steps, snapped = program(multicast, state.topology, held) if multicast else ((), {})
+    steps = program(multicast, state.topology, held) if multicast else ()
     made = ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -319,7 +320,7 @@ def realize(
         notes=tuple(notes),
         options=options.recorded,
         steps=steps,
-        held=snapped,
+        held={gpu: dict(units) for gpu, units in (held or {}).items()},
     )
     return dataclasses.replace(made, plan_id=plan_digest(made))
 
@@ -340,10 +341,13 @@ def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> Clust
 
 def validate_plan(state: ClusterState, plan: ScalePlan) -> tuple[str, ...]:
     """Every rule ``plan``'s multicast breaks on ``state`` (the state it was made on), checked
-    at the link efficiency the plan was computed at (:func:`~blitzplan.validate_multicast`)."""
+    at the link efficiency the plan was computed at (:func:`~blitzplan.validate_multicast`),
+    and every byte a step sends from an instance of another TP degree that its source rank
+    lacks (:func:`~blitzplan.scale.byte_checks.check_source_bytes`)."""
     if plan.multicast is None:
         return ()
-    return validate_multicast(at_efficiency(state, plan.options.link_efficiency), plan.multicast)
+    derated = at_efficiency(state, plan.options.link_efficiency)
+    return validate_multicast(derated, plan.multicast) + check_source_bytes(plan)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ What a serving stack can rely on:
   host, or a link as a ``(node, node)`` pair (both directions go). ``cancelled`` names new
   instances no longer wanted.
 * **At ``at_s`` seconds** into ``plan``, a unit counts as delivered to a new instance when the plan
-  had it complete on every GPU of the instance by then; delivered units stay (no transfer) and
-  only the rest is planned, from the sources that survive (their delivered units included), on
+  had it complete on every GPU of the instance by then; of the others, a GPU keeps (``held``)
+  exactly the bytes of every step into it whose unit had arrived whole over the step
+  (:func:`~blitzplan.scale.program.delivered`; :func:`~blitzplan.scale.validate_replan` checks
+  it from the two documents). Delivered units and held bytes stay (no transfer) and only the
+  rest is planned, from the sources that survive (their delivered units included), on
   the topology without the failed parts. New instances that had every unit are complete and
   serve: they join the sources. Everything in the new plan is timed from the moment of replanning.
 * **A GPU is lost** when it fails, or when the failures cut it off from every NIC of its host; a
@@ -41,7 +44,7 @@ from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
 from blitzplan.scale.plan import Options, Targets, realize
-from blitzplan.scale.program import held_after
+from blitzplan.scale.program import delivered
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 from blitzplan.topologies import Topology
 
@@ -90,7 +93,10 @@ def replan(
 
     def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
         gpus = [g for info in survivors for g in info.gpus]
-        held = held_after(plan.multicast, at_s, gpus, plan.held) if plan.multicast else {}
+        mc = plan.multicast
+        held = {}
+        if mc is not None:
+            held = delivered(plan.steps, mc.lane_arrival_s, mc.unit_bytes, at_s, gpus, plan.held)
         return realize(
             recovery.state,
             plan.spec,

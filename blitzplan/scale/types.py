@@ -153,7 +153,8 @@ class ScalePlan:
     """Everything a serving stack needs to carry out one scaling decision.
 
     ``steps`` is the transfer program (:mod:`blitzplan.scale.program`); ``held`` what the new
-    GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals.
+    GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals
+    naming exact bytes (``[round(lo * B), round(hi * B))``: what the old plan's steps delivered).
     ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`): equal
     inputs give equal plans, equal ids and byte-identical JSON."""
 
