@@ -3,13 +3,14 @@
 It re-derives from the plan's lanes and the cluster state, without the planner's code: that every
 new GPU receives every byte of its own rank's shard exactly once (stripe intervals partition
 ``[0, 1)`` for each unit it needs); that every lane's holder holds what it sends (a source's TP
-rank, the model's host copy, or what arrived at the holder earlier in this plan; from an instance of
-another TP degree, byte by byte in the model's layout); that no live
-instance sends over the network and no prefill GPU sends unless allowed; that every flow is a path
-from holder through its exit to its destination; that no link carries more than its capacity
-beside the background flows and every rate is positive; that lanes wait for nothing in a cycle;
-and the recurrence of every lane, each instance's readiness and the objective. It returns every
-violated rule as a sentence (an empty tuple means the plan is valid).
+rank, the model's host copy, or what arrived at the holder earlier in this plan; from an instance
+of another TP degree, byte by byte in the model's layout); that no live instance sends over the
+network and no prefill GPU sends unless allowed; that every flow is a path from holder through its
+exit to its destination; that no link carries more than its capacity beside the background flows
+(a background flow the plan leaves out has ended before it starts) and every rate is positive;
+that lanes wait for nothing in a cycle; and the recurrence of every lane, each instance's
+readiness and the objective. It returns every violated rule as a sentence (an empty tuple means
+the plan is valid).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def validate_multicast(state: ClusterState, plan: MulticastPlan) -> tuple[str, .
     problems += _check_holdings(plan)
     problems += _check_resharded_bytes(state, plan)
     problems += _check_flows(state, plan)
+    problems += _check_background(state, plan)
     if not problems:
         problems += _check_rates(state, plan)
     if not problems:
@@ -312,6 +314,26 @@ def _check_flows(state: ClusterState, plan: MulticastPlan) -> list[str]:
             out.append(f"flow {lane.flow} uses an edge the topology lacks")
         if lane.exit != lane.holder and lane.exit not in nodes:
             out.append(f"flow {lane.flow} does not pass its exit {lane.exit}")
+    return out
+
+
+def _check_background(state: ClusterState, plan: MulticastPlan) -> list[str]:
+    """The plan shares the links with every background flow of the state, or starts (every new
+    instance's startup, which every lane waits for) after that flow has ended."""
+    out = []
+    ours = set(state.background_flows)
+    start = min((i.startup_s for i in plan.instances), default=0.0)
+    for flow in plan.background:
+        if flow not in ours:
+            out.append(f"the plan shares links with {flow.name!r}, no background flow of the state")
+    kept = set(plan.background)
+    for flow in state.background_flows:
+        end = state.flow_end_s(flow)
+        if flow not in kept and end > start * (1 + _TOL) + _TOL:
+            out.append(
+                f"the plan leaves out background flow {flow.name!r}, which runs {end:.6g} s, "
+                f"yet starts at {start:.6g} s"
+            )
     return out
 
 

@@ -255,12 +255,13 @@ def realize(
     missing: list[str],
     held: Held | None = None,
     started: float | None = None,
+    notes: Sequence[str] = (),
 ) -> ScalePlan:
     """Multicast, roles, live pairs, milestones and the transfer program for a fixed set of
     new instances (``held``: bytes the new GPUs already have, a replan's), on ``state``'s links
-    at ``options.link_efficiency``."""
+    at ``options.link_efficiency``; ``notes`` start the plan's notes."""
     clock = _Deadline(started, options.deadline_s)
-    notes: list[str] = []
+    notes = list(notes)
     state = at_efficiency(state, options.link_efficiency)
     queues, moved = _requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
@@ -288,6 +289,7 @@ def realize(
         )
         if clock.tight():
             notes.append("deadline_s: the greedy multicast plan without its refinements")
+        notes += _waits(state, multicast)
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets.prefill)
     pairs = _pairs(
         state, spec, multicast, loaded, queues, options, tp, keep=targets.pairs, clock=clock
@@ -323,6 +325,18 @@ def realize(
         held={gpu: dict(units) for gpu, units in (held or {}).items()},
     )
     return dataclasses.replace(made, plan_id=plan_digest(made))
+
+
+def _waits(state: ClusterState, multicast: MulticastPlan) -> list[str]:
+    """A note when the plan waits for background flows that end (an earlier plan's steps)."""
+    kept = set(multicast.background)
+    ended = [state.flow_end_s(f) for f in state.background_flows if f not in kept]
+    if not ended:
+        return []
+    return [
+        f"the new instances start in {max(ended):.3f} s, once an earlier plan's steps end: "
+        "until then they fill every route to one of them"
+    ]
 
 
 def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> ClusterState:

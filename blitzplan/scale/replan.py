@@ -25,6 +25,10 @@ What a serving stack can rely on:
   forces a change (a live instance whose old instance died pairs again with another overloaded
   one); the plan's options carry over (a custom compute model is passed again); the startup still
   ahead of each survivor is what remains of the plan's.
+* **Overlapping plans.** An instance still loading under an earlier plan is a source only while
+  its loading record holds: when the failures hit what its arrivals depend on (the sources,
+  forwarders, memories and links of its plan), the record is stale, the instance is no source,
+  and the plan's ``notes`` say so (``recover(...).stale``): replan that earlier plan too.
 * **What cannot be finished** is said: a surviving new instance no holder can reach any more is
   listed in ``missing`` with the reason (with ``strict``, an InfeasibleError says it instead),
   and when nothing is left to plan for the survivors the error names them all.
@@ -61,7 +65,8 @@ class Recovery:
     ids), the host copies that survive, the background flows that still run, and the new
     instances that were complete (named as in the plan). ``survivors`` are the new instances
     still loading; ``lost`` says, one sentence per new instance, why it can no longer be loaded;
-    ``removed`` says the same of every serving instance that no longer serves.
+    ``removed`` says the same of every serving instance that no longer serves; ``stale`` of
+    every instance loading under an earlier plan that can no longer count on its record.
     """
 
     state: ClusterState
@@ -69,6 +74,9 @@ class Recovery:
     complete: tuple[NewInstanceInfo, ...]
     lost: tuple[str, ...]
     removed: tuple[str, ...] = ()
+    stale: tuple[str, ...] = ()
+    """One sentence per instance loading under an earlier plan that the failures cut off from
+    what its loading record depends on: it stays, loading, but is no source any more."""
 
 
 def replan(
@@ -109,6 +117,7 @@ def replan(
             releases=serving.releases,
             missing=missing,
             held=held,
+            notes=recovery.stale,
         )
 
     try:
@@ -118,7 +127,7 @@ def replan(
         if not stranded:
             raise
     if options.strict or len(stranded) == len(survivors):
-        raise InfeasibleError("; ".join(stranded.values()))
+        raise InfeasibleError("; ".join([*stranded.values(), *recovery.stale]))
     rest = [s for s in survivors if s.name not in stranded]
     return finish(rest, [*recovery.lost, *stranded.values()])
 
@@ -244,8 +253,40 @@ def recover(
             complete.append(info)
         else:
             survivors.append(info)
-    current = _rebuild(state, topology, lost_gpus, broken, plan, complete)
-    return Recovery(current, tuple(survivors), tuple(complete), tuple(lost), tuple(removed))
+    gone = {i.id for i in state.instances if set(i.gpus) & lost_gpus}
+    stale = _stale(state, topology, broken.processes | broken.memories | gone, bool(failures))
+    current = _rebuild(state, topology, lost_gpus, broken, plan, complete, set(stale))
+    return Recovery(
+        current,
+        tuple(survivors),
+        tuple(complete),
+        tuple(lost),
+        tuple(removed),
+        tuple(stale.values()),
+    )
+
+
+def _stale(
+    state: ClusterState, topology: Topology, failed: set[str], anything: bool
+) -> dict[str, str]:
+    """Instances loading under an earlier plan whose record the failures left stale
+    (:meth:`~blitzplan.cluster.Loading.stale_after`; one that streams from a stale one is
+    stale too), each with the sentence that says so."""
+    out: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for inst in state.instances:
+            if inst.loading is None or inst.id in out or inst.id in failed:
+                continue
+            why = inst.loading.stale_after(failed | set(out), topology, anything_failed=anything)
+            if why is not None:
+                out[inst.id] = (
+                    f"{inst.id}, loading under an earlier plan, is no source: {why}; that plan "
+                    "needs a replan too"
+                )
+                changed = True
+    return out
 
 
 @dataclass(frozen=True)
@@ -335,10 +376,17 @@ def _rebuild(
     broken: _Broken,
     plan: ScalePlan,
     complete: list[NewInstanceInfo],
+    stale: set[str],
 ) -> ClusterState:
-    """The cluster now: surviving instances (same ids), host copies, background flows, and the
-    new instances that are already complete."""
-    if topology is state.topology and not broken.processes and not broken.memories and not complete:
+    """The cluster now: surviving instances (same ids; a stale loading record dropped), host
+    copies, background flows, and the new instances that are already complete."""
+    if (
+        topology is state.topology
+        and not broken.processes
+        and not broken.memories
+        and not complete
+        and not stale
+    ):
         return state
     current = ClusterState(topology)
     for copy in state.pool.host_copies:
@@ -349,7 +397,7 @@ def _rebuild(
             continue
         if not set(inst.gpus) <= set(topology.gpus()):
             continue
-        _copy_instance(current, inst)
+        _copy_instance(current, inst, keep_loading=inst.id not in stale)
     known = {i.id for i in current.instances}
     for info in complete:
         if info.name in known:
@@ -358,11 +406,11 @@ def _rebuild(
         current.add_instance(plan.spec, gpus=list(info.gpus), role=role, instance_id=info.name)
     for flow in state.background_flows:
         if all(topology.graph.has_edge(*e) for e in flow.edges):
-            current.add_flow(flow)
+            current.add_flow(flow, until_s=state.flow_end_s(flow))
     return current
 
 
-def _copy_instance(state: ClusterState, inst: Instance) -> None:
+def _copy_instance(state: ClusterState, inst: Instance, *, keep_loading: bool) -> None:
     state.add_instance(
         inst.model,
         gpus=list(inst.gpus),
@@ -370,5 +418,5 @@ def _copy_instance(state: ClusterState, inst: Instance) -> None:
         queue=inst.queue,
         kv_bytes_used=inst.kv_bytes_used,
         instance_id=inst.id,
-        loading=inst.loading,  # an earlier plan's instance still loading stays a source
+        loading=inst.loading if keep_loading else None,  # a source while its record holds
     )

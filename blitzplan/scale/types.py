@@ -172,7 +172,8 @@ class ScalePlan:
     missing: tuple[str, ...] = ()
     """What the request asked for and this plan could not do (empty when met in full)."""
     notes: tuple[str, ...] = ()
-    """What the planner left out to keep ``deadline_s`` (empty when nothing)."""
+    """What the planner left out to keep ``deadline_s``, and (a replan) the instances loading
+    under an earlier plan it no longer streams from (empty when nothing)."""
     options: PlanOptions = field(default_factory=PlanOptions)
     steps: tuple[TransferStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
