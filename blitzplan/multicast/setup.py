@@ -332,11 +332,10 @@ def _target_nodes(
     for (nvlink, mask), members in by_group.items():
         node_id = len(nodes)
         gpus = tuple(gpu for i in members for gpu in groups[i])
-        relays = tuple(  # a node holding units from before has none: a relay could not
-            g  # forward those units to a node that still lacks them
+        relays = tuple(  # a node holding units from before forwards from its instance GPUs
+            g
             for g in pool.get((nvlink, mask), nvlink)
-            if not any(mask)
-            and g in free
+            if g in free
             and g not in unavailable
             and g not in relay_taken
             and all(topology.has_path(g, x) for x in gpus)
@@ -375,8 +374,8 @@ def _pcie_relay_pools(
     relay over NVLink)."""
     by_host: dict[str, list[tuple[tuple[str, ...], tuple[bool, ...]]]] = {}
     for key in by_group:
-        nvlink, mask = key
-        if len(nvlink) == 1 and not any(mask):
+        nvlink, _ = key
+        if len(nvlink) == 1:
             by_host.setdefault(topology.host_of(nvlink[0]), []).append(key)
     pools: dict[tuple[tuple[str, ...], tuple[bool, ...]], tuple[str, ...]] = {}
     for host, keys in by_host.items():

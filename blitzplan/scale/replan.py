@@ -31,7 +31,9 @@ What a serving stack can rely on:
   and the plan's ``notes`` say so (``recover(...).stale``): replan that earlier plan too.
 * **What cannot be finished** is said: a surviving new instance no holder can reach any more is
   listed in ``missing`` with the reason (with ``strict``, an InfeasibleError says it instead),
-  and when nothing is left to plan for the survivors the error names them all.
+  and when nothing is left to plan for the survivors the error names them all. When every
+  survivor plans alone but they do not all plan together, they are taken survivor by survivor:
+  those that do not plan with the ones before them are listed the same way.
 
 Weights of one identity only: surviving new instances keep their delivered units (all from the
 plan's model) and receive the rest from sources of that same identity, so no instance mixes two.
@@ -122,10 +124,11 @@ def replan(
 
     try:
         return finish(survivors, list(recovery.lost))
-    except InfeasibleError:
+    except InfeasibleError as exc:
         stranded = _stranded(plan, recovery, survivors, options)
+        stranded = stranded or _apart(plan, recovery, survivors, options)
         if not stranded:
-            raise
+            raise exc from None
     if options.strict or len(stranded) == len(survivors):
         raise InfeasibleError("; ".join([*stranded.values(), *recovery.stale]))
     rest = [s for s in survivors if s.name not in stranded]
@@ -186,6 +189,24 @@ def _stranded(
             _reach(plan, recovery, [info], options)
         except InfeasibleError as exc:
             out[info.name] = f"{info.name} cannot be finished: {exc}"
+    return out
+
+
+def _apart(
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+) -> dict[str, str]:
+    """When every survivor plans alone but not all together: survivor by survivor, those that
+    do not plan together with the ones kept before them, with the reason."""
+    kept: list[NewInstanceInfo] = []
+    out = {}
+    for info in survivors:
+        try:
+            _reach(plan, recovery, [*kept, info], options)
+        except InfeasibleError as exc:
+            names = ", ".join(k.name for k in kept)
+            out[info.name] = f"{info.name} cannot be finished together with {names}: {exc}"
+            continue
+        kept.append(info)
     return out
 
 
