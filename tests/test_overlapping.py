@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 
 import pytest
 
@@ -23,6 +24,7 @@ from blitzplan.scale import (
 from blitzplan.scale.plan import at_efficiency
 from blitzplan.topologies import Flow
 from tests.fault_campaign import SCENARIOS
+from tests.overlap_campaign import random_overlap, run_overlap
 from tests.program_check import check_program
 
 MODEL = "llama-3-8b"
@@ -162,3 +164,20 @@ def test_applying_a_plan_ends_the_flows_that_ended() -> None:
     assert kv in apply_plan(st1, p2, at_s=100.0).background_flows
     with pytest.raises(InvalidInputError, match="until_s must be a time > 0"):
         st1.add_flow(Flow(kv.edges, 1e9, "bad"), until_s=0.0)
+
+
+def test_property_overlapping_replans_hold_the_bar() -> None:
+    """Property: random second plans made while the first loads, replanned after none, one or
+    two failures, are clear errors or plans the campaign's checkers accept: valid, byte-exact
+    within and across the two documents, and streaming from no instance its own plan can no
+    longer finish."""
+    rng = random.Random(18)
+    outcomes = []
+    while len(outcomes) < 16:
+        case = random_overlap(rng)
+        if case is not None:
+            outcomes.append(run_overlap(*case))
+    assert all(o.kind != "crash" and o.problems == () for o in outcomes), [
+        (o.scenario, o.failures, o.problems) for o in outcomes if o.problems
+    ]
+    assert sum(o.kind == "plan" for o in outcomes) >= 8

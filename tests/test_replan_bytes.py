@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
+from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
 from blitzplan.models import ModelSpec, layout
 from blitzplan.multicast import holdings
 from blitzplan.scale import ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.byte_checks import check_source_bytes, validate_replan
 from blitzplan.scale.program import stripe_of
-from tests.fault_campaign import SCENARIOS, base_plan
+from tests.fault_campaign import OFF_GRID, SCENARIOS, base_plan
 from tests.program_check import check_program
 
 
@@ -104,44 +104,6 @@ def test_property_stripe_of_names_its_byte_exactly(nbytes: int, data: st.DataObj
 
 
 # --- holdings of sources of another TP degree ------------------------------------------------
-
-
-def _config(**fields: object) -> dict[str, object]:
-    return {
-        "model_type": "llama",
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        **fields,
-    }
-
-
-OFF_GRID = {
-    "mistral-7b-32002": load_model(
-        _config(
-            model_type="mistral",
-            _name_or_path="mistral-7b-32002",
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=32002,
-        )
-    ),
-    "small-kv2-v130": load_model(
-        _config(
-            _name_or_path="small-kv2-v130",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=130,
-        )
-    ),
-}
-"""Models whose layout grid is small (a 32,002 or 130-token vocabulary): most TP pairs are not
-:meth:`~blitzplan.models.layout.Layout.exact_for` one another."""
 
 
 def _valid_tps(spec: ModelSpec) -> list[int]:

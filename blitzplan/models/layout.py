@@ -29,6 +29,7 @@ Expert parallelism is not described: every rank holds its TP share of every expe
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -310,6 +311,14 @@ def layout(model: ModelSpec | str, tp: int) -> Layout:
     """The per-rank buffer layout of ``model`` (a ModelSpec, or a name :func:`load_model`
     takes) on ``tp`` GPUs; InvalidInputError for a bad tp or a model it cannot lay out."""
     spec = _spec(model)
+    if isinstance(tp, bool) or not isinstance(tp, int):
+        spec.check_tp(tp)  # names the bad value
+    return _layout(spec, tp)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(spec: ModelSpec, tp: int) -> Layout:
+    """:func:`layout`, made once per model and degree (layouts are frozen)."""
     reason = unsupported_reason(spec)
     if reason:
         raise InvalidInputError(f"layout() cannot lay out model {spec.name!r}: {reason}")
