@@ -385,9 +385,22 @@ def degrade(
     topology: Topology, dead_nodes: set[str], dead_links: set[tuple[str, str]]
 ) -> tuple[Topology, set[str]]:
     """The topology without the dead parts (:meth:`~blitzplan.topologies.Topology.without`),
-    and every GPU lost with them (failed, or cut off from every NIC of its host)."""
-    degraded = topology.without(nodes=dead_nodes, links=dead_links)
-    return degraded, set(topology.gpus()) - set(degraded.gpus())
+    and every GPU lost with them (failed, or cut off from every NIC of its host). The same
+    failures give the same degraded topology (kept on the original, the last
+    :data:`DEGRADED_KEPT` of them), so a replan and the ``recover`` after it share its caches."""
+    key = (frozenset(dead_nodes), frozenset(dead_links))
+    kept = topology.memo.setdefault("degraded", {})
+    if key not in kept:
+        degraded = topology.without(nodes=dead_nodes, links=dead_links)
+        while len(kept) >= DEGRADED_KEPT:
+            kept.pop(next(iter(kept)))
+        kept[key] = (degraded, frozenset(set(topology.gpus()) - set(degraded.gpus())))
+    degraded, lost = kept[key]
+    return degraded, set(lost)
+
+
+DEGRADED_KEPT = 16
+"""Degraded topologies kept per topology (the most recent failure sets)."""
 
 
 def _rebuild(
