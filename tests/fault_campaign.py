@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.byte_checks import validate_replan
-from blitzplan.scale.replan import recover
+from blitzplan.scale.recovery import recover
 from blitzplan.solvers import SolveStatus
 from tests.program_check import check_program
 

@@ -16,7 +16,7 @@ from blitzplan.models import ModelSpec, layout
 from blitzplan.multicast import holdings
 from blitzplan.scale import ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.byte_checks import check_source_bytes, validate_replan
-from blitzplan.scale.program import stripe_of
+from blitzplan.scale.delivered import stripe_of
 from tests.fault_campaign import OFF_GRID, SCENARIOS, base_plan
 from tests.program_check import check_program
 

@@ -3,7 +3,8 @@
 from blitzplan.scale.apply import apply_plan
 from blitzplan.scale.byte_checks import validate_replan
 from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan, validate_plan
-from blitzplan.scale.replan import Recovery, recover, replan
+from blitzplan.scale.recovery import Recovery, recover
+from blitzplan.scale.replan import replan
 from blitzplan.scale.types import (
     SCHEMA,
     SCHEMA_VERSION,

@@ -46,8 +46,9 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
 from blitzplan.multicast.types import MulticastPlan
 from blitzplan.scale.byte_checks import check_source_bytes
+from blitzplan.scale.delivered import Held
 from blitzplan.scale.document import plan_digest
-from blitzplan.scale.program import Held, program
+from blitzplan.scale.program import program
 from blitzplan.scale.types import (
     LivePair,
     MilestoneFigures,
