@@ -15,7 +15,7 @@ from blitzplan.compute import RooflineComputeModel
 from blitzplan.live.validate import validate_schedule
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.plan import Options, live_instance
-from blitzplan.scale.replan import recover
+from blitzplan.scale.recovery import recover
 
 MODEL = "mistral-small-24b"
 

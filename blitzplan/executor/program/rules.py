@@ -157,7 +157,7 @@ def _check_source_layout(program: Program, step: ProgramStep) -> None:
         size = program.unit_bytes[unit]
         lo, hi = Fraction(offset, size), Fraction(offset + length, size)
         try:
-            target.reshard(unit, source, rank, step.rank, lo, hi)  # type: ignore[arg-type]
+            target.reshard(unit, source, rank, step.rank, lo, hi)
         except InvalidInputError as exc:
             raise InvalidInputError(f"{where} (source_layout {(tp, rank)}): {exc}") from None
 

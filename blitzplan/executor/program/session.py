@@ -126,7 +126,7 @@ class ProgramSession:
         for unit, offset, _, length in send.pieces:
             size = self.target.unit_bytes[unit]
             lo, hi = Fraction(offset, size), Fraction(offset + length, size)
-            copies = self.target.reshard(unit, self.own, source_rank, rank, lo, hi)  # type: ignore[arg-type]
+            copies = self.target.reshard(unit, self.own, source_rank, rank, lo, hi)
             for src, dst, n in copies:
                 start = at + dst - offset
                 self.arena[start : start + n] = self.buffer(unit)[src : src + n]
