@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
 from blitzplan.live.exact.common import start_point
-from blitzplan.live.relaxation import _open_bound, _Relaxation, relaxation_bound
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_dp import _open_bound, relaxation_bound
 from blitzplan.solvers import SolveStatus
 from tests.test_live_properties import instances
 
@@ -212,7 +213,7 @@ def test_cbc_is_asked_to_stop_early(tmp_path: Path, seconds: float, asked: str) 
 def test_the_open_bound_out_of_time_is_still_a_bound(instance, objective: str) -> None:
     """Property: bounding the states after the first placement on O per group (out of time) is
     <= bounding each state (in time), which is <= the relaxation's optimum."""
-    relax = _Relaxation(instance, objective)
+    relax = Relaxation(instance, objective)
     free, empty = instance.old_free_at_s, relax.obj.empty
     groups = []
     for i in range(instance.num_batches):

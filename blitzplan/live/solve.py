@@ -20,12 +20,12 @@ METHODS: dict[str, str] = {
     "stop_the_world": "N does nothing until fully loaded, then serves whole batches",
     "best_effort": "N runs every layer it has for each batch it takes, then hands off",
     "zigzag": "the paper's priority-queue policy with an admission window (the default)",
-    "exact": "the optimum from a backend: highs, cbc (PuLP MILP), cpsat, enumerate",
+    "exact": "the proven optimum from a backend: bnb (the default), highs, cbc, cpsat, enumerate",
     "improve": "ZigZag improved by local search within time_limit_s (default 0.1 s)",
 }
 """The closed table of methods."""
 
-DEFAULT_BACKEND = "highs"
+DEFAULT_BACKEND = "bnb"
 """The backend ``method="exact"`` uses when none is named."""
 
 DEFAULT_IMPROVE_S = 0.1
@@ -170,6 +170,17 @@ def _exact(
         return replace(hint, method="exact", backend=backend)  # proven infeasible already
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
+    if backend == "bnb":
+        from blitzplan.live.exact.bnb import solve_bnb
+
+        return solve_bnb(
+            instance,
+            objective=objective,
+            old_order=old_order,
+            time_limit_s=time_limit_s,
+            hint=hint,
+            warm_start=warm_start,
+        )
     if backend == "cpsat":
         from blitzplan.live.exact.cpsat import solve_cpsat
 

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound, repair
+from blitzplan.live.relaxation import RelaxedPlan, repair
+from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.schedule import Schedule, build_schedule, empty_schedule, relative_gap
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP, SolveStatus, quiet_stdout
 

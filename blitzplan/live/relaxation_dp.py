@@ -1,0 +1,266 @@
+"""Solving the N-capacity relaxation (:mod:`blitzplan.live.relaxation`).
+
+Under ``old_order="free"`` a dynamic program over the sets of batches already on O keeps, per
+set, the Pareto front of (O free time, cost) and prunes states that cannot beat the best known
+cost; under ``old_order="fifo"`` O's order is fixed and the program is linear in the batches
+(each batch goes on O, in release order, or stays on N). Stopped by the clock, the search still
+returns a valid bound: the least any state it left open could reach.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.relaxation import Relaxation, RelaxedPlan
+
+__all__ = [
+    "GREEDY_MAX_S",
+    "SEARCH_SHARE",
+    "relaxation_bound",
+    "relaxed_greedy",
+    "solve_relaxation",
+]
+
+SEARCH_SHARE = 0.8
+"""The share of ``relaxation_bound``'s time limit the subset search may use; the rest bounds
+the states it left open."""
+
+GREEDY_MAX_S = 0.05
+"""The most time the greedy start of ``relaxation_bound`` gets (a quarter of a shorter limit)."""
+
+_State = tuple[float, float, tuple[int, ...]]
+"""(O free time, cost so far, batches on O in order)."""
+
+
+def relaxed_greedy(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    time_limit_s: float = 0.05,
+) -> RelaxedPlan:
+    """A good relaxed plan: earliest completion first on O, then swaps and moves while they help."""
+    relax = Relaxation(instance, objective)
+    if old_order == "fifo":
+        return relax.plan(_fifo_best(relax)[1])
+    return relax.plan(_local_search(relax, time.perf_counter() + time_limit_s))
+
+
+def _local_search(relax: Relaxation, deadline_s: float) -> list[int]:
+    sequence = _earliest_completion_first(relax)
+    best = relax.evaluate(sequence)
+    improved = True
+    while improved:
+        improved = False
+        for candidate in _neighbours(sequence, relax.instance.num_batches):
+            if time.perf_counter() > deadline_s:
+                return sequence
+            value = relax.evaluate(candidate)
+            if value < best - 1e-12:
+                sequence, best, improved = candidate, value, True
+                break
+    return sequence
+
+
+def _earliest_completion_first(relax: Relaxation) -> list[int]:
+    free, rest, sequence = relax.instance.old_free_at_s, set(range(relax.instance.num_batches)), []
+    while rest:
+        placed = {i: relax.options[i].place(free)[0] for i in rest}
+        for i in [i for i in rest if relax.on_new[i] <= relax.obj.value(i, placed[i])]:
+            rest.discard(i)
+        if not rest:
+            break
+        pick = min(rest, key=lambda i: (placed[i], i))
+        sequence.append(pick)
+        rest.discard(pick)
+        free = placed[pick]
+    return sequence
+
+
+def _neighbours(sequence: list[int], n: int) -> Iterator[list[int]]:
+    """Swap two, move one, drop one to N, add one from N at every position (lazily)."""
+    for a in range(len(sequence)):
+        for b in range(a + 1, len(sequence)):
+            swapped = list(sequence)
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            yield swapped
+        rest = sequence[:a] + sequence[a + 1 :]
+        yield rest
+        yield from ([*rest[:b], sequence[a], *rest[b:]] for b in range(len(rest) + 1) if b != a)
+    for i in sorted(set(range(n)) - set(sequence)):
+        yield from ([*sequence[:b], i, *sequence[b:]] for b in range(len(sequence) + 1))
+
+
+def _fifo_best(relax: Relaxation) -> tuple[float, list[int]]:
+    """Exact under a fixed O order: each batch goes on O (in release order) or stays on N.
+    Returns (cost, O sequence); an infinite cost when no choice is left to some batch."""
+    front: list[_State] = [(relax.instance.old_free_at_s, relax.obj.empty, ())]
+    for i in relax.instance.fifo_order:
+        grown = []
+        for free, cost, seq in front:
+            if relax.on_new[i] < math.inf:
+                grown.append((free, relax.obj.combine(cost, relax.on_new[i]), seq))
+            end = relax.options[i].place(free)[0]
+            if end < math.inf:
+                grown.append((end, relax.obj.combine(cost, relax.obj.value(i, end)), (*seq, i)))
+        front = _pareto(grown)
+        if not front:
+            return math.inf, []
+    cost, _, seq = min((s[1], s[0], s[2]) for s in front)
+    return cost, list(seq)
+
+
+def _pareto(states: list[_State]) -> list[_State]:
+    states.sort(key=lambda s: (s[0], s[1]))
+    kept: list[_State] = []
+    for state in states:
+        if not kept or state[1] < kept[-1][1]:
+            kept.append(state)
+    return kept
+
+
+def solve_relaxation(
+    relax: Relaxation,
+    *,
+    old_order: str,
+    upper_cost: float = math.inf,
+    search_until_s: float = math.inf,
+    deadline_s: float = math.inf,
+) -> tuple[float, tuple[int, ...] | None, bool]:
+    """(bound, best O sequence, finished) of the relaxation, in cost units.
+
+    States that cannot beat ``upper_cost`` (the cost of a known schedule) are pruned; the bound
+    is then at least ``min(optimum, upper_cost)``, and the sequence None when nothing beat it.
+    The subset search stops at ``search_until_s`` and bounds its open states until
+    ``deadline_s`` (both ``time.perf_counter()`` instants).
+    """
+    if old_order == "fifo":
+        cost, seq = _fifo_best(relax)
+        if cost < upper_cost:
+            return cost, tuple(seq), True
+        return min(cost, upper_cost), None, True
+    return _subset_search(relax, upper_cost, search_until_s, deadline_s)
+
+
+def relaxation_bound(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    upper_bound: float = math.inf,
+    time_limit_s: float | None = None,
+) -> tuple[float, RelaxedPlan, bool]:
+    """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
+
+    ``upper_bound`` (the value of any known schedule, in objective units) prunes the search;
+    with ``time_limit_s`` the search stops early (after ``SEARCH_SHARE`` of it) and the bound is
+    the least over the states it had not expanded (still valid, weaker). The call returns
+    within about ``time_limit_s``: the clock is read before every group of states.
+    """
+    started = time.perf_counter()
+    relax = Relaxation(instance, objective)
+    if old_order == "fifo":
+        cost, seq = _fifo_best(relax)
+        return relax.obj.final(cost), relax.plan(seq), True
+    greedy_s = GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4)
+    greedy = _local_search(relax, started + greedy_s)
+    best_cost = min(relax.evaluate(greedy), relax.obj.scaled(upper_bound))
+    deadline = math.inf if time_limit_s is None else started + time_limit_s
+    search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    cost, sequence, complete = _subset_search(relax, best_cost, search_until, deadline)
+    best_seq: tuple[int, ...] = tuple(greedy)
+    if sequence is not None and relax.evaluate(sequence) <= relax.evaluate(best_seq):
+        best_seq = sequence
+    plan = relax.plan(best_seq)
+    return relax.obj.final(min(cost, relax.evaluate(best_seq))), plan, complete
+
+
+def _subset_search(
+    relax: Relaxation, best_cost: float, search_until: float, deadline: float
+) -> tuple[float, tuple[int, ...] | None, bool]:
+    """Breadth-first over subsets placed on O until ``search_until``; returns (bound, best
+    sequence found, finished). Bounding the open states takes until ``deadline`` at most."""
+    n = relax.instance.num_batches
+    level: dict[int, list[_State]] = {0: [(relax.instance.old_free_at_s, relax.obj.empty, ())]}
+    best_seq: tuple[int, ...] | None = None
+    combine = relax.obj.combine
+    for _ in range(n + 1):
+        grown: dict[int, list[_State]] = {}
+        items = list(level.items())
+        for index, (placed, states) in enumerate(items):
+            if time.perf_counter() > search_until:
+                bound = _open_bound(relax, [*items[index:], *grown.items()], best_cost, deadline)
+                return bound, best_seq, False
+            rest = [i for i in range(n) if not placed >> i & 1]
+            for free, cost, seq in _pareto(states):
+                done = cost
+                for i in rest:
+                    done = combine(done, relax.on_new[i])
+                if done < best_cost:
+                    best_cost, best_seq = done, seq
+                _expand(relax, placed, rest, (free, cost, seq), best_cost, grown)
+        level = grown  # each group is merged to its Pareto front when it is expanded
+        if not level:
+            break
+    return best_cost, best_seq, True
+
+
+def _expand(
+    relax: Relaxation,
+    placed: int,
+    rest: list[int],
+    state: _State,
+    best_cost: float,
+    grown: dict[int, list[_State]],
+) -> None:
+    free, cost, seq = state
+    combine, value = relax.obj.combine, relax.obj.value
+    ends = {i: relax.options[i].place(free)[0] for i in rest}
+    floor_each = {i: min(value(i, ends[i]), relax.on_new[i]) for i in rest}
+    floor = relax.obj.empty
+    for i in rest:
+        floor = combine(floor, floor_each[i])
+    if combine(cost, floor) >= best_cost:
+        return
+    for i in rest:
+        if math.isinf(ends[i]):
+            continue
+        new_cost = combine(cost, value(i, ends[i]))
+        others = relax.obj.empty
+        if relax.obj.use_max:
+            for j in rest:
+                if j != i:
+                    others = combine(others, floor_each[j])
+        else:
+            others = floor - floor_each[i]
+        if combine(new_cost, others) < best_cost:
+            grown.setdefault(placed | 1 << i, []).append((ends[i], new_cost, (*seq, i)))
+
+
+def _open_bound(
+    relax: Relaxation,
+    groups: list[tuple[int, list[_State]]],
+    best_cost: float,
+    deadline: float,
+) -> float:
+    """The least value any completion of an open state could reach (a valid lower bound).
+
+    Each state's own bound until ``deadline``; after it, one per group of states with the same
+    batches placed: their least cost with O free at their earliest time (weaker, still valid,
+    because a batch's best completion never gets earlier when O is free later).
+    """
+    n, bound = relax.instance.num_batches, best_cost
+    for placed, states in groups:
+        if not states:
+            continue
+        rest = [i for i in range(n) if not placed >> i & 1]
+        if time.perf_counter() > deadline:
+            free, cost = min(s[0] for s in states), min(s[1] for s in states)
+            bound = min(bound, relax.obj.combine(cost, relax.remaining_bound(free, rest)))
+            continue
+        for free, cost, _ in _pareto(states):  # a dominated state bounds no lower
+            bound = min(bound, relax.obj.combine(cost, relax.remaining_bound(free, rest)))
+    return bound
