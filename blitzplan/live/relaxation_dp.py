@@ -2,8 +2,9 @@
 
 Under ``old_order="free"`` a dynamic program over the sets of batches already on O keeps, per
 set, the Pareto front of (O free time, cost) and prunes states that cannot beat the best known
-cost; under ``old_order="fifo"`` O's order is fixed and the program is linear in the batches
-(each batch goes on O, in release order, or stays on N). Stopped by the clock, the search still
+cost (:mod:`blitzplan.live.relaxation_subsets`); under ``old_order="fifo"`` O's order is fixed
+and the program is linear in the batches (each batch goes on O, in release order, or stays on
+N). Stopped by the clock, the search still
 returns a valid bound: the least any state it left open could reach.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Relaxation, RelaxedPlan
+from blitzplan.live.relaxation_subsets import subset_search
 
 __all__ = [
     "GREEDY_MAX_S",
@@ -142,7 +144,7 @@ def solve_relaxation(
         if cost < upper_cost:
             return cost, tuple(seq), True
         return min(cost, upper_cost), None, True
-    return _subset_search(relax, upper_cost, search_until_s, deadline_s)
+    return subset_search(relax, upper_cost, search_until_s, deadline_s)
 
 
 def relaxation_bound(
@@ -170,97 +172,9 @@ def relaxation_bound(
     best_cost = min(relax.evaluate(greedy), relax.obj.scaled(upper_bound))
     deadline = math.inf if time_limit_s is None else started + time_limit_s
     search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
-    cost, sequence, complete = _subset_search(relax, best_cost, search_until, deadline)
+    cost, sequence, complete = subset_search(relax, best_cost, search_until, deadline)
     best_seq: tuple[int, ...] = tuple(greedy)
     if sequence is not None and relax.evaluate(sequence) <= relax.evaluate(best_seq):
         best_seq = sequence
     plan = relax.plan(best_seq)
     return relax.obj.final(min(cost, relax.evaluate(best_seq))), plan, complete
-
-
-def _subset_search(
-    relax: Relaxation, best_cost: float, search_until: float, deadline: float
-) -> tuple[float, tuple[int, ...] | None, bool]:
-    """Breadth-first over subsets placed on O until ``search_until``; returns (bound, best
-    sequence found, finished). Bounding the open states takes until ``deadline`` at most."""
-    n = relax.instance.num_batches
-    level: dict[int, list[_State]] = {0: [(relax.instance.old_free_at_s, relax.obj.empty, ())]}
-    best_seq: tuple[int, ...] | None = None
-    combine = relax.obj.combine
-    for _ in range(n + 1):
-        grown: dict[int, list[_State]] = {}
-        items = list(level.items())
-        for index, (placed, states) in enumerate(items):
-            if time.perf_counter() > search_until:
-                bound = _open_bound(relax, [*items[index:], *grown.items()], best_cost, deadline)
-                return bound, best_seq, False
-            rest = [i for i in range(n) if not placed >> i & 1]
-            for free, cost, seq in _pareto(states):
-                done = cost
-                for i in rest:
-                    done = combine(done, relax.on_new[i])
-                if done < best_cost:
-                    best_cost, best_seq = done, seq
-                _expand(relax, placed, rest, (free, cost, seq), best_cost, grown)
-        level = grown  # each group is merged to its Pareto front when it is expanded
-        if not level:
-            break
-    return best_cost, best_seq, True
-
-
-def _expand(
-    relax: Relaxation,
-    placed: int,
-    rest: list[int],
-    state: _State,
-    best_cost: float,
-    grown: dict[int, list[_State]],
-) -> None:
-    free, cost, seq = state
-    combine, value = relax.obj.combine, relax.obj.value
-    ends = {i: relax.options[i].place(free)[0] for i in rest}
-    floor_each = {i: min(value(i, ends[i]), relax.on_new[i]) for i in rest}
-    floor = relax.obj.empty
-    for i in rest:
-        floor = combine(floor, floor_each[i])
-    if combine(cost, floor) >= best_cost:
-        return
-    for i in rest:
-        if math.isinf(ends[i]):
-            continue
-        new_cost = combine(cost, value(i, ends[i]))
-        others = relax.obj.empty
-        if relax.obj.use_max:
-            for j in rest:
-                if j != i:
-                    others = combine(others, floor_each[j])
-        else:
-            others = floor - floor_each[i]
-        if combine(new_cost, others) < best_cost:
-            grown.setdefault(placed | 1 << i, []).append((ends[i], new_cost, (*seq, i)))
-
-
-def _open_bound(
-    relax: Relaxation,
-    groups: list[tuple[int, list[_State]]],
-    best_cost: float,
-    deadline: float,
-) -> float:
-    """The least value any completion of an open state could reach (a valid lower bound).
-
-    Each state's own bound until ``deadline``; after it, one per group of states with the same
-    batches placed: their least cost with O free at their earliest time (weaker, still valid,
-    because a batch's best completion never gets earlier when O is free later).
-    """
-    n, bound = relax.instance.num_batches, best_cost
-    for placed, states in groups:
-        if not states:
-            continue
-        rest = [i for i in range(n) if not placed >> i & 1]
-        if time.perf_counter() > deadline:
-            free, cost = min(s[0] for s in states), min(s[1] for s in states)
-            bound = min(bound, relax.obj.combine(cost, relax.remaining_bound(free, rest)))
-            continue
-        for free, cost, _ in _pareto(states):  # a dominated state bounds no lower
-            bound = min(bound, relax.obj.combine(cost, relax.remaining_bound(free, rest)))
-    return bound

@@ -27,7 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from blitzplan.live.exact.common import POLISH_SHARE, Start, decode, finish, start_point
+from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
@@ -35,10 +35,13 @@ from blitzplan.live.relaxation_dp import solve_relaxation
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
-__all__ = ["SEQUENCE_STEPS", "solve_bnb"]
+__all__ = ["POLISH_SHARE_OF_LIMIT", "SEQUENCE_STEPS", "solve_bnb"]
 
 SEQUENCE_STEPS = 500
 """The most steps the N sequencer may take for one relaxed plan before the node branches."""
+
+POLISH_SHARE_OF_LIMIT = 0.02
+"""The share of the time left after the root that a local search from the incumbent gets."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -79,8 +82,9 @@ class _Search:
             return math.isinf(bound)
         return bound >= upper - _PRUNE_GAP * abs(upper)
 
-    def add(self, restriction: Restriction) -> None:
-        """Bound the node of ``restriction``; solve it, set it aside, or keep it open."""
+    def add(self, restriction: Restriction, parent_bound: float = -math.inf) -> None:
+        """Bound the node of ``restriction`` (no lower than its parent's, ``parent_bound``: it
+        restricts the parent); solve it, set it aside, or keep it open."""
         if restriction.empty:
             return
         relax = Relaxation(self.start.instance, self.start.objective, restriction)
@@ -92,6 +96,7 @@ class _Search:
             search_until_s=deadline,
             deadline_s=deadline,
         )
+        bound = max(bound, parent_bound)
         if sequence_ is None or not complete or self.prunable(bound):
             self.floor = min(self.floor, bound)  # a valid bound of everything below it
             return
@@ -121,7 +126,7 @@ class _Search:
     def run(self) -> None:
         self.add(Restriction.none(self.start.instance))
         if self.open:  # the root is not solved: a short local search may lower the incumbent
-            self.start.polish(POLISH_SHARE * self.start.left_s())
+            self.start.polish(POLISH_SHARE_OF_LIMIT * self.start.left_s())
         while self.open:
             if self.start.left_s() <= 0:
                 break
@@ -137,7 +142,7 @@ class _Search:
                 if self.start.left_s() <= 0:
                     self.floor = min(self.floor, node.bound)  # the unbounded children
                     break
-                self.add(child)
+                self.add(child, node.bound)
         lowest = min([self.floor, *(node.bound for node in self.open)])
         self.start.raise_bound(self.obj.final(lowest))
 
