@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import Relaxation, RelaxedPlan
+from blitzplan.live.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.relaxation_subsets import subset_search
+from blitzplan.live.schedule import evaluate_objective, timetable
 
 __all__ = [
     "GREEDY_MAX_S",
@@ -157,7 +158,8 @@ def relaxation_bound(
 ) -> tuple[float, RelaxedPlan, bool]:
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
-    ``upper_bound`` (the value of any known schedule, in objective units) prunes the search;
+    ``upper_bound`` (the value of any known schedule, in objective units) and the value of the
+    greedy relaxed plan, repaired into a schedule, prune the search;
     with ``time_limit_s`` the search stops early (after ``SEARCH_SHARE`` of it) and the bound is
     the least over the states it had not expanded (still valid, weaker). The call returns
     within about ``time_limit_s``: the clock is read before every group of states.
@@ -169,7 +171,8 @@ def relaxation_bound(
         return relax.obj.final(cost), relax.plan(seq), True
     greedy_s = GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4)
     greedy = _local_search(relax, started + greedy_s)
-    best_cost = min(relax.evaluate(greedy), relax.obj.scaled(upper_bound))
+    upper = min(upper_bound, _repaired_value(instance, relax.plan(greedy), objective))
+    best_cost = min(relax.evaluate(greedy), relax.obj.scaled(upper))
     deadline = math.inf if time_limit_s is None else started + time_limit_s
     search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
     cost, sequence, complete = subset_search(relax, best_cost, search_until, deadline)
@@ -178,3 +181,10 @@ def relaxation_bound(
         best_seq = sequence
     plan = relax.plan(best_seq)
     return relax.obj.final(min(cost, relax.evaluate(best_seq))), plan, complete
+
+
+def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:
+    """The objective of the schedule :func:`~blitzplan.live.relaxation.repair` makes of
+    ``plan``."""
+    _, _, completion = timetable(instance, *repair(instance, plan))
+    return evaluate_objective(instance, completion, objective)

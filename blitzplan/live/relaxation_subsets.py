@@ -7,7 +7,8 @@ on N alone; a state whose bound cannot beat the best known cost is dropped, and 
 whose own bound cannot. Each state also completes the relaxation by leaving every unplaced
 batch on N (a candidate for the best cost). The children of a level are merged, per set, to
 their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of states at a
-time; the clock is read before every chunk.
+time; the clock is read before every chunk and every merge (a merge is not started when the
+last large merge's time per state says it would end past the time allowed).
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ import numpy as np
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
 
-__all__ = ["CHUNK_STATES", "subset_search"]
+__all__ = ["CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
 
-CHUNK_STATES = 20_000
+CHUNK_STATES = 4_000
 """States bounded and expanded together (one read of the clock per chunk)."""
+
+MEASURED_MERGE_STATES = 1_000
+"""Merges of at least this many states set the time per state the next merge is judged by
+(smaller ones are mostly fixed costs)."""
 
 _Arrays = dict[str, np.ndarray]
 """A level: ``mask``, ``free`` (O free time), ``cost``, ``parent`` and ``last`` (the batch
@@ -66,27 +71,29 @@ class _Table:
         latency = ends - self.release
         if name == "slo_violations":
             late = np.where(latency > self.slo + SLO_TOL_S, 1.0, 0.0)
-            return np.where(np.isinf(ends), math.inf, late)
+            return np.asarray(np.where(np.isinf(ends), math.inf, late))
         if name == "hard_slo":
-            return np.where(latency > self.slo + SLO_TOL_S, math.inf, latency)
-        return latency
+            return np.asarray(np.where(latency > self.slo + SLO_TOL_S, math.inf, latency))
+        return np.asarray(latency)
 
     def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.maximum(a, b) if self.use_max else a + b
+        return np.asarray(np.maximum(a, b) if self.use_max else a + b)
 
     def fold(self, values: np.ndarray, keep: np.ndarray) -> np.ndarray:
         """Combine each row's values where ``keep`` (the empty value where none)."""
         if self.use_max:
-            return np.where(keep, values, -math.inf).max(axis=1)
-        return np.where(keep, values, 0.0).sum(axis=1)
+            return np.asarray(np.where(keep, values, -math.inf).max(axis=1))
+        return np.asarray(np.where(keep, values, 0.0).sum(axis=1))
 
     def others(self, floors: np.ndarray, total: np.ndarray, keep: np.ndarray, i: int) -> np.ndarray:
         """The fold of every row's floors where ``keep``, column ``i`` left out (``total`` is
         the fold with it)."""
         if not self.use_max:
-            return total - floors[:, i]
+            return np.asarray(total - floors[:, i])
         rest = np.delete(np.where(keep, floors, -math.inf), i, axis=1)
-        return rest.max(axis=1) if rest.shape[1] else np.full(floors.shape[0], -math.inf)
+        if not rest.shape[1]:
+            return np.full(floors.shape[0], -math.inf)
+        return np.asarray(rest.max(axis=1))
 
 
 def subset_search(
@@ -103,6 +110,7 @@ def subset_search(
     }
     history: list[_Arrays] = []
     best_ref: tuple[int, int] | None = None
+    merge_s_per_state = 0.0  # the last large merge's time per state: what the next will take
     for depth in range(table.n + 1):
         history.append(level)
         grown: list[_Arrays] = []
@@ -115,7 +123,15 @@ def subset_search(
                 best_cost, best_ref = found[0], (depth, found[1])
         if not grown:
             break
+        size = sum(part["cost"].size for part in grown)
+        began = time.perf_counter()
+        if began + merge_s_per_state * size > search_until:  # no time to merge: bound them
+            empty = {key: value[:0] for key, value in level.items()}
+            bound = _open_bound(table, empty, 0, grown, best_cost, deadline)
+            return bound, _sequence(history, best_ref), False
         level = _pareto(grown)
+        if size >= MEASURED_MERGE_STATES:
+            merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
 
 
@@ -172,8 +188,10 @@ def _pareto(grown: list[_Arrays]) -> _Arrays:
     mask, cost = merged["mask"], merged["cost"]
     before = np.full(cost.size, math.inf)  # least cost earlier in the same set
     before[1:] = np.where(mask[1:] == mask[:-1], cost[:-1], math.inf)
+    starts = np.flatnonzero(np.r_[True, mask[1:] != mask[:-1], True])
+    longest = int(np.diff(starts).max()) if cost.size else 0
     shift = 1
-    while shift < cost.size:  # a segmented running minimum, by doubling
+    while shift < longest:  # a segmented running minimum, by doubling
         same = mask[shift:] == mask[:-shift]
         before[shift:] = np.where(same, np.minimum(before[shift:], before[:-shift]), before[shift:])
         shift *= 2
