@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import replace
@@ -45,11 +46,11 @@ solver, solving, reading back and re-timing all count; the slack covers reading 
 back and re-timing it). Measured, not asserted: ``benchmarks/limits.py``."""
 
 
-HEURISTIC_BOUND_S = 0.1
+HEURISTIC_BOUND_S = 0.25
 """The most time the relaxation's bound beside a heuristic's schedule may take (the value
-``plan()`` prints next to a live pair's objective). On light instances the relaxation is solved
-in a few milliseconds and is the optimum or close to it; stopped by this limit its bound is
-weaker but still valid."""
+``plan()`` prints next to a live pair's objective), once per distinct instance. On light
+instances the relaxation is solved in milliseconds and is the optimum or close to it; stopped by
+this limit its bound is weaker but still valid."""
 
 _MIN_LEFT_S = 1e-3
 """What a solver is given when the hint took the whole limit (it then keeps the hint)."""
@@ -89,14 +90,8 @@ def _relaxation_bounded(instance: LiveScalingInstance, schedule: Schedule) -> Sc
     :data:`HEURISTIC_BOUND_S`; weaker, still valid, when cut) when it beats the one it has."""
     if not schedule.has_ops or math.isinf(schedule.objective):
         return schedule
-    from blitzplan.live.relaxation_dp import relaxation_bound
-
-    bound, _, _ = relaxation_bound(
-        instance,
-        objective=schedule.objective_name,
-        old_order=schedule.old_order,
-        upper_bound=schedule.objective,
-        time_limit_s=HEURISTIC_BOUND_S,
+    bound = _relaxation_value(
+        instance, schedule.objective_name, schedule.old_order, schedule.objective
     )
     if schedule.bound is not None and bound <= schedule.bound:
         return schedule
@@ -122,6 +117,23 @@ def _settle(schedule: Schedule) -> Schedule:
     if bound is not None and schedule.objective <= bound:
         return replace(schedule, status=SolveStatus.OPTIMAL, gap=0.0)
     return schedule
+
+
+@functools.lru_cache(maxsize=64)
+def _relaxation_value(
+    instance: LiveScalingInstance, objective: str, old_order: str, upper_bound: float
+) -> float:
+    """The relaxation's bound, once per instance (a fleet of equal pairs asks once)."""
+    from blitzplan.live.relaxation_dp import relaxation_bound
+
+    bound, _, _ = relaxation_bound(
+        instance,
+        objective=objective,
+        old_order=old_order,
+        upper_bound=upper_bound,
+        time_limit_s=HEURISTIC_BOUND_S,
+    )
+    return bound
 
 
 def schedule_live(
