@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from blitzplan._checks import MAX_SECONDS, is_finite_number
@@ -218,36 +219,26 @@ def _exact(
         return replace(hint, method="exact", backend=backend)  # proven infeasible already
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
-    if backend == "bnb":
-        from blitzplan.live.exact.bnb import solve_bnb
-
-        return solve_bnb(
-            instance,
-            objective=objective,
-            old_order=old_order,
-            time_limit_s=time_limit_s,
-            hint=hint,
-            warm_start=warm_start,
-        )
-    if backend == "cpsat":
-        from blitzplan.live.exact.cpsat import solve_cpsat
-
-        return solve_cpsat(
-            instance,
-            objective=objective,
-            old_order=old_order,
-            time_limit_s=time_limit_s,
-            hint=hint,
-            warm_start=warm_start,
-        )
-    from blitzplan.live.exact.milp import solve_milp
-
-    return solve_milp(
+    return _solver(backend)(
         instance,
-        backend=backend,
         objective=objective,
         old_order=old_order,
         time_limit_s=time_limit_s,
         hint=hint,
         warm_start=warm_start,
     )
+
+
+def _solver(backend: str) -> Callable[..., Schedule]:
+    """The solve function of an exact backend other than ``enumerate`` (imported when used)."""
+    if backend == "bnb":
+        from blitzplan.live.exact.bnb import solve_bnb
+
+        return solve_bnb
+    if backend == "cpsat":
+        from blitzplan.live.exact.cpsat import solve_cpsat
+
+        return solve_cpsat
+    from blitzplan.live.exact.milp import solve_milp
+
+    return functools.partial(solve_milp, backend=backend)

@@ -141,11 +141,7 @@ def sequence(
             return tuple(chosen), True
         frame = frames[-1]
         if frame.tried and not frame.checked:
-            frame.checked = True
-            left = _left(queues, position)
-            steps += len(left) // CHECK_OPS_PER_STEP
-            if overload(left, from_s=frame.clock) is not None:
-                frame.choices.clear()
+            steps += _prune(frame, _left(queues, position))
         if not frame.choices:  # every choice here failed: undo the one that led here
             frames.pop()
             if chosen:
@@ -172,6 +168,15 @@ class _Frame:
     choices: list[int]
     tried: bool = False
     checked: bool = False
+
+
+def _prune(frame: _Frame, left: list[NOp]) -> int:
+    """Drop the frame's choices if ``left`` cannot fit even with preemption from its clock;
+    returns what the test costs in steps."""
+    frame.checked = True
+    if overload(left, from_s=frame.clock) is not None:
+        frame.choices.clear()
+    return len(left) // CHECK_OPS_PER_STEP
 
 
 def _left(queues: dict[int, list[NOp]], position: dict[int, int]) -> list[NOp]:
