@@ -132,20 +132,34 @@ def solve_relaxation(
     upper_cost: float = math.inf,
     search_until_s: float = math.inf,
     deadline_s: float = math.inf,
+    greedy_s: float = 0.0,
+    candidates: tuple[tuple[int, ...], ...] = (),
 ) -> tuple[float, tuple[int, ...] | None, bool]:
-    """(bound, best O sequence, finished) of the relaxation, in cost units.
+    """(bound, best O sequence found, finished) of the relaxation, in cost units.
 
-    States that cannot beat ``upper_cost`` (the cost of a known schedule) are pruned; the bound
-    is then at least ``min(optimum, upper_cost)``, and the sequence None when nothing beat it.
-    The subset search stops at ``search_until_s`` and bounds its open states until
-    ``deadline_s`` (both ``time.perf_counter()`` instants).
+    Under a free order the search starts from the best of the earliest-completion-first
+    sequence, the ``candidates`` and (given ``greedy_s`` seconds) a local search from it; states
+    that cannot beat that or ``upper_cost`` (the cost of a known schedule) are pruned, so the
+    bound is at least ``min(optimum, upper_cost)``. The sequence is None only when no relaxed
+    plan exists (a restriction leaves some batch nowhere to go). The subset search stops at
+    ``search_until_s`` and bounds its open states until ``deadline_s`` (both
+    ``time.perf_counter()`` instants).
     """
     if old_order == "fifo":
         cost, seq = _fifo_best(relax)
-        if cost < upper_cost:
-            return cost, tuple(seq), True
-        return min(cost, upper_cost), None, True
-    return subset_search(relax, upper_cost, search_until_s, deadline_s)
+        return cost, tuple(seq) if math.isfinite(cost) else None, True
+    seeds = [tuple(_earliest_completion_first(relax)), *candidates]
+    if greedy_s > 0:
+        until = min(time.perf_counter() + greedy_s, search_until_s)
+        seeds.append(tuple(_local_search(relax, until)))
+    best = min(seeds, key=relax.evaluate)
+    seeded = relax.evaluate(best)
+    cost, found, complete = subset_search(
+        relax, min(seeded, upper_cost), search_until_s, deadline_s
+    )
+    if found is None and math.isfinite(seeded):
+        found = best
+    return cost, found, complete
 
 
 def relaxation_bound(
@@ -159,28 +173,27 @@ def relaxation_bound(
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
     ``upper_bound`` (the value of any known schedule, in objective units) and the value of the
-    greedy relaxed plan, repaired into a schedule, prune the search;
-    with ``time_limit_s`` the search stops early (after ``SEARCH_SHARE`` of it) and the bound is
-    the least over the states it had not expanded (still valid, weaker). The call returns
-    within about ``time_limit_s``: the clock is read before every group of states.
+    first relaxed plan, repaired into a schedule, prune the search; with ``time_limit_s`` the
+    search stops early (after ``SEARCH_SHARE`` of it) and the bound is the least over the
+    states it had not expanded (still valid, weaker). The call returns within about
+    ``time_limit_s``: the clock is read before every group of states.
     """
     started = time.perf_counter()
     relax = Relaxation(instance, objective)
-    if old_order == "fifo":
-        cost, seq = _fifo_best(relax)
-        return relax.obj.final(cost), relax.plan(seq), True
-    greedy_s = GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4)
-    greedy = _local_search(relax, started + greedy_s)
-    upper = min(upper_bound, _repaired_value(instance, relax.plan(greedy), objective))
-    best_cost = min(relax.evaluate(greedy), relax.obj.scaled(upper))
     deadline = math.inf if time_limit_s is None else started + time_limit_s
     search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
-    cost, sequence, complete = subset_search(relax, best_cost, search_until, deadline)
-    best_seq: tuple[int, ...] = tuple(greedy)
-    if sequence is not None and relax.evaluate(sequence) <= relax.evaluate(best_seq):
-        best_seq = sequence
-    plan = relax.plan(best_seq)
-    return relax.obj.final(min(cost, relax.evaluate(best_seq))), plan, complete
+    first = _earliest_completion_first(relax)
+    upper = min(upper_bound, _repaired_value(instance, relax.plan(first), objective))
+    cost, sequence, complete = solve_relaxation(
+        relax,
+        old_order=old_order,
+        upper_cost=relax.obj.scaled(upper),
+        search_until_s=search_until,
+        deadline_s=deadline,
+        greedy_s=GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4),
+    )
+    best = tuple(first) if sequence is None else sequence
+    return relax.obj.final(min(cost, relax.evaluate(best))), relax.plan(best), complete
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:

@@ -31,7 +31,7 @@ from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
-from blitzplan.live.relaxation_dp import solve_relaxation
+from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
@@ -40,7 +40,7 @@ __all__ = ["POLISH_SHARE_OF_LIMIT", "SEQUENCE_STEPS", "solve_bnb"]
 SEQUENCE_STEPS = 500
 """The most steps the N sequencer may take for one relaxed plan before the node branches."""
 
-POLISH_SHARE_OF_LIMIT = 0.02
+POLISH_SHARE_OF_LIMIT = 0.05
 """The share of the time left after the root that a local search from the incumbent gets."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
@@ -54,6 +54,7 @@ class _Node:
     rank: int
     restriction: Restriction = field(compare=False)
     relax: Relaxation = field(compare=False)
+    plan: RelaxedPlan = field(compare=False)
     ops: list[NOp] = field(compare=False)
     """N's operations in the node's relaxed plan, with their windows."""
     found: Overload | None = field(compare=False)
@@ -82,9 +83,10 @@ class _Search:
             return math.isinf(bound)
         return bound >= upper - _PRUNE_GAP * abs(upper)
 
-    def add(self, restriction: Restriction, parent_bound: float = -math.inf) -> None:
-        """Bound the node of ``restriction`` (no lower than its parent's, ``parent_bound``: it
-        restricts the parent); solve it, set it aside, or keep it open."""
+    def add(self, restriction: Restriction, parent: _Node | None = None) -> None:
+        """Bound the node of ``restriction`` (no lower than its ``parent``'s: it restricts the
+        parent, whose relaxed plan is its first candidate); solve it, set it aside, or keep it
+        open."""
         if restriction.empty:
             return
         relax = Relaxation(self.start.instance, self.start.objective, restriction)
@@ -95,19 +97,23 @@ class _Search:
             upper_cost=self.upper_cost(),
             search_until_s=deadline,
             deadline_s=deadline,
+            greedy_s=GREEDY_MAX_S if parent is None else 0.0,
+            candidates=() if parent is None else (parent.plan.old_sequence,),
         )
-        bound = max(bound, parent_bound)
+        if parent is not None:
+            bound = max(bound, parent.bound)
+        if sequence_ is not None:  # the relaxed plan, repaired or sequenced, may be a schedule
+            plan = relax.plan(sequence_)
+            ops = plan_ops(relax, plan)
+            found = overload(ops)
+            self._offer(plan, ops, found is None)
         if sequence_ is None or not complete or self.prunable(bound):
             self.floor = min(self.floor, bound)  # a valid bound of everything below it
             return
-        plan = relax.plan(sequence_)
-        ops = plan_ops(relax, plan)
-        found = overload(ops)
-        self._offer(plan, ops, found is None)
         if self.obj.scaled(self.start.incumbent.objective) <= bound * (1 + 1e-12) + 1e-15:
             self.floor = min(self.floor, bound)  # solved: the incumbent meets its bound
             return
-        node = _Node(bound, -next(self.ranks), restriction, relax, ops, found)
+        node = _Node(bound, -next(self.ranks), restriction, relax, plan, ops, found)
         heapq.heappush(self.open, node)
 
     def _offer(self, plan: RelaxedPlan, ops: list[NOp], fits_preemptive: bool) -> None:
@@ -125,7 +131,8 @@ class _Search:
 
     def run(self) -> None:
         self.add(Restriction.none(self.start.instance))
-        if self.open:  # the root is not solved: a short local search may lower the incumbent
+        if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
+            # bounded in time): a short local search may lower the incumbent
             self.start.polish(POLISH_SHARE_OF_LIMIT * self.start.left_s())
         while self.open:
             if self.start.left_s() <= 0:
@@ -142,7 +149,7 @@ class _Search:
                 if self.start.left_s() <= 0:
                     self.floor = min(self.floor, node.bound)  # the unbounded children
                     break
-                self.add(child, node.bound)
+                self.add(child, node)
         lowest = min([self.floor, *(node.bound for node in self.open)])
         self.start.raise_bound(self.obj.final(lowest))
 
