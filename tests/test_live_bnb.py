@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -181,3 +183,21 @@ def test_a_tiny_limit_on_a_hard_instance_is_kept_loosely(backend: str) -> None:
     assert report.ok, report.violations
     if found.status is SolveStatus.FEASIBLE:
         assert found.bound is not None and found.bound <= found.objective
+
+
+def test_the_default_exact_backend_needs_no_solver_library() -> None:
+    """With PuLP, HiGHS and OR-Tools blocked, ``method="exact"`` still proves an optimum (the
+    branch and bound is pure Python) and never imports them."""
+    from tests.test_import import _BLOCK
+
+    code = _BLOCK + (
+        "import sys\n"
+        "import blitzplan\n"
+        "inst = blitzplan.LiveScalingInstance([1.0, 2.0], [0.0] * 3, 1.0, 1.0, 0.0)\n"
+        "best = blitzplan.schedule_live(inst, method='exact', time_limit_s=30)\n"
+        "assert best.status.value == 'optimal' and best.objective == 3.0, best\n"
+        "print(sorted(m for m in ('pulp', 'highspy', 'ortools') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 
 from blitzplan.live.exact.common import Start, decode, finish, start_point
@@ -73,6 +74,8 @@ class _Search:
         left when the clock ran out)."""
         self.ranks = itertools.count()
         self.nodes = 0
+        self.add_s = 0.0
+        """The longest a child node has taken to bound: a child is not started with less left."""
 
     def upper_cost(self) -> float:
         return self.obj.scaled(self.start.incumbent.objective)
@@ -135,7 +138,7 @@ class _Search:
             # bounded in time): a short local search may lower the incumbent
             self.start.polish(POLISH_SHARE_OF_LIMIT * self.start.left_s())
         while self.open:
-            if self.start.left_s() <= 0:
+            if self.start.left_s() <= self.add_s:
                 break
             node = heapq.heappop(self.open)
             if self.prunable(node.bound):
@@ -146,10 +149,12 @@ class _Search:
             if not children:  # nothing to branch on: keep its bound, leave it
                 self.floor = min(self.floor, node.bound)
             for child in children:
-                if self.start.left_s() <= 0:
+                if self.start.left_s() <= self.add_s:  # the next child would end past the limit
                     self.floor = min(self.floor, node.bound)  # the unbounded children
                     break
+                began = time.perf_counter()
                 self.add(child, node)
+                self.add_s = max(self.add_s, time.perf_counter() - began)
         lowest = min([self.floor, *(node.bound for node in self.open)])
         self.start.raise_bound(self.obj.final(lowest))
 
