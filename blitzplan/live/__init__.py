@@ -16,7 +16,8 @@ from blitzplan.live.instance import (
 )
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
-from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound
+from blitzplan.live.relaxation import RelaxedPlan
+from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     OBJECTIVES,

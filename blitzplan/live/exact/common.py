@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound, repair
+from blitzplan.live.relaxation import RelaxedPlan, repair
+from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.schedule import Schedule, build_schedule, empty_schedule, relative_gap
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP, SolveStatus, quiet_stdout
 
 __all__ = [
     "OPTIMALITY_REL_GAP",
+    "OutOfTime",
     "Start",
     "decode",
     "finish",
@@ -51,6 +53,10 @@ POLISH_MOVES = 2000
 """Moves the local search tries (its time cap rarely binds, so runs repeat exactly)."""
 
 
+class OutOfTime(Exception):
+    """Building a model ran into the deadline."""
+
+
 @dataclass
 class Start:
     """The incumbent schedule, the best proven lower bound, and the clock of the solve."""
@@ -67,6 +73,12 @@ class Start:
 
     def left_s(self) -> float:
         return self.deadline_s - time.perf_counter()
+
+    def check_time(self) -> None:
+        """Raise OutOfTime once the deadline has passed (building a model can take longer
+        than solving it)."""
+        if time.perf_counter() > self.deadline_s:
+            raise OutOfTime
 
     def offer(self, schedule: Schedule) -> None:
         """Keep ``schedule`` if it is better than the incumbent and the checker passes it (its
