@@ -389,7 +389,7 @@ WARMUP_S = 15.0 if QUICK else 30.0
 """Every system serves the burst's first WARMUP_S seconds unmeasured: the autoscaled ones start
 from one replica and reach the fleet the opening rate needs (the paper compares bursts, not a
 cold start); latencies count the requests arriving after it, GPU time is over the same span."""
-MEASURED_S = 15.0 if QUICK else 120.0
+MEASURED_S = 15.0 if QUICK else 90.0
 BURST_SEEDS = (11,) if QUICK else (11, 12, 13)
 RATE_CV, RATE_WINDOW_S = 0.5, 15.0
 """The burst's rate varies from one 15 s window to the next by a log-normal factor of CV 0.5
