@@ -15,9 +15,9 @@ import random
 
 from blitzplan.multicast.assemble import Built, base_builder, run
 from blitzplan.multicast.holdings import holder_segments
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder, lane_route
-from blitzplan.multicast.types import NodeKind, PlanNode
 
 
 def _cover(problem: Problem, rng: random.Random, targets: list[int], offset: int) -> set[int]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.compute import RooflineComputeModel
-from blitzplan.live.validate import validate_schedule
+from blitzplan.live.schedule_checks import validate_schedule
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.plan import Options, live_instance
 from blitzplan.scale.recovery import recover

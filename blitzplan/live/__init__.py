@@ -28,9 +28,9 @@ from blitzplan.live.schedule import (
     lower_bound,
     timetable,
 )
+from blitzplan.live.schedule_checks import ScheduleReport, validate_schedule
 from blitzplan.live.solve import METHODS, schedule_live
 from blitzplan.live.state import Pin, RelayView, RunLayers, RunRest
-from blitzplan.live.validate import ScheduleReport, validate_schedule
 
 __all__ = [
     "METHODS",

@@ -2,7 +2,7 @@
 over which NICs and relays, and when every unit lands (DESIGN.md sections 1.2-1.4 and 3).
 
 The plan space, the cost model and the validator are described in
-:mod:`blitzplan.multicast.types`, :mod:`~blitzplan.multicast.timeline` and
+:mod:`blitzplan.multicast.plan_types`, :mod:`~blitzplan.multicast.timeline` and
 :func:`validate_multicast`; the lower bound every plan reports in :mod:`~blitzplan.multicast.bound`.
 """
 
@@ -22,9 +22,7 @@ from blitzplan.multicast.baselines import BASELINES
 from blitzplan.multicast.bound import Bound, lower_bound
 from blitzplan.multicast.exact import exact_search
 from blitzplan.multicast.greedy import Context, build, build_lp, context, greedy_choice
-from blitzplan.multicast.polish import polish
-from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
-from blitzplan.multicast.types import (
+from blitzplan.multicast.plan_types import (
     ALL_RANKS,
     AllGather,
     Hop,
@@ -35,6 +33,8 @@ from blitzplan.multicast.types import (
     PlanNode,
     Route,
 )
+from blitzplan.multicast.polish import polish
+from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
 from blitzplan.multicast.validate import validate_multicast
 from blitzplan.solvers import SolveStatus
 from blitzplan.units import MIB

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from blitzplan.errors import InfeasibleError
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.types import NodeKind, PlanNode
 from blitzplan.topologies import Topology
 
 __all__ = ["Allocation", "Ports", "allocate", "fluid_time", "ports"]

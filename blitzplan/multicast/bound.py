@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from blitzplan.multicast.plan_types import NewInstance
 from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.types import NewInstance
 from blitzplan.topologies import Topology
 
 __all__ = [

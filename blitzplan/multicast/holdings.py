@@ -1,12 +1,12 @@
 """Which stripe intervals a GPU holds, and interval arithmetic on ``[0, 1)``.
 
-Stripe coordinates (see :mod:`blitzplan.multicast.types`) cut a rank's shard along each tensor's
-tensor-parallel split dimension. Rank ``r`` of a ``b``-way instance holds the split coordinates
-``[r/b, (r+1)/b)`` of every split tensor (Megatron: heads, KV heads, intermediate columns,
-vocabulary rows) and every replicated tensor whole. So rank ``q`` of an ``a``-way source holds, of
-rank ``r`` of a ``b``-way target, the stripe interval where the two split intervals overlap,
-rescaled to the target rank: for ``a == b`` the whole shard of the same rank, for a coarser source
-(``a`` divides ``b``) whole shards, for a finer one (``b`` divides ``a``) ``a/b`` consecutive
+Stripe coordinates (see :mod:`blitzplan.multicast.plan_types`) cut a rank's shard along each
+tensor's tensor-parallel split dimension. Rank ``r`` of a ``b``-way instance holds the split
+coordinates ``[r/b, (r+1)/b)`` of every split tensor (Megatron: heads, KV heads, intermediate
+columns, vocabulary rows) and every replicated tensor whole. So rank ``q`` of an ``a``-way source
+holds, of rank ``r`` of a ``b``-way target, the stripe interval where the two split intervals
+overlap, rescaled to the target rank: for ``a == b`` the whole shard of the same rank, for a coarser
+source (``a`` divides ``b``) whole shards, for a finer one (``b`` divides ``a``) ``a/b`` consecutive
 sub-intervals, one per source rank. Replicated KV heads (TP above the KV head count) make a source
 hold more than this rule says, never less. Host memory holds the whole model.
 

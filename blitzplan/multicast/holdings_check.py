@@ -16,7 +16,7 @@ from fractions import Fraction
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, layout
-from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
 
 __all__ = ["check_holdings"]
 

@@ -22,7 +22,7 @@ from blitzplan.cluster import ClusterState, Instance, Role, check_tp_fits, memor
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.holdings import reshardable
-from blitzplan.multicast.types import NewInstance, NodeKind, PlanNode
+from blitzplan.multicast.plan_types import NewInstance, NodeKind, PlanNode
 from blitzplan.topologies import Edge, Topology, residual_after
 
 __all__ = [

@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 
 from blitzplan.multicast.allocate import Allocation, Ports
 from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder
-from blitzplan.multicast.types import NodeKind, PlanNode
 from blitzplan.topologies import Edge, Topology
 
 __all__ = ["build_lanes", "relax_paces"]

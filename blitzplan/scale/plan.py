@@ -44,7 +44,7 @@ from blitzplan.live.solve import METHODS as LIVE_METHODS
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
-from blitzplan.multicast.types import MulticastPlan
+from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.byte_checks import check_source_bytes
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.program import program

@@ -40,7 +40,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from blitzplan.multicast.holdings import holder_segments
-from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
 from blitzplan.scale.delivered import Held, held_bytes, subtract
 from blitzplan.topologies import Topology
 

@@ -11,7 +11,7 @@ from blitzplan._checks import MAX_COUNT, check_count, is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.schedule import Schedule
 from blitzplan.models import ModelIdentity, ModelSpec
-from blitzplan.multicast.types import MulticastPlan
+from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.program import TransferStep
 from blitzplan.topologies.links import LINK_EFFICIENCY
@@ -218,7 +218,7 @@ class ScalePlan:
     def summary(self) -> str:
         """A short human summary: what is added, how and when (see :mod:`.report` for the full
         tables)."""
-        from blitzplan.scale.report import summary
+        from blitzplan.scale.plan_report import summary
 
         return summary(self)
 

@@ -5,7 +5,7 @@ lower bound and a repaired schedule; with the ZigZag hint, the better of the two
 incumbent. A solver's answer is decoded into orders, re-timed by
 :func:`~blitzplan.live.schedule.timetable` and kept only if it beats the incumbent; the status is
 OPTIMAL only when the incumbent meets a proven bound. The incumbent is only ever replaced by a
-schedule the independent checker (:func:`~blitzplan.live.validate.validate_schedule`) passes,
+schedule the independent checker (:func:`~blitzplan.live.schedule_checks.validate_schedule`) passes,
 and no solver round can discard it: a round that fails or claims the problem infeasible while a
 schedule is known leaves it standing (FEASIBLE with its gap).
 """
@@ -83,7 +83,7 @@ class Start:
     def offer(self, schedule: Schedule) -> None:
         """Keep ``schedule`` if it is better than the incumbent and the checker passes it (its
         status is settled later, by :func:`finish`)."""
-        from blitzplan.live.validate import validate_schedule
+        from blitzplan.live.schedule_checks import validate_schedule
 
         unsettled = replace(schedule, status=SolveStatus.UNKNOWN)
         better = schedule.objective < self.incumbent.objective
