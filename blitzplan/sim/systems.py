@@ -34,7 +34,7 @@ from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import plan_multicast
-from blitzplan.scale import ScalePlan, ScaleRequest, plan
+from blitzplan.scale import PlanOptions, ScalePlan, ScaleRequest, plan
 from blitzplan.sim.autoscaler import ScaleDecision
 from blitzplan.sim.instances import SimInstance
 from blitzplan.sim.snapshot import planning_state
@@ -300,18 +300,16 @@ def _as_colocated(action: ScaleAction) -> ScaleAction:
 def _plan(view: ClusterView, system: DataPlane, add_p: int, add_d: int) -> ScalePlan | None:
     request = ScaleRequest(view.model, prefill=add_p, decode=add_d, tp=view.tp)
     state = planning_state(view.snapshot())
-    options = {
-        "method": "one_by_one" if system.plane == "blitzscale-network" else "greedy",
-        "compare_baselines": False,
-        "prescale_decode": False,
-        "mutate_decode": system.mutate,
-        "startup_s": system.startup_s,
-    }
+    options = PlanOptions(
+        method="one_by_one" if system.plane == "blitzscale-network" else "greedy",
+        mutate_decode=system.mutate,
+        startup_s=system.startup_s,
+    )
     # prefill sources only when nothing else holds it; colocated replicas (shown as prefill
     # instances, see .snapshot) send no KV to decode instances: always sources
     for prefill_sources in (True,) if system.colocated else (False, True):
         try:
-            return plan(state, request, allow_prefill_sources=prefill_sources, **options)  # type: ignore[arg-type]
+            return plan(state, request, options=options, allow_prefill_sources=prefill_sources)
         except InfeasibleError:
             continue
     return None

@@ -1,0 +1,118 @@
+"""Role changes, a planning rule of :func:`~blitzplan.plan`: what the request does to the old
+instances (releases, mutations) and how many new instances of each role it loads.
+
+1. **Scale-down** (:mod:`.releases`): removed instances drain, least loaded first.
+2. **Decode by mutation.** Each added decode instance first comes from a prefill instance turning
+   into a decode instance in place (the one with the fewest KV bytes in use; no transfer); a new
+   prefill instance is live-scaled in its place. Its queued requests move to the least loaded
+   remaining prefill instance, so the last prefill instance never mutates. Decode instances
+   beyond the prefill instances that may mutate are loaded like any new instance.
+   ``mutate_decode=False`` loads them all.
+3. **Decode pre-scaling** (only with ``prescale_decode``). A prefill scale-up that at least
+   multiplies the model's prefill instances by :data:`LARGE_SCALE_UP` also loads decode
+   instances in the serving ratio (``ceil(prefill_added * decode / prefill)``): the burst's
+   decode load follows within seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from blitzplan.cluster import Instance, QueuedRequest, Role
+from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.scale.plan_options import PlanOptions
+from blitzplan.scale.releases import releases, tokens
+from blitzplan.scale.types import Mutation, Release, ScaleRequest
+
+__all__ = ["LARGE_SCALE_UP", "RoleChanges", "mutation_records", "requeue", "role_changes"]
+
+LARGE_SCALE_UP = 4.0
+"""A prefill scale-up adding at least this many times the current prefill instances is large."""
+
+
+@dataclass(frozen=True)
+class RoleChanges:
+    """What a request does: ``releases``; ``mutated`` prefill instances that become decode
+    instances; ``staying`` prefill instances that keep serving; and the new instances wanted,
+    ``prefill`` and ``decode`` (of which ``prescale`` pre-scaled)."""
+
+    releases: tuple[Release, ...]
+    mutated: list[Instance]
+    staying: list[Instance]
+    prefill: int
+    decode: int
+    prescale: int
+
+
+def role_changes(
+    mine: list[Instance], request: ScaleRequest, options: PlanOptions, missing: list[str]
+) -> RoleChanges:
+    """The role changes of ``request`` on the model's instances ``mine`` (module docstring)."""
+    removals = {Role.PREFILL: -request.prefill, Role.DECODE: -request.decode}
+    chosen = releases(mine, removals, missing)
+    released = {r.instance for r in chosen}
+    prefill_old = [i for i in mine if i.role is Role.PREFILL and i.id not in released]
+    decode_old = [i for i in mine if i.role is Role.DECODE and i.id not in released]
+    add_decode, add_prefill = max(request.decode, 0), max(request.prefill, 0)
+    mutable = max(0, len(prefill_old) - 1)  # never the last prefill instance
+    by_kv = sorted(prefill_old, key=lambda i: (i.kv_bytes_used, tokens(i), i.id))
+    mutated = by_kv[: min(add_decode, mutable)] if options.mutate_decode else []
+    prescale = 0
+    if (
+        options.prescale_decode
+        and prefill_old
+        and decode_old
+        and add_prefill >= LARGE_SCALE_UP * len(prefill_old)
+    ):
+        prescale = math.ceil(add_prefill * len(decode_old) / len(prefill_old))
+    return RoleChanges(
+        releases=chosen,
+        mutated=mutated,
+        staying=[i for i in prefill_old if i not in mutated],
+        prefill=add_prefill + len(mutated),
+        decode=add_decode - len(mutated) + prescale,
+        prescale=prescale,
+    )
+
+
+def requeue(
+    staying: list[Instance], mutated: list[Instance]
+) -> tuple[dict[str, list[QueuedRequest]], dict[str, tuple[tuple[str, str], ...]]]:
+    """Queues after mutation: a mutated instance's requests go to the least loaded prefill;
+    per mutated instance, ``(request id, where it went)``."""
+    queues = {i.id: list(i.queue) for i in staying}
+    moved: dict[str, tuple[tuple[str, str], ...]] = {}
+    for inst in mutated:
+        moves = []
+        for request in inst.queue:
+            if queues:
+                target = min(queues, key=lambda k: (sum(q.prompt_tokens for q in queues[k]), k))
+                queues[target].append(request)
+                moves.append((request.id, target))
+        moved[inst.id] = tuple(moves)
+    return queues, moved
+
+
+def mutation_records(
+    mutated: list[Instance],
+    multicast: MulticastPlan | None,
+    roles: dict[str, str],
+    moved: Mapping[str, tuple[tuple[str, str], ...]],
+) -> tuple[Mutation, ...]:
+    """The plan's mutations, each with the new prefill instance that replaces it (live ones
+    first) and where its queued requests went."""
+    replacements = [name for name, role in roles.items() if role == "prefill"]
+    replacements.sort(key=lambda name: (name not in (multicast.live if multicast else ()), name))
+    return tuple(
+        Mutation(
+            inst.id,
+            "prefill",
+            "decode",
+            replacements[k] if k < len(replacements) else None,
+            at_s=0.0,
+            moved=moved.get(inst.id, ()),
+        )
+        for k, inst in enumerate(mutated)
+    )
