@@ -8,6 +8,10 @@ can predict (read their docstrings for the rule itself):
    instance changing role in place, replaced by a live-scaled prefill instance; decode
    pre-scaling with ``prescale_decode``.
 3. :mod:`.room` -- **room**: the new instances the free GPUs hold; the rest is ``missing``.
+   When the multicast finds no route to some placed instances and free GPUs exist that no
+   holder reaches (a host whose uplink failed), the instances are placed on the reachable free
+   GPUs only (in placement order, the holders' leaves first) and the hosts cut off are named:
+   in ``missing`` when the request is short of room for it, else in ``notes``.
 4. :mod:`.realize` -- **multicast and roles**: every new instance loads in one multicast plan;
    as many chain tails as there are old instances with a queue are live.
 5. :mod:`.pairing` -- **live pairs**: live tails, earliest first layer first, pair with the old
@@ -17,13 +21,14 @@ can predict (read their docstrings for the rule itself):
 
 Every option is a field of :class:`~blitzplan.scale.plan_options.PlanOptions`, given as one
 object (``options=``) or as keywords. A request that cannot be met in full (not enough free
-GPUs, fewer instances to remove than asked) gives a plan for what is possible and lists what
-is missing, unless ``strict``.
+reachable GPUs, fewer instances to remove than asked) gives a plan for what is possible and
+lists what is missing, unless ``strict``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from blitzplan.cluster import ClusterState
@@ -32,11 +37,11 @@ from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.scale.byte_checks import check_source_bytes
-from blitzplan.scale.mutations import role_changes
+from blitzplan.scale.mutations import RoleChanges, role_changes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import Targets, at_efficiency, realize
-from blitzplan.scale.room import fit
+from blitzplan.scale.room import fit, reachable_slots
 from blitzplan.scale.types import ScalePlan, ScaleRequest
 
 __all__ = ["plan", "validate_plan"]
@@ -65,22 +70,61 @@ def plan(
     mine = [i for i in state.instances if i.identity == spec.identity]
     missing: list[str] = []
     changes = role_changes(mine, request, options, missing)
+    run = Planning(options, compute, started)
+    try:
+        return _realized(state, spec, request, changes, run, missing)
+    except InfeasibleError:
+        slots, cut = reachable_slots(
+            state, spec, request.tp, allow_prefill_sources=options.allow_prefill_sources
+        )
+        if not cut:
+            raise
+    return _realized(state, spec, request, changes, run, missing, slots=slots, cut=cut)
+
+
+def _realized(
+    state: ClusterState,
+    spec: ModelSpec,
+    request: ScaleRequest,
+    changes: RoleChanges,
+    run: Planning,
+    missing: list[str],
+    *,
+    slots: list[tuple[str, ...]] | None = None,
+    cut: Sequence[str] = (),
+) -> ScalePlan:
+    """The plan of ``changes`` on the free GPUs, or on ``slots``, the reachable ones: then the
+    ``cut`` sentences (the hosts no holder reaches) are in ``missing`` when the request is
+    short of room, else in the notes."""
     counts = (changes.prefill, changes.decode, changes.prescale)
-    new_prefill, new_decode = fit(state, spec, request.tp, counts, missing)
-    if options.strict and missing:
+    missing, before = list(missing), len(missing)
+    new_prefill, new_decode = fit(state, spec, request.tp, counts, missing, slots=slots)
+    short = len(missing) > before
+    missing = [*missing[:before], *(cut if short else ()), *missing[before:]]
+    if run.options.strict and missing:
         raise InfeasibleError("; ".join(missing))
+    count = new_prefill + new_decode
+    targets = Targets(count=count, prefill=new_prefill)
+    if slots is not None and count:
+        groups = tuple(slots[:count])
+        targets = Targets(prefill=new_prefill, groups=groups, names=_names(state, count))
     return realize(
         state,
         spec,
         request.tp,
-        Targets(count=new_prefill + new_decode, prefill=new_prefill),
-        Planning(options, compute, started),
+        targets,
+        run,
         request={"prefill": request.prefill, "decode": request.decode, "tp": request.tp},
         staying=changes.staying,
         mutated=changes.mutated,
         releases=changes.releases,
         missing=missing,
+        notes=() if short else cut,
     )
+
+
+def _names(state: ClusterState, count: int) -> tuple[str, ...]:
+    return tuple(state.fresh_names("new", count))
 
 
 def validate_plan(state: ClusterState, plan: ScalePlan) -> tuple[str, ...]:

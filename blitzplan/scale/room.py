@@ -2,15 +2,19 @@
 
 When the free GPUs hold fewer new instances than wanted, pre-scaled decode instances are cut
 first, then decode, then prefill; ``missing`` says how many of each are not planned and why
-(including GPUs whose memory cannot hold the model with its KV reserve).
+(including GPUs whose memory cannot hold the model with its KV reserve). Free GPUs that no
+holder of the weights reaches (a host whose uplink failed, a host without one) are no room:
+the plan loads what the reachable free GPUs take and ``missing`` names the hosts cut off.
 """
 
 from __future__ import annotations
 
-from blitzplan.cluster import ClusterState, memory_misfit
+from collections.abc import Sequence
+
+from blitzplan.cluster import ClusterState, Role, memory_misfit
 from blitzplan.models import ModelSpec
 
-__all__ = ["fit"]
+__all__ = ["fit", "reachable_slots"]
 
 
 def fit(
@@ -19,11 +23,14 @@ def fit(
     tp: int,
     counts: tuple[int, int, int],
     missing: list[str],
+    *,
+    slots: Sequence[tuple[str, ...]] | None = None,
 ) -> tuple[int, int]:
-    """Shrink the new-instance counts to what the free GPUs hold (module docstring). ``counts``
-    are the prefill, decode and pre-scaled decode instances wanted."""
+    """Shrink the new-instance counts to what the free GPUs hold (module docstring), or the
+    free ``slots`` given. ``counts`` are the prefill, decode and pre-scaled decode instances
+    wanted."""
     prefill, decode, prescale = counts
-    room = len(state.free_slots(tp, model=spec))
+    room = len(state.free_slots(tp, model=spec) if slots is None else slots)
     wanted = prefill + decode
     if wanted <= room:
         return prefill, decode
@@ -31,8 +38,9 @@ def fit(
     drop_prescale = min(cut, prescale)
     drop_decode = min(cut, decode)
     drop_prefill = cut - drop_decode
+    where = "free GPUs" if slots is None else "free GPUs a holder reaches"
     missing.append(
-        f"free GPUs hold {room} new tp={tp} instances, {wanted} wanted: "
+        f"{where} hold {room} new tp={tp} instances, {wanted} wanted: "
         f"{drop_prescale} pre-scaled decode, {drop_decode - drop_prescale} decode and "
         f"{drop_prefill} prefill instances are not planned"
     )
@@ -40,3 +48,40 @@ def fit(
     misfits = {memory_misfit(spec, tp, topo.gpu_spec(g).memory_bytes) for g in state.free_gpus()}
     missing += sorted(f"free GPUs refused: {m}" for m in misfits if m)
     return prefill - drop_prefill, decode - drop_decode
+
+
+def reachable_slots(
+    state: ClusterState, spec: ModelSpec, tp: int, *, allow_prefill_sources: bool
+) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The free slots (placement order, the holders' leaves first) some holder of ``spec``'s
+    weights reaches, and the sentences naming the hosts whose free slots none reaches (none
+    when nothing holds the weights)."""
+    topo = state.topology
+    sources = [
+        source
+        for source in state.sources(spec)
+        if source.instance is None
+        or allow_prefill_sources
+        or source.instance.serving_role is not Role.PREFILL
+    ]
+    nodes = [source.nodes[0] for source in sources]
+    leaves = {
+        topo.leaf_of(gpu)
+        for source in sources
+        for gpu in (source.nodes if source.host is None else topo.gpus_of_host(source.host))
+    }
+    slots = state.free_slots(tp, model=spec, prefer_leaves=leaves)
+    if not nodes:  # no holder at all: that is the multicast's error to give, not a cut host
+        return slots, []
+    reached = [s for s in slots if any(topo.has_path(n, s[0]) for n in nodes)]
+    cut: dict[str, int] = {}
+    for slot in slots:
+        if slot not in reached:
+            host = topo.host_of(slot[0])
+            cut[host] = cut.get(host, 0) + 1
+    notes = [
+        f"{count} free tp={tp} slots on host {host} are unreachable from every holder of the "
+        "weights (no route: failed or missing links)"
+        for host, count in sorted(cut.items())
+    ]
+    return reached, notes
