@@ -3,10 +3,11 @@
 ``plan()`` is a short driver over one module per planning rule, each a rule a serving stack
 can predict (read their docstrings for the rule itself):
 
-1. :mod:`.releases` -- **scale-down**: removed instances drain, least loaded first.
-2. :mod:`.mutations` -- **role changes**: an added decode instance first comes from a prefill
-   instance changing role in place, replaced by a live-scaled prefill instance; decode
-   pre-scaling with ``prescale_decode``.
+1. :mod:`.mutations` -- **role changes**: a request that removes prefill and adds decode
+   instances changes roles in place (a rebalance: no weights move); an added decode instance
+   first comes from a prefill instance changing role in place, replaced by a live-scaled
+   prefill instance; decode pre-scaling with ``prescale_decode``.
+2. :mod:`.releases` -- **scale-down**: what is left to remove drains, least loaded first.
 3. :mod:`.room` -- **room**: the new instances the free GPUs hold; the rest is ``missing``.
    When the multicast finds no route to some placed instances and free GPUs exist that no
    holder reaches (a host whose uplink failed), the instances are placed on the reachable free
@@ -120,6 +121,7 @@ def _realized(
         releases=changes.releases,
         missing=missing,
         notes=() if short else cut,
+        replaced=changes.replaced,
     )
 
 

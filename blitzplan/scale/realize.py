@@ -68,10 +68,12 @@ def realize(
     missing: list[str],
     held: Held | None = None,
     notes: Sequence[str] = (),
+    replaced: int | None = None,
 ) -> ScalePlan:
     """The ScalePlan of loading ``targets`` (module docstring): ``staying`` old instances keep
     serving, ``mutated`` change role, ``releases`` drain; ``held`` are bytes the new GPUs
-    already have (a replan's); ``notes`` start the plan's notes."""
+    already have (a replan's); ``notes`` start the plan's notes; the first ``replaced`` of
+    ``mutated`` (None: all) are replaced by new prefill instances."""
     notes = list(notes)
     state = at_efficiency(state, run.options.link_efficiency)
     queues, moved = requeue(staying, mutated)
@@ -97,7 +99,7 @@ def realize(
         multicast=multicast,
         new_instances=_infos(multicast, roles),
         live_pairs=pairs,
-        mutations=mutation_records(mutated, multicast, roles, moved),
+        mutations=mutation_records(mutated, multicast, roles, moved, replaced),
         releases=timed_releases(state, spec, releases, run),
         milestones=marks,
         missing=tuple(missing),
