@@ -8,13 +8,15 @@ instances (releases, mutations) and how many new instances of each role it loads
    or loads: ``prefill=-1, decode=1`` moves no weights. (The paper mutates prefill into decode
    only; a request that removes decode and adds prefill releases and loads.)
 2. **Scale-down** (:mod:`.releases`): removed instances drain, least loaded first.
-3. **Decode by mutation.** Each added decode instance first comes from a prefill instance turning
+3. **Colocated instances** (vLLM, SGLang replicas: prefill and decode in one engine) are added
+   and removed as asked (``colocated=``); they never change role.
+4. **Decode by mutation.** Each added decode instance first comes from a prefill instance turning
    into a decode instance in place (the one with the fewest KV bytes in use; no transfer); a new
    prefill instance is live-scaled in its place. Its queued requests move to the least loaded
    remaining prefill instance, so the last prefill instance never mutates. Decode instances
    beyond the prefill instances that may mutate are loaded like any new instance.
    ``mutate_decode=False`` loads them all.
-4. **Decode pre-scaling** (only with ``prescale_decode``). A prefill scale-up that at least
+5. **Decode pre-scaling** (only with ``prescale_decode``). A prefill scale-up that at least
    multiplies the model's prefill instances by :data:`LARGE_SCALE_UP` also loads decode
    instances in the serving ratio (``ceil(prefill_added * decode / prefill)``): the burst's
    decode load follows within seconds.
@@ -42,8 +44,9 @@ LARGE_SCALE_UP = 4.0
 class RoleChanges:
     """What a request does: ``releases``; ``mutated`` prefill instances that become decode
     instances (the first ``replaced`` of them each replaced by a new prefill instance, the
-    others a rebalance); ``staying`` prefill instances that keep serving; and the new instances
-    wanted, ``prefill`` and ``decode`` (of which ``prescale`` pre-scaled)."""
+    others a rebalance); ``staying`` prefill and colocated instances that keep serving (their
+    queues can be helped); and the new instances wanted, ``prefill``, ``decode`` (of which
+    ``prescale`` pre-scaled) and ``colocated``."""
 
     releases: tuple[Release, ...]
     mutated: list[Instance]
@@ -52,6 +55,7 @@ class RoleChanges:
     decode: int
     prescale: int
     replaced: int = 0
+    colocated: int = 0
 
 
 def role_changes(
@@ -60,9 +64,14 @@ def role_changes(
     """The role changes of ``request`` on the model's instances ``mine`` (module docstring)."""
     swapped = _rebalanced(mine, request, options)
     kept = [i for i in mine if i not in swapped]
-    removals = {Role.PREFILL: -request.prefill - len(swapped), Role.DECODE: -request.decode}
+    removals = {
+        Role.PREFILL: -request.prefill - len(swapped),
+        Role.DECODE: -request.decode,
+        Role.COLOCATED: -request.colocated,
+    }
     chosen = releases(kept, removals, missing)
     released = {r.instance for r in chosen}
+    colocated_old = [i for i in mine if i.role is Role.COLOCATED and i.id not in released]
     prefill_old = [i for i in kept if i.role is Role.PREFILL and i.id not in released]
     decode_old = [i for i in mine if i.role is Role.DECODE and i.id not in released]
     add_decode, add_prefill = max(request.decode, 0) - len(swapped), max(request.prefill, 0)
@@ -80,11 +89,12 @@ def role_changes(
     return RoleChanges(
         releases=chosen,
         mutated=mutated,
-        staying=[i for i in prefill_old if i not in mutated],
+        staying=[*(i for i in prefill_old if i not in mutated), *colocated_old],
         prefill=add_prefill + len(grown),
         decode=add_decode - len(grown) + prescale,
         prescale=prescale,
         replaced=len(grown),
+        colocated=max(request.colocated, 0),
     )
 
 
@@ -107,15 +117,16 @@ def _rebalanced(
 def requeue(
     staying: list[Instance], mutated: list[Instance]
 ) -> tuple[dict[str, list[QueuedRequest]], dict[str, tuple[tuple[str, str], ...]]]:
-    """Queues after mutation: a mutated instance's requests go to the least loaded prefill;
-    per mutated instance, ``(request id, where it went)``."""
+    """Queues after mutation: a mutated instance's requests go to the least loaded prefill
+    instance; per mutated instance, ``(request id, where it went)``."""
     queues = {i.id: list(i.queue) for i in staying}
+    prefill = [i.id for i in staying if i.role is Role.PREFILL]
     moved: dict[str, tuple[tuple[str, str], ...]] = {}
     for inst in mutated:
         moves = []
         for request in inst.queue:
-            if queues:
-                target = min(queues, key=lambda k: (sum(q.prompt_tokens for q in queues[k]), k))
+            if prefill:
+                target = min(prefill, key=lambda k: (sum(q.prompt_tokens for q in queues[k]), k))
                 queues[target].append(request)
                 moves.append((request.id, target))
         moved[inst.id] = tuple(moves)

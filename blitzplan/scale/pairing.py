@@ -1,9 +1,11 @@
 """Live pairing, a planning rule of :func:`~blitzplan.plan`: which live new instance helps which
 overloaded old instance, and each pair's predicted schedule.
 
-Live tails, earliest first layer first, pair with the old instances that have a queue, most
-queued prompt tokens first (pairs a replan keeps come first); a pair needs a path both ways
-between the two (activations cross). Each pair's schedule is
+Live tails, earliest first layer first, pair with the old instances of their role that have
+a queue, most queued prompt tokens first (pairs a replan keeps come first): a new prefill
+instance with a prefill instance, a new colocated instance with a colocated one (the new one
+runs the first layers of the old one's waiting prefills while the old one keeps decoding). A
+pair needs a path both ways between the two (activations cross). Each pair's schedule is
 :func:`~blitzplan.schedule_live` of the options' ``live_method`` over the old instance's queue,
 with layer times from the compute model (default: a roofline on each GPU's spec).
 """
@@ -99,14 +101,16 @@ def live_pairs(
     run: Planning,
     tp: int,
     *,
+    roles: Mapping[str, str],
     keep: Mapping[str, str] | None = None,
-) -> tuple[LivePair, ...]:
-    """Live tails with old instances (module docstring); past the deadline the rest load
-    without a pair."""
+) -> tuple[tuple[LivePair, ...], int]:
+    """Live tails with old instances of their role (module docstring), and how many matched
+    pairs were left out because the deadline passed (they load without a pair)."""
     if multicast is None or not multicast.live:
-        return ()
-    pairs = []
-    for name, old in _matched(state, multicast, loaded, queues, keep or {}):
+        return (), 0
+    pairs: list[LivePair] = []
+    matched = _matched(state, multicast, loaded, queues, roles, keep or {})
+    for name, old in matched:
         if run.passed():
             break  # past the deadline: the rest load without a pair (the plan notes it)
         schedule = live_schedule(
@@ -126,7 +130,7 @@ def live_pairs(
         )
         method = run.options.live_method
         pairs.append(LivePair(name, old.id, method, schedule, len(queues[old.id]), batches))
-    return tuple(pairs)
+    return tuple(pairs), len(matched) - len(pairs)
 
 
 def _matched(
@@ -134,15 +138,21 @@ def _matched(
     multicast: MulticastPlan,
     loaded: list[Instance],
     queues: dict[str, list[QueuedRequest]],
+    roles: Mapping[str, str],
     keep: Mapping[str, str],
 ) -> list[tuple[str, Instance]]:
-    """``(live tail, old instance)``: the kept pairs, then earliest tail with most loaded old."""
+    """``(live tail, old instance)``: the kept pairs, then earliest tail with the most loaded
+    old instance of its role."""
     tails = sorted(multicast.live, key=lambda n: (multicast.layer_ready_s[n][1], n))
     topo = state.topology
 
-    def linked(name: str, old: Instance) -> bool:  # activations cross both ways
+    def linked(name: str, old: Instance) -> bool:  # same role; activations cross both ways
         new_gpu, old_gpu = multicast.instance(name).gpus[0], old.gpus[0]
-        return topo.has_path(new_gpu, old_gpu) and topo.has_path(old_gpu, new_gpu)
+        return (
+            roles.get(name) == old.role.value
+            and topo.has_path(new_gpu, old_gpu)
+            and topo.has_path(old_gpu, new_gpu)
+        )
 
     by_id = {i.id: i for i in loaded}
     chosen = [

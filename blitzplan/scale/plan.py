@@ -97,25 +97,25 @@ def _realized(
     """The plan of ``changes`` on the free GPUs, or on ``slots``, the reachable ones: then the
     ``cut`` sentences (the hosts no holder reaches) are in ``missing`` when the request is
     short of room, else in the notes."""
-    counts = (changes.prefill, changes.decode, changes.prescale)
+    counts = (changes.prefill, changes.decode, changes.prescale, changes.colocated)
     missing, before = list(missing), len(missing)
-    new_prefill, new_decode = fit(state, spec, request.tp, counts, missing, slots=slots)
+    prefill, decode, colocated = fit(state, spec, request.tp, counts, missing, slots=slots)
     short = len(missing) > before
     missing = [*missing[:before], *(cut if short else ()), *missing[before:]]
     if run.options.strict and missing:
         raise InfeasibleError("; ".join(missing))
-    count = new_prefill + new_decode
-    targets = Targets(count=count, prefill=new_prefill)
+    count = prefill + decode + colocated
+    targets = Targets(count=count, prefill=prefill, colocated=colocated)
     if slots is not None and count:
-        groups = tuple(slots[:count])
-        targets = Targets(prefill=new_prefill, groups=groups, names=_names(state, count))
+        groups, names = tuple(slots[:count]), _names(state, count)
+        targets = Targets(prefill=prefill, colocated=colocated, groups=groups, names=names)
     return realize(
         state,
         spec,
         request.tp,
         targets,
         run,
-        request={"prefill": request.prefill, "decode": request.decode, "tp": request.tp},
+        request=_recorded(request),
         staying=changes.staying,
         mutated=changes.mutated,
         releases=changes.releases,
@@ -123,6 +123,12 @@ def _realized(
         notes=() if short else cut,
         replaced=changes.replaced,
     )
+
+
+def _recorded(request: ScaleRequest) -> dict[str, int]:
+    """What the plan records of the request (``colocated`` only when asked)."""
+    counts = {"prefill": request.prefill, "decode": request.decode, "tp": request.tp}
+    return counts | ({"colocated": request.colocated} if request.colocated else {})
 
 
 def _names(state: ClusterState, count: int) -> tuple[str, ...]:

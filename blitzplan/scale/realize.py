@@ -3,10 +3,11 @@
 live pairs, the milestones and the transfer program, as one ScalePlan.
 
 All new instances load in one :func:`~blitzplan.plan_multicast` call, on the state's links at
-the options' ``link_efficiency``; as many chain tails as there are old instances with a queue
-(and new instances that take prompts) are live. Roles: the live tails first, then the others
-by ready time, take the prompt-taking roles first. Live pairs come from :mod:`.pairing`,
-milestones from :mod:`.milestones`.
+the options' ``link_efficiency``. Live chain tails: per prompt-taking role (prefill, colocated),
+as many as there are old instances of that role with a queue, at most the new instances of
+that role. Roles: the live tails take the live prefill, then the live colocated roles; the
+others, by ready time, prefill, then colocated, then decode. Live pairs come from
+:mod:`.pairing`, milestones from :mod:`.milestones`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from blitzplan.cluster import ClusterState, Instance
+from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
@@ -33,10 +34,12 @@ __all__ = ["Targets", "at_efficiency", "realize"]
 @dataclass(frozen=True)
 class Targets:
     """The new instances to load: ``count`` placed by the planner, or explicit GPU groups with
-    names and units already delivered (a replan); ``prefill`` of them are prefill instances."""
+    names and units already delivered (a replan); ``prefill`` of them are prefill instances,
+    ``colocated`` colocated ones, the rest decode instances."""
 
     count: int = 0
     prefill: int = 0
+    colocated: int = 0
     groups: tuple[tuple[str, ...], ...] = ()
     names: tuple[str, ...] = ()
     delivered: Mapping[str, tuple[bool, ...]] = field(default_factory=dict)
@@ -78,13 +81,16 @@ def realize(
     state = at_efficiency(state, run.options.link_efficiency)
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
-    multicast = _multicast(state, spec, tp, targets, run, loaded, notes)
-    roles = dict(targets.roles) if targets.roles else _roles(multicast, targets.prefill)
-    pairs = live_pairs(state, spec, multicast, loaded, queues, run, tp, keep=targets.pairs)
-    if multicast is not None and len(pairs) < min(len(multicast.live), len(loaded)):
+    live = _live_counts(targets, loaded)
+    multicast = _multicast(state, spec, tp, targets, run, sum(live), notes)
+    roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
+    pairs, unpaired = live_pairs(
+        state, spec, multicast, loaded, queues, run, tp, roles=roles, keep=targets.pairs
+    )
+    if unpaired:
         notes.append(
-            f"deadline_s: {min(len(multicast.live), len(loaded)) - len(pairs)} live instances "
-            "left without a pair (they load, but help no queue)"
+            f"deadline_s: {unpaired} live instances left without a pair (they load, but help "
+            "no queue)"
         )
     draining = [i for i in state.instances if i.id in {r.instance for r in releases} and i.queue]
     for inst in draining:  # a released instance finishes its own queue first
@@ -117,13 +123,14 @@ def _multicast(
     tp: int,
     targets: Targets,
     run: Planning,
-    loaded: list[Instance],
+    live_count: int,
     notes: list[str],
 ) -> MulticastPlan | None:
-    """One multicast plan for every target (None: no targets); its notes go to ``notes``."""
+    """One multicast plan for every target (None: no targets), ``live_count`` of them live
+    unless ``targets`` names them; its notes go to ``notes``."""
     if not targets.total:
         return None
-    live: int | tuple[str, ...] = min(targets.prefill, len(loaded))
+    live: int | tuple[str, ...] = live_count
     if targets.live is not None:
         live = targets.live
     explicit = bool(targets.groups)
@@ -175,15 +182,32 @@ def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> Clust
     return derated
 
 
-def _roles(multicast: MulticastPlan | None, new_prefill: int) -> dict[str, str]:
-    """Each new instance's role: live tails first, then by ready time; prefill first."""
+def _live_counts(targets: Targets, loaded: list[Instance]) -> tuple[int, int]:
+    """How many new prefill and colocated instances are live: as many as old instances of
+    their role have a queue."""
+    olds = [i.role for i in loaded]
+    return (
+        min(targets.prefill, olds.count(Role.PREFILL)),
+        min(targets.colocated, olds.count(Role.COLOCATED)),
+    )
+
+
+def _roles(
+    multicast: MulticastPlan | None, targets: Targets, live: tuple[int, int]
+) -> dict[str, str]:
+    """Each new instance's role: the live tails take the live prefill, then the live colocated
+    roles; the others, by ready time, prefill, then colocated, then decode."""
     if multicast is None:
         return {}
-    order = list(multicast.live) + sorted(
+    rest = sorted(
         (i.name for i in multicast.instances if i.name not in multicast.live),
         key=lambda name: (multicast.ready_at_s[name], name),
     )
-    return {name: ("prefill" if k < new_prefill else "decode") for k, name in enumerate(order)}
+    prefill, colocated = targets.prefill - live[0], targets.colocated - live[1]
+    tail = ["prefill"] * prefill + ["colocated"] * colocated
+    wanted = ["prefill"] * live[0] + ["colocated"] * live[1] + tail
+    order = list(multicast.live) + rest
+    return {name: wanted[k] if k < len(wanted) else "decode" for k, name in enumerate(order)}
 
 
 def _infos(multicast: MulticastPlan | None, roles: dict[str, str]) -> tuple[NewInstanceInfo, ...]:

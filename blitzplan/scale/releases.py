@@ -1,6 +1,6 @@
 """Scale-down, a planning rule of :func:`~blitzplan.plan`: which instances drain and are released.
 
-Removing prefill (or colocated) instances drains those with the fewest queued prompt tokens;
+Removing prefill or colocated instances drains those with the fewest queued prompt tokens;
 removing decode instances drains those with the fewest KV bytes in use (ties: the other
 figure, then the id). A released instance finishes its own queue first: its release says
 which requests and when its GPUs are free. Removals that a role change does instead (a

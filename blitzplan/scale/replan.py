@@ -146,7 +146,7 @@ def _serving(plan: ScalePlan, current: ClusterState) -> _Serving:
         staying=[
             i
             for i in mine
-            if i.role is Role.PREFILL
+            if i.role in (Role.PREFILL, Role.COLOCATED)
             and i.id not in released
             and i.id not in mutated_ids
             and i.id not in new_names

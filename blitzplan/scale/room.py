@@ -1,10 +1,10 @@
 """Room, a planning rule of :func:`~blitzplan.plan`: how many new instances the free GPUs take.
 
 When the free GPUs hold fewer new instances than wanted, pre-scaled decode instances are cut
-first, then decode, then prefill; ``missing`` says how many of each are not planned and why
-(including GPUs whose memory cannot hold the model with its KV reserve). Free GPUs that no
-holder of the weights reaches (a host whose uplink failed, a host without one) are no room:
-the plan loads what the reachable free GPUs take and ``missing`` names the hosts cut off.
+first, then decode, then colocated, then prefill; ``missing`` says how many of each are not
+planned and why (including GPUs whose memory cannot hold the model with its KV reserve). Free
+GPUs that no holder of the weights reaches (a host whose uplink failed, a host without one)
+are no room: the plan loads what the reachable free GPUs take and names the hosts cut off.
 """
 
 from __future__ import annotations
@@ -21,33 +21,35 @@ def fit(
     state: ClusterState,
     spec: ModelSpec,
     tp: int,
-    counts: tuple[int, int, int],
+    counts: tuple[int, int, int, int],
     missing: list[str],
     *,
     slots: Sequence[tuple[str, ...]] | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Shrink the new-instance counts to what the free GPUs hold (module docstring), or the
-    free ``slots`` given. ``counts`` are the prefill, decode and pre-scaled decode instances
-    wanted."""
-    prefill, decode, prescale = counts
+    free ``slots`` given. ``counts`` are the prefill, decode, pre-scaled decode and colocated
+    instances wanted; returned are the prefill, decode and colocated ones planned."""
+    prefill, decode, prescale, colocated = counts
     room = len(state.free_slots(tp, model=spec) if slots is None else slots)
-    wanted = prefill + decode
+    wanted = prefill + decode + colocated
     if wanted <= room:
-        return prefill, decode
+        return prefill, decode, colocated
     cut = wanted - room
     drop_prescale = min(cut, prescale)
     drop_decode = min(cut, decode)
-    drop_prefill = cut - drop_decode
+    drop_colocated = min(cut - drop_decode, colocated)
+    drop_prefill = cut - drop_decode - drop_colocated
     where = "free GPUs" if slots is None else "free GPUs a holder reaches"
+    also = f", {drop_colocated} colocated" if colocated else ""
     missing.append(
         f"{where} hold {room} new tp={tp} instances, {wanted} wanted: "
-        f"{drop_prescale} pre-scaled decode, {drop_decode - drop_prescale} decode and "
+        f"{drop_prescale} pre-scaled decode, {drop_decode - drop_prescale} decode{also} and "
         f"{drop_prefill} prefill instances are not planned"
     )
     topo = state.topology
     misfits = {memory_misfit(spec, tp, topo.gpu_spec(g).memory_bytes) for g in state.free_gpus()}
     missing += sorted(f"free GPUs refused: {m}" for m in misfits if m)
-    return prefill - drop_prefill, decode - drop_decode
+    return prefill - drop_prefill, decode - drop_decode, colocated - drop_colocated
 
 
 def reachable_slots(

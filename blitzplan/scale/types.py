@@ -36,15 +36,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ScaleRequest:
-    """How many prefill and decode instances of ``model`` to add (negative: remove)."""
+    """How many prefill, decode and colocated instances of ``model`` to add (negative:
+    remove). A colocated instance runs prefills and decodes in one engine (vLLM, SGLang)."""
 
     model: ModelSpec | str
     prefill: int = 0
     decode: int = 0
     tp: int = 1
+    colocated: int = 0
 
     def __post_init__(self) -> None:
-        for key in ("prefill", "decode"):  # numpy integers are counts too; stored as int
+        for key in ("prefill", "decode", "colocated"):  # numpy integers too; stored as int
             value = getattr(self, key)
             if not is_integer(value):
                 raise InvalidInputError(f"{key} must be an integer, got {value!r}")
@@ -71,7 +73,8 @@ class NewInstanceInfo:
 
 @dataclass(frozen=True)
 class LivePair:
-    """A live new instance helping an overloaded old prefill instance with its queue."""
+    """A live new instance helping an overloaded old instance of its role (prefill or
+    colocated) with its queue."""
 
     new: str
     old: str
