@@ -22,8 +22,10 @@ from blitzplan.scale.control_cli import (
     link_efficiency_option,
     write_plan_outputs,
 )
+from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.sim.simulate_cli import add_sim_commands
 from blitzplan.topologies import list_topologies, load_topology
+from blitzplan.topologies.links import link_efficiency_table
 from blitzplan.units import GB_PER_S, GBPS, GIB, MIB
 
 __all__ = ["build_parser", "main"]
@@ -250,9 +252,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from blitzplan.scale.plan_report import report
 
     state, model, tp = _scenario(args)
-    scale = plan(
-        state,
-        ScaleRequest(model, prefill=args.prefill, decode=args.decode, tp=tp),
+    request = ScaleRequest(model, prefill=args.prefill, decode=args.decode, tp=tp)
+    scale = plan(state, request, options=_plan_options_of(args))
+    text = write_plan_outputs(scale, args.out, args.program_out)
+    if args.json and text is not None:
+        print(text, end="")
+    elif not args.json:
+        print(report(scale))
+    return 0
+
+
+def _plan_options_of(args: argparse.Namespace) -> PlanOptions:
+    """The PlanOptions the ``plan`` flags set."""
+    return PlanOptions(
         method=args.method,
         live_method=args.live_method,
         time_limit_s=args.time_limit,
@@ -262,14 +274,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         deadline_s=args.deadline,
         allow_prefill_sources=args.allow_prefill_sources,
         startup_s=args.startup,
-        link_efficiency=link_efficiency_option(args.link_efficiency),
+        link_efficiency=link_efficiency_table(link_efficiency_option(args.link_efficiency)),
     )
-    text = write_plan_outputs(scale, args.out, args.program_out)
-    if args.json and text is not None:
-        print(text, end="")
-    elif not args.json:
-        print(report(scale))
-    return 0
 
 
 def _state_model(state: ClusterState, name: str) -> ModelSpec | str:

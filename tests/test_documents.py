@@ -285,7 +285,7 @@ def test_every_property_is_described_and_null_only_where_it_means_infinity() -> 
     assert step["link"]["enum"] == ["network", "nvlink", "pcie"]
     assert step["start_s"] == {**step["start_s"], "type": "number", "minimum": 0}
     roles = schema["$defs"]["NewInstanceInfo"]["properties"]["role"]
-    assert roles["enum"] == ["prefill", "decode", "idle"]
+    assert roles["enum"] == ["prefill", "decode", "colocated", "idle"]
     flows = schema["$defs"]["Flow"]["properties"]["max_bytes_per_s"]
     assert flows["type"] == ["number", "null"]
 

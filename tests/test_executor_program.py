@@ -26,14 +26,25 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
 import blitzplan  # noqa: E402
-from blitzplan import ClusterState, InvalidInputError, ScaleRequest, load_model  # noqa: E402
+from blitzplan import (  # noqa: E402
+    ClusterState,
+    InvalidInputError,
+    Role,
+    ScaleRequest,
+    load_model,
+    plan,
+)
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.compute import TableComputeModel  # noqa: E402
 from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.reader import document_digest, read_program  # noqa: E402
 from blitzplan.executor.program.runner import run_program  # noqa: E402
-from blitzplan.executor.program.scenarios import scenario_plan  # noqa: E402
+from blitzplan.executor.program.scenarios import (  # noqa: E402
+    SCENARIOS,
+    scenario_plan,
+    scenario_state,
+)
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
@@ -122,6 +133,24 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
     _check_paced(run, text)
+
+
+def test_a_colocated_plan_runs_bit_exact(
+    small: Setup, pool: Workers, tmp_path: Path
+) -> None:
+    """The small scenario with its TP1 sources colocated replicas, three new colocated TP2
+    replicas: plan()'s document runs bit-exact from the replicas' buffers."""
+    state = scenario_state("small", small.plan.spec)
+    for inst in state.instances:
+        if inst.tp == 1:
+            state.update_instance(inst.id, role=Role.COLOCATED)
+    chunk = SCENARIOS["small"].chunk_bytes
+    request = ScaleRequest(small.plan.spec, colocated=3, tp=2)
+    made = plan(state, request, link_efficiency=1.0, chunk_bytes=chunk)
+    assert {i.role for i in made.new_instances} == {"colocated"}
+    run = run_program(made.to_json(), small.weights, workers=pool)
+    assert run.bit_exact and run.duplicate_bytes == 0 and len(run.devices) == 8
+    assert {i.name for i in run.instances} == {i.name for i in made.new_instances}
 
 
 def _replanned(small: Setup) -> tuple[str, float]:

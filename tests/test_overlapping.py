@@ -21,7 +21,7 @@ from blitzplan.scale import (
     replan,
     validate_plan,
 )
-from blitzplan.scale.plan import at_efficiency
+from blitzplan.scale.realize import at_efficiency
 from blitzplan.topologies import Flow
 from tests.fault_campaign import SCENARIOS
 from tests.overlap_campaign import random_overlap, run_overlap

@@ -10,7 +10,6 @@ import pytest
 
 from blitzplan import ClusterState, InfeasibleError, load_topology
 from blitzplan.scale import (
-    Options,
     ScaleRequest,
     plan,
     recover,
@@ -122,6 +121,6 @@ def test_survivors_that_do_not_plan_together_are_taken_one_by_one(
     assert [i.name for i in after.new_instances] == ["new0", "new1"]
     assert [m.split(" cannot")[0] for m in after.missing] == ["new2", "new3"]
     assert "cannot be finished together with new0, new1: too many at once" in after.missing[0]
-    strict = dataclasses.replace(Options.of(base.options), strict=True)
+    strict = dataclasses.replace(base.options, strict=True)
     with pytest.raises(InfeasibleError, match="new2 cannot be finished together with"):
         replan(base, state, at_s=0.0, failed=["h1/nic0"], options=strict)

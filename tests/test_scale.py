@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.compute import RooflineComputeModel
 from blitzplan.live.schedule_checks import validate_schedule
-from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
-from blitzplan.scale.plan import Options, live_instance
+from blitzplan.scale import PlanOptions, ScalePlan, ScaleRequest, plan, replan, validate_plan
+from blitzplan.scale.pairing import live_instance
 from blitzplan.scale.recovery import recover
 
 MODEL = "mistral-small-24b"
@@ -86,7 +86,7 @@ def test_live_schedules_are_valid_for_their_pairs() -> None:
             scale.multicast.layer_ready_s[pair.new],
             old,
             old.queue,
-            Options(),
+            PlanOptions(),
             2,
         )
         report = validate_schedule(problem, pair.schedule)

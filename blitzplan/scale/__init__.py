@@ -2,7 +2,10 @@
 
 from blitzplan.scale.apply import apply_plan
 from blitzplan.scale.byte_checks import validate_replan
-from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan, validate_plan
+from blitzplan.scale.milestones import BASELINE_PLANES
+from blitzplan.scale.mutations import LARGE_SCALE_UP
+from blitzplan.scale.plan import plan, validate_plan
+from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.recovery import Recovery, recover
 from blitzplan.scale.replan import replan
 from blitzplan.scale.types import (
@@ -28,7 +31,7 @@ __all__ = [
     "Milestones",
     "Mutation",
     "NewInstanceInfo",
-    "Options",
+    "PlanOptions",
     "Recovery",
     "Release",
     "ScalePlan",

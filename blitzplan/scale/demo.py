@@ -15,7 +15,9 @@ from pathlib import Path
 from blitzplan._table import format_table
 from blitzplan.cluster import ClusterState
 from blitzplan.live.solve import schedule_live
-from blitzplan.scale.plan import Options, live_instance, plan
+from blitzplan.scale.pairing import live_instance
+from blitzplan.scale.plan import plan
+from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.plan_report import (
     bound_line,
     feeds_table,
@@ -82,7 +84,7 @@ def policies_table(state: ClusterState, scale: ScalePlan) -> str:
             mc.layer_ready_s[pair.new],
             old,
             old.queue,
-            Options(),
+            PlanOptions(),
             tp,
         )
         for method in ("stop_the_world", "best_effort", "zigzag"):

@@ -49,7 +49,9 @@ from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast import plan_multicast
 from blitzplan.scale.delivered import delivered
-from blitzplan.scale.plan import Options, Targets, realize
+from blitzplan.scale.plan_options import PlanOptions
+from blitzplan.scale.planning import Planning
+from blitzplan.scale.realize import Targets, realize
 from blitzplan.scale.recovery import Failure, Recovery, recover
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 
@@ -63,7 +65,7 @@ def replan(
     at_s: float,
     failed: Iterable[Failure] = (),
     cancelled: Iterable[str] = (),
-    options: Options | None = None,
+    options: PlanOptions | None = None,
     compute: ComputeModel | None = None,
 ) -> ScalePlan:
     """A new ScalePlan that completes every surviving new instance of ``plan`` (module
@@ -71,7 +73,7 @@ def replan(
     the new instances of ``plan`` are not in it yet). ``options`` replaces the plan's recorded
     options; ``compute`` is the compute model to use with the recorded ones."""
     recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
-    options = options or Options.of(plan.options, compute)
+    options = options or plan.options
     survivors = list(recovery.survivors)
 
     serving = _serving(plan, recovery.state)
@@ -87,7 +89,7 @@ def replan(
             plan.spec,
             int(plan.request.get("tp", 1)),
             _targets(plan, survivors, at_s, options),
-            options,
+            Planning(options, compute),
             request=plan.request,
             staying=serving.staying,
             mutated=serving.mutated,
@@ -111,7 +113,7 @@ def replan(
 
 
 def _targets(
-    plan: ScalePlan, survivors: list[NewInstanceInfo], at_s: float, options: Options
+    plan: ScalePlan, survivors: list[NewInstanceInfo], at_s: float, options: PlanOptions
 ) -> Targets:
     live = tuple(s.name for s in survivors if s.live)
     kept = {p.new: p.old for p in plan.live_pairs if p.new in live}
@@ -144,7 +146,7 @@ def _serving(plan: ScalePlan, current: ClusterState) -> _Serving:
         staying=[
             i
             for i in mine
-            if i.role is Role.PREFILL
+            if i.role in (Role.PREFILL, Role.COLOCATED)
             and i.id not in released
             and i.id not in mutated_ids
             and i.id not in new_names
@@ -155,7 +157,7 @@ def _serving(plan: ScalePlan, current: ClusterState) -> _Serving:
 
 
 def _stranded(
-    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: PlanOptions
 ) -> dict[str, str]:
     """Survivors no holder can reach any more (each tried alone), with the reason."""
     out = {}
@@ -168,7 +170,7 @@ def _stranded(
 
 
 def _apart(
-    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: PlanOptions
 ) -> dict[str, str]:
     """When every survivor plans alone but not all together: survivor by survivor, those that
     do not plan together with the ones kept before them, with the reason."""
@@ -186,7 +188,7 @@ def _apart(
 
 
 def _reach(
-    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: PlanOptions
 ) -> None:
     """Raise InfeasibleError unless a plan reaches every one of ``survivors``."""
     plan_multicast(

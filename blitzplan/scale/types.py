@@ -13,8 +13,8 @@ from blitzplan.live.schedule import Schedule
 from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
+from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.program import TransferStep
-from blitzplan.topologies.links import LINK_EFFICIENCY
 
 if TYPE_CHECKING:
     from blitzplan.cluster import ClusterState
@@ -36,15 +36,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ScaleRequest:
-    """How many prefill and decode instances of ``model`` to add (negative: remove)."""
+    """How many prefill, decode and colocated instances of ``model`` to add (negative:
+    remove). A colocated instance runs prefills and decodes in one engine (vLLM, SGLang)."""
 
     model: ModelSpec | str
     prefill: int = 0
     decode: int = 0
     tp: int = 1
+    colocated: int = 0
 
     def __post_init__(self) -> None:
-        for key in ("prefill", "decode"):  # numpy integers are counts too; stored as int
+        for key in ("prefill", "decode", "colocated"):  # numpy integers too; stored as int
             value = getattr(self, key)
             if not is_integer(value):
                 raise InvalidInputError(f"{key} must be an integer, got {value!r}")
@@ -71,7 +73,8 @@ class NewInstanceInfo:
 
 @dataclass(frozen=True)
 class LivePair:
-    """A live new instance helping an overloaded old prefill instance with its queue."""
+    """A live new instance helping an overloaded old instance of its role (prefill or
+    colocated) with its queue."""
 
     new: str
     old: str
@@ -132,25 +135,6 @@ class Milestones:
     full_capacity_s: float
     queue_drain_s: float
     baselines: Mapping[str, MilestoneFigures] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """The options a plan was made with (what :func:`~blitzplan.replan` carries over). A custom
-    compute model is not part of it: pass it to ``replan`` again."""
-
-    method: str = "greedy"
-    live_method: str = "zigzag"
-    time_limit_s: float | None = None
-    chunk_bytes: int = 16 * 1024**2
-    startup_s: float = 0.0
-    max_batch_tokens: int | None = None
-    compare_baselines: bool = False
-    allow_prefill_sources: bool = False
-    strict: bool = False
-    link_efficiency: Mapping[str, float] = field(default_factory=lambda: dict(LINK_EFFICIENCY))
-    """Each link medium's achieved fraction of line rate the plan was computed at."""
-    deadline_s: float | None = None
 
 
 @dataclass(frozen=True, repr=False)

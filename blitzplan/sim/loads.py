@@ -16,7 +16,6 @@ from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError
 from blitzplan.scale import ScalePlan, replan
 from blitzplan.sim.instances import SimInstance
-from blitzplan.sim.snapshot import planning_state
 from blitzplan.topologies import Topology
 
 __all__ = ["Replanned", "WeightLoad", "replan_load"]
@@ -62,11 +61,10 @@ def load_hosts(topology: Topology, plan: ScalePlan) -> frozenset[str]:
 
 def replan_load(load: WeightLoad, state: ClusterState, now_s: float, host: str) -> Replanned:
     """Replan ``load`` after ``host`` failed, on ``state`` (the cluster just before the failure,
-    without the load's own instances; colocated replicas shown to ``plan()`` as prefill
-    instances, as when the load was planned)."""
+    without the load's own instances)."""
     complete = {name for name, units in load.units.items() if max(units) <= now_s}
     try:
-        new = replan(load.plan, planning_state(state), at_s=now_s - load.start_s, failed=[host])
+        new = replan(load.plan, state, at_s=now_s - load.start_s, failed=[host])
     except InfeasibleError as exc:
         lost = tuple(name for name in load.units if name not in complete)
         return Replanned({}, lost, None, str(exc))

@@ -3,13 +3,9 @@
 Loading instances hold their GPUs but are no sources. A disaggregated run deals the prefill
 relay's queued requests round-robin to the serving prefill instances (at most
 :data:`SNAPSHOT_QUEUE` each; ``plan()`` reads them to pair live instances, the relay ignores its
-pairs). A colocated replica's queue is its waiting prompts (and, while paired, its relay's).
-
-``plan()`` pairs live instances only with prefill instances, so for planning
-(:func:`planning_state`) colocated replicas are shown as prefill instances with their queues:
-their NICs carry no KV cache to a decode instance, so with prefill sources allowed they are
-sources as colocated ones are, and ``plan()``'s rule (most queued tokens first) pairs each live
-tail with the most loaded replica. (A workaround until ``plan()`` pairs colocated instances.)
+pairs). A colocated replica's queue is its waiting prompts (and, while paired, its relay's):
+``plan()`` sees colocated replicas as they are, weight sources whose NICs carry no KV cache,
+and pairs each live new replica with the most loaded one.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from blitzplan.sim.instances import NO_WORKER, SimInstance
 from blitzplan.sim.prefill import PrefillTier
 from blitzplan.topologies import Topology
 
-__all__ = ["SNAPSHOT_QUEUE", "cluster_state", "dealt_queues", "planning_state"]
+__all__ = ["SNAPSHOT_QUEUE", "cluster_state", "dealt_queues"]
 
 SNAPSHOT_QUEUE = 32
 """The most queued requests a snapshot shows per instance."""
@@ -51,14 +47,6 @@ def cluster_state(
             kv_bytes_used=int(inst.kv_used),
             instance_id=inst.id,
         )
-    return state
-
-
-def planning_state(state: ClusterState) -> ClusterState:
-    """``state`` with its colocated replicas shown as prefill instances (module docstring)."""
-    for inst in state.instances:
-        if inst.role is Role.COLOCATED:
-            state.update_instance(inst.id, role=Role.PREFILL)
     return state
 
 

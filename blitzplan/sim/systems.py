@@ -34,10 +34,9 @@ from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import plan_multicast
-from blitzplan.scale import ScalePlan, ScaleRequest, plan
+from blitzplan.scale import PlanOptions, ScalePlan, ScaleRequest, plan
 from blitzplan.sim.autoscaler import ScaleDecision
 from blitzplan.sim.instances import SimInstance
-from blitzplan.sim.snapshot import planning_state
 from blitzplan.topologies import Flow, Topology
 
 __all__ = [
@@ -226,8 +225,6 @@ class DataPlane:
         if add_p + add_d:
             blitz = self.plane.startswith("blitzscale")
             action = (self._blitz if blitz else self._local)(view, add_p, add_d)
-            if self.colocated:
-                action = _as_colocated(action)
             self._touch(view, action.launches)
         return replace(action, releases=tuple(releases))
 
@@ -252,7 +249,7 @@ class DataPlane:
             )
             for planned in mc.instances:
                 ready[planned.gpus] = tuple(view.now_s + t for t in mc.layer_ready_s[planned.name])
-        roles = ["prefill"] * add_p + ["decode"] * add_d
+        roles = ["colocated" if self.colocated else "prefill"] * add_p + ["decode"] * add_d
         launches = tuple(
             Launch(role, tuple(gpus), ready[tuple(gpus)])
             for role, gpus in zip(roles, slots, strict=False)
@@ -273,7 +270,7 @@ class DataPlane:
                 info.role,
                 info.gpus,
                 tuple(view.now_s + t for t in info.layer_ready_s),
-                live=self.live and info.live and info.role == "prefill",
+                live=self.live and info.live and info.role in ("prefill", "colocated"),
                 name=info.name,
                 pair=pairs.get(info.name),
             )
@@ -287,31 +284,23 @@ class DataPlane:
         )
 
 
-def _as_colocated(action: ScaleAction) -> ScaleAction:
-    """The launches of a colocated system: what plan() loads as prefill instances are
-    colocated replicas."""
-    launches = tuple(
-        replace(launch, role="colocated") if launch.role == "prefill" else launch
-        for launch in action.launches
-    )
-    return replace(action, launches=launches)
-
-
 def _plan(view: ClusterView, system: DataPlane, add_p: int, add_d: int) -> ScalePlan | None:
+    """``plan()`` on the run's snapshot; a colocated system asks for ``add_p`` colocated
+    replicas (plan() pairs each live one with the most loaded replica)."""
     request = ScaleRequest(view.model, prefill=add_p, decode=add_d, tp=view.tp)
-    state = planning_state(view.snapshot())
-    options = {
-        "method": "one_by_one" if system.plane == "blitzscale-network" else "greedy",
-        "compare_baselines": False,
-        "prescale_decode": False,
-        "mutate_decode": system.mutate,
-        "startup_s": system.startup_s,
-    }
-    # prefill sources only when nothing else holds it; colocated replicas (shown as prefill
-    # instances, see .snapshot) send no KV to decode instances: always sources
-    for prefill_sources in (True,) if system.colocated else (False, True):
+    if system.colocated:
+        request = ScaleRequest(view.model, colocated=add_p, tp=view.tp)
+    options = PlanOptions(
+        method="one_by_one" if system.plane == "blitzscale-network" else "greedy",
+        mutate_decode=system.mutate,
+        startup_s=system.startup_s,
+    )
+    state = view.snapshot()
+    # prefill sources only when nothing else holds the weights (colocated replicas send no
+    # KV to decode instances: they are sources anyway)
+    for prefill_sources in (False, True):
         try:
-            return plan(state, request, allow_prefill_sources=prefill_sources, **options)  # type: ignore[arg-type]
+            return plan(state, request, options=options, allow_prefill_sources=prefill_sources)
         except InfeasibleError:
             continue
     return None

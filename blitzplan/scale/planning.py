@@ -1,0 +1,34 @@
+"""``Planning``: what one planning call carries through the rules: its options, the compute
+model beside them, and its clock for ``deadline_s``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from blitzplan.compute import ComputeModel
+from blitzplan.scale.plan_options import PlanOptions
+
+__all__ = ["Planning"]
+
+
+@dataclass(frozen=True)
+class Planning:
+    """One call's options, its compute model (None: rooflines) and when it started (None: no
+    clock): refinements are skipped when the deadline is tight (half of it gone), pairing stops
+    once it has passed."""
+
+    options: PlanOptions
+    compute: ComputeModel | None = None
+    started: float | None = None
+
+    def _used(self) -> float:
+        return 0.0 if self.started is None else time.monotonic() - self.started
+
+    def tight(self) -> bool:
+        deadline = self.options.deadline_s
+        return deadline is not None and self._used() > deadline / 2
+
+    def passed(self) -> bool:
+        deadline = self.options.deadline_s
+        return deadline is not None and self._used() > deadline

@@ -1,0 +1,226 @@
+"""Realize, the last planning rule of :func:`~blitzplan.plan` (and all of
+:func:`~blitzplan.replan`'s): for a fixed set of new instances, the multicast, their roles, the
+live pairs, the milestones and the transfer program, as one ScalePlan.
+
+All new instances load in one :func:`~blitzplan.plan_multicast` call, on the state's links at
+the options' ``link_efficiency``. Live chain tails: per prompt-taking role (prefill, colocated),
+as many as there are old instances of that role with a queue, at most the new instances of
+that role. Roles: the live tails take the live prefill, then the live colocated roles; the
+others, by ready time, prefill, then colocated, then decode. Live pairs come from
+:mod:`.pairing`, milestones from :mod:`.milestones`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from blitzplan.cluster import ClusterState, Instance, Role
+from blitzplan.models import ModelSpec
+from blitzplan.multicast import plan_multicast
+from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.scale.delivered import Held
+from blitzplan.scale.milestones import milestones
+from blitzplan.scale.mutations import mutation_records, requeue
+from blitzplan.scale.pairing import live_pairs
+from blitzplan.scale.planning import Planning
+from blitzplan.scale.program import program
+from blitzplan.scale.releases import timed_releases
+from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
+
+__all__ = ["Targets", "at_efficiency", "realize"]
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The new instances to load: ``count`` placed by the planner, or explicit GPU groups with
+    names and units already delivered (a replan); ``prefill`` of them are prefill instances,
+    ``colocated`` colocated ones, the rest decode instances."""
+
+    count: int = 0
+    prefill: int = 0
+    colocated: int = 0
+    groups: tuple[tuple[str, ...], ...] = ()
+    names: tuple[str, ...] = ()
+    delivered: Mapping[str, tuple[bool, ...]] = field(default_factory=dict)
+    roles: Mapping[str, str] = field(default_factory=dict)
+    """With ``groups``: each instance's role (a replan keeps them)."""
+    live: tuple[str, ...] | None = None
+    """With ``groups``: the instances that stay live (None: the planner picks)."""
+    pairs: Mapping[str, str] = field(default_factory=dict)
+    """Live pairs to keep, new instance name -> old instance id."""
+    startup_s: Mapping[str, float] = field(default_factory=dict)
+    """Startup still ahead per new instance (a replan), else the options' ``startup_s``."""
+
+    @property
+    def total(self) -> int:
+        return len(self.groups) if self.groups else self.count
+
+
+def realize(
+    state: ClusterState,
+    spec: ModelSpec,
+    tp: int,
+    targets: Targets,
+    run: Planning,
+    *,
+    request: Mapping[str, int],
+    staying: list[Instance],
+    mutated: list[Instance],
+    releases: tuple[Release, ...],
+    missing: list[str],
+    held: Held | None = None,
+    notes: Sequence[str] = (),
+    replaced: int | None = None,
+) -> ScalePlan:
+    """The ScalePlan of loading ``targets`` (module docstring): ``staying`` old instances keep
+    serving, ``mutated`` change role, ``releases`` drain; ``held`` are bytes the new GPUs
+    already have (a replan's); ``notes`` start the plan's notes; the first ``replaced`` of
+    ``mutated`` (None: all) are replaced by new prefill instances."""
+    notes = list(notes)
+    state = at_efficiency(state, run.options.link_efficiency)
+    queues, moved = requeue(staying, mutated)
+    loaded = [i for i in staying if queues[i.id]]
+    live = _live_counts(targets, loaded)
+    multicast = _multicast(state, spec, tp, targets, run, sum(live), notes)
+    roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
+    pairs, unpaired = live_pairs(
+        state, spec, multicast, loaded, queues, run, tp, roles=roles, keep=targets.pairs
+    )
+    if unpaired:
+        notes.append(
+            f"deadline_s: {unpaired} live instances left without a pair (they load, but help "
+            "no queue)"
+        )
+    draining = [i for i in state.instances if i.id in {r.instance for r in releases} and i.queue]
+    for inst in draining:  # a released instance finishes its own queue first
+        queues.setdefault(inst.id, list(inst.queue))
+    marks = milestones(state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, run)
+    return ScalePlan(
+        model=spec.identity,
+        spec=spec,
+        request=dict(request),
+        method=run.options.method,
+        live_method=run.options.live_method,
+        multicast=multicast,
+        new_instances=_infos(multicast, roles),
+        live_pairs=pairs,
+        mutations=mutation_records(mutated, multicast, roles, moved, replaced),
+        releases=timed_releases(state, spec, releases, run),
+        milestones=marks,
+        missing=tuple(missing),
+        notes=tuple(notes),
+        options=run.options,
+        steps=program(multicast, state.topology, held) if multicast else (),
+        held={gpu: dict(units) for gpu, units in (held or {}).items()},
+        cluster=state.topology.name,
+    )
+
+
+def _multicast(
+    state: ClusterState,
+    spec: ModelSpec,
+    tp: int,
+    targets: Targets,
+    run: Planning,
+    live_count: int,
+    notes: list[str],
+) -> MulticastPlan | None:
+    """One multicast plan for every target (None: no targets), ``live_count`` of them live
+    unless ``targets`` names them; its notes go to ``notes``."""
+    if not targets.total:
+        return None
+    live: int | tuple[str, ...] = live_count
+    if targets.live is not None:
+        live = targets.live
+    explicit = bool(targets.groups)
+    options = run.options
+    multicast = plan_multicast(
+        state,
+        spec,
+        count=None if explicit else targets.count,
+        targets=[list(g) for g in targets.groups] if explicit else None,
+        names=list(targets.names) if explicit else state.fresh_names("new", targets.count),
+        delivered=dict(targets.delivered) if explicit else None,
+        tp=tp,
+        method=options.method,
+        live=live,
+        chunk_bytes=options.chunk_bytes,
+        startup_s=dict(targets.startup_s) if targets.startup_s else options.startup_s,
+        time_limit_s=options.time_limit_s,
+        allow_prefill_sources=options.allow_prefill_sources,
+        polish_evaluations=0 if run.tight() else None,
+    )
+    if run.tight():
+        notes.append("deadline_s: the greedy multicast plan without its refinements")
+    _waits(state, multicast, notes)
+    return multicast
+
+
+def _waits(state: ClusterState, multicast: MulticastPlan, notes: list[str]) -> None:
+    """A note when the plan waits for background flows that end (an earlier plan's steps)."""
+    kept = set(multicast.background)
+    ended = [state.flow_end_s(f) for f in state.background_flows if f not in kept]
+    if ended:
+        notes.append(
+            f"the new instances start in {max(ended):.3f} s, once an earlier plan's steps end: "
+            "until then they fill every route to one of them"
+        )
+
+
+def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> ClusterState:
+    """``state`` with its topology's links at ``efficiency`` (the derated topology is kept on
+    the original, so repeated plans reuse its route caches)."""
+    if dict(state.topology.link_efficiency) == dict(efficiency):
+        return state
+    key = tuple(sorted(efficiency.items()))
+    cache = state.topology.memo.setdefault("derated", {})
+    if key not in cache:
+        cache[key] = state.topology.with_link_efficiency(dict(efficiency))
+    derated = state.copy()
+    derated.topology = cache[key]
+    return derated
+
+
+def _live_counts(targets: Targets, loaded: list[Instance]) -> tuple[int, int]:
+    """How many new prefill and colocated instances are live: as many as old instances of
+    their role have a queue."""
+    olds = [i.role for i in loaded]
+    return (
+        min(targets.prefill, olds.count(Role.PREFILL)),
+        min(targets.colocated, olds.count(Role.COLOCATED)),
+    )
+
+
+def _roles(
+    multicast: MulticastPlan | None, targets: Targets, live: tuple[int, int]
+) -> dict[str, str]:
+    """Each new instance's role: the live tails take the live prefill, then the live colocated
+    roles; the others, by ready time, prefill, then colocated, then decode."""
+    if multicast is None:
+        return {}
+    rest = sorted(
+        (i.name for i in multicast.instances if i.name not in multicast.live),
+        key=lambda name: (multicast.ready_at_s[name], name),
+    )
+    prefill, colocated = targets.prefill - live[0], targets.colocated - live[1]
+    tail = ["prefill"] * prefill + ["colocated"] * colocated
+    wanted = ["prefill"] * live[0] + ["colocated"] * live[1] + tail
+    order = list(multicast.live) + rest
+    return {name: wanted[k] if k < len(wanted) else "decode" for k, name in enumerate(order)}
+
+
+def _infos(multicast: MulticastPlan | None, roles: dict[str, str]) -> tuple[NewInstanceInfo, ...]:
+    if multicast is None:
+        return ()
+    return tuple(
+        NewInstanceInfo(
+            name=i.name,
+            gpus=i.gpus,
+            role=roles[i.name],
+            live=i.name in multicast.live,
+            ready_at_s=multicast.ready_at_s[i.name],
+            layer_ready_s=multicast.layer_ready_s[i.name],
+        )
+        for i in multicast.instances
+    )
