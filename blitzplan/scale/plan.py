@@ -285,7 +285,8 @@ def realize(
             startup_s=dict(targets.startup_s) if targets.startup_s else options.startup_s,
             time_limit_s=options.time_limit_s,
             allow_prefill_sources=options.allow_prefill_sources,
-            polish_evaluations=0 if clock.tight() else None,
+            # a replan (explicit groups) skips the refinements: fast, no LP solver to import
+            polish_evaluations=0 if clock.tight() or explicit else None,
         )
         if clock.tight():
             notes.append("deadline_s: the greedy multicast plan without its refinements")
