@@ -261,6 +261,10 @@ class Outcome:
     message: str = ""
     replan_s: float = 0.0
     fresh_s: float = 0.0
+    end_ratio: float = 0.0
+    """When the replan's load ends over when the plan's own did (both from the plan's start)."""
+    resent: bool = False
+    """Whether the replan re-sends delivered bytes (a fresh load of the survivors was faster)."""
     group: str = "one plan"
     """``one plan``, ``off-grid`` (a model served at another TP degree, off the layout grid) or
     ``overlap`` (a second plan made while the first loads: tests.overlap_campaign)."""
@@ -292,6 +296,9 @@ def run_case(
         tuple(problems),
         replan_s=replan_s,
         fresh_s=_fresh_s(scenario, base, state, failures, at) if time_fresh else 0.0,
+        end_ratio=(at + after.milestones.full_capacity_s)
+        / max(base.milestones.full_capacity_s, 1e-12),
+        resent=any(n.startswith("re-sends the bytes already delivered") for n in after.notes),
         group=group,
     )
 
