@@ -59,7 +59,12 @@ def busy_rail() -> ClusterState:
     return state
 
 
-def median_ms(call: Callable[[], object], repeats: int = REPEATS) -> tuple[float, float]:
+def median_ms(call: Callable[[], object]) -> float:
+    """Median wall-clock milliseconds of ``call`` after one warm-up call."""
+    return timed_ms(call)[0]
+
+
+def timed_ms(call: Callable[[], object], repeats: int = REPEATS) -> tuple[float, float]:
     """Median wall-clock and CPU milliseconds of ``call`` after one warm-up call."""
     call()
     walls, cpus = [], []
@@ -141,7 +146,7 @@ def _row(
     request = ScaleRequest(model, prefill=count, tp=tp)
     result = plan(state, request, deadline_s=deadline)
     repeats = REPEATS if count < 512 else 3
-    wall, cpu = median_ms(lambda: plan(state, request, deadline_s=deadline), repeats)
+    wall, cpu = timed_ms(lambda: plan(state, request, deadline_s=deadline), repeats)
     return [
         name,
         f"+{count}",
@@ -168,7 +173,7 @@ def replan_table(busy: ClusterState) -> str:
     first = replan(base, busy, at_s=at, failed=[failed])
     first_ms = (time.perf_counter() - start) * 1e3
     heavy = sorted(m for m in set(sys.modules) - before if m in HEAVY)
-    wall, cpu = median_ms(lambda: replan(base, busy, at_s=at, failed=[failed]))
+    wall, cpu = timed_ms(lambda: replan(base, busy, at_s=at, failed=[failed]))
     now = at + wall / 1e3
     ahead = replan(base, busy, at_s=at, now_s=now, failed=[failed])
     rows = [
