@@ -45,6 +45,7 @@ from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.multicast.planning_rate import affordable, record_rate
 from blitzplan.scale.byte_checks import check_source_bytes
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.program import program
@@ -269,14 +270,21 @@ def realize(
     if targets.live is not None:
         live = targets.live
     multicast = None
-    if targets.total:
+    count, begun = targets.count, clock.used()
+    if options.deadline_s is not None and count:  # anytime: what the time left affords
+        count = affordable(state.topology, count, options.deadline_s - begun)
+        if count < targets.count:
+            notes.append(f"deadline_s: {count} of {targets.count} new instances planned")
+            missing.append(f"deadline_s: {targets.count - count} new instances not planned")
+            live = min(live, count) if isinstance(live, int) else live
+    if targets.groups or count:
         explicit = bool(targets.groups)
         multicast = plan_multicast(
             state,
             spec,
-            count=None if explicit else targets.count,
+            count=None if explicit else count,
             targets=[list(g) for g in targets.groups] if explicit else None,
-            names=list(targets.names) if explicit else _fresh_names(state, targets.count),
+            names=list(targets.names) if explicit else _fresh_names(state, count),
             delivered=dict(targets.delivered) if explicit else None,
             tp=tp,
             method=options.method,
@@ -307,6 +315,8 @@ def realize(
         state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
     )
     steps = program(multicast, state.topology, held) if multicast else ()
+    if count and started is not None:
+        record_rate(state.topology, count, clock.used() - begun)
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -373,14 +383,14 @@ class _Deadline:
     started: float | None
     deadline_s: float | None
 
-    def _used(self) -> float:
+    def used(self) -> float:
         return 0.0 if self.started is None else time.monotonic() - self.started
 
     def tight(self) -> bool:
-        return self.deadline_s is not None and self._used() > self.deadline_s / 2
+        return self.deadline_s is not None and self.used() > self.deadline_s / 2
 
     def passed(self) -> bool:
-        return self.deadline_s is not None and self._used() > self.deadline_s
+        return self.deadline_s is not None and self.used() > self.deadline_s
 
 
 def _fresh_names(state: ClusterState, count: int) -> list[str]:
