@@ -119,3 +119,16 @@ def test_now_s_is_checked() -> None:
         replan(base, state, at_s=0.05, now_s=0.01)
     with pytest.raises(InvalidInputError, match="now_s must be a finite time"):
         replan(base, state, at_s=0.05, now_s=float("nan"))
+
+
+def test_a_replan_that_re_sends_is_valid_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-send path, forced (any fresh load counts as faster): the replan holds nothing,
+    sends every unit again, notes it, and passes the campaign's checker."""
+    monkeypatch.setattr(sys.modules["blitzplan.scale.replan"], "RESEND_GAIN", -1.0)
+    state, base = _no_copy_mistral()
+    at = 0.5 * base.milestones.full_capacity_s
+    after = replan(base, state, at_s=at, failed=["h1/nic6"])
+    assert any(n.startswith("re-sends the bytes already delivered") for n in after.notes)
+    assert after.held == {}
+    assert all(t > 0 for info in after.new_instances for t in info.layer_ready_s)
+    assert check(base, state, ["h1/nic6"], at, after) == []
