@@ -87,54 +87,10 @@ def replan(
     now = _now(at_s, now_s)
     recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
     options = options or Options.of(plan.options, compute)
+    ctx = _Context(plan, recovery, options, _serving(plan, recovery.state), at_s, now)
     survivors = list(recovery.survivors)
-
-    serving = _serving(plan, recovery.state)
-
-    def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
-        gpus = [g for info in survivors for g in info.gpus]
-        mc = plan.multicast
-        held: Held = {}
-        if mc is not None:
-            held = delivered(plan.steps, mc.lane_arrival_s, mc.unit_bytes, at_s, gpus, plan.held)
-            if now > at_s:
-                whole = whole_steps(plan, recovery)
-                held = delivered(whole, mc.lane_arrival_s, mc.unit_bytes, now, gpus, held)
-        targets = _targets(plan, survivors, at_s, options, now=now, held=held)
-
-        def realized(targets: Targets, held: Held, notes: tuple[str, ...]) -> ScalePlan:
-            return realize(
-                recovery.state,
-                plan.spec,
-                int(plan.request.get("tp", 1)),
-                targets,
-                options,
-                request=plan.request,
-                staying=serving.staying,
-                mutated=serving.mutated,
-                releases=serving.releases,
-                missing=missing,
-                held=held,
-                notes=notes,
-            )
-
-        kept = realized(targets, held, recovery.stale)
-        if not held or kept.multicast is None:
-            return kept
-        if _end_s(kept) <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
-            return kept  # no plan ends earlier: re-sending held bytes cannot beat the bound
-        fresh = _fresh_end_s(plan, recovery, targets, options)
-        if not fresh < _end_s(kept) * (1 - RESEND_GAIN):
-            return kept
-        note = (
-            f"re-sends the bytes already delivered: loading the survivors afresh ends at "
-            f"{fresh:.3f} s, keeping them at {_end_s(kept):.3f} s"
-        )
-        unheld = dataclasses.replace(targets, delivered={})
-        return realized(unheld, {}, (*recovery.stale, note))
-
     try:
-        return finish(survivors, list(recovery.lost))
+        return _finish(ctx, survivors, list(recovery.lost))
     except InfeasibleError as exc:
         stranded = _stranded(plan, recovery, survivors, options)
         stranded = stranded or _apart(plan, recovery, survivors, options)
@@ -143,7 +99,74 @@ def replan(
     if options.strict or len(stranded) == len(survivors):
         raise InfeasibleError("; ".join([*stranded.values(), *recovery.stale]))
     rest = [s for s in survivors if s.name not in stranded]
-    return finish(rest, [*recovery.lost, *stranded.values()])
+    return _finish(ctx, rest, [*recovery.lost, *stranded.values()])
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every plan of one replan shares."""
+
+    plan: ScalePlan
+    recovery: Recovery
+    options: Options
+    serving: _Serving
+    at_s: float
+    now_s: float
+
+
+def _finish(ctx: _Context, survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
+    """The plan of ``survivors`` from what they hold, or afresh when that ends earlier."""
+    held = _held(ctx, survivors)
+    targets = _targets(ctx.plan, survivors, ctx.at_s, ctx.options, now=ctx.now_s, held=held)
+    stale = ctx.recovery.stale
+    kept = _realized(ctx, targets, held, missing, stale)
+    if not held or kept.multicast is None:
+        return kept
+    if _end_s(kept) <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
+        return kept  # no plan ends earlier: re-sending held bytes cannot beat the bound
+    fresh = _fresh_end_s(ctx.plan, ctx.recovery, targets, ctx.options)
+    if not fresh < _end_s(kept) * (1 - RESEND_GAIN):
+        return kept
+    note = (
+        f"re-sends the bytes already delivered: loading the survivors afresh ends at "
+        f"{fresh:.3f} s, keeping them at {_end_s(kept):.3f} s"
+    )
+    unheld = dataclasses.replace(targets, delivered={})
+    return _realized(ctx, unheld, {}, missing, (*stale, note))
+
+
+def _held(ctx: _Context, survivors: list[NewInstanceInfo]) -> Held:
+    """What the survivors' GPUs have when the replan starts: what the old steps delivered by
+    ``at_s``, and what the steps the failures left whole deliver by ``now_s``."""
+    plan, mc = ctx.plan, ctx.plan.multicast
+    if mc is None:
+        return {}
+    gpus = [g for info in survivors for g in info.gpus]
+    held = delivered(plan.steps, mc.lane_arrival_s, mc.unit_bytes, ctx.at_s, gpus, plan.held)
+    if ctx.now_s > ctx.at_s:
+        whole = whole_steps(plan, ctx.recovery)
+        held = delivered(whole, mc.lane_arrival_s, mc.unit_bytes, ctx.now_s, gpus, held)
+    return held
+
+
+def _realized(
+    ctx: _Context, targets: Targets, held: Held, missing: list[str], notes: tuple[str, ...]
+) -> ScalePlan:
+    plan = ctx.plan
+    return realize(
+        ctx.recovery.state,
+        plan.spec,
+        int(plan.request.get("tp", 1)),
+        targets,
+        ctx.options,
+        request=plan.request,
+        staying=ctx.serving.staying,
+        mutated=ctx.serving.mutated,
+        releases=ctx.serving.releases,
+        missing=list(missing),
+        held=held,
+        notes=notes,
+    )
 
 
 RESEND_GAIN = 0.01
@@ -157,19 +180,23 @@ def _end_s(plan: ScalePlan) -> float:
 
 def _fresh_end_s(plan: ScalePlan, recovery: Recovery, targets: Targets, options: Options) -> float:
     """When the multicast of the survivors ends when it ignores what they hold (the same
-    planner, live instances, startup and link efficiency as the replan itself)."""
-    fresh = plan_multicast(
-        at_efficiency(recovery.state, options.link_efficiency),
-        plan.spec,
-        targets=[list(g) for g in targets.groups],
-        names=list(targets.names),
-        tp=int(plan.request.get("tp", 1)),
-        live=list(targets.live or ()),
-        chunk_bytes=options.chunk_bytes,
-        startup_s=dict(targets.startup_s),
-        allow_prefill_sources=options.allow_prefill_sources,
-        polish_evaluations=0,
-    )
+    planner, live instances, startup and link efficiency as the replan itself; ``inf`` when it
+    cannot plan them at all)."""
+    try:
+        fresh = plan_multicast(
+            at_efficiency(recovery.state, options.link_efficiency),
+            plan.spec,
+            targets=[list(g) for g in targets.groups],
+            names=list(targets.names),
+            tp=int(plan.request.get("tp", 1)),
+            live=list(targets.live or ()),
+            chunk_bytes=options.chunk_bytes,
+            startup_s=dict(targets.startup_s),
+            allow_prefill_sources=options.allow_prefill_sources,
+            polish_evaluations=0,
+        )
+    except InfeasibleError:
+        return math.inf
     return max(fresh.ready_at_s.values(), default=0.0)
 
 
