@@ -64,6 +64,8 @@ def main() -> None:
     print()
     print(_bar(outcomes))
     print()
+    print(_against_fresh(outcomes))
+    print()
     print(_by_group(outcomes))
     print()
     print(_by_kind(outcomes))
@@ -107,6 +109,31 @@ def _bar(outcomes: list[Outcome]) -> str:
     return format_table(
         ["issue 18 bar, over every planned replan", "cases with it"],
         [[name, _count(planned, needle)] for name, needle in DEFECTS],
+    )
+
+
+def _against_fresh(outcomes: list[Outcome]) -> str:
+    """Issue 19: replans against a fresh load of their survivors, and no-failure replans against
+    the plan they replan."""
+    planned = [o for o in outcomes if o.kind == "plan" and o.group != "overlap"]
+    calm = [o for o in planned if not o.failures]
+    later = _count(planned, "later than the survivors loaded afresh")
+    return format_table(
+        ["replans (one plan, off-grid)", "measured", "target"],
+        [
+            ["ending later than the survivors loaded afresh", f"{later} of {len(planned)}", "0"],
+            [
+                "re-sending delivered bytes (afresh was faster)",
+                f"{sum(o.resent for o in planned)}",
+                "-",
+            ],
+            [
+                "no failure, ending > 5% after the plan itself",
+                f"{sum(o.end_ratio > 1.05 for o in calm)} of {len(calm)}"
+                f" (worst {max((o.end_ratio for o in calm), default=0):.2f}x)",
+                "-",
+            ],
+        ],
     )
 
 

@@ -1,15 +1,15 @@
-"""The fault campaign: replan after random single and double failures, checked independently.
-
-A *case* is a scenario (topology, model, serving instances, a scale request and plan options;
-off-grid models served at another TP degree included), none, one or two failures of any kind (a
+"""The fault campaign: replan after random single and double failures, checked independently. A
+*case* is a scenario (topology, model, serving instances, a scale request and plan options; off-
+grid models served at another TP degree included), none, one or two failures of any kind (a
 source instance, a new instance, a GPU, a NIC, a PCIe switch, a root complex, host DRAM, an
 NVSwitch, a host, a leaf, the spine, a link) and a time before, during or after the load.
 :func:`run_case` replans it and :func:`check` judges the outcome with its own code: a clear
 InfeasibleError, or a plan that validates on what survives, never touches a failed part, sends
-nothing a survivor already has, keeps every survivor's role and live status and the plan's
-options, completes or names every survivor, holds only bytes the old plan's steps had delivered
-(:func:`~blitzplan.scale.byte_checks.validate_replan`), sends from instances of another TP degree
-only bytes their ranks hold, and claims OPTIMAL only on its bound.
+nothing a survivor already has (unless its notes say it re-sends all, being faster), keeps every
+survivor's role and live status and the plan's options, completes or names every survivor, holds
+only bytes the old plan's steps had delivered
+(:func:`~blitzplan.scale.byte_checks.validate_replan`), sends from instances of another TP
+degree only bytes their ranks hold, and claims OPTIMAL only on its bound.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
+from blitzplan.multicast import plan_multicast
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.byte_checks import validate_replan
+from blitzplan.scale.realize import at_efficiency
 from blitzplan.scale.recovery import recover
+from blitzplan.scale.replan import RESEND_GAIN
 from blitzplan.solvers import SolveStatus
 from tests.program_check import check_program
 
@@ -258,6 +261,10 @@ class Outcome:
     message: str = ""
     replan_s: float = 0.0
     fresh_s: float = 0.0
+    end_ratio: float = 0.0
+    """When the replan's load ends over when the plan's own did (both from the plan's start)."""
+    resent: bool = False
+    """Whether the replan re-sends delivered bytes (a fresh load of the survivors was faster)."""
     group: str = "one plan"
     """``one plan``, ``off-grid`` (a model served at another TP degree, off the layout grid) or
     ``overlap`` (a second plan made while the first loads: tests.overlap_campaign)."""
@@ -289,6 +296,9 @@ def run_case(
         tuple(problems),
         replan_s=replan_s,
         fresh_s=_fresh_s(scenario, base, state, failures, at) if time_fresh else 0.0,
+        end_ratio=(at + after.milestones.full_capacity_s)
+        / max(base.milestones.full_capacity_s, 1e-12),
+        resent=any(n.startswith("re-sends the bytes already delivered") for n in after.notes),
         group=group,
     )
 
@@ -342,11 +352,13 @@ def check(
             out.append("bound above the objective")
         if mc.status is SolveStatus.OPTIMAL and mc.objective_s > mc.lower_bound_s * (1 + 1e-9):
             out.append("OPTIMAL above its bound")
+        out += _later_than_fresh(recovery.state, after)
     before = {i.name: i for i in base.new_instances}
     names = {i.name for i in after.new_instances}
     for survivor in recovery.survivors:
         if survivor.name not in names and not any(survivor.name in m for m in after.missing):
             out.append(f"{survivor.name} neither planned nor named in missing")
+    resent = any(n.startswith("re-sends the bytes already delivered") for n in after.notes)
     for info in after.new_instances:
         old = before[info.name]
         if info.role != old.role:
@@ -354,12 +366,45 @@ def check(
         if old.live and not info.live:
             out.append(f"{info.name} is no longer live")
         for unit, t in enumerate(info.layer_ready_s):
-            if (old.layer_ready_s[unit] <= at) != (t == 0.0) or not math.isfinite(t):
+            kept = (old.layer_ready_s[unit] <= at) == (t == 0.0)
+            if not math.isfinite(t) or not (kept or resent):
                 out.append(f"{info.name} unit {unit}: delivered before, sent again (or never)")
                 break
     if after.options != base.options:
         out.append("the plan's options did not carry over")
     return out
+
+
+FRESH_SLACK = RESEND_GAIN + 1e-9
+"""A replan may end this much (relative) after the survivors loaded afresh: it re-sends only
+when that gains at least :data:`~blitzplan.scale.replan.RESEND_GAIN`."""
+
+
+def _later_than_fresh(current: ClusterState, after: ScalePlan) -> list[str]:
+    """The replan's load against the survivors loaded from nothing, on the state after the
+    failures, by the same greedy (no refinements, as replan) at the plan's link efficiency."""
+    mc = after.multicast
+    if mc is None or not after.new_instances:
+        return []
+    try:
+        fresh = plan_multicast(
+            at_efficiency(current, after.options.link_efficiency),
+            after.spec,
+            targets=[list(i.gpus) for i in after.new_instances],
+            names=[i.name for i in after.new_instances],
+            tp=int(after.request.get("tp", 1)),
+            live=[i.name for i in after.new_instances if i.live],
+            chunk_bytes=after.options.chunk_bytes,
+            startup_s={i.name: mc.instance(i.name).startup_s for i in after.new_instances},
+            allow_prefill_sources=after.options.allow_prefill_sources,
+            polish_evaluations=0,
+        )
+    except InfeasibleError:
+        return []  # afresh it cannot plan at all (what is held is what makes it possible)
+    end, fresh_end = max(mc.ready_at_s.values()), max(fresh.ready_at_s.values())
+    if end > fresh_end * (1 + FRESH_SLACK):
+        return [f"ends at {end:.4f} s, later than the survivors loaded afresh ({fresh_end:.4f} s)"]
+    return []
 
 
 def _is_memory(state: ClusterState, name: str) -> bool:

@@ -41,7 +41,7 @@ PerBatch = float | Sequence[float]
 
 def _time(name: str, value: object, *, positive: bool = False) -> float:
     """A finite time in seconds, >= 0 (or > 0 when ``positive``), at most MAX_SECONDS."""
-    if not is_number(value):
+    if type(value) is not float and not is_number(value):  # float: the common case, fast
         raise InvalidInputError(f"{name} must be a number of seconds, got {value!r}")
     number = float(value)
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
@@ -60,7 +60,9 @@ def _rate(name: str, value: object) -> float:
 def _times(name: str, values: object, *, positive: bool = False) -> tuple[float, ...]:
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | Iterable):
         raise InvalidInputError(f"{name} must be a sequence of seconds, got {values!r}")
-    out = tuple(_time(f"{name}[{i}]", v, positive=positive) for i, v in enumerate(values))
+    out = tuple(values)
+    if not all(type(v) is float and 0 < v <= MAX_SECONDS for v in out):  # else find the culprit
+        out = tuple(_time(f"{name}[{i}]", v, positive=positive) for i, v in enumerate(out))
     if not out:
         raise InvalidInputError(f"{name} must not be empty, got {values!r}")
     return out

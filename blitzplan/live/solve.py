@@ -78,10 +78,13 @@ def _check_options(
         raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
+@functools.lru_cache(maxsize=256)
 def _heuristic(
     instance: LiveScalingInstance, method: str, objective: str, old_order: str
 ) -> Schedule:
-    """Run a policy, bound it by the relaxation, and settle its status."""
+    """Run a policy, bound it by the relaxation, and settle its status; once per distinct
+    instance (a fleet of equal pairs, as a burst on a uniform fleet plans, simulates once; the
+    policies are deterministic and the schedule is frozen)."""
     schedule = simulate(POLICIES[method](), instance, objective=objective, old_order=old_order)
     return _settle(_relaxation_bounded(instance, schedule))
 

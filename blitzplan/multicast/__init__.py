@@ -98,7 +98,8 @@ def plan_multicast(
     instance per group in turn (spare GPUs then relay over their NICs), ``auto`` takes the faster
     of the two under the fluid estimate (``pack`` on ties). The greedy ends with a local search of
     at most ``polish_evaluations`` plans and a linear program over its lanes (default: sized to
-    the plan; 0 turns both refinements off). ``names``
+    the plan; 0 turns both refinements off, and the plan then reports the per-instance cut
+    bound: no max-flow). ``names``
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
     reports a certified ``lower_bound_s`` on its objective.
@@ -289,6 +290,8 @@ def _striped(
         built = exact_search(
             problem, ctx, objective, (choice, built), time_limit_s=time_limit_s
         ).best
+    elif budget == 0:  # no refinement: no max-flow bound either (fast, and no SciPy to import)
+        return built, cheap
     return built, lower_bound(problem, objective)
 
 

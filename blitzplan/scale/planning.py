@@ -22,13 +22,14 @@ class Planning:
     compute: ComputeModel | None = None
     started: float | None = None
 
-    def _used(self) -> float:
+    def used(self) -> float:
+        """Seconds since the call started (0 without a clock)."""
         return 0.0 if self.started is None else time.monotonic() - self.started
 
     def tight(self) -> bool:
         deadline = self.options.deadline_s
-        return deadline is not None and self._used() > deadline / 2
+        return deadline is not None and self.used() > deadline / 2
 
     def passed(self) -> bool:
         deadline = self.options.deadline_s
-        return deadline is not None and self._used() > deadline
+        return deadline is not None and self.used() > deadline

@@ -33,6 +33,7 @@ of such units, at the step's rate).
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,12 +126,14 @@ def program(
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
     hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
     steps: dict[int, TransferStep] = {}
-    same: dict[tuple[float, float, int, int], tuple[ByteRange, ...]] = {}
+    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[ByteRange, ...]] = {}
+    kind = functools.lru_cache(maxsize=None)(topology.kind)  # one look-up per node
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         if lane.dst in have:
             ranges = _ranges(plan, lane, have[lane.dst], snap)
         else:  # lanes of one stripe into one node with nothing held send the same ranges
-            key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, lane.receiver)
+            receiver = plan.nodes[lane.receiver]
+            key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
             if key not in same:
                 same[key] = _ranges(plan, lane, {}, snap)
             ranges = same[key]
@@ -155,7 +158,7 @@ def program(
             start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
             end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
             feeds=plan.lane_feeds[lane.flow] if plan.lane_feeds else (),
-            **_route(plan, lane, topology)._asdict(),
+            **_route(plan, lane, topology, kind)._asdict(),
         )
     return tuple(_drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id))
 
@@ -179,12 +182,15 @@ class _Route(NamedTuple):
     destination: str
 
 
-def _route(plan: MulticastPlan, lane: Lane, topology: Topology) -> _Route:
-    """Kind, link, sending NIC and relay of a lane, from the route its flow takes."""
+def _route(
+    plan: MulticastPlan, lane: Lane, topology: Topology, kind_of: Callable[[str], str]
+) -> _Route:
+    """Kind, link, sending NIC and relay of a lane, from the route its flow takes
+    (``kind_of``: the topology's node kinds)."""
     edges = plan.flows[lane.flow].edges
     nodes = [edges[0][0], *(v for _, v in edges)]
-    kinds = [topology.kind(n) for n in nodes]
-    source_kind = topology.kind(lane.holder)
+    kinds = [kind_of(n) for n in nodes]
+    source_kind = kind_of(lane.holder)
     nic = next((n for n, k in zip(nodes, kinds, strict=True) if k == "nic"), None)
     relay = lane.exit if lane.exit not in (lane.holder, nic) and lane.exit in nodes else None
     if source_kind == "ssd":

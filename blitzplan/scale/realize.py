@@ -19,6 +19,7 @@ from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.multicast.planning_rate import affordable, record_rate
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.milestones import milestones
 from blitzplan.scale.mutations import mutation_records, requeue
@@ -82,7 +83,7 @@ def realize(
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live = _live_counts(targets, loaded)
-    multicast = _multicast(state, spec, tp, targets, run, sum(live), notes)
+    multicast = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
     pairs, unpaired = live_pairs(
         state, spec, multicast, loaded, queues, run, tp, roles=roles, keep=targets.pairs
@@ -125,22 +126,33 @@ def _multicast(
     run: Planning,
     live_count: int,
     notes: list[str],
+    missing: list[str],
 ) -> MulticastPlan | None:
     """One multicast plan for every target (None: no targets), ``live_count`` of them live
-    unless ``targets`` names them; its notes go to ``notes``."""
-    if not targets.total:
+    unless ``targets`` names them; its notes go to ``notes``. Under ``deadline_s`` it places only
+    the new instances the time left affords (:mod:`blitzplan.multicast.planning_rate`), the rest
+    go to ``missing``."""
+    explicit = bool(targets.groups)
+    count, begun = targets.count, run.used()
+    deadline = run.options.deadline_s
+    if deadline is not None and count:  # anytime: what the time left affords
+        count = affordable(state.topology, count, deadline - begun)
+        if count < targets.count:
+            notes.append(f"deadline_s: {count} of {targets.count} new instances planned")
+            missing.append(f"deadline_s: {targets.count - count} new instances not planned")
+            live_count = min(live_count, count)
+    if not (explicit or count):
         return None
     live: int | tuple[str, ...] = live_count
     if targets.live is not None:
         live = targets.live
-    explicit = bool(targets.groups)
     options = run.options
     multicast = plan_multicast(
         state,
         spec,
-        count=None if explicit else targets.count,
+        count=None if explicit else count,
         targets=[list(g) for g in targets.groups] if explicit else None,
-        names=list(targets.names) if explicit else state.fresh_names("new", targets.count),
+        names=list(targets.names) if explicit else state.fresh_names("new", count),
         delivered=dict(targets.delivered) if explicit else None,
         tp=tp,
         method=options.method,
@@ -149,11 +161,14 @@ def _multicast(
         startup_s=dict(targets.startup_s) if targets.startup_s else options.startup_s,
         time_limit_s=options.time_limit_s,
         allow_prefill_sources=options.allow_prefill_sources,
-        polish_evaluations=0 if run.tight() else None,
+        # a replan (explicit groups) skips the refinements: fast, no LP solver to import
+        polish_evaluations=0 if run.tight() or explicit else None,
     )
     if run.tight():
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)
+    if count and run.started is not None:
+        record_rate(state.topology, count, run.used() - begun)
     return multicast
 
 

@@ -8,13 +8,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.errors import InvalidInputError
 from blitzplan.scale.types import NewInstanceInfo, ScalePlan
+
+if TYPE_CHECKING:
+    from blitzplan.scale.program import TransferStep
 from blitzplan.topologies import Topology
 
-__all__ = ["DEGRADED_KEPT", "Failure", "Recovery", "degrade", "recover"]
+__all__ = ["DEGRADED_KEPT", "Failure", "Recovery", "degrade", "recover", "whole_steps"]
 
 Failure = str | tuple[str, str]
 
@@ -271,3 +275,46 @@ def _copy_instance(state: ClusterState, inst: Instance, *, keep_loading: bool) -
         instance_id=inst.id,
         loading=inst.loading if keep_loading else None,  # a source while its record holds
     )
+
+
+def whole_steps(plan: ScalePlan, recovery: Recovery) -> tuple[TransferStep, ...]:
+    """The steps of ``plan`` the failures leave whole, which a data plane runs on until the
+    replan starts: every link of the step's route survives, its source still holds what it
+    sends (a serving instance that survives with no loading record, the surviving host copy,
+    or a GPU of a new instance that survives or is complete, or a relay), and so does every
+    step it waits for (``feeds``, ``after``). When anything failed, a source loading under an
+    earlier plan is left out (its record may be stale)."""
+    if plan.multicast is None:
+        return ()
+    current = recovery.state
+    graph = current.topology.graph
+    holding = {g for i in current.instances if i.loading is None for g in i.gpus}
+    holding |= {g for info in (*recovery.survivors, *recovery.complete) for g in info.gpus}
+    memories = {copy.node for copy in current.pool.host_copies}
+    new_gpus = {g for info in plan.new_instances for g in info.gpus}
+    anything = bool(recovery.lost or recovery.removed or recovery.stale)
+    by_id = {step.id: step for step in plan.steps}
+    whole: dict[int, bool] = {}
+
+    def source_holds(step: TransferStep) -> bool:
+        if step.holder == "memory":
+            return step.source in memories
+        if step.holder == "loading":
+            return not anything and step.source in holding
+        if step.holder == "plan" and step.source not in new_gpus:
+            return step.source in graph  # a relay: what it forwards comes over its feeds
+        return step.source in holding or step.holder == "disk"
+
+    def ok(sid: int) -> bool:
+        if sid not in whole:
+            whole[sid] = False  # no cycle counts itself whole
+            step = by_id[sid]
+            edges = plan.multicast.flows[sid].edges if plan.multicast else ()
+            whole[sid] = (
+                source_holds(step)
+                and all(graph.has_edge(u, v) for u, v in edges)
+                and all(ok(d) for d in (*step.feeds, *step.after) if d in by_id)
+            )
+        return whole[sid]
+
+    return tuple(step for step in plan.steps if ok(step.id))

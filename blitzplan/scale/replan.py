@@ -16,6 +16,15 @@ What a serving stack can rely on:
   rest is planned, from the sources that survive (their delivered units included), on
   the topology without the failed parts. New instances that had every unit are complete and
   serve: they join the sources. Everything in the new plan is timed from the moment of replanning.
+* **Never slower than afresh.** When loading the survivors as if nothing were delivered ends at
+  least :data:`RESEND_GAIN` earlier (the greedy may find fewer routes around what is held), the
+  replan re-sends the delivered bytes instead and its ``notes`` say so. A replan skips the
+  greedy's refinements (no LP, no max-flow bound): it must be ready fast, and imports no solver.
+* **While it is computed** (``now_s``, when the new plan starts, default ``at_s``): the data
+  plane stops the old steps that touch a failed part or wait on one that does, runs the others
+  (:func:`~blitzplan.scale.recovery.whole_steps`) until ``now_s``, then starts the new plan; what
+  they are predicted to have delivered by ``now_s`` counts as held, and a step that lags its
+  prediction finishes the held ranges before the new plan's steps read them.
 * **A GPU is lost** when it fails, or when the failures cut it off from every NIC of its host; a
   GPU whose own NIC died sends and receives through the nearest NIC its host still reaches. A GPU
   whose host lost the fabric is not lost: it is only unreachable over the network. A GPU whose
@@ -41,18 +50,20 @@ plan's model) and receive the rest from sources of that same identity, so no ins
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
-from blitzplan.errors import InfeasibleError
+from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
-from blitzplan.scale.delivered import delivered
+from blitzplan.scale.delivered import Held, delivered, held_bytes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
-from blitzplan.scale.realize import Targets, realize
-from blitzplan.scale.recovery import Failure, Recovery, recover
+from blitzplan.scale.realize import Targets, at_efficiency, realize
+from blitzplan.scale.recovery import Failure, Recovery, recover, whole_steps
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 
 __all__ = ["replan"]
@@ -63,6 +74,7 @@ def replan(
     state: ClusterState,
     *,
     at_s: float,
+    now_s: float | None = None,
     failed: Iterable[Failure] = (),
     cancelled: Iterable[str] = (),
     options: PlanOptions | None = None,
@@ -71,36 +83,16 @@ def replan(
     """A new ScalePlan that completes every surviving new instance of ``plan`` (module
     docstring). ``state`` is the cluster as it is now (its instances, queues and host copies;
     the new instances of ``plan`` are not in it yet). ``options`` replaces the plan's recorded
-    options; ``compute`` is the compute model to use with the recorded ones."""
+    options; ``compute`` is the compute model to use with the recorded ones. ``now_s``
+    (default ``at_s``) is when the new plan starts, at least ``at_s``: the old plan's steps the
+    failures leave whole run on until then, and what they deliver by then counts as held."""
+    now = _now(at_s, now_s)
     recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
     options = options or plan.options
+    ctx = _Context(plan, recovery, options, compute, _serving(plan, recovery.state), at_s, now)
     survivors = list(recovery.survivors)
-
-    serving = _serving(plan, recovery.state)
-
-    def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
-        gpus = [g for info in survivors for g in info.gpus]
-        mc = plan.multicast
-        held = {}
-        if mc is not None:
-            held = delivered(plan.steps, mc.lane_arrival_s, mc.unit_bytes, at_s, gpus, plan.held)
-        return realize(
-            recovery.state,
-            plan.spec,
-            int(plan.request.get("tp", 1)),
-            _targets(plan, survivors, at_s, options),
-            Planning(options, compute),
-            request=plan.request,
-            staying=serving.staying,
-            mutated=serving.mutated,
-            releases=serving.releases,
-            missing=missing,
-            held=held,
-            notes=recovery.stale,
-        )
-
     try:
-        return finish(survivors, list(recovery.lost))
+        return _finish(ctx, survivors, list(recovery.lost))
     except InfeasibleError as exc:
         stranded = _stranded(plan, recovery, survivors, options)
         stranded = stranded or _apart(plan, recovery, survivors, options)
@@ -109,24 +101,162 @@ def replan(
     if options.strict or len(stranded) == len(survivors):
         raise InfeasibleError("; ".join([*stranded.values(), *recovery.stale]))
     rest = [s for s in survivors if s.name not in stranded]
-    return finish(rest, [*recovery.lost, *stranded.values()])
+    return _finish(ctx, rest, [*recovery.lost, *stranded.values()])
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every plan of one replan shares."""
+
+    plan: ScalePlan
+    recovery: Recovery
+    options: PlanOptions
+    compute: ComputeModel | None
+    serving: _Serving
+    at_s: float
+    now_s: float
+
+
+def _finish(ctx: _Context, survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
+    """The plan of ``survivors`` from what they hold, or afresh when that ends earlier."""
+    held = _held(ctx, survivors)
+    targets = _targets(ctx.plan, survivors, ctx.at_s, ctx.options, now=ctx.now_s, held=held)
+    stale = ctx.recovery.stale
+    kept = _realized(ctx, targets, held, missing, stale)
+    if not held or kept.multicast is None:
+        return kept
+    if _end_s(kept) <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
+        return kept  # no plan ends earlier: re-sending held bytes cannot beat the bound
+    fresh = _fresh_end_s(ctx.plan, ctx.recovery, targets, ctx.options)
+    if not fresh < _end_s(kept) * (1 - RESEND_GAIN):
+        return kept
+    note = (
+        f"re-sends the bytes already delivered: loading the survivors afresh ends at "
+        f"{fresh:.3f} s, keeping them at {_end_s(kept):.3f} s"
+    )
+    unheld = dataclasses.replace(targets, delivered={})
+    return _realized(ctx, unheld, {}, missing, (*stale, note))
+
+
+def _held(ctx: _Context, survivors: list[NewInstanceInfo]) -> Held:
+    """What the survivors' GPUs have when the replan starts: what the old steps delivered by
+    ``at_s``, and what the steps the failures left whole deliver by ``now_s``."""
+    plan, mc = ctx.plan, ctx.plan.multicast
+    if mc is None:
+        return {}
+    gpus = [g for info in survivors for g in info.gpus]
+    held = delivered(plan.steps, mc.lane_arrival_s, mc.unit_bytes, ctx.at_s, gpus, plan.held)
+    if ctx.now_s > ctx.at_s:
+        whole = whole_steps(plan, ctx.recovery)
+        held = delivered(whole, mc.lane_arrival_s, mc.unit_bytes, ctx.now_s, gpus, held)
+    return held
+
+
+def _realized(
+    ctx: _Context, targets: Targets, held: Held, missing: list[str], notes: tuple[str, ...]
+) -> ScalePlan:
+    plan = ctx.plan
+    return realize(
+        ctx.recovery.state,
+        plan.spec,
+        int(plan.request.get("tp", 1)),
+        targets,
+        Planning(ctx.options, ctx.compute),
+        request=plan.request,
+        staying=ctx.serving.staying,
+        mutated=ctx.serving.mutated,
+        releases=ctx.serving.releases,
+        missing=list(missing),
+        held=held,
+        notes=notes,
+    )
+
+
+RESEND_GAIN = 0.01
+"""A replan re-sends delivered bytes when loading the survivors afresh ends at least this much
+(relative) earlier than keeping them (the greedy may find fewer routes around what is held)."""
+
+
+def _end_s(plan: ScalePlan) -> float:
+    return max(plan.multicast.ready_at_s.values(), default=0.0) if plan.multicast else 0.0
+
+
+def _fresh_end_s(
+    plan: ScalePlan, recovery: Recovery, targets: Targets, options: PlanOptions
+) -> float:
+    """When the multicast of the survivors ends when it ignores what they hold (the same
+    planner, live instances, startup and link efficiency as the replan itself; ``inf`` when it
+    cannot plan them at all)."""
+    try:
+        fresh = plan_multicast(
+            at_efficiency(recovery.state, options.link_efficiency),
+            plan.spec,
+            targets=[list(g) for g in targets.groups],
+            names=list(targets.names),
+            tp=int(plan.request.get("tp", 1)),
+            live=list(targets.live or ()),
+            chunk_bytes=options.chunk_bytes,
+            startup_s=dict(targets.startup_s),
+            allow_prefill_sources=options.allow_prefill_sources,
+            polish_evaluations=0,
+        )
+    except InfeasibleError:
+        return math.inf
+    return max(fresh.ready_at_s.values(), default=0.0)
+
+
+def _now(at_s: float, now_s: float | None) -> float:
+    if now_s is None:
+        return at_s
+    if isinstance(now_s, bool) or not isinstance(now_s, int | float) or not math.isfinite(now_s):
+        raise InvalidInputError(f"now_s must be a finite time >= at_s, got {now_s!r}")
+    if now_s < at_s:
+        raise InvalidInputError(f"now_s must be >= at_s={at_s!r}, got {now_s!r}")
+    return float(now_s)
 
 
 def _targets(
-    plan: ScalePlan, survivors: list[NewInstanceInfo], at_s: float, options: PlanOptions
+    plan: ScalePlan,
+    survivors: list[NewInstanceInfo],
+    at_s: float,
+    options: PlanOptions,
+    *,
+    now: float,
+    held: Held,
 ) -> Targets:
+    """The survivors as the replan's targets: a unit is delivered when it was complete at
+    ``at_s``, or by ``now`` from held bytes alone (the steps that ran on)."""
     live = tuple(s.name for s in survivors if s.live)
     kept = {p.new: p.old for p in plan.live_pairs if p.new in live}
+    whole = _whole_units(plan, held) if now > at_s else {}
+
+    def done(info: NewInstanceInfo, unit: int, t: float) -> bool:
+        return t <= at_s or (t <= now and all(unit in whole.get(g, ()) for g in info.gpus))
+
     return Targets(
         prefill=sum(1 for info in survivors if info.role == "prefill"),
         groups=tuple(info.gpus for info in survivors),
         names=tuple(info.name for info in survivors),
-        delivered={info.name: tuple(t <= at_s for t in info.layer_ready_s) for info in survivors},
+        delivered={
+            info.name: tuple(done(info, u, t) for u, t in enumerate(info.layer_ready_s))
+            for info in survivors
+        },
         roles={info.name: info.role for info in survivors},
         live=live,
         pairs=kept,
-        startup_s={info.name: max(0.0, options.startup_s - at_s) for info in survivors},
+        startup_s={info.name: max(0.0, options.startup_s - now) for info in survivors},
     )
+
+
+def _whole_units(plan: ScalePlan, held: Held) -> dict[str, set[int]]:
+    """Per GPU, the units whose whole rank buffer ``held`` names."""
+    if plan.multicast is None:
+        return {}
+    sizes = plan.multicast.unit_bytes
+    return {
+        gpu: {u for u, spans in units.items() if spans == [(0, sizes[u])]}
+        for gpu, units in held_bytes(held, sizes).items()
+    }
 
 
 @dataclass(frozen=True)

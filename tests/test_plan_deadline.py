@@ -1,0 +1,67 @@
+"""plan(deadline_s=) is anytime (issue 19): the new instances the time left affords, at the
+planning time recorded on the cluster, are planned; the rest are in ``missing``."""
+
+from __future__ import annotations
+
+import copy
+
+from blitzplan import ClusterState, load_topology
+from blitzplan.multicast.planning_rate import DEADLINE_SHARE, affordable, record_rate
+from blitzplan.scale import ScaleRequest, plan, validate_plan
+from blitzplan.scale.realize import at_efficiency
+from blitzplan.topologies.links import LINK_EFFICIENCY
+
+
+def _fresh_topology(name: str):
+    """A private copy of a catalog topology (its memo, where plans record their time, too)."""
+    topology = copy.copy(load_topology(name))
+    topology.memo = {}
+    return topology
+
+
+def test_affordable_follows_the_line_through_the_records() -> None:
+    topology = _fresh_topology("h200-8")
+    assert affordable(topology, 50, 1e-9) == 50  # nothing recorded: everything
+    record_rate(topology, 10, 1.0)
+    assert affordable(topology, 50, 1.0) == int(DEADLINE_SHARE / 0.1)
+    record_rate(topology, 30, 2.0)  # the line: 0.5 s + 0.05 s per instance
+    assert affordable(topology, 50, 1.0) == int((DEADLINE_SHARE - 0.5) / 0.05)
+    assert affordable(topology, 50, 0.1) == 0
+    assert affordable(topology, 5, 100.0) == 5
+
+
+def _busy() -> ClusterState:
+    state = ClusterState(_fresh_topology("dgx-h100-64"), models=["llama-3-8b"])
+    gpus = state.topology.gpus()
+    for k in range(8):
+        role = "prefill" if k < 4 else "decode"
+        queue = [(-0.01 * i, 1024) for i in range(4)] if role == "prefill" else []
+        state.add_instance("llama-3-8b", gpus=[gpus[k]], role=role, queue=queue)
+    return state
+
+
+def test_a_deadline_the_recorded_time_cannot_meet_plans_fewer_and_says_so() -> None:
+    """Property: with a record of 0.05 s per instance, a 0.5 s deadline affords at most 8 of 20
+    new instances; the plan is valid, live instances stay within those planned, and ``missing``
+    and ``notes`` say how many were left out. Without a deadline all 20 are planned."""
+    state = _busy()
+    request = ScaleRequest("llama-3-8b", prefill=20, tp=1)
+    derated = at_efficiency(state, dict(LINK_EFFICIENCY)).topology
+    record_rate(derated, 10, 0.5)
+    cut = plan(state, request, deadline_s=0.5)
+    planned = len(cut.new_instances)
+    assert planned <= int(0.5 * DEADLINE_SHARE / 0.05)
+    assert any(m == f"deadline_s: {20 - planned} new instances not planned" for m in cut.missing)
+    assert f"deadline_s: {planned} of 20 new instances planned" in cut.notes
+    assert len(cut.multicast.live if cut.multicast else ()) <= planned
+    assert validate_plan(state, cut) == ()
+    assert len(plan(state, request).new_instances) == 20
+
+
+def test_a_deadline_already_spent_plans_nothing_but_answers() -> None:
+    state = _busy()
+    request = ScaleRequest("llama-3-8b", prefill=6, tp=1)
+    plan(state, request)  # records how long six took
+    nothing = plan(state, request, deadline_s=1e-6)
+    assert nothing.new_instances == () and nothing.steps == ()
+    assert "deadline_s: 6 new instances not planned" in nothing.missing
