@@ -68,8 +68,7 @@ def test_a_failed_memory_is_not_chosen_again_and_no_room_is_reported() -> None:
     assert recovery.rebuilds == ()  # not on the failed memory, and the other host is full
     assert any("cannot be rebuilt" in s for s in recovery.host_copies)
     assert any(
-        "llama-3-8b" in s and "no instance holding its weights" in s
-        for s in recovery.host_copies
+        "llama-3-8b" in s and "no instance holding its weights" in s for s in recovery.host_copies
     )
     roomy = ClusterState(cluster(40, hosts=2), models=["llama-3-8b", "qwen2.5-7b"])
     roomy.add_instance("qwen2.5-7b", gpus=["h0/gpu0"], role="decode")
