@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from blitzplan.errors import InvalidInputError
+from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.sim import (
     Trace,
     load_trace,
@@ -146,4 +146,6 @@ def test_a_fleet_that_cannot_start_or_hold_its_copies_is_refused() -> None:
         simulate_fleet("paper-a800-32", many)
     with pytest.raises(InvalidInputError, match="dram_bytes"):
         with_host_dram("paper-a800-32", -1)
+    with pytest.raises(InfeasibleError, match="cannot hold one copy of each model"):
+        simulate_fleet(with_host_dram("paper-a800-32", 10 * GIB), workloads, system="blitzscale")
     assert isinstance(workloads[0].trace, Trace)

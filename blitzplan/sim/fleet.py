@@ -38,7 +38,7 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.live.policies import POLICIES
 from blitzplan.sim.autoscaler import PaperAutoscaler
 from blitzplan.sim.engine import Simulator
-from blitzplan.sim.hostcache import KEEP_ALIVE_S, CopyLedger, HostCaches
+from blitzplan.sim.hostcache import KEEP_ALIVE_S, CopyLedger, HostCaches, mean_copies
 from blitzplan.sim.replay import Replay, _report, _slos
 from blitzplan.sim.report import SimReport
 from blitzplan.sim.serving import ServingOptions
@@ -78,10 +78,7 @@ class FleetReport:
 
     def mean_copies(self) -> list[float]:
         """Each model's host-DRAM copies averaged over the run (normalized copies)."""
-        ledger = CopyLedger(self.names)
-        ledger.timeline = list(self.copies)
-        ledger._now = list(self.copies[-1][1])
-        return ledger.mean_copies(self.end_s)
+        return mean_copies(self.copies, self.end_s)
 
     def per_model(self) -> list[dict[str, Any]]:
         out = []
@@ -170,22 +167,12 @@ def simulate_fleet(
     if system not in FLEET_SYSTEMS:
         raise InvalidInputError(f"system must be one of {', '.join(FLEET_SYSTEMS)}, got {system!r}")
     _check_workloads(topo, workloads)
-    if not (isinstance(keep_alive_s, int | float) and 0 <= keep_alive_s < math.inf):
+    if isinstance(keep_alive_s, bool) or not (
+        isinstance(keep_alive_s, int | float) and 0 <= keep_alive_s < math.inf
+    ):
         raise InvalidInputError(f"keep_alive_s must be finite and >= 0, got {keep_alive_s!r}")
-    names = [w.name for w in workloads]
-    hosts = topo.hosts()
-    ledger = CopyLedger(names)
-    caches = None
-    if system == "serverlessllm":
-        caches = HostCaches(
-            {h: topo.dram_bytes(h) for h in hosts},
-            {w.name: float(w.model.total_bytes) for w in workloads},
-            keep_alive_s=keep_alive_s,
-            ledger=ledger,
-        )
-    placed = _placement(topo, workloads) if system == "blitzscale" else {}
-    for name in names:
-        ledger.set(0.0, name, 1 if system == "blitzscale" else len(hosts) * (caches is None))
+    names, hosts = [w.name for w in workloads], topo.hosts()
+    ledger, caches, placed = _host_dram(topo, workloads, system, keep_alive_s)
     sims = [_engine(topo, w, system, caches, placed, drain_limit_s) for w in workloads]
     for sim in sims:
         sim.neighbours = _neighbours(sims, sim)
@@ -210,6 +197,28 @@ def simulate_fleet(
         caches.bypasses if caches else 0,
         wall,
     )
+
+
+def _host_dram(
+    topo: Topology, workloads: Sequence[Workload], system: str, keep_alive_s: float
+) -> tuple[CopyLedger, HostCaches | None, dict[str, str]]:
+    """The copies ledger, ServerlessLLM's caches (else None) and BlitzScale's placement of the
+    one copy per model (else empty), copies at time 0 recorded."""
+    hosts = topo.hosts()
+    ledger = CopyLedger([w.name for w in workloads])
+    caches = None
+    if system == "serverlessllm":
+        caches = HostCaches(
+            {h: topo.dram_bytes(h) for h in hosts},
+            {w.name: float(w.model.total_bytes) for w in workloads},
+            keep_alive_s=keep_alive_s,
+            ledger=ledger,
+        )
+    placed = _placement(topo, workloads) if system == "blitzscale" else {}
+    at_start = {"blitzscale": 1, "allcache": len(hosts)}.get(system, 0)  # ServerlessLLM: loads
+    for w in workloads:
+        ledger.set(0.0, w.name, at_start)
+    return ledger, caches, placed
 
 
 def _check_workloads(topo: Topology, workloads: Sequence[Workload]) -> None:

@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["KEEP_ALIVE_S", "CopyLedger", "HostCaches"]
+__all__ = ["KEEP_ALIVE_S", "CopyLedger", "HostCaches", "mean_copies"]
 
 KEEP_ALIVE_S = 300.0
 """ServerlessLLM's keep-alive in the paper's measurement (section 3: 5 minutes)."""
@@ -57,15 +57,22 @@ class CopyLedger:
 
     def mean_copies(self, end_s: float) -> list[float]:
         """Each model's time-averaged copies over ``[0, end_s]``."""
-        total = [0.0] * len(self.models)
-        rows = [*self.timeline, (max(end_s, self.timeline[-1][0]), self._now)]
-        for (t0, copies), (t1, _) in itertools.pairwise(rows):
-            for k, c in enumerate(copies):
-                total[k] += c * (t1 - t0)
-        return [t / end_s if end_s > 0 else float(self._now[k]) for k, t in enumerate(total)]
+        return mean_copies(self.timeline, end_s)
 
     def peak_copies(self) -> list[int]:
         return [max(row[1][k] for row in self.timeline) for k in range(len(self.models))]
+
+
+def mean_copies(timeline: Sequence[tuple[float, tuple[int, ...]]], end_s: float) -> list[float]:
+    """Each model's copies averaged over ``[0, end_s]`` from a ledger's ``timeline`` (the last
+    row holds to ``end_s``)."""
+    last = timeline[-1][1]
+    total = [0.0] * len(last)
+    rows = [*timeline, (max(end_s, timeline[-1][0]), last)]
+    for (t0, copies), (t1, _) in itertools.pairwise(rows):
+        for k, c in enumerate(copies):
+            total[k] += c * (t1 - t0)
+    return [t / end_s if end_s > 0 else float(last[k]) for k, t in enumerate(total)]
 
 
 class HostCaches:
