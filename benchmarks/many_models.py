@@ -209,12 +209,14 @@ def figure(reports: dict[tuple[int, str], FleetReport], path: Path) -> None:
     largest = max(HOSTS)
     for system in ("blitzscale", "serverlessllm"):
         rep = reports[(largest, system)]
-        times = [t / 60 for t, _ in rep.copies]
-        means = [sum(c) / len(c) for _, c in rep.copies]
+        rows = [*rep.copies, (rep.end_s, rep.copies[-1][1])]  # the last row holds to the end
+        times = [t / 60 for t, _ in rows]
+        means = [sum(c) / len(c) for _, c in rows]
         right.step(times, means, where="post", label=system)
     right.set(
         xlabel="minutes", ylabel="copies per model (mean over models)", title=f"{largest} hosts"
     )
+    right.set_ylim(0, bound * 1.15)
     right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
