@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from blitzplan.cluster import ClusterState, Instance, Role
+from blitzplan.cluster import ClusterState, HostCopy, Instance, Role
 from blitzplan.errors import InvalidInputError
+from blitzplan.hostcopies import rebuild_host_copies, unloadable_models
 from blitzplan.scale.types import NewInstanceInfo, ScalePlan
 
 if TYPE_CHECKING:
@@ -43,6 +44,14 @@ class Recovery:
     stale: tuple[str, ...] = ()
     """One sentence per instance loading under an earlier plan that the failures cut off from
     what its loading record depends on: it stays, loading, but is no source any more."""
+    host_copies: tuple[str, ...] = ()
+    """One sentence per host copy lost with its host or memory (where it is to be rebuilt, or
+    that no host has room: :func:`~blitzplan.hostcopies.rebuild_host_copies`) and per model
+    left with no host copy, none rebuilding and no instance
+    (:func:`~blitzplan.hostcopies.unloadable_models`)."""
+    rebuilds: tuple[HostCopy, ...] = ()
+    """The lost host copies placed again under the surviving hosts' DRAM: not in ``state`` yet
+    (their bytes take a rebuild); add each with ``state.pool.add`` once it is there."""
 
 
 def recover(
@@ -97,6 +106,9 @@ def recover(
     gone = {i.id for i in state.instances if set(i.gpus) & lost_gpus}
     stale = _stale(state, topology, broken.processes | broken.memories | gone, bool(failures))
     current = _rebuild(state, topology, lost_gpus, broken, plan, complete, set(stale))
+    avoid = _hosts_of(state, broken.memories)
+    rebuilds, copies = rebuild_host_copies(state, current, avoid=avoid)
+    copies += unloadable_models(state, current, rebuilds)
     return Recovery(
         current,
         tuple(survivors),
@@ -104,7 +116,14 @@ def recover(
         tuple(lost),
         tuple(removed),
         tuple(stale.values()),
+        copies,
+        rebuilds,
     )
+
+
+def _hosts_of(state: ClusterState, memories: set[str]) -> set[str]:
+    """The hosts whose memory nodes are among ``memories``."""
+    return {h for h in state.topology.hosts() if state.topology.host_mem(h) in memories}
 
 
 def _stale(

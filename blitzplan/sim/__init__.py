@@ -13,30 +13,39 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
 from blitzplan.sim.capacity import capacity_rate_per_s
 from blitzplan.sim.colocated import IterationRecord
+from blitzplan.sim.fleet import FLEET_SYSTEMS, FleetReport, simulate_fleet, with_host_dram
 from blitzplan.sim.options import check_colocated_options, fixed_fleet, is_colocated
 from blitzplan.sim.replay import TARGET_LOAD, Replay
 from blitzplan.sim.report import SimReport, plot_reports
 from blitzplan.sim.serving import ROUTERS, ServingOptions
 from blitzplan.sim.systems import SYSTEMS, make_system
 from blitzplan.sim.traces import MAX_TRACE_S, Request, Trace, load_trace, synthetic_trace
+from blitzplan.sim.workloads import Workload, trace_workloads, zipf_workloads
 from blitzplan.topologies import Topology, load_topology
 
 __all__ = [
+    "FLEET_SYSTEMS",
     "MAX_TRACE_S",
     "ROUTERS",
     "SYSTEMS",
     "TARGET_LOAD",
+    "FleetReport",
     "IterationRecord",
     "PaperAutoscaler",
     "Request",
     "ServingOptions",
     "SimReport",
     "Trace",
+    "Workload",
     "capacity_rate_per_s",
     "load_trace",
     "plot_reports",
     "simulate",
+    "simulate_fleet",
     "synthetic_trace",
+    "trace_workloads",
+    "with_host_dram",
+    "zipf_workloads",
 ]
 
 

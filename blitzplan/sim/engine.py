@@ -115,10 +115,18 @@ class Simulator(RunParts):
     # --- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
+        self.begin()
+        while self.next_s() is not None:
+            self.step()
+        self._close()
+
+    def begin(self) -> None:
+        """The fleet at time 0 and the first decision (a multi-model run calls it, then
+        :meth:`step` while :meth:`next_s` says an event is due, then :meth:`finish`)."""
         self.apply(self.system.start(self))
         if self.autoscaler is not None and self.requests:
             self.queue.push(self.autoscaler.interval_s, Tick())
-        handlers: dict[type, Callable[[Event], None]] = {
+        self._handlers: dict[type, Callable[[Event], None]] = {
             Arrival: self._arrival,  # type: ignore[dict-item]
             RelayStep: self._relay_step,  # type: ignore[dict-item]
             FlowDone: self._flow_done,  # type: ignore[dict-item]
@@ -129,16 +137,26 @@ class Simulator(RunParts):
             HostFailure: self.faults.host_failure,  # type: ignore[dict-item]
             CopyRestored: self.faults.copy_restored,  # type: ignore[dict-item]
         }
-        next_report = 0.0
-        while self.queue and self.pending:
-            if self.queue.peek_s() > self.end_s:
-                break
-            time_s, event = self.queue.pop()
-            handlers[type(event)](event)
-            self.events_processed += 1
-            if self.progress is not None and time_s >= next_report:
-                self.progress(time_s / max(self.end_s, 1e-9))
-                next_report = time_s + max(1.0, self.end_s / 50)
+        self._next_report = 0.0
+
+    def next_s(self) -> float | None:
+        """When the next event is due, or None once the run is over (no request pending, no
+        event left, or the next one past the drain limit)."""
+        if not (self.queue and self.pending) or self.queue.peek_s() > self.end_s:
+            return None
+        return self.queue.peek_s()
+
+    def step(self) -> None:
+        """Handle the next event."""
+        time_s, event = self.queue.pop()
+        self._handlers[type(event)](event)
+        self.events_processed += 1
+        if self.progress is not None and time_s >= self._next_report:
+            self.progress(time_s / max(self.end_s, 1e-9))
+            self._next_report = time_s + max(1.0, self.end_s / 50)
+
+    def finish(self) -> None:
+        """Close the run: unfinished requests are dropped, instances released."""
         self._close()
 
     def _close(self) -> None:

@@ -11,8 +11,9 @@ clock, the handlers and the scale actions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from blitzplan.cluster import ClusterState, QueuedRequest
+from blitzplan.cluster import ClusterState, HostCopy, QueuedRequest, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.live.policies import Policy
 from blitzplan.models import ModelSpec
@@ -74,6 +75,12 @@ class RunParts:
         self.meter, self.notes = LoadMeter(), Notes()
         self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
         self._wakes: set[tuple[str | None, float]] = set()
+        self.neighbours: Callable[[], list[tuple[ModelSpec, tuple[str, ...]]]] = list
+        """In a multi-model run, the model and GPUs of every other model's instance alive now
+        (they occupy GPUs plans must not take); one model: none."""
+        self.copy_host: str | None = None
+        """In a multi-model run, the host the shared parameter pool placed this model's one
+        host copy on; None: where a pool of this model alone places it."""
 
     def build(
         self,
@@ -209,13 +216,26 @@ class RunParts:
             queues = self._replica_queues()
         else:
             queues = dealt_queues(self.prefill, self.instances.serving("prefill"), self.now_s)
-        return cluster_state(
+        state = cluster_state(
             self.topology_now,
             self.model,
             [i for i in self.instances.alive() if i.id not in exclude],
             queues,
             host_copy=not self.faults.copy_missing,
         )
+        self._share(state)
+        return state
+
+    def _share(self, state: ClusterState) -> None:
+        """A multi-model run's snapshot: this model's host copy where the shared pool put it,
+        other models' instances on their GPUs (idle, no sources of this model)."""
+        copy = state.pool.host_copy(self.model.identity)
+        if self.copy_host is not None and copy is not None and copy.host != self.copy_host:
+            state.pool.drop(copy.identity)
+            node = state.topology.host_mem(self.copy_host)
+            state.pool.add(HostCopy(copy.identity, self.copy_host, node, copy.bytes))
+        for k, (model, gpus) in enumerate(self.neighbours()):
+            state.add_instance(model, gpus=list(gpus), role=Role.IDLE, instance_id=f"x{k}")
 
     def _replica_queues(self) -> dict[str, list[QueuedRequest]]:
         tier, out = self.colocated, {}

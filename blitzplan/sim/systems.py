@@ -36,6 +36,7 @@ from blitzplan.models import ModelSpec
 from blitzplan.multicast import plan_multicast
 from blitzplan.scale import PlanOptions, ScalePlan, ScaleRequest, plan
 from blitzplan.sim.autoscaler import ScaleDecision
+from blitzplan.sim.hostcache import HostCaches
 from blitzplan.sim.instances import SimInstance
 from blitzplan.topologies import Flow, Topology
 
@@ -163,6 +164,11 @@ class DataPlane:
     colocated: bool = False
     fleet: Fleet | None = None
     """The fixed fleet (``fixed``, ``vllm-avg``; None: from ``fixed_fraction``)."""
+    caches: HostCaches | None = None
+    """In a multi-model run, ServerlessLLM's host caches shared by every model (this system's
+    model is ``cache_key`` there); None: one model, whose cache on a host lives ``ttl_s`` after
+    its last instance there, without a capacity."""
+    cache_key: str = ""
     _cache_until: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -198,12 +204,17 @@ class DataPlane:
 
     def host_emptied(self, view: ClusterView, host: str) -> None:
         """A host's DRAM cache lives ``ttl_s`` after its last instance (ServerlessLLM)."""
+        if self.caches is not None:
+            self.caches.released(host, self.cache_key, view.now_s)
         self._cache_until[host] = view.now_s + self.ttl_s
 
     def _touch(self, view: ClusterView, launches: tuple[Launch, ...]) -> None:
         topo = view.topology_now
         for launch in launches:
-            self._cache_until[topo.host_of(launch.gpus[0])] = math.inf
+            host = topo.host_of(launch.gpus[0])
+            self._cache_until[host] = math.inf
+            if self.caches is not None and self.plane == "serverlessllm":
+                self.caches.launch(host, self.cache_key, view.now_s)
 
     def scale(self, view: ClusterView, decision: ScaleDecision, idle_s: float) -> ScaleAction:
         if not self.autoscaled:
@@ -257,6 +268,8 @@ class DataPlane:
         return ScaleAction(launches=launches, ssd_loads=len(misses))
 
     def _cached(self, view: ClusterView, host: str) -> bool:
+        if self.caches is not None:
+            return self.caches.holds(host, self.cache_key, view.now_s)
         return self._cache_until.get(host, -1.0) >= view.now_s
 
     def _blitz(self, view: ClusterView, add_p: int, add_d: int) -> ScaleAction:

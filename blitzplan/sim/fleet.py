@@ -1,0 +1,340 @@
+"""Many models on one cluster: :func:`simulate_fleet` replays one request stream per model
+(:mod:`.workloads`) on one topology under one system.
+
+Each model runs the single-model engine (:class:`~.engine.Simulator`: its own autoscaler, tiers
+and plans) and every engine steps on one shared clock, the earliest event first (ties by model
+order), so the run is deterministic. What the models share:
+
+* **GPUs.** A plan or a local load sees every other model's instances on their GPUs (as idle
+  instances of their own models), so models compete for free GPUs: a scale-up takes what is free
+  when it is decided and gets fewer instances, or none, when the cluster is full; GPUs come back
+  when an autoscaler releases an idle instance.
+* **Host DRAM.** ``blitzscale``: one parameter pool for all models places the one host copy per
+  model under each host's DRAM (:class:`~blitzplan.cluster.ParameterPool`; a cluster whose DRAM
+  cannot hold one copy of each is refused), and each model's plans stream from its copy there.
+  ``serverlessllm``: the per-host caches of :class:`~.hostcache.HostCaches` (keep-alive, LRU
+  eviction under the capacity; misses load from the host's SSD). ``allcache``: the unlimited
+  ideal, every load a host-DRAM hit (one copy on every host).
+
+Not shared (said so that no one reads more into the numbers): weight flows and KV transfers of
+different models do not compete for links, NICs or SSDs (each model's planner and transfers see
+only its own), and there are no host failures in a multi-model run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blitzplan.cluster import ClusterState
+from blitzplan.compute import RooflineComputeModel
+from blitzplan.errors import InvalidInputError
+from blitzplan.live.policies import POLICIES
+from blitzplan.sim.autoscaler import PaperAutoscaler
+from blitzplan.sim.engine import Simulator
+from blitzplan.sim.hostcache import KEEP_ALIVE_S, CopyLedger, HostCaches, mean_copies
+from blitzplan.sim.replay import Replay, _report, _slos
+from blitzplan.sim.report import SimReport
+from blitzplan.sim.serving import ServingOptions
+from blitzplan.sim.systems import make_system
+from blitzplan.sim.workloads import Workload
+from blitzplan.topologies import Topology, load_topology
+
+__all__ = ["FLEET_SYSTEMS", "FleetReport", "simulate_fleet", "with_host_dram"]
+
+Watch = Callable[[float, HostCaches | None, dict[str, list[tuple[str, ...]]]], None]
+"""A check called after every event of a multi-model run (:func:`simulate_fleet`)."""
+
+FLEET_SYSTEMS = ("blitzscale", "serverlessllm", "allcache")
+"""The systems a multi-model run compares (the autoscaled ones with a host-DRAM rule)."""
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    """What a multi-model run measured: one :class:`~.report.SimReport` per model (its
+    requests, TTFT, TBT, GPU time, launches and SSD loads), the host-DRAM copies of every model
+    over time (``copies``: rows ``(time_s, copies per model)``, in copies of that model, so 1.0
+    is one full copy) and ServerlessLLM's cache evictions and bypasses."""
+
+    system: str
+    topology: str
+    hosts: int
+    dram_bytes_per_host: float
+    keep_alive_s: float
+    names: tuple[str, ...]
+    model_bytes: tuple[float, ...]
+    reports: tuple[SimReport, ...]
+    copies: tuple[tuple[float, tuple[int, ...]], ...]
+    end_s: float
+    evictions: int = 0
+    bypasses: int = 0
+    wall_s: float = 0.0
+
+    def mean_copies(self) -> list[float]:
+        """Each model's host-DRAM copies averaged over the run (normalized copies)."""
+        return mean_copies(self.copies, self.end_s)
+
+    def per_model(self) -> list[dict[str, Any]]:
+        out = []
+        for name, report, copies in zip(self.names, self.reports, self.mean_copies(), strict=True):
+            s = report.summary()
+            out.append(
+                {
+                    "model": name,
+                    "requests_in": s["requests_in"],
+                    "requests_finished": s["requests_finished"],
+                    "requests_dropped": s["requests_dropped"],
+                    "launches": s["instances_launched"],
+                    "cache_misses": s["ssd_loads"] if self.system == "serverlessllm" else 0,
+                    "ttft_mean_s": s["ttft_mean_s"],
+                    "ttft_p99_s": s["ttft_p99_s"],
+                    "tbt_mean_s": s["tbt_mean_s"],
+                    "gpu_time_s": s["gpu_time_s"],
+                    "copies_mean": copies,
+                }
+            )
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        rows = self.per_model()
+        done = [r for rep in self.reports for r in rep.finished]
+        ttft = [r.ttft_s for r in done]
+        tbt = [r.tbt_s for r in done if not math.isnan(r.tbt_s)]
+        launches = sum(r["launches"] for r in rows)
+        misses = sum(r["cache_misses"] for r in rows)
+        peak = [max(row[1][k] for row in self.copies) for k in range(len(self.names))]
+        return {
+            "system": self.system,
+            "models": len(self.names),
+            "hosts": self.hosts,
+            "dram_gib_per_host": self.dram_bytes_per_host / 2**30,
+            "requests_in": sum(r["requests_in"] for r in rows),
+            "requests_finished": sum(r["requests_finished"] for r in rows),
+            "requests_dropped": sum(r["requests_dropped"] for r in rows),
+            "launches": launches,
+            "cache_misses": misses,
+            "miss_rate": misses / launches if launches else math.nan,
+            "copies_mean": float(np.mean([r["copies_mean"] for r in rows])),
+            "copies_peak": max(peak),
+            "ttft_mean_s": float(np.mean(ttft)) if ttft else math.nan,
+            "ttft_p99_s": float(np.percentile(ttft, 99)) if ttft else math.nan,
+            "tbt_mean_s": float(np.mean(tbt)) if tbt else math.nan,
+            "gpu_time_s": sum(r["gpu_time_s"] for r in rows),
+            "evictions": self.evictions,
+            "bypasses": self.bypasses,
+            "wall_s": self.wall_s,
+        }
+
+
+def with_host_dram(topology: Topology | str, dram_bytes: float) -> Topology:
+    """``topology`` with ``dram_bytes`` of DRAM on every host (the rest unchanged)."""
+    topo = topology if isinstance(topology, Topology) else load_topology(topology)
+    if (
+        isinstance(dram_bytes, bool)
+        or not isinstance(dram_bytes, int | float)
+        or not (0 < dram_bytes < math.inf)
+    ):
+        raise InvalidInputError(f"dram_bytes must be a finite number > 0, got {dram_bytes!r}")
+    graph = topo.graph.copy()
+    for _, data in graph.nodes(data=True):
+        if data.get("kind") == "host_mem":
+            data["dram_bytes"] = float(dram_bytes)
+    name = f"{topo.name}-dram{dram_bytes / 2**30:g}g"
+    return Topology(graph, name=name, description=topo.description)
+
+
+def simulate_fleet(
+    topology: Topology | str,
+    workloads: Sequence[Workload],
+    *,
+    system: str = "blitzscale",
+    keep_alive_s: float = KEEP_ALIVE_S,
+    drain_limit_s: float = 600.0,
+    watch: Watch | None = None,
+) -> FleetReport:
+    """Replay every workload on ``topology`` at once under ``system`` (module docstring).
+    ``keep_alive_s``: ServerlessLLM's host-cache keep-alive. ``watch(time_s, caches, owners)`` is
+    called after every event with ServerlessLLM's caches (else None) and, per model name, the
+    GPU groups of its instances alive then: for checks."""
+    topo = topology if isinstance(topology, Topology) else load_topology(topology)
+    topo = topo.with_link_efficiency(None)
+    if system not in FLEET_SYSTEMS:
+        raise InvalidInputError(f"system must be one of {', '.join(FLEET_SYSTEMS)}, got {system!r}")
+    _check_workloads(topo, workloads)
+    if isinstance(keep_alive_s, bool) or not (
+        isinstance(keep_alive_s, int | float) and 0 <= keep_alive_s < math.inf
+    ):
+        raise InvalidInputError(f"keep_alive_s must be finite and >= 0, got {keep_alive_s!r}")
+    names, hosts = [w.name for w in workloads], topo.hosts()
+    ledger, caches, placed = _host_dram(topo, workloads, system, keep_alive_s)
+    sims = [_engine(topo, w, system, caches, placed, drain_limit_s) for w in workloads]
+    for sim in sims:
+        sim.neighbours = _neighbours(sims, sim)
+    started = time.perf_counter()
+    end_s = _run(sims, caches, watch, names)
+    wall = time.perf_counter() - started
+    reports = tuple(
+        _one_report(topo, w, system, sim, wall) for w, sim in zip(workloads, sims, strict=True)
+    )
+    return FleetReport(
+        system,
+        topo.name,
+        len(hosts),
+        topo.dram_bytes(hosts[0]),
+        keep_alive_s,
+        tuple(names),
+        tuple(float(w.model.total_bytes) for w in workloads),
+        reports,
+        tuple(ledger.timeline),
+        end_s,
+        caches.evictions if caches else 0,
+        caches.bypasses if caches else 0,
+        wall,
+    )
+
+
+def _host_dram(
+    topo: Topology, workloads: Sequence[Workload], system: str, keep_alive_s: float
+) -> tuple[CopyLedger, HostCaches | None, dict[str, str]]:
+    """The copies ledger, ServerlessLLM's caches (else None) and BlitzScale's placement of the
+    one copy per model (else empty), copies at time 0 recorded."""
+    hosts = topo.hosts()
+    ledger = CopyLedger([w.name for w in workloads])
+    caches = None
+    if system == "serverlessllm":
+        caches = HostCaches(
+            {h: topo.dram_bytes(h) for h in hosts},
+            {w.name: float(w.model.total_bytes) for w in workloads},
+            keep_alive_s=keep_alive_s,
+            ledger=ledger,
+        )
+    placed = _placement(topo, workloads) if system == "blitzscale" else {}
+    at_start = {"blitzscale": 1, "allcache": len(hosts)}.get(system, 0)  # ServerlessLLM: loads
+    for w in workloads:
+        ledger.set(0.0, w.name, at_start)
+    return ledger, caches, placed
+
+
+def _check_workloads(topo: Topology, workloads: Sequence[Workload]) -> None:
+    if (
+        isinstance(workloads, str)
+        or not workloads
+        or not all(isinstance(w, Workload) for w in workloads)
+    ):
+        raise InvalidInputError(
+            f"workloads must be a non-empty list of Workload, got {workloads!r}"
+        )
+    names = [w.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise InvalidInputError(f"workload names must be unique, got {names!r}")
+    identities = [w.model.identity for w in workloads]
+    if len(set(identities)) != len(identities):
+        raise InvalidInputError(
+            "each workload needs a model of its own identity (workloads.tenant_model), got "
+            f"{[str(i) for i in identities]!r}"
+        )
+    slots = len(ClusterState(topo).free_slots(1))
+    need = sum(2 * w.tp for w in workloads)
+    if need > slots:
+        raise InvalidInputError(
+            f"topology {topo.name!r} has {slots} GPUs; the {len(workloads)} workloads start with "
+            f"one prefill and one decode instance each ({need} GPUs)"
+        )
+
+
+def _placement(topo: Topology, workloads: Sequence[Workload]) -> dict[str, str]:
+    """Where one parameter pool for every model puts each model's one host copy."""
+    state = ClusterState(topo, models=[w.model for w in workloads])
+    return {w.name: state.pool.host_copy(w.model.identity).host for w in workloads}  # type: ignore[union-attr]
+
+
+def _engine(
+    topo: Topology,
+    workload: Workload,
+    system: str,
+    caches: HostCaches | None,
+    placed: dict[str, str],
+    drain_limit_s: float,
+) -> Simulator:
+    spec = workload.model
+    spec.check_tp(workload.tp)
+    runner = make_system(system)
+    runner.caches, runner.cache_key = caches, workload.name
+    if caches is not None:
+        runner.ttl_s = caches.keep_alive_s
+    cost = RooflineComputeModel(spec, topo.gpu_spec(topo.gpus()[0]), tp=workload.tp)
+    sim = Simulator(
+        topo,
+        spec,
+        workload.trace,
+        tp=workload.tp,
+        system=runner,
+        autoscaler=PaperAutoscaler(),
+        compute=cost,
+        policy=POLICIES["zigzag"](),
+        drain_limit_s=drain_limit_s,
+    )
+    sim.copy_host = placed.get(workload.name)
+    return sim
+
+
+def _neighbours(
+    sims: list[Simulator], me: Simulator
+) -> Callable[[], list[tuple[Any, tuple[str, ...]]]]:
+    def found() -> list[tuple[Any, tuple[str, ...]]]:
+        return [(o.model, i.gpus) for o in sims if o is not me for i in o.instances.alive()]
+
+    return found
+
+
+def _run(
+    sims: list[Simulator], caches: HostCaches | None, watch: Watch | None, names: list[str]
+) -> float:
+    """Step every engine on one clock, earliest event first; the time the last one ended."""
+    for sim in sims:
+        sim.begin()
+    due = [(t, k) for k, sim in enumerate(sims) if (t := sim.next_s()) is not None]
+    heapq.heapify(due)
+    end_s = 0.0
+    for sim in sims:
+        if sim.next_s() is None:
+            _finish(sim)
+    while due:
+        time_s, k = heapq.heappop(due)
+        if caches is not None:
+            caches.advance(time_s)
+        sims[k].step()
+        end_s = max(end_s, sims[k].now_s)
+        if watch is not None:
+            alive = zip(names, sims, strict=True)
+            owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
+            watch(time_s, caches, owners)
+        upcoming = sims[k].next_s()
+        if upcoming is None:
+            _finish(sims[k])
+        else:
+            heapq.heappush(due, (upcoming, k))
+    return end_s
+
+
+def _finish(sim: Simulator) -> None:
+    """A model whose run is over releases its instances (their GPUs are free for the others,
+    its cache entries start their keep-alive)."""
+    for inst in sim.instances.alive():
+        sim.release(inst)
+    sim.finish()
+
+
+def _one_report(
+    topo: Topology, workload: Workload, system: str, sim: Simulator, wall: float
+) -> SimReport:
+    setting = Replay(topo, workload.model, workload.tp, system, None, False, ServingOptions())
+    cost = RooflineComputeModel(workload.model, topo.gpu_spec(topo.gpus()[0]), tp=workload.tp)
+    slos = _slos(workload.model, workload.trace, cost, None, None)
+    return _report(sim, setting, workload.trace, wall, slos, POLICIES["zigzag"]())
