@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench gpu-check clean
+.PHONY: demo test lint typecheck unit bench notebooks gpu-check clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -37,6 +37,10 @@ unit: $(VENV)/.dev
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit
+
+# re-execute every notebook's jupytext source (full form) and rewrite its .ipynb with outputs
+notebooks: $(VENV)/.dev
+	$(BIN)/python -m tests.notebook_run
 
 bench: $(VENV)/.dev
 	for script in benchmarks/*.py; do $(BIN)/python $$script || exit 1; done

@@ -30,7 +30,7 @@ QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 CALLS = 2 if QUICK else 25
 LIMITS_S = (0.3,) if QUICK else (1.0, 2.0)
 SIZES = [(32, 8)] if QUICK else [(32, 16), (80, 16)]
-BACKENDS = ("highs", "cbc", "cpsat")
+BACKENDS = ("bnb", "highs", "cbc", "cpsat")
 
 
 def rows() -> list[list[object]]:

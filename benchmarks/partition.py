@@ -1,5 +1,6 @@
-"""Live-scaling partition benchmark (issue 4): exact backends, heuristics against the optimum or
-the best bound, the paper's toy example, and the cost of one ZigZag decision.
+"""Live-scaling partition benchmark (issues 4 and 23): exact backends (proven count, time and gap
+per class, method and O order), every heuristic against the proven optimum, the bound reported
+beside ZigZag against the optimum, the paper's toy example, and the cost of one ZigZag decision.
 
 Run: .venv/bin/python benchmarks/partition.py   (BLITZPLAN_QUICK=1: few, small, fast)
 
@@ -33,22 +34,18 @@ from blitzplan._table import format_table
 from blitzplan.live import (
     ZigZag,
     instance_from_queue,
-    relaxation_bound,
     simulate,
     unit_ready_from_link,
 )
-from blitzplan.live.exact.cpsat import solve_cpsat
-from blitzplan.live.exact.enumerate import MAX_SCHEDULES, count_schedules
-from blitzplan.live.exact.milp import solve_milp
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 SIZES = [(7, 7), (32, 8)] if QUICK else [(7, 7), (32, 8), (32, 16), (40, 12), (80, 8), (80, 16)]
-PER_CLASS = 4 if QUICK else 200
+TARGET_SIZES = SIZES[1:]
+"""The classes of issue 23's targets (the toy size is only in tables d and e)."""
+PER_CLASS = 4 if QUICK else 50
 LIMIT_S = 1.0 if QUICK else 10.0
 TARGET_RUNS = 2 if QUICK else 10
-BOUND_LIMIT_S = 1.0
-"""The relaxation bound's budget per instance in b (stopped early it is weaker, still valid)."""
 PRESETS = {7: ("llama-3-8b", "paper-a100-16", 1), 32: ("llama-3-8b", "paper-a100-16", 1)}
 PRESETS |= {40: ("mistral-small-24b", "paper-a800-32", 2), 80: ("qwen2.5-72b", "paper-a800-32", 4)}
 
@@ -121,169 +118,114 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else "inf" if math.isinf(value) else f"{value:.{digits}f}"
 
 
-# --- a. exact backends ----------------------------------------------------------------------
+# --- a. exact backends: proven count, time and gap per class, method and order -------------
+
+BACKENDS = ["bnb", "highs", "cpsat"]
+ORDERS = ["free", "fifo"]
+HEURISTICS = ["stop_the_world", "best_effort", "zigzag", "improve"]
 
 
-def backend_rows(layers: int, batches: int) -> list[list[object]]:
-    inst = instance(layers, batches, 0)
-    hint = schedule_live(inst, method="zigzag")
-    rows = []
-    runs = {
-        "highs": lambda: schedule_live(inst, method="exact", backend="highs", time_limit_s=LIMIT_S),
-        "cbc": lambda: schedule_live(inst, method="exact", backend="cbc", time_limit_s=LIMIT_S),
-        "cpsat": lambda: schedule_live(inst, method="exact", backend="cpsat", time_limit_s=LIMIT_S),
-        "highs, model only": lambda: solve_milp(
-            inst,
-            backend="highs",
-            objective="mean_latency",
-            old_order="free",
-            time_limit_s=LIMIT_S,
-            hint=hint,
-            use_relaxation=False,
-        ),
-        "cpsat, model only": lambda: solve_cpsat(
-            inst,
-            objective="mean_latency",
-            old_order="free",
-            time_limit_s=LIMIT_S,
-            hint=hint,
-            use_relaxation=False,
-        ),
-    }
-    if count_schedules(inst) <= MAX_SCHEDULES:
-        runs["enumerate"] = lambda: schedule_live(inst, method="exact", backend="enumerate")
-    for name, run in runs.items():
-        started = time.perf_counter()
-        result = run()
-        elapsed = time.perf_counter() - started
-        assert validate_schedule(inst, result).ok
-        rows.append(
-            [
-                f"({layers},{batches})",
-                name,
-                f"{elapsed:.2f}",
-                result.status.value,
-                fmt(result.objective),
-                fmt(result.bound),
-                fmt(result.gap, 3),
-            ]
-        )
-    if "enumerate" not in runs:
-        rows.append([f"({layers},{batches})", "enumerate", "-", "too large", "-", "-", "-"])
-    return rows
+@dataclass(frozen=True)
+class Solved:
+    status: str
+    objective: float
+    bound: float
+    seconds: float
 
 
-def target_rows() -> list[list[object]]:
-    """HiGHS on (32,8) and CP-SAT on (32,16), several instances each, 10 s limit."""
-    rows = []
-    for (layers, batches), backend in [((32, 8), "highs"), ((32, 16), "cpsat")]:
-        if layers not in SETUPS:
-            continue
-        times, gaps, proven = [], [], 0
+def solve_all() -> dict[tuple[int, int, int, str, str], Solved]:
+    """Every exact backend on every instance of every class and order."""
+    out = {}
+    for layers, batches in TARGET_SIZES:
         for seed in range(TARGET_RUNS):
             inst = instance(layers, batches, seed)
-            started = time.perf_counter()
-            result = schedule_live(inst, method="exact", backend=backend, time_limit_s=LIMIT_S)
-            times.append(time.perf_counter() - started)
-            gaps.append(result.gap or 0.0)
-            proven += result.status.value == "optimal"
-        rows.append(
-            [
-                f"({layers},{batches})",
-                backend,
-                TARGET_RUNS,
-                proven,
-                f"{statistics.median(times):.2f}",
-                f"{max(times):.2f}",
-                f"{100 * statistics.fmean(gaps):.2f}",
-                f"{100 * max(gaps):.2f}",
-                sum(g <= 0.05 for g in gaps),
-            ]
-        )
+            for order in ORDERS:
+                for backend in BACKENDS:
+                    started = time.perf_counter()
+                    result = schedule_live(
+                        inst,
+                        method="exact",
+                        backend=backend,
+                        time_limit_s=LIMIT_S,
+                        old_order=order,
+                    )
+                    seconds = time.perf_counter() - started
+                    assert validate_schedule(inst, result).ok
+                    bound = result.bound if result.bound is not None else -math.inf
+                    out[layers, batches, seed, order, backend] = Solved(
+                        result.status.value, result.objective, bound, seconds
+                    )
+    return out
+
+
+def exact_rows(solved: dict[tuple[int, int, int, str, str], Solved]) -> list[list[object]]:
+    rows = []
+    for layers, batches in TARGET_SIZES:
+        for order in ORDERS:
+            for backend in BACKENDS:
+                runs = [solved[layers, batches, s, order, backend] for s in range(TARGET_RUNS)]
+                gaps = [100 * (r.objective - r.bound) / r.objective for r in runs]
+                times = [r.seconds for r in runs]
+                rows.append(
+                    [
+                        f"({layers},{batches})",
+                        order,
+                        backend,
+                        sum(r.status == "optimal" for r in runs),
+                        f"{statistics.median(times):.2f}",
+                        f"{max(times):.2f}",
+                        f"{statistics.fmean(gaps):.2f}",
+                        f"{max(gaps):.2f}",
+                        sum(g < 1.0 for g in gaps),
+                    ]
+                )
     return rows
 
 
-# --- b. heuristics against the optimum or the best bound --------------------------------------
-
-METHODS = ["stop_the_world", "best_effort", "zigzag", "improve 10 ms", "improve 100 ms"]
+# --- b. heuristics against the proven optimum; c. the bound beside ZigZag -------------------
 
 
-def run_method(inst: LiveScalingInstance, method: str, old_order: str) -> float:
-    if method.startswith("improve"):
-        budget = 0.01 if "10 ms" in method else 0.1
-        return schedule_live(
-            inst, method="improve", time_limit_s=budget, old_order=old_order
-        ).objective
-    return schedule_live(inst, method=method, old_order=old_order).objective
+def best_known(
+    solved: dict[tuple[int, int, int, str, str], Solved], key: tuple[int, int, int, str]
+) -> tuple[float, bool]:
+    """(the least objective any backend found, whether a backend proved it optimal)."""
+    found = [solved[(*key, b)] for b in BACKENDS]
+    value = min(r.objective for r in found)
+    return value, any(r.status == "optimal" and r.objective <= value * (1 + 1e-5) for r in found)
 
 
-def class_stats(
-    layers: int, batches: int, old_order: str
-) -> tuple[dict[str, list[float]], dict[str, float]]:
-    ratios: dict[str, list[float]] = {m: [] for m in METHODS}
-    known, closed, closed_known, bound_s, zigzag_known = 0, [], [], [], []
-    for seed in range(PER_CLASS):
-        inst = instance(layers, batches, seed)
-        values = {m: run_method(inst, m, old_order) for m in METHODS}
-        started = time.perf_counter()
-        bound = relaxation_bound(
-            inst, old_order=old_order, upper_bound=min(values.values()), time_limit_s=BOUND_LIMIT_S
-        )[0]
-        bound_s.append(time.perf_counter() - started)
-        for m in METHODS:
-            ratios[m].append(values[m] / bound)
-        optimum_known = min(values.values()) <= bound * (1 + 1e-5)
-        known += optimum_known
-        if optimum_known:
-            zigzag_known.append(values["zigzag"] / bound)
-        gap = values["zigzag"] - bound
-        if gap > 1e-12:
-            closure = (values["zigzag"] - values["improve 100 ms"]) / gap
-            closed.append(closure)
-            if optimum_known:
-                closed_known.append(closure)
-    extra = {
-        "known": known,
-        "closed": statistics.fmean(closed) if closed else 1.0,
-        "closed_known": statistics.fmean(closed_known) if closed_known else math.nan,
-        "bound_s": statistics.median(bound_s),
-        "zigzag_known": statistics.fmean(zigzag_known) if zigzag_known else math.nan,
-    }
-    return ratios, extra
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
-
-
-def heuristic_rows(old_order: str) -> tuple[list[list[object]], list[list[object]]]:
-    rows, summary = [], []
-    for layers, batches in SIZES:
-        ratios, extra = class_stats(layers, batches, old_order)
-        for m in METHODS:
-            r = ratios[m]
-            rows.append(
-                [
-                    f"({layers},{batches})",
-                    m,
-                    f"{statistics.fmean(r):.3f}",
-                    f"{p95(r):.3f}",
-                    f"{max(r):.3f}",
-                ]
-            )
-        summary.append(
-            [
-                f"({layers},{batches})",
-                PER_CLASS,
-                extra["known"],
-                f"{100 * extra['closed']:.0f}",
-                fmt(100 * extra["closed_known"], 0),
-                fmt(extra["zigzag_known"], 3),
-                f"{extra['bound_s'] * 1e3:.1f}",
-            ]
+def heuristic_rows(
+    solved: dict[tuple[int, int, int, str, str], Solved], order: str
+) -> tuple[list[list[object]], list[list[object]]]:
+    """Each heuristic over the optimum (proven instances), and ZigZag's reported bound over it."""
+    rows, bounds = [], []
+    for layers, batches in TARGET_SIZES:
+        ratios: dict[str, list[float]] = {m: [] for m in HEURISTICS}
+        bound_ratio, bound_ms, proven = [], [], 0
+        for seed in range(TARGET_RUNS):
+            optimum, is_proven = best_known(solved, (layers, batches, seed, order))
+            if not is_proven:
+                continue
+            proven += 1
+            inst = instance(layers, batches, seed)
+            for method in HEURISTICS:
+                limit = 0.1 if method == "improve" else None
+                started = time.perf_counter()
+                result = schedule_live(inst, method=method, old_order=order, time_limit_s=limit)
+                if method == "zigzag":
+                    bound_ms.append(1e3 * (time.perf_counter() - started))
+                    bound_ratio.append((result.bound or 0.0) / optimum)
+                ratios[method].append(result.objective / optimum)
+        size = f"({layers},{batches})"
+        for method in HEURISTICS:
+            r = ratios[method] or [math.nan]
+            rows.append([size, method, proven, f"{statistics.fmean(r):.3f}", f"{max(r):.3f}"])
+        b = bound_ratio or [math.nan]
+        ms = bound_ms or [math.nan]
+        bounds.append(
+            [size, proven, f"{statistics.fmean(b):.4f}", f"{min(b):.4f}", f"{max(ms):.1f}"]
         )
-    return rows, summary
+    return rows, bounds
 
 
 # --- c. the paper's toy -----------------------------------------------------------------------
@@ -307,7 +249,7 @@ def toy_rows() -> tuple[list[list[object]], str]:
     rows, last = [], {}
     for method in ["stop_the_world", "best_effort", "zigzag", "exact"]:
         for objective in ["max_latency", "mean_latency"]:
-            backend = "highs" if method == "exact" else None
+            backend = None
             result = schedule_live(
                 inst,
                 method=method,
@@ -383,54 +325,31 @@ def decision_rows() -> list[list[object]]:
 def main() -> None:
     print(
         f"blitzplan live-scaling benchmark, {date.today()}, {platform.machine()}, "
-        f"{os.cpu_count()} cpus, Python {platform.python_version()}, solver threads 1, "
-        f"prompts: {TOKEN_SOURCE}{', QUICK' if QUICK else ''}\n"
+        f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, Python "
+        f"{platform.python_version()}, solver threads 1, prompts: {TOKEN_SOURCE}"
+        f"{', QUICK' if QUICK else ''}\n"
     )
+    solved = solve_all()
     print(
-        f"a. exact backends, one instance per size, {LIMIT_S:g} s limit "
-        "(objective: mean latency in s; 'model only' = no relaxation cut, ZigZag warm start)"
+        f"a. exact backends, {TARGET_RUNS} instances per class, {LIMIT_S:g} s limit, wall time "
+        "of the whole call (objective: mean latency; gap = (objective - bound) / objective)"
     )
-    rows = [row for size in SIZES for row in backend_rows(*size)]
-    print(format_table(["(L,n)", "backend", "time s", "status", "objective", "bound", "gap"], rows))
-    print(f"\na'. targets over {TARGET_RUNS} instances per size ({LIMIT_S:g} s limit)")
-    print(
-        format_table(
-            [
-                "(L,n)",
-                "backend",
-                "runs",
-                "proven",
-                "median s",
-                "max s",
-                "mean gap %",
-                "max gap %",
-                "gap<=5%",
-            ],
-            target_rows(),
-        )
-    )
-    for old_order in ["free", "fifo"]:
-        rows, summary = heuristic_rows(old_order)
+    headers = ["(L,n)", "order", "backend", "proven", "median s", "max s"]
+    headers += ["mean gap %", "max gap %", "gap < 1%"]
+    print(format_table(headers, exact_rows(solved)))
+    for order in ORDERS:
+        rows, bounds = heuristic_rows(solved, order)
         print(
-            f"\nb. objective / best bound (N-capacity relaxation), old_order={old_order}, "
-            f"{PER_CLASS} instances per size (1.000 = optimal)"
+            f"\nb. heuristic / proven optimum, old_order={order}, over the instances of a. "
+            "whose optimum a backend proved (improve: 100 ms)"
         )
-        print(format_table(["(L,n)", "method", "mean", "P95", "worst"], rows))
+        print(format_table(["(L,n)", "method", "proven", "mean", "worst"], rows))
         print(
-            format_table(
-                [
-                    "(L,n)",
-                    "instances",
-                    "optimum known",
-                    "improve 100 ms closes % of ZigZag gap: to bound",
-                    "to optimum (where known)",
-                    "ZigZag / optimum (where known)",
-                    "bound ms",
-                ],
-                summary,
-            )
+            f"\nc. the bound schedule_live reports beside ZigZag (what plan() prints) / proven "
+            f"optimum, old_order={order}; ms: the whole ZigZag call, bound included"
         )
-    print("\nc. the paper's toy: 7 layers, a layer loads in 6 layer-computations, 7 requests")
+        print(format_table(["(L,n)", "proven", "mean", "worst", "max ms"], bounds))
+    print("\nd. the paper's toy: 7 layers, a layer loads in 6 layer-computations, 7 requests")
     rows, note = toy_rows()
     print(
         format_table(
@@ -438,7 +357,7 @@ def main() -> None:
         )
     )
     print(note)
-    print("\nd. ZigZag decision cost (one call of decide_new or decide_old; loop: whole run)")
+    print("\ne. ZigZag decision cost (one call of decide_new or decide_old; loop: whole run)")
     print(
         format_table(
             ["(L,n)", "decisions", "us per decision", "loop us per decision"], decision_rows()

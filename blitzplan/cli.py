@@ -1,5 +1,5 @@
 """The ``blitzplan`` command line: plan, compare, the catalog, the model presets, the demo, and
-the commands registered by :mod:`blitzplan.sim.cli` (simulate, sweep), and validate (the
+the commands registered by :mod:`blitzplan.sim.simulate_cli` (simulate, sweep), and validate (the
 executor, loaded only when it runs)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from blitzplan.scale.control_cli import (
     link_efficiency_option,
     write_plan_outputs,
 )
-from blitzplan.sim.cli import add_sim_commands
+from blitzplan.sim.simulate_cli import add_sim_commands
 from blitzplan.topologies import list_topologies, load_topology
 from blitzplan.units import GB_PER_S, GBPS, GIB, MIB
 
@@ -247,7 +247,7 @@ def _scenario_options(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from blitzplan.scale import ScaleRequest, plan
-    from blitzplan.scale.report import report
+    from blitzplan.scale.plan_report import report
 
     state, model, tp = _scenario(args)
     scale = plan(
@@ -415,9 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("topologies", "list the cluster catalog", _cmd_topologies)
     sc = command("schema", "print the JSON Schema of the ScalePlan document", _cmd_schema)
     sc.add_argument("--out", default=None, help="write it to this file (default: print it)")
-    sc.add_argument(
-        "--program", action="store_true", help="the program export's schema instead"
-    )
+    sc.add_argument("--program", action="store_true", help="the program export's schema instead")
     command("models", "list the model presets, their sizes and host load times", _cmd_models)
     add_control_commands(sub, command)
     add_sim_commands(sub)  # the simulator loads only when its commands run
@@ -533,8 +531,12 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
         state, made = scenario_plan("live", compute=compute)
         requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
         run = serve_live(
-            made.to_json(), load_checkpoint(weights), requests=requests, compute=compute,
-            transport=args.transport, workers=pool,
+            made.to_json(),
+            load_checkpoint(weights),
+            requests=requests,
+            compute=compute,
+            transport=args.transport,
+            workers=pool,
         )
     summary = {
         "bit_exact": run.transfer.bit_exact,

@@ -102,10 +102,18 @@ class Role(StrEnum):
 class Loading:
     """An instance still receiving its weights under an earlier plan: the role it takes once
     loaded and, per unit (embedding, layers 1..L, head), the predicted seconds from now until
-    the unit is complete on every one of its GPUs (0 for units it has)."""
+    the unit is complete on every one of its GPUs (0 for units it has).
+
+    ``needs`` and ``edges`` say what the arrivals still ahead depend on: the instances whose
+    processes send or forward them and the host memories they are read from (by name), and the
+    directed links they cross. A failure of any of them leaves the record *stale*
+    (:func:`~blitzplan.recover` says so and no later plan streams from the instance). ``needs``
+    None: unknown, so any failure leaves it stale."""
 
     role: Role
     units_ready_s: tuple[float, ...]
+    needs: frozenset[str] | None = None
+    edges: frozenset[tuple[str, str]] = frozenset()
 
     def __post_init__(self) -> None:
         role = _role(self.role)
@@ -119,12 +127,32 @@ class Loading:
             )
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "units_ready_s", tuple(float(t) for t in times))
+        _check_needs(self.needs, self.edges)
+        if self.needs is not None:
+            object.__setattr__(self, "needs", frozenset(self.needs))
+        object.__setattr__(self, "edges", frozenset(tuple(e) for e in self.edges))
 
     def advanced(self, seconds: float) -> Loading | None:
         """The record ``seconds`` later (every arrival that much nearer), None once every unit
         is there."""
         left = tuple(max(0.0, t - seconds) for t in self.units_ready_s)
-        return Loading(self.role, left) if any(left) else None
+        return replace(self, units_ready_s=left) if any(left) else None
+
+    def stale_after(
+        self, failed: Set[str], topology: Topology, *, anything_failed: bool
+    ) -> str | None:
+        """Why the arrivals still ahead can no longer come, or None: a name it needs is in
+        ``failed``, a link it crosses is not in ``topology`` (what survives), or, for a record
+        whose needs are unknown, ``anything_failed``."""
+        if not any(self.units_ready_s):
+            return None
+        if self.needs is None:
+            return "its plan's routes are unknown" if anything_failed else None
+        hit = sorted(self.needs & failed)
+        if hit:
+            return f"its plan needs {', '.join(hit)}"
+        cut = sorted(e for e in self.edges if not topology.graph.has_edge(*e))
+        return f"its plan crosses the failed link {cut[0]}" if cut else None
 
 
 @dataclass(frozen=True)
@@ -289,6 +317,8 @@ class ClusterState:
         self.pool = ParameterPool(topology)
         self._instances: dict[str, Instance] = {}
         self._background: list[Flow] = []
+        self._ends: dict[Flow, float] = {}
+        """When each background flow that ends does (seconds from now); the others keep running."""
         self._names: dict[str, int] = {"i": 0, "new": 0}
         """Per made-up id prefix, the next number never handed out (ids are never reused)."""
         self._requests: dict[str, int] = {}
@@ -302,6 +332,7 @@ class ClusterState:
         other.pool._copies = dict(self.pool._copies)
         other._instances = dict(self._instances)
         other._background = list(self._background)
+        other._ends = dict(self._ends)
         other._names = dict(self._names)
         other._requests = dict(self._requests)
         return other
@@ -318,7 +349,7 @@ class ClusterState:
 
     def __eq__(self, other: object) -> bool:
         """Equal states: the same topology (name, nodes and links), instances, host copies and
-        background flows (in any order). The id counters are not compared."""
+        background flows (in any order) with their ends. The id counters are not compared."""
         if not isinstance(other, ClusterState):
             return NotImplemented
         return (
@@ -326,6 +357,7 @@ class ClusterState:
             and self._instances == other._instances
             and self.pool._copies == other.pool._copies
             and Counter(self._background) == Counter(other._background)
+            and self._ends == other._ends
         )
 
     __hash__ = None  # type: ignore[assignment]  # a mutable state is no dict key
@@ -580,15 +612,26 @@ class ClusterState:
         self._background.append(flow)
         return flow
 
-    def add_flow(self, flow: Flow) -> Flow:
-        """Record an already routed background flow; its edges must be in the topology."""
+    def add_flow(self, flow: Flow, *, until_s: float = math.inf) -> Flow:
+        """Record an already routed background flow; its edges must be in the topology.
+        ``until_s``: when it ends, seconds from now (an earlier plan's step), else it keeps
+        running (serving traffic)."""
         for edge in flow.edges:
             self.topology.bytes_per_s(edge)
+        if isinstance(until_s, bool) or not isinstance(until_s, int | float) or not until_s > 0:
+            raise InvalidInputError(f"until_s must be a time > 0 or inf, got {until_s!r}")
         self._background.append(flow)
+        if until_s < math.inf:
+            self._ends[flow] = float(until_s)
         return flow
+
+    def flow_end_s(self, flow: Flow) -> float:
+        """When background ``flow`` ends, seconds from now (inf: it keeps running)."""
+        return self._ends.get(flow, math.inf)
 
     def clear_background_flows(self) -> None:
         self._background.clear()
+        self._ends.clear()
 
 
 def _same_topology(a: Topology, b: Topology) -> bool:
@@ -662,6 +705,24 @@ def _queued(index: int, entry: object) -> QueuedRequest:
         return QueuedRequest(*entry)
     except InvalidInputError as exc:
         raise InvalidInputError(f"queue[{index}] {entry!r}: {exc}") from None
+
+
+def _check_needs(needs: object, edges: object) -> None:
+    if needs is not None and (
+        isinstance(needs, str)
+        or not isinstance(needs, Set)
+        or not all(isinstance(n, str) for n in needs)
+    ):
+        raise InvalidInputError(f"loading.needs must be a set of names or None, got {needs!r}")
+    if (
+        isinstance(edges, str)
+        or not isinstance(edges, Set)
+        or not all(
+            isinstance(e, tuple) and len(e) == 2 and all(isinstance(x, str) for x in e)
+            for e in edges
+        )
+    ):
+        raise InvalidInputError(f"loading.edges must be a set of (node, node) links, got {edges!r}")
 
 
 def _check_loading(loading: Loading | None, role: Role, spec: ModelSpec) -> None:

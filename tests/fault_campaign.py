@@ -1,12 +1,15 @@
 """The fault campaign: replan after random single and double failures, checked independently.
 
-A *case* is a scenario (topology, model, serving instances, a scale request and plan options),
-one or two failures of any kind (a source instance, a new instance, a GPU, a NIC, a PCIe switch, a
-root complex, host DRAM, an NVSwitch, a host, a leaf, the spine, a link) and a time before, during
-or after the load. :func:`run_case` replans it and :func:`check` judges the outcome with its own
-code: a clear InfeasibleError, or a plan that validates on what survives, never touches a failed
-part, sends nothing a survivor already has, keeps every survivor's role and live status and the
-plan's options, completes or names every survivor, and claims OPTIMAL only on its bound.
+A *case* is a scenario (topology, model, serving instances, a scale request and plan options;
+off-grid models served at another TP degree included), none, one or two failures of any kind (a
+source instance, a new instance, a GPU, a NIC, a PCIe switch, a root complex, host DRAM, an
+NVSwitch, a host, a leaf, the spine, a link) and a time before, during or after the load.
+:func:`run_case` replans it and :func:`check` judges the outcome with its own code: a clear
+InfeasibleError, or a plan that validates on what survives, never touches a failed part, sends
+nothing a survivor already has, keeps every survivor's role and live status and the plan's
+options, completes or names every survivor, holds only bytes the old plan's steps had delivered
+(:func:`~blitzplan.scale.byte_checks.validate_replan`), sends from instances of another TP degree
+only bytes their ranks hold, and claims OPTIMAL only on its bound.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
+from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
-from blitzplan.scale.replan import recover
+from blitzplan.scale.byte_checks import validate_replan
+from blitzplan.scale.recovery import recover
 from blitzplan.solvers import SolveStatus
 from tests.program_check import check_program
 
@@ -116,6 +120,87 @@ SCENARIOS = (
     ),
 )
 
+
+def _config(**fields: object) -> dict[str, object]:
+    return {
+        "model_type": "llama",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        **fields,
+    }
+
+
+OFF_GRID = {
+    "mistral-7b-32002": load_model(
+        _config(
+            model_type="mistral",
+            _name_or_path="mistral-7b-32002",
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=32002,
+        )
+    ),
+    "small-kv2-v130": load_model(
+        _config(
+            _name_or_path="small-kv2-v130",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=130,
+        )
+    ),
+}
+"""Models whose layout grid is small (a 32,002 or 130-token vocabulary): most TP pairs are not
+:meth:`~blitzplan.models.layout.Layout.exact_for` one another."""
+
+
+def _served(
+    key: str, topology: str, source_tp: int, *, host_copy: bool = True
+) -> Callable[[], ClusterState]:
+    """Two decode instances and a queued prefill instance of an off-grid model at ``source_tp``
+    on host 0 (and its host copy)."""
+    spec = OFF_GRID[key]
+
+    def build() -> ClusterState:
+        state = ClusterState(load_topology(topology), models=[spec] if host_copy else [])
+        gpus = load_topology(topology).gpus_of_host("h0")
+        for k, role in enumerate(["decode", "decode", "prefill"]):
+            group = gpus[k * source_tp : (k + 1) * source_tp]
+            if len(group) == source_tp:
+                queue = [(0.0, 96)] * 3 if role == "prefill" else []
+                state.add_instance(spec, gpus=group, role=role, queue=queue)
+        return state
+
+    return build
+
+
+OFF_GRID_SCENARIOS = tuple(
+    Scenario(
+        f"off-grid {key} tp{a} -> tp{b}{'' if copy else ', no host copy'}",
+        _served(key, topology, a, host_copy=copy),
+        ScaleRequest(OFF_GRID[key], prefill=3, tp=b),
+        {},
+    )
+    for key, topology, a, b, copy in (
+        ("mistral-7b-32002", "dgx-h100-64", 2, 4, True),
+        ("mistral-7b-32002", "dgx-h100-64", 4, 2, True),
+        ("mistral-7b-32002", "dgx-h100-64", 8, 1, True),
+        ("mistral-7b-32002", "dgx-h100-64", 1, 4, False),
+        ("small-kv2-v130", "dgx-h100-64", 4, 1, True),
+        ("small-kv2-v130", "paper-a800-32", 2, 4, True),
+        ("small-kv2-v130", "h200-8", 1, 2, False),
+    )
+)
+"""TP mismatches on off-grid models: sources of another degree are holders only where the layout
+is exact (the no-host-copy ones are; the others plan from the host copy, or fail clearly)."""
+
+ALL_SCENARIOS = SCENARIOS + OFF_GRID_SCENARIOS
+
 _BASES: dict[str, ScalePlan] = {}
 
 
@@ -173,6 +258,9 @@ class Outcome:
     message: str = ""
     replan_s: float = 0.0
     fresh_s: float = 0.0
+    group: str = "one plan"
+    """``one plan``, ``off-grid`` (a model served at another TP degree, off the layout grid) or
+    ``overlap`` (a second plan made while the first loads: tests.overlap_campaign)."""
 
 
 def run_case(
@@ -181,16 +269,16 @@ def run_case(
     base = base_plan(scenario)
     state = scenario.build()
     at = fraction * max(base.milestones.full_capacity_s, 1e-9)
+    group = "off-grid" if scenario in OFF_GRID_SCENARIOS else "one plan"
     started = time.perf_counter()
     try:
         after = replan(base, state, at_s=at, failed=failures)  # type: ignore[arg-type]
     except (InfeasibleError, InvalidInputError) as exc:
-        problems = () if _clear(str(exc), base, failures) else (f"unclear message: {exc}",)
-        return Outcome(scenario.name, tuple(failures), at, "error", problems, str(exc))
+        problems = () if clear(str(exc), base, failures) else (f"unclear message: {exc}",)
+        return Outcome(scenario.name, tuple(failures), at, "error", problems, str(exc), group=group)
     except Exception as exc:
-        return Outcome(
-            scenario.name, tuple(failures), at, "crash", (f"{type(exc).__name__}: {exc}",)
-        )
+        crash = (f"{type(exc).__name__}: {exc}",)
+        return Outcome(scenario.name, tuple(failures), at, "crash", crash, group=group)
     replan_s = time.perf_counter() - started
     problems = check(base, state, failures, at, after)
     return Outcome(
@@ -201,10 +289,11 @@ def run_case(
         tuple(problems),
         replan_s=replan_s,
         fresh_s=_fresh_s(scenario, base, state, failures, at) if time_fresh else 0.0,
+        group=group,
     )
 
 
-def _clear(message: str, base: ScalePlan, failures: list[object]) -> bool:
+def clear(message: str, base: ScalePlan, failures: list[object]) -> bool:
     """A clear error names what it is about: a new instance, a failed part, a node or the model."""
     names = [i.name for i in base.new_instances] + [str(f) for f in failures if isinstance(f, str)]
     return bool(message.strip()) and (
@@ -248,6 +337,7 @@ def check(
             if sender.instance_id in gone:
                 out.append(f"lane {lane.flow} sends from the failed instance {sender.instance_id}")
         out += [f"program: {p}" for p in check_program(after)[:3]]
+        out += [f"across documents: {p}" for p in validate_replan(base, after, at)[:3]]
         if mc.lower_bound_s > mc.objective_s * (1 + 1e-9):
             out.append("bound above the objective")
         if mc.status is SolveStatus.OPTIMAL and mc.objective_s > mc.lower_bound_s * (1 + 1e-9):
@@ -299,15 +389,20 @@ def _dead(state: ClusterState, failures: list[object]) -> tuple[set[str], set[tu
     return nodes, links
 
 
-def random_case(rng: random.Random) -> tuple[Scenario, list[object], float]:
-    scenario = rng.choice(SCENARIOS)
-    state = scenario.build()
-    base = base_plan(scenario)
+def random_failures(state: ClusterState, base: ScalePlan, rng: random.Random) -> list[object]:
+    """None (one case in ten: a replan with nothing failed), one or two failures of any kind."""
     failures: list[object] = []
-    for _ in range(1 if rng.random() < 0.7 else 2):
-        kind = rng.choice(KINDS)
-        failure = pick_failure(state, base, kind, rng)
+    count = rng.choices([0, 1, 2], weights=[1, 6, 3])[0]
+    for _ in range(count):
+        failure = pick_failure(state, base, rng.choice(KINDS), rng)
         if failure is not None and failure not in failures:
             failures.append(failure)
+    return failures
+
+
+def random_case(rng: random.Random) -> tuple[Scenario, list[object], float]:
+    """A scenario (off-grid ones included), its failures and a time as a fraction of the load."""
+    scenario = rng.choice(ALL_SCENARIOS)
+    failures = random_failures(scenario.build(), base_plan(scenario), rng)
     fraction = rng.choice([0.0, rng.random(), rng.random(), 1.5])
     return scenario, failures, fraction

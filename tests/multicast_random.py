@@ -15,9 +15,9 @@ import random
 
 from blitzplan.multicast.assemble import Built, base_builder, run
 from blitzplan.multicast.holdings import holder_segments
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder, lane_route
-from blitzplan.multicast.types import NodeKind, PlanNode
 
 
 def _cover(problem: Problem, rng: random.Random, targets: list[int], offset: int) -> set[int]:
@@ -48,7 +48,7 @@ def _holders(
                 out.append((sender.gpus[q], x, y))
         return out
     peers = [g for g in sender.gpus if sender.rank_of(g) == rank]
-    if rng.random() < 0.5:
+    if sender.present or rng.random() < 0.5:  # a relay lacks the units the node had before
         return [(rng.choice(peers), lo, hi)]  # holds it once its gathers are done
     out = []
     for gpu, a, b in landed[sender.id][rank]:

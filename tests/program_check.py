@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from fractions import Fraction
 
+from blitzplan import InvalidInputError
+from blitzplan.models import layout
 from blitzplan.scale import ScalePlan
 
 Intervals = list[tuple[int, int]]
@@ -30,8 +33,10 @@ def _covered(have: Intervals, lo: int, hi: int) -> bool:
 def check_program(scale: ScalePlan) -> list[str]:
     """An independent certificate of the transfer program, in bytes: every new GPU ends with
     every byte of its rank buffer of every unit exactly once (what it held before included), and
-    every step sends only bytes its source holds (a serving instance or host memory: all; a GPU
-    that receives in this plan: what it held before or what the steps in ``feeds`` bring it)."""
+    every step sends only bytes its source holds (host memory, or an instance of the same TP
+    degree: all; an instance of another: what its rank's buffer contains, byte by byte in the
+    layouts; a GPU that receives in this plan: what it held before or what the steps in
+    ``feeds`` bring it)."""
     mc = scale.multicast
     if mc is None:
         return []
@@ -71,10 +76,37 @@ def check_program(scale: ScalePlan) -> list[str]:
                     lo = base(step.source, step.rank, unit) + r.offset
                     if not _covered(brought, lo, lo + r.length):
                         out.append(f"step {step.id}: {step.source} lacks bytes of unit {unit}")
+    out += _resharded(scale)
     for info in scale.new_instances:
         done = mc.delivered.get(info.name, ())
         for gpu in info.gpus:
             for unit, size in enumerate(mc.unit_bytes):
                 if not (done and done[unit]) and not _covered(got[(gpu, unit)], 0, size):
                     out.append(f"{info.name} {gpu} misses bytes of unit {unit}")
+    return out
+
+
+def _resharded(scale: ScalePlan) -> list[str]:
+    """Steps from an instance of another TP degree that send a byte its rank lacks."""
+    out = []
+    seen: dict[tuple[object, ...], bool] = {}
+    target = None
+    for step in scale.steps:
+        if step.source_layout is None:
+            continue
+        target = target or layout(scale.spec, int(scale.request["tp"]))
+        source = layout(scale.spec, step.source_layout[0])
+        for r in step.ranges:
+            for unit in range(r.first_unit, r.last_unit + 1):
+                key = (target.shape_key(unit), step.source_layout, step.rank, r.offset, r.length)
+                if key not in seen:
+                    size = target.units[unit].nbytes
+                    lo, hi = Fraction(r.offset, size), Fraction(r.offset + r.length, size)
+                    try:
+                        target.reshard(unit, source, step.source_layout[1], step.rank, lo, hi)
+                        seen[key] = True
+                    except InvalidInputError:
+                        seen[key] = False
+                if not seen[key]:
+                    out.append(f"step {step.id}: {step.source} lacks bytes of unit {unit}")
     return out

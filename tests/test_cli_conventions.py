@@ -25,8 +25,8 @@ from blitzplan._log import timed
 from blitzplan.cli import HelpFormatter, build_parser, main
 from blitzplan.scale import ScalePlan
 from blitzplan.sim import plot_reports, simulate, synthetic_trace
-from blitzplan.sim.cli import summary_table, varied_coordinates
 from blitzplan.sim.report import plot_title, time_axis_label
+from blitzplan.sim.simulate_cli import summary_table, varied_coordinates
 
 SMALL = synthetic_trace(duration_s=20, rate_per_s=3, seed=3)
 

@@ -88,7 +88,7 @@ def test_property_random_doubles_match_an_independent_jcs() -> None:
 
 
 def test_keys_sort_by_utf16_and_strings_escape_as_jcs() -> None:
-    value = {"\U0001f600": 1, "\ue000": 2, "a\nb": "\x01\"\\é", "b": [None, True, False]}
+    value = {"\U0001f600": 1, "\ue000": 2, "a\nb": '\x01"\\é', "b": [None, True, False]}
     assert canonical_json(value) == jcs.canonicalize(value).decode()
 
 

@@ -15,7 +15,7 @@ from blitzplan.multicast.assemble import finish
 from blitzplan.multicast.bound import lower_bound
 from blitzplan.multicast.setup import prepare
 from blitzplan.scale import Options, ScaleRequest, plan, replan
-from blitzplan.scale.replan import degrade, recover
+from blitzplan.scale.recovery import degrade, recover
 from blitzplan.solvers import SolveStatus
 from blitzplan.units import MIB
 from tests.fault_campaign import SCENARIOS, base_plan, check, random_case, run_case

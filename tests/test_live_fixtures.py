@@ -53,7 +53,7 @@ FIXTURES = [
     ),
 ]
 
-EXACT_BACKENDS = ["highs", "cbc", "cpsat", "enumerate"]
+EXACT_BACKENDS = ["bnb", "highs", "cbc", "cpsat", "enumerate"]
 
 
 def _run(fixture: Fixture, method: str, backend: str | None = None, warm_start: bool = True):
@@ -141,7 +141,7 @@ def test_an_slo_only_two_batches_together_miss_is_infeasible() -> None:
     at 3 at the earliest, so an SLO of 2.9 s is infeasible though each batch alone meets it (2 s);
     the N-capacity relaxation cannot see this, the exact models must prove it."""
     instance = LiveScalingInstance([0.0, 0.0], [0.0] * 3, 1.0, 1.0, 0.0, slo_s=2.9)
-    for backend in ("enumerate", "highs", "cbc", "cpsat"):
+    for backend in ("enumerate", "bnb", "highs", "cbc", "cpsat"):
         schedule = schedule_live(instance, method="exact", backend=backend, objective="hard_slo")
         assert schedule.status is SolveStatus.INFEASIBLE, backend
     zigzag = schedule_live(instance, method="zigzag", objective="hard_slo")

@@ -81,7 +81,10 @@ def test_per_batch_numbers_broadcast_and_defaults_fill_in() -> None:
             {"method": "fastest"},
             r"method must be one of stop_the_world, best_effort, zigzag, exact",
         ),
-        ({"method": "exact", "backend": "gurobi"}, r"backend must be one of highs, cbc, cpsat"),
+        (
+            {"method": "exact", "backend": "gurobi"},
+            r"backend must be one of bnb, highs, cbc, cpsat",
+        ),
         ({"method": "zigzag", "backend": "highs"}, r"backend applies to method='exact' only"),
         ({"objective": "throughput"}, r"objective must be one of mean_latency, max_latency"),
         ({"objective": "hard_slo"}, r"objective 'hard_slo' needs an instance with slo_s"),

@@ -7,6 +7,7 @@ deadlines already past make every outcome deterministic.
 
 from __future__ import annotations
 
+import itertools
 import math
 import stat
 import time
@@ -20,7 +21,8 @@ from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
 from blitzplan.live.exact.common import start_point
-from blitzplan.live.relaxation import _open_bound, _Relaxation, relaxation_bound
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.solvers import SolveStatus
 from tests.test_live_properties import instances
 
@@ -209,24 +211,21 @@ def test_cbc_is_asked_to_stop_early(tmp_path: Path, seconds: float, asked: str) 
 
 
 @given(instances(max_layers=3, max_batches=4), st.sampled_from(["mean_latency", "makespan"]))
-def test_the_open_bound_out_of_time_is_still_a_bound(instance, objective: str) -> None:
-    """Property: bounding the states after the first placement on O per group (out of time) is
-    <= bounding each state (in time), which is <= the relaxation's optimum."""
-    relax = _Relaxation(instance, objective)
-    free, empty = instance.old_free_at_s, relax.obj.empty
-    groups = []
-    for i in range(instance.num_batches):
-        end = relax.options[i].place(free)[0]
-        late = relax.options[i].place(free + 1.0)[0]  # a second, dominated state
-        states = [(end, relax.obj.combine(empty, relax.obj.value(i, end)), (i,))]
-        states.append((late, relax.obj.combine(empty, relax.obj.value(i, late)), (i,)))
-        groups.append((1 << i, states))
-    all_on_new = empty
-    for i in range(instance.num_batches):
-        all_on_new = relax.obj.combine(all_on_new, relax.on_new[i])
-    per_group = _open_bound(relax, groups, all_on_new, -math.inf)
-    per_state = _open_bound(relax, groups, all_on_new, math.inf)
-    optimum, _, complete = relaxation_bound(instance, objective=objective)
+def test_a_subset_search_stopped_by_the_clock_still_bounds(instance, objective: str) -> None:
+    """Property: the subset search stopped at once bounds from its open states (each state's
+    cost and floor in time, its cost alone past the deadline), below the relaxation's optimum,
+    which is the least relaxed cost over every O sequence."""
+    relax = Relaxation(instance, objective)
+    optimum, _, complete = subset_search(relax, math.inf, math.inf, math.inf)
     assert complete
-    assert per_group <= per_state + 1e-9
-    assert relax.obj.final(per_state) <= optimum + 1e-9 * max(1.0, abs(optimum))
+    every = min(
+        relax.evaluate(order)
+        for size in range(instance.num_batches + 1)
+        for order in itertools.permutations(range(instance.num_batches), size)
+    )
+    assert optimum == pytest.approx(every, rel=1e-12, abs=1e-12)
+    past = time.perf_counter() - 1.0
+    in_time, _, finished = subset_search(relax, math.inf, past, math.inf)
+    out_of_time, _, _ = subset_search(relax, math.inf, past, past)
+    assert not finished
+    assert out_of_time <= in_time + 1e-12 <= optimum + 2e-12

@@ -85,8 +85,8 @@ def test_every_heuristic_schedule_validates(instance, objective: str, old_order:
 @settings(max_examples=150)
 @given(instances(max_layers=3, max_batches=3), st.sampled_from(OBJECTIVE_NAMES))
 def test_exact_is_no_worse_than_any_heuristic(instance, objective: str) -> None:
-    """Property: the enumerated optimum is <= every heuristic and improve, the cheap and the
-    relaxation bounds are <= it, and it validates."""
+    """Property: the enumerated optimum is <= every heuristic and improve, the bound each of them
+    reports, the cheap and the relaxation bounds are <= it, and it validates."""
     assume(_tiny(instance))
     exact = schedule_live(instance, method="exact", backend="enumerate", objective=objective)
     _check(instance, exact)
@@ -95,6 +95,8 @@ def test_exact_is_no_worse_than_any_heuristic(instance, objective: str) -> None:
         other = schedule_live(instance, method=method, objective=objective, time_limit_s=0.005)
         _check(instance, other)
         assert exact.objective <= other.objective + 1e-9 * max(1.0, abs(other.objective))
+        if other.bound is not None:
+            assert other.bound <= exact.objective + 1e-9 * max(1.0, abs(exact.objective))
     bound, _, complete = relaxation_bound(instance, objective=objective)
     assert complete
     assert lower_bound(instance, objective) <= exact.objective + 1e-9
@@ -124,14 +126,15 @@ def test_fifo_optimum_is_no_better_than_the_free_one(instance, objective: str) -
     st.sampled_from(["free", "fifo"]),
 )
 def test_backends_agree_wherever_two_prove_optimality(instance, objective, old_order) -> None:
-    """Property: HiGHS, CBC, CP-SAT and enumeration (and the MILP and CP-SAT models without the
-    relaxation cut) agree on the optimum whenever two of them prove it; all validate."""
+    """Property: branch and bound, HiGHS, CBC, CP-SAT and enumeration (and the MILP and CP-SAT
+    models without the relaxation cut) agree on the optimum whenever two of them prove it; all
+    validate."""
     assume(_tiny(instance, old_order))
     hint = schedule_live(instance, method="zigzag", objective=objective, old_order=old_order)
     kwargs = {"objective": objective, "old_order": old_order, "time_limit_s": 30.0}
     answers = {
         backend: schedule_live(instance, method="exact", backend=backend, **kwargs)
-        for backend in ("highs", "cbc", "cpsat", "enumerate")
+        for backend in ("bnb", "highs", "cbc", "cpsat", "enumerate")
     }
     answers["highs-model"] = solve_milp(
         instance, backend="highs", hint=hint, use_relaxation=False, **kwargs
@@ -152,7 +155,7 @@ def test_backends_agree_wherever_two_prove_optimality(instance, objective, old_o
 
 
 @settings(max_examples=10)
-@given(instances(max_layers=6, max_batches=5), st.sampled_from(["highs", "cbc", "cpsat"]))
+@given(instances(max_layers=6, max_batches=5), st.sampled_from(["bnb", "highs", "cbc", "cpsat"]))
 def test_a_time_limit_gives_a_bound_and_a_gap(instance, backend: str) -> None:
     """Property: with a short limit an exact backend returns a valid schedule; unless proven
     OPTIMAL it is FEASIBLE with bound <= objective and gap = (objective - bound) / objective."""

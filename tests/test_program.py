@@ -10,7 +10,6 @@ import pytest
 
 from blitzplan import (
     ClusterState,
-    InfeasibleError,
     InvalidInputError,
     Loading,
     Role,
@@ -180,9 +179,10 @@ def test_apply_part_way_and_after() -> None:
 
 
 def test_a_second_plan_on_an_applied_state_names_new_instances_afresh() -> None:
-    """While the first plan loads, its transfers are background flows for the next plan, and
-    its loading decode instance is a source from each unit's arrival; once it is done, its
-    instances serve as sources; the names stay unique."""
+    """While the first plan loads, its transfers are background flows for the next plan until
+    they end (a plan they leave no route waits for them), and its loading decode instance is a
+    source from each unit's arrival; once it is done, its instances serve as sources; the names
+    stay unique."""
     state = paper_state()
     first = plan(state, ScaleRequest(MODEL, decode=1, tp=2))  # a decode instance: a source
     mid = apply_plan(state, first, at_s=first.milestones.full_capacity_s / 2)
@@ -192,8 +192,11 @@ def test_a_second_plan_on_an_applied_state_names_new_instances_afresh() -> None:
     assert validate_plan(mid, overlapping) == ()
     prefill_first = plan(state, ScaleRequest(MODEL, prefill=1, tp=2))  # a future prefill one
     busy = apply_plan(state, prefill_first, at_s=prefill_first.milestones.full_capacity_s / 2)
-    with pytest.raises(InfeasibleError, match="background flows fill"):  # is no source
-        plan(busy, ScaleRequest(MODEL, prefill=1, tp=2))
+    waits = plan(busy, ScaleRequest(MODEL, prefill=1, tp=2))  # no source now: it waits
+    ends = max(busy.flow_end_s(f) for f in busy.background_flows)
+    assert validate_plan(busy, waits) == () and check_program(waits) == []
+    assert all(step.not_before_s >= ends for step in waits.steps)
+    assert any("once an earlier plan's steps end" in note for note in waits.notes)
     done = apply_plan(state, first, at_s=first.milestones.full_capacity_s)
     assert not done.background_flows
     second = plan(done, ScaleRequest(MODEL, prefill=1, tp=2))
@@ -227,10 +230,14 @@ def test_an_overlapping_plan_streams_from_instances_still_loading() -> None:
         carried = [u for r in step.ranges for u in range(r.first_unit, r.last_unit + 1)]
         assert step.start_s >= min(record.units_ready_s[u] for u in carried) - 1e-9
         assert step.end_s >= max(record.units_ready_s[u] for u in carried)
-    # one of them fails: the replan streams from the other, still loading
+    # one of them fails: the other gets bytes through its GPUs, so its record is stale too
     after = replan(second, mid, at_s=0.1, failed=["new0"])
     assert validate_plan(recover(second, mid, at_s=0.1, failed=["new0"]).state, after) == ()
-    assert {s.source for s in after.steps if s.holder == "loading"} == {"h1/gpu2", "h1/gpu3"}
+    assert not [s for s in after.steps if s.holder == "loading"]
+    assert after.notes[0] == (
+        "new1, loading under an earlier plan, is no source: its plan needs new0; that plan "
+        "needs a replan too"
+    )
     # without them the same burst waits for host 0's NICs, which the first plan still uses
     alone = plan_multicast(mid, MODEL, count=4, tp=2, exclude=["new0", "new1"])
     assert second.multicast.objective_s < alone.objective_s

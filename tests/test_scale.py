@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.compute import RooflineComputeModel
-from blitzplan.live.validate import validate_schedule
+from blitzplan.live.schedule_checks import validate_schedule
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.plan import Options, live_instance
-from blitzplan.scale.replan import recover
+from blitzplan.scale.recovery import recover
 
 MODEL = "mistral-small-24b"
 
@@ -225,7 +225,7 @@ def test_json_errors_are_named() -> None:
         ScalePlan.from_json("{}")
     text = plan(paper_state(), ScaleRequest(MODEL, prefill=1, tp=2)).to_json()
     with pytest.raises(InvalidInputError, match="schema_version 99 is not supported"):
-        ScalePlan.from_json(text.replace("\"schema_version\":3", "\"schema_version\":99"))
+        ScalePlan.from_json(text.replace('"schema_version":3', '"schema_version":99'))
     from blitzplan.scale.document import document_digest
 
     document = json.loads(text)
@@ -235,9 +235,7 @@ def test_json_errors_are_named() -> None:
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)
     document["steps"][0]["bytes"] = 1
-    with pytest.raises(
-        InvalidInputError, match="does not match the document: it was changed"
-    ):
+    with pytest.raises(InvalidInputError, match="does not match the document: it was changed"):
         ScalePlan.from_json(json.dumps(document))
     document = json.loads(text)
     document["steps"][0]["kind"] = "teleport"

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from blitzplan import InvalidInputError
-from blitzplan.scale.statefile import load_state, state_from_dict
+from blitzplan.scale.statefile import load_state, state_from_dict, state_to_dict
+from blitzplan.topologies import Flow
 
 
 def base() -> dict:
@@ -139,6 +140,14 @@ def test_malformed_queue_entries_name_the_instance_and_the_entry(queue, message:
             lambda d: d["background_flows"][0].update(gbps=1e-300),
             r"background_flows\[0\]: flow .* max_bytes_per_s must be inf \(uncapped\) or within",
         ),
+        (
+            lambda d: d["background_flows"][0].update(until_s=0),
+            r"background_flows\[0\] until_s must be a time > 0 \(or absent\), got 0",
+        ),
+        (
+            lambda d: d["background_flows"][0].update(until_s=0.5),
+            r"background_flows\[0\] until_s needs the flow's edges",
+        ),
     ],
 )
 def test_malformed_instances_and_flows_are_clear_errors(mutate, message: str) -> None:
@@ -182,3 +191,14 @@ def test_a_loading_instance_with_its_arrival_times() -> None:
     data["instances"][-1]["loading"] = {"units_ready_s": times}
     with pytest.raises(InvalidInputError, match=r"instances\[2\] loading must be a mapping"):
         state_from_dict(data)
+
+
+def test_flow_ends_and_loading_dependencies_read_back_equal() -> None:
+    data = base()
+    state = state_from_dict(data)
+    flow = state.background_flows[0]
+    state.add_flow(Flow(flow.edges, 1e9, "step"), until_s=0.25)
+    back = state_from_dict(state_to_dict(state))
+    assert back == state and back.flow_end_s(back.background_flows[-1]) == 0.25
+    entry = state_to_dict(state)["background_flows"][-1]
+    assert entry["until_s"] == 0.25

@@ -16,7 +16,8 @@ from blitzplan.live.instance import (
 )
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
-from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound
+from blitzplan.live.relaxation import RelaxedPlan
+from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     OBJECTIVES,
@@ -27,9 +28,9 @@ from blitzplan.live.schedule import (
     lower_bound,
     timetable,
 )
+from blitzplan.live.schedule_checks import ScheduleReport, validate_schedule
 from blitzplan.live.solve import METHODS, schedule_live
 from blitzplan.live.state import Pin, RelayView, RunLayers, RunRest
-from blitzplan.live.validate import ScheduleReport, validate_schedule
 
 __all__ = [
     "METHODS",

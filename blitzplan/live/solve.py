@@ -2,30 +2,39 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from blitzplan._checks import MAX_SECONDS, is_finite_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import OLD_ORDERS, simulate
-from blitzplan.live.policies import POLICIES
-from blitzplan.live.schedule import Schedule, check_objective, empty_schedule
+from blitzplan.live.policies import POLICIES, ZigZag
+from blitzplan.live.schedule import Schedule, check_objective, empty_schedule, relative_gap
 from blitzplan.solvers.backends import BACKENDS, SolveStatus, load_backend
 
-__all__ = ["DEFAULT_BACKEND", "DEFAULT_IMPROVE_S", "LIMIT_SLACK_S", "METHODS", "schedule_live"]
+__all__ = [
+    "DEFAULT_BACKEND",
+    "DEFAULT_IMPROVE_S",
+    "HEURISTIC_BOUND_S",
+    "LIMIT_SLACK_S",
+    "METHODS",
+    "schedule_live",
+]
 
 METHODS: dict[str, str] = {
     "stop_the_world": "N does nothing until fully loaded, then serves whole batches",
     "best_effort": "N runs every layer it has for each batch it takes, then hands off",
     "zigzag": "the paper's priority-queue policy with an admission window (the default)",
-    "exact": "the optimum from a backend: highs, cbc (PuLP MILP), cpsat, enumerate",
+    "exact": "the proven optimum from a backend: bnb (the default), highs, cbc, cpsat, enumerate",
     "improve": "ZigZag improved by local search within time_limit_s (default 0.1 s)",
 }
 """The closed table of methods."""
 
-DEFAULT_BACKEND = "highs"
+DEFAULT_BACKEND = "bnb"
 """The backend ``method="exact"`` uses when none is named."""
 
 DEFAULT_IMPROVE_S = 0.1
@@ -37,6 +46,12 @@ wall-clock time (the ZigZag hint, the relaxation, building the model, handing it
 solver, solving, reading back and re-timing all count; the slack covers reading the last answer
 back and re-timing it). Measured, not asserted: ``benchmarks/limits.py``."""
 
+
+HEURISTIC_BOUND_S = 0.25
+"""The most time the relaxation's bound beside a heuristic's schedule may take (the value
+``plan()`` prints next to a live pair's objective), once per distinct instance. On light
+instances the relaxation is solved in milliseconds and is the optimum or close to it; stopped by
+this limit its bound is weaker but still valid."""
 
 _MIN_LEFT_S = 1e-3
 """What a solver is given when the hint took the whole limit (it then keeps the hint)."""
@@ -66,8 +81,23 @@ def _check_options(
 def _heuristic(
     instance: LiveScalingInstance, method: str, objective: str, old_order: str
 ) -> Schedule:
-    """Run a policy and settle its status."""
-    return _settle(simulate(POLICIES[method](), instance, objective=objective, old_order=old_order))
+    """Run a policy, bound it by the relaxation, and settle its status."""
+    schedule = simulate(POLICIES[method](), instance, objective=objective, old_order=old_order)
+    return _settle(_relaxation_bounded(instance, schedule))
+
+
+def _relaxation_bounded(instance: LiveScalingInstance, schedule: Schedule) -> Schedule:
+    """``schedule`` with the N-capacity relaxation's bound (searched for at most
+    :data:`HEURISTIC_BOUND_S`; weaker, still valid, when cut) when it beats the one it has."""
+    if not schedule.has_ops or math.isinf(schedule.objective):
+        return schedule
+    bound = _relaxation_value(
+        instance, schedule.objective_name, schedule.old_order, schedule.objective
+    )
+    if schedule.bound is not None and bound <= schedule.bound:
+        return schedule
+    bound = min(bound, schedule.objective)
+    return replace(schedule, bound=bound, gap=relative_gap(schedule.objective, bound))
 
 
 def _settle(schedule: Schedule) -> Schedule:
@@ -88,6 +118,23 @@ def _settle(schedule: Schedule) -> Schedule:
     if bound is not None and schedule.objective <= bound:
         return replace(schedule, status=SolveStatus.OPTIMAL, gap=0.0)
     return schedule
+
+
+@functools.lru_cache(maxsize=64)
+def _relaxation_value(
+    instance: LiveScalingInstance, objective: str, old_order: str, upper_bound: float
+) -> float:
+    """The relaxation's bound, once per instance (a fleet of equal pairs asks once)."""
+    from blitzplan.live.relaxation_dp import relaxation_bound
+
+    bound, _, _ = relaxation_bound(
+        instance,
+        objective=objective,
+        old_order=old_order,
+        upper_bound=upper_bound,
+        time_limit_s=HEURISTIC_BOUND_S,
+    )
+    return bound
 
 
 def schedule_live(
@@ -165,30 +212,33 @@ def _exact(
         return solve_enumerate(
             instance, objective=objective, old_order=old_order, time_limit_s=time_limit_s
         )
-    hint = _heuristic(instance, "zigzag", objective, old_order) if warm_start else None
+    hint = None
+    if warm_start:
+        hint = _settle(simulate(ZigZag(), instance, objective=objective, old_order=old_order))
     if hint is not None and not hint.has_ops:
         return replace(hint, method="exact", backend=backend)  # proven infeasible already
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
-    if backend == "cpsat":
-        from blitzplan.live.exact.cpsat import solve_cpsat
-
-        return solve_cpsat(
-            instance,
-            objective=objective,
-            old_order=old_order,
-            time_limit_s=time_limit_s,
-            hint=hint,
-            warm_start=warm_start,
-        )
-    from blitzplan.live.exact.milp import solve_milp
-
-    return solve_milp(
+    return _solver(backend)(
         instance,
-        backend=backend,
         objective=objective,
         old_order=old_order,
         time_limit_s=time_limit_s,
         hint=hint,
         warm_start=warm_start,
     )
+
+
+def _solver(backend: str) -> Callable[..., Schedule]:
+    """The solve function of an exact backend other than ``enumerate`` (imported when used)."""
+    if backend == "bnb":
+        from blitzplan.live.exact.bnb import solve_bnb
+
+        return solve_bnb
+    if backend == "cpsat":
+        from blitzplan.live.exact.cpsat import solve_cpsat
+
+        return solve_cpsat
+    from blitzplan.live.exact.milp import solve_milp
+
+    return functools.partial(solve_milp, backend=backend)

@@ -29,6 +29,7 @@ Expert parallelism is not described: every rank holds its TP share of every expe
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -95,7 +96,9 @@ class Layout:
         """Bytes of each unit's buffer on one rank (``model.shard(tp).unit_bytes``)."""
         return tuple(u.nbytes for u in self.units)
 
-    def stripe_bytes(self, unit: int, lo: float, hi: float) -> tuple[int, int]:
+    def stripe_bytes(
+        self, unit: int, lo: float | Fraction, hi: float | Fraction
+    ) -> tuple[int, int]:
         """``(offset, length)`` of stripe ``[lo, hi)`` of ``unit``'s buffer: bytes
         ``[round(lo * B), round(hi * B))``, ``0 <= lo <= hi <= 1``."""
         nbytes = self._unit(unit).nbytes
@@ -152,8 +155,8 @@ class Layout:
         source: Layout,
         source_rank: int,
         rank: int,
-        lo: float,
-        hi: float,
+        lo: float | Fraction,
+        hi: float | Fraction,
         *,
         partial: bool = False,
     ) -> list[Copy]:
@@ -176,6 +179,11 @@ class Layout:
                     source_record, theirs, source_rank, (dest, global_byte, size), partial
                 )
         return _merged(copies)
+
+    def shape_key(self, unit: int) -> tuple[tuple[tuple[int, ...], str, int], ...]:
+        """Equal for two units laid out alike (the layers of a dense model): byte ranges of
+        one are held and resharded as those of the other."""
+        return _shape_key(self._unit(unit))
 
     def exact_for(self, source_tp: int) -> bool:
         """Whether on-grid stripes are served whole by single ranks of a ``source_tp`` instance.
@@ -303,6 +311,14 @@ def layout(model: ModelSpec | str, tp: int) -> Layout:
     """The per-rank buffer layout of ``model`` (a ModelSpec, or a name :func:`load_model`
     takes) on ``tp`` GPUs; InvalidInputError for a bad tp or a model it cannot lay out."""
     spec = _spec(model)
+    if isinstance(tp, bool) or not isinstance(tp, int):
+        spec.check_tp(tp)  # names the bad value
+    return _layout(spec, tp)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(spec: ModelSpec, tp: int) -> Layout:
+    """:func:`layout`, made once per model and degree (layouts are frozen)."""
     reason = unsupported_reason(spec)
     if reason:
         raise InvalidInputError(f"layout() cannot lay out model {spec.name!r}: {reason}")
@@ -330,7 +346,7 @@ def _placed(unit: int, tensors: tuple[TensorLayout, ...], grid: int) -> UnitLayo
     return UnitLayout(unit, tuple(placed), offset * grid, offset)
 
 
-def _fraction(name: str, value: float) -> Fraction | float:
+def _fraction(name: str, value: float | Fraction) -> Fraction | float:
     if not is_finite_number(value) or not 0 <= value <= 1:
         raise InvalidInputError(f"{name} must be a number in [0, 1], got {value!r}")
     return value if isinstance(value, Fraction | int) else float(value)

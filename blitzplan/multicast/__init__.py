@@ -2,12 +2,13 @@
 over which NICs and relays, and when every unit lands (DESIGN.md sections 1.2-1.4 and 3).
 
 The plan space, the cost model and the validator are described in
-:mod:`blitzplan.multicast.types`, :mod:`~blitzplan.multicast.timeline` and
+:mod:`blitzplan.multicast.plan_types`, :mod:`~blitzplan.multicast.timeline` and
 :func:`validate_multicast`; the lower bound every plan reports in :mod:`~blitzplan.multicast.bound`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,9 +22,7 @@ from blitzplan.multicast.baselines import BASELINES
 from blitzplan.multicast.bound import Bound, lower_bound
 from blitzplan.multicast.exact import exact_search
 from blitzplan.multicast.greedy import Context, build, build_lp, context, greedy_choice
-from blitzplan.multicast.polish import polish
-from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
-from blitzplan.multicast.types import (
+from blitzplan.multicast.plan_types import (
     ALL_RANKS,
     AllGather,
     Hop,
@@ -34,6 +33,8 @@ from blitzplan.multicast.types import (
     PlanNode,
     Route,
 )
+from blitzplan.multicast.polish import polish
+from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
 from blitzplan.multicast.validate import validate_multicast
 from blitzplan.solvers import SolveStatus
 from blitzplan.units import MIB
@@ -101,32 +102,70 @@ def plan_multicast(
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
     reports a certified ``lower_bound_s`` on its objective.
+
+    Background flows that end (an earlier plan's steps: ``ClusterState.flow_end_s``) share the
+    links with this plan as if they ran throughout; when they leave a new instance no route,
+    the plan waits until they have all ended (every new instance's ``startup_s`` is at least
+    then) and plans without them. Its bound is then that of the plan space without them and
+    without the wait.
     """
     started = time.perf_counter()
     _check_options(method, objective, live, polish_evaluations, time_limit_s, placement)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    problem = _problem(
-        state,
-        spec,
-        placement=placement,
-        need_sources=method not in _LOCAL_PLANES,
-        count=count,
-        targets=targets,
-        tp=tp,
-        live=live,
-        chunk_bytes=chunk_bytes,
-        startup_s=startup_s,
-        exclude=exclude,
-        allow_prefill_sources=allow_prefill_sources,
-        names=names,
-        delivered=delivered,
+    options: PrepareOptions = {
+        "need_sources": method not in _LOCAL_PLANES,
+        "count": count,
+        "targets": targets,
+        "tp": tp,
+        "live": live,
+        "chunk_bytes": chunk_bytes,
+        "startup_s": startup_s,
+        "exclude": exclude,
+        "allow_prefill_sources": allow_prefill_sources,
+        "names": names,
+        "delivered": delivered,
+    }
+    solve = (method, objective, polish_evaluations, time_limit_s, started)
+    ending = [f for f in state.background_flows if math.isfinite(state.flow_end_s(f))]
+    try:
+        problem = _problem(state, spec, placement=placement, **options)
+        return _solve(problem, problem, *solve)
+    except InfeasibleError:
+        if not ending:
+            raise
+    later = state.copy()  # the plan waits until the flows that end have ended
+    later.clear_background_flows()
+    for flow in state.background_flows:
+        if flow not in ending:
+            later.add_flow(flow, until_s=state.flow_end_s(flow))
+    free = _problem(later, spec, placement=placement, **options)
+    wait = max(state.flow_end_s(f) for f in ending)
+    waiting = tuple(
+        dataclasses.replace(i, startup_s=max(i.startup_s, wait)) for i in free.instances
     )
+    return _solve(dataclasses.replace(free, instances=waiting), free, *solve)
+
+
+def _solve(
+    problem: Problem,
+    unwaited: Problem,
+    method: str,
+    objective: str,
+    polish_evaluations: int | None,
+    time_limit_s: float | None,
+    started: float,
+) -> MulticastPlan:
+    """The plan of ``problem`` with the certified bound of ``unwaited`` (the same problem
+    without the wait for ending background flows, when there is one: no plan of either can
+    beat it)."""
     local = method in _LOCAL_PLANES
     if method in BASELINES:
         built = BASELINES[method](problem)
-        bound = lower_bound(problem, objective, local_copies=local)
+        bound = lower_bound(unwaited, objective, local_copies=local)
     else:
         built, bound = _striped(problem, method, objective, polish_evaluations, time_limit_s)
+        if unwaited is not problem:
+            bound = lower_bound(unwaited, objective)
     _check_reachable(problem, built)
     status = SolveStatus.FEASIBLE
     if score(objective, built.ready_at_s, built.live) <= bound * (1 + 1e-9):

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from blitzplan.errors import InfeasibleError
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.types import NodeKind, PlanNode
 from blitzplan.topologies import Topology
 
 __all__ = ["Allocation", "Ports", "allocate", "fluid_time", "ports"]
@@ -66,8 +66,11 @@ class Ports:
     reach: dict[tuple[int, int], bool] = field(default_factory=dict)
 
     def reaches(self, sender: int, node: int) -> bool:
-        """Whether ``sender`` reaches target ``node`` over the network (always, unless a
-        failure split the fabric)."""
+        """Whether ``sender`` reaches target ``node`` over the network: never from its own host
+        (traffic inside a host takes the host's own links: a local route, or none after a
+        failure), else always, unless a failure split the fabric."""
+        if self.hosts.get(sender, set()) & self.hosts.get(node, set()):
+            return False
         if self.fabric is None:
             return True
         key = (sender, node)
@@ -322,6 +325,7 @@ def fluid_time(
     floor = max((port.floor[j] for j in order if port.need[j] > 0), default=0.0)
     guess = max(floor, _network_only(nodes, port, order, forwarding))
     local = any(port.local_into.get(j) for j in order if port.need[j] > 0)
+    local = local or _shares_a_host(nodes, port, order, forwarding)
     shared = any(port.egress(s) > port.combined_out.get(s, math.inf) for s in port.combined_out)
     if math.isfinite(guess) and not local and not shared and port.fabric is None:
         return guess  # the ratios are the whole story: no bisection, no check needed
@@ -343,6 +347,23 @@ def fluid_time(
         if hi - lo <= hi * 1e-9:
             break
     return hi
+
+
+def _shares_a_host(
+    nodes: Sequence[PlanNode], port: Ports, order: Sequence[int], forwarding: frozenset[int]
+) -> bool:
+    """Whether a target needing bytes shares its host with another sender (whose network share
+    it cannot take: :meth:`Ports.reaches`), so the network ratios alone do not tell the time."""
+    senders: dict[str, int] = {}
+    for s in [*_holders(nodes), *forwarding]:
+        for host in port.hosts[s]:
+            senders[host] = senders.get(host, 0) + 1
+    return any(
+        senders.get(host, 0) > (j in forwarding)
+        for j in order
+        if port.need[j] > 0
+        for host in port.hosts[j]
+    )
 
 
 def _network_only(
@@ -405,7 +426,8 @@ def allocate(
             raise InfeasibleError(
                 "no holder of the weights reaches "
                 + ", ".join(nodes[j].label for j in cut)
-                + ": every route from one crosses a failed or missing link"
+                + ": "
+                + _why_unreached(problem, nodes, port)
             )
         raise InfeasibleError(
             "no route carries weights to "
@@ -414,6 +436,48 @@ def allocate(
         )
     local, network = filled
     return Allocation(tuple(order), local, network, forwarding, fluid)
+
+
+def _why_unreached(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> str:
+    """Why holders reach no more targets: holders with no way out (no NIC they may send by, or
+    background flows fill them), and for the others a route cut by failures."""
+    reasons = []
+    holders = [nodes[h] for h in _holders(nodes)]
+    for node in holders:
+        if port.egress(node.id) > 0:
+            continue
+        if node.exits:
+            reasons.append(f"background flows fill the NIC links {node.label} could send by")
+        elif node.kind is NodeKind.HOST:
+            reasons.append(f"the {node.label} has no NIC to send by ({_nics_taken(problem, node)})")
+        else:
+            reasons.append(f"{node.label} has no NIC to send by")
+    if len(reasons) < len(holders) or not reasons:
+        reasons.append(
+            "every route from the other holders crosses a failed or missing link"
+            if reasons
+            else "every route from a holder crosses a failed or missing link"
+        )
+    return "; ".join(reasons)
+
+
+def _nics_taken(problem: Problem, node: PlanNode) -> str:
+    """What keeps a host copy's NICs from sending weights."""
+    topo = problem.topology
+    host = str(topo.graph.nodes[str(node.memory)]["host"])
+    kv = {
+        topo.nic_of(g)
+        for inst in problem.state.instances
+        if inst.serving_role.value == "prefill"
+        for g in inst.gpus
+    }
+    nics = topo.nics_of_host(host)
+    if nics and all(n in kv for n in nics):
+        return (
+            f"every NIC of {host} carries a prefill instance's KV caches; "
+            "allow_prefill_sources=True lets weights share them"
+        )
+    return f"the NICs of {host} carry KV caches, serve other sources or lost their link"
 
 
 def _unreached(

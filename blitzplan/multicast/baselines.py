@@ -21,9 +21,9 @@ from collections.abc import Callable
 from blitzplan.multicast.allocate import ports
 from blitzplan.multicast.assemble import Built, run
 from blitzplan.multicast.holdings import holder_segments
+from blitzplan.multicast.plan_types import ALL_RANKS, NewInstance, NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder
-from blitzplan.multicast.types import ALL_RANKS, NewInstance, NodeKind, PlanNode
 
 __all__ = ["BASELINES", "full_shards"]
 

@@ -8,10 +8,11 @@ missing and distinct bytes ``D = tp * S``:
 * **max-flow**: ``D / maxflow(holders -> i's GPUs)`` on the topology graph where flows may pass
   through switches, NICs and the GPUs a plan may send or relay through (sources, their spare
   GPUs, new instances, relays), leave the network only by NICs some plan node may send through
-  (none of ``i``'s own host: a lane inside one host takes no NIC) and enter it only by NICs of
-  new instances and relays (a plan uses no other NIC). Holders are
-  the sources and, when an earlier plan delivered units, the new instances holding them (they may
-  forward those). Capacities are rounded up to whole MB/s, so the flow is never underestimated.
+  and enter it only by NICs of new instances and relays (a plan uses no other NIC); when no
+  target node lies outside ``i``'s host, none leaves by a NIC of that host (a lane inside one
+  host takes no NIC, and no node elsewhere could forward it back). Holders are the sources and,
+  when an earlier plan delivered units, the new instances holding them (they may forward
+  those). Capacities are rounded up to whole MB/s, so the flow is never underestimated.
 * **ingress**: each of ``i``'s GPUs receives ``S`` over its in-edges;
 * **host**: with no holder on its host, ``D`` crosses the edges into the host;
 * **source egress**: with no holder or new instance on a holder's host, ``D`` leaves the holders
@@ -33,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from blitzplan.multicast.plan_types import NewInstance
 from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.types import NewInstance
 from blitzplan.topologies import Topology
 
 __all__ = [
@@ -285,11 +286,22 @@ def instance_bounds(
         graph = _FlowGraph(problem)
         for inst in picks:
             distinct = problem.tp * _missing_bytes(problem, inst.name)
-            flow = graph.max_flow(inst.gpus, host=problem.topology.host_of(inst.gpus[0]))
+            flow = graph.max_flow(inst.gpus, host=_sealed(problem, inst))
             value = inst.startup_s + _ratio(distinct, flow)
             if value > bounds[inst.name][0]:
                 bounds[inst.name] = (value, f"max-flow into {inst.name}")
     return bounds
+
+
+def _sealed(problem: Problem, inst: NewInstance) -> str | None:
+    """``inst``'s host when no byte for it may leave that host by a NIC: a lane to a GPU of the
+    same host takes none, and no target node elsewhere could send the byte back (forwarding);
+    else None."""
+    host = problem.topology.host_of(inst.gpus[0])
+    elsewhere = any(
+        problem.topology.host_of(g) != host for t in problem.targets for g in (*t.gpus, *t.relays)
+    )
+    return None if elsewhere else host
 
 
 def _ingress(problem: Problem, inst: NewInstance) -> float:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from blitzplan.multicast.allocate import Ports, allocate, fluid_time, ports
 from blitzplan.multicast.assemble import Built, base_builder, run
 from blitzplan.multicast.lp import build_lp_lanes, lp_allocate
+from blitzplan.multicast.plan_types import PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.stripes import build_lanes, relax_paces
-from blitzplan.multicast.types import PlanNode
 
 __all__ = [
     "Choice",

@@ -1,21 +1,30 @@
 """Which stripe intervals a GPU holds, and interval arithmetic on ``[0, 1)``.
 
-Stripe coordinates (see :mod:`blitzplan.multicast.types`) cut a rank's shard along each tensor's
-tensor-parallel split dimension. Rank ``r`` of a ``b``-way instance holds the split coordinates
-``[r/b, (r+1)/b)`` of every split tensor (Megatron: heads, KV heads, intermediate columns,
-vocabulary rows) and every replicated tensor whole. So rank ``q`` of an ``a``-way source holds, of
-rank ``r`` of a ``b``-way target, the stripe interval where the two split intervals overlap,
-rescaled to the target rank: for ``a == b`` the whole shard of the same rank, for a coarser source
-(``a`` divides ``b``) whole shards, for a finer one (``b`` divides ``a``) ``a/b`` consecutive
+Stripe coordinates (see :mod:`blitzplan.multicast.plan_types`) cut a rank's shard along each
+tensor's tensor-parallel split dimension. Rank ``r`` of a ``b``-way instance holds the split
+coordinates ``[r/b, (r+1)/b)`` of every split tensor (Megatron: heads, KV heads, intermediate
+columns, vocabulary rows) and every replicated tensor whole. So rank ``q`` of an ``a``-way source
+holds, of rank ``r`` of a ``b``-way target, the stripe interval where the two split intervals
+overlap, rescaled to the target rank: for ``a == b`` the whole shard of the same rank, for a coarser
+source (``a`` divides ``b``) whole shards, for a finer one (``b`` divides ``a``) ``a/b`` consecutive
 sub-intervals, one per source rank. Replicated KV heads (TP above the KV head count) make a source
-hold more than this rule says, never less, so the rule is safe to plan with. Host memory holds the
-whole model.
+hold more than this rule says, never less. Host memory holds the whole model.
+
+The rule is byte-exact only where the model's buffer layout says so
+(:meth:`~blitzplan.models.layout.Layout.exact_for`: the stripes it names are slices of the layout
+grid, and the vocabulary's padding splits alike at both degrees). Elsewhere a source rank's bytes
+are no stripe interval of the target's buffer, so an instance of another TP degree is a holder
+only when :func:`reshardable` says the rule holds for its degree.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.models import ModelSpec, layout
 
 __all__ = [
     "TOLERANCE",
@@ -25,6 +34,7 @@ __all__ = [
     "merge",
     "overlap",
     "partition_gaps",
+    "reshardable",
 ]
 
 TOLERANCE = 1e-9
@@ -42,6 +52,20 @@ def held_interval(
     if hi <= lo:
         return None
     return float((lo - t_lo) * target_tp), float((hi - t_lo) * target_tp)
+
+
+@functools.lru_cache(maxsize=256)
+def reshardable(model: ModelSpec, target_tp: int, source_tp: int) -> bool:
+    """Whether every rank of a ``source_tp``-way instance of ``model`` holds, byte for byte, the
+    stripes :func:`held_interval` gives it of a ``target_tp``-way rank buffer (always for equal
+    degrees; otherwise :meth:`~blitzplan.models.layout.Layout.exact_for`, and never for a model
+    the layout cannot describe, such as a quantized one)."""
+    if source_tp == target_tp:
+        return True
+    try:
+        return layout(model, target_tp).exact_for(source_tp)
+    except InvalidInputError:
+        return False
 
 
 def holder_segments(

@@ -33,9 +33,9 @@ import numpy as np
 
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.holdings import TOLERANCE, holder_segments
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder, lane_route
-from blitzplan.multicast.types import NodeKind, PlanNode
 from blitzplan.topologies import Edge, Topology
 
 __all__ = ["MAX_CANDIDATES", "LpAllocation", "build_lp_lanes", "lp_allocate"]

@@ -21,7 +21,8 @@ from typing import TypedDict
 from blitzplan.cluster import ClusterState, Instance, Role, check_tp_fits, memory_misfit
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
-from blitzplan.multicast.types import NewInstance, NodeKind, PlanNode
+from blitzplan.multicast.holdings import reshardable
+from blitzplan.multicast.plan_types import NewInstance, NodeKind, PlanNode
 from blitzplan.topologies import Edge, Topology, residual_after
 
 __all__ = [
@@ -118,7 +119,7 @@ def prepare(
             f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}"
         )
     excluded = _check_exclude(state, exclude)
-    holders = _holders(state, model, excluded, allow_prefill_sources) if need_sources else []
+    holders = _holders(state, model, tp, excluded, allow_prefill_sources) if need_sources else []
     groups = _target_groups(state, model, tp, count, targets, holders, placement)
     reserved = {gpu for group in groups for gpu in group}
     names = _names(names, len(groups))
@@ -331,11 +332,10 @@ def _target_nodes(
     for (nvlink, mask), members in by_group.items():
         node_id = len(nodes)
         gpus = tuple(gpu for i in members for gpu in groups[i])
-        relays = tuple(  # a node holding units from before has none: a relay could not
-            g  # forward those units to a node that still lacks them
+        relays = tuple(  # a node holding units from before forwards from its instance GPUs
+            g
             for g in pool.get((nvlink, mask), nvlink)
-            if not any(mask)
-            and g in free
+            if g in free
             and g not in unavailable
             and g not in relay_taken
             and all(topology.has_path(g, x) for x in gpus)
@@ -374,8 +374,8 @@ def _pcie_relay_pools(
     relay over NVLink)."""
     by_host: dict[str, list[tuple[tuple[str, ...], tuple[bool, ...]]]] = {}
     for key in by_group:
-        nvlink, mask = key
-        if len(nvlink) == 1 and not any(mask):
+        nvlink, _ = key
+        if len(nvlink) == 1:
             by_host.setdefault(topology.host_of(nvlink[0]), []).append(key)
     pools: dict[tuple[tuple[str, ...], tuple[bool, ...]], tuple[str, ...]] = {}
     for host, keys in by_host.items():
@@ -425,9 +425,11 @@ def _check_exclude(state: ClusterState, exclude: Iterable[str]) -> set[str]:
 
 
 def _holders(
-    state: ClusterState, model: ModelSpec, excluded: set[str], allow_prefill: bool
+    state: ClusterState, model: ModelSpec, tp: int, excluded: set[str], allow_prefill: bool
 ) -> list[tuple[Instance | None, str | None]]:
-    """Eligible holders: ``(instance, None)`` or ``(None, host memory)``."""
+    """Eligible holders: ``(instance, None)`` or ``(None, host memory)``. An instance of another
+    TP degree holds byte-exact stripes only where the layout says so
+    (:func:`~blitzplan.multicast.holdings.reshardable`); elsewhere it is no holder."""
     topo = state.topology
     every = state.sources(model)
     if not every:
@@ -445,12 +447,20 @@ def _holders(
             f"{[s.instance.id if s.instance else f'host copy on {s.host}' for s in every]} "
             "are excluded"
         )
+    exact = [s for s in usable if s.instance is None or reshardable(model, tp, s.instance.tp)]
+    if not exact:
+        raise InfeasibleError(
+            f"model {model.identity} is held only by instances of tp="
+            f"{sorted({s.instance.tp for s in usable if s.instance})}, whose rank buffers hold no "
+            f"byte-exact stripes of a tp={tp} buffer (the model's layout grid is too coarse: "
+            "Layout.exact_for)"
+        )
     holders: list[tuple[Instance | None, str | None]] = [
         (s.instance, None)
-        for s in usable
+        for s in exact
         if s.instance is not None and (allow_prefill or s.instance.serving_role is not Role.PREFILL)
     ]
-    holders += [(None, s.nodes[0]) for s in usable if s.kind == "host"]
+    holders += [(None, s.nodes[0]) for s in exact if s.kind == "host"]
     if not holders:
         raise InfeasibleError(
             f"model {model.identity} is held only by prefill instances, whose egress carries KV "

@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 
 from blitzplan.multicast.allocate import Allocation, Ports
 from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
+from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder
-from blitzplan.multicast.types import NodeKind, PlanNode
 from blitzplan.topologies import Edge, Topology
 
 __all__ = ["build_lanes", "relax_paces"]
@@ -108,6 +108,7 @@ class _Exits:
 def build_lanes(problem: Problem, builder: PlanBuilder, port: Ports, alloc: Allocation) -> None:
     """Add every lane and gather of ``alloc`` to ``builder`` (nodes already added)."""
     landed: dict[int, dict[int, list[Landing]]] = {}
+    gathered: dict[int, dict[int, list[Landing]]] = {}
     exits = _Exits(builder, port, alloc.fluid_s)
     for j in alloc.order:
         if not alloc.senders(j):
@@ -119,14 +120,14 @@ def build_lanes(problem: Problem, builder: PlanBuilder, port: Ports, alloc: Allo
         for sender, rank, dst, lo, hi in pieces:
             hop = builder.hop(sender, j)
             for holder, a, b, deps in _holders(
-                builder.nodes[sender], landed, rank, lo, hi, problem.tp
+                builder.nodes[sender], (landed, gathered), rank, lo, hi, problem.tp
             ):
                 for lane, x, y in _lanes(
                     builder, exits, alloc, hop, sender, holder, dst, rank, a, b, carried, deps
                 ):
                     landed[j][rank].append((dst, x, y, lane))
         pace = GATHER_HEADROOM * carried / alloc.fluid_s if alloc.fluid_s > 0 else math.inf
-        _gathers(builder, node, landed[j], pace)
+        gathered[j] = _gathers(builder, node, landed[j], pace)
 
 
 def _assign(
@@ -301,23 +302,29 @@ def _network_pieces(
 
 def _holders(
     sender: PlanNode,
-    landed: dict[int, dict[int, list[Landing]]],
+    arrivals: tuple[dict[int, dict[int, list[Landing]]], dict[int, dict[int, list[Landing]]]],
     rank: int,
     lo: float,
     hi: float,
     tp: int,
 ) -> list[tuple[str, float, float, list[tuple[int, float, float]]]]:
     """Who at ``sender`` holds ``[lo, hi)`` of ``rank``, split where the holder changes, with
-    the lanes ``(id, lo, hi)`` that bring it there."""
+    the lanes ``(id, lo, hi)`` that bring it there (``arrivals``: per node and rank, what
+    landed on its GPUs and relays, and what its gathers copied to its instance GPUs). A node
+    that had units before this plan forwards from its instance GPUs only (its relays lack
+    those units), once the bytes have landed or been gathered there."""
     if sender.kind is NodeKind.HOST:
         return [(str(sender.memory), lo, hi, [])]
     if sender.kind is NodeKind.INSTANCE:
         segments = [(sender.gpus[q], a, b) for a, b, q in holder_segments(sender.tp, rank, tp)]
         return [(g, a, b, []) for g, a, b in _cut(segments, lo, hi)]
+    landed, gathered = arrivals
     arrived = landed.get(sender.id, {}).get(rank)
-    if not arrived:  # the node had every unit before this plan: each rank GPU holds its shard
+    if not arrived or sender.present:  # an instance GPU of the rank holds it (from before)
         gpu = next(g for g in sender.gpus if sender.rank_of(g) == rank)
-        return [(gpu, lo, hi, [])]
+        pieces = [*(arrived or []), *gathered.get(sender.id, {}).get(rank, [])]
+        deps = [(lane, a, b) for g, a, b, lane in pieces if g == gpu]
+        return [(gpu, lo, hi, [d for d in deps if overlap(d[1:], (lo, hi)) is not None])]
     out: list[tuple[str, float, float, list[tuple[int, float, float]]]] = []
     for gpu, a, b, lane in sorted(arrived, key=lambda x: x[1]):
         common = overlap((a, b), (lo, hi))
@@ -412,8 +419,10 @@ def _within(feeds: list[tuple[int, float, float]], lo: float, hi: float) -> list
 
 def _gathers(
     builder: PlanBuilder, node: PlanNode, landed: dict[int, list[Landing]], pace: float
-) -> None:
-    """NVLink copies of every contiguous interval that landed on one GPU (step 5)."""
+) -> dict[int, list[Landing]]:
+    """NVLink copies of every contiguous interval that landed on one GPU (step 5); per rank,
+    what they land on each instance GPU."""
+    out: dict[int, list[Landing]] = {rank: [] for rank in landed}
     for rank, pieces in landed.items():
         peers = [g for g in node.gpus if node.rank_of(g) == rank]
         if len(peers) <= 1 and all(p[0] in peers for p in pieces):
@@ -425,7 +434,7 @@ def _gathers(
             for lo, hi, deps in _runs(parts):
                 for gpu in peers:
                     if gpu != holder:
-                        builder.add_gather(
+                        gather = builder.add_gather(
                             node.id,
                             holder,
                             gpu,
@@ -435,6 +444,8 @@ def _gathers(
                             deps=deps,
                             pace_bytes_per_s=(hi - lo) * pace,
                         )
+                        out[rank].append((gpu, lo, hi, gather.flow))
+    return out
 
 
 def _runs(parts: list[tuple[float, float, int]]) -> list[tuple[float, float, list[int]]]:

@@ -30,7 +30,7 @@ import numpy as np
 from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.holdings import overlap
-from blitzplan.multicast.types import ALL_RANKS, AllGather, Hop, Lane, NewInstance, PlanNode
+from blitzplan.multicast.plan_types import ALL_RANKS, AllGather, Hop, Lane, NewInstance, PlanNode
 from blitzplan.topologies import Edge, Flow, Topology, fair_share_after
 
 __all__ = [

@@ -3,12 +3,14 @@
 It re-derives from the plan's lanes and the cluster state, without the planner's code: that every
 new GPU receives every byte of its own rank's shard exactly once (stripe intervals partition
 ``[0, 1)`` for each unit it needs); that every lane's holder holds what it sends (a source's TP
-rank, the model's host copy, or what arrived at the holder earlier in this plan); that no live
-instance sends over the network and no prefill GPU sends unless allowed; that every flow is a path
-from holder through its exit to its destination; that no link carries more than its capacity
-beside the background flows and every rate is positive; that lanes wait for nothing in a cycle;
-and the recurrence of every lane, each instance's readiness and the objective. It returns every
-violated rule as a sentence (an empty tuple means the plan is valid).
+rank, the model's host copy, or what arrived at the holder earlier in this plan; from an instance
+of another TP degree, byte by byte in the model's layout); that no live instance sends over the
+network and no prefill GPU sends unless allowed; that every flow is a path from holder through its
+exit to its destination; that no link carries more than its capacity beside the background flows
+(a background flow the plan leaves out has ended before it starts) and every rate is positive;
+that lanes wait for nothing in a cycle; and the recurrence of every lane, each instance's
+readiness and the objective. It returns every violated rule as a sentence (an empty tuple means
+the plan is valid).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from fractions import Fraction
 
 from blitzplan.cluster import ClusterState, Role
-from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.holdings_check import check_holdings
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
 from blitzplan.topologies import fair_share_after
 
 __all__ = ["validate_multicast"]
@@ -35,8 +37,9 @@ def validate_multicast(state: ClusterState, plan: MulticastPlan) -> tuple[str, .
     problems += _check_instances(plan)
     problems += _check_senders(state, plan)
     problems += _check_bytes(plan)
-    problems += _check_holdings(plan)
+    problems += check_holdings(state, plan)
     problems += _check_flows(state, plan)
+    problems += _check_background(state, plan)
     if not problems:
         problems += _check_rates(state, plan)
     if not problems:
@@ -174,68 +177,6 @@ def _gaps(intervals: list[tuple[float, float]]) -> tuple[float, float]:
     return missing + max(0.0, 1.0 - end), doubled
 
 
-def _held_by_rank(q: int, a: int, r: int, b: int, lo: float, hi: float) -> bool:
-    """Whether rank ``q`` of an ``a``-way instance holds stripe [lo, hi) of rank ``r`` of ``b``:
-    the split coordinates (r + lo)/b .. (r + hi)/b must lie in q/a .. (q+1)/a."""
-    start = (Fraction(r) + Fraction(lo)) / b
-    end = (Fraction(r) + Fraction(hi)) / b
-    return Fraction(q, a) - Fraction(_COORD) <= start and end <= Fraction(q + 1, a) + Fraction(
-        _COORD
-    )
-
-
-def _check_holdings(plan: MulticastPlan) -> list[str]:
-    out = []
-    tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
-    into: dict[tuple[int, str], list[Lane]] = defaultdict(list)
-    for lane in plan.lanes:
-        into[(lane.receiver, lane.dst)].append(lane)
-    for lane in plan.lanes:
-        sender = plan.nodes[lane.sender]
-        where = f"lane {lane.flow} ({lane.holder}->{lane.dst})"
-        if sender.kind is NodeKind.INSTANCE:
-            if lane.holder not in sender.gpus:
-                out.append(f"{where}: {lane.holder} is not a GPU of {sender.label}")
-            elif lane.rank == ALL_RANKS or not _held_by_rank(
-                sender.gpus.index(lane.holder), sender.tp, lane.rank, tp, lane.lo, lane.hi
-            ):
-                out.append(
-                    f"{where}: {lane.holder} does not hold rank {lane.rank} "
-                    f"[{lane.lo:.6f}, {lane.hi:.6f})"
-                )
-        elif sender.kind in (NodeKind.HOST, NodeKind.CACHE):
-            if lane.holder != sender.memory:
-                out.append(f"{where}: {lane.holder} is not the memory of {sender.label}")
-        else:
-            out += _check_forwarded(plan, lane, into[(lane.sender, lane.holder)], where)
-    return out
-
-
-def _check_forwarded(plan: MulticastPlan, lane: Lane, arrived: list[Lane], where: str) -> list[str]:
-    """A target or stage forwards only what reached the holder (or the node had before)."""
-    sender = plan.nodes[lane.sender]
-    if sender.kind is NodeKind.STAGE:
-        return [] if lane.holder == sender.memory and arrived else [f"{where}: stage holds nothing"]
-    if lane.holder not in sender.gpus + sender.relays:
-        return [f"{where}: {lane.holder} is not a GPU of node {sender.id}"]
-    pieces = sorted(
-        (x.lo, x.hi) for x in arrived if x.rank == lane.rank and x.hi > lane.lo and x.lo < lane.hi
-    )
-    covered = lane.lo
-    for lo, hi in pieces:
-        if lo <= covered + _COORD:
-            covered = max(covered, hi)
-    receiver = plan.nodes[lane.receiver]
-    carried = [u for u in range(len(plan.unit_bytes)) if not receiver.has(u)]
-    if any(not sender.has(u) for u in carried) and covered < lane.hi - _COORD:
-        return [
-            f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, {lane.hi:.6f})"
-        ]
-    if any(sender.has(u) for u in carried) and lane.holder in sender.relays:
-        return [f"{where}: relay {lane.holder} holds no unit the node had before"]
-    return []
-
-
 def _check_flows(state: ClusterState, plan: MulticastPlan) -> list[str]:
     out = []
     topo = state.topology
@@ -257,6 +198,26 @@ def _check_flows(state: ClusterState, plan: MulticastPlan) -> list[str]:
             out.append(f"flow {lane.flow} uses an edge the topology lacks")
         if lane.exit != lane.holder and lane.exit not in nodes:
             out.append(f"flow {lane.flow} does not pass its exit {lane.exit}")
+    return out
+
+
+def _check_background(state: ClusterState, plan: MulticastPlan) -> list[str]:
+    """The plan shares the links with every background flow of the state, or starts (every new
+    instance's startup, which every lane waits for) after that flow has ended."""
+    out = []
+    ours = set(state.background_flows)
+    start = min((i.startup_s for i in plan.instances), default=0.0)
+    for flow in plan.background:
+        if flow not in ours:
+            out.append(f"the plan shares links with {flow.name!r}, no background flow of the state")
+    kept = set(plan.background)
+    for flow in state.background_flows:
+        end = state.flow_end_s(flow)
+        if flow not in kept and end > start * (1 + _TOL) + _TOL:
+            out.append(
+                f"the plan leaves out background flow {flow.name!r}, which runs {end:.6g} s, "
+                f"yet starts at {start:.6g} s"
+            )
     return out
 
 

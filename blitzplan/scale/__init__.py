@@ -1,8 +1,10 @@
 """``plan()``: the call a serving stack makes, its ScalePlan, and ``replan()`` after failures."""
 
 from blitzplan.scale.apply import apply_plan
+from blitzplan.scale.byte_checks import validate_replan
 from blitzplan.scale.plan import BASELINE_PLANES, LARGE_SCALE_UP, Options, plan, validate_plan
-from blitzplan.scale.replan import Recovery, recover, replan
+from blitzplan.scale.recovery import Recovery, recover
+from blitzplan.scale.replan import replan
 from blitzplan.scale.types import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -36,4 +38,5 @@ __all__ = [
     "recover",
     "replan",
     "validate_plan",
+    "validate_replan",
 ]

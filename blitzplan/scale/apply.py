@@ -17,7 +17,11 @@ seconds into the plan):
 * **Live pairs**: requests whose batch the pair's schedule completes by ``t`` have left the old
   instance's queue; the rest wait, their arrival times shifted by ``t``.
 * **Transfers still running** (steps that end after ``t``) are background flows on their
-  routes at their planned rates, so a plan made now shares the links with them.
+  routes at their planned rates until they end (``ClusterState.flow_end_s``), so a plan made
+  now shares the links with them; the state's own flows that end by ``t`` are gone, the others
+  end ``t`` sooner. Each loading record says what its arrivals still depend on (its plan's
+  sources, forwarders, memories and links: :class:`~blitzplan.cluster.Loading`), so a replan
+  after a failure knows when the record went stale.
 
 The plan must have been made on ``state`` (its new GPUs free, its instances present).
 """
@@ -63,7 +67,10 @@ def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterS
         )
     for info in plan.new_instances:
         known = all(math.isfinite(t) for t in info.layer_ready_s)  # else: never completes
-        loading = Loading(Role(info.role), info.layer_ready_s).advanced(at_s) if known else None
+        loading = None
+        if known:
+            needs, edges = _needs(state, plan, info.gpus, at_s)
+            loading = Loading(Role(info.role), info.layer_ready_s, needs, edges).advanced(at_s)
         ready = all(t <= at_s for t in info.layer_ready_s)
         after.add_instance(
             plan.spec,
@@ -72,13 +79,52 @@ def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterS
             instance_id=info.name,
             loading=loading,
         )
-    if plan.multicast is not None:
-        for step in plan.steps:
-            if step.end_s > at_s:
-                flow = plan.multicast.flows[step.id]
-                rate = plan.multicast.rates[step.id]
-                after.add_flow(Flow(flow.edges, rate, f"{plan.plan_id[:8]} step {step.id}"))
+    _running(after, state, plan, at_s)
     return after
+
+
+def _running(after: ClusterState, state: ClusterState, plan: ScalePlan, at_s: float) -> None:
+    """The background flows ``at_s`` later: those of ``state`` that still run, and the plan's
+    steps that end after ``at_s``, each until it ends."""
+    after.clear_background_flows()
+    for flow in state.background_flows:
+        if state.flow_end_s(flow) > at_s:
+            after.add_flow(flow, until_s=state.flow_end_s(flow) - at_s)
+    if plan.multicast is None:
+        return
+    for step in plan.steps:
+        if step.end_s > at_s:
+            flow = plan.multicast.flows[step.id]
+            rate = plan.multicast.rates[step.id]
+            after.add_flow(
+                Flow(flow.edges, rate, f"{plan.plan_id[:8]} step {step.id}"),
+                until_s=step.end_s - at_s,
+            )
+
+
+def _needs(
+    state: ClusterState, plan: ScalePlan, gpus: tuple[str, ...], at_s: float
+) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """What the arrivals at ``gpus`` after ``at_s`` depend on (:class:`Loading`): the steps
+    into them still running and, through ``feeds`` and ``after``, every running step they wait
+    for; the processes of their sources and forwarders, the memories they read, their links."""
+    if plan.multicast is None:
+        return frozenset(), frozenset()
+    by_id = {step.id: step for step in plan.steps}
+    owner = {g: i.id for i in state.instances for g in i.gpus}
+    owner |= {g: info.name for info in plan.new_instances for g in info.gpus}
+    todo = [step for step in plan.steps if step.destination in gpus and step.end_s > at_s]
+    seen: set[int] = set()
+    needs: set[str] = set()
+    while todo:
+        step = todo.pop()
+        if step.id in seen:
+            continue
+        seen.add(step.id)
+        needs.add(owner.get(step.source, step.source))  # a process, or a memory or relay
+        todo += [by_id[x] for x in (*step.feeds, *step.after) if x in by_id]
+    edges = {edge for x in seen for edge in plan.multicast.flows[x].edges}
+    return frozenset(needs), frozenset(edges)
 
 
 def _check_made_on(state: ClusterState, plan: ScalePlan) -> None:

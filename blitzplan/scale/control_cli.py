@@ -145,7 +145,8 @@ def _write_state(state: Any, out: str | None, topology: object) -> None:
 
 
 def _cmd_replan(args: argparse.Namespace) -> int:
-    from blitzplan.scale.replan import recover, replan
+    from blitzplan.scale.recovery import recover
+    from blitzplan.scale.replan import replan
     from blitzplan.scale.statefile import load_state
 
     state = load_state(args.state)

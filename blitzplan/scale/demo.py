@@ -16,7 +16,7 @@ from blitzplan._table import format_table
 from blitzplan.cluster import ClusterState
 from blitzplan.live.solve import schedule_live
 from blitzplan.scale.plan import Options, live_instance, plan
-from blitzplan.scale.report import (
+from blitzplan.scale.plan_report import (
     bound_line,
     feeds_table,
     instances_table,

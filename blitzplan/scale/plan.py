@@ -44,8 +44,10 @@ from blitzplan.live.solve import METHODS as LIVE_METHODS
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import DEFAULT_CHUNK_BYTES, plan_multicast, validate_multicast
-from blitzplan.multicast.types import MulticastPlan
-from blitzplan.scale.program import Held, program
+from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.scale.byte_checks import check_source_bytes
+from blitzplan.scale.delivered import Held
+from blitzplan.scale.program import program
 from blitzplan.scale.types import (
     LivePair,
     MilestoneFigures,
@@ -253,12 +255,13 @@ def realize(
     missing: list[str],
     held: Held | None = None,
     started: float | None = None,
+    notes: Sequence[str] = (),
 ) -> ScalePlan:
     """Multicast, roles, live pairs, milestones and the transfer program for a fixed set of
     new instances (``held``: bytes the new GPUs already have, a replan's), on ``state``'s links
-    at ``options.link_efficiency``."""
+    at ``options.link_efficiency``; ``notes`` start the plan's notes."""
     clock = _Deadline(started, options.deadline_s)
-    notes: list[str] = []
+    notes = list(notes)
     state = at_efficiency(state, options.link_efficiency)
     queues, moved = _requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
@@ -286,6 +289,7 @@ def realize(
         )
         if clock.tight():
             notes.append("deadline_s: the greedy multicast plan without its refinements")
+        notes += _waits(state, multicast)
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets.prefill)
     pairs = _pairs(
         state, spec, multicast, loaded, queues, options, tp, keep=targets.pairs, clock=clock
@@ -301,7 +305,7 @@ def realize(
     milestones = _milestones(
         state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, options
     )
-    steps, snapped = program(multicast, state.topology, held) if multicast else ((), {})
+    steps = program(multicast, state.topology, held) if multicast else ()
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -318,9 +322,21 @@ def realize(
         notes=tuple(notes),
         options=options.recorded,
         steps=steps,
-        held=snapped,
+        held={gpu: dict(units) for gpu, units in (held or {}).items()},
         cluster=state.topology.name,
     )
+
+
+def _waits(state: ClusterState, multicast: MulticastPlan) -> list[str]:
+    """A note when the plan waits for background flows that end (an earlier plan's steps)."""
+    kept = set(multicast.background)
+    ended = [state.flow_end_s(f) for f in state.background_flows if f not in kept]
+    if not ended:
+        return []
+    return [
+        f"the new instances start in {max(ended):.3f} s, once an earlier plan's steps end: "
+        "until then they fill every route to one of them"
+    ]
 
 
 def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> ClusterState:
@@ -339,10 +355,13 @@ def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> Clust
 
 def validate_plan(state: ClusterState, plan: ScalePlan) -> tuple[str, ...]:
     """Every rule ``plan``'s multicast breaks on ``state`` (the state it was made on), checked
-    at the link efficiency the plan was computed at (:func:`~blitzplan.validate_multicast`)."""
+    at the link efficiency the plan was computed at (:func:`~blitzplan.validate_multicast`),
+    and every byte a step sends from an instance of another TP degree that its source rank
+    lacks (:func:`~blitzplan.scale.byte_checks.check_source_bytes`)."""
     if plan.multicast is None:
         return ()
-    return validate_multicast(at_efficiency(state, plan.options.link_efficiency), plan.multicast)
+    derated = at_efficiency(state, plan.options.link_efficiency)
+    return validate_multicast(derated, plan.multicast) + check_source_bytes(plan)
 
 
 @dataclass(frozen=True)

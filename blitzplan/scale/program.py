@@ -39,14 +39,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from blitzplan.multicast.holdings import merge
-from blitzplan.multicast.types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.holdings import holder_segments
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.scale.delivered import Held, held_bytes, subtract
 from blitzplan.topologies import Topology
 
-__all__ = ["ByteRange", "Held", "StepKind", "TransferStep", "held_after", "program"]
-
-Held = Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]]
-"""Per GPU, per unit: the stripe intervals of its rank buffer it already has."""
+__all__ = ["ByteRange", "StepKind", "TransferStep", "program"]
 
 
 class StepKind(StrEnum):
@@ -116,15 +114,11 @@ class TransferStep:
 
 def program(
     plan: MulticastPlan, topology: Topology, held: Held | None = None
-) -> tuple[tuple[TransferStep, ...], dict[str, dict[int, tuple[tuple[float, float], ...]]]]:
-    """The steps of ``plan`` on ``topology``, leaving out the bytes in ``held`` (a replan), and
-    ``held`` with its coordinates snapped to the steps' (so both give the same bytes)."""
-    held = held or {}
-    snap = _snapper(plan, held)
-    snapped = {
-        gpu: {u: tuple((snap(a), snap(b)) for a, b in ivs) for u, ivs in units.items()}
-        for gpu, units in held.items()
-    }
+) -> tuple[TransferStep, ...]:
+    """The steps of ``plan`` on ``topology``, leaving out the bytes in ``held`` (a replan's:
+    per GPU and unit, the bytes ``[round(lo * B), round(hi * B))`` of each interval)."""
+    have = held_bytes(held or {}, plan.unit_bytes)
+    snap = _snapper(plan)
     owner = {g: inst.name for inst in plan.instances for g in inst.gpus}
     startup: dict[int, float] = {}
     for inst in plan.instances:
@@ -133,13 +127,12 @@ def program(
     steps: dict[int, TransferStep] = {}
     same: dict[tuple[float, float, int, int], tuple[ByteRange, ...]] = {}
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
-        have = held.get(lane.dst, {})
-        if have:
-            ranges = _ranges(plan, lane, have, snap)
+        if lane.dst in have:
+            ranges = _ranges(plan, lane, have[lane.dst], snap)
         else:  # lanes of one stripe into one node with nothing held send the same ranges
             key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, lane.receiver)
             if key not in same:
-                same[key] = _ranges(plan, lane, have, snap)
+                same[key] = _ranges(plan, lane, {}, snap)
             ranges = same[key]
         total = sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
         if total == 0:
@@ -164,10 +157,7 @@ def program(
             feeds=plan.lane_feeds[lane.flow] if plan.lane_feeds else (),
             **_route(plan, lane, topology)._asdict(),
         )
-    ordered = tuple(
-        _drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id)
-    )
-    return ordered, snapped
+    return tuple(_drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id))
 
 
 def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> TransferStep:
@@ -242,15 +232,13 @@ _SAME_POINT = 1e-7
 differences of about 1e-9 between the end of one stripe and the start of the next)."""
 
 
-def _snapper(plan: MulticastPlan, held: Held) -> Callable[[float], float]:
-    """Maps every stripe coordinate of ``plan`` and ``held`` to one point of its cluster (points
-    chained within :data:`_SAME_POINT`; 0 or 1 when the cluster holds it, else its first), so
-    that neighbouring stripes meet at the same byte."""
-    points = sorted(
-        {x for lane in plan.lanes for x in (lane.lo, lane.hi)}
-        | {x for units in held.values() for ivs in units.values() for iv in ivs for x in iv}
-        | {0.0, 1.0}
-    )
+def _snapper(plan: MulticastPlan) -> Callable[[float], float]:
+    """Maps every stripe coordinate of ``plan``'s lanes to one point of its cluster (points
+    chained within :data:`_SAME_POINT`), so that neighbouring stripes meet at the same byte: an
+    anchor when the cluster holds one (0, 1, or where a source rank's holdings end), else its
+    first point. Anchors stay where they are, so a step never crosses its holder's bytes."""
+    anchors = {0.0, 1.0} | _holding_bounds(plan)
+    points = sorted({x for lane in plan.lanes for x in (lane.lo, lane.hi)} | anchors)
     clusters: list[list[float]] = []
     for x in points:
         if clusters and x - clusters[-1][-1] <= _SAME_POINT:
@@ -258,7 +246,7 @@ def _snapper(plan: MulticastPlan, held: Held) -> Callable[[float], float]:
         else:
             clusters.append([x])
     lows = [c[0] for c in clusters]
-    rep = [1.0 if 1.0 in c else 0.0 if 0.0 in c else c[0] for c in clusters]
+    rep = [next((x for x in c if x in anchors), c[0]) for c in clusters]
 
     def snap(x: float) -> float:
         k = bisect.bisect_right(lows, x) - 1
@@ -267,10 +255,23 @@ def _snapper(plan: MulticastPlan, held: Held) -> Callable[[float], float]:
     return snap
 
 
+def _holding_bounds(plan: MulticastPlan) -> set[float]:
+    """Where the holdings of the ranks of source instances of another TP degree begin and end."""
+    tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
+    degrees = {n.tp for n in plan.nodes if n.kind is NodeKind.INSTANCE and n.tp != tp}
+    return {
+        x
+        for source_tp in degrees
+        for rank in range(tp)
+        for lo, hi, _ in holder_segments(source_tp, rank, tp)
+        for x in (lo, hi)
+    }
+
+
 def _ranges(
     plan: MulticastPlan,
     lane: Lane,
-    have: Mapping[int, tuple[tuple[float, float], ...]],
+    have: Mapping[int, Sequence[tuple[int, int]]],
     snap: Callable[[float], float],
 ) -> tuple[ByteRange, ...]:
     """Per carried unit, the bytes of the lane's stripe the destination lacks, grouped."""
@@ -278,23 +279,13 @@ def _ranges(
     spans: list[tuple[int, int, int]] = []  # (unit, offset, length)
     want = (snap(lane.lo), snap(lane.hi))
     scale = receiver.tp if lane.rank == ALL_RANKS else 1
-    whole: dict[int, tuple[int, int]] = {}  # per unit size: the stripe's bytes, none held
     for unit, size in enumerate(plan.unit_bytes):
         if receiver.has(unit):
             continue
         total = size * scale
-        owned = have.get(unit)
-        if not owned:
-            if total not in whole:
-                whole[total] = (round(want[0] * total), round(want[1] * total))
-            start, end = whole[total]
-            if end > start:
-                spans.append((unit, start, end - start))
-            continue
-        for lo, hi in _missing(want, [(snap(a), snap(b)) for a, b in owned]):
-            start, end = round(lo * total), round(hi * total)
-            if end > start:
-                spans.append((unit, start, end - start))
+        start, end = round(want[0] * total), round(want[1] * total)
+        for lo, hi in subtract((start, end), have.get(unit, ())):
+            spans.append((unit, lo, hi - lo))
     out: list[ByteRange] = []
     for (offset, length), group in itertools.groupby(spans, key=lambda s: (s[1], s[2])):
         units = [u for u, _, _ in group]
@@ -312,45 +303,3 @@ def _runs(units: list[int]) -> list[list[int]]:
         else:
             runs.append([u])
     return runs
-
-
-def _missing(
-    want: tuple[float, float], have: Sequence[tuple[float, float]]
-) -> list[tuple[float, float]]:
-    """``want`` minus the intervals of ``have``."""
-    out = []
-    at = want[0]
-    for lo, hi in merge(have):
-        if hi <= at or lo >= want[1]:
-            continue
-        if lo > at:
-            out.append((at, lo))
-        at = max(at, hi)
-    if at < want[1]:
-        out.append((at, want[1]))
-    return out
-
-
-def held_after(
-    plan: MulticastPlan, at_s: float, gpus: Sequence[str], before: Held | None = None
-) -> dict[str, dict[int, tuple[tuple[float, float], ...]]]:
-    """What each of ``gpus`` has of its rank buffer ``at_s`` seconds into ``plan``: what it had
-    before (``before``, a replan's own start) and every stripe of a unit a lane into it had
-    delivered whole by then."""
-    wanted = set(gpus)
-    found: dict[str, dict[int, list[tuple[float, float]]]] = {}
-    for gpu, units in (before or {}).items():
-        if gpu in wanted:
-            for unit, intervals in units.items():
-                found.setdefault(gpu, {}).setdefault(unit, []).extend(intervals)
-    for lane in plan.lanes:
-        if lane.dst not in wanted:
-            continue
-        receiver = plan.nodes[lane.receiver]
-        for unit, t in enumerate(plan.lane_arrival_s[lane.flow]):
-            if not receiver.has(unit) and t <= at_s:
-                found.setdefault(lane.dst, {}).setdefault(unit, []).append((lane.lo, lane.hi))
-    return {
-        gpu: {unit: tuple(merge(intervals)) for unit, intervals in sorted(units.items())}
-        for gpu, units in found.items()
-    }

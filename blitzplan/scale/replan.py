@@ -9,8 +9,11 @@ What a serving stack can rely on:
   host, or a link as a ``(node, node)`` pair (both directions go). ``cancelled`` names new
   instances no longer wanted.
 * **At ``at_s`` seconds** into ``plan``, a unit counts as delivered to a new instance when the plan
-  had it complete on every GPU of the instance by then; delivered units stay (no transfer) and
-  only the rest is planned, from the sources that survive (their delivered units included), on
+  had it complete on every GPU of the instance by then; of the others, a GPU keeps (``held``)
+  exactly the bytes of every step into it whose unit had arrived whole over the step
+  (:func:`~blitzplan.scale.delivered.delivered`; :func:`~blitzplan.scale.validate_replan` checks
+  it from the two documents). Delivered units and held bytes stay (no transfer) and only the
+  rest is planned, from the sources that survive (their delivered units included), on
   the topology without the failed parts. New instances that had every unit are complete and
   serve: they join the sources. Everything in the new plan is timed from the moment of replanning.
 * **A GPU is lost** when it fails, or when the failures cut it off from every NIC of its host; a
@@ -22,9 +25,15 @@ What a serving stack can rely on:
   forces a change (a live instance whose old instance died pairs again with another overloaded
   one); the plan's options carry over (a custom compute model is passed again); the startup still
   ahead of each survivor is what remains of the plan's.
+* **Overlapping plans.** An instance still loading under an earlier plan is a source only while
+  its loading record holds: when the failures hit what its arrivals depend on (the sources,
+  forwarders, memories and links of its plan), the record is stale, the instance is no source,
+  and the plan's ``notes`` say so (``recover(...).stale``): replan that earlier plan too.
 * **What cannot be finished** is said: a surviving new instance no holder can reach any more is
   listed in ``missing`` with the reason (with ``strict``, an InfeasibleError says it instead),
-  and when nothing is left to plan for the survivors the error names them all.
+  and when nothing is left to plan for the survivors the error names them all. When every
+  survivor plans alone but they do not all plan together, they are taken survivor by survivor:
+  those that do not plan with the ones before them are listed the same way.
 
 Weights of one identity only: surviving new instances keep their delivered units (all from the
 plan's model) and receive the rest from sources of that same identity, so no instance mixes two.
@@ -32,40 +41,19 @@ plan's model) and receive the rest from sources of that same identity, so no ins
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
-from blitzplan.errors import InfeasibleError, InvalidInputError
+from blitzplan.errors import InfeasibleError
 from blitzplan.multicast import plan_multicast
+from blitzplan.scale.delivered import delivered
 from blitzplan.scale.plan import Options, Targets, realize
-from blitzplan.scale.program import held_after
+from blitzplan.scale.recovery import Failure, Recovery, recover
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
-from blitzplan.topologies import Topology
 
-__all__ = ["Recovery", "degrade", "recover", "replan"]
-
-Failure = str | tuple[str, str]
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """The cluster after the failures and what became of the plan's new instances.
-
-    ``state`` is the cluster on the surviving topology with the instances that survive (same
-    ids), the host copies that survive, the background flows that still run, and the new
-    instances that were complete (named as in the plan). ``survivors`` are the new instances
-    still loading; ``lost`` says, one sentence per new instance, why it can no longer be loaded;
-    ``removed`` says the same of every serving instance that no longer serves.
-    """
-
-    state: ClusterState
-    survivors: tuple[NewInstanceInfo, ...]
-    complete: tuple[NewInstanceInfo, ...]
-    lost: tuple[str, ...]
-    removed: tuple[str, ...] = ()
+__all__ = ["replan"]
 
 
 def replan(
@@ -90,7 +78,10 @@ def replan(
 
     def finish(survivors: list[NewInstanceInfo], missing: list[str]) -> ScalePlan:
         gpus = [g for info in survivors for g in info.gpus]
-        held = held_after(plan.multicast, at_s, gpus, plan.held) if plan.multicast else {}
+        mc = plan.multicast
+        held = {}
+        if mc is not None:
+            held = delivered(plan.steps, mc.lane_arrival_s, mc.unit_bytes, at_s, gpus, plan.held)
         return realize(
             recovery.state,
             plan.spec,
@@ -103,16 +94,18 @@ def replan(
             releases=serving.releases,
             missing=missing,
             held=held,
+            notes=recovery.stale,
         )
 
     try:
         return finish(survivors, list(recovery.lost))
-    except InfeasibleError:
+    except InfeasibleError as exc:
         stranded = _stranded(plan, recovery, survivors, options)
+        stranded = stranded or _apart(plan, recovery, survivors, options)
         if not stranded:
-            raise
+            raise exc from None
     if options.strict or len(stranded) == len(survivors):
-        raise InfeasibleError("; ".join(stranded.values()))
+        raise InfeasibleError("; ".join([*stranded.values(), *recovery.stale]))
     rest = [s for s in survivors if s.name not in stranded]
     return finish(rest, [*recovery.lost, *stranded.values()])
 
@@ -174,6 +167,24 @@ def _stranded(
     return out
 
 
+def _apart(
+    plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
+) -> dict[str, str]:
+    """When every survivor plans alone but not all together: survivor by survivor, those that
+    do not plan together with the ones kept before them, with the reason."""
+    kept: list[NewInstanceInfo] = []
+    out = {}
+    for info in survivors:
+        try:
+            _reach(plan, recovery, [*kept, info], options)
+        except InfeasibleError as exc:
+            names = ", ".join(k.name for k in kept)
+            out[info.name] = f"{info.name} cannot be finished together with {names}: {exc}"
+            continue
+        kept.append(info)
+    return out
+
+
 def _reach(
     plan: ScalePlan, recovery: Recovery, survivors: list[NewInstanceInfo], options: Options
 ) -> None:
@@ -187,184 +198,4 @@ def _reach(
         allow_prefill_sources=options.allow_prefill_sources,
         chunk_bytes=options.chunk_bytes,
         polish_evaluations=0,
-    )
-
-
-def recover(
-    plan: ScalePlan,
-    state: ClusterState,
-    *,
-    at_s: float,
-    failed: Iterable[Failure] = (),
-    cancelled: Iterable[str] = (),
-) -> Recovery:
-    """The cluster after the failures (the state :func:`replan` plans on) and the fate of every
-    new instance of ``plan``."""
-    if not isinstance(plan, ScalePlan):
-        raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
-    if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
-        raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
-    plan.check_cluster(state)
-    names = {info.name for info in plan.new_instances}
-    cancelled = set(_names("cancelled", cancelled))
-    for name in sorted(cancelled - names):
-        raise InvalidInputError(f"cancelled names {name!r}, which is not a new instance of plan")
-    failures = _failures(failed)
-    broken = _classify(state, names, failures)
-    topology, lost_gpus = degrade(state.topology, broken.nodes, broken.links)
-    unlinked = _unlinked(state.topology, broken.nodes)
-    lost: list[str] = []
-    removed: list[str] = []
-    for inst in state.instances:
-        if inst.id in broken.processes:
-            removed.append(f"{inst.id}'s process failed; its GPUs {list(inst.gpus)} are free")
-        elif set(inst.gpus) & lost_gpus:
-            removed.append(f"{inst.id} lost with its GPUs {sorted(set(inst.gpus) & lost_gpus)}")
-        elif len(inst.gpus) > 1 and set(inst.gpus) & unlinked:
-            broken.processes.add(inst.id)
-            removed.append(f"{inst.id} lost: its tensor-parallel GPUs lost their NVSwitch")
-    survivors: list[NewInstanceInfo] = []
-    complete: list[NewInstanceInfo] = []
-    for info in plan.new_instances:
-        done = all(t <= at_s for t in info.layer_ready_s)
-        if info.name in cancelled:
-            lost.append(f"{info.name} cancelled")
-        elif info.name in broken.processes:
-            lost.append(f"{info.name}'s process failed; its GPUs {list(info.gpus)} are free")
-        elif set(info.gpus) & lost_gpus:
-            lost.append(f"{info.name} lost with its GPUs {sorted(set(info.gpus) & lost_gpus)}")
-        elif len(info.gpus) > 1 and set(info.gpus) & unlinked:
-            lost.append(f"{info.name} lost: its tensor-parallel GPUs lost their NVSwitch")
-        elif done:
-            complete.append(info)
-        else:
-            survivors.append(info)
-    current = _rebuild(state, topology, lost_gpus, broken, plan, complete)
-    return Recovery(current, tuple(survivors), tuple(complete), tuple(lost), tuple(removed))
-
-
-@dataclass(frozen=True)
-class _Broken:
-    nodes: set[str]
-    links: set[tuple[str, str]]
-    processes: set[str]
-    memories: set[str]
-
-
-def _unlinked(topology: Topology, dead_nodes: set[str]) -> set[str]:
-    """GPUs that survive but whose NVSwitch died: a tensor-parallel instance on them loses its
-    collectives (its process fails); a single-GPU instance serves on."""
-    return {
-        g
-        for g in topology.gpus()
-        if g not in dead_nodes and topology.graph.nodes[g].get("nvlink_group") in dead_nodes
-    }
-
-
-def _names(what: str, items: Iterable[str]) -> list[str]:
-    if isinstance(items, str) or not isinstance(items, Iterable):
-        raise InvalidInputError(f"{what} must be a collection of names, got {items!r}")
-    return list(items)
-
-
-def _failures(failed: Iterable[Failure]) -> list[Failure]:
-    if isinstance(failed, str) or not isinstance(failed, Iterable):
-        raise InvalidInputError(
-            f"failed must be a collection of names and (node, node) links, got {failed!r}"
-        )
-    out: list[Failure] = []
-    for item in failed:
-        if isinstance(item, str):
-            out.append(item)
-        elif (
-            isinstance(item, tuple | list)
-            and len(item) == 2
-            and all(isinstance(x, str) for x in item)
-        ):
-            out.append((item[0], item[1]))
-        else:
-            raise InvalidInputError(
-                f"failed names {item!r}: each failure is a name or a (node, node) link"
-            )
-    return out
-
-
-def _classify(state: ClusterState, names: set[str], failures: list[Failure]) -> _Broken:
-    """Split failures into dead topology nodes and links, dead processes and lost memories."""
-    topo = state.topology
-    broken = _Broken(set(), set(), set(), set())
-    by_id = {i.id for i in state.instances}
-    for item in failures:
-        if isinstance(item, tuple):
-            if not topo.graph.has_edge(*item):
-                raise InvalidInputError(f"failed names link {item!r}, which is not in the topology")
-            broken.links.update({(item[0], item[1]), (item[1], item[0])})
-        elif item in by_id or item in names:
-            broken.processes.add(item)
-        elif item in topo.hosts():
-            broken.nodes.update(topo.nodes_of_host(item))
-        elif item in topo.graph and topo.kind(item) in ("host_mem", "ssd"):
-            broken.memories.add(item)  # the data it held is gone; the node stays (no transit)
-        elif item in topo.graph:
-            broken.nodes.add(item)
-        else:
-            raise InvalidInputError(
-                f"failed names {item!r}, which is neither an instance, a node, a host nor a link"
-            )
-    return broken
-
-
-def degrade(
-    topology: Topology, dead_nodes: set[str], dead_links: set[tuple[str, str]]
-) -> tuple[Topology, set[str]]:
-    """The topology without the dead parts (:meth:`~blitzplan.topologies.Topology.without`),
-    and every GPU lost with them (failed, or cut off from every NIC of its host)."""
-    degraded = topology.without(nodes=dead_nodes, links=dead_links)
-    return degraded, set(topology.gpus()) - set(degraded.gpus())
-
-
-def _rebuild(
-    state: ClusterState,
-    topology: Topology,
-    lost_gpus: set[str],
-    broken: _Broken,
-    plan: ScalePlan,
-    complete: list[NewInstanceInfo],
-) -> ClusterState:
-    """The cluster now: surviving instances (same ids), host copies, background flows, and the
-    new instances that are already complete."""
-    if topology is state.topology and not broken.processes and not broken.memories and not complete:
-        return state
-    current = ClusterState(topology)
-    current.restore_counters(state.counters)  # ids stay never reused across a failure
-    for copy in state.pool.host_copies:
-        if copy.node in topology.graph and copy.node not in broken.memories:
-            current.pool.add(copy)
-    for inst in state.instances:
-        if inst.id in broken.processes or set(inst.gpus) & lost_gpus:
-            continue
-        if not set(inst.gpus) <= set(topology.gpus()):
-            continue
-        _copy_instance(current, inst)
-    known = {i.id for i in current.instances}
-    for info in complete:
-        if info.name in known:
-            continue  # the caller's state already has it
-        role = Role(info.role) if info.role in Role._value2member_map_ else Role.IDLE
-        current.add_instance(plan.spec, gpus=list(info.gpus), role=role, instance_id=info.name)
-    for flow in state.background_flows:
-        if all(topology.graph.has_edge(*e) for e in flow.edges):
-            current.add_flow(flow)
-    return current
-
-
-def _copy_instance(state: ClusterState, inst: Instance) -> None:
-    state.add_instance(
-        inst.model,
-        gpus=list(inst.gpus),
-        role=inst.role,
-        queue=inst.queue,
-        kv_bytes_used=inst.kv_bytes_used,
-        instance_id=inst.id,
-        loading=inst.loading,  # an earlier plan's instance still loading stays a source
     )

@@ -8,10 +8,12 @@
       - {model: mistral-small-24b, gpus: [h0/gpu0, h0/gpu1], role: prefill,
          queue: [[0.0, 2048], [0.1, 512]], kv_bytes_used: 0, id: p0}
       - {model: mistral-small-24b, gpus: [h1/gpu0, h1/gpu1], role: loading, id: n0,
-         loading: {role: decode, units_ready_s: [0.0, 0.1, ..., 0.5]}}   # per unit, from now
+         loading: {role: decode, units_ready_s: [0.0, 0.1, ..., 0.5],    # per unit, from now
+                   needs: [p0], edges: [[h0/gpu0, h0/nvswitch]]}}  # what the arrivals need
     background_flows:
       - {src: h0/gpu0, dst: h1/gpu0, gbps: 20}            # routed src -> dst
       - {edges: [[h0/nic0, leaf0], [leaf0, h1/nic0]], bytes_per_s: 2.5e9, name: kv}
+      - {edges: [[h0/gpu2, h0/nic0]], bytes_per_s: 1.2e10, until_s: 0.42}   # ends (a plan's step)
 
 A model is a preset name, a path to a config.json, or a mapping with ``config`` (and optional
 ``name``, ``revision``, ``weights_hash``). Every error names the entry it is about.
@@ -56,7 +58,8 @@ _TOP = {
 }
 _INSTANCE = {"model", "gpus", "role", "queue", "kv_bytes_used", "id", "loading"}
 _LOADING = {"role", "units_ready_s"}
-_FLOW = {"src", "dst", "edges", "gbps", "bytes_per_s", "name"}
+_LOADING_OPTIONAL = {"needs", "edges"}
+_FLOW = {"src", "dst", "edges", "gbps", "bytes_per_s", "name", "until_s"}
 _COPY = {"name", "revision", "content_hash", "hash_kind", "host", "bytes"}
 
 
@@ -146,12 +149,21 @@ def _add_instance(
 def _loading(entry: object, where: str) -> Loading | None:
     if entry is None:
         return None
-    if not isinstance(entry, Mapping) or set(entry) != _LOADING:
+    if not isinstance(entry, Mapping) or not _LOADING <= set(entry) <= _LOADING | _LOADING_OPTIONAL:
         raise InvalidInputError(
-            f"{where} must be a mapping with role and units_ready_s, got {entry!r}"
+            f"{where} must be a mapping with role and units_ready_s (and optional needs, edges), "
+            f"got {entry!r}"
         )
     times = _list(entry["units_ready_s"], f"{where} units_ready_s")
-    return _wrap(where, lambda: Loading(entry["role"], tuple(times)))
+    needs = entry.get("needs")
+    if needs is not None:
+        needs = frozenset(str(n) for n in _list(needs, f"{where} needs"))
+    edges = [
+        tuple(_list(e, f"{where} edges")) for e in _list(entry.get("edges", []), f"{where} edges")
+    ]
+    if not all(len(e) == 2 and all(isinstance(n, str) for n in e) for e in edges):
+        raise InvalidInputError(f"{where} edges must be [node, node] pairs, got {edges!r}")
+    return _wrap(where, lambda: Loading(entry["role"], tuple(times), needs, frozenset(edges)))
 
 
 def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None:
@@ -162,6 +174,9 @@ def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None
     if rate is not None and not (is_number(rate) and rate > 0):
         raise InvalidInputError(f"{where} {key} must be a number > 0 (or absent), got {rate!r}")
     cap = float("inf") if rate is None else float(rate) * (GBPS if key == "gbps" else 1.0)
+    until = entry.get("until_s", float("inf"))
+    if not (is_number(until) and until > 0):
+        raise InvalidInputError(f"{where} until_s must be a time > 0 (or absent), got {until!r}")
     if "edges" in entry:
         if "src" in entry or "dst" in entry:
             raise InvalidInputError(f"{where} gives edges and src/dst; give one")
@@ -172,8 +187,10 @@ def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None
         if not all(len(e) == 2 and all(isinstance(n, str) for n in e) for e in edges):
             raise InvalidInputError(f"{where} edges must be [node, node] pairs, got {edges!r}")
         flow = _wrap(where, lambda: Flow(tuple(edges), cap, str(entry.get("name", ""))))
-        _wrap(where, lambda: state.add_flow(flow))
+        _wrap(where, lambda: state.add_flow(flow, until_s=float(until)))
         return
+    if "until_s" in entry:
+        raise InvalidInputError(f"{where} until_s needs the flow's edges (an earlier plan's step)")
     _wrap(
         where,
         lambda: state.add_background_flow(
@@ -261,7 +278,9 @@ def _add_copy(state: ClusterState, entry: Mapping[str, Any], index: int, source:
 
     def add() -> None:
         identity = ModelIdentity(
-            str(entry["name"]), str(entry["revision"]), str(entry["content_hash"]),
+            str(entry["name"]),
+            str(entry["revision"]),
+            str(entry["content_hash"]),
             str(entry["hash_kind"]),
         )
         host = str(entry["host"])
@@ -308,7 +327,7 @@ def state_to_dict(state: ClusterState, *, topology: object = None) -> dict[str, 
         for c in state.pool.host_copies
     ]
     data["instances"] = [_instance_entry(inst) for inst in state.instances]
-    data["background_flows"] = [_flow_entry(flow) for flow in state.background_flows]
+    data["background_flows"] = [_flow_entry(state, flow) for flow in state.background_flows]
     data["counters"] = state.counters
     return data
 
@@ -369,11 +388,17 @@ def _instance_entry(inst: Any) -> dict[str, Any]:
             "role": inst.loading.role.value,
             "units_ready_s": list(inst.loading.units_ready_s),
         }
+        if inst.loading.needs is not None:  # absent: unknown, so any failure leaves it stale
+            entry["loading"]["needs"] = sorted(inst.loading.needs)
+        if inst.loading.edges:
+            entry["loading"]["edges"] = [list(e) for e in sorted(inst.loading.edges)]
     return entry
 
 
-def _flow_entry(flow: Flow) -> dict[str, Any]:
+def _flow_entry(state: ClusterState, flow: Flow) -> dict[str, Any]:
     entry: dict[str, Any] = {"edges": [list(e) for e in flow.edges], "name": flow.name}
     if flow.max_bytes_per_s != float("inf"):
         entry["bytes_per_s"] = flow.max_bytes_per_s
+    if state.flow_end_s(flow) != float("inf"):
+        entry["until_s"] = state.flow_end_s(flow)
     return entry

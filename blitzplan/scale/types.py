@@ -11,7 +11,7 @@ from blitzplan._checks import MAX_COUNT, check_count, is_integer
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.schedule import Schedule
 from blitzplan.models import ModelIdentity, ModelSpec
-from blitzplan.multicast.types import MulticastPlan
+from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.program import TransferStep
 from blitzplan.topologies.links import LINK_EFFICIENCY
@@ -119,7 +119,8 @@ class ScalePlan:
     """Everything a serving stack needs to carry out one scaling decision.
 
     ``steps`` is the transfer program (:mod:`blitzplan.scale.program`); ``held`` what the new
-    GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals.
+    GPUs already had when the plan starts (a replan), per GPU and unit, as stripe intervals
+    naming exact bytes (``[round(lo * B), round(hi * B))``: what the old plan's steps delivered).
     ``plan_id`` is a hash of the plan (:func:`~blitzplan.scale.document.plan_digest`), computed
     when first asked for: equal inputs give equal plans, equal ids and byte-identical JSON."""
 
@@ -137,7 +138,8 @@ class ScalePlan:
     missing: tuple[str, ...] = ()
     """What the request asked for and this plan could not do (empty when met in full)."""
     notes: tuple[str, ...] = ()
-    """What the planner left out to keep ``deadline_s`` (empty when nothing)."""
+    """What the planner left out to keep ``deadline_s``, and (a replan) the instances loading
+    under an earlier plan it no longer streams from (empty when nothing)."""
     options: PlanOptions = field(default_factory=PlanOptions)
     steps: tuple[TransferStep, ...] = ()
     held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
@@ -177,7 +179,7 @@ class ScalePlan:
     def summary(self) -> str:
         """A short human summary: what is added, how and when (see :mod:`.report` for the full
         tables)."""
-        from blitzplan.scale.report import summary
+        from blitzplan.scale.plan_report import summary
 
         return summary(self)
 

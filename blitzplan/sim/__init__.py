@@ -11,9 +11,10 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.live.policies import POLICIES, Policy
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
+from blitzplan.sim.capacity import capacity_rate_per_s
 from blitzplan.sim.colocated import IterationRecord
 from blitzplan.sim.options import check_colocated_options, fixed_fleet, is_colocated
-from blitzplan.sim.replay import TARGET_LOAD, Replay, capacity_rate_per_s
+from blitzplan.sim.replay import TARGET_LOAD, Replay
 from blitzplan.sim.report import SimReport, plot_reports
 from blitzplan.sim.serving import ROUTERS, ServingOptions
 from blitzplan.sim.systems import SYSTEMS, make_system

@@ -16,64 +16,22 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.live.policies import Policy
 from blitzplan.models import ModelSpec
 from blitzplan.sim.autoscaler import Autoscaler, PaperAutoscaler
+from blitzplan.sim.capacity import capacity_rate_per_s, replica_rate_per_s
 from blitzplan.sim.engine import Simulator
 from blitzplan.sim.faults import check_failures
 from blitzplan.sim.report import RequestRecord, SimReport
-from blitzplan.sim.serving import ServingOptions, replica_rate_per_s
+from blitzplan.sim.serving import ServingOptions
 from blitzplan.sim.systems import Fleet, make_system
 from blitzplan.sim.traces import MAX_TRACE_S, Trace
 from blitzplan.topologies import Topology
 
-__all__ = ["TARGET_LOAD", "Replay", "capacity_rate_per_s"]
+__all__ = ["TARGET_LOAD", "Replay"]
 
 _LOG = logging.getLogger("blitzplan.sim")  # the simulator's one logger
 
 TARGET_LOAD = 0.5
 """With ``rate_scale=None`` the trace is rescaled to this fraction of the cluster's capacity
-(the paper's setting)."""
-
-
-def capacity_rate_per_s(
-    topology: Topology,
-    model: ModelSpec,
-    trace: Trace,
-    *,
-    tp: int,
-    compute: ComputeModel,
-    serving: ServingOptions | None = None,
-) -> float:
-    """Requests per second the whole cluster sustains for this trace's mean request.
-    Disaggregated (``serving`` None): half the instances prefilling at a full token budget
-    (8,192), half decoding at batch 64, the slower side. Colocated (``serving``: resolved
-    options): every replica at :func:`~.serving.replica_rate_per_s`."""
-    slots = len(ClusterState(topology).free_slots(tp))
-    if serving is not None:
-        return slots * _replica_rate(topology, model, trace, tp, compute, serving)
-    layers = model.num_layers
-    prompt, output = max(1.0, trace.mean_prompt_tokens), max(1.0, trace.mean_output_tokens)
-    prefill = 8192 / (layers * compute.prefill_layer_s(8192, requests=8) + compute.head_s(8))
-    context = int(prompt + output / 2)
-    decode = 64 / (layers * compute.decode_layer_s(64, context) + compute.head_s(64))
-    return max(1, slots // 2) * min(prefill / prompt, decode / output)
-
-
-def _replica_rate(
-    topology: Topology,
-    model: ModelSpec,
-    trace: Trace,
-    tp: int,
-    compute: ComputeModel,
-    serving: ServingOptions,
-) -> float:
-    blocks = serving.kv_blocks(model, topology.gpu_spec(topology.gpus()[0]), tp)
-    return replica_rate_per_s(
-        model,
-        compute,
-        serving,
-        blocks,
-        prompt_tokens=trace.mean_prompt_tokens,
-        output_tokens=trace.mean_output_tokens,
-    )
+(the paper's setting; :func:`~.capacity.capacity_rate_per_s`)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +68,10 @@ class Replay:
         cost = compute or RooflineComputeModel(spec, gpu, tp=self.tp)
         start_s = 0.0 if window_s is None else float(window_s[0])
         cut = trace if window_s is None else trace.window(*window_s)
-        scale = self._rate_scale(rate_scale, cut, cost, serving)
+        replica = _ReplicaRate(self, cut, cost, serving)
+        scale = self._rate_scale(rate_scale, cut, cost, replica)
         base = _rescaled(cut, scale)
-        fleet = self._fleet(slots, base, cost, serving)
+        fleet = self._fleet(slots, base, replica)
         runner = make_system(self.system, colocated=self.colocated, fleet=fleet)
         self._check_room(slots, runner.initial_fleet(slots))
         faults = check_failures(
@@ -120,9 +79,8 @@ class Replay:
         )
         scaler = (autoscaler or PaperAutoscaler()) if runner.autoscaled else None
         replica_tokens_per_s = None
-        if serving is not None and base.requests:
-            rate = _replica_rate(topo, spec, base, self.tp, cost, serving)
-            replica_tokens_per_s = rate * base.mean_prompt_tokens
+        if serving is not None and scaler is not None and base.requests:
+            replica_tokens_per_s = replica() * base.mean_prompt_tokens
         ttft_slo, tbt_slo = _slos(spec, base, cost, *slos)
         sim = Simulator(
             topo,
@@ -143,29 +101,25 @@ class Replay:
         return replace(report, rate_scale=scale, trace_start_s=start_s)
 
     def _rate_scale(
-        self,
-        rate_scale: float | None,
-        trace: Trace,
-        cost: ComputeModel,
-        serving: ServingOptions | None,
+        self, rate_scale: float | None, trace: Trace, cost: ComputeModel, replica: _ReplicaRate
     ) -> float:
         if len(trace) <= 1:
             return 1.0
         if rate_scale is not None:
             return rate_scale
-        capacity = capacity_rate_per_s(
-            self.topology, self.model, trace, tp=self.tp, compute=cost, serving=serving
-        )
+        if replica.serving is not None:
+            capacity = len(ClusterState(self.topology).free_slots(self.tp)) * replica()
+        else:
+            capacity = capacity_rate_per_s(
+                self.topology, self.model, trace, tp=self.tp, compute=cost
+            )
         return TARGET_LOAD * capacity / trace.rate_per_s
 
-    def _fleet(
-        self, slots: int, trace: Trace, cost: ComputeModel, serving: ServingOptions | None
-    ) -> Fleet | None:
+    def _fleet(self, slots: int, trace: Trace, replica: _ReplicaRate) -> Fleet | None:
         """``vllm-avg``: the replicas the trace's mean rate needs; else the caller's."""
-        if self.system != "vllm-avg" or serving is None:
+        if self.system != "vllm-avg" or replica.serving is None or not trace.requests:
             return self.fleet
-        rate = _replica_rate(self.topology, self.model, trace, self.tp, cost, serving)
-        return Fleet(colocated=max(1, min(slots, math.ceil(trace.rate_per_s / rate))))
+        return Fleet(colocated=max(1, min(slots, math.ceil(trace.rate_per_s / replica()))))
 
     def _check_room(self, slots: int, fleet: Fleet) -> None:
         need = max(fleet.total, 1 if self.colocated else 2)
@@ -176,6 +130,27 @@ class Replay:
                 f"of {self.model.name}; the simulation needs at least {need} ({kind}"
                 f"{'' if need <= 2 else ', the fleet asked'})"
             )
+
+
+class _ReplicaRate:
+    """One replica's measured capacity (:func:`~.capacity.replica_rate_per_s`) for this run,
+    measured once, when first asked (a fixed fleet at a given rate never asks)."""
+
+    def __init__(
+        self, setting: Replay, trace: Trace, cost: ComputeModel, serving: ServingOptions | None
+    ) -> None:
+        self.setting, self.trace, self.cost, self.serving = setting, trace, cost, serving
+        self._rate: float | None = None
+
+    def __call__(self) -> float:
+        if self._rate is None:
+            if self.serving is None:
+                raise InvalidInputError("a disaggregated run has no colocated replica rate")
+            s = self.setting
+            self._rate = replica_rate_per_s(
+                s.topology, s.model, self.trace, tp=s.tp, compute=self.cost, serving=self.serving
+            )
+        return self._rate
 
 
 def _rescaled(trace: Trace, scale: float) -> Trace:

@@ -39,14 +39,12 @@ import math
 from dataclasses import dataclass, replace
 
 from blitzplan._checks import check_count, is_finite_number
-from blitzplan.compute import ComputeModel
-from blitzplan.compute.iteration import iteration_s
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec
 from blitzplan.models import ModelSpec
 from blitzplan.sim.schedulers import SCHEDULERS, ReplicaLimits
 
-__all__ = ["ROUTERS", "ServingOptions", "replica_rate_per_s"]
+__all__ = ["ROUTERS", "ServingOptions"]
 
 ROUTERS = ("least-outstanding", "round-robin")
 """How requests are spread over colocated replicas (see the module docstring)."""
@@ -156,32 +154,3 @@ def _context(model: ModelSpec) -> int:
             f"{model.name}'s config has no max_position_embeddings: pass max_model_len"
         )
     return found
-
-
-def replica_rate_per_s(
-    model: ModelSpec,
-    compute: ComputeModel,
-    options: ServingOptions,
-    total_blocks: int,
-    *,
-    prompt_tokens: float,
-    output_tokens: float,
-) -> float:
-    """Requests per second one replica (resolved ``options``, ``total_blocks``) sustains at
-    most on requests of this mean size: each prompt prefilled in budget-sized iterations, each
-    output token decoded in a batch as large as the sequence cap and the KV cache allow (every
-    request at its full length)."""
-    budget, seqs, _ = options._numbers()
-    prompt, output = max(1.0, prompt_tokens), max(1.0, output_tokens)
-    if prompt >= budget:
-        chunks = [(budget, 0)]
-    else:
-        chunks = [(math.ceil(prompt), 0)] * int(budget // math.ceil(prompt))
-    prefill_s = iteration_s(compute, model.num_layers, chunks, [])
-    prefill_tokens_per_s = sum(c for c, _ in chunks) / prefill_s
-    held = total_blocks * options.block_size / (prompt + output)
-    batch = int(max(1, min(seqs, held)))
-    context = int(prompt + output / 2)
-    step_s = iteration_s(compute, model.num_layers, [], [context] * batch)
-    per_request_s = prompt / prefill_tokens_per_s + output * step_s / batch
-    return 1 / per_request_s

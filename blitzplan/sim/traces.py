@@ -325,9 +325,17 @@ def synthetic_trace(
     max_tokens: int = 8192,
     zipf_a: float = 1.8,
     seed: int = 0,
+    rate_cv: float = 0.0,
+    rate_window_s: float = 15.0,
 ) -> Trace:
     """Gamma inter-arrivals (``burstiness`` is their squared coefficient of variation: 1 is
-    Poisson, larger is burstier) and Zipf-like token lengths scaled to the given means."""
+    Poisson, larger is burstier) and Zipf-like token lengths scaled to the given means.
+
+    ``rate_cv`` > 0 also varies the rate from one ``rate_window_s`` window to the next (BurstGPT
+    fits a Gamma process per window whose rate changes): each window's rate is ``rate_per_s``
+    times a log-normal factor of that coefficient of variation, the factors normalised so the
+    mean rate stays ``rate_per_s``; within a window the Gamma process keeps its burstiness.
+    0 keeps one rate (and the same requests as before this option)."""
     for name, value in (
         ("duration_s", duration_s),
         ("rate_per_s", rate_per_s),
@@ -346,6 +354,10 @@ def synthetic_trace(
         raise InvalidInputError(
             f"duration_s must be at most MAX_TRACE_S = {MAX_TRACE_S:g} s, got {duration_s!r}"
         )
+    if not is_finite_number(rate_cv) or rate_cv < 0:
+        raise InvalidInputError(f"rate_cv must be finite and >= 0, got {rate_cv!r}")
+    if not is_finite_number(rate_window_s) or rate_window_s <= 0:
+        raise InvalidInputError(f"rate_window_s must be finite and > 0, got {rate_window_s!r}")
     if not is_finite_number(zipf_a) or zipf_a <= 1:
         raise InvalidInputError(f"zipf_a must be finite and > 1, got {zipf_a!r}")
     max_tokens = check_count("max_tokens", max_tokens, maximum=MAX_TOKENS)
@@ -356,6 +368,8 @@ def synthetic_trace(
     gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), size=count)
     arrivals = np.cumsum(gaps) - gaps[0]
     arrivals = arrivals[arrivals < duration_s]
+    if rate_cv > 0:
+        arrivals = _modulated(arrivals, duration_s, rate_cv, rate_window_s, seed)
 
     def lengths(mean: float) -> np.ndarray:
         """Zipf draws scaled by the factor (found by bisection) whose clipped mean is ``mean``."""
@@ -380,3 +394,19 @@ def synthetic_trace(
         ),
         f"synthetic(rate={rate_per_s:g}, burstiness={burstiness:g}, seed={seed})",
     )
+
+
+def _modulated(
+    arrivals: np.ndarray, duration_s: float, rate_cv: float, window_s: float, seed: int
+) -> np.ndarray:
+    """Arrivals of a unit-rate process mapped through a per-window rate (see
+    :func:`synthetic_trace`): the rate integral maps operational time onto real time."""
+    edges = np.append(np.arange(0.0, duration_s, window_s), duration_s)
+    sigma2 = math.log1p(rate_cv**2)
+    normal = np.random.default_rng([seed, 1]).standard_normal(len(edges) - 1)
+    factors = np.exp(math.sqrt(sigma2) * normal - sigma2 / 2)
+    widths = np.diff(edges)
+    factors *= duration_s / float(np.sum(factors * widths))
+    integral = np.concatenate(([0.0], np.cumsum(factors * widths)))
+    mapped: np.ndarray = np.interp(arrivals, integral, edges)
+    return mapped

@@ -50,6 +50,7 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
+        Backend("bnb", None, "branch and bound over the N-capacity relaxation (pure Python)"),
         Backend("highs", "highspy", "MILP through PuLP on HiGHS (highspy)", ("pulp", "highspy")),
         Backend("cbc", "pulp", "MILP through PuLP on its bundled CBC", ("pulp",)),
         Backend(

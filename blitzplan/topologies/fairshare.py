@@ -139,12 +139,17 @@ _BLOCKED = 1e-9
 
 
 def residual_after(background: Sequence[Flow], capacity: Mapping[Edge, float]) -> dict[Edge, float]:
-    """Each edge's capacity minus what ``background`` flows use of it at their fair rates."""
+    """Each edge's capacity minus what ``background`` flows use of it at their fair rates; 0
+    for an edge with less than :data:`_BLOCKED` of its capacity left (it is full: rounding
+    leaves a few bytes per second on an edge the background fills)."""
     left = dict(capacity)
     if background:
         for flow, rate in zip(background, max_min_fair_share(background, capacity), strict=True):
             for edge in flow.edges:
                 left[edge] = max(0.0, left[edge] - rate)
+        for edge, value in left.items():
+            if value <= _BLOCKED * capacity[edge]:
+                left[edge] = 0.0
     return left
 
 

@@ -312,7 +312,7 @@ def _pack(
     size = program.unit_bytes[unit]
     lo, hi = Fraction(offset, size), Fraction(offset + length, size)
     try:
-        copies = target.reshard(unit, own, rank, step.rank, lo, hi)  # type: ignore[arg-type]
+        copies = target.reshard(unit, own, rank, step.rank, lo, hi)
     except InvalidInputError as exc:
         raise InvalidInputError(
             f"step {step.id} (source_layout {step.source_layout}): {exc}"

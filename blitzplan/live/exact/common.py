@@ -5,7 +5,7 @@ lower bound and a repaired schedule; with the ZigZag hint, the better of the two
 incumbent. A solver's answer is decoded into orders, re-timed by
 :func:`~blitzplan.live.schedule.timetable` and kept only if it beats the incumbent; the status is
 OPTIMAL only when the incumbent meets a proven bound. The incumbent is only ever replaced by a
-schedule the independent checker (:func:`~blitzplan.live.validate.validate_schedule`) passes,
+schedule the independent checker (:func:`~blitzplan.live.schedule_checks.validate_schedule`) passes,
 and no solver round can discard it: a round that fails or claims the problem infeasible while a
 schedule is known leaves it standing (FEASIBLE with its gap).
 """
@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, relaxation_bound, repair
+from blitzplan.live.relaxation import RelaxedPlan, repair
+from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.schedule import Schedule, build_schedule, empty_schedule, relative_gap
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP, SolveStatus, quiet_stdout
 
 __all__ = [
     "OPTIMALITY_REL_GAP",
+    "OutOfTime",
     "Start",
     "decode",
     "finish",
@@ -51,6 +53,10 @@ POLISH_MOVES = 2000
 """Moves the local search tries (its time cap rarely binds, so runs repeat exactly)."""
 
 
+class OutOfTime(Exception):
+    """Building a model ran into the deadline."""
+
+
 @dataclass
 class Start:
     """The incumbent schedule, the best proven lower bound, and the clock of the solve."""
@@ -68,10 +74,16 @@ class Start:
     def left_s(self) -> float:
         return self.deadline_s - time.perf_counter()
 
+    def check_time(self) -> None:
+        """Raise OutOfTime once the deadline has passed (building a model can take longer
+        than solving it)."""
+        if time.perf_counter() > self.deadline_s:
+            raise OutOfTime
+
     def offer(self, schedule: Schedule) -> None:
         """Keep ``schedule`` if it is better than the incumbent and the checker passes it (its
         status is settled later, by :func:`finish`)."""
-        from blitzplan.live.validate import validate_schedule
+        from blitzplan.live.schedule_checks import validate_schedule
 
         unsettled = replace(schedule, status=SolveStatus.UNKNOWN)
         better = schedule.objective < self.incumbent.objective

@@ -33,13 +33,24 @@ import itertools
 import math
 from typing import Any
 
-from blitzplan.live.exact.common import MIN_ROUND_S, Start, decode, finish, start_point
+from blitzplan.live.exact.common import (
+    MIN_ROUND_S,
+    OutOfTime,
+    Start,
+    decode,
+    finish,
+    start_point,
+)
 from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import RelaxedPlan, alone_chain_s, repair
 from blitzplan.live.schedule import SLO_TOL_S, Schedule
 
-__all__ = ["TICKS_PER_SHORTEST_LAYER", "solve_cpsat"]
+__all__ = ["READ_BACK_S_PER_LAYER", "TICKS_PER_SHORTEST_LAYER", "solve_cpsat"]
+
+READ_BACK_S_PER_LAYER = 1e-4
+"""Time kept, per layer and batch, for reading CP-SAT's answer back, re-timing it and checking
+it (two decoded schedules), out of what is left when the solver starts."""
 
 TICKS_PER_SHORTEST_LAYER = 1_000_000
 """Resolution of CP-SAT's integer time: the shortest layer time is this many ticks."""
@@ -79,6 +90,7 @@ class _Model:
         self.s: dict[tuple[int, int], Any] = {}
         intervals = []
         for i in range(self.n):
+            self.start.check_time()
             chain = alone_chain_s(self.inst, i)
             for li in range(1, L + 1):
                 x = self.x[i, li] = m.NewBoolVar(f"x_{i}_{li}")
@@ -97,6 +109,7 @@ class _Model:
         self.S, self.P, self.C, self.on_old = {}, {}, {}, {}
         blocks = []
         for i in range(self.n):
+            self.start.check_time()
             earliest = max(self._floor(inst.old_free_at_s), self._floor(inst.release_s[i]))
             S = self.S[i] = m.NewIntVar(earliest, top, f"S_{i}")
             P = self.P[i] = m.NewIntVar(0, L * self.p_old[i], f"P_{i}")
@@ -238,14 +251,20 @@ def solve_cpsat(
         return finish(start, message="proven by the N-capacity relaxation")
     if start.left_s() < MIN_ROUND_S:
         return finish(start, message="no time left for CP-SAT")
-    model = _Model(cp_model, start, use_relaxation)
+    try:
+        model = _Model(cp_model, start, use_relaxation)
+    except OutOfTime:
+        return finish(start, message="no time left to build the CP-SAT model")
     if math.isfinite(start.incumbent.objective):
         model.hint(canonical(instance, start.incumbent))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
+    reserve = READ_BACK_S_PER_LAYER * instance.num_layers * instance.num_batches
     if math.isfinite(start.left_s()):
-        solver.parameters.max_time_in_seconds = max(start.left_s(), 0.01)
+        if start.left_s() - reserve < MIN_ROUND_S:
+            return finish(start, message="no time left to solve the CP-SAT model")
+        solver.parameters.max_time_in_seconds = start.left_s() - reserve
     status = solver.Solve(model.m)
     if status == cp_model.MODEL_INVALID:
         return finish(start, message="CP-SAT: model invalid", failed=True)

@@ -14,14 +14,15 @@ import math
 import time
 from dataclasses import dataclass
 
-from blitzplan.live.exact.common import MIN_ROUND_S, Start, decode, finish, start_point
-from blitzplan.live.exact.milp_model import (
-    BAND,
-    MAX_SEEDED,
-    LiveMilpModel,
+from blitzplan.live.exact.common import (
+    MIN_ROUND_S,
     OutOfTime,
-    planned_overlaps,
+    Start,
+    decode,
+    finish,
+    start_point,
 )
+from blitzplan.live.exact.milp_model import BAND, MAX_SEEDED, LiveMilpModel, planned_overlaps
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import RelaxedPlan, repair
 from blitzplan.live.schedule import Schedule

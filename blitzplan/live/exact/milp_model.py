@@ -43,11 +43,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from blitzplan.live.exact.common import Start
+from blitzplan.live.exact.common import OutOfTime, Start
 from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut_s
 from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.schedule import Schedule
@@ -96,9 +95,8 @@ class LiveMilpModel:
         self._objective(cut)
 
     def check_time(self) -> None:
-        """Raise OutOfTime once the deadline has passed (building can take longer than solving)."""
-        if time.perf_counter() > self.deadline_s:
-            raise OutOfTime
+        """Raise :class:`~blitzplan.live.exact.common.OutOfTime` past the deadline."""
+        self.start.check_time()
 
     def _var(
         self, name: str, low: float | None = None, up: float | None = None, cat: str = "Continuous"
@@ -122,14 +120,19 @@ class LiveMilpModel:
         }
         self.S = {i: self._var(f"S_{i}", max(old_free, release[i]), top) for i in range(n)}
         self.C = {i: self._var(f"C_{i}", release[i], top) for i in range(n)}
-        self.runs = {
-            (i, li): lp.lpSum(self.z[i, k] for k in range(li, L + 1))
-            for i in range(n)
-            for li in range(1, L + 1)
-        }
-        self.block = {
-            i: lp.lpSum((L - k) * self.p_old[i] * self.z[i, k] for k in range(L)) for i in range(n)
-        }
+        self.runs_cache: dict[tuple[int, int], Any] = {}
+        self.block = {}
+        for i in range(n):
+            self.check_time()
+            self.block[i] = lp.lpSum((L - k) * self.p_old[i] * self.z[i, k] for k in range(L))
+
+    def runs(self, i: int, li: int) -> Any:
+        """1 when batch ``i`` runs layer ``li`` on N: the sum of z[i, k] for k >= li (built
+        when a disjunction first needs it)."""
+        if (i, li) not in self.runs_cache:
+            terms = (self.z[i, k] for k in range(li, self.L + 1))
+            self.runs_cache[i, li] = self.pulp.lpSum(terms)
+        return self.runs_cache[i, li]
 
     def _batches(self) -> None:
         lp, prob, L, big = self.pulp, self.prob, self.L, self.big
@@ -249,7 +252,7 @@ class LiveMilpModel:
         if (i, li, j, lj) in self.y:
             return 0
         y = self.y[i, li, j, lj] = self._var(f"y_{i}_{li}_{j}_{lj}", cat="Binary")
-        off = self.big * (2 - self.runs[i, li] - self.runs[j, lj])
+        off = self.big * (2 - self.runs(i, li) - self.runs(j, lj))
         s = self.s
         self.prob += (
             s[j, lj] >= s[i, li] + self.p_new[i] - self.big * (1 - y) - off,
@@ -341,7 +344,3 @@ def planned_overlaps(model: LiveMilpModel, split: Sequence[int]) -> list[tuple[i
             if j != i:
                 pairs.append((i, li, j, lj))
     return pairs
-
-
-class OutOfTime(Exception):
-    """Building the model ran into the deadline."""

@@ -1,0 +1,238 @@
+"""Exact live schedules by branch and bound over the N-capacity relaxation (``backend="bnb"``).
+
+A node is a :class:`~blitzplan.live.relaxation.Restriction` of the problem. Its bound is the
+N-capacity relaxation of the restricted problem, solved by the dynamic program over O's batch
+sequence (:mod:`blitzplan.live.relaxation_dp`); it is valid for every schedule that keeps the
+restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nmachine`):
+
+- if an order of N's operations meets every due time of the plan, the plan is a schedule whose
+  value is the node's bound: the node is solved;
+- otherwise the node branches. When even preemptive N cannot fit the plan, a set of operations
+  released from ``s`` on needs ``W`` of work by ``t < s + W``; whatever the schedule, either one
+  of their batches runs fewer layers on N (one child per batch: at most that many), or every
+  operation runs and the last of them ends at ``s + W`` or later (one child per batch: its last
+  layer in the set starts late enough). Otherwise two operations that overlap when each batch
+  runs alone are ordered one way or the other, or one of them is not run.
+
+Every child excludes the node's relaxed plan and together they cover every schedule of the
+node, so the least bound over the open nodes is a proven lower bound. Nodes are explored best
+bound first; each relaxed plan, repaired when N cannot carry it, offers the incumbent a
+schedule (kept only when the independent checker passes it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+from blitzplan.live.exact.common import Start, decode, finish, start_point
+from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
+from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
+from blitzplan.live.schedule import Schedule
+from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
+
+__all__ = ["POLISH_SHARE_OF_LIMIT", "SEQUENCE_STEPS", "solve_bnb"]
+
+SEQUENCE_STEPS = 500
+"""The most steps the N sequencer may take for one relaxed plan before the node branches."""
+
+POLISH_SHARE_OF_LIMIT = 0.05
+"""The share of the time left after the root that a local search from the incumbent gets."""
+
+_PRUNE_GAP = OPTIMALITY_REL_GAP / 2
+"""A node whose bound is this close (relatively) to the incumbent is not explored."""
+
+
+@dataclass(order=True)
+class _Node:
+    bound: float
+    """In cost units (a sum or a maximum of per-batch values)."""
+    rank: int
+    restriction: Restriction = field(compare=False)
+    relax: Relaxation = field(compare=False)
+    plan: RelaxedPlan = field(compare=False)
+    ops: list[NOp] = field(compare=False)
+    """N's operations in the node's relaxed plan, with their windows."""
+    found: Overload | None = field(compare=False)
+    """What preemptive N cannot fit of them, if anything."""
+
+
+class _Search:
+    """The open nodes, the counters, and the lowest bound of every node set aside."""
+
+    def __init__(self, start: Start) -> None:
+        self.start = start
+        self.obj = Relaxation(start.instance, start.objective).obj
+        self.open: list[_Node] = []
+        self.floor = math.inf
+        """The least bound of the nodes dropped unexplored (pruned close to the incumbent, or
+        left when the clock ran out)."""
+        self.ranks = itertools.count()
+        self.nodes = 0
+        self.add_s = 0.0
+        """The longest a child node has taken to bound: a child is not started with less left."""
+
+    def upper_cost(self) -> float:
+        return self.obj.scaled(self.start.incumbent.objective)
+
+    def prunable(self, bound: float) -> bool:
+        upper = self.upper_cost()
+        if math.isinf(upper):
+            return math.isinf(bound)
+        return bound >= upper - _PRUNE_GAP * abs(upper)
+
+    def add(self, restriction: Restriction, parent: _Node | None = None) -> None:
+        """Bound the node of ``restriction`` (no lower than its ``parent``'s: it restricts the
+        parent, whose relaxed plan is its first candidate); solve it, set it aside, or keep it
+        open."""
+        if restriction.empty:
+            return
+        relax = Relaxation(self.start.instance, self.start.objective, restriction)
+        deadline = self.start.deadline_s
+        bound, sequence_, complete = solve_relaxation(
+            relax,
+            old_order=self.start.old_order,
+            upper_cost=self.upper_cost(),
+            search_until_s=deadline,
+            deadline_s=deadline,
+            greedy_s=GREEDY_MAX_S if parent is None else 0.0,
+            candidates=() if parent is None else (parent.plan.old_sequence,),
+        )
+        if parent is not None:
+            bound = max(bound, parent.bound)
+        if sequence_ is not None:  # the relaxed plan, repaired or sequenced, may be a schedule
+            plan = relax.plan(sequence_)
+            ops = plan_ops(relax, plan)
+            found = overload(ops)
+            self._offer(plan, ops, found is None)
+        if sequence_ is None or not complete or self.prunable(bound):
+            self.floor = min(self.floor, bound)  # a valid bound of everything below it
+            return
+        if self.obj.scaled(self.start.incumbent.objective) <= bound * (1 + 1e-12) + 1e-15:
+            self.floor = min(self.floor, bound)  # solved: the incumbent meets its bound
+            return
+        node = _Node(bound, -next(self.ranks), restriction, relax, plan, ops, found)
+        heapq.heappush(self.open, node)
+
+    def _offer(self, plan: RelaxedPlan, ops: list[NOp], fits_preemptive: bool) -> None:
+        """Offer the plan as a schedule: N's order from the sequencer when preemptive N can
+        carry it out and the sequencer finds one, else the repaired plan."""
+        start = self.start
+        order = None
+        if fits_preemptive:
+            order, _ = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+        args = (start.objective, start.old_order, start.backend)
+        if order is not None:
+            start.offer(decode(start.instance, plan.split, order, plan.old_sequence, *args))
+        else:
+            start.offer(decode(start.instance, *repair(start.instance, plan), *args))
+
+    def run(self) -> None:
+        self.add(Restriction.none(self.start.instance))
+        if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
+            # bounded in time): a short local search may lower the incumbent
+            self.start.polish(POLISH_SHARE_OF_LIMIT * self.start.left_s())
+        while self.open:
+            if self.start.left_s() <= self.add_s:
+                break
+            node = heapq.heappop(self.open)
+            if self.prunable(node.bound):
+                self.floor = min(self.floor, node.bound)
+                continue
+            self.nodes += 1
+            children = _children(node)
+            if not children:  # nothing to branch on: keep its bound, leave it
+                self.floor = min(self.floor, node.bound)
+            for child in children:
+                if self.start.left_s() <= self.add_s:  # the next child would end past the limit
+                    self.floor = min(self.floor, node.bound)  # the unbounded children
+                    break
+                began = time.perf_counter()
+                self.add(child, node)
+                self.add_s = max(self.add_s, time.perf_counter() - began)
+        lowest = min([self.floor, *(node.bound for node in self.open)])
+        self.start.raise_bound(self.obj.final(lowest))
+
+
+def _children(node: _Node) -> list[Restriction]:
+    """Restrictions that exclude the node's relaxed plan and cover all its schedules."""
+    if node.found is not None:
+        return _overload_children(node.restriction, node.found, node.relax.instance.num_layers)
+    return _pair_children(node, node.ops)
+
+
+def _overload_children(restriction: Restriction, found: Overload, layers: int) -> list[Restriction]:
+    last: dict[int, int] = {}
+    for op in found.ops:
+        last[op.batch] = max(last.get(op.batch, 0), op.layer)
+    children = []
+    ends_by = found.start_s + found.work_s
+    for batch, layer in sorted(last.items()):
+        length = next(op.length_s for op in found.ops if op.batch == batch)
+        late = restriction.at_least(batch, layer)
+        children.append(late.starting_after(batch, layer, ends_by - length, layers))
+    fewer = restriction
+    for batch, layer in sorted(last.items()):
+        children.append(fewer.at_most(batch, layer - 1))
+        fewer = fewer.at_least(batch, layer)
+    return children
+
+
+def _pair_children(node: _Node, ops: list[NOp]) -> list[Restriction]:
+    """Two operations of different batches that overlap when each runs at its release: one
+    runs before the other, or one of them is not run."""
+    layers = node.relax.instance.num_layers
+    by_release = sorted(ops)
+    for a, x in enumerate(by_release):
+        for y in by_release[a + 1 :]:
+            if y.release_s >= x.release_s + x.length_s:
+                break
+            if y.batch == x.batch:
+                continue
+            r = node.restriction
+            return [
+                r.at_least(x.batch, x.layer).starting_after(
+                    y.batch, y.layer, x.release_s + x.length_s, layers
+                ),
+                r.at_least(y.batch, y.layer).starting_after(
+                    x.batch, x.layer, y.release_s + y.length_s, layers
+                ),
+                r.at_most(x.batch, x.layer - 1),
+                r.at_least(x.batch, x.layer).at_most(y.batch, y.layer - 1),
+            ]
+    return []
+
+
+def solve_bnb(
+    instance: LiveScalingInstance,
+    *,
+    objective: str,
+    old_order: str,
+    time_limit_s: float | None,
+    hint: Schedule | None,
+    warm_start: bool = True,
+) -> Schedule:
+    """The optimum by branch and bound (see the module docstring), within ``time_limit_s``.
+
+    ``hint`` (ZigZag's schedule) and, with ``warm_start``, the repaired relaxed plan polished
+    by a short local search are the first incumbent. Unproven at the limit, the answer is
+    FEASIBLE with the least bound over the open nodes.
+    """
+    start = start_point(
+        instance,
+        objective=objective,
+        old_order=old_order,
+        backend="bnb",
+        time_limit_s=time_limit_s,
+        hint=hint,
+        relax=False,
+        warm=warm_start,
+    )
+    search = _Search(start)
+    search.run()
+    return finish(start, message=f"{search.nodes} node(s) branched, {len(search.open)} left open")

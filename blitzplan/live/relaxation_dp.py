@@ -1,0 +1,203 @@
+"""Solving the N-capacity relaxation (:mod:`blitzplan.live.relaxation`).
+
+Under ``old_order="free"`` a dynamic program over the sets of batches already on O keeps, per
+set, the Pareto front of (O free time, cost) and prunes states that cannot beat the best known
+cost (:mod:`blitzplan.live.relaxation_subsets`); under ``old_order="fifo"`` O's order is fixed
+and the program is linear in the batches (each batch goes on O, in release order, or stays on
+N). Stopped by the clock, the search still
+returns a valid bound: the least any state it left open could reach.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+
+from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.relaxation import Relaxation, RelaxedPlan, repair
+from blitzplan.live.relaxation_subsets import subset_search
+from blitzplan.live.schedule import evaluate_objective, timetable
+
+__all__ = [
+    "GREEDY_MAX_S",
+    "SEARCH_SHARE",
+    "relaxation_bound",
+    "relaxed_greedy",
+    "solve_relaxation",
+]
+
+SEARCH_SHARE = 0.8
+"""The share of ``relaxation_bound``'s time limit the subset search may use; the rest bounds
+the states it left open."""
+
+GREEDY_MAX_S = 0.05
+"""The most time the greedy start of ``relaxation_bound`` gets (a quarter of a shorter limit)."""
+
+_State = tuple[float, float, tuple[int, ...]]
+"""(O free time, cost so far, batches on O in order)."""
+
+
+def relaxed_greedy(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    time_limit_s: float = 0.05,
+) -> RelaxedPlan:
+    """A good relaxed plan: earliest completion first on O, then swaps and moves while they help."""
+    relax = Relaxation(instance, objective)
+    if old_order == "fifo":
+        return relax.plan(_fifo_best(relax)[1])
+    return relax.plan(_local_search(relax, time.perf_counter() + time_limit_s))
+
+
+def _local_search(relax: Relaxation, deadline_s: float) -> list[int]:
+    sequence = _earliest_completion_first(relax)
+    best = relax.evaluate(sequence)
+    improved = True
+    while improved:
+        improved = False
+        for candidate in _neighbours(sequence, relax.instance.num_batches):
+            if time.perf_counter() > deadline_s:
+                return sequence
+            value = relax.evaluate(candidate)
+            if value < best - 1e-12:
+                sequence, best, improved = candidate, value, True
+                break
+    return sequence
+
+
+def _earliest_completion_first(relax: Relaxation) -> list[int]:
+    free, rest, sequence = relax.instance.old_free_at_s, set(range(relax.instance.num_batches)), []
+    while rest:
+        placed = {i: relax.options[i].place(free)[0] for i in rest}
+        for i in [i for i in rest if relax.on_new[i] <= relax.obj.value(i, placed[i])]:
+            rest.discard(i)
+        if not rest:
+            break
+        pick = min(rest, key=lambda i: (placed[i], i))
+        sequence.append(pick)
+        rest.discard(pick)
+        free = placed[pick]
+    return sequence
+
+
+def _neighbours(sequence: list[int], n: int) -> Iterator[list[int]]:
+    """Swap two, move one, drop one to N, add one from N at every position (lazily)."""
+    for a in range(len(sequence)):
+        for b in range(a + 1, len(sequence)):
+            swapped = list(sequence)
+            swapped[a], swapped[b] = swapped[b], swapped[a]
+            yield swapped
+        rest = sequence[:a] + sequence[a + 1 :]
+        yield rest
+        yield from ([*rest[:b], sequence[a], *rest[b:]] for b in range(len(rest) + 1) if b != a)
+    for i in sorted(set(range(n)) - set(sequence)):
+        yield from ([*sequence[:b], i, *sequence[b:]] for b in range(len(sequence) + 1))
+
+
+def _fifo_best(relax: Relaxation) -> tuple[float, list[int]]:
+    """Exact under a fixed O order: each batch goes on O (in release order) or stays on N.
+    Returns (cost, O sequence); an infinite cost when no choice is left to some batch."""
+    front: list[_State] = [(relax.instance.old_free_at_s, relax.obj.empty, ())]
+    for i in relax.instance.fifo_order:
+        grown = []
+        for free, cost, seq in front:
+            if relax.on_new[i] < math.inf:
+                grown.append((free, relax.obj.combine(cost, relax.on_new[i]), seq))
+            end = relax.options[i].place(free)[0]
+            if end < math.inf:
+                grown.append((end, relax.obj.combine(cost, relax.obj.value(i, end)), (*seq, i)))
+        front = _pareto(grown)
+        if not front:
+            return math.inf, []
+    cost, _, seq = min((s[1], s[0], s[2]) for s in front)
+    return cost, list(seq)
+
+
+def _pareto(states: list[_State]) -> list[_State]:
+    states.sort(key=lambda s: (s[0], s[1]))
+    kept: list[_State] = []
+    for state in states:
+        if not kept or state[1] < kept[-1][1]:
+            kept.append(state)
+    return kept
+
+
+def solve_relaxation(
+    relax: Relaxation,
+    *,
+    old_order: str,
+    upper_cost: float = math.inf,
+    search_until_s: float = math.inf,
+    deadline_s: float = math.inf,
+    greedy_s: float = 0.0,
+    candidates: tuple[tuple[int, ...], ...] = (),
+) -> tuple[float, tuple[int, ...] | None, bool]:
+    """(bound, best O sequence found, finished) of the relaxation, in cost units.
+
+    Under a free order the search starts from the best of the earliest-completion-first
+    sequence, the ``candidates`` and (given ``greedy_s`` seconds) a local search from it; states
+    that cannot beat that or ``upper_cost`` (the cost of a known schedule) are pruned, so the
+    bound is at least ``min(optimum, upper_cost)``. The sequence is None only when no relaxed
+    plan exists (a restriction leaves some batch nowhere to go). The subset search stops at
+    ``search_until_s`` and bounds its open states until ``deadline_s`` (both
+    ``time.perf_counter()`` instants).
+    """
+    if old_order == "fifo":
+        cost, seq = _fifo_best(relax)
+        return cost, tuple(seq) if math.isfinite(cost) else None, True
+    seeds = [tuple(_earliest_completion_first(relax)), *candidates]
+    if greedy_s > 0:
+        until = min(time.perf_counter() + greedy_s, search_until_s)
+        seeds.append(tuple(_local_search(relax, until)))
+    best = min(seeds, key=relax.evaluate)
+    seeded = relax.evaluate(best)
+    cost, found, complete = subset_search(
+        relax, min(seeded, upper_cost), search_until_s, deadline_s
+    )
+    if found is None and math.isfinite(seeded):
+        found = best
+    return cost, found, complete
+
+
+def relaxation_bound(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    upper_bound: float = math.inf,
+    time_limit_s: float | None = None,
+) -> tuple[float, RelaxedPlan, bool]:
+    """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
+
+    ``upper_bound`` (the value of any known schedule, in objective units) and the value of the
+    first relaxed plan, repaired into a schedule, prune the search; with ``time_limit_s`` the
+    search stops early (after ``SEARCH_SHARE`` of it) and the bound is the least over the
+    states it had not expanded (still valid, weaker). The call returns within about
+    ``time_limit_s``: the clock is read before every group of states.
+    """
+    started = time.perf_counter()
+    relax = Relaxation(instance, objective)
+    deadline = math.inf if time_limit_s is None else started + time_limit_s
+    search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    first = _earliest_completion_first(relax)
+    upper = min(upper_bound, _repaired_value(instance, relax.plan(first), objective))
+    cost, sequence, complete = solve_relaxation(
+        relax,
+        old_order=old_order,
+        upper_cost=relax.obj.scaled(upper),
+        search_until_s=search_until,
+        deadline_s=deadline,
+        greedy_s=GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4),
+    )
+    best = tuple(first) if sequence is None else sequence
+    return relax.obj.final(min(cost, relax.evaluate(best))), relax.plan(best), complete
+
+
+def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:
+    """The objective of the schedule :func:`~blitzplan.live.relaxation.repair` makes of
+    ``plan``."""
+    _, _, completion = timetable(instance, *repair(instance, plan))
+    return evaluate_objective(instance, completion, objective)

@@ -1,0 +1,238 @@
+"""The subset dynamic program of the N-capacity relaxation under a free O order, on numpy.
+
+Level ``d`` holds states with ``d`` batches placed on O: the set (a bit mask), O's free time
+and the cost so far, with a pointer to the state it grew from. Every state is bounded by its
+cost plus, for each batch not yet placed, the least of its value placed next on O and its value
+on N alone; a state whose bound cannot beat the best known cost is dropped, and so is a child
+whose own bound cannot. Each state also completes the relaxation by leaving every unplaced
+batch on N (a candidate for the best cost). The children of a level are merged, per set, to
+their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of states at a
+time; the clock is read before every chunk and every merge (a merge is not started when the
+last large merge's time per state says it would end past the time allowed).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.schedule import SLO_TOL_S
+
+__all__ = ["CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
+
+CHUNK_STATES = 4_000
+"""States bounded and expanded together (one read of the clock per chunk)."""
+
+MEASURED_MERGE_STATES = 1_000
+"""Merges of at least this many states set the time per state the next merge is judged by
+(smaller ones are mostly fixed costs)."""
+
+_Arrays = dict[str, np.ndarray]
+"""A level: ``mask``, ``free`` (O free time), ``cost``, ``parent`` and ``last`` (the batch
+placed last), one entry per state."""
+
+
+class _Table:
+    """The relaxation's per-batch options and objective, as arrays."""
+
+    def __init__(self, relax: Relaxation) -> None:
+        self.relax, self.n = relax, relax.instance.num_batches
+        self.use_max = relax.obj.use_max
+        self.empty = relax.obj.empty
+        opts = relax.options
+        self.rho = [np.asarray(o.rho, dtype=float) for o in opts]
+        self.q = [np.asarray(o.q, dtype=float) for o in opts]
+        self.best = [np.asarray(o.suffix_best, dtype=float) for o in opts]
+        self.on_new = np.asarray(relax.on_new, dtype=float)
+        self.release = np.asarray(relax.instance.release_s, dtype=float)
+        self.slo = np.asarray(relax.obj.slo, dtype=float)
+        self.bits = np.int64(1) << np.arange(self.n, dtype=np.int64)
+
+    def ends(self, free: np.ndarray) -> np.ndarray:
+        """(states x batches): when each batch completes placed next on O."""
+        out = np.empty((free.size, self.n))
+        for i in range(self.n):
+            j = np.searchsorted(self.rho[i], free, side="right") - 1
+            best = self.best[i][j + 1]
+            if self.q[i].size:
+                alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
+                best = np.minimum(best, alt)
+            out[:, i] = best
+        return out
+
+    def values(self, ends: np.ndarray) -> np.ndarray:
+        """Each batch's value for those completions (as :meth:`RelaxObjective.value`)."""
+        name = self.relax.obj.name
+        if name == "makespan":
+            return ends
+        latency = ends - self.release
+        if name == "slo_violations":
+            late = np.where(latency > self.slo + SLO_TOL_S, 1.0, 0.0)
+            return np.asarray(np.where(np.isinf(ends), math.inf, late))
+        if name == "hard_slo":
+            return np.asarray(np.where(latency > self.slo + SLO_TOL_S, math.inf, latency))
+        return np.asarray(latency)
+
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(np.maximum(a, b) if self.use_max else a + b)
+
+    def fold(self, values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """Combine each row's values where ``keep`` (the empty value where none)."""
+        if self.use_max:
+            return np.asarray(np.where(keep, values, -math.inf).max(axis=1))
+        return np.asarray(np.where(keep, values, 0.0).sum(axis=1))
+
+    def others(self, floors: np.ndarray, total: np.ndarray, keep: np.ndarray, i: int) -> np.ndarray:
+        """The fold of every row's floors where ``keep``, column ``i`` left out (``total`` is
+        the fold with it)."""
+        if not self.use_max:
+            return np.asarray(total - floors[:, i])
+        rest = np.delete(np.where(keep, floors, -math.inf), i, axis=1)
+        if not rest.shape[1]:
+            return np.full(floors.shape[0], -math.inf)
+        return np.asarray(rest.max(axis=1))
+
+
+def subset_search(
+    relax: Relaxation, best_cost: float, search_until: float, deadline: float
+) -> tuple[float, tuple[int, ...] | None, bool]:
+    """(bound, best O sequence found, finished), in cost units; see the module docstring."""
+    table = _Table(relax)
+    level: _Arrays = {
+        "mask": np.zeros(1, dtype=np.int64),
+        "free": np.array([relax.instance.old_free_at_s]),
+        "cost": np.array([table.empty]),
+        "parent": np.array([-1]),
+        "last": np.array([-1]),
+    }
+    history: list[_Arrays] = []
+    best_ref: tuple[int, int] | None = None
+    merge_s_per_state = 0.0  # the last large merge's time per state: what the next will take
+    for depth in range(table.n + 1):
+        history.append(level)
+        grown: list[_Arrays] = []
+        for begin in range(0, level["cost"].size, CHUNK_STATES):
+            if time.perf_counter() > search_until:
+                bound = _open_bound(table, level, begin, grown, best_cost, deadline)
+                return bound, _sequence(history, best_ref), False
+            found = _expand(table, level, begin, best_cost, grown)
+            if found is not None:
+                best_cost, best_ref = found[0], (depth, found[1])
+        if not grown:
+            break
+        size = sum(part["cost"].size for part in grown)
+        began = time.perf_counter()
+        if began + merge_s_per_state * size > search_until:  # no time to merge: bound them
+            empty = {key: value[:0] for key, value in level.items()}
+            bound = _open_bound(table, empty, 0, grown, best_cost, deadline)
+            return bound, _sequence(history, best_ref), False
+        level = _pareto(grown)
+        if size >= MEASURED_MERGE_STATES:
+            merge_s_per_state = (time.perf_counter() - began) / size
+    return best_cost, _sequence(history, best_ref), True
+
+
+def _chunk(level: _Arrays, begin: int) -> _Arrays:
+    return {key: value[begin : begin + CHUNK_STATES] for key, value in level.items()}
+
+
+def _expand(
+    table: _Table, level: _Arrays, begin: int, best_cost: float, grown: list[_Arrays]
+) -> tuple[float, int] | None:
+    """Bound and expand one chunk; returns (cost, index) of a better complete relaxed plan."""
+    part = _chunk(level, begin)
+    with np.errstate(invalid="ignore"):  # inf - inf in rows already out of the running
+        return _expand_chunk(table, part, begin, best_cost, grown)
+
+
+def _expand_chunk(
+    table: _Table, part: _Arrays, begin: int, best_cost: float, grown: list[_Arrays]
+) -> tuple[float, int] | None:
+    mask, free, cost = part["mask"], part["free"], part["cost"]
+    unplaced = (mask[:, None] & table.bits[None, :]) == 0
+    ends = table.ends(free)
+    values = table.values(ends)
+    floors = np.minimum(values, table.on_new[None, :])
+    floor = table.fold(floors, unplaced)
+    done = table.combine(cost, table.fold(np.broadcast_to(table.on_new, ends.shape), unplaced))
+    better = None
+    if done.size and done.min() < best_cost:
+        index = int(done.argmin())
+        best_cost, better = float(done[index]), (float(done[index]), begin + index)
+    alive = table.combine(cost, floor) < best_cost
+    for i in range(table.n):
+        new_cost = table.combine(cost, values[:, i])
+        take = alive & unplaced[:, i] & np.isfinite(ends[:, i])
+        take &= table.combine(new_cost, table.others(floors, floor, unplaced, i)) < best_cost
+        if take.any():
+            grown.append(
+                {
+                    "mask": mask[take] | table.bits[i],
+                    "free": ends[take, i],
+                    "cost": new_cost[take],
+                    "parent": np.flatnonzero(take) + begin,
+                    "last": np.full(int(take.sum()), i),
+                }
+            )
+    return better
+
+
+def _pareto(grown: list[_Arrays]) -> _Arrays:
+    """Per set, the states no other state of the set beats on both O free time and cost."""
+    merged = {key: np.concatenate([g[key] for g in grown]) for key in grown[0]}
+    order = np.lexsort((merged["cost"], merged["free"], merged["mask"]))
+    merged = {key: value[order] for key, value in merged.items()}
+    mask, cost = merged["mask"], merged["cost"]
+    before = np.full(cost.size, math.inf)  # least cost earlier in the same set
+    before[1:] = np.where(mask[1:] == mask[:-1], cost[:-1], math.inf)
+    starts = np.flatnonzero(np.r_[True, mask[1:] != mask[:-1], True])
+    longest = int(np.diff(starts).max()) if cost.size else 0
+    shift = 1
+    while shift < longest:  # a segmented running minimum, by doubling
+        same = mask[shift:] == mask[:-shift]
+        before[shift:] = np.where(same, np.minimum(before[shift:], before[:-shift]), before[shift:])
+        shift *= 2
+    keep = cost < before
+    return {key: value[keep] for key, value in merged.items()}
+
+
+def _open_bound(
+    table: _Table,
+    level: _Arrays,
+    begin: int,
+    grown: list[_Arrays],
+    best_cost: float,
+    deadline: float,
+) -> float:
+    """The least cost any open state could reach: its cost and floor until ``deadline``, its
+    cost alone after it (values are never negative, so still a bound)."""
+    parts = [_chunk(level, b) for b in range(begin, level["cost"].size, CHUNK_STATES)]
+    parts += grown
+    bound = best_cost
+    for part in parts:
+        cost = part["cost"]
+        if not cost.size:
+            continue
+        if time.perf_counter() > deadline:
+            bound = min(bound, float(cost.min()))
+            continue
+        unplaced = (part["mask"][:, None] & table.bits[None, :]) == 0
+        floors = np.minimum(table.values(table.ends(part["free"])), table.on_new[None, :])
+        bound = min(bound, float(table.combine(cost, table.fold(floors, unplaced)).min()))
+    return bound
+
+
+def _sequence(history: list[_Arrays], ref: tuple[int, int] | None) -> tuple[int, ...] | None:
+    """The O sequence of state ``ref`` = (depth, index), read back through the parents."""
+    if ref is None:
+        return None
+    depth, index = ref
+    out = []
+    while depth > 0:
+        out.append(int(history[depth]["last"][index]))
+        index = int(history[depth]["parent"][index])
+        depth -= 1
+    return tuple(reversed(out))
