@@ -7,9 +7,11 @@ its end of the transport. After it, the transport's receivers hand over chunks a
 one thread per outgoing lane writes the lane's chunks in order, each once its bytes are here
 (held, or landed over any step), no faster than its step's pace (the link it stands for is busy
 ``chunk / pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the
-steps in ``after`` and, for store-and-forward, of every step feeding it. Up to ``WINDOW`` writes
-are in flight; a thread that is about to wait first sees its writes out, so every step's end is
-known when another waits for it. A device reports its position (``at``: unit, step, chunk) as
+steps in ``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a
+step that are ready at once go in one write (up to ``BATCH``: one NIXL WRITE, one Python call
+for all of them); up to ``WINDOW`` writes are in flight; a thread that is about to wait first
+sends what it holds and sees its writes out, so every step's end is known when another waits
+for it. A device reports its position (``at``: unit, step, chunk) as
 it starts each unit of a step; an injected fault fires there, or once the unit's first chunk has
 landed. A new GPU then compares every unit with its rank buffer.
 """
@@ -36,6 +38,8 @@ from blitzplan.models.layout import Layout, layout
 
 WINDOW = 4
 """Writes a lane keeps in flight."""
+BATCH = 16
+"""Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 
 @dataclass(frozen=True)
@@ -167,10 +171,18 @@ class ProgramSession:
 
     def _send(self, lane: Lane) -> None:
         ctx, store, sends = self.ctx, self.store, self.job.sends
-        flying: deque[tuple[Handle, Chunk]] = deque()
+        flying: deque[tuple[Handle, tuple[Chunk, ...]]] = deque()
+        batch: list[Chunk] = []
         free_s: dict[int, float] = {}
         left = {key: step.chunks for key, step in sends.items()}
-        settle = functools.partial(self._settle, flying, left)
+
+        def settle(keep: int) -> None:
+            if batch:
+                chunks = tuple(batch)
+                flying.append((self.transport.write(lane.peer, chunks), chunks))
+                batch.clear()
+            self._settle(flying, left, keep)
+
         for chunk in lane.chunks:
             step = sends[chunk.step]
             if chunk.step not in free_s:
@@ -191,19 +203,23 @@ class ProgramSession:
                     settle(0)
                     ctx.sleep_until(at_s)
             free_s[chunk.step] = at_s
-            flying.append((self.transport.write(lane.peer, chunk), chunk))
-            settle(WINDOW)
+            batch.append(chunk)
+            if len(batch) >= BATCH:
+                settle(WINDOW)
         settle(0)
 
-    def _settle(self, flying: deque[tuple[Handle, Chunk]], left: dict[int, int], keep: int) -> None:
+    def _settle(
+        self, flying: deque[tuple[Handle, tuple[Chunk, ...]]], left: dict[int, int], keep: int
+    ) -> None:
         """See writes out until ``keep`` are in flight; a step's end is its last write's."""
         while len(flying) > keep:
-            handle, chunk = flying.popleft()
+            handle, chunks = flying.popleft()
             self.transport.wait(handle)
-            left[chunk.step] -= 1
-            if left[chunk.step] == 0:
-                self.sent_end_s[chunk.step] = self.ctx.now()
-                self._done[chunk.step].set()
+            key = chunks[0].step
+            left[key] -= len(chunks)
+            if left[key] == 0:
+                self.sent_end_s[key] = self.ctx.now()
+                self._done[key].set()
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device."""

@@ -4,8 +4,8 @@ Everything else of a run (which chunk leaves when, dependencies through ``feeds`
 relays, checks) is the program runner's and the same for every transport. Each device keeps its
 buffers in one *arena* (a flat byte tensor: host memory on the CPU, GPU memory on a GPU), and
 both ends of a pair of devices know every chunk between them in advance, in one order (their
-:class:`Lane`). A sender calls :meth:`Transport.write` for each chunk of its lanes in that order
-(it returns a handle at once; :meth:`Transport.wait` returns once the chunk has left); a receiver
+:class:`Lane`). A sender calls :meth:`Transport.write` with the next chunks of a lane, in that
+order (it returns a handle at once; :meth:`Transport.wait` returns once they have left); a receiver
 runs the bodies :meth:`Transport.receivers` gives, each calling ``landed(chunk)`` once a chunk's
 bytes are in the arena. A transport that fails raises ``TransferError`` naming the peer, the step
 and the chunk.
@@ -14,8 +14,8 @@ and the chunk.
   lane's order alone, not by tags (NCCL has none): gloo on the CPU, NCCL when every rank has a
   GPU of its own (one communicator per direction of a pair), else gloo through host memory.
 - ``nixl`` (:mod:`.nixl_write`): NIXL over UCX, the library serving stacks use for KV and weight
-  transfer: each chunk one one-sided WRITE from the source's registered arena into the
-  destination's at the chunk's offset, with a notification the destination waits for.
+  transfer: one one-sided WRITE of a write's chunks from the source's registered arena into the
+  destination's at each chunk's offset, with a notification naming every chunk in it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 TRANSPORTS: dict[str, str] = {
     "torch": "torch.distributed point-to-point (gloo on the CPU, NCCL on GPUs)",
-    "nixl": "NIXL one-sided WRITE plus a notification per chunk (UCX; pip install nixl-cu12)",
+    "nixl": "NIXL one-sided WRITEs, each notifying the chunks it carries (UCX; nixl-cu12)",
 }
 """The closed table of transports (default ``torch``)."""
 
@@ -68,14 +68,14 @@ class Lane:
     chunks: tuple[Chunk, ...]
 
 
-Handle = tuple[Any, int, "Chunk"]
-"""A write in flight: the transport's own handle, the peer and the chunk."""
+Handle = tuple[Any, int, tuple["Chunk", ...]]
+"""A write in flight: the transport's own handle, the peer and the chunks."""
 
 
 class Transport(Protocol):
     """What the program runner asks of a transport (see the module docstring)."""
 
-    def write(self, peer: int, chunk: Chunk) -> Handle: ...
+    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle: ...
 
     def wait(self, handle: Handle) -> None: ...
 

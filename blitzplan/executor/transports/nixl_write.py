@@ -1,17 +1,18 @@
-"""The ``nixl`` transport: each chunk one one-sided NIXL WRITE, with a notification per chunk.
+"""The ``nixl`` transport: one one-sided NIXL WRITE per write, its notification naming its chunks.
 
 Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core
 per process: the waits drive progress, a sender polling its WRITEs, a receiver its
 notifications; no metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a
 GPU) and publishes its metadata and the arena's address in the group's TCPStore. A sender loads
 the metadata of every rank it writes to and prepares, per lane, the descriptors of every chunk
-on both sides once, before the start; a chunk is then one prepared WRITE with the notification
-``b"<step>:<dst>"``. A receiver polls its notifications in one thread (NIXL delivers one after
-its bytes), backing off from ``POLL_S[0]`` to ``POLL_S[1]`` while nothing comes. UCX is kept to
-the loopback interface unless ``UCX_NET_DEVICES`` says otherwise, and to TCP on the CPU unless
-``UCX_TLS`` does: no socket of a run listens beyond this host. Two traps of NIXL's Python API
-are handled: ``add_remote_agent`` returns the name as bytes (decoded before use), and the
-agent's own metadata listener would bind every interface (it stays off).
+on both sides once, before the start; a write is then one prepared WRITE of its chunks with the
+notification ``b"<step>:<dst>"`` of each, joined by ``;``. A receiver polls its notifications in
+one thread (NIXL delivers one after its bytes), backing off from ``POLL_S[0]`` to ``POLL_S[1]``
+while nothing comes. UCX is kept to the loopback interface unless ``UCX_NET_DEVICES`` says
+otherwise, and to TCP on the CPU unless ``UCX_TLS`` does: no socket of a run listens beyond this
+host. Two traps of NIXL's Python API are handled: ``add_remote_agent`` returns the name as bytes
+(decoded before use), and the agent's own metadata listener would bind every interface (it stays
+off).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ POLL_S = (2e-5, 5e-4)
 
 
 def loopback_ucx(device: str) -> None:
-    """Keep UCX on this host (the loopback interface) and, on the CPU, on TCP; a value the
-    environment already sets stays."""
+    """Keep UCX on this host (the loopback interface) and, on the CPU, on TCP; NIXL's log to
+    warnings (it logs every agent it makes); a value the environment already sets stays."""
     os.environ.setdefault("UCX_NET_DEVICES", "lo")
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     if device == "cpu":
         os.environ.setdefault("UCX_TLS", "tcp")
 
@@ -91,20 +93,21 @@ class NixlTransport:
         message = f"{what} ({where}, rank {peer}, NIXL)"
         return TransferError(Failure(message, chunk.unit, peer, chunk.step, (chunk.lo, chunk.hi)))
 
-    def write(self, peer: int, chunk: Chunk) -> Handle:
+    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
         local, remote, index = self.lanes[peer]
-        k = [index[(chunk.step, chunk.dst)]]
+        k = [index[(c.step, c.dst)] for c in chunks]
+        note = b";".join(_note(c) for c in chunks)
         try:
-            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, _note(chunk))
+            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, note)
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
-            raise self._failed(chunk, peer, f"writing failed: {_first_line(exc)}") from None
+            raise self._failed(chunks[0], peer, f"writing failed: {_first_line(exc)}") from None
         if state == "ERR":
-            raise self._failed(chunk, peer, "writing ended in state ERR")
-        return handle, peer, chunk
+            raise self._failed(chunks[0], peer, "writing ended in state ERR")
+        return handle, peer, chunks
 
     def wait(self, handle: Handle) -> None:
-        xfer, peer, chunk = handle
+        xfer, peer, (chunk, *_) = handle
         deadline, pause = time.monotonic() + self.ctx.timeout_s, POLL_S[0]
         try:
             while (state := self.agent.check_xfer_state(xfer)) == "PROC":
@@ -136,7 +139,7 @@ class NixlTransport:
         heard, pause = time.monotonic(), POLL_S[0]
         while expected:
             found = [n for notes in self.agent.get_new_notifs().values() for n in notes]
-            for note in found:
+            for note in (part for notes in found for part in notes.split(b";")):
                 if (item := expected.pop(note, None)) is not None:
                     landed(item[1])
             if found:

@@ -53,15 +53,19 @@ class TorchTransport:
     def _where(self, chunk: Chunk, peer: int) -> Failure:
         return Failure("", chunk.unit, peer, chunk.step, (chunk.lo, chunk.hi))
 
-    def write(self, peer: int, chunk: Chunk) -> Handle:
-        data = self.arena[chunk.src : chunk.src + chunk.nbytes]
-        wire = data if data.device == self.ctx.wire else data.to(self.ctx.wire)
+    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
         group = self.groups.get((self.ctx.rank, peer))
-        return dist.isend(wire, dst=peer, tag=TAG, group=group), peer, chunk
+        works = []
+        for chunk in chunks:
+            data = self.arena[chunk.src : chunk.src + chunk.nbytes]
+            wire = data if data.device == self.ctx.wire else data.to(self.ctx.wire)
+            works.append(dist.isend(wire, dst=peer, tag=TAG, group=group))
+        return works, peer, chunks
 
     def wait(self, handle: Handle) -> None:
-        work, peer, chunk = handle
-        self.ctx.wait(work, f"sending a chunk to rank {peer}", self._where(chunk, peer))
+        works, peer, chunks = handle
+        for work, chunk in zip(works, chunks, strict=True):
+            self.ctx.wait(work, f"sending a chunk to rank {peer}", self._where(chunk, peer))
 
     def receivers(
         self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
