@@ -32,7 +32,7 @@ from blitzplan.compute import TableComputeModel  # noqa: E402
 from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
 from blitzplan.executor.program.jobs import held_bytes  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
-from blitzplan.executor.program.runner import read_program, run_program  # noqa: E402
+from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
 from blitzplan.executor.program.scenarios import scenario_plan  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
@@ -150,11 +150,16 @@ def test_a_running_program_takes_a_replan_and_ends_bit_exact(
 ) -> None:
     """Half-way through, the serving source on h2/gpu3 fails; the replan takes over: the old
     steps deliver what the replan holds and stop, the replan's steps send the rest, each byte
-    arrives once, every new GPU ends bit-exact."""
+    arrives once, every new GPU ends bit-exact. Pairs then carry steps of both programs in one
+    lane, and some send both ways: chunks match by the lane's order alone (one tag, as NCCL)."""
     after, at_s = _replanned(small)
     replan = read_program(after)
     held = sum(hi - lo for spans in held_bytes(replan).values() for _, lo, hi in spans)
     assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
+    _, jobs = prepare(small.path, small.weights, replan=after, at_s=at_s)
+    lanes = {(job.rank, lane.peer): lane for job in jobs for lane in job.out}
+    assert any(len({c.step for c in lane.chunks}) > 1 for lane in lanes.values())
+    assert any((b, a) in lanes for a, b in lanes)  # a pair sending both ways
     run = run_program(
         small.path, small.weights, replan=after, at_s=at_s, workers=pool, transport=transport
     )

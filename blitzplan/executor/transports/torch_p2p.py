@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 
 TAG = 0
 """The torch.distributed tag of every chunk."""
-WINDOW = 8
-"""Receives a receiver keeps posted ahead on each lane."""
+WINDOW = 64
+"""Receives a receiver keeps posted ahead on each lane: as many chunks as a sender keeps in
+flight (``session.WINDOW`` writes of up to ``session.BATCH`` chunks), since gloo moves a chunk
+only once its receive is posted."""
 
 
 def pair_order(pair: tuple[int, int]) -> tuple[int, int, bool]:
