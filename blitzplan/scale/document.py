@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.wire.canonical import check_digest, digest, signed_json
+from blitzplan.wire.canonical import digest, read_signed, signed_json
+from blitzplan.wire.plan_program import PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from blitzplan.scale.types import ScalePlan
@@ -49,8 +50,7 @@ __all__ = [
     "plan_digest",
 ]
 
-SCHEMA = "blitzplan.scaleplan"
-SCHEMA_VERSION = 3
+SCHEMA, SCHEMA_VERSION = PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 _UNSIGNED = ("plan_id", "timing")
 
 
@@ -110,20 +110,7 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
     InvalidInputError naming what does not fit."""
     import msgspec
 
-    if not isinstance(text, str):
-        raise InvalidInputError(f"a ScalePlan document is JSON text, got {type(text).__name__}")
-    try:
-        document = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"ScalePlan JSON does not parse: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise InvalidInputError(f"not a {SCHEMA} document (its 'schema' key must say so)")
-    version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise InvalidInputError(
-            f"schema_version {version!r} is not supported (this blitzplan reads {SCHEMA_VERSION})"
-        )
-    check_digest(text, document, "plan_id", "timing")
+    document = read_signed(text, SCHEMA, SCHEMA_VERSION, "plan_id", "timing")
     plan_id = document.pop("plan_id")
     timing = document.pop("timing", None) or {}
     for key in ("schema", "schema_version"):

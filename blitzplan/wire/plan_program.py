@@ -1,7 +1,7 @@
 """A full ScalePlan document's program export, made from its JSON alone (no planner object).
 
 :func:`plan_program_json` checks the document's ``schema``, ``schema_version`` and ``plan_id``
-(:func:`~blitzplan.wire.canonical.check_digest`, as ``ScalePlan.from_json`` does) and writes the
+(:func:`~blitzplan.wire.canonical.read_signed`, as ``ScalePlan.from_json`` does) and writes the
 ``blitzplan.scaleprogram`` document of it: the same text that
 :func:`blitzplan.scale.export.program_json` writes from the read plan (a test holds them equal).
 Reading that text (:func:`~blitzplan.wire.scaleprogram.read_program_json`) then checks the types
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.wire.canonical import check_digest, signed_json
+from blitzplan.wire.canonical import read_signed, signed_json
 from blitzplan.wire.scaleprogram import PROGRAM_SCHEMA, PROGRAM_SCHEMA_VERSION, STEP_DEFAULTS
 
 PLAN_SCHEMA = "blitzplan.scaleplan"
@@ -26,21 +26,7 @@ _INSTANCE_KEYS = ("name", "gpus", "role", "live", "ready_at_s", "layer_ready_s")
 def plan_program_json(text: str) -> str:
     """The program export of the full ScalePlan document ``text`` (module docstring);
     InvalidInputError naming what is wrong with the document."""
-    import msgspec
-
-    try:
-        document = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"ScalePlan JSON does not parse: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != PLAN_SCHEMA:
-        raise InvalidInputError(f"not a {PLAN_SCHEMA} document (its 'schema' key must say so)")
-    version = document.get("schema_version")
-    if version != PLAN_SCHEMA_VERSION:
-        raise InvalidInputError(
-            f"schema_version {version!r} is not supported (this blitzplan reads "
-            f"{PLAN_SCHEMA_VERSION})"
-        )
-    check_digest(text, document, "plan_id", "timing")
+    document = read_signed(text, PLAN_SCHEMA, PLAN_SCHEMA_VERSION, "plan_id", "timing")
     try:
         export = _export(document)
     except (KeyError, TypeError, AttributeError) as exc:

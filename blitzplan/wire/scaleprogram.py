@@ -33,7 +33,7 @@ from typing import Any
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelIdentity, ModelSpec
-from blitzplan.wire.canonical import check_digest, signed_as_written
+from blitzplan.wire.canonical import read_signed, signed_as_written
 
 __all__ = [
     "PROGRAM_SCHEMA",
@@ -284,20 +284,7 @@ def read_program_json(text: str) -> ScaleProgram:
     if fast is not None:
         check_program(fast)
         return fast
-    try:
-        document = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"the program export does not parse: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != PROGRAM_SCHEMA:
-        raise InvalidInputError(f"not a {PROGRAM_SCHEMA} document (its 'schema' key must say so)")
-    version = document.pop("schema_version", None)
-    if version != PROGRAM_SCHEMA_VERSION:
-        raise InvalidInputError(
-            f"schema_version {version!r} is not supported (this blitzplan reads "
-            f"{PROGRAM_SCHEMA_VERSION})"
-        )
-    document["schema_version"] = version
-    check_digest(text, document, "program_id")
+    document = read_signed(text, PROGRAM_SCHEMA, PROGRAM_SCHEMA_VERSION, "program_id")
     for key in ("schema", "schema_version"):
         document.pop(key)
     _read_infinities(document)
