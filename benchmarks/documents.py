@@ -25,7 +25,8 @@ from plan import REPEATS, busy_rail, median_ms
 
 from blitzplan._table import format_table
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
-from blitzplan.scale.export import program_json, read_program_json
+from blitzplan.scale.export import program_json
+from blitzplan.wire.scaleprogram import read_program_json
 
 ADDED = 64 if os.environ.get("BLITZPLAN_QUICK") == "1" else 512
 

@@ -15,6 +15,7 @@ against the document's prediction. Nothing is asserted: the README quotes the ta
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import platform
@@ -29,20 +30,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from blitzplan import replan
 from blitzplan._table import format_table
-from blitzplan.executor.program.jobs import DeviceJob, arena_bases, devices_of
+from blitzplan.executor.program.devices import DeviceJob, devices_of
 from blitzplan.executor.program.outcome import ProgramRun
-from blitzplan.executor.program.reader import read_program
-from blitzplan.executor.program.runner import prepare, run_program
+from blitzplan.executor.program.runner import prepare, read_program, run_program
 from blitzplan.executor.program.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.probe import measured_compute
 from blitzplan.executor.serving.serve import live_violations, serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
-from blitzplan.executor.transports import open_transport
+from blitzplan.executor.transports import Chunk, Lane, open_transport
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 SCENARIO = "small" if QUICK else "large"
@@ -133,25 +134,30 @@ class RawPlan:
     transport: str
 
 
+def _by_step(lane: Lane) -> list[list[Chunk]]:
+    """A lane's chunks grouped by step, steps in the lane's order."""
+    steps: dict[int, list[Chunk]] = {}
+    for chunk in lane.chunks:
+        steps.setdefault(chunk.step, []).append(chunk)
+    return list(steps.values())
+
+
 def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
     """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
-    of a step's bytes (one notification), torch one send/recv of them; every step at once.
-    Returns the first byte out and last byte in (nan where none)."""
-    job, bases = plan.job, arena_bases(plan.job.unit_sizes())
-    arena = torch.zeros(bases[-1], dtype=torch.uint8, device=ctx.device)
-    peers = tuple(sorted({p.peer for p in (*job.sends, *job.recvs)}))
+    of a step's chunks (one notification), torch one send/recv of them (packed); every lane at
+    once. Returns the first byte out and last byte in (nan where none)."""
+    job = plan.job
+    arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
     transport: Any = open_transport(
-        plan.transport,
-        ctx,
-        arena,
-        run=job.run + "raw",
-        writes_to=tuple(sorted(job.peer_bases)),
-        peers=peers,
+        plan.transport, ctx, arena, run=job.run + "raw", out=job.out, into=job.into
     )
     ctx.ready()
     times: list[tuple[str, float]] = []
-    bodies = [lambda s=s: _raw_send(ctx, transport, plan, s, bases) for s in job.sends]
-    bodies += [lambda r=r: _raw_recv(ctx, transport, plan, r) for r in job.recvs]
+    bodies = [functools.partial(_raw_send, ctx, transport, lane) for lane in job.out]
+    if plan.transport == "nixl" and job.into:
+        bodies.append(functools.partial(_raw_notes, transport, job.into))
+    elif plan.transport == "torch":
+        bodies += [functools.partial(_raw_recv, ctx, transport, lane) for lane in job.into]
     threads = [threading.Thread(target=_timed(b, times, ctx)) for b in bodies]
     for thread in threads:
         thread.start()
@@ -164,7 +170,7 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
 
 
 def _timed(
-    body: Callable[[], None], times: list[tuple[str, float]], ctx: RankContext
+    body: Callable[[], str], times: list[tuple[str, float]], ctx: RankContext
 ) -> Callable[[], None]:
     def run() -> None:
         start = ctx.now()
@@ -174,43 +180,47 @@ def _timed(
     return run
 
 
-def _raw_send(
-    ctx: RankContext, transport: Any, plan: RawPlan, send: Any, bases: tuple[int, ...]
-) -> str:
-    peer = plan.job.peer_bases[send.peer]
-    local = [(bases[u] + s, n) for u, s, _, n in send.pieces]
-    remote = [(peer[u] + d, n) for u, _, d, n in send.pieces]
-    if plan.transport == "nixl":
-        agent, name = transport.agent, transport.peers[send.peer][0]
-        gpu, memory = transport.gpu, transport.memory
-        src = agent.get_xfer_descs([(transport.base + a, n, gpu) for a, n in local], memory)
-        dst = agent.get_xfer_descs(
-            [
-                (transport.peers[send.peer][1] + a, n, transport.peers[send.peer][2])
-                for a, n in remote
-            ],
-            memory,
-        )
-        handle = agent.initialize_xfer("WRITE", src, dst, name, f"raw{send.step}".encode())
-        state = agent.transfer(handle)
-        while state == "PROC":
-            time.sleep(5e-5)
-            state = agent.check_xfer_state(handle)
-        agent.release_xfer_handle(handle)
-    else:
-        data = torch.cat([transport.arena[a : a + n] for a, n in local])
-        ctx.send(data, send.peer, layer=None, tag=1 + send.step)
+def _raw_send(ctx: RankContext, transport: Any, lane: Lane) -> str:
+    if hasattr(transport, "agent"):
+        local, remote, index = transport.lanes[lane.peer]
+        handles = []
+        for chunks in _by_step(lane):
+            k = [index[(c.step, c.dst)] for c in chunks]
+            note = f"raw{chunks[0].step}".encode()
+            handles.append(transport.agent.make_prepped_xfer("WRITE", local, k, remote, k, note))
+            transport.agent.transfer(handles[-1])
+        for handle in handles:
+            while transport.agent.check_xfer_state(handle) == "PROC":
+                time.sleep(2e-5)
+            transport.agent.release_xfer_handle(handle)
+        return "send"
+    group = transport.groups.get((ctx.rank, lane.peer))
+    works = []
+    for chunks in _by_step(lane):
+        data = torch.cat([transport.arena[c.src : c.src + c.nbytes] for c in chunks])
+        works.append(dist.isend(data.to(ctx.wire), dst=lane.peer, group=group))
+    for work in works:
+        work.wait()
     return "send"
 
 
-def _raw_recv(ctx: RankContext, transport: Any, plan: RawPlan, recv: Any) -> str:
-    if plan.transport == "nixl":
-        note = f"raw{recv.step}".encode()
-        while transport._arrived(note) is None:
-            time.sleep(5e-5)
-    else:
-        total = sum(n for *_, n in recv.pieces)
-        ctx.recv(torch.empty(total, dtype=torch.uint8), recv.peer, layer=None, tag=1 + recv.step)
+def _raw_recv(ctx: RankContext, transport: Any, lane: Lane) -> str:
+    group = transport.groups.get((lane.peer, ctx.rank))
+    works = []
+    for chunks in _by_step(lane):
+        into = torch.empty(sum(c.nbytes for c in chunks), dtype=torch.uint8, device=ctx.wire)
+        works.append(dist.irecv(into, src=lane.peer, group=group))
+    for work in works:
+        work.wait()
+    return "recv"
+
+
+def _raw_notes(transport: Any, lanes: tuple[Lane, ...]) -> str:
+    expected = {f"raw{steps[0].step}".encode() for lane in lanes for steps in _by_step(lane)}
+    while expected:
+        for notes in transport.agent.get_new_notifs().values():
+            expected.difference_update(notes)
+        time.sleep(2e-5)
     return "recv"
 
 

@@ -334,8 +334,8 @@ def _cmd_models(_: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from blitzplan.scale.export import ScaleProgram
     from blitzplan.scale.types import ScalePlan
+    from blitzplan.wire.scaleprogram import ScaleProgram
 
     text = ScaleProgram.json_schema() if args.program else ScalePlan.json_schema()
     if args.out:

@@ -11,8 +11,8 @@ import pytest
 from blitzplan import InvalidInputError
 from blitzplan.cli import main
 from blitzplan.scale import ScalePlan, ScaleRequest, apply_plan, plan, recover
-from blitzplan.scale.export import read_program_json
 from blitzplan.scale.statefile import load_state, save_state, state_to_dict
+from blitzplan.wire.scaleprogram import read_program_json
 from tests.test_scale import MODEL, paper_state
 
 STATE = """\

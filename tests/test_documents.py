@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from blitzplan import InvalidInputError
-from blitzplan.canonical import canonical_json, es_number
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
 from blitzplan.scale.document import document_digest, json_schema
-from blitzplan.scale.export import ScaleProgram, program_json, read_program_json
+from blitzplan.scale.export import program_json
+from blitzplan.wire.canonical import canonical_json, es_number
+from blitzplan.wire.scaleprogram import ScaleProgram, read_program_json
 from tests.test_scale import MODEL, paper_state
 
 jcs = pytest.importorskip("jcs")
@@ -337,8 +338,8 @@ def test_the_schema_refuses_malformed_documents(
 
 
 def test_the_shipped_export_schema_is_the_generated_one_and_validates(relayed: ScalePlan) -> None:
-    from blitzplan.scale.export import program_schema
-    from blitzplan.scale.schema_fields import field_table
+    from blitzplan.wire.scaleprogram import program_schema
+    from blitzplan.wire.schema_fields import field_table
     from tests.conftest import REPO
 
     shipped = (REPO / "blitzplan" / "schemas" / "scaleprogram.v1.schema.json").read_text()
@@ -364,11 +365,11 @@ def test_the_shipped_export_schema_is_the_generated_one_and_validates(relayed: S
 def test_the_one_pass_screen_passes_valid_programs(relayed: ScalePlan, scale: ScalePlan) -> None:
     """The screen is the fast path; every probe above shows it refuses what the itemised checks
     refuse (else from_json would have passed them)."""
-    from blitzplan.scale.program_rules import _memory_devices, _screen, _spans
+    from blitzplan.wire.program_rules import _screen, _spans, memory_devices
 
     for made in (relayed, scale):
         spans = {s.id: _spans(s.ranges) for s in made.steps}
         instances = {i.name: i for i in made.new_instances}
-        memory = _memory_devices(made.steps)
+        memory = memory_devices(made.steps)
         tp, units = made.request["tp"], made.multicast.unit_bytes
         assert _screen(made.steps, spans, tp, units, instances, made.held, memory)

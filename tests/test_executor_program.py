@@ -37,9 +37,9 @@ from blitzplan import (  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.compute import TableComputeModel  # noqa: E402
 from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
+from blitzplan.executor.program.jobs import held_bytes  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
-from blitzplan.executor.program.reader import document_digest, read_program  # noqa: E402
-from blitzplan.executor.program.runner import run_program  # noqa: E402
+from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
 from blitzplan.executor.program.scenarios import (  # noqa: E402
     SCENARIOS,
     scenario_plan,
@@ -52,6 +52,8 @@ from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, live_violations, s
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 from blitzplan.executor.smallmodel.llama import small_config  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
+from blitzplan.scale.document import document_digest  # noqa: E402
+from blitzplan.scale.export import program_json  # noqa: E402
 
 PACKAGE = Path(blitzplan.__file__).parent
 HAVE_NIXL = pytest.importorskip("importlib").util.find_spec("nixl_cu12") is not None
@@ -99,8 +101,9 @@ def _check_paced(run: ProgramRun, text: str) -> None:
     start (less one chunk's window: a chunk leaves as its window opens; a step that started late
     may catch up with its windows, never run ahead of them)."""
     program = read_program(text)
+    by_id = {s.id: s for s in program.steps}
     for result in run.steps:
-        step = program.step[result.id]
+        step = by_id[result.id]
         if step.pace_bytes_per_s and result.program == 0:
             floor_s = (result.moved_bytes - program.chunk_bytes) / step.pace_bytes_per_s
             assert result.end_s >= 0.99 * (step.not_before_s + floor_s), result
@@ -120,6 +123,17 @@ def test_the_small_plan_has_every_feature_the_executor_must_run(small: Setup) ->
     assert any(len(froms) >= 2 for froms in into.values())  # a buffer from several sources
 
 
+def test_a_full_document_runs_as_its_program_export(small: Setup) -> None:
+    """The executor reads a full ScalePlan as the export the planner writes (byte for byte, a
+    replan and a timed document too), so both forms run the same records."""
+    from blitzplan.wire.plan_program import plan_program_json
+
+    after, _ = _replanned(small)
+    for made in (small.plan, ScalePlan.from_json(after), scenario_plan("live")[1]):
+        assert plan_program_json(made.to_json(timing=True)) == program_json(made)
+    assert read_program(small.path) == read_program(program_json(small.plan))
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_the_same_document_runs_bit_exact_on_both_transports(
     small: Setup, pool: Workers, transport: str
@@ -128,7 +142,7 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     run = run_program(text, small.weights, workers=pool, transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0 and run.transport == transport
     assert len(run.devices) == 8 and run.plan_id == small.plan.plan_id
-    step = read_program(text).step
+    step = {s.id: s for s in read_program(text).steps}
     assert all(s.moved_bytes == step[s.id].bytes for s in run.steps)
     assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
@@ -165,11 +179,16 @@ def test_a_running_program_takes_a_replan_and_ends_bit_exact(
 ) -> None:
     """Half-way through, the serving source on h2/gpu3 fails; the replan takes over: the old
     steps deliver what the replan holds and stop, the replan's steps send the rest, each byte
-    arrives once, every new GPU ends bit-exact."""
+    arrives once, every new GPU ends bit-exact. Pairs then carry steps of both programs in one
+    lane, and some send both ways: chunks match by the lane's order alone (one tag, as NCCL)."""
     after, at_s = _replanned(small)
     replan = read_program(after)
-    held = sum(hi - lo for spans in replan.held.values() for _, lo, hi in spans)
+    held = sum(hi - lo for spans in held_bytes(replan).values() for _, lo, hi in spans)
     assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
+    _, jobs = prepare(small.path, small.weights, replan=after, at_s=at_s)
+    lanes = {(job.rank, lane.peer): lane for job in jobs for lane in job.out}
+    assert any(len({c.step for c in lane.chunks}) > 1 for lane in lanes.values())
+    assert any((b, a) in lanes for a, b in lanes)  # a pair sending both ways
     run = run_program(
         small.path, small.weights, replan=after, at_s=at_s, workers=pool, transport=transport
     )
@@ -185,7 +204,7 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
     """The running program, less one step into a GPU the replan says holds its bytes: the
     replan would leave a hole there, and is refused before any process starts."""
     after, at_s = _replanned(small)
-    held = read_program(after).held
+    held = held_bytes(read_program(after))
     steps = json.loads(small.path.read_text())["steps"]
     sources = {s["source"] for s in steps}
     dropped = next(
@@ -360,7 +379,7 @@ def _bad_cases(weights: Checkpoint, other: Checkpoint) -> dict[str, tuple[Any, .
         return lambda d: d["steps"][k].update(fields)
 
     return {
-        "not json": (lambda t: t[:-20], "not JSON"),
+        "not json": (lambda t: t[:-20], "does not parse"),
         "version": (lambda t: _edited(t, lambda d: d.update(schema_version=1)), "schema_version 1"),
         "edited": (lambda t: _edited(t, step(0, bytes=1), sign=False), "plan_id .* does not match"),
         "type": (lambda t: _edited(t, step(0, rank="x")), r"\$\.steps\[0\]\.rank"),
@@ -517,9 +536,7 @@ def test_equal_chunks_tile_the_range(lo: int, size: int, chunk: int) -> None:
         assert chunks == []
 
 
-def test_a_backend_can_be_asked_for_and_is_checked() -> None:
-    assert check_device("cpu", 8, backend="gloo") == "gloo"
-    with pytest.raises(InvalidInputError, match="backend='nccl' needs device='cuda'"):
-        check_device("cpu", 8, backend="nccl")
-    with pytest.raises(InvalidInputError, match="backend must be one of gloo, nccl, got 'mpi'"):
-        check_device("cpu", 8, backend="mpi")
+def test_a_device_is_checked() -> None:
+    assert check_device("cpu", 8) == "gloo"
+    with pytest.raises(InvalidInputError, match="device must be one of cpu, cuda, got 'tpu'"):
+        check_device("tpu", 8)

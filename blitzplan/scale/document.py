@@ -1,7 +1,7 @@
 """The ScalePlan JSON document: encoding, decoding and its JSON Schema.
 
 The document is the ScalePlan's fields plus ``schema`` and ``schema_version``, written in its
-RFC 8785 canonical form (:mod:`blitzplan.canonical`: no whitespace, sorted keys,
+RFC 8785 canonical form (:mod:`blitzplan.wire.canonical`: no whitespace, sorted keys,
 ECMAScript numbers) and a final newline. ``plan_id`` is the SHA-256 of the canonical form of the
 document without ``plan_id`` and ``timing``: any JCS implementation recomputes it from the parsed
 document, and a reader refuses a document without one or whose content does not match it.
@@ -13,7 +13,7 @@ Wall-clock solve times are not part of the plan: they change from run to run whi
 does not, so equal inputs give byte-identical documents. ``timing=True`` adds them under
 ``timing`` (readers ignore it).
 
-Reading runs the program checks of :mod:`blitzplan.scale.program_rules` (what the executor's
+Reading runs the program checks of :mod:`blitzplan.wire.program_rules` (what the executor's
 reader refuses, a data plane refuses too), so a document that parses describes a runnable
 program.
 
@@ -33,8 +33,9 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from blitzplan.canonical import check_digest, digest, signed_json
 from blitzplan.errors import InvalidInputError
+from blitzplan.wire.canonical import digest, read_signed, signed_json
+from blitzplan.wire.plan_program import PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from blitzplan.scale.types import ScalePlan
@@ -49,8 +50,7 @@ __all__ = [
     "plan_digest",
 ]
 
-SCHEMA = "blitzplan.scaleplan"
-SCHEMA_VERSION = 3
+SCHEMA, SCHEMA_VERSION = PLAN_SCHEMA, PLAN_SCHEMA_VERSION
 _UNSIGNED = ("plan_id", "timing")
 
 
@@ -110,20 +110,7 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
     InvalidInputError naming what does not fit."""
     import msgspec
 
-    if not isinstance(text, str):
-        raise InvalidInputError(f"a ScalePlan document is JSON text, got {type(text).__name__}")
-    try:
-        document = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"ScalePlan JSON does not parse: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise InvalidInputError(f"not a {SCHEMA} document (its 'schema' key must say so)")
-    version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise InvalidInputError(
-            f"schema_version {version!r} is not supported (this blitzplan reads {SCHEMA_VERSION})"
-        )
-    check_digest(text, document, "plan_id", "timing")
+    document = read_signed(text, SCHEMA, SCHEMA_VERSION, "plan_id", "timing")
     plan_id = document.pop("plan_id")
     timing = document.pop("timing", None) or {}
     for key in ("schema", "schema_version"):
@@ -141,8 +128,8 @@ def decode(text: str, kind: type[ScalePlan]) -> ScalePlan:
 
 def check_plan(plan: ScalePlan) -> None:
     """The checks a read document passes beyond its types: the model named once, and its
-    transfer program runnable (:func:`~blitzplan.scale.program_rules.check_program_rules`)."""
-    from blitzplan.scale.program_rules import check_program_rules
+    transfer program runnable (:func:`~blitzplan.wire.program_rules.check_program_rules`)."""
+    from blitzplan.wire.program_rules import check_program_rules
 
     if plan.spec.identity != plan.model:
         raise InvalidInputError(
@@ -205,7 +192,7 @@ def _holds_float(info: Any, seen: frozenset[int] = frozenset()) -> bool:
 @functools.cache
 def _float_fields(cls: Any) -> tuple[tuple[str, Any, bool], ...]:
     """``(name, type, nullable)`` of the fields of dataclass ``cls`` that may hold floats."""
-    from blitzplan.scale.schema_fields import nullable
+    from blitzplan.wire.schema_fields import nullable
 
     table = nullable()
     return tuple(
@@ -265,7 +252,7 @@ def _infinite(info: Any, data: Any, allowed: bool = False) -> Any:
         options = [t for t in info.types if not isinstance(t, mi.NoneType)]
         return _infinite(options[0], data, allowed) if len(options) == 1 else data
     if isinstance(info, mi.DataclassType) and isinstance(data, dict):
-        from blitzplan.scale.schema_fields import nullable
+        from blitzplan.wire.schema_fields import nullable
 
         table, name = nullable(), info.cls.__name__
         for item in info.fields:
@@ -290,7 +277,7 @@ def json_schema(kind: type[ScalePlan]) -> dict[str, Any]:
     described, enums and minimums set, ``null`` only where the nullable table allows it."""
     import msgspec
 
-    from blitzplan.scale.schema_fields import strict_schema
+    from blitzplan.wire.schema_fields import strict_schema
 
     schema: dict[str, Any] = msgspec.json.schema(kind)
     schema["$defs"]["ScalePlan"]["properties"].update(

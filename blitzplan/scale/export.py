@@ -1,37 +1,26 @@
-"""The program export: what a data plane needs to carry out a ScalePlan, and nothing else.
-
-``program_json(plan)`` writes a ``blitzplan.scaleprogram`` document (version 1), about a
-fifth of the full document, in RFC 8785 canonical form (:mod:`blitzplan.canonical`):
-
-* ``plan_id`` (the full plan's id: which plan this program carries out) and ``program_id``
-  (SHA-256 of this document's canonical form without ``program_id``; required and checked);
-* the model: ``model`` (its identity), ``spec`` (its sizes: the per-rank buffer layout follows
-  from ``spec`` and ``tp``), ``tp``, ``unit_bytes`` (each unit's per-rank buffer) and
-  ``chunk_bytes`` (the pipelining chunk every step's predictions assume);
-* ``new_instances`` (names, GPUs by rank, role, live, predicted ready times), ``steps`` (the
-  transfer program of :mod:`blitzplan.scale.program`, with ``ranges`` as
-  ``[first_unit, last_unit, offset, length]`` and fields at their defaults left out) and
-  ``held`` (what new GPUs had before the plan);
-* ``live_pairs`` (``new``, ``old``, ``policy`` and the request ids of each ``batches`` entry:
-  the data plane runs the policy online), ``mutations`` and ``releases``.
-
-Left out: the multicast plan (its lanes, flows and timeline), the live pairs' predicted
-schedules, milestones, the request and options, notes and ``missing``. :func:`read_program_json`
-(``ScaleProgram.from_json``) checks the version, ``program_id``, that ``spec`` is the model named
-and gives ``unit_bytes`` at ``tp``, and the program rules (:mod:`.program_rules`).
+"""The program export's writer: :func:`program_json` writes a ScalePlan's
+``blitzplan.scaleprogram`` document (version 1), about a fifth of the full document, in RFC 8785
+canonical form. Its records, reader and schema are the planner-free
+:mod:`blitzplan.wire.scaleprogram` (``ScaleProgram.from_json``), which a data plane reads it with.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from blitzplan.canonical import check_digest, signed_as_written, signed_json
-from blitzplan.errors import InvalidInputError
-from blitzplan.models import ModelIdentity, ModelSpec
-from blitzplan.scale.types import Mutation, NewInstanceInfo, Release
+from blitzplan.wire.canonical import signed_json
+from blitzplan.wire.scaleprogram import (
+    PROGRAM_SCHEMA,
+    PROGRAM_SCHEMA_VERSION,
+    STEP_DEFAULTS,
+    NewInstanceInfo,
+    PairRecord,
+    ScaleProgram,
+    StepRecord,
+    program_schema,
+    read_program_json,
+)
 
 if TYPE_CHECKING:
     from blitzplan.scale.types import ScalePlan
@@ -46,97 +35,6 @@ __all__ = [
     "program_schema",
     "read_program_json",
 ]
-
-PROGRAM_SCHEMA = "blitzplan.scaleprogram"
-PROGRAM_SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One step of the program (the fields of :class:`~blitzplan.scale.program.TransferStep`
-    less ``chunk_bytes``, which is the document's), ranges as 4-tuples."""
-
-    id: int
-    kind: str
-    source: str
-    destination: str
-    holder: str
-    rank: int
-    stripe: tuple[float, float]
-    ranges: tuple[tuple[int, int, int, int], ...]
-    bytes: int
-    link: str
-    instance: str | None = None
-    nic: str | None = None
-    relay: str | None = None
-    source_layout: tuple[int, int] | None = None
-    feeds: tuple[int, ...] = ()
-    after: tuple[int, ...] = ()
-    store_and_forward: bool = False
-    pace_bytes_per_s: float | None = None
-    rate_bytes_per_s: float = 0.0
-    not_before_s: float = 0.0
-    start_s: float = 0.0
-    end_s: float = 0.0
-
-
-_STEP_DEFAULTS = {
-    "instance": None,
-    "nic": None,
-    "relay": None,
-    "source_layout": None,
-    "feeds": (),
-    "after": (),
-    "store_and_forward": False,
-    "pace_bytes_per_s": None,
-    "rate_bytes_per_s": 0.0,
-    "not_before_s": 0.0,
-    "start_s": 0.0,
-    "end_s": 0.0,
-}
-
-
-@dataclass(frozen=True)
-class PairRecord:
-    """A live pair as a data plane runs it: the policy and the request ids of each batch."""
-
-    new: str
-    old: str
-    policy: str
-    batches: tuple[tuple[str, ...], ...] = ()
-
-
-@dataclass(frozen=True)
-class ScaleProgram:
-    """A checked program export (module docstring)."""
-
-    plan_id: str
-    program_id: str
-    model: ModelIdentity
-    spec: ModelSpec = field(repr=False)
-    tp: int
-    chunk_bytes: int
-    unit_bytes: tuple[int, ...]
-    new_instances: tuple[NewInstanceInfo, ...]
-    steps: tuple[StepRecord, ...]
-    held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(
-        default_factory=dict
-    )
-    live_pairs: tuple[PairRecord, ...] = ()
-    mutations: tuple[Mutation, ...] = ()
-    releases: tuple[Release, ...] = ()
-
-    @classmethod
-    def from_json(cls, text: str) -> ScaleProgram:
-        """The checked program of a ``blitzplan.scaleprogram`` document."""
-        return read_program_json(text)
-
-    @classmethod
-    def json_schema(cls) -> str:
-        """The JSON Schema of the export, as text (``blitzplan schema --program``)."""
-        import json
-
-        return json.dumps(program_schema(), indent=1, sort_keys=True) + "\n"
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -156,7 +54,7 @@ def _step(step: Any) -> dict[str, Any]:
         "bytes": step.bytes,
         "link": step.link,
     }
-    for key, default in _STEP_DEFAULTS.items():
+    for key, default in STEP_DEFAULTS.items():
         value = getattr(step, key)
         if value != default:
             out[key] = list(value) if isinstance(value, tuple) else value
@@ -205,202 +103,3 @@ def program_json(plan: ScalePlan) -> str:
     }
     text, _ = signed_json(document, "program_id")
     return text + "\n"
-
-
-@dataclass(frozen=True)
-class _InstanceWire:
-    name: str
-    gpus: tuple[str, ...]
-    role: str
-    live: bool
-    ready_at_s: float | None
-    layer_ready_s: tuple[float | None, ...]
-
-
-@dataclass(frozen=True)
-class _ReleaseWire:
-    instance: str
-    role: str
-    gpus: tuple[str, ...]
-    at_s: float | None = 0.0
-    requests: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class _Wire:
-    """The export as written (``null`` for a time never reached), decoded in one pass."""
-
-    schema: str
-    schema_version: int
-    plan_id: str
-    program_id: str
-    model: ModelIdentity
-    spec: ModelSpec
-    tp: int
-    chunk_bytes: int
-    unit_bytes: tuple[int, ...]
-    new_instances: tuple[_InstanceWire, ...]
-    steps: tuple[StepRecord, ...]
-    held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(
-        default_factory=dict
-    )
-    live_pairs: tuple[PairRecord, ...] = ()
-    mutations: tuple[Mutation, ...] = ()
-    releases: tuple[_ReleaseWire, ...] = ()
-
-
-def _never(value: float | None) -> float:
-    return math.inf if value is None else value
-
-
-def _fast(text: str) -> ScaleProgram | None:
-    """The export decoded straight into its records, when ``text`` is the canonical text it
-    was signed as (else None: the itemised path reads it)."""
-    import msgspec
-
-    claimed = signed_as_written(text, "program_id")
-    if claimed is None:
-        return None
-    try:
-        wire = msgspec.json.decode(text, type=_Wire, strict=True)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if (wire.schema, wire.schema_version, wire.program_id) != (
-        PROGRAM_SCHEMA,
-        PROGRAM_SCHEMA_VERSION,
-        claimed,
-    ):
-        return None
-    instances = tuple(
-        NewInstanceInfo(
-            w.name, w.gpus, w.role, w.live, _never(w.ready_at_s),
-            tuple(_never(t) for t in w.layer_ready_s),
-        )
-        for w in wire.new_instances
-    )
-    releases = tuple(
-        Release(r.instance, r.role, r.gpus, _never(r.at_s), r.requests) for r in wire.releases
-    )
-    return ScaleProgram(
-        plan_id=wire.plan_id,
-        program_id=wire.program_id,
-        model=wire.model,
-        spec=wire.spec,
-        tp=wire.tp,
-        chunk_bytes=wire.chunk_bytes,
-        unit_bytes=wire.unit_bytes,
-        new_instances=instances,
-        steps=wire.steps,
-        held=wire.held,
-        live_pairs=wire.live_pairs,
-        mutations=wire.mutations,
-        releases=releases,
-    )
-
-
-def read_program_json(text: str) -> ScaleProgram:
-    """The checked :class:`ScaleProgram` of a program export; InvalidInputError naming the
-    first thing wrong (the version, ``program_id``, a field's type by its path, a program
-    rule)."""
-    import msgspec
-
-    if not isinstance(text, str):
-        raise InvalidInputError(f"a program export is JSON text, got {type(text).__name__}")
-    fast = _fast(text)
-    if fast is not None:
-        check_program(fast)
-        return fast
-    try:
-        document = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"the program export does not parse: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != PROGRAM_SCHEMA:
-        raise InvalidInputError(f"not a {PROGRAM_SCHEMA} document (its 'schema' key must say so)")
-    version = document.pop("schema_version", None)
-    if version != PROGRAM_SCHEMA_VERSION:
-        raise InvalidInputError(
-            f"schema_version {version!r} is not supported (this blitzplan reads "
-            f"{PROGRAM_SCHEMA_VERSION})"
-        )
-    document["schema_version"] = version
-    check_digest(text, document, "program_id")
-    for key in ("schema", "schema_version"):
-        document.pop(key)
-    _read_infinities(document)
-    try:
-        program = msgspec.convert(document, ScaleProgram, str_keys=True)
-    except msgspec.ValidationError as exc:
-        raise InvalidInputError(f"the program export does not fit its schema: {exc}") from None
-    check_program(program)
-    return program
-
-
-def _read_infinities(document: dict[str, Any]) -> None:
-    """``null`` as +infinity where it means 'never'."""
-    for info in document.get("new_instances", []):
-        if isinstance(info, dict):
-            if info.get("ready_at_s", 0.0) is None:
-                info["ready_at_s"] = math.inf
-            times = info.get("layer_ready_s")
-            if isinstance(times, list):
-                info["layer_ready_s"] = [math.inf if t is None else t for t in times]
-    for release in document.get("releases", []):
-        if isinstance(release, dict) and release.get("at_s", 0.0) is None:
-            release["at_s"] = math.inf
-
-
-def check_program(program: ScaleProgram) -> None:
-    """Beyond the types: the spec is the model named and gives ``unit_bytes`` at ``tp``; the
-    steps obey the program rules."""
-    from blitzplan.scale.program_rules import check_program_rules
-
-    if program.spec.identity != program.model:
-        raise InvalidInputError(
-            f"the export's spec is model {program.spec.identity}, but its 'model' says "
-            f"{program.model}"
-        )
-    try:
-        unit_bytes = program.spec.shard(program.tp).unit_bytes
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"tp={program.tp!r}: {exc}") from None
-    if tuple(program.unit_bytes) != tuple(unit_bytes):
-        raise InvalidInputError(
-            f"unit_bytes {list(program.unit_bytes)[:3]}... are not the rank buffers of "
-            f"{program.spec.name} at tp={program.tp} ({list(unit_bytes)[:3]}...)"
-        )
-    if program.chunk_bytes < 1:
-        raise InvalidInputError(f"chunk_bytes must be >= 1, got {program.chunk_bytes!r}")
-    check_program_rules(
-        program.steps,
-        tp=program.tp,
-        unit_bytes=unit_bytes,
-        new_instances=program.new_instances,
-        held=program.held,
-        spec=program.spec,
-    )
-
-
-def program_schema() -> dict[str, Any]:
-    """The JSON Schema (2020-12) of the export: every property described, enums and minimums,
-    ``null`` only where it means +infinity or an absent value."""
-    import msgspec
-
-    from blitzplan.scale.schema_fields import strict_schema
-
-    schema: dict[str, Any] = msgspec.json.schema(ScaleProgram)
-    root = schema["$defs"]["ScaleProgram"]
-    root["properties"].update(schema={"type": "string"}, schema_version={"type": "integer"})
-    schema = strict_schema(schema)
-    root = schema["$defs"]["ScaleProgram"]
-    root["properties"]["schema"]["const"] = PROGRAM_SCHEMA
-    root["properties"]["schema_version"]["const"] = PROGRAM_SCHEMA_VERSION
-    root["required"] = sorted({"schema", "schema_version", "program_id", *root["required"]})
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "blitzplan program export",
-        "description": (
-            "What a data plane needs to carry out a ScalePlan (blitzplan.scaleprogram), written "
-            "in RFC 8785 canonical form; fields of a step at their defaults are left out."
-        ),
-        **schema,
-    }

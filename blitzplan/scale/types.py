@@ -15,6 +15,7 @@ from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.program import TransferStep
+from blitzplan.wire.scaleprogram import Mutation, NewInstanceInfo, Release
 
 if TYPE_CHECKING:
     from blitzplan.cluster import ClusterState
@@ -59,19 +60,6 @@ class ScaleRequest:
 
 
 @dataclass(frozen=True)
-class NewInstanceInfo:
-    """A new instance as a serving stack reads it."""
-
-    name: str
-    gpus: tuple[str, ...]
-    role: str
-    live: bool
-    ready_at_s: float
-    layer_ready_s: tuple[float, ...]
-    """When each unit (embedding, layers 1..L, head) is complete on all its GPUs."""
-
-
-@dataclass(frozen=True)
 class LivePair:
     """A live new instance helping an overloaded old instance of its role (prefill or
     colocated) with its queue."""
@@ -83,33 +71,6 @@ class LivePair:
     queued_requests: int
     batches: tuple[tuple[str, ...], ...] = ()
     """The request ids of each batch of ``schedule`` (batch ``i`` is ``batches[i]``)."""
-
-
-@dataclass(frozen=True)
-class Mutation:
-    """An instance that changes role in place (no weight transfer)."""
-
-    instance: str
-    from_role: str
-    to_role: str
-    replaced_by: str | None = None
-    at_s: float = 0.0
-    """When it changes role: now (its queue moves at once, see ``moved``)."""
-    moved: tuple[tuple[str, str], ...] = ()
-    """``(request id, instance id)``: where each of its queued requests goes."""
-
-
-@dataclass(frozen=True)
-class Release:
-    """An instance to drain (finish its queue, take no new work) and then release."""
-
-    instance: str
-    role: str
-    gpus: tuple[str, ...]
-    at_s: float = 0.0
-    """When it has finished its queue and its GPUs are free (predicted)."""
-    requests: tuple[str, ...] = ()
-    """The ids of the queued requests it finishes first."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ it arrived, disjoint and sorted (a range that overlaps what is there merges with
 its overlap as duplicate bytes: a correct program has none). :class:`ByteStore` keeps one
 Coverage per unit under one condition variable: the sending threads wait for the bytes of their
 next chunk, the receiving threads add what arrived, and a failure in any thread wakes every
-waiter with it. :func:`equal_chunks` cuts a byte range into the chunks both ends of a step use.
+waiter with it. :func:`equal_chunks` cuts a byte range into the chunks both ends of a step
+use; :func:`merged` joins byte ranges.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
     count = -(-size // chunk_bytes)
     edges = [lo + size * k // count for k in range(count + 1)]
     return list(itertools.pairwise(edges))
+
+
+def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte ranges sorted, overlapping and touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 class Coverage:
@@ -102,6 +114,11 @@ class ByteStore:
             done = self.coverage[unit].add(lo, hi, at_s)
             self._cond.notify_all()
             return done
+
+    def since(self, unit: int, lo: int, hi: int) -> float | None:
+        """When bytes ``[lo, hi)`` of ``unit`` were all here (None while one is missing)."""
+        with self._cond:
+            return self.coverage[unit].since(lo, hi)
 
     def wait_range(self, unit: int, lo: int, hi: int, timeout_s: float) -> float:
         """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them, raising the

@@ -1,9 +1,16 @@
-"""From a checked program (and a replan taking it over) to one job per device.
+"""From checked programs (and a replan taking one over) to one job per device.
 
 A device is a process: every GPU and host memory a step names, and every new GPU. Its buffers sit
 back to back in one *arena*: per unit a GPU's rank buffer (``B_u`` bytes of
 :func:`blitzplan.layout`; a serving GPU's of its own TP degree), host memory and relays every
-rank's buffer (rank ``r`` at ``r * B_u``), then the bytes resharding steps pack.
+rank's buffer (rank ``r`` at ``r * B_u``), then the bytes its resharding steps pack.
+
+Every step is cut into chunks of the document's ``chunk_bytes`` (equal sizes, to a byte), and the
+chunks between two devices in one direction form their *lane*, in one order both ends follow:
+by the chunk's predicted start (a step's chunks spread evenly over its predicted time; a step
+starts no earlier than ``not_before_s`` and the ends of the steps in its ``after``), then the
+step's depth in ``after`` chains, the step and the chunk. Messages between two ranks then match
+by order alone (NCCL has no tags).
 
 **A replan taking over** (``replan`` with ``at_s``), the data plane's contract for failures: the
 running program's steps stop where the replan's ``held`` says they were. A step into a GPU the
@@ -19,21 +26,87 @@ the GPU, the unit and the bytes.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.rules import memory_devices, rank_base, source_holds
-from blitzplan.models.layout import layout
+from blitzplan.executor.program.bytestore import merged
+from blitzplan.wire.program_rules import ALL_RANKS, memory_devices
+from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 if TYPE_CHECKING:
-    from blitzplan.executor.program.reader import Program, ProgramStep
-    from blitzplan.executor.smallmodel.checkpoint import Checkpoint
+    pass
 
-Piece = tuple[int, int, int, int]
-"""``(unit, source offset, destination offset, length)``: bytes of the unit's buffers."""
+Piece = tuple[int, int, int]
+"""``(unit, offset, length)``: bytes of the unit's rank buffer a step moves."""
 Spans = dict[tuple[str, int], list[tuple[int, int]]]
+
+
+def pieces(step: StepRecord) -> list[Piece]:
+    """A step's bytes in sending order: unit by unit, then by offset."""
+    return sorted((u, off, n) for a, b, off, n in step.ranges for u in range(a, b + 1))
+
+
+def rank_base(program: ScaleProgram, rank: int, unit: int, *, memory: bool) -> int:
+    """Where rank ``rank``'s buffer of ``unit`` starts in a device: ``rank * B_u`` in one
+    holding every rank (``rank -1``: all of it), else 0."""
+    return rank * program.unit_bytes[unit] if memory and rank != ALL_RANKS else 0
+
+
+def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
+    return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
+
+
+def held_bytes(program: ScaleProgram) -> dict[str, list[tuple[int, int, int]]]:
+    """``held`` as byte ranges ``(unit, round(lo * B_u), round(hi * B_u))`` per GPU."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for gpu, units in program.held.items():
+        sizes = program.unit_bytes
+        spans = [
+            (u, round(lo * sizes[u]), round(hi * sizes[u]))
+            for u, iv in units.items()
+            for lo, hi in iv
+        ]
+        out[gpu] = sorted(s for s in spans if s[2] > s[1])
+    return out
+
+
+def serving_buffers(program: ScaleProgram) -> dict[str, tuple[int, int]]:
+    """What each serving GPU holds: ``(tp, rank)`` of its buffer (its own TP degree when
+    ``source_layout`` is set, else the new instances' at the step's rank); one per GPU."""
+    holds: dict[str, tuple[int, int]] = {}
+    for step in program.steps:
+        has = step.source_layout or (program.tp, step.rank)
+        if step.holder == "instance" and holds.setdefault(step.source, has) != has:
+            raise InvalidInputError(
+                f"step {step.id}: serving GPU {step.source!r} would hold the buffer of "
+                f"(tp, rank) {has}, another step says {holds[step.source]}; a GPU holds one"
+            )
+    return holds
+
+
+def check_runnable(program: ScaleProgram) -> None:
+    """What this executor refuses beyond the program rules: a program without steps, a source an
+    earlier plan is still loading, ``after`` across two sending devices (it orders a device's
+    own steps only), a serving GPU asked for two buffers."""
+    if not program.steps:
+        raise InvalidInputError("the document has no transfer steps: nothing to run")
+    by_id = {s.id: s for s in program.steps}
+    for step in program.steps:
+        if step.holder == "loading":
+            raise InvalidInputError(
+                f"step {step.id}: holder 'loading' sends from an instance an earlier plan is "
+                "still loading; this executor runs one plan at a time (run the earlier one first)"
+            )
+        for prior in step.after:
+            if by_id[prior].source != step.source:
+                raise InvalidInputError(
+                    f"step {step.id}: after step {prior} is not supported: step {prior} is sent "
+                    f"by {by_id[prior].source!r} and step {step.id} by {step.source!r}; the "
+                    "executor orders only steps of the same sending device"
+                )
+    serving_buffers(program)
 
 
 @dataclass(frozen=True)
@@ -41,111 +114,33 @@ class Stage:
     """One program of a run: its steps (keys ``offset + id``), starting ``at_s`` into the run,
     and which bytes of each step it sends (None: all)."""
 
-    program: Program
+    program: ScaleProgram
     at_s: float = 0.0
     offset: int = 0
-    kept: dict[int, tuple[Piece, ...]] | None = None
+    kept: Mapping[int, tuple[Piece, ...]] | None = None
 
-    def pieces(self, step: ProgramStep) -> tuple[Piece, ...]:
-        if self.kept is not None:
-            return self.kept.get(step.id, ())
-        return tuple((u, off, off, n) for u, off, n in step.pieces())
+    def pieces(self, step: StepRecord) -> tuple[Piece, ...]:
+        return tuple(pieces(step)) if self.kept is None else self.kept.get(step.id, ())
 
 
-@dataclass(frozen=True)
-class SendPlan:
-    """A step as its sender runs it. ``reshard = (source_tp, source_rank, rank)``: the sender
-    holds another TP degree's buffer and packs rank ``rank``'s bytes first."""
-
-    step: int
-    peer: int
-    pieces: tuple[Piece, ...]
-    pace_bytes_per_s: float | None
-    not_before_s: float = 0.0
-    after: tuple[int, ...] = ()
-    store_and_forward: bool = False
-    feeds: tuple[int, ...] = ()
-    reshard: tuple[int, int, int] | None = None
-
-
-@dataclass(frozen=True)
-class RecvPlan:
-    step: int
-    peer: int
-    pieces: tuple[Piece, ...]
-
-
-@dataclass(frozen=True)
-class DeviceJob:
-    """Everything one device does: what its buffers are (``memory``: every rank's; ``holds``:
-    a serving GPU's ``(tp, rank)``), what is in them before the start (``holds``,
-    ``every_rank`` from the checkpoint, ``held`` byte ranges of rank ``gpu_rank``'s buffer),
-    its steps, and ``check``: compare every unit with its rank buffer at the end."""
-
-    rank: int
-    label: str
-    program: Program = field(repr=False)
-    checkpoint: Checkpoint
-    memory: bool = False
-    holds: tuple[int, int] | None = None
-    every_rank: bool = False
-    held: tuple[tuple[int, int, int], ...] = ()
-    gpu_rank: int | None = None
-    check: bool = False
-    sends: tuple[SendPlan, ...] = ()
-    recvs: tuple[RecvPlan, ...] = ()
-    peer_bases: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    transport: str = "torch"
-    run: str = ""
-    paced: bool = True
-
-    def unit_sizes(self) -> tuple[int, ...]:
-        return unit_sizes(self.program, self.holds, self.memory)
-
-
-def unit_sizes(program: Program, holds: tuple[int, int] | None, memory: bool) -> tuple[int, ...]:
-    own = layout(program.spec, holds[0]).unit_bytes if holds else program.unit_bytes
-    return tuple(n * (program.tp if memory else 1) for n in own)
-
-
-def arena_bases(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """Where each unit's buffer starts in the arena, and (last) where the packed bytes do."""
-    bases = [0]
-    for size in sizes:
-        bases.append(bases[-1] + size)
-    return tuple(bases)
-
-
-def devices_of(programs: Iterable[Program]) -> list[str]:
-    """Every device, one process each: those holding weights before the start first, then every
-    other source and destination in step order, then new GPUs no step names."""
-    found: list[str] = []
-    for program in programs:
-        found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
-        found += [d for s in program.steps for d in (s.source, s.destination)]
-        found += [g for inst in program.new_instances for g in inst.gpus]
-    return list(dict.fromkeys(found))
-
-
-def stages(program: Program, replan: Program | None = None, at_s: float = 0.0) -> list[Stage]:
+def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> list[Stage]:
     """The run's programs: ``program`` alone, or cut where ``replan`` takes over (module
     docstring), then ``replan`` from ``at_s``."""
     if replan is None:
         return [Stage(program)]
-    if replan.spec.identity != program.spec.identity or replan.tp != program.tp:
+    if replan.model != program.model or replan.tp != program.tp:
         raise InvalidInputError("the replan is of another model or TP degree than the program")
-    kept = _kept(program, replan, at_s)
     offset = max(s.id for s in program.steps) + 1
-    return [Stage(program, kept=kept), Stage(replan, at_s=at_s, offset=offset)]
+    return [Stage(program, kept=_kept(program, replan, at_s)), Stage(replan, at_s, offset)]
 
 
-def _kept(old: Program, new: Program, at_s: float) -> dict[int, tuple[Piece, ...]]:
+def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring), checked against ``held``."""
-    memory = memory_devices(old)
-    complete = {g for inst in old.new_instances if max(inst.predicted_s) <= at_s for g in inst.gpus}
+    memory, old_rank, new_rank = memory_devices(old.steps), gpu_ranks(old), gpu_ranks(new)
+    complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need: Spans = defaultdict(list)
-    for gpu, spans in new.held.items():
-        if old.gpu_rank.get(gpu, new.gpu_rank[gpu]) != new.gpu_rank[gpu] or gpu in memory:
+    for gpu, spans in held_bytes(new).items():
+        if old_rank.get(gpu, new_rank[gpu]) != new_rank[gpu] or gpu in memory:
             raise InvalidInputError(f"the replan loads {gpu!r} as another buffer than the program")
         for unit, lo, hi in spans:
             need[(gpu, unit)].append((lo, hi))
@@ -157,188 +152,47 @@ def _kept(old: Program, new: Program, at_s: float) -> dict[int, tuple[Piece, ...
     while changed:  # grows only: at most one round per step of a forwarding chain
         changed = False
         for step in old.steps:
-            pieces = _within(old, step, need, memory)
-            if pieces != kept.get(step.id, ()):
-                kept[step.id], changed = pieces, True
+            now = tuple(_within(old, step, need, step.destination in memory))
+            if now != kept.get(step.id, ()):
+                kept[step.id], changed = now, True
                 if step.holder == "plan":
-                    for unit, off, _, n in pieces:
-                        base = rank_base(old, step.rank, unit, memory=step.source in memory)
+                    out_of = step.source in memory
+                    for unit, off, n in now:
+                        base = rank_base(old, step.rank, unit, memory=out_of)
                         need[(step.source, unit)].append((base + off, base + off + n))
     _check_held(old, new, kept, memory)
     return kept
 
 
-def _within(old: Program, step: ProgramStep, need: Spans, memory: set[str]) -> tuple[Piece, ...]:
+def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: bool) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
-    out: list[Piece] = []
-    for unit, off, n in step.pieces():
-        base = rank_base(old, step.rank, unit, memory=step.destination in memory)
-        for lo, hi in _merged(need.get((step.destination, unit), [])):
+    for unit, off, n in pieces(step):
+        base = rank_base(old, step.rank, unit, memory=memory)
+        for lo, hi in merged(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:
-                out.append((unit, a - base, a - base, b - a))
-    return tuple(out)
-
-
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
+                yield unit, a - base, b - a
 
 
 def _check_held(
-    old: Program, new: Program, kept: dict[int, tuple[Piece, ...]], memory: set[str]
+    old: ScaleProgram, new: ScaleProgram, kept: Mapping[int, tuple[Piece, ...]], memory: set[str]
 ) -> None:
     delivered: Spans = defaultdict(list)
-    for gpu, spans in old.held.items():
+    for gpu, spans in held_bytes(old).items():
         for unit, lo, hi in spans:
             delivered[(gpu, unit)].append((lo, hi))
     for step in old.steps:
-        for unit, off, _, n in kept.get(step.id, ()):
+        for unit, off, n in kept.get(step.id, ()):
             base = rank_base(old, step.rank, unit, memory=step.destination in memory)
             delivered[(step.destination, unit)].append((base + off, base + off + n))
-    for gpu, spans in new.held.items():
+    for gpu, spans in held_bytes(new).items():
         for unit, lo, hi in spans:
             at = lo
-            for a, b in _merged(delivered[(gpu, unit)]):
-                if a <= at < b:
-                    at = b
+            for a, b in merged(delivered[(gpu, unit)]):
+                at = b if a <= at < b else at
             if at < hi:
                 raise InvalidInputError(
                     f"the replan's held says {gpu!r} has bytes [{at}, {hi}) of unit {unit}, "
                     "which the running program never delivers to it; refusing a replan that "
                     "would leave a hole"
                 )
-
-
-def device_jobs(
-    parts: list[Stage], checkpoint: Checkpoint, *, transport: str, run: str, paced: bool
-) -> tuple[DeviceJob, ...]:
-    """One DeviceJob per device, ranks in :func:`devices_of` order."""
-    devices = devices_of(p.program for p in parts)
-    rank_of = {d: r for r, d in enumerate(devices)}
-    first, roles = parts[0].program, dict[str, _Role]()
-    for part in reversed(parts):  # the first program that names a device says what it is
-        roles.update(_roles(part.program, first_stage=part is parts[0]))
-    sends: dict[str, list[SendPlan]] = defaultdict(list)
-    recvs: dict[str, list[RecvPlan]] = defaultdict(list)
-    for part in parts:
-        program, memory = part.program, memory_devices(part.program)
-        for step in program.steps:
-            pieces = _placed(program, step, part.pieces(step), memory)
-            if not pieces:
-                continue
-            key = part.offset + step.id
-            send = _send_plan(part, step, pieces, rank_of[step.destination], paced=paced)
-            sends[step.source].append(send)
-            recvs[step.destination].append(RecvPlan(key, rank_of[step.source], pieces))
-    checked = set(checked_gpus(parts))
-    for device, plans in sends.items():
-        if any(p.reshard for p in plans) and roles[device].holds is None:
-            raise InvalidInputError(
-                f"{device!r} reshards its buffer for the replan, but the running program loads it"
-            )
-    bases = {
-        rank_of[d]: arena_bases(unit_sizes(first, roles[d].holds, roles[d].memory)) for d in devices
-    }
-    return tuple(
-        DeviceJob(
-            rank=rank_of[d],
-            label=d,
-            program=first,
-            checkpoint=checkpoint,
-            sends=tuple(sends[d]),
-            recvs=tuple(recvs[d]),
-            peer_bases={p.peer: bases[p.peer] for p in sends[d]},
-            transport=transport,
-            run=run,
-            paced=paced,
-            memory=roles[d].memory,
-            holds=roles[d].holds,
-            every_rank=roles[d].every_rank,
-            held=roles[d].held,
-            gpu_rank=roles[d].gpu_rank,
-            check=d in checked,
-        )
-        for d in devices
-    )
-
-
-def checked_gpus(parts: list[Stage]) -> list[str]:
-    """The GPUs a run checks at the end: the last program's new GPUs and, when it is a replan,
-    those of the running program's instances complete by ``at_s`` (the surviving GPUs)."""
-    last = parts[-1]
-    done = [
-        g
-        for inst in parts[0].program.new_instances
-        if len(parts) > 1 and max(inst.predicted_s) <= last.at_s
-        for g in inst.gpus
-    ]
-    return list(dict.fromkeys([*last.program.gpu_rank, *done]))
-
-
-@dataclass(frozen=True)
-class _Role:
-    memory: bool
-    holds: tuple[int, int] | None
-    every_rank: bool
-    held: tuple[tuple[int, int, int], ...]
-    gpu_rank: int | None
-
-
-def _roles(program: Program, *, first_stage: bool) -> dict[str, _Role]:
-    """What each device of ``program`` is and holds before the start (``held`` only in the
-    first program: a replan's held bytes come from the program it takes over)."""
-    memory, holds = memory_devices(program), source_holds(program)
-    filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
-    return {
-        device: _Role(
-            memory=device in memory,
-            holds=holds.get(device),
-            every_rank=device in filled,
-            held=tuple(program.held.get(device, ())) if first_stage else (),
-            gpu_rank=program.gpu_rank.get(device),
-        )
-        for device in devices_of([program])
-    }
-
-
-def _placed(
-    program: Program, step: ProgramStep, pieces: tuple[Piece, ...], memory: set[str]
-) -> tuple[Piece, ...]:
-    """``pieces`` at offsets of the source's and the destination's unit buffers."""
-    out = []
-    for unit, src, dst, n in pieces:
-        into = rank_base(program, step.rank, unit, memory=step.destination in memory)
-        out.append((unit, src, into + dst, n))
-    return tuple(out)
-
-
-def _send_plan(
-    part: Stage, step: ProgramStep, pieces: tuple[Piece, ...], peer: int, *, paced: bool
-) -> SendPlan:
-    program, memory = part.program, memory_devices(part.program)
-    holds = step.source_layout
-    reshard = None
-    if holds is not None and holds != (program.tp, step.rank):
-        reshard = (holds[0], holds[1], step.rank)
-    out_of = step.source in memory and reshard is None
-    placed = tuple(
-        (u, rank_base(program, step.rank, u, memory=out_of) + s, d, n) for u, s, d, n in pieces
-    )
-    shift = part.offset
-    return SendPlan(
-        step=shift + step.id,
-        peer=peer,
-        pieces=placed,
-        pace_bytes_per_s=step.pace_bytes_per_s if paced else None,
-        not_before_s=part.at_s + step.not_before_s,
-        after=tuple(shift + a for a in step.after),
-        store_and_forward=step.store_and_forward,
-        feeds=tuple(shift + f for f in step.feeds),
-        reshard=reshard,
-    )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from blitzplan._table import format_table
-from blitzplan.executor.program.jobs import checked_gpus
+from blitzplan.executor.program.devices import checked_gpus
 
 if TYPE_CHECKING:
     from blitzplan.executor.program.jobs import Stage
@@ -152,14 +152,14 @@ def summarize(
         InstanceResult(
             inst.name,
             inst.gpus,
-            tuple(part.at_s + t for t in inst.predicted_s),
+            tuple(part.at_s + t for t in inst.layer_ready_s),
             tuple(max(reports[rank_of[g]].complete_s[u] for g in inst.gpus) for u in units),
             {g: reports[rank_of[g]].bit_exact for g in inst.gpus},
         )
         for part, inst in found.values()
         if set(inst.gpus) <= checked
     )
-    plan_s = max(p.at_s + p.program.plan_s for p in parts)
+    plan_s = max(p.at_s + s.end_s for p in parts for s in p.program.steps)
     duplicates = sum(reports[rank_of[g]].duplicate_bytes for g in checked)
     plan_id = parts[-1].program.plan_id
     return ProgramRun(

@@ -1,8 +1,10 @@
-"""Run a ScalePlan document's transfer program for real, from the JSON alone.
+"""Run a ScalePlan's transfer program for real, from its JSON alone.
 
-:func:`run_program` reads the document (:func:`~blitzplan.executor.program.reader.read_program`:
-``json``, no planner object), checks that the checkpoint holds its model, builds one job per
-device (:mod:`~blitzplan.executor.program.jobs`) and runs them on one process each
+:func:`run_program` reads the document (:func:`read_program`: a ScalePlan or its program export,
+both read as the export by :func:`blitzplan.wire.scaleprogram.read_program_json`), refuses what
+this executor cannot run (:func:`~blitzplan.executor.program.jobs.check_runnable`), checks that the
+checkpoint holds its model, builds one job per device
+(:func:`~blitzplan.executor.program.devices.device_jobs`) and runs them on one process each
 (:class:`~blitzplan.executor.runtime.pool.Workers`) over the chosen transport
 (:mod:`~blitzplan.executor.transports`). ``relay``, ``nic`` and ``link`` have no counterpart on
 one machine: the step's pace stands for its route. With ``replan`` and ``at_s`` the replan takes
@@ -20,23 +22,49 @@ process has been ended.
 from __future__ import annotations
 
 import math
+import re
 import uuid
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from blitzplan._checks import is_number
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.jobs import DeviceJob, device_jobs, stages
+from blitzplan.executor.program.devices import DeviceJob, device_jobs
+from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.outcome import ProgramRun, summarize
-from blitzplan.executor.program.reader import read_program
 from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers
-from blitzplan.executor.runtime.worker import check_device
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, check_identity, load_checkpoint
 from blitzplan.executor.transports import check_transport
+from blitzplan.wire.plan_program import plan_program_json
+from blitzplan.wire.scaleprogram import ScaleProgram, read_program_json
+
+Document = ScaleProgram | str | Path
+"""A program export: the read program, its JSON text or the path of its file."""
+_FULL = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleplan"')
+_EXPORT = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleprogram"')
+
+
+def read_program(document: Document) -> ScaleProgram:
+    """The checked program of a ScalePlan document (full, or its program export) that this
+    executor can run. A full document runs as its program export
+    (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id checked), so both are
+    read by one reader with the rules of ``ScalePlan.from_json``."""
+    if isinstance(document, ScaleProgram):
+        program = document
+    else:
+        text = str(document)
+        if isinstance(document, Path) or not text.lstrip().startswith("{"):
+            if not Path(text).is_file():
+                raise InvalidInputError(f"document {text!r} is not a file (nor JSON text)")
+            text = Path(text).read_text()
+        if _FULL.search(text) and not _EXPORT.search(text):
+            text = plan_program_json(text)
+        program = read_program_json(text)
+    check_runnable(program)
+    return program
 
 
 def _checkpoint(checkpoint: Checkpoint | str | Path) -> Checkpoint:
@@ -55,8 +83,7 @@ def check_fault(fault: InjectedFault, jobs: tuple[DeviceJob, ...]) -> None:
     if not 0 <= fault.rank < len(jobs):
         raise InvalidInputError(f"fault names rank {fault.rank}, the run has {len(jobs)} devices")
     job = jobs[fault.rank]
-    moved = sorted({p[0] for plan in job.sends for p in plan.pieces})
-    moved = sorted({*moved, *(p[0] for plan in job.recvs for p in plan.pieces)})
+    moved = sorted({c.unit for lane in (*job.out, *job.into) for c in lane.chunks})
     if fault.layer not in moved:
         raise InvalidInputError(
             f"fault names unit {fault.layer} of rank {fault.rank} ({job.label}), which never "
@@ -64,31 +91,19 @@ def check_fault(fault: InjectedFault, jobs: tuple[DeviceJob, ...]) -> None:
         )
 
 
-def _check_nccl(jobs: tuple[DeviceJob, ...], backend: str) -> None:
-    if backend != "nccl":
-        return
-    pairs = Counter((job.rank, send.peer) for job in jobs for send in job.sends)
-    crowded = [pair for pair, count in pairs.items() if count > 1]
-    if crowded:
-        raise InvalidInputError(
-            f"ranks {crowded[0]} exchange several steps: NCCL has no tags to keep them apart; "
-            "use the nixl transport (or gloo through host memory) for this document"
-        )
-
-
 def prepare(
-    document: str | Path,
+    document: Document,
     checkpoint: Checkpoint | str | Path,
     *,
-    replan: str | Path | None = None,
+    replan: Document | None = None,
     at_s: float | None = None,
     transport: str = "torch",
     paced: bool = True,
-) -> tuple[list[Any], tuple[DeviceJob, ...]]:
+) -> tuple[list[Stage], tuple[DeviceJob, ...]]:
     """Read and check everything; the run's stages and its device jobs."""
     program = read_program(document)
     weights = _checkpoint(checkpoint)
-    check_identity(weights, program.identity)
+    check_identity(weights, program.model)
     check_transport(transport)
     if (replan is None) != (at_s is None):
         raise InvalidInputError("replan and at_s go together: a replan takes over at at_s")
@@ -96,15 +111,14 @@ def prepare(
         raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
     parts = stages(program, read_program(replan) if replan is not None else None, at_s or 0.0)
     run = uuid.uuid4().hex[:12]
-    jobs = device_jobs(parts, weights, transport=transport, run=run, paced=paced)
-    return parts, jobs
+    return parts, device_jobs(parts, weights, transport=transport, run=run, paced=paced)
 
 
 def run_program(
-    document: str | Path,
+    document: Document,
     checkpoint: Checkpoint | str | Path,
     *,
-    replan: str | Path | None = None,
+    replan: Document | None = None,
     at_s: float | None = None,
     transport: str = "torch",
     device: str = "cpu",
@@ -113,8 +127,8 @@ def run_program(
     workers: Workers | None = None,
     fault: InjectedFault | None = None,
 ) -> ProgramRun:
-    """Run the transfer program of ``document`` (a path or the JSON text) with the weights of
-    ``checkpoint`` (a Checkpoint or its directory); see the module docstring.
+    """Run the transfer program of ``document`` (a program export: read, its text or its path)
+    with the weights of ``checkpoint`` (a Checkpoint or its directory); module docstring.
 
     ``transport``: ``torch`` or ``nixl``. ``paced``: each step keeps to its
     ``pace_bytes_per_s``. ``workers`` reuses a running pool of at least as many ranks (its first
@@ -126,8 +140,6 @@ def run_program(
     if fault is not None:
         check_fault(fault, jobs)
     labels = [job.label for job in jobs]
-    _check_nccl(jobs, workers.backend if workers else check_device(device, len(jobs)))
-    own = workers is None
     pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
     try:
         if pool.world_size < len(jobs):
@@ -136,10 +148,9 @@ def run_program(
             )
         pool.relabel(dict(enumerate(labels)))
         launched = {job.rank: (program_job, job) for job in jobs}
-        num_layers = parts[0].program.spec.num_layers
-        pool.launch(launched, num_layers=num_layers, fault=fault)
+        pool.launch(launched, num_layers=parts[0].program.spec.num_layers, fault=fault)
         reports: Mapping[int, Any] = pool.collect([job.rank for job in jobs])
     finally:
-        if own:
+        if workers is None:
             pool.close()
     return summarize(parts, labels, reports, transport=transport)

@@ -163,11 +163,12 @@ def write_scenario(name: str, path: str | Path, *, checkpoint: str | Path | None
     weights of its model to that directory unless it has them); returns the document's path."""
     from blitzplan import load_model
     from blitzplan.executor.smallmodel.checkpoint import MANIFEST, save_checkpoint
+    from blitzplan.scale.export import program_json
 
     spec = load_model(dict(_scenario(name).config))
     _, made = scenario_plan(name, spec)
     out = Path(path)
-    out.write_text(made.to_json())
+    out.write_text(program_json(made))
     if checkpoint is not None and not (Path(checkpoint) / MANIFEST).is_file():
         save_checkpoint(spec, checkpoint, seed=0)
     return out

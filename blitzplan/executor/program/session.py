@@ -1,37 +1,45 @@
-"""One device's part of a run: fill its arena, stream its steps over the transport, check.
+"""One device's part of a run: fill its arena, stream its lanes over the transport, check.
 
 Before the shared start the device fills its arena from the checkpoint
 (:meth:`~blitzplan.models.layout.Layout.rank_buffer`: a serving GPU its own buffer, host memory
-every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send
-(:meth:`~blitzplan.models.layout.Layout.reshard`; vocabulary padding stays zero) and opens its
-end of the transport. After it, one thread per received step takes its chunks in order, and one
-thread per sent step streams its units in order, each chunk as soon as those bytes are here
-(held, or landed over any step), no faster than the step's pace (the link it stands for is busy
-``chunk / pace`` seconds a chunk), not before ``not_before_s``, the end of the steps in ``after``
-and, for ``store_and_forward``, the end of every step feeding it. A device reports its position
-(``at``: unit, step, chunk) as it starts each unit of a step; an injected fault fires there, or
-once the unit's first chunk has landed. A new GPU then compares every unit with its rank buffer.
+every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send and opens
+its end of the transport. After it, the transport's receivers hand over chunks as they land, and
+one thread per outgoing lane writes the lane's chunks in order, each once its bytes are here
+(held, or landed over any step), no faster than its step's pace (the link it stands for is busy
+``chunk / pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the
+steps in ``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a
+step that are ready at once go in one write (up to ``BATCH``: one NIXL WRITE, one Python call
+for all of them); up to ``WINDOW`` writes are in flight; a thread that is about to wait first
+sends what it holds and sees its writes out, so every step's end is known when another waits
+for it. A device reports its position (``at``: unit, step, chunk) as
+it starts each unit of a step; an injected fault fires there, or once the unit's first chunk has
+landed. A new GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import torch
 
-from blitzplan.executor.program.bytestore import ByteStore, equal_chunks
-from blitzplan.executor.program.jobs import DeviceJob, RecvPlan, SendPlan, arena_bases
+from blitzplan.executor.program.bytestore import ByteStore
+from blitzplan.executor.program.devices import DeviceJob, SendStep
 from blitzplan.executor.runtime.failures import Failure, TransferError, join_threads, start_thread
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
-from blitzplan.executor.transports import Chunk, open_transport
+from blitzplan.executor.transports import Chunk, Handle, Lane, open_transport
 from blitzplan.models.layout import Layout, layout
+
+WINDOW = 4
+"""Writes a lane keeps in flight."""
+BATCH = 16
+"""Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 
 @dataclass(frozen=True)
@@ -55,33 +63,23 @@ class ProgramSession:
 
     def __init__(self, ctx: RankContext, job: DeviceJob) -> None:
         self.ctx, self.job = ctx, job
-        program = job.program
-        self.target = layout(program.spec, program.tp)
-        self.own = layout(program.spec, job.holds[0]) if job.holds else self.target
-        sizes = job.unit_sizes()
-        packed = sum(n for s in job.sends if s.reshard for _, _, _, n in s.pieces)
-        self.bases = arena_bases(sizes)
-        self.arena = torch.zeros(self.bases[-1] + packed, dtype=torch.uint8, device=ctx.device)
-        self.store = ByteStore(sizes)
-        self.packed: dict[tuple[int, int, int], int] = {}
-        """Where a resharding step's bytes (step, unit, offset) sit in the arena."""
+        self.target = layout(job.spec, job.tp)
+        self.bases = job.bases
+        self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
+        self.store = ByteStore(job.sizes)
         self.sent_start_s: dict[int, float] = {}
         self.sent_end_s: dict[int, float] = {}
         self.received_end_s: dict[int, float] = {}
-        self.received_bytes: dict[int, int] = {}
-        steps = [p.step for p in job.sends] + [p.step for p in job.recvs]
-        self._done = {step: threading.Event() for step in steps}
+        self.received_bytes = dict.fromkeys(job.received, 0)
+        self._left = dict(job.received)
+        self._done = {key: threading.Event() for key in (*job.sends, *job.received)}
+        self._seen: set[tuple[int, int]] = set()
+        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._full: dict[int, dict[str, Any]] = {}
         self._fill()
-        peers = {p.peer for p in job.sends} | {p.peer for p in job.recvs}
         self.transport = open_transport(
-            job.transport,
-            ctx,
-            self.arena,
-            run=job.run,
-            writes_to=tuple(sorted(job.peer_bases)),
-            peers=tuple(sorted(peers)),
+            job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
         )
 
     # --- before the start -------------------------------------------------------------------
@@ -102,37 +100,21 @@ class ProgramSession:
 
     def _fill(self) -> None:
         job = self.job
-        for unit in range(len(self.target.units)):
+        for unit in range(len(job.sizes)):
             if job.holds is not None:
-                self._put(unit, 0, self.expected(unit, job.holds[1], self.own))
+                own = layout(job.spec, job.holds[0])
+                self._put(unit, 0, self.expected(unit, job.holds[1], own))
             elif job.every_rank:
-                ranks = range(job.program.tp)
-                self._put(unit, 0, torch.cat([self.expected(unit, r) for r in ranks]))
+                self._put(unit, 0, torch.cat([self.expected(unit, r) for r in range(job.tp)]))
         for unit, lo, hi in job.held:
             self._put(unit, lo, self.expected(unit, self._gpu_rank())[lo:hi])
-        at = self.bases[-1]
-        for send in job.sends:
-            if send.reshard is not None:
-                at = self._pack(send, at)
+        for unit, src, at, n in job.packs:
+            self.arena[at : at + n] = self.buffer(unit)[src : src + n]
 
     def _gpu_rank(self) -> int:
         if self.job.gpu_rank is None:
             raise TransferError(Failure(f"{self.job.label} holds bytes but has no TP rank"))
         return self.job.gpu_rank
-
-    def _pack(self, send: SendPlan, at: int) -> int:
-        """A resharding step's bytes, packed from this device's own buffer from ``at`` on."""
-        _, source_rank, rank = send.reshard or (0, 0, 0)
-        for unit, offset, _, length in send.pieces:
-            size = self.target.unit_bytes[unit]
-            lo, hi = Fraction(offset, size), Fraction(offset + length, size)
-            copies = self.target.reshard(unit, self.own, source_rank, rank, lo, hi)
-            for src, dst, n in copies:
-                start = at + dst - offset
-                self.arena[start : start + n] = self.buffer(unit)[src : src + n]
-            self.packed[(send.step, unit, offset)] = at
-            at += length
-        return at
 
     # --- after the start --------------------------------------------------------------------
 
@@ -143,77 +125,101 @@ class ProgramSession:
         return 2 * self.ctx.timeout_s
 
     def start(self) -> None:
-        """Start every step's thread (units complete before the start are reported first)."""
-        for unit in range(len(self.target.units)):
+        """Start the receivers and a thread per outgoing lane (units complete before the start
+        are reported first)."""
+        for unit in range(len(self.job.sizes)):
             if self.job.check and self.store.coverage[unit].complete_s is not None:
                 self.ctx.emit("unit", (unit, 0.0))
-        for recv in self.job.recvs:
-            self.spawn(functools.partial(self._receive, recv), f"receive-step{recv.step}")
-        for send in self.job.sends:
-            self.spawn(functools.partial(self._send, send), f"send-step{send.step}")
+        for k, body in enumerate(self.transport.receivers(self.job.into, self._landed)):
+            self.spawn(body, f"receive-{k}")
+        for lane in self.job.out:
+            self.spawn(functools.partial(self._send, lane), f"send-rank{lane.peer}")
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
         """Run ``body`` in a thread of this device; its failure stops the device (see join)."""
         start_thread(self._threads, body, name, self.store.fail)
 
-    def _receive(self, recv: RecvPlan) -> None:
-        ctx, store, moved = self.ctx, self.store, 0
-        for unit, _, dst, length in recv.pieces:
-            for k, (a, b) in enumerate(
-                equal_chunks(dst, dst + length, self.job.program.chunk_bytes)
-            ):
-                chunk = Chunk(recv.step, unit, recv.peer, 0, self.bases[unit] + a, a, b)
-                self.transport.landed(chunk)
-                moved += b - a
-                if k == 0:
-                    ctx.emit("at", (unit, recv.step, (a, b)))
-                    ctx.maybe_fail(unit)
-                if store.arrived(unit, a, b, ctx.now()) and self.job.check:
-                    ctx.emit("unit", (unit, store.complete_s(unit)))
-        self.received_end_s[recv.step] = ctx.now()
-        self.received_bytes[recv.step] = moved
-        self._done[recv.step].set()
+    def _at(self, chunk: Chunk) -> None:
+        """Report the first chunk of each unit of each step, and fire a fault there."""
+        if (chunk.step, chunk.unit) not in self._seen:
+            self._seen.add((chunk.step, chunk.unit))
+            self.ctx.emit("at", (chunk.unit, chunk.step, (chunk.lo, chunk.hi)))
+            self.ctx.maybe_fail(chunk.unit)
 
-    def _gate_s(self, send: SendPlan) -> float:
-        """When the step may start: ``not_before_s``, the steps in ``after`` ended, and for
-        store-and-forward every feeding step ended (all of these are on this device)."""
-        gate = send.not_before_s
-        waits = [*send.after, *(send.feeds if send.store_and_forward else ())]
-        for prior in waits:
+    def _landed(self, chunk: Chunk) -> None:
+        now, key = self.ctx.now(), chunk.step
+        with self._lock:
+            self._at(chunk)
+            if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, now) and self.job.check:
+                self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
+            self.received_bytes[key] += chunk.nbytes
+            self._left[key] -= 1
+            if self._left[key] == 0:
+                self.received_end_s[key] = now
+                self._done[key].set()
+
+    def _gate_s(self, step: SendStep) -> float:
+        """When the step may start (module docstring); every step it waits for is here."""
+        gate = step.not_before_s
+        for prior in (*step.after, *step.waits_for):
             if not self._done[prior].wait(self.wait_s):
-                raise TransferError(Failure(f"step {send.step} waited too long for step {prior}"))
-            ends = self.sent_end_s if prior in send.after else self.received_end_s
+                raise TransferError(Failure(f"a step waited too long for step {prior}"))
+            ends = self.sent_end_s if prior in step.after else self.received_end_s
             gate = max(gate, ends[prior])
         self.ctx.sleep_until(gate)
         return gate
 
-    def _send(self, send: SendPlan) -> None:
-        ctx, store, bases = self.ctx, self.store, self.job.peer_bases[send.peer]
-        free_s = self._gate_s(send)
-        for unit, src, dst, length in send.pieces:
-            packed = self.packed.get((send.step, unit, src))
-            for k, (a, b) in enumerate(equal_chunks(0, length, self.job.program.chunk_bytes)):
-                if packed is None:
-                    ready_s = store.wait_range(unit, src + a, src + b, self.wait_s)
-                    origin = self.bases[unit] + src + a
-                else:
-                    ready_s, origin = 0.0, packed + a
-                free_s = max(free_s, ready_s)
-                self.sent_start_s.setdefault(send.step, max(free_s, ctx.now()))
-                chunk = Chunk(
-                    send.step, unit, send.peer, origin, bases[unit] + dst + a, dst + a, dst + b
-                )
-                if k == 0:
-                    ctx.emit("at", (unit, send.step, (chunk.lo, chunk.hi)))
-                    ctx.maybe_fail(unit)
-                if send.pace_bytes_per_s is not None:
-                    free_s += (b - a) / send.pace_bytes_per_s
-                    ctx.sleep_until(free_s)
-                self.transport.write(chunk)
-                if send.pace_bytes_per_s is None:
-                    free_s = ctx.now()
-        self.sent_end_s[send.step] = max(free_s, ctx.now())
-        self._done[send.step].set()
+    def _send(self, lane: Lane) -> None:
+        ctx, store, sends = self.ctx, self.store, self.job.sends
+        flying: deque[tuple[Handle, tuple[Chunk, ...]]] = deque()
+        batch: list[Chunk] = []
+        free_s: dict[int, float] = {}
+        left = {key: step.chunks for key, step in sends.items()}
+
+        def settle(keep: int) -> None:
+            if batch:
+                chunks = tuple(batch)
+                flying.append((self.transport.write(lane.peer, chunks), chunks))
+                batch.clear()
+            self._settle(flying, left, keep)
+
+        for chunk in lane.chunks:
+            step = sends[chunk.step]
+            if chunk.step not in free_s:
+                settle(0)
+                free_s[chunk.step] = self._gate_s(step)
+            self._at(chunk)
+            ready_s = 0.0
+            if chunk.held is not None:
+                span = (chunk.unit, chunk.held, chunk.held + chunk.nbytes)
+                if (ready_s := store.since(*span)) is None:  # type: ignore[assignment]
+                    settle(0)
+                    ready_s = store.wait_range(*span, self.wait_s)
+            at_s = max(free_s[chunk.step], ready_s)
+            self.sent_start_s.setdefault(chunk.step, max(at_s, ctx.now()))
+            if step.pace_bytes_per_s is not None:
+                at_s += chunk.nbytes / step.pace_bytes_per_s
+                if at_s > ctx.now():
+                    settle(0)
+                    ctx.sleep_until(at_s)
+            free_s[chunk.step] = at_s
+            batch.append(chunk)
+            if len(batch) >= BATCH:
+                settle(WINDOW)
+        settle(0)
+
+    def _settle(
+        self, flying: deque[tuple[Handle, tuple[Chunk, ...]]], left: dict[int, int], keep: int
+    ) -> None:
+        """See writes out until ``keep`` are in flight; a step's end is its last write's."""
+        while len(flying) > keep:
+            handle, chunks = flying.popleft()
+            self.transport.wait(handle)
+            key = chunks[0].step
+            left[key] -= len(chunks)
+            if left[key] == 0:
+                self.sent_end_s[key] = self.ctx.now()
+                self._done[key].set()
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device."""
@@ -225,7 +231,7 @@ class ProgramSession:
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
-        units = range(len(self.target.units))
+        units = range(len(self.job.sizes))
         exact: tuple[bool, ...] = ()
         if self.job.check:
             rank = self._gpu_rank()

@@ -3,8 +3,8 @@
 A worker sets one torch thread, joins the process group over the parent's TCPStore and runs jobs
 ``job(ctx, payload) -> result`` until told to stop. :class:`RankContext` gives a job its rank,
 devices, the shared clock, messages to and from the parent (one pipe each way, written by the
-thread that has them) and torch.distributed transfers with a timeout. A worker whose job failed
-waits to be ended by the parent.
+thread that has them) and torch.distributed transfers that time out and name what they moved.
+A worker whose job failed waits to be ended by the parent.
 """
 
 from __future__ import annotations
@@ -26,18 +26,12 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.runtime.failures import (
-    Event,
-    Failure,
-    InjectedFault,
-    TransferError,
-    unit_name,
-)
+from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, TransferError
 
 DEVICES = ("cpu", "cuda")
 """Where a run's buffers live (default ``cpu``)."""
 STARTUP_TIMEOUT_S = 180.0
-"""Spawning a process imports torch: seconds allowed for every rank to join the group."""
+"""Seconds allowed for every rank to join the group."""
 SWITCH_INTERVAL_S = 1e-4
 """GIL switch interval in the workers: transfer threads must not wait for a compute thread."""
 STOP = None
@@ -47,28 +41,24 @@ Job = Callable[["RankContext", Any], Any]
 """A module-level function run in a worker: ``job(ctx, payload) -> result``."""
 
 
-def check_device(device: str, world_size: int, *, backend: str | None = None) -> str:
+def check_device(device: str, world_size: int) -> str:
     """The torch.distributed backend for ``device``: gloo on the CPU; on GPUs NCCL when every
-    rank has its own GPU, else gloo through host memory (``backend`` overrides)."""
+    rank has its own GPU, else gloo through host memory."""
     if device not in DEVICES:
         raise InvalidInputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
-    if backend not in (None, "gloo", "nccl"):
-        raise InvalidInputError(f"backend must be one of gloo, nccl, got {backend!r}")
     if device == "cpu":
-        if backend == "nccl":
-            raise InvalidInputError("backend='nccl' needs device='cuda'")
         return "gloo"
     if not torch.cuda.is_available():
         raise InvalidInputError(
             "device='cuda' needs a GPU, but torch.cuda.is_available() is False on this machine "
             "(no GPU or a CPU-only torch build); use device='cpu'"
         )
-    return backend or ("nccl" if torch.cuda.device_count() >= max(2, world_size) else "gloo")
+    return "nccl" if torch.cuda.device_count() >= max(2, world_size) else "gloo"
 
 
 @dataclass(frozen=True)
 class Boot:
-    """What a spawned worker needs to join the group (pickled to it)."""
+    """What a worker needs to join the group."""
 
     rank: int
     world_size: int
@@ -144,23 +134,9 @@ class RankContext:
             kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
             signal.pthread_kill(threading.get_ident(), kind)
 
-    def recv(
-        self, tensor: torch.Tensor, src: int, *, layer: int | None, tag: int, **at: Any
-    ) -> None:
-        """Receive ``tensor`` from ``src`` within the timeout; ``at`` (``step``, ``chunk``,
-        ``group``) says where, for the failure."""
-        work = dist.irecv(tensor, src=src, tag=tag, group=at.pop("group", None))
-        what = f"receiving {unit_name(layer, self.num_layers)} from rank {src}"
-        self._wait(work, what, Failure("", layer, src, **at))
-
-    def send(
-        self, tensor: torch.Tensor, dst: int, *, layer: int | None, tag: int, **at: Any
-    ) -> None:
-        work = dist.isend(tensor, dst=dst, tag=tag, group=at.pop("group", None))
-        what = f"sending {unit_name(layer, self.num_layers)} to rank {dst}"
-        self._wait(work, what, Failure("", layer, dst, **at))
-
-    def _wait(self, work: Any, what: str, where: Failure) -> None:
+    def wait(self, work: Any, what: str, where: Failure) -> None:
+        """Wait for a posted transfer within the timeout; TransferError saying ``what`` failed
+        ``where`` (its unit, peer, step and chunk) otherwise."""
         try:
             if self.backend == "nccl":  # NCCL's wait has no timeout of its own
                 deadline = time.monotonic() + self.timeout_s

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from blitzplan.executor.program.jobs import DeviceJob
+from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.program.session import DeviceReport, ProgramSession
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
@@ -87,12 +88,9 @@ class _Shelf:
         """The unit's tensors, waiting for them (or raising the transfer's failure)."""
         if unit not in self.units:
             session = self.session
-            size = session.job.unit_sizes()[unit]
-            session.store.wait_range(unit, 0, size, session.wait_s)
-            spec = session.job.program.spec
-            self.units[unit] = unit_from_buffer(
-                spec, unit, session.buffer(unit), device=self.device
-            )
+            session.store.wait_range(unit, 0, session.job.sizes[unit], session.wait_s)
+            buffer = session.buffer(unit)
+            self.units[unit] = unit_from_buffer(session.job.spec, unit, buffer, device=self.device)
         return self.units[unit]
 
 
@@ -131,7 +129,9 @@ class _NewInstance:
         while (item := self.sends.get()) is not None:
             batch, layer = item
             activation = self.kept.pop(batch).to(self.ctx.wire)
-            self.ctx.send(activation, self.plan.old_rank, layer=layer, tag=ACTIVATION_TAG + batch)
+            old = self.plan.old_rank
+            work = dist.isend(activation, dst=old, tag=ACTIVATION_TAG + batch)
+            self.ctx.wait(work, f"sending batch {batch} to rank {old}", Failure("", layer, old))
             self.ctx.emit("sent", (batch, self.ctx.now()))
 
     def run(self, batch: int, first: int, count: int) -> None:
@@ -207,7 +207,9 @@ def old_instance_job(ctx: RankContext, plan: OldInstancePlan) -> OldReport:
         ids = plan.prompts[batch]
         if first > 1:
             buffer = torch.empty(len(ids), dims.hidden, dtype=dims.dtype, device=ctx.wire)
-            ctx.recv(buffer, plan.new_rank, layer=first - 1, tag=ACTIVATION_TAG + batch)
+            work = dist.irecv(buffer, src=plan.new_rank, tag=ACTIVATION_TAG + batch)
+            where = Failure("", first - 1, plan.new_rank)
+            ctx.wait(work, f"receiving batch {batch} from rank {plan.new_rank}", where)
             hidden = buffer.to(ctx.device)
         start = ctx.now()
         if first == 1:

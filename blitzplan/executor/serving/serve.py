@@ -19,14 +19,12 @@ import itertools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.outcome import ProgramRun, summarize
-from blitzplan.executor.program.reader import LivePairDoc, Program
-from blitzplan.executor.program.runner import check_fault, prepare
+from blitzplan.executor.program.runner import Document, check_fault, prepare
 from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers
@@ -41,8 +39,10 @@ from blitzplan.executor.serving.pair_jobs import (
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.executor.smallmodel.llama import model_dims
 from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES
 from blitzplan.live.schedule import NewOp, OldOp
+from blitzplan.wire.scaleprogram import PairRecord, ScaleProgram
 
 LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
@@ -88,8 +88,8 @@ class LiveRun:
 
 
 def pair_instance(
-    program: Program,
-    pair: LivePairDoc,
+    program: ScaleProgram,
+    pair: PairRecord,
     tokens: list[int],
     compute: ComputeModel,
     handoff_bytes_per_s: float,
@@ -97,7 +97,7 @@ def pair_instance(
     """The prediction the policy reads: the new instance's arrivals from the document, one
     batch per request queued now, layer times from ``compute``."""
     new = next(i for i in program.new_instances if i.name == pair.new)
-    ready = list(itertools.accumulate(new.predicted_s, max))
+    ready = list(itertools.accumulate(new.layer_ready_s, max))
     act = program.spec.activation_bytes_per_token
     return LiveScalingInstance(
         ready[1:-1],
@@ -111,8 +111,8 @@ def pair_instance(
 
 
 def _pair(
-    program: Program, index: int, requests: Mapping[str, int]
-) -> tuple[LivePairDoc, list[int]]:
+    program: ScaleProgram, index: int, requests: Mapping[str, int]
+) -> tuple[PairRecord, list[int]]:
     if not 0 <= index < len(program.live_pairs):
         raise InvalidInputError(
             f"pair must be in 0..{len(program.live_pairs) - 1}, got {index!r} "
@@ -135,7 +135,7 @@ def _pair(
 
 
 def serve_live(
-    document: str | Path,
+    document: Document,
     checkpoint: Checkpoint,
     *,
     requests: Mapping[str, int],
@@ -199,7 +199,7 @@ def serve_live(
     return LiveRun(
         policy=policy.name,
         release_s=instance.release_s,
-        predicted_s=tuple(chosen.schedule.completion_s),
+        predicted_s=simulate(POLICIES[chosen.policy](), instance).completion_s,
         split=tuple(coordinator.split),
         new_ops=tuple(sorted(coordinator.new_ops, key=lambda op: (op.start_s, op.batch))),
         old_ops=tuple(sorted(coordinator.old_ops, key=lambda op: (op.start_s, op.batch))),

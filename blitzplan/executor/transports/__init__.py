@@ -1,26 +1,29 @@
-"""Transports: how one chunk of one step moves from the source's buffer into the destination's.
+"""Transports: how one chunk of one step moves from the source's arena into the destination's.
 
 Everything else of a run (which chunk leaves when, dependencies through ``feeds``, pacing,
 relays, checks) is the program runner's and the same for every transport. Each device keeps its
-buffers in one *arena* (a flat byte tensor on its device: host memory on the CPU, GPU memory on
-a GPU), and both sides of a step know every chunk in advance: the sender calls
-:meth:`Transport.write`, the receiver :meth:`Transport.landed`, which returns once the chunk's
-bytes are in its arena. A transport that fails raises ``TransferError`` naming the peer, the
-step and the chunk.
+buffers in one *arena* (a flat byte tensor: host memory on the CPU, GPU memory on a GPU), and
+both ends of a pair of devices know every chunk between them in advance, in one order (their
+:class:`Lane`). A sender calls :meth:`Transport.write` with the next chunks of a lane, in that
+order (it returns a handle at once; :meth:`Transport.wait` returns once they have left); a receiver
+runs the bodies :meth:`Transport.receivers` gives, each calling ``landed(chunk)`` once a chunk's
+bytes are in the arena. A transport that fails raises ``TransferError`` naming the peer, the step
+and the chunk.
 
-- ``torch`` (:mod:`.torch_p2p`): torch.distributed send/recv, one tag per step: gloo on the CPU,
-  NCCL when every rank has a GPU of its own (a communicator per pair of ranks; NCCL has no tags,
-  so a pair carries one step), else gloo through host memory.
+- ``torch`` (:mod:`.torch_p2p`): torch.distributed ``isend``/``irecv``. Messages match by the
+  lane's order alone, not by tags (NCCL has none): gloo on the CPU, NCCL when every rank has a
+  GPU of its own (one communicator per direction of a pair), else gloo through host memory.
 - ``nixl`` (:mod:`.nixl_write`): NIXL over UCX, the library serving stacks use for KV and weight
-  transfer: each chunk one one-sided WRITE from the source's registered arena into the
-  destination's at the chunk's offset, with a notification the destination waits for.
+  transfer: one one-sided WRITE of a write's chunks from the source's registered arena into the
+  destination's at each chunk's offset, with a notification naming every chunk in it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
 
@@ -29,40 +32,56 @@ if TYPE_CHECKING:
 
     from blitzplan.executor.runtime.worker import RankContext
 
-__all__ = ["TRANSPORTS", "Chunk", "Transport", "check_transport", "open_transport"]
-
 TRANSPORTS: dict[str, str] = {
     "torch": "torch.distributed point-to-point (gloo on the CPU, NCCL on GPUs)",
-    "nixl": "NIXL one-sided WRITE plus a notification per chunk (UCX; pip install nixl-cu12)",
+    "nixl": "NIXL one-sided WRITEs, each notifying the chunks it carries (UCX; nixl-cu12)",
 }
 """The closed table of transports (default ``torch``)."""
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Bytes ``[lo, hi)`` of ``unit``'s buffer moved by ``step`` (a key unique in the run) between
-    this device and ``peer``: from offset ``src`` of the sender's arena to ``dst`` of the
-    receiver's."""
+    """Bytes ``[lo, hi)`` of ``unit``'s buffer at the receiver, moved by ``step`` (a key unique in
+    the run) from offset ``src`` of the sender's arena to ``dst`` of the receiver's. ``held`` is
+    where the bytes sit in the sender's own unit buffer (it sends them once they are there), None
+    when they were packed into the arena before the start."""
 
     step: int
     unit: int
-    peer: int
     src: int
     dst: int
     lo: int
     hi: int
+    held: int | None
 
     @property
     def nbytes(self) -> int:
         return self.hi - self.lo
 
 
+@dataclass(frozen=True)
+class Lane:
+    """Every chunk between this device and ``peer`` in one direction, in the order both send
+    and receive them."""
+
+    peer: int
+    chunks: tuple[Chunk, ...]
+
+
+Handle = tuple[Any, int, tuple["Chunk", ...]]
+"""A write in flight: the transport's own handle, the peer and the chunks."""
+
+
 class Transport(Protocol):
     """What the program runner asks of a transport (see the module docstring)."""
 
-    def write(self, chunk: Chunk) -> None: ...
+    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle: ...
 
-    def landed(self, chunk: Chunk) -> None: ...
+    def wait(self, handle: Handle) -> None: ...
+
+    def receivers(
+        self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
+    ) -> list[Callable[[], None]]: ...
 
     def close(self) -> None: ...
 
@@ -86,16 +105,16 @@ def open_transport(
     arena: torch.Tensor,
     *,
     run: str,
-    writes_to: tuple[int, ...],
-    peers: tuple[int, ...],
+    out: Sequence[Lane],
+    into: Sequence[Lane],
 ) -> Transport:
-    """This device's end of transport ``name`` for one run (``run`` names it, unique): it writes
-    to the ranks ``writes_to`` and exchanges chunks with ``peers``. Every device of the run opens
-    its end at the same time (before the shared start)."""
+    """This device's end of transport ``name`` for one run (``run`` names it, unique), with its
+    lanes ``out`` (it writes) and ``into`` (it receives). Every device of the run opens its end
+    at the same time (before the shared start)."""
     if name == "nixl":
         from blitzplan.executor.transports.nixl_write import NixlTransport
 
-        return NixlTransport(ctx, arena, run=run, writes_to=writes_to)
+        return NixlTransport(ctx, arena, run=run, out=out)
     from blitzplan.executor.transports.torch_p2p import TorchTransport
 
-    return TorchTransport(ctx, arena, peers=peers)
+    return TorchTransport(ctx, arena, out=out, into=into)

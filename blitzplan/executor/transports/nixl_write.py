@@ -1,68 +1,63 @@
-"""The ``nixl`` transport: each chunk one one-sided NIXL WRITE, with a notification per chunk.
+"""The ``nixl`` transport: one one-sided NIXL WRITE per write, its notification naming its chunks.
 
-Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core per
-process: the waits drive progress, a sender polling its WRITE, a receiver its notifications; no
-metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a GPU) and publishes its
-metadata and the arena's address in the group's TCPStore; a device loads the metadata of every rank
-it writes to. A chunk is written from the sender's arena at ``src`` into the receiver's at ``dst``
-with the notification ``b"<step>:<dst>"``; the receiver's :meth:`NixlTransport.landed` returns once
-that notification has come (NIXL delivers it after the bytes). UCX is kept to the loopback interface
-unless ``UCX_NET_DEVICES`` says otherwise, and to TCP on the CPU unless ``UCX_TLS`` does: no socket
-of a run listens beyond this host. Two traps of NIXL's Python API are handled here:
-``add_remote_agent`` returns the name as bytes (it is decoded before use), and the agent's own
-metadata listener would bind every interface (it stays off).
+Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core
+per process: the waits drive progress, a sender polling its WRITEs, a receiver its
+notifications; no metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a
+GPU) and publishes its metadata and the arena's address in the group's TCPStore. A sender loads
+the metadata of every rank it writes to and prepares, per lane, the descriptors of every chunk
+on both sides once, before the start; a write is then one prepared WRITE of its chunks with the
+notification ``b"<step>:<dst>"`` of each, joined by ``;``. A receiver polls its notifications in
+one thread (NIXL delivers one after its bytes), backing off from ``POLL_S[0]`` to ``POLL_S[1]``
+while nothing comes. UCX is kept to the loopback interface unless ``UCX_NET_DEVICES`` says
+otherwise, and to TCP on the CPU unless ``UCX_TLS`` does: no socket of a run listens beyond this
+host. Two traps of NIXL's Python API are handled: ``add_remote_agent`` returns the name as bytes
+(decoded before use), and the agent's own metadata listener would bind every interface (it stays
+off).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
-from blitzplan.executor.transports import Chunk
+from blitzplan.executor.transports import Chunk, Handle, Lane
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
-_POLL_S = (5e-5, 1e-3)
-"""Waits poll NIXL from every 50 us, backing off to every millisecond."""
+POLL_S = (2e-5, 5e-4)
+"""Waits poll NIXL from every 20 us, backing off to every half millisecond."""
 
 
 def loopback_ucx(device: str) -> None:
-    """Keep UCX on this host (the loopback interface) and, on the CPU, on TCP; a value the
-    environment already sets stays."""
+    """Keep UCX on this host (the loopback interface) and, on the CPU, on TCP; NIXL's log to
+    warnings (it logs every agent it makes); a value the environment already sets stays."""
     os.environ.setdefault("UCX_NET_DEVICES", "lo")
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     if device == "cpu":
         os.environ.setdefault("UCX_TLS", "tcp")
 
 
-def _polled(ready: Any, timeout_s: float, late: str) -> Any:
-    """``ready()`` once it is not None, polling with back-off; ``late`` raised after the
-    timeout (as a RuntimeError the caller names)."""
-    deadline, pause = time.monotonic() + timeout_s, _POLL_S[0]
-    while (value := ready()) is None:
-        if time.monotonic() > deadline:
-            raise RuntimeError(late)
-        time.sleep(pause)
-        pause = min(2 * pause, _POLL_S[1])
-    return value
+def _note(chunk: Chunk) -> bytes:
+    return f"{chunk.step}:{chunk.dst}".encode()
 
 
 class NixlTransport:
     """One device's end of a NIXL run (see the module docstring)."""
 
     def __init__(
-        self, ctx: RankContext, arena: torch.Tensor, *, run: str, writes_to: tuple[int, ...]
+        self, ctx: RankContext, arena: torch.Tensor, *, run: str, out: Sequence[Lane]
     ) -> None:
         loopback_ucx(ctx.device.type)
         from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
 
-        self.ctx, self.arena = ctx, arena
+        self.ctx = ctx
         config = nixl_agent_config(
             enable_prog_thread=False,
             enable_listen_thread=False,
@@ -71,74 +66,102 @@ class NixlTransport:
         )
         self.agent = nixl_agent(f"blitzplan-{run}-{ctx.rank}", config)
         self.memory = "VRAM" if arena.device.type == "cuda" else "DRAM"
-        self.gpu = arena.device.index or 0
-        self.base = arena.data_ptr()
-        self.registered = self.agent.register_memory(
-            [(self.base, arena.numel(), self.gpu, "")], self.memory
-        )
+        gpu, base = arena.device.index or 0, arena.data_ptr()
+        self.registered = self.agent.register_memory([(base, arena.numel(), gpu, "")], self.memory)
         key = f"nixl/{run}/"
         ctx.store.set(
-            key + str(ctx.rank),
-            pickle.dumps((self.agent.get_agent_metadata(), self.base, self.gpu)),
+            key + str(ctx.rank), pickle.dumps((self.agent.get_agent_metadata(), base, gpu))
         )
-        self.peers: dict[int, tuple[str, int, int]] = {}
-        """Per rank written to: its agent's name, its arena's address and its GPU."""
-        for peer in writes_to:
-            metadata, base, gpu = pickle.loads(ctx.store.get(key + str(peer)))
+        self.names: dict[int, str] = {}
+        self.lanes: dict[int, tuple[Any, Any, dict[tuple[int, int], int]]] = {}
+        """Per rank written to: the prepared local and remote descriptors, and each chunk's
+        index in them by ``(step, dst)``."""
+        for lane in out:
+            metadata, peer_base, peer_gpu = pickle.loads(ctx.store.get(key + str(lane.peer)))
             name = self.agent.add_remote_agent(metadata)
-            self.peers[peer] = (name.decode() if isinstance(name, bytes) else name, base, gpu)
-        self._seen: set[bytes] = set()
-        self._lock = threading.Lock()
+            self.names[lane.peer] = name = name.decode() if isinstance(name, bytes) else name
+            local = [(base + c.src, c.nbytes, gpu) for c in lane.chunks]
+            remote = [(peer_base + c.dst, c.nbytes, peer_gpu) for c in lane.chunks]
+            self.lanes[lane.peer] = (
+                self.agent.prep_xfer_dlist("NIXL_INIT_AGENT", local, self.memory),
+                self.agent.prep_xfer_dlist(name, remote, self.memory),
+                {(c.step, c.dst): k for k, c in enumerate(lane.chunks)},
+            )
 
-    def _failed(self, chunk: Chunk, what: str) -> TransferError:
+    def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
         where = unit_name(chunk.unit, self.ctx.num_layers)
-        message = f"{what} ({where}, rank {chunk.peer}, NIXL)"
-        return TransferError(
-            Failure(message, chunk.unit, chunk.peer, chunk.step, (chunk.lo, chunk.hi))
-        )
+        message = f"{what} ({where}, rank {peer}, NIXL)"
+        return TransferError(Failure(message, chunk.unit, peer, chunk.step, (chunk.lo, chunk.hi)))
 
-    def write(self, chunk: Chunk) -> None:
-        name, base, gpu = self.peers[chunk.peer]
-        local = self.agent.get_xfer_descs(
-            [(self.base + chunk.src, chunk.nbytes, self.gpu)], self.memory
-        )
-        remote = self.agent.get_xfer_descs([(base + chunk.dst, chunk.nbytes, gpu)], self.memory)
-        note = f"{chunk.step}:{chunk.dst}".encode()
+    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
+        local, remote, index = self.lanes[peer]
+        k = [index[(c.step, c.dst)] for c in chunks]
+        note = b";".join(_note(c) for c in chunks)
         try:
-            handle = self.agent.initialize_xfer("WRITE", local, remote, name, note)
+            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, note)
             state = self.agent.transfer(handle)
-            if state == "PROC":
-                state = _polled(
-                    lambda: None if (s := self.agent.check_xfer_state(handle)) == "PROC" else s,
-                    self.ctx.timeout_s,
-                    f"timed out after {self.ctx.timeout_s:g} s writing",
-                )
-            self.agent.release_xfer_handle(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
-            raise self._failed(chunk, f"writing failed: {str(exc).splitlines()[0][:120]}") from None
-        if state != "DONE":
-            raise self._failed(chunk, f"writing ended in state {state}")
+            raise self._failed(chunks[0], peer, f"writing failed: {_first_line(exc)}") from None
+        if state == "ERR":
+            raise self._failed(chunks[0], peer, "writing ended in state ERR")
+        return handle, peer, chunks
 
-    def _arrived(self, note: bytes) -> bool | None:
-        with self._lock:
-            for messages in self.agent.get_new_notifs().values():
-                self._seen.update(messages)
-            if note in self._seen:
-                self._seen.discard(note)
-                return True
-        return None
-
-    def landed(self, chunk: Chunk) -> None:
-        note = f"{chunk.step}:{chunk.dst}".encode()
+    def wait(self, handle: Handle) -> None:
+        xfer, peer, (chunk, *_) = handle
+        deadline, pause = time.monotonic() + self.ctx.timeout_s, POLL_S[0]
         try:
-            _polled(lambda: self._arrived(note), self.ctx.timeout_s, "")
-        except RuntimeError:
-            raise self._failed(
-                chunk, f"timed out after {self.ctx.timeout_s:g} s waiting for a chunk"
-            ) from None
+            while (state := self.agent.check_xfer_state(xfer)) == "PROC":
+                if time.monotonic() > deadline:
+                    raise self._failed(
+                        chunk, peer, f"timed out after {self.ctx.timeout_s:g} s writing"
+                    )
+                time.sleep(pause)
+                pause = min(2 * pause, POLL_S[1])
+            self.agent.release_xfer_handle(xfer)
+        except TransferError:
+            raise
+        except Exception as exc:
+            raise self._failed(chunk, peer, f"writing failed: {_first_line(exc)}") from None
+        if state != "DONE":
+            raise self._failed(chunk, peer, f"writing ended in state {state}")
+
+    def receivers(
+        self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
+    ) -> list[Callable[[], None]]:
+        expected = {_note(c): (lane.peer, c) for lane in lanes for c in lane.chunks}
+        return [lambda: self._receive(expected, landed)] if expected else []
+
+    def _receive(
+        self, expected: dict[bytes, tuple[int, Chunk]], landed: Callable[[Chunk], None]
+    ) -> None:
+        """Every expected notification, each chunk handed to ``landed`` as its note comes."""
+        timeout_s = self.ctx.timeout_s
+        heard, pause = time.monotonic(), POLL_S[0]
+        while expected:
+            found = [n for notes in self.agent.get_new_notifs().values() for n in notes]
+            for note in (part for notes in found for part in notes.split(b";")):
+                if (item := expected.pop(note, None)) is not None:
+                    landed(item[1])
+            if found:
+                heard, pause = time.monotonic(), POLL_S[0]
+                continue
+            if time.monotonic() - heard > timeout_s:
+                peer, chunk = next(iter(expected.values()))
+                raise self._failed(
+                    chunk, peer, f"timed out after {timeout_s:g} s waiting for a chunk"
+                )
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_S[1])
 
     def close(self) -> None:
-        for name, _, _ in self.peers.values():
+        for local, remote, _ in self.lanes.values():
+            self.agent.release_dlist_handle(local)
+            self.agent.release_dlist_handle(remote)
+        for name in self.names.values():
             self.agent.remove_remote_agent(name)
         self.agent.deregister_memory(self.registered)
         del self.agent
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__

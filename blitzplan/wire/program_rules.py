@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.scale.program_bytes import check_bytes_at_sources
+from blitzplan.wire.program_bytes import check_bytes_at_sources
 
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
@@ -86,7 +86,7 @@ def check_program_rules(
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         raise InvalidInputError(f"step ids must be unique, these repeat: {repeated}")
     spans = {s.id: _spans(s.ranges) for s in steps}
-    memory = _memory_devices(steps)
+    memory = memory_devices(steps)
     instances = {i.name: i for i in new_instances}
     try:
         passed = _screen(steps, spans, tp, unit_bytes, instances, held, memory)
@@ -278,7 +278,7 @@ def _check_source_layout(step: Any, spec: ModelSpec | None) -> None:
         raise InvalidInputError(f"{where}: a resharding source sends one rank, not rank -1")
 
 
-def _memory_devices(steps: Sequence[Any]) -> set[str]:
+def memory_devices(steps: Sequence[Any]) -> set[str]:
     """Devices that hold every rank's buffer: memory and disk sources, relays (destinations of
     no new instance) and destinations of ``rank -1`` steps."""
     found = {s.source for s in steps if s.holder in _MEMORY_HOLDERS}

@@ -204,6 +204,30 @@ def check_digest(text: str, document: Mapping[str, Any], key: str, trailer: str 
         )
 
 
+def read_signed(
+    text: str, schema: str, version: int, key: str, trailer: str = ""
+) -> dict[str, Any]:
+    """The parsed document ``text``, once its ``schema``, ``schema_version`` and digest ``key``
+    (:func:`check_digest`) are checked; InvalidInputError naming the first thing wrong."""
+    import msgspec
+
+    if not isinstance(text, str):
+        raise InvalidInputError(f"a {schema} document is JSON text, got {type(text).__name__}")
+    try:
+        document = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise InvalidInputError(f"the {schema} document does not parse: {exc}") from None
+    if not isinstance(document, dict) or document.get("schema") != schema:
+        raise InvalidInputError(f"not a {schema} document (its 'schema' key must say so)")
+    found = document.get("schema_version")
+    if found != version:
+        raise InvalidInputError(
+            f"schema_version {found!r} is not supported (this blitzplan reads {version})"
+        )
+    check_digest(text, document, key, trailer)
+    return document
+
+
 def signed_as_written(text: str, key: str) -> str | None:
     """The digest ``text`` claims under ``key`` when ``text`` is canonical text whose digest
     (the text without the ``key`` member) is that claim, else None (a reader then parses and

@@ -1,0 +1,323 @@
+"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`).
+
+Devices are ranked holders first (those with weights before the start), then every other source
+and destination in step order, then new GPUs no step names.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.executor.program.bytestore import equal_chunks
+from blitzplan.executor.program.jobs import (
+    Piece,
+    Stage,
+    gpu_ranks,
+    held_bytes,
+    rank_base,
+    serving_buffers,
+)
+from blitzplan.executor.transports import Chunk, Lane
+from blitzplan.models.layout import Layout, layout
+from blitzplan.wire.program_rules import memory_devices
+from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
+
+if TYPE_CHECKING:
+    from blitzplan.executor.smallmodel.checkpoint import Checkpoint
+    from blitzplan.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class SendStep:
+    """A step as its sender runs it: its ``chunks``, its pace (None: unpaced), and when it may
+    start (times from the run's start): not before ``not_before_s``, the end of the steps in
+    ``after`` and the end of the steps in ``waits_for`` (store-and-forward: those feeding it)."""
+
+    chunks: int
+    pace_bytes_per_s: float | None
+    not_before_s: float
+    after: tuple[int, ...] = ()
+    waits_for: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceJob:
+    """Everything one device does. Its arena holds ``sizes`` bytes per unit, filled before the
+    start with a serving GPU's own buffer (``holds``: its ``(tp, rank)``), every rank's buffer
+    (``every_rank``: host memory or a disk), or the byte ranges ``held`` of rank ``gpu_rank``'s
+    buffer, and then ``packs`` ``(unit, own offset, arena offset, length)`` for its resharding
+    steps. It sends on ``out`` (``sends`` by step key) and receives on ``into`` (``received``:
+    chunks per step key); ``check``: compare every unit with its rank buffer at the end."""
+
+    rank: int
+    label: str
+    spec: ModelSpec = field(repr=False)
+    tp: int
+    checkpoint: Checkpoint
+    sizes: tuple[int, ...]
+    arena_bytes: int
+    holds: tuple[int, int] | None = None
+    every_rank: bool = False
+    gpu_rank: int | None = None
+    held: tuple[tuple[int, int, int], ...] = ()
+    packs: tuple[tuple[int, int, int, int], ...] = ()
+    out: tuple[Lane, ...] = ()
+    into: tuple[Lane, ...] = ()
+    sends: Mapping[int, SendStep] = field(default_factory=dict)
+    received: Mapping[int, int] = field(default_factory=dict)
+    check: bool = False
+    transport: str = "torch"
+    run: str = ""
+
+    @property
+    def bases(self) -> tuple[int, ...]:
+        return arena_bases(self.sizes)
+
+
+def arena_bases(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Where each unit's buffer starts in an arena, and (last) where packed bytes do."""
+    return (0, *itertools.accumulate(sizes))
+
+
+def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
+    """Every device of the programs, in rank order (module docstring)."""
+    found: list[str] = []
+    for program in programs:
+        found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
+        found += [d for s in program.steps for d in (s.source, s.destination)]
+        found += [g for inst in program.new_instances for g in inst.gpus]
+    return list(dict.fromkeys(found))
+
+
+def checked_gpus(parts: list[Stage]) -> list[str]:
+    """The GPUs a run checks at the end: the last program's new GPUs and, when it is a replan,
+    those of the running program's instances complete by ``at_s`` (the surviving GPUs)."""
+    last = parts[-1]
+    done = [
+        g
+        for inst in parts[0].program.new_instances
+        if len(parts) > 1 and max(inst.layer_ready_s) <= last.at_s
+        for g in inst.gpus
+    ]
+    return list(dict.fromkeys([*gpu_ranks(last.program), *done]))
+
+
+@dataclass
+class _Device:
+    """A device's job while it is being built."""
+
+    role: dict[str, Any]
+    sizes: tuple[int, ...]
+    packed_at: int
+    packs: list[tuple[int, int, int, int]] = field(default_factory=list)
+    sends: dict[int, SendStep] = field(default_factory=dict)
+    received: dict[int, int] = field(default_factory=dict)
+
+    @functools.cached_property
+    def bases(self) -> tuple[int, ...]:
+        return arena_bases(self.sizes)
+
+
+def _roles(program: ScaleProgram, *, first: bool) -> dict[str, dict[str, Any]]:
+    """What each device of ``program`` is and holds before the start (``held`` only in the
+    first program: a replan's held bytes come from the program it takes over)."""
+    memory, holds, ranks = (
+        memory_devices(program.steps),
+        serving_buffers(program),
+        gpu_ranks(program),
+    )
+    filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
+    held = held_bytes(program) if first else {}
+    return {
+        d: {
+            "memory": d in memory,
+            "holds": holds.get(d),
+            "every_rank": d in filled,
+            "held": tuple(held.get(d, ())),
+            "gpu_rank": ranks.get(d),
+        }
+        for d in devices_of([program])
+    }
+
+
+def device_jobs(
+    parts: list[Stage], checkpoint: Checkpoint, *, transport: str, run: str, paced: bool
+) -> tuple[DeviceJob, ...]:
+    """One DeviceJob per device, ranks in :func:`devices_of` order."""
+    first = parts[0].program
+    names = devices_of(p.program for p in parts)
+    roles: dict[str, dict[str, Any]] = {}
+    for part in reversed(parts):  # the first program that names a device says what it is
+        roles.update(_roles(part.program, first=part is parts[0]))
+    devices = {}
+    for name in names:
+        own = layout(first.spec, roles[name]["holds"][0]) if roles[name]["holds"] else None
+        scale = first.tp if roles[name]["memory"] else 1
+        sizes = tuple(n * scale for n in (own.unit_bytes if own else first.unit_bytes))
+        devices[name] = _Device(roles[name], sizes, sum(sizes))
+    lanes: dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]] = defaultdict(
+        list
+    )
+    for part in parts:
+        _add_stage(part, devices, lanes, paced=paced)
+    rank = {name: r for r, name in enumerate(names)}
+    out, into = defaultdict(list), defaultdict(list)
+    for (src, dst), keyed in sorted(lanes.items(), key=lambda kv: (rank[kv[0][0]], rank[kv[0][1]])):
+        chunks = tuple(chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0]))
+        out[src].append(Lane(rank[dst], chunks))
+        into[dst].append(Lane(rank[src], chunks))
+    checked = set(checked_gpus(parts))
+    return tuple(
+        DeviceJob(
+            rank=rank[name],
+            label=name,
+            spec=first.spec,
+            tp=first.tp,
+            checkpoint=checkpoint,
+            sizes=dev.sizes,
+            arena_bytes=dev.packed_at,
+            holds=dev.role["holds"],
+            every_rank=dev.role["every_rank"],
+            gpu_rank=dev.role["gpu_rank"],
+            held=dev.role["held"],
+            packs=tuple(dev.packs),
+            out=tuple(out[name]),
+            into=tuple(into[name]),
+            sends=dev.sends,
+            received=dev.received,
+            check=name in checked,
+            transport=transport,
+            run=run,
+        )
+        for name, dev in devices.items()
+    )
+
+
+def _add_stage(
+    part: Stage,
+    devices: Mapping[str, _Device],
+    lanes: dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]],
+    *,
+    paced: bool,
+) -> None:
+    """The chunks of every step of ``part`` on their lanes, each keyed by its place in the
+    lane's order (module docstring of :mod:`.jobs`), and what their devices do with them."""
+    program, memory = part.program, memory_devices(part.program.steps)
+    starts = _starts(part)
+    running = {s.id: part.pieces(s) for s in program.steps}
+    for step in program.steps:
+        if not running[step.id]:
+            continue
+        key = part.offset + step.id
+        source, destination = devices[step.source], devices[step.destination]
+        made = list(_chunks(part, step, running[step.id], source, destination, memory))
+        begin_s, depth = starts[step.id]
+        span_s = max(0.0, step.end_s - step.start_s)
+        for k, chunk in enumerate(made):
+            order = (begin_s + span_s * k / len(made), depth, key, k)
+            lanes[(step.source, step.destination)].append((order, chunk))
+        source.sends[key] = SendStep(
+            chunks=len(made),
+            pace_bytes_per_s=step.pace_bytes_per_s if paced else None,
+            not_before_s=part.at_s + step.not_before_s,
+            after=tuple(part.offset + a for a in step.after if running[a]),
+            waits_for=tuple(
+                part.offset + f for f in step.feeds if step.store_and_forward and running[f]
+            ),
+        )
+        destination.received[key] = len(made)
+
+
+def _starts(part: Stage) -> dict[int, tuple[float, int]]:
+    """Per step: the predicted start its chunks are ordered from (no earlier than
+    ``not_before_s`` and the predicted ends of the steps in ``after``) and its depth in
+    ``after`` chains."""
+    by_id = {s.id: s for s in part.program.steps}
+
+    @functools.cache
+    def start(sid: int) -> tuple[float, int]:
+        step = by_id[sid]
+        begin = part.at_s + max(step.start_s, step.not_before_s)
+        depth = 0
+        for prior in step.after:
+            at, level = start(prior)
+            begin = max(begin, at + max(0.0, by_id[prior].end_s - by_id[prior].start_s))
+            depth = max(depth, level + 1)
+        return begin, depth
+
+    return {sid: start(sid) for sid in by_id}
+
+
+def _chunks(
+    part: Stage,
+    step: StepRecord,
+    moved: tuple[Piece, ...],
+    source: _Device,
+    destination: _Device,
+    memory: set[str],
+) -> Iterable[Chunk]:
+    """``step``'s chunks: its pieces at the source's and the destination's arena offsets; a
+    resharding source's bytes packed into its arena first."""
+    program = part.program
+    reshard = _reshard(program, step, source)
+    key = part.offset + step.id
+    for unit, off, n in moved:
+        into = rank_base(program, step.rank, unit, memory=step.destination in memory) + off
+        held: int | None = None
+        if reshard is None:
+            held = rank_base(program, step.rank, unit, memory=step.source in memory) + off
+            src = source.bases[unit] + held
+        else:
+            held, src = None, _pack(program, step, source, reshard, unit, off, n)
+        for a, b in equal_chunks(0, n, program.chunk_bytes):
+            lo, hi = into + a, into + b
+            at = None if held is None else held + a
+            yield Chunk(key, unit, src + a, destination.bases[unit] + lo, lo, hi, at)
+
+
+def _reshard(
+    program: ScaleProgram, step: StepRecord, source: _Device
+) -> tuple[Layout, Layout, int] | None:
+    """``(target layout, the source's own layout, its rank)`` when the source holds another TP
+    degree's buffer than the step's rank (it packs the step's bytes), else None."""
+    holds = step.source_layout
+    if holds is None or holds == (program.tp, step.rank):
+        return None
+    if source.role["holds"] is None:
+        raise InvalidInputError(
+            f"{step.source!r} reshards its buffer for the replan, but the running program loads it"
+        )
+    return layout(program.spec, program.tp), layout(program.spec, holds[0]), holds[1]
+
+
+def _pack(
+    program: ScaleProgram,
+    step: StepRecord,
+    source: _Device,
+    reshard: tuple[Layout, Layout, int],
+    unit: int,
+    offset: int,
+    length: int,
+) -> int:
+    """Where in the source's arena a resharded piece is packed (its copies added to the
+    source's packs); InvalidInputError when the serving rank lacks a byte it would send."""
+    target, own, rank = reshard
+    size = program.unit_bytes[unit]
+    lo, hi = Fraction(offset, size), Fraction(offset + length, size)
+    try:
+        copies = target.reshard(unit, own, rank, step.rank, lo, hi)
+    except InvalidInputError as exc:
+        raise InvalidInputError(
+            f"step {step.id} (source_layout {step.source_layout}): {exc}"
+        ) from None
+    at = source.packed_at
+    source.packs += [(unit, src, at + dst - offset, n) for src, dst, n in copies]
+    source.packed_at += length
+    return at
