@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.relaxation_subsets import subset_search
+from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import evaluate_objective, timetable
 
 __all__ = [
@@ -172,6 +173,9 @@ def relaxation_bound(
 ) -> tuple[float, RelaxedPlan, bool]:
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
+    The bound is the larger of the relaxation's and the work relaxation's
+    (:mod:`blitzplan.live.relaxation_work`), which counts N's capacity.
+
     ``upper_bound`` (the value of any known schedule, in objective units) and the value of the
     first relaxed plan, repaired into a schedule, prune the search; with ``time_limit_s`` the
     search stops early (after ``SEARCH_SHARE`` of it) and the bound is the least over the
@@ -193,7 +197,8 @@ def relaxation_bound(
         greedy_s=GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4),
     )
     best = tuple(first) if sequence is None else sequence
-    return relax.obj.final(min(cost, relax.evaluate(best))), relax.plan(best), complete
+    bound = max(relax.obj.final(min(cost, relax.evaluate(best))), work_bound(instance, objective))
+    return bound, relax.plan(best), complete
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:

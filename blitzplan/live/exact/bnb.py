@@ -15,9 +15,10 @@ restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nm
   runs alone are ordered one way or the other, or one of them is not run.
 
 Every child excludes the node's relaxed plan and together they cover every schedule of the
-node, so the least bound over the open nodes is a proven lower bound. Nodes are explored best
-bound first; each relaxed plan, repaired when N cannot carry it, offers the incumbent a
-schedule (kept only when the independent checker passes it).
+node, so the least bound over the open nodes is a proven lower bound (and so is the work
+relaxation's, :mod:`blitzplan.live.relaxation_work`: the search stops once the incumbent
+meets it). Nodes are explored best bound first; each relaxed plan, repaired when N cannot
+carry it, offers the incumbent a schedule (kept only when the independent checker passes it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, seq
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
+from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
@@ -138,7 +140,7 @@ class _Search:
             # bounded in time): a short local search may lower the incumbent
             self.start.polish(POLISH_SHARE_OF_LIMIT * self.start.left_s())
         while self.open:
-            if self.start.left_s() <= self.add_s:
+            if self.start.left_s() <= self.add_s or self.start.proven():
                 break
             node = heapq.heappop(self.open)
             if self.prunable(node.bound):
@@ -233,6 +235,7 @@ def solve_bnb(
         relax=False,
         warm=warm_start,
     )
+    start.raise_bound(work_bound(instance, objective))
     search = _Search(start)
     search.run()
     return finish(start, message=f"{search.nodes} node(s) branched, {len(search.open)} left open")
