@@ -100,3 +100,23 @@ def test_the_simulator_plans_colocated_replicas_as_they_are() -> None:
     assert {launch.role for launch in action.launches} == {"colocated"}
     pairs = {p.new: p.old for p in action.plan.live_pairs}
     assert pairs and {la.name: la.pair for la in action.launches if la.live} == pairs
+
+
+def test_a_mixed_fleet_plans_each_model_by_its_own_roles() -> None:
+    """Two models on one cluster, llama-3-8b colocated and qwen2.5-7b disaggregated: planning
+    the colocated model streams from its replicas only and pairs with them; planning the
+    disaggregated one pairs with its prefill instance and never touches the replicas."""
+    other = "qwen2.5-7b"
+    state = _replicas()
+    state.add_instance(other, gpus=["h1/gpu0"], role="prefill", queue=[(0.0, 2000)] * 4)
+    state.add_instance(other, gpus=["h1/gpu1"], role="decode")
+    made = plan(state, ScaleRequest(MODEL, colocated=2))
+    replicas = {"h0/gpu0", "h0/gpu1", "h0/gpu2"}
+    assert {p.old for p in made.live_pairs} <= {"i0", "i1", "i2"}
+    assert {s.source for s in made.steps} - {g for i in made.new_instances for g in i.gpus} <= (
+        replicas
+    )
+    assert validate_plan(state, made) == ()
+    theirs = plan(state, ScaleRequest(other, prefill=1))
+    assert [(p.old, theirs.new_instances[0].role) for p in theirs.live_pairs] == [("i3", "prefill")]
+    assert not {s.source for s in theirs.steps} & replicas
