@@ -1,4 +1,5 @@
-"""The README's Python snippets run, and each `expression  # value` line evaluates to its value."""
+"""The README's Python snippets (and docs/scaleplan.md's, the data-plane contract it links to) run,
+and each `expression  # value` line evaluates to its value."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import pytest
 
 from tests.conftest import REPO
 
-BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+BLOCKS = [
+    block
+    for page in ("README.md", "docs/scaleplan.md")
+    for block in re.findall(r"```python\n(.*?)```", (REPO / page).read_text(), re.S)
+]
 
 
 def test_readme_has_python_snippets() -> None:
