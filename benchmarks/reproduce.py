@@ -2,7 +2,7 @@
 then colocated serving: the paper's section 6.4 and a fixed colocated fleet on AzureConv.
 
 Run: .venv/bin/python benchmarks/reproduce.py [disaggregated] [colocated]   (default: both;
-BLITZPLAN_QUICK=1: 5-minute windows, fewer runs)
+BLITZPLAN_QUICK=1: 2-minute windows, fewer runs)
 
 Reads the Azure traces from ../shared/traces/ (a BurstGPT CSV there too when present; else the
 project's synthetic BurstGPT-like burst). Every run uses the calibrated compute model, the striped
@@ -52,7 +52,7 @@ from blitzplan.topologies import load_topology
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-WINDOW = (0.0, 300.0) if QUICK else None
+WINDOW = (0.0, 120.0) if QUICK else None
 QUICK_SYSTEMS = ("distserve-full", "serverlessllm", "allcache", "blitzscale")
 DISAGGREGATED_SYSTEMS = (
     "distserve-full",
@@ -307,7 +307,7 @@ def faults() -> None:
     """A host failure in the middle of a 10-minute AzureConv replay, against the same run
     without it; the failure time is on the trace's own axis."""
     pairing = PAIRINGS[2]
-    trace, window = azure("conv"), (0.0, 120.0 if QUICK else 600.0)
+    trace, window = azure("conv"), (0.0, 60.0 if QUICK else 600.0)
     fail_at = window[1] / 2
     rows = []
     for label, failures in (
@@ -385,11 +385,11 @@ def speed() -> None:
 COLOCATED_SYSTEMS = ("vllm-full", "vllm-avg", "serverlessllm", "allcache", "blitzscale")
 SCHEDULERS = ("prefill-first", "chunked")
 COLOCATED_TOPOLOGY, COLOCATED_MODEL = "paper-a800-32", "llama-2-7b"
-WARMUP_S = 15.0 if QUICK else 30.0
+WARMUP_S = 10.0 if QUICK else 30.0
 """Every system serves the burst's first WARMUP_S seconds unmeasured: the autoscaled ones start
 from one replica and reach the fleet the opening rate needs (the paper compares bursts, not a
 cold start); latencies count the requests arriving after it, GPU time is over the same span."""
-MEASURED_S = 15.0 if QUICK else 90.0
+MEASURED_S = 10.0 if QUICK else 90.0
 BURST_SEEDS = (11,) if QUICK else (11, 12, 13)
 RATE_CV, RATE_WINDOW_S = 0.5, 15.0
 """The burst's rate varies from one 15 s window to the next by a log-normal factor of CV 0.5
@@ -592,7 +592,7 @@ def main() -> None:
     print(
         f"blitzplan paper reproduction, {date.today()}, {platform.machine()}, "
         f"{os.cpu_count()} cpus, Python {platform.python_version()}"
-        f"{', 5-minute windows' if QUICK else ', whole traces'}\n"
+        f"{', 2-minute windows' if QUICK else ', whole traces'}\n"
     )
     parts = sys.argv[1:] or ["disaggregated", "colocated"]
     if "disaggregated" in parts:
