@@ -28,15 +28,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.bytestore import merged
 from blitzplan.wire.program_rules import ALL_RANKS, memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
-
-if TYPE_CHECKING:
-    pass
 
 Piece = tuple[int, int, int]
 """``(unit, offset, length)``: bytes of the unit's rank buffer a step moves."""
