@@ -158,7 +158,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from blitzplan.scale.plan_report import report
 
     state, model, tp = _scenario(args)
-    request = ScaleRequest(model, prefill=args.prefill, decode=args.decode, tp=tp)
+    request = ScaleRequest(
+        model, prefill=args.prefill, decode=args.decode, colocated=args.colocated, tp=tp
+    )
     scale = plan(state, request, options=_plan_options_of(args))
     text = write_plan_outputs(scale, args.out, args.program_out)
     if args.json and text is not None:
@@ -231,6 +233,12 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     _scenario_options(p)
     p.add_argument("--prefill", type=int, default=0, help="prefill instances to add (<0: remove)")
     p.add_argument("--decode", type=int, default=0, help="decode instances to add (<0: remove)")
+    p.add_argument(
+        "--colocated",
+        type=int,
+        default=0,
+        help="colocated instances (prefill and decode in one engine) to add (<0: remove)",
+    )
     p.add_argument("--method", default="greedy", help="multicast method (greedy, exact, ...)")
     p.add_argument(
         "--live-method",
