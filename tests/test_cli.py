@@ -90,6 +90,28 @@ def test_plan_reads_a_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "d0 (decode)" in out
 
 
+def test_plan_adds_and_removes_colocated_instances(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replicas = [
+        {"model": "llama-3-8b", "gpus": [f"h0/gpu{k}"], "role": "colocated", "id": f"c{k}"}
+        for k in range(2)
+    ]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        yaml.safe_dump({"topology": "h200-8", "models": ["llama-3-8b"], "instances": replicas})
+    )
+    assert main(["plan", "--state", str(path), "--colocated", "3", "--json"]) == 0
+    added = ScalePlan.from_json(capsys.readouterr().out)
+    assert added.request["colocated"] == 3
+    assert [i.role for i in added.new_instances] == ["colocated"] * 3
+    assert main(["plan", "--state", str(path), "--colocated", "-1", "--json"]) == 0
+    removed = ScalePlan.from_json(capsys.readouterr().out)
+    assert removed.new_instances == ()
+    assert [r.role for r in removed.releases] == ["colocated"]
+    assert {r.instance for r in removed.releases} <= {"c0", "c1"}
+
+
 def test_compare_prints_greedy_and_exact(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "--count", "3", "--tp", "2"]) == 0
     out = capsys.readouterr().out

@@ -18,8 +18,9 @@ from blitzplan.sim.options import check_colocated_options, fixed_fleet, is_coloc
 from blitzplan.sim.replay import TARGET_LOAD, Replay
 from blitzplan.sim.report import SimReport, plot_reports
 from blitzplan.sim.serving import ROUTERS, ServingOptions
+from blitzplan.sim.synthetic import synthetic_trace
 from blitzplan.sim.systems import SYSTEMS, make_system
-from blitzplan.sim.traces import MAX_TRACE_S, Request, Trace, load_trace, synthetic_trace
+from blitzplan.sim.traces import MAX_TRACE_S, Request, Trace, load_trace
 from blitzplan.sim.workloads import Workload, trace_workloads, zipf_workloads
 from blitzplan.topologies import Topology, load_topology
 

@@ -25,7 +25,8 @@ import numpy as np
 from blitzplan._checks import check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, load_model
-from blitzplan.sim.traces import Request, Trace, synthetic_trace
+from blitzplan.sim.synthetic import synthetic_trace
+from blitzplan.sim.traces import Request, Trace
 
 __all__ = ["Workload", "trace_workloads", "zipf_workloads"]
 
