@@ -138,7 +138,8 @@ ax.legend();
 # ## The bound beside ZigZag
 #
 # What `plan()` prints beside a live pair's ZigZag objective is the bound `schedule_live`
-# reports with it: the N-capacity relaxation, searched for at most 0.25 s. Its ratio to the
+# reports with it: the larger of the N-capacity relaxation (searched for at most 0.25 s) and the
+# work relaxation (both instances as one preemptive machine, microseconds). Its ratio to the
 # optimum (1.0: the bound is the optimum; here too the optimum is the best schedule found where
 # it was not proven, so the ratio may be higher than the truth).
 
