@@ -17,11 +17,11 @@ ends (their order can differ); the tests compare the two on whole runs.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from itertools import accumulate
 
 from blitzplan.compute import ComputeModel
 from blitzplan.models import ModelSpec
@@ -42,7 +42,7 @@ class _Run:
     number of the event booked at the last end."""
 
     batch: list[SimRequest]
-    ends: np.ndarray
+    ends: list[float]
     applied: int
     event: int
 
@@ -160,19 +160,22 @@ class DecodeTier:
         ends = self._ends(
             now_s, len(batch), context, min(r.output_tokens - r.tokens_done for r in batch)
         )
-        end_s = float(ends[-1])
-        self._runs[inst] = _Run(batch, ends, 0, self.schedule_step(end_s, inst, len(batch)))
+        self._runs[inst] = _Run(batch, ends, 0, self.schedule_step(ends[-1], inst, len(batch)))
 
-    def _ends(self, now_s: float, size: int, context: int, steps: int) -> np.ndarray:
+    def _ends(self, now_s: float, size: int, context: int, steps: int) -> list[float]:
         """The end times of ``steps`` steps of a batch of ``size`` from ``now_s``, summed one
-        at a time (``cumsum`` adds in order, as one event per step would); every step adds a
-        token to each request, so the mean context grows by exactly one a step."""
-        first = context // _CONTEXT_STEP
-        buckets = np.arange(context, context + steps) // _CONTEXT_STEP - first
-        costs = [
-            self._step_s(size, b * _CONTEXT_STEP) for b in range(first, first + buckets[-1] + 1)
-        ]
-        return np.cumsum(np.concatenate(([now_s], np.asarray(costs)[buckets])))[1:]
+        at a time (``accumulate`` adds in order, as one event per step would); every step adds
+        a token to each request, so the mean context grows by exactly one a step."""
+        durations: list[float] = []
+        while len(durations) < steps:
+            here = context + len(durations)
+            left = min(steps - len(durations), _CONTEXT_STEP - here % _CONTEXT_STEP)
+            durations += [self._step_s(size, here)] * left
+        return list(accumulate(durations, initial=now_s))[1:]
+
+    def share_costs(self, other: DecodeTier) -> None:
+        """Use ``other``'s cache of step times (the same architecture on the same GPUs)."""
+        self._cost = other._cost
 
     def _cut(self, inst: SimInstance, now_s: float) -> None:
         """``inst``'s batch changes at ``now_s``: the steps of its run that ended before are
@@ -180,14 +183,14 @@ class DecodeTier:
         run = self._runs.get(inst)
         if run is None or self.cancel is None:
             return
-        ended = max(run.applied, int(np.searchsorted(run.ends, now_s, side="left")))
+        ended = bisect_left(run.ends, now_s, lo=run.applied)
         for request in run.batch:
             request.tokens_done += ended - run.applied
         run.applied = ended
         if ended < len(run.ends) - 1:
             self.cancel(run.event)
             run.ends = run.ends[: ended + 1]
-            run.event = self.schedule_step(float(run.ends[-1]), inst, len(run.batch))
+            run.event = self.schedule_step(run.ends[-1], inst, len(run.batch))
 
     def _step_s(self, batch: int, context: int) -> float:
         key = (batch, context // _CONTEXT_STEP)

@@ -144,9 +144,10 @@ class Simulator(RunParts):
     def next_s(self) -> float | None:
         """When the next event is due, or None once the run is over (no request pending, no
         event left, or the next one past the drain limit)."""
-        if not (self.queue and self.pending) or self.queue.peek_s() > self.end_s:
+        if not (self.pending and self.queue):
             return None
-        return self.queue.peek_s()
+        time_s = self.queue.peek_s()
+        return None if time_s > self.end_s else time_s
 
     def step(self) -> None:
         """Handle the next event."""

@@ -27,7 +27,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -180,6 +180,7 @@ def simulate_fleet(
     ]
     for sim in sims:
         sim.neighbours = _neighbours(sims, sim)
+    _share_step_costs(workloads, sims)
     started = time.perf_counter()
     end_s = _run(sims, caches, watch, names)
     wall = time.perf_counter() - started
@@ -290,6 +291,16 @@ def _engine(
     return sim
 
 
+def _share_step_costs(workloads: Sequence[Workload], sims: list[Simulator]) -> None:
+    """Models of one architecture and TP (tenants of one base model) share their cache of
+    decode step times: the same numbers, computed once."""
+    shapes = [(replace(w.model, revision="", weights_hash=None), w.tp) for w in workloads]
+    for k, shape in enumerate(shapes):
+        first = shapes.index(shape)
+        if first < k:
+            sims[k].decode.share_costs(sims[first].decode)
+
+
 def _neighbours(
     sims: list[Simulator], me: Simulator
 ) -> Callable[[], list[tuple[Any, tuple[str, ...]]]]:
@@ -313,17 +324,18 @@ def _run(
             _finish(sim)
     while due:
         time_s, k = heapq.heappop(due)
+        sim = sims[k]
         if caches is not None:
             caches.advance(time_s)
-        sims[k].step()
-        end_s = max(end_s, sims[k].now_s)
+        sim.step()
+        end_s = max(end_s, sim.now_s)
         if watch is not None:
             alive = zip(names, sims, strict=True)
             owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
             watch(time_s, caches, owners)
-        upcoming = sims[k].next_s()
+        upcoming = sim.next_s()
         if upcoming is None:
-            _finish(sims[k])
+            _finish(sim)
         else:
             heapq.heappush(due, (upcoming, k))
     return end_s
