@@ -238,7 +238,7 @@ def coalescing_check() -> None:
             ]
         )
     print(
-        f"\n--- coalesced decode runs vs one event per step (zipf, 2 hosts, {DURATION_S:g} s) ---"
+        f"\n--- coalesced decode runs vs one event per step (zipf, 2 hosts, {CHECK_S:g} s) ---"
     )
     print(
         format_table(
