@@ -95,7 +95,7 @@ class ColocatedTier:
         total_blocks: int,
         *,
         notes: Notes,
-        schedule: Callable[[float, SimInstance, int], None],
+        schedule: Callable[[float, SimInstance, int], object],
         settled: Callable[[SimRequest], None],
     ) -> None:
         self.model, self.compute, self.options = model, compute, options

@@ -4,12 +4,24 @@ A finished prefill reserves KV memory on the serving decode instance with the mo
 (prompt and output must fit); without room the request waits in a backlog, oldest first, its KV
 cache kept where prefill left it. A decode instance steps all its running requests at once (up to
 ``max_batch``), one token each per step.
+
+**Coalesced runs** (``coalesce=True``, what a multi-model run uses): between two changes of a
+batch its steps are arithmetic, so one event stands for the *run* of steps up to the first
+request that finishes, their end times summed one by one as separate events would sum them. A
+request that joins or leaves the instance mid-run cuts the run: the steps that ended before that
+instant are applied, the step under way ends as booked, and the next one sees the new batch, as
+with one event per step. Nothing else reads a batch's progress between its steps, so the results
+are those of one event per step except when another event falls at exactly the instant a step
+ends (their order can differ); the tests compare the two on whole runs.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import accumulate
 
 from blitzplan.compute import ComputeModel
 from blitzplan.models import ModelSpec
@@ -19,6 +31,20 @@ __all__ = ["DecodeTier"]
 
 _CONTEXT_STEP = 64
 """Decode step times are computed (and cached) for contexts rounded down to this many tokens."""
+
+Book = Callable[[float, SimInstance, int], int]
+"""Books an instance's step end ``(time_s, instance, batch size)``; returns its event number."""
+
+
+@dataclass
+class _Run:
+    """A coalesced run of steps of ``batch``: each step's end time, how many were applied, the
+    number of the event booked at the last end."""
+
+    batch: list[SimRequest]
+    ends: list[float]
+    applied: int
+    event: int
 
 
 class DecodeTier:
@@ -30,15 +56,19 @@ class DecodeTier:
         compute: ComputeModel,
         *,
         max_batch: int,
-        step: Callable[[float, SimInstance, int], None],
+        step: Book,
+        cancel: Callable[[int], None] | None = None,
+        coalesce: bool = False,
     ) -> None:
         self.model, self.compute, self.max_batch = model, compute, max_batch
         self.kv_per_token = float(model.kv_bytes_per_token)
-        self.schedule_step = step
+        self.schedule_step, self.cancel = step, cancel
+        self.coalesce = coalesce and cancel is not None
         self.backlog: deque[SimRequest] = deque()
         self.admit: Callable[[float], None] | None = None
         """Admits the backlog (the router's); a joining instance calls it."""
         self._cost: dict[tuple[int, int], float] = {}
+        self._runs: dict[SimInstance, _Run] = {}
 
     # --- the tier interface -------------------------------------------------------------------
 
@@ -56,6 +86,9 @@ class DecodeTier:
 
     def fail(self, inst: SimInstance, now_s: float) -> list[SimRequest]:
         """``inst`` is gone: the requests decoding on it must start over."""
+        run = self._runs.pop(inst, None)
+        if run is not None and self.cancel is not None:
+            self.cancel(run.event)
         return list(inst.running)
 
     def need_bytes(self, request: SimRequest) -> float:
@@ -72,7 +105,7 @@ class DecodeTier:
         request.decode = target
         return target
 
-    def unreserve(self, request: SimRequest) -> None:
+    def unreserve(self, request: SimRequest, now_s: float) -> None:
         """Give back ``request``'s KV memory and its place on its decode instance."""
         target = request.decode
         if target is None:
@@ -80,6 +113,7 @@ class DecodeTier:
         request.decode = None
         target.kv_used = max(0.0, target.kv_used - self.need_bytes(request))
         if request in target.running:
+            self._cut(target, now_s)
             target.running.remove(request)
 
     def start_decoding(self, request: SimRequest, now_s: float) -> None:
@@ -88,16 +122,20 @@ class DecodeTier:
         if target is None:
             return
         request.stage = "decode"
+        self._cut(target, now_s)
         target.running.append(request)
         if not target.stepping:
             target.stepping = True
             self._schedule(target, now_s)
 
     def step(self, inst: SimInstance, size: int, now_s: float) -> list[SimRequest]:
-        """One step of ``inst``'s first ``size`` requests ended: the requests it finished."""
+        """A step of ``inst``'s first ``size`` requests ended (with coalesced runs, the last
+        step of the run): the requests it finished."""
+        run = self._runs.pop(inst, None)
+        steps = len(run.ends) - run.applied if run is not None else 1
         finished = []
         for request in inst.running[:size]:
-            request.tokens_done += 1
+            request.tokens_done += steps
             if request.tokens_done >= request.output_tokens:
                 finished.append(request)
         if finished:
@@ -116,7 +154,43 @@ class DecodeTier:
     def _schedule(self, inst: SimInstance, now_s: float) -> None:
         batch = inst.running[: self.max_batch]
         context = sum(r.prompt_tokens + r.tokens_done for r in batch) // len(batch)
-        self.schedule_step(now_s + self._step_s(len(batch), context), inst, len(batch))
+        if not self.coalesce:
+            self.schedule_step(now_s + self._step_s(len(batch), context), inst, len(batch))
+            return
+        ends = self._ends(
+            now_s, len(batch), context, min(r.output_tokens - r.tokens_done for r in batch)
+        )
+        self._runs[inst] = _Run(batch, ends, 0, self.schedule_step(ends[-1], inst, len(batch)))
+
+    def _ends(self, now_s: float, size: int, context: int, steps: int) -> list[float]:
+        """The end times of ``steps`` steps of a batch of ``size`` from ``now_s``, summed one
+        at a time (``accumulate`` adds in order, as one event per step would); every step adds
+        a token to each request, so the mean context grows by exactly one a step."""
+        durations: list[float] = []
+        while len(durations) < steps:
+            here = context + len(durations)
+            left = min(steps - len(durations), _CONTEXT_STEP - here % _CONTEXT_STEP)
+            durations += [self._step_s(size, here)] * left
+        return list(accumulate(durations, initial=now_s))[1:]
+
+    def share_costs(self, other: DecodeTier) -> None:
+        """Use ``other``'s cache of step times (the same architecture on the same GPUs)."""
+        self._cost = other._cost
+
+    def _cut(self, inst: SimInstance, now_s: float) -> None:
+        """``inst``'s batch changes at ``now_s``: the steps of its run that ended before are
+        applied, the one under way ends as booked and its run with it."""
+        run = self._runs.get(inst)
+        if run is None or self.cancel is None:
+            return
+        ended = bisect_left(run.ends, now_s, lo=run.applied)
+        for request in run.batch:
+            request.tokens_done += ended - run.applied
+        run.applied = ended
+        if ended < len(run.ends) - 1:
+            self.cancel(run.event)
+            run.ends = run.ends[: ended + 1]
+            run.event = self.schedule_step(run.ends[-1], inst, len(run.batch))
 
     def _step_s(self, batch: int, context: int) -> float:
         key = (batch, context // _CONTEXT_STEP)

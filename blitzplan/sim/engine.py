@@ -68,7 +68,8 @@ class Simulator(RunParts):
 
     ``serving`` (resolved :class:`~.serving.ServingOptions`) makes the fleet colocated, each
     replica sustaining ``replica_tokens_per_s`` prompt tokens a second (the autoscaler's
-    capacity); None keeps it disaggregated.
+    capacity); None keeps it disaggregated. ``coalesce_decode``: one event per run of decode
+    steps between changes of a batch instead of one per step (:mod:`.decode`).
     """
 
     def __init__(
@@ -89,11 +90,12 @@ class Simulator(RunParts):
         max_decode_batch: int = 256,
         drain_limit_s: float = 600.0,
         progress: Callable[[float], None] | None = None,
+        coalesce_decode: bool = False,
     ) -> None:
         self.queue = EventQueue()
         super().__init__(topology, model, tp=tp, compute=compute, token_budget=token_budget)
         self.system, self.autoscaler = system, autoscaler
-        self.build(policy, serving, max_decode_batch, replica_tokens_per_s)
+        self.build(policy, serving, max_decode_batch, replica_tokens_per_s, coalesce_decode)
         self.faults = FaultHandler(self, topology, model, holds_host_copy=system.holds_host_copy)
         self.loads: list[WeightLoad] = []
         self.scale_events: list[ScaleEvent] = []
@@ -142,9 +144,10 @@ class Simulator(RunParts):
     def next_s(self) -> float | None:
         """When the next event is due, or None once the run is over (no request pending, no
         event left, or the next one past the drain limit)."""
-        if not (self.queue and self.pending) or self.queue.peek_s() > self.end_s:
+        if not (self.pending and self.queue):
             return None
-        return self.queue.peek_s()
+        time_s = self.queue.peek_s()
+        return None if time_s > self.end_s else time_s
 
     def step(self) -> None:
         """Handle the next event."""

@@ -6,7 +6,9 @@ instant, as the offline loop does; remaining ties break by insertion order, with
 by the queue, so two runs of the same input are identical.
 
 The clock never goes back: the queue knows the time of the last event it gave out, and an event
-booked before it is an internal error (:class:`ClockError`), raised where it is booked.
+booked before it is an internal error (:class:`ClockError`), raised where it is booked. An event
+can be cancelled by the number :meth:`EventQueue.push` returned: it is never given out (a decode
+run cut short by a new request, :mod:`.decode`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class FlowDone:
 
 @dataclass(frozen=True, slots=True)
 class DecodeStep:
-    """A decode instance finished one step of its first ``size`` running requests."""
+    """A decode instance finished one step of its first ``size`` running requests (with decode
+    runs coalesced, the last step of a run: :mod:`.decode`)."""
 
     instance: SimInstance
     size: int
@@ -127,12 +130,14 @@ class EventQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
+        self._cancelled: set[int] = set()
         self.now_s = 0.0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) - len(self._cancelled)
 
-    def push(self, time_s: float, event: Event, *, late: bool = False) -> None:
+    def push(self, time_s: float, event: Event, *, late: bool = False) -> int:
+        """Book ``event`` at ``time_s``; the number that :meth:`cancel` takes."""
         if not time_s >= self.now_s:  # also refuses NaN
             raise ClockError(
                 f"internal error: {type(event).__name__} booked at {time_s!r} s, before the "
@@ -140,11 +145,23 @@ class EventQueue:
             )
         heapq.heappush(self._heap, (time_s, int(late), self._seq, event))
         self._seq += 1
+        return self._seq - 1
+
+    def cancel(self, number: int) -> None:
+        """The event booked as ``number`` (not given out yet) will not be."""
+        self._cancelled.add(number)
 
     def pop(self) -> tuple[float, Event]:
+        self._skip_cancelled()
         time_s, _, _, event = heapq.heappop(self._heap)
         self.now_s = time_s
         return time_s, event
 
     def peek_s(self) -> float:
+        self._skip_cancelled()
         return self._heap[0][0]
+
+    def _skip_cancelled(self) -> None:
+        heap, cancelled = self._heap, self._cancelled
+        while cancelled and heap and heap[0][2] in cancelled:
+            cancelled.discard(heapq.heappop(heap)[2])

@@ -27,7 +27,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -157,11 +157,13 @@ def simulate_fleet(
     keep_alive_s: float = KEEP_ALIVE_S,
     drain_limit_s: float = 600.0,
     watch: Watch | None = None,
+    coalesce_decode: bool = True,
 ) -> FleetReport:
     """Replay every workload on ``topology`` at once under ``system`` (module docstring).
     ``keep_alive_s``: ServerlessLLM's host-cache keep-alive. ``watch(time_s, caches, owners)`` is
     called after every event with ServerlessLLM's caches (else None) and, per model name, the
-    GPU groups of its instances alive then: for checks."""
+    GPU groups of its instances alive then: for checks. ``coalesce_decode``: one event per run
+    of decode steps between batch changes (:mod:`.decode`; False: one event per step)."""
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     topo = topo.with_link_efficiency(None)
     if system not in FLEET_SYSTEMS:
@@ -173,9 +175,12 @@ def simulate_fleet(
         raise InvalidInputError(f"keep_alive_s must be finite and >= 0, got {keep_alive_s!r}")
     names, hosts = [w.name for w in workloads], topo.hosts()
     ledger, caches, placed = _host_dram(topo, workloads, system, keep_alive_s)
-    sims = [_engine(topo, w, system, caches, placed, drain_limit_s) for w in workloads]
+    sims = [
+        _engine(topo, w, system, caches, placed, drain_limit_s, coalesce_decode) for w in workloads
+    ]
     for sim in sims:
         sim.neighbours = _neighbours(sims, sim)
+    _share_step_costs(workloads, sims)
     started = time.perf_counter()
     end_s = _run(sims, caches, watch, names)
     wall = time.perf_counter() - started
@@ -261,6 +266,7 @@ def _engine(
     caches: HostCaches | None,
     placed: dict[str, str],
     drain_limit_s: float,
+    coalesce_decode: bool,
 ) -> Simulator:
     spec = workload.model
     spec.check_tp(workload.tp)
@@ -279,9 +285,20 @@ def _engine(
         compute=cost,
         policy=POLICIES["zigzag"](),
         drain_limit_s=drain_limit_s,
+        coalesce_decode=coalesce_decode,
     )
     sim.copy_host = placed.get(workload.name)
     return sim
+
+
+def _share_step_costs(workloads: Sequence[Workload], sims: list[Simulator]) -> None:
+    """Models of one architecture and TP (tenants of one base model) share their cache of
+    decode step times: the same numbers, computed once."""
+    shapes = [(replace(w.model, revision="", weights_hash=None), w.tp) for w in workloads]
+    for k, shape in enumerate(shapes):
+        first = shapes.index(shape)
+        if first < k:
+            sims[k].decode.share_costs(sims[first].decode)
 
 
 def _neighbours(
@@ -307,17 +324,18 @@ def _run(
             _finish(sim)
     while due:
         time_s, k = heapq.heappop(due)
+        sim = sims[k]
         if caches is not None:
             caches.advance(time_s)
-        sims[k].step()
-        end_s = max(end_s, sims[k].now_s)
+        sim.step()
+        end_s = max(end_s, sim.now_s)
         if watch is not None:
             alive = zip(names, sims, strict=True)
             owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
             watch(time_s, caches, owners)
-        upcoming = sims[k].next_s()
+        upcoming = sim.next_s()
         if upcoming is None:
-            _finish(sims[k])
+            _finish(sim)
         else:
             heapq.heappush(due, (upcoming, k))
     return end_s

@@ -28,7 +28,7 @@ class _Transfer:
 class Flows:
     """KV transfers in flight and the weight flows of loads, on one topology."""
 
-    def __init__(self, topology: Topology, schedule: Callable[[float, int, int], None]) -> None:
+    def __init__(self, topology: Topology, schedule: Callable[[float, int, int], object]) -> None:
         self.topology = topology
         self.schedule = schedule
         self.transfers: dict[int, _Transfer] = {}

@@ -75,6 +75,7 @@ class RunParts:
         self.meter, self.notes = LoadMeter(), Notes()
         self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
         self._wakes: set[tuple[str | None, float]] = set()
+        self._ingress: tuple[Topology, float] | None = None
         self.neighbours: Callable[[], list[tuple[ModelSpec, tuple[str, ...]]]] = list
         """In a multi-model run, the model and GPUs of every other model's instance alive now
         (they occupy GPUs plans must not take); one model: none."""
@@ -88,6 +89,7 @@ class RunParts:
         serving: ServingOptions | None,
         max_decode_batch: int,
         replica_tokens_per_s: float | None = None,
+        coalesce_decode: bool = False,
     ) -> None:
         """The tiers of a disaggregated fleet, and with ``serving`` those of a colocated one
         (whose replicas each sustain ``replica_tokens_per_s`` prompt tokens a second, decoding
@@ -105,6 +107,8 @@ class RunParts:
             self.compute,
             max_batch=max_decode_batch,
             step=lambda t, inst, n: self.queue.push(t, DecodeStep(inst, n)),
+            cancel=self.queue.cancel,
+            coalesce=coalesce_decode,
         )
         self.router = Router(
             self.instances,
@@ -276,7 +280,10 @@ class RunParts:
     def kv_ingress_bytes_per_s(self) -> float:
         if self.colocated is not None:
             return math.inf
-        return nic_ingress_bytes_per_s(self.topology_now, self.tp)
+        topology = self.topology_now  # the same until a failure degrades it: asked every tick
+        if self._ingress is None or self._ingress[0] is not topology:
+            self._ingress = (topology, nic_ingress_bytes_per_s(topology, self.tp))
+        return self._ingress[1]
 
     def quiet(self) -> bool:
         """Nothing loads or drains and the load window is empty."""

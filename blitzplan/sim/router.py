@@ -110,7 +110,7 @@ class Router:
         if request.stage in ("done", "prefill"):
             return  # finished, or its prefill is already queued again
         self.flows.cancel_tagged(now_s, request)
-        self.decode.unreserve(request)
+        self.decode.unreserve(request, now_s)
         if request in self.decode.backlog:
             self.decode.backlog.remove(request)
         request.restarts += 1
