@@ -1,0 +1,197 @@
+"""plan(state, [request, ...]): several requests in priority order as one MultiPlan, the earlier
+plans' flows as background of the later ones, the release rule when GPUs run short, all or
+nothing, its documents and the executor's reader of the combined program."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import blitzplan
+from blitzplan import (
+    ClusterState,
+    InfeasibleError,
+    InvalidInputError,
+    MultiPlan,
+    ScalePlan,
+    ScaleRequest,
+    apply_plan,
+    load_topology,
+    plan,
+    replan,
+)
+from blitzplan.scale import validate_plan
+from blitzplan.scale.export import program_json
+from blitzplan.wire.multiprogram import check_joint, read_multiprogram_json
+from blitzplan.wire.scaleprogram import read_program_json
+
+OPTIONS = {"compare_baselines": False}
+LLAMA, QWEN = "llama-3-8b", "qwen2.5-7b"
+
+
+def two_models(topology: str = "paper-a800-32") -> ClusterState:
+    state = ClusterState(load_topology(topology), models=[LLAMA, QWEN])
+    state.add_instance(LLAMA, gpus=["h0/gpu0"], role="decode")
+    state.add_instance(QWEN, gpus=["h0/gpu1"], role="decode")
+    return state
+
+
+def test_later_requests_share_the_links_the_earlier_ones_leave() -> None:
+    state = two_models()
+    first, second = ScaleRequest(LLAMA, prefill=1), ScaleRequest(QWEN, prefill=1)
+    many = plan(state, [first, second], **OPTIONS)
+    assert isinstance(many, MultiPlan) and [p.spec.name for p in many.plans] == [LLAMA, QWEN]
+    assert many.plans[0].plan_id == plan(state, first, **OPTIONS).plan_id  # first: as if alone
+    made_on = apply_plan(state, many.plans[0], at_s=0.0)
+    later = many.plans[1]
+    assert validate_plan(made_on, later) == ()  # its rates are fair shares beside the first's
+    bare = made_on.copy()
+    bare.clear_background_flows()  # the same cluster without the first request's flows
+    broken = validate_plan(bare, later)
+    assert any(f"{many.plans[0].plan_id[:8]} step" in line for line in broken), broken
+    alone = plan(bare, second, **OPTIONS)
+    assert [i.gpus for i in alone.new_instances] == [i.gpus for i in later.new_instances]
+    assert later.milestones.full_capacity_s > alone.milestones.full_capacity_s * 1.05
+    assert state == two_models()  # the caller's state is unchanged
+    assert many.evictions == ()
+
+
+def test_one_request_in_a_list_is_that_request_and_one_alone_is_a_scaleplan() -> None:
+    state = two_models()
+    request = ScaleRequest(LLAMA, prefill=2)
+    single = plan(state, request, **OPTIONS)
+    assert isinstance(single, ScalePlan)
+    assert plan(state, [request], **OPTIONS).plans[0].plan_id == single.plan_id
+    assert apply_plan(state, MultiPlan((single,)), at_s=0.01) == apply_plan(
+        state, single, at_s=0.01
+    )
+
+
+def test_no_later_request_places_an_instance_on_an_earlier_ones_relay() -> None:
+    state = two_models("paper-a100-16")  # no NVLink: spare GPUs relay over PCIe
+    first, second = ScaleRequest(LLAMA, prefill=2), ScaleRequest(QWEN, prefill=2)
+    many = plan(state, [first, second], **OPTIONS)
+    relays = {s.destination for s in many.plans[0].steps if s.instance is None}
+    assert relays and relays.isdisjoint(g for i in many.plans[1].new_instances for g in i.gpus)
+    check_joint(many.plans, many.evictions)
+    # planned one after the other without holding the relays, the second lands on one: refused
+    naive = plan(apply_plan(state, many.plans[0], at_s=0.0), second, **OPTIONS)
+    assert relays & {g for i in naive.new_instances for g in i.gpus}
+    with pytest.raises(InvalidInputError, match="writes into"):
+        check_joint((many.plans[0], naive))
+    with pytest.raises(InvalidInputError, match=r"parts\[0\] step \d+: it writes into"):
+        read_multiprogram_json(MultiPlan((many.plans[0], naive)).program_json())
+
+
+def test_short_of_gpus_idle_instances_of_other_models_go_newest_first() -> None:
+    state = ClusterState(load_topology("h200-8"), models=[LLAMA, QWEN])
+    state.add_instance(LLAMA, gpus=["h0/gpu0"], role="decode")
+    for k in range(1, 7):
+        state.add_instance(QWEN, gpus=[f"h0/gpu{k}"], role="decode")
+    state.add_instance(QWEN, gpus=["h0/gpu7"], role="prefill", queue=[(0.0, 512)])
+    many = plan(state, [ScaleRequest(LLAMA, prefill=2)], **OPTIONS)
+    assert [(e.request, e.instance) for e in many.evictions] == [(0, "i6"), (0, "i5")]
+    assert {g for i in many.plans[0].new_instances for g in i.gpus} == {"h0/gpu5", "h0/gpu6"}
+    short = plan(state, [ScaleRequest(LLAMA, prefill=8)], **OPTIONS)
+    assert [e.instance for e in short.evictions] == ["i6", "i5", "i4", "i3", "i2", "i1"]
+    assert len(short.plans[0].new_instances) == 6  # what fits, as plan() gives it
+    assert short.plans[0].missing  # and says what it could not get
+
+
+def test_never_released_what_an_earlier_plan_relies_on() -> None:
+    state = ClusterState(load_topology("h200-8"), models=[LLAMA, QWEN])
+    state.add_instance(LLAMA, gpus=["h0/gpu0"], role="decode")
+    for k in range(1, 6):
+        state.add_instance(QWEN, gpus=[f"h0/gpu{k}"], role="decode")
+    requests = [ScaleRequest(QWEN, prefill=1), ScaleRequest(LLAMA, prefill=5)]
+    many = plan(state, requests, **OPTIONS)
+    senders = {s.source for s in many.plans[0].steps}
+    relied = {i.id for i in state.instances if senders & set(i.gpus)}
+    assert relied & {"i2", "i3", "i4", "i5"}  # the rule has something to skip
+    expected = [i for i in ("i5", "i4", "i3", "i2", "i1") if i not in relied][:4]
+    assert [(e.request, e.instance, e.model) for e in many.evictions] == [
+        (1, i, QWEN) for i in expected
+    ]
+    assert all(e.model != LLAMA for e in many.evictions)  # never the requesting model's
+    assert len(many.plans[1].new_instances) == 5
+
+
+def test_a_refused_request_refuses_the_whole_call_and_changes_nothing() -> None:
+    state = two_models()
+    before = state.copy()
+    requests = [ScaleRequest(LLAMA, prefill=1), ScaleRequest("mistral-small-24b", prefill=1)]
+    with pytest.raises(InfeasibleError, match=r"requests\[1\] \(mistral-small-24b\)"):
+        plan(state, requests, **OPTIONS)  # no copy of it anywhere
+    too_many = [ScaleRequest(LLAMA, prefill=1), ScaleRequest(QWEN, prefill=40)]
+    with pytest.raises(InfeasibleError, match=r"requests\[1\] \(qwen2.5-7b\)"):
+        plan(state, too_many, strict=True, **OPTIONS)
+    assert state == before
+
+
+def test_apply_is_all_or_nothing_and_moves_every_part_on() -> None:
+    state = two_models()
+    many = plan(state, [ScaleRequest(LLAMA, prefill=2), ScaleRequest(QWEN, prefill=2)], **OPTIONS)
+    first = many.plans[0]
+    at = first.milestones.full_capacity_s / 2
+    both, alone = apply_plan(state, many, at_s=at), apply_plan(state, first, at_s=at)
+    for info in first.new_instances:  # the first part is as far as it is alone
+        assert both.instance(info.name).loading == alone.instance(info.name).loading
+    assert len(both.background_flows) > len(alone.background_flows)
+    done = apply_plan(state, many, at_s=many.full_capacity_s + 1.0)
+    assert not done.background_flows and all(str(i.role) == "prefill" for i in done.instances[2:])
+    taken = state.copy()
+    taken.add_instance(LLAMA, gpus=[many.plans[1].new_instances[0].gpus[0]], role="decode")
+    before = taken.copy()
+    with pytest.raises(InvalidInputError, match=r"plans\[1\] \(qwen2.5-7b\): .*not free"):
+        apply_plan(taken, many, at_s=0.0)
+    assert taken == before
+
+
+def test_documents_round_trip_and_the_executor_reader_takes_the_program() -> None:
+    state = two_models()
+    many = plan(state, [ScaleRequest(LLAMA, prefill=2), ScaleRequest(QWEN, prefill=2)], **OPTIONS)
+    text = many.to_json()
+    back = MultiPlan.from_json(text)
+    assert back == many and back.plan_id == many.plan_id and back.to_json() == text
+    assert json.loads(text)["schema"] == "blitzplan.multiplan"
+    tampered = text.replace('"prefill":2', '"prefill":3', 1)
+    with pytest.raises(InvalidInputError, match="plan_id"):
+        MultiPlan.from_json(tampered)
+    program = read_multiprogram_json(many.program_json())
+    assert program.plan_id == many.plan_id
+    ids = [s.id for part in program.parts for s in part.steps]
+    assert len(ids) == len(set(ids)) == sum(len(p.steps) for p in many.plans)
+    for part, made, offset in zip(program.parts, many.plans, program.step_offsets, strict=True):
+        alone = read_program_json(program_json(made))
+        assert part.plan_id == made.plan_id
+        assert [s.id - offset for s in part.steps] == [s.id for s in alone.steps]
+        assert part.new_instances == alone.new_instances
+    gpus = [g for part in program.parts for i in part.new_instances for g in i.gpus]
+    assert len(gpus) == len(set(gpus))
+    bad = json.loads(many.program_json())
+    bad["step_offsets"] = [0, 0]
+    from blitzplan.wire.canonical import signed_json
+
+    bad.pop("program_id")
+    with pytest.raises(InvalidInputError, match="unique across the program"):
+        read_multiprogram_json(signed_json(bad, "program_id")[0])
+
+
+def test_replan_says_a_multiplan_is_not_supported_yet() -> None:
+    state = two_models()
+    many = plan(state, [ScaleRequest(LLAMA, prefill=1)], **OPTIONS)
+    with pytest.raises(InvalidInputError, match="MultiPlan .* not supported yet"):
+        replan(many, state, at_s=0.01)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="MultiPlan .* not supported yet"):
+        blitzplan.recover(many, state, at_s=0.01)  # type: ignore[arg-type]
+
+
+def test_bad_requests_are_refused() -> None:
+    state = two_models()
+    with pytest.raises(InvalidInputError, match="requests is empty"):
+        plan(state, [])
+    with pytest.raises(InvalidInputError, match=r"requests\[1\] must be a ScaleRequest"):
+        plan(state, [ScaleRequest(LLAMA, prefill=1), "qwen"])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match="request must be a ScaleRequest"):
+        plan(state, 3)  # type: ignore[call-overload]
