@@ -25,7 +25,7 @@ from blitzplan.wire.multiprogram import (
 )
 
 if TYPE_CHECKING:
-    from blitzplan.scale.types import MultiPlan
+    from blitzplan.scale.types import MultiPlan, ScalePlan
 
 __all__ = [
     "MULTIPLAN_SCHEMA",
@@ -62,12 +62,10 @@ def encode_multi(multi: MultiPlan) -> str:
     return text + "\n"
 
 
-def decode_multi(text: str) -> MultiPlan:
-    """The MultiPlan a ``blitzplan.multiplan`` document describes, checked (module docstring);
-    InvalidInputError naming the part and what is wrong."""
+def decode_multi(text: str, kind: type[MultiPlan], part: type[ScalePlan]) -> MultiPlan:
+    """The MultiPlan (``kind``, of ``part`` ScalePlans) a ``blitzplan.multiplan`` document
+    describes, checked (module docstring); InvalidInputError naming the part and the fault."""
     import msgspec
-
-    from blitzplan.scale.types import MultiPlan, ScalePlan
 
     document = read_signed(text, MULTIPLAN_SCHEMA, MULTIPLAN_SCHEMA_VERSION, "plan_id")
     try:
@@ -78,15 +76,15 @@ def decode_multi(text: str) -> MultiPlan:
             f"the multiplan document lacks or mistypes a field: {exc}"
         ) from None
     plans = []
-    for k, part in enumerate(parts):
-        if not isinstance(part, dict):
-            raise InvalidInputError(f"plans[{k}] must be a ScalePlan document, got {part!r}")
+    for k, data in enumerate(parts):
+        if not isinstance(data, dict):
+            raise InvalidInputError(f"plans[{k}] must be a ScalePlan document, got {data!r}")
         try:
-            plans.append(ScalePlan.from_json(canonical_json(part) + "\n"))
+            plans.append(part.from_json(canonical_json(data) + "\n"))
         except InvalidInputError as exc:
             raise InvalidInputError(f"plans[{k}]: {exc}") from None
     check_joint(plans, records)
-    multi = MultiPlan(tuple(plans), records)
+    multi = kind(tuple(plans), records)
     multi.__dict__["plan_id"] = document["plan_id"]  # checked by read_signed
     return multi
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from blitzplan.cluster import ClusterState, Instance, Role
@@ -57,15 +57,15 @@ _HOLD = "held-relay:"
 def plan_requests(
     state: ClusterState,
     requests: Sequence[ScaleRequest],
+    plan: Callable[..., ScalePlan],
     *,
     options: PlanOptions | None = None,
     compute: ComputeModel | None = None,
     **keywords: Any,
 ) -> MultiPlan:
-    """Plan ``requests`` in order on ``state`` (module docstring); ``options``, ``keywords``
-    and ``compute`` as for one request. ``state`` is unchanged."""
-    from blitzplan.scale.plan import plan
-
+    """Plan ``requests`` in order on ``state`` (module docstring), each by ``plan`` (the
+    one-request :func:`~blitzplan.plan`); ``options``, ``keywords`` and ``compute`` as for one
+    request. ``state`` is unchanged."""
     started = time.monotonic()
     options = PlanOptions.of(options, **keywords)
     _check(state, requests)

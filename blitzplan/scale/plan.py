@@ -87,7 +87,7 @@ def plan(
     if isinstance(request, Sequence) and not isinstance(request, str):
         from blitzplan.scale.multiplan import plan_requests
 
-        return plan_requests(state, request, options=options, compute=compute, **keywords)
+        return plan_requests(state, request, plan, options=options, compute=compute, **keywords)
     started = time.monotonic()
     options = PlanOptions.of(options, **keywords)
     if not isinstance(request, ScaleRequest):

@@ -249,7 +249,7 @@ class MultiPlan:
         """The MultiPlan a :meth:`to_json` document describes, every digest and rule checked."""
         from blitzplan.scale.multidoc import decode_multi
 
-        return decode_multi(text)
+        return decode_multi(text, cls, ScalePlan)
 
     def program_json(self) -> str:
         """The one transfer program of all parts, ``blitzplan.multiprogram``
