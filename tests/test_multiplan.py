@@ -97,6 +97,14 @@ def test_short_of_gpus_idle_instances_of_other_models_go_newest_first() -> None:
     assert [e.instance for e in short.evictions] == ["i6", "i5", "i4", "i3", "i2", "i1"]
     assert len(short.plans[0].new_instances) == 6  # what fits, as plan() gives it
     assert short.plans[0].missing  # and says what it could not get
+    assert MultiPlan.from_json(many.to_json()) == many
+    assert read_multiprogram_json(many.program_json()).evictions == many.evictions
+    after = apply_plan(state, many, at_s=0.0)  # the evicted go, the new take their GPUs
+    assert {"i5", "i6"}.isdisjoint(i.id for i in after.instances)
+    assert {i.id for i in after.instances if set(i.gpus) & {"h0/gpu5", "h0/gpu6"}} == {
+        "new0",
+        "new1",
+    }
 
 
 def test_never_released_what_an_earlier_plan_relies_on() -> None:
@@ -131,15 +139,26 @@ def test_a_refused_request_refuses_the_whole_call_and_changes_nothing() -> None:
 
 def test_apply_is_all_or_nothing_and_moves_every_part_on() -> None:
     state = two_models()
+    state.add_instance(LLAMA, gpus=["h0/gpu2"], role="prefill", queue=[(0.0, 2048)] * 12)
     many = plan(state, [ScaleRequest(LLAMA, prefill=2), ScaleRequest(QWEN, prefill=2)], **OPTIONS)
     first = many.plans[0]
-    at = first.milestones.full_capacity_s / 2
-    both, alone = apply_plan(state, many, at_s=at), apply_plan(state, first, at_s=at)
-    for info in first.new_instances:  # the first part is as far as it is alone
-        assert both.instance(info.name).loading == alone.instance(info.name).loading
-    assert len(both.background_flows) > len(alone.background_flows)
+    assert first.live_pairs  # it pairs live with i2: its done batches leave i2
+    for at in (
+        first.milestones.full_capacity_s / 2,
+        max(first.live_pairs[0].schedule.completion_s),
+    ):
+        both, alone = apply_plan(state, many, at_s=at), apply_plan(state, first, at_s=at)
+        for info in first.new_instances:  # the first part is as far as it is alone
+            assert both.instance(info.name).loading == alone.instance(info.name).loading
+        assert both.instance("i2").queue == alone.instance("i2").queue
+        assert len(both.background_flows) >= len(alone.background_flows)
+    assert len(both.instance("i2").queue) < 12  # the live batches done by then are gone
+    half = apply_plan(state, many, at_s=first.milestones.full_capacity_s / 2)
+    running = {f.name.split()[0] for f in half.background_flows}
+    assert running == {first.plan_id[:8], many.plans[1].plan_id[:8]}  # both parts still send
     done = apply_plan(state, many, at_s=many.full_capacity_s + 1.0)
-    assert not done.background_flows and all(str(i.role) == "prefill" for i in done.instances[2:])
+    assert not done.background_flows
+    assert [str(i.role) for i in done.instances[3:]] == ["prefill"] * 4
     taken = state.copy()
     taken.add_instance(LLAMA, gpus=[many.plans[1].new_instances[0].gpus[0]], role="decode")
     before = taken.copy()
