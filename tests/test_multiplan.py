@@ -214,3 +214,12 @@ def test_bad_requests_are_refused() -> None:
         plan(state, [ScaleRequest(LLAMA, prefill=1), "qwen"])  # type: ignore[list-item]
     with pytest.raises(InvalidInputError, match="request must be a ScaleRequest"):
         plan(state, 3)  # type: ignore[call-overload]
+
+
+def test_deadline_bounds_the_whole_call() -> None:
+    state = two_models()
+    requests = [ScaleRequest(LLAMA, prefill=1), ScaleRequest(QWEN, prefill=1)]
+    many = plan(state, requests, deadline_s=10.0, **OPTIONS)
+    shares = [p.options.deadline_s for p in many.plans]
+    assert shares[0] is not None and 0 < shares[0] <= 5.0  # an equal share of what is left
+    assert shares[1] is not None and 0 < shares[1] < 10.0  # the last: all that is left
