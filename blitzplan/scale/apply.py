@@ -60,13 +60,18 @@ def apply_plan(state: ClusterState, plan: ScalePlan | MultiPlan, *, at_s: float)
     moved = {request: target for m in plan.mutations for request, target in m.moved}
     queued = {q.id: q for inst in state.instances for q in inst.queue}
     gone = {r.instance for r in plan.releases if r.at_s <= at_s}
+    mutated = {m.instance for m in plan.mutations}
+    touched = mutated | set(moved.values())
     for inst in state.instances:
         if inst.id in gone:
             after.remove_instance(inst.id)
             continue
+        if at_s == 0 and inst.loading is None and inst.id not in touched:
+            if not any(q.id in moved or q.id in done for q in inst.queue):
+                continue  # nothing of it changes
         keep = [q for q in inst.queue if q.id not in moved and q.id not in done]
         keep += [queued[r] for r, target in moved.items() if target == inst.id and r not in done]
-        role = Role.DECODE if inst.id in {m.instance for m in plan.mutations} else inst.role
+        role = Role.DECODE if inst.id in mutated else inst.role
         loading = None
         if inst.loading is not None:  # loading under an earlier plan: its clock moves on too
             loading = inst.loading.advanced(at_s)
