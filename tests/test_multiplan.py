@@ -5,6 +5,7 @@ nothing, its documents and the executor's reader of the combined program."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -223,3 +224,24 @@ def test_deadline_bounds_the_whole_call() -> None:
     shares = [p.options.deadline_s for p in many.plans]
     assert shares[0] is not None and 0 < shares[0] <= 5.0  # an equal share of what is left
     assert shares[1] is not None and 0 < shares[1] < 10.0  # the last: all that is left
+
+
+def test_the_command_line_plans_several_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from blitzplan.cli import main
+    from blitzplan.scale.statefile import save_state
+
+    path, out, program = tmp_path / "cluster.yaml", tmp_path / "multi.json", tmp_path / "prog.json"
+    save_state(two_models(), path)
+    args = ["plan", "--state", str(path), "--request", f"{LLAMA}:prefill=2"]
+    args += ["--request", f"{QWEN}:prefill=1,decode=1", "--out", str(out)]
+    assert main([*args, "--program-out", str(program)]) == 0
+    assert "requests[1] qwen2.5-7b:prefill=1,decode=1" in capsys.readouterr().out
+    multi = MultiPlan.from_json(out.read_text())
+    assert [p.request["prefill"] for p in multi.plans] == [2, 1]
+    assert read_multiprogram_json(program.read_text()).plan_id == multi.plan_id
+    assert main([*args[:5], "--prefill", "1"]) == 2
+    assert "--prefill belong to one request" in capsys.readouterr().err
+    assert main(["plan", "--state", str(path), "--request", f"{LLAMA}:prefil=2"]) == 2
+    assert "'prefil=2' is not prefill=N" in capsys.readouterr().err

@@ -66,9 +66,13 @@ def apply_plan(state: ClusterState, plan: ScalePlan | MultiPlan, *, at_s: float)
         if inst.id in gone:
             after.remove_instance(inst.id)
             continue
-        if at_s == 0 and inst.loading is None and inst.id not in touched:
-            if not any(q.id in moved or q.id in done for q in inst.queue):
-                continue  # nothing of it changes
+        if (
+            at_s == 0
+            and inst.loading is None
+            and inst.id not in touched
+            and not any(q.id in moved or q.id in done for q in inst.queue)
+        ):
+            continue  # nothing of it changes
         keep = [q for q in inst.queue if q.id not in moved and q.id not in done]
         keep += [queued[r] for r, target in moved.items() if target == inst.id and r not in done]
         role = Role.DECODE if inst.id in mutated else inst.role
