@@ -10,11 +10,11 @@ routes at their planned rates until they end. So every flow of a later request s
 links with the earlier requests' flows and gets what they leave (max-min fair on what is left;
 an earlier request is never slowed by a later one); the order of the requests is their
 priority. No search over orders or joint allocations is made: a later request may wait for a
-link an earlier one could have left it. The GPUs an earlier request relays through (spare GPUs
-on hosts without NVLink) are held while the later ones are planned, so no later request places
-an instance or relays there. The parts together are one transfer program
-(:meth:`MultiPlan.program_json`) whose parts obey the rules between parts of
-:func:`~blitzplan.wire.multiprogram.check_joint`.
+link an earlier one could have left it. The spare GPUs an earlier request relays through (their
+NICs, or PCIe on hosts without NVLink) are held while the later ones are planned, so no later
+request places an instance or relays there (a relay holds the model's bytes it forwards). The
+parts together are one transfer program (:meth:`MultiPlan.program_json`) whose parts obey the
+rules between parts of :func:`~blitzplan.wire.multiprogram.check_joint`.
 
 **When GPUs run short**, a request that finds too few free GPUs for its instances takes GPUs back
 under one documented rule: idle instances of *other* models are released, the least loaded
