@@ -5,6 +5,7 @@ nothing, its documents and the executor's reader of the combined program."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,50 @@ def test_the_command_line_plans_several_requests(
     assert "--prefill belong to one request" in capsys.readouterr().err
     assert main(["plan", "--state", str(path), "--request", f"{LLAMA}:prefil=2"]) == 2
     assert "'prefil=2' is not prefill=N" in capsys.readouterr().err
+
+
+def test_a_later_scale_down_never_frees_a_gpu_an_earlier_part_still_sends_from() -> None:
+    state = ClusterState(load_topology("h200-8"), models=[LLAMA, QWEN])
+    for gpu in ("h0/gpu6", "h0/gpu2", "h0/gpu4"):
+        state.add_instance(LLAMA, gpus=[gpu], role="decode")
+    requests = [
+        ScaleRequest(LLAMA, prefill=2),  # streams from the decode instances
+        ScaleRequest(QWEN, decode=1),
+        ScaleRequest(LLAMA, decode=-1),  # drains one of them (idle: at once)
+        ScaleRequest(LLAMA, prefill=3, decode=-1),
+    ]
+    many = plan(state, requests, **OPTIONS)
+    senders = {s.source for s in many.plans[0].steps} & set(state.topology.gpus())
+    released = {g for p in many.plans[2:] for r in p.releases for g in r.gpus}
+    assert senders & released  # the case: a later part releases a GPU the first sends from
+    later = {g for p in many.plans[1:] for i in p.new_instances for g in i.gpus}
+    assert senders.isdisjoint(later)  # ... and no later part places an instance there
+    read_multiprogram_json(many.program_json())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_calls_give_programs_the_reader_accepts(seed: int) -> None:
+    """Property: several random requests (adds and removals, two models, small clusters) give a
+    MultiPlan whose combined program the executor's reader accepts, whose document reads back
+    equal, and that apply_plan applies at any moment."""
+    rng = random.Random(seed)
+    topology = load_topology(rng.choice(["h200-8", "paper-a100-16", "paper-a800-32"]))
+    state = ClusterState(topology, models=[LLAMA, QWEN])
+    gpus = rng.sample(topology.gpus(), rng.randint(2, 6))
+    for gpu in gpus:
+        role = rng.choice(["prefill", "decode", "decode"])
+        queue = [(0.0, 1024)] * rng.randint(0, 3) if role == "prefill" else []
+        state.add_instance(rng.choice([LLAMA, QWEN]), gpus=[gpu], role=role, queue=queue)
+    requests = [
+        ScaleRequest(
+            rng.choice([LLAMA, QWEN]), prefill=rng.randint(0, 3), decode=rng.randint(-1, 2)
+        )
+        for _ in range(rng.randint(2, 4))
+    ]
+    many = plan(state, requests, **OPTIONS)
+    read_multiprogram_json(many.program_json())
+    assert MultiPlan.from_json(many.to_json()) == many
+    for at in (0.0, many.full_capacity_s / 2, many.full_capacity_s + 1.0):
+        after = apply_plan(state, many, at_s=at)
+        names = {i.name for p in many.plans for i in p.new_instances}
+        assert names <= {i.id for i in after.instances}

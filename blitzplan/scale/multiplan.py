@@ -10,9 +10,10 @@ routes at their planned rates until they end. So every flow of a later request s
 links with the earlier requests' flows and gets what they leave (max-min fair on what is left;
 an earlier request is never slowed by a later one); the order of the requests is their
 priority. No search over orders or joint allocations is made: a later request may wait for a
-link an earlier one could have left it. The spare GPUs an earlier request relays through (their
-NICs, or PCIe on hosts without NVLink) are held while the later ones are planned, so no later
-request places an instance or relays there (a relay holds the model's bytes it forwards). The
+link an earlier one could have left it. The GPUs an earlier request's steps send from or relay
+through (spare GPUs forwarding over their NICs or PCIe) are held while the later ones are
+planned, even once free (a source a request releases at once still sends), so no later request
+places an instance or relays there (a relay holds the model's bytes it forwards). The
 parts together are one transfer program (:meth:`MultiPlan.program_json`) whose parts obey the
 rules between parts of :func:`~blitzplan.wire.multiprogram.check_joint`.
 
@@ -71,6 +72,7 @@ def plan_requests(
     _check(state, requests)
     current, plans, evictions = state.copy(), [], []
     kept: set[str] = set()
+    used: set[str] = set()
     for k, request in enumerate(requests):
         for victim in _room(current, request, kept):
             inst = current.remove_instance(victim)
@@ -82,8 +84,9 @@ def plan_requests(
             raise InfeasibleError(f"requests[{k}] ({_name(request)}): {exc}") from None
         plans.append(made)
         kept |= _relied_on(current, made)
+        used |= _used(current, made)
         current = apply_plan(current, made, at_s=0.0)
-        kept |= _hold_relays(current, made)
+        kept |= _hold(current, used)
     return MultiPlan(tuple(plans), tuple(evictions))
 
 
@@ -116,18 +119,23 @@ def _relied_on(state: ClusterState, made: ScalePlan) -> set[str]:
     return ids | {r.instance for r in made.releases}
 
 
-def _hold_relays(state: ClusterState, made: ScalePlan) -> set[str]:
-    """Hold the free GPUs ``made`` relays through with placeholder instances (of a tiny model
-    no request names) so that later requests neither place nor relay there; their ids."""
-    gpus = set(state.topology.gpus())
-    relays = {s.destination for s in made.steps if s.instance is None} & gpus
+def _hold(state: ClusterState, used: set[str]) -> set[str]:
+    """Hold the free GPUs of ``used`` (the GPUs the plans so far send from or relay through)
+    with placeholder instances of a tiny model no request names, so that later requests
+    neither place nor relay there; their ids."""
     held = []
-    for gpu in sorted(relays & set(state.free_gpus())):
+    for gpu in sorted(used & set(state.free_gpus())):
         inst = state.add_instance(
             _placeholder(), gpus=[gpu], role=Role.IDLE, instance_id=f"{_HOLD}{gpu}"
         )
         held.append(inst.id)
     return set(held)
+
+
+def _used(state: ClusterState, made: ScalePlan) -> set[str]:
+    """The GPUs ``made``'s steps send from or relay through."""
+    used = {s.destination for s in made.steps if s.instance is None}
+    return (used | {s.source for s in made.steps}) & set(state.topology.gpus())
 
 
 @functools.cache
