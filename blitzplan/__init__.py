@@ -35,7 +35,7 @@ from blitzplan.live import (
 )
 from blitzplan.models import Layout, ModelIdentity, ModelSpec, layout, list_models, load_model
 from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast
-from blitzplan.scale import ScalePlan, ScaleRequest, apply_plan, plan, recover, replan
+from blitzplan.scale import MultiPlan, ScalePlan, ScaleRequest, apply_plan, plan, recover, replan
 from blitzplan.scale.statefile import load_state
 from blitzplan.sim import SimReport, load_trace, simulate, synthetic_trace
 from blitzplan.topologies import Flow, Topology, list_topologies, load_topology
@@ -60,6 +60,7 @@ __all__ = [
     "Loading",
     "ModelIdentity",
     "ModelSpec",
+    "MultiPlan",
     "MulticastPlan",
     "ParameterPool",
     "QueuedRequest",

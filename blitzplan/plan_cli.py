@@ -26,7 +26,9 @@ DEMO_TP = 2
 
 EXAMPLES = {
     "plan": "blitzplan plan --topology paper-a800-32 --model mistral-small-24b --tp 2 "
-    "--prefill 6\n  blitzplan plan --state cluster.yaml --prefill 4 --json",
+    "--prefill 6\n  blitzplan plan --state cluster.yaml --prefill 4 --json\n"
+    "  blitzplan plan --state cluster.yaml --request llama-3-8b:prefill=2 "
+    "--request qwen2.5-7b:decode=1,tp=2",
     "compare": "blitzplan compare --count 6 --tp 2 --time-limit 30",
 }
 
@@ -157,6 +159,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from blitzplan.scale import ScaleRequest, plan
     from blitzplan.scale.plan_report import report
 
+    if args.request:
+        return _cmd_plan_requests(args)
     state, model, tp = _scenario(args)
     request = ScaleRequest(
         model, prefill=args.prefill, decode=args.decode, colocated=args.colocated, tp=tp
@@ -168,6 +172,57 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     elif not args.json:
         print(report(scale))
     return 0
+
+
+def _cmd_plan_requests(args: argparse.Namespace) -> int:
+    """``plan --request ...``: several requests at once, one MultiPlan."""
+    from pathlib import Path
+
+    from blitzplan.scale import plan
+    from blitzplan.scale.plan_report import report
+    from blitzplan.scale.statefile import load_state
+
+    one = ("model", "tp", "prefill", "decode", "colocated")
+    mixed = [f"--{key}" for key in one if getattr(args, key)]
+    if mixed:
+        raise InvalidInputError(
+            f"--request names each request in full; {', '.join(mixed)} belong to one request"
+        )
+    if not args.state:
+        raise InvalidInputError("--request plans on the cluster of a --state file; give one")
+    state = load_state(args.state)
+    requests = [_request(state, text) for text in args.request]
+    multi = plan(state, requests, options=_plan_options_of(args))
+    if args.program_out:
+        Path(args.program_out).write_text(multi.program_json())
+    if args.out:
+        Path(args.out).write_text(multi.to_json())
+    if args.json:
+        print("" if args.out else multi.to_json(), end="")
+        return 0
+    for k, part in enumerate(multi.plans):
+        print(f"requests[{k}] {args.request[k]}\n{report(part)}\n")
+    for e in multi.evictions:
+        print(f"released for requests[{e.request}]: {e.instance} ({e.model}, {e.role}, {e.gpus})")
+    return 0
+
+
+def _request(state: ClusterState, text: str) -> Any:
+    """A ScaleRequest from ``MODEL:key=value,...`` (keys prefill, decode, colocated, tp)."""
+    from blitzplan.scale import ScaleRequest
+
+    model, _, rest = text.partition(":")
+    counts: dict[str, int] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in ("prefill", "decode", "colocated", "tp") or not value.lstrip("-").isdigit():
+            raise InvalidInputError(
+                f"--request {text!r}: {item!r} is not prefill=N, decode=N, colocated=N or tp=N"
+            )
+        counts[key] = int(value)
+    if not model:
+        raise InvalidInputError(f"--request {text!r} names no model (MODEL:prefill=N,...)")
+    return ScaleRequest(_state_model(state, model), **counts)
 
 
 def _plan_options_of(args: argparse.Namespace) -> PlanOptions:
@@ -231,6 +286,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
     _scenario_options(p)
+    p.add_argument(
+        "--request",
+        action="append",
+        default=[],
+        help="MODEL:prefill=N,decode=N,colocated=N,tp=N, repeated: several requests at once on "
+        "--state, in priority order (one MultiPlan)",
+    )
     p.add_argument("--prefill", type=int, default=0, help="prefill instances to add (<0: remove)")
     p.add_argument("--decode", type=int, default=0, help="decode instances to add (<0: remove)")
     p.add_argument(

@@ -1,4 +1,5 @@
-"""``plan()``: the call a serving stack makes, its ScalePlan, and ``replan()`` after failures."""
+"""``plan()``: the call a serving stack makes, its ScalePlan (a MultiPlan for several requests),
+and ``replan()`` after failures."""
 
 from blitzplan.scale.apply import apply_plan
 from blitzplan.scale.byte_checks import validate_replan
@@ -11,9 +12,11 @@ from blitzplan.scale.replan import replan
 from blitzplan.scale.types import (
     SCHEMA,
     SCHEMA_VERSION,
+    Eviction,
     LivePair,
     MilestoneFigures,
     Milestones,
+    MultiPlan,
     Mutation,
     NewInstanceInfo,
     Release,
@@ -26,9 +29,11 @@ __all__ = [
     "LARGE_SCALE_UP",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "Eviction",
     "LivePair",
     "MilestoneFigures",
     "Milestones",
+    "MultiPlan",
     "Mutation",
     "NewInstanceInfo",
     "PlanOptions",

@@ -24,6 +24,11 @@ seconds into the plan):
   after a failure knows when the record went stale.
 
 The plan must have been made on ``state`` (its new GPUs free, its instances present).
+
+A :class:`~blitzplan.scale.types.MultiPlan` (several requests) applies as a whole: each
+request's evictions go, then its part starts, in order, all at the same moment; ``at_s`` into
+it, every part is ``at_s`` in. Nothing is half-done: a part that was not made on the cluster
+the ones before it leave raises InvalidInputError naming it, and ``state`` is unchanged.
 """
 
 from __future__ import annotations
@@ -33,31 +38,44 @@ from dataclasses import replace
 
 from blitzplan.cluster import ClusterState, Loading, QueuedRequest, Role
 from blitzplan.errors import InvalidInputError
-from blitzplan.scale.types import ScalePlan
+from blitzplan.scale.types import MultiPlan, ScalePlan
 from blitzplan.topologies import Flow
 
 __all__ = ["apply_plan"]
 
 
-def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterState:
+def apply_plan(state: ClusterState, plan: ScalePlan | MultiPlan, *, at_s: float) -> ClusterState:
     """The cluster ``at_s`` seconds into ``plan`` (module docstring); ``state`` is unchanged."""
+    if isinstance(plan, MultiPlan):
+        _check_time(at_s)
+        return _apply_multi(state, plan, at_s)
     if not isinstance(plan, ScalePlan):
-        raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
-    if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
-        raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
+        raise InvalidInputError(
+            f"plan must be a ScalePlan or a MultiPlan, got {type(plan).__name__}"
+        )
+    _check_time(at_s)
     _check_made_on(state, plan)
     after = state.copy()
     done = _completed_requests(plan, at_s)
     moved = {request: target for m in plan.mutations for request, target in m.moved}
     queued = {q.id: q for inst in state.instances for q in inst.queue}
     gone = {r.instance for r in plan.releases if r.at_s <= at_s}
+    mutated = {m.instance for m in plan.mutations}
+    touched = mutated | set(moved.values())
     for inst in state.instances:
         if inst.id in gone:
             after.remove_instance(inst.id)
             continue
+        if (
+            at_s == 0
+            and inst.loading is None
+            and inst.id not in touched
+            and not any(q.id in moved or q.id in done for q in inst.queue)
+        ):
+            continue  # nothing of it changes
         keep = [q for q in inst.queue if q.id not in moved and q.id not in done]
         keep += [queued[r] for r, target in moved.items() if target == inst.id and r not in done]
-        role = Role.DECODE if inst.id in {m.instance for m in plan.mutations} else inst.role
+        role = Role.DECODE if inst.id in mutated else inst.role
         loading = None
         if inst.loading is not None:  # loading under an earlier plan: its clock moves on too
             loading = inst.loading.advanced(at_s)
@@ -81,6 +99,38 @@ def apply_plan(state: ClusterState, plan: ScalePlan, *, at_s: float) -> ClusterS
         )
     _running(after, state, plan, at_s)
     return after
+
+
+def _check_time(at_s: float) -> None:
+    if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
+        raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
+
+
+def _apply_multi(state: ClusterState, multi: MultiPlan, at_s: float) -> ClusterState:
+    """The cluster ``at_s`` into every part of ``multi``: the parts before the last start at 0
+    (as they were planned), the last is applied at ``at_s``, which moves every earlier part's
+    loading, flows and arrivals on too; then the earlier parts' drains and live batches done
+    by ``at_s`` are done."""
+    current, last = state, len(multi.plans) - 1
+    for k, part in enumerate(multi.plans):
+        current = current.copy()
+        try:
+            for e in (e for e in multi.evictions if e.request == k):
+                if e.instance not in {i.id for i in current.instances}:
+                    raise InvalidInputError(f"its eviction names instance {e.instance!r}")
+                current.remove_instance(e.instance)
+            current = apply_plan(current, part, at_s=at_s if k == last else 0.0)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"plans[{k}] ({part.spec.name}): {exc}") from None
+    for part in multi.plans[:last]:
+        done = _completed_requests(part, at_s)
+        for inst in current.instances:
+            if any(q.id in done for q in inst.queue):
+                current.update_instance(inst.id, queue=[q for q in inst.queue if q.id not in done])
+        for release in part.releases:
+            if release.at_s <= at_s and release.instance in {i.id for i in current.instances}:
+                current.remove_instance(release.instance)
+    return current
 
 
 def _running(after: ClusterState, state: ClusterState, plan: ScalePlan, at_s: float) -> None:

@@ -24,13 +24,16 @@ Every option is a field of :class:`~blitzplan.scale.plan_options.PlanOptions`, g
 object (``options=``) or as keywords. A request that cannot be met in full (not enough free
 reachable GPUs, fewer instances to remove than asked) gives a plan for what is possible and
 lists what is missing, unless ``strict``.
+
+Several requests at once (``plan(state, [r1, r2, ...])``) give one
+:class:`~blitzplan.scale.types.MultiPlan`: :mod:`.multiplan` says how they share the cluster.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel
@@ -43,11 +46,12 @@ from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import Targets, at_efficiency, realize
 from blitzplan.scale.room import fit, reachable_slots
-from blitzplan.scale.types import ScalePlan, ScaleRequest
+from blitzplan.scale.types import MultiPlan, ScalePlan, ScaleRequest
 
 __all__ = ["plan", "validate_plan"]
 
 
+@overload
 def plan(
     state: ClusterState,
     request: ScaleRequest,
@@ -55,13 +59,35 @@ def plan(
     options: PlanOptions | None = None,
     compute: ComputeModel | None = None,
     **keywords: Any,
-) -> ScalePlan:
-    """Plan the scaling ``request`` asks for on ``state`` (module docstring).
+) -> ScalePlan: ...
+@overload
+def plan(
+    state: ClusterState,
+    request: Sequence[ScaleRequest],
+    *,
+    options: PlanOptions | None = None,
+    compute: ComputeModel | None = None,
+    **keywords: Any,
+) -> MultiPlan: ...
+def plan(
+    state: ClusterState,
+    request: ScaleRequest | Sequence[ScaleRequest],
+    *,
+    options: PlanOptions | None = None,
+    compute: ComputeModel | None = None,
+    **keywords: Any,
+) -> ScalePlan | MultiPlan:
+    """Plan the scaling ``request`` asks for on ``state`` (module docstring); a list of
+    requests gives a MultiPlan (:mod:`.multiplan`).
 
     ``options`` (default: :class:`PlanOptions`'s defaults) with ``keywords``, any of its
     fields, changed: ``plan(state, request, deadline_s=0.1)``. ``compute`` times layers
     (default: a roofline on each GPU's spec); it is not recorded in the plan.
     """
+    if isinstance(request, Sequence) and not isinstance(request, str):
+        from blitzplan.scale.multiplan import plan_requests
+
+        return plan_requests(state, request, plan, options=options, compute=compute, **keywords)
     started = time.monotonic()
     options = PlanOptions.of(options, **keywords)
     if not isinstance(request, ScaleRequest):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from blitzplan.cluster import ClusterState, HostCopy, Instance, Role
 from blitzplan.errors import InvalidInputError
 from blitzplan.hostcopies import rebuild_host_copies, unloadable_models
-from blitzplan.scale.types import NewInstanceInfo, ScalePlan
+from blitzplan.scale.types import MultiPlan, NewInstanceInfo, ScalePlan
 
 if TYPE_CHECKING:
     from blitzplan.scale.program import TransferStep
@@ -64,6 +64,11 @@ def recover(
 ) -> Recovery:
     """The cluster after the failures (the state :func:`replan` plans on) and the fate of every
     new instance of ``plan``."""
+    if isinstance(plan, MultiPlan):
+        raise InvalidInputError(
+            "plan is a MultiPlan (several requests): replan() and recover() take one ScalePlan; "
+            "replanning the parts of a MultiPlan together is not supported yet"
+        )
     if not isinstance(plan, ScalePlan):
         raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
     if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:

@@ -15,6 +15,7 @@ from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.program import TransferStep
+from blitzplan.wire.multiprogram import Eviction
 from blitzplan.wire.scaleprogram import Mutation, NewInstanceInfo, Release
 
 if TYPE_CHECKING:
@@ -23,9 +24,11 @@ if TYPE_CHECKING:
 __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
+    "Eviction",
     "LivePair",
     "MilestoneFigures",
     "Milestones",
+    "MultiPlan",
     "Mutation",
     "NewInstanceInfo",
     "PlanOptions",
@@ -194,3 +197,63 @@ def _base(cluster: str) -> str:
     while cluster.endswith(" (degraded)"):
         cluster = cluster.removesuffix(" (degraded)")
     return cluster
+
+
+@dataclass(frozen=True, repr=False)
+class MultiPlan:
+    """What ``plan(state, [request, ...])`` returns (:mod:`blitzplan.scale.multiplan`): one
+    ScalePlan per request, in the order (the priority) of the requests, each made on the
+    cluster the ones before it leave, and the instances of other models released to make room.
+
+    ``plans[k].missing`` is what request ``k`` could not get. The parts' steps together are
+    one transfer program (:meth:`program_json`: step ids unique across the parts, one
+    ``plan_id``); :func:`~blitzplan.apply_plan` applies the whole. ``plan_id`` is the digest
+    of :meth:`to_json`'s document (:mod:`blitzplan.scale.multidoc`)."""
+
+    plans: tuple[ScalePlan, ...]
+    evictions: tuple[Eviction, ...] = ()
+
+    @functools.cached_property
+    def plan_id(self) -> str:
+        """SHA-256 of the canonical document without ``plan_id``."""
+        from blitzplan.scale.multidoc import multi_digest
+
+        return multi_digest(self)
+
+    @property
+    def full_capacity_s(self) -> float:
+        """When every part has all its added capacity (the latest part's milestone)."""
+        return max((p.milestones.full_capacity_s for p in self.plans), default=0.0)
+
+    def __repr__(self) -> str:
+        known = self.__dict__.get("plan_id", "")
+        return (
+            f"MultiPlan(plans={len(self.plans)}, evictions={len(self.evictions)}, "
+            f"steps={sum(len(p.steps) for p in self.plans)}, full_capacity_s="
+            f"{self.full_capacity_s:.4g}, plan_id={known[:12] or '(not computed)'!r})"
+        )
+
+    def check_cluster(self, state: ClusterState) -> None:
+        """InvalidInputError unless every part was made on ``state``'s cluster."""
+        for made in self.plans:
+            made.check_cluster(state)
+
+    def to_json(self) -> str:
+        """The ``blitzplan.multiplan`` document (:mod:`blitzplan.scale.multidoc`)."""
+        from blitzplan.scale.multidoc import encode_multi
+
+        return encode_multi(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> MultiPlan:
+        """The MultiPlan a :meth:`to_json` document describes, every digest and rule checked."""
+        from blitzplan.scale.multidoc import decode_multi
+
+        return decode_multi(text, cls, ScalePlan)
+
+    def program_json(self) -> str:
+        """The one transfer program of all parts, ``blitzplan.multiprogram``
+        (:mod:`blitzplan.wire.multiprogram`), what a data plane runs."""
+        from blitzplan.scale.multidoc import multi_program_json
+
+        return multi_program_json(self)
