@@ -90,7 +90,9 @@ class _Shelf:
             session = self.session
             session.store.wait_range(unit, 0, session.job.sizes[unit], session.wait_s)
             buffer = session.buffer(unit)
-            self.units[unit] = unit_from_buffer(session.job.spec, unit, buffer, device=self.device)
+            self.units[unit] = unit_from_buffer(
+                model_dims(session.job.spec), unit, buffer, self.device
+            )
         return self.units[unit]
 
 
@@ -191,7 +193,7 @@ def old_instance_job(ctx: RankContext, plan: OldInstancePlan) -> OldReport:
     dims = model_dims(plan.checkpoint.spec())
     units = []
     for u in range(dims.num_units):
-        weights = load_unit(plan.checkpoint, u, dims=dims)
+        weights = load_unit(plan.checkpoint, u)
         units.append({name: t.to(ctx.device) for name, t in weights.items()})
         ctx.emit("at", u)
         ctx.maybe_fail(u)  # it has unit u (see InjectedFault)
