@@ -15,10 +15,9 @@ from typing import Any, NamedTuple
 from blitzplan._checks import is_integer
 from blitzplan.errors import BlitzplanError, InvalidInputError
 
-FAULT_KINDS: dict[str, str] = {
-    "die": "the process kills itself (SIGKILL)",
-    "stall": "the process stops (SIGSTOP) and holds its connections open",
-}
+FAULT_KINDS = ("die", "stall")
+"""An injected fault kills the process (SIGKILL) or stops it (SIGSTOP: it holds its
+connections open)."""
 
 
 def unit_name(unit: int | None, num_layers: int | None) -> str:

@@ -177,14 +177,9 @@ def serve_live(
     names = [*labels, f"old instance {chosen.old}"]
     pool = workers or Workers(names, device=device, timeout_s=timeout_s)
     try:
-        if pool.world_size <= old_rank:
-            raise InvalidInputError(
-                f"workers has {pool.world_size} ranks, the run needs {old_rank + 1}"
-            )
-        pool.relabel(dict(enumerate(names)))
         policy = POLICIES[chosen.policy]()
         coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
-        coordinator.run(pool.launch(launched, num_layers=dims.layers, fault=fault))
+        coordinator.run(pool.launch(launched, labels=names, num_layers=dims.layers, fault=fault))
         pool.tell(new_rank, ("end",))
         pool.tell(old_rank, ("end",))
         results = pool.collect(list(launched))
