@@ -29,13 +29,7 @@ from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.coordinator import Coordinator
-from blitzplan.executor.serving.pair_jobs import (
-    NewInstancePlan,
-    OldInstancePlan,
-    OldReport,
-    new_instance_job,
-    old_instance_job,
-)
+from blitzplan.executor.serving.pair_jobs import PairPlan, new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.executor.smallmodel.llama import model_dims
 from blitzplan.live.instance import LiveScalingInstance
@@ -69,14 +63,10 @@ class LiveRun:
     transfer: ProgramRun
 
     @property
-    def latency_s(self) -> tuple[float, ...]:
-        return tuple(c - r for c, r in zip(self.completion_s, self.release_s, strict=True))
-
-    @property
     def latency_errors(self) -> tuple[float, ...]:
         """Per batch, ``|measured - predicted| / predicted`` latency."""
-        pairs = zip(self.latency_s, self.predicted_s, self.release_s, strict=True)
-        return tuple(abs(m - (p - r)) / (p - r) for m, p, r in pairs)
+        pairs = zip(self.completion_s, self.predicted_s, self.release_s, strict=True)
+        return tuple(abs(c - p) / (p - r) for c, p, r in pairs)
 
     @property
     def max_abs_logit_diff(self) -> float:
@@ -169,11 +159,8 @@ def serve_live(
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     dims = model_dims(program.spec)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
-    launched[new_rank] = (
-        new_instance_job,
-        NewInstancePlan(jobs[new_rank], dims, prompts, old_rank),
-    )
-    launched[old_rank] = (old_instance_job, OldInstancePlan(checkpoint, prompts, new_rank))
+    launched[new_rank] = (new_instance_job, PairPlan(prompts, old_rank, transfer=jobs[new_rank]))
+    launched[old_rank] = (old_instance_job, PairPlan(prompts, new_rank, checkpoint=checkpoint))
     names = [*labels, f"old instance {chosen.old}"]
     pool = workers or Workers(names, device=device, timeout_s=timeout_s)
     try:
@@ -186,10 +173,10 @@ def serve_live(
     finally:
         if workers is None:
             pool.close()
-    reference: OldReport = results.pop(old_rank)
+    reference = results.pop(old_rank)
     diffs = tuple(
         max(abs(a - b) for a, b in zip(coordinator.logits[i], ref, strict=True))
-        for i, ref in enumerate(reference.reference)
+        for i, ref in enumerate(reference)
     )
     return LiveRun(
         policy=policy.name,
