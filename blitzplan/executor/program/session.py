@@ -22,7 +22,7 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,20 +42,20 @@ BATCH = 16
 """Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class DeviceReport:
-    """What a device measured, times from the shared start: per unit when it was complete (nan:
-    never), per checked unit whether it is bit-exact, per sent step its first byte out and its
-    end, per received step its last byte in and its bytes, and bytes that came twice."""
+    """What a device measured, times from the shared start: per sent step its first byte out and
+    its end, per received step its last byte in and its bytes; per unit when it was complete
+    (nan: never), per checked unit whether it is bit-exact; bytes that came twice."""
 
     rank: int
-    complete_s: tuple[float, ...]
-    bit_exact: tuple[bool, ...]
-    sent_start_s: dict[int, float]
-    sent_end_s: dict[int, float]
-    received_end_s: dict[int, float]
     received_bytes: dict[int, int]
-    duplicate_bytes: int
+    sent_start_s: dict[int, float] = field(default_factory=dict)
+    sent_end_s: dict[int, float] = field(default_factory=dict)
+    received_end_s: dict[int, float] = field(default_factory=dict)
+    complete_s: tuple[float, ...] = ()
+    bit_exact: tuple[bool, ...] = ()
+    duplicate_bytes: int = 0
 
 
 class ProgramSession:
@@ -64,13 +64,9 @@ class ProgramSession:
     def __init__(self, ctx: RankContext, job: DeviceJob) -> None:
         self.ctx, self.job = ctx, job
         self.target = layout(job.spec, job.tp)
-        self.bases = job.bases
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self.store = ByteStore(job.sizes)
-        self.sent_start_s: dict[int, float] = {}
-        self.sent_end_s: dict[int, float] = {}
-        self.received_end_s: dict[int, float] = {}
-        self.received_bytes = dict.fromkeys(job.received, 0)
+        self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
         self._left = dict(job.received)
         self._done = {key: threading.Event() for key in (*job.sends, *job.received)}
         self._seen: set[tuple[int, int]] = set()
@@ -85,7 +81,7 @@ class ProgramSession:
     # --- before the start -------------------------------------------------------------------
 
     def buffer(self, unit: int) -> torch.Tensor:
-        return self.arena[self.bases[unit] : self.bases[unit + 1]]
+        return self.arena[self.job.bases[unit] : self.job.bases[unit + 1]]
 
     def expected(self, unit: int, rank: int, lay: Layout | None = None) -> torch.Tensor:
         """Rank ``rank``'s buffer of ``unit`` under ``lay`` (default: the target layout)."""
@@ -152,10 +148,10 @@ class ProgramSession:
             self._at(chunk)
             if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, now) and self.job.check:
                 self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
-            self.received_bytes[key] += chunk.nbytes
+            self.measured.received_bytes[key] += chunk.nbytes
             self._left[key] -= 1
             if self._left[key] == 0:
-                self.received_end_s[key] = now
+                self.measured.received_end_s[key] = now
                 self._done[key].set()
 
     def _gate_s(self, step: SendStep) -> float:
@@ -164,7 +160,7 @@ class ProgramSession:
         for prior in (*step.after, *step.waits_for):
             if not self._done[prior].wait(self.wait_s):
                 raise TransferError(Failure(f"a step waited too long for step {prior}"))
-            ends = self.sent_end_s if prior in step.after else self.received_end_s
+            ends = self.measured.sent_end_s if prior in step.after else self.measured.received_end_s
             gate = max(gate, ends[prior])
         self.ctx.sleep_until(gate)
         return gate
@@ -196,7 +192,7 @@ class ProgramSession:
                     settle(0)
                     ready_s = store.wait_range(*span, self.wait_s)
             at_s = max(free_s[chunk.step], ready_s)
-            self.sent_start_s.setdefault(chunk.step, max(at_s, ctx.now()))
+            self.measured.sent_start_s.setdefault(chunk.step, max(at_s, ctx.now()))
             if step.pace_bytes_per_s is not None:
                 at_s += chunk.nbytes / step.pace_bytes_per_s
                 if at_s > ctx.now():
@@ -218,7 +214,7 @@ class ProgramSession:
             key = chunks[0].step
             left[key] -= len(chunks)
             if left[key] == 0:
-                self.sent_end_s[key] = self.ctx.now()
+                self.measured.sent_end_s[key] = self.ctx.now()
                 self._done[key].set()
 
     def join(self) -> None:
@@ -231,23 +227,14 @@ class ProgramSession:
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
-        units = range(len(self.job.sizes))
-        exact: tuple[bool, ...] = ()
+        units, found = range(len(self.job.sizes)), self.measured
         if self.job.check:
             rank = self._gpu_rank()
-            exact = tuple(
-                bool(torch.equal(self.buffer(u).cpu(), self.expected(u, rank))) for u in units
-            )
-        return DeviceReport(
-            rank=self.job.rank,
-            complete_s=tuple(self.store.complete_s(u) for u in units),
-            bit_exact=exact,
-            sent_start_s=dict(self.sent_start_s),
-            sent_end_s=dict(self.sent_end_s),
-            received_end_s=dict(self.received_end_s),
-            received_bytes=dict(self.received_bytes),
-            duplicate_bytes=self.store.duplicate_bytes,
-        )
+            equal = [torch.equal(self.buffer(u).cpu(), self.expected(u, rank)) for u in units]
+            found.bit_exact = tuple(bool(e) for e in equal)
+        found.complete_s = tuple(self.store.complete_s(u) for u in units)
+        found.duplicate_bytes = self.store.duplicate_bytes
+        return found
 
 
 def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:

@@ -17,11 +17,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from blitzplan.errors import BlitzplanError
 from blitzplan.executor.runtime.failures import Event
-from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR
+from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.policies import Policy
 from blitzplan.live.relay import RelayState
@@ -32,27 +31,16 @@ IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
 
 
-class Processes(Protocol):
-    """What the coordinator needs of a :class:`~blitzplan.executor.runtime.pool.Workers` pool."""
-
-    @property
-    def timeout_s(self) -> float: ...
-
-    def tell(self, rank: int, message: object) -> None: ...
-
-    def next_event(self, timeout_s: float) -> Event | None: ...
-
-    def fail_stalled(self, ranks: list[int]) -> None: ...
-
-
 class Coordinator:
-    """The relay state, the policy, and the two processes it drives (one new, one old)."""
+    """The relay state, the policy, and the two processes it drives (one new, one old) through
+    ``workers`` (a Workers pool, or anything with its ``timeout_s``, ``tell``, ``next_event`` and
+    ``fail_stalled``)."""
 
     def __init__(
         self,
         policy: Policy,
         instance: LiveScalingInstance,
-        workers: Processes,
+        workers: Workers,
         ranks: tuple[int, int],
         old_order: str,
         *,

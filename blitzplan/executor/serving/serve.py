@@ -32,7 +32,7 @@ from blitzplan.executor.serving.coordinator import Coordinator
 from blitzplan.executor.serving.pair_jobs import PairPlan, new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.executor.smallmodel.llama import model_dims
-from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.instance import instance_from_queue
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES
 from blitzplan.live.schedule import NewOp, OldOp
@@ -75,29 +75,6 @@ class LiveRun:
     @property
     def logits_match(self) -> bool:
         return self.max_abs_logit_diff <= LOGIT_TOLERANCE
-
-
-def pair_instance(
-    program: ScaleProgram,
-    pair: PairRecord,
-    tokens: list[int],
-    compute: ComputeModel,
-    handoff_bytes_per_s: float,
-) -> LiveScalingInstance:
-    """The prediction the policy reads: the new instance's arrivals from the document, one
-    batch per request queued now, layer times from ``compute``."""
-    new = next(i for i in program.new_instances if i.name == pair.new)
-    ready = list(itertools.accumulate(new.layer_ready_s, max))
-    act = program.spec.activation_bytes_per_token
-    return LiveScalingInstance(
-        ready[1:-1],
-        [0.0] * len(tokens),
-        [compute.prefill_layer_s(n) for n in tokens],
-        [compute.prefill_layer_s(n) for n in tokens],
-        [n * act / handoff_bytes_per_s for n in tokens],
-        embed_ready_s=ready[0],
-        head_ready_s=ready[-1],
-    )
 
 
 def _pair(
@@ -154,7 +131,10 @@ def serve_live(
     new_rank, old_rank = labels.index(gpu), len(jobs)
     if fault is not None and fault.rank != old_rank:
         check_fault(fault, jobs)
-    instance = pair_instance(program, chosen, tokens, compute, handoff_bytes_per_s)
+    ready = next(i.layer_ready_s for i in program.new_instances if i.name == chosen.new)
+    queue = [(0.0, n) for n in tokens]  # one batch per request, all queued now
+    rate = handoff_bytes_per_s
+    instance = instance_from_queue(program.spec, compute, ready, queue, handoff_bytes_per_s=rate)
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     dims = model_dims(program.spec)
