@@ -1,15 +1,11 @@
-"""The executor: a thin data plane that runs ScalePlan documents for real.
+"""The executor: a thin data plane that runs ScalePlan documents for real (the ``torch`` extra;
+``nixl`` for the NIXL transport; importing it without torch raises SolverUnavailableError).
 
-Needs the ``torch`` extra (the ``nixl`` extra for the NIXL transport): importing it without torch
-raises SolverUnavailableError with the install line. Its parts:
-
-- :mod:`~blitzplan.executor.program`: a document's transfer program run from its JSON alone
-  (device jobs, the per-device session, results, built-in scenarios), a replan taking over;
-- :mod:`~blitzplan.executor.transports`: ``torch`` (gloo, NCCL) and ``nixl`` (one-sided WRITE);
-- :mod:`~blitzplan.executor.runtime`: the worker processes, their failures, injected faults;
-- :mod:`~blitzplan.executor.serving`: a document's live pair served for real by the relay state
-  machine the planner and the simulator drive;
-- :mod:`~blitzplan.executor.smallmodel`: the small Llama-style model and its checkpoints.
+Its parts: :mod:`.program` (a document's transfer program run from its JSON alone, a replan
+taking over, built-in scenarios), :mod:`.transports` (``torch``: gloo, NCCL; ``nixl``: one-sided
+WRITEs), :mod:`.runtime` (worker processes, failures, injected faults), :mod:`.serving` (a
+document's live pair served by the relay state machine) and :mod:`.smallmodel` (the small
+Llama-style model and its checkpoints).
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Run a ScalePlan's transfer program for real, from its JSON alone.
 
 :func:`run_program` reads the document (a ScalePlan or its program export, both read as the
-export by :func:`blitzplan.wire.scaleprogram.read_program_json`), refuses what this executor
-cannot run (:func:`~.jobs.check_runnable`), checks that the checkpoint holds its model, builds
-one job per device (:func:`~.devices.device_jobs`) and runs each on a process of a
-:class:`~blitzplan.executor.runtime.pool.Workers` pool over the chosen transport. ``relay``,
-``nic`` and ``link`` have no counterpart on one machine: the step's pace stands for its route.
-With ``replan`` and ``at_s`` the replan takes the running program over at ``at_s`` (the contract
-is :mod:`.jobs`'s docstring). The :class:`~.outcome.ProgramRun` compares every surviving new
-GPU's buffers with its rank buffer built from the checkpoint, and each step's measured first byte
-out and last byte in with the document's predictions.
-
-Everything is checked before a process starts (InvalidInputError naming the field, the step or
-the device; an injected fault that could never fire too). A device that dies or stalls raises
-RankFailedError naming the rank, the unit, the step and the chunk, after every process ended.
+export by :mod:`blitzplan.wire`), refuses what this executor cannot run, checks that the
+checkpoint holds its model, builds one job per device (:mod:`.devices`) and runs each on a
+process of a :class:`~blitzplan.executor.runtime.pool.Workers` pool over the chosen transport.
+``relay``, ``nic`` and ``link`` have no counterpart on one machine: the step's pace stands for its
+route. A replan takes the running program over at ``at_s`` as :mod:`.jobs` says. Everything is
+checked before a process starts (InvalidInputError naming the field, the step or the device; a
+fault that could never fire too); a device that dies or stalls raises RankFailedError naming the
+rank, the unit, the step and the chunk, after every process ended.
 """
 
 from __future__ import annotations

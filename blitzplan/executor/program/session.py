@@ -2,18 +2,19 @@
 
 Before the shared start the device fills its arena from the checkpoint
 (:meth:`~blitzplan.models.layout.Layout.rank_buffer`: a serving GPU its own buffer, host memory
-every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send and opens
-its end of the transport. After it, the transport's receivers hand over chunks as they land, and
-one thread per outgoing lane writes the lane's chunks in order, each once its bytes are here
-(held, or landed over any step), no faster than its step's pace (the link it stands for is busy
-``chunk / pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the
-steps in ``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a
-step that are ready at once go in one write (up to ``BATCH``: one NIXL WRITE, one Python call
-for all of them); up to ``WINDOW`` writes are in flight; a thread that is about to wait first
-sends what it holds and sees its writes out, so every step's end is known when another waits
-for it. A device reports its position (``at``: unit, step, chunk) as
-it starts each unit of a step; an injected fault fires there, or once the unit's first chunk has
-landed. A new GPU then compares every unit with its rank buffer.
+every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send and opens its
+end of the transport. After it, the transport's receivers hand over chunks as they land, and one
+thread per outgoing lane writes the lane's chunks in order, each once its bytes are here (held, or
+landed over any step), no faster than its step's pace (the link it stands for is busy ``chunk /
+pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the steps in
+``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a step that
+are ready at once go in one write (one NIXL WRITE, one Python call for all of them: a step's first
+write is one chunk, each next one twice as many up to ``BATCH``, so that the steps its bytes feed
+start soon and later writes cost few calls); up to ``WINDOW`` writes are in flight; a thread that is
+about to wait first sends what it holds and sees its writes out, so every step's end is known when
+another waits for it. A device reports its position (``at``: unit, step, chunk) as it starts each
+unit of a step; an injected fault fires there, or once the unit's first chunk has landed. A new GPU
+then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from blitzplan.models.layout import Layout, layout
 
 WINDOW = 4
 """Writes a lane keeps in flight."""
-BATCH = 16
+BATCH = 64
 """Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 
@@ -170,6 +171,7 @@ class ProgramSession:
         flying: deque[tuple[Handle, tuple[Chunk, ...]]] = deque()
         batch: list[Chunk] = []
         free_s: dict[int, float] = {}
+        limit: dict[int, int] = {}  # a step's writes grow from one chunk to BATCH
         left = {key: step.chunks for key, step in sends.items()}
 
         def settle(keep: int) -> None:
@@ -200,8 +202,9 @@ class ProgramSession:
                     ctx.sleep_until(at_s)
             free_s[chunk.step] = at_s
             batch.append(chunk)
-            if len(batch) >= BATCH:
+            if len(batch) >= limit.setdefault(chunk.step, 1):
                 settle(WINDOW)
+                limit[chunk.step] = min(BATCH, 2 * limit[chunk.step])
         settle(0)
 
     def _settle(

@@ -1,15 +1,11 @@
 """The coordinator of a live run: the measured driver of the relay state machine.
 
-It holds a :class:`~blitzplan.live.relay.RelayState` built from the predicted
-:class:`~blitzplan.live.instance.LiveScalingInstance` and, like the offline loop and the
-simulator, lets it ask the policy what each idle instance runs next
-(:meth:`~blitzplan.live.relay.RelayState.decide`); it sends each started operation to its
-instance's process and feeds the state what the processes measure: which layers have arrived on
-the new instance (:meth:`~blitzplan.live.relay.RelayState.set_loaded`) and when operations end
-(:meth:`~blitzplan.live.relay.RelayState.end_layers`,
-:meth:`~blitzplan.live.relay.RelayState.end_block`). At dispatch the state books predicted times
-and the measured ones overwrite them when the operation ends. Every event heard is applied before
-the next decision, so events that arrive together are decided on together.
+Like the offline loop and the simulator, it holds a :class:`~blitzplan.live.relay.RelayState`
+and asks the policy what each idle instance runs next (``decide``); it sends each started
+operation to its instance's process and feeds the state what the processes measure: the layers
+on the new instance (``set_loaded``) and when operations end (``end_layers``, ``end_block``,
+overwriting the times booked at dispatch). Every event heard is applied before the next
+decision, so events that arrive together are decided on together.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """A document's live pair served for real, driven by the relay state machine.
 
-One policy, three uses (DESIGN.md section 5): a
-:class:`~blitzplan.executor.serving.coordinator.Coordinator` holds the
-:class:`~blitzplan.live.relay.RelayState` the planner and the simulator drive and asks the
-pair's policy what each idle instance runs next; the processes measure. :func:`serve_live` runs
-the document's transfer program (every device, over the chosen transport) and, beside it, the
-pair: its new instance (a TP1 GPU of the program, computing on layers as they land in its
-buffers) and its old instance (one more process with the whole model). The policy's estimates
-read the prediction built from the document (the new instance's ``layer_ready_s``) and the layer
-times of ``compute``, which is all a running system knows of the future. Every finished batch's
-logits are compared with the monolithic model's; :func:`live_violations` checks the measured
-operations against the rules of DESIGN.md section 4 with the measured arrivals.
+:func:`serve_live` runs the document's transfer program (every device, over the chosen
+transport) and, beside it, the pair: its new instance (a TP1 GPU of the program, computing on
+layers as they land) and its old instance (one more process with the whole model), driven by a
+:class:`~.coordinator.Coordinator` with the pair's policy, its estimates read from the document's
+prediction and the layer times of ``compute``. Every batch's logits are compared with the
+monolithic model's; :func:`live_violations` checks the measured operations against the rules of
+DESIGN.md section 4 with the measured arrivals.
 """
 
 from __future__ import annotations
