@@ -76,24 +76,21 @@ class LiveRun:
 def _pair(
     program: ScaleProgram, index: int, requests: Mapping[str, int]
 ) -> tuple[PairRecord, list[int]]:
-    if not 0 <= index < len(program.live_pairs):
-        raise InvalidInputError(
-            f"pair must be in 0..{len(program.live_pairs) - 1}, got {index!r} "
-            f"(the document has {len(program.live_pairs)} live pairs)"
-        )
-    pair = program.live_pairs[index]
+    """Live pair ``index`` of the document and its requests' prompt lengths, if the executor
+    serves it: TP1, one request per batch, every request's length given, a known policy."""
+    pairs = program.live_pairs
+    pair = pairs[index] if 0 <= index < len(pairs) else None
+    if pair is None:
+        raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
     gpus = next(i.gpus for i in program.new_instances if i.name == pair.new)
-    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches):
+    missing = [b[0] for b in pair.batches if b[0] not in requests]
+    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
         raise InvalidInputError(
             f"live pair {pair.new}/{pair.old}: the executor serves TP1 instances, one request "
-            "per batch"
+            f"per batch, each with a prompt length in requests (missing: {missing})"
         )
-    missing = [b[0] for b in pair.batches if b[0] not in requests]
-    if missing or pair.policy not in POLICIES:
-        raise InvalidInputError(
-            f"live pair {pair.new}/{pair.old}: requests {missing} have no prompt length, or "
-            f"its policy {pair.policy!r} is not one of {', '.join(POLICIES)}"
-        )
+    if pair.policy not in POLICIES:
+        raise InvalidInputError(f"live pair policy must be one of {', '.join(POLICIES)}")
     return pair, [requests[b[0]] for b in pair.batches]
 
 
