@@ -39,7 +39,7 @@ from blitzplan.models.layout import Layout, layout
 
 WINDOW = 4
 """Writes a lane keeps in flight."""
-BATCH = 64
+BATCH = 16
 """Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 

@@ -1,13 +1,14 @@
 """The ``nixl`` transport: one one-sided NIXL WRITE per write, its notification naming its chunks.
 
-Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core per
-process: the waits drive progress, a sender polling its WRITEs, a receiver its notifications; no
-metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a GPU) and publishes its
-metadata and the arena's address in the group's TCPStore. A sender loads the metadata of every rank
-it writes to and prepares, per lane, the descriptors of every chunk on both sides once, before the
-start; a write is then one prepared WRITE of its chunks with the notification ``b"<step>:<dst>"`` of
-each, joined by ``;``. A receiver polls its notifications in one thread (NIXL delivers one after its
-bytes), every ``POLL_S``. UCX is kept to the loopback interface unless ``UCX_NET_DEVICES`` says
+Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core
+per process: the waits drive progress, a sender polling its WRITEs, a receiver its
+notifications; no metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a
+GPU) and publishes its metadata and the arena's address in the group's TCPStore. A sender loads
+the metadata of every rank it writes to and prepares, per lane, the descriptors of every chunk
+on both sides once, before the start; a write is then one prepared WRITE of its chunks with the
+notification ``b"<step>:<dst>"`` of each, joined by ``;``. A receiver polls its notifications in
+one thread (NIXL delivers one after its bytes), backing off from ``POLL_S[0]`` to ``POLL_S[1]``
+while nothing comes. UCX is kept to the loopback interface unless ``UCX_NET_DEVICES`` says
 otherwise, and to TCP on the CPU unless ``UCX_TLS`` does: no socket of a run listens beyond this
 host. Two traps of NIXL's Python API are handled: ``add_remote_agent`` returns the name as bytes
 (decoded before use), and the agent's own metadata listener would bind every interface (it stays
@@ -30,10 +31,8 @@ from blitzplan.executor.transports import Chunk, Handle, Lane
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
-POLL_S = 2e-5
-"""Waits poll NIXL every 20 us, as the raw transfer of the benchmark does: without a progress
-thread, UCX moves bytes (over TCP) only while an agent is polled, so a longer pause slows the
-transfer itself."""
+POLL_S = (2e-5, 5e-4)
+"""Waits poll NIXL from every 20 us, backing off to every half millisecond."""
 
 
 def loopback_ucx(device: str) -> None:
@@ -109,14 +108,15 @@ class NixlTransport:
 
     def wait(self, handle: Handle) -> None:
         xfer, peer, (chunk, *_) = handle
-        deadline = time.monotonic() + self.ctx.timeout_s
+        deadline, pause = time.monotonic() + self.ctx.timeout_s, POLL_S[0]
         try:
             while (state := self.agent.check_xfer_state(xfer)) == "PROC":
                 if time.monotonic() > deadline:
                     raise self._failed(
                         chunk, peer, f"timed out after {self.ctx.timeout_s:g} s writing"
                     )
-                time.sleep(POLL_S)
+                time.sleep(pause)
+                pause = min(2 * pause, POLL_S[1])
             self.agent.release_xfer_handle(xfer)
         except TransferError:
             raise
@@ -136,21 +136,22 @@ class NixlTransport:
     ) -> None:
         """Every expected notification, each chunk handed to ``landed`` as its note comes."""
         timeout_s = self.ctx.timeout_s
-        heard = time.monotonic()
+        heard, pause = time.monotonic(), POLL_S[0]
         while expected:
             found = [n for notes in self.agent.get_new_notifs().values() for n in notes]
             for note in (part for notes in found for part in notes.split(b";")):
                 if (item := expected.pop(note, None)) is not None:
                     landed(item[1])
             if found:
-                heard = time.monotonic()
+                heard, pause = time.monotonic(), POLL_S[0]
                 continue
             if time.monotonic() - heard > timeout_s:
                 peer, chunk = next(iter(expected.values()))
                 raise self._failed(
                     chunk, peer, f"timed out after {timeout_s:g} s waiting for a chunk"
                 )
-            time.sleep(POLL_S)
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_S[1])
 
     def close(self) -> None:
         for local, remote, _ in self.lanes.values():

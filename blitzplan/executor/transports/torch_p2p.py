@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 TAG = 0
 """The torch.distributed tag of every chunk."""
-WINDOW = 256
+WINDOW = 64
 """Receives a receiver keeps posted ahead on each lane: as many chunks as a sender keeps in
 flight (``session.WINDOW`` writes of up to ``session.BATCH`` chunks), since gloo moves a chunk
 only once its receive is posted."""
