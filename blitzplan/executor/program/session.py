@@ -31,7 +31,7 @@ import torch
 
 from blitzplan.executor.program.bytestore import ByteStore
 from blitzplan.executor.program.devices import DeviceJob, SendStep
-from blitzplan.executor.runtime.failures import Failure, TransferError, join_threads, start_thread
+from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
 from blitzplan.executor.transports import Chunk, Handle, Lane, open_transport
@@ -133,8 +133,18 @@ class ProgramSession:
             self.spawn(functools.partial(self._send, lane), f"send-rank{lane.peer}")
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
-        """Run ``body`` in a thread of this device; its failure stops the device (see join)."""
-        start_thread(self._threads, body, name, self.store.fail)
+        """Run ``body`` in a daemon thread of this device; its failure stops the device."""
+
+        def run() -> None:
+            try:
+                body()
+            except TransferError as exc:
+                self.store.fail(exc)
+            except Exception as exc:
+                self.store.fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
+
+        self._threads.append(threading.Thread(target=run, name=name, daemon=True))
+        self._threads[-1].start()
 
     def _at(self, chunk: Chunk) -> None:
         """Report the first chunk of each unit of each step, and fire a fault there."""
@@ -223,7 +233,11 @@ class ProgramSession:
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device."""
         try:
-            join_threads(self._threads, lambda: self.store.error)
+            for thread in self._threads:
+                while thread.is_alive() and self.store.error is None:
+                    thread.join(0.05)
+            if self.store.error is not None:
+                raise self.store.error
         finally:
             if self.store.error is None:
                 self.transport.close()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
+from blitzplan.executor.runtime.failures import Failure
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +49,10 @@ class Chunk:
     @property
     def nbytes(self) -> int:
         return self.hi - self.lo
+
+    def failure(self, peer: int, message: str = "") -> Failure:
+        """Where moving this chunk to or from ``peer`` failed."""
+        return Failure(message, self.unit, peer, self.step, (self.lo, self.hi))
 
 
 @dataclass(frozen=True)
