@@ -43,15 +43,16 @@ TINY = m.small_config(
 NO_GPU = not torch.cuda.is_available()
 
 
-def _through_buffer(spec: object, dims: m.Dims, unit: int, weights: m.Weights) -> m.Weights:
-    """The unit packed into its TP1 rank buffer (what the executor moves) and read back."""
-    prefix = f"model.layers.{unit - 1}." if 0 < unit <= dims.layers else "model."
-    tensors = {
-        (k if k.startswith("lm_head") else prefix + k): v.view(torch.int32).numpy()
-        for k, v in weights.items()
-    }
-    buffer = torch.from_numpy(layout(spec, 1).rank_buffer(unit, 0, tensors))  # type: ignore[arg-type]
-    return m.unit_from_buffer(spec, unit, buffer, device=torch.device("cpu"))  # type: ignore[arg-type]
+def _buffer(dims: m.Dims, unit: int, weights: m.Weights) -> torch.Tensor:
+    """The unit packed into its TP1 rank buffer (what the executor moves)."""
+    return torch.from_numpy(
+        layout(dims.spec, 1).rank_buffer(unit, 0, m.hf_arrays(dims, unit, weights))
+    )
+
+
+def _through_buffer(dims: m.Dims, unit: int, weights: m.Weights) -> m.Weights:
+    """The unit packed into its TP1 rank buffer and read back."""
+    return m.unit_from_buffer(dims, unit, _buffer(dims, unit, weights), torch.device("cpu"))
 
 
 def _units(config: dict[str, object], seed: int = 0) -> tuple[m.Dims, list[m.Weights]]:
@@ -70,7 +71,7 @@ def _units(config: dict[str, object], seed: int = 0) -> tuple[m.Dims, list[m.Wei
 def test_units_flatten_to_exactly_the_spec_bytes(
     layers: int, kv_heads: int, head_dim: int, inter: int, vocab: int
 ) -> None:
-    """Property: every unit flattens to spec.unit_bytes()[u] bytes, and its TP1 rank buffer (as
+    """Property: every unit packs to spec.unit_bytes()[u] bytes, and its TP1 rank buffer (as
     the executor moves it) reads back to itself."""
     config = m.small_config(
         num_layers=layers,
@@ -83,9 +84,8 @@ def test_units_flatten_to_exactly_the_spec_bytes(
     spec = load_model(config)
     dims, units = _units(config)
     for unit, weights in enumerate(units):
-        flat = m.flatten_unit(dims, unit, weights)
-        assert flat.numel() == spec.unit_bytes()[unit]
-        back = _through_buffer(spec, dims, unit, weights)
+        assert _buffer(dims, unit, weights).numel() == spec.unit_bytes()[unit]
+        back = _through_buffer(dims, unit, weights)
         assert all(torch.equal(back[k], weights[k]) for k in weights)
 
 
@@ -95,8 +95,7 @@ def _split_forward(dims: m.Dims, units: list[m.Weights], ids: torch.Tensor, k: i
     hidden = m.embed(units[0], ids)
     for layer in range(1, k + 1):
         hidden = m.decoder_layer(dims, units[layer], hidden, rope)
-    spec = load_model(TINY)
-    moved = [_through_buffer(spec, dims, u, w) for u, w in enumerate(units)]
+    moved = [_through_buffer(dims, u, w) for u, w in enumerate(units)]
     for layer in range(k + 1, dims.layers + 1):
         hidden = m.decoder_layer(dims, moved[layer], hidden.clone(), rope)
     return m.final_logits(dims, moved[-1], hidden)
@@ -107,7 +106,7 @@ def test_splitting_the_layers_anywhere_gives_the_monolithic_logits() -> None:
     dims, units = _units(TINY)
     ids = torch.tensor([3, 17, 42, 8, 8, 63, 0])
     whole = m.forward(dims, units, ids, m.rope_tables(dims, max_positions=len(ids)))
-    assert whole.shape == (dims.vocab,)
+    assert whole.shape == (dims.spec.vocab_size,)
     for k in range(dims.layers + 1):
         assert torch.equal(_split_forward(dims, units, ids, k), whole)
 
@@ -141,8 +140,8 @@ def test_checkpoint_round_trip_and_identity(tmp_path: Path) -> None:
     dims = m.model_dims(spec)
     for unit in range(spec.num_units):
         assert torch.equal(
-            m.flatten_unit(dims, unit, load_unit(checkpoint, unit)),
-            m.flatten_unit(dims, unit, m.init_unit(dims, unit, seed=3)),
+            _buffer(dims, unit, load_unit(checkpoint, unit)),
+            _buffer(dims, unit, m.init_unit(dims, unit, seed=3)),
         )
     other = load_model(TINY, revision="v2")
     with pytest.raises(InvalidInputError, match=r"holds model .*@main.*plan's model is .*@v2"):

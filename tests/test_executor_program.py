@@ -40,11 +40,7 @@ from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa:
 from blitzplan.executor.program.jobs import held_bytes  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
-from blitzplan.executor.program.scenarios import (  # noqa: E402
-    SCENARIOS,
-    scenario_plan,
-    scenario_state,
-)
+from blitzplan.executor.program.scenarios import scenario_plan, scenario_state  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
@@ -149,16 +145,14 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     _check_paced(run, text)
 
 
-def test_a_colocated_plan_runs_bit_exact(
-    small: Setup, pool: Workers, tmp_path: Path
-) -> None:
+def test_a_colocated_plan_runs_bit_exact(small: Setup, pool: Workers, tmp_path: Path) -> None:
     """The small scenario with its TP1 sources colocated replicas, three new colocated TP2
     replicas: plan()'s document runs bit-exact from the replicas' buffers."""
     state = scenario_state("small", small.plan.spec)
     for inst in state.instances:
         if inst.tp == 1:
             state.update_instance(inst.id, role=Role.COLOCATED)
-    chunk = SCENARIOS["small"].chunk_bytes
+    chunk = read_program(small.path).chunk_bytes
     request = ScaleRequest(small.plan.spec, colocated=3, tp=2)
     made = plan(state, request, link_efficiency=1.0, chunk_bytes=chunk)
     assert {i.role for i in made.new_instances} == {"colocated"}

@@ -1,57 +1,18 @@
-"""The executor: a thin data plane that runs ScalePlan documents for real.
+"""The executor: a thin data plane that runs ScalePlan documents for real (the ``torch`` extra;
+``nixl`` for the NIXL transport; importing it without torch raises SolverUnavailableError).
 
-Needs the ``torch`` extra (the ``nixl`` extra for the NIXL transport); importing this package
-imports neither: each name in ``__all__`` loads its module on first use. Its parts:
-
-- :mod:`~blitzplan.executor.program`: a document's transfer program run from its JSON alone
-  (reader, device jobs, the per-device session, results, the built-in scenarios), a replan
-  taking a running program over;
-- :mod:`~blitzplan.executor.transports`: ``torch`` (gloo, NCCL) and ``nixl`` (one-sided WRITE);
-- :mod:`~blitzplan.executor.runtime`: the worker processes, their failures, injected faults;
-- :mod:`~blitzplan.executor.serving`: a document's live pair served for real by the relay state
-  machine the planner and the simulator drive;
-- :mod:`~blitzplan.executor.smallmodel`: the small Llama-style model and its checkpoints.
+Its parts: :mod:`.program` (a document's transfer program run from its JSON alone, a replan
+taking over, built-in scenarios), :mod:`.transports` (``torch``: gloo, NCCL; ``nixl``: one-sided
+WRITEs), :mod:`.runtime` (worker processes, failures, injected faults), :mod:`.serving` (a
+document's live pair served by the relay state machine) and :mod:`.smallmodel` (the small
+Llama-style model and its checkpoints).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from blitzplan.errors import SolverUnavailableError
-
-if TYPE_CHECKING:
-    from blitzplan.executor.program.outcome import ProgramRun
-    from blitzplan.executor.program.runner import run_program
-    from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError
-    from blitzplan.executor.runtime.pool import Workers
-    from blitzplan.executor.serving.serve import LiveRun, serve_live
-    from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
-
-__all__ = [
-    "Checkpoint",
-    "InjectedFault",
-    "LiveRun",
-    "ProgramRun",
-    "RankFailedError",
-    "Workers",
-    "require_torch",
-    "run_program",
-    "save_checkpoint",
-    "serve_live",
-]
-
-_MODULES = {
-    "Checkpoint": "smallmodel.checkpoint",
-    "save_checkpoint": "smallmodel.checkpoint",
-    "InjectedFault": "runtime.failures",
-    "RankFailedError": "runtime.failures",
-    "Workers": "runtime.pool",
-    "ProgramRun": "program.outcome",
-    "run_program": "program.runner",
-    "LiveRun": "serving.serve",
-    "serve_live": "serving.serve",
-}
 
 
 def require_torch() -> None:
@@ -65,9 +26,24 @@ def require_torch() -> None:
             ) from exc
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _MODULES:
-        raise AttributeError(f"module 'blitzplan.executor' has no attribute {name!r}")
-    require_torch()
-    module = importlib.import_module(f"blitzplan.executor.{_MODULES[name]}")
-    return getattr(module, name)
+require_torch()
+
+from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
+from blitzplan.executor.program.runner import run_program  # noqa: E402
+from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
+from blitzplan.executor.runtime.pool import Workers  # noqa: E402
+from blitzplan.executor.serving.serve import LiveRun, serve_live  # noqa: E402
+from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+
+__all__ = [
+    "Checkpoint",
+    "InjectedFault",
+    "LiveRun",
+    "ProgramRun",
+    "RankFailedError",
+    "Workers",
+    "require_torch",
+    "run_program",
+    "save_checkpoint",
+    "serve_live",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -25,13 +25,16 @@ from blitzplan.executor.program.jobs import (
     serving_buffers,
 )
 from blitzplan.executor.transports import Chunk, Lane
-from blitzplan.models.layout import Layout, layout
+from blitzplan.models.layout import layout
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 if TYPE_CHECKING:
     from blitzplan.executor.smallmodel.checkpoint import Checkpoint
     from blitzplan.models import ModelSpec
+
+Lanes = dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]]
+"""Per (source, destination) its chunks, each keyed by its place in the lane's order."""
 
 
 @dataclass(frozen=True)
@@ -47,14 +50,15 @@ class SendStep:
     waits_for: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass
 class DeviceJob:
     """Everything one device does. Its arena holds ``sizes`` bytes per unit, filled before the
     start with a serving GPU's own buffer (``holds``: its ``(tp, rank)``), every rank's buffer
     (``every_rank``: host memory or a disk), or the byte ranges ``held`` of rank ``gpu_rank``'s
     buffer, and then ``packs`` ``(unit, own offset, arena offset, length)`` for its resharding
-    steps. It sends on ``out`` (``sends`` by step key) and receives on ``into`` (``received``:
-    chunks per step key); ``check``: compare every unit with its rank buffer at the end."""
+    steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step key) and receives on
+    ``into`` (``received``: chunks per step key); ``check``: compare every unit with its rank
+    buffer at the end."""
 
     rank: int
     label: str
@@ -62,28 +66,27 @@ class DeviceJob:
     tp: int
     checkpoint: Checkpoint
     sizes: tuple[int, ...]
-    arena_bytes: int
+    transport: str
+    run: str
+    check: bool
     holds: tuple[int, int] | None = None
     every_rank: bool = False
     gpu_rank: int | None = None
     held: tuple[tuple[int, int, int], ...] = ()
-    packs: tuple[tuple[int, int, int, int], ...] = ()
-    out: tuple[Lane, ...] = ()
-    into: tuple[Lane, ...] = ()
-    sends: Mapping[int, SendStep] = field(default_factory=dict)
-    received: Mapping[int, int] = field(default_factory=dict)
-    check: bool = False
-    transport: str = "torch"
-    run: str = ""
+    packs: list[tuple[int, int, int, int]] = field(default_factory=list)
+    out: list[Lane] = field(default_factory=list)
+    into: list[Lane] = field(default_factory=list)
+    sends: dict[int, SendStep] = field(default_factory=dict)
+    received: dict[int, int] = field(default_factory=dict)
+    arena_bytes: int = 0
 
-    @property
+    def __post_init__(self) -> None:
+        self.arena_bytes = self.arena_bytes or sum(self.sizes)
+
+    @functools.cached_property
     def bases(self) -> tuple[int, ...]:
-        return arena_bases(self.sizes)
-
-
-def arena_bases(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """Where each unit's buffer starts in an arena, and (last) where packed bytes do."""
-    return (0, *itertools.accumulate(sizes))
+        """Where each unit's buffer starts in the arena, and (last) where packed bytes do."""
+        return (0, *itertools.accumulate(self.sizes))
 
 
 def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
@@ -107,22 +110,6 @@ def checked_gpus(parts: list[Stage]) -> list[str]:
         for g in inst.gpus
     ]
     return list(dict.fromkeys([*gpu_ranks(last.program), *done]))
-
-
-@dataclass
-class _Device:
-    """A device's job while it is being built."""
-
-    role: dict[str, Any]
-    sizes: tuple[int, ...]
-    packed_at: int
-    packs: list[tuple[int, int, int, int]] = field(default_factory=list)
-    sends: dict[int, SendStep] = field(default_factory=dict)
-    received: dict[int, int] = field(default_factory=dict)
-
-    @functools.cached_property
-    def bases(self) -> tuple[int, ...]:
-        return arena_bases(self.sizes)
 
 
 def _roles(program: ScaleProgram, *, first: bool) -> dict[str, dict[str, Any]]:
@@ -151,62 +138,41 @@ def device_jobs(
     parts: list[Stage], checkpoint: Checkpoint, *, transport: str, run: str, paced: bool
 ) -> tuple[DeviceJob, ...]:
     """One DeviceJob per device, ranks in :func:`devices_of` order."""
-    first = parts[0].program
-    names = devices_of(p.program for p in parts)
+    first, checked = parts[0].program, set(checked_gpus(parts))
     roles: dict[str, dict[str, Any]] = {}
     for part in reversed(parts):  # the first program that names a device says what it is
         roles.update(_roles(part.program, first=part is parts[0]))
-    devices = {}
-    for name in names:
-        own = layout(first.spec, roles[name]["holds"][0]) if roles[name]["holds"] else None
-        scale = first.tp if roles[name]["memory"] else 1
-        sizes = tuple(n * scale for n in (own.unit_bytes if own else first.unit_bytes))
-        devices[name] = _Device(roles[name], sizes, sum(sizes))
-    lanes: dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]] = defaultdict(
-        list
-    )
-    for part in parts:
-        _add_stage(part, devices, lanes, paced=paced)
-    rank = {name: r for r, name in enumerate(names)}
-    out, into = defaultdict(list), defaultdict(list)
-    for (src, dst), keyed in sorted(lanes.items(), key=lambda kv: (rank[kv[0][0]], rank[kv[0][1]])):
-        chunks = tuple(chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0]))
-        out[src].append(Lane(rank[dst], chunks))
-        into[dst].append(Lane(rank[src], chunks))
-    checked = set(checked_gpus(parts))
-    return tuple(
-        DeviceJob(
-            rank=rank[name],
-            label=name,
-            spec=first.spec,
-            tp=first.tp,
-            checkpoint=checkpoint,
-            sizes=dev.sizes,
-            arena_bytes=dev.packed_at,
-            holds=dev.role["holds"],
-            every_rank=dev.role["every_rank"],
-            gpu_rank=dev.role["gpu_rank"],
-            held=dev.role["held"],
-            packs=tuple(dev.packs),
-            out=tuple(out[name]),
-            into=tuple(into[name]),
-            sends=dev.sends,
-            received=dev.received,
-            check=name in checked,
-            transport=transport,
-            run=run,
+    jobs = {}
+    for rank, name in enumerate(devices_of(p.program for p in parts)):
+        role = roles[name]
+        own = layout(first.spec, role["holds"][0]) if role["holds"] else first
+        scale = first.tp if role.pop("memory") else 1
+        sizes = tuple(n * scale for n in own.unit_bytes)
+        jobs[name] = DeviceJob(
+            rank,
+            name,
+            first.spec,
+            first.tp,
+            checkpoint,
+            sizes,
+            transport,
+            run,
+            name in checked,
+            **role,
         )
-        for name, dev in devices.items()
-    )
+    lanes: Lanes = defaultdict(list)
+    for part in parts:
+        _add_stage(part, jobs, lanes, paced=paced)
+    for (src, dst), keyed in sorted(
+        lanes.items(), key=lambda kv: (jobs[kv[0][0]].rank, jobs[kv[0][1]].rank)
+    ):
+        chunks = tuple(chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0]))
+        jobs[src].out.append(Lane(jobs[dst].rank, chunks))
+        jobs[dst].into.append(Lane(jobs[src].rank, chunks))
+    return tuple(jobs.values())
 
 
-def _add_stage(
-    part: Stage,
-    devices: Mapping[str, _Device],
-    lanes: dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]],
-    *,
-    paced: bool,
-) -> None:
+def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: bool) -> None:
     """The chunks of every step of ``part`` on their lanes, each keyed by its place in the
     lane's order (module docstring of :mod:`.jobs`), and what their devices do with them."""
     program, memory = part.program, memory_devices(part.program.steps)
@@ -216,7 +182,7 @@ def _add_stage(
         if not running[step.id]:
             continue
         key = part.offset + step.id
-        source, destination = devices[step.source], devices[step.destination]
+        source, destination = jobs[step.source], jobs[step.destination]
         made = list(_chunks(part, step, running[step.id], source, destination, memory))
         begin_s, depth = starts[step.id]
         span_s = max(0.0, step.end_s - step.start_s)
@@ -259,65 +225,49 @@ def _chunks(
     part: Stage,
     step: StepRecord,
     moved: tuple[Piece, ...],
-    source: _Device,
-    destination: _Device,
+    source: DeviceJob,
+    destination: DeviceJob,
     memory: set[str],
 ) -> Iterable[Chunk]:
     """``step``'s chunks: its pieces at the source's and the destination's arena offsets; a
-    resharding source's bytes packed into its arena first."""
-    program = part.program
-    reshard = _reshard(program, step, source)
-    key = part.offset + step.id
+    resharding source's bytes packed into its arena first (:func:`_pack`)."""
+    program, key = part.program, part.offset + step.id
+    reshards = step.source_layout not in (None, (program.tp, step.rank))
     for unit, off, n in moved:
         into = rank_base(program, step.rank, unit, memory=step.destination in memory) + off
-        held: int | None = None
-        if reshard is None:
+        if reshards:
+            held, src = None, _pack(program, step, source, unit, off, n)
+        else:
             held = rank_base(program, step.rank, unit, memory=step.source in memory) + off
             src = source.bases[unit] + held
-        else:
-            held, src = None, _pack(program, step, source, reshard, unit, off, n)
         for a, b in equal_chunks(0, n, program.chunk_bytes):
-            lo, hi = into + a, into + b
             at = None if held is None else held + a
-            yield Chunk(key, unit, src + a, destination.bases[unit] + lo, lo, hi, at)
-
-
-def _reshard(
-    program: ScaleProgram, step: StepRecord, source: _Device
-) -> tuple[Layout, Layout, int] | None:
-    """``(target layout, the source's own layout, its rank)`` when the source holds another TP
-    degree's buffer than the step's rank (it packs the step's bytes), else None."""
-    holds = step.source_layout
-    if holds is None or holds == (program.tp, step.rank):
-        return None
-    if source.role["holds"] is None:
-        raise InvalidInputError(
-            f"{step.source!r} reshards its buffer for the replan, but the running program loads it"
-        )
-    return layout(program.spec, program.tp), layout(program.spec, holds[0]), holds[1]
+            yield Chunk(
+                key, unit, src + a, destination.bases[unit] + into + a, into + a, into + b, at
+            )
 
 
 def _pack(
-    program: ScaleProgram,
-    step: StepRecord,
-    source: _Device,
-    reshard: tuple[Layout, Layout, int],
-    unit: int,
-    offset: int,
-    length: int,
+    program: ScaleProgram, step: StepRecord, source: DeviceJob, unit: int, offset: int, n: int
 ) -> int:
-    """Where in the source's arena a resharded piece is packed (its copies added to the
-    source's packs); InvalidInputError when the serving rank lacks a byte it would send."""
-    target, own, rank = reshard
-    size = program.unit_bytes[unit]
-    lo, hi = Fraction(offset, size), Fraction(offset + length, size)
+    """Where in the source's arena a piece resharded from the source's own buffer (another TP
+    degree's) is packed, its copies added to the source's packs; InvalidInputError when the
+    source is loaded by the running program or lacks a byte it would send."""
+    if source.holds is None or step.source_layout is None:
+        raise InvalidInputError(
+            f"{step.source!r} reshards its buffer for the replan, but the running program loads it"
+        )
+    size, (tp, rank) = program.unit_bytes[unit], step.source_layout
+    target, own = layout(program.spec, program.tp), layout(program.spec, tp)
     try:
-        copies = target.reshard(unit, own, rank, step.rank, lo, hi)
+        copies = target.reshard(
+            unit, own, rank, step.rank, Fraction(offset, size), Fraction(offset + n, size)
+        )
     except InvalidInputError as exc:
         raise InvalidInputError(
             f"step {step.id} (source_layout {step.source_layout}): {exc}"
         ) from None
-    at = source.packed_at
-    source.packs += [(unit, src, at + dst - offset, n) for src, dst, n in copies]
-    source.packed_at += length
+    at = source.arena_bytes
+    source.packs += [(unit, src, at + dst - offset, length) for src, dst, length in copies]
+    source.arena_bytes += n
     return at

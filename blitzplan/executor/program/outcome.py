@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,9 +52,8 @@ class InstanceResult:
 
 @dataclass(frozen=True)
 class ProgramRun:
-    """A run (:func:`~blitzplan.executor.program.runner.run_program`): ``plan_s`` the last
-    predicted byte in; ``devices`` the processes by rank; ``duplicate_bytes`` bytes a new GPU
-    received twice."""
+    """A run: ``plan_s`` the last predicted byte in; ``devices`` the processes by rank;
+    ``duplicate_bytes`` bytes a new GPU received twice."""
 
     plan_id: str
     transport: str
@@ -85,13 +84,11 @@ class ProgramRun:
     def end_errors_s(self) -> dict[int, float]:
         return {k: s.end_s - s.predicted_end_s for k, s in enumerate(self.steps)}
 
-    def ready_errors_s(self) -> list[float]:
-        """Measured minus predicted ready time of every unit on every new instance."""
-        pairs = [zip(i.ready_s, i.predicted_s, strict=True) for i in self.instances]
-        return [m - p for pair in pairs for m, p in pair]
-
     def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON (a time that never came is None)."""
+        ready = [
+            m - p for i in self.instances for m, p in zip(i.ready_s, i.predicted_s, strict=True)
+        ]
         return {
             "plan_id": self.plan_id,
             "transport": self.transport,
@@ -104,7 +101,7 @@ class ProgramRun:
             "errors_s": {
                 "start": _spread(self.start_errors_s().values()),
                 "end": _spread(self.end_errors_s().values()),
-                "ready": _spread(self.ready_errors_s()),
+                "ready": _spread(ready),
             },
             "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in self.steps],
             "bit_exact_by_gpu": {
@@ -117,7 +114,7 @@ def _finite(value: object) -> object:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _spread(errors: Any) -> dict[str, float | None]:
+def _spread(errors: Iterable[float]) -> dict[str, float | None]:
     """Median and worst absolute error (None when a time never came)."""
     values = [abs(e) for e in errors]
     if not values or not all(math.isfinite(v) for v in values):
@@ -161,18 +158,19 @@ def summarize(
     )
     plan_s = max(p.at_s + s.end_s for p in parts for s in p.program.steps)
     duplicates = sum(reports[rank_of[g]].duplicate_bytes for g in checked)
-    plan_id = parts[-1].program.plan_id
     return ProgramRun(
-        plan_id, transport, plan_s, tuple(devices), tuple(steps), instances, duplicates
+        parts[-1].program.plan_id,
+        transport,
+        plan_s,
+        tuple(devices),
+        tuple(steps),
+        instances,
+        duplicates,
     )
 
 
 def _ms(value: float | None) -> str:
     return f"{value * 1e3:.1f}" if value is not None and math.isfinite(value) else "-"
-
-
-def _exact(instance: InstanceResult) -> bool:
-    return all(all(b) for b in instance.bit_exact.values())
 
 
 def format_program_run(run: ProgramRun) -> str:
@@ -185,20 +183,21 @@ def format_program_run(run: ProgramRun) -> str:
         for s in run.steps
     ]
     ready = [
-        [i.name, " ".join(i.gpus), _ms(max(i.predicted_s)), _ms(max(i.ready_s)), _exact(i)]
+        [i.name, " ".join(i.gpus), _ms(max(i.predicted_s)), _ms(max(i.ready_s)), exact]
         for i in run.instances
+        for exact in [all(all(b) for b in i.bit_exact.values())]
     ]
-    errors = run.to_dict()["errors_s"]
     headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
+    errors = [
+        f"{what:>5} error: median {_ms(e['median'])} ms, worst {_ms(e['worst'])} ms "
+        f"(plan {run.plan_s * 1e3:.1f} ms)"
+        for what, e in run.to_dict()["errors_s"].items()
+    ]
     return "\n".join(
         [
             format_table(headers, rows),
             format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
-            *(
-                f"{what:>5} error: median {_ms(e['median'])} ms, worst {_ms(e['worst'])} ms "
-                f"(plan {run.plan_s * 1e3:.1f} ms)"
-                for what, e in errors.items()
-            ),
+            *errors,
             f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
             f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
         ]

@@ -1,22 +1,14 @@
 """Run a ScalePlan's transfer program for real, from its JSON alone.
 
-:func:`run_program` reads the document (:func:`read_program`: a ScalePlan or its program export,
-both read as the export by :func:`blitzplan.wire.scaleprogram.read_program_json`), refuses what
-this executor cannot run (:func:`~blitzplan.executor.program.jobs.check_runnable`), checks that the
-checkpoint holds its model, builds one job per device
-(:func:`~blitzplan.executor.program.devices.device_jobs`) and runs them on one process each
-(:class:`~blitzplan.executor.runtime.pool.Workers`) over the chosen transport
-(:mod:`~blitzplan.executor.transports`). ``relay``, ``nic`` and ``link`` have no counterpart on
-one machine: the step's pace stands for its route. With ``replan`` and ``at_s`` the replan takes
-the running program over at ``at_s`` (the contract is :mod:`~blitzplan.executor.program.jobs`'s
-docstring). The result (:class:`~blitzplan.executor.program.outcome.ProgramRun`) compares every
-surviving new GPU's buffers with its rank buffer built from the checkpoint, and each step's
-measured first byte out and last byte in with the document's predictions.
-
-Failures: everything is checked before a process starts (InvalidInputError naming the field,
-the step or the device; an injected fault that could never fire too). A device that dies or
-stalls raises RankFailedError naming the rank, the unit, the step and the chunk, after every
-process has been ended.
+:func:`run_program` reads the document (a ScalePlan or its program export, both read as the
+export by :mod:`blitzplan.wire`), refuses what this executor cannot run, checks that the
+checkpoint holds its model, builds one job per device (:mod:`.devices`) and runs each on a
+process of a :class:`~blitzplan.executor.runtime.pool.Workers` pool over the chosen transport.
+``relay``, ``nic`` and ``link`` have no counterpart on one machine: the step's pace stands for its
+route. A replan takes the running program over at ``at_s`` as :mod:`.jobs` says. Everything is
+checked before a process starts (InvalidInputError naming the field, the step or the device; a
+fault that could never fire too); a device that dies or stalls raises RankFailedError naming the
+rank, the unit, the step and the chunk, after every process ended.
 """
 
 from __future__ import annotations
@@ -24,9 +16,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from blitzplan._checks import is_number
 from blitzplan.errors import InvalidInputError
@@ -42,16 +32,14 @@ from blitzplan.wire.plan_program import plan_program_json
 from blitzplan.wire.scaleprogram import ScaleProgram, read_program_json
 
 Document = ScaleProgram | str | Path
-"""A program export: the read program, its JSON text or the path of its file."""
+"""A ScalePlan or its program export: read, its JSON text or the path of its file."""
 _FULL = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleplan"')
-_EXPORT = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleprogram"')
 
 
 def read_program(document: Document) -> ScaleProgram:
-    """The checked program of a ScalePlan document (full, or its program export) that this
-    executor can run. A full document runs as its program export
-    (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id checked), so both are
-    read by one reader with the rules of ``ScalePlan.from_json``."""
+    """The checked program of a document that this executor can run. A full ScalePlan runs as
+    its program export (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id
+    checked), so both are read by one reader with the rules of ``ScalePlan.from_json``."""
     if isinstance(document, ScaleProgram):
         program = document
     else:
@@ -60,26 +48,13 @@ def read_program(document: Document) -> ScaleProgram:
             if not Path(text).is_file():
                 raise InvalidInputError(f"document {text!r} is not a file (nor JSON text)")
             text = Path(text).read_text()
-        if _FULL.search(text) and not _EXPORT.search(text):
-            text = plan_program_json(text)
-        program = read_program_json(text)
+        program = read_program_json(plan_program_json(text) if _FULL.search(text) else text)
     check_runnable(program)
     return program
 
 
-def _checkpoint(checkpoint: Checkpoint | str | Path) -> Checkpoint:
-    if isinstance(checkpoint, Checkpoint):
-        return checkpoint
-    if isinstance(checkpoint, str | Path):
-        return load_checkpoint(checkpoint)
-    raise InvalidInputError(
-        f"checkpoint must be a Checkpoint or a directory, got {type(checkpoint).__name__}"
-    )
-
-
 def check_fault(fault: InjectedFault, jobs: tuple[DeviceJob, ...]) -> None:
-    """A fault fires where its rank moves its unit (sends or receives a chunk of it): refuse one
-    that never could, naming what the rank moves."""
+    """A fault fires where its rank moves its unit: refuse one that never could."""
     if not 0 <= fault.rank < len(jobs):
         raise InvalidInputError(f"fault names rank {fault.rank}, the run has {len(jobs)} devices")
     job = jobs[fault.rank]
@@ -102,7 +77,11 @@ def prepare(
 ) -> tuple[list[Stage], tuple[DeviceJob, ...]]:
     """Read and check everything; the run's stages and its device jobs."""
     program = read_program(document)
-    weights = _checkpoint(checkpoint)
+    if not isinstance(checkpoint, Checkpoint | str | Path):
+        raise InvalidInputError(
+            f"checkpoint must be a Checkpoint or a directory, got {type(checkpoint).__name__}"
+        )
+    weights = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     check_identity(weights, program.model)
     check_transport(transport)
     if (replan is None) != (at_s is None):
@@ -127,13 +106,11 @@ def run_program(
     workers: Workers | None = None,
     fault: InjectedFault | None = None,
 ) -> ProgramRun:
-    """Run the transfer program of ``document`` (a program export: read, its text or its path)
-    with the weights of ``checkpoint`` (a Checkpoint or its directory); module docstring.
-
-    ``transport``: ``torch`` or ``nixl``. ``paced``: each step keeps to its
-    ``pace_bytes_per_s``. ``workers`` reuses a running pool of at least as many ranks (its first
-    ranks run the devices); otherwise one is started on ``device`` and ended. ``fault`` makes a
-    device die or stall (its rank is the device's index in the run, holders first)."""
+    """Run the transfer program of ``document`` with the weights of ``checkpoint`` (a Checkpoint
+    or its directory); module docstring. ``transport``: ``torch`` or ``nixl``. ``paced``: each
+    step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks
+    run the devices); otherwise one is started on ``device`` and ended. ``fault`` makes a device
+    die or stall (its rank is the device's index in the run, holders first)."""
     parts, jobs = prepare(
         document, checkpoint, replan=replan, at_s=at_s, transport=transport, paced=paced
     )
@@ -142,14 +119,10 @@ def run_program(
     labels = [job.label for job in jobs]
     pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
     try:
-        if pool.world_size < len(jobs):
-            raise InvalidInputError(
-                f"workers must have at least {len(jobs)} ranks, got {pool.world_size}"
-            )
-        pool.relabel(dict(enumerate(labels)))
         launched = {job.rank: (program_job, job) for job in jobs}
-        pool.launch(launched, num_layers=parts[0].program.spec.num_layers, fault=fault)
-        reports: Mapping[int, Any] = pool.collect([job.rank for job in jobs])
+        layers = parts[0].program.spec.num_layers
+        pool.launch(launched, labels=labels, num_layers=layers, fault=fault)
+        reports = pool.collect([job.rank for job in jobs])
     finally:
         if workers is None:
             pool.close()

@@ -2,18 +2,19 @@
 
 Before the shared start the device fills its arena from the checkpoint
 (:meth:`~blitzplan.models.layout.Layout.rank_buffer`: a serving GPU its own buffer, host memory
-every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send and opens
-its end of the transport. After it, the transport's receivers hand over chunks as they land, and
-one thread per outgoing lane writes the lane's chunks in order, each once its bytes are here
-(held, or landed over any step), no faster than its step's pace (the link it stands for is busy
-``chunk / pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the
-steps in ``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a
-step that are ready at once go in one write (up to ``BATCH``: one NIXL WRITE, one Python call
-for all of them); up to ``WINDOW`` writes are in flight; a thread that is about to wait first
-sends what it holds and sees its writes out, so every step's end is known when another waits
-for it. A device reports its position (``at``: unit, step, chunk) as
-it starts each unit of a step; an injected fault fires there, or once the unit's first chunk has
-landed. A new GPU then compares every unit with its rank buffer.
+every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send and opens its
+end of the transport. After it, the transport's receivers hand over chunks as they land, and one
+thread per outgoing lane writes the lane's chunks in order, each once its bytes are here (held, or
+landed over any step), no faster than its step's pace (the link it stands for is busy ``chunk /
+pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the steps in
+``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a step that
+are ready at once go in one write (one NIXL WRITE, one Python call for all of them: a step's first
+write is one chunk, each next one twice as many up to ``BATCH``, so that the steps its bytes feed
+start soon and later writes cost few calls); up to ``WINDOW`` writes are in flight; a thread that is
+about to wait first sends what it holds and sees its writes out, so every step's end is known when
+another waits for it. A device reports its position (``at``: unit, step, chunk) as it starts each
+unit of a step; an injected fault fires there, or once the unit's first chunk has landed. A new GPU
+then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ import torch
 
 from blitzplan.executor.program.bytestore import ByteStore
 from blitzplan.executor.program.devices import DeviceJob, SendStep
-from blitzplan.executor.runtime.failures import Failure, TransferError, join_threads, start_thread
+from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
 from blitzplan.executor.transports import Chunk, Handle, Lane, open_transport
@@ -42,20 +43,20 @@ BATCH = 16
 """Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class DeviceReport:
-    """What a device measured, times from the shared start: per unit when it was complete (nan:
-    never), per checked unit whether it is bit-exact, per sent step its first byte out and its
-    end, per received step its last byte in and its bytes, and bytes that came twice."""
+    """What a device measured, times from the shared start: per sent step its first byte out and
+    its end, per received step its last byte in and its bytes; per unit when it was complete
+    (nan: never), per checked unit whether it is bit-exact; bytes that came twice."""
 
     rank: int
-    complete_s: tuple[float, ...]
-    bit_exact: tuple[bool, ...]
-    sent_start_s: dict[int, float]
-    sent_end_s: dict[int, float]
-    received_end_s: dict[int, float]
     received_bytes: dict[int, int]
-    duplicate_bytes: int
+    sent_start_s: dict[int, float] = field(default_factory=dict)
+    sent_end_s: dict[int, float] = field(default_factory=dict)
+    received_end_s: dict[int, float] = field(default_factory=dict)
+    complete_s: tuple[float, ...] = ()
+    bit_exact: tuple[bool, ...] = ()
+    duplicate_bytes: int = 0
 
 
 class ProgramSession:
@@ -64,13 +65,9 @@ class ProgramSession:
     def __init__(self, ctx: RankContext, job: DeviceJob) -> None:
         self.ctx, self.job = ctx, job
         self.target = layout(job.spec, job.tp)
-        self.bases = job.bases
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self.store = ByteStore(job.sizes)
-        self.sent_start_s: dict[int, float] = {}
-        self.sent_end_s: dict[int, float] = {}
-        self.received_end_s: dict[int, float] = {}
-        self.received_bytes = dict.fromkeys(job.received, 0)
+        self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
         self._left = dict(job.received)
         self._done = {key: threading.Event() for key in (*job.sends, *job.received)}
         self._seen: set[tuple[int, int]] = set()
@@ -85,7 +82,7 @@ class ProgramSession:
     # --- before the start -------------------------------------------------------------------
 
     def buffer(self, unit: int) -> torch.Tensor:
-        return self.arena[self.bases[unit] : self.bases[unit + 1]]
+        return self.arena[self.job.bases[unit] : self.job.bases[unit + 1]]
 
     def expected(self, unit: int, rank: int, lay: Layout | None = None) -> torch.Tensor:
         """Rank ``rank``'s buffer of ``unit`` under ``lay`` (default: the target layout)."""
@@ -136,8 +133,18 @@ class ProgramSession:
             self.spawn(functools.partial(self._send, lane), f"send-rank{lane.peer}")
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
-        """Run ``body`` in a thread of this device; its failure stops the device (see join)."""
-        start_thread(self._threads, body, name, self.store.fail)
+        """Run ``body`` in a daemon thread of this device; its failure stops the device."""
+
+        def run() -> None:
+            try:
+                body()
+            except TransferError as exc:
+                self.store.fail(exc)
+            except Exception as exc:
+                self.store.fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
+
+        self._threads.append(threading.Thread(target=run, name=name, daemon=True))
+        self._threads[-1].start()
 
     def _at(self, chunk: Chunk) -> None:
         """Report the first chunk of each unit of each step, and fire a fault there."""
@@ -152,10 +159,10 @@ class ProgramSession:
             self._at(chunk)
             if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, now) and self.job.check:
                 self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
-            self.received_bytes[key] += chunk.nbytes
+            self.measured.received_bytes[key] += chunk.nbytes
             self._left[key] -= 1
             if self._left[key] == 0:
-                self.received_end_s[key] = now
+                self.measured.received_end_s[key] = now
                 self._done[key].set()
 
     def _gate_s(self, step: SendStep) -> float:
@@ -164,7 +171,7 @@ class ProgramSession:
         for prior in (*step.after, *step.waits_for):
             if not self._done[prior].wait(self.wait_s):
                 raise TransferError(Failure(f"a step waited too long for step {prior}"))
-            ends = self.sent_end_s if prior in step.after else self.received_end_s
+            ends = self.measured.sent_end_s if prior in step.after else self.measured.received_end_s
             gate = max(gate, ends[prior])
         self.ctx.sleep_until(gate)
         return gate
@@ -174,6 +181,7 @@ class ProgramSession:
         flying: deque[tuple[Handle, tuple[Chunk, ...]]] = deque()
         batch: list[Chunk] = []
         free_s: dict[int, float] = {}
+        limit: dict[int, int] = {}  # a step's writes grow from one chunk to BATCH
         left = {key: step.chunks for key, step in sends.items()}
 
         def settle(keep: int) -> None:
@@ -196,7 +204,7 @@ class ProgramSession:
                     settle(0)
                     ready_s = store.wait_range(*span, self.wait_s)
             at_s = max(free_s[chunk.step], ready_s)
-            self.sent_start_s.setdefault(chunk.step, max(at_s, ctx.now()))
+            self.measured.sent_start_s.setdefault(chunk.step, max(at_s, ctx.now()))
             if step.pace_bytes_per_s is not None:
                 at_s += chunk.nbytes / step.pace_bytes_per_s
                 if at_s > ctx.now():
@@ -204,8 +212,9 @@ class ProgramSession:
                     ctx.sleep_until(at_s)
             free_s[chunk.step] = at_s
             batch.append(chunk)
-            if len(batch) >= BATCH:
+            if len(batch) >= limit.setdefault(chunk.step, 1):
                 settle(WINDOW)
+                limit[chunk.step] = min(BATCH, 2 * limit[chunk.step])
         settle(0)
 
     def _settle(
@@ -218,36 +227,31 @@ class ProgramSession:
             key = chunks[0].step
             left[key] -= len(chunks)
             if left[key] == 0:
-                self.sent_end_s[key] = self.ctx.now()
+                self.measured.sent_end_s[key] = self.ctx.now()
                 self._done[key].set()
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device."""
         try:
-            join_threads(self._threads, lambda: self.store.error)
+            for thread in self._threads:
+                while thread.is_alive() and self.store.error is None:
+                    thread.join(0.05)
+            if self.store.error is not None:
+                raise self.store.error
         finally:
             if self.store.error is None:
                 self.transport.close()
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
-        units = range(len(self.job.sizes))
-        exact: tuple[bool, ...] = ()
+        units, found = range(len(self.job.sizes)), self.measured
         if self.job.check:
             rank = self._gpu_rank()
-            exact = tuple(
-                bool(torch.equal(self.buffer(u).cpu(), self.expected(u, rank))) for u in units
-            )
-        return DeviceReport(
-            rank=self.job.rank,
-            complete_s=tuple(self.store.complete_s(u) for u in units),
-            bit_exact=exact,
-            sent_start_s=dict(self.sent_start_s),
-            sent_end_s=dict(self.sent_end_s),
-            received_end_s=dict(self.received_end_s),
-            received_bytes=dict(self.received_bytes),
-            duplicate_bytes=self.store.duplicate_bytes,
-        )
+            equal = [torch.equal(self.buffer(u).cpu(), self.expected(u, rank)) for u in units]
+            found.bit_exact = tuple(bool(e) for e in equal)
+        found.complete_s = tuple(self.store.complete_s(u) for u in units)
+        found.duplicate_bytes = self.store.duplicate_bytes
+        return found
 
 
 def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:

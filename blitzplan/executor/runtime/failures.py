@@ -7,18 +7,15 @@ A worker whose transfer fails or times out raises :class:`TransferError` carryin
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from blitzplan._checks import is_integer
 from blitzplan.errors import BlitzplanError, InvalidInputError
 
-FAULT_KINDS: dict[str, str] = {
-    "die": "the process kills itself (SIGKILL)",
-    "stall": "the process stops (SIGSTOP) and holds its connections open",
-}
+FAULT_KINDS = ("die", "stall")
+"""An injected fault kills the process (SIGKILL) or stops it (SIGSTOP: it holds its
+connections open)."""
 
 
 def unit_name(unit: int | None, num_layers: int | None) -> str:
@@ -99,37 +96,3 @@ class TransferError(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
-
-
-def join_threads(
-    threads: Iterable[threading.Thread], error: Callable[[], Exception | None]
-) -> None:
-    """Wait for every thread; raise the first failure (``error()``) as soon as there is one."""
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.05)
-            if (failed := error()) is not None:
-                raise failed
-    if (failed := error()) is not None:
-        raise failed
-
-
-def start_thread(
-    threads: list[threading.Thread],
-    body: Callable[[], None],
-    name: str,
-    fail: Callable[[TransferError], None],
-) -> None:
-    """Run ``body`` in a daemon thread added to ``threads``; what it raises goes to ``fail``."""
-
-    def run() -> None:
-        try:
-            body()
-        except TransferError as exc:
-            fail(exc)
-        except Exception as exc:
-            fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    threads.append(thread)
-    thread.start()

@@ -1,14 +1,13 @@
 """Worker processes joined in one torch.distributed group, run from the parent.
 
 :class:`Workers` starts one process per rank, forked from a server process that has imported
-torch once (the ``forkserver`` context with the worker module preloaded: a process starts in
-well under a second, not the seconds of importing torch anew, and it holds no state of the
-parent's), joins them over a TCPStore on
-127.0.0.1 that it owns, runs jobs on them (each reports ``ready``, then all start at one shared
-time ``t0``) and relays their events; one pool serves runs of both transports. A failure ends
-every process and raises RankFailedError naming the culprit, its unit and, where known, its step
-and chunk: a process that died (its exit code), else the peer a failed transfer names (it
-stalled), else the rank that failed; no event at all for a while is a stall too.
+torch once (``forkserver`` with the worker module preloaded: a process starts in well under a
+second), joins them over a TCPStore on 127.0.0.1 that it owns, runs jobs on them (each reports
+``ready``, then all start at one shared time ``t0``) and relays their events; one pool serves
+runs of both transports. A failure ends every process and raises RankFailedError naming the
+culprit, its unit and, where known, its step and chunk: a process that died (its exit code), else
+the peer a failed transfer names (it stalled), else the rank that failed; no event at all for a
+while is a stall too.
 """
 
 from __future__ import annotations
@@ -51,18 +50,11 @@ WATCHDOG_FACTOR = 2.0
 
 
 class Workers:
-    """``len(labels)`` spawned processes in one process group; use as a context manager.
+    """``len(labels)`` processes in one process group (``labels`` name the ranks in messages);
+    ``timeout_s`` bounds every transfer and wait; the backend is :func:`check_device`'s for
+    ``device``. Use as a context manager."""
 
-    ``labels`` name the ranks in messages (``relabel`` renames them); ``timeout_s`` bounds every
-    transfer and wait; the backend is :func:`check_device`'s for ``device``."""
-
-    def __init__(
-        self,
-        labels: Sequence[str],
-        *,
-        device: str = "cpu",
-        timeout_s: float = 30.0,
-    ) -> None:
+    def __init__(self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0):
         if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
             raise InvalidInputError(
                 f"timeout_s must be a number > 0 (at most {MAX_SECONDS:g} s), got {timeout_s!r}"
@@ -107,11 +99,6 @@ class Workers:
     def world_size(self) -> int:
         return len(self.labels)
 
-    def relabel(self, labels: Mapping[int, str]) -> None:
-        """Rename ranks (for messages)."""
-        for rank, label in labels.items():
-            self.labels[rank] = label
-
     def __enter__(self) -> Workers:
         return self
 
@@ -122,16 +109,22 @@ class Workers:
         self,
         jobs: Mapping[int, tuple[Job, Any]],
         *,
+        labels: Sequence[str] = (),
         num_layers: int | None = None,
         fault: InjectedFault | None = None,
     ) -> float:
-        """Submit one job per rank, wait until each is ready, start them together; returns t0.
-        A fault whose rank runs no job or whose unit does not exist is refused first."""
-        if fault is not None:
-            if fault.rank not in jobs:
-                raise InvalidInputError(f"fault names rank {fault.rank}, which runs no job")
-            if num_layers is None or fault.layer > num_layers + 1:
-                raise InvalidInputError(f"fault layer {fault.layer} is no unit of the model")
+        """Submit one job per rank (``labels`` renames the first ranks), wait until each is
+        ready, start them together; returns t0. A fault whose rank runs no job or whose unit does
+        not exist is refused first."""
+        if len(labels) > self.world_size:
+            raise InvalidInputError(
+                f"workers must have at least {len(labels)} ranks, got {self.world_size}"
+            )
+        if fault is not None and (
+            fault.rank not in jobs or num_layers is None or fault.layer > num_layers + 1
+        ):
+            raise InvalidInputError(f"fault {fault} names no job's rank or no unit of the model")
+        self.labels[: len(labels)] = labels
         self.num_layers, self._at = num_layers, {}
         for rank, (job, payload) in jobs.items():
             self._results.pop(rank, None)
@@ -182,11 +175,11 @@ class Workers:
             self._fail(None, event)
         elif event.kind == "result":
             self._results[event.rank] = event.data
-        elif event.kind in ("at", "unit"):  # (unit, step, chunk), (unit, at_s) or a unit
-            data = event.data if isinstance(event.data, tuple) else (event.data,)
-            unit = data[0] + (event.kind == "unit")
-            where = data[1:] if event.kind == "at" and len(data) == 3 else (None, None)
-            self._at[event.rank] = (unit, *where)
+        elif event.kind == "at":  # (unit, step, chunk), or a unit the old instance has
+            data = event.data if isinstance(event.data, tuple) else (event.data, None, None)
+            self._at[event.rank] = data
+        elif event.kind == "unit":  # (unit, at_s): complete, so the rank is past it
+            self._at[event.rank] = (event.data[0] + 1, None, None)
         return event
 
     def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
@@ -198,7 +191,7 @@ class Workers:
                 self.fail_stalled(sorted(waiting))
             elif event.kind == kind and event.rank in waiting:
                 waiting.discard(event.rank)
-            elif event is not None:
+            else:
                 stash.append(event)
         self._pending.extend(stash)
 
@@ -255,10 +248,9 @@ class Workers:
         if self._closed:
             return
         self._closed = True
-        if polite:
-            for rank, proc in enumerate(self._procs):
-                if proc.exitcode is None:
-                    self.tell(rank, STOP)
+        for rank, proc in enumerate(self._procs):
+            if polite and proc.exitcode is None:
+                self.tell(rank, STOP)
         deadline = time.monotonic() + (2.0 if polite else 0.0)
         while any(p.exitcode is None for p in self._procs) and time.monotonic() < deadline:
             self._receive(0.0)  # a worker flushes its last events before it exits
@@ -267,7 +259,6 @@ class Workers:
         for proc in self._procs:
             if proc.exitcode is None:
                 proc.kill()  # a stopped process ignores SIGTERM; SIGKILL ends it anyway
-        for proc in self._procs:
             proc.join(5.0)
             with contextlib.suppress(ValueError):
                 proc.close()

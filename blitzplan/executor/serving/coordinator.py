@@ -1,15 +1,11 @@
 """The coordinator of a live run: the measured driver of the relay state machine.
 
-It holds a :class:`~blitzplan.live.relay.RelayState` built from the predicted
-:class:`~blitzplan.live.instance.LiveScalingInstance` and, like the offline loop and the
-simulator, lets it ask the policy what each idle instance runs next
-(:meth:`~blitzplan.live.relay.RelayState.decide`); it sends each started operation to its
-instance's process and feeds the state what the processes measure: which layers have arrived on
-the new instance (:meth:`~blitzplan.live.relay.RelayState.set_loaded`) and when operations end
-(:meth:`~blitzplan.live.relay.RelayState.end_layers`,
-:meth:`~blitzplan.live.relay.RelayState.end_block`). At dispatch the state books predicted times
-and the measured ones overwrite them when the operation ends. Every event heard is applied before
-the next decision, so events that arrive together are decided on together.
+Like the offline loop and the simulator, it holds a :class:`~blitzplan.live.relay.RelayState`
+and asks the policy what each idle instance runs next (``decide``); it sends each started
+operation to its instance's process and feeds the state what the processes measure: the layers
+on the new instance (``set_loaded``) and when operations end (``end_layers``, ``end_block``,
+overwriting the times booked at dispatch). Every event heard is applied before the next
+decision, so events that arrive together are decided on together.
 """
 
 from __future__ import annotations
@@ -17,11 +13,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from blitzplan.errors import BlitzplanError
 from blitzplan.executor.runtime.failures import Event
-from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR
+from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.policies import Policy
 from blitzplan.live.relay import RelayState
@@ -32,27 +27,16 @@ IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
 
 
-class Processes(Protocol):
-    """What the coordinator needs of a :class:`~blitzplan.executor.runtime.pool.Workers` pool."""
-
-    @property
-    def timeout_s(self) -> float: ...
-
-    def tell(self, rank: int, message: object) -> None: ...
-
-    def next_event(self, timeout_s: float) -> Event | None: ...
-
-    def fail_stalled(self, ranks: list[int]) -> None: ...
-
-
 class Coordinator:
-    """The relay state, the policy, and the two processes it drives (one new, one old)."""
+    """The relay state, the policy, and the two processes it drives (one new, one old) through
+    ``workers`` (a Workers pool, or anything with its ``timeout_s``, ``tell``, ``next_event`` and
+    ``fail_stalled``)."""
 
     def __init__(
         self,
         policy: Policy,
         instance: LiveScalingInstance,
-        workers: Processes,
+        workers: Workers,
         ranks: tuple[int, int],
         old_order: str,
         *,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -23,28 +22,24 @@ from blitzplan.executor.smallmodel.llama import decoder_layer, init_unit, model_
 from blitzplan.models import ModelSpec
 
 
-@dataclass(frozen=True)
-class ProbePlan:
-    spec: ModelSpec
-    tokens: tuple[int, ...]
-    repeats: int
-    seed: int
-
-
-def layer_times_job(ctx: RankContext, plan: ProbePlan) -> tuple[float, ...]:
-    """Median seconds of one decoder layer at each token count."""
-    dims = model_dims(plan.spec)
+def layer_times_job(
+    ctx: RankContext, plan: tuple[ModelSpec, tuple[int, ...], int]
+) -> tuple[float, ...]:
+    """Median seconds of one decoder layer at each token count of ``(spec, tokens, repeats)``."""
+    spec, tokens, repeats = plan
+    dims = model_dims(spec)
     layers = [
-        {k: v.to(ctx.device) for k, v in init_unit(dims, u, seed=plan.seed).items()}
+        {k: v.to(ctx.device) for k, v in init_unit(dims, u, seed=0).items()}
         for u in range(1, dims.layers + 1)
     ]
-    rope = rope_tables(dims, max_positions=max(plan.tokens), device=ctx.device)
-    generator = torch.Generator().manual_seed(plan.seed)
-    hidden = [torch.randn(n, dims.hidden, generator=generator).to(dims.dtype) for n in plan.tokens]
-    hidden = [h.to(ctx.device) for h in hidden]
+    rope = rope_tables(dims, max_positions=max(tokens), device=ctx.device)
+    generator = torch.Generator().manual_seed(0)
+    hidden = [
+        torch.randn(n, dims.hidden, generator=generator).to(ctx.device, dims.dtype) for n in tokens
+    ]
     ctx.ready()
-    times: list[list[float]] = [[] for _ in plan.tokens]
-    for round_ in range(plan.repeats + 1):  # the first round warms up
+    times: list[list[float]] = [[] for _ in tokens]
+    for round_ in range(repeats + 1):  # the first round warms up
         for k, h in enumerate(hidden):
             start = time.monotonic()
             decoder_layer(dims, layers[(round_ + k) % len(layers)], h, rope)
@@ -61,11 +56,9 @@ def measured_compute(
     *,
     tokens: tuple[int, ...] = (1, 64, 128, 192, 256),
     repeats: int = 5,
-    seed: int = 0,
 ) -> TableComputeModel:
     """Layer times on ``ranks`` at once (module docstring), as a table model."""
-    plan = ProbePlan(spec, tokens, repeats, seed)
-    workers.launch({rank: (layer_times_job, plan) for rank in ranks})
+    workers.launch({rank: (layer_times_job, (spec, tokens, repeats)) for rank in ranks})
     found = workers.collect(list(ranks))
     layer_s = [max(found[r][k] for r in ranks) for k in range(len(tokens))]
     layer_s = [max(layer_s[: k + 1]) for k in range(len(layer_s))]  # never faster with more

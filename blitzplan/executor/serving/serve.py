@@ -1,16 +1,12 @@
 """A document's live pair served for real, driven by the relay state machine.
 
-One policy, three uses (DESIGN.md section 5): a
-:class:`~blitzplan.executor.serving.coordinator.Coordinator` holds the
-:class:`~blitzplan.live.relay.RelayState` the planner and the simulator drive and asks the
-pair's policy what each idle instance runs next; the processes measure. :func:`serve_live` runs
-the document's transfer program (every device, over the chosen transport) and, beside it, the
-pair: its new instance (a TP1 GPU of the program, computing on layers as they land in its
-buffers) and its old instance (one more process with the whole model). The policy's estimates
-read the prediction built from the document (the new instance's ``layer_ready_s``) and the layer
-times of ``compute``, which is all a running system knows of the future. Every finished batch's
-logits are compared with the monolithic model's; :func:`live_violations` checks the measured
-operations against the rules of DESIGN.md section 4 with the measured arrivals.
+:func:`serve_live` runs the document's transfer program (every device, over the chosen
+transport) and, beside it, the pair: its new instance (a TP1 GPU of the program, computing on
+layers as they land) and its old instance (one more process with the whole model), driven by a
+:class:`~.coordinator.Coordinator` with the pair's policy, its estimates read from the document's
+prediction and the layer times of ``compute``. Every batch's logits are compared with the
+monolithic model's; :func:`live_violations` checks the measured operations against the rules of
+DESIGN.md section 4 with the measured arrivals.
 """
 
 from __future__ import annotations
@@ -29,16 +25,10 @@ from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.coordinator import Coordinator
-from blitzplan.executor.serving.pair_jobs import (
-    NewInstancePlan,
-    OldInstancePlan,
-    OldReport,
-    new_instance_job,
-    old_instance_job,
-)
+from blitzplan.executor.serving.pair_jobs import PairPlan, new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.executor.smallmodel.llama import model_dims
-from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.instance import instance_from_queue
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES
 from blitzplan.live.schedule import NewOp, OldOp
@@ -69,14 +59,10 @@ class LiveRun:
     transfer: ProgramRun
 
     @property
-    def latency_s(self) -> tuple[float, ...]:
-        return tuple(c - r for c, r in zip(self.completion_s, self.release_s, strict=True))
-
-    @property
     def latency_errors(self) -> tuple[float, ...]:
         """Per batch, ``|measured - predicted| / predicted`` latency."""
-        pairs = zip(self.latency_s, self.predicted_s, self.release_s, strict=True)
-        return tuple(abs(m - (p - r)) / (p - r) for m, p, r in pairs)
+        pairs = zip(self.completion_s, self.predicted_s, self.release_s, strict=True)
+        return tuple(abs(c - p) / (p - r) for c, p, r in pairs)
 
     @property
     def max_abs_logit_diff(self) -> float:
@@ -87,50 +73,24 @@ class LiveRun:
         return self.max_abs_logit_diff <= LOGIT_TOLERANCE
 
 
-def pair_instance(
-    program: ScaleProgram,
-    pair: PairRecord,
-    tokens: list[int],
-    compute: ComputeModel,
-    handoff_bytes_per_s: float,
-) -> LiveScalingInstance:
-    """The prediction the policy reads: the new instance's arrivals from the document, one
-    batch per request queued now, layer times from ``compute``."""
-    new = next(i for i in program.new_instances if i.name == pair.new)
-    ready = list(itertools.accumulate(new.layer_ready_s, max))
-    act = program.spec.activation_bytes_per_token
-    return LiveScalingInstance(
-        ready[1:-1],
-        [0.0] * len(tokens),
-        [compute.prefill_layer_s(n) for n in tokens],
-        [compute.prefill_layer_s(n) for n in tokens],
-        [n * act / handoff_bytes_per_s for n in tokens],
-        embed_ready_s=ready[0],
-        head_ready_s=ready[-1],
-    )
-
-
 def _pair(
     program: ScaleProgram, index: int, requests: Mapping[str, int]
 ) -> tuple[PairRecord, list[int]]:
-    if not 0 <= index < len(program.live_pairs):
-        raise InvalidInputError(
-            f"pair must be in 0..{len(program.live_pairs) - 1}, got {index!r} "
-            f"(the document has {len(program.live_pairs)} live pairs)"
-        )
-    pair = program.live_pairs[index]
+    """Live pair ``index`` of the document and its requests' prompt lengths, if the executor
+    serves it: TP1, one request per batch, every request's length given, a known policy."""
+    pairs = program.live_pairs
+    pair = pairs[index] if 0 <= index < len(pairs) else None
+    if pair is None:
+        raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
     gpus = next(i.gpus for i in program.new_instances if i.name == pair.new)
-    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches):
+    missing = [b[0] for b in pair.batches if b[0] not in requests]
+    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
         raise InvalidInputError(
             f"live pair {pair.new}/{pair.old}: the executor serves TP1 instances, one request "
-            "per batch"
+            f"per batch, each with a prompt length in requests (missing: {missing})"
         )
-    missing = [b[0] for b in pair.batches if b[0] not in requests]
-    if missing or pair.policy not in POLICIES:
-        raise InvalidInputError(
-            f"live pair {pair.new}/{pair.old}: requests {missing} have no prompt length, or "
-            f"its policy {pair.policy!r} is not one of {', '.join(POLICIES)}"
-        )
+    if pair.policy not in POLICIES:
+        raise InvalidInputError(f"live pair policy must be one of {', '.join(POLICIES)}")
     return pair, [requests[b[0]] for b in pair.batches]
 
 
@@ -164,37 +124,32 @@ def serve_live(
     new_rank, old_rank = labels.index(gpu), len(jobs)
     if fault is not None and fault.rank != old_rank:
         check_fault(fault, jobs)
-    instance = pair_instance(program, chosen, tokens, compute, handoff_bytes_per_s)
+    ready = next(i.layer_ready_s for i in program.new_instances if i.name == chosen.new)
+    queue = [(0.0, n) for n in tokens]  # one batch per request, all queued now
+    rate = handoff_bytes_per_s
+    instance = instance_from_queue(program.spec, compute, ready, queue, handoff_bytes_per_s=rate)
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     dims = model_dims(program.spec)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
-    launched[new_rank] = (
-        new_instance_job,
-        NewInstancePlan(jobs[new_rank], dims, prompts, old_rank),
-    )
-    launched[old_rank] = (old_instance_job, OldInstancePlan(checkpoint, prompts, new_rank))
+    launched[new_rank] = (new_instance_job, PairPlan(prompts, old_rank, transfer=jobs[new_rank]))
+    launched[old_rank] = (old_instance_job, PairPlan(prompts, new_rank, checkpoint=checkpoint))
     names = [*labels, f"old instance {chosen.old}"]
     pool = workers or Workers(names, device=device, timeout_s=timeout_s)
     try:
-        if pool.world_size <= old_rank:
-            raise InvalidInputError(
-                f"workers has {pool.world_size} ranks, the run needs {old_rank + 1}"
-            )
-        pool.relabel(dict(enumerate(names)))
         policy = POLICIES[chosen.policy]()
         coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
-        coordinator.run(pool.launch(launched, num_layers=dims.layers, fault=fault))
+        coordinator.run(pool.launch(launched, labels=names, num_layers=dims.layers, fault=fault))
         pool.tell(new_rank, ("end",))
         pool.tell(old_rank, ("end",))
         results = pool.collect(list(launched))
     finally:
         if workers is None:
             pool.close()
-    reference: OldReport = results.pop(old_rank)
+    reference = results.pop(old_rank)
     diffs = tuple(
         max(abs(a - b) for a, b in zip(coordinator.logits[i], ref, strict=True))
-        for i, ref in enumerate(reference.reference)
+        for i, ref in enumerate(reference)
     )
     return LiveRun(
         policy=policy.name,

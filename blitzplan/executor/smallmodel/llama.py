@@ -1,20 +1,18 @@
 """A small Llama-style decoder in plain torch, as functions over dicts of weights.
 
 RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, shaped by a
-:class:`~blitzplan.models.ModelSpec`. The model is cut into the units every planner speaks of:
-unit 0 the embedding, units ``1..L`` the decoder layers, unit ``L + 1`` the final norm and the
-lm_head. A unit's weights are a ``dict`` from name to tensor; :func:`unit_layout` fixes their
-names (as in Hugging Face Llama checkpoints), shapes and order, so a unit flattens to exactly
-``spec.unit_bytes()[unit]`` bytes (:func:`flatten_unit`); :func:`unit_from_buffer` reads a
-unit back from its TP1 rank buffer of :func:`blitzplan.layout`.
-Prefill only: a request's tokens run through every layer and the head returns the logits of its
-last position (the next-token distribution).
+:class:`~blitzplan.models.ModelSpec` and cut into the planner's units: 0 the embedding, ``1..L``
+the decoder layers, ``L + 1`` the final norm and the lm_head. A unit's tensors (Hugging Face
+names, shapes, order) are those of its TP1 rank buffer (:func:`blitzplan.layout`), keyed here
+by their :func:`short_name`. Prefill only: the head returns the logits of the last position.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,31 +23,23 @@ from blitzplan.models import ModelSpec, config_dtype
 from blitzplan.models.layout import layout
 
 Weights = dict[str, torch.Tensor]
-"""One unit's tensors by name."""
-
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+"""One unit's tensors by short name."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """The ``torch_dtype`` values the executor runs (float32 for bit-exact comparisons)."""
-
-DEFAULT_ROPE_THETA = 10_000.0
-DEFAULT_RMS_NORM_EPS = 1e-5
 INIT_STD = 0.02
 """Standard deviation of the seeded projection and embedding weights (as Llama's init)."""
+_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True)
 class Dims:
-    """The sizes the forward pass needs, read once from a ModelSpec."""
+    """The sizes the forward pass needs, read once from a ModelSpec by :func:`model_dims`."""
 
+    spec: ModelSpec
     hidden: int
-    intermediate: int
     heads: int
     kv_heads: int
     head_dim: int
-    vocab: int
     layers: int
     rms_norm_eps: float
     rope_theta: float
@@ -83,27 +73,22 @@ def model_dims(spec: ModelSpec) -> Dims:
             "layers without biases and with an untied lm_head"
         )
     found = config_dtype(spec.config)
-    dtype_name = found[1] if found else "float32"
-    if dtype_name not in DTYPES:
+    name = found[1] if found else "float32"
+    if name not in DTYPES or DTYPES[name].itemsize != spec.dtype_bytes:
         raise InvalidInputError(
-            f"torch_dtype must be one of {', '.join(DTYPES)} for the executor, got {dtype_name!r}"
-        )
-    dtype = DTYPES[dtype_name]
-    if dtype.itemsize != spec.dtype_bytes:
-        raise InvalidInputError(
-            f"dtype_bytes={spec.dtype_bytes} does not match torch_dtype {dtype_name!r}"
+            f"torch_dtype must be one of {', '.join(DTYPES)} for the executor (of "
+            f"dtype_bytes={spec.dtype_bytes}), got {name!r}"
         )
     return Dims(
+        spec=spec,
         hidden=spec.hidden_size,
-        intermediate=spec.intermediate_size,
         heads=spec.num_attention_heads,
         kv_heads=spec.num_kv_heads,
         head_dim=spec.head_dim,
-        vocab=spec.vocab_size,
         layers=spec.num_layers,
-        rms_norm_eps=float(spec.config.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS)),
-        rope_theta=float(spec.config.get("rope_theta", DEFAULT_ROPE_THETA)),
-        dtype=dtype,
+        rms_norm_eps=float(spec.config.get("rms_norm_eps", 1e-5)),
+        rope_theta=float(spec.config.get("rope_theta", 10_000.0)),
+        dtype=DTYPES[name],
     )
 
 
@@ -127,83 +112,51 @@ def small_config(
         "num_attention_heads": num_attention_heads,
         "num_key_value_heads": num_key_value_heads,
         "vocab_size": vocab_size,
-        "rms_norm_eps": DEFAULT_RMS_NORM_EPS,
-        "rope_theta": DEFAULT_ROPE_THETA,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10_000.0,
         "tie_word_embeddings": False,
         "torch_dtype": torch_dtype,
     }
 
 
-def unit_layout(dims: Dims, unit: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Names and shapes of one unit's tensors, in their flattened order."""
-    h, q_out, kv_out = dims.hidden, dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
-    if unit == 0:
-        return (("embed_tokens.weight", (dims.vocab, h)),)
-    if unit == dims.layers + 1:
-        return (("norm.weight", (h,)), ("lm_head.weight", (dims.vocab, h)))
-    if not 0 < unit <= dims.layers:
-        raise InvalidInputError(f"unit must be in 0..{dims.layers + 1}, got {unit!r}")
-    inter = dims.intermediate
-    return (
-        ("input_layernorm.weight", (h,)),
-        ("self_attn.q_proj.weight", (q_out, h)),
-        ("self_attn.k_proj.weight", (kv_out, h)),
-        ("self_attn.v_proj.weight", (kv_out, h)),
-        ("self_attn.o_proj.weight", (h, q_out)),
-        ("post_attention_layernorm.weight", (h,)),
-        ("mlp.gate_proj.weight", (inter, h)),
-        ("mlp.up_proj.weight", (inter, h)),
-        ("mlp.down_proj.weight", (h, inter)),
-    )
+def short_name(name: str) -> str:
+    """``model.layers.3.mlp.up_proj.weight`` -> ``mlp.up_proj.weight``."""
+    return re.sub(r"^model\.(layers\.\d+\.)?", "", name)
 
 
 def init_unit(dims: Dims, unit: int, *, seed: int) -> Weights:
-    """Seeded weights of one unit: normal(0, INIT_STD) projections, norms near 1.
-
-    The generator is seeded from ``(seed, unit)``, so any unit can be made alone, in any order.
-    """
+    """Seeded weights of one unit: normal(0, INIT_STD) matrices, norms near 1. The generator is
+    seeded from ``(seed, unit)``, so any unit can be made alone, in any order."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + unit)
     weights: Weights = {}
-    for name, shape in unit_layout(dims, unit):
-        if len(shape) == 1:
-            values = 1.0 + 0.1 * torch.randn(shape, generator=generator)
-        else:
-            values = INIT_STD * torch.randn(shape, generator=generator)
-        weights[name] = values.to(dims.dtype)
+    for tensor in layout(dims.spec, 1).units[unit].tensors:
+        noise = torch.randn(tensor.shape, generator=generator)
+        values = 1.0 + 0.1 * noise if len(tensor.shape) == 1 else INIT_STD * noise
+        weights[short_name(tensor.name)] = values.to(dims.dtype)
     return weights
 
 
-def flatten_unit(dims: Dims, unit: int, weights: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The unit's tensors as one contiguous uint8 tensor, in :func:`unit_layout` order."""
-    parts = []
-    for name, shape in unit_layout(dims, unit):
-        tensor = weights[name]
-        if tuple(tensor.shape) != shape or tensor.dtype != dims.dtype:
-            raise InvalidInputError(
-                f"unit {unit} tensor {name!r} has shape {tuple(tensor.shape)} and dtype "
-                f"{tensor.dtype}, expected {shape} and {dims.dtype}"
-            )
-        parts.append(tensor.detach().contiguous().reshape(-1).view(torch.uint8))
-    return torch.cat(parts)
+def hf_arrays(dims: Dims, unit: int, weights: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """A unit's tensors under their Hugging Face names as numpy integers of the element width
+    (what :meth:`~blitzplan.models.layout.Layout.rank_buffer` packs: it moves bytes)."""
+    out = {}
+    for tensor in layout(dims.spec, 1).units[unit].tensors:
+        value = weights[short_name(tensor.name)].detach().cpu().contiguous()
+        out[tensor.name] = value.view(_INT_OF_WIDTH[value.element_size()]).numpy()
+    return out
 
 
-def unit_from_buffer(
-    spec: ModelSpec, unit: int, buffer: torch.Tensor, *, device: torch.device
-) -> Weights:
-    """Fresh tensors (on ``device``) of ``unit`` from its TP1 rank buffer
-    (:meth:`blitzplan.models.layout.Layout.unpack`), named as :func:`unit_layout` names them.
-
-    Copies, not views: every process computes on freshly allocated memory, which keeps results
-    bit-identical across processes."""
-    dims = model_dims(spec)
-    shards = layout(spec, 1).unpack(unit, 0, buffer.cpu().numpy())
-    prefix = f"model.layers.{unit - 1}." if 0 < unit <= dims.layers else "model."
-    weights: Weights = {}
-    for name, shape in unit_layout(dims, unit):
-        full = name if name.startswith("lm_head") else prefix + name
-        raw = torch.from_numpy(np.ascontiguousarray(shards[full]))
-        weights[name] = raw.view(dims.dtype).reshape(shape).to(device=device, copy=True)
-    return weights
+def unit_from_buffer(dims: Dims, unit: int, buffer: torch.Tensor, device: torch.device) -> Weights:
+    """Fresh tensors (on ``device``) of ``unit`` from its TP1 rank buffer. Copies, not views:
+    every process computes on freshly allocated memory, which keeps results bit-identical."""
+    shards = layout(dims.spec, 1).unpack(unit, 0, buffer.cpu().numpy())
+    return {
+        short_name(t.name): torch.from_numpy(np.ascontiguousarray(shards[t.name]))
+        .view(dims.dtype)
+        .reshape(t.shape)
+        .to(device=device, copy=True)
+        for t in layout(dims.spec, 1).units[unit].tensors
+    }
 
 
 @dataclass(frozen=True)
@@ -240,56 +193,40 @@ def embed(weights: Mapping[str, torch.Tensor], token_ids: torch.Tensor) -> torch
     return F.embedding(token_ids, weights["embed_tokens.weight"])
 
 
-def _attention(
-    dims: Dims, weights: Mapping[str, torch.Tensor], x: torch.Tensor, rope: Rope
-) -> torch.Tensor:
-    tokens = x.shape[0]
-    q = F.linear(x, weights["self_attn.q_proj.weight"]).view(tokens, dims.heads, dims.head_dim)
-    k = F.linear(x, weights["self_attn.k_proj.weight"]).view(tokens, dims.kv_heads, dims.head_dim)
-    v = F.linear(x, weights["self_attn.v_proj.weight"]).view(tokens, dims.kv_heads, dims.head_dim)
+def _attention(dims: Dims, w: Mapping[str, torch.Tensor], x: torch.Tensor, rope: Rope) -> Any:
+    tokens, group = x.shape[0], dims.heads // dims.kv_heads
+    q, k, v = (
+        F.linear(x, w[f"self_attn.{p}_proj.weight"]).view(tokens, -1, dims.head_dim).transpose(0, 1)
+        for p in "qkv"
+    )
     cos, sin = rope.cos[:tokens], rope.sin[:tokens]
-    q = _rotate(q.transpose(0, 1), cos, sin)
-    k = _rotate(k.transpose(0, 1), cos, sin)
-    group = dims.heads // dims.kv_heads
-    k = k.repeat_interleave(group, dim=0)
-    v = v.transpose(0, 1).repeat_interleave(group, dim=0)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.linear(out.transpose(0, 1).reshape(tokens, -1), weights["self_attn.o_proj.weight"])
-
-
-def _mlp(weights: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    gate = F.silu(F.linear(x, weights["mlp.gate_proj.weight"]))
-    up = F.linear(x, weights["mlp.up_proj.weight"])
-    return F.linear(gate * up, weights["mlp.down_proj.weight"])
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin).repeat_interleave(group, dim=0)
+    out = F.scaled_dot_product_attention(q, k, v.repeat_interleave(group, dim=0), is_causal=True)
+    return F.linear(out.transpose(0, 1).reshape(tokens, -1), w["self_attn.o_proj.weight"])
 
 
 def decoder_layer(
-    dims: Dims, weights: Mapping[str, torch.Tensor], hidden: torch.Tensor, rope: Rope
+    dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor, rope: Rope
 ) -> torch.Tensor:
     """One pre-norm decoder layer over a request's hidden states (tokens, hidden)."""
     eps = dims.rms_norm_eps
-    hidden = hidden + _attention(
-        dims, weights, _rms_norm(hidden, weights["input_layernorm.weight"], eps), rope
-    )
-    return hidden + _mlp(
-        weights, _rms_norm(hidden, weights["post_attention_layernorm.weight"], eps)
-    )
+    x = _rms_norm(hidden, w["input_layernorm.weight"], eps)
+    hidden = hidden + _attention(dims, w, x, rope)
+    x = _rms_norm(hidden, w["post_attention_layernorm.weight"], eps)
+    gate = F.silu(F.linear(x, w["mlp.gate_proj.weight"])) * F.linear(x, w["mlp.up_proj.weight"])
+    return hidden + F.linear(gate, w["mlp.down_proj.weight"])
 
 
-def final_logits(
-    dims: Dims, weights: Mapping[str, torch.Tensor], hidden: torch.Tensor
-) -> torch.Tensor:
+def final_logits(dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
     """Logits (vocab,) of the request's last position: final norm, then the lm_head."""
-    last = _rms_norm(hidden[-1:], weights["norm.weight"], dims.rms_norm_eps)
-    return F.linear(last, weights["lm_head.weight"])[0]
+    last = _rms_norm(hidden[-1:], w["norm.weight"], dims.rms_norm_eps)
+    return F.linear(last, w["lm_head.weight"])[0]
 
 
 def forward(
     dims: Dims, units: Sequence[Mapping[str, torch.Tensor]], token_ids: torch.Tensor, rope: Rope
 ) -> torch.Tensor:
     """The monolithic model: embedding, every layer, the head; logits of the last position."""
-    if len(units) != dims.num_units:
-        raise InvalidInputError(f"forward needs {dims.num_units} units, got {len(units)}")
     hidden = embed(units[0], token_ids)
     for layer in range(1, dims.layers + 1):
         hidden = decoder_layer(dims, units[layer], hidden, rope)

@@ -1,21 +1,12 @@
 """Transports: how one chunk of one step moves from the source's arena into the destination's.
 
-Everything else of a run (which chunk leaves when, dependencies through ``feeds``, pacing,
-relays, checks) is the program runner's and the same for every transport. Each device keeps its
-buffers in one *arena* (a flat byte tensor: host memory on the CPU, GPU memory on a GPU), and
-both ends of a pair of devices know every chunk between them in advance, in one order (their
-:class:`Lane`). A sender calls :meth:`Transport.write` with the next chunks of a lane, in that
-order (it returns a handle at once; :meth:`Transport.wait` returns once they have left); a receiver
-runs the bodies :meth:`Transport.receivers` gives, each calling ``landed(chunk)`` once a chunk's
-bytes are in the arena. A transport that fails raises ``TransferError`` naming the peer, the step
-and the chunk.
-
-- ``torch`` (:mod:`.torch_p2p`): torch.distributed ``isend``/``irecv``. Messages match by the
-  lane's order alone, not by tags (NCCL has none): gloo on the CPU, NCCL when every rank has a
-  GPU of its own (one communicator per direction of a pair), else gloo through host memory.
-- ``nixl`` (:mod:`.nixl_write`): NIXL over UCX, the library serving stacks use for KV and weight
-  transfer: one one-sided WRITE of a write's chunks from the source's registered arena into the
-  destination's at each chunk's offset, with a notification naming every chunk in it.
+Each device keeps its buffers in one *arena* (a flat byte tensor in host or GPU memory); both
+ends of a pair of devices know every chunk between them in advance, in one order (their
+:class:`Lane`). A sender calls :meth:`Transport.write` with a lane's next chunks (a handle back at
+once; :meth:`Transport.wait` returns once they have left); a receiver runs the bodies
+:meth:`Transport.receivers` gives, each calling ``landed(chunk)`` once a chunk is in the arena.
+Everything else (when a chunk leaves, ``feeds``, pacing, relays, checks) is the runner's. A
+failing transport raises ``TransferError`` naming the peer, the step and the chunk.
 """
 
 from __future__ import annotations
@@ -26,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
+from blitzplan.executor.runtime.failures import Failure
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +49,10 @@ class Chunk:
     @property
     def nbytes(self) -> int:
         return self.hi - self.lo
+
+    def failure(self, peer: int, message: str = "") -> Failure:
+        """Where moving this chunk to or from ``peer`` failed."""
+        return Failure(message, self.unit, peer, self.step, (self.lo, self.hi))
 
 
 @dataclass(frozen=True)

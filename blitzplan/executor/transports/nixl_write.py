@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
+from blitzplan.executor.runtime.failures import TransferError, unit_name
 from blitzplan.executor.transports import Chunk, Handle, Lane
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class NixlTransport:
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
         where = unit_name(chunk.unit, self.ctx.num_layers)
         message = f"{what} ({where}, rank {peer}, NIXL)"
-        return TransferError(Failure(message, chunk.unit, peer, chunk.step, (chunk.lo, chunk.hi)))
+        return TransferError(chunk.failure(peer, message))
 
     def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
         local, remote, index = self.lanes[peer]

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from blitzplan.executor.runtime.failures import Failure
 from blitzplan.executor.transports import Chunk, Handle, Lane
 
 if TYPE_CHECKING:
@@ -52,9 +51,6 @@ class TorchTransport:
                 ranks = sorted(pair)
                 self.groups[pair] = dist.new_group(ranks, use_local_synchronization=True)
 
-    def _where(self, chunk: Chunk, peer: int) -> Failure:
-        return Failure("", chunk.unit, peer, chunk.step, (chunk.lo, chunk.hi))
-
     def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
         group = self.groups.get((self.ctx.rank, peer))
         works = []
@@ -67,7 +63,7 @@ class TorchTransport:
     def wait(self, handle: Handle) -> None:
         works, peer, chunks = handle
         for work, chunk in zip(works, chunks, strict=True):
-            self.ctx.wait(work, f"sending a chunk to rank {peer}", self._where(chunk, peer))
+            self.ctx.wait(work, f"sending a chunk to rank {peer}", chunk.failure(peer))
 
     def receivers(
         self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
@@ -93,7 +89,7 @@ class TorchTransport:
             post()
         while pending:
             chunk, work, wire = pending.popleft()
-            where = self._where(chunk, lane.peer)
+            where = chunk.failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
             if wire is not None:
                 self.arena[chunk.dst : chunk.dst + chunk.nbytes].copy_(wire)
