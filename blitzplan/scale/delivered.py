@@ -8,6 +8,7 @@ of the new plan leaves exactly those bytes out (:func:`held_bytes`, :func:`subtr
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -100,14 +101,17 @@ def delivered(
             continue
         arrived = unit_arrival_s[step.id]
         for r in step.ranges:
-            for unit in range(r.first_unit, r.last_unit + 1):
-                if arrived[unit] <= at_s:
-                    span = (r.offset, r.offset + r.length)
-                    found.setdefault(step.destination, {}).setdefault(unit, []).append(span)
+            units = [u for u in range(r.first_unit, r.last_unit + 1) if arrived[u] <= at_s]
+            if units:
+                span = (r.offset, r.offset + r.length)
+                into = found.setdefault(step.destination, {})
+                for unit in units:
+                    into.setdefault(unit, []).append(span)
+    stripe = functools.lru_cache(maxsize=None)(stripe_of)  # units of one size share offsets
     return {
         gpu: {
             unit: tuple(
-                (stripe_of(lo, unit_bytes[unit]), stripe_of(hi, unit_bytes[unit]))
+                (stripe(lo, unit_bytes[unit]), stripe(hi, unit_bytes[unit]))
                 for lo, hi in union(spans)
             )
             for unit, spans in sorted(units.items())
