@@ -101,11 +101,11 @@ def delivered(
             continue
         arrived = unit_arrival_s[step.id]
         for r in step.ranges:
-            units = [u for u in range(r.first_unit, r.last_unit + 1) if arrived[u] <= at_s]
-            if units:
+            whole = [u for u in range(r.first_unit, r.last_unit + 1) if arrived[u] <= at_s]
+            if whole:
                 span = (r.offset, r.offset + r.length)
                 into = found.setdefault(step.destination, {})
-                for unit in units:
+                for unit in whole:
                     into.setdefault(unit, []).append(span)
     stripe = functools.lru_cache(maxsize=None)(stripe_of)  # units of one size share offsets
     return {
