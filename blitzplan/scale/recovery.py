@@ -266,10 +266,11 @@ def _rebuild(
     for copy in state.pool.host_copies:
         if copy.node in topology.graph and copy.node not in broken.memories:
             current.pool.add(copy)
+    alive = set(topology.gpus())
     for inst in state.instances:
         if inst.id in broken.processes or set(inst.gpus) & lost_gpus:
             continue
-        if not set(inst.gpus) <= set(topology.gpus()):
+        if not alive.issuperset(inst.gpus):
             continue
         _copy_instance(current, inst, keep_loading=inst.id not in stale)
     known = {i.id for i in current.instances}
