@@ -373,3 +373,19 @@ def test_the_one_pass_screen_passes_valid_programs(relayed: ScalePlan, scale: Sc
         memory = memory_devices(made.steps)
         tp, units = made.request["tp"], made.multicast.unit_bytes
         assert _screen(made.steps, spans, tp, units, instances, made.held, memory)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"b": 1, "c": "é"}, {"b": [0.1, 1e-7]}, {"z": 1}],  # the key first, non-ASCII, last
+)
+def test_the_digest_of_canonical_text_is_taken_on_the_text(document: dict[str, object]) -> None:
+    """``signed_as_written`` hashes the canonical text without the key member: it finds the
+    digest ``signed_json`` wrote, wherever the key sorts, and no digest once a byte changes."""
+    from blitzplan.wire.canonical import signed_as_written, signed_json
+
+    for key in ("a", "id", "zz"):
+        text, hexdigest = signed_json(document, key)
+        assert signed_as_written(text + "\n", key) == hexdigest
+        changed = text.replace("1", "2", 1) if "1" in text else text.replace("é", "e")
+        assert signed_as_written(changed, key) is None
