@@ -389,3 +389,23 @@ def test_the_digest_of_canonical_text_is_taken_on_the_text(document: dict[str, o
         assert signed_as_written(text + "\n", key) == hexdigest
         changed = text.replace("1", "2", 1) if "1" in text else text.replace("é", "e")
         assert signed_as_written(changed, key) is None
+
+
+def test_a_step_with_the_ranges_of_an_earlier_one_is_checked_too(relayed: ScalePlan) -> None:
+    """The rules check each distinct list of ranges once: a later step with the same ranges
+    and a wrong ``bytes`` is still refused."""
+    document = json.loads(program_json(relayed))
+    seen: set[str] = set()
+    later = None
+    for step in document["steps"]:
+        key = json.dumps(step["ranges"])
+        if key in seen:
+            later = step
+            break
+        seen.add(key)
+    assert later is not None, "the scenario must repeat a list of ranges"
+    later["bytes"] += 1
+    signed = {k: v for k, v in document.items() if k != "program_id"}
+    document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
+    with pytest.raises(InvalidInputError, match=f"step {later['id']}: its ranges hold"):
+        read_program_json(json.dumps(document))
