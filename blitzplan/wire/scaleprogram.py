@@ -223,6 +223,12 @@ def _never(value: float | None) -> float:
     return math.inf if value is None else value
 
 
+def _nevers(values: tuple[float | None, ...]) -> tuple[float, ...]:
+    if None not in values:  # the common case: every unit arrives
+        return values  # type: ignore[return-value]
+    return tuple(_never(v) for v in values)
+
+
 def _fast(text: str) -> ScaleProgram | None:
     """The export decoded straight into its records, when ``text`` is the canonical text it
     was signed as (else None: the itemised path reads it)."""
@@ -248,7 +254,7 @@ def _fast(text: str) -> ScaleProgram | None:
             w.role,
             w.live,
             _never(w.ready_at_s),
-            tuple(_never(t) for t in w.layer_ready_s),
+            _nevers(w.layer_ready_s),
         )
         for w in wire.new_instances
     )
