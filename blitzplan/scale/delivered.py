@@ -8,7 +8,6 @@ of the new plan leaves exactly those bytes out (:func:`held_bytes`, :func:`subtr
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -40,12 +39,16 @@ def subtract(want: tuple[int, int], have: Sequence[tuple[int, int]]) -> list[tup
 def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted disjoint union of byte intervals (touching ones join)."""
     out: list[tuple[int, int]] = []
+    start = end = 0
     for lo, hi in sorted(intervals):
         if hi <= lo:
             continue
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        if out and lo <= end:
+            if hi > end:
+                end = hi
+                out[-1] = (start, end)
         else:
+            start, end = lo, hi
             out.append((lo, hi))
     return out
 
@@ -107,14 +110,17 @@ def delivered(
                 into = found.setdefault(step.destination, {})
                 for unit in whole:
                     into.setdefault(unit, []).append(span)
-    stripe = functools.lru_cache(maxsize=None)(stripe_of)  # units of one size share offsets
-    return {
-        gpu: {
-            unit: tuple(
-                (stripe(lo, unit_bytes[unit]), stripe(hi, unit_bytes[unit]))
-                for lo, hi in union(spans)
+    stripes: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]] = {}
+
+    def as_stripes(spans: list[tuple[int, int]], nbytes: int) -> tuple[tuple[float, float], ...]:
+        key = (tuple(spans), nbytes)  # units of one size often receive the same ranges
+        if key not in stripes:
+            stripes[key] = tuple(
+                (stripe_of(lo, nbytes), stripe_of(hi, nbytes)) for lo, hi in union(spans)
             )
-            for unit, spans in sorted(units.items())
-        }
+        return stripes[key]
+
+    return {
+        gpu: {unit: as_stripes(spans, unit_bytes[unit]) for unit, spans in sorted(units.items())}
         for gpu, units in sorted(found.items())
     }
