@@ -160,6 +160,8 @@ class _Broken:
 def _unlinked(topology: Topology, dead_nodes: set[str]) -> set[str]:
     """GPUs that survive but whose NVSwitch died: a tensor-parallel instance on them loses its
     collectives (its process fails); a single-GPU instance serves on."""
+    if not dead_nodes:
+        return set()
     return {
         g
         for g in topology.gpus()
