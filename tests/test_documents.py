@@ -409,3 +409,27 @@ def test_a_step_with_the_ranges_of_an_earlier_one_is_checked_too(relayed: ScaleP
     document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
     with pytest.raises(InvalidInputError, match=f"step {later['id']}: its ranges hold"):
         read_program_json(json.dumps(document))
+
+
+def test_reading_an_export_leaves_the_garbage_collector_as_it_was(relayed: ScalePlan) -> None:
+    """The reader pauses Python's cyclic collector while it builds the records, and restores
+    it: enabled after a read that succeeds or fails, disabled when it was disabled."""
+    import gc
+
+    text = program_json(relayed)
+    assert gc.isenabled()
+    read_program_json(text)
+    assert gc.isenabled()
+    document = json.loads(text)
+    document["steps"][0]["ranges"][0][3] = -1  # signed again in canonical form: read fast
+    signed = {k: v for k, v in document.items() if k != "program_id"}
+    document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
+    with pytest.raises(InvalidInputError, match="not inside their buffers"):
+        read_program_json(jcs.canonicalize(document).decode() + "\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        read_program_json(text)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
