@@ -192,9 +192,11 @@ def replan_table(busy: ClusterState) -> str:
             "-",
         ],
     ]
-    return f"replan() of the busy +64 plan, source {failed} failed at {at:.4f} s\n" + format_table(
-        ["measure", "measured", "target"], rows
+    title = (
+        f"replan() of the busy +64 plan, source {failed} failed at {at:.4f} s "
+        f"(load {os.getloadavg()[0]:.1f})\n"
     )
+    return title + format_table(["measure", "measured", "target"], rows)
 
 
 def many_models_table() -> str:

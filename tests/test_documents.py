@@ -373,3 +373,63 @@ def test_the_one_pass_screen_passes_valid_programs(relayed: ScalePlan, scale: Sc
         memory = memory_devices(made.steps)
         tp, units = made.request["tp"], made.multicast.unit_bytes
         assert _screen(made.steps, spans, tp, units, instances, made.held, memory)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"b": 1, "c": "é"}, {"b": [0.1, 1e-7]}, {"z": 1}],  # the key first, non-ASCII, last
+)
+def test_the_digest_of_canonical_text_is_taken_on_the_text(document: dict[str, object]) -> None:
+    """``signed_as_written`` hashes the canonical text without the key member: it finds the
+    digest ``signed_json`` wrote, wherever the key sorts, and no digest once a byte changes."""
+    from blitzplan.wire.canonical import signed_as_written, signed_json
+
+    for key in ("a", "id", "zz"):
+        text, hexdigest = signed_json(document, key)
+        assert signed_as_written(text + "\n", key) == hexdigest
+        changed = text.replace("1", "2", 1) if "1" in text else text.replace("é", "e")
+        assert signed_as_written(changed, key) is None
+
+
+def test_a_step_with_the_ranges_of_an_earlier_one_is_checked_too(relayed: ScalePlan) -> None:
+    """The rules check each distinct list of ranges once: a later step with the same ranges
+    and a wrong ``bytes`` is still refused."""
+    document = json.loads(program_json(relayed))
+    seen: set[str] = set()
+    later = None
+    for step in document["steps"]:
+        key = json.dumps(step["ranges"])
+        if key in seen:
+            later = step
+            break
+        seen.add(key)
+    assert later is not None, "the scenario must repeat a list of ranges"
+    later["bytes"] += 1
+    signed = {k: v for k, v in document.items() if k != "program_id"}
+    document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
+    with pytest.raises(InvalidInputError, match=f"step {later['id']}: its ranges hold"):
+        read_program_json(json.dumps(document))
+
+
+def test_reading_an_export_leaves_the_garbage_collector_as_it_was(relayed: ScalePlan) -> None:
+    """The reader pauses Python's cyclic collector while it builds the records, and restores
+    it: enabled after a read that succeeds or fails, disabled when it was disabled."""
+    import gc
+
+    text = program_json(relayed)
+    assert gc.isenabled()
+    read_program_json(text)
+    assert gc.isenabled()
+    document = json.loads(text)
+    document["steps"][0]["ranges"][0][3] = -1  # signed again in canonical form: read fast
+    signed = {k: v for k, v in document.items() if k != "program_id"}
+    document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
+    with pytest.raises(InvalidInputError, match="not inside their buffers"):
+        read_program_json(jcs.canonicalize(document).decode() + "\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        read_program_json(text)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -242,9 +242,9 @@ class ClusterState:
         ):
             raise InvalidInputError(f"gpus must be a non-empty list of GPU names, got {gpus!r}")
         group = tuple(gpus)
-        known = set(self.topology.gpus())
-        for gpu in group:
-            if gpu not in known:
+        topology = self.topology
+        for gpu in group:  # a GPU node of the topology (no set of all GPUs per call)
+            if gpu not in topology.graph or topology.kind(gpu) != "gpu":
                 raise InvalidInputError(f"gpus names {gpu!r}, which is not a GPU of the topology")
         if len(set(group)) != len(group):
             raise InvalidInputError(f"gpus repeats a GPU: {list(group)!r}")

@@ -48,6 +48,8 @@ class ParameterPool:
         All or nothing: raises InfeasibleError, placing none, when the copies do not fit.
         """
         new = {m.identity: m for m in models if m.identity not in self._copies}
+        if not new:
+            return ()
         hosts = self._topology.hosts()
         free = {host: self.dram_free_bytes(host) for host in hosts}
         need = sum(m.total_bytes for m in new.values())

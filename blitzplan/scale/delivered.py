@@ -39,12 +39,16 @@ def subtract(want: tuple[int, int], have: Sequence[tuple[int, int]]) -> list[tup
 def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted disjoint union of byte intervals (touching ones join)."""
     out: list[tuple[int, int]] = []
+    start = end = 0
     for lo, hi in sorted(intervals):
         if hi <= lo:
             continue
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        if out and lo <= end:
+            if hi > end:
+                end = hi
+                out[-1] = (start, end)
         else:
+            start, end = lo, hi
             out.append((lo, hi))
     return out
 
@@ -100,17 +104,23 @@ def delivered(
             continue
         arrived = unit_arrival_s[step.id]
         for r in step.ranges:
-            for unit in range(r.first_unit, r.last_unit + 1):
-                if arrived[unit] <= at_s:
-                    span = (r.offset, r.offset + r.length)
-                    found.setdefault(step.destination, {}).setdefault(unit, []).append(span)
-    return {
-        gpu: {
-            unit: tuple(
-                (stripe_of(lo, unit_bytes[unit]), stripe_of(hi, unit_bytes[unit]))
-                for lo, hi in union(spans)
+            whole = [u for u in range(r.first_unit, r.last_unit + 1) if arrived[u] <= at_s]
+            if whole:
+                span = (r.offset, r.offset + r.length)
+                into = found.setdefault(step.destination, {})
+                for unit in whole:
+                    into.setdefault(unit, []).append(span)
+    stripes: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]] = {}
+
+    def as_stripes(spans: list[tuple[int, int]], nbytes: int) -> tuple[tuple[float, float], ...]:
+        key = (tuple(spans), nbytes)  # units of one size often receive the same ranges
+        if key not in stripes:
+            stripes[key] = tuple(
+                (stripe_of(lo, nbytes), stripe_of(hi, nbytes)) for lo, hi in union(spans)
             )
-            for unit, spans in sorted(units.items())
-        }
+        return stripes[key]
+
+    return {
+        gpu: {unit: as_stripes(spans, unit_bytes[unit]) for unit, spans in sorted(units.items())}
         for gpu, units in sorted(found.items())
     }

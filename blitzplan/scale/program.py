@@ -127,16 +127,22 @@ def program(
     hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
     steps: dict[int, TransferStep] = {}
     same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[ByteRange, ...]] = {}
+    lacking: dict[tuple[str, int], list[tuple[int, Sequence[tuple[int, int]]]]] = {}
     kind = functools.lru_cache(maxsize=None)(topology.kind)  # one look-up per node
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
-        if lane.dst in have:
+        # lanes of one stripe into one node send the same ranges unless held bytes cut them
+        receiver = plan.nodes[lane.receiver]
+        key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
+        if key not in same:
+            same[key] = _ranges(plan, lane, {}, snap)
+        ranges = same[key]
+        if (lane.dst, lane.receiver) not in lacking:  # held units the receiver still lacks
+            held_here = have.get(lane.dst, {})
+            lacking[lane.dst, lane.receiver] = [
+                (u, spans) for u, spans in held_here.items() if not receiver.has(u)
+            ]
+        if _cut(plan, lane, lacking[lane.dst, lane.receiver], snap):
             ranges = _ranges(plan, lane, have[lane.dst], snap)
-        else:  # lanes of one stripe into one node with nothing held send the same ranges
-            receiver = plan.nodes[lane.receiver]
-            key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
-            if key not in same:
-                same[key] = _ranges(plan, lane, {}, snap)
-            ranges = same[key]
         total = sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
         if total == 0:
             continue  # the destination has every byte of it already
@@ -298,6 +304,24 @@ def _ranges(
         for run in _runs(units):
             out.append(ByteRange(run[0], run[-1], offset, length))
     return tuple(sorted(out, key=lambda r: (r.first_unit, r.offset)))
+
+
+def _cut(
+    plan: MulticastPlan,
+    lane: Lane,
+    held: Sequence[tuple[int, Sequence[tuple[int, int]]]],
+    snap: Callable[[float], float],
+) -> bool:
+    """Whether ``held`` bytes (per unit the receiver lacks) fall inside the lane's stripe (else
+    :func:`_ranges` is what it is with nothing held)."""
+    scale = plan.nodes[lane.receiver].tp if lane.rank == ALL_RANKS else 1
+    lo, hi = snap(lane.lo), snap(lane.hi)
+    for unit, spans in held:
+        total = plan.unit_bytes[unit] * scale
+        start, end = round(lo * total), round(hi * total)
+        if any(a < end and b > start for a, b in spans):
+            return True
+    return False
 
 
 def _runs(units: list[int]) -> list[list[int]]:

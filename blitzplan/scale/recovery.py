@@ -165,6 +165,8 @@ class _Broken:
 def _unlinked(topology: Topology, dead_nodes: set[str]) -> set[str]:
     """GPUs that survive but whose NVSwitch died: a tensor-parallel instance on them loses its
     collectives (its process fails); a single-GPU instance serves on."""
+    if not dead_nodes:
+        return set()
     return {
         g
         for g in topology.gpus()
@@ -271,10 +273,11 @@ def _rebuild(
     for copy in state.pool.host_copies:
         if copy.node in topology.graph and copy.node not in broken.memories:
             current.pool.add(copy)
+    alive = set(topology.gpus())
     for inst in state.instances:
         if inst.id in broken.processes or set(inst.gpus) & lost_gpus:
             continue
-        if not set(inst.gpus) <= set(topology.gpus()):
+        if not alive.issuperset(inst.gpus):
             continue
         _copy_instance(current, inst, keep_loading=inst.id not in stale)
     known = {i.id for i in current.instances}

@@ -18,7 +18,9 @@ What a serving stack can rely on:
   serve: they join the sources. Everything in the new plan is timed from the moment of replanning.
 * **Never slower than afresh.** When loading the survivors as if nothing were delivered ends at
   least :data:`RESEND_GAIN` earlier (the greedy may find fewer routes around what is held), the
-  replan re-sends the delivered bytes instead and its ``notes`` say so. A replan skips the
+  replan re-sends the delivered bytes instead and its ``notes`` say so. The fresh load is
+  planned only when bounds cannot decide: a replan within that gain of its own certified bound,
+  or of the fresh load's (its per-instance cuts), keeps what is held. A replan skips the
   greedy's refinements (no LP, no max-flow bound): it must be ready fast, and imports no solver.
 * **While it is computed** (``now_s``, when the new plan starts, default ``at_s``): the data
   plane stops the old steps that touch a failed part or wait on one that does, runs the others
@@ -54,11 +56,14 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
+from blitzplan.multicast.bound import lower_bound
+from blitzplan.multicast.setup import prepare
 from blitzplan.scale.delivered import Held, delivered, held_bytes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -125,14 +130,18 @@ def _finish(ctx: _Context, survivors: list[NewInstanceInfo], missing: list[str])
     kept = _realized(ctx, targets, held, missing, stale)
     if not held or kept.multicast is None:
         return kept
-    if _end_s(kept) <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
+    end = _end_s(kept)
+    if end <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
         return kept  # no plan ends earlier: re-sending held bytes cannot beat the bound
-    fresh = _fresh_end_s(ctx.plan, ctx.recovery, targets, ctx.options)
-    if not fresh < _end_s(kept) * (1 - RESEND_GAIN):
+    fresh_inputs = _fresh_inputs(ctx.plan, ctx.recovery, targets, ctx.options)
+    if end <= _fresh_bound_s(fresh_inputs) * (1 + RESEND_GAIN):
+        return kept  # a fresh load cannot end earlier than its bound: no second plan needed
+    fresh = _fresh_end_s(fresh_inputs)
+    if not fresh < end * (1 - RESEND_GAIN):
         return kept
     note = (
         f"re-sends the bytes already delivered: loading the survivors afresh ends at "
-        f"{fresh:.3f} s, keeping them at {_end_s(kept):.3f} s"
+        f"{fresh:.3f} s, keeping them at {end:.3f} s"
     )
     unheld = dataclasses.replace(targets, delivered={})
     return _realized(ctx, unheld, {}, missing, (*stale, note))
@@ -181,25 +190,47 @@ def _end_s(plan: ScalePlan) -> float:
     return max(plan.multicast.ready_at_s.values(), default=0.0) if plan.multicast else 0.0
 
 
-def _fresh_end_s(
+def _fresh_inputs(
     plan: ScalePlan, recovery: Recovery, targets: Targets, options: PlanOptions
-) -> float:
-    """When the multicast of the survivors ends when it ignores what they hold (the same
-    planner, live instances, startup and link efficiency as the replan itself; ``inf`` when it
-    cannot plan them at all)."""
+) -> dict[str, Any]:
+    """The keyword arguments of loading the survivors as if they held nothing: the same
+    planner, live instances, startup and link efficiency as the replan itself."""
+    return {
+        "state": at_efficiency(recovery.state, options.link_efficiency),
+        "model": plan.spec,
+        "targets": [list(g) for g in targets.groups],
+        "names": list(targets.names),
+        "tp": int(plan.request.get("tp", 1)),
+        "live": list(targets.live or ()),
+        "chunk_bytes": options.chunk_bytes,
+        "startup_s": dict(targets.startup_s),
+        "allow_prefill_sources": options.allow_prefill_sources,
+    }
+
+
+def _fresh_bound_s(inputs: dict[str, Any]) -> float:
+    """A certified lower bound on when loading the survivors afresh ends (the per-instance
+    cuts of its problem, :func:`~blitzplan.multicast.bound.lower_bound` with ``cheap``: no
+    max-flow, no solver); 0 when that problem cannot be laid out (the full plan decides)."""
+    spec = inputs["model"]
     try:
-        fresh = plan_multicast(
-            at_efficiency(recovery.state, options.link_efficiency),
-            plan.spec,
-            targets=[list(g) for g in targets.groups],
-            names=list(targets.names),
-            tp=int(plan.request.get("tp", 1)),
-            live=list(targets.live or ()),
-            chunk_bytes=options.chunk_bytes,
-            startup_s=dict(targets.startup_s),
-            allow_prefill_sources=options.allow_prefill_sources,
-            polish_evaluations=0,
+        problem = prepare(
+            inputs["state"],
+            spec,
+            count=None,
+            exclude=(),
+            **{k: v for k, v in inputs.items() if k not in ("state", "model")},
         )
+    except InfeasibleError:
+        return 0.0
+    return float(lower_bound(problem, "all_ready", cheap=True))
+
+
+def _fresh_end_s(inputs: dict[str, Any]) -> float:
+    """When the multicast of the survivors ends when it ignores what they hold (``inf`` when
+    it cannot plan them at all)."""
+    try:
+        fresh = plan_multicast(**inputs, polish_evaluations=0)
     except InfeasibleError:
         return math.inf
     return max(fresh.ready_at_s.values(), default=0.0)

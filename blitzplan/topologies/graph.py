@@ -90,7 +90,11 @@ class Topology:
 
     def hosts(self) -> list[str]:
         """Host names, in order of first appearance."""
-        return list(dict.fromkeys(self.graph.nodes[gpu]["host"] for gpu in self._gpus))
+        return list(self._hosts)
+
+    @cached_property
+    def _hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.graph.nodes[gpu]["host"] for gpu in self._gpus))
 
     def gpus_of_host(self, host: str) -> list[str]:
         gpus = [gpu for gpu in self._gpus if self.graph.nodes[gpu]["host"] == host]

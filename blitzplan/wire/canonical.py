@@ -194,8 +194,7 @@ def check_digest(text: str, document: Mapping[str, Any], key: str, trailer: str 
             f"{key} must be the 64 hex digits of the document's SHA-256 (it is what keeps the "
             f"document from being changed unseen), got {claimed!r}"
         )
-    signed = _signed_text(text, claimed, key, trailer if trailer in document else "")
-    if signed is not None and hashlib.sha256(signed.encode()).hexdigest() == claimed:
+    if _signed_digest(text, claimed, key, trailer if trailer in document else "") == claimed:
         return
     if digest(document, (key, trailer)) != claimed:
         raise InvalidInputError(
@@ -238,33 +237,46 @@ def signed_as_written(text: str, key: str) -> str | None:
     if found is None:
         return None
     claimed = found.group(1)
-    signed = _signed_text(text, claimed, key, "")
-    if signed is None or hashlib.sha256(signed.encode()).hexdigest() != claimed:
+    if _signed_digest(text, claimed, key, "") != claimed:
         return None
     return claimed
 
 
-def _signed_text(text: str, claimed: str, key: str, trailer: str) -> str | None:
-    """``text`` without its ``key`` member and its last member ``trailer``, when ``text`` looks
-    canonical (None otherwise)."""
-    body = text[:-1] if text.endswith("\n") else text
+def _signed_digest(text: str, claimed: str, key: str, trailer: str) -> str | None:
+    """SHA-256 (hex) of ``text`` without its ``key`` member and its last member ``trailer``,
+    when ``text`` looks canonical (None otherwise). The kept pieces are hashed in place (no
+    copy of the document is joined)."""
+    end = len(text) - 1 if text.endswith("\n") else len(text)
     member = f'"{key}":"{claimed}"'
-    at = body.find(member)
-    if at < 1 or not body.endswith("}"):
+    at = text.find(member, 0, end)
+    if at < 1 or end < 1 or text[end - 1] != "}" or at + len(member) >= end:
         return None
-    before, after = body[at - 1], body[at + len(member)]
+    before, after = text[at - 1], text[at + len(member)]
     if before == "," and after in ",}":
-        body = body[: at - 1] + body[at + len(member) :]
+        pieces = [(0, at - 1), (at + len(member), end)]
     elif before == "{" and after == ",":
-        body = body[:at] + body[at + len(member) + 1 :]
+        pieces = [(0, at), (at + len(member) + 1, end)]
     else:
         return None
-    if trailer:
-        cut = body.rfind(f',"{trailer}":')
-        if cut < 0 or not _one_value(body[cut + len(trailer) + 4 : -1]):
+    if trailer:  # the last member: in the last piece when the text is canonical
+        lo, hi = pieces[-1]
+        cut = text.rfind(f',"{trailer}":', lo, hi)
+        if cut < 0 or not _one_value(text[cut + len(trailer) + 4 : hi - 1]):
             return None
-        body = body[:cut] + "}"
-    return body
+        pieces = [*pieces[:-1], (lo, cut), (end - 1, end)]
+    return _hash_pieces(text, pieces)
+
+
+def _hash_pieces(text: str, pieces: list[tuple[int, int]]) -> str:
+    sha = hashlib.sha256()
+    if text.isascii():  # byte offsets are character offsets: hash views of one encoding
+        data = memoryview(text.encode())
+        for lo, hi in pieces:
+            sha.update(data[lo:hi])
+    else:
+        for lo, hi in pieces:
+            sha.update(text[lo:hi].encode())
+    return sha.hexdigest()
 
 
 def _one_value(text: str) -> bool:

@@ -107,6 +107,10 @@ def _first_gap(have: list[tuple[int, int]], lo: int, hi: int) -> int | None:
     return at if at < hi else None
 
 
+def _key(spans: Sequence[Span]) -> tuple[Span, ...]:
+    return spans if type(spans) is tuple else tuple(spans)
+
+
 def check_bytes_at_sources(
     steps: Sequence[Any],
     spans: Mapping[int, Sequence[Span]],
@@ -116,11 +120,18 @@ def check_bytes_at_sources(
 ) -> None:
     """Every range a ``plan`` source sends arrived there whole in one step (the common case of
     forwarding, a set lookup), or is covered by what it held and received (interval check)."""
+    whole = {(s.destination, s.rank, _key(spans[s.id])) for s in steps}  # step by step first
+    forwards = [
+        s
+        for s in steps
+        if s.holder == "plan" and (s.source, s.rank, _key(spans[s.id])) not in whole
+    ]
+    if not forwards:
+        return  # every forwarding step sends exactly the ranges one step brought its source
     received = {(s.destination, s.rank, span) for s in steps for span in spans[s.id]}
     asked = {
         (s.source, s.rank, span): s
-        for s in steps
-        if s.holder == "plan"
+        for s in forwards
         for span in spans[s.id]
         if (s.source, s.rank, span) not in received
     }

@@ -157,12 +157,12 @@ def _screen(
     """Whether every step passes :func:`_check_fields`, :func:`_check_ranges`,
     :func:`_check_devices` and :func:`_check_links`: the same rules in one pass (a failing
     program is then checked item by item, for the message)."""
-    by_id = {s.id: s for s in steps}
-    receivers = {s.destination for s in steps}
+    into = {s.id: s.destination for s in steps}
+    receivers = set(into.values())
     new_gpus = {g for inst in instances.values() for g in inst.gpus}
     kinds, holders, links = set(STEP_KINDS), set(HOLDERS), set(LINKS)
-    smallest: dict[tuple[int, int], int] = {}
-    units = len(unit_bytes)
+    totals: dict[tuple[Any, int], int] = {}  # ranges (as written) at a scale -> bytes, -1 bad
+    inf = math.inf
     for s in steps:
         rank, source, destination = s.rank, s.source, s.destination
         link = getattr(s, "link", "pcie")
@@ -183,30 +183,47 @@ def _screen(
         if destination in new_gpus and destination in memory:
             return False
         pace = s.pace_bytes_per_s
-        if pace is not None and not 0 < pace < math.inf:
+        if pace is not None and not 0 < pace < inf:
             return False
-        times = (s.not_before_s, s.start_s, s.end_s, getattr(s, "rate_bytes_per_s", 0.0))
-        if not all(0 <= t < math.inf for t in times) or getattr(s, "chunk_bytes", 1) < 1:
+        if not (
+            0 <= s.not_before_s < inf
+            and 0 <= s.start_s < inf
+            and 0 <= s.end_s < inf
+            and 0 <= getattr(s, "rate_bytes_per_s", 0.0) < inf
+            and getattr(s, "chunk_bytes", 1) >= 1
+        ):
             return False
         lo, hi = getattr(s, "stripe", (0.0, 1.0))
         if not 0 <= lo < hi <= 1:
             return False
-        if any(f not in by_id or by_id[f].destination != source for f in s.feeds):
-            return False
-        if any(a not in by_id or a == s.id for a in s.after):
-            return False
-        total, scale = 0, tp if rank == ALL_RANKS else 1
-        for first, last, offset, length in spans[s.id]:
-            if not 0 <= first <= last < units or offset < 0 or length <= 0:
+        for f in s.feeds:
+            if into.get(f) != source:
                 return False
-            if (first, last) not in smallest:
-                smallest[(first, last)] = min(unit_bytes[first : last + 1])
-            if offset + length > smallest[(first, last)] * scale:
+        for a in s.after:
+            if a not in into or a == s.id:
                 return False
-            total += (last - first + 1) * length
-        if total != s.bytes:
+        scale = tp if rank == ALL_RANKS else 1
+        ranges = spans[s.id]
+        key = (ranges if type(ranges) is tuple else tuple(ranges), scale)
+        total = totals.get(key)
+        if total is None:
+            total = totals[key] = _bytes_of(ranges, scale, unit_bytes)
+        if total != s.bytes or total < 0:
             return False
     return True
+
+
+def _bytes_of(spans: Sequence[Span], scale: int, unit_bytes: Sequence[int]) -> int:
+    """The bytes of ``spans`` when each lies inside its units' buffers (at ``scale`` ranks),
+    else -1."""
+    total, units = 0, len(unit_bytes)
+    for first, last, offset, length in spans:
+        if not 0 <= first <= last < units or offset < 0 or length <= 0:
+            return -1
+        if offset + length > min(unit_bytes[first : last + 1]) * scale:
+            return -1
+        total += (last - first + 1) * length
+    return total
 
 
 def _time(value: object) -> bool:
