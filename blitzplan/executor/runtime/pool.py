@@ -1,13 +1,7 @@
-"""Worker processes joined in one torch.distributed group, run from the parent.
+"""Worker processes in one torch.distributed group, run from the parent (DESIGN.md, executor).
 
-:class:`Workers` starts one process per rank, forked from a server process that has imported
-torch once (``forkserver`` with the worker module preloaded: a process starts in well under a
-second), joins them over a TCPStore on 127.0.0.1 that it owns, runs jobs on them (each reports
-``ready``, then all start at one shared time ``t0``) and relays their events; one pool serves
-runs of both transports. A failure ends every process and raises RankFailedError naming the
-culprit, its unit and, where known, its step and chunk: a process that died (its exit code), else
-the peer a failed transfer names (it stalled), else the rank that failed; no event at all for a
-while is a stall too.
+One forkserver process per rank, a pipe each way, a TCPStore the parent owns. A failure ends
+every process and raises RankFailedError naming the rank, its unit, step and chunk.
 """
 
 from __future__ import annotations
@@ -50,9 +44,8 @@ WATCHDOG_FACTOR = 2.0
 
 
 class Workers:
-    """``len(labels)`` processes in one process group (``labels`` name the ranks in messages);
-    ``timeout_s`` bounds every transfer and wait; the backend is :func:`check_device`'s for
-    ``device``. Use as a context manager."""
+    """``len(labels)`` ranks (``labels`` name them in messages); ``timeout_s`` bounds every
+    transfer and wait. Use as a context manager."""
 
     def __init__(self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0):
         if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
@@ -95,10 +88,6 @@ class Workers:
             self.close()
             raise
 
-    @property
-    def world_size(self) -> int:
-        return len(self.labels)
-
     def __enter__(self) -> Workers:
         return self
 
@@ -113,12 +102,11 @@ class Workers:
         num_layers: int | None = None,
         fault: InjectedFault | None = None,
     ) -> float:
-        """Submit one job per rank (``labels`` renames the first ranks), wait until each is
-        ready, start them together; returns t0. A fault whose rank runs no job or whose unit does
-        not exist is refused first."""
-        if len(labels) > self.world_size:
+        """Submit one job per rank (``labels`` renames the first ranks), start them together
+        once all are ready; returns t0. A fault that could never fire is refused first."""
+        if len(labels) > len(self.labels):
             raise InvalidInputError(
-                f"workers must have at least {len(labels)} ranks, got {self.world_size}"
+                f"workers must have at least {len(labels)} ranks, got {len(self.labels)}"
             )
         if fault is not None and (
             fault.rank not in jobs or num_layers is None or fault.layer > num_layers + 1
@@ -199,7 +187,8 @@ class Workers:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
     def _fail(self, dead: int | None, report: Event | None) -> None:
-        """End every process and raise for the culprit (module docstring)."""
+        """End every process and raise for the culprit: a dead process, else the peer a failed
+        transfer names, else the rank that failed."""
         failure: Failure | None = report.data if report is not None else None
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
@@ -221,8 +210,7 @@ class Workers:
         raise error
 
     def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
-        """The error naming ``rank`` and its unit, step and chunk: its own last ones, else the
-        failure's (reported by it or by a peer about it)."""
+        """The error naming ``rank`` and its last unit, step and chunk, else the failure's."""
         unit, step, chunk = self._at.get(rank, (None, None, None))
         if failure is not None and failure.peer in (rank, None) and (step is None or unit is None):
             unit, step, chunk = failure.layer, failure.step, failure.chunk
@@ -234,8 +222,7 @@ class Workers:
         return RankFailedError(message, rank=rank, label=label, layer=unit, step=step, chunk=chunk)
 
     def fail_stalled(self, ranks: Sequence[int]) -> None:
-        """End every process and raise: ``ranks`` sent nothing for a long time; the culprit is
-        the one that got least far."""
+        """End every process and raise for the one of ``ranks`` (silent) that got least far."""
         slowest = min(ranks, key=lambda r: (self._at.get(r, (-1,))[0] or -1, r))
         names = ", ".join(str(r) for r in ranks)
         said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"

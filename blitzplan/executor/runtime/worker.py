@@ -1,11 +1,5 @@
-"""Inside a worker process: joining the group, the rank's context, serving jobs.
-
-A worker sets one torch thread, joins the process group over the parent's TCPStore and runs jobs
-``job(ctx, payload) -> result`` until told to stop. :class:`RankContext` gives a job its rank,
-devices, the shared clock, messages to and from the parent (one pipe each way, written by the
-thread that has them) and torch.distributed transfers that time out and name what they moved.
-A worker whose job failed waits to be ended by the parent.
-"""
+"""Inside a worker process: joining the group, the rank's context, serving jobs until told to
+stop (a worker whose job failed waits to be ended by the parent)."""
 
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ Job = Callable[["RankContext", Any], Any]
 
 
 def check_device(device: str, world_size: int) -> str:
-    """The torch.distributed backend for ``device``: gloo on the CPU; on GPUs NCCL when every
-    rank has its own GPU, else gloo through host memory."""
+    """gloo on the CPU; on GPUs NCCL when every rank has its own GPU, else gloo."""
     if device not in DEVICES:
         raise InvalidInputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device == "cpu":
@@ -127,16 +120,14 @@ class RankContext:
             torch.cuda.synchronize(self.device)
 
     def maybe_fail(self, layer: int) -> None:
-        """Apply this job's injected fault when it is for this layer (to the calling thread:
-        another thread of the process could take a process-wide signal late)."""
+        """Apply this job's injected fault when it is for ``layer`` (to the calling thread)."""
         fault = self.fault
         if fault is not None and fault.rank == self.rank and fault.layer == layer:
             kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
             signal.pthread_kill(threading.get_ident(), kind)
 
     def wait(self, work: Any, what: str, where: Failure) -> None:
-        """Wait for a posted transfer within the timeout; TransferError saying ``what`` failed
-        ``where`` (its unit, peer, step and chunk) otherwise."""
+        """Wait for a posted transfer within the timeout, else raise TransferError at ``where``."""
         try:
             if self.backend == "nccl":  # NCCL's wait has no timeout of its own
                 deadline = time.monotonic() + self.timeout_s
