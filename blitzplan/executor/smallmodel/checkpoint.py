@@ -1,11 +1,9 @@
 """Seeded weights saved one safetensors file per unit, with a manifest, and loaded unit by unit.
 
-A checkpoint directory holds ``unit-000.safetensors`` .. ``unit-{L+1}.safetensors`` and
-``manifest.json``: the model's identity, its config, the seed and the SHA-256 of every unit's
-TP1 rank buffer (:func:`blitzplan.layout`). Every unit file also carries the identity in its
-metadata, so units of two versions are never mixed: :func:`load_unit` refuses a unit whose file
-is of another model or whose bytes do not hash to the manifest's (CorruptCheckpointError naming
-the unit), and :func:`check_identity` checks every unit against a plan's model before a run.
+``manifest.json`` holds the model's identity, config, seed and the SHA-256 of every unit's TP1
+rank buffer; every unit file carries the identity too. :func:`load_unit` refuses a unit of another
+model or with other bytes (CorruptCheckpointError naming the unit); :func:`check_identity` checks
+every unit against a plan's model before a run.
 """
 
 from __future__ import annotations
