@@ -70,7 +70,7 @@ def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) ->
     root.mkdir(parents=True, exist_ok=True)
     identity = {k: str(v) for k, v in dataclasses.asdict(spec.identity).items()}
     units = []
-    for unit in range(dims.num_units):
+    for unit in range(dims.spec.num_units):
         weights, name = init_unit(dims, unit, seed=seed), f"unit-{unit:03d}.safetensors"
         save_file(weights, str(root / name), metadata={**identity, "unit": str(unit)})
         units.append({"file": name, "sha256": _digest(spec, unit, weights)})
