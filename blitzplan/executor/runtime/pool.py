@@ -27,7 +27,6 @@ from blitzplan.executor.runtime.failures import (
 )
 from blitzplan.executor.runtime.worker import (
     STARTUP_TIMEOUT_S,
-    STOP,
     Boot,
     Job,
     TCPStore,
@@ -206,7 +205,7 @@ class Workers:
         else:
             rank = report.rank if report is not None else 0
             error = self._error(rank, "failed", said or "; no rank reported why", failure)
-        self.close(polite=False)
+        self.close()
         raise error
 
     def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
@@ -227,25 +226,18 @@ class Workers:
         names = ", ".join(str(r) for r in ranks)
         said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
         error = self._error(slowest, "stalled", said, None)
-        self.close(polite=False)
+        self.close()
         raise error
 
-    def close(self, *, polite: bool = True) -> None:
-        """End every process (politely: ask, wait a moment; else kill at once)."""
+    def close(self) -> None:
+        """End every process at once (SIGKILL: an idle worker holds nothing that needs an
+        orderly exit, and a stopped one ignores SIGTERM)."""
         if self._closed:
             return
         self._closed = True
-        for rank, proc in enumerate(self._procs):
-            if polite and proc.exitcode is None:
-                self.tell(rank, STOP)
-        deadline = time.monotonic() + (2.0 if polite else 0.0)
-        while any(p.exitcode is None for p in self._procs) and time.monotonic() < deadline:
-            self._receive(0.0)  # a worker flushes its last events before it exits
-            self._pending.clear()
-            time.sleep(POLL_S)
         for proc in self._procs:
             if proc.exitcode is None:
-                proc.kill()  # a stopped process ignores SIGTERM; SIGKILL ends it anyway
+                proc.kill()
             proc.join(5.0)
             with contextlib.suppress(ValueError):
                 proc.close()

@@ -1,5 +1,5 @@
-"""Inside a worker process: joining the group, the rank's context, serving jobs until told to
-stop (a worker whose job failed waits to be ended by the parent)."""
+"""Inside a worker process: joining the group, the rank's context, serving jobs until the parent
+ends it (a worker whose job failed waits for that too)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,6 @@ STARTUP_TIMEOUT_S = 180.0
 """Seconds allowed for every rank to join the group."""
 SWITCH_INTERVAL_S = 1e-4
 """GIL switch interval in the workers: transfer threads must not wait for a compute thread."""
-STOP = None
-"""The message that ends a worker."""
 TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported
 Job = Callable[["RankContext", Any], Any]
 """A module-level function run in a worker: ``job(ctx, payload) -> result``."""
@@ -86,15 +84,12 @@ class RankContext:
                 os._exit(1)  # the parent has gone
 
     def command(self) -> Any:
-        """The next message from the parent; the stop message (or the parent's death) ends."""
+        """The next message from the parent; the parent's death (or close) ends the process."""
         parent = os.getppid()
         while True:
             try:
                 if self._commands.poll(0.5):
-                    message = self._commands.recv()
-                    if message is STOP:
-                        raise SystemExit(0)
-                    return message
+                    return self._commands.recv()
             except (EOFError, OSError):
                 os._exit(1)
             if os.getppid() != parent:
@@ -170,13 +165,11 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
         ctx.emit("error", Failure(f"could not join the group: {exc}"))
         return
     ctx.emit("up", os.getpid())
-    with contextlib.suppress(SystemExit):
-        _serve(ctx)
-    events.close()
-    os._exit(0)  # skip torch's slow interpreter teardown; every event has been written
+    _serve(ctx)
 
 
 def _serve(ctx: RankContext) -> None:
+    """Run jobs until one fails, then wait to be ended (the group is broken)."""
     while True:
         job, payload, ctx.fault, ctx.num_layers = ctx.command()
         try:
@@ -188,5 +181,5 @@ def _serve(ctx: RankContext) -> None:
             ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None)))
             break
         ctx.emit("result", result)
-    while True:  # the group is broken: wait until the parent ends this process
+    while True:
         ctx.command()
