@@ -1,6 +1,6 @@
 """Worker processes in one torch.distributed group, run from the parent (DESIGN.md, executor).
 
-One forkserver process per rank, a pipe each way, a TCPStore the parent owns. A failure ends
+One forkserver process per rank, one duplex pipe each, a TCPStore the parent owns. A failure ends
 every process and raises RankFailedError naming the rank, its unit, step and chunk.
 """
 
@@ -63,25 +63,19 @@ class Workers:
         self._closed = False
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
-        self._events: list[Connection] = []
-        self._commands: list[Connection] = []
+        self._conns: list[Connection] = []
         self._procs: list[Any] = []
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["__main__", worker_main.__module__])
         try:
             for rank in range(len(labels)):
                 boot = Boot(rank, len(labels), self._store.port, device, self.backend, timeout_s)
-                events_r, events_w = context.Pipe(duplex=False)
-                commands_r, commands_w = context.Pipe(duplex=False)
-                proc = context.Process(
-                    target=worker_main, args=(boot, commands_r, events_w), daemon=True
-                )
+                ours, theirs = context.Pipe()
+                proc = context.Process(target=worker_main, args=(boot, theirs), daemon=True)
                 proc.start()
-                events_w.close()  # the worker holds the writing end: EOF when it exits
-                commands_r.close()
+                theirs.close()  # only the worker holds its end: EOF when it exits
                 self._procs.append(proc)
-                self._events.append(events_r)
-                self._commands.append(commands_w)
+                self._conns.append(ours)
             self._wait_for("up", range(len(labels)))
         except BaseException:
             self.close()
@@ -125,7 +119,7 @@ class Workers:
     def tell(self, rank: int, message: Any) -> None:
         """Send a message to the job running on ``rank``."""
         with contextlib.suppress(OSError):  # a worker that has gone is seen by its exit code
-            self._commands[rank].send(message)
+            self._conns[rank].send(message)
 
     def collect(self, ranks: Sequence[int]) -> dict[int, Any]:
         """The results of the jobs on ``ranks``, waiting for those not in yet."""
@@ -148,7 +142,7 @@ class Workers:
                 return None
 
     def _receive(self, timeout_s: float) -> None:
-        open_ends = [conn for conn in self._events if not conn.closed]
+        open_ends = [conn for conn in self._conns if not conn.closed]
         ready = wait(open_ends, timeout_s)
         for conn in open_ends:
             try:
@@ -241,6 +235,6 @@ class Workers:
             proc.join(5.0)
             with contextlib.suppress(ValueError):
                 proc.close()
-        for conn in (*self._commands, *self._events):
+        for conn in self._conns:
             conn.close()
         del self._store

@@ -62,7 +62,7 @@ class Boot:
 class RankContext:
     """A worker's view of the run: its rank, its devices, the clock, messages and transfers."""
 
-    def __init__(self, boot: Boot, commands: Connection, events: Connection) -> None:
+    def __init__(self, boot: Boot, conn: Connection) -> None:
         self.rank, self.backend, self.timeout_s = boot.rank, boot.backend, boot.timeout_s
         count = torch.cuda.device_count() if boot.device == "cuda" else 0
         self.device = torch.device(f"cuda:{boot.rank % count}" if count else "cpu")
@@ -73,13 +73,13 @@ class RankContext:
         self.fault: InjectedFault | None = None
         self.num_layers: int | None = None
         self.t0 = time.monotonic()
-        self._commands, self._events, self._lock = commands, events, threading.Lock()
+        self._conn, self._lock = conn, threading.Lock()
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Tell the parent now, from whichever thread has it."""
         with self._lock:
             try:
-                self._events.send(Event(self.rank, kind, data))
+                self._conn.send(Event(self.rank, kind, data))
             except OSError:
                 os._exit(1)  # the parent has gone
 
@@ -88,8 +88,8 @@ class RankContext:
         parent = os.getppid()
         while True:
             try:
-                if self._commands.poll(0.5):
-                    return self._commands.recv()
+                if self._conn.poll(0.5):
+                    return self._conn.recv()
             except (EOFError, OSError):
                 os._exit(1)
             if os.getppid() != parent:
@@ -144,7 +144,7 @@ class RankContext:
             raise TransferError(replace(where, message=message)) from None
 
 
-def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
+def worker_main(boot: Boot, conn: Connection) -> None:
     """A worker process: join the group, then run jobs until told to stop."""
     with contextlib.suppress(OSError):  # gloo on the loopback interface: this host only
         names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
@@ -152,7 +152,7 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
     torch.set_num_threads(1)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    ctx = RankContext(boot, commands, events)
+    ctx = RankContext(boot, conn)
     timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
     try:
         if ctx.device.type == "cuda":
