@@ -82,8 +82,8 @@ def program_section(pool: Workers, weights: Checkpoint) -> dict[str, list[Progra
                 )
                 for _ in range(RUNS)
             ]
-            start = [e for r in runs for e in r.start_errors_s().values()]
-            end = [e for r in runs for e in r.end_errors_s().values()]
+            start = [e for r in runs for e in r.errors_s("start")]
+            end = [e for r in runs for e in r.errors_s("end")]
             rows.append(
                 [
                     transport,

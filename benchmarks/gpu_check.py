@@ -34,7 +34,7 @@ HEADERS = ["check", "transport", "backend", "processes", "bit-exact", "end |err|
 
 
 def _row(check: str, transport: str, backend: str, run: object, wall_s: float) -> list[object]:
-    errors = [abs(e) * 1e3 for e in run.end_errors_s().values()]  # type: ignore[attr-defined]
+    errors = [abs(e) * 1e3 for e in run.errors_s("end")]  # type: ignore[attr-defined]
     exact = run.bit_exact  # type: ignore[attr-defined]
     processes = len(run.devices)  # type: ignore[attr-defined]
     return [

@@ -57,7 +57,7 @@ def _through_buffer(dims: m.Dims, unit: int, weights: m.Weights) -> m.Weights:
 
 def _units(config: dict[str, object], seed: int = 0) -> tuple[m.Dims, list[m.Weights]]:
     dims = m.model_dims(load_model(config))
-    return dims, [m.init_unit(dims, u, seed=seed) for u in range(dims.num_units)]
+    return dims, [m.init_unit(dims, u, seed=seed) for u in range(dims.spec.num_units)]
 
 
 @settings(max_examples=20)

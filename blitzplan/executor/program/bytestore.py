@@ -1,12 +1,8 @@
 """Which bytes of a device's buffers are there since when, and waiting for them.
 
-:class:`Coverage` keeps the byte ranges of one unit's buffer that are present, each with the time
-it arrived, disjoint and sorted (a range that overlaps what is there merges with it and counts
-its overlap as duplicate bytes: a correct program has none). :class:`ByteStore` keeps one
-Coverage per unit under one condition variable: the sending threads wait for the bytes of their
-next chunk, the receiving threads add what arrived, and a failure in any thread wakes every
-waiter with it. :func:`equal_chunks` cuts a byte range into the chunks both ends of a step
-use; :func:`merged` joins byte ranges.
+:class:`Coverage`: one unit's present byte ranges with their arrival times, disjoint and sorted
+(overlaps count as duplicate bytes). :class:`ByteStore`: one Coverage per unit under one condition
+variable; a failure in any thread wakes every waiter with it.
 """
 
 from __future__ import annotations

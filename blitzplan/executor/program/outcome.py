@@ -77,12 +77,10 @@ class ProgramRun:
         """First byte out to last byte in, measured."""
         return max(s.end_s for s in self.steps) - min(s.start_s for s in self.steps)
 
-    def start_errors_s(self) -> dict[int, float]:
-        """Measured minus predicted first byte out, per step (in ``steps`` order)."""
-        return {k: s.start_s - s.predicted_start_s for k, s in enumerate(self.steps)}
-
-    def end_errors_s(self) -> dict[int, float]:
-        return {k: s.end_s - s.predicted_end_s for k, s in enumerate(self.steps)}
+    def errors_s(self, time: str) -> list[float]:
+        """Measured minus predicted ``time`` (``start``: first byte out, ``end``: last byte in),
+        per step in ``steps`` order."""
+        return [getattr(s, f"{time}_s") - getattr(s, f"predicted_{time}_s") for s in self.steps]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON (a time that never came is None)."""
@@ -99,8 +97,8 @@ class ProgramRun:
             "moved_bytes": self.moved_bytes,
             "duplicate_bytes": self.duplicate_bytes,
             "errors_s": {
-                "start": _spread(self.start_errors_s().values()),
-                "end": _spread(self.end_errors_s().values()),
+                "start": _spread(self.errors_s("start")),
+                "end": _spread(self.errors_s("end")),
                 "ready": _spread(ready),
             },
             "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in self.steps],

@@ -1,14 +1,9 @@
-"""Run a ScalePlan's transfer program for real, from its JSON alone.
+"""Run a ScalePlan's transfer program for real, from its JSON alone (DESIGN.md section 8).
 
-:func:`run_program` reads the document (a ScalePlan or its program export, both read as the
-export by :mod:`blitzplan.wire`), refuses what this executor cannot run, checks that the
-checkpoint holds its model, builds one job per device (:mod:`.devices`) and runs each on a
-process of a :class:`~blitzplan.executor.runtime.pool.Workers` pool over the chosen transport.
-``relay``, ``nic`` and ``link`` have no counterpart on one machine: the step's pace stands for its
-route. A replan takes the running program over at ``at_s`` as :mod:`.jobs` says. Everything is
-checked before a process starts (InvalidInputError naming the field, the step or the device; a
-fault that could never fire too); a device that dies or stalls raises RankFailedError naming the
-rank, the unit, the step and the chunk, after every process ended.
+:func:`run_program` reads the document (a ScalePlan or its program export), refuses what this
+executor cannot run before a process starts (InvalidInputError naming the field, step or device),
+builds one job per device (:mod:`.devices`) and runs each on a :class:`Workers` process. ``relay``,
+``nic`` and ``link`` have no counterpart on one machine: the step's pace stands for its route.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The executor's built-in scenarios: ScalePlan documents made with the planner.
+"""The executor's built-in scenarios: ScalePlan documents made with ``blitzplan.plan``.
 
-Planned with ``blitzplan.plan`` at line rate (``link_efficiency=1.0``: predicted rates are the
-paced ones) on hosts of four NVLink-joined GPUs, one NIC per GPU, NICs slow enough that
-transfers dominate on a CPU (NVLink and PCIe four times faster).
-
-* ``small`` (3 hosts, 8 processes): TP1 decode instances on ``h0/gpu0`` and ``h2/gpu3`` and a
-  TP2 prefill instance on ``h2/gpu1-2`` serve; three new TP2 prefill instances, resharded from
-  the TP1 sources, a stripe forwarded from ``h0`` to ``h1``, multi-source stripes completed by
-  NVLink all-gathers.
-* ``large`` (5 hosts, 16 processes): TP1 decode instances on ``h0/gpu0`` and ``h0/gpu1`` and a
-  TP2 one on ``h1/gpu0-1``; six new TP2 instances on ``h2``-``h4``.
-* ``live`` (2 hosts, TP1): a prefill instance on ``h0/gpu0`` with a queue, a decode instance on
-  ``h1/gpu0`` as the source; one new live prefill instance pairs with the queued one.
+At line rate (``link_efficiency=1.0``) on hosts of four NVLink-joined GPUs, one NIC per GPU, NICs
+slow enough that transfers dominate on a CPU (NVLink and PCIe four times faster). ``small`` and
+``large`` scale TP2 prefill instances from TP1 and TP2 sources (forwarding, multi-source stripes,
+all-gathers); ``live`` pairs one new prefill instance with a queued one.
 """
 
 from __future__ import annotations
@@ -66,9 +58,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "queue": _QUEUE,
     },
 }
-"""Per scenario: the model's sizes (4 heads, 2 KV heads), the hosts, the serving instances
-``(gpus, role)`` (the first with ``queue``), the new prefill instances of TP ``tp`` (default 2),
-the NIC rate (default 1 MB/s) and the chunk size (default 32 KiB)."""
+"""Per scenario: model sizes (4 heads, 2 KV heads), hosts, serving instances ``(gpus, role)``
+(the first with ``queue``), new prefill instances of TP ``tp`` (default 2), NIC rate (default
+1 MB/s), chunk size (default 32 KiB)."""
 
 
 def _scenario(name: str) -> dict[str, Any]:
@@ -77,19 +69,12 @@ def _scenario(name: str) -> dict[str, Any]:
     return {"tp": 2, "nic": 1 * MB, "chunk_bytes": 32 * KIB, "queue": (), **SCENARIOS[name]}
 
 
-def scenario_model(name: str) -> ModelSpec:
-    from blitzplan import load_model
-
-    sizes = _scenario(name)["model"]
-    return load_model(small_config(num_attention_heads=4, num_key_value_heads=2, **sizes))
-
-
-def scenario_state(name: str, spec: ModelSpec | None = None) -> ClusterState:
+def scenario_state(name: str, spec: ModelSpec) -> ClusterState:
     """The scenario's cluster with its serving instances (no host copy of the model)."""
     from blitzplan import ClusterState
     from blitzplan.topologies import build_cluster, nvswitch_host
 
-    chosen, spec = _scenario(name), spec or scenario_model(name)
+    chosen = _scenario(name)
     nic = chosen["nic"]
     host = nvswitch_host(
         "a100",
@@ -102,35 +87,30 @@ def scenario_state(name: str, spec: ModelSpec | None = None) -> ClusterState:
     )
     state = ClusterState(build_cluster(host, hosts=chosen["hosts"], name=f"executor-{name}"))
     for k, (gpus, role) in enumerate(chosen["serving"]):
-        state.add_instance(
-            spec, gpus=list(gpus), role=role, queue=chosen["queue"] if k == 0 else ()
-        )
+        queue = chosen["queue"] if k == 0 else ()
+        state.add_instance(spec, gpus=list(gpus), role=role, queue=queue)
     return state
 
 
 def scenario_plan(
     name: str, *, compute: ComputeModel | None = None, live_method: str = "zigzag"
 ) -> tuple[ClusterState, ScalePlan]:
-    """The scenario's state and its plan (``compute``, e.g. layer times measured on this
-    machine, defaults to the planner's roofline; ``live_method`` is the live pairs' policy)."""
-    from blitzplan import ScaleRequest, plan
+    """The scenario's state and its plan (``compute`` defaults to the planner's roofline;
+    ``live_method`` is the live pairs' policy)."""
+    from blitzplan import ScaleRequest, load_model, plan
 
-    chosen, spec = _scenario(name), scenario_model(name)
+    chosen = _scenario(name)
+    sizes = small_config(num_attention_heads=4, num_key_value_heads=2, **chosen["model"])
+    spec = load_model(sizes)
     state = scenario_state(name, spec)
     request = ScaleRequest(spec, prefill=chosen["prefill"], tp=chosen["tp"])
-    return state, plan(
-        state,
-        request,
-        link_efficiency=1.0,
-        chunk_bytes=chosen["chunk_bytes"],
-        compute=compute,
-        live_method=live_method,
-    )
+    options = {"chunk_bytes": chosen["chunk_bytes"], "live_method": live_method}
+    return state, plan(state, request, link_efficiency=1.0, compute=compute, **options)
 
 
 def write_scenario(name: str, path: str | Path, *, checkpoint: str | Path | None = None) -> Path:
-    """Write the scenario's ScalePlan document to ``path`` (and, with ``checkpoint``, seeded
-    weights of its model to that directory unless it has them); returns the document's path."""
+    """Write the scenario's ScalePlan document to ``path`` and, with ``checkpoint``, seeded
+    weights of its model there unless it has them."""
     from blitzplan.executor.smallmodel.checkpoint import MANIFEST, save_checkpoint
     from blitzplan.scale.export import program_json
 

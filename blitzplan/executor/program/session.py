@@ -1,20 +1,14 @@
 """One device's part of a run: fill its arena, stream its lanes over the transport, check.
 
-Before the shared start the device fills its arena from the checkpoint
-(:meth:`~blitzplan.models.layout.Layout.rank_buffer`: a serving GPU its own buffer, host memory
-every rank's, a new GPU the bytes ``held`` says), packs what its resharding steps send and opens its
-end of the transport. After it, the transport's receivers hand over chunks as they land, and one
-thread per outgoing lane writes the lane's chunks in order, each once its bytes are here (held, or
-landed over any step), no faster than its step's pace (the link it stands for is busy ``chunk /
-pace`` seconds a chunk), not before the step's gate: ``not_before_s``, the end of the steps in
-``after`` and, for store-and-forward, of every step feeding it. Consecutive chunks of a step that
-are ready at once go in one write (one NIXL WRITE, one Python call for all of them: a step's first
-write is one chunk, each next one twice as many up to ``BATCH``, so that the steps its bytes feed
-start soon and later writes cost few calls); up to ``WINDOW`` writes are in flight; a thread that is
-about to wait first sends what it holds and sees its writes out, so every step's end is known when
-another waits for it. A device reports its position (``at``: unit, step, chunk) as it starts each
-unit of a step; an injected fault fires there, or once the unit's first chunk has landed. A new GPU
-then compares every unit with its rank buffer.
+Before the shared start the device fills its arena from the checkpoint and opens its end of the
+transport. After it, receivers hand over chunks as they land, and one thread per outgoing lane
+writes its chunks in order, each once its bytes are here, no faster than its step's pace (``chunk
+/ pace`` seconds a chunk) and not before the step's gate (``not_before_s``, the ends of the steps
+in ``after`` and, for store-and-forward, of every step feeding it). A step's ready chunks go in
+one write, its first write one chunk and each next twice as many up to ``BATCH``; ``WINDOW``
+writes stay in flight, and a thread about to wait first sees its writes out. A device reports
+``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new
+GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -160,10 +154,7 @@ class ProgramSession:
             if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, now) and self.job.check:
                 self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
             self.measured.received_bytes[key] += chunk.nbytes
-            self._left[key] -= 1
-            if self._left[key] == 0:
-                self.measured.received_end_s[key] = now
-                self._done[key].set()
+            self._count(self._left, key, 1, self.measured.received_end_s, now)
 
     def _gate_s(self, step: SendStep) -> float:
         """When the step may start (module docstring); every step it waits for is here."""
@@ -224,11 +215,17 @@ class ProgramSession:
         while len(flying) > keep:
             handle, chunks = flying.popleft()
             self.transport.wait(handle)
-            key = chunks[0].step
-            left[key] -= len(chunks)
-            if left[key] == 0:
-                self.measured.sent_end_s[key] = self.ctx.now()
-                self._done[key].set()
+            ends = self.measured.sent_end_s
+            self._count(left, chunks[0].step, len(chunks), ends, self.ctx.now())
+
+    def _count(
+        self, left: dict[int, int], key: int, done: int, ends: dict[int, float], now: float
+    ) -> None:
+        """``done`` more chunks of step ``key``: at its last, its end is ``now``."""
+        left[key] -= done
+        if left[key] == 0:
+            ends[key] = now
+            self._done[key].set()
 
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device."""

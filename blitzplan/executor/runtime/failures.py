@@ -1,9 +1,4 @@
-"""What can go wrong in a run: failures that name a rank, a unit, a step and a chunk.
-
-A worker whose transfer fails or times out raises :class:`TransferError` carrying a
-:class:`Failure`; the parent turns what it hears and the exit codes it sees into one
-:class:`RankFailedError` naming the culprit. :class:`InjectedFault` makes a rank fail on purpose.
-"""
+"""Failures that name a rank, a unit, a step and a chunk; injected faults."""
 
 from __future__ import annotations
 
@@ -20,13 +15,10 @@ connections open)."""
 
 def unit_name(unit: int | None, num_layers: int | None) -> str:
     """``layer 3``, ``the embedding (unit 0)`` or ``the head (unit L+1)``."""
-    if unit is None:
-        return "an unknown layer"
-    if num_layers is None:
-        return f"unit {unit}"
-    if unit == 0:
-        return "the embedding (unit 0)"
-    return f"the head (unit {unit})" if unit == num_layers + 1 else f"layer {unit}"
+    if unit is None or num_layers is None:
+        return "an unknown layer" if unit is None else f"unit {unit}"
+    names = {0: "the embedding (unit 0)", num_layers + 1: f"the head (unit {unit})"}
+    return names.get(unit, f"layer {unit}")
 
 
 def chunk_name(step: int | None, chunk: tuple[int, int] | None, unit: int | None) -> str:
@@ -39,8 +31,7 @@ def chunk_name(step: int | None, chunk: tuple[int, int] | None, unit: int | None
 
 class RankFailedError(BlitzplanError):
     """A rank died, stalled or failed a transfer; every process of the run has been ended.
-    ``rank`` and ``label`` name it, ``layer`` the unit (0 the embedding, ``L + 1`` the head),
-    ``step`` and ``chunk`` (bytes of the unit's buffer) what it moved; None when unknown."""
+    ``layer`` is the unit, ``chunk`` bytes of its buffer; None when unknown."""
 
     def __init__(self, message: str, *, rank: int, label: str, layer: int | None, **at: Any):
         super().__init__(message)
@@ -51,9 +42,8 @@ class RankFailedError(BlitzplanError):
 
 @dataclass(frozen=True)
 class InjectedFault:
-    """Make ``rank`` fail (``kind`` in FAULT_KINDS) where it first moves unit ``layer``: as it
-    starts to send a chunk of it, or once one has landed (the old instance of a live run once
-    it has loaded it). A fault that could never fire is refused before any process starts."""
+    """Make ``rank`` fail (``kind`` in FAULT_KINDS) where it first sends or receives a chunk of
+    unit ``layer`` (the old instance of a live run once it has loaded it)."""
 
     rank: int
     layer: int

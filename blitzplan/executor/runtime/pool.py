@@ -1,13 +1,7 @@
-"""Worker processes joined in one torch.distributed group, run from the parent.
+"""Worker processes in one torch.distributed group, run from the parent (DESIGN.md, executor).
 
-:class:`Workers` starts one process per rank, forked from a server process that has imported
-torch once (``forkserver`` with the worker module preloaded: a process starts in well under a
-second), joins them over a TCPStore on 127.0.0.1 that it owns, runs jobs on them (each reports
-``ready``, then all start at one shared time ``t0``) and relays their events; one pool serves
-runs of both transports. A failure ends every process and raises RankFailedError naming the
-culprit, its unit and, where known, its step and chunk: a process that died (its exit code), else
-the peer a failed transfer names (it stalled), else the rank that failed; no event at all for a
-while is a stall too.
+One forkserver process per rank, one duplex pipe each, a TCPStore the parent owns. A failure ends
+every process and raises RankFailedError naming the rank, its unit, step and chunk.
 """
 
 from __future__ import annotations
@@ -33,7 +27,6 @@ from blitzplan.executor.runtime.failures import (
 )
 from blitzplan.executor.runtime.worker import (
     STARTUP_TIMEOUT_S,
-    STOP,
     Boot,
     Job,
     TCPStore,
@@ -50,9 +43,8 @@ WATCHDOG_FACTOR = 2.0
 
 
 class Workers:
-    """``len(labels)`` processes in one process group (``labels`` name the ranks in messages);
-    ``timeout_s`` bounds every transfer and wait; the backend is :func:`check_device`'s for
-    ``device``. Use as a context manager."""
+    """``len(labels)`` ranks (``labels`` name them in messages); ``timeout_s`` bounds every
+    transfer and wait. Use as a context manager."""
 
     def __init__(self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0):
         if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
@@ -71,33 +63,23 @@ class Workers:
         self._closed = False
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
-        self._events: list[Connection] = []
-        self._commands: list[Connection] = []
+        self._conns: list[Connection] = []
         self._procs: list[Any] = []
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["__main__", worker_main.__module__])
         try:
             for rank in range(len(labels)):
                 boot = Boot(rank, len(labels), self._store.port, device, self.backend, timeout_s)
-                events_r, events_w = context.Pipe(duplex=False)
-                commands_r, commands_w = context.Pipe(duplex=False)
-                proc = context.Process(
-                    target=worker_main, args=(boot, commands_r, events_w), daemon=True
-                )
+                ours, theirs = context.Pipe()
+                proc = context.Process(target=worker_main, args=(boot, theirs), daemon=True)
                 proc.start()
-                events_w.close()  # the worker holds the writing end: EOF when it exits
-                commands_r.close()
+                theirs.close()  # only the worker holds its end: EOF when it exits
                 self._procs.append(proc)
-                self._events.append(events_r)
-                self._commands.append(commands_w)
+                self._conns.append(ours)
             self._wait_for("up", range(len(labels)))
         except BaseException:
             self.close()
             raise
-
-    @property
-    def world_size(self) -> int:
-        return len(self.labels)
 
     def __enter__(self) -> Workers:
         return self
@@ -113,12 +95,11 @@ class Workers:
         num_layers: int | None = None,
         fault: InjectedFault | None = None,
     ) -> float:
-        """Submit one job per rank (``labels`` renames the first ranks), wait until each is
-        ready, start them together; returns t0. A fault whose rank runs no job or whose unit does
-        not exist is refused first."""
-        if len(labels) > self.world_size:
+        """Submit one job per rank (``labels`` renames the first ranks), start them together
+        once all are ready; returns t0. A fault that could never fire is refused first."""
+        if len(labels) > len(self.labels):
             raise InvalidInputError(
-                f"workers must have at least {len(labels)} ranks, got {self.world_size}"
+                f"workers must have at least {len(labels)} ranks, got {len(self.labels)}"
             )
         if fault is not None and (
             fault.rank not in jobs or num_layers is None or fault.layer > num_layers + 1
@@ -138,7 +119,7 @@ class Workers:
     def tell(self, rank: int, message: Any) -> None:
         """Send a message to the job running on ``rank``."""
         with contextlib.suppress(OSError):  # a worker that has gone is seen by its exit code
-            self._commands[rank].send(message)
+            self._conns[rank].send(message)
 
     def collect(self, ranks: Sequence[int]) -> dict[int, Any]:
         """The results of the jobs on ``ranks``, waiting for those not in yet."""
@@ -161,7 +142,7 @@ class Workers:
                 return None
 
     def _receive(self, timeout_s: float) -> None:
-        open_ends = [conn for conn in self._events if not conn.closed]
+        open_ends = [conn for conn in self._conns if not conn.closed]
         ready = wait(open_ends, timeout_s)
         for conn in open_ends:
             try:
@@ -199,7 +180,8 @@ class Workers:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
     def _fail(self, dead: int | None, report: Event | None) -> None:
-        """End every process and raise for the culprit (module docstring)."""
+        """End every process and raise for the culprit: a dead process, else the peer a failed
+        transfer names, else the rank that failed."""
         failure: Failure | None = report.data if report is not None else None
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
@@ -217,12 +199,11 @@ class Workers:
         else:
             rank = report.rank if report is not None else 0
             error = self._error(rank, "failed", said or "; no rank reported why", failure)
-        self.close(polite=False)
+        self.close()
         raise error
 
     def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
-        """The error naming ``rank`` and its unit, step and chunk: its own last ones, else the
-        failure's (reported by it or by a peer about it)."""
+        """The error naming ``rank`` and its last unit, step and chunk, else the failure's."""
         unit, step, chunk = self._at.get(rank, (None, None, None))
         if failure is not None and failure.peer in (rank, None) and (step is None or unit is None):
             unit, step, chunk = failure.layer, failure.step, failure.chunk
@@ -234,34 +215,26 @@ class Workers:
         return RankFailedError(message, rank=rank, label=label, layer=unit, step=step, chunk=chunk)
 
     def fail_stalled(self, ranks: Sequence[int]) -> None:
-        """End every process and raise: ``ranks`` sent nothing for a long time; the culprit is
-        the one that got least far."""
+        """End every process and raise for the one of ``ranks`` (silent) that got least far."""
         slowest = min(ranks, key=lambda r: (self._at.get(r, (-1,))[0] or -1, r))
         names = ", ".join(str(r) for r in ranks)
         said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
         error = self._error(slowest, "stalled", said, None)
-        self.close(polite=False)
+        self.close()
         raise error
 
-    def close(self, *, polite: bool = True) -> None:
-        """End every process (politely: ask, wait a moment; else kill at once)."""
+    def close(self) -> None:
+        """End every process at once (SIGKILL: an idle worker holds nothing that needs an
+        orderly exit, and a stopped one ignores SIGTERM)."""
         if self._closed:
             return
         self._closed = True
-        for rank, proc in enumerate(self._procs):
-            if polite and proc.exitcode is None:
-                self.tell(rank, STOP)
-        deadline = time.monotonic() + (2.0 if polite else 0.0)
-        while any(p.exitcode is None for p in self._procs) and time.monotonic() < deadline:
-            self._receive(0.0)  # a worker flushes its last events before it exits
-            self._pending.clear()
-            time.sleep(POLL_S)
         for proc in self._procs:
             if proc.exitcode is None:
-                proc.kill()  # a stopped process ignores SIGTERM; SIGKILL ends it anyway
+                proc.kill()
             proc.join(5.0)
             with contextlib.suppress(ValueError):
                 proc.close()
-        for conn in (*self._commands, *self._events):
+        for conn in self._conns:
             conn.close()
         del self._store

@@ -1,11 +1,5 @@
-"""Inside a worker process: joining the group, the rank's context, serving jobs.
-
-A worker sets one torch thread, joins the process group over the parent's TCPStore and runs jobs
-``job(ctx, payload) -> result`` until told to stop. :class:`RankContext` gives a job its rank,
-devices, the shared clock, messages to and from the parent (one pipe each way, written by the
-thread that has them) and torch.distributed transfers that time out and name what they moved.
-A worker whose job failed waits to be ended by the parent.
-"""
+"""Inside a worker process: joining the group, the rank's context, serving jobs until the parent
+ends it (a worker whose job failed waits for that too)."""
 
 from __future__ import annotations
 
@@ -34,16 +28,13 @@ STARTUP_TIMEOUT_S = 180.0
 """Seconds allowed for every rank to join the group."""
 SWITCH_INTERVAL_S = 1e-4
 """GIL switch interval in the workers: transfer threads must not wait for a compute thread."""
-STOP = None
-"""The message that ends a worker."""
 TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported
 Job = Callable[["RankContext", Any], Any]
 """A module-level function run in a worker: ``job(ctx, payload) -> result``."""
 
 
 def check_device(device: str, world_size: int) -> str:
-    """The torch.distributed backend for ``device``: gloo on the CPU; on GPUs NCCL when every
-    rank has its own GPU, else gloo through host memory."""
+    """gloo on the CPU; on GPUs NCCL when every rank has its own GPU, else gloo."""
     if device not in DEVICES:
         raise InvalidInputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device == "cpu":
@@ -71,7 +62,7 @@ class Boot:
 class RankContext:
     """A worker's view of the run: its rank, its devices, the clock, messages and transfers."""
 
-    def __init__(self, boot: Boot, commands: Connection, events: Connection) -> None:
+    def __init__(self, boot: Boot, conn: Connection) -> None:
         self.rank, self.backend, self.timeout_s = boot.rank, boot.backend, boot.timeout_s
         count = torch.cuda.device_count() if boot.device == "cuda" else 0
         self.device = torch.device(f"cuda:{boot.rank % count}" if count else "cpu")
@@ -82,26 +73,23 @@ class RankContext:
         self.fault: InjectedFault | None = None
         self.num_layers: int | None = None
         self.t0 = time.monotonic()
-        self._commands, self._events, self._lock = commands, events, threading.Lock()
+        self._conn, self._lock = conn, threading.Lock()
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Tell the parent now, from whichever thread has it."""
         with self._lock:
             try:
-                self._events.send(Event(self.rank, kind, data))
+                self._conn.send(Event(self.rank, kind, data))
             except OSError:
                 os._exit(1)  # the parent has gone
 
     def command(self) -> Any:
-        """The next message from the parent; the stop message (or the parent's death) ends."""
+        """The next message from the parent; the parent's death (or close) ends the process."""
         parent = os.getppid()
         while True:
             try:
-                if self._commands.poll(0.5):
-                    message = self._commands.recv()
-                    if message is STOP:
-                        raise SystemExit(0)
-                    return message
+                if self._conn.poll(0.5):
+                    return self._conn.recv()
             except (EOFError, OSError):
                 os._exit(1)
             if os.getppid() != parent:
@@ -127,16 +115,14 @@ class RankContext:
             torch.cuda.synchronize(self.device)
 
     def maybe_fail(self, layer: int) -> None:
-        """Apply this job's injected fault when it is for this layer (to the calling thread:
-        another thread of the process could take a process-wide signal late)."""
+        """Apply this job's injected fault when it is for ``layer`` (to the calling thread)."""
         fault = self.fault
         if fault is not None and fault.rank == self.rank and fault.layer == layer:
             kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
             signal.pthread_kill(threading.get_ident(), kind)
 
     def wait(self, work: Any, what: str, where: Failure) -> None:
-        """Wait for a posted transfer within the timeout; TransferError saying ``what`` failed
-        ``where`` (its unit, peer, step and chunk) otherwise."""
+        """Wait for a posted transfer within the timeout, else raise TransferError at ``where``."""
         try:
             if self.backend == "nccl":  # NCCL's wait has no timeout of its own
                 deadline = time.monotonic() + self.timeout_s
@@ -158,7 +144,7 @@ class RankContext:
             raise TransferError(replace(where, message=message)) from None
 
 
-def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
+def worker_main(boot: Boot, conn: Connection) -> None:
     """A worker process: join the group, then run jobs until told to stop."""
     with contextlib.suppress(OSError):  # gloo on the loopback interface: this host only
         names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
@@ -166,7 +152,7 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
     torch.set_num_threads(1)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    ctx = RankContext(boot, commands, events)
+    ctx = RankContext(boot, conn)
     timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
     try:
         if ctx.device.type == "cuda":
@@ -179,13 +165,11 @@ def worker_main(boot: Boot, commands: Connection, events: Connection) -> None:
         ctx.emit("error", Failure(f"could not join the group: {exc}"))
         return
     ctx.emit("up", os.getpid())
-    with contextlib.suppress(SystemExit):
-        _serve(ctx)
-    events.close()
-    os._exit(0)  # skip torch's slow interpreter teardown; every event has been written
+    _serve(ctx)
 
 
 def _serve(ctx: RankContext) -> None:
+    """Run jobs until one fails, then wait to be ended (the group is broken)."""
     while True:
         job, payload, ctx.fault, ctx.num_layers = ctx.command()
         try:
@@ -197,5 +181,5 @@ def _serve(ctx: RankContext) -> None:
             ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None)))
             break
         ctx.emit("result", result)
-    while True:  # the group is broken: wait until the parent ends this process
+    while True:
         ctx.command()

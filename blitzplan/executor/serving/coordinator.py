@@ -1,11 +1,9 @@
 """The coordinator of a live run: the measured driver of the relay state machine.
 
-Like the offline loop and the simulator, it holds a :class:`~blitzplan.live.relay.RelayState`
-and asks the policy what each idle instance runs next (``decide``); it sends each started
-operation to its instance's process and feeds the state what the processes measure: the layers
-on the new instance (``set_loaded``) and when operations end (``end_layers``, ``end_block``,
-overwriting the times booked at dispatch). Every event heard is applied before the next
-decision, so events that arrive together are decided on together.
+Like the offline loop and the simulator, it holds a :class:`~blitzplan.live.relay.RelayState`,
+asks the policy what each idle instance runs next, sends it to the instance's process and feeds
+the state what the processes measure (``set_loaded``, ``end_layers``, ``end_block``). Events
+that arrive together are decided on together.
 """
 
 from __future__ import annotations

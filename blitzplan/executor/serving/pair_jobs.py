@@ -157,7 +157,7 @@ def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...
         raise TransferError(Failure("the old instance has no checkpoint"))
     dims = model_dims(plan.checkpoint.spec())
     units = []
-    for u in range(dims.num_units):
+    for u in range(dims.spec.num_units):
         units.append({k: t.to(ctx.device) for k, t in load_unit(plan.checkpoint, u).items()})
         ctx.emit("at", u)
         ctx.maybe_fail(u)  # it has unit u (see InjectedFault)

@@ -1,11 +1,8 @@
 """Layer times measured on the workers: the compute model a live pair's prediction is planned with.
 
-:func:`measured_compute` times one decoder layer of the small model (rotating over its layers,
-round-robin over the token counts so that a burst of load elsewhere lands on every size alike)
-on two ranks at once, as a new and an old instance run side by side, and fits a
-:class:`~blitzplan.compute.TableComputeModel` (the slower rank's median per token count; a
-decode step is taken as a one-token prefill, and the head as free: the live pair's prediction
-reads prefill layer times only).
+:func:`measured_compute` times the small model's decoder layers on two ranks at once (round-robin
+over token counts, so load elsewhere hits every size alike) and fits a TableComputeModel from the
+slower rank's medians (decode taken as a one-token prefill, the head as free).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """A document's live pair served for real, driven by the relay state machine.
 
-:func:`serve_live` runs the document's transfer program (every device, over the chosen
-transport) and, beside it, the pair: its new instance (a TP1 GPU of the program, computing on
-layers as they land) and its old instance (one more process with the whole model), driven by a
-:class:`~.coordinator.Coordinator` with the pair's policy, its estimates read from the document's
-prediction and the layer times of ``compute``. Every batch's logits are compared with the
-monolithic model's; :func:`live_violations` checks the measured operations against the rules of
-DESIGN.md section 4 with the measured arrivals.
+:func:`serve_live` runs the document's transfer program and, beside it, the pair (its new TP1
+instance computing on layers as they land, its old instance one more process with the whole
+model) driven by a :class:`~.coordinator.Coordinator`. Every batch's logits are compared with the
+monolithic model's; :func:`live_violations` checks the measured operations against DESIGN.md
+section 4.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Seeded weights saved one safetensors file per unit, with a manifest, and loaded unit by unit.
 
-A checkpoint directory holds ``unit-000.safetensors`` .. ``unit-{L+1}.safetensors`` and
-``manifest.json``: the model's identity, its config, the seed and the SHA-256 of every unit's
-TP1 rank buffer (:func:`blitzplan.layout`). Every unit file also carries the identity in its
-metadata, so units of two versions are never mixed: :func:`load_unit` refuses a unit whose file
-is of another model or whose bytes do not hash to the manifest's (CorruptCheckpointError naming
-the unit), and :func:`check_identity` checks every unit against a plan's model before a run.
+``manifest.json`` holds the model's identity, config, seed and the SHA-256 of every unit's TP1
+rank buffer; every unit file carries the identity too. :func:`load_unit` refuses a unit of another
+model or with other bytes (CorruptCheckpointError naming the unit); :func:`check_identity` checks
+every unit against a plan's model before a run.
 """
 
 from __future__ import annotations
@@ -72,7 +70,7 @@ def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) ->
     root.mkdir(parents=True, exist_ok=True)
     identity = {k: str(v) for k, v in dataclasses.asdict(spec.identity).items()}
     units = []
-    for unit in range(dims.num_units):
+    for unit in range(dims.spec.num_units):
         weights, name = init_unit(dims, unit, seed=seed), f"unit-{unit:03d}.safetensors"
         save_file(weights, str(root / name), metadata={**identity, "unit": str(unit)})
         units.append({"file": name, "sha256": _digest(spec, unit, weights)})

@@ -37,17 +37,10 @@ class Dims:
 
     spec: ModelSpec
     hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
     layers: int
     rms_norm_eps: float
     rope_theta: float
     dtype: torch.dtype
-
-    @property
-    def num_units(self) -> int:
-        return self.layers + 2
 
 
 def model_dims(spec: ModelSpec) -> Dims:
@@ -82,9 +75,6 @@ def model_dims(spec: ModelSpec) -> Dims:
     return Dims(
         spec=spec,
         hidden=spec.hidden_size,
-        heads=spec.num_attention_heads,
-        kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim,
         layers=spec.num_layers,
         rms_norm_eps=float(spec.config.get("rms_norm_eps", 1e-5)),
         rope_theta=float(spec.config.get("rope_theta", 10_000.0)),
@@ -169,7 +159,8 @@ class Rope:
 
 def rope_tables(dims: Dims, *, max_positions: int, device: torch.device | None = None) -> Rope:
     """Rotary tables for positions ``0..max_positions - 1`` (float32, as Llama computes them)."""
-    half = torch.arange(0, dims.head_dim, 2, dtype=torch.float32) / dims.head_dim
+    head_dim = dims.spec.head_dim
+    half = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
     inverse = 1.0 / (dims.rope_theta**half)
     angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inverse)
     both = torch.cat([angles, angles], dim=-1)
@@ -194,9 +185,10 @@ def embed(weights: Mapping[str, torch.Tensor], token_ids: torch.Tensor) -> torch
 
 
 def _attention(dims: Dims, w: Mapping[str, torch.Tensor], x: torch.Tensor, rope: Rope) -> Any:
-    tokens, group = x.shape[0], dims.heads // dims.kv_heads
+    spec, tokens = dims.spec, x.shape[0]
+    group = spec.num_attention_heads // spec.num_kv_heads
     q, k, v = (
-        F.linear(x, w[f"self_attn.{p}_proj.weight"]).view(tokens, -1, dims.head_dim).transpose(0, 1)
+        F.linear(x, w[f"self_attn.{p}_proj.weight"]).view(tokens, -1, spec.head_dim).transpose(0, 1)
         for p in "qkv"
     )
     cos, sin = rope.cos[:tokens], rope.sin[:tokens]

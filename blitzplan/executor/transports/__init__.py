@@ -1,12 +1,11 @@
 """Transports: how one chunk of one step moves from the source's arena into the destination's.
 
-Each device keeps its buffers in one *arena* (a flat byte tensor in host or GPU memory); both
-ends of a pair of devices know every chunk between them in advance, in one order (their
-:class:`Lane`). A sender calls :meth:`Transport.write` with a lane's next chunks (a handle back at
-once; :meth:`Transport.wait` returns once they have left); a receiver runs the bodies
-:meth:`Transport.receivers` gives, each calling ``landed(chunk)`` once a chunk is in the arena.
-Everything else (when a chunk leaves, ``feeds``, pacing, relays, checks) is the runner's. A
-failing transport raises ``TransferError`` naming the peer, the step and the chunk.
+Both ends of a pair of devices know every chunk between them in advance, in one order (their
+:class:`Lane`). A sender calls :meth:`Transport.write` (a handle back at once;
+:meth:`Transport.wait` returns once the chunks have left); a receiver runs the bodies
+:meth:`Transport.receivers` gives, each calling ``landed(chunk)``. The rest is the runner's
+(DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
+the chunk.
 """
 
 from __future__ import annotations

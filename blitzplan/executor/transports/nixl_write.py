@@ -1,18 +1,12 @@
 """The ``nixl`` transport: one one-sided NIXL WRITE per write, its notification naming its chunks.
 
-Every device of a run creates a NIXL agent (UCX backend; no progress thread, which spins a core
-per process: the waits drive progress, a sender polling its WRITEs, a receiver its
-notifications; no metadata listener), registers its arena (``DRAM`` on the CPU, ``VRAM`` on a
-GPU) and publishes its metadata and the arena's address in the group's TCPStore. A sender loads
-the metadata of every rank it writes to and prepares, per lane, the descriptors of every chunk
-on both sides once, before the start; a write is then one prepared WRITE of its chunks with the
-notification ``b"<step>:<dst>"`` of each, joined by ``;``. A receiver polls its notifications in
-one thread (NIXL delivers one after its bytes), backing off from ``POLL_S[0]`` to ``POLL_S[1]``
-while nothing comes. UCX is kept to the loopback interface unless ``UCX_NET_DEVICES`` says
-otherwise, and to TCP on the CPU unless ``UCX_TLS`` does: no socket of a run listens beyond this
-host. Two traps of NIXL's Python API are handled: ``add_remote_agent`` returns the name as bytes
-(decoded before use), and the agent's own metadata listener would bind every interface (it stays
-off).
+Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; the waits
+drive progress) or metadata listener (it binds every interface), registers its arena (DRAM or
+VRAM) and publishes its metadata in the group's TCPStore. A sender prepares every chunk's
+descriptors per lane before the start; a write is one prepared WRITE with the notification
+``b"<step>:<dst>"`` per chunk, joined by ``;``. A receiver polls its notifications in one thread,
+backing off from ``POLL_S[0]`` to ``POLL_S[1]``. UCX stays on loopback (and TCP on the CPU)
+unless ``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise; ``add_remote_agent``'s bytes are decoded.
 """
 
 from __future__ import annotations

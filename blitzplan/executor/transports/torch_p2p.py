@@ -1,10 +1,8 @@
 """The ``torch`` transport: torch.distributed ``isend``/``irecv`` of each chunk, in lane order.
 
-Both ends of a lane post its chunks in the lane's order, so messages match by order alone: every
-chunk goes with one tag, as NCCL (which has no tags) needs. Under NCCL each direction of a pair
-has a communicator of its own (``new_group`` with local synchronization, made by every rank in
-one global order of pairs, and destroyed at the end of the run), so that a pair sending both
-ways never waits on itself. A receiver keeps ``WINDOW`` receives posted ahead.
+Messages match by order alone (one tag: NCCL has none). Under NCCL each direction of a pair has
+its own communicator (made by every rank in one global order, destroyed at the end), so a pair
+sending both ways never waits on itself. A receiver keeps ``WINDOW`` receives posted ahead.
 """
 
 from __future__ import annotations
