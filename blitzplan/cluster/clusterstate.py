@@ -140,12 +140,18 @@ class ClusterState:
         topo = self.topology
         check_tp_fits(topo, tp)
         free = set(self.free_gpus())
+        misfit: dict[float, bool] = {}  # per memory size: whether the model misses it
         groups: dict[tuple[str, ...], list[str]] = {}
         for gpu in topo.gpus():
-            if gpu in free and not (
-                model is not None and memory_misfit(model, tp, topo.gpu_spec(gpu).memory_bytes)
-            ):
-                groups.setdefault(topo.nvlink_group_of(gpu), []).append(gpu)
+            if gpu not in free:
+                continue
+            if model is not None:
+                memory = topo.gpu_spec(gpu).memory_bytes
+                if memory not in misfit:
+                    misfit[memory] = memory_misfit(model, tp, memory) is not None
+                if misfit[memory]:
+                    continue
+            groups.setdefault(topo.nvlink_group_of(gpu), []).append(gpu)
         order = sorted(
             groups.items(),
             key=lambda kv: (

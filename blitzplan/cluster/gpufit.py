@@ -21,7 +21,10 @@ whose weights leave less is refused, by ``add_instance`` and by ``plan()`` alike
 
 def check_tp_fits(topology: Topology, tp: int) -> None:
     """InvalidInputError unless some NVLink group of ``topology`` has ``tp`` GPUs."""
-    largest = max(len(topology.nvlink_group_of(g)) for g in topology.gpus())
+    memo = topology.memo.setdefault("largest_nvlink_group", {})
+    if () not in memo:
+        memo[()] = max(len(topology.nvlink_group_of(g)) for g in topology.gpus())
+    largest = memo[()]
     if tp > largest:
         raise InvalidInputError(f"tp={tp} is larger than the largest NVLink group ({largest} GPUs)")
 

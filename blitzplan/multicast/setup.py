@@ -414,6 +414,8 @@ def _check_exclude(state: ClusterState, exclude: Iterable[str]) -> set[str]:
             f"exclude must be a collection of names, got the string {exclude!r}"
         )
     items = set(exclude)
+    if not items:
+        return items
     topo = state.topology
     known = {inst.id for inst in state.instances} | set(topo.graph.nodes) | set(topo.hosts())
     for item in items:

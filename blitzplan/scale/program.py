@@ -33,12 +33,10 @@ of such units, at the step's rate).
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
 
 from blitzplan.multicast.holdings import holder_segments
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
@@ -124,43 +122,72 @@ def program(
     startup: dict[int, float] = {}
     for inst in plan.instances:
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
-    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
+    waits = _waits(plan)
+    route = _Router(plan, topology)
     steps: dict[int, TransferStep] = {}
-    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[ByteRange, ...]] = {}
-    kind = functools.lru_cache(maxsize=None)(topology.kind)  # one look-up per node
+    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[tuple[ByteRange, ...], int]]
+    same = {}
+    starts, feeds = plan.lane_start_s, plan.lane_feeds
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         if lane.dst in have:
             ranges = _ranges(plan, lane, have[lane.dst], snap)
+            total = _total(ranges)
         else:  # lanes of one stripe into one node with nothing held send the same ranges
             receiver = plan.nodes[lane.receiver]
             key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
             if key not in same:
-                same[key] = _ranges(plan, lane, {}, snap)
-            ranges = same[key]
-        total = sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
+                found = _ranges(plan, lane, {}, snap)
+                same[key] = (found, _total(found))
+            ranges, total = same[key]
         if total == 0:
             continue  # the destination has every byte of it already
-        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
-        steps[lane.flow] = TransferStep(
-            id=lane.flow,
+        flow = lane.flow
+        after, store_and_forward = waits.get(flow, ((), False))
+        kind, holder, link, nic, relay = route(lane)
+        steps[flow] = TransferStep(
+            id=flow,
+            kind=kind,
+            source=lane.holder,
+            destination=lane.dst,
+            holder=holder,
             instance=owner.get(lane.dst),
             rank=lane.rank,
             stripe=(snap(lane.lo), snap(lane.hi)),
             ranges=ranges,
             bytes=total,
+            link=link,
+            nic=nic,
+            relay=relay,
             source_layout=_source_layout(plan, lane),
-            after=tuple(x.flow for h in (hop.after if hop else ()) for x in plan.hops[h].lanes),
-            store_and_forward=bool(hop and not hop.pipelined),
+            after=after,
+            store_and_forward=store_and_forward,
             pace_bytes_per_s=_pace(plan, lane),
-            rate_bytes_per_s=plan.rates[lane.flow],
+            rate_bytes_per_s=plan.rates[flow],
             chunk_bytes=plan.chunk_bytes,
             not_before_s=startup.get(lane.receiver, 0.0),
-            start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
-            end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
-            feeds=plan.lane_feeds[lane.flow] if plan.lane_feeds else (),
-            **_route(plan, lane, topology, kind)._asdict(),
+            start_s=starts[flow] if starts else 0.0,
+            end_s=max(plan.lane_arrival_s[flow], default=0.0),
+            feeds=feeds[flow] if feeds else (),
         )
-    return tuple(_drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id))
+    ordered = sorted(steps.values(), key=lambda s: s.id)
+    if len(steps) == len(plan.flows):
+        return tuple(ordered)  # every lane is a step: no dependency to drop
+    return tuple(_drop_missing(step, steps) for step in ordered)
+
+
+def _total(ranges: Sequence[ByteRange]) -> int:
+    return sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
+
+
+def _waits(plan: MulticastPlan) -> dict[int, tuple[tuple[int, ...], bool]]:
+    """Per lane of a hop: the lanes it waits to end (its hop's ``after`` hops), and whether
+    its hop is store-and-forward."""
+    out: dict[int, tuple[tuple[int, ...], bool]] = {}
+    for hop in plan.hops:
+        after = tuple(x.flow for h in hop.after for x in plan.hops[h].lanes)
+        for lane in hop.lanes:
+            out[lane.flow] = (after, not hop.pipelined)
+    return out
 
 
 def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> TransferStep:
@@ -172,44 +199,51 @@ def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> Tran
     return TransferStep(**{**step.__dict__, "feeds": feeds, "after": after})
 
 
-class _Route(NamedTuple):
-    kind: StepKind
-    holder: str
-    link: str
-    nic: str | None
-    relay: str | None
-    source: str
-    destination: str
+class _Router:
+    """Kind, holder, link, sending NIC and relay of a lane, from the route its flow takes
+    (node kinds and switch types looked up once per node)."""
 
+    def __init__(self, plan: MulticastPlan, topology: Topology) -> None:
+        self.plan, self.topology = plan, topology
+        self.kinds: dict[str, str] = {}
+        self.links: dict[tuple[str, ...], str] = {}
 
-def _route(
-    plan: MulticastPlan, lane: Lane, topology: Topology, kind_of: Callable[[str], str]
-) -> _Route:
-    """Kind, link, sending NIC and relay of a lane, from the route its flow takes
-    (``kind_of``: the topology's node kinds)."""
-    edges = plan.flows[lane.flow].edges
-    nodes = [edges[0][0], *(v for _, v in edges)]
-    kinds = [kind_of(n) for n in nodes]
-    source_kind = kind_of(lane.holder)
-    nic = next((n for n, k in zip(nodes, kinds, strict=True) if k == "nic"), None)
-    relay = lane.exit if lane.exit not in (lane.holder, nic) and lane.exit in nodes else None
-    if source_kind == "ssd":
-        kind, link = StepKind.DISK_TO_HOST, "pcie"
-    elif lane.gather:
-        kind, link = StepKind.ALLGATHER, _local_link(nodes, topology)
-    elif nic is not None:
-        kind, link = StepKind.NETWORK, "network"
-    elif source_kind == "host_mem":
-        kind, link = StepKind.HOST_TO_DEVICE, "pcie"
-    else:
-        kind, link = StepKind.DEVICE_TO_DEVICE, _local_link(nodes, topology)
-    sender = plan.nodes[lane.sender]
-    holder = {
-        NodeKind.INSTANCE: "loading" if sender.ready_s else "instance",
-        NodeKind.HOST: "memory",
-        NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
-    }.get(sender.kind, "plan")
-    return _Route(kind, holder, link, nic, relay, lane.holder, lane.dst)
+    def kind(self, node: str) -> str:
+        found = self.kinds.get(node)
+        if found is None:
+            found = self.kinds[node] = self.topology.kind(node)
+        return found
+
+    def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
+        edges = self.plan.flows[lane.flow].edges
+        nodes = (edges[0][0], *(v for _, v in edges))
+        source_kind = self.kind(lane.holder)
+        nic = next((n for n in nodes if self.kind(n) == "nic"), None)
+        relay = lane.exit if lane.exit not in (lane.holder, nic) and lane.exit in nodes else None
+        if source_kind == "ssd":
+            kind, link = StepKind.DISK_TO_HOST, "pcie"
+        elif lane.gather:
+            kind, link = StepKind.ALLGATHER, self.local_link(nodes)
+        elif nic is not None:
+            kind, link = StepKind.NETWORK, "network"
+        elif source_kind == "host_mem":
+            kind, link = StepKind.HOST_TO_DEVICE, "pcie"
+        else:
+            kind, link = StepKind.DEVICE_TO_DEVICE, self.local_link(nodes)
+        sender = self.plan.nodes[lane.sender]
+        holder = {
+            NodeKind.INSTANCE: "loading" if sender.ready_s else "instance",
+            NodeKind.HOST: "memory",
+            NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
+        }.get(sender.kind, "plan")
+        return kind, holder, link, nic, relay
+
+    def local_link(self, nodes: Sequence[str]) -> str:
+        middle = tuple(nodes[1:-1])
+        found = self.links.get(middle)
+        if found is None:
+            found = self.links[middle] = _local_link(nodes, self.topology)
+        return found
 
 
 def _local_link(nodes: Sequence[str], topology: Topology) -> str:
