@@ -56,10 +56,15 @@ class _Exits:
     def __init__(self, builder: PlanBuilder, port: Ports, fluid_s: float) -> None:
         self.builder, self.port, self.fluid_s = builder, port, fluid_s
         self.used: dict[tuple[int, str], float] = {}
+        self.nics: dict[str, str] = {}
 
     def nic(self, exit_: str) -> str:
-        topo = self.builder.topology
-        return exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
+        found = self.nics.get(exit_)
+        if found is None:
+            topo = self.builder.topology
+            found = exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
+            self.nics[exit_] = found
+        return found
 
     def left(self, sender: int, exit_: str) -> float:
         rate = self.port.out.get(sender, {}).get(self.nic(exit_), 0.0)

@@ -96,6 +96,8 @@ class PlanBuilder:
     deps: list[list[int] | None] = field(default_factory=list)
     """Per lane, the lanes bringing its bytes to its holder when the constructor knows them."""
     hop_specs: list[tuple[int, int, int, bool, tuple[int, ...]]] = field(default_factory=list)
+    hop_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    """Each hop's id by ``(sender, receiver, phase)``."""
 
     def add_node(self, node: PlanNode) -> int:
         node = PlanNode(**{**node.__dict__, "id": len(self.nodes)})
@@ -112,11 +114,11 @@ class PlanBuilder:
         after: Sequence[int] = (),
     ) -> int:
         """The hop id for ``sender -> receiver`` (created on first use); -1 for gathers."""
-        spec = (sender, receiver, phase, pipelined, tuple(after))
-        for h, known in enumerate(self.hop_specs):
-            if known[:3] == spec[:3]:
-                return h
-        self.hop_specs.append(spec)
+        known = self.hop_ids.get((sender, receiver, phase))
+        if known is not None:
+            return known
+        self.hop_specs.append((sender, receiver, phase, pipelined, tuple(after)))
+        self.hop_ids[(sender, receiver, phase)] = len(self.hop_specs) - 1
         return len(self.hop_specs) - 1
 
     def add_lane(
@@ -259,14 +261,14 @@ def lane_dependencies(
         into_node.setdefault(lane.receiver, []).append(lane.flow)
     for arrived in into.values():
         arrived.sort(key=lambda x: x.lo)
-    store_and_forward = {h for h, hop in enumerate(hops) if not hop.pipelined}
-    hop_of = {lane.flow: h for h, hop in enumerate(hops) for lane in hop.lanes}
+    waiting = {lane.flow for hop in hops if not hop.pipelined for lane in hop.lanes}
+    sources = {node.id for node in nodes if node.kind.value in _SOURCE_KINDS}
     deps: list[list[int]] = []
     for lane in lanes:
         given = known[lane.flow] if lane.flow < len(known) else None
-        if nodes[lane.sender].kind.value in _SOURCE_KINDS:
+        if lane.sender in sources:
             deps.append([])
-        elif hop_of.get(lane.flow, -1) in store_and_forward:
+        elif lane.flow in waiting:
             deps.append(list(into_node.get(lane.sender, [])))
         elif given is not None:
             deps.append(list(given))
@@ -288,28 +290,6 @@ def _feeding(arrived: Sequence[Lane], lane: Lane) -> list[int]:
         ):
             out.append(other.flow)
     return out
-
-
-def topological_order(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[int]:
-    """Lanes in an order where every lane follows what it waits for; raises on a cycle."""
-    waits = [set(d) | set(a) for d, a in zip(deps, after, strict=True)]
-    users: dict[int, list[int]] = {}
-    for lane, needed in enumerate(waits):
-        for other in needed:
-            users.setdefault(other, []).append(lane)
-    count = [len(w) for w in waits]
-    ready = [lane for lane, c in enumerate(count) if c == 0]
-    order: list[int] = []
-    while ready:
-        lane = ready.pop()
-        order.append(lane)
-        for user in users.get(lane, []):
-            count[user] -= 1
-            if count[user] == 0:
-                ready.append(user)
-    if len(order) != len(waits):
-        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
-    return order
 
 
 def evaluate(
@@ -368,17 +348,13 @@ def run_lanes(
     waits for), every level at once with numpy."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
-    hop_of = {lane.flow: h for h, hop in enumerate(hops) for lane in hop.lanes}
-    after = [
-        [x.flow for h in hops[hop_of[lane.flow]].after for x in hops[h].lanes]
-        if lane.flow in hop_of
-        else []
-        for lane in lanes
-    ]
-    saf = np.array(
-        [lane.flow in hop_of and not hops[hop_of[lane.flow]].pipelined for lane in lanes],
-        dtype=bool,
-    )
+    after: list[list[int]] = [[] for _ in lanes]
+    saf = np.zeros(len(lanes), dtype=bool)
+    for hop in hops:
+        waited = [x.flow for h in hop.after for x in hops[h].lanes]
+        for lane in hop.lanes:
+            after[lane.flow] = waited
+            saf[lane.flow] = not hop.pipelined
     need = _need_matrix(lanes, nodes, unit_bytes, tp)
     held, held_first = _held_from(lanes, nodes, need)
     startup = _startup_by_node(instances)
@@ -424,14 +400,29 @@ def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
 
 
 def _levels(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[list[int]]:
-    level = [0] * len(deps)
-    for f in topological_order(deps, after):
-        waits = [*deps[f], *after[f]]
-        level[f] = 1 + max(level[w] for w in waits) if waits else 0
-    grouped: dict[int, list[int]] = {}
-    for f, k in enumerate(level):
-        grouped.setdefault(k, []).append(f)
-    return [grouped[k] for k in sorted(grouped)]
+    """Lanes by level, each in lane order: a lane's level is one more than the deepest lane it
+    waits for (0: it waits for none); raises on a cycle."""
+    count = [0] * len(deps)
+    users: dict[int, list[int]] = {}
+    for lane, (d, a) in enumerate(zip(deps, after, strict=True)):
+        needed = set(d).union(a) if a or len(d) > 1 else d
+        count[lane] = len(needed)
+        for other in needed:
+            users.setdefault(other, []).append(lane)
+    level = [lane for lane, c in enumerate(count) if c == 0]
+    grouped: list[list[int]] = []
+    while level:
+        grouped.append(level)
+        released = []
+        for lane in level:
+            for user in users.get(lane, ()):
+                count[user] -= 1
+                if count[user] == 0:
+                    released.append(user)
+        level = sorted(released)
+    if sum(len(g) for g in grouped) != len(deps):
+        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
+    return grouped
 
 
 def _need_matrix(
