@@ -254,6 +254,31 @@ def lane_dependencies(
 ) -> list[list[int]]:
     """For each lane, the lanes whose arrivals it waits for (see the module docstring); entries
     of ``known`` that are not None are taken as given."""
+    waiting = {lane.flow for hop in hops if not hop.pipelined for lane in hop.lanes}
+    sources = {node.id for node in nodes if node.kind.value in _SOURCE_KINDS}
+    arrivals: list[tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]] = []
+    deps: list[list[int]] = []
+    for lane in lanes:
+        given = known[lane.flow] if lane.flow < len(known) else None
+        if lane.sender in sources:
+            deps.append([])
+        elif given is not None and lane.flow not in waiting:
+            deps.append(list(given))
+        else:
+            if not arrivals:  # what lands where, gathered once when first needed
+                arrivals.append(_arrivals(lanes))
+            into, into_node = arrivals[0]
+            if lane.flow in waiting:
+                deps.append(list(into_node.get(lane.sender, [])))
+            else:
+                deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
+    return deps
+
+
+def _arrivals(
+    lanes: Sequence[Lane],
+) -> tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]:
+    """The lanes into each ``(node, GPU)`` (by ``lo``), and the lane ids into each node."""
     into: dict[tuple[int, str], list[Lane]] = {}
     into_node: dict[int, list[int]] = {}
     for lane in lanes:
@@ -261,20 +286,7 @@ def lane_dependencies(
         into_node.setdefault(lane.receiver, []).append(lane.flow)
     for arrived in into.values():
         arrived.sort(key=lambda x: x.lo)
-    waiting = {lane.flow for hop in hops if not hop.pipelined for lane in hop.lanes}
-    sources = {node.id for node in nodes if node.kind.value in _SOURCE_KINDS}
-    deps: list[list[int]] = []
-    for lane in lanes:
-        given = known[lane.flow] if lane.flow < len(known) else None
-        if lane.sender in sources:
-            deps.append([])
-        elif lane.flow in waiting:
-            deps.append(list(into_node.get(lane.sender, [])))
-        elif given is not None:
-            deps.append(list(given))
-        else:
-            deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
-    return deps
+    return into, into_node
 
 
 def _feeding(arrived: Sequence[Lane], lane: Lane) -> list[int]:
@@ -367,7 +379,9 @@ def run_lanes(
     starts = np.zeros(len(lanes))
     for level in _levels(deps, after):
         avail, first_in, done_in = _gathered(level, deps, arrival, first, end)
-        after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
+        after_end = np.zeros(len(level))
+        if any(after[f] for f in level):
+            after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
         idx = np.asarray(level)
         sf = saf[idx]
         avail = np.maximum(np.where(sf[:, None], done_in[:, None], avail), held[idx])
@@ -510,17 +524,30 @@ def _ready(
 ) -> dict[str, tuple[float, ...]]:
     """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
     units = arrival.shape[1]
-    into: dict[str, list[int]] = {}
-    for lane in lanes:
-        into.setdefault(lane.dst, []).append(lane.flow)
-    ready: dict[str, tuple[float, ...]] = {}
+    slot: dict[str, tuple[int, int]] = {}  # instance GPU -> (its row, its rank)
+    present = np.zeros((sum(len(i.gpus) for i in instances), units), dtype=bool)
     for inst in instances:
-        node = nodes[inst.node]
-        present = np.asarray(node.present, dtype=bool) if node.present else np.zeros(units, bool)
-        done = np.zeros(units)
+        mask = nodes[inst.node].present
         for rank, gpu in enumerate(inst.gpus):
-            mine = [f for f in into.get(gpu, []) if lanes[f].rank in (rank, ALL_RANKS)]
-            got = arrival[mine].max(axis=0) if mine else np.zeros(units)
-            done = np.maximum(done, np.where(present, 0.0, np.where(got > 0, got, math.inf)))
-        ready[inst.name] = tuple(done.tolist())
+            slot[gpu] = (len(slot), rank)
+            if mask:
+                present[len(slot) - 1] = mask
+    rows, keys = [], []
+    for lane in lanes:
+        found = slot.get(lane.dst)
+        if found is not None and lane.rank in (found[1], ALL_RANKS):
+            rows.append(lane.flow)
+            keys.append(found[0])
+    got = np.zeros(present.shape)
+    if rows:
+        order = np.argsort(keys, kind="stable")
+        key, row = np.asarray(keys)[order], np.asarray(rows)[order]
+        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        got[key[first]] = np.maximum.reduceat(arrival[row], first, axis=0)
+    done = np.where(present, 0.0, np.where(got > 0, got, math.inf))
+    ready: dict[str, tuple[float, ...]] = {}
+    at = 0
+    for inst in instances:
+        ready[inst.name] = tuple(done[at : at + len(inst.gpus)].max(axis=0).tolist())
+        at += len(inst.gpus)
     return ready
