@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -201,12 +202,13 @@ def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> Tran
 
 class _Router:
     """Kind, holder, link, sending NIC and relay of a lane, from the route its flow takes
-    (node kinds and switch types looked up once per node)."""
+    (node kinds, switch types and sender kinds looked up once each)."""
 
     def __init__(self, plan: MulticastPlan, topology: Topology) -> None:
         self.plan, self.topology = plan, topology
         self.kinds: dict[str, str] = {}
         self.links: dict[tuple[str, ...], str] = {}
+        self.holders: dict[tuple[int, str], str] = {}
 
     def kind(self, node: str) -> str:
         found = self.kinds.get(node)
@@ -216,34 +218,51 @@ class _Router:
 
     def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
         edges = self.plan.flows[lane.flow].edges
-        nodes = (edges[0][0], *(v for _, v in edges))
-        source_kind = self.kind(lane.holder)
-        nic = next((n for n in nodes if self.kind(n) == "nic"), None)
-        relay = lane.exit if lane.exit not in (lane.holder, nic) and lane.exit in nodes else None
+        kind = self.kind
+        source_kind = kind(lane.holder)
+        nic = edges[0][0] if kind(edges[0][0]) == "nic" else None
+        if nic is None:
+            nic = next((v for _, v in edges if kind(v) == "nic"), None)
+        relay = None
+        if lane.exit != lane.holder and lane.exit != nic and _crosses(edges, lane.exit):
+            relay = lane.exit
         if source_kind == "ssd":
-            kind, link = StepKind.DISK_TO_HOST, "pcie"
+            step, link = StepKind.DISK_TO_HOST, "pcie"
         elif lane.gather:
-            kind, link = StepKind.ALLGATHER, self.local_link(nodes)
+            step, link = StepKind.ALLGATHER, self.local_link(edges)
         elif nic is not None:
-            kind, link = StepKind.NETWORK, "network"
+            step, link = StepKind.NETWORK, "network"
         elif source_kind == "host_mem":
-            kind, link = StepKind.HOST_TO_DEVICE, "pcie"
+            step, link = StepKind.HOST_TO_DEVICE, "pcie"
         else:
-            kind, link = StepKind.DEVICE_TO_DEVICE, self.local_link(nodes)
-        sender = self.plan.nodes[lane.sender]
-        holder = {
-            NodeKind.INSTANCE: "loading" if sender.ready_s else "instance",
-            NodeKind.HOST: "memory",
-            NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
-        }.get(sender.kind, "plan")
-        return kind, holder, link, nic, relay
+            step, link = StepKind.DEVICE_TO_DEVICE, self.local_link(edges)
+        return step, self.holder(lane.sender, source_kind), link, nic, relay
 
-    def local_link(self, nodes: Sequence[str]) -> str:
-        middle = tuple(nodes[1:-1])
+    def holder(self, sender: int, source_kind: str) -> str:
+        """What a lane's source is (``TransferStep.holder``)."""
+        found = self.holders.get((sender, source_kind))
+        if found is None:
+            node = self.plan.nodes[sender]
+            found = {
+                NodeKind.INSTANCE: "loading" if node.ready_s else "instance",
+                NodeKind.HOST: "memory",
+                NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
+            }.get(node.kind, "plan")
+            self.holders[(sender, source_kind)] = found
+        return found
+
+    def local_link(self, edges: Sequence[tuple[str, str]]) -> str:
+        middle = tuple(v for _, v in edges[:-1])
         found = self.links.get(middle)
         if found is None:
+            nodes = (edges[0][0], *(v for _, v in edges))
             found = self.links[middle] = _local_link(nodes, self.topology)
         return found
+
+
+def _crosses(edges: Sequence[tuple[str, str]], node: str) -> bool:
+    """Whether a route of ``edges`` passes ``node``."""
+    return edges[0][0] == node or any(v == node for _, v in edges)
 
 
 def _local_link(nodes: Sequence[str], topology: Topology) -> str:
@@ -255,7 +274,7 @@ def _local_link(nodes: Sequence[str], topology: Topology) -> str:
 
 def _pace(plan: MulticastPlan, lane: Lane) -> float | None:
     cap = plan.flows[lane.flow].max_bytes_per_s
-    return None if cap == float("inf") else cap
+    return None if cap == math.inf else cap
 
 
 def _source_layout(plan: MulticastPlan, lane: Lane) -> tuple[int, int] | None:
