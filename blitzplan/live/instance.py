@@ -8,6 +8,7 @@ for the online policies; the exact models stay one new plus one old.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ def _times(name: str, values: object, *, positive: bool = False) -> tuple[float,
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | Iterable):
         raise InvalidInputError(f"{name} must be a sequence of seconds, got {values!r}")
     out = tuple(values)
-    if not all(type(v) is float and 0 < v <= MAX_SECONDS for v in out):  # else find the culprit
+    low = 0.0 if positive else -1.0  # floats in range at once (0 unless ``positive``)
+    if not all(type(v) is float and low < v <= MAX_SECONDS and v >= 0 for v in out):
         out = tuple(_time(f"{name}[{i}]", v, positive=positive) for i, v in enumerate(out))
     if not out:
         raise InvalidInputError(f"{name} must not be empty, got {values!r}")
@@ -338,7 +340,7 @@ def instance_from_queue(
             f"{model.num_layers} layers, head), got {len(arrived)}"
         )
     # a layer is usable once it and every unit before it are there (layers run in order)
-    units = [max(arrived[: u + 1]) for u in range(len(arrived))]
+    units = list(itertools.accumulate(arrived, max))
     rate = _rate("handoff_bytes_per_s", handoff_bytes_per_s)
     latency = _time("handoff_latency_s", handoff_latency_s)
     old = compute if old_compute is None else old_compute

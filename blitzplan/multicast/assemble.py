@@ -90,7 +90,7 @@ def finish(
         rates=t.rates,
         background=problem.state.background_flows,
         arrival_s=t.hop_arrival_s,
-        lane_arrival_s=tuple(tuple(row) for row in t.lane_arrival_s.tolist()),
+        lane_arrival_s=tuple(map(tuple, t.lane_arrival_s.tolist())),
         lane_start_s=tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else (),
         lane_feeds=t.lane_feeds,
         layer_ready_s=dict(t.layer_ready_s),

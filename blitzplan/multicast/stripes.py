@@ -27,7 +27,6 @@ The builder records, for every lane, the lanes that bring its bytes to its holde
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -36,7 +35,7 @@ from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder
-from blitzplan.topologies import Edge, Topology
+from blitzplan.topologies import Edge, Flow, Topology
 
 __all__ = ["build_lanes", "relax_paces"]
 
@@ -488,6 +487,4 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
             continue
         for edge in flow.edges:
             load[edge] += extra
-        builder.flows[lane.flow] = dataclasses.replace(
-            flow, max_bytes_per_s=flow.max_bytes_per_s + extra
-        )
+        builder.flows[lane.flow] = Flow(flow.edges, flow.max_bytes_per_s + extra, flow.name)
