@@ -1,20 +1,24 @@
 """How many new instances a deadline affords: the planning time measured on a cluster.
 
-``plan()`` with ``deadline_s`` is anytime: the multicast, the program and the live pairs of ``n``
-new instances take about ``a + b * n`` seconds on one cluster, so each plan records ``(n,
-seconds)`` (from the multicast on, wall-clock) on the topology it planned on (its ``memo``, kept
-with the topology's route caches), and a later plan under a deadline places only as many
-instances as the time left affords on the least-squares line through the recent records (the rest
-go to ``missing``). The first plan on a topology has no record and plans everything.
+``plan()`` with ``deadline_s`` is anytime: the multicast, the live pairs, the milestones and the
+program of ``n`` new instances take about ``b * n`` seconds on one cluster, so each plan records
+``(n, seconds)`` (from the multicast to the program's end, wall-clock) on the topology it planned
+on (its ``memo``, kept with the topology's route caches), and a later plan under a deadline places
+only as many instances as the time left affords at ``b``, the median of ``seconds / n`` over the
+recent records (the rest go to ``missing``). The median is robust to one slow plan (the first on
+a cluster fills its route caches; a busy machine); ``b`` includes each plan's share of what does
+not grow with ``n``, so it errs towards planning fewer. The first plan on a topology has no
+record and plans everything.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 from blitzplan.topologies import Topology
 
-__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "record_rate"]
+__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "per_instance_s", "record_rate"]
 
 DEADLINE_SHARE = 0.8
 """The share of the time left a deadline lets the new instances' planning take (the rest covers
@@ -40,21 +44,11 @@ def affordable(topology: Topology, count: int, seconds_left: float) -> int:
     records = topology.memo.get(_KEY, {}).get("records", [])
     if not records:
         return count
-    fixed, per = _line(records)
-    budget = max(seconds_left, 0.0) * DEADLINE_SHARE - fixed
-    return max(0, min(count, math.floor(budget / per))) if per > 0 else count
+    per = per_instance_s(records)
+    budget = max(seconds_left, 0.0) * DEADLINE_SHARE
+    return max(0, min(count, math.floor(budget / per)))
 
 
-def _line(records: list[tuple[int, float]]) -> tuple[float, float]:
-    """``(a, b)`` of ``seconds = a + b * n`` through ``records`` (least squares, ``a, b >= 0``;
-    with one size recorded, ``a = 0``)."""
-    n = len(records)
-    mean_x = sum(x for x, _ in records) / n
-    mean_y = sum(y for _, y in records) / n
-    spread = sum((x - mean_x) ** 2 for x, _ in records)
-    if spread == 0:
-        return 0.0, mean_y / mean_x
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in records) / spread
-    if slope <= 0:
-        return 0.0, mean_y / mean_x
-    return max(0.0, mean_y - slope * mean_x), slope
+def per_instance_s(records: list[tuple[int, float]]) -> float:
+    """The median of ``seconds / n`` over ``records``."""
+    return statistics.median(seconds / n for n, seconds in records)
