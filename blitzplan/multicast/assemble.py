@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from blitzplan.multicast.bound import Bound
+from blitzplan.multicast.lane_times import Timeline
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder, Timeline, evaluate
+from blitzplan.multicast.timeline import PlanBuilder, evaluate
 from blitzplan.solvers import SolveStatus
 
 __all__ = ["OBJECTIVES", "Built", "base_builder", "finish", "run", "score"]
