@@ -1,14 +1,13 @@
 """How many new instances a deadline affords: the planning time measured on a cluster.
 
 ``plan()`` with ``deadline_s`` is anytime: the multicast, the live pairs, the milestones and the
-program of ``n`` new instances take about ``b * n`` seconds on one cluster, so each plan records
-``(n, seconds)`` (from the multicast to the program's end, wall-clock) on the topology it planned
-on (its ``memo``, kept with the topology's route caches), and a later plan under a deadline places
-only as many instances as the time left affords at ``b``, the median of ``seconds / n`` over the
-recent records (the rest go to ``missing``). The median is robust to one slow plan (the first on
-a cluster fills its route caches; a busy machine); ``b`` includes each plan's share of what does
-not grow with ``n``, so it errs towards planning fewer. The first plan on a topology has no
-record and plans everything.
+program of ``n`` new instances take about ``a + b * n`` seconds on one cluster, so each plan
+records ``(n, seconds)`` (from the multicast to the program's end, wall-clock) on the topology it
+planned on (its ``memo``, kept with the topology's route caches), and a later plan under a deadline
+places only as many instances as the time left affords on the line through the recent records
+(the rest go to ``missing``). The line is Siegel's repeated medians (:func:`planning_line`), so
+one slow plan (the first on a cluster fills its route caches; a busy machine) moves it little.
+The first plan on a topology has no record and plans everything.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import statistics
 
 from blitzplan.topologies import Topology
 
-__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "per_instance_s", "record_rate"]
+__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "planning_line", "record_rate"]
 
 DEADLINE_SHARE = 0.8
 """The share of the time left a deadline lets the new instances' planning take (the rest covers
@@ -44,11 +43,22 @@ def affordable(topology: Topology, count: int, seconds_left: float) -> int:
     records = topology.memo.get(_KEY, {}).get("records", [])
     if not records:
         return count
-    per = per_instance_s(records)
-    budget = max(seconds_left, 0.0) * DEADLINE_SHARE
+    fixed, per = planning_line(records)
+    budget = max(seconds_left, 0.0) * DEADLINE_SHARE - fixed
     return max(0, min(count, math.floor(budget / per)))
 
 
-def per_instance_s(records: list[tuple[int, float]]) -> float:
-    """The median of ``seconds / n`` over ``records``."""
-    return statistics.median(seconds / n for n, seconds in records)
+def planning_line(records: list[tuple[int, float]]) -> tuple[float, float]:
+    """``(a, b)`` of ``seconds = a + b * n`` through ``records`` (Siegel's repeated medians: per
+    record the median slope to the records of other sizes, ``b`` the median of those, ``a`` the
+    median intercept; ``a >= 0``; with one size recorded or no rising slope, ``a = 0`` and ``b``
+    the median of ``seconds / n``)."""
+    slopes = []
+    for n1, s1 in records:
+        mine = [(s2 - s1) / (n2 - n1) for n2, s2 in records if n2 != n1]
+        if mine:
+            slopes.append(statistics.median(mine))
+    per = statistics.median(slopes) if slopes else 0.0
+    if per <= 0:
+        return 0.0, statistics.median(seconds / n for n, seconds in records)
+    return max(0.0, statistics.median(seconds - per * n for n, seconds in records)), per

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
-from blitzplan.multicast import plan_multicast
+from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.planning_rate import affordable, record_rate
 from blitzplan.scale.delivered import Held
@@ -168,7 +168,7 @@ def _multicast(
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
         polish_evaluations=0 if run.tight() or explicit else None,
     )
-    if run.tight():
+    if run.tight() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)
     return multicast
