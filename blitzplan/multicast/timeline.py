@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.lane_times import Timeline, run_lanes
-from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode
+from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
 from blitzplan.topologies import Edge, Flow, Topology, fair_share_after
 
 __all__ = [
@@ -177,7 +177,19 @@ class PlanBuilder:
         deps: list[int] | None = None,
     ) -> Lane:
         exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
-        lane = Lane(len(self.lanes), sender, receiver, holder, exit_, dst, rank, lo, hi, gather)
+        lane = built(
+            Lane,
+            flow=len(self.lanes),
+            sender=sender,
+            receiver=receiver,
+            holder=holder,
+            exit=exit_,
+            dst=dst,
+            rank=rank,
+            lo=lo,
+            hi=hi,
+            gather=gather,
+        )
         self.lanes.append(lane)
         pace = max(pace, MIN_BYTES_PER_S)  # a sliver's pace: any cap above it is as good
         self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from blitzplan.multicast.holdings import holder_segments
-from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, built
 from blitzplan.scale.delivered import Held, held_bytes, subtract
 from blitzplan.topologies import Topology
 
@@ -145,7 +145,8 @@ def program(
         flow = lane.flow
         after, store_and_forward = waits.get(flow, ((), False))
         kind, holder, link, nic, relay = route(lane)
-        steps[flow] = TransferStep(
+        steps[flow] = built(
+            TransferStep,
             id=flow,
             kind=kind,
             source=lane.holder,
@@ -160,15 +161,15 @@ def program(
             nic=nic,
             relay=relay,
             source_layout=_source_layout(plan, lane),
+            feeds=feeds[flow] if feeds else (),
             after=after,
             store_and_forward=store_and_forward,
             pace_bytes_per_s=_pace(plan, lane),
-            rate_bytes_per_s=plan.rates[flow],
             chunk_bytes=plan.chunk_bytes,
+            rate_bytes_per_s=plan.rates[flow],
             not_before_s=startup.get(lane.receiver, 0.0),
             start_s=starts[flow] if starts else 0.0,
             end_s=max(plan.lane_arrival_s[flow], default=0.0),
-            feeds=feeds[flow] if feeds else (),
         )
     ordered = sorted(steps.values(), key=lambda s: s.id)
     if len(steps) == len(plan.flows):
