@@ -26,7 +26,7 @@ class Planning:
         """Seconds since the call started (0 without a clock)."""
         return 0.0 if self.started is None else time.monotonic() - self.started
 
-    def tight(self) -> bool:
+    def bounded(self) -> bool:
         """Whether a deadline bounds the call."""
         return self.options.deadline_s is not None
 

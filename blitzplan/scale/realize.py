@@ -166,9 +166,9 @@ def _multicast(
         time_limit_s=options.time_limit_s,
         allow_prefill_sources=options.allow_prefill_sources,
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
-        polish_evaluations=0 if run.tight() or explicit else None,
+        polish_evaluations=0 if run.bounded() or explicit else None,
     )
-    if run.tight() and not explicit and multicast.gap > CLOSE_ENOUGH:
+    if run.bounded() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)
     return multicast
