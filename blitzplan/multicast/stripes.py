@@ -58,12 +58,10 @@ class _Exits:
         self.nics: dict[str, str] = {}
 
     def nic(self, exit_: str) -> str:
-        found = self.nics.get(exit_)
-        if found is None:
+        if exit_ not in self.nics:
             topo = self.builder.topology
-            found = exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
-            self.nics[exit_] = found
-        return found
+            self.nics[exit_] = exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
+        return self.nics[exit_]
 
     def left(self, sender: int, exit_: str) -> float:
         rate = self.port.out.get(sender, {}).get(self.nic(exit_), 0.0)
