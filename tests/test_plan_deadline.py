@@ -39,6 +39,21 @@ def test_affordable_follows_the_line_through_the_records() -> None:
     assert affordable(topology, 5, 100.0) == 5
 
 
+def test_a_plan_of_no_instance_pins_the_intercept_so_an_estimate_does_not_stay_at_zero() -> None:
+    """Three plans of 64 in 85 ms and one of 29 in 60 ms (a slow one) put the line's intercept
+    near 40 ms: a 50 ms deadline affords at most one instance; the plan of none that follows
+    records its 1 ms, and the line through it affords more again."""
+    topology = _fresh_topology("h200-8")
+    for n, seconds in [(64, 0.085), (64, 0.085), (64, 0.085), (29, 0.06)]:
+        record_rate(topology, n, seconds)
+    assert affordable(topology, 64, 0.05) <= 1
+    record_rate(topology, 0, 0.001)
+    assert affordable(topology, 64, 0.05) >= 10
+    for _ in range(20):  # plans of none never push out the records of instances planned
+        record_rate(topology, 0, 0.001)
+    assert len(topology.memo["planning_time"]["records"]) == 4
+
+
 def _busy() -> ClusterState:
     state = ClusterState(_fresh_topology("dgx-h100-64"), models=["llama-3-8b"])
     gpus = state.topology.gpus()

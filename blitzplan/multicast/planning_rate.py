@@ -30,20 +30,28 @@ _KEY = "planning_time"
 
 
 def record_rate(topology: Topology, instances: int, seconds: float) -> None:
-    """Record that planning ``instances`` new instances on ``topology`` took ``seconds``."""
-    if instances > 0 and math.isfinite(seconds) and seconds > 0:
-        kept = topology.memo.setdefault(_KEY, {}).setdefault("records", [])
-        kept.append((instances, seconds))
-        del kept[:-KEPT]
+    """Record that planning ``instances`` new instances on ``topology`` took ``seconds``. A plan
+    of none (a deadline that afforded nothing) is kept apart, the latest only: it pins the line's
+    intercept, so a line that once afforded nothing gets corrected."""
+    if instances < 0 or not math.isfinite(seconds) or seconds <= 0:
+        return
+    book = topology.memo.setdefault(_KEY, {})
+    if instances == 0:
+        book["none"] = seconds
+        return
+    kept = book.setdefault("records", [])
+    kept.append((instances, seconds))
+    del kept[:-KEPT]
 
 
 def affordable(topology: Topology, count: int, seconds_left: float) -> int:
     """How many of ``count`` new instances fit in ``seconds_left`` on ``topology`` (all of them
-    when nothing is recorded)."""
-    records = topology.memo.get(_KEY, {}).get("records", [])
+    when no plan of some instances is recorded)."""
+    book = topology.memo.get(_KEY, {})
+    records = book.get("records", [])
     if not records:
         return count
-    fixed, per = planning_line(records)
+    fixed, per = planning_line(records + ([(0, book["none"])] if "none" in book else []))
     budget = max(seconds_left, 0.0) * DEADLINE_SHARE - fixed
     return max(0, min(count, math.floor(budget / per)))
 
@@ -60,5 +68,5 @@ def planning_line(records: list[tuple[int, float]]) -> tuple[float, float]:
             slopes.append(statistics.median(mine))
     per = statistics.median(slopes) if slopes else 0.0
     if per <= 0:
-        return 0.0, statistics.median(seconds / n for n, seconds in records)
+        return 0.0, statistics.median(seconds / n for n, seconds in records if n > 0)
     return max(0.0, statistics.median(seconds - per * n for n, seconds in records)), per

@@ -99,8 +99,9 @@ def realize(
         queues.setdefault(inst.id, list(inst.queue))
     marks = milestones(state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, run)
     steps = program(multicast, state.topology, held) if multicast else ()
-    if multicast is not None and not targets.groups and run.started is not None:
-        record_rate(state.topology, len(multicast.instances), run.used() - begun)
+    if targets.count and run.started is not None:  # planner-placed instances were asked
+        planned = len(multicast.instances) if multicast is not None else 0
+        record_rate(state.topology, planned, run.used() - begun)
     return ScalePlan(
         model=spec.identity,
         spec=spec,
