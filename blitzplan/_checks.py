@@ -52,6 +52,8 @@ def is_integer(value: object) -> TypeGuard[int]:
 
 def is_number(value: object) -> TypeGuard[float]:
     """Whether ``value`` is a real number (``int``, ``float`` or numpy), not ``bool``."""
+    if type(value) is float or type(value) is int:  # the common case, without the ABC check
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

@@ -596,3 +596,17 @@ def test_spare_gpus_of_a_pcie_host_relay_to_its_live_targets() -> None:
     alone = plan_multicast(state, "llama-3-8b", targets=targets, tp=1, live=3, exclude=spares)
     assert not any(n.relays for n in alone.nodes)
     assert plan.objective_s < 0.75 * alone.objective_s
+
+
+def test_built_gives_the_object_the_dataclass_gives_and_refuses_misordered_fields() -> None:
+    from blitzplan.multicast.plan_types import Lane, built
+
+    fields = dict(flow=3, sender=0, receiver=1, holder="a", exit="a", dst="b", rank=0, lo=0.25)
+    lane = built(Lane, **fields, hi=0.5, gather=False)
+    same = Lane(**fields, hi=0.5, gather=False)
+    assert lane == same and hash(lane) == hash(same) and vars(lane) == vars(same)
+    assert list(vars(lane)) == list(vars(same))
+    with pytest.raises(TypeError, match="in order"):
+        built(Lane, **fields, gather=False, hi=0.5)
+    with pytest.raises(TypeError, match="in order"):
+        built(Lane, **fields)

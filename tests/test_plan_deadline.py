@@ -6,7 +6,12 @@ from __future__ import annotations
 import copy
 
 from blitzplan import ClusterState, load_topology
-from blitzplan.multicast.planning_rate import DEADLINE_SHARE, affordable, record_rate
+from blitzplan.multicast.planning_rate import (
+    DEADLINE_SHARE,
+    affordable,
+    planning_line,
+    record_rate,
+)
 from blitzplan.scale import ScaleRequest, plan, validate_plan
 from blitzplan.scale.realize import at_efficiency
 from blitzplan.topologies.links import LINK_EFFICIENCY
@@ -26,8 +31,27 @@ def test_affordable_follows_the_line_through_the_records() -> None:
     assert affordable(topology, 50, 1.0) == int(DEADLINE_SHARE / 0.1)
     record_rate(topology, 30, 2.0)  # the line: 0.5 s + 0.05 s per instance
     assert affordable(topology, 50, 1.0) == int((DEADLINE_SHARE - 0.5) / 0.05)
+    record_rate(topology, 20, 1.5)
+    record_rate(topology, 2, 40.0)  # one slow plan (a cold cache) moves the line little
+    fixed, per = planning_line(topology.memo["planning_time"]["records"])
+    assert 0.5 <= fixed <= 1.5 and 0.0 < per <= 0.05
     assert affordable(topology, 50, 0.1) == 0
     assert affordable(topology, 5, 100.0) == 5
+
+
+def test_a_plan_of_no_instance_pins_the_intercept_so_an_estimate_does_not_stay_at_zero() -> None:
+    """Three plans of 64 in 85 ms and one of 29 in 60 ms (a slow one) put the line's intercept
+    near 40 ms: a 50 ms deadline affords at most one instance; the plan of none that follows
+    records its 1 ms, and the line through it affords more again."""
+    topology = _fresh_topology("h200-8")
+    for n, seconds in [(64, 0.085), (64, 0.085), (64, 0.085), (29, 0.06)]:
+        record_rate(topology, n, seconds)
+    assert affordable(topology, 64, 0.05) <= 1
+    record_rate(topology, 0, 0.001)
+    assert affordable(topology, 64, 0.05) >= 10
+    for _ in range(20):  # plans of none never push out the records of instances planned
+        record_rate(topology, 0, 0.001)
+    assert len(topology.memo["planning_time"]["records"]) == 4
 
 
 def _busy() -> ClusterState:

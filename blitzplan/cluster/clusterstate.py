@@ -139,13 +139,18 @@ class ClusterState:
         in turn."""
         topo = self.topology
         check_tp_fits(topo, tp)
-        free = set(self.free_gpus())
+        busy = self.busy_gpus()
+        misfit: dict[float, bool] = {}  # per memory size: whether the model misses it
         groups: dict[tuple[str, ...], list[str]] = {}
-        for gpu in topo.gpus():
-            if gpu in free and not (
-                model is not None and memory_misfit(model, tp, topo.gpu_spec(gpu).memory_bytes)
-            ):
-                groups.setdefault(topo.nvlink_group_of(gpu), []).append(gpu)
+        for gpu, memory, group in _gpu_table(topo):
+            if gpu in busy:
+                continue
+            if model is not None:
+                if memory not in misfit:
+                    misfit[memory] = memory_misfit(model, tp, memory) is not None
+                if misfit[memory]:
+                    continue
+            groups.setdefault(group, []).append(gpu)
         order = sorted(
             groups.items(),
             key=lambda kv: (
@@ -331,3 +336,14 @@ def _same_topology(a: Topology, b: Topology) -> bool:
 
 def _spec(model: ModelSpec | str) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
+
+
+def _gpu_table(topology: Topology) -> list[tuple[str, float, tuple[str, ...]]]:
+    """Every GPU of ``topology`` in order with its memory and NVLink group (kept in its memo)."""
+    memo = topology.memo.setdefault("gpu_table", {})
+    if () not in memo:
+        memo[()] = [
+            (g, topology.gpu_spec(g).memory_bytes, topology.nvlink_group_of(g))
+            for g in topology.gpus()
+        ]
+    return memo[()]  # type: ignore[no-any-return]

@@ -75,7 +75,7 @@ def _per_batch(name: str, values: object, n: int, *, positive: bool) -> tuple[fl
         raise InvalidInputError(
             f"{name} must be seconds (one number or one per batch), got {values!r}"
         )
-    if is_number(values):
+    if not isinstance(values, list | tuple) and is_number(values):
         return (_time(name, values, positive=positive),) * n
     out = _times(name, values, positive=positive)
     if len(out) != n:

@@ -41,6 +41,7 @@ from blitzplan.units import MIB
 
 __all__ = [
     "ALL_RANKS",
+    "CLOSE_ENOUGH",
     "DEFAULT_CHUNK_BYTES",
     "METHODS",
     "OBJECTIVES",

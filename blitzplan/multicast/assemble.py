@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from blitzplan.multicast.bound import Bound
+from blitzplan.multicast.lane_times import Timeline
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder, Timeline, evaluate
+from blitzplan.multicast.timeline import PlanBuilder, evaluate
 from blitzplan.solvers import SolveStatus
 
 __all__ = ["OBJECTIVES", "Built", "base_builder", "finish", "run", "score"]
@@ -90,7 +91,7 @@ def finish(
         rates=t.rates,
         background=problem.state.background_flows,
         arrival_s=t.hop_arrival_s,
-        lane_arrival_s=tuple(tuple(row) for row in t.lane_arrival_s.tolist()),
+        lane_arrival_s=tuple(map(tuple, t.lane_arrival_s.tolist())),
         lane_start_s=tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else (),
         lane_feeds=t.lane_feeds,
         layer_ready_s=dict(t.layer_ready_s),

@@ -414,10 +414,9 @@ def _check_exclude(state: ClusterState, exclude: Iterable[str]) -> set[str]:
             f"exclude must be a collection of names, got the string {exclude!r}"
         )
     items = set(exclude)
-    topo = state.topology
-    known = {inst.id for inst in state.instances} | set(topo.graph.nodes) | set(topo.hosts())
+    topo, ids = state.topology, {inst.id for inst in state.instances}
     for item in items:
-        if item not in known:
+        if item not in ids and item not in topo.graph.nodes and item not in topo.hosts():
             raise InvalidInputError(
                 f"exclude names {item!r}, which is neither an instance, a node nor a host"
             )

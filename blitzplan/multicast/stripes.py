@@ -27,7 +27,6 @@ The builder records, for every lane, the lanes that bring its bytes to its holde
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -36,7 +35,7 @@ from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder
-from blitzplan.topologies import Edge, Topology
+from blitzplan.topologies import Edge, Flow, Topology
 
 __all__ = ["build_lanes", "relax_paces"]
 
@@ -56,10 +55,13 @@ class _Exits:
     def __init__(self, builder: PlanBuilder, port: Ports, fluid_s: float) -> None:
         self.builder, self.port, self.fluid_s = builder, port, fluid_s
         self.used: dict[tuple[int, str], float] = {}
+        self.nics: dict[str, str] = {}
 
     def nic(self, exit_: str) -> str:
-        topo = self.builder.topology
-        return exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
+        if exit_ not in self.nics:
+            topo = self.builder.topology
+            self.nics[exit_] = exit_ if topo.kind(exit_) == "nic" else topo.nic_of(exit_)
+        return self.nics[exit_]
 
     def left(self, sender: int, exit_: str) -> float:
         rate = self.port.out.get(sender, {}).get(self.nic(exit_), 0.0)
@@ -483,6 +485,4 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
             continue
         for edge in flow.edges:
             load[edge] += extra
-        builder.flows[lane.flow] = dataclasses.replace(
-            flow, max_bytes_per_s=flow.max_bytes_per_s + extra
-        )
+        builder.flows[lane.flow] = Flow(flow.edges, flow.max_bytes_per_s + extra, flow.name)

@@ -1,22 +1,5 @@
-"""Building a plan's lanes and flows, and computing its timeline lane by lane.
-
-Every lane streams its stripe of each unit it carries in unit order. For lane ``f`` carrying
-``b_f(u)`` bytes of unit ``u`` at rate ``r_f`` (max-min fair on what background flows leave, at
-most the lane's pace) over a path of latency ``lat_f``::
-
-    tau_f(u) = b_f(u) / r_f                       # the stripe of the unit streaming over the lane
-    c_f(u)   = min(chunk, b_f(u)) / r_f           # its last chunk, sent on after it arrives
-    t_f(-1)  = start_f
-    t_f(u)   = max(avail_f(u) + c_f(u) + lat_f, t_f(u-1) + tau_f(u))
-
-``avail_f(u)`` is 0 when the sender is a source (for a source still loading under an earlier
-plan, when that plan delivers unit ``u`` to it: its node's ``ready_s``), else the latest arrival
-of unit ``u`` over the lanes that brought the lane's stripe to its holder (the sender's
-completion of every unit for a store-and-forward hop). ``start_f`` is the latest of the holder's
-first chunk of the stripe (a loading source: its first carried unit's arrival), the receiver's
-``startup_s`` and the end of every hop the lane's hop waits for. Units the receiver
-already has take no time and read 0. A GPU has unit ``u`` when every lane into it that carries
-``u`` has delivered it.
+"""Building a plan's lanes and flows, and evaluating them: fair-share rates per phase, then the
+timeline of every lane (the recurrence of :mod:`~blitzplan.multicast.lane_times`).
 """
 
 from __future__ import annotations
@@ -25,24 +8,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.multicast.holdings import overlap
-from blitzplan.multicast.plan_types import ALL_RANKS, AllGather, Hop, Lane, NewInstance, PlanNode
+from blitzplan.multicast.lane_times import Timeline, run_lanes
+from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
 from blitzplan.topologies import Edge, Flow, Topology, fair_share_after
 
 __all__ = [
     "PlanBuilder",
-    "Timeline",
     "evaluate",
-    "lane_dependencies",
     "lane_edges",
     "lane_route",
 ]
-
-_SOURCE_KINDS = ("instance", "host", "cache")
 
 
 def lane_edges(topology: Topology, holder: str, exit_: str, dst: str) -> tuple[Edge, ...]:
@@ -96,6 +73,8 @@ class PlanBuilder:
     deps: list[list[int] | None] = field(default_factory=list)
     """Per lane, the lanes bringing its bytes to its holder when the constructor knows them."""
     hop_specs: list[tuple[int, int, int, bool, tuple[int, ...]]] = field(default_factory=list)
+    hop_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    """Each hop's id by ``(sender, receiver, phase)``."""
 
     def add_node(self, node: PlanNode) -> int:
         node = PlanNode(**{**node.__dict__, "id": len(self.nodes)})
@@ -112,11 +91,11 @@ class PlanBuilder:
         after: Sequence[int] = (),
     ) -> int:
         """The hop id for ``sender -> receiver`` (created on first use); -1 for gathers."""
-        spec = (sender, receiver, phase, pipelined, tuple(after))
-        for h, known in enumerate(self.hop_specs):
-            if known[:3] == spec[:3]:
-                return h
-        self.hop_specs.append(spec)
+        known = self.hop_ids.get((sender, receiver, phase))
+        if known is not None:
+            return known
+        self.hop_specs.append((sender, receiver, phase, pipelined, tuple(after)))
+        self.hop_ids[(sender, receiver, phase)] = len(self.hop_specs) - 1
         return len(self.hop_specs) - 1
 
     def add_lane(
@@ -198,7 +177,19 @@ class PlanBuilder:
         deps: list[int] | None = None,
     ) -> Lane:
         exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
-        lane = Lane(len(self.lanes), sender, receiver, holder, exit_, dst, rank, lo, hi, gather)
+        lane = built(
+            Lane,
+            flow=len(self.lanes),
+            sender=sender,
+            receiver=receiver,
+            holder=holder,
+            exit=exit_,
+            dst=dst,
+            rank=rank,
+            lo=lo,
+            hi=hi,
+            gather=gather,
+        )
         self.lanes.append(lane)
         pace = max(pace, MIN_BYTES_PER_S)  # a sliver's pace: any cap above it is as good
         self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))
@@ -227,89 +218,6 @@ class PlanBuilder:
             AllGather(node, tuple(lanes), self.flow_phase[lanes[0].flow])
             for node, lanes in sorted(by_node.items())
         )
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Rates and times of a built plan."""
-
-    rates: tuple[float, ...]
-    lane_arrival_s: np.ndarray
-    """lanes x units: arrival of each carried unit, 0 where the lane carries nothing."""
-    hop_arrival_s: tuple[tuple[float, ...], ...]
-    layer_ready_s: dict[str, tuple[float, ...]]
-    lane_start_s: np.ndarray | None = None
-    """Per lane: when it may send its first byte (``start_f`` of the module docstring)."""
-    lane_feeds: tuple[tuple[int, ...], ...] = ()
-    """Per lane: the lanes whose arrivals it waits for."""
-
-
-def lane_dependencies(
-    lanes: Sequence[Lane],
-    nodes: Sequence[PlanNode],
-    hops: Sequence[Hop],
-    known: Sequence[list[int] | None] = (),
-) -> list[list[int]]:
-    """For each lane, the lanes whose arrivals it waits for (see the module docstring); entries
-    of ``known`` that are not None are taken as given."""
-    into: dict[tuple[int, str], list[Lane]] = {}
-    into_node: dict[int, list[int]] = {}
-    for lane in lanes:
-        into.setdefault((lane.receiver, lane.dst), []).append(lane)
-        into_node.setdefault(lane.receiver, []).append(lane.flow)
-    for arrived in into.values():
-        arrived.sort(key=lambda x: x.lo)
-    store_and_forward = {h for h, hop in enumerate(hops) if not hop.pipelined}
-    hop_of = {lane.flow: h for h, hop in enumerate(hops) for lane in hop.lanes}
-    deps: list[list[int]] = []
-    for lane in lanes:
-        given = known[lane.flow] if lane.flow < len(known) else None
-        if nodes[lane.sender].kind.value in _SOURCE_KINDS:
-            deps.append([])
-        elif hop_of.get(lane.flow, -1) in store_and_forward:
-            deps.append(list(into_node.get(lane.sender, [])))
-        elif given is not None:
-            deps.append(list(given))
-        else:
-            deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
-    return deps
-
-
-def _feeding(arrived: Sequence[Lane], lane: Lane) -> list[int]:
-    """Lanes among ``arrived`` (sorted by ``lo``) carrying some of ``lane``'s stripe."""
-    out = []
-    for other in arrived:
-        if other.lo >= lane.hi:
-            break
-        if (
-            other.flow != lane.flow
-            and (ALL_RANKS in (other.rank, lane.rank) or other.rank == lane.rank)
-            and overlap((other.lo, other.hi), (lane.lo, lane.hi)) is not None
-        ):
-            out.append(other.flow)
-    return out
-
-
-def topological_order(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[int]:
-    """Lanes in an order where every lane follows what it waits for; raises on a cycle."""
-    waits = [set(d) | set(a) for d, a in zip(deps, after, strict=True)]
-    users: dict[int, list[int]] = {}
-    for lane, needed in enumerate(waits):
-        for other in needed:
-            users.setdefault(other, []).append(lane)
-    count = [len(w) for w in waits]
-    ready = [lane for lane, c in enumerate(count) if c == 0]
-    order: list[int] = []
-    while ready:
-        lane = ready.pop()
-        order.append(lane)
-        for user in users.get(lane, []):
-            count[user] -= 1
-            if count[user] == 0:
-                ready.append(user)
-    if len(order) != len(waits):
-        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
-    return order
 
 
 def evaluate(
@@ -347,189 +255,3 @@ def phase_rates(
         for i, rate in zip(ids, shared, strict=True):
             rates[i] = rate
     return tuple(rates)
-
-
-def run_lanes(
-    lanes: Sequence[Lane],
-    nodes: Sequence[PlanNode],
-    hops: Sequence[Hop],
-    instances: Sequence[NewInstance],
-    rates: Sequence[float],
-    latency_s: Sequence[float],
-    unit_bytes: Sequence[int],
-    chunk_bytes: int,
-    *,
-    tp: int = 1,
-    known: Sequence[list[int] | None] = (),
-) -> Timeline:
-    """The recurrence of the module docstring for every lane, then per-instance readiness.
-
-    Lanes are evaluated level by level (a lane's level is one more than the deepest lane it
-    waits for), every level at once with numpy."""
-    units = len(unit_bytes)
-    deps = lane_dependencies(lanes, nodes, hops, known)
-    hop_of = {lane.flow: h for h, hop in enumerate(hops) for lane in hop.lanes}
-    after = [
-        [x.flow for h in hops[hop_of[lane.flow]].after for x in hops[h].lanes]
-        if lane.flow in hop_of
-        else []
-        for lane in lanes
-    ]
-    saf = np.array(
-        [lane.flow in hop_of and not hops[hop_of[lane.flow]].pipelined for lane in lanes],
-        dtype=bool,
-    )
-    need = _need_matrix(lanes, nodes, unit_bytes, tp)
-    held, held_first = _held_from(lanes, nodes, need)
-    startup = _startup_by_node(instances)
-    begin = np.array([startup.get(lane.receiver, 0.0) for lane in lanes])
-    rate = np.asarray(rates, dtype=float)
-    latency = np.asarray(latency_s, dtype=float)
-    arrival = np.zeros((len(lanes), units))
-    first = np.zeros(len(lanes))
-    end = np.zeros(len(lanes))
-    starts = np.zeros(len(lanes))
-    for level in _levels(deps, after):
-        avail, first_in, done_in = _gathered(level, deps, arrival, first, end)
-        after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
-        idx = np.asarray(level)
-        sf = saf[idx]
-        avail = np.maximum(np.where(sf[:, None], done_in[:, None], avail), held[idx])
-        start = np.maximum.reduce(
-            [begin[idx], np.where(sf, done_in, first_in), after_end, held_first[idx]]
-        )
-        starts[idx] = start
-        times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
-        arrival[idx] = times
-        end[idx] = times.max(axis=1) if units else start
-    hop_arrival = tuple(
-        tuple(arrival[[lane.flow for lane in hop.lanes]].max(axis=0).tolist()) if hop.lanes else ()
-        for hop in hops
-    )
-    return Timeline(
-        tuple(rates),
-        arrival,
-        hop_arrival,
-        _ready(lanes, nodes, instances, arrival),
-        starts,
-        tuple(tuple(d) for d in deps),
-    )
-
-
-def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
-    startup: dict[int, float] = {}
-    for inst in instances:
-        startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
-    return startup
-
-
-def _levels(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[list[int]]:
-    level = [0] * len(deps)
-    for f in topological_order(deps, after):
-        waits = [*deps[f], *after[f]]
-        level[f] = 1 + max(level[w] for w in waits) if waits else 0
-    grouped: dict[int, list[int]] = {}
-    for f, k in enumerate(level):
-        grouped.setdefault(k, []).append(f)
-    return [grouped[k] for k in sorted(grouped)]
-
-
-def _need_matrix(
-    lanes: Sequence[Lane], nodes: Sequence[PlanNode], unit_bytes: Sequence[int], tp: int
-) -> np.ndarray:
-    """Bytes of each unit each lane carries (0 for units its receiver already has)."""
-    shard = np.asarray(unit_bytes, dtype=float)
-    scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
-    need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
-    for f, lane in enumerate(lanes):
-        present = nodes[lane.receiver].present
-        if present:
-            need[f, np.asarray(present, dtype=bool)] = 0.0
-    return need
-
-
-def _held_from(
-    lanes: Sequence[Lane], nodes: Sequence[PlanNode], need: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per lane: when its sender holds each unit (a loading source's ``ready_s``, else 0), and
-    when it holds the first unit the lane carries."""
-    held = np.zeros(need.shape)
-    first = np.zeros(len(lanes))
-    for f, lane in enumerate(lanes):
-        ready = nodes[lane.sender].ready_s
-        if ready:
-            held[f] = ready
-            carried = need[f] > 0
-            first[f] = held[f][carried].min() if carried.any() else 0.0
-    return held, first
-
-
-def _gathered(
-    level: Sequence[int],
-    deps: Sequence[Sequence[int]],
-    arrival: np.ndarray,
-    first: np.ndarray,
-    end: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per lane of a level: latest arrival per unit over the lanes it waits for, their latest
-    first chunk, and their latest end (all 0 for lanes fed by a source)."""
-    m, units = len(level), arrival.shape[1]
-    avail = np.zeros((m, units))
-    first_in = np.zeros(m)
-    done_in = np.zeros(m)
-    fed = [k for k, f in enumerate(level) if deps[f]]
-    if fed:
-        flat = np.fromiter((d for k in fed for d in deps[level[k]]), dtype=np.intp)
-        starts = np.cumsum([0] + [len(deps[level[k]]) for k in fed[:-1]])
-        rows = np.asarray(fed)
-        avail[rows] = np.maximum.reduceat(arrival[flat], starts, axis=0)
-        first_in[rows] = np.maximum.reduceat(first[flat], starts)
-        done_in[rows] = np.maximum.reduceat(end[flat], starts)
-    return avail, first_in, done_in
-
-
-def _scan(
-    need: np.ndarray,
-    avail: np.ndarray,
-    rate: np.ndarray,
-    latency: np.ndarray,
-    chunk: int,
-    start: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The recurrence for a batch of lanes (a max-plus scan over the units each carries)."""
-    carried = need > 0
-    blocked = rate <= 0
-    inverse = (1.0 / np.where(blocked, 1.0, rate))[:, None]
-    tau = np.where(carried, need * inverse, 0.0)
-    c = np.where(carried, np.minimum(need, chunk) * inverse, 0.0)
-    prefix = np.cumsum(tau, axis=1)
-    lead = np.where(carried, avail + c + latency[:, None] - prefix, -np.inf)
-    times = prefix + np.maximum(start[:, None], np.maximum.accumulate(lead, axis=1))
-    times = np.where(carried, np.where(blocked[:, None], np.inf, times), 0.0)
-    lead_chunk = c[np.arange(len(need)), np.argmax(carried, axis=1)]
-    first = np.where(blocked, np.inf, start + lead_chunk + latency)
-    return times, first
-
-
-def _ready(
-    lanes: Sequence[Lane],
-    nodes: Sequence[PlanNode],
-    instances: Sequence[NewInstance],
-    arrival: np.ndarray,
-) -> dict[str, tuple[float, ...]]:
-    """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
-    units = arrival.shape[1]
-    into: dict[str, list[int]] = {}
-    for lane in lanes:
-        into.setdefault(lane.dst, []).append(lane.flow)
-    ready: dict[str, tuple[float, ...]] = {}
-    for inst in instances:
-        node = nodes[inst.node]
-        present = np.asarray(node.present, dtype=bool) if node.present else np.zeros(units, bool)
-        done = np.zeros(units)
-        for rank, gpu in enumerate(inst.gpus):
-            mine = [f for f in into.get(gpu, []) if lanes[f].rank in (rank, ALL_RANKS)]
-            got = arrival[mine].max(axis=0) if mine else np.zeros(units)
-            done = np.maximum(done, np.where(present, 0.0, np.where(got > 0, got, math.inf)))
-        ready[inst.name] = tuple(done.tolist())
-    return ready

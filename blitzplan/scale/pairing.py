@@ -110,13 +110,14 @@ def live_pairs(
         return (), 0
     pairs: list[LivePair] = []
     matched = _matched(state, multicast, loaded, queues, roles, keep or {})
+    gpus = {i.name: i.gpus for i in multicast.instances}
     for name, old in matched:
         if run.passed():
             break  # past the deadline: the rest load without a pair (the plan notes it)
         schedule = live_schedule(
             state,
             spec,
-            multicast.instance(name).gpus,
+            gpus[name],
             multicast.layer_ready_s[name],
             old,
             queues[old.id],
@@ -145,9 +146,10 @@ def _matched(
     old instance of its role."""
     tails = sorted(multicast.live, key=lambda n: (multicast.layer_ready_s[n][1], n))
     topo = state.topology
+    first_gpu = {i.name: i.gpus[0] for i in multicast.instances}
 
     def linked(name: str, old: Instance) -> bool:  # same role; activations cross both ways
-        new_gpu, old_gpu = multicast.instance(name).gpus[0], old.gpus[0]
+        new_gpu, old_gpu = first_gpu[name], old.gpus[0]
         return (
             roles.get(name) == old.role.value
             and topo.has_path(new_gpu, old_gpu)

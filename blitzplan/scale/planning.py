@@ -15,8 +15,8 @@ __all__ = ["Planning"]
 @dataclass(frozen=True)
 class Planning:
     """One call's options, its compute model (None: rooflines) and when it started (None: no
-    clock): refinements are skipped when the deadline is tight (half of it gone), pairing stops
-    once it has passed."""
+    clock): under a deadline the multicast skips its refinements (their time is not bounded),
+    pairing stops once the deadline has passed."""
 
     options: PlanOptions
     compute: ComputeModel | None = None
@@ -26,9 +26,9 @@ class Planning:
         """Seconds since the call started (0 without a clock)."""
         return 0.0 if self.started is None else time.monotonic() - self.started
 
-    def tight(self) -> bool:
-        deadline = self.options.deadline_s
-        return deadline is not None and self.used() > deadline / 2
+    def bounded(self) -> bool:
+        """Whether a deadline bounds the call."""
+        return self.options.deadline_s is not None
 
     def passed(self) -> bool:
         deadline = self.options.deadline_s

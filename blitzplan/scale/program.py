@@ -33,15 +33,14 @@ of such units, at the step's rate).
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
 
 from blitzplan.multicast.holdings import holder_segments
-from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, built
 from blitzplan.scale.delivered import Held, held_bytes, subtract
 from blitzplan.topologies import Topology
 
@@ -124,18 +123,21 @@ def program(
     startup: dict[int, float] = {}
     for inst in plan.instances:
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
-    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
+    waits = _waits(plan)
+    route = _Router(plan, topology)
     steps: dict[int, TransferStep] = {}
-    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[ByteRange, ...]] = {}
+    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[tuple[ByteRange, ...], int]]
+    same = {}
     lacking: dict[tuple[str, int], list[tuple[int, Sequence[tuple[int, int]]]]] = {}
-    kind = functools.lru_cache(maxsize=None)(topology.kind)  # one look-up per node
+    starts, feeds = plan.lane_start_s, plan.lane_feeds
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         # lanes of one stripe into one node send the same ranges unless held bytes cut them
         receiver = plan.nodes[lane.receiver]
         key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
         if key not in same:
-            same[key] = _ranges(plan, lane, {}, snap)
-        ranges = same[key]
+            found = _ranges(plan, lane, {}, snap)
+            same[key] = (found, _total(found))
+        ranges, total = same[key]
         if (lane.dst, lane.receiver) not in lacking:  # held units the receiver still lacks
             held_here = have.get(lane.dst, {})
             lacking[lane.dst, lane.receiver] = [
@@ -143,30 +145,57 @@ def program(
             ]
         if _cut(plan, lane, lacking[lane.dst, lane.receiver], snap):
             ranges = _ranges(plan, lane, have[lane.dst], snap)
-        total = sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
+            total = _total(ranges)
         if total == 0:
             continue  # the destination has every byte of it already
-        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
-        steps[lane.flow] = TransferStep(
-            id=lane.flow,
+        flow = lane.flow
+        after, store_and_forward = waits.get(flow, ((), False))
+        kind, holder, link, nic, relay = route(lane)
+        steps[flow] = built(
+            TransferStep,
+            id=flow,
+            kind=kind,
+            source=lane.holder,
+            destination=lane.dst,
+            holder=holder,
             instance=owner.get(lane.dst),
             rank=lane.rank,
             stripe=(snap(lane.lo), snap(lane.hi)),
             ranges=ranges,
             bytes=total,
+            link=link,
+            nic=nic,
+            relay=relay,
             source_layout=_source_layout(plan, lane),
-            after=tuple(x.flow for h in (hop.after if hop else ()) for x in plan.hops[h].lanes),
-            store_and_forward=bool(hop and not hop.pipelined),
+            feeds=feeds[flow] if feeds else (),
+            after=after,
+            store_and_forward=store_and_forward,
             pace_bytes_per_s=_pace(plan, lane),
-            rate_bytes_per_s=plan.rates[lane.flow],
             chunk_bytes=plan.chunk_bytes,
+            rate_bytes_per_s=plan.rates[flow],
             not_before_s=startup.get(lane.receiver, 0.0),
-            start_s=plan.lane_start_s[lane.flow] if plan.lane_start_s else 0.0,
-            end_s=max(plan.lane_arrival_s[lane.flow], default=0.0),
-            feeds=plan.lane_feeds[lane.flow] if plan.lane_feeds else (),
-            **_route(plan, lane, topology, kind)._asdict(),
+            start_s=starts[flow] if starts else 0.0,
+            end_s=max(plan.lane_arrival_s[flow], default=0.0),
         )
-    return tuple(_drop_missing(step, steps) for step in sorted(steps.values(), key=lambda s: s.id))
+    ordered = sorted(steps.values(), key=lambda s: s.id)
+    if len(steps) == len(plan.flows):
+        return tuple(ordered)  # every lane is a step: no dependency to drop
+    return tuple(_drop_missing(step, steps) for step in ordered)
+
+
+def _total(ranges: Sequence[ByteRange]) -> int:
+    return sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
+
+
+def _waits(plan: MulticastPlan) -> dict[int, tuple[tuple[int, ...], bool]]:
+    """Per lane of a hop: the lanes it waits to end (its hop's ``after`` hops), and whether
+    its hop is store-and-forward."""
+    out: dict[int, tuple[tuple[int, ...], bool]] = {}
+    for hop in plan.hops:
+        after = tuple(x.flow for h in hop.after for x in plan.hops[h].lanes)
+        for lane in hop.lanes:
+            out[lane.flow] = (after, not hop.pipelined)
+    return out
 
 
 def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> TransferStep:
@@ -178,44 +207,69 @@ def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> Tran
     return TransferStep(**{**step.__dict__, "feeds": feeds, "after": after})
 
 
-class _Route(NamedTuple):
-    kind: StepKind
-    holder: str
-    link: str
-    nic: str | None
-    relay: str | None
-    source: str
-    destination: str
+class _Router:
+    """Kind, holder, link, sending NIC and relay of a lane, from the route its flow takes
+    (node kinds, switch types and sender kinds looked up once each)."""
+
+    def __init__(self, plan: MulticastPlan, topology: Topology) -> None:
+        self.plan, self.topology = plan, topology
+        self.kinds: dict[str, str] = {}
+        self.links: dict[tuple[str, ...], str] = {}
+        self.holders: dict[tuple[int, str], str] = {}
+
+    def kind(self, node: str) -> str:
+        found = self.kinds.get(node)
+        if found is None:
+            found = self.kinds[node] = self.topology.kind(node)
+        return found
+
+    def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
+        edges = self.plan.flows[lane.flow].edges
+        kind = self.kind
+        source_kind = kind(lane.holder)
+        nic = edges[0][0] if kind(edges[0][0]) == "nic" else None
+        if nic is None:
+            nic = next((v for _, v in edges if kind(v) == "nic"), None)
+        relay = None
+        if lane.exit != lane.holder and lane.exit != nic and _crosses(edges, lane.exit):
+            relay = lane.exit
+        if source_kind == "ssd":
+            step, link = StepKind.DISK_TO_HOST, "pcie"
+        elif lane.gather:
+            step, link = StepKind.ALLGATHER, self.local_link(edges)
+        elif nic is not None:
+            step, link = StepKind.NETWORK, "network"
+        elif source_kind == "host_mem":
+            step, link = StepKind.HOST_TO_DEVICE, "pcie"
+        else:
+            step, link = StepKind.DEVICE_TO_DEVICE, self.local_link(edges)
+        return step, self.holder(lane.sender, source_kind), link, nic, relay
+
+    def holder(self, sender: int, source_kind: str) -> str:
+        """What a lane's source is (``TransferStep.holder``)."""
+        found = self.holders.get((sender, source_kind))
+        if found is None:
+            node = self.plan.nodes[sender]
+            found = {
+                NodeKind.INSTANCE: "loading" if node.ready_s else "instance",
+                NodeKind.HOST: "memory",
+                NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
+            }.get(node.kind, "plan")
+            self.holders[(sender, source_kind)] = found
+        return found
+
+    def local_link(self, edges: Sequence[tuple[str, str]]) -> str:
+        middle = tuple(v for _, v in edges[:-1])
+        found = self.links.get(middle)
+        if found is None:
+            nodes = (edges[0][0], *(v for _, v in edges))
+            found = self.links[middle] = _local_link(nodes, self.topology)
+        return found
 
 
-def _route(
-    plan: MulticastPlan, lane: Lane, topology: Topology, kind_of: Callable[[str], str]
-) -> _Route:
-    """Kind, link, sending NIC and relay of a lane, from the route its flow takes
-    (``kind_of``: the topology's node kinds)."""
-    edges = plan.flows[lane.flow].edges
-    nodes = [edges[0][0], *(v for _, v in edges)]
-    kinds = [kind_of(n) for n in nodes]
-    source_kind = kind_of(lane.holder)
-    nic = next((n for n, k in zip(nodes, kinds, strict=True) if k == "nic"), None)
-    relay = lane.exit if lane.exit not in (lane.holder, nic) and lane.exit in nodes else None
-    if source_kind == "ssd":
-        kind, link = StepKind.DISK_TO_HOST, "pcie"
-    elif lane.gather:
-        kind, link = StepKind.ALLGATHER, _local_link(nodes, topology)
-    elif nic is not None:
-        kind, link = StepKind.NETWORK, "network"
-    elif source_kind == "host_mem":
-        kind, link = StepKind.HOST_TO_DEVICE, "pcie"
-    else:
-        kind, link = StepKind.DEVICE_TO_DEVICE, _local_link(nodes, topology)
-    sender = plan.nodes[lane.sender]
-    holder = {
-        NodeKind.INSTANCE: "loading" if sender.ready_s else "instance",
-        NodeKind.HOST: "memory",
-        NodeKind.CACHE: "disk" if source_kind == "ssd" else "memory",
-    }.get(sender.kind, "plan")
-    return _Route(kind, holder, link, nic, relay, lane.holder, lane.dst)
+def _crosses(edges: Sequence[tuple[str, str]], node: str) -> bool:
+    """Whether a route of ``edges`` passes ``node``."""
+    return edges[0][0] == node or any(v == node for _, v in edges)
 
 
 def _local_link(nodes: Sequence[str], topology: Topology) -> str:
@@ -227,7 +281,7 @@ def _local_link(nodes: Sequence[str], topology: Topology) -> str:
 
 def _pace(plan: MulticastPlan, lane: Lane) -> float | None:
     cap = plan.flows[lane.flow].max_bytes_per_s
-    return None if cap == float("inf") else cap
+    return None if cap == math.inf else cap
 
 
 def _source_layout(plan: MulticastPlan, lane: Lane) -> tuple[int, int] | None:

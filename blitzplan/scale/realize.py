@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
-from blitzplan.multicast import plan_multicast
+from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.planning_rate import affordable, record_rate
 from blitzplan.scale.delivered import Held
@@ -83,6 +83,7 @@ def realize(
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live = _live_counts(targets, loaded)
+    begun = run.used()
     multicast = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
     pairs, unpaired = live_pairs(
@@ -97,6 +98,10 @@ def realize(
     for inst in draining:  # a released instance finishes its own queue first
         queues.setdefault(inst.id, list(inst.queue))
     marks = milestones(state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, run)
+    steps = program(multicast, state.topology, held) if multicast else ()
+    if targets.count and run.started is not None:  # planner-placed instances were asked
+        planned = len(multicast.instances) if multicast is not None else 0
+        record_rate(state.topology, planned, run.used() - begun)
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -112,7 +117,7 @@ def realize(
         missing=tuple(missing),
         notes=tuple(notes),
         options=run.options,
-        steps=program(multicast, state.topology, held) if multicast else (),
+        steps=steps,
         held={gpu: dict(units) for gpu, units in (held or {}).items()},
         cluster=state.topology.name,
     )
@@ -133,10 +138,10 @@ def _multicast(
     the new instances the time left affords (:mod:`blitzplan.multicast.planning_rate`), the rest
     go to ``missing``."""
     explicit = bool(targets.groups)
-    count, begun = targets.count, run.used()
+    count = targets.count
     deadline = run.options.deadline_s
     if deadline is not None and count:  # anytime: what the time left affords
-        count = affordable(state.topology, count, deadline - begun)
+        count = affordable(state.topology, count, deadline - run.used())
         if count < targets.count:
             notes.append(f"deadline_s: {count} of {targets.count} new instances planned")
             missing.append(f"deadline_s: {targets.count - count} new instances not planned")
@@ -162,13 +167,11 @@ def _multicast(
         time_limit_s=options.time_limit_s,
         allow_prefill_sources=options.allow_prefill_sources,
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
-        polish_evaluations=0 if run.tight() or explicit else None,
+        polish_evaluations=0 if run.bounded() or explicit else None,
     )
-    if run.tight():
+    if run.bounded() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)
-    if count and run.started is not None:
-        record_rate(state.topology, count, run.used() - begun)
     return multicast
 
 

@@ -31,6 +31,13 @@ class Flow:
     name: str = ""
 
     def __post_init__(self) -> None:
+        cap = self.max_bytes_per_s
+        if (
+            type(cap) is float
+            and MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S
+            and _distinct(self.edges)
+        ):
+            return  # the common case, checked quickly
         if not self.edges:
             raise InvalidInputError(f"flow {self.name!r} must cross at least one edge")
         cap = self.max_bytes_per_s
@@ -45,30 +52,55 @@ class Flow:
             raise InvalidInputError(f"flow {self.name!r} crosses an edge twice: {self.edges!r}")
 
 
+def _distinct(edges: tuple[Edge, ...]) -> bool:
+    """Whether ``edges`` (at least one) cross no edge twice (routes are short: pairs compared)."""
+    n = len(edges)
+    if n == 0:
+        return False
+    if n <= 3:
+        return n == 1 or (edges[0] != edges[1] and (n == 2 or edges[2] not in edges[:2]))
+    return len(set(edges)) == n
+
+
 def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> tuple[float, ...]:
     """Rates (bytes/s) of ``flows`` sharing the edges of ``capacity`` max-min fairly.
 
     Every returned rate is positive and finite, no edge carries more than its capacity, and every
     flow is either at its own cap or crosses a full edge on which no flow has a higher rate.
     Flows that share no edge, directly or through other flows, are filled separately (the same
-    result, found faster); when every flow's cap fits on every edge the caps are the answer.
+    result, found faster); a group whose caps fit on every edge it crosses is at its caps.
     """
+    load = _cap_load(flows, capacity)
+    over = {edge for edge, used in load.items() if used > capacity[edge] * (1 + _REL_TOL)}
+    rates = [flow.max_bytes_per_s for flow in flows]
+    if not over and all(rate != math.inf for rate in rates):
+        return tuple(rates)  # every cap fits: nothing to share
+    for component in _components(flows):
+        group = [flows[i] for i in component]
+        if any(f.max_bytes_per_s == math.inf or not over.isdisjoint(f.edges) for f in group):
+            for i, rate in zip(component, _fill(group, capacity), strict=True):
+                rates[i] = rate
+    return tuple(rates)
+
+
+def _cap_load(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> dict[Edge, float]:
+    """Per edge the flows cross, the sum of their caps; InvalidInputError for an edge that
+    ``capacity`` lacks or holds no finite positive capacity of."""
+    load: dict[Edge, float] = {}
     for flow in flows:
+        cap = flow.max_bytes_per_s
         for edge in flow.edges:
+            if edge in load:
+                load[edge] += cap
+                continue
             if edge not in capacity:
                 raise InvalidInputError(f"flow {flow.name!r} crosses unknown edge {edge!r}")
-    for edge in {edge for flow in flows for edge in flow.edges}:
-        if not 0 < float(capacity[edge]) < math.inf:
-            raise InvalidInputError(
-                f"edge {edge!r} capacity must be finite and > 0, got {capacity[edge]!r}"
-            )
-    if _caps_fit(flows, capacity):
-        return tuple(flow.max_bytes_per_s for flow in flows)  # every cap fits: nothing to share
-    rates = [0.0] * len(flows)
-    for component in _components(flows):
-        for i, rate in zip(component, _fill([flows[i] for i in component], capacity), strict=True):
-            rates[i] = rate
-    return tuple(rates)
+            if not 0 < float(capacity[edge]) < math.inf:
+                raise InvalidInputError(
+                    f"edge {edge!r} capacity must be finite and > 0, got {capacity[edge]!r}"
+                )
+            load[edge] = cap
+    return load
 
 
 def _caps_fit(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> bool:

@@ -97,10 +97,17 @@ class Topology:
         return tuple(dict.fromkeys(self.graph.nodes[gpu]["host"] for gpu in self._gpus))
 
     def gpus_of_host(self, host: str) -> list[str]:
-        gpus = [gpu for gpu in self._gpus if self.graph.nodes[gpu]["host"] == host]
+        gpus = self._gpus_by_host.get(host)
         if not gpus:
             raise InvalidInputError(f"host {host!r} is not in topology {self.name!r}")
-        return gpus
+        return list(gpus)
+
+    @cached_property
+    def _gpus_by_host(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for gpu in self._gpus:
+            out.setdefault(str(self.graph.nodes[gpu]["host"]), []).append(gpu)
+        return out
 
     def host_of(self, gpu: str) -> str:
         return str(self._gpu(gpu)["host"])

@@ -1,0 +1,321 @@
+"""The timeline of a built plan, lane by lane.
+
+Every lane streams its stripe of each unit it carries in unit order. For lane ``f`` carrying
+``b_f(u)`` bytes of unit ``u`` at rate ``r_f`` (max-min fair on what background flows leave, at
+most the lane's pace) over a path of latency ``lat_f``::
+
+    tau_f(u) = b_f(u) / r_f                       # the stripe of the unit streaming over the lane
+    c_f(u)   = min(chunk, b_f(u)) / r_f           # its last chunk, sent on after it arrives
+    t_f(-1)  = start_f
+    t_f(u)   = max(avail_f(u) + c_f(u) + lat_f, t_f(u-1) + tau_f(u))
+
+``avail_f(u)`` is 0 when the sender is a source (for a source still loading under an earlier
+plan, when that plan delivers unit ``u`` to it: its node's ``ready_s``), else the latest arrival
+of unit ``u`` over the lanes that brought the lane's stripe to its holder (the sender's
+completion of every unit for a store-and-forward hop). ``start_f`` is the latest of the holder's
+first chunk of the stripe (a loading source: its first carried unit's arrival), the receiver's
+``startup_s`` and the end of every hop the lane's hop waits for. Units the receiver
+already has take no time and read 0. A GPU has unit ``u`` when every lane into it that carries
+``u`` has delivered it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.multicast.holdings import overlap
+from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, PlanNode
+
+__all__ = ["Timeline", "lane_dependencies", "run_lanes"]
+
+_SOURCE_KINDS = ("instance", "host", "cache")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Rates and times of a built plan."""
+
+    rates: tuple[float, ...]
+    lane_arrival_s: np.ndarray
+    """lanes x units: arrival of each carried unit, 0 where the lane carries nothing."""
+    hop_arrival_s: tuple[tuple[float, ...], ...]
+    layer_ready_s: dict[str, tuple[float, ...]]
+    lane_start_s: np.ndarray | None = None
+    """Per lane: when it may send its first byte (``start_f`` of the module docstring)."""
+    lane_feeds: tuple[tuple[int, ...], ...] = ()
+    """Per lane: the lanes whose arrivals it waits for."""
+
+
+def lane_dependencies(
+    lanes: Sequence[Lane],
+    nodes: Sequence[PlanNode],
+    hops: Sequence[Hop],
+    known: Sequence[list[int] | None] = (),
+) -> list[list[int]]:
+    """For each lane, the lanes whose arrivals it waits for (see the module docstring); entries
+    of ``known`` that are not None are taken as given."""
+    waiting = {lane.flow for hop in hops if not hop.pipelined for lane in hop.lanes}
+    sources = {node.id for node in nodes if node.kind.value in _SOURCE_KINDS}
+    arrivals: list[tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]] = []
+    deps: list[list[int]] = []
+    for lane in lanes:
+        given = known[lane.flow] if lane.flow < len(known) else None
+        if lane.sender in sources:
+            deps.append([])
+        elif given is not None and lane.flow not in waiting:
+            deps.append(list(given))
+        else:
+            if not arrivals:  # what lands where, gathered once when first needed
+                arrivals.append(_arrivals(lanes))
+            into, into_node = arrivals[0]
+            if lane.flow in waiting:
+                deps.append(list(into_node.get(lane.sender, [])))
+            else:
+                deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
+    return deps
+
+
+def _arrivals(
+    lanes: Sequence[Lane],
+) -> tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]:
+    """The lanes into each ``(node, GPU)`` (by ``lo``), and the lane ids into each node."""
+    into: dict[tuple[int, str], list[Lane]] = {}
+    into_node: dict[int, list[int]] = {}
+    for lane in lanes:
+        into.setdefault((lane.receiver, lane.dst), []).append(lane)
+        into_node.setdefault(lane.receiver, []).append(lane.flow)
+    for arrived in into.values():
+        arrived.sort(key=lambda x: x.lo)
+    return into, into_node
+
+
+def _feeding(arrived: Sequence[Lane], lane: Lane) -> list[int]:
+    """Lanes among ``arrived`` (sorted by ``lo``) carrying some of ``lane``'s stripe."""
+    out = []
+    for other in arrived:
+        if other.lo >= lane.hi:
+            break
+        if (
+            other.flow != lane.flow
+            and (ALL_RANKS in (other.rank, lane.rank) or other.rank == lane.rank)
+            and overlap((other.lo, other.hi), (lane.lo, lane.hi)) is not None
+        ):
+            out.append(other.flow)
+    return out
+
+
+def run_lanes(
+    lanes: Sequence[Lane],
+    nodes: Sequence[PlanNode],
+    hops: Sequence[Hop],
+    instances: Sequence[NewInstance],
+    rates: Sequence[float],
+    latency_s: Sequence[float],
+    unit_bytes: Sequence[int],
+    chunk_bytes: int,
+    *,
+    tp: int = 1,
+    known: Sequence[list[int] | None] = (),
+) -> Timeline:
+    """The recurrence of the module docstring for every lane, then per-instance readiness.
+
+    Lanes are evaluated level by level (a lane's level is one more than the deepest lane it
+    waits for), every level at once with numpy."""
+    units = len(unit_bytes)
+    deps = lane_dependencies(lanes, nodes, hops, known)
+    after: list[list[int]] = [[] for _ in lanes]
+    saf = np.zeros(len(lanes), dtype=bool)
+    for hop in hops:
+        waited = [x.flow for h in hop.after for x in hops[h].lanes]
+        for lane in hop.lanes:
+            after[lane.flow] = waited
+            saf[lane.flow] = not hop.pipelined
+    need = _need_matrix(lanes, nodes, unit_bytes, tp)
+    held, held_first = _held_from(lanes, nodes, need)
+    startup = _startup_by_node(instances)
+    begin = np.array([startup.get(lane.receiver, 0.0) for lane in lanes])
+    rate = np.asarray(rates, dtype=float)
+    latency = np.asarray(latency_s, dtype=float)
+    arrival = np.zeros((len(lanes), units))
+    first = np.zeros(len(lanes))
+    end = np.zeros(len(lanes))
+    starts = np.zeros(len(lanes))
+    for level in _levels(deps, after):
+        avail, first_in, done_in = _gathered(level, deps, arrival, first, end)
+        after_end = np.zeros(len(level))
+        if any(after[f] for f in level):
+            after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
+        idx = np.asarray(level)
+        sf = saf[idx]
+        avail = np.maximum(np.where(sf[:, None], done_in[:, None], avail), held[idx])
+        start = np.maximum.reduce(
+            [begin[idx], np.where(sf, done_in, first_in), after_end, held_first[idx]]
+        )
+        starts[idx] = start
+        times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
+        arrival[idx] = times
+        end[idx] = times.max(axis=1) if units else start
+    hop_arrival = tuple(
+        tuple(arrival[[lane.flow for lane in hop.lanes]].max(axis=0).tolist()) if hop.lanes else ()
+        for hop in hops
+    )
+    return Timeline(
+        tuple(rates),
+        arrival,
+        hop_arrival,
+        _ready(lanes, nodes, instances, arrival),
+        starts,
+        tuple(tuple(d) for d in deps),
+    )
+
+
+def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
+    startup: dict[int, float] = {}
+    for inst in instances:
+        startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
+    return startup
+
+
+def _levels(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Lanes by level, each in lane order: a lane's level is one more than the deepest lane it
+    waits for (0: it waits for none); raises on a cycle."""
+    count = [0] * len(deps)
+    users: dict[int, list[int]] = {}
+    for lane, (d, a) in enumerate(zip(deps, after, strict=True)):
+        needed = set(d).union(a) if a or len(d) > 1 else d
+        count[lane] = len(needed)
+        for other in needed:
+            users.setdefault(other, []).append(lane)
+    level = [lane for lane, c in enumerate(count) if c == 0]
+    grouped: list[list[int]] = []
+    while level:
+        grouped.append(level)
+        released = []
+        for lane in level:
+            for user in users.get(lane, ()):
+                count[user] -= 1
+                if count[user] == 0:
+                    released.append(user)
+        level = sorted(released)
+    if sum(len(g) for g in grouped) != len(deps):
+        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
+    return grouped
+
+
+def _need_matrix(
+    lanes: Sequence[Lane], nodes: Sequence[PlanNode], unit_bytes: Sequence[int], tp: int
+) -> np.ndarray:
+    """Bytes of each unit each lane carries (0 for units its receiver already has)."""
+    shard = np.asarray(unit_bytes, dtype=float)
+    scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
+    need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
+    for f, lane in enumerate(lanes):
+        present = nodes[lane.receiver].present
+        if present:
+            need[f, np.asarray(present, dtype=bool)] = 0.0
+    return need
+
+
+def _held_from(
+    lanes: Sequence[Lane], nodes: Sequence[PlanNode], need: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per lane: when its sender holds each unit (a loading source's ``ready_s``, else 0), and
+    when it holds the first unit the lane carries."""
+    held = np.zeros(need.shape)
+    first = np.zeros(len(lanes))
+    for f, lane in enumerate(lanes):
+        ready = nodes[lane.sender].ready_s
+        if ready:
+            held[f] = ready
+            carried = need[f] > 0
+            first[f] = held[f][carried].min() if carried.any() else 0.0
+    return held, first
+
+
+def _gathered(
+    level: Sequence[int],
+    deps: Sequence[Sequence[int]],
+    arrival: np.ndarray,
+    first: np.ndarray,
+    end: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per lane of a level: latest arrival per unit over the lanes it waits for, their latest
+    first chunk, and their latest end (all 0 for lanes fed by a source)."""
+    m, units = len(level), arrival.shape[1]
+    avail = np.zeros((m, units))
+    first_in = np.zeros(m)
+    done_in = np.zeros(m)
+    fed = [k for k, f in enumerate(level) if deps[f]]
+    if fed:
+        flat = np.fromiter((d for k in fed for d in deps[level[k]]), dtype=np.intp)
+        starts = np.cumsum([0] + [len(deps[level[k]]) for k in fed[:-1]])
+        rows = np.asarray(fed)
+        avail[rows] = np.maximum.reduceat(arrival[flat], starts, axis=0)
+        first_in[rows] = np.maximum.reduceat(first[flat], starts)
+        done_in[rows] = np.maximum.reduceat(end[flat], starts)
+    return avail, first_in, done_in
+
+
+def _scan(
+    need: np.ndarray,
+    avail: np.ndarray,
+    rate: np.ndarray,
+    latency: np.ndarray,
+    chunk: int,
+    start: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence for a batch of lanes (a max-plus scan over the units each carries)."""
+    carried = need > 0
+    blocked = rate <= 0
+    inverse = (1.0 / np.where(blocked, 1.0, rate))[:, None]
+    tau = np.where(carried, need * inverse, 0.0)
+    c = np.where(carried, np.minimum(need, chunk) * inverse, 0.0)
+    prefix = np.cumsum(tau, axis=1)
+    lead = np.where(carried, avail + c + latency[:, None] - prefix, -np.inf)
+    times = prefix + np.maximum(start[:, None], np.maximum.accumulate(lead, axis=1))
+    times = np.where(carried, np.where(blocked[:, None], np.inf, times), 0.0)
+    lead_chunk = c[np.arange(len(need)), np.argmax(carried, axis=1)]
+    first = np.where(blocked, np.inf, start + lead_chunk + latency)
+    return times, first
+
+
+def _ready(
+    lanes: Sequence[Lane],
+    nodes: Sequence[PlanNode],
+    instances: Sequence[NewInstance],
+    arrival: np.ndarray,
+) -> dict[str, tuple[float, ...]]:
+    """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
+    units = arrival.shape[1]
+    slot: dict[str, tuple[int, int]] = {}  # instance GPU -> (its row, its rank)
+    present = np.zeros((sum(len(i.gpus) for i in instances), units), dtype=bool)
+    for inst in instances:
+        mask = nodes[inst.node].present
+        for rank, gpu in enumerate(inst.gpus):
+            slot[gpu] = (len(slot), rank)
+            if mask:
+                present[len(slot) - 1] = mask
+    rows, keys = [], []
+    for lane in lanes:
+        found = slot.get(lane.dst)
+        if found is not None and lane.rank in (found[1], ALL_RANKS):
+            rows.append(lane.flow)
+            keys.append(found[0])
+    got = np.zeros(present.shape)
+    if rows:
+        order = np.argsort(keys, kind="stable")
+        key, row = np.asarray(keys)[order], np.asarray(rows)[order]
+        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        got[key[first]] = np.maximum.reduceat(arrival[row], first, axis=0)
+    done = np.where(present, 0.0, np.where(got > 0, got, math.inf))
+    ready: dict[str, tuple[float, ...]] = {}
+    at = 0
+    for inst in instances:
+        ready[inst.name] = tuple(done[at : at + len(inst.gpus)].max(axis=0).tolist())
+        at += len(inst.gpus)
+    return ready
