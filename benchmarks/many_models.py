@@ -6,9 +6,7 @@ Run: .venv/bin/python benchmarks/many_models.py [--plot PATH]   (BLITZPLAN_QUICK
 cluster, one minute)
 
 First the scale target: 64 models on rail-leafspine-1024 for one simulated hour, wall and CPU
-time and peak memory beside the target (60 s, 2 GB); then coalesced decode runs (one event per
-run of decode steps, what :func:`blitzplan.sim.simulate_fleet` uses) against one event per step
-on the 2-host Zipf setting: the requests whose outcome differs and by how much.
+time and peak memory beside the target (60 s, 2 GB).
 
 Setting (chosen here; the paper does not state the one of its Figure 19): cluster A's hosts
 (8 A800 80 GB on NVLink, 100 Gbps RDMA per GPU, 128 Gbps host->GPU, 10 Gbps SSD) with 64 GiB of
@@ -48,7 +46,6 @@ MODELS_PER_HOST = 2
 RATE_PER_MODEL = 0.75
 SCALE_S = 30.0 if QUICK else 3600.0
 SCALE_MODELS = 16 if QUICK else 64
-CHECK_S = 60.0 if QUICK else 600.0
 PAPER = {
     "serverlessllm_miss": "20-46%",
     "blitzscale_copies": "<= 1",
@@ -123,7 +120,6 @@ HEADER = [
 def main() -> None:
     plot = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
     scale()
-    coalescing_check()
     rows, reports = [], {}
     for hosts in HOSTS:
         workloads = zipf_setting(hosts)
@@ -194,64 +190,6 @@ def scale() -> None:
             ],
         ),
         flush=True,
-    )
-
-
-def coalescing_check() -> None:
-    """Coalesced decode runs (what simulate_fleet uses) against one event per decode step, on
-    the Zipf setting with 2 hosts for CHECK_S (10 minutes; quick: one) under every system: the
-    requests whose first token, finish, restarts or drop differ, the largest difference, and the
-    events and time each took."""
-    workloads = zipf_setting(2, CHECK_S)
-    rows = []
-    for system in SYSTEMS:
-        runs = {}
-        for coalesce in (True, False):
-            started = time.perf_counter()
-            report = simulate_fleet(
-                cluster_a(2), workloads, system=system, coalesce_decode=coalesce
-            )
-            runs[coalesce] = (report, time.perf_counter() - started)
-        pairs = [
-            (a, b)
-            for ra, rb in zip(runs[True][0].reports, runs[False][0].reports, strict=True)
-            for a, b in zip(ra.requests, rb.requests, strict=True)
-        ]
-        differ = [(a, b) for a, b in pairs if a != b]
-        gap = (
-            max(
-                (abs(a.finish_s - b.finish_s) + abs(a.first_token_s - b.first_token_s))
-                for a, b in differ
-            )
-            if differ
-            else 0.0
-        )
-        events = [sum(r.events_processed for r in runs[c][0].reports) for c in (True, False)]
-        rows.append(
-            [
-                system,
-                len(pairs),
-                len(differ),
-                f"{gap:.3g}",
-                f"{events[0]} / {events[1]}",
-                f"{runs[True][1]:.1f} / {runs[False][1]:.1f}",
-            ]
-        )
-    print(
-        f"\n--- coalesced decode runs vs one event per step (zipf, 2 hosts, {CHECK_S:g} s) ---"
-    )
-    print(
-        format_table(
-            [
-                "system",
-                "requests",
-                "differing",
-                "largest difference s",
-                "events: runs / steps",
-                "wall s: runs / steps",
-            ],
-            rows,
-        )
     )
 
 

@@ -5,14 +5,15 @@ A finished prefill reserves KV memory on the serving decode instance with the mo
 cache kept where prefill left it. A decode instance steps all its running requests at once (up to
 ``max_batch``), one token each per step.
 
-**Coalesced runs** (``coalesce=True``, what a multi-model run uses): between two changes of a
-batch its steps are arithmetic, so one event stands for the *run* of steps up to the first
-request that finishes, their end times summed one by one as separate events would sum them. A
-request that joins or leaves the instance mid-run cuts the run: the steps that ended before that
-instant are applied, the step under way ends as booked, and the next one sees the new batch, as
-with one event per step. Nothing else reads a batch's progress between its steps, so the results
-are those of one event per step except when another event falls at exactly the instant a step
-ends (their order can differ); the tests compare the two on whole runs.
+**Runs of steps**: between two changes of a batch its steps are arithmetic, so one event stands
+for the *run* of steps up to the first request that finishes, their end times summed one by one
+as separate events would sum them. A request that joins or leaves the instance mid-run cuts the
+run: the steps that ended before that instant are applied, the step under way ends as booked,
+and the next one sees the new batch, as with one event per step. Nothing else reads a batch's
+progress between its steps, so the results are those of one event per step except when another
+event falls at exactly the instant a step ends (their order can differ: the run's end is one
+event, the steps inside it none). ``tests/test_sim_decode_runs.py`` checks runs against an
+independent step-by-step decoder.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ Book = Callable[[float, SimInstance, int], int]
 
 @dataclass
 class _Run:
-    """A coalesced run of steps of ``batch``: each step's end time, how many were applied, the
+    """A run of steps of ``batch``: each step's end time, how many were applied, the
     number of the event booked at the last end."""
 
     batch: list[SimRequest]
@@ -57,13 +58,11 @@ class DecodeTier:
         *,
         max_batch: int,
         step: Book,
-        cancel: Callable[[int], None] | None = None,
-        coalesce: bool = False,
+        cancel: Callable[[int], None],
     ) -> None:
         self.model, self.compute, self.max_batch = model, compute, max_batch
         self.kv_per_token = float(model.kv_bytes_per_token)
         self.schedule_step, self.cancel = step, cancel
-        self.coalesce = coalesce and cancel is not None
         self.backlog: deque[SimRequest] = deque()
         self.admit: Callable[[float], None] | None = None
         """Admits the backlog (the router's); a joining instance calls it."""
@@ -87,7 +86,7 @@ class DecodeTier:
     def fail(self, inst: SimInstance, now_s: float) -> list[SimRequest]:
         """``inst`` is gone: the requests decoding on it must start over."""
         run = self._runs.pop(inst, None)
-        if run is not None and self.cancel is not None:
+        if run is not None:
             self.cancel(run.event)
         return list(inst.running)
 
@@ -129,8 +128,8 @@ class DecodeTier:
             self._schedule(target, now_s)
 
     def step(self, inst: SimInstance, size: int, now_s: float) -> list[SimRequest]:
-        """A step of ``inst``'s first ``size`` requests ended (with coalesced runs, the last
-        step of the run): the requests it finished."""
+        """The last step of a run of ``inst``'s first ``size`` requests ended: the requests it
+        finished."""
         run = self._runs.pop(inst, None)
         steps = len(run.ends) - run.applied if run is not None else 1
         finished = []
@@ -154,9 +153,6 @@ class DecodeTier:
     def _schedule(self, inst: SimInstance, now_s: float) -> None:
         batch = inst.running[: self.max_batch]
         context = sum(r.prompt_tokens + r.tokens_done for r in batch) // len(batch)
-        if not self.coalesce:
-            self.schedule_step(now_s + self._step_s(len(batch), context), inst, len(batch))
-            return
         ends = self._ends(
             now_s, len(batch), context, min(r.output_tokens - r.tokens_done for r in batch)
         )
@@ -181,7 +177,7 @@ class DecodeTier:
         """``inst``'s batch changes at ``now_s``: the steps of its run that ended before are
         applied, the one under way ends as booked and its run with it."""
         run = self._runs.get(inst)
-        if run is None or self.cancel is None:
+        if run is None:
             return
         ended = bisect_left(run.ends, now_s, lo=run.applied)
         for request in run.batch:

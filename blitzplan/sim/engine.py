@@ -68,8 +68,7 @@ class Simulator(RunParts):
 
     ``serving`` (resolved :class:`~.serving.ServingOptions`) makes the fleet colocated, each
     replica sustaining ``replica_tokens_per_s`` prompt tokens a second (the autoscaler's
-    capacity); None keeps it disaggregated. ``coalesce_decode``: one event per run of decode
-    steps between changes of a batch instead of one per step (:mod:`.decode`).
+    capacity); None keeps it disaggregated.
     """
 
     def __init__(
@@ -90,12 +89,11 @@ class Simulator(RunParts):
         max_decode_batch: int = 256,
         drain_limit_s: float = 600.0,
         progress: Callable[[float], None] | None = None,
-        coalesce_decode: bool = False,
     ) -> None:
         self.queue = EventQueue()
         super().__init__(topology, model, tp=tp, compute=compute, token_budget=token_budget)
         self.system, self.autoscaler = system, autoscaler
-        self.build(policy, serving, max_decode_batch, replica_tokens_per_s, coalesce_decode)
+        self.build(policy, serving, max_decode_batch, replica_tokens_per_s)
         self.faults = FaultHandler(self, topology, model, holds_host_copy=system.holds_host_copy)
         self.loads: list[WeightLoad] = []
         self.scale_events: list[ScaleEvent] = []

@@ -63,8 +63,8 @@ class FlowDone:
 
 @dataclass(frozen=True, slots=True)
 class DecodeStep:
-    """A decode instance finished one step of its first ``size`` running requests (with decode
-    runs coalesced, the last step of a run: :mod:`.decode`)."""
+    """A decode instance finished the last step of a run of steps of its first ``size`` running
+    requests (:mod:`.decode`)."""
 
     instance: SimInstance
     size: int

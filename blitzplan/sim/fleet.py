@@ -157,13 +157,11 @@ def simulate_fleet(
     keep_alive_s: float = KEEP_ALIVE_S,
     drain_limit_s: float = 600.0,
     watch: Watch | None = None,
-    coalesce_decode: bool = True,
 ) -> FleetReport:
     """Replay every workload on ``topology`` at once under ``system`` (module docstring).
     ``keep_alive_s``: ServerlessLLM's host-cache keep-alive. ``watch(time_s, caches, owners)`` is
     called after every event with ServerlessLLM's caches (else None) and, per model name, the
-    GPU groups of its instances alive then: for checks. ``coalesce_decode``: one event per run
-    of decode steps between batch changes (:mod:`.decode`; False: one event per step)."""
+    GPU groups of its instances alive then: for checks."""
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     topo = topo.with_link_efficiency(None)
     if system not in FLEET_SYSTEMS:
@@ -175,9 +173,7 @@ def simulate_fleet(
         raise InvalidInputError(f"keep_alive_s must be finite and >= 0, got {keep_alive_s!r}")
     names, hosts = [w.name for w in workloads], topo.hosts()
     ledger, caches, placed = _host_dram(topo, workloads, system, keep_alive_s)
-    sims = [
-        _engine(topo, w, system, caches, placed, drain_limit_s, coalesce_decode) for w in workloads
-    ]
+    sims = [_engine(topo, w, system, caches, placed, drain_limit_s) for w in workloads]
     for sim in sims:
         sim.neighbours = _neighbours(sims, sim)
     _share_step_costs(workloads, sims)
@@ -266,7 +262,6 @@ def _engine(
     caches: HostCaches | None,
     placed: dict[str, str],
     drain_limit_s: float,
-    coalesce_decode: bool,
 ) -> Simulator:
     spec = workload.model
     spec.check_tp(workload.tp)
@@ -285,7 +280,6 @@ def _engine(
         compute=cost,
         policy=POLICIES["zigzag"](),
         drain_limit_s=drain_limit_s,
-        coalesce_decode=coalesce_decode,
     )
     sim.copy_host = placed.get(workload.name)
     return sim

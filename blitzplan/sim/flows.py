@@ -3,7 +3,9 @@
 Each KV transfer is a flow between two GPUs; all KV flows and the weight flows of the loads in
 progress share links max-min fairly (:meth:`Topology.fair_share`, the planner's own function).
 Rates change whenever a flow starts or ends, so every estimate of a transfer's end carries a
-version and only the newest counts.
+version and only the newest counts. The fair share is a function of the flows' edges and caps
+alone, so the rates of a set of flows seen before (the same paths, the same loads in progress)
+are looked up rather than solved again, per topology.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ class _Transfer:
     version: int = 0
 
 
+_REMEMBERED = 4096
+"""At most this many sets of flows keep their rates (the memory starts over beyond)."""
+
+
 class Flows:
     """KV transfers in flight and the weight flows of loads, on one topology."""
 
@@ -36,13 +42,26 @@ class Flows:
         self._next = 0
         self._last_s = 0.0
 
+    @property
+    def topology(self) -> Topology:
+        return self._topology
+
+    @topology.setter
+    def topology(self, topology: Topology) -> None:
+        """New transfers use ``topology`` (what failed is gone): paths and rates found again."""
+        self._topology = topology
+        self._paths: dict[tuple[str, str], Flow] = {}
+        self._rates: dict[tuple[tuple[object, ...], ...], tuple[float, ...]] = {}
+
     def start(self, now_s: float, src: str, dst: str, size_bytes: float, tag: object) -> bool:
         """Move ``size_bytes`` from GPU ``src`` to GPU ``dst``; False when nothing moves (same
         GPU or no bytes)."""
         if src == dst or size_bytes <= 0:
             return False
         self._advance(now_s)
-        flow = self.topology.flow(src, dst, name=f"kv{self._next}")
+        flow = self._paths.get((src, dst))
+        if flow is None:
+            flow = self._paths[src, dst] = self.topology.flow(src, dst, name=f"kv {src}->{dst}")
         self.transfers[self._next] = _Transfer(flow, tag, size_bytes)
         self._next += 1
         self._reshare(now_s)
@@ -102,8 +121,17 @@ class Flows:
             if all(edge in capacity for edge in f.edges)
         ]
         ids = list(self.transfers)
-        rates = self.topology.fair_share([self.transfers[i].flow for i in ids] + background)
+        rates = self._fair_share([self.transfers[i].flow for i in ids] + background)
         for tid, rate in zip(ids, rates, strict=False):
             t = self.transfers[tid]
             t.rate, t.version = rate, t.version + 1
             self.schedule(now_s + t.remaining_bytes / rate, tid, t.version)
+
+    def _fair_share(self, flows: list[Flow]) -> tuple[float, ...]:
+        key = tuple((f.edges, f.max_bytes_per_s) for f in flows)
+        rates = self._rates.get(key)
+        if rates is None:
+            if len(self._rates) >= _REMEMBERED:
+                self._rates.clear()
+            rates = self._rates[key] = self.topology.fair_share(flows)
+        return rates

@@ -89,7 +89,6 @@ class RunParts:
         serving: ServingOptions | None,
         max_decode_batch: int,
         replica_tokens_per_s: float | None = None,
-        coalesce_decode: bool = False,
     ) -> None:
         """The tiers of a disaggregated fleet, and with ``serving`` those of a colocated one
         (whose replicas each sustain ``replica_tokens_per_s`` prompt tokens a second, decoding
@@ -108,7 +107,6 @@ class RunParts:
             max_batch=max_decode_batch,
             step=lambda t, inst, n: self.queue.push(t, DecodeStep(inst, n)),
             cancel=self.queue.cancel,
-            coalesce=coalesce_decode,
         )
         self.router = Router(
             self.instances,
