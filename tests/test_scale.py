@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
+from blitzplan import (
+    ClusterState,
+    InfeasibleError,
+    InvalidInputError,
+    apply_plan,
+    load_model,
+    load_topology,
+)
 from blitzplan.compute import RooflineComputeModel
 from blitzplan.live.schedule_checks import validate_schedule
 from blitzplan.scale import PlanOptions, ScalePlan, ScaleRequest, plan, replan, validate_plan
@@ -143,6 +150,22 @@ def test_a_released_instance_drains_its_own_queue_first() -> None:
     compute = RooflineComputeModel(spec, state.topology.gpu_spec("h0/gpu0"), tp=2)
     prompt_s = spec.num_layers * compute.prefill_layer_s(1024) + compute.head_s(1)
     assert scale.milestones.queue_drain_s == pytest.approx(100 * prompt_s)
+
+
+def test_a_released_source_is_free_only_after_its_last_send() -> None:
+    """Removing an idle decode instance the plan streams from: its GPUs are not free at 0 (a
+    later plan could be placed there mid-stream) but when its last step ends."""
+    state = ClusterState(load_topology("paper-a800-32"), models=[MODEL])
+    state.add_instance(MODEL, gpus=["h0/gpu0", "h0/gpu1"], role="prefill", queue=[(0.0, 2048)] * 4)
+    state.add_instance(MODEL, gpus=["h1/gpu0", "h1/gpu1"], role="decode")
+    state.add_instance(MODEL, gpus=["h2/gpu0", "h2/gpu1"], role="decode")
+    scale = plan(state, ScaleRequest(MODEL, prefill=3, decode=-1, tp=2))
+    (release,) = scale.releases
+    sends = [s.end_s for s in scale.steps if s.source in release.gpus]
+    assert sends, "the case needs a plan that streams from the released instance"
+    assert release.at_s == pytest.approx(max(sends)) and release.at_s > 0
+    midway = apply_plan(state, scale, at_s=release.at_s / 2)
+    assert release.instance in {i.id for i in midway.instances}
 
 
 def test_numpy_counts_are_counts() -> None:
