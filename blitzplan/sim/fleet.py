@@ -326,7 +326,9 @@ def _neighbours(
     sims: list[Simulator], me: Simulator
 ) -> Callable[[], list[tuple[Any, tuple[str, ...]]]]:
     def found() -> list[tuple[Any, tuple[str, ...]]]:
-        return [(o.model, i.gpus) for o in sims if o is not me for i in o.instances.alive()]
+        alive = [(o.model, i.gpus) for o in sims if o is not me for i in o.instances.alive()]
+        graph = me.topology_now.graph  # a failed host's instances not yet released by theirs
+        return [(model, gpus) for model, gpus in alive if all(g in graph for g in gpus)]
 
     return found
 
