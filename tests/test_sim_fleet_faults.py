@@ -20,6 +20,7 @@ def failed_run(system: str, dram_gib: float, failures: list[tuple[float, str]]):
         4, duration_s=60, rate_per_s=6, seed=2, bursts_per_hour=120, burst_s=15, burst_factor=5
     )
     rebuilding: list[tuple[float, str, str]] = []
+    held_before: set[str] = set()  # failed hosts seen holding copies before they failed
 
     def check(time_s: float, dram, owners: dict) -> None:
         dead = {h for t, h in failures if t <= time_s}
@@ -28,6 +29,8 @@ def failed_run(system: str, dram_gib: float, failures: list[tuple[float, str]]):
             held = sum(size for size, _ in entries.values())
             assert held == dram.used_bytes(host) <= topo.dram_bytes(host), (time_s, host)
             assert not (host in dead and entries), f"{host} holds copies after it failed"
+            if entries and any(h == host and time_s < t for t, h in failures):
+                held_before.add(host)
             rebuilding.extend((time_s, m, host) for m, (_, ready) in entries.items() if not ready)
         for name, groups in owners.items():
             on_dead = [g for group in groups for g in group if g.split("/")[0] in dead]
@@ -39,6 +42,7 @@ def failed_run(system: str, dram_gib: float, failures: list[tuple[float, str]]):
     for w, rep in zip(workloads, report.reports, strict=True):
         finished, dropped = len(rep.finished), sum(1 for r in rep.requests if r.dropped)
         assert len(rep.requests) == len(w.trace) == finished + dropped, w.name
+    assert held_before == {h for _, h in failures}  # the DRAM checks above were not vacuous
     return report, rebuilding
 
 

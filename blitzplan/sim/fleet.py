@@ -327,6 +327,8 @@ def _neighbours(
 ) -> Callable[[], list[tuple[Any, tuple[str, ...]]]]:
     def found() -> list[tuple[Any, tuple[str, ...]]]:
         alive = [(o.model, i.gpus) for o in sims if o is not me for i in o.instances.alive()]
+        if not me.faults.dead:
+            return alive
         graph = me.topology_now.graph  # a failed host's instances not yet released by theirs
         return [(model, gpus) for model, gpus in alive if all(g in graph for g in gpus)]
 
