@@ -71,6 +71,23 @@ def test_a_model_with_no_copy_and_no_instance_left_is_named() -> None:
     assert all(len(rep.finished) == len(rep.requests) for rep in report.reports[1:])
 
 
+def test_a_rebuild_whose_target_fails_is_placed_again() -> None:
+    report, rebuilding = failed_run("blitzscale", 40.0, [(20.0, "h0"), (25.0, "h1")])
+    restored = {m: (t, h) for t, m, what, h in report.copy_moves if what == "restored"}
+    assert set(restored) == {"m00", "m01"}  # m00's rebuild on h1 was lost with h1, m01's copy too
+    assert restored["m00"][1] != restored["m01"][1]  # one free copy's room on each of h2, h3
+    assert all(h in {"h2", "h3"} for _, h in restored.values())
+    assert {(m, h) for t, m, h in rebuilding if t < 25.0} == {("m00", "h1")}
+    assert report.copies[-1][1] == (1, 1, 1, 1) and not report.unloadable
+
+
+def test_when_every_host_fails_the_report_says_so() -> None:
+    failures = [(20.0, "h0"), (21.0, "h1"), (22.0, "h2"), (23.0, "h3")]
+    report, _ = failed_run("blitzscale", 40.0, failures)
+    assert report.unloadable[-1] == "23.000 s: every host failed; no model can load"
+    assert report.copies[-1][1] == (0, 0, 0, 0)
+
+
 def test_serverlessllm_loses_the_failed_hosts_caches() -> None:
     report, _ = failed_run("serverlessllm", 40.0, [(20.0, "h0"), (25.0, "h1")])
     assert not report.copy_moves and not report.unloadable

@@ -19,6 +19,8 @@ the longest trace. When host H fails at time t, before any engine steps at t or 
   ``unloadable`` when, at that failure, it also has no serving instance (nothing holds its
   weights: no scale-up can load it), else in ``notes`` (it still scales from its GPUs). Checked
   at each failure only; a model whose run is already over loses its copy without a rebuild.
+  When the last host fails, ``unloadable`` says so (every run then ends, as a single-model run
+  does).
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class FleetFaults:
             failures, hosts=hosts, start_s=0.0, span_s=span_s, rate_scale=1.0
         )
         self._due = sorted(self.failures)
+        self.hosts, self.dead = set(hosts), set[str]()
         self.dram = dram
         self.unloadable: list[str] = []
         self.notes: list[str] = []
@@ -146,6 +149,9 @@ class FleetFaults:
             sim_s, _, host = self._due.pop(0)
             if self.dram is not None:
                 self.dram.lose_host(host, sim_s)
+            if host not in self.dead and self.dead | {host} == self.hosts:
+                self.unloadable.append(f"{sim_s:.3f} s: every host failed; no model can load")
+            self.dead.add(host)
 
     def no_copy(self, model: str, now_s: float, serving: bool) -> None:
         what = f"{now_s:.3f} s: {model}'s host copy was lost and no surviving host has room for it"
