@@ -239,15 +239,20 @@ class FaultHandler:
         book, view = self.copy, self.view
         if book is None or host not in (book.host, book.rebuilding_on):
             return
-        try:
-            placed = ClusterState(view.topology_now, models=[self.model]).pool.host_copies
-        except InfeasibleError:
-            placed = ()
-        target = placed[0].host if placed else None
+        target = self.copy_target()
         attempt = book.lost(view.now_s, target)
         self.notes.append(f"{view.now_s:.3f} s: the host copy on {host} is lost")
         if target is not None:
             view.book(view.now_s + self._rebuild_s(target), CopyRestored(attempt))
+
+    def copy_target(self) -> str | None:
+        """Where the lost host copy is rebuilt: where a pool of this model alone places it on
+        the surviving hosts (a multi-model run asks its shared placement instead)."""
+        try:
+            placed = ClusterState(self.view.topology_now, models=[self.model]).pool.host_copies
+        except InfeasibleError:
+            placed = ()
+        return placed[0].host if placed else None
 
     def _rebuild_s(self, target: str) -> float:
         """Copy the weights into ``target``'s DRAM from a serving GPU, else from its SSD."""

@@ -18,7 +18,11 @@ order), so the run is deterministic. What the models share:
 
 Not shared (said so that no one reads more into the numbers): weight flows and KV transfers of
 different models do not compete for links, NICs or SSDs (each model's planner and transfers see
-only its own), and there are no host failures in a multi-model run.
+only its own).
+
+**Host failures** (``failures``): a failed host's instances and host-DRAM copies are lost;
+BlitzScale rebuilds each lost copy on a surviving host with room under the shared DRAM, and a
+model left with no copy and no serving instance is named in the report (:mod:`.fleet_faults`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.live.policies import POLICIES
 from blitzplan.sim.autoscaler import PaperAutoscaler
 from blitzplan.sim.engine import Simulator
+from blitzplan.sim.fleet_faults import FleetFaults, HostCopies
 from blitzplan.sim.hostcache import KEEP_ALIVE_S, CopyLedger, HostCaches, mean_copies
 from blitzplan.sim.replay import Replay, _report, _slos
 from blitzplan.sim.report import SimReport
@@ -48,7 +53,7 @@ from blitzplan.topologies import Topology, load_topology
 
 __all__ = ["FLEET_SYSTEMS", "FleetReport", "simulate_fleet", "with_host_dram"]
 
-Watch = Callable[[float, HostCaches | None, dict[str, list[tuple[str, ...]]]], None]
+Watch = Callable[[float, HostCaches | HostCopies | None, dict[str, list[tuple[str, ...]]]], None]
 """A check called after every event of a multi-model run (:func:`simulate_fleet`)."""
 
 FLEET_SYSTEMS = ("blitzscale", "serverlessllm", "allcache")
@@ -60,7 +65,10 @@ class FleetReport:
     """What a multi-model run measured: one :class:`~.report.SimReport` per model (its
     requests, TTFT, TBT, GPU time, launches and SSD loads), the host-DRAM copies of every model
     over time (``copies``: rows ``(time_s, copies per model)``, in copies of that model, so 1.0
-    is one full copy) and ServerlessLLM's cache evictions and bypasses."""
+    is one full copy) and ServerlessLLM's cache evictions and bypasses. With host failures:
+    ``unloadable`` names each model left with no host copy and no serving instance,
+    ``fault_notes`` the models left without a copy that still served, and ``copy_moves`` rows
+    ``(time_s, model, "lost" | "rebuilding" | "restored" | "no room", host)`` (BlitzScale)."""
 
     system: str
     topology: str
@@ -75,6 +83,9 @@ class FleetReport:
     evictions: int = 0
     bypasses: int = 0
     wall_s: float = 0.0
+    unloadable: tuple[str, ...] = ()
+    fault_notes: tuple[str, ...] = ()
+    copy_moves: tuple[tuple[float, str, str, str], ...] = ()
 
     def mean_copies(self) -> list[float]:
         """Each model's host-DRAM copies averaged over the run (normalized copies)."""
@@ -157,11 +168,14 @@ def simulate_fleet(
     keep_alive_s: float = KEEP_ALIVE_S,
     drain_limit_s: float = 600.0,
     watch: Watch | None = None,
+    failures: Sequence[tuple[float, str]] = (),
 ) -> FleetReport:
     """Replay every workload on ``topology`` at once under ``system`` (module docstring).
     ``keep_alive_s``: ServerlessLLM's host-cache keep-alive. ``watch(time_s, caches, owners)`` is
     called after every event with ServerlessLLM's caches (else None) and, per model name, the
-    GPU groups of its instances alive then: for checks."""
+    GPU groups of its instances alive then: for checks (BlitzScale's copies book in place of the
+    caches). ``failures``: ``(time_s, host)`` host failures on the run's clock (module
+    docstring)."""
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     topo = topo.with_link_efficiency(None)
     if system not in FLEET_SYSTEMS:
@@ -173,12 +187,20 @@ def simulate_fleet(
         raise InvalidInputError(f"keep_alive_s must be finite and >= 0, got {keep_alive_s!r}")
     names, hosts = [w.name for w in workloads], topo.hosts()
     ledger, caches, placed = _host_dram(topo, workloads, system, keep_alive_s)
-    sims = [_engine(topo, w, system, caches, placed, drain_limit_s) for w in workloads]
+    dram: HostCaches | HostCopies | None = caches
+    if system == "blitzscale":
+        sizes = {w.name: float(w.model.total_bytes) for w in workloads}
+        dram = HostCopies({h: topo.dram_bytes(h) for h in hosts}, sizes, placed, ledger)
+    span_s = max(w.trace.duration_s if w.trace.requests else 0.0 for w in workloads)
+    faults = FleetFaults(topo, failures, span_s, dram)
+    timed = [(s, s, h) for s, _, h in faults.failures]
+    sims = [_engine(topo, w, system, caches, placed, drain_limit_s, timed) for w in workloads]
     for sim in sims:
         sim.neighbours = _neighbours(sims, sim)
+    faults.hook(sims, names)
     _share_step_costs(workloads, sims)
     started = time.perf_counter()
-    end_s = _run(sims, caches, watch, names)
+    end_s = _run(sims, caches, watch, names, faults)
     wall = time.perf_counter() - started
     reports = tuple(
         _one_report(topo, w, system, sim, wall) for w, sim in zip(workloads, sims, strict=True)
@@ -197,6 +219,9 @@ def simulate_fleet(
         caches.evictions if caches else 0,
         caches.bypasses if caches else 0,
         wall,
+        tuple(faults.unloadable),
+        tuple(faults.notes),
+        tuple(dram.moves) if isinstance(dram, HostCopies) else (),
     )
 
 
@@ -262,6 +287,7 @@ def _engine(
     caches: HostCaches | None,
     placed: dict[str, str],
     drain_limit_s: float,
+    failures: Sequence[tuple[float, float, str]],
 ) -> Simulator:
     spec = workload.model
     spec.check_tp(workload.tp)
@@ -280,6 +306,7 @@ def _engine(
         compute=cost,
         policy=POLICIES["zigzag"](),
         drain_limit_s=drain_limit_s,
+        failures=failures,
     )
     sim.copy_host = placed.get(workload.name)
     return sim
@@ -299,13 +326,21 @@ def _neighbours(
     sims: list[Simulator], me: Simulator
 ) -> Callable[[], list[tuple[Any, tuple[str, ...]]]]:
     def found() -> list[tuple[Any, tuple[str, ...]]]:
-        return [(o.model, i.gpus) for o in sims if o is not me for i in o.instances.alive()]
+        alive = [(o.model, i.gpus) for o in sims if o is not me for i in o.instances.alive()]
+        if not me.faults.dead:
+            return alive
+        graph = me.topology_now.graph  # a failed host's instances not yet released by theirs
+        return [(model, gpus) for model, gpus in alive if all(g in graph for g in gpus)]
 
     return found
 
 
 def _run(
-    sims: list[Simulator], caches: HostCaches | None, watch: Watch | None, names: list[str]
+    sims: list[Simulator],
+    caches: HostCaches | None,
+    watch: Watch | None,
+    names: list[str],
+    faults: FleetFaults,
 ) -> float:
     """Step every engine on one clock, earliest event first; the time the last one ended."""
     for sim in sims:
@@ -321,12 +356,13 @@ def _run(
         sim = sims[k]
         if caches is not None:
             caches.advance(time_s)
+        faults.advance(time_s)
         sim.step()
         end_s = max(end_s, sim.now_s)
         if watch is not None:
             alive = zip(names, sims, strict=True)
             owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
-            watch(time_s, caches, owners)
+            watch(time_s, faults.dram, owners)
         upcoming = sim.next_s()
         if upcoming is None:
             _finish(sim)

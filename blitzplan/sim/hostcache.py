@@ -137,6 +137,11 @@ class HostCaches:
             entry.last_use_s, entry.in_use = now_s, False
             heapq.heappush(self._expiries, (now_s + self.keep_alive_s, host, model))
 
+    def lose_host(self, host: str, now_s: float) -> None:
+        """``host`` failed: every copy in its DRAM is gone (in use or not)."""
+        for model in list(self._hosts[host]):
+            self._drop(host, model, now_s)
+
     def _drop(self, host: str, model: str, now_s: float) -> None:
         entry = self._hosts[host].pop(model)
         self._used[host] -= entry.bytes
