@@ -291,7 +291,7 @@ def _striped(
     budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
     if refine_budget is not None:
         greedy_s = refine_budget.clock() - begun
-        if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
+        if refine_budget.factor != 0 and budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
             import scipy.optimize  # noqa: F401  (once per process: not the refinements' time)
         refine_budget.start(greedy_s)
     choice, built = polish(
