@@ -34,6 +34,7 @@ from blitzplan.multicast.plan_types import (
     Route,
 )
 from blitzplan.multicast.polish import polish
+from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
 from blitzplan.multicast.validate import validate_multicast
 from blitzplan.solvers import SolveStatus
@@ -88,6 +89,7 @@ def plan_multicast(
     names: Sequence[str] | None = None,
     delivered: Mapping[str, Sequence[bool]] | None = None,
     placement: str = _AUTO,
+    refine_budget: RefineBudget | None = None,
 ) -> MulticastPlan:
     """Plan loading ``model`` onto new instances: ``count`` placed on free GPUs, or ``targets``.
 
@@ -100,7 +102,8 @@ def plan_multicast(
     of the two under the fluid estimate (``pack`` on ties). The greedy ends with a local search of
     at most ``polish_evaluations`` plans and a linear program over its lanes (default: sized to
     the plan; 0 turns both refinements off, and the plan then reports the per-instance cut
-    bound: no max-flow). ``names``
+    bound: no max-flow); ``refine_budget`` also bounds their time (afterwards its ``cut`` says
+    whether it stopped them; the best plan found is kept). ``names``
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
     reports a certified ``lower_bound_s`` on its objective.
@@ -127,7 +130,7 @@ def plan_multicast(
         "names": names,
         "delivered": delivered,
     }
-    solve = (method, objective, polish_evaluations, time_limit_s, started)
+    solve = (method, objective, polish_evaluations, time_limit_s, started, refine_budget)
     ending = [f for f in state.background_flows if math.isfinite(state.flow_end_s(f))]
     try:
         problem = _problem(state, spec, placement=placement, **options)
@@ -156,6 +159,7 @@ def _solve(
     polish_evaluations: int | None,
     time_limit_s: float | None,
     started: float,
+    refine_budget: RefineBudget | None = None,
 ) -> MulticastPlan:
     """The plan of ``problem`` with the certified bound of ``unwaited`` (the same problem
     without the wait for ending background flows, when there is one: no plan of either can
@@ -165,7 +169,9 @@ def _solve(
         built = BASELINES[method](problem)
         bound = lower_bound(unwaited, objective, local_copies=local)
     else:
-        built, bound = _striped(problem, method, objective, polish_evaluations, time_limit_s)
+        built, bound = _striped(
+            problem, method, objective, polish_evaluations, time_limit_s, refine_budget
+        )
         if unwaited is not problem:
             bound = lower_bound(unwaited, objective)
     _check_reachable(problem, built)
@@ -267,10 +273,13 @@ def _striped(
     objective: str,
     polish_evaluations: int | None,
     time_limit_s: float | None,
+    refine_budget: RefineBudget | None = None,
 ) -> tuple[Built, Bound]:
     """The greedy (and exact) plan with its bound. A greedy plan within
     :data:`CLOSE_ENOUGH` of the per-instance cuts is final as it is: no local search, no linear
-    program, no max-flow bound (each could gain less than that)."""
+    program, no max-flow bound (each could gain less than that). ``refine_budget`` bounds the
+    local search and the linear program by the time the greedy took."""
+    begun = 0.0 if refine_budget is None else refine_budget.clock()
     ctx = context(problem)
     choice = greedy_choice(problem, ctx, objective)
     built = build(problem, ctx, choice)
@@ -280,9 +289,16 @@ def _striped(
     ):
         return built, cheap
     budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
-    choice, built = polish(problem, ctx, choice, built, objective, max_evaluations=budget)
+    if refine_budget is not None:
+        greedy_s = refine_budget.clock() - begun
+        if refine_budget.factor != 0 and budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
+            import scipy.optimize  # noqa: F401  (once per process: not the refinements' time)
+        refine_budget.start(greedy_s)
+    choice, built = polish(
+        problem, ctx, choice, built, objective, max_evaluations=budget, budget=refine_budget
+    )
     if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # 0: no refinement at all
-        refined = build_lp(problem, ctx, choice)
+        refined = build_lp(problem, ctx, choice, refine_budget)
         if refined is not None and score(objective, refined.ready_at_s, refined.live) < score(
             objective, built.ready_at_s, built.live
         ):

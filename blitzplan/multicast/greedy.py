@@ -26,6 +26,7 @@ from blitzplan.multicast.allocate import Ports, allocate, fluid_time, ports
 from blitzplan.multicast.assemble import Built, base_builder, run
 from blitzplan.multicast.lp import build_lp_lanes, lp_allocate
 from blitzplan.multicast.plan_types import PlanNode
+from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.stripes import build_lanes, relax_paces
 
@@ -160,12 +161,14 @@ def build(problem: Problem, ctx: Context, choice: Choice) -> Built:
     return run(problem, builder, live_names(problem, ctx, choice.live_nodes))
 
 
-def build_lp(problem: Problem, ctx: Context, choice: Choice) -> Built | None:
+def build_lp(
+    problem: Problem, ctx: Context, choice: Choice, budget: RefineBudget | None = None
+) -> Built | None:
     """The plan of ``choice`` with the byte allocation of :mod:`~blitzplan.multicast.lp`, or
-    None when that program is too large or has no answer."""
+    None when that program is too large, has no answer or ``budget`` runs out."""
     builder = base_builder(problem)
     forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
-    lp = lp_allocate(problem, builder.nodes, choice.order, forwarding)
+    lp = lp_allocate(problem, builder.nodes, choice.order, forwarding, budget)
     if lp is None:
         return None
     build_lp_lanes(problem, builder, lp, gather_headroom=1.0)

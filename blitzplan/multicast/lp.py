@@ -34,6 +34,7 @@ import numpy as np
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.holdings import TOLERANCE, holder_segments
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
+from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup import Problem
 from blitzplan.multicast.timeline import PlanBuilder, lane_route
 from blitzplan.topologies import Edge, Topology
@@ -100,12 +101,15 @@ def _candidates(
     order: Sequence[int],
     forwarding: frozenset[int],
     classes: Sequence[tuple[int, float, float]],
+    budget: RefineBudget | None = None,
 ) -> list[_Candidate] | None:
     topo = problem.topology
     senders = [n.id for n in nodes if n.kind in (NodeKind.INSTANCE, NodeKind.HOST)]
     local_only: set[int] = set()
     out: list[_Candidate] = []
     for j in order:
+        if budget is not None and budget.spent():
+            return None
         node = nodes[j]
         if problem.node_bytes(node) > 0:
             entries = [*node.gpus, *node.relays]
@@ -169,15 +173,17 @@ def lp_allocate(
     nodes: Sequence[PlanNode],
     order: Sequence[int],
     forwarding: frozenset[int],
+    budget: RefineBudget | None = None,
 ) -> LpAllocation | None:
-    """Solve the program of the module docstring; None when it is too large or infeasible."""
+    """Solve the program of the module docstring; None when it is too large or infeasible, or
+    ``budget`` runs out (HiGHS gets the time left as its limit)."""
+    classes = _classes(problem)
+    candidates = _candidates(problem, nodes, order, forwarding, classes, budget)
+    if not candidates or (budget is not None and budget.spent()):
+        return None
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    classes = _classes(problem)
-    candidates = _candidates(problem, nodes, order, forwarding, classes)
-    if not candidates:
-        return None
     rows: dict[Edge, int] = {}
     ub_r, ub_c, ub_v = [], [], []
     for k, cand in enumerate(candidates):
@@ -211,7 +217,12 @@ def lp_allocate(
         b_eq=b_eq,
         method="highs",
     )
+    left = None if budget is None else budget.left()
+    if left is not None:
+        solve = functools.partial(solve, options={"time_limit": left})
     result = solve(cost, bounds=[(0, None)] * (n + 1))
+    if budget is not None and budget.spent():
+        return None  # HiGHS may have stopped at its limit: no plan from a partial answer
     if result.status != 0 or not math.isfinite(result.fun) or result.fun <= 0:
         return None
     # second pass at that T: fewest links per byte (a direct landing over a relay and a gather,

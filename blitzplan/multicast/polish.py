@@ -3,8 +3,9 @@
 Moves: swap two forwarding nodes in the order, move a forwarding node to another position, or
 replace one node of the live cover by another that still covers ``live`` instances. The first move
 that improves the objective (fair shares and the lane timeline, not the fluid estimate) is taken,
-until none does or ``max_evaluations`` plans have been built. The budget is a count, not a clock,
-so equal input gives an identical plan.
+until none does, ``max_evaluations`` plans have been built or the optional
+:class:`~blitzplan.multicast.refine_budget.RefineBudget` (a clock) is spent. Without a clock the
+budget is a count, so equal input gives an identical plan.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.assemble import Built, score
 from blitzplan.multicast.greedy import Choice, Context, build, ordered
+from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup import Problem
 
 __all__ = ["neighbours", "polish"]
@@ -59,6 +61,7 @@ def polish(
     objective: str,
     *,
     max_evaluations: int,
+    budget: RefineBudget | None = None,
 ) -> tuple[Choice, Built]:
     """Improve ``start`` (already built as ``built``) by first-improvement local search."""
     best, value, choice = built, score(objective, built.ready_at_s, built.live), start
@@ -68,8 +71,8 @@ def polish(
     while improved and evaluations < max_evaluations:
         improved = False
         for candidate in neighbours(problem, ctx, choice, objective):
-            if evaluations >= max_evaluations:
-                break
+            if evaluations >= max_evaluations or (budget is not None and budget.spent()):
+                return choice, best
             if candidate in seen:
                 continue
             seen.add(candidate)

@@ -16,6 +16,7 @@ from typing import Any
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.solve import METHODS as LIVE_METHODS
+from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.topologies.links import LINK_EFFICIENCY, link_efficiency_table
 
 __all__ = ["PlanOptions"]
@@ -57,6 +58,12 @@ class PlanOptions:
     deadline_s: float | None = None
     """Bounds the whole call: the greedy skips its refinements once half is used and live
     pairing stops when it has passed (the plan's notes say what was left out)."""
+    refine_budget: float | None = 1.0
+    """Without a deadline, the greedy multicast's refinements (local search, linear program)
+    stop after this many times the greedy's own planning time (at least
+    :data:`~blitzplan.multicast.refine_budget.REFINE_MIN_S`), keeping the best plan found; the
+    notes say when they were cut short, and the plan then depends on the machine's speed.
+    None: no limit (equal input, identical plan); 0: no refinement."""
 
     def __post_init__(self) -> None:
         if self.live_method not in LIVE_METHODS:
@@ -68,6 +75,7 @@ class PlanOptions:
             isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0
         ):
             raise InvalidInputError(f"deadline_s must be a number of seconds > 0, got {limit!r}")
+        RefineBudget(self.refine_budget)  # checks it
         efficiency: Any = self.link_efficiency
         object.__setattr__(self, "link_efficiency", link_efficiency_table(efficiency))
 

@@ -20,6 +20,7 @@ from blitzplan.models import ModelSpec
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.planning_rate import affordable, record_rate
+from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.milestones import milestones
 from blitzplan.scale.mutations import mutation_records, requeue
@@ -152,6 +153,7 @@ def _multicast(
     if targets.live is not None:
         live = targets.live
     options = run.options
+    refine = None if run.bounded() or explicit else RefineBudget(options.refine_budget)
     multicast = plan_multicast(
         state,
         spec,
@@ -168,7 +170,13 @@ def _multicast(
         allow_prefill_sources=options.allow_prefill_sources,
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
         polish_evaluations=0 if run.bounded() or explicit else None,
+        refine_budget=refine,
     )
+    if refine is not None and refine.cut:
+        notes.append(
+            f"refine_budget: the multicast's refinements were cut short ({refine.factor:g}x the "
+            f"greedy's planning time, at least {refine.floor_s:g} s); the best plan found is kept"
+        )
     if run.bounded() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)

@@ -1,0 +1,74 @@
+"""refine_budget: the greedy multicast's refinements cut short keep a valid plan no worse than
+the greedy's, and the plan's notes say so. Fake clocks and a zero budget: no wall-clock asserts."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from blitzplan import ClusterState, InvalidInputError, load_topology
+from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast, validate_multicast
+from blitzplan.multicast.refine_budget import RefineBudget
+from blitzplan.scale import PlanOptions, ScaleRequest, plan
+
+MODEL = "llama-3-8b"
+
+
+def _two_sources() -> ClusterState:
+    """paper-a800-32 with two llama-3-8b decode instances: the greedy plan of 10 new instances
+    is more than CLOSE_ENOUGH above its cut bound, so the refinements run."""
+    topology = load_topology("paper-a800-32")
+    state = ClusterState(topology, models=[MODEL])
+    gpus = topology.gpus()
+    for k in range(2):
+        state.add_instance(MODEL, gpus=[gpus[4 * k]], role="decode")
+    return state
+
+
+def _ticks(step: float = 1.0):
+    """A fake clock: every reading is ``step`` seconds after the last."""
+    counter = itertools.count()
+    return lambda: next(counter) * step
+
+
+@pytest.mark.parametrize("factor", [0.0, 3.0])
+def test_a_cut_short_refinement_keeps_a_valid_plan_no_worse_than_the_greedy(
+    factor: float,
+) -> None:
+    state = _two_sources()
+    greedy = plan_multicast(state, MODEL, count=10, polish_evaluations=0)
+    assert greedy.objective_s > greedy.lower_bound_s * (1 + CLOSE_ENOUGH)  # refinements run
+    # each clock reading is a second: the greedy "took" 1 s, and 3x leaves three readings
+    budget = RefineBudget(factor, clock=_ticks(), floor_s=0.0)
+    cut = plan_multicast(state, MODEL, count=10, refine_budget=budget)
+    assert budget.cut
+    assert validate_multicast(state, cut) == ()
+    assert cut.objective_s <= greedy.objective_s * (1 + 1e-12)
+    assert cut.lower_bound_s <= cut.objective_s
+
+
+def test_an_ample_budget_is_not_cut_and_matches_no_limit() -> None:
+    state = _two_sources()
+    ample = RefineBudget(1.0, clock=lambda: 0.0)  # a clock that never moves
+    unlimited = plan_multicast(state, MODEL, count=10, refine_budget=RefineBudget(None))
+    assert plan_multicast(state, MODEL, count=10, refine_budget=ample) == unlimited
+    assert not ample.cut
+
+
+def test_plan_notes_say_when_the_refinements_were_cut_short() -> None:
+    state = _two_sources()
+    cut = plan(state, ScaleRequest(MODEL, prefill=10), refine_budget=0)
+    greedy = plan(state, ScaleRequest(MODEL, prefill=10), deadline_s=60.0)  # no refinements
+    assert any(n.startswith("refine_budget: ") and "cut short" in n for n in cut.notes)
+    assert cut.multicast.objective_s <= greedy.multicast.objective_s * (1 + 1e-12)
+    assert len(cut.new_instances) == 10 and not cut.missing
+    assert validate_multicast(state, cut.multicast) == ()
+    unlimited = plan(state, ScaleRequest(MODEL, prefill=10), refine_budget=None)
+    assert not any(n.startswith("refine_budget") for n in unlimited.notes)
+
+
+@pytest.mark.parametrize("bad", [-1.0, True, "1", float("nan")])
+def test_refine_budget_must_be_a_number_at_least_zero(bad: object) -> None:
+    with pytest.raises(InvalidInputError, match="refine_budget"):
+        PlanOptions(refine_budget=bad)  # type: ignore[arg-type]
