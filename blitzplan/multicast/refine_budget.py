@@ -16,7 +16,7 @@ from blitzplan.errors import InvalidInputError
 
 __all__ = ["REFINE_MIN_S", "RefineBudget"]
 
-REFINE_MIN_S = 0.2
+REFINE_MIN_S = 0.5
 """Seconds the refinements may always take, whatever the greedy took."""
 
 

@@ -56,8 +56,9 @@ class PlanOptions:
     """Each link medium's achieved fraction of line rate the plan's times are computed at
     (given as None: the measured defaults; a number: every medium; a partial table)."""
     deadline_s: float | None = None
-    """Bounds the whole call: the greedy skips its refinements once half is used and live
-    pairing stops when it has passed (the plan's notes say what was left out)."""
+    """Bounds the whole call: the greedy multicast skips its refinements, the new instances
+    planned are those the time affords, and live pairing stops when it has passed (the plan's
+    notes say what was left out)."""
     refine_budget: float | None = 1.0
     """Without a deadline, the greedy multicast's refinements (local search, linear program)
     stop after this many times the greedy's own planning time (at least
