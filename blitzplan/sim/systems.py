@@ -303,10 +303,11 @@ def _plan(view: ClusterView, system: DataPlane, add_p: int, add_d: int) -> Scale
     request = ScaleRequest(view.model, prefill=add_p, decode=add_d, tp=view.tp)
     if system.colocated:
         request = ScaleRequest(view.model, colocated=add_p, tp=view.tp)
-    options = PlanOptions(
+    options = PlanOptions(  # no wall-clock budget: a replay gives the same plans on any machine
         method="one_by_one" if system.plane == "blitzscale-network" else "greedy",
         mutate_decode=system.mutate,
         startup_s=system.startup_s,
+        refine_budget=None,
     )
     state = view.snapshot()
     # prefill sources only when nothing else holds the weights (colocated replicas send no
