@@ -23,6 +23,7 @@ from blitzplan.live.schedule import evaluate_objective, timetable
 __all__ = [
     "GREEDY_MAX_S",
     "SEARCH_SHARE",
+    "capacity_bound",
     "relaxation_bound",
     "relaxed_greedy",
     "solve_relaxation",
@@ -199,6 +200,37 @@ def relaxation_bound(
     best = tuple(first) if sequence is None else sequence
     bound = max(relax.obj.final(min(cost, relax.evaluate(best))), work_bound(instance, objective))
     return bound, relax.plan(best), complete
+
+
+def capacity_bound(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    upper_bound: float = math.inf,
+    time_limit_s: float | None = None,
+) -> float:
+    """A lower bound on ``objective`` that also counts what the N-capacity relaxation drops:
+    the subset program with the capacity conditions of
+    :mod:`blitzplan.live.relaxation_subsets` (O's order kept under ``"fifo"``).
+
+    ``upper_bound`` (a known schedule's value) prunes; the answer is at most it. Cut short by
+    ``time_limit_s`` (after ``SEARCH_SHARE`` of it), the bound is the least over the open
+    states: weaker, still valid.
+    """
+    started = time.perf_counter()
+    relax = Relaxation(instance, objective)
+    deadline = math.inf if time_limit_s is None else started + time_limit_s
+    until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    cost, _, _ = subset_search(
+        relax,
+        relax.obj.scaled(upper_bound),
+        until,
+        deadline,
+        capacity=True,
+        fifo=old_order == "fifo",
+    )
+    return relax.obj.final(cost)
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:
