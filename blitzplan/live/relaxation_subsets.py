@@ -75,10 +75,14 @@ class _Capacity:
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
 
-    def shared(self, mask: np.ndarray, i: int) -> np.ndarray:
-        """Per state, the least completion of batch ``i`` served next on O (shared work)."""
+    def served(self, mask: np.ndarray) -> np.ndarray:
+        """Per state, the whole work (on O) of the batches O has served."""
         placed = (mask[:, None] & self.table.bits[None, :]) != 0
-        total = placed.astype(float) @ self.whole + self.whole[i]
+        return np.asarray(placed.astype(float) @ self.whole)
+
+    def shared(self, served: np.ndarray, i: int) -> np.ndarray:
+        """Per state, the least completion of batch ``i`` served next on O (shared work)."""
+        total = served + self.whole[i]
         x = (self.b_old + total - self.a1 - self.p_old[i]) / (1 + self.ratio)
         return np.asarray(self.b_old + total - np.maximum(x, 0.0))
 
@@ -119,6 +123,7 @@ class _Table:
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O."""
         out = np.empty((free.size, self.n))
+        served = None if self.capacity is None else self.capacity.served(mask)
         for i in range(self.n):
             j = np.searchsorted(self.rho[i], free, side="right") - 1
             best = self.best[i][j + 1]
@@ -126,8 +131,8 @@ class _Table:
                 alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
                 best = np.minimum(best, alt)
             out[:, i] = best
-            if self.capacity is not None:
-                out[:, i] = np.maximum(best, self.capacity.shared(mask, i))
+            if self.capacity is not None and served is not None:
+                out[:, i] = np.maximum(best, self.capacity.shared(served, i))
         return out
 
     def done(self, cost: np.ndarray, unplaced: np.ndarray) -> np.ndarray:

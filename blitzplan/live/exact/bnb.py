@@ -139,10 +139,12 @@ class _Search:
         if start.proven():
             return
         budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+        root = min([self.floor, *(node.bound for node in self.open)])
         bound = capacity_bound(
             start.instance,
             objective=start.objective,
             old_order=start.old_order,
+            lower_bound=max(self.obj.final(root), start.bound),
             upper_bound=start.incumbent.objective,
             time_limit_s=budget,
         )
