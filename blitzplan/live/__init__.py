@@ -17,7 +17,7 @@ from blitzplan.live.instance import (
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
 from blitzplan.live.relaxation import RelaxedPlan
-from blitzplan.live.relaxation_dp import relaxation_bound
+from blitzplan.live.relaxation_dp import capacity_bound, relaxation_bound
 from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     OBJECTIVES,
@@ -54,6 +54,7 @@ __all__ = [
     "StopTheWorld",
     "ZigZag",
     "batch_lower_bounds",
+    "capacity_bound",
     "improve",
     "instance_from_queue",
     "lower_bound",

@@ -23,6 +23,7 @@ from blitzplan.live.schedule import evaluate_objective, timetable
 __all__ = [
     "GREEDY_MAX_S",
     "SEARCH_SHARE",
+    "capacity_bound",
     "relaxation_bound",
     "relaxed_greedy",
     "solve_relaxation",
@@ -199,6 +200,50 @@ def relaxation_bound(
     best = tuple(first) if sequence is None else sequence
     bound = max(relax.obj.final(min(cost, relax.evaluate(best))), work_bound(instance, objective))
     return bound, relax.plan(best), complete
+
+
+CAPACITY_FIRST_STEP = 0.01
+"""The capacity bound's first target lies this far (relatively) above the bound it starts from;
+every target after it twice as far as the one before."""
+
+
+def capacity_bound(
+    instance: LiveScalingInstance,
+    *,
+    objective: str = "mean_latency",
+    old_order: str = "free",
+    lower_bound: float | None = None,
+    upper_bound: float = math.inf,
+    time_limit_s: float | None = None,
+) -> float:
+    """A lower bound on ``objective`` that also counts what the N-capacity relaxation drops:
+    the subset program with the capacity conditions of
+    :mod:`blitzplan.live.relaxation_subsets` (O's order kept under ``"fifo"``).
+
+    The program runs against rising targets from ``lower_bound`` (any valid bound; default the
+    N-capacity relaxation's): a search that ends without reaching a target proves the target,
+    and one that reaches it has found the program's optimum. ``upper_bound`` (a known
+    schedule's value) caps the targets: the answer is at most it. With ``time_limit_s``, a
+    search cut short still bounds its open states (weaker, valid).
+    """
+    started = time.perf_counter()
+    relax = Relaxation(instance, objective)
+    deadline = math.inf if time_limit_s is None else started + time_limit_s
+    until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    if lower_bound is None:
+        proven, _, _ = solve_relaxation(relax, old_order=old_order)
+    else:
+        proven = relax.obj.scaled(lower_bound)
+    upper, step = relax.obj.scaled(upper_bound), CAPACITY_FIRST_STEP
+    while proven < upper:
+        target = min(upper, proven + step * max(abs(proven), 1e-12))
+        cost, found, complete = subset_search(
+            relax, target, until, deadline, capacity=True, fifo=old_order == "fifo"
+        )
+        if not complete or found is not None:
+            return relax.obj.final(max(proven, cost))
+        proven, step = target, 2 * step
+    return relax.obj.final(min(proven, upper))
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:

@@ -9,6 +9,11 @@ batch on N (a candidate for the best cost). The children of a level are merged, 
 their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of states at a
 time; the clock is read before every chunk and every merge (a merge is not started when the
 last large merge's time per state says it would end past the time allowed).
+
+With ``capacity``, two rules the N-capacity relaxation drops are put back as necessary
+conditions (:class:`_Capacity`), giving a stronger bound (not the relaxation's own value): O and
+N share the work of the batches O has served, and the batches left on N share N. With ``fifo``,
+O serves the batches it takes in release order (``old_order="fifo"``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
 
-__all__ = ["CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
+__all__ = ["CAPACITY_THRESHOLDS", "CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
 
 CHUNK_STATES = 4_000
 """States bounded and expanded together (one read of the clock per chunk)."""
@@ -30,15 +35,73 @@ MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
 (smaller ones are mostly fixed costs)."""
 
+CAPACITY_THRESHOLDS = 12
+"""Layer arrivals the bound on the batches left on N is taken at (any subset is valid)."""
+
 _Arrays = dict[str, np.ndarray]
 """A level: ``mask``, ``free`` (O free time), ``cost``, ``parent`` and ``last`` (the batch
 placed last), one entry per state."""
 
 
+class _Capacity:
+    """Necessary conditions on completions that count the capacity of both instances.
+
+    *Shared work.* Let O serve the set ``P`` up to and including batch ``j``, with splits
+    ``k``. O has run ``sum (L - k_i) pO_i`` from ``b_O`` by ``C_j``; N has run every layer of
+    ``P`` on it (``sum k_i pN_i``) from ``a_1`` before O starts ``j``, which then runs at least
+    one layer (``pO_j``). With ``x = sum k_i pO_i`` and ``rho = min pN / pO``:
+    ``C_j >= max(a_1 + rho x + pO_j, b_O + sum L pO_i - x)``, so ``C_j`` is at least the least
+    over ``x >= 0`` of that maximum.
+
+    *Left on N.* Among the batches ``F`` that finish on N, the ``m``-th to complete has, with
+    the ``m - 1`` before it, run layers ``l..L`` on N after ``a_l``: it completes at least
+    ``a_l + (L - l + 1)`` times the ``m`` smallest ``pN`` of ``F`` after ``a_l`` (for any
+    ``l``), and at least the ``m``-th smallest completion of the batches of ``F`` alone.
+    Summed, this bounds their total latency whichever batch completes when.
+    """
+
+    def __init__(self, relax: Relaxation, table: _Table) -> None:
+        inst = relax.instance
+        L = inst.num_layers
+        p_new, p_old = np.asarray(inst.new_layer_s), np.asarray(inst.old_layer_s)
+        self.table, self.p_old = table, p_old
+        self.a1, self.b_old = inst.usable_s[0], inst.old_free_at_s
+        self.ratio = float(np.min(p_new / p_old))
+        self.whole = L * p_old
+        self.by_new = np.argsort(p_new, kind="stable")
+        self.sorted_new = p_new[self.by_new]
+        picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
+        self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
+        self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
+        self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
+
+    def served(self, mask: np.ndarray) -> np.ndarray:
+        """Per state, the whole work (on O) of the batches O has served."""
+        placed = (mask[:, None] & self.table.bits[None, :]) != 0
+        return np.asarray(placed.astype(float) @ self.whole)
+
+    def shared(self, served: np.ndarray, i: int) -> np.ndarray:
+        """Per state, the least completion of batch ``i`` served next on O (shared work)."""
+        total = served + self.whole[i]
+        x = (self.b_old + total - self.a1 - self.p_old[i]) / (1 + self.ratio)
+        return np.asarray(self.b_old + total - np.maximum(x, 0.0))
+
+    def left_on_new(self, unplaced: np.ndarray) -> np.ndarray:
+        """Per state, a bound on the total latency of the unplaced batches, all left on N."""
+        left = unplaced[:, self.by_new]
+        prefix = np.cumsum(np.where(left, self.sorted_new, 0.0), axis=1)
+        floor = np.max([at + layers * prefix for at, layers in self.thresholds], axis=0)
+        floor = np.sort(np.where(left, floor, -math.inf), axis=1)
+        alone = np.sort(np.where(unplaced, self.alone_end, -math.inf), axis=1)
+        ends = np.maximum(floor, alone)  # -inf where nothing is left: placed batches
+        total = np.where(np.isneginf(ends), 0.0, ends).sum(axis=1)
+        return np.asarray(total - np.where(unplaced, self.table.release, 0.0).sum(axis=1))
+
+
 class _Table:
     """The relaxation's per-batch options and objective, as arrays."""
 
-    def __init__(self, relax: Relaxation) -> None:
+    def __init__(self, relax: Relaxation, *, capacity: bool = False, fifo: bool = False) -> None:
         self.relax, self.n = relax, relax.instance.num_batches
         self.use_max = relax.obj.use_max
         self.empty = relax.obj.empty
@@ -50,10 +113,17 @@ class _Table:
         self.release = np.asarray(relax.instance.release_s, dtype=float)
         self.slo = np.asarray(relax.obj.slo, dtype=float)
         self.bits = np.int64(1) << np.arange(self.n, dtype=np.int64)
+        self.capacity = _Capacity(relax, self) if capacity else None
+        self.sums = relax.obj.name == "mean_latency"
+        """Whether the bound on the batches left on N applies (a total latency)."""
+        rank = np.empty(self.n, dtype=np.int64)
+        rank[list(relax.instance.fifo_order)] = np.arange(self.n)
+        self.fifo_rank = rank if fifo else None
 
-    def ends(self, free: np.ndarray) -> np.ndarray:
+    def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O."""
         out = np.empty((free.size, self.n))
+        served = None if self.capacity is None else self.capacity.served(mask)
         for i in range(self.n):
             j = np.searchsorted(self.rho[i], free, side="right") - 1
             best = self.best[i][j + 1]
@@ -61,7 +131,22 @@ class _Table:
                 alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
                 best = np.minimum(best, alt)
             out[:, i] = best
+            if self.capacity is not None and served is not None:
+                out[:, i] = np.maximum(best, self.capacity.shared(served, i))
         return out
+
+    def done(self, cost: np.ndarray, unplaced: np.ndarray) -> np.ndarray:
+        """Each state completed by leaving every unplaced batch on N."""
+        alone = self.fold(np.broadcast_to(self.on_new, unplaced.shape), unplaced)
+        if self.capacity is None or not self.sums:
+            return self.combine(cost, alone)
+        return np.asarray(cost + np.maximum(alone, self.capacity.left_on_new(unplaced)))
+
+    def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
+        """Whether batch ``i`` may follow ``last`` on O (always, unless O keeps FIFO order)."""
+        if self.fifo_rank is None:
+            return True
+        return np.asarray((last < 0) | (self.fifo_rank[np.maximum(last, 0)] < self.fifo_rank[i]))
 
     def values(self, ends: np.ndarray) -> np.ndarray:
         """Each batch's value for those completions (as :meth:`RelaxObjective.value`)."""
@@ -97,10 +182,16 @@ class _Table:
 
 
 def subset_search(
-    relax: Relaxation, best_cost: float, search_until: float, deadline: float
+    relax: Relaxation,
+    best_cost: float,
+    search_until: float,
+    deadline: float,
+    *,
+    capacity: bool = False,
+    fifo: bool = False,
 ) -> tuple[float, tuple[int, ...] | None, bool]:
     """(bound, best O sequence found, finished), in cost units; see the module docstring."""
-    table = _Table(relax)
+    table = _Table(relax, capacity=capacity, fifo=fifo)
     level: _Arrays = {
         "mask": np.zeros(1, dtype=np.int64),
         "free": np.array([relax.instance.old_free_at_s]),
@@ -153,11 +244,11 @@ def _expand_chunk(
 ) -> tuple[float, int] | None:
     mask, free, cost = part["mask"], part["free"], part["cost"]
     unplaced = (mask[:, None] & table.bits[None, :]) == 0
-    ends = table.ends(free)
+    ends = table.ends(free, mask)
     values = table.values(ends)
     floors = np.minimum(values, table.on_new[None, :])
     floor = table.fold(floors, unplaced)
-    done = table.combine(cost, table.fold(np.broadcast_to(table.on_new, ends.shape), unplaced))
+    done = table.done(cost, unplaced)
     better = None
     if done.size and done.min() < best_cost:
         index = int(done.argmin())
@@ -165,7 +256,7 @@ def _expand_chunk(
     alive = table.combine(cost, floor) < best_cost
     for i in range(table.n):
         new_cost = table.combine(cost, values[:, i])
-        take = alive & unplaced[:, i] & np.isfinite(ends[:, i])
+        take = alive & unplaced[:, i] & np.isfinite(ends[:, i]) & table.allowed(part["last"], i)
         take &= table.combine(new_cost, table.others(floors, floor, unplaced, i)) < best_cost
         if take.any():
             grown.append(
@@ -220,7 +311,8 @@ def _open_bound(
             bound = min(bound, float(cost.min()))
             continue
         unplaced = (part["mask"][:, None] & table.bits[None, :]) == 0
-        floors = np.minimum(table.values(table.ends(part["free"])), table.on_new[None, :])
+        ends = table.ends(part["free"], part["mask"])
+        floors = np.minimum(table.values(ends), table.on_new[None, :])
         bound = min(bound, float(table.combine(cost, table.fold(floors, unplaced)).min()))
     return bound
 

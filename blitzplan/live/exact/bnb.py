@@ -16,9 +16,12 @@ restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nm
 
 Every child excludes the node's relaxed plan and together they cover every schedule of the
 node, so the least bound over the open nodes is a proven lower bound (and so is the work
-relaxation's, :mod:`blitzplan.live.relaxation_work`: the search stops once the incumbent
-meets it). Nodes are explored best bound first; each relaxed plan, repaired when N cannot
-carry it, offers the incumbent a schedule (kept only when the independent checker passes it).
+relaxation's, :mod:`blitzplan.live.relaxation_work`, and the capacity bound's,
+:func:`~blitzplan.live.relaxation_dp.capacity_bound`, computed once when the root is not
+solved: the search stops once the incumbent meets them). Nodes are explored best bound first;
+each relaxed plan, repaired when N cannot carry it, offers the incumbent a schedule (kept only
+when the independent checker passes it); when the root is not solved, a local search from the
+incumbent gets a share of the time first.
 """
 
 from __future__ import annotations
@@ -33,18 +36,27 @@ from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
-from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
+from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
-__all__ = ["POLISH_SHARE_OF_LIMIT", "SEQUENCE_STEPS", "solve_bnb"]
+__all__ = ["CAPACITY_SHARE_OF_LIMIT", "POLISH_SHARE_OF_LIMIT", "SEQUENCE_STEPS", "solve_bnb"]
 
 SEQUENCE_STEPS = 500
 """The most steps the N sequencer may take for one relaxed plan before the node branches."""
 
-POLISH_SHARE_OF_LIMIT = 0.05
+POLISH_SHARE_OF_LIMIT = 0.2
 """The share of the time left after the root that a local search from the incumbent gets."""
+
+POLISH_MOVES = 20_000
+"""The most moves that local search tries (a fixed budget: without a time limit, runs repeat)."""
+
+CAPACITY_SHARE_OF_LIMIT = 0.25
+"""The share of the time left after the local search that the capacity bound gets."""
+
+CAPACITY_MAX_S = 10.0
+"""The capacity bound's budget without a time limit (cut short, it is weaker but valid)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -121,6 +133,23 @@ class _Search:
         node = _Node(bound, -next(self.ranks), restriction, relax, plan, ops, found)
         heapq.heappush(self.open, node)
 
+    def _strengthen(self) -> None:
+        start = self.start
+        start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
+        if start.proven():
+            return
+        budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+        root = min([self.floor, *(node.bound for node in self.open)])
+        bound = capacity_bound(
+            start.instance,
+            objective=start.objective,
+            old_order=start.old_order,
+            lower_bound=max(self.obj.final(root), start.bound),
+            upper_bound=start.incumbent.objective,
+            time_limit_s=budget,
+        )
+        start.raise_bound(bound)
+
     def _offer(self, plan: RelaxedPlan, ops: list[NOp], fits_preemptive: bool) -> None:
         """Offer the plan as a schedule: N's order from the sequencer when preemptive N can
         carry it out and the sequencer finds one, else the repaired plan."""
@@ -137,8 +166,9 @@ class _Search:
     def run(self) -> None:
         self.add(Restriction.none(self.start.instance))
         if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
-            # bounded in time): a short local search may lower the incumbent
-            self.start.polish(POLISH_SHARE_OF_LIMIT * self.start.left_s())
+            # bounded in time): a local search may lower the incumbent, and the capacity
+            # bound may prove it
+            self._strengthen()
         while self.open:
             if self.start.left_s() <= self.add_s or self.start.proven():
                 break

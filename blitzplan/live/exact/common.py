@@ -101,13 +101,16 @@ class Start:
         known = "a schedule is known" if self.incumbent.has_ops else "one always exists"
         return f"{solver} called a round infeasible though {known}"
 
-    def polish(self, seconds: float) -> None:
-        """Local search from the incumbent for at most ``seconds`` (stops once proven)."""
+    def polish(
+        self, seconds: float, *, max_s: float = POLISH_MAX_S, moves: int = POLISH_MOVES
+    ) -> None:
+        """Local search from the incumbent for at most ``seconds`` (and ``max_s``) and
+        ``moves`` tried moves (stops once proven)."""
         if self.proven() or math.isinf(self.incumbent.objective):
             return
         from blitzplan.live.improve import polish
 
-        limit = time.perf_counter() + min(seconds, POLISH_MAX_S, max(self.left_s(), 0.0))
+        limit = time.perf_counter() + min(seconds, max_s, max(self.left_s(), 0.0))
         found = polish(
             self.instance,
             self.incumbent,
@@ -115,7 +118,7 @@ class Start:
             old_order=self.old_order,
             deadline_s=limit,
             bound=self.bound,
-            max_moves=POLISH_MOVES,
+            max_moves=moves,
         )
         if found.value < self.incumbent.objective:
             args = (self.objective, self.old_order, self.backend)
