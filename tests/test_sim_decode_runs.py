@@ -159,6 +159,6 @@ def test_a_cancelled_event_is_never_given_out() -> None:
     first, second = queue.push(1.0, Tick()), queue.push(2.0, Tick())
     queue.push(3.0, Tick())
     queue.cancel(first)
-    assert len(queue) == 2 and queue.peek_s() == 2.0
+    assert len(queue) == 2 and queue.next_s() == 2.0
     queue.cancel(second)
     assert queue.pop()[0] == 3.0 and len(queue) == 0

@@ -76,6 +76,7 @@ class RunParts:
         self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
         self._wakes: set[tuple[str | None, float]] = set()
         self._ingress: tuple[Topology, float] | None = None
+        self._capacity: float | None = None
         self.neighbours: Callable[[], list[tuple[ModelSpec, tuple[str, ...]]]] = list
         """In a multi-model run, the model and GPUs of every other model's instance alive now
         (they occupy GPUs plans must not take); one model: none."""
@@ -264,8 +265,10 @@ class RunParts:
     def prefill_capacity_tokens_per_s(self) -> float:
         if self.colocated is not None and self.replica_tokens_per_s:
             return self.replica_tokens_per_s
-        budget = self.token_budget
-        return budget / self.prefill.batch_s(budget, max(1, budget // 1024))
+        if self._capacity is None:  # asked at every tick and arrival: the same each time
+            budget = self.token_budget
+            self._capacity = budget / self.prefill.batch_s(budget, max(1, budget // 1024))
+        return self._capacity
 
     def kv_bytes(self) -> tuple[float, float]:
         capacity = self.instances.kv_capacity_bytes
