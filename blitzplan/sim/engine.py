@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from blitzplan.compute import ComputeModel
 from blitzplan.live.policies import Policy
 from blitzplan.models import ModelSpec
-from blitzplan.sim.autoscaler import Autoscaler, Load, ScaleDecision
+from blitzplan.sim.autoscaler import Autoscaler, ScaleDecision
 from blitzplan.sim.events import (
     Arrival,
     CopyRestored,
@@ -37,10 +37,11 @@ from blitzplan.sim.events import (
 from blitzplan.sim.faults import FaultHandler
 from blitzplan.sim.instances import NO_WORKER, SimInstance, SimRequest
 from blitzplan.sim.loads import WeightLoad, load_hosts
-from blitzplan.sim.metrics import WINDOW_S, autoscaler_load, watch_prefill_bound
+from blitzplan.sim.metrics import autoscaler_load, watch_prefill_bound
 from blitzplan.sim.parts import RunParts
 from blitzplan.sim.serving import ServingOptions
 from blitzplan.sim.systems import Launch, ScaleAction, System
+from blitzplan.sim.ticks import TickSkip
 from blitzplan.sim.traces import Trace
 from blitzplan.topologies import Topology
 
@@ -111,6 +112,12 @@ class Simulator(RunParts):
         self._draining: list[SimInstance] = []
         for sim_s, trace_s, host in failures:
             self.queue.push(sim_s, HostFailure(host, trace_s))
+        self.ticks = TickSkip(
+            self.requests,
+            float(model.kv_bytes_per_token),
+            [sim_s for sim_s, _, _ in failures],
+            bounded=serving is None,
+        )
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -223,32 +230,8 @@ class Simulator(RunParts):
             idle_s = float(getattr(self.autoscaler, "idle_timeout_s", 0.5))
             self.apply(self.system.scale(self, decision, idle_s), decision)
         interval = self.autoscaler.interval_s
-        gap = 0.0 if decision.any else self._undecided_until(load) - self.now_s
+        gap = 0.0 if decision.any else self.ticks.until(self, self.autoscaler, load) - self.now_s
         self.queue.push(self.now_s + interval * max(1, math.floor(gap / interval)), Tick())
-
-    def _undecided_until(self, load: Load) -> float:
-        """Until when every tick would decide nothing, as this one did: the ticks skip to the
-        last one by then (on the same grid), each skipped one deciding nothing and changing
-        nothing that the last one does not (the load meter's spike cools the same). While the
-        cluster holds no request, its load window is empty and nothing loads or drains, the
-        load is constant up to the next arrival. Else, up to the next event of the run (the
-        drain limit when none), only the window's prompt tokens and KV bytes change, and only
-        down: a load that decides nothing with them as they are and with none arriving decides
-        nothing in between (:class:`~.autoscaler.Autoscaler`). Now when neither holds."""
-        settled = len(self.requests) - self.pending
-        if self.arrived == settled and self.quiet():
-            more = self.arrived < len(self.requests)
-            return self.requests[self.arrived].arrival_s if more else self.now_s
-        upcoming = self.queue.next_s()
-        until = self.end_s if upcoming is None else min(upcoming, self.end_s)
-        if self.autoscaler is None or until < self.now_s + 2 * self.autoscaler.interval_s:
-            return self.now_s  # the next tick is the one before it: nothing to skip
-        calm = replace(
-            load,
-            prefill_demand_tokens_per_s=self.queued_tokens() / WINDOW_S,
-            kv_arrival_bytes_per_s=0.0,
-        )
-        return self.now_s if self.autoscaler.decide(calm).any else until
 
     # --- applying decisions -------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from blitzplan.sim.router import Router
 from blitzplan.sim.serving import ServingOptions
 from blitzplan.sim.snapshot import cluster_state, dealt_queues
 from blitzplan.sim.systems import System
+from blitzplan.sim.ticks import TickSkip
 from blitzplan.sim.tiers import RequestPath, Tier
 from blitzplan.topologies import Topology
 
@@ -59,6 +60,7 @@ class RunParts:
     arrived: int
     system: System
     faults: FaultHandler
+    ticks: TickSkip
 
     def __init__(
         self,
@@ -183,6 +185,7 @@ class RunParts:
     def settled(self, request: SimRequest) -> None:
         """``request`` finished or was dropped."""
         self.pending -= 1
+        self.ticks.settled(request)
 
     @property
     def topology_now(self) -> Topology:

@@ -14,6 +14,7 @@ test_sim_decode_runs.py`` checks these ends against ``itertools.accumulate`` bit
 
 from __future__ import annotations
 
+import functools
 import math
 
 __all__ = ["StepEnds"]
@@ -87,22 +88,33 @@ class StepEnds:
 def _on_spacing(t: float, d: float, steps: int) -> tuple[int, float]:
     """How many of ``steps`` additions of ``d`` from ``t`` round on ``t``'s spacing (module
     docstring), and the multiple of that spacing each adds; (0, 0.0) when the first does not."""
-    if not (t > 0.0 and d > 0.0 and math.isfinite(t) and math.isfinite(d)):
+    if not (t > 0.0 and math.isfinite(t)):
         return 0, 0.0
     exponent = math.frexp(t)[1]  # t in [2**(exponent-1), 2**exponent)
-    u = math.ldexp(1.0, exponent - _MANTISSA)
-    if u == 0.0 or not math.isfinite(d / u):
+    spacing = _spacing(d, exponent)
+    if spacing is None:
         return 0, 0.0
+    u, r, room, per_unit, per_step = spacing
+    # the j-th sum stays below 2**exponent by more than u/2 while (in u, d/u = num/den)
+    # t/u + (j - 1) * multiple + num/den < 2**53 - 1/2, that is
+    # (j - 1) * 2*den*multiple < (2**54 - 1)*den - 2*num - 2*den * t/u
+    left = room - per_unit * int(t / u)
+    return (min(steps, -(-left // per_step)), r) if left > 0 else (0, 0.0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _spacing(d: float, exponent: int) -> tuple[float, float, int, int, int] | None:
+    """For additions of ``d`` to doubles in ``[2**(exponent-1), 2**exponent)``: their spacing
+    u, the multiple of u nearest ``d`` (as a double), and the integers of the bound on how
+    many stay there (:func:`_on_spacing`); None for a tie or when ``d`` rounds to nothing."""
+    u = math.ldexp(1.0, exponent - _MANTISSA)
+    if not (d > 0.0 and u > 0.0 and math.isfinite(d / u)):
+        return None
     num, den = (d / u).as_integer_ratio()  # d / u exactly (a power of two apart)
     if (2 * num) % den == 0 and (2 * num // den) % 2 == 1:
-        return 0, 0.0  # d is an odd number of half spacings: a tie
+        return None  # d is an odd number of half spacings: a tie
     multiple = (2 * num + den) // (2 * den)  # d's nearest multiple of u, in u
     if multiple == 0:
-        return 0, 0.0
-    # the j-th sum stays below 2**exponent by more than u/2 while
-    # t/u + (j - 1) * multiple + d/u < 2**53 - 1/2
-    room = (2 * 2**_MANTISSA - 1) * den - 2 * num - 2 * den * int(t / u)
-    if room <= 0:
-        return 0, 0.0
-    fits = -(-room // (2 * den * multiple))
-    return min(steps, fits), multiple * u
+        return None
+    room = (2 * 2**_MANTISSA - 1) * den - 2 * num
+    return u, multiple * u, room, 2 * den, 2 * den * multiple
