@@ -95,6 +95,8 @@ def _on_spacing(t: float, d: float, steps: int) -> tuple[int, float]:
     if spacing is None:
         return 0, 0.0
     u, r, room, per_unit, per_step = spacing
+    if t + (steps + 1) * r < math.ldexp(1.0, exponent) - 8 * u:
+        return steps, r  # far below the next power of two (|d - r| <= u/2; float error < 2u)
     # the j-th sum stays below 2**exponent by more than u/2 while (in u, d/u = num/den)
     # t/u + (j - 1) * multiple + num/den < 2**53 - 1/2, that is
     # (j - 1) * 2*den*multiple < (2**54 - 1)*den - 2*num - 2*den * t/u
