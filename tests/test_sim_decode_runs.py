@@ -1,18 +1,22 @@
 """Decode runs (one event per run of steps between batch changes, :mod:`blitzplan.sim.decode`)
 against an independent decoder that takes one step at a time: a hand-computed case whose run is
 cut by a join and crosses a context bucket, random joins and leaves against the step-by-step
-oracle of this file, and the event queue's cancellation that cutting relies on."""
+oracle of this file, the step end times against ``itertools.accumulate`` bit for bit, and the
+event queue's cancellation that cutting relies on and its stream of arrivals."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
+import math
 import random
 
 from blitzplan.models import load_model
 from blitzplan.sim.decode import _CONTEXT_STEP, DecodeTier
-from blitzplan.sim.events import EventQueue, Tick
+from blitzplan.sim.events import Arrival, EventQueue, Tick
 from blitzplan.sim.instances import SimInstance, SimRequest
+from blitzplan.sim.stepends import StepEnds
 
 LAYERS = load_model("llama-3-8b").num_layers
 
@@ -159,6 +163,62 @@ def test_a_cancelled_event_is_never_given_out() -> None:
     first, second = queue.push(1.0, Tick()), queue.push(2.0, Tick())
     queue.push(3.0, Tick())
     queue.cancel(first)
-    assert len(queue) == 2 and queue.peek_s() == 2.0
+    assert len(queue) == 2 and queue.next_s() == 2.0
     queue.cancel(second)
     assert queue.pop()[0] == 3.0 and len(queue) == 0
+
+
+def _duration(rng: random.Random, now: float) -> float:
+    """A step: small decimals, whole and binary numbers, or an odd number of half spacings of
+    ``now`` (a tie that rounds to even)."""
+    kind = rng.random()
+    if kind < 0.15:
+        return float(rng.randint(1, 50))
+    if kind < 0.25:
+        return rng.choice([0.5, 0.25, 1.5, 0.1, 0.3])
+    if kind < 0.35 and now > 0:
+        return math.ldexp(rng.choice([1, 3, 5, 1001]), math.frexp(now)[1] - 54)
+    return rng.uniform(0.001, 0.05) * 10 ** rng.randint(0, 3)
+
+
+def test_step_ends_are_the_one_by_one_sums_to_the_bit() -> None:
+    """Property: runs of steps (starts at 0 or anywhere, several durations, across powers of
+    two, ties) end exactly where ``accumulate`` puts them; ``before`` is ``bisect_left`` and
+    ``keep`` a prefix."""
+    rng = random.Random(11)
+    for case in range(1500):
+        start = 0.0 if rng.random() < 0.1 else rng.uniform(0, 10) * 10 ** rng.randint(-3, 4)
+        ends, sums = StepEnds(start), [start]
+        for _ in range(rng.randint(1, 4)):
+            step, count = _duration(rng, sums[-1]), rng.randint(1, 300)
+            ends.add(step, count)
+            sums += list(itertools.accumulate([step] * count, initial=sums[-1]))[1:]
+        expected = sums[1:]
+        assert (len(ends), ends.last()) == (len(expected), expected[-1]), case
+        for probe in [*rng.sample(expected, 3), rng.uniform(start, expected[-1] + 1)]:
+            assert ends.before(probe) == bisect.bisect_left(expected, probe), case
+        kept = rng.randint(1, len(expected))
+        ends.keep(kept)
+        assert (len(ends), ends.last()) == (kept, expected[kept - 1]), case
+        probe = rng.uniform(start, expected[-1])
+        assert ends.before(probe) == bisect.bisect_left(expected[:kept], probe), case
+
+
+def test_streamed_arrivals_come_out_as_if_all_were_pushed_first() -> None:
+    """Property: a stream of arrivals (ties included) and events pushed as the run goes come
+    out in the order of one heap holding all the arrivals from the start."""
+    rng = random.Random(3)
+    times = sorted(rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 3)]) for _ in range(40))
+    requests = [SimRequest(k, t, 1, 1) for k, t in enumerate(times)]
+    streamed = EventQueue(times, lambda k: Arrival(requests[k]))
+    pushed = EventQueue()
+    for request in requests:
+        pushed.push(request.arrival_s, Arrival(request))
+    orders: list[list[tuple[float, object]]] = [[], []]
+    for queue, order in zip((streamed, pushed), orders, strict=True):
+        while queue.next_s() is not None:
+            time_s, event = queue.pop()
+            order.append((time_s, event))
+            if len(order) % 3 == 0:  # a tick at an instant an arrival may also have
+                queue.push(time_s + random.Random(len(order)).choice([0.0, 0.5, 1.0]), Tick())
+    assert len(orders[0]) > 40 and orders[0] == orders[1]

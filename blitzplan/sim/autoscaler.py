@@ -68,7 +68,12 @@ class ScaleDecision:
 
 
 class Autoscaler(Protocol):
-    """Anything that turns a Load into a ScaleDecision every ``interval_s``."""
+    """Anything that turns a Load into a ScaleDecision every ``interval_s``. The simulator
+    skips the ticks it can show would decide nothing (:mod:`.ticks`), so a decision must depend
+    on the load alone (not on ``now_s`` nor on earlier decisions), and a load that decides
+    nothing at two values of its demand, KV bytes in use and KV bytes arriving must decide
+    nothing at every value between them (the paper's marks do: each bound decides nothing
+    between its low and high mark)."""
 
     @property
     def interval_s(self) -> float: ...

@@ -18,15 +18,14 @@ independent step-by-step decoder.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate
 
 from blitzplan.compute import ComputeModel
 from blitzplan.models import ModelSpec
 from blitzplan.sim.instances import SimInstance, SimRequest
+from blitzplan.sim.stepends import StepEnds
 
 __all__ = ["DecodeTier"]
 
@@ -43,7 +42,7 @@ class _Run:
     number of the event booked at the last end."""
 
     batch: list[SimRequest]
-    ends: list[float]
+    ends: StepEnds
     applied: int
     event: int
 
@@ -156,18 +155,19 @@ class DecodeTier:
         ends = self._ends(
             now_s, len(batch), context, min(r.output_tokens - r.tokens_done for r in batch)
         )
-        self._runs[inst] = _Run(batch, ends, 0, self.schedule_step(ends[-1], inst, len(batch)))
+        self._runs[inst] = _Run(batch, ends, 0, self.schedule_step(ends.last(), inst, len(batch)))
 
-    def _ends(self, now_s: float, size: int, context: int, steps: int) -> list[float]:
+    def _ends(self, now_s: float, size: int, context: int, steps: int) -> StepEnds:
         """The end times of ``steps`` steps of a batch of ``size`` from ``now_s``, summed one
-        at a time (``accumulate`` adds in order, as one event per step would); every step adds
-        a token to each request, so the mean context grows by exactly one a step."""
-        durations: list[float] = []
-        while len(durations) < steps:
-            here = context + len(durations)
-            left = min(steps - len(durations), _CONTEXT_STEP - here % _CONTEXT_STEP)
-            durations += [self._step_s(size, here)] * left
-        return list(accumulate(durations, initial=now_s))[1:]
+        at a time as one event per step would (:mod:`.stepends`); every step adds a token to
+        each request, so the mean context grows by exactly one a step."""
+        ends, done = StepEnds(now_s), 0
+        while done < steps:
+            here = context + done
+            left = min(steps - done, _CONTEXT_STEP - here % _CONTEXT_STEP)
+            ends.add(self._step_s(size, here), left)
+            done += left
+        return ends
 
     def share_costs(self, other: DecodeTier) -> None:
         """Use ``other``'s cache of step times (the same architecture on the same GPUs)."""
@@ -179,14 +179,14 @@ class DecodeTier:
         run = self._runs.get(inst)
         if run is None:
             return
-        ended = bisect_left(run.ends, now_s, lo=run.applied)
+        ended = max(run.applied, run.ends.before(now_s))
         for request in run.batch:
             request.tokens_done += ended - run.applied
         run.applied = ended
         if ended < len(run.ends) - 1:
             self.cancel(run.event)
-            run.ends = run.ends[: ended + 1]
-            run.event = self.schedule_step(run.ends[-1], inst, len(run.batch))
+            run.ends.keep(ended + 1)
+            run.event = self.schedule_step(run.ends.last(), inst, len(run.batch))
 
     def _step_s(self, batch: int, context: int) -> float:
         key = (batch, context // _CONTEXT_STEP)

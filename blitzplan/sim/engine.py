@@ -41,6 +41,7 @@ from blitzplan.sim.metrics import autoscaler_load, watch_prefill_bound
 from blitzplan.sim.parts import RunParts
 from blitzplan.sim.serving import ServingOptions
 from blitzplan.sim.systems import Launch, ScaleAction, System
+from blitzplan.sim.ticks import TickSkip
 from blitzplan.sim.traces import Trace
 from blitzplan.topologies import Topology
 
@@ -90,27 +91,33 @@ class Simulator(RunParts):
         drain_limit_s: float = 600.0,
         progress: Callable[[float], None] | None = None,
     ) -> None:
-        self.queue = EventQueue()
+        self.requests = [
+            SimRequest(i, r.arrival_s, max(1, r.prompt_tokens), max(1, r.output_tokens))
+            for i, r in enumerate(trace.requests)
+        ]
+        self.queue = EventQueue(
+            [r.arrival_s for r in self.requests], lambda i: Arrival(self.requests[i])
+        )
         super().__init__(topology, model, tp=tp, compute=compute, token_budget=token_budget)
         self.system, self.autoscaler = system, autoscaler
         self.build(policy, serving, max_decode_batch, replica_tokens_per_s)
         self.faults = FaultHandler(self, topology, model, holds_host_copy=system.holds_host_copy)
         self.loads: list[WeightLoad] = []
         self.scale_events: list[ScaleEvent] = []
-        self.requests = [
-            SimRequest(i, r.arrival_s, max(1, r.prompt_tokens), max(1, r.output_tokens))
-            for i, r in enumerate(trace.requests)
-        ]
         self.pending = len(self.requests)
         self.arrived = 0
         self.end_s = (trace.duration_s if trace.requests else 0.0) + drain_limit_s
         self.events_processed = 0
         self.progress = progress
         self._draining: list[SimInstance] = []
-        for request in self.requests:
-            self.queue.push(request.arrival_s, Arrival(request))
         for sim_s, trace_s, host in failures:
             self.queue.push(sim_s, HostFailure(host, trace_s))
+        self.ticks = TickSkip(
+            self.requests,
+            float(model.kv_bytes_per_token),
+            [sim_s for sim_s, _, _ in failures],
+            bounded=serving is None,
+        )
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -142,10 +149,8 @@ class Simulator(RunParts):
     def next_s(self) -> float | None:
         """When the next event is due, or None once the run is over (no request pending, no
         event left, or the next one past the drain limit)."""
-        if not (self.pending and self.queue):
-            return None
-        time_s = self.queue.peek_s()
-        return None if time_s > self.end_s else time_s
+        time_s = self.queue.next_s() if self.pending else None
+        return None if time_s is None or time_s > self.end_s else time_s
 
     def step(self) -> None:
         """Handle the next event."""
@@ -215,7 +220,8 @@ class Simulator(RunParts):
     def _tick(self, _: Tick) -> None:
         if self.autoscaler is None:
             return
-        decision = self.autoscaler.decide(autoscaler_load(self))
+        load = autoscaler_load(self)
+        decision = self.autoscaler.decide(load)
         if decision.up:
             self.meter.hot(self.now_s)
         else:
@@ -223,19 +229,9 @@ class Simulator(RunParts):
         if decision.any:
             idle_s = float(getattr(self.autoscaler, "idle_timeout_s", 0.5))
             self.apply(self.system.scale(self, decision, idle_s), decision)
-        self.queue.push(self._next_tick_s(decision), Tick())
-
-    def _next_tick_s(self, decision: ScaleDecision) -> float:
-        """The next decision. While the cluster holds no request and its load window is empty,
-        nothing loads or drains and nothing was asked, every tick would decide the same: the
-        ticks skip to the last one before the next arrival (on the same grid)."""
-        interval = self.autoscaler.interval_s if self.autoscaler else 1.0
-        settled = len(self.requests) - self.pending
-        more = self.arrived < len(self.requests)
-        if decision.any or not more or self.arrived != settled or not self.quiet():
-            return self.now_s + interval
-        gap = self.requests[self.arrived].arrival_s - self.now_s
-        return self.now_s + interval * max(1, math.floor(gap / interval))
+        interval = self.autoscaler.interval_s
+        gap = 0.0 if decision.any else self.ticks.until(self, self.autoscaler, load) - self.now_s
+        self.queue.push(self.now_s + interval * max(1, math.floor(gap / interval)), Tick())
 
     # --- applying decisions -------------------------------------------------------------------
 
@@ -310,6 +306,7 @@ class Simulator(RunParts):
     def _drain(self, inst: SimInstance) -> None:
         """Stop giving ``inst`` work; it is released once its work is done."""
         inst.draining = True
+        self.instances.changed()
         self._draining.append(inst)
         self.tiers[inst.role].leave(inst)
         self._release_drained()
@@ -326,6 +323,7 @@ class Simulator(RunParts):
         """A prefill instance becomes a decode instance in place (no transfer)."""
         self.prefill.leave(inst)
         inst.role, inst.kv_used = "decode", 0.0
+        self.instances.changed()
         self.notes.instance(self.now_s, inst, "mutated")
         if inst.state == "serving":
             self.decode.join(inst, self.now_s)

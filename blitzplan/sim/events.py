@@ -9,12 +9,18 @@ The clock never goes back: the queue knows the time of the last event it gave ou
 booked before it is an internal error (:class:`ClockError`), raised where it is booked. An event
 can be cancelled by the number :meth:`EventQueue.push` returned: it is never given out (a decode
 run cut short by a new request, :mod:`.decode`).
+
+A run's arrivals are known at the start: they come as a *stream* (the queue's first numbers, in
+order), and only the next of them waits in the heap, so the heap holds the events in flight, not
+the whole trace; the order is the one of pushing them all first.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import BlitzplanError
@@ -125,16 +131,35 @@ class ClockError(BlitzplanError):
 
 class EventQueue:
     """A heap of events by time, then priority, then insertion; ``now_s`` is the time of the
-    last event given out, and nothing may be booked before it."""
+    last event given out, and nothing may be booked before it. ``stream``: the times of events
+    booked first, in order (sorted), ``event(i)`` the i-th of them, made when it enters the heap
+    (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        stream: Sequence[float] = (),
+        event: Callable[[int], Event] | None = None,
+    ) -> None:
+        if any(b < a for a, b in pairwise(stream)) or not all(t >= 0.0 for t in stream):
+            raise ClockError("internal error: a queue's stream must be sorted times >= 0")
+        if stream and event is None:
+            raise ClockError("internal error: a queue's stream needs its events")
         self._heap: list[tuple[float, int, int, Event]] = []
-        self._seq = 0
+        self._stream, self._make = stream, event
+        self._seq = len(stream)
         self._cancelled: set[int] = set()
         self.now_s = 0.0
+        self._streamed = 0
+        self._stream_next(0)
 
     def __len__(self) -> int:
-        return len(self._heap) - len(self._cancelled)
+        return len(self._heap) + len(self._stream) - self._streamed - len(self._cancelled)
+
+    def _stream_next(self, number: int) -> None:
+        """Stream event ``number`` enters the heap (if there is one)."""
+        if number < len(self._stream) and self._make is not None:
+            self._streamed = number + 1
+            heapq.heappush(self._heap, (self._stream[number], 0, number, self._make(number)))
 
     def push(self, time_s: float, event: Event, *, late: bool = False) -> int:
         """Book ``event`` at ``time_s``; the number that :meth:`cancel` takes."""
@@ -153,13 +178,16 @@ class EventQueue:
 
     def pop(self) -> tuple[float, Event]:
         self._skip_cancelled()
-        time_s, _, _, event = heapq.heappop(self._heap)
+        time_s, _, number, event = heapq.heappop(self._heap)
+        if number < len(self._stream):
+            self._stream_next(number + 1)
         self.now_s = time_s
         return time_s, event
 
-    def peek_s(self) -> float:
+    def next_s(self) -> float | None:
+        """When the next event is due (None: none is)."""
         self._skip_cancelled()
-        return self._heap[0][0]
+        return self._heap[0][0] if self._heap else None
 
     def _skip_cancelled(self) -> None:
         heap, cancelled = self._heap, self._cancelled

@@ -351,8 +351,9 @@ def _run(
     for sim in sims:
         if sim.next_s() is None:
             _finish(sim)
-    while due:
-        time_s, k = heapq.heappop(due)
+    item = heapq.heappop(due) if due else None
+    while item is not None:
+        time_s, k = item
         sim = sims[k]
         if caches is not None:
             caches.advance(time_s)
@@ -364,10 +365,11 @@ def _run(
             owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
             watch(time_s, faults.dram, owners)
         upcoming = sim.next_s()
-        if upcoming is None:
-            _finish(sim)
-        else:
-            heapq.heappush(due, (upcoming, k))
+        if upcoming is not None:  # the same engine again while it is the earliest (no heap work)
+            item = heapq.heappushpop(due, (upcoming, k))
+            continue
+        _finish(sim)
+        item = heapq.heappop(due) if due else None
     return end_s
 
 

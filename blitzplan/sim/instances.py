@@ -98,6 +98,12 @@ class Instances:
         self.loading_gpu_s = 0.0
         """GPU-seconds of instances loading (from launch to loaded or released)."""
         self._next = 0
+        self._lists: dict[tuple[bool, str], list[SimInstance]] = {}
+
+    def changed(self) -> None:
+        """An instance's state, role or draining changed (the lists by role are found again;
+        :meth:`add`, :meth:`loaded` and :meth:`release` say so themselves)."""
+        self._lists.clear()
 
     def __iter__(self) -> Iterator[SimInstance]:
         return iter(self.by_id.values())
@@ -116,6 +122,7 @@ class Instances:
         )
         self._next += 1
         self.by_id[inst.id] = self._alive[inst.id] = inst
+        self._lists.clear()
         self._gpus_changed(now_s)
         return inst
 
@@ -123,6 +130,7 @@ class Instances:
         """``inst`` has all its weights: it serves."""
         self.loading_gpu_s += len(inst.gpus) * (now_s - inst.created_s)
         inst.state = "serving"
+        self._lists.clear()
 
     def release(self, inst: SimInstance, now_s: float) -> None:
         if inst.state == "loading":
@@ -130,6 +138,7 @@ class Instances:
         inst.state = "released"
         inst.released_s = now_s
         del self._alive[inst.id]
+        self._lists.clear()
         self._gpus_changed(now_s)
 
     def _gpus_changed(self, now_s: float) -> None:
@@ -137,20 +146,25 @@ class Instances:
         self.gpu_timeline.append((now_s, allocated))
 
     def serving(self, role: str) -> list[SimInstance]:
-        """Serving and not draining."""
-        return [
-            i
-            for i in self._alive.values()
-            if i.role == role and i.state == "serving" and not i.draining
-        ]
+        """Serving and not draining (a list kept until an instance changes: not to be
+        changed)."""
+        return self._list(False, role)
 
     def active(self, role: str) -> list[SimInstance]:
-        """Serving or loading, not draining (the autoscaler counts both)."""
-        return [
-            i
-            for i in self._alive.values()
-            if i.role == role and i.state in ("serving", "loading") and not i.draining
-        ]
+        """Serving or loading, not draining (the autoscaler counts both; a list kept until an
+        instance changes: not to be changed)."""
+        return self._list(True, role)
+
+    def _list(self, loading: bool, role: str) -> list[SimInstance]:
+        found = self._lists.get((loading, role))
+        if found is None:
+            states = ("serving", "loading") if loading else ("serving",)
+            found = self._lists[loading, role] = [
+                i
+                for i in self._alive.values()
+                if i.role == role and i.state in states and not i.draining
+            ]
+        return found
 
     def alive(self) -> list[SimInstance]:
         return list(self._alive.values())

@@ -18,6 +18,7 @@ __all__ = [
     "LoadView",
     "autoscaler_load",
     "nic_ingress_bytes_per_s",
+    "prefill_hot",
     "watch_prefill_bound",
 ]
 
@@ -136,8 +137,15 @@ def watch_prefill_bound(view: LoadView, high: float | None) -> None:
     """Note when prefill demand first passes the autoscaler's ``high`` mark."""
     if high is None or view.meter.hot_since_s is not None:
         return
-    demand = view.meter.prompt_tokens(view.now_s) + view.queued_tokens()
+    if prefill_hot(view, view.meter.prompt_tokens(view.now_s) + view.queued_tokens(), high):
+        view.meter.hot(view.now_s)
+
+
+def prefill_hot(view: LoadView, tokens: int, high: float | None) -> bool:
+    """Whether ``tokens`` prompt tokens in the window and queued put prefill demand past the
+    autoscaler's ``high`` mark (never without one)."""
+    if high is None:
+        return False
     prefilling = view.count("prefill") + view.count("colocated")
     capacity = prefilling * view.prefill_capacity_tokens_per_s()
-    if capacity <= 0 or demand / WINDOW_S > high * capacity:
-        view.meter.hot(view.now_s)
+    return capacity <= 0 or tokens / WINDOW_S > high * capacity

@@ -40,6 +40,7 @@ from blitzplan.sim.router import Router
 from blitzplan.sim.serving import ServingOptions
 from blitzplan.sim.snapshot import cluster_state, dealt_queues
 from blitzplan.sim.systems import System
+from blitzplan.sim.ticks import TickSkip
 from blitzplan.sim.tiers import RequestPath, Tier
 from blitzplan.topologies import Topology
 
@@ -59,6 +60,7 @@ class RunParts:
     arrived: int
     system: System
     faults: FaultHandler
+    ticks: TickSkip
 
     def __init__(
         self,
@@ -76,6 +78,7 @@ class RunParts:
         self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
         self._wakes: set[tuple[str | None, float]] = set()
         self._ingress: tuple[Topology, float] | None = None
+        self._capacity: float | None = None
         self.neighbours: Callable[[], list[tuple[ModelSpec, tuple[str, ...]]]] = list
         """In a multi-model run, the model and GPUs of every other model's instance alive now
         (they occupy GPUs plans must not take); one model: none."""
@@ -182,6 +185,7 @@ class RunParts:
     def settled(self, request: SimRequest) -> None:
         """``request`` finished or was dropped."""
         self.pending -= 1
+        self.ticks.settled(request)
 
     @property
     def topology_now(self) -> Topology:
@@ -264,8 +268,10 @@ class RunParts:
     def prefill_capacity_tokens_per_s(self) -> float:
         if self.colocated is not None and self.replica_tokens_per_s:
             return self.replica_tokens_per_s
-        budget = self.token_budget
-        return budget / self.prefill.batch_s(budget, max(1, budget // 1024))
+        if self._capacity is None:  # asked at every tick and arrival: the same each time
+            budget = self.token_budget
+            self._capacity = budget / self.prefill.batch_s(budget, max(1, budget // 1024))
+        return self._capacity
 
     def kv_bytes(self) -> tuple[float, float]:
         capacity = self.instances.kv_capacity_bytes
