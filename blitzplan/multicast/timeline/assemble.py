@@ -6,11 +6,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from blitzplan.multicast.bound import Bound
-from blitzplan.multicast.lane_times import Timeline
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.plan_types import MulticastPlan
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder, evaluate
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.evaluate import evaluate
+from blitzplan.multicast.timeline.lane_times import Timeline
 from blitzplan.solvers import SolveStatus
 
 __all__ = ["OBJECTIVES", "Built", "base_builder", "finish", "run", "score"]
@@ -68,7 +68,7 @@ def finish(
     method: str,
     objective: str,
     status: SolveStatus,
-    lower_bound_s: Bound,
+    lower_bound_s: float,
     solve_s: float,
 ) -> MulticastPlan:
     b, t = built.builder, built.timeline

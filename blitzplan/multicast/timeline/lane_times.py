@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.holdings import overlap
 from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, PlanNode
+from blitzplan.multicast.setup.holdings import overlap
 
 __all__ = ["Timeline", "lane_dependencies", "run_lanes"]
 
