@@ -231,11 +231,17 @@ def _lanes(
 
 def _routable(topo: Topology, holder: str, exit_: str, dst: str) -> bool:
     """Whether a lane from ``holder`` by ``exit_`` to ``dst`` has a route (after failures some
-    pairs have none)."""
-    if topo.kind(exit_) == "nic":
-        return topo.has_path(holder, dst, src_nic=exit_)
-    first = exit_ == holder or topo.has_path(holder, exit_)
-    return first and topo.has_path(exit_, dst)
+    pairs have none; kept per topology, whose routes never change)."""
+    known: dict[tuple[str, str, str], bool] = topo.memo.setdefault("routable", {})
+    found = known.get((holder, exit_, dst))
+    if found is None:
+        if topo.kind(exit_) == "nic":
+            found = topo.has_path(holder, dst, src_nic=exit_)
+        else:
+            first = exit_ == holder or topo.has_path(holder, exit_)
+            found = first and topo.has_path(exit_, dst)
+        known[(holder, exit_, dst)] = found
+    return found
 
 
 def _within(feeds: list[tuple[int, float, float]], lo: float, hi: float) -> list[int]:

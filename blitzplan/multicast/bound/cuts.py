@@ -63,14 +63,20 @@ def cut_bounds(problem: Problem) -> dict[str, tuple[float, str]]:
     holder_hosts = _holder_hosts(problem)
     egress = _egress_capacity(problem)
     out: dict[str, tuple[float, str]] = {}
+    into_host: dict[str, float] = {}  # instances of one host share its cut
+    shards: dict[tuple[bool, ...], float] = {}  # and instances missing the same units their size
     for inst in problem.instances:
-        shard = missing_bytes(problem, inst.name)
+        have = tuple(problem.delivered.get(inst.name, ()))
+        if have not in shards:
+            shards[have] = missing_bytes(problem, inst.name)
+        shard = shards[have]
         distinct = problem.tp * shard
         cuts = [(max(ratio(shard, cap_into(problem, {g})) for g in inst.gpus), "ingress")]
         host = topo.host_of(inst.gpus[0])
         if host not in holder_hosts:
-            region = set(topo.nodes_of_host(host))
-            cuts.append((ratio(distinct, cap_into(problem, region)), f"host {host}"))
+            if host not in into_host:
+                into_host[host] = cap_into(problem, set(topo.nodes_of_host(host)))
+            cuts.append((ratio(distinct, into_host[host]), f"host {host}"))
             cuts.append((ratio(distinct, egress), "source egress"))
         value, kind = max(cuts)
         out[inst.name] = (inst.startup_s + value, f"{kind} of {inst.name}")

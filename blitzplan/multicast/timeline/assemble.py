@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
-from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.multicast.plan_types import MulticastPlan, NewInstance
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.evaluate import evaluate
 from blitzplan.multicast.timeline.lane_times import Timeline
@@ -36,7 +36,10 @@ def base_builder(problem: Problem) -> PlanBuilder:
     for node in (*problem.sources, *problem.targets):
         builder.add_node(node)
     offset = len(problem.sources)
-    builder.instances.extend(replace(inst, node=inst.node + offset) for inst in problem.instances)
+    builder.instances.extend(
+        NewInstance(inst.name, inst.gpus, inst.node + offset, inst.startup_s)
+        for inst in problem.instances
+    )
     return builder
 
 

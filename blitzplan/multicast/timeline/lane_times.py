@@ -170,7 +170,7 @@ def run_lanes(
         hop_arrival,
         _ready(lanes, nodes, instances, arrival),
         starts,
-        tuple(tuple(d) for d in deps),
+        tuple(map(tuple, deps)),
     )
 
 
