@@ -214,10 +214,13 @@ def _need_matrix(
     shard = np.asarray(unit_bytes, dtype=float)
     scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
     need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
+    into: dict[int, list[int]] = {}  # lanes into each receiver that has units from before
     for f, lane in enumerate(lanes):
-        present = nodes[lane.receiver].present
-        if present:
-            need[f, np.asarray(present, dtype=bool)] = 0.0
+        if nodes[lane.receiver].present:
+            into.setdefault(lane.receiver, []).append(f)
+    for receiver, rows in into.items():
+        has = np.asarray(nodes[receiver].present, dtype=bool)
+        need[np.ix_(rows, has)] = 0.0
     return need
 
 
