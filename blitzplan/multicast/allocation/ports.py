@@ -172,7 +172,7 @@ def _local_routes(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> N
             problem.residual[(start, v)] for v in topo.graph.successors(start)
         )
         if sender.memory:
-            port.combined_out[sender.id] = _below_root(problem, sender.memory)
+            port.combined_out[sender.id] = problem.below_root(sender.memory)
         for target in targets:
             if target.id == sender.id or not port.hosts[sender.id] & port.hosts[target.id]:
                 continue
@@ -188,17 +188,3 @@ def _local_routes(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> N
                 if topo.has_path(start, g)
             }
             port.local[(sender.id, target.id)] = {g: r for g, r in rates.items() if r > 0}
-
-
-def _below_root(problem: Problem, memory: str) -> float:
-    """What host memory can push below its root complex: min(DRAM link, the root's links down)."""
-    topo = problem.topology
-    total = 0.0
-    for root in topo.graph.successors(memory):
-        down = sum(
-            problem.residual[(root, v)]
-            for v in topo.graph.successors(root)
-            if topo.kind(v) not in ("host_mem", "ssd")
-        )
-        total += min(problem.residual[(memory, root)], down)
-    return total

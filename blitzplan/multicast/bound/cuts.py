@@ -158,7 +158,7 @@ def emission_bound(problem: Problem) -> tuple[float, str] | None:
     supply = 0.0
     for node in problem.sources:
         if node.memory is not None:
-            supply += _below_root_capacity(problem, node.memory)
+            supply += problem.below_root(node.memory)
         else:
             supply += _region_out(
                 problem, set(node.gpus) | _gpu_exits(problem, node), target_groups
@@ -206,19 +206,6 @@ def _region_out(
             if topo.graph.nodes[v].get("switch") == "nvswitch" and not others:
                 continue
             total += problem.residual[(u, v)]
-    return total
-
-
-def _below_root_capacity(problem: Problem, memory: str) -> float:
-    topo = problem.topology
-    total = 0.0
-    for root in topo.graph.successors(memory):
-        down = sum(
-            problem.residual[(root, v)]
-            for v in topo.graph.successors(root)
-            if topo.kind(v) not in ("host_mem", "ssd")
-        )
-        total += min(problem.residual[(memory, root)], down)
     return total
 
 

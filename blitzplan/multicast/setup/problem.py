@@ -71,6 +71,20 @@ class Problem:
         """Per unit, whether ``node``'s GPUs still need it."""
         return tuple(not node.has(u) for u in range(len(self.unit_bytes)))
 
+    def below_root(self, memory: str) -> float:
+        """What host ``memory`` can push below its root complexes (bytes/s): per root, the
+        least of its DRAM link and the root's links down, as background flows leave them."""
+        topo = self.topology
+        total = 0.0
+        for root in topo.graph.successors(memory):
+            down = sum(
+                self.residual[(root, v)]
+                for v in topo.graph.successors(root)
+                if topo.kind(v) not in ("host_mem", "ssd")
+            )
+            total += min(self.residual[(memory, root)], down)
+        return total
+
     def node_bytes(self, node: PlanNode) -> float:
         """Bytes of distinct shards the node still needs (every rank once)."""
         need = self.missing_units(node)

@@ -220,7 +220,7 @@ def _need_matrix(
             into.setdefault(lane.receiver, []).append(f)
     for receiver, rows in into.items():
         has = np.asarray(nodes[receiver].present, dtype=bool)
-        need[np.ix_(rows, has)] = 0.0
+        need[np.ix_(np.asarray(rows), has)] = 0.0
     return need
 
 
