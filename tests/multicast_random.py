@@ -13,11 +13,11 @@ import itertools
 import math
 import random
 
-from blitzplan.multicast.assemble import Built, base_builder, run
-from blitzplan.multicast.holdings import holder_segments
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder, lane_route
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder, lane_route
+from blitzplan.multicast.setup.holdings import holder_segments
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, base_builder, run
 
 
 def _cover(problem: Problem, rng: random.Random, targets: list[int], offset: int) -> set[int]:

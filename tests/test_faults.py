@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
 from blitzplan.multicast import plan_multicast, validate_multicast
-from blitzplan.multicast.assemble import finish
-from blitzplan.multicast.bound import lower_bound
-from blitzplan.multicast.setup import prepare
+from blitzplan.multicast.bound.lower_bound import lower_bound
+from blitzplan.multicast.setup.problem import prepare
+from blitzplan.multicast.timeline.assemble import finish
 from blitzplan.scale import ScaleRequest, plan, replan
 from blitzplan.scale.recovery import degrade, recover
 from blitzplan.solvers import SolveStatus

@@ -72,3 +72,33 @@ def test_the_checker_sees_a_circle(tmp_path: Path) -> None:
     graph = nx.DiGraph([("blitzplan.a", "blitzplan.b"), ("blitzplan.b", "blitzplan.a")])
     assert list(nx.simple_cycles(graph))
     assert "blitzplan.scale.plan" in _graph(None)  # the scan finds the modules
+
+
+MULTICAST_STAGES = ("setup", "allocation", "timeline", "planners", "bound", "exact", "validation")
+"""multicast/'s sub-packages in pipeline order: each imports only the ones before it (and the
+package's shared top-level modules: plan_types, refine_budget, planning_rate)."""
+
+
+def _multicast_stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "multicast" else None
+
+
+def test_multicast_stages_import_in_pipeline_order() -> None:
+    graph = _graph(None)
+    staged = [n for n in graph.nodes if _multicast_stage(n) is not None]
+    assert {_multicast_stage(n) for n in staged} == set(MULTICAST_STAGES)
+    assert ("blitzplan.multicast.allocation.stripes", "blitzplan.multicast.setup.problem") in (
+        graph.edges
+    )  # the scan sees imports between stages
+    backward = [
+        (a, b)
+        for a, b in graph.edges
+        if a in staged
+        and b in staged
+        and MULTICAST_STAGES.index(str(_multicast_stage(b)))
+        > MULTICAST_STAGES.index(str(_multicast_stage(a)))
+    ]
+    assert backward == []
+    top = {p.stem for p in (REPO / "blitzplan" / "multicast").glob("*.py") if p.stem != "__init__"}
+    assert top == {"plan_types", "planning_rate", "refine_budget"}  # the rest sits in a stage

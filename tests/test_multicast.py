@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_model, load_topology
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import METHODS, MulticastPlan, plan_multicast, validate_multicast
-from blitzplan.multicast.assemble import finish
-from blitzplan.multicast.bound import lower_bound
-from blitzplan.multicast.setup import prepare
+from blitzplan.multicast.bound.lower_bound import lower_bound
+from blitzplan.multicast.setup.problem import prepare
+from blitzplan.multicast.timeline.assemble import finish
 from blitzplan.solvers import SolveStatus
 from blitzplan.topologies import build_cluster, nvswitch_host, pcie_host
 from blitzplan.units import GBPS, GIB, MIB

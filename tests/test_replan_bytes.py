@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
 from blitzplan.models import ModelSpec, layout
-from blitzplan.multicast import holdings
+from blitzplan.multicast.setup import holdings
 from blitzplan.scale import ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.byte_checks import check_source_bytes, validate_replan
 from blitzplan.scale.delivered import stripe_of
@@ -171,7 +171,7 @@ def test_the_validators_check_holdings_from_the_bytes(
     """With the planner's layout rule switched off, both validators (the multicast's over
     lanes, the document's over steps) find every byte a source rank lacks, from the layouts."""
     spec = OFF_GRID[key]
-    monkeypatch.setattr("blitzplan.multicast.setup.reshardable", lambda *_: True)
+    monkeypatch.setattr("blitzplan.multicast.setup.sources.reshardable", lambda *_: True)
     alone = _served_by(spec, source_tp, host_copy=False)
     made = plan(alone, ScaleRequest(spec, prefill=1, tp=tp))
     problems = validate_plan(alone, made)

@@ -1,9 +1,18 @@
 """Multicast planning: which holders send a model's weights to new instances, as which stripes
 over which NICs and relays, and when every unit lands (DESIGN.md sections 1.2-1.4 and 3).
 
-The plan space, the cost model and the validator are described in
-:mod:`blitzplan.multicast.plan_types`, :mod:`~blitzplan.multicast.timeline` and
-:func:`validate_multicast`; the lower bound every plan reports in :mod:`~blitzplan.multicast.bound`.
+The plan space is described in :mod:`blitzplan.multicast.plan_types`. The sub-packages form a
+one-way pipeline, each importing only the stages before it (a test checks):
+
+* ``setup/``: the :class:`~blitzplan.multicast.setup.problem.Problem`: targets, sources, holdings,
+  link capacity left;
+* ``allocation/``: ports, the widest-matrix allocation and its linear program, stripes as lanes
+  written into a :class:`~blitzplan.multicast.allocation.plan_builder.PlanBuilder`;
+* ``timeline/``: the cost model (fair-share rates, the pipelined recurrence) and the frozen plan;
+* ``planners/``: the greedy, its local search and the baseline data planes;
+* ``bound/``: the certified lower bound every plan reports;
+* ``exact/``: the exhaustive search of the greedy's decisions, OPTIMAL only on that bound;
+* ``validation/``: :func:`validate_multicast`, the independent checker.
 """
 
 from __future__ import annotations
@@ -17,11 +26,8 @@ from typing import Unpack
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
-from blitzplan.multicast.assemble import OBJECTIVES, Built, finish, score
-from blitzplan.multicast.baselines import BASELINES
-from blitzplan.multicast.bound import Bound, lower_bound
-from blitzplan.multicast.exact import exact_search
-from blitzplan.multicast.greedy import Context, build, build_lp, context, greedy_choice
+from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
+from blitzplan.multicast.exact.exact_search import exact_search
 from blitzplan.multicast.plan_types import (
     ALL_RANKS,
     AllGather,
@@ -33,10 +39,13 @@ from blitzplan.multicast.plan_types import (
     PlanNode,
     Route,
 )
-from blitzplan.multicast.polish import polish
+from blitzplan.multicast.planners.baselines import BASELINES
+from blitzplan.multicast.planners.greedy import Context, build, build_lp, context, greedy_choice
+from blitzplan.multicast.planners.polish import polish
 from blitzplan.multicast.refine_budget import RefineBudget
-from blitzplan.multicast.setup import PLACEMENTS, PrepareOptions, Problem, prepare
-from blitzplan.multicast.validate import validate_multicast
+from blitzplan.multicast.setup.problem import PLACEMENTS, PrepareOptions, Problem, prepare
+from blitzplan.multicast.timeline.assemble import OBJECTIVES, Built, finish, score
+from blitzplan.multicast.validation.validate import validate_multicast
 from blitzplan.solvers import SolveStatus
 from blitzplan.units import MIB
 
@@ -64,7 +73,8 @@ DEFAULT_CHUNK_BYTES = 16 * MIB
 
 METHODS = ("greedy", "exact", *BASELINES)
 """greedy: the BlitzScale planner; exact: exhaustive search of the greedy's decisions, OPTIMAL
-only on the certified bound; the rest are baseline data planes (blitzplan.multicast.baselines)."""
+only on the certified bound; the rest are baseline data planes
+(blitzplan.multicast.planners.baselines)."""
 
 _LOCAL_PLANES = ("allcache", "serverlessllm")
 _AUTO = "auto"
@@ -259,7 +269,7 @@ def _problem(
 
 def _estimate(problem: Problem) -> float:
     """The greedy's fluid time, without building lanes."""
-    from blitzplan.multicast.allocate import fluid_time
+    from blitzplan.multicast.allocation.allocate import fluid_time
 
     ctx = context(problem)
     choice = greedy_choice(problem, ctx, "all_ready")

@@ -7,7 +7,8 @@ The plan space (DESIGN.md sections 1.2-1.4):
   rank ``r``, the interval ``[lo, hi)`` of ``[0, 1)`` is that fraction of the rank's shard of
   *every* unit the lane carries, cut along each tensor's TP split dimension (heads, KV heads,
   intermediate columns, vocabulary rows; replicated tensors such as norms by rows), so a source of
-  another TP degree holds a contiguous interval of it (see :mod:`blitzplan.multicast.holdings`).
+  another TP degree holds a contiguous interval of it (see
+  :mod:`blitzplan.multicast.setup.holdings`).
 * A *node* is a set of GPUs that sends or receives together: a source instance (plus the spare GPUs
   of its NVLink group whose NICs it may send through), the host-DRAM copy, or all new instances
   inside one NVLink group (plus that group's spare GPUs, which may receive and forward as relays;

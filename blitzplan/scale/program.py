@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from blitzplan.multicast.holdings import holder_segments
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, built
+from blitzplan.multicast.setup.holdings import holder_segments
 from blitzplan.scale.delivered import Held, held_bytes, subtract
 from blitzplan.topologies import Topology
 
@@ -143,7 +143,8 @@ def program(
             lacking[lane.dst, lane.receiver] = [
                 (u, spans) for u, spans in held_here.items() if not receiver.has(u)
             ]
-        if _cut(plan, lane, lacking[lane.dst, lane.receiver], snap):
+        lacks = lacking[lane.dst, lane.receiver]
+        if lacks and _cut(plan, lane, lacks, snap):
             ranges = _ranges(plan, lane, have[lane.dst], snap)
             total = _total(ranges)
         if total == 0:
@@ -170,7 +171,7 @@ def program(
             feeds=feeds[flow] if feeds else (),
             after=after,
             store_and_forward=store_and_forward,
-            pace_bytes_per_s=_pace(plan, lane),
+            pace_bytes_per_s=_pace(plan.flows[flow].max_bytes_per_s),
             chunk_bytes=plan.chunk_bytes,
             rate_bytes_per_s=plan.rates[flow],
             not_before_s=startup.get(lane.receiver, 0.0),
@@ -213,8 +214,9 @@ class _Router:
 
     def __init__(self, plan: MulticastPlan, topology: Topology) -> None:
         self.plan, self.topology = plan, topology
-        self.kinds: dict[str, str] = {}
-        self.links: dict[tuple[str, ...], str] = {}
+        self.kinds: dict[str, str] = topology.memo.setdefault("node_kinds", {})
+        self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, str]]
+        self.routes = topology.memo.setdefault("route_links", {})
         self.holders: dict[tuple[int, str], str] = {}
 
     def kind(self, node: str) -> str:
@@ -225,24 +227,21 @@ class _Router:
 
     def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
         edges = self.plan.flows[lane.flow].edges
-        kind = self.kind
-        source_kind = kind(lane.holder)
-        nic = edges[0][0] if kind(edges[0][0]) == "nic" else None
-        if nic is None:
-            nic = next((v for _, v in edges if kind(v) == "nic"), None)
+        source_kind = self.kind(lane.holder)
+        nic, local = self.route(edges)
         relay = None
         if lane.exit != lane.holder and lane.exit != nic and _crosses(edges, lane.exit):
             relay = lane.exit
         if source_kind == "ssd":
             step, link = StepKind.DISK_TO_HOST, "pcie"
         elif lane.gather:
-            step, link = StepKind.ALLGATHER, self.local_link(edges)
+            step, link = StepKind.ALLGATHER, local
         elif nic is not None:
             step, link = StepKind.NETWORK, "network"
         elif source_kind == "host_mem":
             step, link = StepKind.HOST_TO_DEVICE, "pcie"
         else:
-            step, link = StepKind.DEVICE_TO_DEVICE, self.local_link(edges)
+            step, link = StepKind.DEVICE_TO_DEVICE, local
         return step, self.holder(lane.sender, source_kind), link, nic, relay
 
     def holder(self, sender: int, source_kind: str) -> str:
@@ -258,12 +257,17 @@ class _Router:
             self.holders[(sender, source_kind)] = found
         return found
 
-    def local_link(self, edges: Sequence[tuple[str, str]]) -> str:
-        middle = tuple(v for _, v in edges[:-1])
-        found = self.links.get(middle)
+    def route(self, edges: tuple[tuple[str, str], ...]) -> tuple[str | None, str]:
+        """The sending NIC of a route (its first NIC, None without one) and the link a route
+        without one takes (``nvlink`` or ``pcie``), kept per route on the topology."""
+        found = self.routes.get(edges)
         if found is None:
+            kind = self.kind
+            nic = edges[0][0] if kind(edges[0][0]) == "nic" else None
+            if nic is None:
+                nic = next((v for _, v in edges if kind(v) == "nic"), None)
             nodes = (edges[0][0], *(v for _, v in edges))
-            found = self.links[middle] = _local_link(nodes, self.topology)
+            found = self.routes[edges] = (nic, _local_link(nodes, self.topology))
         return found
 
 
@@ -279,8 +283,7 @@ def _local_link(nodes: Sequence[str], topology: Topology) -> str:
     return "pcie"
 
 
-def _pace(plan: MulticastPlan, lane: Lane) -> float | None:
-    cap = plan.flows[lane.flow].max_bytes_per_s
+def _pace(cap: float) -> float | None:
     return None if cap == math.inf else cap
 
 
@@ -314,9 +317,15 @@ def _snapper(plan: MulticastPlan) -> Callable[[float], float]:
     lows = [c[0] for c in clusters]
     rep = [next((x for x in c if x in anchors), c[0]) for c in clusters]
 
+    snapped: dict[float, float] = {}  # lanes share their ends: each point is looked up once
+
     def snap(x: float) -> float:
-        k = bisect.bisect_right(lows, x) - 1
-        return rep[k] if k >= 0 and clusters[k][0] <= x <= clusters[k][-1] else x
+        found = snapped.get(x)
+        if found is None:
+            k = bisect.bisect_right(lows, x) - 1
+            found = rep[k] if k >= 0 and clusters[k][0] <= x <= clusters[k][-1] else x
+            snapped[x] = found
+        return found
 
     return snap
 

@@ -62,8 +62,8 @@ from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
-from blitzplan.multicast.bound import lower_bound
-from blitzplan.multicast.setup import prepare
+from blitzplan.multicast.bound.lower_bound import lower_bound
+from blitzplan.multicast.setup.problem import prepare
 from blitzplan.scale.delivered import Held, delivered, held_bytes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -210,8 +210,9 @@ def _fresh_inputs(
 
 def _fresh_bound_s(inputs: dict[str, Any]) -> float:
     """A certified lower bound on when loading the survivors afresh ends (the per-instance
-    cuts of its problem, :func:`~blitzplan.multicast.bound.lower_bound` with ``cheap``: no
-    max-flow, no solver); 0 when that problem cannot be laid out (the full plan decides)."""
+    cuts of its problem, :func:`~blitzplan.multicast.bound.lower_bound.lower_bound` with
+    ``cheap``: no max-flow, no solver); 0 when that problem cannot be laid out (the full plan
+    decides)."""
     spec = inputs["model"]
     try:
         problem = prepare(

@@ -2,15 +2,11 @@
 
 For each target node, in forwarding order:
 
-1. **Entries.** Each rank's ``[0, 1)`` is split over the node's instance GPUs of that rank and its
-   relays in proportion to what each can receive (its NIC port for the network part, its route from
-   each local sender for the local part), so every receiving link works for the same time;
-   instance GPUs only receive their own rank, relays any.
-2. **Senders.** Every entry's interval is shared out: each local sender gets, in every entry, the
-   part its route to that entry carries; the network part goes to the network senders by shares,
-   entry by entry, a sender with an exit under the entry's leaf first (no spine crossing).
+1-2. **Entries and senders** (:mod:`~blitzplan.multicast.allocation.entries`): each rank's
+   ``[0, 1)`` split over the node's receiving GPUs, and each entry's interval shared out among
+   the node's senders.
 3. **Holders.** A source sends each piece from the GPU holding it (TP re-sharding by
-   :mod:`~blitzplan.multicast.holdings`); a forwarding node from the GPU it landed on, so it
+   :mod:`~blitzplan.multicast.setup.holdings`); a forwarding node from the GPU it landed on, so it
    forwards each chunk as it arrives.
 4. **Exits.** A network piece leaves by the holder's own NIC when that NIC is under the
    destination's leaf and has budget left at the planned rate, else by the exits under that leaf,
@@ -30,22 +26,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from blitzplan.multicast.allocate import Allocation, Ports
-from blitzplan.multicast.holdings import TOLERANCE, holder_segments, overlap
+from blitzplan.multicast.allocation.allocate import Allocation
+from blitzplan.multicast.allocation.entries import MIN_PIECE, Piece, assign_pieces
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder
+from blitzplan.multicast.allocation.ports import Ports
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder
+from blitzplan.multicast.setup.holdings import TOLERANCE, holder_segments, overlap
+from blitzplan.multicast.setup.problem import Problem
 from blitzplan.topologies import Edge, Flow, Topology
 
 __all__ = ["build_lanes", "relax_paces"]
 
-Piece = tuple[str, float, float]  # (gpu, lo, hi)
-
 GATHER_HEADROOM = 2.0
 """Gathers are paced at this multiple of the rate their bytes land at, so a gather that starts
 late catches up while it never crowds other flows off an NVLink."""
-MIN_PIECE = 1e-6
-"""No piece of a stripe shorter than this (of a rank's shard) gets its own lane."""
 Landing = tuple[str, float, float, int]  # (gpu, lo, hi, lane id)
 
 
@@ -117,7 +111,7 @@ def build_lanes(problem: Problem, builder: PlanBuilder, port: Ports, alloc: Allo
             continue
         node = builder.nodes[j]
         carried = float(sum(b for u, b in enumerate(problem.unit_bytes) if not node.has(u)))
-        pieces = _assign(problem, node, port, alloc, j)
+        pieces = assign_pieces(problem, node, port, alloc, j)
         landed[j] = {r: [] for r in range(problem.tp)}
         for sender, rank, dst, lo, hi in pieces:
             hop = builder.hop(sender, j)
@@ -130,176 +124,6 @@ def build_lanes(problem: Problem, builder: PlanBuilder, port: Ports, alloc: Allo
                     landed[j][rank].append((dst, x, y, lane))
         pace = GATHER_HEADROOM * carried / alloc.fluid_s if alloc.fluid_s > 0 else math.inf
         gathered[j] = _gathers(builder, node, landed[j], pace)
-
-
-def _assign(
-    problem: Problem, node: PlanNode, port: Ports, alloc: Allocation, j: int
-) -> list[tuple[int, int, str, float, float]]:
-    """``(sender, rank, dst, lo, hi)`` pieces covering every rank of node ``j`` (steps 1-2)."""
-    local = [(s, f) for s, f in alloc.local.get(j, ())]
-    network = [(s, f) for s, f in alloc.network.get(j, ())]
-    total = sum(f for _, f in local + network)
-    local = [(s, f / total) for s, f in local]
-    network = [(s, f / total) for s, f in network]
-    weights, local_parts = _entry_weights(problem, node, port, j, local, network)
-    entries = _entries(problem, node, weights)
-    budget = {s: f * problem.tp for s, f in network}
-    out: list[tuple[int, int, str, float, float]] = []
-    for rank in range(problem.tp):
-        for dst, lo, hi in entries[rank]:
-            at = lo
-            for s, part in local_parts.get(dst, []):
-                end = at + (hi - lo) * part / weights[dst]
-                if hi - end <= MIN_PIECE and not network:
-                    end = hi
-                if end - at > MIN_PIECE:
-                    out.append((s, rank, dst, at, end))
-                    at = end
-            out += _network_pieces(problem, port, budget, network, rank, dst, at, hi)
-            if hi - at > 0 and not network and out:  # rounding: the last local piece ends at hi
-                s, r, d, a, _ = out[-1]
-                out[-1] = (s, r, d, a, hi)
-    return out
-
-
-def _entry_weights(
-    problem: Problem,
-    node: PlanNode,
-    port: Ports,
-    j: int,
-    local: list[tuple[int, float]],
-    network: list[tuple[int, float]],
-) -> tuple[dict[str, float], dict[str, list[tuple[int, float]]]]:
-    """Per receiving GPU: its weight (share of the node's bytes it receives), and per local
-    sender the part of that weight it sends there."""
-    topo = problem.topology
-    members = node.gpus + node.relays
-    share_net = sum(f for _, f in network)
-    sharing: dict[str, int] = {}
-    for g in members:
-        sharing[topo.nic_of(g)] = sharing.get(topo.nic_of(g), 0) + 1
-    into = port.into.get(j, {})
-    net = {
-        g: into.get(topo.nic_of(g), 0.0) / sharing[topo.nic_of(g)]
-        if any(port.reaches_nic(s, topo.nic_of(g)) for s, _ in network)
-        else 0.0
-        for g in members
-    }
-    total_net = sum(net.values())
-    weights = {g: share_net * net[g] / total_net if total_net > 0 else 0.0 for g in members}
-    parts: dict[str, list[tuple[int, float]]] = {}
-    for s, f in local:
-        routes = port.local.get((s, j), {})
-        total = sum(routes.values())
-        for g, rate in routes.items():
-            weights[g] = weights.get(g, 0.0) + f * rate / total
-            parts.setdefault(g, []).append((s, f * rate / total))
-    return weights, parts
-
-
-def _entries(problem: Problem, node: PlanNode, weights: dict[str, float]) -> dict[int, list[Piece]]:
-    """Per rank, ``[0, 1)`` split over the GPUs that receive it in proportion to ``weights``."""
-    tp = problem.tp
-    own = {
-        r: [g for g in node.gpus if node.rank_of(g) == r and weights.get(g, 0) > 0]
-        for r in range(tp)
-    }
-    relays = [g for g in node.relays if weights.get(g, 0) > 0]
-    total = sum(weights.values())
-    per_coordinate = tp / total if total > 0 else 0.0
-    own_share = {
-        r: min(1.0, per_coordinate * sum(weights[g] for g in own[r])) if relays else 1.0
-        for r in range(tp)
-    }
-    out: dict[int, list[Piece]] = {}
-    for r in range(tp):
-        out[r] = _split(own[r], [weights[g] for g in own[r]], 0.0, own_share[r]) if own[r] else []
-        if not out[r]:
-            own_share[r] = 0.0
-    deficits = [(r, own_share[r], 1.0) for r in range(tp) if own_share[r] < 1.0 - TOLERANCE]
-    for r, piece in _spread(relays, [weights[g] for g in relays], deficits):
-        out[r].append(piece)
-    return out
-
-
-def _split(gpus: Sequence[str], weights: Sequence[float], lo: float, hi: float) -> list[Piece]:
-    """``[lo, hi)`` cut in proportion to ``weights``."""
-    total = sum(weights)
-    out = []
-    at = lo
-    for i, (gpu, w) in enumerate(zip(gpus, weights, strict=True)):
-        end = hi if i == len(gpus) - 1 else at + (hi - lo) * w / total
-        if end - at > TOLERANCE:
-            out.append((gpu, at, end))
-        at = end
-    return out
-
-
-def _spread(
-    relays: Sequence[str], weights: Sequence[float], deficits: Sequence[tuple[int, float, float]]
-) -> list[tuple[int, Piece]]:
-    """Cover each rank's missing ``[lo, hi)`` with relays in proportion to their weights."""
-    need = sum(hi - lo for _, lo, hi in deficits)
-    if not relays or need <= 0:
-        return []
-    total = sum(weights)
-    budgets = [need * w / total for w in weights]
-    out: list[tuple[int, Piece]] = []
-    k = 0
-    for rank, lo, hi in deficits:
-        at = lo
-        while hi - at > TOLERANCE and k < len(relays):
-            end = min(hi, at + budgets[k])
-            if end - at > TOLERANCE:
-                out.append((rank, (relays[k], at, end)))
-            budgets[k] -= end - at
-            at = end
-            if budgets[k] <= TOLERANCE:
-                k += 1
-        if hi - at > TOLERANCE:
-            out.append((rank, (relays[-1], at, hi)))
-    return out
-
-
-def _network_pieces(
-    problem: Problem,
-    port: Ports,
-    budget: dict[int, float],
-    network: list[tuple[int, float]],
-    rank: int,
-    dst: str,
-    lo: float,
-    hi: float,
-) -> list[tuple[int, int, str, float, float]]:
-    """Share ``[lo, hi)`` of one entry among network senders (step 2)."""
-    if hi - lo <= TOLERANCE or not network:
-        return []
-    leaf = problem.topology.leaf_of(dst)
-    nic = problem.topology.nic_of(dst)
-    reach = [s for s, _ in network if port.reaches_nic(s, nic)] or [s for s, _ in network]
-    order = sorted(reach, key=lambda s: (leaf not in port.leaves_out(s), -budget[s]))
-    out: list[tuple[int, int, str, float, float]] = []
-    at = lo
-    for s in order:
-        if hi - at <= MIN_PIECE:
-            break
-        take = min(hi - at, budget[s])
-        if take <= MIN_PIECE:
-            continue
-        if hi - at - take <= MIN_PIECE:
-            take = hi - at  # no sliver left behind
-        out.append((s, rank, dst, at, at + take))
-        budget[s] -= take
-        at += take
-    if hi - at > 0 and out:  # rounding: the last piece takes the rest
-        s, r, d, a, _ = out[-1]
-        out[-1] = (s, r, d, a, hi)
-        budget[s] -= hi - at
-    elif hi - at > 0:
-        s = max(reach, key=lambda s: budget[s])
-        out.append((s, rank, dst, at, hi))
-        budget[s] -= hi - at
-    return out
 
 
 def _holders(
@@ -407,11 +231,17 @@ def _lanes(
 
 def _routable(topo: Topology, holder: str, exit_: str, dst: str) -> bool:
     """Whether a lane from ``holder`` by ``exit_`` to ``dst`` has a route (after failures some
-    pairs have none)."""
-    if topo.kind(exit_) == "nic":
-        return topo.has_path(holder, dst, src_nic=exit_)
-    first = exit_ == holder or topo.has_path(holder, exit_)
-    return first and topo.has_path(exit_, dst)
+    pairs have none; kept per topology, whose routes never change)."""
+    known: dict[tuple[str, str, str], bool] = topo.memo.setdefault("routable", {})
+    found = known.get((holder, exit_, dst))
+    if found is None:
+        if topo.kind(exit_) == "nic":
+            found = topo.has_path(holder, dst, src_nic=exit_)
+        else:
+            first = exit_ == holder or topo.has_path(holder, exit_)
+            found = first and topo.has_path(exit_, dst)
+        known[(holder, exit_, dst)] = found
+    return found
 
 
 def _within(feeds: list[tuple[int, float, float]], lo: float, hi: float) -> list[int]:

@@ -7,14 +7,14 @@
    leaves of every route. The greedy puts them in the nodes whose egress matters least: it tries
    covering ``live`` instances with each single node that can, and with the nodes of smallest
    egress, and keeps the cover with the least fluid time ``T*``
-   (:mod:`~blitzplan.multicast.allocate`), fewest spare instances on ties.
+   (:mod:`~blitzplan.multicast.allocation.allocate`), fewest spare instances on ties.
 3. **Forwarding order.** Other nodes forward widest egress first (each adds the most sending
    capacity for the nodes after it), nodes under a holder's leaf first on ties; live nodes come
    last (first for the ``live_ready`` objective).
 4. **Allocation.** Every node takes its bytes from holders and earlier forwarding nodes at
    ``T*``: lane aggregation across sources, with as many stripes as the senders' shares need.
-5. **Lanes** (:mod:`~blitzplan.multicast.stripes`): stripes spread over every NIC of both ends,
-   sent from where they landed, paced to finish together.
+5. **Lanes** (:mod:`~blitzplan.multicast.allocation.stripes`): stripes spread over every NIC of
+   both ends, sent from where they landed, paced to finish together.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from blitzplan.multicast.allocate import Ports, allocate, fluid_time, ports
-from blitzplan.multicast.assemble import Built, base_builder, run
-from blitzplan.multicast.lp import build_lp_lanes, lp_allocate
+from blitzplan.multicast.allocation.allocate import allocate, fluid_time
+from blitzplan.multicast.allocation.lp import build_lp_lanes, lp_allocate
+from blitzplan.multicast.allocation.ports import Ports, ports
+from blitzplan.multicast.allocation.stripes import build_lanes, relax_paces
 from blitzplan.multicast.plan_types import PlanNode
 from blitzplan.multicast.refine_budget import RefineBudget
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.stripes import build_lanes, relax_paces
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, base_builder, run
 
 __all__ = [
     "Choice",
@@ -164,8 +165,9 @@ def build(problem: Problem, ctx: Context, choice: Choice) -> Built:
 def build_lp(
     problem: Problem, ctx: Context, choice: Choice, budget: RefineBudget | None = None
 ) -> Built | None:
-    """The plan of ``choice`` with the byte allocation of :mod:`~blitzplan.multicast.lp`, or
-    None when that program is too large, has no answer or ``budget`` runs out."""
+    """The plan of ``choice`` with the byte allocation of
+    :mod:`~blitzplan.multicast.allocation.lp`, or None when that program is too large, has no
+    answer or ``budget`` runs out."""
     builder = base_builder(problem)
     forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
     lp = lp_allocate(problem, builder.nodes, choice.order, forwarding, budget)

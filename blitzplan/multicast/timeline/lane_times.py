@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.holdings import overlap
 from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, PlanNode
+from blitzplan.multicast.setup.holdings import overlap
 
 __all__ = ["Timeline", "lane_dependencies", "run_lanes"]
 
@@ -170,7 +170,7 @@ def run_lanes(
         hop_arrival,
         _ready(lanes, nodes, instances, arrival),
         starts,
-        tuple(tuple(d) for d in deps),
+        tuple(map(tuple, deps)),
     )
 
 
@@ -214,10 +214,13 @@ def _need_matrix(
     shard = np.asarray(unit_bytes, dtype=float)
     scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
     need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
+    into: dict[int, list[int]] = {}  # lanes into each receiver that has units from before
     for f, lane in enumerate(lanes):
-        present = nodes[lane.receiver].present
-        if present:
-            need[f, np.asarray(present, dtype=bool)] = 0.0
+        if nodes[lane.receiver].present:
+            into.setdefault(lane.receiver, []).append(f)
+    for receiver, rows in into.items():
+        has = np.asarray(nodes[receiver].present, dtype=bool)
+        need[np.ix_(np.asarray(rows), has)] = 0.0
     return need
 
 

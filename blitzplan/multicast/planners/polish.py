@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from blitzplan.errors import InfeasibleError
-from blitzplan.multicast.assemble import Built, score
-from blitzplan.multicast.greedy import Choice, Context, build, ordered
+from blitzplan.multicast.planners.greedy import Choice, Context, build, ordered
 from blitzplan.multicast.refine_budget import RefineBudget
-from blitzplan.multicast.setup import Problem
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, score
 
 __all__ = ["neighbours", "polish"]
 

@@ -1,18 +1,18 @@
 """Exhaustive search over the striped construction's decisions, with a proof only by the bound.
 
-The construction (:mod:`~blitzplan.multicast.greedy`) is decided by a forwarding order of the
-target nodes and the set of nodes holding the live instances. This search enumerates every
+The construction (:mod:`~blitzplan.multicast.planners.greedy`) is decided by a forwarding order
+of the target nodes and the set of nodes holding the live instances. This search enumerates every
 minimal live cover and every order of the forwarding nodes (interchangeable nodes once), ranks
 them by the fluid time ``T*`` of their allocation, and builds and evaluates under the full cost
 model every candidate whose ``T*`` is within :data:`FLUID_WINDOW` of the best, each with the
-greedy's allocation and with the linear program of :mod:`~blitzplan.multicast.lp` over the
-lanes' real routes, with the greedy's plan as the incumbent.
+greedy's allocation and with the linear program of :mod:`~blitzplan.multicast.allocation.lp`
+over the lanes' real routes, with the greedy's plan as the incumbent.
 
 The plan space itself is larger (any stripe may take any route), so finishing this search proves
 nothing by itself: the answer is OPTIMAL only when its objective meets the certified lower bound
-(:mod:`~blitzplan.multicast.bound`), which holds for every plan under the model; otherwise it is
-FEASIBLE and the plan reports the gap. Exponential in the number of target nodes; meant for small
-cases and for measuring the greedy.
+(:mod:`~blitzplan.multicast.bound.lower_bound`), which holds for every plan under the model;
+otherwise it is FEASIBLE and the plan reports the gap. Exponential in the number of target
+nodes; meant for small cases and for measuring the greedy.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
-from blitzplan.multicast.allocate import fluid_time
-from blitzplan.multicast.assemble import Built, score
-from blitzplan.multicast.greedy import Choice, Context, build, build_lp, forced_cover
-from blitzplan.multicast.setup import Problem
+from blitzplan.multicast.allocation.allocate import fluid_time
+from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, score
 
 __all__ = ["FLUID_WINDOW", "MAX_CHOICES", "ExactResult", "exact_search"]
 

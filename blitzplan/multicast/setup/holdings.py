@@ -68,16 +68,18 @@ def reshardable(model: ModelSpec, target_tp: int, source_tp: int) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1024)
 def holder_segments(
     source_tp: int, target_rank: int, target_tp: int
-) -> list[tuple[float, float, int]]:
-    """``(lo, hi, source rank)`` covering ``[0, 1)`` of target rank ``target_rank``, in order."""
+) -> tuple[tuple[float, float, int], ...]:
+    """``(lo, hi, source rank)`` covering ``[0, 1)`` of target rank ``target_rank``, in order
+    (a pure function of its three integers: cached, it is asked once per lane)."""
     segments = []
     for q in range(source_tp):
         held = held_interval(q, source_tp, target_rank, target_tp)
         if held is not None:
             segments.append((held[0], held[1], q))
-    return sorted(segments)
+    return tuple(sorted(segments))
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float] | None:

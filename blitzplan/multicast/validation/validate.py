@@ -20,8 +20,8 @@ import math
 from collections import defaultdict
 
 from blitzplan.cluster import ClusterState, Role
-from blitzplan.multicast.holdings_check import check_holdings
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.validation.holdings_check import check_holdings
 from blitzplan.topologies import fair_share_after
 
 __all__ = ["validate_multicast"]

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.multicast.holdings import TOLERANCE, holder_segments
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder, lane_route
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.refine_budget import RefineBudget
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder, lane_route
+from blitzplan.multicast.setup.holdings import TOLERANCE, holder_segments
+from blitzplan.multicast.setup.problem import Problem
 from blitzplan.topologies import Edge, Topology
 
 __all__ = ["MAX_CANDIDATES", "LpAllocation", "build_lp_lanes", "lp_allocate"]

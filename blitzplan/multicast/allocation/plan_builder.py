@@ -1,5 +1,5 @@
-"""Building a plan's lanes and flows, and evaluating them: fair-share rates per phase, then the
-timeline of every lane (the recurrence of :mod:`~blitzplan.multicast.lane_times`).
+"""A plan under construction: its nodes, instances and lanes (one flow per lane, on its route),
+grouped into hops and gathers; :mod:`~blitzplan.multicast.timeline.evaluate` times it.
 """
 
 from __future__ import annotations
@@ -10,16 +10,10 @@ from dataclasses import dataclass, field
 
 from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.multicast.lane_times import Timeline, run_lanes
 from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
-from blitzplan.topologies import Edge, Flow, Topology, fair_share_after
+from blitzplan.topologies import Edge, Flow, Topology
 
-__all__ = [
-    "PlanBuilder",
-    "evaluate",
-    "lane_edges",
-    "lane_route",
-]
+__all__ = ["PlanBuilder", "lane_edges", "lane_route"]
 
 
 def lane_edges(topology: Topology, holder: str, exit_: str, dst: str) -> tuple[Edge, ...]:
@@ -218,40 +212,3 @@ class PlanBuilder:
             AllGather(node, tuple(lanes), self.flow_phase[lanes[0].flow])
             for node, lanes in sorted(by_node.items())
         )
-
-
-def evaluate(
-    builder: PlanBuilder,
-    unit_bytes: Sequence[int],
-    chunk_bytes: int,
-    background: Sequence[Flow] = (),
-    *,
-    tp: int = 1,
-) -> Timeline:
-    """Fair-share rates per phase, then the recurrence over lanes in dependency order."""
-    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background)
-    hops = builder.hops()
-    return run_lanes(
-        builder.lanes,
-        builder.nodes,
-        hops,
-        builder.instances,
-        rates,
-        builder.flow_latency_s,
-        unit_bytes,
-        chunk_bytes,
-        tp=tp,
-        known=builder.deps,
-    )
-
-
-def phase_rates(
-    topology: Topology, flows: Sequence[Flow], phases: Sequence[int], background: Sequence[Flow]
-) -> tuple[float, ...]:
-    rates = [0.0] * len(flows)
-    for phase in sorted(set(phases)):
-        ids = [i for i, p in enumerate(phases) if p == phase]
-        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background)
-        for i, rate in zip(ids, shared, strict=True):
-            rates[i] = rate
-    return tuple(rates)

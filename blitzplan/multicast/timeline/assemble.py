@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from blitzplan.multicast.bound import Bound
-from blitzplan.multicast.lane_times import Timeline
-from blitzplan.multicast.plan_types import MulticastPlan
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder, evaluate
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder
+from blitzplan.multicast.plan_types import MulticastPlan, NewInstance
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.evaluate import evaluate
+from blitzplan.multicast.timeline.lane_times import Timeline
 from blitzplan.solvers import SolveStatus
 
 __all__ = ["OBJECTIVES", "Built", "base_builder", "finish", "run", "score"]
@@ -36,7 +36,10 @@ def base_builder(problem: Problem) -> PlanBuilder:
     for node in (*problem.sources, *problem.targets):
         builder.add_node(node)
     offset = len(problem.sources)
-    builder.instances.extend(replace(inst, node=inst.node + offset) for inst in problem.instances)
+    builder.instances.extend(
+        NewInstance(inst.name, inst.gpus, inst.node + offset, inst.startup_s)
+        for inst in problem.instances
+    )
     return builder
 
 
@@ -68,7 +71,7 @@ def finish(
     method: str,
     objective: str,
     status: SolveStatus,
-    lower_bound_s: Bound,
+    lower_bound_s: float,
     solve_s: float,
 ) -> MulticastPlan:
     b, t = built.builder, built.timeline

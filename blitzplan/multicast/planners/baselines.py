@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from blitzplan.multicast.allocate import ports
-from blitzplan.multicast.assemble import Built, run
-from blitzplan.multicast.holdings import holder_segments
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder
+from blitzplan.multicast.allocation.ports import ports
 from blitzplan.multicast.plan_types import ALL_RANKS, NewInstance, NodeKind, PlanNode
-from blitzplan.multicast.setup import Problem
-from blitzplan.multicast.timeline import PlanBuilder
+from blitzplan.multicast.setup.holdings import holder_segments
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, run
 
 __all__ = ["BASELINES", "full_shards"]
 

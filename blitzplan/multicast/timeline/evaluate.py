@@ -1,0 +1,50 @@
+"""Evaluating a built plan: fair-share rates per phase, then the timeline of every lane (the
+recurrence of :mod:`~blitzplan.multicast.timeline.lane_times`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder
+from blitzplan.multicast.timeline.lane_times import Timeline, run_lanes
+from blitzplan.topologies import Flow, Topology, fair_share_after
+
+__all__ = ["evaluate", "phase_rates"]
+
+
+def evaluate(
+    builder: PlanBuilder,
+    unit_bytes: Sequence[int],
+    chunk_bytes: int,
+    background: Sequence[Flow] = (),
+    *,
+    tp: int = 1,
+) -> Timeline:
+    """Fair-share rates per phase, then the recurrence over lanes in dependency order."""
+    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background)
+    hops = builder.hops()
+    return run_lanes(
+        builder.lanes,
+        builder.nodes,
+        hops,
+        builder.instances,
+        rates,
+        builder.flow_latency_s,
+        unit_bytes,
+        chunk_bytes,
+        tp=tp,
+        known=builder.deps,
+    )
+
+
+def phase_rates(
+    topology: Topology, flows: Sequence[Flow], phases: Sequence[int], background: Sequence[Flow]
+) -> tuple[float, ...]:
+    rates = [0.0] * len(flows)
+    for phase in sorted(set(phases)):
+        ids = [i for i, p in enumerate(phases) if p == phase]
+        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background)
+        for i, rate in zip(ids, shared, strict=True):
+            rates[i] = rate
+    return tuple(rates)
