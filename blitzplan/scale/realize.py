@@ -84,7 +84,6 @@ def realize(
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live = _live_counts(targets, loaded)
-    begun = run.used()
     multicast = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
     pairs, unpaired = live_pairs(
@@ -102,7 +101,7 @@ def realize(
     steps = program(multicast, state.topology, held) if multicast else ()
     if targets.count and run.started is not None:  # planner-placed instances were asked
         planned = len(multicast.instances) if multicast is not None else 0
-        record_rate(state.topology, planned, run.used() - begun)
+        record_rate(state.topology, planned, run.used())  # the whole call
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -142,7 +141,7 @@ def _multicast(
     count = targets.count
     deadline = run.options.deadline_s
     if deadline is not None and count:  # anytime: what the time left affords
-        count = affordable(state.topology, count, deadline - run.used())
+        count = affordable(state.topology, count, deadline, run.used())
         if count < targets.count:
             notes.append(f"deadline_s: {count} of {targets.count} new instances planned")
             missing.append(f"deadline_s: {targets.count - count} new instances not planned")
