@@ -30,20 +30,20 @@ _FIELDS = (
     "holder",
     "rank",
     "instance",
-    "stripe",
     "ranges",
     "bytes",
-    "link",
     "source_layout",
     "feeds",
     "after",
     "store_and_forward",
     "pace_bytes_per_s",
-    "rate_bytes_per_s",
     "not_before_s",
     "start_s",
     "end_s",
 )
+_OPTIONAL = {"link": "pcie", "stripe": (0.0, 1.0), "rate_bytes_per_s": 0.0, "chunk_bytes": 1}
+"""Fields checked when the steps have them (a ScalePlan's steps have ``chunk_bytes``, the
+export's do not), with the value a rule reads when they do not."""
 _TIMES = ("rate_bytes_per_s", "not_before_s", "start_s", "end_s")
 
 Columns = dict[str, tuple[Any, ...]]
@@ -52,12 +52,16 @@ Span = tuple[int, int, int, int]
 
 
 def step_columns(steps: Sequence[Any]) -> Columns:
-    """The steps' fields as columns (``chunk_bytes`` too when the steps have it)."""
-    names = _FIELDS + (("chunk_bytes",) if steps and hasattr(steps[0], "chunk_bytes") else ())
+    """The steps' fields as columns (module docstring); an optional field the first step lacks
+    is its default in every row."""
+    names = _FIELDS + tuple(n for n in _OPTIONAL if steps and hasattr(steps[0], n))
     if not steps:
-        return {name: () for name in names}
+        return {name: () for name in (*_FIELDS, *_OPTIONAL)}
     rows = list(map(operator.attrgetter(*names), steps))
-    return dict(zip(names, zip(*rows, strict=True), strict=True))
+    cols = dict(zip(names, zip(*rows, strict=True), strict=True))
+    for name, default in _OPTIONAL.items():
+        cols.setdefault(name, (default,) * len(steps))
+    return cols
 
 
 def memory_of(cols: Columns) -> set[str]:
@@ -107,7 +111,7 @@ def _values_pass(cols: Columns, tp: int) -> bool:
         return False
     if not all(_at_least(cols[name], 0) for name in _TIMES):
         return False
-    if min(cols.get("chunk_bytes", (1,)) or (1,)) < 1:
+    if not _at_least(cols["chunk_bytes"], 1):
         return False
     paces = set(cols["pace_bytes_per_s"]) - {None}
     if paces and not (min(paces) > 0 and math.isfinite(sum(paces))):
