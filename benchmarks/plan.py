@@ -9,9 +9,11 @@ Targets (issue 19) print beside the measurements: +64 within 50 ms, +512 within 
 within 1 s, a ``deadline_s`` within 10 % of itself; replan() of the +64 plan after a source fails
 within 20 ms warm, importing no solver. Wall-clock and CPU medians are printed: on a shared
 machine the wall-clock includes waiting for a core. ``met`` compares the wall-clock median with
-the target. A deadline plans only the instances its time affords (``planned`` of ``added``; the
-rest are in ``missing``; the range over the timed calls) and skips the multicast's refinements;
-the other columns are of the median plan, ``ready s`` when all its instances are loaded.
+the target; the other columns are of the median plan, ``ready s`` when all its instances are
+loaded. The deadline table times +64, +512 and +1,000 under 0.001-1 s: a deadline plans only the
+instances it affords on the planning times recorded by the plans before (``planned``: the range
+over the timed calls; the rest are in ``missing``) and skips the multicast's refinements; one
+shorter than any plan there returns a plan of nothing at once.
 
 Run: .venv/bin/python benchmarks/plan.py   (BLITZPLAN_QUICK=1: fewer repeats, +64 only)
 Prints medians of wall-clock times measured on this machine; nothing is asserted.
@@ -94,17 +96,12 @@ def cold_load_ms(name: str) -> tuple[float, float]:
 # plan is more than 1 % off its bound: their refinements run, within ``refine_budget``.
 BUSY: list[tuple[int, float | None, float | None]] = [
     (64, None, 50.0),
-    (64, 0.05, 55.0),
-    (64, 0.001, 1.1),
     (96, None, None),
     (128, None, None),
     (512, None, 200.0),
-    (512, 0.2, 220.0),
-    (512, 0.001, 1.1),
     (1000, None, 1000.0),
-    (1000, 1.0, 1100.0),
 ]
-QUICK_BUSY = [(64, None, 50.0), (64, 0.05, 55.0)]
+QUICK_BUSY = [(64, None, 50.0)]
 
 
 def main() -> None:
@@ -139,7 +136,7 @@ def main() -> None:
             rows,
         )
     )
-    print()
+    print(f"\n{deadline_table(busy)}\n")
     print(replan_table(busy))
     print(f"\n{many_models_table()}")
 
@@ -178,6 +175,56 @@ def _row(
         "-" if target is None else ("yes" if wall <= target else "no"),
         "; ".join(n[:60] for n in result.notes) or "-",
     ]
+
+
+DEADLINES = (0.001, 0.01, 0.05, 0.2, 1.0)
+"""Each ``deadline_s`` timed at +64, +512 and +1,000 (0.05 s at +64 in quick mode)."""
+
+
+def deadline_table(busy: ClusterState) -> str:
+    """plan() under each deadline on the busy fleet, after the plans above recorded the
+    cluster's planning times: the target is the deadline plus 10 % (issue 19); ``max ms`` is
+    the slowest timed call."""
+    rows = []
+    sizes = [(64, 0.05)] if QUICK else [(n, d) for n in (64, 512, 1000) for d in DEADLINES]
+    for count, deadline in sizes:
+        request = ScaleRequest("llama-3-8b", prefill=count, tp=1)
+        counts, walls, notes = [], [], ()
+        for _ in range(1 + (REPEATS if count < 512 else 5)):  # the first call is a warm-up
+            start = time.perf_counter()
+            made = plan(busy, request, deadline_s=deadline)
+            walls.append(time.perf_counter() - start)
+            counts.append(len(made.new_instances))
+            notes, made = made.notes, None  # keep no plan: a large heap slows the collector
+        planned = sorted(counts[1:])
+        wall, worst = statistics.median(walls[1:]) * 1e3, max(walls[1:]) * 1e3
+        target = deadline * 1.1e3
+        rows.append(
+            [
+                f"+{count}",
+                f"{deadline:g}",
+                f"{planned[0]}-{planned[-1]}",
+                f"{wall:.1f}",
+                f"{worst:.1f}",
+                f"{target:g}",
+                "yes" if wall <= target else "no",
+                "yes" if worst <= target else "no",
+                (notes or ("-",))[0][:70],
+            ]
+        )
+    headers = [
+        "added",
+        "deadline s",
+        "planned",
+        "median ms",
+        "max ms",
+        "target ms",
+        "met",
+        "max met",
+        "first note (last call)",
+    ]
+    title = f"plan(deadline_s=) on the busy fleet (load {os.getloadavg()[0]:.1f})\n"
+    return title + format_table(headers, rows)
 
 
 def replan_table(busy: ClusterState) -> str:

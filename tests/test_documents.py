@@ -365,14 +365,15 @@ def test_the_shipped_export_schema_is_the_generated_one_and_validates(relayed: S
 def test_the_one_pass_screen_passes_valid_programs(relayed: ScalePlan, scale: ScalePlan) -> None:
     """The screen is the fast path; every probe above shows it refuses what the itemised checks
     refuse (else from_json would have passed them)."""
-    from blitzplan.wire.program_rules import _screen, _spans, memory_devices
+    from blitzplan.wire.program_rules import _spans
+    from blitzplan.wire.program_screen import memory_of, screen, step_columns
 
     for made in (relayed, scale):
-        spans = {s.id: _spans(s.ranges) for s in made.steps}
+        cols = step_columns(made.steps)
+        spans = tuple(map(_spans, cols["ranges"]))
         instances = {i.name: i for i in made.new_instances}
-        memory = memory_devices(made.steps)
         tp, units = made.request["tp"], made.multicast.unit_bytes
-        assert _screen(made.steps, spans, tp, units, instances, made.held, memory)
+        assert screen(cols, spans, tp, units, instances, made.held, memory_of(cols))
 
 
 @pytest.mark.parametrize(

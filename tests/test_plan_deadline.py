@@ -88,4 +88,56 @@ def test_a_deadline_already_spent_plans_nothing_but_answers() -> None:
     plan(state, request)  # records how long six took
     nothing = plan(state, request, deadline_s=1e-6)
     assert nothing.new_instances == () and nothing.steps == ()
-    assert "deadline_s: 6 new instances not planned" in nothing.missing
+    assert "deadline_s: +6 prefill not planned (too short)" in nothing.missing
+
+
+def _recorded_line(state: ClusterState, per_instance_s: float, none_s: float) -> None:
+    """Records on ``state``'s cluster: plans of 10 and 20 new instances at ``per_instance_s``
+    each on top of ``none_s``, and a plan of none in ``none_s``."""
+    derated = at_efficiency(state, dict(LINK_EFFICIENCY)).topology
+    for n in (10, 20, 10, 20):
+        record_rate(derated, n, none_s + per_instance_s * n)
+    record_rate(derated, 0, none_s)
+
+
+def test_a_deadline_shorter_than_the_cheapest_plan_plans_nothing_and_says_so() -> None:
+    """The line says a plan of none takes 0.5 s here: a 0.1 s deadline gets a plan of nothing,
+    not a pretended one: no new instance, step, role change or release; every requested change
+    in ``missing``; a note that the deadline was too short; the old instances' own drain as
+    the milestones."""
+    from blitzplan.scale.milestones import solo_drain_s
+
+    state = _busy()
+    _recorded_line(state, 0.1, 0.5)
+    request = ScaleRequest("llama-3-8b", prefill=6, decode=-1, tp=1)
+    nothing = plan(state, request, deadline_s=0.1)
+    assert (nothing.new_instances, nothing.steps, nothing.mutations, nothing.releases) == (
+        (),
+        (),
+        (),
+        (),
+    )
+    assert nothing.multicast is None and nothing.live_pairs == ()
+    assert nothing.missing == ("deadline_s: +6 prefill, -1 decode not planned (too short)",)
+    assert any(
+        "0.1 s is too short for any plan" in n and "500.0 ms + 100.00 ms per new instance" in n
+        for n in nothing.notes
+    )
+    queued = [i for i in state.instances if i.queue]
+    drains = [solo_drain_s(state, nothing.spec, i, list(i.queue), None) for i in queued]
+    assert nothing.milestones.queue_drain_s == max(drains) > 0
+    assert nothing.milestones.full_capacity_s == 0.0
+    assert nothing.request == {"prefill": 6, "decode": -1, "tp": 1}
+
+
+def test_a_deadline_that_affords_one_instance_plans() -> None:
+    """The same line with a deadline that affords a few instances plans some (not the
+    too-short plan); a cluster with no record plans under any deadline."""
+    state = _busy()
+    _recorded_line(state, 0.1, 0.5)
+    request = ScaleRequest("llama-3-8b", prefill=6, tp=1)
+    some = plan(state, request, deadline_s=1.0)
+    assert 1 <= len(some.new_instances) <= 3
+    assert not any("too short" in n for n in some.notes)
+    fresh = _busy()
+    assert len(plan(fresh, request, deadline_s=0.01).new_instances) == 6

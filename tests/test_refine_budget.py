@@ -72,3 +72,14 @@ def test_plan_notes_say_when_the_refinements_were_cut_short() -> None:
 def test_refine_budget_must_be_a_number_at_least_zero(bad: object) -> None:
     with pytest.raises(InvalidInputError, match="refine_budget"):
         PlanOptions(refine_budget=bad)  # type: ignore[arg-type]
+
+
+def test_the_refinements_time_is_kept_apart_from_the_greedys() -> None:
+    """What a plan took beyond its greedy (a plan under ``deadline_s`` skips it) is measured
+    from ``start``: 0 before it, then the clock's advance since."""
+    readings = iter([10.0, 10.0, 13.5])
+    budget = RefineBudget(None, clock=lambda: next(readings))
+    assert budget.refining_s() == 0.0
+    budget.start(2.0)  # reads 10.0
+    assert budget.refining_s() == 0.0  # reads 10.0
+    assert budget.refining_s() == 3.5  # reads 13.5

@@ -139,34 +139,15 @@ class ClusterState:
         in turn."""
         topo = self.topology
         check_tp_fits(topo, tp)
-        busy = self.busy_gpus()
-        misfit: dict[float, bool] = {}  # per memory size: whether the model misses it
-        groups: dict[tuple[str, ...], list[str]] = {}
-        for gpu, memory, group in _gpu_table(topo):
-            if gpu in busy:
-                continue
-            if model is not None:
-                if memory not in misfit:
-                    misfit[memory] = memory_misfit(model, tp, memory) is not None
-                if misfit[memory]:
-                    continue
-            groups.setdefault(group, []).append(gpu)
-        order = sorted(
-            groups.items(),
-            key=lambda kv: (
-                -(len(kv[1]) // tp),
-                topo.leaf_of(kv[0][0]) not in prefer_leaves,
-                topo.gpu_position(kv[0][0]),
-            ),
-        )
-        per_group = [
-            [tuple(gpus[start : start + tp]) for start in range(0, len(gpus) - tp + 1, tp)]
-            for _, gpus in order
-        ]
-        if placement == "spread":
-            depth = max((len(slots) for slots in per_group), default=0)
-            return [slots[k] for k in range(depth) for slots in per_group if k < len(slots)]
-        return [slot for slots in per_group for slot in slots]
+        busy = frozenset(self.busy_gpus())
+        key = (busy, tp, model, placement, frozenset(prefer_leaves))
+        memo = topo.memo.setdefault("free_slots", {})
+        found = memo.get(key)
+        if found is None:  # a pure function of the key on this topology: kept in its memo
+            if len(memo) >= _SLOT_MEMOS:
+                memo.clear()
+            found = memo[key] = tuple(_free_slots(topo, busy, tp, model, placement, prefer_leaves))
+        return list(found)
 
     def add_instance(
         self,
@@ -337,6 +318,48 @@ def _same_topology(a: Topology, b: Topology) -> bool:
 def _spec(model: ModelSpec | str) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
 
+
+
+_SLOT_MEMOS = 64
+"""Free-slot lists a topology keeps (per busy set, TP degree, model and placement)."""
+
+
+def _free_slots(
+    topo: Topology,
+    busy: Set[str],
+    tp: int,
+    model: ModelSpec | None,
+    placement: str,
+    prefer_leaves: Set[str | None],
+) -> list[tuple[str, ...]]:
+    """:meth:`ClusterState.free_slots` of the GPUs not in ``busy``."""
+    misfit: dict[float, bool] = {}  # per memory size: whether the model misses it
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for gpu, memory, group in _gpu_table(topo):
+        if gpu in busy:
+            continue
+        if model is not None:
+            if memory not in misfit:
+                misfit[memory] = memory_misfit(model, tp, memory) is not None
+            if misfit[memory]:
+                continue
+        groups.setdefault(group, []).append(gpu)
+    order = sorted(
+        groups.items(),
+        key=lambda kv: (
+            -(len(kv[1]) // tp),
+            topo.leaf_of(kv[0][0]) not in prefer_leaves,
+            topo.gpu_position(kv[0][0]),
+        ),
+    )
+    per_group = [
+        [tuple(gpus[start : start + tp]) for start in range(0, len(gpus) - tp + 1, tp)]
+        for _, gpus in order
+    ]
+    if placement == "spread":
+        depth = max((len(slots) for slots in per_group), default=0)
+        return [slots[k] for k in range(depth) for slots in per_group if k < len(slots)]
+    return [slot for slots in per_group for slot in slots]
 
 def _gpu_table(topology: Topology) -> list[tuple[str, float, tuple[str, ...]]]:
     """Every GPU of ``topology`` in order with its memory and NVLink group (kept in its memo)."""

@@ -9,6 +9,7 @@ spec's identity is then a hash of those weights (see :mod:`blitzplan.models.iden
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -34,17 +35,29 @@ def _preset_dir() -> resources.abc.Traversable:
     return resources.files("blitzplan") / "presets"
 
 
-def _presets() -> dict[str, dict[str, Any]]:
+@functools.cache
+def _preset_texts() -> dict[str, str]:
+    """Each preset's JSON text by name, read once (they ship with the package)."""
     return {
-        entry.name.removesuffix(".json"): json.loads(entry.read_text())
+        entry.name.removesuffix(".json"): entry.read_text()
         for entry in _preset_dir().iterdir()
         if entry.name.endswith(".json")
     }
 
 
+@functools.lru_cache(maxsize=64)
+def _preset_spec(name: str, revision: str, dtype_bytes: int | None) -> ModelSpec:
+    config = json.loads(_preset_texts()[name])["config"]
+    return _Request(revision, dtype_bytes, None).build(config, name=name)
+
+
+def _presets() -> dict[str, dict[str, Any]]:
+    return {name: json.loads(text) for name, text in _preset_texts().items()}
+
+
 def list_models() -> list[str]:
     """Names of the preset models :func:`load_model` accepts."""
-    return sorted(_presets())
+    return sorted(_preset_texts())
 
 
 def hub_cache_dir(cache_dir: str | Path | None = None) -> Path:
@@ -180,9 +193,12 @@ def load_model(
             "model must be a preset name, a path, a repo id or a config dict, "
             f"got {type(model).__name__}"
         )
+    if isinstance(model, str) and model in _preset_texts():
+        cacheable = type(revision) is str and (dtype_bytes is None or type(dtype_bytes) is int)
+        if weights is None and cacheable:  # a preset's spec is immutable: built once each
+            return _preset_spec(model, revision, dtype_bytes)
+        return request.build(json.loads(_preset_texts()[model])["config"], name=model)
     presets = _presets()
-    if isinstance(model, str) and model in presets:
-        return request.build(presets[model]["config"], name=model)
     if Path(model).exists():
         return _from_path(Path(model), request)
     return _from_repo_id(str(model), presets, request, hub_cache_dir(cache_dir))

@@ -1,11 +1,12 @@
 """How many new instances a deadline affords: the planning time measured on a cluster.
 
-``plan()`` with ``deadline_s`` is anytime: the multicast, the live pairs, the milestones and the
-program of ``n`` new instances take about ``a + b * n`` seconds on one cluster, so each plan
-records ``(n, seconds)`` (from the multicast to the program's end, wall-clock) on the topology it
-planned on (its ``memo``, kept with the topology's route caches), and a later plan under a deadline
-places only as many instances as the time left affords on the line through the recent records
-(the rest go to ``missing``). The line is Siegel's repeated medians (:func:`planning_line`), so
+``plan()`` with ``deadline_s`` is anytime: a call that plans ``n`` new instances takes about
+``a + b * n`` seconds on one cluster, so each plan records ``(n, seconds)`` (the whole call,
+wall-clock) on the topology it planned on (its ``memo``, kept with the topology's route caches),
+and a later plan under a deadline places only as many instances as the deadline affords on the
+line through the recent records (the rest go to ``missing``); a deadline that affords none
+(shorter than the cheapest plan, ``a``) gets a plan of nothing at once
+(:mod:`blitzplan.scale.deadline`). The line is Siegel's repeated medians (:func:`planning_line`), so
 one slow plan (the first on a cluster fills its route caches; a busy machine) moves it little.
 The first plan on a topology has no record and plans everything.
 """
@@ -17,11 +18,11 @@ import statistics
 
 from blitzplan.topologies import Topology
 
-__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "planning_line", "record_rate"]
+__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "planning_costs", "planning_line", "record_rate"]
 
 DEADLINE_SHARE = 0.8
-"""The share of the time left a deadline lets the new instances' planning take (the rest covers
-what does not grow with them: checks, milestones)."""
+"""The share of a deadline the line's estimate may fill (the rest is headroom for a call slower
+than the recent ones)."""
 
 KEPT = 8
 """Recent plans kept per topology to fit the line on."""
@@ -44,16 +45,26 @@ def record_rate(topology: Topology, instances: int, seconds: float) -> None:
     del kept[:-KEPT]
 
 
-def affordable(topology: Topology, count: int, seconds_left: float) -> int:
-    """How many of ``count`` new instances fit in ``seconds_left`` on ``topology`` (all of them
-    when no plan of some instances is recorded)."""
+def affordable(topology: Topology, count: int, seconds: float, used_s: float = 0.0) -> int:
+    """How many of ``count`` new instances a call of ``seconds`` affords on ``topology``, when
+    ``used_s`` of them are spent (a call already slower than the line's fixed part has less
+    left); all of them when no plan of some instances is recorded."""
+    line = planning_costs(topology)
+    if line is None:
+        return count
+    fixed, per = line
+    budget = max(seconds, 0.0) * DEADLINE_SHARE - max(fixed, used_s)
+    return max(0, min(count, math.floor(budget / per)))
+
+
+def planning_costs(topology: Topology) -> tuple[float, float] | None:
+    """``(a, b)``: a plan of ``n`` new instances on ``topology`` takes about ``a + b * n``
+    seconds (:func:`planning_line` through the recent records; None before any)."""
     book = topology.memo.get(_KEY, {})
     records = book.get("records", [])
     if not records:
-        return count
-    fixed, per = planning_line(records + ([(0, book["none"])] if "none" in book else []))
-    budget = max(seconds_left, 0.0) * DEADLINE_SHARE - fixed
-    return max(0, min(count, math.floor(budget / per)))
+        return None
+    return planning_line(records + ([(0, book["none"])] if "none" in book else []))
 
 
 def planning_line(records: list[tuple[int, float]]) -> tuple[float, float]:

@@ -35,13 +35,32 @@ def solo_drain_s(
     queue: list[QueuedRequest],
     compute: ComputeModel | None,
 ) -> float:
-    """When an old instance alone finishes its queue, first come first served."""
+    """When an old instance alone finishes its queue, first come first served (on a roofline,
+    memoised per roofline and queue: a control loop asks it of every queued instance, each
+    plan)."""
+    key = None
+    if compute is None:  # a roofline: a pure function of the model, the GPU and the TP degree
+        gpu = state.topology.gpu_spec(old.gpus[0])
+        key = (spec, gpu, old.tp, tuple([(q.arrival_s, q.prompt_tokens) for q in queue]))
+        found = _DRAINS.get(key)
+        if found is not None:
+            return found
     model = compute_for(state, spec, old.gpus[0], old.tp, compute)
     clock = 0.0
     for request in sorted(queue, key=lambda q: q.arrival_s):
         clock = max(clock, request.arrival_s)
         clock += spec.num_layers * model.prefill_layer_s(request.prompt_tokens) + model.head_s(1)
+    if key is not None:
+        if len(_DRAINS) >= _DRAIN_MEMOS:
+            _DRAINS.clear()
+        _DRAINS[key] = clock
     return clock
+
+
+_DRAIN_MEMOS = 4096
+_DRAINS: dict[tuple[object, ...], float] = {}
+"""Solo drain times on rooflines by (model, GPU spec, TP degree, queue as (arrival, prompt
+tokens))."""
 
 
 def _figures(

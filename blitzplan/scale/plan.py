@@ -41,6 +41,7 @@ from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.scale.byte_checks import check_source_bytes
+from blitzplan.scale.deadline import too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -95,9 +96,11 @@ def plan(
     spec = request.model if isinstance(request.model, ModelSpec) else load_model(request.model)
     spec.check_tp(request.tp)
     mine = [i for i in state.instances if i.identity == spec.identity]
+    run = Planning(options, compute, started)
+    if too_short(state, request, run):
+        return too_short_plan(state, spec, request, run, mine, _recorded(request))
     missing: list[str] = []
     changes = role_changes(mine, request, options, missing)
-    run = Planning(options, compute, started)
     try:
         return _realized(state, spec, request, changes, run, missing)
     except InfeasibleError:

@@ -84,8 +84,7 @@ def realize(
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live = _live_counts(targets, loaded)
-    begun = run.used()
-    multicast = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
+    multicast, refined_s = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
     pairs, unpaired = live_pairs(
         state, spec, multicast, loaded, queues, run, tp, roles=roles, keep=targets.pairs
@@ -102,7 +101,8 @@ def realize(
     steps = program(multicast, state.topology, held) if multicast else ()
     if targets.count and run.started is not None:  # planner-placed instances were asked
         planned = len(multicast.instances) if multicast is not None else 0
-        record_rate(state.topology, planned, run.used() - begun)
+        # the whole call but the refinements, which a plan under a deadline skips
+        record_rate(state.topology, planned, run.used() - refined_s)
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -133,22 +133,22 @@ def _multicast(
     live_count: int,
     notes: list[str],
     missing: list[str],
-) -> MulticastPlan | None:
+) -> tuple[MulticastPlan | None, float]:
     """One multicast plan for every target (None: no targets), ``live_count`` of them live
-    unless ``targets`` names them; its notes go to ``notes``. Under ``deadline_s`` it places only
-    the new instances the time left affords (:mod:`blitzplan.multicast.planning_rate`), the rest
-    go to ``missing``."""
+    unless ``targets`` names them, and the seconds its refinements took; its notes go to
+    ``notes``. Under ``deadline_s`` it places only the new instances the time left affords
+    (:mod:`blitzplan.multicast.planning_rate`), the rest go to ``missing``."""
     explicit = bool(targets.groups)
     count = targets.count
     deadline = run.options.deadline_s
     if deadline is not None and count:  # anytime: what the time left affords
-        count = affordable(state.topology, count, deadline - run.used())
+        count = affordable(state.topology, count, deadline, run.used())
         if count < targets.count:
             notes.append(f"deadline_s: {count} of {targets.count} new instances planned")
             missing.append(f"deadline_s: {targets.count - count} new instances not planned")
             live_count = min(live_count, count)
     if not (explicit or count):
-        return None
+        return None, 0.0
     live: int | tuple[str, ...] = live_count
     if targets.live is not None:
         live = targets.live
@@ -180,7 +180,7 @@ def _multicast(
     if run.bounded() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)
-    return multicast
+    return multicast, 0.0 if refine is None else refine.refining_s()
 
 
 def _waits(state: ClusterState, multicast: MulticastPlan, notes: list[str]) -> None:

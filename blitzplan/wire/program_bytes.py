@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from blitzplan.errors import InvalidInputError
+from blitzplan.wire.program_screen import ALL_RANKS, Columns, forwarding
 
 __all__ = ["check_bytes_at_sources"]
 
-ALL_RANKS = -1
 Span = tuple[int, int, int, int]
 """``(first_unit, last_unit, offset, length)``."""
 
@@ -107,33 +107,28 @@ def _first_gap(have: list[tuple[int, int]], lo: int, hi: int) -> int | None:
     return at if at < hi else None
 
 
-def _key(spans: Sequence[Span]) -> tuple[Span, ...]:
-    return spans if type(spans) is tuple else tuple(spans)
-
-
 def check_bytes_at_sources(
     steps: Sequence[Any],
-    spans: Mapping[int, Sequence[Span]],
+    cols: Columns,
+    spans: Sequence[Sequence[Span]],
     unit_bytes: Sequence[int],
     held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]],
     memory: set[str],
 ) -> None:
     """Every range a ``plan`` source sends arrived there whole in one step (the common case of
-    forwarding, a set lookup), or is covered by what it held and received (interval check)."""
-    whole = {(s.destination, s.rank, _key(spans[s.id])) for s in steps}  # step by step first
-    forwards = [
-        s
-        for s in steps
-        if s.holder == "plan" and (s.source, s.rank, _key(spans[s.id])) not in whole
-    ]
+    forwarding, a set lookup over the columns), or is covered by what it held and received
+    (interval check). ``spans[i]`` are the ranges of ``steps[i]``, ``cols`` their columns."""
+    forwards = forwarding(cols, spans)
     if not forwards:
         return  # every forwarding step sends exactly the ranges one step brought its source
-    received = {(s.destination, s.rank, span) for s in steps for span in spans[s.id]}
+    received = {
+        (s.destination, s.rank, span) for s, ss in zip(steps, spans, strict=True) for span in ss
+    }
     asked = {
-        (s.source, s.rank, span): s
-        for s in forwards
-        for span in spans[s.id]
-        if (s.source, s.rank, span) not in received
+        (steps[i].source, steps[i].rank, span): steps[i]
+        for i in forwards
+        for span in spans[i]
+        if (steps[i].source, steps[i].rank, span) not in received
     }
     if not asked:
         return
@@ -145,10 +140,10 @@ def check_bytes_at_sources(
                 if stop > start:
                     holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
     senders = {source for source, _, _ in asked}
-    for step in steps:
+    for step, step_spans in zip(steps, spans, strict=True):
         if step.destination in senders:  # what only lands is never checked again
             into = step.destination in memory
-            for span in spans[step.id]:
+            for span in step_spans:
                 holdings.add(step.destination, step.rank, span, into)
     for (source, rank, span), step in asked.items():
         lacking = holdings.lacks(source, rank, span, source in memory)

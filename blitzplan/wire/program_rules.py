@@ -29,17 +29,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.wire.program_bytes import check_bytes_at_sources
+from blitzplan.wire.program_screen import (
+    ALL_RANKS,
+    HOLDERS,
+    LINKS,
+    STEP_KINDS,
+    memory_of,
+    screen,
+    step_columns,
+)
 
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
 
 __all__ = ["ALL_RANKS", "HOLDERS", "LINKS", "STEP_KINDS", "check_program_rules"]
-
-ALL_RANKS = -1
-STEP_KINDS = ("network", "host_to_device", "device_to_device", "allgather", "disk_to_host")
-HOLDERS = ("instance", "loading", "memory", "disk", "plan")
-LINKS = ("network", "nvlink", "pcie")
-_MEMORY_HOLDERS = ("memory", "disk")
 
 Span = tuple[int, int, int, int]
 """``(first_unit, last_unit, offset, length)``."""
@@ -52,15 +55,15 @@ class _Instance(Protocol):
     def gpus(self) -> Sequence[str]: ...
 
 
-def _spans(ranges: Sequence[Any]) -> Sequence[Span]:
-    """Byte ranges as 4-tuples (from ByteRange-like records or 4-item sequences)."""
+def _spans(ranges: Sequence[Any]) -> tuple[Span, ...]:
+    """Byte ranges as a tuple of 4-tuples (from ByteRange-like records or 4-item sequences)."""
     if not ranges:
         return ()
-    if type(ranges[0]) is tuple and len(ranges[0]) == 4:
+    if type(ranges) is tuple and type(ranges[0]) is tuple and len(ranges[0]) == 4:
         return ranges  # already spans (the program export's)
     if isinstance(ranges[0], tuple | list):
-        return [(r[0], r[1], r[2], r[3]) for r in ranges]
-    return [(r.first_unit, r.last_unit, r.offset, r.length) for r in ranges]
+        return tuple((r[0], r[1], r[2], r[3]) for r in ranges)
+    return tuple((r.first_unit, r.last_unit, r.offset, r.length) for r in ranges)
 
 
 def check_program_rules(
@@ -81,28 +84,30 @@ def check_program_rules(
     ``spec`` the model (to check ``source_layout`` TP degrees; skipped when None)."""
     gpu_rank = _check_instances(new_instances, tp)
     _check_held(held, gpu_rank, len(unit_bytes))
-    ids = [s.id for s in steps]
+    cols = step_columns(steps)
+    ids = cols["id"]
     if len(set(ids)) != len(ids):
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         raise InvalidInputError(f"step ids must be unique, these repeat: {repeated}")
-    spans = {s.id: _spans(s.ranges) for s in steps}
-    memory = memory_devices(steps)
+    spans = tuple(map(_spans, cols["ranges"]))
+    memory = memory_of(cols)
     instances = {i.name: i for i in new_instances}
     try:
-        passed = _screen(steps, spans, tp, unit_bytes, instances, held, memory)
-    except (TypeError, IndexError):  # a value of the wrong type: the itemised checks name it
+        passed = screen(cols, spans, tp, unit_bytes, instances, held, memory)
+    except (TypeError, ValueError, IndexError, OverflowError):  # the itemised checks name it
         passed = False
     if not passed:
-        for step in steps:  # the itemised checks find the first offence and name it
+        for step, step_spans in zip(steps, spans, strict=True):
             _check_fields(step, tp)
-            _check_ranges(step, spans[step.id], tp, unit_bytes)
+            _check_ranges(step, step_spans, tp, unit_bytes)
         _check_devices(steps, instances, set(gpu_rank), held, memory)
         _check_links(steps)
-    for step in steps:
-        if step.source_layout is not None:
-            _check_source_layout(step, spec)
+    if set(cols["source_layout"]) - {None}:
+        for step in steps:
+            if step.source_layout is not None:
+                _check_source_layout(step, spec)
     _check_acyclic(steps)
-    check_bytes_at_sources(steps, spans, unit_bytes, held, memory)
+    check_bytes_at_sources(steps, cols, spans, unit_bytes, held, memory)
 
 
 def _check_instances(instances: Sequence[_Instance], tp: int) -> dict[str, int]:
@@ -140,90 +145,8 @@ def _check_held(
             for lo, hi in intervals:
                 if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi <= 1):
                     raise InvalidInputError(
-                        f"held[{gpu!r}][{unit}] has the interval {[lo, hi]}, "
-                        "not 0 <= lo <= hi <= 1"
+                        f"held[{gpu!r}][{unit}] has the interval {[lo, hi]}, not 0 <= lo <= hi <= 1"
                     )
-
-
-def _screen(
-    steps: Sequence[Any],
-    spans: Mapping[int, Sequence[Span]],
-    tp: int,
-    unit_bytes: Sequence[int],
-    instances: Mapping[str, _Instance],
-    held: Mapping[str, Any],
-    memory: set[str],
-) -> bool:
-    """Whether every step passes :func:`_check_fields`, :func:`_check_ranges`,
-    :func:`_check_devices` and :func:`_check_links`: the same rules in one pass (a failing
-    program is then checked item by item, for the message)."""
-    into = {s.id: s.destination for s in steps}
-    receivers = set(into.values())
-    new_gpus = {g for inst in instances.values() for g in inst.gpus}
-    kinds, holders, links = set(STEP_KINDS), set(HOLDERS), set(LINKS)
-    totals: dict[tuple[Any, int], int] = {}  # ranges (as written) at a scale -> bytes, -1 bad
-    inf = math.inf
-    for s in steps:
-        rank, source, destination = s.rank, s.source, s.destination
-        link = getattr(s, "link", "pcie")
-        if s.kind not in kinds or s.holder not in holders or link not in links:
-            return False
-        if not (-1 <= rank < tp) or source == destination:
-            return False
-        if rank == ALL_RANKS and (source not in memory or s.instance is not None):
-            return False
-        if s.instance is not None:
-            inst = instances.get(s.instance)
-            if inst is None or inst.gpus[rank] != destination:
-                return False
-        if (s.holder == "plan") != (source in receivers) and not (
-            s.holder == "plan" and source in held
-        ):
-            return False
-        if destination in new_gpus and destination in memory:
-            return False
-        pace = s.pace_bytes_per_s
-        if pace is not None and not 0 < pace < inf:
-            return False
-        if not (
-            0 <= s.not_before_s < inf
-            and 0 <= s.start_s < inf
-            and 0 <= s.end_s < inf
-            and 0 <= getattr(s, "rate_bytes_per_s", 0.0) < inf
-            and getattr(s, "chunk_bytes", 1) >= 1
-        ):
-            return False
-        lo, hi = getattr(s, "stripe", (0.0, 1.0))
-        if not 0 <= lo < hi <= 1:
-            return False
-        for f in s.feeds:
-            if into.get(f) != source:
-                return False
-        for a in s.after:
-            if a not in into or a == s.id:
-                return False
-        scale = tp if rank == ALL_RANKS else 1
-        ranges = spans[s.id]
-        key = (ranges if type(ranges) is tuple else tuple(ranges), scale)
-        total = totals.get(key)
-        if total is None:
-            total = totals[key] = _bytes_of(ranges, scale, unit_bytes)
-        if total != s.bytes or total < 0:
-            return False
-    return True
-
-
-def _bytes_of(spans: Sequence[Span], scale: int, unit_bytes: Sequence[int]) -> int:
-    """The bytes of ``spans`` when each lies inside its units' buffers (at ``scale`` ranks),
-    else -1."""
-    total, units = 0, len(unit_bytes)
-    for first, last, offset, length in spans:
-        if not 0 <= first <= last < units or offset < 0 or length <= 0:
-            return -1
-        if offset + length > min(unit_bytes[first : last + 1]) * scale:
-            return -1
-        total += (last - first + 1) * length
-    return total
 
 
 def _time(value: object) -> bool:
@@ -298,8 +221,7 @@ def _check_source_layout(step: Any, spec: ModelSpec | None) -> None:
 def memory_devices(steps: Sequence[Any]) -> set[str]:
     """Devices that hold every rank's buffer: memory and disk sources, relays (destinations of
     no new instance) and destinations of ``rank -1`` steps."""
-    found = {s.source for s in steps if s.holder in _MEMORY_HOLDERS}
-    return found | {s.destination for s in steps if s.instance is None or s.rank == ALL_RANKS}
+    return memory_of(step_columns(steps))
 
 
 def _check_devices(
@@ -388,5 +310,3 @@ def _check_acyclic(steps: Sequence[Any]) -> None:
                 state[nxt] = 1
                 path.append(nxt)
                 stack.append(iter(waits.get(nxt, ())))
-
-

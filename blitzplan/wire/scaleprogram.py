@@ -33,6 +33,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.wire.canonical import read_signed, signed_as_written
@@ -95,10 +97,12 @@ class Release:
     """The ids of the queued requests it finishes first."""
 
 
-@dataclass(frozen=True)
-class StepRecord:
+class StepRecord(msgspec.Struct, frozen=True, gc=False):
     """One step of the program (the fields of :class:`~blitzplan.scale.program.TransferStep`
     less ``chunk_bytes``, which is the document's), ranges as 4-tuples."""
+
+    # A msgspec Struct that the cyclic garbage collector does not track (it holds no cycle): a
+    # large export decodes straight into thousands of them.
 
     id: int
     kind: str
@@ -181,8 +185,7 @@ class ScaleProgram:
         return json.dumps(program_schema(), indent=1, sort_keys=True) + "\n"
 
 
-@dataclass(frozen=True)
-class _InstanceWire:
+class _InstanceWire(msgspec.Struct, frozen=True, gc=False):
     name: str
     gpus: tuple[str, ...]
     role: str
@@ -191,8 +194,7 @@ class _InstanceWire:
     layer_ready_s: tuple[float | None, ...]
 
 
-@dataclass(frozen=True)
-class _ReleaseWire:
+class _ReleaseWire(msgspec.Struct, frozen=True, gc=False):
     instance: str
     role: str
     gpus: tuple[str, ...]
@@ -200,8 +202,7 @@ class _ReleaseWire:
     requests: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class _Wire:
+class _Wire(msgspec.Struct, frozen=True):
     """The export as written (``null`` for a time never reached), decoded in one pass."""
 
     schema: str
@@ -215,7 +216,7 @@ class _Wire:
     unit_bytes: tuple[int, ...]
     new_instances: tuple[_InstanceWire, ...]
     steps: tuple[StepRecord, ...]
-    held: Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
+    held: dict[str, dict[int, tuple[tuple[float, float], ...]]] = {}
     live_pairs: tuple[PairRecord, ...] = ()
     mutations: tuple[Mutation, ...] = ()
     releases: tuple[_ReleaseWire, ...] = ()
@@ -231,16 +232,17 @@ def _nevers(values: tuple[float | None, ...]) -> tuple[float, ...]:
     return tuple(_never(v) for v in values)
 
 
+_DECODER = msgspec.json.Decoder(_Wire, strict=True)
+
+
 def _fast(text: str) -> ScaleProgram | None:
     """The export decoded straight into its records, when ``text`` is the canonical text it
     was signed as (else None: the itemised path reads it)."""
-    import msgspec
-
     claimed = signed_as_written(text, "program_id")
     if claimed is None:
         return None
     try:
-        wire = msgspec.json.decode(text, type=_Wire, strict=True)
+        wire = _DECODER.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     if (wire.schema, wire.schema_version, wire.program_id) != (
@@ -298,8 +300,6 @@ def read_program_json(text: str) -> ScaleProgram:
     """The checked :class:`ScaleProgram` of a program export; InvalidInputError naming the
     first thing wrong (the version, ``program_id``, a field's type by its path, a program
     rule)."""
-    import msgspec
-
     if not isinstance(text, str):
         raise InvalidInputError(f"a program export is JSON text, got {type(text).__name__}")
     with _collector_paused():
@@ -367,8 +367,6 @@ def check_program(program: ScaleProgram) -> None:
 def program_schema() -> dict[str, Any]:
     """The JSON Schema (2020-12) of the export: every property described, enums and minimums,
     ``null`` only where it means +infinity or an absent value."""
-    import msgspec
-
     from blitzplan.wire.schema_fields import strict_schema
 
     schema: dict[str, Any] = msgspec.json.schema(ScaleProgram)

@@ -1,0 +1,73 @@
+"""The deadline rule of :func:`~blitzplan.plan`: a ``deadline_s`` shorter than the cheapest plan.
+
+Under ``deadline_s`` the planner places only the new instances the deadline affords on the line
+of recent planning times on the cluster (:mod:`blitzplan.multicast.planning_rate`). When it
+affords none (the deadline is shorter than a plan of even one new instance there), nothing is
+planned and the call returns at once, without the rules that cost time: no new instance, role
+change or release; every requested change is in ``missing`` and a note says the deadline was too
+short and what plans recently took there. The old instances keep serving; the plan's milestones are
+theirs (their queues drained alone). Before any plan is recorded on the cluster no deadline is
+known to be too short: the call plans.
+"""
+
+from __future__ import annotations
+
+from blitzplan.cluster import ClusterState, Instance
+from blitzplan.models import ModelSpec
+from blitzplan.multicast.planning_rate import affordable, planning_costs
+from blitzplan.scale.planning import Planning
+from blitzplan.scale.realize import Targets, at_efficiency, realize
+from blitzplan.scale.types import ScalePlan, ScaleRequest
+
+__all__ = ["too_short", "too_short_plan"]
+
+
+def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> bool:
+    """Whether ``run``'s deadline affords not even one new instance on ``state``'s cluster."""
+    deadline = run.options.deadline_s
+    if deadline is None:
+        return False
+    topology = at_efficiency(state, run.options.link_efficiency).topology
+    return affordable(topology, 1, deadline, run.used()) == 0
+
+
+def too_short_plan(
+    state: ClusterState,
+    spec: ModelSpec,
+    request: ScaleRequest,
+    run: Planning,
+    mine: list[Instance],
+    recorded: dict[str, int],
+) -> ScalePlan:
+    """The plan of nothing (module docstring); ``mine`` are the old instances of ``spec``,
+    ``recorded`` what the plan records of the request."""
+    topology = at_efficiency(state, run.options.link_efficiency).topology
+    fixed, per = planning_costs(topology) or (0.0, 0.0)
+    asked = [
+        f"{count:+d} {role}"
+        for role, count in (
+            ("prefill", request.prefill),
+            ("decode", request.decode),
+            ("colocated", request.colocated),
+        )
+        if count
+    ]
+    why = (
+        f"deadline_s: {run.options.deadline_s:g} s is too short for any plan on this cluster "
+        f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance); "
+        "nothing was planned"
+    )
+    missing = [f"deadline_s: {', '.join(asked) or 'nothing'} not planned (too short)"]
+    return realize(
+        state,
+        spec,
+        request.tp,
+        Targets(),
+        run,
+        request=recorded,
+        staying=mine,
+        mutated=[],
+        releases=(),
+        missing=missing,
+        notes=[why],
+    )
