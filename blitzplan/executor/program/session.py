@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ WINDOW = 4
 class DeviceReport:
     """What a device measured, times from the shared start: per sent step its first byte out and
     its end, per received step its last byte in and its bytes; per unit when it was complete
-    (nan: never), per checked unit whether it is bit-exact; bytes that came twice."""
+    (nan: never), per checked unit whether it is bit-exact; bytes that came twice; the CPU
+    seconds of its process (every thread) from the start to its threads' end."""
 
     rank: int
     received_bytes: dict[int, int]
@@ -49,6 +51,7 @@ class DeviceReport:
     complete_s: tuple[float, ...] = ()
     bit_exact: tuple[bool, ...] = ()
     duplicate_bytes: int = 0
+    cpu_s: float = 0.0
 
 
 class ProgramSession:
@@ -117,6 +120,7 @@ class ProgramSession:
     def start(self) -> None:
         """Start the receivers and a thread per outgoing lane (units complete before the start
         are reported first)."""
+        self.measured.cpu_s = -time.process_time()
         for unit in range(len(self.job.sizes)):
             if self.job.check and self.store.coverage[unit].complete_s is not None:
                 self.ctx.emit("unit", (unit, 0.0))
@@ -224,6 +228,7 @@ class ProgramSession:
                     thread.join(0.05)
             if self.store.error is not None:
                 raise self.store.error
+            self.measured.cpu_s += time.process_time()
         finally:
             if self.store.error is None:
                 self.transport.close()
