@@ -1,11 +1,10 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
-A write's chunks go as one message: the arena's bytes when they are contiguous there (and on the
-wire's device), else a buffer of the write's own, made before the start (a run allocates
-nothing), packed by the sender and unpacked by the receiver. Messages match by order alone (one
-tag: NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every
-rank in one global order, destroyed at the end), so a pair sending both ways never waits on
-itself. A receiver keeps ``WINDOW`` receives posted ahead.
+A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
+at the receiver). Messages match by order alone (one tag: NCCL has none). Under NCCL each
+direction of a pair has its own communicator (made by every rank in one global order, destroyed
+at the end), so a pair sending both ways never waits on itself. A receiver keeps ``WINDOW``
+receives posted ahead.
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
 
 TAG = 0
 """The torch.distributed tag of every chunk."""
-Message = tuple[torch.Tensor, bool]
-"""A write's bytes as sent or received, and whether they are staged (packed)."""
 WINDOW = 16
 """Receives a receiver keeps posted ahead on each lane: more writes than a sender keeps in flight
 (``session.WINDOW``), since gloo moves a message only once its receive is posted."""
@@ -53,43 +50,14 @@ class TorchTransport:
             for pair in sorted(pairs, key=pair_order):
                 ranks = sorted(pair)
                 self.groups[pair] = dist.new_group(ranks, use_local_synchronization=True)
-        self.messages = {**self._places(out, "src"), **self._places(into, "dst")}
-
-    def _places(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, int, int], Message]:
-        """Per write of ``lanes`` (by ``end`` and its first chunk's step and offset there), its
-        message: the arena's bytes at ``end`` when contiguous and on the wire's device, else
-        (``staged``) a buffer of its own."""
-        places, staged = {}, []
-        for write in (write for lane in lanes for write in lane.writes):
-            view = self._span(write, end)
-            if view is not None and view.device == self.ctx.wire:
-                places[_key(write, end)] = (view, False)
-            else:
-                staged.append(write)
-        sizes = [sum(c.nbytes for c in write) for write in staged]
-        room = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
-        for write, lo, n in zip(
-            staged, itertools.accumulate(sizes, initial=0), sizes, strict=False
-        ):
-            places[_key(write, end)] = (room[lo : lo + n], True)
-        return places
-
-    def _copy(self, chunks: tuple[Chunk, ...], staged: torch.Tensor, end: str) -> None:
-        """Pack a write's chunks into its message (``end`` ``src``) or unpack it (``dst``)."""
-        lo = 0
-        for chunk in chunks:
-            at = getattr(chunk, end)
-            arena, part = self.arena[at : at + chunk.nbytes], staged[lo : lo + chunk.nbytes]
-            (part if end == "src" else arena).copy_(arena if end == "src" else part)
-            lo += chunk.nbytes
-        self.ctx.synchronize()
 
     def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
-        data, staged = self.messages[_key(chunks, "src")]
-        if staged:
-            self._copy(chunks, data, "src")
+        data = self._span(chunks, "src")
+        if data is None:
+            data = torch.cat([self.arena[c.src : c.src + c.nbytes] for c in chunks])
+        wire = data if data.device == self.ctx.wire else data.to(self.ctx.wire)
         group = self.groups.get((self.ctx.rank, peer))
-        return dist.isend(data, dst=peer, tag=TAG, group=group), peer, chunks
+        return dist.isend(wire, dst=peer, tag=TAG, group=group), peer, chunks
 
     def wait(self, handle: Handle) -> None:
         work, peer, chunks = handle
@@ -109,23 +77,35 @@ class TorchTransport:
 
     def _receive(self, lane: Lane, landed: Callable[[Chunk], None]) -> None:
         group = self.groups.get((lane.peer, self.ctx.rank))
-        pending: deque[tuple[tuple[Chunk, ...], Any]] = deque()
+        pending: deque[tuple[tuple[Chunk, ...], Any, torch.Tensor | None]] = deque()
         ahead = iter(lane.writes)
 
         def post() -> None:
             if (chunks := next(ahead, None)) is not None:
-                into, _ = self.messages[_key(chunks, "dst")]
-                pending.append((chunks, dist.irecv(into, src=lane.peer, tag=TAG, group=group)))
+                view = self._span(chunks, "dst")
+                if view is None or view.device != self.ctx.wire:
+                    size = sum(c.nbytes for c in chunks)
+                    staged = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
+                    work = dist.irecv(staged, src=lane.peer, tag=TAG, group=group)
+                    pending.append((chunks, work, staged))
+                else:
+                    pending.append(
+                        (chunks, dist.irecv(view, src=lane.peer, tag=TAG, group=group), None)
+                    )
 
         for _ in range(WINDOW):
             post()
         while pending:
-            chunks, work = pending.popleft()
+            chunks, work, staged = pending.popleft()
             where = chunks[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
-            into, staged = self.messages[_key(chunks, "dst")]
-            if staged:
-                self._copy(chunks, into, "dst")
+            if staged is not None:  # unpack the message into each chunk's place
+                at = itertools.accumulate((c.nbytes for c in chunks), initial=0)
+                for chunk, lo in zip(chunks, at, strict=False):
+                    self.arena[chunk.dst : chunk.dst + chunk.nbytes].copy_(
+                        staged[lo : lo + chunk.nbytes]
+                    )
+                self.ctx.synchronize()
             for chunk in chunks:
                 landed(chunk)
             post()
@@ -134,7 +114,3 @@ class TorchTransport:
         """Destroy this run's NCCL communicators (the default group outlives the run)."""
         for group in self.groups.values():
             dist.destroy_process_group(group)
-
-
-def _key(chunks: tuple[Chunk, ...], end: str) -> tuple[str, int, int]:
-    return end, chunks[0].step, getattr(chunks[0], end)
