@@ -78,10 +78,21 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[Workers]:
-    with Workers([f"rank{k}" for k in range(8)], timeout_s=20.0) as workers:
-        yield workers
+def pools() -> Iterator[list[Workers]]:
+    made: list[Workers] = []
+    yield made
+    for workers in made:
+        workers.close()
     assert multiprocessing.active_children() == []
+
+
+@pytest.fixture
+def pool(pools: list[Workers]) -> Workers:
+    """The module's pool of 8 processes, started anew after a test whose failure ended it (so
+    one failure does not fail the tests after it)."""
+    if not pools or pools[-1].closed:
+        pools.append(Workers([f"rank{k}" for k in range(8)], timeout_s=20.0))
+    return pools[-1]
 
 
 def _edited(text: str, edit: Callable[[dict[str, Any]], None], *, sign: bool = True) -> str:
