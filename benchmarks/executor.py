@@ -144,16 +144,18 @@ def _by_step(lane: Lane) -> list[list[Chunk]]:
     return list(steps.values())
 
 
-def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
+def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
     of a step's chunks (one notification), torch one send/recv of them (packed); every lane at
-    once. Returns the first byte out and last byte in (nan where none)."""
+    once. Returns the first byte out and last byte in (nan where none), and the CPU seconds of
+    the process from the start to its threads' end."""
     job = plan.job
     arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
     transport: Any = open_transport(
         plan.transport, ctx, arena, run=job.run + "raw", out=job.out, into=job.into
     )
     ctx.ready()
+    cpu_s = -time.process_time()
     times: list[tuple[str, float]] = []
     bodies = [functools.partial(_raw_send, ctx, transport, lane) for lane in job.out]
     if plan.transport == "nixl" and job.into:
@@ -165,10 +167,11 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
         thread.start()
     for thread in threads:
         thread.join()
+    cpu_s += time.process_time()
     transport.close()
     starts = [t for kind, t in times if kind == "send"]
     ends = [t for kind, t in times if kind == "recv"]
-    return (min(starts, default=float("nan")), max(ends, default=float("nan")))
+    return (min(starts, default=float("nan")), max(ends, default=float("nan")), cpu_s)
 
 
 def _timed(
@@ -235,8 +238,8 @@ def throughput_section(pool: Workers, weights: Checkpoint) -> None:
             _, jobs = prepare(text, weights, transport=transport, paced=False)
             pool.launch({j.rank: (raw_job, RawPlan(j, transport)) for j in jobs})
             found = pool.collect([j.rank for j in jobs])
-            raw_s = max(e for _, e in found.values() if e == e) - min(
-                s for s, _ in found.values() if s == s
+            raw_s = max(e for _, e, _ in found.values() if e == e) - min(
+                s for s, _, _ in found.values() if s == s
             )
             rows.append(
                 [
@@ -248,14 +251,18 @@ def throughput_section(pool: Workers, weights: Checkpoint) -> None:
                     f"{raw_s * 1e3:.1f}",
                     f"{run.moved_bytes / raw_s / 1e6:.0f}",
                     f"{raw_s / run.wall_s:.2f}",
+                    f"{run.cpu_s:.2f}",
+                    f"{sum(c for _, _, c in found.values()):.2f}",
                     run.bit_exact,
                 ]
             )
     print(
-        "Throughput, unpaced: the program's steps vs the transport's raw transfer of the same bytes"
+        "Throughput, unpaced: the program's steps vs the transport's raw transfer of the same "
+        "bytes (cpu s: every process's CPU seconds from the start to its transfers' end)"
     )
     headers = ["transport", "processes", "bytes", "program ms", "MB/s", "raw ms", "raw MB/s"]
-    print(format_table([*headers, "ratio", "bit-exact"], rows), end="\n\n")
+    headers += ["ratio", "program cpu s", "raw cpu s", "bit-exact"]
+    print(format_table(headers, rows), end="\n\n")
 
 
 def live_section(pool: Workers, weights_dir: Path) -> None:

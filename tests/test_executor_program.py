@@ -10,6 +10,7 @@ its agents anew); the fault and command-line tests start and end their own, of 2
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import multiprocessing
 import sys
@@ -77,10 +78,21 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[Workers]:
-    with Workers([f"rank{k}" for k in range(8)], timeout_s=20.0) as workers:
-        yield workers
+def pools() -> Iterator[list[Workers]]:
+    made: list[Workers] = []
+    yield made
+    for workers in made:
+        workers.close()
     assert multiprocessing.active_children() == []
+
+
+@pytest.fixture
+def pool(pools: list[Workers]) -> Workers:
+    """The module's pool of 8 processes, started anew after a test whose failure ended it (so
+    one failure does not fail the tests after it)."""
+    if not pools or pools[-1].closed:
+        pools.append(Workers([f"rank{k}" for k in range(8)], timeout_s=20.0))
+    return pools[-1]
 
 
 def _edited(text: str, edit: Callable[[dict[str, Any]], None], *, sign: bool = True) -> str:
@@ -143,6 +155,35 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
     _check_paced(run, text)
+    fast = run_program(text, small.weights, workers=pool, transport=transport, paced=False)
+    assert fast.bit_exact and fast.duplicate_bytes == 0
+
+
+def test_a_lanes_writes_grow_unpaced_and_are_single_chunks_paced(small: Setup) -> None:
+    """Both ends of a lane hold the same writes, each one step's chunks in lane order: paced,
+    one chunk each; unpaced, a step's writes hold 1, 2, 4, 8, 8 ... chunks (the last what is
+    left), and some unpaced write's chunks are not contiguous in the arena (packed)."""
+    for paced in (True, False):
+        _, jobs = prepare(small.path, small.weights, paced=paced)
+        into = {(lane.peer, job.rank): lane for job in jobs for lane in job.into}
+        sizes: dict[int, list[int]] = {}
+        for job in jobs:
+            for lane in job.out:
+                assert into[(job.rank, lane.peer)].writes == lane.writes
+                for write in lane.writes:
+                    assert len({c.step for c in write}) == 1
+                    sizes.setdefault(write[0].step, []).append(len(write))
+        for counts in sizes.values():
+            full = [1] * len(counts) if paced else [min(8, 2**k) for k in range(len(counts))]
+            assert counts[:-1] == full[:-1] and 1 <= counts[-1] <= full[-1]
+    gaps = [
+        a.src + a.nbytes != b.src or a.dst + a.nbytes != b.dst
+        for job in jobs
+        for lane in job.out
+        for write in lane.writes
+        for a, b in itertools.pairwise(write)
+    ]
+    assert any(gaps) and not all(gaps)
 
 
 def test_a_colocated_plan_runs_bit_exact(small: Setup, pool: Workers, tmp_path: Path) -> None:

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 Lanes = dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]]
 """Per (source, destination) its chunks, each keyed by its place in the lane's order."""
+BATCH = 8
+"""Most chunks in one write of an unpaced step."""
 
 
 @dataclass(frozen=True)
@@ -166,10 +168,29 @@ def device_jobs(
     for (src, dst), keyed in sorted(
         lanes.items(), key=lambda kv: (jobs[kv[0][0]].rank, jobs[kv[0][1]].rank)
     ):
-        chunks = tuple(chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0]))
-        jobs[src].out.append(Lane(jobs[dst].rank, chunks))
-        jobs[dst].into.append(Lane(jobs[src].rank, chunks))
+        chunks = [chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0])]
+        writes = _writes(chunks, jobs[src].sends)
+        jobs[src].out.append(Lane(jobs[dst].rank, writes))
+        jobs[dst].into.append(Lane(jobs[src].rank, writes))
     return tuple(jobs.values())
+
+
+def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
+    """A lane's chunks cut into writes, in the order of their first chunks: a paced step's one
+    chunk each (each leaves at its pace), an unpaced step's 1, 2, 4 ... up to BATCH of its chunks
+    in a row (the steps its bytes feed start after one chunk; then fewer, larger messages)."""
+    writes: list[list[Chunk]] = []
+    open_: dict[int, tuple[list[Chunk], int]] = {}  # per step: its last write and its size
+    for chunk in chunks:
+        write, size = open_.get(chunk.step, ([], 0))
+        if len(write) == size:
+            paced = sends[chunk.step].pace_bytes_per_s is not None
+            size = 1 if paced else min(BATCH, 2 * size or 1)
+            write = []
+            writes.append(write)
+            open_[chunk.step] = write, size
+        write.append(chunk)
+    return tuple(tuple(write) for write in writes)
 
 
 def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: bool) -> None:

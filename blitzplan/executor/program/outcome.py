@@ -53,7 +53,8 @@ class InstanceResult:
 @dataclass(frozen=True)
 class ProgramRun:
     """A run: ``plan_s`` the last predicted byte in; ``devices`` the processes by rank;
-    ``duplicate_bytes`` bytes a new GPU received twice."""
+    ``duplicate_bytes`` bytes a new GPU received twice; ``cpu_s`` the CPU seconds of every
+    device's process from the start to its transfers' end."""
 
     plan_id: str
     transport: str
@@ -62,6 +63,7 @@ class ProgramRun:
     steps: tuple[StepResult, ...]
     instances: tuple[InstanceResult, ...]
     duplicate_bytes: int
+    cpu_s: float
 
     @property
     def bit_exact(self) -> bool:
@@ -164,6 +166,7 @@ def summarize(
         tuple(steps),
         instances,
         duplicates,
+        sum(r.cpu_s for r in reports.values()),
     )
 
 

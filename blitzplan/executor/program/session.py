@@ -4,9 +4,9 @@ Before the shared start the device fills its arena from the checkpoint and opens
 transport. After it, receivers hand over chunks as they land, and one thread per outgoing lane
 writes its chunks in order, each once its bytes are here, no faster than its step's pace (``chunk
 / pace`` seconds a chunk) and not before the step's gate (``not_before_s``, the ends of the steps
-in ``after`` and, for store-and-forward, of every step feeding it). A step's ready chunks go in
-one write, its first write one chunk and each next twice as many up to ``BATCH``; ``WINDOW``
-writes stay in flight, and a thread about to wait first sees its writes out. A device reports
+in ``after`` and, for store-and-forward, of every step feeding it), a write (its lane's chunks
+that move as one message) once its last chunk may go; ``WINDOW`` writes stay in flight, and a
+thread about to wait first sees its writes out. A device reports
 ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new
 GPU then compares every unit with its rank buffer.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,15 +34,14 @@ from blitzplan.models.layout import Layout, layout
 
 WINDOW = 4
 """Writes a lane keeps in flight."""
-BATCH = 16
-"""Most chunks in one write: the chunks of a step that are ready at once go together."""
 
 
 @dataclass
 class DeviceReport:
     """What a device measured, times from the shared start: per sent step its first byte out and
     its end, per received step its last byte in and its bytes; per unit when it was complete
-    (nan: never), per checked unit whether it is bit-exact; bytes that came twice."""
+    (nan: never), per checked unit whether it is bit-exact; bytes that came twice; the CPU
+    seconds of its process (every thread) from the start to its threads' end."""
 
     rank: int
     received_bytes: dict[int, int]
@@ -51,6 +51,7 @@ class DeviceReport:
     complete_s: tuple[float, ...] = ()
     bit_exact: tuple[bool, ...] = ()
     duplicate_bytes: int = 0
+    cpu_s: float = 0.0
 
 
 class ProgramSession:
@@ -63,6 +64,7 @@ class ProgramSession:
         self.store = ByteStore(job.sizes)
         self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
         self._left = dict(job.received)
+        self._unsent = {key: step.chunks for key, step in job.sends.items()}
         self._done = {key: threading.Event() for key in (*job.sends, *job.received)}
         self._seen: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
@@ -118,6 +120,7 @@ class ProgramSession:
     def start(self) -> None:
         """Start the receivers and a thread per outgoing lane (units complete before the start
         are reported first)."""
+        self.measured.cpu_s = -time.process_time()
         for unit in range(len(self.job.sizes)):
             if self.job.check and self.store.coverage[unit].complete_s is not None:
                 self.ctx.emit("unit", (unit, 0.0))
@@ -154,7 +157,7 @@ class ProgramSession:
             if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, now) and self.job.check:
                 self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
             self.measured.received_bytes[key] += chunk.nbytes
-            self._count(self._left, key, 1, self.measured.received_end_s, now)
+            self._count(self._left, key, 1, self.measured.received_end_s)
 
     def _gate_s(self, step: SendStep) -> float:
         """When the step may start (module docstring); every step it waits for is here."""
@@ -168,63 +171,53 @@ class ProgramSession:
         return gate
 
     def _send(self, lane: Lane) -> None:
-        ctx, store, sends = self.ctx, self.store, self.job.sends
-        flying: deque[tuple[Handle, tuple[Chunk, ...]]] = deque()
-        batch: list[Chunk] = []
+        ctx, sends = self.ctx, self.job.sends
+        flying: deque[Handle] = deque()
         free_s: dict[int, float] = {}
-        limit: dict[int, int] = {}  # a step's writes grow from one chunk to BATCH
-        left = {key: step.chunks for key, step in sends.items()}
+        for write in lane.writes:
+            key = write[0].step
+            step = sends[key]
+            if key not in free_s:
+                self._settle(flying, 0)
+                free_s[key] = self._gate_s(step)
+            for chunk in write:
+                self._at(chunk)
+                at_s = max(free_s[key], self._ready_s(chunk, flying))
+                self.measured.sent_start_s.setdefault(key, max(at_s, ctx.now()))
+                if step.pace_bytes_per_s is not None:
+                    at_s += chunk.nbytes / step.pace_bytes_per_s
+                    if at_s > ctx.now():
+                        self._settle(flying, 0)
+                        ctx.sleep_until(at_s)
+                free_s[key] = at_s
+            flying.append(self.transport.write(lane.peer, write))
+            self._settle(flying, WINDOW)
+        self._settle(flying, 0)
 
-        def settle(keep: int) -> None:
-            if batch:
-                chunks = tuple(batch)
-                flying.append((self.transport.write(lane.peer, chunks), chunks))
-                batch.clear()
-            self._settle(flying, left, keep)
+    def _ready_s(self, chunk: Chunk, flying: deque[Handle]) -> float:
+        """When the chunk's bytes were here (0: packed before the start); waits for them, first
+        seeing this lane's writes out."""
+        if chunk.held is None:
+            return 0.0
+        span = (chunk.unit, chunk.held, chunk.held + chunk.nbytes)
+        if (ready_s := self.store.since(*span)) is None:
+            self._settle(flying, 0)
+            ready_s = self.store.wait_range(*span, self.wait_s)
+        return ready_s
 
-        for chunk in lane.chunks:
-            step = sends[chunk.step]
-            if chunk.step not in free_s:
-                settle(0)
-                free_s[chunk.step] = self._gate_s(step)
-            self._at(chunk)
-            ready_s = 0.0
-            if chunk.held is not None:
-                span = (chunk.unit, chunk.held, chunk.held + chunk.nbytes)
-                if (ready_s := store.since(*span)) is None:  # type: ignore[assignment]
-                    settle(0)
-                    ready_s = store.wait_range(*span, self.wait_s)
-            at_s = max(free_s[chunk.step], ready_s)
-            self.measured.sent_start_s.setdefault(chunk.step, max(at_s, ctx.now()))
-            if step.pace_bytes_per_s is not None:
-                at_s += chunk.nbytes / step.pace_bytes_per_s
-                if at_s > ctx.now():
-                    settle(0)
-                    ctx.sleep_until(at_s)
-            free_s[chunk.step] = at_s
-            batch.append(chunk)
-            if len(batch) >= limit.setdefault(chunk.step, 1):
-                settle(WINDOW)
-                limit[chunk.step] = min(BATCH, 2 * limit[chunk.step])
-        settle(0)
-
-    def _settle(
-        self, flying: deque[tuple[Handle, tuple[Chunk, ...]]], left: dict[int, int], keep: int
-    ) -> None:
+    def _settle(self, flying: deque[Handle], keep: int) -> None:
         """See writes out until ``keep`` are in flight; a step's end is its last write's."""
         while len(flying) > keep:
-            handle, chunks = flying.popleft()
+            handle = flying.popleft()
             self.transport.wait(handle)
-            ends = self.measured.sent_end_s
-            self._count(left, chunks[0].step, len(chunks), ends, self.ctx.now())
+            chunks = handle[2]
+            self._count(self._unsent, chunks[0].step, len(chunks), self.measured.sent_end_s)
 
-    def _count(
-        self, left: dict[int, int], key: int, done: int, ends: dict[int, float], now: float
-    ) -> None:
-        """``done`` more chunks of step ``key``: at its last, its end is ``now``."""
+    def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
+        """``done`` more chunks of step ``key``: at its last, its end is now."""
         left[key] -= done
         if left[key] == 0:
-            ends[key] = now
+            ends[key] = self.ctx.now()
             self._done[key].set()
 
     def join(self) -> None:
@@ -235,6 +228,7 @@ class ProgramSession:
                     thread.join(0.05)
             if self.store.error is not None:
                 raise self.store.error
+            self.measured.cpu_s += time.process_time()
         finally:
             if self.store.error is None:
                 self.transport.close()

@@ -223,6 +223,11 @@ class Workers:
         self.close()
         raise error
 
+    @property
+    def closed(self) -> bool:
+        """Whether the pool has been ended (by :meth:`close` or a failure)."""
+        return self._closed
+
     def close(self) -> None:
         """End every process at once (SIGKILL: an idle worker holds nothing that needs an
         orderly exit, and a stopped one ignores SIGTERM)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -79,7 +80,9 @@ class RankContext:
         """Tell the parent now, from whichever thread has it."""
         with self._lock:
             try:
-                self._conn.send(Event(self.rank, kind, data))
+                # plain pickle: Connection.send makes a ForkingPickler (a copy of every
+                # reducer torch registers) per message
+                self._conn.send_bytes(pickle.dumps(Event(self.rank, kind, data)))
             except OSError:
                 os._exit(1)  # the parent has gone
 

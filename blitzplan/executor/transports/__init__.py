@@ -1,9 +1,10 @@
 """Transports: how one chunk of one step moves from the source's arena into the destination's.
 
-Both ends of a pair of devices know every chunk between them in advance, in one order (their
-:class:`Lane`). A sender calls :meth:`Transport.write` (a handle back at once;
-:meth:`Transport.wait` returns once the chunks have left); a receiver runs the bodies
-:meth:`Transport.receivers` gives, each calling ``landed(chunk)``. The rest is the runner's
+Both ends of a pair of devices know every chunk between them in advance, in one order, and which
+chunks move together as one message (their :class:`Lane`'s writes). A sender calls
+:meth:`Transport.write` with one write (a handle back at once; :meth:`Transport.wait` returns once
+its chunks have left); a receiver runs the bodies :meth:`Transport.receivers` gives, each calling
+``landed(chunk)``. The rest is the runner's
 (DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
 the chunk.
 """
@@ -56,11 +57,15 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Lane:
-    """Every chunk between this device and ``peer`` in one direction, in the order both send
-    and receive them."""
+    """Every chunk between this device and ``peer`` in one direction as ``writes``: each one
+    step's chunks that move as one message, in the order both ends send and receive them."""
 
     peer: int
-    chunks: tuple[Chunk, ...]
+    writes: tuple[tuple[Chunk, ...], ...]
+
+    @property
+    def chunks(self) -> tuple[Chunk, ...]:
+        return tuple(chunk for write in self.writes for chunk in write)
 
 
 Handle = tuple[Any, int, tuple["Chunk", ...]]
