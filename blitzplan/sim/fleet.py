@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from blitzplan._collector import collector_relaxed
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import RooflineComputeModel
 from blitzplan.errors import InvalidInputError
@@ -160,6 +161,7 @@ def with_host_dram(topology: Topology | str, dram_bytes: float) -> Topology:
     return Topology(graph, name=name, description=topo.description)
 
 
+@collector_relaxed()
 def simulate_fleet(
     topology: Topology | str,
     workloads: Sequence[Workload],

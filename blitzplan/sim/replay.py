@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from blitzplan._collector import collector_relaxed
 from blitzplan._progress import position_bar
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel, RooflineComputeModel
@@ -178,7 +179,8 @@ def _run(
     _LOG.info("simulate %s: %d requests of %s", system, len(trace), trace.name)
     started = time.perf_counter()
     label = f"simulate {system} ({len(trace)} requests)"
-    with position_bar(label, max(1.0, trace.duration_s), "sim s", enabled=progress) as advance:
+    bar = position_bar(label, max(1.0, trace.duration_s), "sim s", enabled=progress)
+    with bar as advance, collector_relaxed():
         sim.progress = lambda fraction: advance(fraction * sim.end_s)
         sim.run()
     wall = time.perf_counter() - started

@@ -26,15 +26,14 @@ alone.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.wire.canonical import read_signed, signed_as_written
@@ -282,27 +281,13 @@ def _fast(text: str) -> ScaleProgram | None:
     )
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while the ~10^5 objects of a large export are
-    made and checked (it would walk them again and again; none of them forms a cycle), then
-    enabled again if it was."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def read_program_json(text: str) -> ScaleProgram:
     """The checked :class:`ScaleProgram` of a program export; InvalidInputError naming the
     first thing wrong (the version, ``program_id``, a field's type by its path, a program
     rule)."""
     if not isinstance(text, str):
         raise InvalidInputError(f"a program export is JSON text, got {type(text).__name__}")
-    with _collector_paused():
+    with collector_paused():
         fast = _fast(text)
         if fast is not None:
             check_program(fast)
