@@ -306,6 +306,7 @@ def _same_topology(a: Topology, b: Topology) -> bool:
     """The same name, nodes and links (with their attributes)."""
     if a is b:
         return True
+
     def nodes(t: Topology) -> dict[str, Any]:
         return {n: d for n, d in t.graph.nodes(data=True)}
 
@@ -317,7 +318,6 @@ def _same_topology(a: Topology, b: Topology) -> bool:
 
 def _spec(model: ModelSpec | str) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
-
 
 
 _SLOT_MEMOS = 64
@@ -360,6 +360,7 @@ def _free_slots(
         depth = max((len(slots) for slots in per_group), default=0)
         return [slots[k] for k in range(depth) for slots in per_group if k < len(slots)]
     return [slot for slots in per_group for slot in slots]
+
 
 def _gpu_table(topology: Topology) -> list[tuple[str, float, tuple[str, ...]]]:
     """Every GPU of ``topology`` in order with its memory and NVLink group (kept in its memo)."""

@@ -81,7 +81,8 @@ def _scalars(node: Any, entry: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     out = {
-        k: _scalars(v, entry) if k in ("items", "prefixItems", "anyOf", "additionalProperties")
+        k: _scalars(v, entry)
+        if k in ("items", "prefixItems", "anyOf", "additionalProperties")
         else v
         for k, v in node.items()
     }
