@@ -137,14 +137,17 @@ class RankContext:
             else:
                 work.wait(timeout=timedelta(seconds=self.timeout_s))
         except RuntimeError as exc:
-            text = str(exc)
-            if "Timed out" in text:
-                message = f"timed out after {self.timeout_s:g} s {what}"
-            elif "closed" in text or "reset" in text.lower():
-                message = f"lost the connection {what}"
-            else:
-                message = f"{what} failed: {text.splitlines()[0][:200]}"
+            message = self.failure_message(exc, what)
             raise TransferError(replace(where, message=message)) from None
+
+    def failure_message(self, exc: Exception, what: str) -> str:
+        """What a failed torch.distributed transfer (``what``: ``sending ... to rank 3``) says."""
+        text = str(exc)
+        if "Timed out" in text:
+            return f"timed out after {self.timeout_s:g} s {what}"
+        if "closed" in text or "reset" in text.lower():
+            return f"lost the connection {what}"
+        return f"{what} failed: {text.splitlines()[0][:200]}"
 
 
 def worker_main(boot: Boot, conn: Connection) -> None:

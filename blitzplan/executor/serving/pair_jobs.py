@@ -75,7 +75,7 @@ class _NewInstance:
         """The unit's tensors once the program has brought every byte of it (or its failure)."""
         if unit not in self.units:
             session = self.session
-            session.store.wait_range(unit, 0, session.job.sizes[unit], session.wait_s)
+            session.store.wait_unit(unit, session.wait_s)
             buffer = session.buffer(unit)
             self.units[unit] = unit_from_buffer(self.dims, unit, buffer, self.ctx.device)
         return self.units[unit]
@@ -141,7 +141,7 @@ def new_instance_job(ctx: RankContext, plan: PairPlan) -> DeviceReport:
     instance = _NewInstance(ctx, plan, plan.transfer)
     ctx.ready()
     session = instance.session
-    session.start()
+    session.spawn(session.run, "program")
     session.spawn(instance.route, "route")
     session.spawn(instance.send_loop, "send-activations")
     while (item := instance.next_run()) is not None:

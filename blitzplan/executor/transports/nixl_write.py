@@ -1,11 +1,10 @@
 """The ``nixl`` transport: one one-sided NIXL WRITE per write, its notification naming its chunks.
 
-Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; the waits
+Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; polls
 drive progress) or metadata listener (it binds every interface), registers its arena (DRAM or
 VRAM) and publishes its metadata in the group's TCPStore. A sender prepares every chunk's
 descriptors per lane before the start; a write is one prepared WRITE with the notification
-``b"<step>:<dst>"`` per chunk, joined by ``;``. A receiver polls its notifications in one thread,
-backing off from ``POLL_S[0]`` to ``POLL_S[1]``. UCX stays on loopback (and TCP on the CPU)
+``b"<step>:<dst>"`` per chunk, joined by ``;``. UCX stays on loopback (and TCP on the CPU)
 unless ``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise; ``add_remote_agent``'s bytes are decoded.
 """
 
@@ -14,19 +13,16 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from blitzplan.executor.runtime.failures import TransferError, unit_name
-from blitzplan.executor.transports import Chunk, Handle, Lane
+from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
+from blitzplan.executor.transports import Chunk, Lane, Write
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
-
-POLL_S = (2e-5, 5e-4)
-"""Waits poll NIXL from every 20 us, backing off to every half millisecond."""
 
 
 def loopback_ucx(device: str) -> None:
@@ -46,7 +42,13 @@ class NixlTransport:
     """One device's end of a NIXL run (see the module docstring)."""
 
     def __init__(
-        self, ctx: RankContext, arena: torch.Tensor, *, run: str, out: Sequence[Lane]
+        self,
+        ctx: RankContext,
+        arena: torch.Tensor,
+        *,
+        run: str,
+        out: Sequence[Lane],
+        into: Sequence[Lane],
     ) -> None:
         loopback_ucx(ctx.device.type)
         from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
@@ -81,71 +83,62 @@ class NixlTransport:
                 self.agent.prep_xfer_dlist(name, remote, self.memory),
                 {(c.step, c.dst): k for k, c in enumerate(lane.chunks)},
             )
+        self.flying: list[tuple[Any, int, Write]] = []
+        self.expected = {_note(c): (lane.peer, c) for lane in into for c in lane.chunks}
 
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
         where = unit_name(chunk.unit, self.ctx.num_layers)
-        message = f"{what} ({where}, rank {peer}, NIXL)"
-        return TransferError(chunk.failure(peer, message))
+        return TransferError(chunk.failure(peer, f"{what} ({where}, rank {peer}, NIXL)"))
 
-    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
+    def post(self, peer: int, write: Write) -> None:
         local, remote, index = self.lanes[peer]
-        k = [index[(c.step, c.dst)] for c in chunks]
-        note = b";".join(_note(c) for c in chunks)
+        k = [index[(c.step, c.dst)] for c in write]
+        note = b";".join(_note(c) for c in write)
         try:
             handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, note)
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
-            raise self._failed(chunks[0], peer, f"writing failed: {_first_line(exc)}") from None
+            raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
         if state == "ERR":
-            raise self._failed(chunks[0], peer, "writing ended in state ERR")
-        return handle, peer, chunks
+            raise self._failed(write[0], peer, "writing ended in state ERR")
+        self.flying.append((handle, peer, write))
 
-    def wait(self, handle: Handle) -> None:
-        xfer, peer, (chunk, *_) = handle
-        deadline, pause = time.monotonic() + self.ctx.timeout_s, POLL_S[0]
-        try:
-            while (state := self.agent.check_xfer_state(xfer)) == "PROC":
-                if time.monotonic() > deadline:
-                    raise self._failed(
-                        chunk, peer, f"timed out after {self.ctx.timeout_s:g} s writing"
-                    )
-                time.sleep(pause)
-                pause = min(2 * pause, POLL_S[1])
-            self.agent.release_xfer_handle(xfer)
-        except TransferError:
-            raise
-        except Exception as exc:
-            raise self._failed(chunk, peer, f"writing failed: {_first_line(exc)}") from None
-        if state != "DONE":
-            raise self._failed(chunk, peer, f"writing ended in state {state}")
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
+        """Writes that have left (each WRITE's state checked), chunks whose notes came; with
+        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls)."""
+        sent: list[tuple[Any, int, Write]] = []
+        still: list[tuple[Any, int, Write]] = []
+        for handle, peer, write in self.flying:
+            try:
+                state = self.agent.check_xfer_state(handle)
+                if state == "DONE":
+                    self.agent.release_xfer_handle(handle)
+            except Exception as exc:
+                raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
+            if state not in ("DONE", "PROC"):
+                raise self._failed(write[0], peer, f"writing ended in state {state}")
+            (sent if state == "DONE" else still).append((handle, peer, write))
+        self.flying = still
+        landed = []
+        if self.expected:
+            for notes in self.agent.get_new_notifs().values():
+                for note in (part for joined in notes for part in joined.split(b";")):
+                    if (item := self.expected.pop(note, None)) is not None:
+                        landed.append(item[1])
+        if not sent and not landed:
+            time.sleep(wait_s)
+        return [write for _, _, write in sent], landed
 
-    def receivers(
-        self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
-    ) -> list[Callable[[], None]]:
-        expected = {_note(c): (lane.peer, c) for lane in lanes for c in lane.chunks}
-        return [lambda: self._receive(expected, landed)] if expected else []
-
-    def _receive(
-        self, expected: dict[bytes, tuple[int, Chunk]], landed: Callable[[Chunk], None]
-    ) -> None:
-        """Every expected notification, each chunk handed to ``landed`` as its note comes."""
-        timeout_s = self.ctx.timeout_s
-        heard, pause = time.monotonic(), POLL_S[0]
-        while expected:
-            found = [n for notes in self.agent.get_new_notifs().values() for n in notes]
-            for note in (part for notes in found for part in notes.split(b";")):
-                if (item := expected.pop(note, None)) is not None:
-                    landed(item[1])
-            if found:
-                heard, pause = time.monotonic(), POLL_S[0]
-                continue
-            if time.monotonic() - heard > timeout_s:
-                peer, chunk = next(iter(expected.values()))
-                raise self._failed(
-                    chunk, peer, f"timed out after {timeout_s:g} s waiting for a chunk"
-                )
-            time.sleep(pause)
-            pause = min(2 * pause, POLL_S[1])
+    def stalled(self) -> TransferError:
+        """The oldest expected chunk (else write) timed out."""
+        timeout = f"timed out after {self.ctx.timeout_s:g} s"
+        if self.expected:
+            peer, chunk = next(iter(self.expected.values()))
+            return self._failed(chunk, peer, f"{timeout} waiting for a chunk")
+        if self.flying:
+            _, peer, write = self.flying[0]
+            return self._failed(write[0], peer, f"{timeout} writing")
+        return TransferError(Failure(f"{timeout} with no transfer open"))
 
     def close(self) -> None:
         for local, remote, _ in self.lanes.values():
