@@ -74,7 +74,11 @@ class Lane:
 
 
 class Transport(Protocol):
-    """What the program runner asks of a transport (see the module docstring)."""
+    """What the program runner asks of a transport (see the module docstring); ``idle_s``: the
+    longest one poll may wait for something (a transport that moves bytes only while polled
+    keeps it short)."""
+
+    idle_s: float
 
     def post(self, peer: int, write: Write) -> None: ...
 

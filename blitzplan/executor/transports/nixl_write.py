@@ -14,6 +14,7 @@ import os
 import pickle
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -41,6 +42,9 @@ def _note(chunk: Chunk) -> bytes:
 class NixlTransport:
     """One device's end of a NIXL run (see the module docstring)."""
 
+    idle_s = 1e-3
+    """Polls drive NIXL's progress: at least one a millisecond."""
+
     def __init__(
         self,
         ctx: RankContext,
@@ -64,7 +68,7 @@ class NixlTransport:
         self.memory = "VRAM" if arena.device.type == "cuda" else "DRAM"
         gpu, base = arena.device.index or 0, arena.data_ptr()
         self.registered = self.agent.register_memory([(base, arena.numel(), gpu, "")], self.memory)
-        key = f"nixl/{run}/"
+        self.key = key = f"nixl/{run}/"
         ctx.store.set(
             key + str(ctx.rank), pickle.dumps((self.agent.get_agent_metadata(), base, gpu))
         )
@@ -85,6 +89,7 @@ class NixlTransport:
             )
         self.flying: list[tuple[Any, int, Write]] = []
         self.expected = {_note(c): (lane.peer, c) for lane in into for c in lane.chunks}
+        self.writers = sorted({lane.peer for lane in into})
 
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
         where = unit_name(chunk.unit, self.ctx.num_layers)
@@ -141,6 +146,13 @@ class NixlTransport:
         return TransferError(Failure(f"{timeout} with no transfer open"))
 
     def close(self) -> None:
+        """Say every write to each peer has left, wait until each writer here says so (a peer
+        whose agent goes first would fail its writer's WRITE), then release everything."""
+        for peer in self.lanes:
+            self.ctx.store.set(f"{self.key}{self.ctx.rank}->{peer}", b"1")
+        done = [f"{self.key}{peer}->{self.ctx.rank}" for peer in self.writers]
+        if done:
+            self.ctx.store.wait(done, timedelta(seconds=self.ctx.timeout_s))
         for local, remote, _ in self.lanes.values():
             self.agent.release_dlist_handle(local)
             self.agent.release_dlist_handle(remote)

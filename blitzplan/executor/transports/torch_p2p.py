@@ -57,6 +57,9 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
 class TorchTransport:
     """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
 
+    idle_s = 0.05
+    """A poll wakes as a waiter queues something: an idle one may wait long."""
+
     def __init__(
         self, ctx: RankContext, arena: torch.Tensor, *, out: Sequence[Lane], into: Sequence[Lane]
     ) -> None:
