@@ -38,7 +38,6 @@ from blitzplan._table import format_table
 from blitzplan.executor.program.devices import DeviceJob, devices_of
 from blitzplan.executor.program.outcome import ProgramRun
 from blitzplan.executor.program.runner import prepare, read_program, run_program
-from blitzplan.executor.program.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.probe import measured_compute
@@ -46,6 +45,7 @@ from blitzplan.executor.serving.serve import live_violations, serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport
 from blitzplan.executor.transports.torch_p2p import pair_groups
+from blitzplan.scale.scenarios import scenario_plan
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 SCENARIO = "small" if QUICK else "large"

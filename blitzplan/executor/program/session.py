@@ -6,11 +6,11 @@ that have left and chunks that have landed, then posts on each outgoing lane eve
 may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
 chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
 before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for
-store-and-forward, of every step feeding it. With nothing to do it sleeps, backing off from
-``POLL_S`` to the transport's ``idle_s`` (never past the next write due); with nothing due and nothing
-heard for the transfer timeout, the oldest open transfer is named. A device reports ``at``
-(unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new GPU
-then compares every unit with its rank buffer.
+store-and-forward, of every step feeding it. With nothing to do it waits in the poll, backing
+off from ``POLL_S`` to the transport's ``idle_s`` (never past the next write due); with nothing
+due and nothing heard for the transfer timeout, the oldest open transfer is named. A device
+reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault
+fires; a new GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
