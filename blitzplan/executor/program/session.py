@@ -197,8 +197,7 @@ class ProgramSession:
         """Report the first chunk of each unit of each step, and fire a fault there."""
         if (chunk.step, chunk.unit) not in self._seen:
             self._seen.add((chunk.step, chunk.unit))
-            self.ctx.emit("at", (chunk.unit, chunk.step, (chunk.lo, chunk.hi)))
-            self.ctx.maybe_fail(chunk.unit)
+            self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
     def _sent(self, write: Write) -> None:
         key = write[0].step

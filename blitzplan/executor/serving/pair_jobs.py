@@ -159,8 +159,7 @@ def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...
     units = []
     for u in range(dims.spec.num_units):
         units.append({k: t.to(ctx.device) for k, t in load_unit(plan.checkpoint, u).items()})
-        ctx.emit("at", u)
-        ctx.maybe_fail(u)  # it has unit u (see InjectedFault)
+        ctx.at(u)  # it has unit u (see InjectedFault)
     longest = max(len(p) for p in plan.prompts)
     rope = rope_tables(dims, max_positions=longest, device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in plan.prompts]
@@ -168,7 +167,7 @@ def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...
     ctx.ready()
     while (message := ctx.command())[0] == "run":
         _, batch, first = message
-        ctx.emit("at", first)
+        ctx.at(first)
         hidden = None
         if first > 1:
             shape = (len(prompts[batch]), dims.hidden)
