@@ -7,7 +7,7 @@ may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once 
 chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
 before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for
 store-and-forward, of every step feeding it. With nothing to do it waits in the poll, backing
-off from ``POLL_S`` to the transport's ``idle_s`` (never past the next write due); with nothing
+off from the transport's ``poll_s`` to its ``idle_s`` (never past the next write due); with nothing
 due and nothing heard for the transfer timeout, the oldest open transfer is named. A device
 reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault
 fires; a new GPU then compares every unit with its rank buffer.
@@ -35,8 +35,6 @@ from blitzplan.models.layout import Layout, layout
 
 WINDOW = 8
 """Writes a lane keeps in flight."""
-POLL_S = 2e-5
-"""An idle loop first polls after 20 us, then backs off to the transport's ``idle_s``."""
 
 
 @dataclass
@@ -146,7 +144,7 @@ class ProgramSession:
             elif time.monotonic() - heard > self.ctx.timeout_s:
                 raise self.transport.stalled()
             longest = min(self.transport.idle_s, due_s - self.ctx.now())
-            pause = max(0.0, min(max(2 * pause, POLL_S), longest))
+            pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
         self.measured.cpu_s += time.process_time()
 
     def _post_ready(self) -> tuple[bool, float]:

@@ -74,10 +74,11 @@ class Lane:
 
 
 class Transport(Protocol):
-    """What the program runner asks of a transport (see the module docstring); ``idle_s``: the
-    longest one poll may wait for something (a transport that moves bytes only while polled
-    keeps it short)."""
+    """What the program runner asks of a transport (see the module docstring). An idle loop's
+    polls wait ``poll_s`` first, then twice as long each time up to ``idle_s`` (a transport that
+    moves bytes only while polled keeps both short)."""
 
+    poll_s: float
     idle_s: float
 
     def post(self, peer: int, write: Write) -> None: ...

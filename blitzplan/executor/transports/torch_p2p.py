@@ -57,8 +57,8 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
 class TorchTransport:
     """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
 
-    idle_s = 0.05
-    """A poll wakes as a waiter queues something: an idle one may wait long."""
+    poll_s = idle_s = 0.05
+    """A poll wakes as soon as a waiter queues something: an idle one may wait long."""
 
     def __init__(
         self, ctx: RankContext, arena: torch.Tensor, *, out: Sequence[Lane], into: Sequence[Lane]
@@ -68,12 +68,13 @@ class TorchTransport:
         self.done: queue.Queue[tuple[str, Write] | TransferError] = queue.Queue()
         self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
-            threading.Thread(target=self._wait_sends, args=(o.peer,), daemon=True) for o in out
+            threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
         ]
         self.waiters += [
-            threading.Thread(target=self._wait_receives, args=(i,), daemon=True) for i in into
+            threading.Thread(target=self._waiting, args=(self._receives, i)) for i in into
         ]
         for waiter in self.waiters:
+            waiter.daemon = True
             waiter.start()
 
     def _span(self, write: Write, end: str) -> torch.Tensor | None:
@@ -98,17 +99,11 @@ class TorchTransport:
         except TransferError as exc:
             self.done.put(exc)
 
-    def _wait_sends(self, peer: int) -> None:
-        self._waiting(self._sends, peer)
-
     def _sends(self, peer: int) -> None:
         while (item := self.sending[peer].get()) is not None:
             write, work = item
             self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
             self.done.put(("sent", write))
-
-    def _wait_receives(self, lane: Lane) -> None:
-        self._waiting(self._receives, lane)
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
