@@ -56,10 +56,11 @@ class DeviceReport:
 
 
 class ProgramSession:
-    """One device's arena, byte store and transport for one run."""
+    """One device's arena, byte store and transport for one run; ``live``: it tells the parent
+    each unit as it completes (a ``unit`` event: live serving's coordinator computes on it)."""
 
-    def __init__(self, ctx: RankContext, job: DeviceJob) -> None:
-        self.ctx, self.job = ctx, job
+    def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
+        self.ctx, self.job, self.live = ctx, job, live
         self.target = layout(job.spec, job.tp)
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self.store = ByteStore(job.sizes)
@@ -123,10 +124,10 @@ class ProgramSession:
 
     def run(self) -> None:
         """The device's loop (module docstring), until every write has left and every chunk
-        has landed; units complete before the start are reported first."""
+        has landed; live, units complete before the start are reported first."""
         self.measured.cpu_s = -time.process_time()
         for unit in range(len(self.job.sizes)):
-            if self.job.check and self.store.coverage[unit].complete_s is not None:
+            if self.live and self.store.coverage[unit].complete_s is not None:
                 self.ctx.emit("unit", (unit, 0.0))
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
@@ -204,7 +205,7 @@ class ProgramSession:
 
     def _landed(self, chunk: Chunk) -> None:
         self._at(chunk)
-        if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, self.ctx.now()) and self.job.check:
+        if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, self.ctx.now()) and self.live:
             self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
         self.measured.received_bytes[chunk.step] += chunk.nbytes
         self._count(self._left, chunk.step, 1, self.measured.received_end_s)

@@ -63,7 +63,7 @@ class _NewInstance:
 
     def __init__(self, ctx: RankContext, plan: PairPlan, transfer: DeviceJob) -> None:
         self.ctx, self.plan, self.dims = ctx, plan, model_dims(transfer.spec)
-        self.session = ProgramSession(ctx, transfer)
+        self.session = ProgramSession(ctx, transfer, live=True)
         longest = max(len(p) for p in plan.prompts)
         self.rope = rope_tables(self.dims, max_positions=longest, device=ctx.device)
         self.units: dict[int, Weights] = {}
