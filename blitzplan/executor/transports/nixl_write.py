@@ -87,7 +87,10 @@ class NixlTransport:
                 self.agent.prep_xfer_dlist(name, remote, self.memory),
                 {(c.step, c.dst): k for k, c in enumerate(lane.chunks)},
             )
-        self.flying: list[tuple[Any, int, Write]] = []
+        self.flying: list[tuple[Any, int, Write, float]] = []
+        """WRITEs in flight: handle, peer, chunks, when posted."""
+        self.heard: dict[int, float] = {}
+        """Per writer, when its last note came (from the first poll)."""
         self.expected = {_note(c): (lane.peer, c) for lane in into for c in lane.chunks}
         self.writers = sorted({lane.peer for lane in into})
 
@@ -106,33 +109,53 @@ class NixlTransport:
             raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
         if state == "ERR":
             raise self._failed(write[0], peer, "writing ended in state ERR")
-        self.flying.append((handle, peer, write))
+        self.flying.append((handle, peer, write, time.monotonic()))
 
     def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
         """Writes that have left (each WRITE's state checked), chunks whose notes came; with
-        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls)."""
-        sent: list[tuple[Any, int, Write]] = []
-        still: list[tuple[Any, int, Write]] = []
-        for handle, peer, write in self.flying:
+        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open,
+        or a writer silent while chunks from it are due, for the transfer timeout fails."""
+        now, timeout_s = time.monotonic(), self.ctx.timeout_s
+        self.heard = self.heard or dict.fromkeys(self.writers, now)
+        sent: list[tuple[Any, int, Write, float]] = []
+        still: list[tuple[Any, int, Write, float]] = []
+        for handle, peer, write, posted_s in self.flying:
             try:
                 state = self.agent.check_xfer_state(handle)
                 if state == "DONE":
                     self.agent.release_xfer_handle(handle)
             except Exception as exc:
                 raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
-            if state not in ("DONE", "PROC"):
-                raise self._failed(write[0], peer, f"writing ended in state {state}")
-            (sent if state == "DONE" else still).append((handle, peer, write))
+            if state not in ("DONE", "PROC") or now - posted_s > timeout_s:
+                what = (
+                    f"ended in state {state}"
+                    if state != "PROC"
+                    else f"timed out after {timeout_s:g} s"
+                )
+                raise self._failed(write[0], peer, f"writing {what}")
+            (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
         self.flying = still
         landed = []
-        if self.expected:
-            for notes in self.agent.get_new_notifs().values():
-                for note in (part for joined in notes for part in joined.split(b";")):
-                    if (item := self.expected.pop(note, None)) is not None:
-                        landed.append(item[1])
+        for notes in self.agent.get_new_notifs().values() if self.expected else ():
+            for note in (part for joined in notes for part in joined.split(b";")):
+                if (item := self.expected.pop(note, None)) is not None:
+                    landed.append(item[1])
+                    self.heard[item[0]] = now
+        if late := [p for p, t in self.heard.items() if now - t > timeout_s and p in self.due()]:
+            chunk = self.due()[late[0]]
+            raise self._failed(
+                chunk, late[0], f"timed out after {timeout_s:g} s waiting for a chunk"
+            )
         if not sent and not landed:
             time.sleep(wait_s)
-        return [write for _, _, write in sent], landed
+        return [write for _, _, write, _ in sent], landed
+
+    def due(self) -> dict[int, Chunk]:
+        """Per writer, the first chunk still due from it."""
+        first: dict[int, Chunk] = {}
+        for peer, chunk in self.expected.values():
+            first.setdefault(peer, chunk)
+        return first
 
     def stalled(self) -> TransferError:
         """The oldest expected chunk (else write) timed out."""
@@ -141,7 +164,7 @@ class NixlTransport:
             peer, chunk = next(iter(self.expected.values()))
             return self._failed(chunk, peer, f"{timeout} waiting for a chunk")
         if self.flying:
-            _, peer, write = self.flying[0]
+            _, peer, write, _ = self.flying[0]
             return self._failed(write[0], peer, f"{timeout} writing")
         return TransferError(Failure(f"{timeout} with no transfer open"))
 
