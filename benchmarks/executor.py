@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -37,13 +38,14 @@ from blitzplan._table import format_table
 from blitzplan.executor.program.devices import DeviceJob, devices_of
 from blitzplan.executor.program.outcome import ProgramRun
 from blitzplan.executor.program.runner import prepare, read_program, run_program
-from blitzplan.executor.program.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.probe import measured_compute
 from blitzplan.executor.serving.serve import live_violations, serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport
+from blitzplan.executor.transports.torch_p2p import pair_groups
+from blitzplan.scale.scenarios import scenario_plan
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 SCENARIO = "small" if QUICK else "large"
@@ -151,24 +153,26 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     the process from the start to its threads' end."""
     job = plan.job
     arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
-    transport: Any = open_transport(
-        plan.transport, ctx, arena, run=job.run + "raw", out=job.out, into=job.into
-    )
+    if plan.transport == "nixl":
+        raw: Any = open_transport("nixl", ctx, arena, run=job.run + "raw", out=job.out, into=())
+    else:
+        raw = SimpleNamespace(arena=arena, groups=pair_groups(ctx, job.out, job.into))
     ctx.ready()
     cpu_s = -time.process_time()
     times: list[tuple[str, float]] = []
-    bodies = [functools.partial(_raw_send, ctx, transport, lane) for lane in job.out]
+    bodies = [functools.partial(_raw_send, ctx, raw, lane) for lane in job.out]
     if plan.transport == "nixl" and job.into:
-        bodies.append(functools.partial(_raw_notes, transport, job.into))
+        bodies.append(functools.partial(_raw_notes, raw, job.into))
     elif plan.transport == "torch":
-        bodies += [functools.partial(_raw_recv, ctx, transport, lane) for lane in job.into]
+        bodies += [functools.partial(_raw_recv, ctx, raw, lane) for lane in job.into]
     threads = [threading.Thread(target=_timed(b, times, ctx)) for b in bodies]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     cpu_s += time.process_time()
-    transport.close()
+    if plan.transport == "nixl":
+        raw.close()
     starts = [t for kind, t in times if kind == "send"]
     ends = [t for kind, t in times if kind == "recv"]
     return (min(starts, default=float("nan")), max(ends, default=float("nan")), cpu_s)

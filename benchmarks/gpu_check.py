@@ -24,11 +24,11 @@ from blitzplan import replan
 from blitzplan._table import format_table
 from blitzplan.compute import TableComputeModel
 from blitzplan.executor.program.runner import prepare, run_program
-from blitzplan.executor.program.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.probe import measured_compute
 from blitzplan.executor.serving.serve import live_violations, serve_live
 from blitzplan.executor.smallmodel.checkpoint import save_checkpoint
+from blitzplan.scale.scenarios import scenario_plan
 
 HEADERS = ["check", "transport", "backend", "processes", "bit-exact", "end |err| median ms", "s"]
 

@@ -4,11 +4,20 @@ the command runs) beside its predictions."""
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from blitzplan._table import format_table
 from blitzplan.errors import InvalidInputError
 
-__all__ = ["add_validate_command"]
+if TYPE_CHECKING:
+    from blitzplan.executor.program.outcome import ProgramRun
+    from blitzplan.models import ModelSpec
+
+__all__ = ["add_validate_command", "format_program_run", "program_summary"]
 
 
 _VALIDATE_HELP = "run a ScalePlan document for real (the executor) beside its predictions"
@@ -48,7 +57,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     require_torch()
     import tempfile
 
-    from blitzplan.executor.program.scenarios import write_scenario
+    from blitzplan.scale.export import program_json
+    from blitzplan.scale.scenarios import scenario_plan
 
     if bool(args.plan) == bool(args.program):
         raise InvalidInputError("give one of --plan FILE and --program SCENARIO")
@@ -60,14 +70,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             return _serve_live(args, weights)
         path = Path(args.plan) if args.plan else Path(args.plan_out or Path(tmp) / "plan.json")
         if args.program:
-            write_scenario(args.program, path, checkpoint=weights)
+            _, made = scenario_plan(args.program)
+            path.write_text(program_json(made))
+            _seeded(made.spec, weights)
         return _run_document(args, path, weights)
 
 
 def _run_document(args: argparse.Namespace, path: Path, weights: Path) -> int:
     import json
 
-    from blitzplan.executor.program.outcome import format_program_run
     from blitzplan.executor.program.runner import run_program
 
     run = run_program(
@@ -81,7 +92,7 @@ def _run_document(args: argparse.Namespace, path: Path, weights: Path) -> int:
         paced=not args.unpaced,
     )
     if args.json:
-        print(json.dumps({"document": str(path), **run.to_dict()}, indent=2))
+        print(json.dumps({"document": str(path), **program_summary(run)}, indent=2))
     else:
         print(f"transfer program of {path} (plan_id {run.plan_id[:12]})\n")
         print(format_program_run(run))
@@ -94,17 +105,15 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
     import json
     import statistics
 
-    from blitzplan.executor.program.outcome import format_program_run
     from blitzplan.executor.program.runner import prepare
-    from blitzplan.executor.program.scenarios import scenario_plan
     from blitzplan.executor.runtime.pool import Workers
     from blitzplan.executor.serving.probe import measured_compute
     from blitzplan.executor.serving.serve import live_violations, serve_live
-    from blitzplan.executor.smallmodel.checkpoint import MANIFEST, load_checkpoint, save_checkpoint
+    from blitzplan.executor.smallmodel.checkpoint import load_checkpoint
+    from blitzplan.scale.scenarios import scenario_plan
 
     state, made = scenario_plan("live")
-    if not (weights / MANIFEST).is_file():
-        save_checkpoint(made.spec, weights, seed=0)
+    _seeded(made.spec, weights)
     _, jobs = prepare(made.to_json(), weights, transport=args.transport)
     names = [f"rank{k}" for k in range(len(jobs) + 1)]
     with Workers(names, device=args.device, timeout_s=args.timeout) as pool:
@@ -126,7 +135,86 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
         "violations": list(live_violations(run)),
     }
     if args.json:
-        print(json.dumps({**run.transfer.to_dict(), "live": summary}, indent=2))
+        print(json.dumps({**program_summary(run.transfer), "live": summary}, indent=2))
     else:
         print(format_program_run(run.transfer), "\n", summary)
     return 0 if run.transfer.bit_exact and run.logits_match else 1
+
+
+def _seeded(spec: ModelSpec, weights: Path) -> None:
+    """Seeded weights of ``spec`` in ``weights`` unless it has them."""
+    from blitzplan.executor.smallmodel.checkpoint import MANIFEST, save_checkpoint
+
+    if not (weights / MANIFEST).is_file():
+        save_checkpoint(spec, weights, seed=0)
+
+
+def _finite(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _spread(errors: Iterable[float]) -> dict[str, float | None]:
+    """Median and worst absolute error (None when a time never came)."""
+    values = [abs(e) for e in errors]
+    if not values or not all(math.isfinite(v) for v in values):
+        return {"median": None, "worst": None}
+    return {"median": statistics.median(values), "worst": max(values)}
+
+
+def program_summary(run: ProgramRun) -> dict[str, Any]:
+    """A run in plain types for JSON (a time that never came is None)."""
+    ready = [m - p for i in run.instances for m, p in zip(i.ready_s, i.predicted_s, strict=True)]
+    return {
+        "plan_id": run.plan_id,
+        "transport": run.transport,
+        "plan_s": run.plan_s,
+        "wall_s": run.wall_s,
+        "processes": len(run.devices),
+        "bit_exact": run.bit_exact,
+        "moved_bytes": run.moved_bytes,
+        "duplicate_bytes": run.duplicate_bytes,
+        "errors_s": {
+            "start": _spread(run.errors_s("start")),
+            "end": _spread(run.errors_s("end")),
+            "ready": _spread(ready),
+        },
+        "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in run.steps],
+        "bit_exact_by_gpu": {
+            g: list(b) for inst in run.instances for g, b in inst.bit_exact.items()
+        },
+    }
+
+
+def _ms(value: float | None) -> str:
+    return f"{value * 1e3:.1f}" if value is not None and math.isfinite(value) else "-"
+
+
+def format_program_run(run: ProgramRun) -> str:
+    """Per step predicted vs measured start and end (ms; a replan's steps marked '), per new
+    instance its ready time and bit-exactness, then the median and worst errors."""
+    times = ("predicted_start_s", "start_s", "predicted_end_s", "end_s")
+    rows = [
+        [f"{s.id}" + "'" * s.program, s.kind, f"{s.source} -> {s.destination}", s.moved_bytes]
+        + [_ms(getattr(s, t)) for t in times]
+        for s in run.steps
+    ]
+    ready = [
+        [i.name, " ".join(i.gpus), _ms(max(i.predicted_s)), _ms(max(i.ready_s)), exact]
+        for i in run.instances
+        for exact in [all(all(b) for b in i.bit_exact.values())]
+    ]
+    headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
+    errors = [
+        f"{what:>5} error: median {_ms(e['median'])} ms, worst {_ms(e['worst'])} ms "
+        f"(plan {run.plan_s * 1e3:.1f} ms)"
+        for what, e in program_summary(run)["errors_s"].items()
+    ]
+    return "\n".join(
+        [
+            format_table(headers, rows),
+            format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
+            *errors,
+            f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
+            f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
+        ]
+    )

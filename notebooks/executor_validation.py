@@ -23,9 +23,9 @@ import importlib.util
 import statistics
 import tempfile
 
-from blitzplan.executor.program.outcome import format_program_run
+from blitzplan.validate_cli import format_program_run
 from blitzplan.executor.program.runner import prepare
-from blitzplan.executor.program.scenarios import scenario_plan
+from blitzplan.scale.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.probe import measured_compute
 from blitzplan.executor.serving.serve import live_violations, serve_live

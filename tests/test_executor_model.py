@@ -17,7 +17,6 @@ pytest.importorskip("safetensors")
 from blitzplan import InvalidInputError, load_model  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.executor.program.runner import run_program  # noqa: E402
-from blitzplan.executor.program.scenarios import scenario_plan  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
@@ -31,8 +30,9 @@ from blitzplan.executor.smallmodel.checkpoint import (  # noqa: E402
     save_checkpoint,
 )
 from blitzplan.models.layout import layout  # noqa: E402
+from blitzplan.scale.scenarios import scenario_plan, small_config  # noqa: E402
 
-TINY = m.small_config(
+TINY = small_config(
     num_layers=3,
     hidden_size=32,
     intermediate_size=64,
@@ -73,7 +73,7 @@ def test_units_flatten_to_exactly_the_spec_bytes(
 ) -> None:
     """Property: every unit packs to spec.unit_bytes()[u] bytes, and its TP1 rank buffer (as
     the executor moves it) reads back to itself."""
-    config = m.small_config(
+    config = small_config(
         num_layers=layers,
         hidden_size=4 * head_dim,
         intermediate_size=inter,

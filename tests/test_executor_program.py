@@ -41,16 +41,19 @@ from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa:
 from blitzplan.executor.program.jobs import held_bytes  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
-from blitzplan.executor.program.scenarios import scenario_plan, scenario_state  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, live_violations, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
-from blitzplan.executor.smallmodel.llama import small_config  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402
 from blitzplan.scale.export import program_json  # noqa: E402
+from blitzplan.scale.scenarios import (  # noqa: E402
+    scenario_plan,
+    scenario_state,
+    small_config,
+)
 
 PACKAGE = Path(blitzplan.__file__).parent
 HAVE_NIXL = pytest.importorskip("importlib").util.find_spec("nixl_cu12") is not None

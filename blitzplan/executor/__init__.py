@@ -2,7 +2,7 @@
 ``nixl`` for the NIXL transport; importing it without torch raises SolverUnavailableError).
 
 Its parts: :mod:`.program` (a document's transfer program run from its JSON alone, a replan
-taking over, built-in scenarios), :mod:`.transports` (``torch``: gloo, NCCL; ``nixl``: one-sided
+taking over), :mod:`.transports` (``torch``: gloo, NCCL; ``nixl``: one-sided
 WRITEs), :mod:`.runtime` (worker processes, failures, injected faults), :mod:`.serving` (a
 document's live pair served by the relay state machine) and :mod:`.smallmodel` (the small
 Llama-style model and its checkpoints).

@@ -1,8 +1,9 @@
-"""Which bytes of a device's buffers are there since when, and waiting for them.
+"""Which bytes of a device's buffers are there since when.
 
 :class:`Coverage`: one unit's present byte ranges with their arrival times, disjoint and sorted
-(overlaps count as duplicate bytes). :class:`ByteStore`: one Coverage per unit under one condition
-variable; a failure in any thread wakes every waiter with it.
+(overlaps count as duplicate bytes). :class:`ByteStore`: one Coverage per unit, written by the
+device's loop; another thread (live serving's compute) may wait for a whole unit, or the loop's
+failure.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import bisect
 import itertools
 import math
 import threading
-import time
 from collections.abc import Sequence
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
@@ -90,46 +90,36 @@ class Coverage:
 
 
 class ByteStore:
-    """A device's Coverage of every unit (``sizes`` bytes each) and the first failure of its
-    threads, raised to every waiter."""
+    """A device's Coverage of every unit (``sizes`` bytes each) and its loop's failure."""
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.coverage = [Coverage(n) for n in sizes]
+        self.whole = [threading.Event() for _ in sizes]
         self.error: TransferError | None = None
-        self._cond = threading.Condition()
 
     def fail(self, error: TransferError) -> None:
-        with self._cond:
-            if self.error is None:
-                self.error = error
-            self._cond.notify_all()
+        """Keep the first failure and wake every waiter with it."""
+        self.error = self.error or error
+        for event in self.whole:
+            event.set()
 
     def arrived(self, unit: int, lo: int, hi: int, at_s: float) -> bool:
         """Bytes ``[lo, hi)`` of ``unit`` are here; True when that completes the unit."""
-        with self._cond:
-            done = self.coverage[unit].add(lo, hi, at_s)
-            self._cond.notify_all()
-            return done
+        done = self.coverage[unit].add(lo, hi, at_s)
+        if done:
+            self.whole[unit].set()
+        return done
 
     def since(self, unit: int, lo: int, hi: int) -> float | None:
         """When bytes ``[lo, hi)`` of ``unit`` were all here (None while one is missing)."""
-        with self._cond:
-            return self.coverage[unit].since(lo, hi)
+        return self.coverage[unit].since(lo, hi)
 
-    def wait_range(self, unit: int, lo: int, hi: int, timeout_s: float) -> float:
-        """When bytes ``[lo, hi)`` of ``unit`` were all here; waits for them, raising the
-        store's failure or, after ``timeout_s``, a timeout naming the bytes."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while (since := self.coverage[unit].since(lo, hi)) is None:
-                if self.error is not None:
-                    raise self.error
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    message = f"timed out waiting for bytes [{lo}, {hi}) of unit {unit}"
-                    raise TransferError(Failure(message, unit))
-                self._cond.wait(left)
-            return since
+    def wait_unit(self, unit: int, timeout_s: float) -> None:
+        """Wait until every byte of ``unit`` is here; raise the loop's failure or a timeout."""
+        if not self.whole[unit].wait(timeout_s):
+            raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
+        if self.coverage[unit].complete_s is None and self.error is not None:
+            raise self.error
 
     def complete_s(self, unit: int) -> float:
         done = self.coverage[unit].complete_s

@@ -1,4 +1,4 @@
-"""What a run measured beside what its documents predicted, and a table of it.
+"""What a run measured beside what its documents predicted.
 
 Times are seconds from the run's start. A step's measured start is its first byte out, its end
 its last byte in; a unit is ready on a new instance when every byte of it is on every GPU.
@@ -7,12 +7,10 @@ its last byte in; a unit is ready on a new instance when every byte of it is on 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from blitzplan._table import format_table
 from blitzplan.executor.program.devices import checked_gpus
 
 if TYPE_CHECKING:
@@ -84,43 +82,6 @@ class ProgramRun:
         per step in ``steps`` order."""
         return [getattr(s, f"{time}_s") - getattr(s, f"predicted_{time}_s") for s in self.steps]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types for JSON (a time that never came is None)."""
-        ready = [
-            m - p for i in self.instances for m, p in zip(i.ready_s, i.predicted_s, strict=True)
-        ]
-        return {
-            "plan_id": self.plan_id,
-            "transport": self.transport,
-            "plan_s": self.plan_s,
-            "wall_s": self.wall_s,
-            "processes": len(self.devices),
-            "bit_exact": self.bit_exact,
-            "moved_bytes": self.moved_bytes,
-            "duplicate_bytes": self.duplicate_bytes,
-            "errors_s": {
-                "start": _spread(self.errors_s("start")),
-                "end": _spread(self.errors_s("end")),
-                "ready": _spread(ready),
-            },
-            "steps": [{k: _finite(v) for k, v in vars(s).items()} for s in self.steps],
-            "bit_exact_by_gpu": {
-                g: list(b) for inst in self.instances for g, b in inst.bit_exact.items()
-            },
-        }
-
-
-def _finite(value: object) -> object:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _spread(errors: Iterable[float]) -> dict[str, float | None]:
-    """Median and worst absolute error (None when a time never came)."""
-    values = [abs(e) for e in errors]
-    if not values or not all(math.isfinite(v) for v in values):
-        return {"median": None, "worst": None}
-    return {"median": statistics.median(values), "worst": max(values)}
-
 
 def summarize(
     parts: list[Stage], devices: Sequence[str], reports: Mapping[int, DeviceReport], transport: str
@@ -167,39 +128,4 @@ def summarize(
         instances,
         duplicates,
         sum(r.cpu_s for r in reports.values()),
-    )
-
-
-def _ms(value: float | None) -> str:
-    return f"{value * 1e3:.1f}" if value is not None and math.isfinite(value) else "-"
-
-
-def format_program_run(run: ProgramRun) -> str:
-    """Per step predicted vs measured start and end (ms; a replan's steps marked '), per new
-    instance its ready time and bit-exactness, then the median and worst errors."""
-    times = ("predicted_start_s", "start_s", "predicted_end_s", "end_s")
-    rows = [
-        [f"{s.id}" + "'" * s.program, s.kind, f"{s.source} -> {s.destination}", s.moved_bytes]
-        + [_ms(getattr(s, t)) for t in times]
-        for s in run.steps
-    ]
-    ready = [
-        [i.name, " ".join(i.gpus), _ms(max(i.predicted_s)), _ms(max(i.ready_s)), exact]
-        for i in run.instances
-        for exact in [all(all(b) for b in i.bit_exact.values())]
-    ]
-    headers = ["step", "kind", "route", "bytes", "start ms", "measured", "end ms", "measured"]
-    errors = [
-        f"{what:>5} error: median {_ms(e['median'])} ms, worst {_ms(e['worst'])} ms "
-        f"(plan {run.plan_s * 1e3:.1f} ms)"
-        for what, e in run.to_dict()["errors_s"].items()
-    ]
-    return "\n".join(
-        [
-            format_table(headers, rows),
-            format_table(["instance", "gpus", "ready ms", "measured", "bit-exact"], ready),
-            *errors,
-            f"{len(run.devices)} processes over {run.transport}, {run.moved_bytes} bytes moved, "
-            f"{run.duplicate_bytes} received twice, bit-exact: {run.bit_exact}",
-        ]
     )

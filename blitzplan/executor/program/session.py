@@ -1,22 +1,23 @@
-"""One device's part of a run: fill its arena, stream its lanes over the transport, check.
+"""One device's part of a run: fill its arena, run its one loop over the transport, check.
 
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
-transport. After it, receivers hand over chunks as they land, and one thread per outgoing lane
-writes its chunks in order, each once its bytes are here, no faster than its step's pace (``chunk
-/ pace`` seconds a chunk) and not before the step's gate (``not_before_s``, the ends of the steps
-in ``after`` and, for store-and-forward, of every step feeding it), a write (its lane's chunks
-that move as one message) once its last chunk may go; ``WINDOW`` writes stay in flight, and a
-thread about to wait first sees its writes out. A device reports
-``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new
-GPU then compares every unit with its rank buffer.
+transport. After it, one loop (one thread) does everything: it polls the transport for writes
+that have left and chunks that have landed, then posts on each outgoing lane every write that
+may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
+chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
+before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for
+store-and-forward, of every step feeding it. With nothing to do it waits in the poll, backing
+off from the transport's ``poll_s`` to its ``idle_s`` (never past the next write due); with nothing
+due and nothing heard for the transfer timeout, the oldest open transfer is named. A device
+reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault
+fires; a new GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
 
-import functools
+import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +30,10 @@ from blitzplan.executor.program.devices import DeviceJob, SendStep
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
-from blitzplan.executor.transports import Chunk, Handle, Lane, open_transport
+from blitzplan.executor.transports import Chunk, Write, open_transport
 from blitzplan.models.layout import Layout, layout
 
-WINDOW = 4
+WINDOW = 8
 """Writes a lane keeps in flight."""
 
 
@@ -41,7 +42,7 @@ class DeviceReport:
     """What a device measured, times from the shared start: per sent step its first byte out and
     its end, per received step its last byte in and its bytes; per unit when it was complete
     (nan: never), per checked unit whether it is bit-exact; bytes that came twice; the CPU
-    seconds of its process (every thread) from the start to its threads' end."""
+    seconds of its process from the start to its loop's end."""
 
     rank: int
     received_bytes: dict[int, int]
@@ -55,20 +56,24 @@ class DeviceReport:
 
 
 class ProgramSession:
-    """One device's arena, byte store, transport and threads for one run."""
+    """One device's arena, byte store and transport for one run; ``live``: it tells the parent
+    each unit as it completes (a ``unit`` event: live serving's coordinator computes on it)."""
 
-    def __init__(self, ctx: RankContext, job: DeviceJob) -> None:
-        self.ctx, self.job = ctx, job
+    def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
+        self.ctx, self.job, self.live = ctx, job, live
         self.target = layout(job.spec, job.tp)
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self.store = ByteStore(job.sizes)
         self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
         self._left = dict(job.received)
         self._unsent = {key: step.chunks for key, step in job.sends.items()}
-        self._done = {key: threading.Event() for key in (*job.sends, *job.received)}
         self._seen: set[tuple[int, int]] = set()
-        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._free_s: dict[int, float] = {}
+        """Per step begun: when its last posted chunk was due (the next is due after it)."""
+        self._peer = {c.step: lane.peer for lane in job.out for c in lane.chunks}
+        self._flying = {lane.peer: 0 for lane in job.out}
+        self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
         self._fill()
         self.transport = open_transport(
@@ -113,24 +118,107 @@ class ProgramSession:
 
     @property
     def wait_s(self) -> float:
-        """How long a thread waits on this device's own bytes or steps: twice the transfer
-        timeout, so that a stalled peer is named by the transfer that times out first."""
+        """How long another thread waits on this device's bytes: twice the transfer timeout, so
+        that a stalled peer is named by the transfer that times out first."""
         return 2 * self.ctx.timeout_s
 
-    def start(self) -> None:
-        """Start the receivers and a thread per outgoing lane (units complete before the start
-        are reported first)."""
+    def run(self) -> None:
+        """The device's loop (module docstring), until every write has left and every chunk
+        has landed; live, units complete before the start are reported first."""
         self.measured.cpu_s = -time.process_time()
         for unit in range(len(self.job.sizes)):
-            if self.job.check and self.store.coverage[unit].complete_s is not None:
+            if self.live and self.store.coverage[unit].complete_s is not None:
                 self.ctx.emit("unit", (unit, 0.0))
-        for k, body in enumerate(self.transport.receivers(self.job.into, self._landed)):
-            self.spawn(body, f"receive-{k}")
+        heard, pause = time.monotonic(), 0.0
+        while any(self._left.values()) or any(self._unsent.values()):
+            sent, landed = self.transport.poll(pause)
+            for write in sent:
+                self._sent(write)
+            for chunk in landed:
+                self._landed(chunk)
+            posted, due_s = self._post_ready()
+            if sent or landed or posted:
+                heard, pause = time.monotonic(), 0.0
+                continue
+            if due_s < math.inf:
+                heard = time.monotonic()
+            elif time.monotonic() - heard > self.ctx.timeout_s:
+                raise self.transport.stalled()
+            longest = min(self.transport.idle_s, due_s - self.ctx.now())
+            pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
+        self.measured.cpu_s += time.process_time()
+
+    def _post_ready(self) -> tuple[bool, float]:
+        """Post every write that may go now; whether one did, and when the next one is due
+        (inf: it waits for bytes or steps, or its lane's window is full)."""
+        posted, due_s = False, math.inf
         for lane in self.job.out:
-            self.spawn(functools.partial(self._send, lane), f"send-rank{lane.peer}")
+            while self._flying[lane.peer] < WINDOW and self._next[lane.peer] < len(lane.writes):
+                write = lane.writes[self._next[lane.peer]]
+                at_s = self._due_s(write)
+                if at_s > self.ctx.now():
+                    due_s = min(due_s, at_s)
+                    break
+                for chunk in write:
+                    self._at(chunk)
+                self._free_s[write[0].step] = at_s
+                self.transport.post(lane.peer, write)
+                self._flying[lane.peer] += 1
+                self._next[lane.peer] += 1
+                posted = True
+        return posted, due_s
+
+    def _due_s(self, write: Write) -> float:
+        """When the write may go: after its step's gate, its bytes and its pace (inf: a step it
+        waits for has not ended, or a byte is not here); the step's first write starts it."""
+        key = write[0].step
+        step = self.job.sends[key]
+        at_s = self._free_s.get(key)
+        if at_s is None:
+            at_s = self._gate_s(step)
+        for chunk in write:
+            if chunk.held is not None:
+                ready = self.store.since(chunk.unit, chunk.held, chunk.held + chunk.nbytes)
+                at_s = max(at_s, math.inf if ready is None else ready)
+            if at_s < math.inf:
+                self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
+            if step.pace_bytes_per_s is not None:
+                at_s += chunk.nbytes / step.pace_bytes_per_s
+        return at_s
+
+    def _gate_s(self, step: SendStep) -> float:
+        """When the step may start (module docstring; inf until every step it waits for ended)."""
+        ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
+        ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
+        return max([step.not_before_s, *ends])
+
+    def _at(self, chunk: Chunk) -> None:
+        """Report the first chunk of each unit of each step, and fire a fault there."""
+        if (chunk.step, chunk.unit) not in self._seen:
+            self._seen.add((chunk.step, chunk.unit))
+            self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
+
+    def _sent(self, write: Write) -> None:
+        key = write[0].step
+        self._flying[self._peer[key]] -= 1
+        self._count(self._unsent, key, len(write), self.measured.sent_end_s)
+
+    def _landed(self, chunk: Chunk) -> None:
+        self._at(chunk)
+        if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, self.ctx.now()) and self.live:
+            self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
+        self.measured.received_bytes[chunk.step] += chunk.nbytes
+        self._count(self._left, chunk.step, 1, self.measured.received_end_s)
+
+    def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
+        """``done`` more chunks of step ``key``: at its last, its end is now."""
+        left[key] -= done
+        if left[key] == 0:
+            ends[key] = self.ctx.now()
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
-        """Run ``body`` in a daemon thread of this device; its failure stops the device."""
+        """Run ``body`` in a daemon thread of this device (live serving runs the loop beside its
+        compute); its failure stops the device."""
 
         def run() -> None:
             try:
@@ -143,95 +231,14 @@ class ProgramSession:
         self._threads.append(threading.Thread(target=run, name=name, daemon=True))
         self._threads[-1].start()
 
-    def _at(self, chunk: Chunk) -> None:
-        """Report the first chunk of each unit of each step, and fire a fault there."""
-        if (chunk.step, chunk.unit) not in self._seen:
-            self._seen.add((chunk.step, chunk.unit))
-            self.ctx.emit("at", (chunk.unit, chunk.step, (chunk.lo, chunk.hi)))
-            self.ctx.maybe_fail(chunk.unit)
-
-    def _landed(self, chunk: Chunk) -> None:
-        now, key = self.ctx.now(), chunk.step
-        with self._lock:
-            self._at(chunk)
-            if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, now) and self.job.check:
-                self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
-            self.measured.received_bytes[key] += chunk.nbytes
-            self._count(self._left, key, 1, self.measured.received_end_s)
-
-    def _gate_s(self, step: SendStep) -> float:
-        """When the step may start (module docstring); every step it waits for is here."""
-        gate = step.not_before_s
-        for prior in (*step.after, *step.waits_for):
-            if not self._done[prior].wait(self.wait_s):
-                raise TransferError(Failure(f"a step waited too long for step {prior}"))
-            ends = self.measured.sent_end_s if prior in step.after else self.measured.received_end_s
-            gate = max(gate, ends[prior])
-        self.ctx.sleep_until(gate)
-        return gate
-
-    def _send(self, lane: Lane) -> None:
-        ctx, sends = self.ctx, self.job.sends
-        flying: deque[Handle] = deque()
-        free_s: dict[int, float] = {}
-        for write in lane.writes:
-            key = write[0].step
-            step = sends[key]
-            if key not in free_s:
-                self._settle(flying, 0)
-                free_s[key] = self._gate_s(step)
-            for chunk in write:
-                self._at(chunk)
-                at_s = max(free_s[key], self._ready_s(chunk, flying))
-                self.measured.sent_start_s.setdefault(key, max(at_s, ctx.now()))
-                if step.pace_bytes_per_s is not None:
-                    at_s += chunk.nbytes / step.pace_bytes_per_s
-                    if at_s > ctx.now():
-                        self._settle(flying, 0)
-                        ctx.sleep_until(at_s)
-                free_s[key] = at_s
-            flying.append(self.transport.write(lane.peer, write))
-            self._settle(flying, WINDOW)
-        self._settle(flying, 0)
-
-    def _ready_s(self, chunk: Chunk, flying: deque[Handle]) -> float:
-        """When the chunk's bytes were here (0: packed before the start); waits for them, first
-        seeing this lane's writes out."""
-        if chunk.held is None:
-            return 0.0
-        span = (chunk.unit, chunk.held, chunk.held + chunk.nbytes)
-        if (ready_s := self.store.since(*span)) is None:
-            self._settle(flying, 0)
-            ready_s = self.store.wait_range(*span, self.wait_s)
-        return ready_s
-
-    def _settle(self, flying: deque[Handle], keep: int) -> None:
-        """See writes out until ``keep`` are in flight; a step's end is its last write's."""
-        while len(flying) > keep:
-            handle = flying.popleft()
-            self.transport.wait(handle)
-            chunks = handle[2]
-            self._count(self._unsent, chunks[0].step, len(chunks), self.measured.sent_end_s)
-
-    def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
-        """``done`` more chunks of step ``key``: at its last, its end is now."""
-        left[key] -= done
-        if left[key] == 0:
-            ends[key] = self.ctx.now()
-            self._done[key].set()
-
     def join(self) -> None:
-        """Wait for every thread; raise the first failure of this device."""
-        try:
-            for thread in self._threads:
-                while thread.is_alive() and self.store.error is None:
-                    thread.join(0.05)
-            if self.store.error is not None:
-                raise self.store.error
-            self.measured.cpu_s += time.process_time()
-        finally:
-            if self.store.error is None:
-                self.transport.close()
+        """Wait for every thread; raise the first failure of this device, else close."""
+        for thread in self._threads:
+            while thread.is_alive() and self.store.error is None:
+                thread.join(0.05)
+        if self.store.error is not None:
+            raise self.store.error
+        self.transport.close()
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
@@ -249,6 +256,6 @@ def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:
     """A worker's part of a run: fill, wait for the shared start, stream, check."""
     session = ProgramSession(ctx, job)
     ctx.ready()
-    session.start()
-    session.join()
+    session.run()
+    session.transport.close()
     return session.report()

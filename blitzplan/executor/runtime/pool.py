@@ -56,8 +56,6 @@ class Workers:
         self.backend = check_device(device, len(labels))
         self.timeout_s, self.labels = float(timeout_s), list(labels)
         self.num_layers: int | None = None
-        self._at: dict[int, tuple[int | None, int | None, tuple[int, int] | None]] = {}
-        """Each rank's last unit, step and chunk (its ``at`` and ``unit`` events)."""
         self._pending: deque[Event] = deque()
         self._results: dict[int, Any] = {}
         self._closed = False
@@ -67,11 +65,16 @@ class Workers:
         self._procs: list[Any] = []
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["__main__", worker_main.__module__])
+        self._where: Any = context.Array("q", [-1] * (4 * len(labels)), lock=False)
+        """Per rank its last unit, step and chunk ``[lo, hi)`` (-1: none), written by the rank
+        in shared memory (:meth:`RankContext.at`): still there when it dies."""
         try:
             for rank in range(len(labels)):
                 boot = Boot(rank, len(labels), self._store.port, device, self.backend, timeout_s)
                 ours, theirs = context.Pipe()
-                proc = context.Process(target=worker_main, args=(boot, theirs), daemon=True)
+                proc = context.Process(
+                    target=worker_main, args=(boot, theirs, self._where), daemon=True
+                )
                 proc.start()
                 theirs.close()  # only the worker holds its end: EOF when it exits
                 self._procs.append(proc)
@@ -106,7 +109,8 @@ class Workers:
         ):
             raise InvalidInputError(f"fault {fault} names no job's rank or no unit of the model")
         self.labels[: len(labels)] = labels
-        self.num_layers, self._at = num_layers, {}
+        self.num_layers = num_layers
+        self._where[:] = [-1] * len(self._where)
         for rank, (job, payload) in jobs.items():
             self._results.pop(rank, None)
             self.tell(rank, (job, payload, fault, num_layers))
@@ -156,11 +160,6 @@ class Workers:
             self._fail(None, event)
         elif event.kind == "result":
             self._results[event.rank] = event.data
-        elif event.kind == "at":  # (unit, step, chunk), or a unit the old instance has
-            data = event.data if isinstance(event.data, tuple) else (event.data, None, None)
-            self._at[event.rank] = data
-        elif event.kind == "unit":  # (unit, at_s): complete, so the rank is past it
-            self._at[event.rank] = (event.data[0] + 1, None, None)
         return event
 
     def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
@@ -204,7 +203,7 @@ class Workers:
 
     def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
         """The error naming ``rank`` and its last unit, step and chunk, else the failure's."""
-        unit, step, chunk = self._at.get(rank, (None, None, None))
+        unit, step, chunk = self._last(rank)
         if failure is not None and failure.peer in (rank, None) and (step is None or unit is None):
             unit, step, chunk = failure.layer, failure.step, failure.chunk
         if unit is not None and self.num_layers is not None:
@@ -214,9 +213,15 @@ class Workers:
         label = self.labels[rank]
         return RankFailedError(message, rank=rank, label=label, layer=unit, step=step, chunk=chunk)
 
+    def _last(self, rank: int) -> tuple[int | None, int | None, tuple[int, int] | None]:
+        """The rank's last unit, step and chunk (None where it said none)."""
+        unit, step, lo, hi = self._where[4 * rank : 4 * rank + 4]
+        known = [None if v < 0 else v for v in (unit, step)]
+        return known[0], known[1], None if lo < 0 else (lo, hi)
+
     def fail_stalled(self, ranks: Sequence[int]) -> None:
         """End every process and raise for the one of ``ranks`` (silent) that got least far."""
-        slowest = min(ranks, key=lambda r: (self._at.get(r, (-1,))[0] or -1, r))
+        slowest = min(ranks, key=lambda r: (self._where[4 * r], r))
         names = ", ".join(str(r) for r in ranks)
         said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
         error = self._error(slowest, "stalled", said, None)

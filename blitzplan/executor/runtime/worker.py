@@ -63,7 +63,7 @@ class Boot:
 class RankContext:
     """A worker's view of the run: its rank, its devices, the clock, messages and transfers."""
 
-    def __init__(self, boot: Boot, conn: Connection) -> None:
+    def __init__(self, boot: Boot, conn: Connection, where: Any = None) -> None:
         self.rank, self.backend, self.timeout_s = boot.rank, boot.backend, boot.timeout_s
         count = torch.cuda.device_count() if boot.device == "cuda" else 0
         self.device = torch.device(f"cuda:{boot.rank % count}" if count else "cpu")
@@ -74,7 +74,7 @@ class RankContext:
         self.fault: InjectedFault | None = None
         self.num_layers: int | None = None
         self.t0 = time.monotonic()
-        self._conn, self._lock = conn, threading.Lock()
+        self._conn, self._lock, self._where = conn, threading.Lock(), where
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Tell the parent now, from whichever thread has it."""
@@ -85,6 +85,17 @@ class RankContext:
                 self._conn.send_bytes(pickle.dumps(Event(self.rank, kind, data)))
             except OSError:
                 os._exit(1)  # the parent has gone
+
+    def at(self, unit: int, step: int = -1, chunk: tuple[int, int] = (-1, -1)) -> None:
+        """Where this rank is: ``unit`` (of ``step``, bytes ``chunk``), in the parent's shared
+        memory (a failure names it; no message, no syscall); the job's injected fault for
+        ``unit`` fires here (on the calling thread)."""
+        if self._where is not None:
+            self._where[4 * self.rank : 4 * self.rank + 4] = [unit, step, *chunk]
+        fault = self.fault
+        if fault is not None and fault.rank == self.rank and fault.layer == unit:
+            kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
+            signal.pthread_kill(threading.get_ident(), kind)
 
     def command(self) -> Any:
         """The next message from the parent; the parent's death (or close) ends the process."""
@@ -117,13 +128,6 @@ class RankContext:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def maybe_fail(self, layer: int) -> None:
-        """Apply this job's injected fault when it is for ``layer`` (to the calling thread)."""
-        fault = self.fault
-        if fault is not None and fault.rank == self.rank and fault.layer == layer:
-            kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
-            signal.pthread_kill(threading.get_ident(), kind)
-
     def wait(self, work: Any, what: str, where: Failure) -> None:
         """Wait for a posted transfer within the timeout, else raise TransferError at ``where``."""
         try:
@@ -137,17 +141,20 @@ class RankContext:
             else:
                 work.wait(timeout=timedelta(seconds=self.timeout_s))
         except RuntimeError as exc:
-            text = str(exc)
-            if "Timed out" in text:
-                message = f"timed out after {self.timeout_s:g} s {what}"
-            elif "closed" in text or "reset" in text.lower():
-                message = f"lost the connection {what}"
-            else:
-                message = f"{what} failed: {text.splitlines()[0][:200]}"
+            message = self.failure_message(exc, what)
             raise TransferError(replace(where, message=message)) from None
 
+    def failure_message(self, exc: Exception, what: str) -> str:
+        """What a failed torch.distributed transfer (``what``: ``sending ... to rank 3``) says."""
+        text = str(exc)
+        if "Timed out" in text:
+            return f"timed out after {self.timeout_s:g} s {what}"
+        if "closed" in text or "reset" in text.lower():
+            return f"lost the connection {what}"
+        return f"{what} failed: {text.splitlines()[0][:200]}"
 
-def worker_main(boot: Boot, conn: Connection) -> None:
+
+def worker_main(boot: Boot, conn: Connection, where: Any) -> None:
     """A worker process: join the group, then run jobs until told to stop."""
     with contextlib.suppress(OSError):  # gloo on the loopback interface: this host only
         names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
@@ -155,7 +162,7 @@ def worker_main(boot: Boot, conn: Connection) -> None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
     torch.set_num_threads(1)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    ctx = RankContext(boot, conn)
+    ctx = RankContext(boot, conn, where)
     timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
     try:
         if ctx.device.type == "cuda":

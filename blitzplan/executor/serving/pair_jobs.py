@@ -63,7 +63,7 @@ class _NewInstance:
 
     def __init__(self, ctx: RankContext, plan: PairPlan, transfer: DeviceJob) -> None:
         self.ctx, self.plan, self.dims = ctx, plan, model_dims(transfer.spec)
-        self.session = ProgramSession(ctx, transfer)
+        self.session = ProgramSession(ctx, transfer, live=True)
         longest = max(len(p) for p in plan.prompts)
         self.rope = rope_tables(self.dims, max_positions=longest, device=ctx.device)
         self.units: dict[int, Weights] = {}
@@ -75,7 +75,7 @@ class _NewInstance:
         """The unit's tensors once the program has brought every byte of it (or its failure)."""
         if unit not in self.units:
             session = self.session
-            session.store.wait_range(unit, 0, session.job.sizes[unit], session.wait_s)
+            session.store.wait_unit(unit, session.wait_s)
             buffer = session.buffer(unit)
             self.units[unit] = unit_from_buffer(self.dims, unit, buffer, self.ctx.device)
         return self.units[unit]
@@ -141,7 +141,7 @@ def new_instance_job(ctx: RankContext, plan: PairPlan) -> DeviceReport:
     instance = _NewInstance(ctx, plan, plan.transfer)
     ctx.ready()
     session = instance.session
-    session.start()
+    session.spawn(session.run, "program")
     session.spawn(instance.route, "route")
     session.spawn(instance.send_loop, "send-activations")
     while (item := instance.next_run()) is not None:
@@ -159,8 +159,7 @@ def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...
     units = []
     for u in range(dims.spec.num_units):
         units.append({k: t.to(ctx.device) for k, t in load_unit(plan.checkpoint, u).items()})
-        ctx.emit("at", u)
-        ctx.maybe_fail(u)  # it has unit u (see InjectedFault)
+        ctx.at(u)  # it has unit u (see InjectedFault)
     longest = max(len(p) for p in plan.prompts)
     rope = rope_tables(dims, max_positions=longest, device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in plan.prompts]
@@ -168,7 +167,7 @@ def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...
     ctx.ready()
     while (message := ctx.command())[0] == "run":
         _, batch, first = message
-        ctx.emit("at", first)
+        ctx.at(first)
         hidden = None
         if first > 1:
             shape = (len(prompts[batch]), dims.hidden)

@@ -82,33 +82,6 @@ def model_dims(spec: ModelSpec) -> Dims:
     )
 
 
-def small_config(
-    *,
-    num_layers: int = 8,
-    hidden_size: int = 256,
-    intermediate_size: int = 768,
-    num_attention_heads: int = 8,
-    num_key_value_heads: int = 2,
-    vocab_size: int = 1024,
-    torch_dtype: str = "float32",
-) -> dict[str, object]:
-    """A Hugging Face style config.json dict of a small Llama (no weights are downloaded)."""
-    return {
-        "model_type": "llama",
-        "_name_or_path": "blitzplan-executor-llama",
-        "hidden_size": hidden_size,
-        "intermediate_size": intermediate_size,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": num_attention_heads,
-        "num_key_value_heads": num_key_value_heads,
-        "vocab_size": vocab_size,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10_000.0,
-        "tie_word_embeddings": False,
-        "torch_dtype": torch_dtype,
-    }
-
-
 def short_name(name: str) -> str:
     """``model.layers.3.mlp.up_proj.weight`` -> ``mlp.up_proj.weight``."""
     return re.sub(r"^model\.(layers\.\d+\.)?", "", name)

@@ -1,20 +1,20 @@
-"""Transports: how one chunk of one step moves from the source's arena into the destination's.
+"""Transports: how the chunks of one step move from the source's arena into the destination's.
 
 Both ends of a pair of devices know every chunk between them in advance, in one order, and which
-chunks move together as one message (their :class:`Lane`'s writes). A sender calls
-:meth:`Transport.write` with one write (a handle back at once; :meth:`Transport.wait` returns once
-its chunks have left); a receiver runs the bodies :meth:`Transport.receivers` gives, each calling
-``landed(chunk)``. The rest is the runner's
+chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
+:meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
+writes that have left and the chunks that have landed (waiting up to ``wait_s`` for something
+when nothing has). Nothing else blocks; the rest is the runner's
 (DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
-the chunk.
+the chunk; :meth:`Transport.stalled` names the oldest transfer still open.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from blitzplan.errors import InvalidInputError, SolverUnavailableError
 from blitzplan.executor.runtime.failures import Failure
@@ -22,6 +22,7 @@ from blitzplan.executor.runtime.failures import Failure
 if TYPE_CHECKING:
     import torch
 
+    from blitzplan.executor.runtime.failures import TransferError
     from blitzplan.executor.runtime.worker import RankContext
 
 TRANSPORTS: dict[str, str] = {
@@ -55,33 +56,36 @@ class Chunk:
         return Failure(message, self.unit, peer, self.step, (self.lo, self.hi))
 
 
+Write = tuple[Chunk, ...]
+"""Chunks of one step that move as one message."""
+
+
 @dataclass(frozen=True)
 class Lane:
-    """Every chunk between this device and ``peer`` in one direction as ``writes``: each one
-    step's chunks that move as one message, in the order both ends send and receive them."""
+    """Every chunk between this device and ``peer`` in one direction as ``writes``, in the order
+    both ends send and receive them."""
 
     peer: int
-    writes: tuple[tuple[Chunk, ...], ...]
+    writes: tuple[Write, ...]
 
     @property
     def chunks(self) -> tuple[Chunk, ...]:
         return tuple(chunk for write in self.writes for chunk in write)
 
 
-Handle = tuple[Any, int, tuple["Chunk", ...]]
-"""A write in flight: the transport's own handle, the peer and the chunks."""
-
-
 class Transport(Protocol):
-    """What the program runner asks of a transport (see the module docstring)."""
+    """What the program runner asks of a transport (see the module docstring). An idle loop's
+    polls wait ``poll_s`` first, then twice as long each time up to ``idle_s`` (a transport that
+    moves bytes only while polled keeps both short)."""
 
-    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle: ...
+    poll_s: float
+    idle_s: float
 
-    def wait(self, handle: Handle) -> None: ...
+    def post(self, peer: int, write: Write) -> None: ...
 
-    def receivers(
-        self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
-    ) -> list[Callable[[], None]]: ...
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]: ...
+
+    def stalled(self) -> TransferError: ...
 
     def close(self) -> None: ...
 
@@ -114,7 +118,7 @@ def open_transport(
     if name == "nixl":
         from blitzplan.executor.transports.nixl_write import NixlTransport
 
-        return NixlTransport(ctx, arena, run=run, out=out)
+        return NixlTransport(ctx, arena, run=run, out=out, into=into)
     from blitzplan.executor.transports.torch_p2p import TorchTransport
 
     return TorchTransport(ctx, arena, out=out, into=into)

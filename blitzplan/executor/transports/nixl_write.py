@@ -1,11 +1,10 @@
 """The ``nixl`` transport: one one-sided NIXL WRITE per write, its notification naming its chunks.
 
-Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; the waits
+Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; polls
 drive progress) or metadata listener (it binds every interface), registers its arena (DRAM or
 VRAM) and publishes its metadata in the group's TCPStore. A sender prepares every chunk's
 descriptors per lane before the start; a write is one prepared WRITE with the notification
-``b"<step>:<dst>"`` per chunk, joined by ``;``. A receiver polls its notifications in one thread,
-backing off from ``POLL_S[0]`` to ``POLL_S[1]``. UCX stays on loopback (and TCP on the CPU)
+``b"<step>:<dst>"`` per chunk, joined by ``;``. UCX stays on loopback (and TCP on the CPU)
 unless ``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise; ``add_remote_agent``'s bytes are decoded.
 """
 
@@ -14,19 +13,17 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from blitzplan.executor.runtime.failures import TransferError, unit_name
-from blitzplan.executor.transports import Chunk, Handle, Lane
+from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
+from blitzplan.executor.transports import Chunk, Lane, Write
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
-
-POLL_S = (2e-5, 5e-4)
-"""Waits poll NIXL from every 20 us, backing off to every half millisecond."""
 
 
 def loopback_ucx(device: str) -> None:
@@ -45,8 +42,17 @@ def _note(chunk: Chunk) -> bytes:
 class NixlTransport:
     """One device's end of a NIXL run (see the module docstring)."""
 
+    poll_s, idle_s = 2e-5, 1e-3
+    """Polls drive NIXL's progress: from 20 us apart to one a millisecond."""
+
     def __init__(
-        self, ctx: RankContext, arena: torch.Tensor, *, run: str, out: Sequence[Lane]
+        self,
+        ctx: RankContext,
+        arena: torch.Tensor,
+        *,
+        run: str,
+        out: Sequence[Lane],
+        into: Sequence[Lane],
     ) -> None:
         loopback_ucx(ctx.device.type)
         from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
@@ -62,7 +68,7 @@ class NixlTransport:
         self.memory = "VRAM" if arena.device.type == "cuda" else "DRAM"
         gpu, base = arena.device.index or 0, arena.data_ptr()
         self.registered = self.agent.register_memory([(base, arena.numel(), gpu, "")], self.memory)
-        key = f"nixl/{run}/"
+        self.key = key = f"nixl/{run}/"
         ctx.store.set(
             key + str(ctx.rank), pickle.dumps((self.agent.get_agent_metadata(), base, gpu))
         )
@@ -81,73 +87,95 @@ class NixlTransport:
                 self.agent.prep_xfer_dlist(name, remote, self.memory),
                 {(c.step, c.dst): k for k, c in enumerate(lane.chunks)},
             )
+        self.flying: list[tuple[Any, int, Write, float]] = []
+        """WRITEs in flight: handle, peer, chunks, when posted."""
+        self.heard: dict[int, float] = {}
+        """Per writer, when its last note came (from the first poll)."""
+        self.expected = {_note(c): (lane.peer, c) for lane in into for c in lane.chunks}
+        self.writers = sorted({lane.peer for lane in into})
 
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
         where = unit_name(chunk.unit, self.ctx.num_layers)
-        message = f"{what} ({where}, rank {peer}, NIXL)"
-        return TransferError(chunk.failure(peer, message))
+        return TransferError(chunk.failure(peer, f"{what} ({where}, rank {peer}, NIXL)"))
 
-    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
+    def post(self, peer: int, write: Write) -> None:
         local, remote, index = self.lanes[peer]
-        k = [index[(c.step, c.dst)] for c in chunks]
-        note = b";".join(_note(c) for c in chunks)
+        k = [index[(c.step, c.dst)] for c in write]
+        note = b";".join(_note(c) for c in write)
         try:
             handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, note)
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
-            raise self._failed(chunks[0], peer, f"writing failed: {_first_line(exc)}") from None
+            raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
         if state == "ERR":
-            raise self._failed(chunks[0], peer, "writing ended in state ERR")
-        return handle, peer, chunks
+            raise self._failed(write[0], peer, "writing ended in state ERR")
+        self.flying.append((handle, peer, write, time.monotonic()))
 
-    def wait(self, handle: Handle) -> None:
-        xfer, peer, (chunk, *_) = handle
-        deadline, pause = time.monotonic() + self.ctx.timeout_s, POLL_S[0]
-        try:
-            while (state := self.agent.check_xfer_state(xfer)) == "PROC":
-                if time.monotonic() > deadline:
-                    raise self._failed(
-                        chunk, peer, f"timed out after {self.ctx.timeout_s:g} s writing"
-                    )
-                time.sleep(pause)
-                pause = min(2 * pause, POLL_S[1])
-            self.agent.release_xfer_handle(xfer)
-        except TransferError:
-            raise
-        except Exception as exc:
-            raise self._failed(chunk, peer, f"writing failed: {_first_line(exc)}") from None
-        if state != "DONE":
-            raise self._failed(chunk, peer, f"writing ended in state {state}")
-
-    def receivers(
-        self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
-    ) -> list[Callable[[], None]]:
-        expected = {_note(c): (lane.peer, c) for lane in lanes for c in lane.chunks}
-        return [lambda: self._receive(expected, landed)] if expected else []
-
-    def _receive(
-        self, expected: dict[bytes, tuple[int, Chunk]], landed: Callable[[Chunk], None]
-    ) -> None:
-        """Every expected notification, each chunk handed to ``landed`` as its note comes."""
-        timeout_s = self.ctx.timeout_s
-        heard, pause = time.monotonic(), POLL_S[0]
-        while expected:
-            found = [n for notes in self.agent.get_new_notifs().values() for n in notes]
-            for note in (part for notes in found for part in notes.split(b";")):
-                if (item := expected.pop(note, None)) is not None:
-                    landed(item[1])
-            if found:
-                heard, pause = time.monotonic(), POLL_S[0]
-                continue
-            if time.monotonic() - heard > timeout_s:
-                peer, chunk = next(iter(expected.values()))
-                raise self._failed(
-                    chunk, peer, f"timed out after {timeout_s:g} s waiting for a chunk"
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
+        """Writes that have left (each WRITE's state checked), chunks whose notes came; with
+        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open,
+        or a writer silent while chunks from it are due, for the transfer timeout fails."""
+        now, timeout_s = time.monotonic(), self.ctx.timeout_s
+        self.heard = self.heard or dict.fromkeys(self.writers, now)
+        sent: list[tuple[Any, int, Write, float]] = []
+        still: list[tuple[Any, int, Write, float]] = []
+        for handle, peer, write, posted_s in self.flying:
+            try:
+                state = self.agent.check_xfer_state(handle)
+                if state == "DONE":
+                    self.agent.release_xfer_handle(handle)
+            except Exception as exc:
+                raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
+            if state not in ("DONE", "PROC") or now - posted_s > timeout_s:
+                what = (
+                    f"ended in state {state}"
+                    if state != "PROC"
+                    else f"timed out after {timeout_s:g} s"
                 )
-            time.sleep(pause)
-            pause = min(2 * pause, POLL_S[1])
+                raise self._failed(write[0], peer, f"writing {what}")
+            (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
+        self.flying = still
+        landed = []
+        for notes in self.agent.get_new_notifs().values() if self.expected else ():
+            for note in (part for joined in notes for part in joined.split(b";")):
+                if (item := self.expected.pop(note, None)) is not None:
+                    landed.append(item[1])
+                    self.heard[item[0]] = now
+        if late := [p for p, t in self.heard.items() if now - t > timeout_s and p in self.due()]:
+            chunk = self.due()[late[0]]
+            raise self._failed(
+                chunk, late[0], f"timed out after {timeout_s:g} s waiting for a chunk"
+            )
+        if not sent and not landed:
+            time.sleep(wait_s)
+        return [write for _, _, write, _ in sent], landed
+
+    def due(self) -> dict[int, Chunk]:
+        """Per writer, the first chunk still due from it."""
+        first: dict[int, Chunk] = {}
+        for peer, chunk in self.expected.values():
+            first.setdefault(peer, chunk)
+        return first
+
+    def stalled(self) -> TransferError:
+        """The oldest expected chunk (else write) timed out."""
+        timeout = f"timed out after {self.ctx.timeout_s:g} s"
+        if self.expected:
+            peer, chunk = next(iter(self.expected.values()))
+            return self._failed(chunk, peer, f"{timeout} waiting for a chunk")
+        if self.flying:
+            _, peer, write, _ = self.flying[0]
+            return self._failed(write[0], peer, f"{timeout} writing")
+        return TransferError(Failure(f"{timeout} with no transfer open"))
 
     def close(self) -> None:
+        """Say every write to each peer has left, wait until each writer here says so (a peer
+        whose agent goes first would fail its writer's WRITE), then release everything."""
+        for peer in self.lanes:
+            self.ctx.store.set(f"{self.key}{self.ctx.rank}->{peer}", b"1")
+        done = [f"{self.key}{peer}->{self.ctx.rank}" for peer in self.writers]
+        if done:
+            self.ctx.store.wait(done, timedelta(seconds=self.ctx.timeout_s))
         for local, remote, _ in self.lanes.values():
             self.agent.release_dlist_handle(local)
             self.agent.release_dlist_handle(remote)

@@ -4,21 +4,28 @@ A write's chunks go as one message (packed when they are not contiguous in the a
 at the receiver). Messages match by order alone (one tag: NCCL has none). Under NCCL each
 direction of a pair has its own communicator (made by every rank in one global order, destroyed
 at the end), so a pair sending both ways never waits on itself. A receiver keeps ``WINDOW``
-receives posted ahead.
+receives posted ahead on each lane.
+
+gloo tells a point-to-point transfer has completed only by a blocking ``wait`` (its
+``is_completed`` stays False until then, and a wait that times out breaks the pair), so each lane
+has a waiter: a thread that waits on the lane's transfers in order, blocked in C++ (without the
+GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes from that queue.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
+import queue
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
-from blitzplan.executor.transports import Chunk, Handle, Lane
+from blitzplan.executor.runtime.failures import Failure, TransferError
+from blitzplan.executor.transports import Chunk, Lane, Write
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -36,81 +43,131 @@ def pair_order(pair: tuple[int, int]) -> tuple[int, int, bool]:
     return min(pair), max(pair), pair[0] > pair[1]
 
 
+def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> dict[Any, Any]:
+    """Under NCCL, a communicator per direction of each pair of lanes (module docstring)."""
+    if ctx.backend != "nccl":
+        return {}
+    pairs = {(ctx.rank, o.peer) for o in out} | {(i.peer, ctx.rank) for i in into}
+    return {
+        pair: dist.new_group(sorted(pair), use_local_synchronization=True)
+        for pair in sorted(pairs, key=pair_order)
+    }
+
+
 class TorchTransport:
     """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
+
+    poll_s = idle_s = 0.05
+    """A poll wakes as soon as a waiter queues something: an idle one may wait long."""
 
     def __init__(
         self, ctx: RankContext, arena: torch.Tensor, *, out: Sequence[Lane], into: Sequence[Lane]
     ) -> None:
         self.ctx, self.arena = ctx, arena
-        self.groups: dict[tuple[int, int], Any] = {}
-        if ctx.backend == "nccl":
-            pairs = {(ctx.rank, lane.peer) for lane in out}
-            pairs |= {(lane.peer, ctx.rank) for lane in into}
-            for pair in sorted(pairs, key=pair_order):
-                ranks = sorted(pair)
-                self.groups[pair] = dist.new_group(ranks, use_local_synchronization=True)
+        self.groups = pair_groups(ctx, out, into)
+        self.done: queue.Queue[tuple[str, Write] | TransferError] = queue.Queue()
+        self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
+        self.waiters = [
+            threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
+        ]
+        self.waiters += [
+            threading.Thread(target=self._waiting, args=(self._receives, i)) for i in into
+        ]
+        for waiter in self.waiters:
+            waiter.daemon = True
+            waiter.start()
 
-    def write(self, peer: int, chunks: tuple[Chunk, ...]) -> Handle:
-        data = self._span(chunks, "src")
-        if data is None:
-            data = torch.cat([self.arena[c.src : c.src + c.nbytes] for c in chunks])
-        wire = data if data.device == self.ctx.wire else data.to(self.ctx.wire)
-        group = self.groups.get((self.ctx.rank, peer))
-        return dist.isend(wire, dst=peer, tag=TAG, group=group), peer, chunks
-
-    def wait(self, handle: Handle) -> None:
-        work, peer, chunks = handle
-        self.ctx.wait(work, f"sending a chunk to rank {peer}", chunks[0].failure(peer))
-
-    def _span(self, chunks: tuple[Chunk, ...], end: str) -> torch.Tensor | None:
-        """The arena's bytes of ``chunks`` at their ``src`` or ``dst`` when contiguous there."""
-        at = [getattr(c, end) for c in chunks]
-        if any(a + c.nbytes != b for a, c, b in zip(at, chunks, at[1:], strict=False)):
+    def _span(self, write: Write, end: str) -> torch.Tensor | None:
+        """The arena's bytes of ``write`` at their ``src`` or ``dst`` when contiguous there."""
+        at = [getattr(c, end) for c in write]
+        if any(a + c.nbytes != b for a, c, b in zip(at, write, at[1:], strict=False)):
             return None
-        return self.arena[at[0] : at[-1] + chunks[-1].nbytes]
+        return self.arena[at[0] : at[-1] + write[-1].nbytes]
 
-    def receivers(
-        self, lanes: Sequence[Lane], landed: Callable[[Chunk], None]
-    ) -> list[Callable[[], None]]:
-        return [functools.partial(self._receive, lane, landed) for lane in lanes]
+    def post(self, peer: int, write: Write) -> None:
+        data = self._span(write, "src")
+        if data is None:
+            data = torch.cat([self.arena[c.src : c.src + c.nbytes] for c in write])
+        group = self.groups.get((self.ctx.rank, peer))
+        work = dist.isend(data.to(self.ctx.wire), dst=peer, tag=TAG, group=group)
+        self.sending[peer].put((write, work))
 
-    def _receive(self, lane: Lane, landed: Callable[[Chunk], None]) -> None:
-        group = self.groups.get((lane.peer, self.ctx.rank))
-        pending: deque[tuple[tuple[Chunk, ...], Any, torch.Tensor | None]] = deque()
-        ahead = iter(lane.writes)
+    def _waiting(self, body: Any, *args: Any) -> None:
+        """Run a waiter's ``body``, queueing its failure for :meth:`poll` to raise."""
+        try:
+            body(*args)
+        except TransferError as exc:
+            self.done.put(exc)
+
+    def _sends(self, peer: int) -> None:
+        while (item := self.sending[peer].get()) is not None:
+            write, work = item
+            self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
+            self.done.put(("sent", write))
+
+    def _receives(self, lane: Lane) -> None:
+        """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
+        each in order, unpack a staged one into each chunk's place."""
+        group, ahead = self.groups.get((lane.peer, self.ctx.rank)), iter(lane.writes)
+        posted: deque[tuple[Write, Any, torch.Tensor | None]] = deque()
 
         def post() -> None:
-            if (chunks := next(ahead, None)) is not None:
-                view = self._span(chunks, "dst")
+            if (write := next(ahead, None)) is not None:
+                view = self._span(write, "dst")
+                staged = None
                 if view is None or view.device != self.ctx.wire:
-                    size = sum(c.nbytes for c in chunks)
-                    staged = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
-                    work = dist.irecv(staged, src=lane.peer, tag=TAG, group=group)
-                    pending.append((chunks, work, staged))
-                else:
-                    pending.append(
-                        (chunks, dist.irecv(view, src=lane.peer, tag=TAG, group=group), None)
-                    )
+                    size = sum(c.nbytes for c in write)
+                    view = staged = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
+                work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
+                posted.append((write, work, staged))
 
         for _ in range(WINDOW):
             post()
-        while pending:
-            chunks, work, staged = pending.popleft()
-            where = chunks[0].failure(lane.peer)
+        while posted:
+            write, work, staged = posted.popleft()
+            where = write[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
-            if staged is not None:  # unpack the message into each chunk's place
-                at = itertools.accumulate((c.nbytes for c in chunks), initial=0)
-                for chunk, lo in zip(chunks, at, strict=False):
-                    self.arena[chunk.dst : chunk.dst + chunk.nbytes].copy_(
-                        staged[lo : lo + chunk.nbytes]
-                    )
+            if staged is not None:
+                at = itertools.accumulate((c.nbytes for c in write), initial=0)
+                for chunk, lo in zip(write, at, strict=False):
+                    into = self.arena[chunk.dst : chunk.dst + chunk.nbytes]
+                    into.copy_(staged[lo : lo + chunk.nbytes])
                 self.ctx.synchronize()
-            for chunk in chunks:
-                landed(chunk)
+            self.done.put(("landed", write))
             post()
 
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
+        """What the waiters queued, waiting up to ``wait_s`` for the first of it."""
+        sent: list[Write] = []
+        landed: list[Chunk] = []
+        try:
+            item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
+            while True:
+                if isinstance(item, TransferError):
+                    raise item
+                if item[0] == "sent":
+                    sent.append(item[1])
+                else:
+                    landed += item[1]
+                item = self.done.get_nowait()
+        except queue.Empty:
+            return sent, landed
+
+    def stalled(self) -> TransferError:
+        """A waiter names its stalled transfer when its own wait times out."""
+        try:
+            item = self.done.get(timeout=self.ctx.timeout_s)
+        except queue.Empty:
+            item = None
+        if isinstance(item, TransferError):
+            return item
+        return TransferError(Failure(f"no transfer ended in {2 * self.ctx.timeout_s:g} s"))
+
     def close(self) -> None:
-        """Destroy this run's NCCL communicators (the default group outlives the run)."""
+        """End the waiters; destroy this run's NCCL communicators (the default group stays)."""
+        for sends in self.sending.values():
+            sends.put(None)
+        for waiter in self.waiters:
+            waiter.join()
         for group in self.groups.values():
             dist.destroy_process_group(group)

@@ -1,4 +1,5 @@
-"""The executor's built-in scenarios: ScalePlan documents made with ``blitzplan.plan``.
+"""The executor's built-in scenarios (``blitzplan validate --program``): ScalePlan documents of a
+small Llama-style model (:func:`small_config`) made with ``blitzplan.plan``.
 
 At line rate (``link_efficiency=1.0``) on hosts of four NVLink-joined GPUs, one NIC per GPU, NICs
 slow enough that transfers dominate on a CPU (NVLink and PCIe four times faster). ``small`` and
@@ -8,18 +9,47 @@ all-gathers); ``live`` pairs one new prefill instance with a queued one.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blitzplan.cluster import ClusterState
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.smallmodel.llama import small_config
+from blitzplan.models import load_model
+from blitzplan.scale.plan import plan
+from blitzplan.scale.types import ScalePlan, ScaleRequest
+from blitzplan.topologies import build_cluster, nvswitch_host
 from blitzplan.units import GIB, KIB, MB
 
 if TYPE_CHECKING:
-    from blitzplan.cluster import ClusterState
     from blitzplan.compute import ComputeModel
     from blitzplan.models import ModelSpec
-    from blitzplan.scale import ScalePlan
+
+
+def small_config(
+    *,
+    num_layers: int = 8,
+    hidden_size: int = 256,
+    intermediate_size: int = 768,
+    num_attention_heads: int = 8,
+    num_key_value_heads: int = 2,
+    vocab_size: int = 1024,
+    torch_dtype: str = "float32",
+) -> dict[str, object]:
+    """A Hugging Face style config.json dict of a small Llama (no weights are downloaded)."""
+    return {
+        "model_type": "llama",
+        "_name_or_path": "blitzplan-executor-llama",
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "vocab_size": vocab_size,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10_000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": torch_dtype,
+    }
+
 
 _TINY = {"num_layers": 4, "hidden_size": 64, "intermediate_size": 128, "vocab_size": 128}
 _SMALL = {"num_layers": 8, "hidden_size": 128, "intermediate_size": 384, "vocab_size": 512}
@@ -71,8 +101,6 @@ def _scenario(name: str) -> dict[str, Any]:
 
 def scenario_state(name: str, spec: ModelSpec) -> ClusterState:
     """The scenario's cluster with its serving instances (no host copy of the model)."""
-    from blitzplan import ClusterState
-    from blitzplan.topologies import build_cluster, nvswitch_host
 
     chosen = _scenario(name)
     nic = chosen["nic"]
@@ -97,8 +125,6 @@ def scenario_plan(
 ) -> tuple[ClusterState, ScalePlan]:
     """The scenario's state and its plan (``compute`` defaults to the planner's roofline;
     ``live_method`` is the live pairs' policy)."""
-    from blitzplan import ScaleRequest, load_model, plan
-
     chosen = _scenario(name)
     sizes = small_config(num_attention_heads=4, num_key_value_heads=2, **chosen["model"])
     spec = load_model(sizes)
@@ -106,16 +132,3 @@ def scenario_plan(
     request = ScaleRequest(spec, prefill=chosen["prefill"], tp=chosen["tp"])
     options = {"chunk_bytes": chosen["chunk_bytes"], "live_method": live_method}
     return state, plan(state, request, link_efficiency=1.0, compute=compute, **options)
-
-
-def write_scenario(name: str, path: str | Path, *, checkpoint: str | Path | None = None) -> Path:
-    """Write the scenario's ScalePlan document to ``path`` and, with ``checkpoint``, seeded
-    weights of its model there unless it has them."""
-    from blitzplan.executor.smallmodel.checkpoint import MANIFEST, save_checkpoint
-    from blitzplan.scale.export import program_json
-
-    _, made = scenario_plan(name)
-    Path(path).write_text(program_json(made))
-    if checkpoint is not None and not (Path(checkpoint) / MANIFEST).is_file():
-        save_checkpoint(made.spec, checkpoint, seed=0)
-    return Path(path)
