@@ -58,6 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from blitzplan._collector import collector_relaxed
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -92,8 +93,21 @@ def replan(
     (default ``at_s``) is when the new plan starts, at least ``at_s``: the old plan's steps the
     failures leave whole run on until then, and what they deliver by then counts as held."""
     now = _now(at_s, now_s)
+    with collector_relaxed():  # thousands of short-lived containers: no collector pass each call
+        return _replan(plan, state, at_s, now, failed, cancelled, options or plan.options, compute)
+
+
+def _replan(
+    plan: ScalePlan,
+    state: ClusterState,
+    at_s: float,
+    now: float,
+    failed: Iterable[Failure],
+    cancelled: Iterable[str],
+    options: PlanOptions,
+    compute: ComputeModel | None,
+) -> ScalePlan:
     recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
-    options = options or plan.options
     ctx = _Context(plan, recovery, options, compute, _serving(plan, recovery.state), at_s, now)
     survivors = list(recovery.survivors)
     try:
