@@ -12,7 +12,9 @@ import pytest
 
 from blitzplan import ClusterState, InvalidInputError, load_topology
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale.realize import Targets
 from blitzplan.scale.recovery import Failure, recover
+from blitzplan.scale.replan import _fresh_bound_s, _fresh_end_s, _fresh_ingress_s, _fresh_inputs
 from tests.fault_campaign import check
 
 
@@ -105,3 +107,32 @@ def test_keep_instances_refuses_what_it_cannot_keep() -> None:
     small = ClusterState(load_topology("h200-8"))
     with pytest.raises(InvalidInputError, match="not a free GPU"):
         small.keep_instances([state.instances[-1]])  # its GPU is not in that topology
+
+
+# --- the bounds that spare a replan the fresh load -------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["source gpu", "source host", "target nic link"])
+def test_the_in_link_bound_is_below_the_cut_bound_and_the_fresh_load(kind: str) -> None:
+    """The in-link bound a replan tries first is certified: never above the per-instance cut
+    bound of the fresh problem, nor above when the fresh load (the same greedy) ends."""
+    state, base = _busy()
+    failed = _failure(kind, state, base)
+    at = 0.5 * base.milestones.full_capacity_s
+    recovery = recover(base, state, at_s=at, failed=[failed])
+    groups = tuple(s.gpus for s in recovery.survivors)
+    names = tuple(s.name for s in recovery.survivors)
+    targets = Targets(groups=groups, names=names, startup_s=dict.fromkeys(names, 0.002))
+    inputs = _fresh_inputs(base, recovery, targets, base.options)
+    ingress = _fresh_ingress_s(inputs)
+    assert 0.002 < ingress <= _fresh_bound_s(inputs) * (1 + 1e-12)
+    assert ingress <= _fresh_end_s(inputs) * (1 + 1e-12)
+    # hand-computed: the slowest survivor GPU's rank buffer over the rates of its in-links
+    derated = inputs["state"].topology
+    shard = sum(base.multicast.unit_bytes)  # type: ignore[union-attr]
+    slowest = min(
+        sum(d["bytes_per_s"] for _, _, d in derated.graph.in_edges(g, data=True))
+        for group in groups
+        for g in group
+    )
+    assert ingress == pytest.approx(0.002 + shard / slowest, rel=1e-12)
