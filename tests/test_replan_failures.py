@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import networkx as nx
 import pytest
 
 from blitzplan import ClusterState, InvalidInputError, load_topology
@@ -15,6 +16,7 @@ from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
 from blitzplan.scale.realize import Targets
 from blitzplan.scale.recovery import Failure, recover
 from blitzplan.scale.replan import _fresh_bound_s, _fresh_end_s, _fresh_ingress_s, _fresh_inputs
+from blitzplan.topologies import Topology, links
 from tests.fault_campaign import check
 
 
@@ -136,3 +138,39 @@ def test_the_in_link_bound_is_below_the_cut_bound_and_the_fresh_load(kind: str) 
         for g in group
     )
     assert ingress == pytest.approx(0.002 + shard / slowest, rel=1e-12)
+
+
+# --- the degraded topology: only the hosts a failure touches are rewired ----------------------
+
+
+def _every_gpu_rewired(topology: Topology, dead: set[str]) -> nx.DiGraph:
+    """The degraded graph by the rule applied to every GPU (the oracle of the shortcut)."""
+    graph = nx.DiGraph(topology.graph)
+    graph.remove_nodes_from(dead)
+    for gpu in topology.gpus():
+        group = topology.graph.nodes[gpu].get("nvlink_group")
+        if gpu in graph and group is not None and group not in graph:
+            graph.nodes[gpu]["nvlink_group"] = None
+    lost = {g for g in topology.gpus() if g not in dead and not links._rewire(topology, graph, g)}
+    graph.remove_nodes_from(lost)
+    return graph
+
+
+@pytest.mark.parametrize(
+    ("name", "dead"),
+    [
+        ("dgx-h100-64", {"h3/nic2"}),
+        ("dgx-h100-64", {"h3/nic2", "h5/gpu1", "leaf1"}),
+        ("rail-leafspine-1024", {"h8/nic0"}),
+        ("paper-a800-32", {"h1/nic0", "h2/gpu3", "leaf0"}),
+        ("h200-8", {"h0/gpu2"}),
+    ],
+)
+def test_a_degraded_topology_equals_every_gpu_rewired(name: str, dead: set[str]) -> None:
+    """Property: rewiring only the hosts a failure touches (a dead part on the host, or a dead
+    node one of its NICs links to, such as a leaf) gives the graph of rewiring every GPU."""
+    topology = load_topology(name)
+    degraded = topology.without(nodes=dead)
+    expected = _every_gpu_rewired(topology, dead)
+    assert dict(degraded.graph.nodes(data=True)) == dict(expected.nodes(data=True))
+    assert sorted(degraded.graph.edges(data=True)) == sorted(expected.edges(data=True))
