@@ -95,7 +95,7 @@ def replan(
     failures leave whole run on until then, and what they deliver by then counts as held."""
     now = _now(at_s, now_s)
     with collector_relaxed():  # thousands of short-lived containers: no collector pass each call
-        return _replan(plan, state, at_s, now, failed, cancelled, options or plan.options, compute)
+        return _replan(plan, state, at_s, now, failed, cancelled, options, compute)
 
 
 def _replan(
@@ -105,10 +105,11 @@ def _replan(
     now: float,
     failed: Iterable[Failure],
     cancelled: Iterable[str],
-    options: PlanOptions,
+    options: PlanOptions | None,
     compute: ComputeModel | None,
 ) -> ScalePlan:
     recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
+    options = options or plan.options
     ctx = _Context(plan, recovery, options, compute, _serving(plan, recovery.state), at_s, now)
     survivors = list(recovery.survivors)
     try:
