@@ -191,6 +191,25 @@ class ClusterState:
         self._instances[instance.id] = instance
         return instance
 
+    def keep_instances(self, instances: Iterable[Instance]) -> None:
+        """Add ``instances``, records of another state of this cluster, as they are (a state
+        after failures keeps its survivors: their model, queue and loading record were checked
+        when they were added there); each one's GPUs must be free GPUs of this topology and its
+        id new here."""
+        busy = self.busy_gpus()
+        graph, topology = self.topology.graph, self.topology
+        for inst in instances:
+            if not isinstance(inst, Instance) or inst.id in self._instances:
+                raise InvalidInputError(f"instances must be new Instance records, got {inst!r}")
+            for gpu in inst.gpus:
+                if gpu not in graph or topology.kind(gpu) != "gpu" or gpu in busy:
+                    raise InvalidInputError(
+                        f"instance {inst.id!r}: gpu {gpu!r} is not a free GPU of the topology"
+                    )
+            busy.update(inst.gpus)
+            self._ids.claim(inst.id)
+            self._instances[inst.id] = inst
+
     def update_instance(
         self,
         instance_id: str,

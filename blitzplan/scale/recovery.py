@@ -5,6 +5,7 @@ stale)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -274,12 +275,19 @@ def _rebuild(
         if copy.node in topology.graph and copy.node not in broken.memories:
             current.pool.add(copy)
     alive = set(topology.gpus())
-    for inst in state.instances:
-        if inst.id in broken.processes or set(inst.gpus) & lost_gpus:
-            continue
-        if not alive.issuperset(inst.gpus):
-            continue
-        _copy_instance(current, inst, keep_loading=inst.id not in stale)
+    kept = [
+        inst
+        for inst in state.instances
+        if inst.id not in broken.processes
+        and not set(inst.gpus) & lost_gpus
+        and alive.issuperset(inst.gpus)
+    ]
+    for is_stale, run in itertools.groupby(kept, key=lambda i: i.id in stale):  # in order
+        if is_stale:
+            for inst in run:
+                _without_record(current, inst)
+        else:
+            current.keep_instances(run)  # as they are: checked when they were added
     known = {i.id for i in current.instances}
     for info in complete:
         if info.name in known:
@@ -292,7 +300,8 @@ def _rebuild(
     return current
 
 
-def _copy_instance(state: ClusterState, inst: Instance, *, keep_loading: bool) -> None:
+def _without_record(state: ClusterState, inst: Instance) -> None:
+    """Add ``inst`` to ``state`` without its stale loading record (no source any more)."""
     state.add_instance(
         inst.model,
         gpus=list(inst.gpus),
@@ -300,7 +309,6 @@ def _copy_instance(state: ClusterState, inst: Instance, *, keep_loading: bool) -
         queue=inst.queue,
         kv_bytes_used=inst.kv_bytes_used,
         instance_id=inst.id,
-        loading=inst.loading if keep_loading else None,  # a source while its record holds
     )
 
 

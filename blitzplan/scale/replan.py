@@ -20,7 +20,8 @@ What a serving stack can rely on:
   least :data:`RESEND_GAIN` earlier (the greedy may find fewer routes around what is held), the
   replan re-sends the delivered bytes instead and its ``notes`` say so. The fresh load is
   planned only when bounds cannot decide: a replan within that gain of its own certified bound,
-  or of the fresh load's (its per-instance cuts), keeps what is held. A replan skips the
+  or of the fresh load's (every survivor GPU's in-links first, then its per-instance cuts),
+  keeps what is held. A replan skips the
   greedy's refinements (no LP, no max-flow bound): it must be ready fast, and imports no solver.
 * **While it is computed** (``now_s``, when the new plan starts, default ``at_s``): the data
   plane stops the old steps that touch a failed part or wait on one that does, runs the others
@@ -58,6 +59,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from blitzplan._collector import collector_relaxed
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -92,6 +94,20 @@ def replan(
     (default ``at_s``) is when the new plan starts, at least ``at_s``: the old plan's steps the
     failures leave whole run on until then, and what they deliver by then counts as held."""
     now = _now(at_s, now_s)
+    with collector_relaxed():  # thousands of short-lived containers: no collector pass each call
+        return _replan(plan, state, at_s, now, failed, cancelled, options, compute)
+
+
+def _replan(
+    plan: ScalePlan,
+    state: ClusterState,
+    at_s: float,
+    now: float,
+    failed: Iterable[Failure],
+    cancelled: Iterable[str],
+    options: PlanOptions | None,
+    compute: ComputeModel | None,
+) -> ScalePlan:
     recovery = recover(plan, state, at_s=at_s, failed=failed, cancelled=cancelled)
     options = options or plan.options
     ctx = _Context(plan, recovery, options, compute, _serving(plan, recovery.state), at_s, now)
@@ -134,8 +150,9 @@ def _finish(ctx: _Context, survivors: list[NewInstanceInfo], missing: list[str])
     if end <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
         return kept  # no plan ends earlier: re-sending held bytes cannot beat the bound
     fresh_inputs = _fresh_inputs(ctx.plan, ctx.recovery, targets, ctx.options)
-    if end <= _fresh_bound_s(fresh_inputs) * (1 + RESEND_GAIN):
-        return kept  # a fresh load cannot end earlier than its bound: no second plan needed
+    for bound in (_fresh_ingress_s, _fresh_bound_s):  # the cheaper first
+        if end <= bound(fresh_inputs) * (1 + RESEND_GAIN):
+            return kept  # a fresh load cannot end earlier than its bound: no second plan needed
     fresh = _fresh_end_s(fresh_inputs)
     if not fresh < end * (1 - RESEND_GAIN):
         return kept
@@ -206,6 +223,22 @@ def _fresh_inputs(
         "startup_s": dict(targets.startup_s),
         "allow_prefill_sources": options.allow_prefill_sources,
     }
+
+
+def _fresh_ingress_s(inputs: dict[str, Any]) -> float:
+    """A certified lower bound on when loading the survivors afresh ends, with no problem laid
+    out: after its startup every GPU of a survivor receives its whole rank buffer over its
+    in-links, at most at their rates (the background flows ignored: a weaker bound, still
+    valid); ``inf`` for a GPU no link enters."""
+    topology = inputs["state"].topology
+    shard = sum(inputs["model"].shard(inputs["tp"]).unit_bytes)
+    startup = inputs["startup_s"]
+    ends = [0.0]
+    for name, group in zip(inputs["names"], inputs["targets"], strict=True):
+        for gpu in group:
+            rate = sum(d["bytes_per_s"] for _, _, d in topology.graph.in_edges(gpu, data=True))
+            ends.append(startup.get(name, 0.0) + (shard / rate if rate > 0 else math.inf))
+    return max(ends)
 
 
 def _fresh_bound_s(inputs: dict[str, Any]) -> float:

@@ -123,10 +123,14 @@ def without(
         group = topology.graph.nodes[gpu].get("nvlink_group")
         if gpu in graph and group is not None and group not in graph:
             graph.nodes[gpu]["nvlink_group"] = None  # its NVSwitch died: no NVLink any more
+    touched = _touched_hosts(topology, dead_nodes, dead_links)
     lost = {
         gpu
         for gpu in topology.gpus()
-        if gpu not in dead_nodes and not _rewire(topology, graph, gpu)
+        if gpu not in dead_nodes
+        # elsewhere a GPU whose NIC reaches a leaf keeps it: the failures changed nothing there
+        and (topology.host_of(gpu) in touched or topology.leaf_of_nic(topology.nic_of(gpu)) is None)
+        and not _rewire(topology, graph, gpu)
     }
     graph.remove_nodes_from(lost)
     if not any(d["kind"] == "gpu" for _, d in graph.nodes(data=True)):
@@ -137,6 +141,19 @@ def without(
     return type(topology)(
         graph, name=f"{topology.name} (degraded)", description=topology.description
     )
+
+
+def _touched_hosts(
+    topology: Topology, dead_nodes: set[str], dead_links: set[tuple[str, str]]
+) -> set[str]:
+    """The hosts where the failures may change how a GPU reaches a NIC (:func:`_rewire`): a
+    dead node or an end of a dead link is on the host, or one of its NICs links to a dead node."""
+    graph = topology.graph
+    ends = dead_nodes | {node for link in dead_links for node in link}
+    ends |= {
+        n for d in dead_nodes for n in graph.predecessors(d) if graph.nodes[n]["kind"] == "nic"
+    }
+    return {str(graph.nodes[n]["host"]) for n in ends if graph.nodes[n].get("host")}
 
 
 def _rewire(topology: Topology, graph: nx.DiGraph[str], gpu: str) -> bool:
