@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from blitzplan.cluster import ClusterState, Instance
 from blitzplan.models import ModelSpec
-from blitzplan.multicast.planning_rate import affordable, planning_costs
+from blitzplan.multicast.planning_rate import affordable, planning_costs, recent_load
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import Targets, at_efficiency, realize
 from blitzplan.scale.types import ScalePlan, ScaleRequest
@@ -28,7 +28,7 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> bool
     if deadline is None:
         return False
     topology = at_efficiency(state, run.options.link_efficiency).topology
-    return affordable(topology, 1, deadline, run.used()) == 0
+    return affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0
 
 
 def too_short_plan(
@@ -54,8 +54,8 @@ def too_short_plan(
     ]
     why = (
         f"deadline_s: {run.options.deadline_s:g} s is too short for any plan on this cluster "
-        f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance); "
-        "nothing was planned"
+        f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of CPU "
+        f"time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing was planned"
     )
     missing = [f"deadline_s: {', '.join(asked) or 'nothing'} not planned (too short)"]
     return realize(
