@@ -1,7 +1,8 @@
 """The deadline rule of :func:`~blitzplan.plan`: a ``deadline_s`` shorter than the cheapest plan.
 
 Under ``deadline_s`` the planner places only the new instances the deadline affords on the line
-of recent planning times on the cluster (:mod:`blitzplan.multicast.planning_rate`). When it
+of recent planning times on the cluster, at the load they met, and asks again at the multicast's
+checkpoint (:mod:`blitzplan.multicast.planning_rate`). When it
 affords none (the deadline is shorter than a plan of even one new instance there), nothing is
 planned and the call returns at once, without the rules that cost time: no new instance, role
 change or release; every requested change is in ``missing`` and a note says the deadline was too

@@ -139,7 +139,8 @@ def _multicast(
     unless ``targets`` names them, and the CPU and wall-clock seconds its refinements took
     (a plan under a deadline skips them: they are not in the planning time); its notes go to
     ``notes``. Under ``deadline_s`` it places only the new instances the time left affords
-    (:mod:`blitzplan.multicast.planning_rate`), the rest go to ``missing``."""
+    (:mod:`blitzplan.multicast.planning_rate`: at the call's start, then at the multicast's
+    checkpoint), the rest go to ``missing``."""
     explicit = bool(targets.groups)
     count = targets.count
     deadline = run.options.deadline_s
