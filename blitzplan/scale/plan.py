@@ -101,7 +101,8 @@ def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> Scale
         raise InvalidInputError(f"request must be a ScaleRequest, got {type(request).__name__}")
     spec = request.model if isinstance(request.model, ModelSpec) else load_model(request.model)
     spec.check_tp(request.tp)
-    mine = [i for i in state.instances if i.identity == spec.identity]
+    identity = spec.identity  # one object for a preset: `is` spares comparing its fields
+    mine = [i for i in state.instances if i.identity is identity or i.identity == identity]
     if too_short(state, request, run):
         return too_short_plan(state, spec, request, run, mine, _recorded(request))
     missing: list[str] = []
