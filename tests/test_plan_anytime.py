@@ -5,11 +5,8 @@ of this touches the plan."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from blitzplan import ClusterState, load_topology
 from blitzplan.multicast import plan_multicast, validate_multicast
 from blitzplan.multicast.planning_rate import (
     DEADLINE_SHARE,
@@ -23,22 +20,7 @@ from blitzplan.scale import ScaleRequest, plan, validate_plan
 from blitzplan.scale import realize as realize_module
 from blitzplan.scale.realize import at_efficiency
 from blitzplan.topologies.links import LINK_EFFICIENCY
-
-
-def _fresh_topology(name: str):
-    topology = copy.copy(load_topology(name))
-    topology.memo = {}
-    return topology
-
-
-def _busy(prefill: int = 4, decode: int = 4) -> ClusterState:
-    state = ClusterState(_fresh_topology("dgx-h100-64"), models=["llama-3-8b"])
-    gpus = state.topology.gpus()
-    for k in range(prefill + decode):
-        role = "prefill" if k < prefill else "decode"
-        queue = [(-0.01 * i, 1024) for i in range(4)] if role == "prefill" else []
-        state.add_instance("llama-3-8b", gpus=[gpus[k]], role=role, queue=queue)
-    return state
+from tests.test_plan_deadline import _busy, _fresh_topology
 
 
 def test_afford_now_keeps_what_fits_and_else_plans_afresh_what_the_load_allows() -> None:
