@@ -9,14 +9,13 @@ many instances as the deadline affords on the line through the recent records, a
 load (:func:`affordable`); the rest go to ``missing``. A deadline that affords none (shorter than
 the cheapest plan, ``a``) gets a plan of nothing at once (:mod:`blitzplan.scale.deadline`).
 
-Checkpoints (:func:`afford_now`): once the multicast has laid its problem out (and again once
-the greedy has its forwarding order), the call asks again with the load it measured so far; when
-the time left no longer affords every instance it was given, the multicast plans fewer (the plan
-of that many, as if asked for them), so a call slowed down by the machine still ends near its
-deadline. The line is Siegel's repeated medians (:func:`planning_line`) through the fastest
-recent record of each size, so a slow plan (the first on a cluster fills its route caches)
-moves it little. The first plan on a topology has no
-record and plans everything.
+The checkpoint (:func:`afford_now`): once the multicast has laid its problem out, the call asks
+again at the load it measured so far; when the time left no longer affords every instance it was
+given, the multicast plans fewer (the plan of that many, as if asked for them), so a call slowed
+down by the machine still ends near its deadline. The greedy after it is not interrupted: its
+time is the line's. The line is Siegel's repeated medians (:func:`planning_line`) through the
+fastest recent record of each size, so a slow plan (the first on a cluster fills its route
+caches) moves it little. The first plan on a topology has no record and plans everything.
 """
 
 from __future__ import annotations
