@@ -11,9 +11,10 @@ within 20 ms warm, importing no solver. Wall-clock and CPU medians are printed: 
 machine the wall-clock includes waiting for a core. ``met`` compares the wall-clock median with
 the target; the other columns are of the median plan, ``ready s`` when all its instances are
 loaded. The deadline table times +64, +512 and +1,000 under 0.001-1 s: a deadline plans only the
-instances it affords on the planning times recorded by the plans before (``planned``: the range
-over the timed calls; the rest are in ``missing``) and skips the multicast's refinements; one
-shorter than any plan there returns a plan of nothing at once.
+instances it affords on the CPU times the plans before recorded, at the wall-clock per CPU second
+they met, and once the multicast has laid its problem out asks again at the load the call met so
+far (``planned``: the range over the timed calls; the rest are in ``missing``); it skips the
+multicast's refinements; one shorter than any plan there returns a plan of nothing at once.
 
 Run: .venv/bin/python benchmarks/plan.py   (BLITZPLAN_QUICK=1: fewer repeats, +64 only)
 Prints medians of wall-clock times measured on this machine; nothing is asserted.

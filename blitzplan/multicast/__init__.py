@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Unpack
 
 from blitzplan.cluster import ClusterState
@@ -100,6 +100,7 @@ def plan_multicast(
     delivered: Mapping[str, Sequence[bool]] | None = None,
     placement: str = _AUTO,
     refine_budget: RefineBudget | None = None,
+    afford: Callable[[int], int] | None = None,
 ) -> MulticastPlan:
     """Plan loading ``model`` onto new instances: ``count`` placed on free GPUs, or ``targets``.
 
@@ -116,7 +117,10 @@ def plan_multicast(
     whether it stopped them; the best plan found is kept). ``names``
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
-    reports a certified ``lower_bound_s`` on its objective.
+    reports a certified ``lower_bound_s`` on its objective. ``afford`` (a deadline's
+    checkpoint, with ``count``): once the problem is laid out, called with the number of new
+    instances; an answer ``k`` below it (at least 1) plans the first ``k`` instead, as if
+    ``count=k`` (the first ``k`` of ``names``, at most ``k`` live).
 
     Background flows that end (an earlier plan's steps: ``ClusterState.flow_end_s``) share the
     links with this plan as if they ran throughout; when they leave a new instance no route,
@@ -143,7 +147,7 @@ def plan_multicast(
     solve = (method, objective, polish_evaluations, time_limit_s, started, refine_budget)
     ending = [f for f in state.background_flows if math.isfinite(state.flow_end_s(f))]
     try:
-        problem = _problem(state, spec, placement=placement, **options)
+        problem = _afforded(state, spec, placement, options, afford)
         return _solve(problem, problem, *solve)
     except InfeasibleError:
         if not ending:
@@ -153,7 +157,7 @@ def plan_multicast(
     for flow in state.background_flows:
         if flow not in ending:
             later.add_flow(flow, until_s=state.flow_end_s(flow))
-    free = _problem(later, spec, placement=placement, **options)
+    free = _afforded(later, spec, placement, options, afford)
     wait = max(state.flow_end_s(f) for f in ending)
     waiting = tuple(
         dataclasses.replace(i, startup_s=max(i.startup_s, wait)) for i in free.instances
@@ -265,6 +269,32 @@ def _problem(
     if [i.gpus for i in spread.instances] == [i.gpus for i in packed.instances]:
         return packed
     return spread if _estimate(spread) < _estimate(packed) * (1 - 0.01) else packed
+
+
+def _afforded(
+    state: ClusterState,
+    spec: ModelSpec,
+    placement: str,
+    options: PrepareOptions,
+    afford: Callable[[int], int] | None,
+) -> Problem:
+    """The problem of ``options``, or of as many new instances as ``afford`` says the time
+    left affords (:func:`plan_multicast`)."""
+    problem = _problem(state, spec, placement=placement, **options)
+    count = len(problem.instances)
+    if afford is None or options["count"] is None:
+        return problem
+    fewer = max(1, min(count, afford(count)))
+    if fewer == count:
+        return problem
+    live, kept = options["live"], [i.name for i in problem.instances[:fewer]]
+    changed: PrepareOptions = {
+        **options,
+        "count": fewer,
+        "names": kept,
+        "live": min(live, fewer) if isinstance(live, int) else [n for n in live if n in kept],
+    }
+    return _problem(state, spec, placement=placement, **changed)
 
 
 def _estimate(problem: Problem) -> float:

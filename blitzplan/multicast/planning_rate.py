@@ -1,14 +1,21 @@
 """How many new instances a deadline affords: the planning time measured on a cluster.
 
-``plan()`` with ``deadline_s`` is anytime: a call that plans ``n`` new instances takes about
-``a + b * n`` seconds on one cluster, so each plan records ``(n, seconds)`` (the whole call,
-wall-clock) on the topology it planned on (its ``memo``, kept with the topology's route caches),
-and a later plan under a deadline places only as many instances as the deadline affords on the
-line through the recent records (the rest go to ``missing``); a deadline that affords none
-(shorter than the cheapest plan, ``a``) gets a plan of nothing at once
-(:mod:`blitzplan.scale.deadline`). The line is Siegel's repeated medians (:func:`planning_line`), so
-one slow plan (the first on a cluster fills its route caches; a busy machine) moves it little.
-The first plan on a topology has no record and plans everything.
+``plan()`` with ``deadline_s`` is anytime: a call that plans ``n`` new instances costs about
+``a + b * n`` CPU seconds on one cluster, so each plan records ``(n, CPU seconds)`` (the calling
+thread's, so other work on the machine does not inflate it) and the ratio of its wall-clock to
+its CPU time (the *load*: waiting for a core, other threads) on the topology it planned on (its
+``memo``, kept with the topology's route caches). A later plan under a deadline places only as
+many instances as the deadline affords on the line through the recent records, at the recent
+load (:func:`affordable`); the rest go to ``missing``. A deadline that affords none (shorter than
+the cheapest plan, ``a``) gets a plan of nothing at once (:mod:`blitzplan.scale.deadline`).
+
+The checkpoint (:func:`afford_now`): once the multicast has laid its problem out, the call asks
+again at the load it measured so far; when the time left no longer affords every instance it was
+given, the multicast plans fewer (the plan of that many, as if asked for them), so a call slowed
+down by the machine still ends near its deadline. The greedy after it is not interrupted: its
+time is the line's. The line is Siegel's repeated medians (:func:`planning_line`) through the
+fastest recent record of each size, so a slow plan (the first on a cluster fills its route
+caches) moves it little. The first plan on a topology has no record and plans everything.
 """
 
 from __future__ import annotations
@@ -18,7 +25,16 @@ import statistics
 
 from blitzplan.topologies import Topology
 
-__all__ = ["DEADLINE_SHARE", "KEPT", "affordable", "planning_costs", "planning_line", "record_rate"]
+__all__ = [
+    "DEADLINE_SHARE",
+    "KEPT",
+    "afford_now",
+    "affordable",
+    "planning_costs",
+    "planning_line",
+    "recent_load",
+    "record_rate",
+]
 
 DEADLINE_SHARE = 0.8
 """The share of a deadline the line's estimate may fill (the rest is headroom for a call slower
@@ -27,16 +43,27 @@ than the recent ones)."""
 KEPT = 8
 """Recent plans kept per topology to fit the line on."""
 
+MEASURED_CPU_S = 0.002
+"""A checkpoint measures the load from the call itself once it has spent this much CPU time
+(before, the recorded load stands: a short window's ratio is mostly noise)."""
+
 _KEY = "planning_time"
 
 
-def record_rate(topology: Topology, instances: int, seconds: float) -> None:
-    """Record that planning ``instances`` new instances on ``topology`` took ``seconds``. A plan
-    of none (a deadline that afforded nothing) is kept apart, the latest only: it pins the line's
-    intercept, so a line that once afforded nothing gets corrected."""
+def record_rate(
+    topology: Topology, instances: int, seconds: float, wall_s: float | None = None
+) -> None:
+    """Record that planning ``instances`` new instances on ``topology`` took ``seconds`` of CPU
+    time (``wall_s`` of wall-clock: their ratio is the load). A plan of none (a deadline that
+    afforded nothing) is kept apart, the latest only: it pins the line's intercept, so a line
+    that once afforded nothing gets corrected."""
     if instances < 0 or not math.isfinite(seconds) or seconds <= 0:
         return
     book = topology.memo.setdefault(_KEY, {})
+    if wall_s is not None and math.isfinite(wall_s) and seconds >= MEASURED_CPU_S:
+        loads = book.setdefault("load", [])
+        loads.append(max(1.0, wall_s / seconds))
+        del loads[:-KEPT]
     if instances == 0:
         book["none"] = seconds
         return
@@ -45,26 +72,60 @@ def record_rate(topology: Topology, instances: int, seconds: float) -> None:
     del kept[:-KEPT]
 
 
-def affordable(topology: Topology, count: int, seconds: float, used_s: float = 0.0) -> int:
-    """How many of ``count`` new instances a call of ``seconds`` affords on ``topology``, when
-    ``used_s`` of them are spent (a call already slower than the line's fixed part has less
-    left); all of them when no plan of some instances is recorded."""
+def recent_load(topology: Topology) -> float:
+    """The median ratio of wall-clock to CPU time of the recent plans on ``topology`` (at least
+    1; 1 before any)."""
+    loads = topology.memo.get(_KEY, {}).get("load", [])
+    return statistics.median(loads) if loads else 1.0
+
+
+def affordable(
+    topology: Topology, count: int, seconds: float, used_s: float = 0.0, load: float = 1.0
+) -> int:
+    """How many of ``count`` new instances a call of ``seconds`` (wall-clock) affords on
+    ``topology`` at ``load`` (wall-clock seconds per CPU second), when ``used_s`` of them are
+    spent (a call already slower than the line's fixed part has less left); all of them when no
+    plan of some instances is recorded."""
     line = planning_costs(topology)
     if line is None:
         return count
     fixed, per = line
-    budget = max(seconds, 0.0) * DEADLINE_SHARE - max(fixed, used_s)
-    return max(0, min(count, math.floor(budget / per)))
+    budget = max(seconds, 0.0) * DEADLINE_SHARE - max(fixed * load, used_s)
+    return max(0, min(count, math.floor(budget / (per * load))))
+
+
+def afford_now(
+    topology: Topology, count: int, seconds: float, used_s: float, used_cpu_s: float
+) -> int:
+    """At a checkpoint of a call under a deadline of ``seconds`` that has spent ``used_s``
+    wall-clock and ``used_cpu_s`` CPU seconds: ``count`` when the rest of a plan of ``count``
+    new instances fits (at the load measured so far), else how many a plan started afresh
+    affords (each costs the line's whole ``a + b * n``); all of them when nothing is recorded."""
+    line = planning_costs(topology)
+    if line is None:
+        return count
+    fixed, per = line
+    load = recent_load(topology)
+    if used_cpu_s >= MEASURED_CPU_S:
+        load = max(1.0, used_s / used_cpu_s)
+    budget = max(seconds, 0.0) * DEADLINE_SHARE - used_s
+    if load * max(0.0, fixed + per * count - used_cpu_s) <= budget:
+        return count
+    return max(0, min(count, math.floor((budget / load - fixed) / per)))
 
 
 def planning_costs(topology: Topology) -> tuple[float, float] | None:
-    """``(a, b)``: a plan of ``n`` new instances on ``topology`` takes about ``a + b * n``
-    seconds (:func:`planning_line` through the recent records; None before any)."""
+    """``(a, b)``: a plan of ``n`` new instances on ``topology`` costs about ``a + b * n`` CPU
+    seconds (:func:`planning_line` through the fastest recent record of each size: the slower
+    ones met cold caches or a full collection; None before any)."""
     book = topology.memo.get(_KEY, {})
     records = book.get("records", [])
     if not records:
         return None
-    return planning_line(records + ([(0, book["none"])] if "none" in book else []))
+    least: dict[int, float] = {}  # per size the fastest record: a slower one met a cold cache
+    for n, seconds in records:
+        least[n] = min(seconds, least.get(n, math.inf))
+    return planning_line([*least.items(), *([(0, book["none"])] if "none" in book else [])])
 
 
 def planning_line(records: list[tuple[int, float]]) -> tuple[float, float]:

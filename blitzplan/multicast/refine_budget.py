@@ -40,12 +40,13 @@ class RefineBudget:
         self.floor_s = floor_s
         self.until: float | None = None
         self.begun: float | None = None
+        self.begun_cpu: float | None = None
         self.cut = False
 
     def start(self, greedy_s: float) -> None:
         """The greedy took ``greedy_s`` seconds: the refinements may take ``factor`` times that
         (at least ``floor_s``; 0 with ``factor`` 0) from now."""
-        self.begun = self.clock()
+        self.begun, self.begun_cpu = self.clock(), time.thread_time()
         if self.factor is not None:
             allowed = max(self.factor * greedy_s, self.floor_s) if self.factor > 0 else 0.0
             self.until = self.clock() + allowed
@@ -54,6 +55,10 @@ class RefineBudget:
         """Seconds since the refinements started (0 when they never did): what a plan took
         beyond its greedy, which a plan under ``deadline_s`` skips."""
         return 0.0 if self.begun is None else max(0.0, self.clock() - self.begun)
+
+    def refining_cpu_s(self) -> float:
+        """This thread's CPU seconds since the refinements started (0 when they never did)."""
+        return 0.0 if self.begun_cpu is None else max(0.0, time.thread_time() - self.begun_cpu)
 
     def left(self) -> float | None:
         """Seconds left (None: no limit)."""

@@ -1,7 +1,8 @@
 """The deadline rule of :func:`~blitzplan.plan`: a ``deadline_s`` shorter than the cheapest plan.
 
 Under ``deadline_s`` the planner places only the new instances the deadline affords on the line
-of recent planning times on the cluster (:mod:`blitzplan.multicast.planning_rate`). When it
+of recent planning times on the cluster, at the load they met, and asks again at the multicast's
+checkpoint (:mod:`blitzplan.multicast.planning_rate`). When it
 affords none (the deadline is shorter than a plan of even one new instance there), nothing is
 planned and the call returns at once, without the rules that cost time: no new instance, role
 change or release; every requested change is in ``missing`` and a note says the deadline was too
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from blitzplan.cluster import ClusterState, Instance
 from blitzplan.models import ModelSpec
-from blitzplan.multicast.planning_rate import affordable, planning_costs
+from blitzplan.multicast.planning_rate import affordable, planning_costs, recent_load
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import Targets, at_efficiency, realize
 from blitzplan.scale.types import ScalePlan, ScaleRequest
@@ -28,7 +29,7 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> bool
     if deadline is None:
         return False
     topology = at_efficiency(state, run.options.link_efficiency).topology
-    return affordable(topology, 1, deadline, run.used()) == 0
+    return affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0
 
 
 def too_short_plan(
@@ -54,8 +55,8 @@ def too_short_plan(
     ]
     why = (
         f"deadline_s: {run.options.deadline_s:g} s is too short for any plan on this cluster "
-        f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance); "
-        "nothing was planned"
+        f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of CPU "
+        f"time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing was planned"
     )
     missing = [f"deadline_s: {', '.join(asked) or 'nothing'} not planned (too short)"]
     return realize(

@@ -31,10 +31,10 @@ Several requests at once (``plan(state, [r1, r2, ...])``) give one
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any, overload
 
+from blitzplan._collector import collector_relaxed
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -89,14 +89,20 @@ def plan(
         from blitzplan.scale.multiplan import plan_requests
 
         return plan_requests(state, request, plan, options=options, compute=compute, **keywords)
-    started = time.monotonic()
-    options = PlanOptions.of(options, **keywords)
+    run = Planning.timed(PlanOptions.of(options, **keywords), compute)
+    with collector_relaxed():
+        return _planned(state, request, run)
+
+
+def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> ScalePlan:
+    """The plan of one request (:func:`plan`), the collector relaxed around it."""
+    options = run.options
     if not isinstance(request, ScaleRequest):
         raise InvalidInputError(f"request must be a ScaleRequest, got {type(request).__name__}")
     spec = request.model if isinstance(request.model, ModelSpec) else load_model(request.model)
     spec.check_tp(request.tp)
-    mine = [i for i in state.instances if i.identity == spec.identity]
-    run = Planning(options, compute, started)
+    identity = spec.identity  # one object for a preset: `is` spares comparing its fields
+    mine = [i for i in state.instances if i.identity is identity or i.identity == identity]
     if too_short(state, request, run):
         return too_short_plan(state, spec, request, run, mine, _recorded(request))
     missing: list[str] = []

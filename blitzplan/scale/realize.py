@@ -12,14 +12,14 @@ others, by ready time, prefill, then colocated, then decode. Live pairs come fro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
-from blitzplan.multicast.planning_rate import affordable, record_rate
+from blitzplan.multicast.planning_rate import afford_now, affordable, recent_load, record_rate
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.milestones import milestones
@@ -102,7 +102,8 @@ def realize(
     if targets.count and run.started is not None:  # planner-placed instances were asked
         planned = len(multicast.instances) if multicast is not None else 0
         # the whole call but the refinements, which a plan under a deadline skips
-        record_rate(state.topology, planned, run.used() - refined_s)
+        cpu_s, wall_s = refined_s
+        record_rate(state.topology, planned, run.used_cpu() - cpu_s, run.used() - wall_s)
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -133,22 +134,24 @@ def _multicast(
     live_count: int,
     notes: list[str],
     missing: list[str],
-) -> tuple[MulticastPlan | None, float]:
+) -> tuple[MulticastPlan | None, tuple[float, float]]:
     """One multicast plan for every target (None: no targets), ``live_count`` of them live
-    unless ``targets`` names them, and the seconds its refinements took; its notes go to
+    unless ``targets`` names them, and the CPU and wall-clock seconds its refinements took
+    (a plan under a deadline skips them: they are not in the planning time); its notes go to
     ``notes``. Under ``deadline_s`` it places only the new instances the time left affords
-    (:mod:`blitzplan.multicast.planning_rate`), the rest go to ``missing``."""
+    (:mod:`blitzplan.multicast.planning_rate`: at the call's start, then at the multicast's
+    checkpoint), the rest go to ``missing``."""
     explicit = bool(targets.groups)
     count = targets.count
     deadline = run.options.deadline_s
     if deadline is not None and count:  # anytime: what the time left affords
-        count = affordable(state.topology, count, deadline, run.used())
-        if count < targets.count:
-            notes.append(f"deadline_s: {count} of {targets.count} new instances planned")
-            missing.append(f"deadline_s: {targets.count - count} new instances not planned")
-            live_count = min(live_count, count)
+        topology = state.topology
+        load = recent_load(topology)
+        count = affordable(topology, count, deadline, run.used(), load)
+        live_count = min(live_count, count)
     if not (explicit or count):
-        return None, 0.0
+        _left_out(targets.count, 0, notes, missing)
+        return None, (0.0, 0.0)
     live: int | tuple[str, ...] = live_count
     if targets.live is not None:
         live = targets.live
@@ -171,7 +174,10 @@ def _multicast(
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
         polish_evaluations=0 if run.bounded() or explicit else None,
         refine_budget=refine,
+        afford=None if deadline is None or explicit else _checkpoint(state, run),
     )
+    if not explicit:
+        _left_out(targets.count, len(multicast.instances), notes, missing)
     if refine is not None and refine.cut:
         notes.append(
             f"refine_budget: the multicast's refinements were cut short ({refine.factor:g}x the "
@@ -180,7 +186,22 @@ def _multicast(
     if run.bounded() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)
-    return multicast, 0.0 if refine is None else refine.refining_s()
+    spent = (0.0, 0.0) if refine is None else (refine.refining_cpu_s(), refine.refining_s())
+    return multicast, spent
+
+
+def _checkpoint(state: ClusterState, run: Planning) -> Callable[[int], int]:
+    """How many of ``n`` new instances the time left affords at a checkpoint of the multicast
+    (:func:`~blitzplan.multicast.planning_rate.afford_now`)."""
+    deadline = run.options.deadline_s or 0.0
+    return lambda n: afford_now(state.topology, n, deadline, run.used(), run.used_cpu())
+
+
+def _left_out(asked: int, planned: int, notes: list[str], missing: list[str]) -> None:
+    """The note and the ``missing`` line of new instances a deadline left out."""
+    if planned < asked:
+        notes.append(f"deadline_s: {planned} of {asked} new instances planned")
+        missing.append(f"deadline_s: {asked - planned} new instances not planned")
 
 
 def _waits(state: ClusterState, multicast: MulticastPlan, notes: list[str]) -> None:

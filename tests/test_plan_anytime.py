@@ -1,0 +1,121 @@
+"""plan(deadline_s=) stops where the time left no longer affords every new instance (issue 19):
+the multicast's checkpoint plans fewer, the plan is valid and ``missing`` lists the rest; the
+planning line is fitted on CPU time and the load measured beside it; without a deadline nothing
+of this touches the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from blitzplan.multicast import plan_multicast, validate_multicast
+from blitzplan.multicast.planning_rate import (
+    DEADLINE_SHARE,
+    afford_now,
+    affordable,
+    planning_costs,
+    recent_load,
+    record_rate,
+)
+from blitzplan.scale import ScaleRequest, plan, validate_plan
+from blitzplan.scale import realize as realize_module
+from blitzplan.scale.realize import at_efficiency
+from blitzplan.topologies.links import LINK_EFFICIENCY
+from tests.test_plan_deadline import _busy, _fresh_topology
+
+
+def test_afford_now_keeps_what_fits_and_else_plans_afresh_what_the_load_allows() -> None:
+    """Hand-computed: a line of 10 ms + 1 ms per instance of CPU time, a 1 s deadline (0.8 s
+    of it to fill)."""
+    topology = _fresh_topology("h200-8")
+    assert afford_now(topology, 500, 1.0, 0.5, 0.5) == 500  # nothing recorded: everything
+    for n in (100, 200):
+        record_rate(topology, n, 0.010 + 0.001 * n, 0.010 + 0.001 * n)
+    assert planning_costs(topology) == pytest.approx((0.010, 0.001))
+    # 0.1 s spent at load 1: the rest of 500 (0.41 s) fits in 0.7 s
+    assert afford_now(topology, 500, 1.0, 0.1, 0.1) == 500
+    # the same CPU time took 0.3 s (load 3): the rest, 1.23 s, does not; afresh, 0.5 s at load
+    # 3 is 0.1667 s of CPU: (0.1667 - 0.010) / 0.001 = 156 instances
+    assert afford_now(topology, 500, 1.0, 0.3, 0.1) == 156
+    # below MEASURED_CPU_S of CPU time the recorded load (1) stands
+    assert afford_now(topology, 500, 1.0, 0.79, 0.001) == 0
+    assert afford_now(topology, 20, 0.05, 0.0, 0.0) == 20
+
+
+def test_the_load_is_wall_clock_per_cpu_second_and_slows_the_estimate() -> None:
+    topology = _fresh_topology("h200-8")
+    record_rate(topology, 10, 0.1, 0.3)
+    record_rate(topology, 30, 0.2, 0.6)
+    assert recent_load(topology) == pytest.approx(3.0)
+    fixed, per = planning_costs(topology) or (0.0, 0.0)
+    assert affordable(topology, 100, 1.0, 0.0, recent_load(topology)) == int(
+        (DEADLINE_SHARE - 3 * fixed) / (3 * per)
+    )
+    record_rate(topology, 10, 0.4, 0.4)  # a slower record of a size recorded: the fastest counts
+    assert planning_costs(topology) == pytest.approx((fixed, per))
+
+
+def test_plan_multicast_plans_the_first_instances_the_checkpoint_affords() -> None:
+    state = _busy()
+    asked: list[int] = []
+
+    def afford(n: int) -> int:
+        asked.append(n)
+        return 5
+
+    names = [f"n{k}" for k in range(20)]
+    cut = plan_multicast(state, "llama-3-8b", count=20, live=4, names=names, afford=afford)
+    alone = plan_multicast(state, "llama-3-8b", count=5, live=4, names=names[:5])
+    assert asked == [20]
+    assert [i.name for i in cut.instances] == names[:5] and len(cut.live) == 4
+    assert validate_multicast(state, cut) == ()
+    assert cut.instances == alone.instances and cut.ready_at_s == alone.ready_at_s
+    one = plan_multicast(state, "llama-3-8b", count=20, afford=lambda n: 0)
+    assert len(one.instances) == 1  # the problem is laid out: at least one instance
+
+
+def test_a_deadline_checkpoint_that_affords_few_gives_a_valid_plan_listing_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mid-size request (+40 on 64 GPUs, 4 of them live) whose checkpoint finds the time left
+    affords 6: six new instances, every live tail among them paired, a plan the validator
+    passes, and ``missing`` and ``notes`` name the 34 left out."""
+    state = _busy()
+    request = ScaleRequest("llama-3-8b", prefill=40, tp=1)
+    seen: list[int] = []
+
+    def afford(topology: object, count: int, *clocks: float) -> int:
+        seen.append(count)
+        return 6
+
+    monkeypatch.setattr(realize_module, "afford_now", afford)
+    cut = plan(state, request, deadline_s=60.0)  # nothing recorded: the start affords all 40
+    assert seen == [40]
+    assert len(cut.new_instances) == 6 and cut.multicast is not None
+    assert validate_plan(state, cut) == ()
+    assert "deadline_s: 34 new instances not planned" in cut.missing
+    assert "deadline_s: 6 of 40 new instances planned" in cut.notes
+    assert len(cut.live_pairs) == len(cut.multicast.live) == 4
+    names = {i.name for i in cut.new_instances}
+    assert {s.instance for s in cut.steps} - {None} == names
+
+
+def test_without_a_deadline_the_records_never_touch_the_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same request on a cluster with no planning record and on one whose records say a
+    plan takes an hour gives the same plan (the same plan_id); no checkpoint is asked."""
+    request = ScaleRequest("llama-3-8b", prefill=12, decode=2, tp=1)
+    fresh = plan(_busy(), request, refine_budget=None)
+    slow = _busy()
+    derated = at_efficiency(slow, dict(LINK_EFFICIENCY)).topology
+    for n in (1, 5, 30):
+        record_rate(derated, n, 3600.0 * n, 7200.0 * n)
+
+    def never(*args: object) -> int:
+        raise AssertionError("a checkpoint was asked without a deadline")
+
+    monkeypatch.setattr(realize_module, "afford_now", never)
+    monkeypatch.setattr(realize_module, "affordable", never)
+    again = plan(slow, request, refine_budget=None)
+    assert again.plan_id == fresh.plan_id and len(again.new_instances) == 14
+    assert again.missing == ()
