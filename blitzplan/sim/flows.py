@@ -4,9 +4,9 @@ Each KV transfer is a flow between two GPUs; all KV flows and the weight flows o
 progress share links max-min fairly (:meth:`Topology.fair_share`, the planner's own function).
 Rates change whenever a flow starts or ends, so every estimate of a transfer's end carries a
 version and only the newest counts; the event of the estimate it replaces is cancelled (an
-estimate that would change nothing is never handled). The fair share is a function of the flows' edges and caps
-alone, so the rates of a set of flows seen before (the same paths, the same loads in progress)
-are looked up rather than solved again, per topology.
+estimate that would change nothing is never handled). The fair share is a function of the
+flows' edges and caps alone, so the rates of a set of flows seen before (the same paths, the
+same loads in progress) are looked up rather than solved again, per topology.
 """
 
 from __future__ import annotations
