@@ -19,7 +19,7 @@ from blitzplan.topologies import Flow, Topology
 __all__ = ["Flows"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Transfer:
     flow: Flow
     tag: object

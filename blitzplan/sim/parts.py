@@ -177,7 +177,7 @@ class RunParts:
             wake=lambda at_s: self.wake_relay(at_s, owner),
             clock=lambda: self.now_s,
         )
-        relay.note, relay.note_instance = self.notes.request, self.notes.instance
+        relay.notes = self.notes
         return relay
 
     # --- time and topology --------------------------------------------------------------------
