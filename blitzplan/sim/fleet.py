@@ -376,7 +376,8 @@ def _hooks(
     faults: FleetFaults,
 ) -> tuple[Callable[[float], None] | None, Callable[[float], None] | None]:
     """What runs before each event (the shared host DRAM moved on to its time: cache
-    keep-alives, host failures) and after each (``watch``); None where nothing does."""
+    keep-alives, host failures) and after each (models left with no copy and no serving
+    instance, ``watch``); None where nothing does."""
     before = None
     if caches is not None or faults.failures:
 
@@ -386,12 +387,14 @@ def _hooks(
             faults.advance(time_s)
 
     after = None
-    if watch is not None:
+    if watch is not None or faults.failures:
 
         def after(time_s: float) -> None:
-            alive = zip(names, sims, strict=True)
-            owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
-            watch(time_s, faults.dram, owners)
+            faults.check_copyless(time_s)
+            if watch is not None:
+                alive = zip(names, sims, strict=True)
+                owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
+                watch(time_s, faults.dram, owners)
 
     return before, after
 
