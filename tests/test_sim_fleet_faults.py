@@ -71,6 +71,21 @@ def test_a_model_with_no_copy_and_no_instance_left_is_named() -> None:
     assert all(len(rep.finished) == len(rep.requests) for rep in report.reports[1:])
 
 
+def test_a_model_that_lost_its_copy_is_named_once_its_last_instance_goes() -> None:
+    # 16 GiB per host: no room for a lost copy. m03 loses its copy with h3 but serves on h2 and
+    # h0 (noted); h2 then h0 fail: from 30 s nothing holds m03's weights, and the report says so
+    report, _ = failed_run("blitzscale", 16.0, [(27.0, "h3"), (28.0, "h2"), (30.0, "h0")])
+    assert report.fault_notes == (
+        "27.000 s: m03's host copy was lost and no surviving host has room for it; it still "
+        "scales from its serving GPUs",
+    )
+    named = [u for u in report.unloadable if "m03" in u]
+    assert named == [
+        "30.000 s: m03 has no host copy and no serving instance left; nothing holds its weights"
+    ]
+    assert {u.split("'")[0][-3:] for u in report.unloadable if "room" in u} == {"m02", "m00"}
+
+
 def test_a_rebuild_whose_target_fails_is_placed_again() -> None:
     report, rebuilding = failed_run("blitzscale", 40.0, [(20.0, "h0"), (25.0, "h1")])
     restored = {m: (t, h) for t, m, what, h in report.copy_moves if what == "restored"}

@@ -11,7 +11,13 @@ from blitzplan.topologies import load_topology
 def test_remembered_rates_are_the_fair_share_and_a_new_topology_forgets_them() -> None:
     topo = load_topology("paper-a800-32")
     booked: list[tuple[float, int, int]] = []
-    flows = Flows(topo, lambda t, f, v: booked.append((t, f, v)))
+    cancelled: list[int] = []
+
+    def book(time_s: float, transfer: int, version: int) -> int:
+        booked.append((time_s, transfer, version))
+        return len(booked) - 1
+
+    flows = Flows(topo, book, cancelled.append)
     pairs = [("h0/gpu0", "h1/gpu0"), ("h0/gpu1", "h1/gpu0"), ("h2/gpu0", "h3/gpu5")]
     remembered = []
     for round_ in range(2):  # the second round finds every set of flows remembered
@@ -24,6 +30,10 @@ def test_remembered_rates_are_the_fair_share_and_a_new_topology_forgets_them() -
         remembered.append(len(flows._rates))
     assert remembered == [5, 5] and not flows.transfers  # 3 starts, 2 ends with flows left
     assert len(booked) == 2 * (1 + 2 + 3 + 2 + 1)  # every transfer rebooked at every change
+    # each rebooking cancels the estimate it replaces; the 3 x 2 last ones were handled
+    assert sorted(cancelled) == sorted(set(cancelled)) and len(cancelled) == len(booked) - 6
+    last = {transfer: k for k, (_, transfer, _) in enumerate(booked)}
+    assert not set(last.values()) & set(cancelled)
     flows.topology = topo.without(nodes=["h3/gpu5"])
     assert flows._rates == {} and flows._paths == {}
     assert flows.start(2.0, "h0/gpu0", "h1/gpu0", 1e9, "after") and len(flows._rates) == 1

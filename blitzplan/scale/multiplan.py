@@ -31,6 +31,20 @@ request it made room for; the parts themselves do not carry them.
 anywhere) raises :class:`~blitzplan.errors.InfeasibleError` naming the request, and no plan is
 returned for any request; ``state`` is never changed. ``deadline_s`` bounds the whole call:
 each request gets an equal share of the time left when its turn comes.
+
+**Replanning a MultiPlan** after failures (:func:`replan_parts`, what ``replan(multi, ...)``
+does) repairs each part with the one-request :func:`~blitzplan.replan`, in the same priority
+order and on the same terms: part k is replanned on the cluster as the replans of the parts
+before it leave it at the moment of replanning (their surviving new instances loading, their
+complete ones serving, their steps background flows on their routes), so the parts' flows again
+share NICs and links in one program; the GPUs of the later parts' new instances, and those the
+earlier replans send from or relay through, are held so that no replan relays there. Each part
+keeps its own delivered bytes (:func:`~blitzplan.scale.validate_replan` checks each part against
+its old part). A failure that names a new instance applies to the part it belongs to; a
+cancelled name must be a new instance of some part. The evictions are done (they were made when
+the MultiPlan started): the replan has none, and instances it evicted still in ``state`` are
+taken out. All or nothing, as for ``plan``: a part the one-request replan refuses raises naming
+``plans[k]``.
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from blitzplan.cluster import ClusterState, Instance, Role
@@ -47,12 +61,15 @@ from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.scale.apply import apply_plan
 from blitzplan.scale.plan_options import PlanOptions
-from blitzplan.scale.types import Eviction, MultiPlan, ScalePlan, ScaleRequest
+from blitzplan.scale.recovery import Failure, recover
+from blitzplan.scale.types import Eviction, MultiPlan, NewInstanceInfo, ScalePlan, ScaleRequest
 
-__all__ = ["plan_requests"]
+__all__ = ["plan_requests", "replan_parts"]
 
 _HOLD = "held-relay:"
 """Id prefix of the placeholder instances that hold an earlier request's relay GPUs."""
+_LATER = "held-later:"
+"""Id prefix of the placeholders that hold a later part's GPUs while a part is replanned."""
 
 
 def plan_requests(
@@ -88,6 +105,97 @@ def plan_requests(
         current = apply_plan(current, made, at_s=0.0)
         kept |= _hold(current, used)
     return MultiPlan(tuple(plans), tuple(evictions))
+
+
+def replan_parts(
+    multi: MultiPlan,
+    state: ClusterState,
+    replan: Callable[..., ScalePlan],
+    *,
+    at_s: float,
+    now_s: float | None = None,
+    failed: Iterable[Failure] = (),
+    cancelled: Iterable[str] = (),
+    options: PlanOptions | None = None,
+    compute: ComputeModel | None = None,
+) -> MultiPlan:
+    """A MultiPlan that completes every surviving new instance of every part of ``multi``
+    (module docstring), each part by ``replan`` (the one-request :func:`~blitzplan.replan`,
+    whose arguments these are). ``state`` is the cluster now, without the parts' new
+    instances; it is unchanged."""
+    if not isinstance(multi, MultiPlan) or not isinstance(state, ClusterState):
+        raise InvalidInputError(
+            f"replan_parts takes a MultiPlan and a ClusterState, got {type(multi).__name__} "
+            f"and {type(state).__name__}"
+        )
+    failures, dropped = _listed("failed", failed), set(_listed("cancelled", cancelled))
+    every = {info.name for part in multi.plans for info in part.new_instances}
+    for name in sorted(str(n) for n in dropped - every):
+        raise InvalidInputError(f"cancelled names {name!r}, which is no part's new instance")
+    current = state.copy()
+    for eviction in multi.evictions:  # released when the MultiPlan started
+        if eviction.instance in {i.id for i in current.instances}:
+            current.remove_instance(eviction.instance)
+    plans: list[ScalePlan] = []
+    used: set[str] = set()
+    for k, part in enumerate(multi.plans):
+        mine = {info.name for info in part.new_instances}
+        ids = {i.id for i in current.instances}
+        own = [f for f in failures if not isinstance(f, str) or f in mine | ids or f not in every]
+        trial = _held_for_later(current, multi.plans[k + 1 :], k)
+        cut = sorted(dropped & mine)
+        try:
+            made = replan(
+                part,
+                trial,
+                at_s=at_s,
+                now_s=now_s,
+                failed=own,
+                cancelled=cut,
+                options=options,
+                compute=compute,
+            )
+            complete = recover(part, trial, at_s=at_s, failed=own, cancelled=cut).complete
+        except (InfeasibleError, InvalidInputError) as exc:
+            raise type(exc)(f"plans[{k}] ({part.spec.name}): {exc}") from None
+        plans.append(made)
+        current = _after(current, part, made, complete)
+        used |= _used(current, made)
+        _hold(current, used)
+    return MultiPlan(tuple(plans), ())
+
+
+def _after(
+    state: ClusterState,
+    part: ScalePlan,
+    made: ScalePlan,
+    complete: Sequence[NewInstanceInfo],
+) -> ClusterState:
+    """The cluster as part ``made`` (the replan of ``part``) leaves it when it starts: the
+    part's complete new instances serve, its survivors load under ``made``."""
+    state = state.copy()
+    for info in complete:
+        state.add_instance(part.spec, gpus=list(info.gpus), role=info.role, instance_id=info.name)
+    return apply_plan(state, made, at_s=0.0)
+
+
+def _listed(what: str, items: Iterable[Any]) -> list[Any]:
+    if isinstance(items, str) or not isinstance(items, Iterable):
+        raise InvalidInputError(f"{what} must be a collection, got {items!r}")
+    return list(items)
+
+
+def _held_for_later(state: ClusterState, later: Sequence[ScalePlan], k: int) -> ClusterState:
+    """``state`` with the free GPUs of the later parts' new instances held (placeholders), so
+    that part ``k``'s replan neither places nor relays there."""
+    trial = state.copy()
+    free = set(trial.free_gpus())
+    gpus = sorted({g for part in later for info in part.new_instances for g in info.gpus} & free)
+    for gpu in gpus:
+        trial.add_instance(
+            _placeholder(), gpus=[gpu], role=Role.IDLE, instance_id=f"{_LATER}{k}:{gpu}"
+        )
+    return trial
 
 
 def _check(state: ClusterState, requests: Sequence[ScaleRequest]) -> None:

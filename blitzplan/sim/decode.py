@@ -36,7 +36,7 @@ Book = Callable[[float, SimInstance, int], int]
 """Books an instance's step end ``(time_s, instance, batch size)``; returns its event number."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     """A run of steps of ``batch``: each step's end time, how many were applied, the
     number of the event booked at the last end."""
@@ -151,21 +151,25 @@ class DecodeTier:
 
     def _schedule(self, inst: SimInstance, now_s: float) -> None:
         batch = inst.running[: self.max_batch]
-        context = sum(r.prompt_tokens + r.tokens_done for r in batch) // len(batch)
-        ends = self._ends(
-            now_s, len(batch), context, min(r.output_tokens - r.tokens_done for r in batch)
-        )
+        tokens, steps = 0, batch[0].output_tokens - batch[0].tokens_done
+        for r in batch:  # the batch's tokens in the KV cache; the fewest steps any has left
+            done = r.tokens_done
+            tokens += r.prompt_tokens + done
+            if r.output_tokens - done < steps:
+                steps = r.output_tokens - done
+        ends = self._ends(now_s, len(batch), tokens // len(batch), steps)
         self._runs[inst] = _Run(batch, ends, 0, self.schedule_step(ends.last(), inst, len(batch)))
 
     def _ends(self, now_s: float, size: int, context: int, steps: int) -> StepEnds:
         """The end times of ``steps`` steps of a batch of ``size`` from ``now_s``, summed one
         at a time as one event per step would (:mod:`.stepends`); every step adds a token to
         each request, so the mean context grows by exactly one a step."""
-        ends, done = StepEnds(now_s), 0
+        ends, done, cost = StepEnds(now_s), 0, self._cost
         while done < steps:
             here = context + done
             left = min(steps - done, _CONTEXT_STEP - here % _CONTEXT_STEP)
-            ends.add(self._step_s(size, here), left)
+            step_s = cost.get((size, here // _CONTEXT_STEP))
+            ends.add(self._step_s(size, here) if step_s is None else step_s, left)
             done += left
         return ends
 

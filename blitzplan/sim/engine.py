@@ -123,13 +123,13 @@ class Simulator(RunParts):
 
     def run(self) -> None:
         self.begin()
-        while self.next_s() is not None:
-            self.step()
+        if self.next_s() is not None:
+            self.steps(math.inf)
         self._close()
 
     def begin(self) -> None:
         """The fleet at time 0 and the first decision (a multi-model run calls it, then
-        :meth:`step` while :meth:`next_s` says an event is due, then :meth:`finish`)."""
+        :meth:`steps` while :meth:`next_s` says an event is due, then :meth:`finish`)."""
         self.apply(self.system.start(self))
         if self.autoscaler is not None and self.requests:
             self.queue.push(self.autoscaler.interval_s, Tick())
@@ -152,14 +152,37 @@ class Simulator(RunParts):
         time_s = self.queue.next_s() if self.pending else None
         return None if time_s is None or time_s > self.end_s else time_s
 
-    def step(self) -> None:
-        """Handle the next event."""
-        time_s, event = self.queue.pop()
-        self._handlers[type(event)](event)
-        self.events_processed += 1
-        if self.progress is not None and time_s >= self._next_report:
-            self.progress(time_s / max(self.end_s, 1e-9))
-            self._next_report = time_s + max(1.0, self.end_s / 50)
+    def steps(
+        self,
+        limit_s: float,
+        *,
+        at_limit: bool = True,
+        before: Callable[[float], None] | None = None,
+        after: Callable[[float], None] | None = None,
+    ) -> float | None:
+        """Handle the next event, and the ones after it while they are due before ``limit_s``
+        (or at it, with ``at_limit``); when the next one is due (None: the run is over, as
+        :meth:`next_s`). ``before(time_s)`` and ``after(time_s)`` are called before and after
+        each event (a multi-model run's shared state and checks)."""
+        queue, handlers = self.queue, self._handlers
+        upcoming = self.next_s()
+        while upcoming is not None:
+            if before is not None:
+                before(upcoming)
+            time_s, event = queue.pop()
+            handlers[type(event)](event)
+            self.events_processed += 1
+            if self.progress is not None and time_s >= self._next_report:
+                self.progress(time_s / max(self.end_s, 1e-9))
+                self._next_report = time_s + max(1.0, self.end_s / 50)
+            if after is not None:
+                after(time_s)
+            upcoming = self.next_s()
+            if upcoming is not None and (
+                upcoming > limit_s or (upcoming == limit_s and not at_limit)
+            ):
+                break
+        return upcoming
 
     def finish(self) -> None:
         """Close the run: unfinished requests are dropped, instances released."""

@@ -344,7 +344,8 @@ def _run(
     names: list[str],
     faults: FleetFaults,
 ) -> float:
-    """Step every engine on one clock, earliest event first; the time the last one ended."""
+    """Step every engine on one clock, earliest event first (ties by model order); the time
+    the last one ended. An engine runs on while it holds the earliest event."""
     for sim in sims:
         sim.begin()
     due = [(t, k) for k, sim in enumerate(sims) if (t := sim.next_s()) is not None]
@@ -353,26 +354,49 @@ def _run(
     for sim in sims:
         if sim.next_s() is None:
             _finish(sim)
-    item = heapq.heappop(due) if due else None
-    while item is not None:
-        time_s, k = item
+    before, after = _hooks(sims, caches, watch, names, faults)
+    while due:
+        _, k = heapq.heappop(due)
         sim = sims[k]
-        if caches is not None:
-            caches.advance(time_s)
-        faults.advance(time_s)
-        sim.step()
+        limit_s, limit_k = due[0] if due else (math.inf, len(sims))
+        upcoming = sim.steps(limit_s, at_limit=k < limit_k, before=before, after=after)
         end_s = max(end_s, sim.now_s)
-        if watch is not None:
-            alive = zip(names, sims, strict=True)
-            owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
-            watch(time_s, faults.dram, owners)
-        upcoming = sim.next_s()
-        if upcoming is not None:  # the same engine again while it is the earliest (no heap work)
-            item = heapq.heappushpop(due, (upcoming, k))
-            continue
-        _finish(sim)
-        item = heapq.heappop(due) if due else None
+        if upcoming is None:
+            _finish(sim)
+        else:
+            heapq.heappush(due, (upcoming, k))
     return end_s
+
+
+def _hooks(
+    sims: list[Simulator],
+    caches: HostCaches | None,
+    watch: Watch | None,
+    names: list[str],
+    faults: FleetFaults,
+) -> tuple[Callable[[float], None] | None, Callable[[float], None] | None]:
+    """What runs before each event (the shared host DRAM moved on to its time: cache
+    keep-alives, host failures) and after each (models left with no copy and no serving
+    instance, ``watch``); None where nothing does."""
+    before = None
+    if caches is not None or faults.failures:
+
+        def before(time_s: float) -> None:
+            if caches is not None:
+                caches.advance(time_s)
+            faults.advance(time_s)
+
+    after = None
+    if watch is not None or faults.failures:
+
+        def after(time_s: float) -> None:
+            faults.check_copyless(time_s)
+            if watch is not None:
+                alive = zip(names, sims, strict=True)
+                owners = {n: [i.gpus for i in o.instances.alive()] for n, o in alive}
+                watch(time_s, faults.dram, owners)
+
+    return before, after
 
 
 def _finish(sim: Simulator) -> None:

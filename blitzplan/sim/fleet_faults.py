@@ -17,8 +17,10 @@ the longest trace. When host H fails at time t, before any engine steps at t or 
   the rebuilt copy once it is restored.
 * **a model left with no host copy** (none fits on a surviving host) is named in the report's
   ``unloadable`` when, at that failure, it also has no serving instance (nothing holds its
-  weights: no scale-up can load it), else in ``notes`` (it still scales from its GPUs). Checked
-  at each failure only; a model whose run is already over loses its copy without a rebuild.
+  weights: no scale-up can load it), else in ``notes`` (it still scales from its GPUs); such a
+  model is named in ``unloadable`` too once it has no serving instance left (a later failure,
+  a release), checked after every event. A model whose run is already over loses its copy
+  without a rebuild.
   When the last host fails, ``unloadable`` says so (every run then ends, as a single-model run
   does).
 """
@@ -136,12 +138,15 @@ class FleetFaults:
         self.dram = dram
         self.unloadable: list[str] = []
         self.notes: list[str] = []
+        self._copyless: set[str] = set()  # no copy, no room for one, still serving
+        self._sims: dict[str, Simulator] = {}
 
     def hook(self, sims: Sequence[Simulator], names: Sequence[str]) -> None:
         """Give BlitzScale's engines a handler that places copies in the shared book."""
         if isinstance(self.dram, HostCopies):
             for sim, name in zip(sims, names, strict=True):
                 sim.faults = _FleetFaultHandler(sim, name, self.dram, self)
+        self._sims = dict(zip(names, sims, strict=True))
 
     def advance(self, now_s: float) -> None:
         """Apply every failure due by ``now_s`` to the shared host DRAM."""
@@ -157,5 +162,21 @@ class FleetFaults:
         what = f"{now_s:.3f} s: {model}'s host copy was lost and no surviving host has room for it"
         if serving:
             self.notes.append(f"{what}; it still scales from its serving GPUs")
+            self._copyless.add(model)
         else:
             self.unloadable.append(f"{what}, and no instance holds its weights")
+
+    def check_copyless(self, now_s: float) -> None:
+        """Name in ``unloadable`` each model without a host copy (none fits) that no longer
+        has a serving instance (called after every event of a run with failures)."""
+        for model in sorted(self._copyless):
+            sim = self._sims[model]
+            placed = isinstance(self.dram, HostCopies) and self.dram.host_of(model) is not None
+            if placed or sim.next_s() is None:
+                self._copyless.discard(model)  # a copy was placed since, or its run is over
+            elif sim.serving_gpu() is None:
+                self._copyless.discard(model)
+                self.unloadable.append(
+                    f"{now_s:.3f} s: {model} has no host copy and no serving instance left; "
+                    "nothing holds its weights"
+                )

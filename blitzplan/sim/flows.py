@@ -3,9 +3,10 @@
 Each KV transfer is a flow between two GPUs; all KV flows and the weight flows of the loads in
 progress share links max-min fairly (:meth:`Topology.fair_share`, the planner's own function).
 Rates change whenever a flow starts or ends, so every estimate of a transfer's end carries a
-version and only the newest counts. The fair share is a function of the flows' edges and caps
-alone, so the rates of a set of flows seen before (the same paths, the same loads in progress)
-are looked up rather than solved again, per topology.
+version and only the newest counts; the event of the estimate it replaces is cancelled (an
+estimate that would change nothing is never handled). The fair share is a function of the
+flows' edges and caps alone, so the rates of a set of flows seen before (the same paths, the
+same loads in progress) are looked up rather than solved again, per topology.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from blitzplan.topologies import Flow, Topology
 __all__ = ["Flows"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Transfer:
     flow: Flow
     tag: object
     remaining_bytes: float
     rate: float = 0.0
     version: int = 0
+    event: int = -1
+    """The number of the event booked at its current estimate (-1: none yet)."""
 
 
 _REMEMBERED = 4096
@@ -34,9 +37,16 @@ _REMEMBERED = 4096
 class Flows:
     """KV transfers in flight and the weight flows of loads, on one topology."""
 
-    def __init__(self, topology: Topology, schedule: Callable[[float, int, int], object]) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        schedule: Callable[[float, int, int], int],
+        cancel: Callable[[int], None],
+    ) -> None:
+        """``schedule(time_s, transfer, version)`` books an estimate's event and returns its
+        number; ``cancel(number)`` withdraws one."""
         self.topology = topology
-        self.schedule = schedule
+        self.schedule, self.unbook = schedule, cancel
         self.transfers: dict[int, _Transfer] = {}
         self.weights: dict[int, tuple[float, float, tuple[Flow, ...]]] = {}
         self._next = 0
@@ -81,6 +91,8 @@ class Flows:
         """Stop every transfer ``hit`` selects; their tags."""
         self._advance(now_s)
         gone = [tid for tid, t in self.transfers.items() if hit(t)]
+        for tid in gone:
+            self.unbook(self.transfers[tid].event)
         tags = [self.transfers.pop(tid).tag for tid in gone]
         if gone:
             self._reshare(now_s)
@@ -124,8 +136,10 @@ class Flows:
         rates = self._fair_share([self.transfers[i].flow for i in ids] + background)
         for tid, rate in zip(ids, rates, strict=False):
             t = self.transfers[tid]
+            if t.event >= 0:
+                self.unbook(t.event)
             t.rate, t.version = rate, t.version + 1
-            self.schedule(now_s + t.remaining_bytes / rate, tid, t.version)
+            t.event = self.schedule(now_s + t.remaining_bytes / rate, tid, t.version)
 
     def _fair_share(self, flows: list[Flow]) -> tuple[float, ...]:
         key = tuple((f.edges, f.max_bytes_per_s) for f in flows)

@@ -19,7 +19,7 @@ NO_WORKER = -1
 """An instance that is not a worker of the prefill relay."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimRequest:
     """A request's progress: prefill (``stage="prefill"``), KV migration (``"kv"``), decode, done.
 
@@ -51,7 +51,7 @@ class SimRequest:
     preemptions: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimInstance:
     """One instance. ``new_worker`` / ``old_worker``: its index in the prefill relay while it
     runs layers as a loading live instance / whole blocks as a serving prefill instance."""

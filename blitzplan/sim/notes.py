@@ -17,6 +17,11 @@ class Notes:
     def __init__(self) -> None:
         self.log: list[tuple[float, int, str, str]] | None = None
 
+    @property
+    def recording(self) -> bool:
+        """Whether entries are kept (a caller need not build a detail nobody keeps)."""
+        return self.log is not None
+
     def request(self, now_s: float, request: SimRequest, what: str, detail: str = "") -> None:
         if self.log is not None:
             self.log.append((now_s, request.id, what, detail))

@@ -75,7 +75,11 @@ class RunParts:
         self.model, self.tp, self.compute, self.token_budget = model, tp, compute, token_budget
         self.gpu = topology.gpu_spec(topology.gpus()[0])
         self.meter, self.notes = LoadMeter(), Notes()
-        self.flows = Flows(topology, lambda t, f, v: self.queue.push(t, FlowDone(f, v)))
+        self.flows = Flows(
+            topology,
+            lambda t, f, v: self.queue.push(t, FlowDone(f, v)),
+            lambda number: self.queue.cancel(number),
+        )
         self._wakes: set[tuple[str | None, float]] = set()
         self._ingress: tuple[Topology, float] | None = None
         self._capacity: float | None = None
@@ -173,7 +177,7 @@ class RunParts:
             wake=lambda at_s: self.wake_relay(at_s, owner),
             clock=lambda: self.now_s,
         )
-        relay.note, relay.note_instance = self.notes.request, self.notes.instance
+        relay.notes = self.notes
         return relay
 
     # --- time and topology --------------------------------------------------------------------

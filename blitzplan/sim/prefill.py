@@ -31,11 +31,12 @@ from blitzplan.live.policies import Policy
 from blitzplan.live.relay import RelayState
 from blitzplan.live.state import UNRELEASED, WAITING, Started, usable_from_units
 from blitzplan.sim.instances import NO_WORKER, SimInstance, SimRequest
+from blitzplan.sim.notes import Notes
 
 __all__ = ["PrefillTier", "Prefilled"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prefilled:
     """A batch's prefill is done: ``split`` layers ran on loading instance ``new``, the rest on
     serving instance ``old`` (None when that part is empty)."""
@@ -83,8 +84,8 @@ class PrefillTier:
         self.queued_tokens = 0
         self.clock = clock or (lambda: self.relay.now_s)
         """The driver's time (a relay's own clock lags it between steps)."""
-        self.note: Callable[[float, SimRequest, str, str], None] | None = None
-        self.note_instance: Callable[[float, SimInstance, str], None] | None = None
+        self.notes: Notes | None = None
+        """Where requests' and instances' steps are noted (the run's)."""
         self.retired: Callable[[SimInstance], None] = self._join_as_old
         """What a new instance does once loaded and empty (default: it joins the old ones)."""
         self.old_started: Callable[[SimInstance, Started], None] | None = None
@@ -219,8 +220,8 @@ class PrefillTier:
             for request in self.batches[batch]:
                 request.restarts += 1
                 request.tokens_done = 0
-                if self.note is not None:
-                    self.note(now_s, request, "restart", f"{inst.id} was lost")
+                if self.notes is not None:
+                    self.notes.request(now_s, request, "restart", f"{inst.id} was lost")
         self.wake(now_s)
         return []
 
@@ -232,9 +233,9 @@ class PrefillTier:
         relay = self.relay
         done = [self._prefilled(batch, now_s) for batch in relay.advance(now_s)]
         self._end_of_loading()
-        started = relay.decide(self.policy)
+        started = self._decide()
         if self._end_of_loading():
-            started += relay.decide(self.policy)
+            started += self._decide()
         for op in started:
             self._started(op)
         due = relay.next_due_s()
@@ -242,11 +243,19 @@ class PrefillTier:
             self.wake(due)
         return done
 
+    def _decide(self) -> list[Started]:
+        """The policy's decisions (none to ask for while no batch is waiting, held or handed
+        off: those are the only batches an instance can start)."""
+        relay = self.relay
+        if not (relay.waiting or relay.handed or any(relay.held)):
+            return []
+        return relay.decide(self.policy)
+
     def _end_of_loading(self) -> bool:
         """Fully loaded new instances admit nothing more; empty ones join the old instances
         (unless ``end_of_loading`` is off: then they stay new instances, as offline)."""
         relay, joined = self.relay, False
-        if not self.end_of_loading:
+        if not self.end_of_loading or not self.loading:
             return False
         for worker, inst in list(self.loading.items()):
             if not relay.fully_loaded(worker):
@@ -269,8 +278,8 @@ class PrefillTier:
             self._note_instance(inst, "joined-old")
 
     def _note_instance(self, inst: SimInstance, what: str) -> None:
-        if self.note_instance is not None:
-            self.note_instance(self.clock(), inst, what)
+        if self.notes is not None:
+            self.notes.instance(self.clock(), inst, what)
 
     def _started(self, op: Started) -> None:
         if op.first_layer == 1:  # it leaves the queue
@@ -280,11 +289,11 @@ class PrefillTier:
             self.taker[op.batch] = inst
             if self.old_started is not None:
                 self.old_started(inst, op)
-        if self.note is not None:
+        if self.notes is not None and self.notes.recording:
             where = "new" if op.on_new else "old"
             last = op.first_layer + op.layers - 1
             for request in self.batches[op.batch]:
-                self.note(
+                self.notes.request(
                     self.relay.now_s,
                     request,
                     f"relay-{where}",

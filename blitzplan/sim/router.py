@@ -53,7 +53,9 @@ class Router:
         parts = [(done.new, done.split / layers), (done.old, 1 - done.split / layers)]
         sources = tuple((inst, share) for inst, share in parts if inst is not None and share > 0)
         for request in done.requests:
-            self.note(now_s, request, "prefilled", f"split {done.split} on {request.prefilled_on}")
+            if self.notes.recording:
+                split = f"split {done.split} on {request.prefilled_on}"
+                self.note(now_s, request, "prefilled", split)
             if request.first_token_s != request.first_token_s:  # nan: the first token ever
                 request.first_token_s = now_s
             request.tokens_done = 1
@@ -77,7 +79,8 @@ class Router:
             self.flows.start(now_s, source.gpus[0], target.gpus[0], size * share, request)
             for source, share in request.kv_sources
         )
-        self.note(now_s, request, "kv", f"{request.kv_parts} flows to {target.id}")
+        if self.notes.recording:
+            self.note(now_s, request, "kv", f"{request.kv_parts} flows to {target.id}")
         if request.kv_parts == 0:
             self.decode.start_decoding(request, now_s)
 

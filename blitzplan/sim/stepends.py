@@ -43,16 +43,18 @@ class StepEnds:
     def add(self, step_s: float, steps: int) -> None:
         """``steps`` more steps of ``step_s`` each, summed on from the last end."""
         self._count += steps
+        end, stretches = self._end, self._stretches
         while steps > 0:
-            stretch, r = _on_spacing(self._end, step_s, steps)
+            stretch, r = _on_spacing(end, step_s, steps)
             if stretch == 0:  # across a power of two, or a tie: this one step as it is
-                self._end = self._end + step_s
-                self._stretches.append((self._end, 0.0, 1))
+                end = end + step_s
+                stretches.append((end, 0.0, 1))
                 steps -= 1
                 continue
-            self._stretches.append((self._end, r, stretch))
-            self._end = self._end + stretch * r
+            stretches.append((end, r, stretch))
+            end = end + stretch * r
             steps -= stretch
+        self._end = end
 
     def before(self, time_s: float) -> int:
         """How many ends are earlier than ``time_s``."""
@@ -88,14 +90,13 @@ class StepEnds:
 def _on_spacing(t: float, d: float, steps: int) -> tuple[int, float]:
     """How many of ``steps`` additions of ``d`` from ``t`` round on ``t``'s spacing (module
     docstring), and the multiple of that spacing each adds; (0, 0.0) when the first does not."""
-    if not (t > 0.0 and math.isfinite(t)):
+    if not 0.0 < t < math.inf:
         return 0, 0.0
-    exponent = math.frexp(t)[1]  # t in [2**(exponent-1), 2**exponent)
-    spacing = _spacing(d, exponent)
+    spacing = _spacing(d, math.frexp(t)[1])  # t in [2**(exponent-1), 2**exponent)
     if spacing is None:
         return 0, 0.0
-    u, r, room, per_unit, per_step = spacing
-    if t + (steps + 1) * r < math.ldexp(1.0, exponent) - 8 * u:
+    u, r, room, per_unit, per_step, below = spacing
+    if t + (steps + 1) * r < below:
         return steps, r  # far below the next power of two (|d - r| <= u/2; float error < 2u)
     # the j-th sum stays below 2**exponent by more than u/2 while (in u, d/u = num/den)
     # t/u + (j - 1) * multiple + num/den < 2**53 - 1/2, that is
@@ -105,10 +106,11 @@ def _on_spacing(t: float, d: float, steps: int) -> tuple[int, float]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _spacing(d: float, exponent: int) -> tuple[float, float, int, int, int] | None:
+def _spacing(d: float, exponent: int) -> tuple[float, float, int, int, int, float] | None:
     """For additions of ``d`` to doubles in ``[2**(exponent-1), 2**exponent)``: their spacing
-    u, the multiple of u nearest ``d`` (as a double), and the integers of the bound on how
-    many stay there (:func:`_on_spacing`); None for a tie or when ``d`` rounds to nothing."""
+    u, the multiple of u nearest ``d`` (as a double), the integers of the bound on how many
+    stay there, and ``2**exponent - 8u`` (:func:`_on_spacing`); None for a tie or when ``d``
+    rounds to nothing."""
     u = math.ldexp(1.0, exponent - _MANTISSA)
     if not (d > 0.0 and u > 0.0 and math.isfinite(d / u)):
         return None
@@ -119,4 +121,4 @@ def _spacing(d: float, exponent: int) -> tuple[float, float, int, int, int] | No
     if multiple == 0:
         return None
     room = (2 * 2**_MANTISSA - 1) * den - 2 * num
-    return u, multiple * u, room, 2 * den, 2 * den * multiple
+    return u, multiple * u, room, 2 * den, 2 * den * multiple, math.ldexp(1.0, exponent) - 8 * u
