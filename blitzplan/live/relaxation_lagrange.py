@@ -219,18 +219,21 @@ def _pareto(free: np.ndarray, cost: np.ndarray) -> np.ndarray:
 
 
 def _fifo_program(
-    priced: _Priced, order: tuple[int, ...], b_old: float, ceiling: float
+    priced: _Priced, order: tuple[int, ...], b_old: float, ceiling: float, deadline_s: float
 ) -> tuple[float, _Plan | None]:
     """The least priced total latency with O serving its batches in ``order``'s order, or
     ``ceiling`` when that is less, and the (split, grid point counted by) of each batch in a plan
     that reaches it (None when none is below ``ceiling``). A state whose cost plus the least
-    each later batch can add reaches ``ceiling`` is dropped."""
+    each later batch can add reaches ``ceiling`` is dropped. Past ``deadline_s`` (read before
+    every batch) it gives up: (nan, None)."""
     L = priced.prices.mu.shape[0]
     free, cost = np.asarray([b_old]), np.asarray([0.0])
     floors = [min(priced.on_new[i][0], float(priced.on_old(i, free)[1].min())) for i in order]
     rest = np.cumsum([0.0, *floors[::-1]])[::-1][1:]  # what the batches after each add, at least
     history = []
     for step, i in enumerate(order):
+        if time.perf_counter() > deadline_s:
+            return math.nan, None
         ends, values, counted = priced.on_old(i, free)
         stay, stay_j = priced.on_new[i]
         all_free = np.concatenate([free, ends.ravel()])
@@ -271,23 +274,21 @@ def lagrangian_bound(
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
     latency. ``upper_bound`` (a known schedule's value) steers the multipliers and caps the
-    answer; with ``time_limit_s`` no step starts that the last one's time says would end past
-    it (the first always runs)."""
+    answer; with ``time_limit_s`` the step under way when it runs out is dropped (it returns
+    ``-inf`` when even the first, the plain relaxation, does not finish)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
-    began = time.perf_counter()
-    deadline = math.inf if time_limit_s is None else began + time_limit_s
+    deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
     n, prices = instance.num_batches, _Prices(instance)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     best, step, stale = -math.inf, _STEP_START, 0
     for _ in range(iterations):
-        value, g = _solve_priced(instance, prices, target)
+        value, g = _solve_priced(instance, prices, target, deadline)
         if value > best + 1e-12 * abs(value):
             best, stale = value, 0
         elif (stale := stale + 1) >= _PATIENCE:
             step, stale = step / 2, 0
-        took, began = time.perf_counter() - began, time.perf_counter()
-        if g is None or value >= target or began + took > deadline:
+        if g is None or value >= target or math.isnan(value):
             break
         aim = target if math.isfinite(target) else value + 0.05 * abs(value) + 1e-9
         prices.set(np.maximum(prices.mu + step * (aim - value) / float(np.sum(g * g)) * g, 0.0))
@@ -295,14 +296,14 @@ def lagrangian_bound(
 
 
 def _solve_priced(
-    instance: LiveScalingInstance, prices: _Prices, target: float
+    instance: LiveScalingInstance, prices: _Prices, target: float, deadline_s: float
 ) -> tuple[float, np.ndarray | None]:
-    """The priced program's value (at most ``target``) under the current multipliers, and a
-    subgradient there (None when the value reached ``target`` or no constraint is violated or
-    slack: the multipliers cannot move)."""
+    """The priced program's value (at most ``target``; nan when ``deadline_s`` cut it) under the
+    current multipliers, and a subgradient there (None when the value reached ``target``, the
+    program was cut, or no constraint is violated or slack: the multipliers cannot move)."""
     constant = prices.constant()
     cost, plan = _fifo_program(
-        _Priced(prices), instance.fifo_order, instance.old_free_at_s, target + constant
+        _Priced(prices), instance.fifo_order, instance.old_free_at_s, target + constant, deadline_s
     )
     if plan is None:
         return cost - constant, None
