@@ -4,8 +4,8 @@ beside ZigZag against the optimum, the paper's toy example, and the cost of one 
 
 Run: .venv/bin/python benchmarks/partition.py   (BLITZPLAN_QUICK=1: few, small, fast)
 Flags narrow a run: ``--backends bnb`` (default: bnb highs cpsat), ``--classes 32x16 80x16``,
-``--orders fifo``, ``--runs 10``, ``--limit 10``, ``--sections a`` (any of ``abcde``; b and c
-come together).
+``--orders fifo``, ``--runs 10``, ``--limit 10``, ``--sections a`` (any of ``abcdef``; b and c
+come together; f, the Lagrangian bound under a FIFO order, needs the FIFO runs of a).
 
 Instances come from the presets: llama-3-8b on paper-a100-16 (TP1; its first 7 layers for
 L=7), mistral-small-24b (TP2) and qwen2.5-72b (TP4) on paper-a800-32. The new instance pulls its
@@ -38,9 +38,11 @@ from blitzplan._table import format_table
 from blitzplan.live import (
     ZigZag,
     instance_from_queue,
+    relaxation_bound,
     simulate,
     unit_ready_from_link,
 )
+from blitzplan.live.relaxation_lagrange import lagrangian_bound
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -231,6 +233,39 @@ def heuristic_rows(
     return rows, bounds
 
 
+# --- f. the Lagrangian bound (O in FIFO order) against the best schedule known ---------------
+
+LAGRANGE_LONG_S = 2.0
+"""The longer budget table f gives the Lagrangian bound (the printed bound gets what the
+relaxation leaves of 0.25 s)."""
+
+
+def lagrange_rows(solved: dict[tuple[int, int, int, str, str], Solved]) -> list[list[object]]:
+    """Per class: the FIFO relaxation, the Lagrangian bound in 0.25 s and in LAGRANGE_LONG_S,
+    each over the best schedule any backend found (mean, worst), and the long run's time."""
+    rows = []
+    for layers, batches in TARGET_SIZES:
+        ratios: dict[str, list[float]] = {"relax": [], "short": [], "long": []}
+        seconds = []
+        for seed in range(TARGET_RUNS):
+            best, _ = best_known(solved, (layers, batches, seed, "fifo"))
+            inst = instance(layers, batches, seed)
+            relaxed, _, _ = relaxation_bound(inst, old_order="fifo")
+            ratios["relax"].append(relaxed / best)
+            for name, limit in (("short", 0.25), ("long", LAGRANGE_LONG_S)):
+                started = time.perf_counter()
+                priced = lagrangian_bound(
+                    inst, old_order="fifo", upper_bound=best, time_limit_s=limit
+                )
+                ratios[name].append(max(relaxed, priced) / best)
+            seconds.append(time.perf_counter() - started)
+        row: list[object] = [f"({layers},{batches})"]
+        for name in ("relax", "short", "long"):
+            row += [f"{statistics.fmean(ratios[name]):.4f}", f"{min(ratios[name]):.4f}"]
+        rows.append([*row, f"{max(seconds):.2f}"])
+    return rows
+
+
 # --- c. the paper's toy -----------------------------------------------------------------------
 
 TOY_NOTE = """\
@@ -333,7 +368,7 @@ def main() -> None:
         f"{', QUICK' if QUICK else ''}\n"
     )
     args = options()
-    solved = solve_all() if set(args.sections) & set("abc") else {}
+    solved = solve_all() if set(args.sections) & set("abcf") else {}
     if "a" in args.sections:
         print(
             f"a. exact backends, {TARGET_RUNS} instances per class, {LIMIT_S:g} s limit, wall "
@@ -357,6 +392,14 @@ def main() -> None:
         )
         headers = ["(L,n)", "proven", "mean", "worst", "mean / best", "worst / best", "max ms"]
         print(format_table(headers, bounds))
+    if "f" in args.sections and "fifo" in ORDERS:
+        print(
+            "\nf. bounds under old_order=fifo / the best schedule a backend found in a.: the "
+            f"relaxation, the Lagrangian bound in 0.25 s and in {LAGRANGE_LONG_S:g} s (each at "
+            "least the relaxation); s: the longest long run"
+        )
+        headers = ["(L,n)", "relax mean", "worst", "0.25 s mean", "worst", "long mean", "worst"]
+        print(format_table([*headers, "s"], lagrange_rows(solved)))
     if "d" in args.sections:
         toy()
     if "e" in args.sections:
@@ -389,7 +432,7 @@ def options() -> argparse.Namespace:
     parser.add_argument("--orders", nargs="+", choices=ORDERS)
     parser.add_argument("--runs", type=int)
     parser.add_argument("--limit", type=float)
-    parser.add_argument("--sections", default="abcde")
+    parser.add_argument("--sections", default="abcdef")
     args = parser.parse_args()
     if args.backends:
         BACKENDS[:] = args.backends

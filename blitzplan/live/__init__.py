@@ -18,6 +18,7 @@ from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
 from blitzplan.live.relaxation import RelaxedPlan
 from blitzplan.live.relaxation_dp import capacity_bound, relaxation_bound
+from blitzplan.live.relaxation_lagrange import lagrangian_bound
 from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     OBJECTIVES,
@@ -57,6 +58,7 @@ __all__ = [
     "capacity_bound",
     "improve",
     "instance_from_queue",
+    "lagrangian_bound",
     "lower_bound",
     "relaxation_bound",
     "schedule_live",

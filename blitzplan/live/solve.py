@@ -14,7 +14,7 @@ from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, ZigZag
 from blitzplan.live.schedule import Schedule, check_objective, empty_schedule, relative_gap
-from blitzplan.solvers.backends import BACKENDS, SolveStatus, load_backend
+from blitzplan.solvers.backends import BACKENDS, OPTIMALITY_REL_GAP, SolveStatus, load_backend
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -49,9 +49,10 @@ back and re-timing it). Measured, not asserted: ``benchmarks/limits.py``."""
 
 HEURISTIC_BOUND_S = 0.25
 """The most time the relaxation's bound beside a heuristic's schedule may take (the value
-``plan()`` prints next to a live pair's objective), once per distinct instance. On light
-instances the relaxation is solved in milliseconds and is the optimum or close to it; stopped by
-this limit its bound is weaker but still valid."""
+``plan()`` prints next to a live pair's objective), once per distinct instance; under a FIFO
+order the Lagrangian bound gets what the relaxation leaves of it. On light instances the
+relaxation is solved in milliseconds and is the optimum or close to it; stopped by this limit
+its bound is weaker but still valid."""
 
 _MIN_LEFT_S = 1e-3
 """What a solver is given when the hint took the whole limit (it then keeps the hint)."""
@@ -127,9 +128,12 @@ def _settle(schedule: Schedule) -> Schedule:
 def _relaxation_value(
     instance: LiveScalingInstance, objective: str, old_order: str, upper_bound: float
 ) -> float:
-    """The relaxation's bound, once per instance (a fleet of equal pairs asks once)."""
+    """The relaxation's bound, once per instance (a fleet of equal pairs asks once); under a
+    FIFO order, raised by the Lagrangian bound in what is left of :data:`HEURISTIC_BOUND_S`."""
     from blitzplan.live.relaxation_dp import relaxation_bound
+    from blitzplan.live.relaxation_lagrange import lagrangian_bound
 
+    began = time.perf_counter()
     bound, _, _ = relaxation_bound(
         instance,
         objective=objective,
@@ -137,6 +141,16 @@ def _relaxation_value(
         upper_bound=upper_bound,
         time_limit_s=HEURISTIC_BOUND_S,
     )
+    left = HEURISTIC_BOUND_S - (time.perf_counter() - began)
+    if left > 0 and upper_bound - bound > OPTIMALITY_REL_GAP * abs(upper_bound):
+        priced = lagrangian_bound(
+            instance,
+            old_order=old_order,
+            objective=objective,
+            upper_bound=upper_bound,
+            time_limit_s=left,
+        )
+        bound = max(bound, priced)
     return bound
 
 

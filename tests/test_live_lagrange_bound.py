@@ -1,0 +1,72 @@
+"""The Lagrangian bound (:func:`blitzplan.live.relaxation_lagrange.lagrangian_bound`): a small
+case where it counts N's capacity that the N-capacity relaxation drops, and the bound held
+against the exhaustive oracle on random tiny instances (O in FIFO order, mean latency); uncut,
+it is never below the relaxation (its first step, with every multiplier 0)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_dp import solve_relaxation
+from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from tests.test_live_properties import instances
+
+
+def _relaxed(instance: LiveScalingInstance) -> float:
+    relax = Relaxation(instance, "mean_latency")
+    cost, _, _ = solve_relaxation(relax, old_order="fifo")
+    return relax.obj.final(cost)
+
+
+def test_four_unit_batches_count_the_new_instance_once() -> None:
+    """One layer usable at 0, four batches of 1 s queued at 0, O free, no hand-off: the optimum
+    ends them at 1, 1, 2, 2 (mean 1.5); the relaxation lets all of them end at 1 (1.0). Priced,
+    N finishing several batches by ``t`` pays for ``t`` of capacity: the bound rises above 1.3
+    and stays at most the optimum."""
+    inst = LiveScalingInstance([0.0], [0.0] * 4, 1.0, 1.0, 0.0)
+    assert _relaxed(inst) == pytest.approx(1.0)
+    optimum = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")
+    assert optimum.objective == pytest.approx(1.5)
+    bound = lagrangian_bound(inst, old_order="fifo")
+    assert 1.3 < bound <= 1.5 + 1e-12
+
+
+def test_three_batches_of_two_layers_close_half_the_relaxation_gap() -> None:
+    """Layers usable at 1.5 and 2, batches of 1.5 s a layer released at 1, 0.5 and 0.5, O free
+    at 0.5, no hand-off, O in FIFO order: the optimum is 25/6 and the relaxation 3.5 (every
+    batch runs its first layer on N from 1.5 as if alone). Priced, the bound passes 3.8."""
+    inst = LiveScalingInstance([1.5, 2.0], [1.0, 0.5, 0.5], 1.5, 1.5, 0.0, old_free_at_s=0.5)
+    assert _relaxed(inst) == pytest.approx(3.5)
+    optimum = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")
+    assert optimum.objective == pytest.approx(25 / 6)
+    bound = lagrangian_bound(inst, old_order="fifo", upper_bound=optimum.objective)
+    assert 3.8 < bound <= optimum.objective + 1e-12
+
+
+def test_it_declines_what_it_does_not_bound() -> None:
+    inst = LiveScalingInstance([0.0], [0.0] * 4, 1.0, 1.0, 0.0)
+    assert lagrangian_bound(inst, old_order="free") == -math.inf
+    assert lagrangian_bound(inst, old_order="fifo", objective="makespan") == -math.inf
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.booleans())
+def test_the_lagrangian_bound_never_exceeds_the_enumerated_optimum(
+    instance: LiveScalingInstance, steered: bool
+) -> None:
+    """Property: over every schedule with O in FIFO order (the exhaustive oracle), none is
+    better than the bound, whether the multipliers are steered toward the optimum itself or
+    not; it is at least the relaxation's optimum."""
+    assume(count_schedules(instance, old_order="fifo") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
+    upper = oracle.objective if steered else math.inf
+    bound = lagrangian_bound(instance, old_order="fifo", upper_bound=upper, iterations=60)
+    assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))
+    assert bound >= _relaxed(instance) - 1e-9 * max(1.0, abs(bound))
