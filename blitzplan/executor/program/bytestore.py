@@ -110,10 +110,6 @@ class ByteStore:
             self.whole[unit].set()
         return done
 
-    def since(self, unit: int, lo: int, hi: int) -> float | None:
-        """When bytes ``[lo, hi)`` of ``unit`` were all here (None while one is missing)."""
-        return self.coverage[unit].since(lo, hi)
-
     def wait_unit(self, unit: int, timeout_s: float) -> None:
         """Wait until every byte of ``unit`` is here; raise the loop's failure or a timeout."""
         if not self.whole[unit].wait(timeout_s):
@@ -124,7 +120,3 @@ class ByteStore:
     def complete_s(self, unit: int) -> float:
         done = self.coverage[unit].complete_s
         return math.nan if done is None else done
-
-    @property
-    def duplicate_bytes(self) -> int:
-        return sum(c.duplicate_bytes for c in self.coverage)

@@ -150,18 +150,8 @@ def device_jobs(
         own = layout(first.spec, role["holds"][0]) if role["holds"] else first
         scale = first.tp if role.pop("memory") else 1
         sizes = tuple(n * scale for n in own.unit_bytes)
-        jobs[name] = DeviceJob(
-            rank,
-            name,
-            first.spec,
-            first.tp,
-            checkpoint,
-            sizes,
-            transport,
-            run,
-            name in checked,
-            **role,
-        )
+        job = (rank, name, first.spec, first.tp, checkpoint, sizes, transport, run, name in checked)
+        jobs[name] = DeviceJob(*job, **role)
     lanes: Lanes = defaultdict(list)
     for part in parts:
         _add_stage(part, jobs, lanes, paced=paced)
