@@ -153,7 +153,7 @@ def test_a_unit_of_another_version_or_corrupted_is_refused(tmp_path: Path) -> No
     second = save_checkpoint(load_model(TINY, revision="v2"), tmp_path / "b")
     name = first.files[1]
     (tmp_path / "a" / name).write_bytes((tmp_path / "b" / name).read_bytes())
-    with pytest.raises(InvalidInputError, match="belongs to model .*@v2"):
+    with pytest.raises(InvalidInputError, match="hashes to .* the manifest says"):
         load_unit(first, 1)
     data = bytearray((tmp_path / "b" / name).read_bytes())
     data[-1] ^= 0xFF
@@ -193,7 +193,7 @@ def test_a_corrupted_unit_is_refused_naming_it_before_any_process_starts(
     assert info.value.layer == info.value.unit == unit
     assert multiprocessing.active_children() == []
     (tmp_path / "w" / checkpoint.files[unit]).write_text("not safetensors")
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* does not read"):
+    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} in .* hashes to"):
         check_identity(checkpoint, spec.identity)
     (tmp_path / "w" / checkpoint.files[unit]).unlink()
     with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* is missing"):
