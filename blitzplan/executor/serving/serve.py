@@ -25,12 +25,11 @@ from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.coordinator import Coordinator
 from blitzplan.executor.serving.pair_jobs import PairPlan, new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
-from blitzplan.executor.smallmodel.llama import model_dims
 from blitzplan.live.instance import instance_from_queue
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES
 from blitzplan.live.schedule import NewOp, OldOp
-from blitzplan.wire.scaleprogram import PairRecord, ScaleProgram
+from blitzplan.wire.scaleprogram import NewInstanceInfo, PairRecord, ScaleProgram
 
 LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
@@ -73,23 +72,24 @@ class LiveRun:
 
 def _pair(
     program: ScaleProgram, index: int, requests: Mapping[str, int]
-) -> tuple[PairRecord, list[int]]:
-    """Live pair ``index`` of the document and its requests' prompt lengths, if the executor
-    serves it: TP1, one request per batch, every request's length given, a known policy."""
+) -> tuple[PairRecord, NewInstanceInfo, list[int]]:
+    """Live pair ``index`` of the document, its new instance and its requests' prompt lengths, if
+    the executor serves it: TP1, one request per batch, every request's length given, a known
+    policy."""
     pairs = program.live_pairs
-    pair = pairs[index] if 0 <= index < len(pairs) else None
-    if pair is None:
+    if not 0 <= index < len(pairs):
         raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
-    gpus = next(i.gpus for i in program.new_instances if i.name == pair.new)
+    pair = pairs[index]
+    new = next(i for i in program.new_instances if i.name == pair.new)
     missing = [b[0] for b in pair.batches if b[0] not in requests]
-    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
+    if len(new.gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
         raise InvalidInputError(
             f"live pair {pair.new}/{pair.old}: the executor serves TP1 instances, one request "
             f"per batch, each with a prompt length in requests (missing: {missing})"
         )
     if pair.policy not in POLICIES:
         raise InvalidInputError(f"live pair policy must be one of {', '.join(POLICIES)}")
-    return pair, [requests[b[0]] for b in pair.batches]
+    return pair, new, [requests[b[0]] for b in pair.batches]
 
 
 def serve_live(
@@ -116,19 +116,18 @@ def serve_live(
     it, after every process has been ended."""
     parts, jobs = prepare(document, checkpoint, transport=transport)
     program = parts[0].program
-    chosen, tokens = _pair(program, pair, requests)
-    gpu = next(i.gpus[0] for i in program.new_instances if i.name == chosen.new)
+    chosen, new, tokens = _pair(program, pair, requests)
     labels = [job.label for job in jobs]
-    new_rank, old_rank = labels.index(gpu), len(jobs)
+    new_rank, old_rank = labels.index(new.gpus[0]), len(jobs)
     if fault is not None and fault.rank != old_rank:
         check_fault(fault, jobs)
-    ready = next(i.layer_ready_s for i in program.new_instances if i.name == chosen.new)
-    queue = [(0.0, n) for n in tokens]  # one batch per request, all queued now
+    queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
     rate = handoff_bytes_per_s
-    instance = instance_from_queue(program.spec, compute, ready, queue, handoff_bytes_per_s=rate)
+    instance = instance_from_queue(
+        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=rate
+    )
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
-    dims = model_dims(program.spec)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, PairPlan(prompts, old_rank, transfer=jobs[new_rank]))
     launched[old_rank] = (old_instance_job, PairPlan(prompts, new_rank, checkpoint=checkpoint))
@@ -137,7 +136,8 @@ def serve_live(
     try:
         policy = POLICIES[chosen.policy]()
         coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
-        coordinator.run(pool.launch(launched, labels=names, num_layers=dims.layers, fault=fault))
+        layers = program.spec.num_layers
+        coordinator.run(pool.launch(launched, labels=names, num_layers=layers, fault=fault))
         pool.tell(new_rank, ("end",))
         pool.tell(old_rank, ("end",))
         results = pool.collect(list(launched))
