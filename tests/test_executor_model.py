@@ -247,8 +247,9 @@ def test_checkpoint_tensors_pack_to_the_layouts_rank_buffers(tmp_path: Path) -> 
 
 def test_the_live_checker_catches_broken_runs() -> None:
     """Certificate of the certificate: a valid run passes; each broken rule is named."""
-    from blitzplan.executor.serving.serve import LiveRun, live_violations
+    from blitzplan.executor.serving.serve import LiveRun
     from blitzplan.live.schedule import NewOp, OldOp
+    from blitzplan.live.schedule_checks import measured_violations
 
     def run(new_ops: list[NewOp], old_ops: list[OldOp], completion: list[float]) -> LiveRun:
         return LiveRun(
@@ -267,12 +268,12 @@ def test_the_live_checker_catches_broken_runs() -> None:
     good = run(
         [NewOp(0, 1, 0.2, 0.25)], [OldOp(1, 1, 0.0, 0.2), OldOp(0, 2, 0.25, 0.3)], [0.3, 0.2]
     )
-    assert live_violations(good) == ()
+    assert measured_violations(good) == ()
     early = run(
         [NewOp(0, 1, 0.15, 0.25)], [OldOp(1, 1, 0.0, 0.2), OldOp(0, 2, 0.25, 0.3)], [0.3, 0.2]
     )
-    assert any("layer 1 starts before it could" in v for v in live_violations(early))
+    assert any("layer 1 starts before it could" in v for v in measured_violations(early))
     overlap = run(
         [NewOp(0, 1, 0.2, 0.25)], [OldOp(1, 1, 0.0, 0.3), OldOp(0, 2, 0.25, 0.3)], [0.3, 0.3]
     )
-    assert any("runs batches 1 and 0 at once" in v for v in live_violations(overlap))
+    assert any("runs batches 1 and 0 at once" in v for v in measured_violations(overlap))

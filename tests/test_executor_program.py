@@ -44,8 +44,9 @@ from blitzplan.executor.program.runner import prepare, read_program, run_program
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
-from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, live_violations, serve_live  # noqa: E402
+from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402
 from blitzplan.scale.export import program_json  # noqa: E402
@@ -334,7 +335,7 @@ def test_a_live_pair_is_served_from_the_document(
         transport=transport,
     )
     assert run.transfer.bit_exact and run.max_abs_logit_diff <= LOGIT_TOLERANCE
-    assert live_violations(run) == ()
+    assert measured_violations(run) == ()
     assert len(run.predicted_s) == len(run.completion_s) == len(requests)
 
 

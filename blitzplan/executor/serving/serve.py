@@ -3,13 +3,12 @@
 :func:`serve_live` runs the document's transfer program and, beside it, the pair (its new TP1
 instance computing on layers as they land, its old instance one more process with the whole
 model) driven by a :class:`~.coordinator.Coordinator`. Every batch's logits are compared with the
-monolithic model's; :func:`live_violations` checks the measured operations against DESIGN.md
-section 4.
+monolithic model's; :func:`blitzplan.live.schedule_checks.measured_violations` checks the
+measured operations against DESIGN.md section 4.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -161,43 +160,3 @@ def serve_live(
         logit_diff=diffs,
         transfer=summarize(parts, labels, results, transport=transport),
     )
-
-
-def live_violations(run: LiveRun, *, tol_s: float = 1e-6) -> tuple[str, ...]:
-    """Rules of DESIGN.md section 4 the measured run breaks, with the measured arrivals.
-
-    Every batch runs layers ``1..k`` on the new instance, in order, each starting after its
-    release, its layer's arrival (the embedding's for layer 1, the head's for layer L) and the
-    previous layer; the rest as one block on the old instance after the last of those; no two
-    operations overlap on one instance; completion is the end of the last operation."""
-    problems: list[str] = []
-    arrival, L = run.unit_arrival_s, len(run.unit_arrival_s) - 2
-    for i, k in enumerate(run.split):
-        ops = sorted((op for op in run.new_ops if op.batch == i), key=lambda op: op.layer)
-        if [op.layer for op in ops] != list(range(1, k + 1)):
-            problems.append(f"batch {i}: new instance ran layers {[op.layer for op in ops]}, k={k}")
-            continue
-        ready = run.release_s[i]
-        for op in ops:
-            needed = [arrival[op.layer]] + ([arrival[0]] if op.layer == 1 else [])
-            needed += [arrival[-1]] if op.layer == L else []
-            if op.start_s < max(ready, *needed) - tol_s:
-                problems.append(f"batch {i} layer {op.layer} starts before it could ({op})")
-            ready = op.end_s
-        blocks = [op for op in run.old_ops if op.batch == i]
-        if k < L and (len(blocks) != 1 or blocks[0].first_layer != k + 1):
-            problems.append(f"batch {i}: expected one block from layer {k + 1}, got {blocks}")
-        elif k == L and blocks:
-            problems.append(f"batch {i} finished on the new instance and ran on the old too")
-        for block in blocks:
-            if block.start_s < ready - tol_s:
-                problems.append(f"batch {i}: block starts before its inputs are there ({block})")
-            ready = block.end_s
-        if abs(run.completion_s[i] - ready) > tol_s:
-            problems.append(f"batch {i}: completion {run.completion_s[i]} is not its last end")
-    for label, timeline in (("new", run.new_ops), ("old", run.old_ops)):
-        spans = sorted((op.start_s, op.end_s, op.batch) for op in timeline)
-        for a, b in itertools.pairwise(spans):
-            if b[0] < a[1] - tol_s:
-                problems.append(f"the {label} instance runs batches {a[2]} and {b[2]} at once")
-    return tuple(problems)
