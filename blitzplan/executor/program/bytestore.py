@@ -1,10 +1,4 @@
-"""Which bytes of a device's buffers are there since when.
-
-:class:`Coverage`: one unit's present byte ranges with their arrival times, disjoint and sorted
-(overlaps count as duplicate bytes). :class:`ByteStore`: one Coverage per unit, written by the
-device's loop; another thread (live serving's compute) may wait for a whole unit, or the loop's
-failure.
-"""
+"""Which bytes of a device's buffers are there since when (overlaps count as duplicates)."""
 
 from __future__ import annotations
 
@@ -90,7 +84,8 @@ class Coverage:
 
 
 class ByteStore:
-    """A device's Coverage of every unit (``sizes`` bytes each) and its loop's failure."""
+    """A device's Coverage of every unit (``sizes`` bytes each), written by its loop; another
+    thread (live serving's compute) may wait for a whole unit, or the loop's failure."""
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.coverage = [Coverage(n) for n in sizes]
