@@ -41,10 +41,11 @@ from blitzplan.executor.program.runner import prepare, read_program, run_program
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.probe import measured_compute
-from blitzplan.executor.serving.serve import live_violations, serve_live
+from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport
 from blitzplan.executor.transports.torch_p2p import pair_groups
+from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
@@ -292,7 +293,7 @@ def live_section(pool: Workers, weights_dir: Path) -> None:
                 )
                 errors += run.latency_errors
                 diffs.append(run.max_abs_logit_diff)
-                violations += len(live_violations(run))
+                violations += len(measured_violations(run))
                 exact &= run.transfer.bit_exact
             errors.sort()
             rows.append(

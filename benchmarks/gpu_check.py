@@ -26,8 +26,9 @@ from blitzplan.compute import TableComputeModel
 from blitzplan.executor.program.runner import prepare, run_program
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.probe import measured_compute
-from blitzplan.executor.serving.serve import live_violations, serve_live
+from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import save_checkpoint
+from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
 HEADERS = ["check", "transport", "backend", "processes", "bit-exact", "end |err| median ms", "s"]
@@ -93,7 +94,7 @@ def main() -> int:
             )
             latency = statistics.median(served.latency_errors)
             said = f"latency err {100 * latency:.1f}%, logits {served.max_abs_logit_diff:.1e}"
-            rows.append([*row, f"{said}, violations {len(live_violations(served))}"])
+            rows.append([*row, f"{said}, violations {len(measured_violations(served))}"])
             ok &= served.transfer.bit_exact and served.logits_match
     print(format_table([*HEADERS, "live"], [r + [""] * (len(HEADERS) + 1 - len(r)) for r in rows]))
     return 0 if ok else 1

@@ -108,8 +108,9 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
     from blitzplan.executor.program.runner import prepare
     from blitzplan.executor.runtime.pool import Workers
     from blitzplan.executor.serving.probe import measured_compute
-    from blitzplan.executor.serving.serve import live_violations, serve_live
+    from blitzplan.executor.serving.serve import serve_live
     from blitzplan.executor.smallmodel.checkpoint import load_checkpoint
+    from blitzplan.live.schedule_checks import measured_violations
     from blitzplan.scale.scenarios import scenario_plan
 
     state, made = scenario_plan("live")
@@ -132,7 +133,7 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
         "bit_exact": run.transfer.bit_exact,
         "max_abs_logit_diff": run.max_abs_logit_diff,
         "median_latency_error": statistics.median(run.latency_errors),
-        "violations": list(live_violations(run)),
+        "violations": list(measured_violations(run)),
     }
     if args.json:
         print(json.dumps({**program_summary(run.transfer), "live": summary}, indent=2))

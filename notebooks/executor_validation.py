@@ -28,7 +28,8 @@ from blitzplan.executor.program.runner import prepare
 from blitzplan.scale.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.probe import measured_compute
-from blitzplan.executor.serving.serve import live_violations, serve_live
+from blitzplan.executor.serving.serve import serve_live
+from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.executor.smallmodel.checkpoint import save_checkpoint
 
 transport = 'nixl' if importlib.util.find_spec('nixl_cu12') else 'torch'
@@ -56,7 +57,7 @@ for i, (p, m, k) in enumerate(zip(run.predicted_s, run.completion_s, run.split))
     print(f'request {i}: predicted {p * 1e3:.1f} ms, measured {m * 1e3:.1f} ms, '
           f'{k} layers on the new instance')
 print('median latency error', f'{100 * statistics.median(run.latency_errors):.1f}%',
-      '| max |logit diff|', run.max_abs_logit_diff, '| violations', live_violations(run))
+      '| max |logit diff|', run.max_abs_logit_diff, '| violations', measured_violations(run))
 
 # %% [markdown]
 # ## Reading the numbers

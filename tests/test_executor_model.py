@@ -153,7 +153,7 @@ def test_a_unit_of_another_version_or_corrupted_is_refused(tmp_path: Path) -> No
     second = save_checkpoint(load_model(TINY, revision="v2"), tmp_path / "b")
     name = first.files[1]
     (tmp_path / "a" / name).write_bytes((tmp_path / "b" / name).read_bytes())
-    with pytest.raises(InvalidInputError, match="belongs to model .*@v2"):
+    with pytest.raises(InvalidInputError, match="hashes to .* the manifest says"):
         load_unit(first, 1)
     data = bytearray((tmp_path / "b" / name).read_bytes())
     data[-1] ^= 0xFF
@@ -193,7 +193,7 @@ def test_a_corrupted_unit_is_refused_naming_it_before_any_process_starts(
     assert info.value.layer == info.value.unit == unit
     assert multiprocessing.active_children() == []
     (tmp_path / "w" / checkpoint.files[unit]).write_text("not safetensors")
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* does not read"):
+    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} in .* hashes to"):
         check_identity(checkpoint, spec.identity)
     (tmp_path / "w" / checkpoint.files[unit]).unlink()
     with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* is missing"):
@@ -247,8 +247,9 @@ def test_checkpoint_tensors_pack_to_the_layouts_rank_buffers(tmp_path: Path) -> 
 
 def test_the_live_checker_catches_broken_runs() -> None:
     """Certificate of the certificate: a valid run passes; each broken rule is named."""
-    from blitzplan.executor.serving.serve import LiveRun, live_violations
+    from blitzplan.executor.serving.serve import LiveRun
     from blitzplan.live.schedule import NewOp, OldOp
+    from blitzplan.live.schedule_checks import measured_violations
 
     def run(new_ops: list[NewOp], old_ops: list[OldOp], completion: list[float]) -> LiveRun:
         return LiveRun(
@@ -267,12 +268,12 @@ def test_the_live_checker_catches_broken_runs() -> None:
     good = run(
         [NewOp(0, 1, 0.2, 0.25)], [OldOp(1, 1, 0.0, 0.2), OldOp(0, 2, 0.25, 0.3)], [0.3, 0.2]
     )
-    assert live_violations(good) == ()
+    assert measured_violations(good) == ()
     early = run(
         [NewOp(0, 1, 0.15, 0.25)], [OldOp(1, 1, 0.0, 0.2), OldOp(0, 2, 0.25, 0.3)], [0.3, 0.2]
     )
-    assert any("layer 1 starts before it could" in v for v in live_violations(early))
+    assert any("layer 1 starts before it could" in v for v in measured_violations(early))
     overlap = run(
         [NewOp(0, 1, 0.2, 0.25)], [OldOp(1, 1, 0.0, 0.3), OldOp(0, 2, 0.25, 0.3)], [0.3, 0.3]
     )
-    assert any("runs batches 1 and 0 at once" in v for v in live_violations(overlap))
+    assert any("runs batches 1 and 0 at once" in v for v in measured_violations(overlap))

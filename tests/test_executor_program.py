@@ -38,14 +38,14 @@ from blitzplan import (  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.compute import TableComputeModel  # noqa: E402
 from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
-from blitzplan.executor.program.jobs import held_bytes  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
-from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, live_violations, serve_live  # noqa: E402
+from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402
 from blitzplan.scale.export import program_json  # noqa: E402
@@ -54,6 +54,7 @@ from blitzplan.scale.scenarios import (  # noqa: E402
     scenario_state,
     small_config,
 )
+from blitzplan.wire.program_bytes import held_bytes  # noqa: E402
 
 PACKAGE = Path(blitzplan.__file__).parent
 HAVE_NIXL = pytest.importorskip("importlib").util.find_spec("nixl_cu12") is not None
@@ -221,7 +222,11 @@ def test_a_running_program_takes_a_replan_and_ends_bit_exact(
     lane, and some send both ways: chunks match by the lane's order alone (one tag, as NCCL)."""
     after, at_s = _replanned(small)
     replan = read_program(after)
-    held = sum(hi - lo for spans in held_bytes(replan).values() for _, lo, hi in spans)
+    held = sum(
+        hi - lo
+        for spans in held_bytes(replan.held, replan.unit_bytes).values()
+        for _, lo, hi in spans
+    )
     assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
     _, jobs = prepare(small.path, small.weights, replan=after, at_s=at_s)
     lanes = {(job.rank, lane.peer): lane for job in jobs for lane in job.out}
@@ -242,7 +247,8 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
     """The running program, less one step into a GPU the replan says holds its bytes: the
     replan would leave a hole there, and is refused before any process starts."""
     after, at_s = _replanned(small)
-    held = held_bytes(read_program(after))
+    replan = read_program(after)
+    held = held_bytes(replan.held, replan.unit_bytes)
     steps = json.loads(small.path.read_text())["steps"]
     sources = {s["source"] for s in steps}
     dropped = next(
@@ -334,7 +340,7 @@ def test_a_live_pair_is_served_from_the_document(
         transport=transport,
     )
     assert run.transfer.bit_exact and run.max_abs_logit_diff <= LOGIT_TOLERANCE
-    assert live_violations(run) == ()
+    assert measured_violations(run) == ()
     assert len(run.predicted_s) == len(run.completion_s) == len(requests)
 
 

@@ -1,12 +1,6 @@
 """The executor: a thin data plane that runs ScalePlan documents for real (the ``torch`` extra;
-``nixl`` for the NIXL transport; importing it without torch raises SolverUnavailableError).
-
-Its parts: :mod:`.program` (a document's transfer program run from its JSON alone, a replan
-taking over), :mod:`.transports` (``torch``: gloo, NCCL; ``nixl``: one-sided
-WRITEs), :mod:`.runtime` (worker processes, failures, injected faults), :mod:`.serving` (a
-document's live pair served by the relay state machine) and :mod:`.smallmodel` (the small
-Llama-style model and its checkpoints).
-"""
+``nixl`` for the NIXL transport; importing it without torch raises SolverUnavailableError), in
+parts :mod:`.program`, :mod:`.transports`, :mod:`.runtime`, :mod:`.serving`, :mod:`.smallmodel`."""
 
 from __future__ import annotations
 

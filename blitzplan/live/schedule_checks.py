@@ -2,7 +2,8 @@
 
 It shares no code with the methods that build schedules: it reads the operations, checks every
 rule, recomputes each batch's completion from the operations and the objective from those
-completions, and compares them with what the schedule reports.
+completions, and compares them with what the schedule reports. :func:`measured_violations`
+checks a run the executor measured against the same rules (its times as they came).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from blitzplan._checks import is_integer
 from blitzplan.errors import InvalidInputError
@@ -18,7 +21,7 @@ from blitzplan.live.instance import Fleet, LiveScalingInstance
 from blitzplan.live.schedule import OBJECTIVES, SLO_TOL_S, NewOp, OldOp, Schedule
 from blitzplan.solvers.backends import SolveStatus
 
-__all__ = ["ScheduleReport", "validate_schedule"]
+__all__ = ["MeasuredRun", "ScheduleReport", "measured_violations", "validate_schedule"]
 
 REL_TOL = 1e-9
 """Relative float tolerance on times (absolute below 1 s)."""
@@ -228,3 +231,62 @@ def validate_schedule(
         check.fail(f"objective recomputes to {objective!r}, the schedule says {reported!r}")
     _status(check, objective)
     return ScheduleReport(tuple(check.errors), objective, tuple(completion))
+
+
+class MeasuredRun(Protocol):
+    """What :func:`measured_violations` reads of a run: ``unit_arrival_s`` when each unit was
+    complete on the new instance, the rest as in a Schedule, measured."""
+
+    @property
+    def release_s(self) -> Sequence[float]: ...
+    @property
+    def split(self) -> Sequence[int]: ...
+    @property
+    def new_ops(self) -> Sequence[NewOp]: ...
+    @property
+    def old_ops(self) -> Sequence[OldOp]: ...
+    @property
+    def completion_s(self) -> Sequence[float]: ...
+    @property
+    def unit_arrival_s(self) -> Sequence[float]: ...
+
+
+def measured_violations(run: MeasuredRun, *, tol_s: float = 1e-6) -> tuple[str, ...]:
+    """Rules of DESIGN.md section 4 a measured run (the executor's LiveRun) breaks, its layers
+    usable at their measured arrivals and its operations taking what they took.
+
+    Every batch runs layers ``1..k`` on the new instance, in order, each starting after its
+    release, its layer's arrival (the embedding's for layer 1, the head's for layer L) and the
+    previous layer; the rest as one block on the old instance after the last of those; no two
+    operations overlap on one instance; completion is the end of the last operation."""
+    problems: list[str] = []
+    arrival, L = run.unit_arrival_s, len(run.unit_arrival_s) - 2
+    for i, k in enumerate(run.split):
+        ops = sorted((op for op in run.new_ops if op.batch == i), key=lambda op: op.layer)
+        if [op.layer for op in ops] != list(range(1, k + 1)):
+            problems.append(f"batch {i}: new instance ran layers {[op.layer for op in ops]}, k={k}")
+            continue
+        ready = run.release_s[i]
+        for op in ops:
+            needed = [arrival[op.layer]] + ([arrival[0]] if op.layer == 1 else [])
+            needed += [arrival[-1]] if op.layer == L else []
+            if op.start_s < max(ready, *needed) - tol_s:
+                problems.append(f"batch {i} layer {op.layer} starts before it could ({op})")
+            ready = op.end_s
+        blocks = [op for op in run.old_ops if op.batch == i]
+        if k < L and (len(blocks) != 1 or blocks[0].first_layer != k + 1):
+            problems.append(f"batch {i}: expected one block from layer {k + 1}, got {blocks}")
+        elif k == L and blocks:
+            problems.append(f"batch {i} finished on the new instance and ran on the old too")
+        for block in blocks:
+            if block.start_s < ready - tol_s:
+                problems.append(f"batch {i}: block starts before its inputs are there ({block})")
+            ready = block.end_s
+        if abs(run.completion_s[i] - ready) > tol_s:
+            problems.append(f"batch {i}: completion {run.completion_s[i]} is not its last end")
+    for label, timeline in (("new", run.new_ops), ("old", run.old_ops)):
+        spans = sorted((op.start_s, op.end_s, op.batch) for op in timeline)
+        for a, b in itertools.pairwise(spans):
+            if b[0] < a[1] - tol_s:
+                problems.append(f"the {label} instance runs batches {a[2]} and {b[2]} at once")
+    return tuple(problems)

@@ -12,10 +12,31 @@ from typing import Any
 from blitzplan.errors import InvalidInputError
 from blitzplan.wire.program_screen import ALL_RANKS, Columns, forwarding
 
-__all__ = ["check_bytes_at_sources"]
+__all__ = ["check_bytes_at_sources", "held_bytes", "rank_base"]
 
 Span = tuple[int, int, int, int]
 """``(first_unit, last_unit, offset, length)``."""
+
+
+def rank_base(unit_bytes: Sequence[int], rank: int, unit: int, *, memory: bool) -> int:
+    """Where rank ``rank``'s buffer of ``unit`` starts in a device: ``rank * B_u`` in one
+    holding every rank (``memory``; ``rank -1``: all of it), else 0."""
+    return rank * unit_bytes[unit] if memory and rank != ALL_RANKS else 0
+
+
+def held_bytes(
+    held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]], unit_bytes: Sequence[int]
+) -> dict[str, list[tuple[int, int, int]]]:
+    """``held`` as sorted byte ranges ``(unit, round(lo * B_u), round(hi * B_u))`` per GPU."""
+    spans = {
+        gpu: [
+            (u, round(lo * unit_bytes[u]), round(hi * unit_bytes[u]))
+            for u, iv in units.items()
+            for lo, hi in iv
+        ]
+        for gpu, units in held.items()
+    }
+    return {gpu: sorted(s for s in found if s[2] > s[1]) for gpu, found in spans.items()}
 
 
 def _segments(unit_bytes: Sequence[int]) -> list[tuple[int, int]]:
@@ -40,11 +61,6 @@ class _Holdings:
         self.rects: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
         self._cuts: dict[str, tuple[list[int], list[list[tuple[int, int]]]]] = {}
         self._pieces: dict[tuple[int, int], list[tuple[int, int]]] = {}
-
-    def base(self, rank: int, unit: int, memory: bool) -> int:
-        """Where rank ``rank``'s buffer of ``unit`` starts in a device: ``rank * B_u`` in a
-        device holding every rank (``rank -1``: all of it), else 0."""
-        return rank * self.unit_bytes[unit] if memory and rank != ALL_RANKS else 0
 
     def pieces(self, first: int, last: int) -> list[tuple[int, int]]:
         """``first..last`` cut at the runs of equal-sized units."""
@@ -82,7 +98,7 @@ class _Holdings:
         first, last, offset, length = span
         cuts, have = self._segments(device)
         for a, b in self.pieces(first, last):
-            start = self.base(rank, a, memory) + offset
+            start = rank_base(self.unit_bytes, rank, a, memory=memory) + offset
             unit = a
             while unit <= b:
                 k = bisect.bisect_right(cuts, unit) - 1
@@ -133,12 +149,9 @@ def check_bytes_at_sources(
     if not asked:
         return
     holdings = _Holdings(unit_bytes)
-    for gpu, per_unit in held.items():
-        for unit, intervals in per_unit.items():
-            for lo, hi in intervals:
-                start, stop = round(lo * unit_bytes[unit]), round(hi * unit_bytes[unit])
-                if stop > start:
-                    holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
+    for gpu, spans_held in held_bytes(held, unit_bytes).items():
+        for unit, start, stop in spans_held:
+            holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
     senders = {source for source, _, _ in asked}
     for step, step_spans in zip(steps, spans, strict=True):
         if step.destination in senders:  # what only lands is never checked again

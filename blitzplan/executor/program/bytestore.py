@@ -1,10 +1,4 @@
-"""Which bytes of a device's buffers are there since when.
-
-:class:`Coverage`: one unit's present byte ranges with their arrival times, disjoint and sorted
-(overlaps count as duplicate bytes). :class:`ByteStore`: one Coverage per unit, written by the
-device's loop; another thread (live serving's compute) may wait for a whole unit, or the loop's
-failure.
-"""
+"""Which bytes of a device's buffers are there since when (overlaps count as duplicates)."""
 
 from __future__ import annotations
 
@@ -90,7 +84,8 @@ class Coverage:
 
 
 class ByteStore:
-    """A device's Coverage of every unit (``sizes`` bytes each) and its loop's failure."""
+    """A device's Coverage of every unit (``sizes`` bytes each), written by its loop; another
+    thread (live serving's compute) may wait for a whole unit, or the loop's failure."""
 
     def __init__(self, sizes: Sequence[int]) -> None:
         self.coverage = [Coverage(n) for n in sizes]
@@ -110,10 +105,6 @@ class ByteStore:
             self.whole[unit].set()
         return done
 
-    def since(self, unit: int, lo: int, hi: int) -> float | None:
-        """When bytes ``[lo, hi)`` of ``unit`` were all here (None while one is missing)."""
-        return self.coverage[unit].since(lo, hi)
-
     def wait_unit(self, unit: int, timeout_s: float) -> None:
         """Wait until every byte of ``unit`` is here; raise the loop's failure or a timeout."""
         if not self.whole[unit].wait(timeout_s):
@@ -124,7 +115,3 @@ class ByteStore:
     def complete_s(self, unit: int) -> float:
         done = self.coverage[unit].complete_s
         return math.nan if done is None else done
-
-    @property
-    def duplicate_bytes(self) -> int:
-        return sum(c.duplicate_bytes for c in self.coverage)

@@ -20,12 +20,11 @@ from blitzplan.executor.program.jobs import (
     Piece,
     Stage,
     gpu_ranks,
-    held_bytes,
-    rank_base,
     serving_buffers,
 )
 from blitzplan.executor.transports import Chunk, Lane
 from blitzplan.models.layout import layout
+from blitzplan.wire.program_bytes import held_bytes, rank_base
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -123,7 +122,7 @@ def _roles(program: ScaleProgram, *, first: bool) -> dict[str, dict[str, Any]]:
         gpu_ranks(program),
     )
     filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
-    held = held_bytes(program) if first else {}
+    held = held_bytes(program.held, program.unit_bytes) if first else {}
     return {
         d: {
             "memory": d in memory,
@@ -150,18 +149,8 @@ def device_jobs(
         own = layout(first.spec, role["holds"][0]) if role["holds"] else first
         scale = first.tp if role.pop("memory") else 1
         sizes = tuple(n * scale for n in own.unit_bytes)
-        jobs[name] = DeviceJob(
-            rank,
-            name,
-            first.spec,
-            first.tp,
-            checkpoint,
-            sizes,
-            transport,
-            run,
-            name in checked,
-            **role,
-        )
+        job = (rank, name, first.spec, first.tp, checkpoint, sizes, transport, run, name in checked)
+        jobs[name] = DeviceJob(*job, **role)
     lanes: Lanes = defaultdict(list)
     for part in parts:
         _add_stage(part, jobs, lanes, paced=paced)
@@ -255,11 +244,15 @@ def _chunks(
     program, key = part.program, part.offset + step.id
     reshards = step.source_layout not in (None, (program.tp, step.rank))
     for unit, off, n in moved:
-        into = rank_base(program, step.rank, unit, memory=step.destination in memory) + off
+        into = (
+            rank_base(program.unit_bytes, step.rank, unit, memory=step.destination in memory) + off
+        )
         if reshards:
             held, src = None, _pack(program, step, source, unit, off, n)
         else:
-            held = rank_base(program, step.rank, unit, memory=step.source in memory) + off
+            held = (
+                rank_base(program.unit_bytes, step.rank, unit, memory=step.source in memory) + off
+            )
             src = source.bases[unit] + held
         for a, b in equal_chunks(0, n, program.chunk_bytes):
             at = None if held is None else held + a

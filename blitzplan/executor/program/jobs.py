@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.bytestore import merged
-from blitzplan.wire.program_rules import ALL_RANKS, memory_devices
+from blitzplan.wire.program_bytes import held_bytes, rank_base
+from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 Piece = tuple[int, int, int]
@@ -44,28 +45,8 @@ def pieces(step: StepRecord) -> list[Piece]:
     return sorted((u, off, n) for a, b, off, n in step.ranges for u in range(a, b + 1))
 
 
-def rank_base(program: ScaleProgram, rank: int, unit: int, *, memory: bool) -> int:
-    """Where rank ``rank``'s buffer of ``unit`` starts in a device: ``rank * B_u`` in one
-    holding every rank (``rank -1``: all of it), else 0."""
-    return rank * program.unit_bytes[unit] if memory and rank != ALL_RANKS else 0
-
-
 def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
     return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
-
-
-def held_bytes(program: ScaleProgram) -> dict[str, list[tuple[int, int, int]]]:
-    """``held`` as byte ranges ``(unit, round(lo * B_u), round(hi * B_u))`` per GPU."""
-    out: dict[str, list[tuple[int, int, int]]] = {}
-    for gpu, units in program.held.items():
-        sizes = program.unit_bytes
-        spans = [
-            (u, round(lo * sizes[u]), round(hi * sizes[u]))
-            for u, iv in units.items()
-            for lo, hi in iv
-        ]
-        out[gpu] = sorted(s for s in spans if s[2] > s[1])
-    return out
 
 
 def serving_buffers(program: ScaleProgram) -> dict[str, tuple[int, int]]:
@@ -135,7 +116,7 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
     memory, old_rank, new_rank = memory_devices(old.steps), gpu_ranks(old), gpu_ranks(new)
     complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need: Spans = defaultdict(list)
-    for gpu, spans in held_bytes(new).items():
+    for gpu, spans in held_bytes(new.held, new.unit_bytes).items():
         if old_rank.get(gpu, new_rank[gpu]) != new_rank[gpu] or gpu in memory:
             raise InvalidInputError(f"the replan loads {gpu!r} as another buffer than the program")
         for unit, lo, hi in spans:
@@ -154,7 +135,7 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
                 if step.holder == "plan":
                     out_of = step.source in memory
                     for unit, off, n in now:
-                        base = rank_base(old, step.rank, unit, memory=out_of)
+                        base = rank_base(old.unit_bytes, step.rank, unit, memory=out_of)
                         need[(step.source, unit)].append((base + off, base + off + n))
     _check_held(old, new, kept, memory)
     return kept
@@ -163,7 +144,7 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
 def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: bool) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
-        base = rank_base(old, step.rank, unit, memory=memory)
+        base = rank_base(old.unit_bytes, step.rank, unit, memory=memory)
         for lo, hi in merged(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:
@@ -174,14 +155,14 @@ def _check_held(
     old: ScaleProgram, new: ScaleProgram, kept: Mapping[int, tuple[Piece, ...]], memory: set[str]
 ) -> None:
     delivered: Spans = defaultdict(list)
-    for gpu, spans in held_bytes(old).items():
+    for gpu, spans in held_bytes(old.held, old.unit_bytes).items():
         for unit, lo, hi in spans:
             delivered[(gpu, unit)].append((lo, hi))
     for step in old.steps:
         for unit, off, n in kept.get(step.id, ()):
-            base = rank_base(old, step.rank, unit, memory=step.destination in memory)
+            base = rank_base(old.unit_bytes, step.rank, unit, memory=step.destination in memory)
             delivered[(step.destination, unit)].append((base + off, base + off + n))
-    for gpu, spans in held_bytes(new).items():
+    for gpu, spans in held_bytes(new.held, new.unit_bytes).items():
         for unit, lo, hi in spans:
             at = lo
             for a, b in merged(delivered[(gpu, unit)]):

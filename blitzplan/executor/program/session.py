@@ -69,8 +69,7 @@ class ProgramSession:
         self._unsent = {key: step.chunks for key, step in job.sends.items()}
         self._seen: set[tuple[int, int]] = set()
         self._threads: list[threading.Thread] = []
-        self._free_s: dict[int, float] = {}
-        """Per step begun: when its last posted chunk was due (the next is due after it)."""
+        self._free_s: dict[int, float] = {}  # per step begun: when its last write was due
         self._peer = {c.step: lane.peer for lane in job.out for c in lane.chunks}
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
@@ -115,12 +114,6 @@ class ProgramSession:
         return self.job.gpu_rank
 
     # --- after the start --------------------------------------------------------------------
-
-    @property
-    def wait_s(self) -> float:
-        """How long another thread waits on this device's bytes: twice the transfer timeout, so
-        that a stalled peer is named by the transfer that times out first."""
-        return 2 * self.ctx.timeout_s
 
     def run(self) -> None:
         """The device's loop (module docstring), until every write has left and every chunk
@@ -178,7 +171,7 @@ class ProgramSession:
             at_s = self._gate_s(step)
         for chunk in write:
             if chunk.held is not None:
-                ready = self.store.since(chunk.unit, chunk.held, chunk.held + chunk.nbytes)
+                ready = self.store.coverage[chunk.unit].since(chunk.held, chunk.held + chunk.nbytes)
                 at_s = max(at_s, math.inf if ready is None else ready)
             if at_s < math.inf:
                 self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
@@ -248,7 +241,7 @@ class ProgramSession:
             equal = [torch.equal(self.buffer(u).cpu(), self.expected(u, rank)) for u in units]
             found.bit_exact = tuple(bool(e) for e in equal)
         found.complete_s = tuple(self.store.complete_s(u) for u in units)
-        found.duplicate_bytes = self.store.duplicate_bytes
+        found.duplicate_bytes = sum(c.duplicate_bytes for c in self.store.coverage)
         return found
 
 

@@ -21,14 +21,6 @@ def unit_name(unit: int | None, num_layers: int | None) -> str:
     return names.get(unit, f"layer {unit}")
 
 
-def chunk_name(step: int | None, chunk: tuple[int, int] | None, unit: int | None) -> str:
-    """`` (step 4, chunk [0, 32768) of unit 2)``; empty when the step is unknown."""
-    if step is None:
-        return ""
-    where = f", chunk [{chunk[0]}, {chunk[1]}) of unit {unit}" if chunk is not None else ""
-    return f" (step {step}{where})"
-
-
 class RankFailedError(BlitzplanError):
     """A rank died, stalled or failed a transfer; every process of the run has been ended.
     ``layer`` is the unit, ``chunk`` bytes of its buffer; None when unknown."""

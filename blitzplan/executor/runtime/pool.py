@@ -22,7 +22,6 @@ from blitzplan.executor.runtime.failures import (
     Failure,
     InjectedFault,
     RankFailedError,
-    chunk_name,
     unit_name,
 )
 from blitzplan.executor.runtime.worker import (
@@ -208,7 +207,10 @@ class Workers:
             unit, step, chunk = failure.layer, failure.step, failure.chunk
         if unit is not None and self.num_layers is not None:
             unit = min(unit, self.num_layers + 1)
-        where = unit_name(unit, self.num_layers) + chunk_name(step, chunk, unit)
+        where = unit_name(unit, self.num_layers)
+        if step is not None:  # `` (step 4, chunk [0, 32768) of unit 2)``
+            span = f", chunk [{chunk[0]}, {chunk[1]}) of unit {unit}" if chunk is not None else ""
+            where += f" (step {step}{span})"
         message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
         label = self.labels[rank]
         return RankFailedError(message, rank=rank, label=label, layer=unit, step=step, chunk=chunk)

@@ -113,15 +113,11 @@ class RankContext:
         """Report ready, wait for the shared start time ``t0`` and sleep until it."""
         self.emit("ready")
         _, self.t0 = self.command()
-        self.sleep_until(0.0)
+        time.sleep(max(0.0, -self.now()))
 
     def now(self) -> float:
         """Seconds since the shared start time (``time.monotonic`` is one clock per machine)."""
         return time.monotonic() - self.t0
-
-    def sleep_until(self, at_s: float) -> None:
-        if (delay := at_s - self.now()) > 0:
-            time.sleep(delay)
 
     def synchronize(self) -> None:
         """Wait for queued GPU work (no-op on the CPU), so times are real."""
@@ -140,18 +136,14 @@ class RankContext:
                 self.synchronize()
             else:
                 work.wait(timeout=timedelta(seconds=self.timeout_s))
-        except RuntimeError as exc:
-            message = self.failure_message(exc, what)
+        except RuntimeError as exc:  # ``what``: ``sending ... to rank 3``
+            text = str(exc)
+            message = f"{what} failed: {text.splitlines()[0][:200]}"
+            if "Timed out" in text:
+                message = f"timed out after {self.timeout_s:g} s {what}"
+            elif "closed" in text or "reset" in text.lower():
+                message = f"lost the connection {what}"
             raise TransferError(replace(where, message=message)) from None
-
-    def failure_message(self, exc: Exception, what: str) -> str:
-        """What a failed torch.distributed transfer (``what``: ``sending ... to rank 3``) says."""
-        text = str(exc)
-        if "Timed out" in text:
-            return f"timed out after {self.timeout_s:g} s {what}"
-        if "closed" in text or "reset" in text.lower():
-            return f"lost the connection {what}"
-        return f"{what} failed: {text.splitlines()[0][:200]}"
 
 
 def worker_main(boot: Boot, conn: Connection, where: Any) -> None:

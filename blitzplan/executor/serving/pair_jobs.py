@@ -74,9 +74,9 @@ class _NewInstance:
     def unit(self, unit: int) -> Weights:
         """The unit's tensors once the program has brought every byte of it (or its failure)."""
         if unit not in self.units:
-            session = self.session
-            session.store.wait_unit(unit, session.wait_s)
-            buffer = session.buffer(unit)
+            # twice the transfer timeout: a stalled peer is named by the transfer that times out
+            self.session.store.wait_unit(unit, 2 * self.ctx.timeout_s)
+            buffer = self.session.buffer(unit)
             self.units[unit] = unit_from_buffer(self.dims, unit, buffer, self.ctx.device)
         return self.units[unit]
 

@@ -3,13 +3,12 @@
 :func:`serve_live` runs the document's transfer program and, beside it, the pair (its new TP1
 instance computing on layers as they land, its old instance one more process with the whole
 model) driven by a :class:`~.coordinator.Coordinator`. Every batch's logits are compared with the
-monolithic model's; :func:`live_violations` checks the measured operations against DESIGN.md
-section 4.
+monolithic model's; :func:`blitzplan.live.schedule_checks.measured_violations` checks the
+measured operations against DESIGN.md section 4.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,12 +24,11 @@ from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.coordinator import Coordinator
 from blitzplan.executor.serving.pair_jobs import PairPlan, new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
-from blitzplan.executor.smallmodel.llama import model_dims
 from blitzplan.live.instance import instance_from_queue
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES
 from blitzplan.live.schedule import NewOp, OldOp
-from blitzplan.wire.scaleprogram import PairRecord, ScaleProgram
+from blitzplan.wire.scaleprogram import NewInstanceInfo, PairRecord, ScaleProgram
 
 LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
@@ -73,23 +71,24 @@ class LiveRun:
 
 def _pair(
     program: ScaleProgram, index: int, requests: Mapping[str, int]
-) -> tuple[PairRecord, list[int]]:
-    """Live pair ``index`` of the document and its requests' prompt lengths, if the executor
-    serves it: TP1, one request per batch, every request's length given, a known policy."""
+) -> tuple[PairRecord, NewInstanceInfo, list[int]]:
+    """Live pair ``index`` of the document, its new instance and its requests' prompt lengths, if
+    the executor serves it: TP1, one request per batch, every request's length given, a known
+    policy."""
     pairs = program.live_pairs
-    pair = pairs[index] if 0 <= index < len(pairs) else None
-    if pair is None:
+    if not 0 <= index < len(pairs):
         raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
-    gpus = next(i.gpus for i in program.new_instances if i.name == pair.new)
+    pair = pairs[index]
+    new = next(i for i in program.new_instances if i.name == pair.new)
     missing = [b[0] for b in pair.batches if b[0] not in requests]
-    if len(gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
+    if len(new.gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
         raise InvalidInputError(
             f"live pair {pair.new}/{pair.old}: the executor serves TP1 instances, one request "
             f"per batch, each with a prompt length in requests (missing: {missing})"
         )
     if pair.policy not in POLICIES:
         raise InvalidInputError(f"live pair policy must be one of {', '.join(POLICIES)}")
-    return pair, [requests[b[0]] for b in pair.batches]
+    return pair, new, [requests[b[0]] for b in pair.batches]
 
 
 def serve_live(
@@ -116,19 +115,18 @@ def serve_live(
     it, after every process has been ended."""
     parts, jobs = prepare(document, checkpoint, transport=transport)
     program = parts[0].program
-    chosen, tokens = _pair(program, pair, requests)
-    gpu = next(i.gpus[0] for i in program.new_instances if i.name == chosen.new)
+    chosen, new, tokens = _pair(program, pair, requests)
     labels = [job.label for job in jobs]
-    new_rank, old_rank = labels.index(gpu), len(jobs)
+    new_rank, old_rank = labels.index(new.gpus[0]), len(jobs)
     if fault is not None and fault.rank != old_rank:
         check_fault(fault, jobs)
-    ready = next(i.layer_ready_s for i in program.new_instances if i.name == chosen.new)
-    queue = [(0.0, n) for n in tokens]  # one batch per request, all queued now
+    queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
     rate = handoff_bytes_per_s
-    instance = instance_from_queue(program.spec, compute, ready, queue, handoff_bytes_per_s=rate)
+    instance = instance_from_queue(
+        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=rate
+    )
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
-    dims = model_dims(program.spec)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, PairPlan(prompts, old_rank, transfer=jobs[new_rank]))
     launched[old_rank] = (old_instance_job, PairPlan(prompts, new_rank, checkpoint=checkpoint))
@@ -137,7 +135,8 @@ def serve_live(
     try:
         policy = POLICIES[chosen.policy]()
         coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
-        coordinator.run(pool.launch(launched, labels=names, num_layers=dims.layers, fault=fault))
+        layers = program.spec.num_layers
+        coordinator.run(pool.launch(launched, labels=names, num_layers=layers, fault=fault))
         pool.tell(new_rank, ("end",))
         pool.tell(old_rank, ("end",))
         results = pool.collect(list(launched))
@@ -161,43 +160,3 @@ def serve_live(
         logit_diff=diffs,
         transfer=summarize(parts, labels, results, transport=transport),
     )
-
-
-def live_violations(run: LiveRun, *, tol_s: float = 1e-6) -> tuple[str, ...]:
-    """Rules of DESIGN.md section 4 the measured run breaks, with the measured arrivals.
-
-    Every batch runs layers ``1..k`` on the new instance, in order, each starting after its
-    release, its layer's arrival (the embedding's for layer 1, the head's for layer L) and the
-    previous layer; the rest as one block on the old instance after the last of those; no two
-    operations overlap on one instance; completion is the end of the last operation."""
-    problems: list[str] = []
-    arrival, L = run.unit_arrival_s, len(run.unit_arrival_s) - 2
-    for i, k in enumerate(run.split):
-        ops = sorted((op for op in run.new_ops if op.batch == i), key=lambda op: op.layer)
-        if [op.layer for op in ops] != list(range(1, k + 1)):
-            problems.append(f"batch {i}: new instance ran layers {[op.layer for op in ops]}, k={k}")
-            continue
-        ready = run.release_s[i]
-        for op in ops:
-            needed = [arrival[op.layer]] + ([arrival[0]] if op.layer == 1 else [])
-            needed += [arrival[-1]] if op.layer == L else []
-            if op.start_s < max(ready, *needed) - tol_s:
-                problems.append(f"batch {i} layer {op.layer} starts before it could ({op})")
-            ready = op.end_s
-        blocks = [op for op in run.old_ops if op.batch == i]
-        if k < L and (len(blocks) != 1 or blocks[0].first_layer != k + 1):
-            problems.append(f"batch {i}: expected one block from layer {k + 1}, got {blocks}")
-        elif k == L and blocks:
-            problems.append(f"batch {i} finished on the new instance and ran on the old too")
-        for block in blocks:
-            if block.start_s < ready - tol_s:
-                problems.append(f"batch {i}: block starts before its inputs are there ({block})")
-            ready = block.end_s
-        if abs(run.completion_s[i] - ready) > tol_s:
-            problems.append(f"batch {i}: completion {run.completion_s[i]} is not its last end")
-    for label, timeline in (("new", run.new_ops), ("old", run.old_ops)):
-        spans = sorted((op.start_s, op.end_s, op.batch) for op in timeline)
-        for a, b in itertools.pairwise(spans):
-            if b[0] < a[1] - tol_s:
-                problems.append(f"the {label} instance runs batches {a[2]} and {b[2]} at once")
-    return tuple(problems)

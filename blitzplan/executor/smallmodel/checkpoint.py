@@ -1,15 +1,14 @@
 """Seeded weights saved one safetensors file per unit, with a manifest, and loaded unit by unit.
 
-``manifest.json`` holds the model's identity, config, seed and the SHA-256 of every unit's TP1
-rank buffer; every unit file carries the identity too. :func:`load_unit` refuses a unit of another
-model or with other bytes (CorruptCheckpointError naming the unit); :func:`check_identity` checks
-every unit against a plan's model before a run.
+``manifest.json`` holds the model's identity, config, seed and the SHA-256 of every unit's file
+(:func:`blitzplan.models.identity.file_digest`). :func:`load_unit` refuses a file with other bytes
+(CorruptCheckpointError naming the unit); :func:`check_identity` checks every unit against a
+plan's model before a run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.smallmodel.llama import Weights, hf_arrays, init_unit, model_dims
 from blitzplan.models import ModelIdentity, ModelSpec
-from blitzplan.models.layout import layout
+from blitzplan.models.identity import file_digest
 
 MANIFEST = "manifest.json"
 
@@ -58,11 +57,6 @@ class Checkpoint:
         return len(self.files)
 
 
-def _digest(spec: ModelSpec, unit: int, weights: Weights) -> str:
-    buffer = layout(spec, 1).rank_buffer(unit, 0, hf_arrays(model_dims(spec), unit, weights))
-    return hashlib.sha256(buffer.tobytes()).hexdigest()
-
-
 def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) -> Checkpoint:
     """Write seeded weights for ``spec`` to ``directory`` (created), one file per unit."""
     seed = check_count("seed", seed, minimum=0, maximum=2**63 - 1)
@@ -73,7 +67,7 @@ def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) ->
     for unit in range(dims.spec.num_units):
         weights, name = init_unit(dims, unit, seed=seed), f"unit-{unit:03d}.safetensors"
         save_file(weights, str(root / name), metadata={**identity, "unit": str(unit)})
-        units.append({"file": name, "sha256": _digest(spec, unit, weights)})
+        units.append({"file": name, "sha256": file_digest(root / name)})
     manifest = {"identity": identity, "config": dict(spec.config), "seed": seed, "units": units}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return load_checkpoint(root)
@@ -120,42 +114,26 @@ def check_identity(checkpoint: Checkpoint, identity: ModelIdentity) -> None:
 
 
 def load_unit(checkpoint: Checkpoint, unit: int) -> Weights:
-    """One unit's tensors (on the CPU), checked against the identity and the manifest's hash."""
+    """One unit's tensors (on the CPU), its file checked against the manifest's hash."""
     if not 0 <= unit < checkpoint.num_units:
         raise InvalidInputError(f"unit must be in 0..{checkpoint.num_units - 1}, got {unit!r}")
     path = checkpoint.directory / checkpoint.files[unit]
     where = f"unit {unit} file {str(path)!r}"
     if not path.is_file():
         raise CorruptCheckpointError(f"{where} is missing", unit=unit)
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            meta = handle.metadata() or {}
-            weights: Weights = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
-        found = ModelIdentity(
-            **{k: meta.get(k, "") for k in ("name", "revision", "content_hash")},
-            hash_kind=meta.get("hash_kind", "config"),
-        )
-    except (OSError, SafetensorError) as exc:
-        raise CorruptCheckpointError(
-            f"{where} does not read as safetensors: {exc}", unit=unit
-        ) from None
-    if found != checkpoint.identity:
-        raise CorruptCheckpointError(
-            f"{where} belongs to model {found}, the checkpoint is {checkpoint.identity}", unit=unit
-        )
-    try:
-        digest = _digest(checkpoint.spec(), unit, weights)
-    except (KeyError, RuntimeError, ValueError, InvalidInputError) as exc:  # missing, misshapen
-        raise CorruptCheckpointError(
-            f"{where} lacks the unit's tensors: {exc}", unit=unit
-        ) from None
-    if digest != checkpoint.digests[unit]:
+    if (digest := file_digest(path)) != checkpoint.digests[unit]:
         raise CorruptCheckpointError(
             f"unit {unit} in {str(path)!r} hashes to {digest[:12]}, the manifest says "
             f"{checkpoint.digests[unit][:12]}",
             unit=unit,
         )
-    return weights
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    except (OSError, SafetensorError) as exc:
+        raise CorruptCheckpointError(
+            f"{where} does not read as safetensors: {exc}", unit=unit
+        ) from None
 
 
 def checkpoint_tensors(checkpoint: Checkpoint, unit: int) -> dict[str, Any]:

@@ -74,9 +74,8 @@ class Lane:
 
 
 class Transport(Protocol):
-    """What the program runner asks of a transport (see the module docstring). An idle loop's
-    polls wait ``poll_s`` first, then twice as long each time up to ``idle_s`` (a transport that
-    moves bytes only while polled keeps both short)."""
+    """What the program runner asks of a transport (module docstring); an idle loop's polls wait
+    from ``poll_s`` up to ``idle_s`` (both short where bytes move only while polled)."""
 
     poll_s: float
     idle_s: float
