@@ -25,6 +25,7 @@ from blitzplan import (
 )
 from blitzplan.scale import validate_plan
 from blitzplan.scale.export import program_json
+from blitzplan.scale.multiplan import replan_parts
 from blitzplan.wire.multiprogram import check_joint, read_multiprogram_json
 from blitzplan.wire.scaleprogram import read_program_json
 
@@ -199,12 +200,16 @@ def test_documents_round_trip_and_the_executor_reader_takes_the_program() -> Non
         read_multiprogram_json(signed_json(bad, "program_id")[0])
 
 
-def test_replan_says_a_multiplan_is_not_supported_yet() -> None:
+def test_replan_of_a_multiplan_is_its_parts_repaired_in_order() -> None:
     state = two_models()
-    many = plan(state, [ScaleRequest(LLAMA, prefill=1)], **OPTIONS)
-    with pytest.raises(InvalidInputError, match="MultiPlan .* not supported yet"):
-        replan(many, state, at_s=0.01)  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="MultiPlan .* not supported yet"):
+    many = plan(state, [ScaleRequest(LLAMA, prefill=2), ScaleRequest(QWEN, prefill=1)], **OPTIONS)
+    cancelled = [many.plans[0].new_instances[0].name]
+    whole = replan(many, state, at_s=0.01, cancelled=cancelled)
+    assert isinstance(whole, MultiPlan)
+    assert [len(p.new_instances) for p in whole.plans] == [1, 1]
+    parts = replan_parts(many, state, replan, at_s=0.01, cancelled=cancelled)
+    assert whole.to_json() == parts.to_json()
+    with pytest.raises(InvalidInputError, match=r"MultiPlan .* pass plan\.plans\[k\]"):
         blitzplan.recover(many, state, at_s=0.01)  # type: ignore[arg-type]
 
 

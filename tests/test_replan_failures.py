@@ -13,9 +13,9 @@ import pytest
 
 from blitzplan import ClusterState, InvalidInputError, load_topology
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, replan
+from blitzplan.scale.fresh_load import fresh_bound_s, fresh_end_s, fresh_ingress_s, fresh_inputs
 from blitzplan.scale.realize import Targets
 from blitzplan.scale.recovery import Failure, recover
-from blitzplan.scale.replan import _fresh_bound_s, _fresh_end_s, _fresh_ingress_s, _fresh_inputs
 from blitzplan.topologies import Topology, links
 from tests.fault_campaign import check
 
@@ -125,10 +125,10 @@ def test_the_in_link_bound_is_below_the_cut_bound_and_the_fresh_load(kind: str) 
     groups = tuple(s.gpus for s in recovery.survivors)
     names = tuple(s.name for s in recovery.survivors)
     targets = Targets(groups=groups, names=names, startup_s=dict.fromkeys(names, 0.002))
-    inputs = _fresh_inputs(base, recovery, targets, base.options)
-    ingress = _fresh_ingress_s(inputs)
-    assert 0.002 < ingress <= _fresh_bound_s(inputs) * (1 + 1e-12)
-    assert ingress <= _fresh_end_s(inputs) * (1 + 1e-12)
+    inputs = fresh_inputs(base, recovery, targets, base.options)
+    ingress = fresh_ingress_s(inputs)
+    assert 0.002 < ingress <= fresh_bound_s(inputs) * (1 + 1e-12)
+    assert ingress <= fresh_end_s(inputs) * (1 + 1e-12)
     # hand-computed: the slowest survivor GPU's rank buffer over the rates of its in-links
     derated = inputs["state"].topology
     shard = sum(base.multicast.unit_bytes)  # type: ignore[union-attr]

@@ -67,8 +67,8 @@ def recover(
     new instance of ``plan``."""
     if isinstance(plan, MultiPlan):
         raise InvalidInputError(
-            "plan is a MultiPlan (several requests): replan() and recover() take one ScalePlan; "
-            "replanning the parts of a MultiPlan together is not supported yet"
+            "plan is a MultiPlan (several requests): recover() takes one ScalePlan, pass "
+            "plan.plans[k] (replan() takes the whole MultiPlan)"
         )
     if not isinstance(plan, ScalePlan):
         raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")

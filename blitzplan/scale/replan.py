@@ -57,25 +57,26 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import overload
 
 from blitzplan._collector import collector_relaxed
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast import plan_multicast
-from blitzplan.multicast.bound.lower_bound import lower_bound
-from blitzplan.multicast.setup.problem import prepare
 from blitzplan.scale.delivered import Held, delivered, held_bytes
+from blitzplan.scale.fresh_load import fresh_bound_s, fresh_end_s, fresh_ingress_s, fresh_inputs
+from blitzplan.scale.multiplan import replan_parts
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
-from blitzplan.scale.realize import Targets, at_efficiency, realize
+from blitzplan.scale.realize import Targets, realize
 from blitzplan.scale.recovery import Failure, Recovery, recover, whole_steps
-from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
+from blitzplan.scale.types import MultiPlan, NewInstanceInfo, Release, ScalePlan
 
 __all__ = ["replan"]
 
 
+@overload
 def replan(
     plan: ScalePlan,
     state: ClusterState,
@@ -86,13 +87,50 @@ def replan(
     cancelled: Iterable[str] = (),
     options: PlanOptions | None = None,
     compute: ComputeModel | None = None,
-) -> ScalePlan:
+) -> ScalePlan: ...
+@overload
+def replan(
+    plan: MultiPlan,
+    state: ClusterState,
+    *,
+    at_s: float,
+    now_s: float | None = None,
+    failed: Iterable[Failure] = (),
+    cancelled: Iterable[str] = (),
+    options: PlanOptions | None = None,
+    compute: ComputeModel | None = None,
+) -> MultiPlan: ...
+def replan(
+    plan: ScalePlan | MultiPlan,
+    state: ClusterState,
+    *,
+    at_s: float,
+    now_s: float | None = None,
+    failed: Iterable[Failure] = (),
+    cancelled: Iterable[str] = (),
+    options: PlanOptions | None = None,
+    compute: ComputeModel | None = None,
+) -> ScalePlan | MultiPlan:
     """A new ScalePlan that completes every surviving new instance of ``plan`` (module
     docstring). ``state`` is the cluster as it is now (its instances, queues and host copies;
     the new instances of ``plan`` are not in it yet). ``options`` replaces the plan's recorded
     options; ``compute`` is the compute model to use with the recorded ones. ``now_s``
     (default ``at_s``) is when the new plan starts, at least ``at_s``: the old plan's steps the
-    failures leave whole run on until then, and what they deliver by then counts as held."""
+    failures leave whole run on until then, and what they deliver by then counts as held.
+    A MultiPlan is repaired part by part in its priority order, one program
+    (:func:`~blitzplan.scale.multiplan.replan_parts`)."""
+    if isinstance(plan, MultiPlan):
+        return replan_parts(
+            plan,
+            state,
+            replan,
+            at_s=at_s,
+            now_s=now_s,
+            failed=failed,
+            cancelled=cancelled,
+            options=options,
+            compute=compute,
+        )
     now = _now(at_s, now_s)
     with collector_relaxed():  # thousands of short-lived containers: no collector pass each call
         return _replan(plan, state, at_s, now, failed, cancelled, options, compute)
@@ -149,11 +187,11 @@ def _finish(ctx: _Context, survivors: list[NewInstanceInfo], missing: list[str])
     end = _end_s(kept)
     if end <= kept.multicast.lower_bound_s * (1 + RESEND_GAIN):
         return kept  # no plan ends earlier: re-sending held bytes cannot beat the bound
-    fresh_inputs = _fresh_inputs(ctx.plan, ctx.recovery, targets, ctx.options)
-    for bound in (_fresh_ingress_s, _fresh_bound_s):  # the cheaper first
-        if end <= bound(fresh_inputs) * (1 + RESEND_GAIN):
+    inputs = fresh_inputs(ctx.plan, ctx.recovery, targets, ctx.options)
+    for bound in (fresh_ingress_s, fresh_bound_s):  # the cheaper first
+        if end <= bound(inputs) * (1 + RESEND_GAIN):
             return kept  # a fresh load cannot end earlier than its bound: no second plan needed
-    fresh = _fresh_end_s(fresh_inputs)
+    fresh = fresh_end_s(inputs)
     if not fresh < end * (1 - RESEND_GAIN):
         return kept
     note = (
@@ -205,69 +243,6 @@ RESEND_GAIN = 0.01
 
 def _end_s(plan: ScalePlan) -> float:
     return max(plan.multicast.ready_at_s.values(), default=0.0) if plan.multicast else 0.0
-
-
-def _fresh_inputs(
-    plan: ScalePlan, recovery: Recovery, targets: Targets, options: PlanOptions
-) -> dict[str, Any]:
-    """The keyword arguments of loading the survivors as if they held nothing: the same
-    planner, live instances, startup and link efficiency as the replan itself."""
-    return {
-        "state": at_efficiency(recovery.state, options.link_efficiency),
-        "model": plan.spec,
-        "targets": [list(g) for g in targets.groups],
-        "names": list(targets.names),
-        "tp": int(plan.request.get("tp", 1)),
-        "live": list(targets.live or ()),
-        "chunk_bytes": options.chunk_bytes,
-        "startup_s": dict(targets.startup_s),
-        "allow_prefill_sources": options.allow_prefill_sources,
-    }
-
-
-def _fresh_ingress_s(inputs: dict[str, Any]) -> float:
-    """A certified lower bound on when loading the survivors afresh ends, with no problem laid
-    out: after its startup every GPU of a survivor receives its whole rank buffer over its
-    in-links, at most at their rates (the background flows ignored: a weaker bound, still
-    valid); ``inf`` for a GPU no link enters."""
-    topology = inputs["state"].topology
-    shard = sum(inputs["model"].shard(inputs["tp"]).unit_bytes)
-    startup = inputs["startup_s"]
-    ends = [0.0]
-    for name, group in zip(inputs["names"], inputs["targets"], strict=True):
-        for gpu in group:
-            rate = sum(d["bytes_per_s"] for _, _, d in topology.graph.in_edges(gpu, data=True))
-            ends.append(startup.get(name, 0.0) + (shard / rate if rate > 0 else math.inf))
-    return max(ends)
-
-
-def _fresh_bound_s(inputs: dict[str, Any]) -> float:
-    """A certified lower bound on when loading the survivors afresh ends (the per-instance
-    cuts of its problem, :func:`~blitzplan.multicast.bound.lower_bound.lower_bound` with
-    ``cheap``: no max-flow, no solver); 0 when that problem cannot be laid out (the full plan
-    decides)."""
-    spec = inputs["model"]
-    try:
-        problem = prepare(
-            inputs["state"],
-            spec,
-            count=None,
-            exclude=(),
-            **{k: v for k, v in inputs.items() if k not in ("state", "model")},
-        )
-    except InfeasibleError:
-        return 0.0
-    return float(lower_bound(problem, "all_ready", cheap=True))
-
-
-def _fresh_end_s(inputs: dict[str, Any]) -> float:
-    """When the multicast of the survivors ends when it ignores what they hold (``inf`` when
-    it cannot plan them at all)."""
-    try:
-        fresh = plan_multicast(**inputs, polish_evaluations=0)
-    except InfeasibleError:
-        return math.inf
-    return max(fresh.ready_at_s.values(), default=0.0)
 
 
 def _now(at_s: float, now_s: float | None) -> float:
