@@ -33,8 +33,9 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 
+# one worker per core (pytest-xdist); tests share no state, so any order on any worker holds
 unit: $(VENV)/.dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 test: lint typecheck unit
 
