@@ -10,7 +10,7 @@ import pytest
 
 from blitzplan import InvalidInputError
 from blitzplan.cli import main
-from blitzplan.scale import ScalePlan, ScaleRequest, apply_plan, plan, recover
+from blitzplan.scale import MultiPlan, ScalePlan, ScaleRequest, apply_plan, plan, recover, replan
 from blitzplan.scale.statefile import load_state, save_state, state_to_dict
 from blitzplan.wire.scaleprogram import read_program_json
 from tests.test_scale import MODEL, paper_state
@@ -121,3 +121,23 @@ def test_a_saved_state_does_not_hand_out_ids_again(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(InvalidInputError, match="counters.names.i must be an integer >= 0"):
         load_state(tmp_path / "bad.json")
+
+
+def test_replan_and_apply_take_a_multiplan_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s0 = tmp_path / "s0.yaml"
+    s0.write_text(STATE)
+    multi, after = tmp_path / "m.json", tmp_path / "m2.json"
+    assert main(["plan", "--state", str(s0), "--request", f"{MODEL}:prefill=2",
+                 "--request", f"{MODEL}:prefill=1", "--out", str(multi)]) == 0  # fmt: skip
+    many = MultiPlan.from_json(multi.read_text())
+    argv = ["replan", "--state", str(s0), "--plan", str(multi), "--at", "0.1"]
+    assert main([*argv, "--failed", "i1", "--out", str(after)]) == 0
+    expected = replan(many, load_state(s0), at_s=0.1, failed=["i1"])
+    assert MultiPlan.from_json(after.read_text()) == expected
+    assert main([*argv, "--state-out", str(tmp_path / "s.json")]) == 2
+    assert "is a MultiPlan" in capsys.readouterr().err
+    assert main(["apply", "--state", str(s0), "--plan", str(multi), "--at", "0.1",
+                 "--out", str(tmp_path / "s1.json")]) == 0  # fmt: skip
+    assert load_state(tmp_path / "s1.json") == apply_plan(load_state(s0), many, at_s=0.1)

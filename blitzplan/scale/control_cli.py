@@ -102,12 +102,19 @@ def write_plan_outputs(scale: Any, out: str | None, program_out: str | None) -> 
 
 
 def _read_plan(path: str) -> Any:
-    from blitzplan.scale.types import ScalePlan
+    """The ScalePlan, or the MultiPlan (several requests), in the file ``path``."""
+    from blitzplan.scale.multidoc import MULTIPLAN_SCHEMA
+    from blitzplan.scale.types import MultiPlan, ScalePlan
 
     file = Path(path)
     if not file.is_file():
         raise InvalidInputError(f"--plan {path!r} is not a file")
-    return ScalePlan.from_json(file.read_text())
+    text = file.read_text()
+    try:
+        schema = json.loads(text).get("schema")
+    except (ValueError, AttributeError):
+        schema = None  # from_json says what is wrong
+    return (MultiPlan if schema == MULTIPLAN_SCHEMA else ScalePlan).from_json(text)
 
 
 def _topology_entry(path: str) -> object:
@@ -148,10 +155,15 @@ def _cmd_replan(args: argparse.Namespace) -> int:
     from blitzplan.scale.recovery import recover
     from blitzplan.scale.replan import replan
     from blitzplan.scale.statefile import load_state
+    from blitzplan.scale.types import ScalePlan
 
     state = load_state(args.state)
     scale = _read_plan(args.plan)
     failed = _failures(args.failed)
+    if args.state_out and not isinstance(scale, ScalePlan):
+        raise InvalidInputError(
+            f"--state-out needs a plan of one request; --plan {args.plan!r} is a MultiPlan"
+        )
     after = replan(scale, state, at_s=args.at, failed=failed, cancelled=args.cancelled)
     if args.state_out:
         recovered = recover(scale, state, at_s=args.at, failed=failed, cancelled=args.cancelled)
