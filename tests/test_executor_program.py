@@ -224,8 +224,9 @@ def test_a_running_program_takes_a_replan_and_ends_bit_exact(
     replan = read_program(after)
     held = sum(
         hi - lo
-        for spans in held_bytes(replan.held, replan.unit_bytes).values()
-        for _, lo, hi in spans
+        for units in held_bytes(replan.held, replan.unit_bytes).values()
+        for spans in units.values()
+        for lo, hi in spans
     )
     assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
     _, jobs = prepare(small.path, small.weights, replan=after, at_s=at_s)
@@ -256,7 +257,7 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
         for s in steps
         if s["destination"] in held
         and s["destination"] not in sources
-        and s["ranges"][0]["first_unit"] in {u for u, _, _ in held[s["destination"]]}
+        and s["ranges"][0]["first_unit"] in held[s["destination"]]
     )
 
     def drop(document: dict[str, Any]) -> None:

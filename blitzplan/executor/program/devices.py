@@ -128,7 +128,7 @@ def _roles(program: ScaleProgram, *, first: bool) -> dict[str, dict[str, Any]]:
             "memory": d in memory,
             "holds": holds.get(d),
             "every_rank": d in filled,
-            "held": tuple(held.get(d, ())),
+            "held": tuple((u, lo, hi) for u, spans in held.get(d, {}).items() for lo, hi in spans),
             "gpu_rank": ranks.get(d),
         }
         for d in devices_of([program])

@@ -30,8 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.bytestore import merged
-from blitzplan.wire.program_bytes import held_bytes, rank_base
+from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -116,11 +115,11 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
     memory, old_rank, new_rank = memory_devices(old.steps), gpu_ranks(old), gpu_ranks(new)
     complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need: Spans = defaultdict(list)
-    for gpu, spans in held_bytes(new.held, new.unit_bytes).items():
+    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
         if old_rank.get(gpu, new_rank[gpu]) != new_rank[gpu] or gpu in memory:
             raise InvalidInputError(f"the replan loads {gpu!r} as another buffer than the program")
-        for unit, lo, hi in spans:
-            need[(gpu, unit)].append((lo, hi))
+        for unit, spans in units.items():
+            need[(gpu, unit)] += spans
     for gpu in complete:
         for unit, size in enumerate(old.unit_bytes):
             need[(gpu, unit)].append((0, size))
@@ -129,23 +128,28 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
     while changed:  # grows only: at most one round per step of a forwarding chain
         changed = False
         for step in old.steps:
-            now = tuple(_within(old, step, need, step.destination in memory))
+            now = tuple(_within(old, step, need, memory))
             if now != kept.get(step.id, ()):
                 kept[step.id], changed = now, True
                 if step.holder == "plan":
-                    out_of = step.source in memory
                     for unit, off, n in now:
-                        base = rank_base(old.unit_bytes, step.rank, unit, memory=out_of)
-                        need[(step.source, unit)].append((base + off, base + off + n))
+                        lo = _base(old, step, unit, step.source, memory) + off
+                        need[(step.source, unit)].append((lo, lo + n))
     _check_held(old, new, kept, memory)
     return kept
 
 
-def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: bool) -> Iterable[Piece]:
+def _base(program: ScaleProgram, step: StepRecord, unit: int, device: str, memory: set[str]) -> int:
+    """Where the step's rank's buffer of ``unit`` starts in ``device`` (its source or
+    destination)."""
+    return rank_base(program.unit_bytes, step.rank, unit, memory=device in memory)
+
+
+def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
-        base = rank_base(old.unit_bytes, step.rank, unit, memory=memory)
-        for lo, hi in merged(need.get((step.destination, unit), [])):
+        base = _base(old, step, unit, step.destination, memory)
+        for lo, hi in union(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:
                 yield unit, a - base, b - a
@@ -154,22 +158,23 @@ def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: bool) -> I
 def _check_held(
     old: ScaleProgram, new: ScaleProgram, kept: Mapping[int, tuple[Piece, ...]], memory: set[str]
 ) -> None:
+    """Refuse a replan whose ``held`` claims a byte that neither the running program's ``held``
+    nor a step it keeps delivers."""
     delivered: Spans = defaultdict(list)
-    for gpu, spans in held_bytes(old.held, old.unit_bytes).items():
-        for unit, lo, hi in spans:
-            delivered[(gpu, unit)].append((lo, hi))
+    for gpu, units in held_bytes(old.held, old.unit_bytes).items():
+        for unit, spans in units.items():
+            delivered[(gpu, unit)] += spans
     for step in old.steps:
         for unit, off, n in kept.get(step.id, ()):
-            base = rank_base(old.unit_bytes, step.rank, unit, memory=step.destination in memory)
-            delivered[(step.destination, unit)].append((base + off, base + off + n))
-    for gpu, spans in held_bytes(new.held, new.unit_bytes).items():
-        for unit, lo, hi in spans:
-            at = lo
-            for a, b in merged(delivered[(gpu, unit)]):
-                at = b if a <= at < b else at
-            if at < hi:
+            lo = _base(old, step, unit, step.destination, memory) + off
+            delivered[(step.destination, unit)].append((lo, lo + n))
+    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
+        for unit, spans in units.items():
+            have = union(delivered[(gpu, unit)])
+            if holes := [hole for want in spans for hole in subtract(want, have)]:
                 raise InvalidInputError(
-                    f"the replan's held says {gpu!r} has bytes [{at}, {hi}) of unit {unit}, "
+                    f"the replan's held says {gpu!r} has bytes [{holes[0][0]}, {holes[0][1]}) "
+                    f"of unit {unit}, "
                     "which the running program never delivers to it; refusing a replan that "
                     "would leave a hole"
                 )
