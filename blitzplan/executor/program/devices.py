@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.bytestore import equal_chunks
@@ -113,44 +113,34 @@ def checked_gpus(parts: list[Stage]) -> list[str]:
     return list(dict.fromkeys([*gpu_ranks(last.program), *done]))
 
 
-def _roles(program: ScaleProgram, *, first: bool) -> dict[str, dict[str, Any]]:
-    """What each device of ``program`` is and holds before the start (``held`` only in the
-    first program: a replan's held bytes come from the program it takes over)."""
-    memory, holds, ranks = (
-        memory_devices(program.steps),
-        serving_buffers(program),
-        gpu_ranks(program),
-    )
-    filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
-    held = held_bytes(program.held, program.unit_bytes) if first else {}
-    return {
-        d: {
-            "memory": d in memory,
-            "holds": holds.get(d),
-            "every_rank": d in filled,
-            "held": tuple((u, lo, hi) for u, spans in held.get(d, {}).items() for lo, hi in spans),
-            "gpu_rank": ranks.get(d),
-        }
-        for d in devices_of([program])
-    }
-
-
 def device_jobs(
     parts: list[Stage], checkpoint: Checkpoint, *, transport: str, run: str, paced: bool
 ) -> tuple[DeviceJob, ...]:
-    """One DeviceJob per device, ranks in :func:`devices_of` order."""
+    """One DeviceJob per device, ranks in :func:`devices_of` order. The first program that
+    names a device says what it is and holds before the start (``held``: the first program's;
+    a replan's held bytes come from the program it takes over)."""
     first, checked = parts[0].program, set(checked_gpus(parts))
-    roles: dict[str, dict[str, Any]] = {}
-    for part in reversed(parts):  # the first program that names a device says what it is
-        roles.update(_roles(part.program, first=part is parts[0]))
-    jobs = {}
-    for rank, name in enumerate(devices_of(p.program for p in parts)):
-        role = roles[name]
-        own = layout(first.spec, role["holds"][0]) if role["holds"] else first
-        scale = first.tp if role.pop("memory") else 1
-        sizes = tuple(n * scale for n in own.unit_bytes)
-        job = (rank, name, first.spec, first.tp, checkpoint, sizes, transport, run, name in checked)
-        jobs[name] = DeviceJob(*job, **role)
+    held = held_bytes(first.held, first.unit_bytes)
+    jobs: dict[str, DeviceJob] = {}
+    for program in (part.program for part in parts):
+        memory, holds, ranks = (
+            memory_devices(program.steps),
+            serving_buffers(program),
+            gpu_ranks(program),
+        )
+        filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
+        for name in (d for d in devices_of([program]) if d not in jobs):
+            own = layout(first.spec, holds[name][0]) if name in holds else first
+            scale = first.tp if name in memory else 1
+            sizes = tuple(n * scale for n in own.unit_bytes)
+            jobs[name] = DeviceJob(
+                *(len(jobs), name, first.spec, first.tp, checkpoint, sizes, transport, run),
+                check=name in checked,
+                holds=holds.get(name),
+                every_rank=name in filled,
+                gpu_rank=ranks.get(name),
+                held=tuple((u, lo, hi) for u, sp in held.get(name, {}).items() for lo, hi in sp),
+            )
     lanes: Lanes = defaultdict(list)
     for part in parts:
         _add_stage(part, jobs, lanes, paced=paced)
