@@ -272,6 +272,21 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
     assert set(multiprocessing.active_children()) == before
 
 
+def test_a_replan_that_changes_a_devices_buffer_is_refused(small: Setup) -> None:
+    """A device keeps its buffer across a replan: serving GPUs the replan says hold TP2 rank
+    buffers (TP1 in the running program) are refused before any process starts."""
+    after, at_s = _replanned(small)
+
+    def relayout(document: dict[str, Any]) -> None:
+        for step in document["steps"]:
+            if step["source_layout"] == [1, 0]:
+                step["source_layout"] = [2, 0]
+
+    message = r"replan loads '.*' as the buffer of \(tp, rank\) \(2, 0\), the running program as"
+    with pytest.raises(InvalidInputError, match=message + r" .* \(1, 0\); a device keeps"):
+        prepare(small.path, small.weights, replan=_edited(after, relayout), at_s=at_s)
+
+
 def test_after_store_and_forward_and_startup_are_kept(small: Setup, pool: Workers) -> None:
     def edit(document: dict[str, Any]) -> None:
         steps = {s["id"]: s for s in document["steps"]}

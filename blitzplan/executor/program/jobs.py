@@ -37,6 +37,9 @@ from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 Piece = tuple[int, int, int]
 """``(unit, offset, length)``: bytes of the unit's rank buffer a step moves."""
 Spans = dict[tuple[str, int], list[tuple[int, int]]]
+Buffer = tuple[int, int] | None
+"""The ``(tp, rank)`` of the rank buffer a device holds of each unit; None: every rank's buffer
+of the program's layout, back to back (rank ``r`` at ``r * B_u``)."""
 
 
 def pieces(step: StepRecord) -> list[Piece]:
@@ -48,24 +51,52 @@ def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
     return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
 
 
-def serving_buffers(program: ScaleProgram) -> dict[str, tuple[int, int]]:
-    """What each serving GPU holds: ``(tp, rank)`` of its buffer (its own TP degree when
-    ``source_layout`` is set, else the new instances' at the step's rank); one per GPU."""
-    holds: dict[str, tuple[int, int]] = {}
+def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
+    """Every device of the programs, in rank order: holders first (those with weights before
+    the start), then every other source and destination in step order, then new GPUs no step
+    names."""
+    found: list[str] = []
+    for program in programs:
+        found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
+        found += [d for s in program.steps for d in (s.source, s.destination)]
+        found += [g for inst in program.new_instances for g in inst.gpus]
+    return list(dict.fromkeys(found))
+
+
+def buffers(program: ScaleProgram) -> dict[str, tuple[Buffer, bool]]:
+    """Per device of ``program``, in rank order: its buffer, and whether all of it is there
+    before the start (a serving GPU, host memory or a disk). A serving GPU holds one buffer: of
+    its own TP degree when ``source_layout`` is set, else the new instances' at the step's
+    rank; a new GPU its rank's; host memory, disks and relays every rank's."""
+    memory, ranks = memory_devices(program.steps), gpu_ranks(program)
+    serving: dict[str, tuple[int, int]] = {}
     for step in program.steps:
         has = step.source_layout or (program.tp, step.rank)
-        if step.holder == "instance" and holds.setdefault(step.source, has) != has:
+        if step.holder == "instance" and serving.setdefault(step.source, has) != has:
             raise InvalidInputError(
                 f"step {step.id}: serving GPU {step.source!r} would hold the buffer of "
-                f"(tp, rank) {has}, another step says {holds[step.source]}; a GPU holds one"
+                f"(tp, rank) {has}, another step says {serving[step.source]}; a GPU holds one"
             )
-    return holds
+    filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
+    found: dict[str, tuple[Buffer, bool]] = {}
+    for device in devices_of([program]):
+        if device in serving:
+            found[device] = (serving[device], True)
+        elif device in memory:
+            found[device] = (None, device in filled)
+        else:
+            found[device] = ((program.tp, ranks[device]), False)
+    return found
+
+
+def _named(buffer: Buffer) -> str:
+    return "every rank's buffer" if buffer is None else f"the buffer of (tp, rank) {buffer}"
 
 
 def check_runnable(program: ScaleProgram) -> None:
     """What this executor refuses beyond the program rules: a program without steps, a source an
     earlier plan is still loading, ``after`` across two sending devices (it orders a device's
-    own steps only), a serving GPU asked for two buffers."""
+    own steps only), a serving GPU asked for two buffers (:func:`buffers`)."""
     if not program.steps:
         raise InvalidInputError("the document has no transfer steps: nothing to run")
     by_id = {s.id: s for s in program.steps}
@@ -82,7 +113,7 @@ def check_runnable(program: ScaleProgram) -> None:
                     f"by {by_id[prior].source!r} and step {step.id} by {step.source!r}; the "
                     "executor orders only steps of the same sending device"
                 )
-    serving_buffers(program)
+    buffers(program)
 
 
 @dataclass(frozen=True)
@@ -106,18 +137,23 @@ def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> l
         return [Stage(program)]
     if replan.model != program.model or replan.tp != program.tp:
         raise InvalidInputError("the replan is of another model or TP degree than the program")
+    was = buffers(program)
+    for name, (buffer, _) in buffers(replan).items():
+        if name in was and was[name][0] != buffer:
+            raise InvalidInputError(
+                f"the replan loads {name!r} as {_named(buffer)}, the running program as "
+                f"{_named(was[name][0])}; a device keeps its buffer"
+            )
     offset = max(s.id for s in program.steps) + 1
     return [Stage(program, kept=_kept(program, replan, at_s)), Stage(replan, at_s, offset)]
 
 
 def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring), checked against ``held``."""
-    memory, old_rank, new_rank = memory_devices(old.steps), gpu_ranks(old), gpu_ranks(new)
+    memory = memory_devices(old.steps)
     complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need: Spans = defaultdict(list)
     for gpu, units in held_bytes(new.held, new.unit_bytes).items():
-        if old_rank.get(gpu, new_rank[gpu]) != new_rank[gpu] or gpu in memory:
-            raise InvalidInputError(f"the replan loads {gpu!r} as another buffer than the program")
         for unit, spans in units.items():
             need[(gpu, unit)] += spans
     for gpu in complete:
