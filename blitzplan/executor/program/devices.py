@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.bytestore import equal_chunks
-from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, gpu_ranks
+from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, gpu_ranks, step_base
 from blitzplan.executor.transports import Chunk, Lane
 from blitzplan.models.layout import layout
-from blitzplan.wire.program_bytes import held_bytes, rank_base
+from blitzplan.wire.program_bytes import held_bytes
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -210,15 +210,11 @@ def _chunks(
     program, key = part.program, part.offset + step.id
     reshards = step.source_layout not in (None, (program.tp, step.rank))
     for unit, off, n in moved:
-        into = (
-            rank_base(program.unit_bytes, step.rank, unit, memory=step.destination in memory) + off
-        )
+        into = step_base(program, step, unit, step.destination, memory) + off
         if reshards:
             held, src = None, _pack(program, step, source, unit, off, n)
         else:
-            held = (
-                rank_base(program.unit_bytes, step.rank, unit, memory=step.source in memory) + off
-            )
+            held = step_base(program, step, unit, step.source, memory) + off
             src = source.bases[unit] + held
         for a, b in equal_chunks(0, n, program.chunk_bytes):
             at = None if held is None else held + a

@@ -47,6 +47,14 @@ def pieces(step: StepRecord) -> list[Piece]:
     return sorted((u, off, n) for a, b, off, n in step.ranges for u in range(a, b + 1))
 
 
+def step_base(
+    program: ScaleProgram, step: StepRecord, unit: int, device: str, memory: set[str]
+) -> int:
+    """Where the step's rank's buffer of ``unit`` starts in ``device`` (its source or
+    destination)."""
+    return rank_base(program.unit_bytes, step.rank, unit, memory=device in memory)
+
+
 def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
     return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
 
@@ -169,22 +177,16 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
                 kept[step.id], changed = now, True
                 if step.holder == "plan":
                     for unit, off, n in now:
-                        lo = _base(old, step, unit, step.source, memory) + off
+                        lo = step_base(old, step, unit, step.source, memory) + off
                         need[(step.source, unit)].append((lo, lo + n))
     _check_held(old, new, kept, memory)
     return kept
 
 
-def _base(program: ScaleProgram, step: StepRecord, unit: int, device: str, memory: set[str]) -> int:
-    """Where the step's rank's buffer of ``unit`` starts in ``device`` (its source or
-    destination)."""
-    return rank_base(program.unit_bytes, step.rank, unit, memory=device in memory)
-
-
 def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
-        base = _base(old, step, unit, step.destination, memory)
+        base = step_base(old, step, unit, step.destination, memory)
         for lo, hi in union(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:
@@ -202,7 +204,7 @@ def _check_held(
             delivered[(gpu, unit)] += spans
     for step in old.steps:
         for unit, off, n in kept.get(step.id, ()):
-            lo = _base(old, step, unit, step.destination, memory) + off
+            lo = step_base(old, step, unit, step.destination, memory) + off
             delivered[(step.destination, unit)].append((lo, lo + n))
     for gpu, units in held_bytes(new.held, new.unit_bytes).items():
         for unit, spans in units.items():
