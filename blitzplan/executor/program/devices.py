@@ -46,10 +46,10 @@ class SendStep:
 class DeviceJob:
     """Everything one device does. Its arena holds its ``buffer`` of each unit (``sizes`` bytes
     each; :data:`.jobs.Buffer`), filled before the start (``filled``) or with the byte ranges
-    ``held`` of it, and then ``packs`` ``(unit, own offset, arena offset, length)`` for its
-    resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step key) and
-    receives on ``into`` (``received``: chunks per step key); ``check``: compare every unit with
-    its buffer at the end."""
+    ``held`` of it (per unit), and then ``packs`` ``(unit, own offset, arena offset, length)``
+    for its resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step
+    key) and receives on ``into`` (``received``: chunks per step key); ``check``: compare every
+    unit with its buffer at the end."""
 
     rank: int
     label: str
@@ -61,7 +61,7 @@ class DeviceJob:
     buffer: Buffer
     filled: bool = False
     check: bool = False
-    held: tuple[tuple[int, int, int], ...] = ()
+    held: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     packs: list[tuple[int, int, int, int]] = field(default_factory=list)
     out: list[Lane] = field(default_factory=list)
     into: list[Lane] = field(default_factory=list)
@@ -113,9 +113,7 @@ def device_jobs(
                     *(len(jobs), name, first.spec, first.tp, checkpoint, transport, run, buffer),
                     filled=filled,
                     check=name in checked,
-                    held=tuple(
-                        (u, lo, hi) for u, sp in held.get(name, {}).items() for lo, hi in sp
-                    ),
+                    held=held.get(name, {}),
                 )
     lanes: Lanes = defaultdict(list)
     for part in parts:

@@ -102,8 +102,9 @@ class ProgramSession:
         job = self.job
         for unit in range(len(job.sizes)) if job.filled else ():
             self._put(unit, 0, self.own(unit))
-        for unit, lo, hi in job.held:
-            self._put(unit, lo, self.own(unit)[lo:hi])
+        for unit, spans in job.held.items():
+            for lo, hi in spans:
+                self._put(unit, lo, self.own(unit)[lo:hi])
         for unit, src, at, n in job.packs:
             self.arena[at : at + n] = self.buffer(unit)[src : src + n]
 
