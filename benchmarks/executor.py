@@ -35,7 +35,8 @@ import torch.distributed as dist
 
 from blitzplan import replan
 from blitzplan._table import format_table
-from blitzplan.executor.program.devices import DeviceJob, devices_of
+from blitzplan.executor.program.devices import DeviceJob
+from blitzplan.executor.program.jobs import devices_of
 from blitzplan.executor.program.outcome import ProgramRun
 from blitzplan.executor.program.runner import prepare, read_program, run_program
 from blitzplan.executor.runtime.pool import Workers

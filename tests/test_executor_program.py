@@ -224,8 +224,9 @@ def test_a_running_program_takes_a_replan_and_ends_bit_exact(
     replan = read_program(after)
     held = sum(
         hi - lo
-        for spans in held_bytes(replan.held, replan.unit_bytes).values()
-        for _, lo, hi in spans
+        for units in held_bytes(replan.held, replan.unit_bytes).values()
+        for spans in units.values()
+        for lo, hi in spans
     )
     assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
     _, jobs = prepare(small.path, small.weights, replan=after, at_s=at_s)
@@ -256,7 +257,7 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
         for s in steps
         if s["destination"] in held
         and s["destination"] not in sources
-        and s["ranges"][0]["first_unit"] in {u for u, _, _ in held[s["destination"]]}
+        and s["ranges"][0]["first_unit"] in held[s["destination"]]
     )
 
     def drop(document: dict[str, Any]) -> None:
@@ -269,6 +270,21 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
     with pytest.raises(InvalidInputError, match="replan and at_s go together"):
         run_program(small.path, small.weights, replan=after)
     assert set(multiprocessing.active_children()) == before
+
+
+def test_a_replan_that_changes_a_devices_buffer_is_refused(small: Setup) -> None:
+    """A device keeps its buffer across a replan: serving GPUs the replan says hold TP2 rank
+    buffers (TP1 in the running program) are refused before any process starts."""
+    after, at_s = _replanned(small)
+
+    def relayout(document: dict[str, Any]) -> None:
+        for step in document["steps"]:
+            if step["source_layout"] == [1, 0]:
+                step["source_layout"] = [2, 0]
+
+    message = r"replan loads '.*' as the buffer of \(tp, rank\) \(2, 0\), the running program as"
+    with pytest.raises(InvalidInputError, match=message + r" .* \(1, 0\); a device keeps"):
+        prepare(small.path, small.weights, replan=_edited(after, relayout), at_s=at_s)
 
 
 def test_after_store_and_forward_and_startup_are_kept(small: Setup, pool: Workers) -> None:
@@ -342,6 +358,14 @@ def test_a_live_pair_is_served_from_the_document(
     assert run.transfer.bit_exact and run.max_abs_logit_diff <= LOGIT_TOLERANCE
     assert measured_violations(run) == ()
     assert len(run.predicted_s) == len(run.completion_s) == len(requests)
+
+
+def test_a_live_pair_naming_no_new_instance_is_refused(tmp_path: Path) -> None:
+    _, made = scenario_plan("live", compute=COMPUTE)
+    text = _edited(made.to_json(), lambda d: d["live_pairs"][0].update(new="new9"))
+    weights = save_checkpoint(made.spec, tmp_path, seed=1)
+    with pytest.raises(InvalidInputError, match="live pair 0 names 'new9', which is no new"):
+        serve_live(text, weights, requests={}, compute=COMPUTE)
 
 
 def _tiny_plan(small: Setup) -> str:

@@ -12,6 +12,8 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from blitzplan.wire.program_bytes import held_bytes, subtract, union
+
 if TYPE_CHECKING:
     from blitzplan.scale.program import TransferStep
 
@@ -19,57 +21,6 @@ __all__ = ["Held", "delivered", "held_bytes", "stripe_of", "subtract", "union"]
 
 Held = Mapping[str, Mapping[int, tuple[tuple[float, float], ...]]]
 """Per GPU, per unit: the stripe intervals of its rank buffer it already has."""
-
-
-def subtract(want: tuple[int, int], have: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Bytes ``[want)`` minus the sorted disjoint byte intervals ``have``."""
-    out = []
-    at, end = want
-    for lo, hi in have:
-        if hi <= at or lo >= end:
-            continue
-        if lo > at:
-            out.append((at, lo))
-        at = max(at, hi)
-    if at < end:
-        out.append((at, end))
-    return out
-
-
-def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted disjoint union of byte intervals (touching ones join)."""
-    out: list[tuple[int, int]] = []
-    start = end = 0
-    for lo, hi in sorted(intervals):
-        if hi <= lo:
-            continue
-        if out and lo <= end:
-            if hi > end:
-                end = hi
-                out[-1] = (start, end)
-        else:
-            start, end = lo, hi
-            out.append((lo, hi))
-    return out
-
-
-def held_bytes(
-    held: Held, unit_bytes: Sequence[int]
-) -> dict[str, dict[int, list[tuple[int, int]]]]:
-    """``held`` in bytes: per GPU and unit, the sorted disjoint ranges ``[round(lo * B),
-    round(hi * B))`` of its intervals (``B`` the unit's rank buffer bytes)."""
-    found: dict[tuple[tuple[tuple[float, float], ...], int], list[tuple[int, int]]] = {}
-
-    def spans(ivs: Sequence[tuple[float, float]], nbytes: int) -> list[tuple[int, int]]:
-        key = (tuple((lo, hi) for lo, hi in ivs), nbytes)  # units of one size share intervals
-        if key not in found:
-            found[key] = union((round(lo * nbytes), round(hi * nbytes)) for lo, hi in key[0])
-        return list(found[key])
-
-    return {
-        gpu: {unit: spans(ivs, unit_bytes[unit]) for unit, ivs in units.items()}
-        for gpu, units in held.items()
-    }
 
 
 def stripe_of(offset: int, nbytes: int) -> float:

@@ -1,18 +1,20 @@
 """Which bytes a transfer program's ``plan`` sources hold: every range a source forwards must
-have arrived there (or been held before the plan); part of :mod:`.program_rules`."""
+have arrived there (or been held before the plan); part of :mod:`.program_rules`. Also the one
+definition of byte intervals (:func:`union`, :func:`subtract`) and of ``held`` in bytes
+(:func:`held_bytes`) that the planner (:mod:`blitzplan.scale.delivered`) and the executor share."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.wire.program_screen import ALL_RANKS, Columns, forwarding
 
-__all__ = ["check_bytes_at_sources", "held_bytes", "rank_base"]
+__all__ = ["check_bytes_at_sources", "held_bytes", "rank_base", "subtract", "union"]
 
 Span = tuple[int, int, int, int]
 """``(first_unit, last_unit, offset, length)``."""
@@ -24,19 +26,55 @@ def rank_base(unit_bytes: Sequence[int], rank: int, unit: int, *, memory: bool) 
     return rank * unit_bytes[unit] if memory and rank != ALL_RANKS else 0
 
 
+def subtract(want: tuple[int, int], have: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Bytes ``[want)`` minus the byte intervals ``have`` (sorted by their starts)."""
+    out = []
+    at, end = want
+    for lo, hi in have:
+        if hi <= at or lo >= end:
+            continue
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < end:
+        out.append((at, end))
+    return out
+
+
+def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted disjoint union of byte intervals (touching ones join)."""
+    out: list[tuple[int, int]] = []
+    start = end = 0
+    for lo, hi in sorted(intervals):
+        if hi <= lo:
+            continue
+        if out and lo <= end:
+            if hi > end:
+                end = hi
+                out[-1] = (start, end)
+        else:
+            start, end = lo, hi
+            out.append((lo, hi))
+    return out
+
+
 def held_bytes(
     held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]], unit_bytes: Sequence[int]
-) -> dict[str, list[tuple[int, int, int]]]:
-    """``held`` as sorted byte ranges ``(unit, round(lo * B_u), round(hi * B_u))`` per GPU."""
-    spans = {
-        gpu: [
-            (u, round(lo * unit_bytes[u]), round(hi * unit_bytes[u]))
-            for u, iv in units.items()
-            for lo, hi in iv
-        ]
+) -> dict[str, dict[int, list[tuple[int, int]]]]:
+    """``held`` in bytes: per GPU and unit, the sorted disjoint ranges ``[round(lo * B),
+    round(hi * B))`` of its intervals (``B`` the unit's rank buffer bytes)."""
+    found: dict[tuple[tuple[tuple[float, float], ...], int], list[tuple[int, int]]] = {}
+
+    def spans(ivs: Sequence[tuple[float, float]], nbytes: int) -> list[tuple[int, int]]:
+        key = (tuple((lo, hi) for lo, hi in ivs), nbytes)  # units of one size share intervals
+        if key not in found:
+            found[key] = union((round(lo * nbytes), round(hi * nbytes)) for lo, hi in key[0])
+        return list(found[key])
+
+    return {
+        gpu: {unit: spans(ivs, unit_bytes[unit]) for unit, ivs in units.items()}
         for gpu, units in held.items()
     }
-    return {gpu: sorted(s for s in found if s[2] > s[1]) for gpu, found in spans.items()}
 
 
 def _segments(unit_bytes: Sequence[int]) -> list[tuple[int, int]]:
@@ -104,23 +142,11 @@ class _Holdings:
                 k = bisect.bisect_right(cuts, unit) - 1
                 if k < 0 or k >= len(have):
                     return unit, start
-                gap = _first_gap(have[k], start, start + length)
-                if gap is not None:
-                    return unit, gap
+                gaps = subtract((start, start + length), have[k])
+                if gaps:
+                    return unit, gaps[0][0]
                 unit = cuts[k + 1]
         return None
-
-
-def _first_gap(have: list[tuple[int, int]], lo: int, hi: int) -> int | None:
-    """The first byte of ``[lo, hi)`` that the sorted intervals ``have`` leave out, or None."""
-    at = lo
-    for a, b in have:
-        if a > at:
-            break
-        at = max(at, b)
-        if at >= hi:
-            return None
-    return at if at < hi else None
 
 
 def check_bytes_at_sources(
@@ -149,9 +175,10 @@ def check_bytes_at_sources(
     if not asked:
         return
     holdings = _Holdings(unit_bytes)
-    for gpu, spans_held in held_bytes(held, unit_bytes).items():
-        for unit, start, stop in spans_held:
-            holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
+    for gpu, units in held_bytes(held, unit_bytes).items():
+        for unit, spans_held in units.items():
+            for start, stop in spans_held:
+                holdings.add(gpu, 0, (unit, unit, start, stop - start), False)
     senders = {source for source, _, _ in asked}
     for step, step_spans in zip(steps, spans, strict=True):
         if step.destination in senders:  # what only lands is never checked again

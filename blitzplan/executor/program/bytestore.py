@@ -25,17 +25,6 @@ def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Byte ranges sorted, overlapping and touching ones joined."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
 class Coverage:
     """The present byte ranges of one buffer of ``size`` bytes, with their arrival times."""
 

@@ -1,8 +1,4 @@
-"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`).
-
-Devices are ranked holders first (those with weights before the start), then every other source
-and destination in step order, then new GPUs no step names.
-"""
+"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`)."""
 
 from __future__ import annotations
 
@@ -12,19 +8,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.bytestore import equal_chunks
-from blitzplan.executor.program.jobs import (
-    Piece,
-    Stage,
-    gpu_ranks,
-    serving_buffers,
-)
+from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, gpu_ranks, step_base
 from blitzplan.executor.transports import Chunk, Lane
 from blitzplan.models.layout import layout
-from blitzplan.wire.program_bytes import held_bytes, rank_base
+from blitzplan.wire.program_bytes import held_bytes
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -53,27 +44,24 @@ class SendStep:
 
 @dataclass
 class DeviceJob:
-    """Everything one device does. Its arena holds ``sizes`` bytes per unit, filled before the
-    start with a serving GPU's own buffer (``holds``: its ``(tp, rank)``), every rank's buffer
-    (``every_rank``: host memory or a disk), or the byte ranges ``held`` of rank ``gpu_rank``'s
-    buffer, and then ``packs`` ``(unit, own offset, arena offset, length)`` for its resharding
-    steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step key) and receives on
-    ``into`` (``received``: chunks per step key); ``check``: compare every unit with its rank
-    buffer at the end."""
+    """Everything one device does. Its arena holds its ``buffer`` of each unit (``sizes`` bytes
+    each; :data:`.jobs.Buffer`), filled before the start (``filled``) or with the byte ranges
+    ``held`` of it (per unit), and then ``packs`` ``(unit, own offset, arena offset, length)``
+    for its resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step
+    key) and receives on ``into`` (``received``: chunks per step key); ``check``: compare every
+    unit with its buffer at the end."""
 
     rank: int
     label: str
     spec: ModelSpec = field(repr=False)
     tp: int
     checkpoint: Checkpoint
-    sizes: tuple[int, ...]
     transport: str
     run: str
-    check: bool
-    holds: tuple[int, int] | None = None
-    every_rank: bool = False
-    gpu_rank: int | None = None
-    held: tuple[tuple[int, int, int], ...] = ()
+    buffer: Buffer
+    filled: bool = False
+    check: bool = False
+    held: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     packs: list[tuple[int, int, int, int]] = field(default_factory=list)
     out: list[Lane] = field(default_factory=list)
     into: list[Lane] = field(default_factory=list)
@@ -85,19 +73,15 @@ class DeviceJob:
         self.arena_bytes = self.arena_bytes or sum(self.sizes)
 
     @functools.cached_property
+    def sizes(self) -> tuple[int, ...]:
+        if self.buffer is None:
+            return tuple(self.tp * n for n in layout(self.spec, self.tp).unit_bytes)
+        return tuple(layout(self.spec, self.buffer[0]).unit_bytes)
+
+    @functools.cached_property
     def bases(self) -> tuple[int, ...]:
         """Where each unit's buffer starts in the arena, and (last) where packed bytes do."""
         return (0, *itertools.accumulate(self.sizes))
-
-
-def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
-    """Every device of the programs, in rank order (module docstring)."""
-    found: list[str] = []
-    for program in programs:
-        found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
-        found += [d for s in program.steps for d in (s.source, s.destination)]
-        found += [g for inst in program.new_instances for g in inst.gpus]
-    return list(dict.fromkeys(found))
 
 
 def checked_gpus(parts: list[Stage]) -> list[str]:
@@ -113,44 +97,24 @@ def checked_gpus(parts: list[Stage]) -> list[str]:
     return list(dict.fromkeys([*gpu_ranks(last.program), *done]))
 
 
-def _roles(program: ScaleProgram, *, first: bool) -> dict[str, dict[str, Any]]:
-    """What each device of ``program`` is and holds before the start (``held`` only in the
-    first program: a replan's held bytes come from the program it takes over)."""
-    memory, holds, ranks = (
-        memory_devices(program.steps),
-        serving_buffers(program),
-        gpu_ranks(program),
-    )
-    filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
-    held = held_bytes(program.held, program.unit_bytes) if first else {}
-    return {
-        d: {
-            "memory": d in memory,
-            "holds": holds.get(d),
-            "every_rank": d in filled,
-            "held": tuple(held.get(d, ())),
-            "gpu_rank": ranks.get(d),
-        }
-        for d in devices_of([program])
-    }
-
-
 def device_jobs(
     parts: list[Stage], checkpoint: Checkpoint, *, transport: str, run: str, paced: bool
 ) -> tuple[DeviceJob, ...]:
-    """One DeviceJob per device, ranks in :func:`devices_of` order."""
+    """One DeviceJob per device, ranked in :func:`.jobs.devices_of` order over the programs; the
+    first program that names a device says whether it is filled (``held``: the first
+    program's; a replan's held bytes come from the program it takes over)."""
     first, checked = parts[0].program, set(checked_gpus(parts))
-    roles: dict[str, dict[str, Any]] = {}
-    for part in reversed(parts):  # the first program that names a device says what it is
-        roles.update(_roles(part.program, first=part is parts[0]))
-    jobs = {}
-    for rank, name in enumerate(devices_of(p.program for p in parts)):
-        role = roles[name]
-        own = layout(first.spec, role["holds"][0]) if role["holds"] else first
-        scale = first.tp if role.pop("memory") else 1
-        sizes = tuple(n * scale for n in own.unit_bytes)
-        job = (rank, name, first.spec, first.tp, checkpoint, sizes, transport, run, name in checked)
-        jobs[name] = DeviceJob(*job, **role)
+    held = held_bytes(first.held, first.unit_bytes)
+    jobs: dict[str, DeviceJob] = {}
+    for part in parts:
+        for name, (buffer, filled) in buffers(part.program).items():
+            if name not in jobs:
+                jobs[name] = DeviceJob(
+                    *(len(jobs), name, first.spec, first.tp, checkpoint, transport, run, buffer),
+                    filled=filled,
+                    check=name in checked,
+                    held=held.get(name, {}),
+                )
     lanes: Lanes = defaultdict(list)
     for part in parts:
         _add_stage(part, jobs, lanes, paced=paced)
@@ -244,15 +208,11 @@ def _chunks(
     program, key = part.program, part.offset + step.id
     reshards = step.source_layout not in (None, (program.tp, step.rank))
     for unit, off, n in moved:
-        into = (
-            rank_base(program.unit_bytes, step.rank, unit, memory=step.destination in memory) + off
-        )
+        into = step_base(program, step, unit, step.destination, memory) + off
         if reshards:
             held, src = None, _pack(program, step, source, unit, off, n)
         else:
-            held = (
-                rank_base(program.unit_bytes, step.rank, unit, memory=step.source in memory) + off
-            )
+            held = step_base(program, step, unit, step.source, memory) + off
             src = source.bases[unit] + held
         for a, b in equal_chunks(0, n, program.chunk_bytes):
             at = None if held is None else held + a
@@ -267,7 +227,7 @@ def _pack(
     """Where in the source's arena a piece resharded from the source's own buffer (another TP
     degree's) is packed, its copies added to the source's packs; InvalidInputError when the
     source is loaded by the running program or lacks a byte it would send."""
-    if source.holds is None or step.source_layout is None:
+    if not source.filled or step.source_layout is None:
         raise InvalidInputError(
             f"{step.source!r} reshards its buffer for the replan, but the running program loads it"
         )

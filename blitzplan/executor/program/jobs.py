@@ -30,14 +30,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.bytestore import merged
-from blitzplan.wire.program_bytes import held_bytes, rank_base
+from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 Piece = tuple[int, int, int]
 """``(unit, offset, length)``: bytes of the unit's rank buffer a step moves."""
 Spans = dict[tuple[str, int], list[tuple[int, int]]]
+Buffer = tuple[int, int] | None
+"""The ``(tp, rank)`` of the rank buffer a device holds of each unit; None: every rank's buffer
+of the program's layout, back to back (rank ``r`` at ``r * B_u``)."""
 
 
 def pieces(step: StepRecord) -> list[Piece]:
@@ -45,28 +47,64 @@ def pieces(step: StepRecord) -> list[Piece]:
     return sorted((u, off, n) for a, b, off, n in step.ranges for u in range(a, b + 1))
 
 
+def step_base(
+    program: ScaleProgram, step: StepRecord, unit: int, device: str, memory: set[str]
+) -> int:
+    """Where the step's rank's buffer of ``unit`` starts in ``device`` (its source or
+    destination)."""
+    return rank_base(program.unit_bytes, step.rank, unit, memory=device in memory)
+
+
 def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
     return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
 
 
-def serving_buffers(program: ScaleProgram) -> dict[str, tuple[int, int]]:
-    """What each serving GPU holds: ``(tp, rank)`` of its buffer (its own TP degree when
-    ``source_layout`` is set, else the new instances' at the step's rank); one per GPU."""
-    holds: dict[str, tuple[int, int]] = {}
+def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
+    """Every device of the programs, in rank order: holders first (those with weights before
+    the start), then every other source and destination in step order, then new GPUs no step
+    names."""
+    found: list[str] = []
+    for program in programs:
+        found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
+        found += [d for s in program.steps for d in (s.source, s.destination)]
+        found += [g for inst in program.new_instances for g in inst.gpus]
+    return list(dict.fromkeys(found))
+
+
+def buffers(program: ScaleProgram) -> dict[str, tuple[Buffer, bool]]:
+    """Per device of ``program``, in rank order: its buffer, and whether all of it is there
+    before the start (a serving GPU, host memory or a disk). A serving GPU holds one buffer: of
+    its own TP degree when ``source_layout`` is set, else the new instances' at the step's
+    rank; a new GPU its rank's; host memory, disks and relays every rank's."""
+    memory, ranks = memory_devices(program.steps), gpu_ranks(program)
+    serving: dict[str, tuple[int, int]] = {}
     for step in program.steps:
         has = step.source_layout or (program.tp, step.rank)
-        if step.holder == "instance" and holds.setdefault(step.source, has) != has:
+        if step.holder == "instance" and serving.setdefault(step.source, has) != has:
             raise InvalidInputError(
                 f"step {step.id}: serving GPU {step.source!r} would hold the buffer of "
-                f"(tp, rank) {has}, another step says {holds[step.source]}; a GPU holds one"
+                f"(tp, rank) {has}, another step says {serving[step.source]}; a GPU holds one"
             )
-    return holds
+    filled = {s.source for s in program.steps if s.holder in ("memory", "disk")}
+    found: dict[str, tuple[Buffer, bool]] = {}
+    for device in devices_of([program]):
+        if device in serving:
+            found[device] = (serving[device], True)
+        elif device in memory:
+            found[device] = (None, device in filled)
+        else:
+            found[device] = ((program.tp, ranks[device]), False)
+    return found
+
+
+def _named(buffer: Buffer) -> str:
+    return "every rank's buffer" if buffer is None else f"the buffer of (tp, rank) {buffer}"
 
 
 def check_runnable(program: ScaleProgram) -> None:
     """What this executor refuses beyond the program rules: a program without steps, a source an
     earlier plan is still loading, ``after`` across two sending devices (it orders a device's
-    own steps only), a serving GPU asked for two buffers."""
+    own steps only), a serving GPU asked for two buffers (:func:`buffers`)."""
     if not program.steps:
         raise InvalidInputError("the document has no transfer steps: nothing to run")
     by_id = {s.id: s for s in program.steps}
@@ -83,7 +121,7 @@ def check_runnable(program: ScaleProgram) -> None:
                     f"by {by_id[prior].source!r} and step {step.id} by {step.source!r}; the "
                     "executor orders only steps of the same sending device"
                 )
-    serving_buffers(program)
+    buffers(program)
 
 
 @dataclass(frozen=True)
@@ -107,20 +145,25 @@ def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> l
         return [Stage(program)]
     if replan.model != program.model or replan.tp != program.tp:
         raise InvalidInputError("the replan is of another model or TP degree than the program")
+    was = buffers(program)
+    for name, (buffer, _) in buffers(replan).items():
+        if name in was and was[name][0] != buffer:
+            raise InvalidInputError(
+                f"the replan loads {name!r} as {_named(buffer)}, the running program as "
+                f"{_named(was[name][0])}; a device keeps its buffer"
+            )
     offset = max(s.id for s in program.steps) + 1
     return [Stage(program, kept=_kept(program, replan, at_s)), Stage(replan, at_s, offset)]
 
 
 def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring), checked against ``held``."""
-    memory, old_rank, new_rank = memory_devices(old.steps), gpu_ranks(old), gpu_ranks(new)
+    memory = memory_devices(old.steps)
     complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need: Spans = defaultdict(list)
-    for gpu, spans in held_bytes(new.held, new.unit_bytes).items():
-        if old_rank.get(gpu, new_rank[gpu]) != new_rank[gpu] or gpu in memory:
-            raise InvalidInputError(f"the replan loads {gpu!r} as another buffer than the program")
-        for unit, lo, hi in spans:
-            need[(gpu, unit)].append((lo, hi))
+    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
+        for unit, spans in units.items():
+            need[(gpu, unit)] += spans
     for gpu in complete:
         for unit, size in enumerate(old.unit_bytes):
             need[(gpu, unit)].append((0, size))
@@ -129,23 +172,22 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
     while changed:  # grows only: at most one round per step of a forwarding chain
         changed = False
         for step in old.steps:
-            now = tuple(_within(old, step, need, step.destination in memory))
+            now = tuple(_within(old, step, need, memory))
             if now != kept.get(step.id, ()):
                 kept[step.id], changed = now, True
                 if step.holder == "plan":
-                    out_of = step.source in memory
                     for unit, off, n in now:
-                        base = rank_base(old.unit_bytes, step.rank, unit, memory=out_of)
-                        need[(step.source, unit)].append((base + off, base + off + n))
+                        lo = step_base(old, step, unit, step.source, memory) + off
+                        need[(step.source, unit)].append((lo, lo + n))
     _check_held(old, new, kept, memory)
     return kept
 
 
-def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: bool) -> Iterable[Piece]:
+def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
-        base = rank_base(old.unit_bytes, step.rank, unit, memory=memory)
-        for lo, hi in merged(need.get((step.destination, unit), [])):
+        base = step_base(old, step, unit, step.destination, memory)
+        for lo, hi in union(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:
                 yield unit, a - base, b - a
@@ -154,22 +196,23 @@ def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: bool) -> I
 def _check_held(
     old: ScaleProgram, new: ScaleProgram, kept: Mapping[int, tuple[Piece, ...]], memory: set[str]
 ) -> None:
+    """Refuse a replan whose ``held`` claims a byte that neither the running program's ``held``
+    nor a step it keeps delivers."""
     delivered: Spans = defaultdict(list)
-    for gpu, spans in held_bytes(old.held, old.unit_bytes).items():
-        for unit, lo, hi in spans:
-            delivered[(gpu, unit)].append((lo, hi))
+    for gpu, units in held_bytes(old.held, old.unit_bytes).items():
+        for unit, spans in units.items():
+            delivered[(gpu, unit)] += spans
     for step in old.steps:
         for unit, off, n in kept.get(step.id, ()):
-            base = rank_base(old.unit_bytes, step.rank, unit, memory=step.destination in memory)
-            delivered[(step.destination, unit)].append((base + off, base + off + n))
-    for gpu, spans in held_bytes(new.held, new.unit_bytes).items():
-        for unit, lo, hi in spans:
-            at = lo
-            for a, b in merged(delivered[(gpu, unit)]):
-                at = b if a <= at < b else at
-            if at < hi:
+            lo = step_base(old, step, unit, step.destination, memory) + off
+            delivered[(step.destination, unit)].append((lo, lo + n))
+    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
+        for unit, spans in units.items():
+            have = union(delivered[(gpu, unit)])
+            if holes := [hole for want in spans for hole in subtract(want, have)]:
                 raise InvalidInputError(
-                    f"the replan's held says {gpu!r} has bytes [{at}, {hi}) of unit {unit}, "
+                    f"the replan's held says {gpu!r} has bytes [{holes[0][0]}, {holes[0][1]}) "
+                    f"of unit {unit}, "
                     "which the running program never delivers to it; refusing a replan that "
                     "would leave a hole"
                 )

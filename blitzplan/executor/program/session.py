@@ -31,7 +31,7 @@ from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
 from blitzplan.executor.transports import Chunk, Write, open_transport
-from blitzplan.models.layout import Layout, layout
+from blitzplan.models.layout import layout
 
 WINDOW = 8
 """Writes a lane keeps in flight."""
@@ -61,7 +61,6 @@ class ProgramSession:
 
     def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
         self.ctx, self.job, self.live = ctx, job, live
-        self.target = layout(job.spec, job.tp)
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self.store = ByteStore(job.sizes)
         self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
@@ -84,34 +83,30 @@ class ProgramSession:
     def buffer(self, unit: int) -> torch.Tensor:
         return self.arena[self.job.bases[unit] : self.job.bases[unit + 1]]
 
-    def expected(self, unit: int, rank: int, lay: Layout | None = None) -> torch.Tensor:
-        """Rank ``rank``'s buffer of ``unit`` under ``lay`` (default: the target layout)."""
+    def own(self, unit: int) -> torch.Tensor:
+        """This device's buffer of ``unit`` (its job's ``buffer``), from the checkpoint."""
         if unit not in self._full:
             self._full[unit] = checkpoint_tensors(self.job.checkpoint, unit)
-        data = (lay or self.target).rank_buffer(unit, rank, self._full[unit])
-        return torch.from_numpy(np.ascontiguousarray(data))
+        buffer, tp = self.job.buffer, self.job.tp
+        lay = layout(self.job.spec, tp if buffer is None else buffer[0])
+        ranks = range(tp) if buffer is None else (buffer[1],)
+        data = [lay.rank_buffer(unit, rank, self._full[unit]) for rank in ranks]
+        return torch.from_numpy(np.concatenate(data))
 
     def _put(self, unit: int, lo: int, data: torch.Tensor) -> None:
         self.buffer(unit)[lo : lo + data.numel()].copy_(data)
         self.store.arrived(unit, lo, lo + data.numel(), 0.0)
 
     def _fill(self) -> None:
+        """All of the buffer, or its held bytes; then the packs of resharding steps."""
         job = self.job
-        for unit in range(len(job.sizes)):
-            if job.holds is not None:
-                own = layout(job.spec, job.holds[0])
-                self._put(unit, 0, self.expected(unit, job.holds[1], own))
-            elif job.every_rank:
-                self._put(unit, 0, torch.cat([self.expected(unit, r) for r in range(job.tp)]))
-        for unit, lo, hi in job.held:
-            self._put(unit, lo, self.expected(unit, self._gpu_rank())[lo:hi])
+        for unit in range(len(job.sizes)) if job.filled else ():
+            self._put(unit, 0, self.own(unit))
+        for unit, spans in job.held.items():
+            for lo, hi in spans:
+                self._put(unit, lo, self.own(unit)[lo:hi])
         for unit, src, at, n in job.packs:
             self.arena[at : at + n] = self.buffer(unit)[src : src + n]
-
-    def _gpu_rank(self) -> int:
-        if self.job.gpu_rank is None:
-            raise TransferError(Failure(f"{self.job.label} holds bytes but has no TP rank"))
-        return self.job.gpu_rank
 
     # --- after the start --------------------------------------------------------------------
 
@@ -237,8 +232,7 @@ class ProgramSession:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
         units, found = range(len(self.job.sizes)), self.measured
         if self.job.check:
-            rank = self._gpu_rank()
-            equal = [torch.equal(self.buffer(u).cpu(), self.expected(u, rank)) for u in units]
+            equal = [torch.equal(self.buffer(u).cpu(), self.own(u)) for u in units]
             found.bit_exact = tuple(bool(e) for e in equal)
         found.complete_s = tuple(self.store.complete_s(u) for u in units)
         found.duplicate_bytes = sum(c.duplicate_bytes for c in self.store.coverage)

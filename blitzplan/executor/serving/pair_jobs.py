@@ -15,7 +15,6 @@ reference it returns.
 from __future__ import annotations
 
 import queue
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -43,15 +42,8 @@ _SLICE_S = 0.05
 """Waits look at the transfer's failure this often."""
 
 
-@dataclass(frozen=True)
-class PairPlan:
-    """One instance of the pair: the prompts, the other instance's rank, and the new
-    instance's part of the program (``transfer``) or the old one's ``checkpoint``."""
-
-    prompts: tuple[tuple[int, ...], ...]
-    peer: int
-    transfer: DeviceJob | None = None
-    checkpoint: Checkpoint | None = None
+Prompts = tuple[tuple[int, ...], ...]
+"""Every batch's token ids (one request per batch)."""
 
 
 def _logits(logits: torch.Tensor) -> tuple[float, ...]:
@@ -61,10 +53,11 @@ def _logits(logits: torch.Tensor) -> tuple[float, ...]:
 class _NewInstance:
     """The new instance inside its worker: units as they land, kept activations, messages."""
 
-    def __init__(self, ctx: RankContext, plan: PairPlan, transfer: DeviceJob) -> None:
-        self.ctx, self.plan, self.dims = ctx, plan, model_dims(transfer.spec)
+    def __init__(self, ctx: RankContext, prompts: Prompts, old: int, transfer: DeviceJob) -> None:
+        self.ctx, self.prompts, self.old = ctx, prompts, old
+        self.dims = model_dims(transfer.spec)
         self.session = ProgramSession(ctx, transfer, live=True)
-        longest = max(len(p) for p in plan.prompts)
+        longest = max(len(p) for p in prompts)
         self.rope = rope_tables(self.dims, max_positions=longest, device=ctx.device)
         self.units: dict[int, Weights] = {}
         self.kept: dict[int, torch.Tensor] = {}
@@ -93,7 +86,7 @@ class _NewInstance:
             self.sends.put(None)
 
     def send_loop(self) -> None:
-        old = self.plan.peer
+        old = self.old
         while (item := self.sends.get()) is not None:
             batch, layer = item
             activation = self.kept.pop(batch).to(self.ctx.wire)
@@ -110,7 +103,7 @@ class _NewInstance:
             head = self.unit(dims.layers + 1) if layer == dims.layers else None
             start = ctx.now()
             if embedding is not None:
-                hidden = embed(embedding, torch.tensor(self.plan.prompts[batch], device=ctx.device))
+                hidden = embed(embedding, torch.tensor(self.prompts[batch], device=ctx.device))
             if hidden is None:
                 raise TransferError(Failure(f"batch {batch} has no activation for layer {layer}"))
             hidden = decoder_layer(dims, weights, hidden, self.rope)
@@ -134,11 +127,10 @@ class _NewInstance:
                 continue
 
 
-def new_instance_job(ctx: RankContext, plan: PairPlan) -> DeviceReport:
-    """The new instance's worker: receive units, run what the coordinator says, report."""
-    if plan.transfer is None:
-        raise TransferError(Failure("the new instance has no part of the program"))
-    instance = _NewInstance(ctx, plan, plan.transfer)
+def new_instance_job(ctx: RankContext, plan: tuple[Prompts, int, DeviceJob]) -> DeviceReport:
+    """The new instance's worker (``plan``: the prompts, the old instance's rank, its part of the
+    program): receive units, run what the coordinator says, report."""
+    instance = _NewInstance(ctx, *plan)
     ctx.ready()
     session = instance.session
     session.spawn(session.run, "program")
@@ -150,19 +142,20 @@ def new_instance_job(ctx: RankContext, plan: PairPlan) -> DeviceReport:
     return session.report()
 
 
-def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...], ...]:
-    """The old instance's worker: load the full model, compute the reference (returned), serve
-    blocks."""
-    if plan.checkpoint is None:
-        raise TransferError(Failure("the old instance has no checkpoint"))
-    dims = model_dims(plan.checkpoint.spec())
+def old_instance_job(
+    ctx: RankContext, plan: tuple[Prompts, int, Checkpoint]
+) -> tuple[tuple[float, ...], ...]:
+    """The old instance's worker (``plan``: the prompts, the new instance's rank, the weights):
+    load the full model, compute the reference (returned), serve blocks."""
+    token_ids, new, checkpoint = plan
+    dims = model_dims(checkpoint.spec())
     units = []
     for u in range(dims.spec.num_units):
-        units.append({k: t.to(ctx.device) for k, t in load_unit(plan.checkpoint, u).items()})
+        units.append({k: t.to(ctx.device) for k, t in load_unit(checkpoint, u).items()})
         ctx.at(u)  # it has unit u (see InjectedFault)
-    longest = max(len(p) for p in plan.prompts)
+    longest = max(len(p) for p in token_ids)
     rope = rope_tables(dims, max_positions=longest, device=ctx.device)
-    prompts = [torch.tensor(ids, device=ctx.device) for ids in plan.prompts]
+    prompts = [torch.tensor(ids, device=ctx.device) for ids in token_ids]
     reference = tuple(_logits(forward(dims, units, ids, rope)) for ids in prompts)
     ctx.ready()
     while (message := ctx.command())[0] == "run":
@@ -172,9 +165,8 @@ def old_instance_job(ctx: RankContext, plan: PairPlan) -> tuple[tuple[float, ...
         if first > 1:
             shape = (len(prompts[batch]), dims.hidden)
             buffer = torch.empty(shape, dtype=dims.dtype, device=ctx.wire)
-            work = dist.irecv(buffer, src=plan.peer, tag=ACTIVATION_TAG + batch)
-            where = Failure("", first - 1, plan.peer)
-            ctx.wait(work, f"receiving batch {batch} from rank {plan.peer}", where)
+            work = dist.irecv(buffer, src=new, tag=ACTIVATION_TAG + batch)
+            ctx.wait(work, f"receiving batch {batch} from rank {new}", Failure("", first - 1, new))
             hidden = buffer.to(ctx.device)
         start = ctx.now()
         if hidden is None:

@@ -22,7 +22,7 @@ from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.coordinator import Coordinator
-from blitzplan.executor.serving.pair_jobs import PairPlan, new_instance_job, old_instance_job
+from blitzplan.executor.serving.pair_jobs import new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.live.instance import instance_from_queue
 from blitzplan.live.loop import simulate
@@ -79,7 +79,9 @@ def _pair(
     if not 0 <= index < len(pairs):
         raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
     pair = pairs[index]
-    new = next(i for i in program.new_instances if i.name == pair.new)
+    new = next((i for i in program.new_instances if i.name == pair.new), None)
+    if new is None:
+        raise InvalidInputError(f"live pair {index} names {pair.new!r}, which is no new instance")
     missing = [b[0] for b in pair.batches if b[0] not in requests]
     if len(new.gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
         raise InvalidInputError(
@@ -128,8 +130,8 @@ def serve_live(
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
-    launched[new_rank] = (new_instance_job, PairPlan(prompts, old_rank, transfer=jobs[new_rank]))
-    launched[old_rank] = (old_instance_job, PairPlan(prompts, new_rank, checkpoint=checkpoint))
+    launched[new_rank] = (new_instance_job, (prompts, old_rank, jobs[new_rank]))
+    launched[old_rank] = (old_instance_job, (prompts, new_rank, checkpoint))
     names = [*labels, f"old instance {chosen.old}"]
     pool = workers or Workers(names, device=device, timeout_s=timeout_s)
     try:
