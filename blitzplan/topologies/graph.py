@@ -34,6 +34,7 @@ from blitzplan._checks import (
 )
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
+from blitzplan.topologies.derived import Kept, kept_nics, kept_paths
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
 
 __all__ = ["NODE_KINDS", "SWITCH_KINDS", "Topology"]
@@ -194,22 +195,22 @@ class Topology:
     @cached_property
     def _nic_of(self) -> dict[str, str]:
         """Each GPU's NIC: its ``nic`` attribute, else the nearest NIC on its host."""
-        result: dict[str, str] = {}
-        for gpu in self._gpus:
-            nics = self.nics_of_host(self.host_of(gpu))
-            named = self.graph.nodes[gpu].get("nic")
-            if named is not None:
-                if named not in nics:
-                    raise InvalidInputError(
-                        f"gpu {gpu!r} names nic {named!r}, which is not a NIC of its host"
-                    )
-                nics = [named]
-            reachable = [nic for nic in nics if self._intra_host_path(gpu, nic) is not None]
-            if reachable:
-                result[gpu] = min(
-                    reachable, key=lambda nic: len(self._intra_host_path(gpu, nic) or ())
+        found = {gpu: self._nearest_nic(gpu) for gpu in self._gpus}
+        return {gpu: nic for gpu, nic in found.items() if nic is not None}
+
+    def _nearest_nic(self, gpu: str) -> str | None:
+        nics = self.nics_of_host(self.host_of(gpu))
+        named = self.graph.nodes[gpu].get("nic")
+        if named is not None:
+            if named not in nics:
+                raise InvalidInputError(
+                    f"gpu {gpu!r} names nic {named!r}, which is not a NIC of its host"
                 )
-        return result
+            nics = [named]
+        reachable = [nic for nic in nics if self._intra_host_path(gpu, nic) is not None]
+        if not reachable:
+            return None
+        return min(reachable, key=lambda nic: len(self._intra_host_path(gpu, nic) or ()))
 
     # --- paths and rates ------------------------------------------------------------------------
 
@@ -396,6 +397,22 @@ class Topology:
         from blitzplan.topologies.links import without
 
         return without(self, nodes, links)
+
+    @classmethod
+    def _derive(cls, graph: nx.DiGraph[str], parent: Topology, name: str, same: Kept) -> Topology:
+        """A topology of ``graph``, which :mod:`.links` derived from ``parent`` and checked: not
+        copied nor checked again; it keeps the parent's routes and NICs that ``same`` says the
+        derivation left as they were (:func:`~blitzplan.topologies.derived.kept_paths`)."""
+        topology = object.__new__(cls)
+        topology.graph = nx.freeze(graph)
+        topology.name, topology.description = name, parent.description
+        topology.memo = {}
+        topology._paths, topology._edges = kept_paths(parent, graph, same)
+        nics = kept_nics(parent, graph, same)
+        found = {gpu: nics.get(gpu) or topology._nearest_nic(gpu) for gpu in topology._gpus}
+        topology.__dict__["_nic_of"] = {g: nic for g, nic in found.items() if nic is not None}
+        _check_gpus_reach_nics(topology)
+        return topology
 
     # --- helpers ------------------------------------------------------------------------------
 
