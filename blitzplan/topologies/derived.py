@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from blitzplan.topologies.fairshare import Edge
     from blitzplan.topologies.graph import Topology
 
-__all__ = ["Kept", "copy_graph", "kept_nics", "kept_paths"]
+__all__ = ["Kept", "copy_graph", "edge_data", "kept_nics", "kept_paths", "node_data"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,17 @@ def copy_graph(
     return out
 
 
+def node_data(graph: nx.DiGraph[str]) -> dict[str, dict[str, Any]]:
+    """Each node's attribute dict, in the graph's order."""
+    return dict(cast(Any, graph)._node)
+
+
+def edge_data(graph: nx.DiGraph[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each edge's attribute dict, in the graph's order (``graph.edges(data=True)``'s, read
+    from its adjacency dicts at a fraction of the view's cost)."""
+    return {(u, v): d for u, around in cast(Any, graph)._succ.items() for v, d in around.items()}
+
+
 def kept_paths(
     parent: Topology, graph: nx.DiGraph[str], same: Kept
 ) -> tuple[dict[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str, str], tuple[Edge, ...]]]:
@@ -73,13 +84,14 @@ def kept_paths(
     if same.hosts is None:
         return dict(paths), dict(parent._edges)
     hosts, fabric = same.hosts, same.fabric
-    host = parent.graph.nodes
+    host = {n: d.get("host") for n, d in parent._node_data.items()}
+    alive = cast(Any, graph)._node
     kept: dict[tuple[str, ...], tuple[str, ...]] = {}
     for key, path in paths.items():
         kind, src, dst = key[:3]
-        if src not in graph or dst not in graph:
+        if src not in alive or dst not in alive:
             continue
-        local = host[src].get("host") in hosts and host[dst].get("host") in hosts
+        local = host[src] in hosts and host[dst] in hosts
         if (kind == "network" and fabric) or (local and (kind == "intra" or fabric)):
             kept[key] = path
     edges = {}
@@ -87,10 +99,10 @@ def kept_paths(
         edges = {
             key: found
             for key, found in parent._edges.items()
-            if key[0] in graph
-            and key[1] in graph
-            and host[key[0]]["host"] in hosts
-            and host[key[1]]["host"] in hosts
+            if key[0] in alive
+            and key[1] in alive
+            and host[key[0]] in hosts
+            and host[key[1]] in hosts
         }
     return kept, edges
 
@@ -98,12 +110,11 @@ def kept_paths(
 def kept_nics(parent: Topology, graph: nx.DiGraph[str], same: Kept) -> dict[str, str]:
     """The parent's NIC of each GPU of ``graph`` on a kept host whose ``nic`` attribute is
     unchanged (its NIC is the nearest its host's unchanged switches give)."""
-    nic_of = parent._nic_of
-    old = parent.graph.nodes
+    old, new = parent._node_data, cast(Any, graph)._node
     return {
         gpu: nic
-        for gpu, nic in nic_of.items()
-        if gpu in graph
+        for gpu, nic in parent._nic_of.items()
+        if gpu in new
         and (same.hosts is None or old[gpu]["host"] in same.hosts)
-        and graph.nodes[gpu].get("nic") == old[gpu].get("nic")
+        and new[gpu].get("nic") == old[gpu].get("nic")
     }

@@ -34,7 +34,7 @@ from blitzplan._checks import (
 )
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
-from blitzplan.topologies.derived import Kept, kept_nics, kept_paths
+from blitzplan.topologies.derived import Kept, edge_data, kept_nics, kept_paths, node_data
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
 
 __all__ = ["NODE_KINDS", "SWITCH_KINDS", "Topology"]
@@ -73,7 +73,7 @@ class Topology:
     # --- nodes --------------------------------------------------------------------------------
 
     def _nodes_of_kind(self, kind: str) -> list[str]:
-        return [node for node, data in self.graph.nodes(data=True) if data["kind"] == kind]
+        return [node for node, data in self._node_data.items() if data["kind"] == kind]
 
     def kind(self, node: str) -> str:
         return str(self._node(node)["kind"])
@@ -169,10 +169,10 @@ class Topology:
     @cached_property
     def _leaf_by_nic(self) -> dict[str, str]:
         leaves: dict[str, str] = {}
-        for nic in self.nics():
-            for _, dst in self.graph.out_edges(nic):
-                if self.graph.nodes[dst].get("switch") == "leaf":
-                    leaves.setdefault(nic, str(dst))
+        data = self._node_data
+        for src, dst in self._edge_data:  # each NIC's out-edges in order: its first leaf
+            if data[src]["kind"] == "nic" and data[dst].get("switch") == "leaf":
+                leaves.setdefault(src, str(dst))
         return leaves
 
     def nodes_of_host(self, host: str) -> list[str]:
@@ -182,7 +182,7 @@ class Topology:
     @cached_property
     def _by_host(self) -> dict[str, list[str]]:
         result: dict[str, list[str]] = {}
-        for node, data in self.graph.nodes(data=True):
+        for node, data in self._node_data.items():
             if data.get("host"):
                 result.setdefault(str(data["host"]), []).append(node)
         return result
@@ -260,7 +260,7 @@ class Topology:
         found = self.memo.setdefault("fabric_whole", {}).get(())
         if found is None:
             switches = [
-                n for n, d in self.graph.nodes(data=True) if d.get("switch") in ("leaf", "spine")
+                n for n, d in self._node_data.items() if d.get("switch") in ("leaf", "spine")
             ]
             found = len(switches) <= 1 or nx.is_strongly_connected(self.graph.subgraph(switches))
             self.memo["fabric_whole"][()] = found
@@ -346,7 +346,7 @@ class Topology:
     @cached_property
     def capacity(self) -> dict[Edge, float]:
         """``bytes_per_s`` of every directed edge."""
-        return {(u, v): float(d["bytes_per_s"]) for u, v, d in self.graph.edges(data=True)}
+        return {edge: float(d["bytes_per_s"]) for edge, d in self._edge_data.items()}
 
     def flow(
         self,
@@ -383,9 +383,11 @@ class Topology:
         found = self.memo.setdefault("link_efficiency", {}).get(())
         if found is None:
             found = {}
-            for _, _, data in self.graph.edges(data=True):
-                line = data.get("line_bytes_per_s", data["bytes_per_s"])
-                found.setdefault(str(data.get("medium", "network")), data["bytes_per_s"] / line)
+            for data in self._edge_data.values():  # each medium's first edge
+                medium = str(data.get("medium", "network"))
+                if medium not in found:
+                    line = data.get("line_bytes_per_s", data["bytes_per_s"])
+                    found[medium] = data["bytes_per_s"] / line
             self.memo["link_efficiency"][()] = found
         return dict(found)
 
@@ -418,11 +420,11 @@ class Topology:
 
     @cached_property
     def _node_data(self) -> dict[str, dict[str, Any]]:
-        return {node: data for node, data in self.graph.nodes(data=True)}
+        return node_data(self.graph)
 
     @cached_property
     def _edge_data(self) -> dict[Edge, dict[str, Any]]:
-        return {(u, v): d for u, v, d in self.graph.edges(data=True)}
+        return edge_data(self.graph)
 
     def _node(self, node: str) -> dict[str, Any]:
         data = self._node_data.get(node)
@@ -452,7 +454,7 @@ class Topology:
     def _host_nodes_by_kind(self) -> dict[tuple[str, str], str]:
         """The first node of each kind on each host (its memory, its SSD)."""
         out: dict[tuple[str, str], str] = {}
-        for node, data in self.graph.nodes(data=True):
+        for node, data in self._node_data.items():
             host = data.get("host")
             if host is not None:
                 out.setdefault((str(host), str(data["kind"])), str(node))

@@ -149,6 +149,40 @@ def without(
     whose NVSwitch died keep PCIe only (no NVLink group). Raises InvalidInputError naming
     unknown parts, InfeasibleError when no GPU is left. The result keeps the routes and NICs
     the failures leave as they were (:mod:`.derived`)."""
+    dead_nodes, dead_links, named = _dead(topology, nodes, links)
+    if not dead_nodes and not dead_links:
+        return topology
+    graph = copy_graph(topology.graph, drop_nodes=dead_nodes, drop_edges=dead_links)
+    unlinked = _unlink(topology, graph)
+    touched = _touched_hosts(topology, dead_nodes, dead_links)
+    candidates = [
+        gpu
+        for gpu in dict.fromkeys([*_gpus_on(topology, touched), *_unwired(topology)])
+        if gpu not in dead_nodes
+    ]
+    # elsewhere a GPU whose NIC reaches a leaf keeps it: the failures changed nothing there
+    lost = {gpu for gpu in candidates if not _rewire(topology, graph, gpu)}
+    graph.remove_nodes_from(lost)
+    if all(gpu in dead_nodes or gpu in lost for gpu in topology.gpus()):
+        raise InfeasibleError(
+            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
+            "nothing can be planned"
+        )
+    old = topology.graph.nodes
+    changed = [g for g in [*unlinked, *candidates] if g in graph and graph.nodes[g] != old[g]]
+    hosts = {str(old[g]["host"]) for g in [*lost, *changed]} | touched
+    fabric = _fabric_kept(topology, dead_nodes, dead_links)
+    same = Kept(frozenset(topology.hosts()) - hosts, fabric)
+    degraded = topology._derive(graph, topology, f"{topology.name} (degraded)", same)
+    degraded.memo["degraded_from"] = {(): (topology, frozenset(dead_nodes), tuple(named))}
+    return degraded
+
+
+def _dead(
+    topology: Topology, nodes: Iterable[str], links: Iterable[tuple[str, str]]
+) -> tuple[set[str], set[tuple[str, str]], list[tuple[str, str]]]:
+    """The dead nodes, the dead links both ways, and the links as named; InvalidInputError
+    naming one that is not in the topology."""
     dead_nodes, dead_links, named = set(nodes), set(), []
     for node in sorted(dead_nodes):
         if node not in topology.graph:
@@ -158,38 +192,35 @@ def without(
             raise InvalidInputError(f"links names {link!r}, which is not a link of the topology")
         dead_links |= {(link[0], link[1]), (link[1], link[0])}
         named.append((link[0], link[1]))
-    if not dead_nodes and not dead_links:
-        return topology
-    graph = copy_graph(topology.graph, drop_nodes=dead_nodes, drop_edges=dead_links)
-    for gpu in topology.gpus():
-        group = topology.graph.nodes[gpu].get("nvlink_group")
-        if gpu in graph and group is not None and group not in graph:
-            graph.nodes[gpu]["nvlink_group"] = None  # its NVSwitch died: no NVLink any more
-    touched = _touched_hosts(topology, dead_nodes, dead_links)
-    lost = {
-        gpu
-        for gpu in topology.gpus()
-        if gpu not in dead_nodes
-        # elsewhere a GPU whose NIC reaches a leaf keeps it: the failures changed nothing there
-        and (topology.host_of(gpu) in touched or topology.leaf_of_nic(topology.nic_of(gpu)) is None)
-        and not _rewire(topology, graph, gpu)
-    }
-    graph.remove_nodes_from(lost)
-    if not any(d["kind"] == "gpu" for _, d in graph.nodes(data=True)):
-        raise InfeasibleError(
-            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
-            "nothing can be planned"
-        )
-    changed = [
-        g for g in topology.gpus() if g in graph and graph.nodes[g] != topology.graph.nodes[g]
-    ]
-    hosts = {str(topology.graph.nodes[g]["host"]) for g in [*lost, *changed]} | touched
-    same = Kept(
-        frozenset(topology.hosts()) - hosts, fabric=_fabric_kept(topology, dead_nodes, dead_links)
-    )
-    degraded = topology._derive(graph, topology, f"{topology.name} (degraded)", same)
-    degraded.memo["degraded_from"] = {(): (topology, frozenset(dead_nodes), tuple(named))}
-    return degraded
+    return dead_nodes, dead_links, named
+
+
+def _unlink(topology: Topology, graph: nx.DiGraph[str]) -> list[str]:
+    """GPUs of ``graph`` whose NVLink group's NVSwitch is not in it lose the group (no NVLink
+    any more); they are returned."""
+    out = []
+    for group, members in topology._nvlink_groups.items():
+        if group not in graph:
+            for gpu in members:
+                if gpu in graph:
+                    graph.nodes[gpu]["nvlink_group"] = None
+                    out.append(gpu)
+    return out
+
+
+def _gpus_on(topology: Topology, hosts: set[str]) -> list[str]:
+    return [gpu for host in sorted(hosts) for gpu in topology._gpus_by_host.get(host, ())]
+
+
+def _unwired(topology: Topology) -> tuple[str, ...]:
+    """The GPUs whose NIC reaches no leaf (kept on the topology)."""
+    found = topology.memo.setdefault("unwired", {}).get(())
+    if found is None:
+        leaves = topology._leaf_by_nic
+        found = tuple(g for g, nic in topology._nic_of.items() if nic not in leaves)
+        found += tuple(g for g in topology.gpus() if g not in topology._nic_of)
+        topology.memo["unwired"][()] = found
+    return found
 
 
 def _fabric_kept(
