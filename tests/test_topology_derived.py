@@ -10,6 +10,7 @@ import pytest
 
 from blitzplan import load_topology
 from blitzplan.topologies import Topology
+from blitzplan.topologies.fabric_routes import fabric_path
 
 
 def _switch(topology: Topology, kind: str) -> str:
@@ -91,3 +92,52 @@ def test_derating_a_degraded_topology_derates_its_parent_then_degrades() -> None
     assert gpu not in derated.graph
     _same(derated)
     _same(line.with_link_efficiency())
+
+
+def _view_path(topology: Topology, a: str, b: str) -> tuple[str, ...] | None:
+    """The reference: networkx's search on a filtered view of the fabric and the two ends."""
+    view = nx.subgraph_view(
+        topology.graph,
+        filter_node=lambda n: (
+            n in (a, b) or topology.graph.nodes[n].get("switch") in ("leaf", "spine")
+        ),
+    )
+    try:
+        return tuple(nx.shortest_path(view, a, b))
+    except nx.NetworkXNoPath:
+        return None
+
+
+def _two_spines(name: str) -> Topology:
+    """``name`` with a second spine joined to every leaf: routes between leaves tie."""
+    graph = nx.DiGraph(load_topology(name).graph)
+    graph.add_node("spine2", kind="switch", switch="spine")
+    for leaf, spine, data in list(graph.edges(data=True)):
+        if spine == "spine":
+            graph.add_edge(leaf, "spine2", **data)
+            graph.add_edge("spine2", leaf, **graph.edges["spine", leaf])
+    return Topology(graph, name=f"{name} with two spines")
+
+
+@pytest.mark.parametrize("name", ["dgx-h100-64", "rail-leafspine-1024", "two spines"])
+def test_fabric_routes_are_the_ones_networkx_finds(name: str) -> None:
+    topology = _two_spines("dgx-h100-64") if name == "two spines" else load_topology(name)
+    nics = topology.nics()[:: max(1, len(topology.nics()) // 40)]
+    leaf = topology.leaf_of_nic(nics[1])
+    spines = [n for n, d in topology.graph.nodes(data=True) if d.get("switch") == "spine"]
+    assert leaf is not None
+    cases = [
+        topology,
+        topology.without(nodes=[leaf]),
+        topology.without(links=[(nics[2], str(topology.leaf_of_nic(nics[2])))]),
+    ]
+    if spines:
+        cases.append(topology.without(nodes=spines[:1]))
+    found_none = False
+    for case in cases:
+        alive = [n for n in nics if n in case.graph]
+        for a, b in itertools.permutations(alive, 2):
+            route = fabric_path(case, a, b)
+            assert route == _view_path(case, a, b), (case.name, a, b)
+            found_none |= route is None
+    assert found_none  # a cut-off NIC was among the pairs: the no-route answer was checked too

@@ -35,6 +35,7 @@ from blitzplan._checks import (
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
 from blitzplan.topologies.derived import Kept, edge_data, kept_nics, kept_paths, node_data
+from blitzplan.topologies.fabric_routes import fabric_path
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
 
 __all__ = ["NODE_KINDS", "SWITCH_KINDS", "Topology"]
@@ -236,17 +237,7 @@ class Topology:
         """Fewest-hop path between two NICs through leaf and spine switches only."""
         key = ("network", src_nic, dst_nic)
         if key not in self._paths:
-            view = nx.subgraph_view(
-                self.graph,
-                filter_node=lambda n: (
-                    n in (src_nic, dst_nic)
-                    or self.graph.nodes[n].get("switch") in ("leaf", "spine")
-                ),
-            )
-            try:
-                self._paths[key] = tuple(nx.shortest_path(view, src_nic, dst_nic))
-            except nx.NetworkXNoPath:
-                self._paths[key] = ()  # no route: remembered too
+            self._paths[key] = fabric_path(self, src_nic, dst_nic) or ()  # none: remembered too
         return self._paths[key] or None
 
     def nics_connected(self, src_nic: str, dst_nic: str) -> bool:
