@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -126,26 +126,25 @@ def program(
     waits = _waits(plan)
     route = _Router(plan, topology)
     steps: dict[int, TransferStep] = {}
-    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], tuple[tuple[ByteRange, ...], int]]
-    same = {}
+    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], _Stripe] = {}
     lacking: dict[tuple[str, int], list[tuple[int, Sequence[tuple[int, int]]]]] = {}
     starts, feeds = plan.lane_start_s, plan.lane_feeds
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         # lanes of one stripe into one node send the same ranges unless held bytes cut them
         receiver = plan.nodes[lane.receiver]
         key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
-        if key not in same:
-            found = _ranges(plan, lane, {}, snap)
-            same[key] = (found, _total(found))
-        ranges, total = same[key]
+        stripe = same.get(key)
+        if stripe is None:
+            stripe = same[key] = _Stripe(_spans(plan, lane, snap))
+        ranges, total = stripe.ranges, stripe.total
         if (lane.dst, lane.receiver) not in lacking:  # held units the receiver still lacks
             held_here = have.get(lane.dst, {})
             lacking[lane.dst, lane.receiver] = [
                 (u, spans) for u, spans in held_here.items() if not receiver.has(u)
             ]
         lacks = lacking[lane.dst, lane.receiver]
-        if lacks and _cut(plan, lane, lacks, snap):
-            ranges = _ranges(plan, lane, have[lane.dst], snap)
+        if lacks and _cut(stripe, lacks):
+            ranges = _grouped(_lacked(stripe.spans, have[lane.dst]))
             total = _total(ranges)
         if total == 0:
             continue  # the destination has every byte of it already
@@ -343,45 +342,65 @@ def _holding_bounds(plan: MulticastPlan) -> set[float]:
     }
 
 
-def _ranges(
-    plan: MulticastPlan,
-    lane: Lane,
-    have: Mapping[int, Sequence[tuple[int, int]]],
-    snap: Callable[[float], float],
-) -> tuple[ByteRange, ...]:
-    """Per carried unit, the bytes of the lane's stripe the destination lacks, grouped."""
+class _Stripe:
+    """The bytes a lane's stripe carries into a receiver that holds nothing of it yet: per
+    unit it lacks ``(unit, start, end)``, and those as grouped ranges with their total."""
+
+    def __init__(self, spans: list[tuple[int, int, int]]) -> None:
+        self.spans = spans
+        self.bounds = {unit: (start, end) for unit, start, end in spans}
+        self.ranges = _grouped((unit, lo, hi - lo) for unit, lo, hi in spans)
+        self.total = _total(self.ranges)
+
+
+def _spans(
+    plan: MulticastPlan, lane: Lane, snap: Callable[[float], float]
+) -> list[tuple[int, int, int]]:
+    """Per unit the receiver lacks, the byte range ``[start, end)`` of the lane's stripe."""
     receiver = plan.nodes[lane.receiver]
-    spans: list[tuple[int, int, int]] = []  # (unit, offset, length)
-    want = (snap(lane.lo), snap(lane.hi))
+    lo, hi = snap(lane.lo), snap(lane.hi)
     scale = receiver.tp if lane.rank == ALL_RANKS else 1
+    out = []
     for unit, size in enumerate(plan.unit_bytes):
-        if receiver.has(unit):
+        if not receiver.has(unit):
+            total = size * scale
+            out.append((unit, round(lo * total), round(hi * total)))
+    return out
+
+
+def _lacked(
+    spans: list[tuple[int, int, int]], have: Mapping[int, Sequence[tuple[int, int]]]
+) -> list[tuple[int, int, int]]:
+    """``(unit, offset, length)`` of the bytes of ``spans`` that ``have`` does not hold."""
+    out = []
+    for unit, start, end in spans:
+        held = have.get(unit)
+        if not held:
+            out.append((unit, start, end - start))
             continue
-        total = size * scale
-        start, end = round(want[0] * total), round(want[1] * total)
-        for lo, hi in subtract((start, end), have.get(unit, ())):
-            spans.append((unit, lo, hi - lo))
+        out.extend((unit, lo, hi - lo) for lo, hi in subtract((start, end), held))
+    return out
+
+
+def _grouped(spans: Iterable[tuple[int, int, int]]) -> tuple[ByteRange, ...]:
+    """``(unit, offset, length)`` in unit order as ranges: runs of consecutive units with equal
+    offsets and lengths."""
     out: list[ByteRange] = []
     for (offset, length), group in itertools.groupby(spans, key=lambda s: (s[1], s[2])):
+        if length <= 0:
+            continue
         units = [u for u, _, _ in group]
         for run in _runs(units):
             out.append(ByteRange(run[0], run[-1], offset, length))
     return tuple(sorted(out, key=lambda r: (r.first_unit, r.offset)))
 
 
-def _cut(
-    plan: MulticastPlan,
-    lane: Lane,
-    held: Sequence[tuple[int, Sequence[tuple[int, int]]]],
-    snap: Callable[[float], float],
-) -> bool:
-    """Whether ``held`` bytes (per unit the receiver lacks) fall inside the lane's stripe (else
-    :func:`_ranges` is what it is with nothing held)."""
-    scale = plan.nodes[lane.receiver].tp if lane.rank == ALL_RANKS else 1
-    lo, hi = snap(lane.lo), snap(lane.hi)
+def _cut(stripe: _Stripe, held: Sequence[tuple[int, Sequence[tuple[int, int]]]]) -> bool:
+    """Whether ``held`` bytes (per unit the receiver lacks) fall inside the stripe (else the
+    stripe's ranges are what they are with nothing held)."""
+    bounds = stripe.bounds
     for unit, spans in held:
-        total = plan.unit_bytes[unit] * scale
-        start, end = round(lo * total), round(hi * total)
+        start, end = bounds[unit]
         if any(a < end and b > start for a, b in spans):
             return True
     return False

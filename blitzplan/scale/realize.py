@@ -29,6 +29,7 @@ from blitzplan.scale.planning import Planning
 from blitzplan.scale.program import program
 from blitzplan.scale.releases import timed_releases
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
+from blitzplan.topologies.links import derated_kept
 
 __all__ = ["Targets", "at_efficiency", "realize"]
 
@@ -220,12 +221,8 @@ def at_efficiency(state: ClusterState, efficiency: Mapping[str, float]) -> Clust
     the original, so repeated plans reuse its route caches)."""
     if dict(state.topology.link_efficiency) == dict(efficiency):
         return state
-    key = tuple(sorted(efficiency.items()))
-    cache = state.topology.memo.setdefault("derated", {})
-    if key not in cache:
-        cache[key] = state.topology.with_link_efficiency(dict(efficiency))
     derated = state.copy()
-    derated.topology = cache[key]
+    derated.topology = derated_kept(state.topology, dict(efficiency))
     return derated
 
 

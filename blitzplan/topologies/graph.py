@@ -34,6 +34,8 @@ from blitzplan._checks import (
 )
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
+from blitzplan.topologies.derived import Kept, edge_data, kept_nics, kept_paths, node_data
+from blitzplan.topologies.fabric_routes import fabric_path
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
 
 __all__ = ["NODE_KINDS", "SWITCH_KINDS", "Topology"]
@@ -72,7 +74,7 @@ class Topology:
     # --- nodes --------------------------------------------------------------------------------
 
     def _nodes_of_kind(self, kind: str) -> list[str]:
-        return [node for node, data in self.graph.nodes(data=True) if data["kind"] == kind]
+        return [node for node, data in self._node_data.items() if data["kind"] == kind]
 
     def kind(self, node: str) -> str:
         return str(self._node(node)["kind"])
@@ -168,10 +170,10 @@ class Topology:
     @cached_property
     def _leaf_by_nic(self) -> dict[str, str]:
         leaves: dict[str, str] = {}
-        for nic in self.nics():
-            for _, dst in self.graph.out_edges(nic):
-                if self.graph.nodes[dst].get("switch") == "leaf":
-                    leaves.setdefault(nic, str(dst))
+        data = self._node_data
+        for src, dst in self._edge_data:  # each NIC's out-edges in order: its first leaf
+            if data[src]["kind"] == "nic" and data[dst].get("switch") == "leaf":
+                leaves.setdefault(src, str(dst))
         return leaves
 
     def nodes_of_host(self, host: str) -> list[str]:
@@ -181,7 +183,7 @@ class Topology:
     @cached_property
     def _by_host(self) -> dict[str, list[str]]:
         result: dict[str, list[str]] = {}
-        for node, data in self.graph.nodes(data=True):
+        for node, data in self._node_data.items():
             if data.get("host"):
                 result.setdefault(str(data["host"]), []).append(node)
         return result
@@ -194,22 +196,22 @@ class Topology:
     @cached_property
     def _nic_of(self) -> dict[str, str]:
         """Each GPU's NIC: its ``nic`` attribute, else the nearest NIC on its host."""
-        result: dict[str, str] = {}
-        for gpu in self._gpus:
-            nics = self.nics_of_host(self.host_of(gpu))
-            named = self.graph.nodes[gpu].get("nic")
-            if named is not None:
-                if named not in nics:
-                    raise InvalidInputError(
-                        f"gpu {gpu!r} names nic {named!r}, which is not a NIC of its host"
-                    )
-                nics = [named]
-            reachable = [nic for nic in nics if self._intra_host_path(gpu, nic) is not None]
-            if reachable:
-                result[gpu] = min(
-                    reachable, key=lambda nic: len(self._intra_host_path(gpu, nic) or ())
+        found = {gpu: self._nearest_nic(gpu) for gpu in self._gpus}
+        return {gpu: nic for gpu, nic in found.items() if nic is not None}
+
+    def _nearest_nic(self, gpu: str) -> str | None:
+        nics = self.nics_of_host(self.host_of(gpu))
+        named = self.graph.nodes[gpu].get("nic")
+        if named is not None:
+            if named not in nics:
+                raise InvalidInputError(
+                    f"gpu {gpu!r} names nic {named!r}, which is not a NIC of its host"
                 )
-        return result
+            nics = [named]
+        reachable = [nic for nic in nics if self._intra_host_path(gpu, nic) is not None]
+        if not reachable:
+            return None
+        return min(reachable, key=lambda nic: len(self._intra_host_path(gpu, nic) or ()))
 
     # --- paths and rates ------------------------------------------------------------------------
 
@@ -235,17 +237,7 @@ class Topology:
         """Fewest-hop path between two NICs through leaf and spine switches only."""
         key = ("network", src_nic, dst_nic)
         if key not in self._paths:
-            view = nx.subgraph_view(
-                self.graph,
-                filter_node=lambda n: (
-                    n in (src_nic, dst_nic)
-                    or self.graph.nodes[n].get("switch") in ("leaf", "spine")
-                ),
-            )
-            try:
-                self._paths[key] = tuple(nx.shortest_path(view, src_nic, dst_nic))
-            except nx.NetworkXNoPath:
-                self._paths[key] = ()  # no route: remembered too
+            self._paths[key] = fabric_path(self, src_nic, dst_nic) or ()  # none: remembered too
         return self._paths[key] or None
 
     def nics_connected(self, src_nic: str, dst_nic: str) -> bool:
@@ -259,7 +251,7 @@ class Topology:
         found = self.memo.setdefault("fabric_whole", {}).get(())
         if found is None:
             switches = [
-                n for n, d in self.graph.nodes(data=True) if d.get("switch") in ("leaf", "spine")
+                n for n, d in self._node_data.items() if d.get("switch") in ("leaf", "spine")
             ]
             found = len(switches) <= 1 or nx.is_strongly_connected(self.graph.subgraph(switches))
             self.memo["fabric_whole"][()] = found
@@ -345,7 +337,7 @@ class Topology:
     @cached_property
     def capacity(self) -> dict[Edge, float]:
         """``bytes_per_s`` of every directed edge."""
-        return {(u, v): float(d["bytes_per_s"]) for u, v, d in self.graph.edges(data=True)}
+        return {edge: float(d["bytes_per_s"]) for edge, d in self._edge_data.items()}
 
     def flow(
         self,
@@ -382,9 +374,11 @@ class Topology:
         found = self.memo.setdefault("link_efficiency", {}).get(())
         if found is None:
             found = {}
-            for _, _, data in self.graph.edges(data=True):
-                line = data.get("line_bytes_per_s", data["bytes_per_s"])
-                found.setdefault(str(data.get("medium", "network")), data["bytes_per_s"] / line)
+            for data in self._edge_data.values():  # each medium's first edge
+                medium = str(data.get("medium", "network"))
+                if medium not in found:
+                    line = data.get("line_bytes_per_s", data["bytes_per_s"])
+                    found[medium] = data["bytes_per_s"] / line
             self.memo["link_efficiency"][()] = found
         return dict(found)
 
@@ -397,15 +391,31 @@ class Topology:
 
         return without(self, nodes, links)
 
+    @classmethod
+    def _derive(cls, graph: nx.DiGraph[str], parent: Topology, name: str, same: Kept) -> Topology:
+        """A topology of ``graph``, which :mod:`.links` derived from ``parent`` and checked: not
+        copied nor checked again; it keeps the parent's routes and NICs that ``same`` says the
+        derivation left as they were (:func:`~blitzplan.topologies.derived.kept_paths`)."""
+        topology = object.__new__(cls)
+        topology.graph = nx.freeze(graph)
+        topology.name, topology.description = name, parent.description
+        topology.memo = {}
+        topology._paths, topology._edges = kept_paths(parent, graph, same)
+        nics = kept_nics(parent, graph, same)
+        found = {gpu: nics.get(gpu) or topology._nearest_nic(gpu) for gpu in topology._gpus}
+        topology.__dict__["_nic_of"] = {g: nic for g, nic in found.items() if nic is not None}
+        _check_gpus_reach_nics(topology)
+        return topology
+
     # --- helpers ------------------------------------------------------------------------------
 
     @cached_property
     def _node_data(self) -> dict[str, dict[str, Any]]:
-        return {node: data for node, data in self.graph.nodes(data=True)}
+        return node_data(self.graph)
 
     @cached_property
     def _edge_data(self) -> dict[Edge, dict[str, Any]]:
-        return {(u, v): d for u, v, d in self.graph.edges(data=True)}
+        return edge_data(self.graph)
 
     def _node(self, node: str) -> dict[str, Any]:
         data = self._node_data.get(node)
@@ -435,7 +445,7 @@ class Topology:
     def _host_nodes_by_kind(self) -> dict[tuple[str, str], str]:
         """The first node of each kind on each host (its memory, its SSD)."""
         out: dict[tuple[str, str], str] = {}
-        for node, data in self.graph.nodes(data=True):
+        for node, data in self._node_data.items():
             host = data.get("host")
             if host is not None:
                 out.setdefault((str(host), str(data["kind"])), str(node))

@@ -36,16 +36,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from blitzplan._checks import MAX_BYTES_PER_S, MIN_BYTES_PER_S, check_bounded
 from blitzplan.errors import InfeasibleError, InvalidInputError
+from blitzplan.topologies.derived import Kept, copy_graph
 
 if TYPE_CHECKING:
     from blitzplan.topologies.graph import Topology
 
-__all__ = ["LINE_RATE", "LINK_EFFICIENCY", "MEDIA", "derated", "link_efficiency_table", "without"]
+__all__ = [
+    "LINE_RATE",
+    "LINK_EFFICIENCY",
+    "MEDIA",
+    "derated",
+    "derated_kept",
+    "link_efficiency_table",
+    "without",
+]
 
 LINK_EFFICIENCY: Mapping[str, float] = MappingProxyType(
     {"pcie": 0.80, "nvlink": 0.77, "network": 0.72, "ssd": 0.875, "dram": 1.0}
@@ -81,19 +91,51 @@ def link_efficiency_table(efficiency: float | Mapping[str, float] | None) -> dic
 
 
 def derated(topology: Topology, efficiency: float | Mapping[str, float] | None) -> Topology:
-    """``topology`` with every edge at its line rate times its medium's efficiency."""
+    """``topology`` with every edge at its line rate times its medium's efficiency. A degraded
+    topology is its parent's derated one without the same parts (:func:`derated_kept`): it keeps
+    that one's routes."""
     table = link_efficiency_table(efficiency)
-    graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
-    for src, dst, data in graph.edges(data=True):
-        medium = str(data.get("medium", _DEFAULT_MEDIUM))
-        if medium not in table:
-            raise InvalidInputError(
-                f"edge {src!r}->{dst!r} has medium {medium!r}; valid: {', '.join(MEDIA)}"
-            )
+    origin = topology.memo.get("degraded_from", {}).get(())
+    if origin is not None:
+        parent, nodes, links = origin
+        return without(derated_kept(parent, table), nodes, links)
+    media = {str(d.get("medium", _DEFAULT_MEDIUM)) for _, _, d in topology.graph.edges(data=True)}
+    for medium in sorted(media - set(table)):
+        edge = next(
+            (u, v)
+            for u, v, d in topology.graph.edges(data=True)
+            if str(d.get("medium", _DEFAULT_MEDIUM)) == medium
+        )
+        raise InvalidInputError(
+            f"edge {edge[0]!r}->{edge[1]!r} has medium {medium!r}; valid: {', '.join(MEDIA)}"
+        )
+
+    def at_rate(data: dict[str, Any]) -> dict[str, Any]:
         line = float(data.get("line_bytes_per_s", data["bytes_per_s"]))
-        data["line_bytes_per_s"] = line
-        data["bytes_per_s"] = line * table[medium]
-    return type(topology)(graph, name=topology.name, description=topology.description)
+        rate = line * table[str(data.get("medium", _DEFAULT_MEDIUM))]
+        return {**data, "line_bytes_per_s": line, "bytes_per_s": rate}
+
+    graph = copy_graph(topology.graph, edge_data=at_rate)
+    for src, dst, data in graph.edges(data=True):
+        if data["bytes_per_s"] < MIN_BYTES_PER_S:
+            check_bounded(
+                f"edge {src!r}->{dst!r} bytes_per_s",
+                data["bytes_per_s"],
+                MIN_BYTES_PER_S,
+                MAX_BYTES_PER_S,
+                "bytes/s",
+            )
+    return topology._derive(graph, topology, topology.name, Kept(None, fabric=True))
+
+
+def derated_kept(topology: Topology, efficiency: float | Mapping[str, float] | None) -> Topology:
+    """:func:`derated`, kept on ``topology`` per efficiency table (planners reuse its route
+    caches from plan to plan)."""
+    key = tuple(sorted(link_efficiency_table(efficiency).items()))
+    cache = topology.memo.setdefault("derated", {})
+    if key not in cache:
+        cache[key] = derated(topology, efficiency)
+    return cache[key]  # type: ignore[no-any-return]
 
 
 def without(
@@ -105,8 +147,43 @@ def without(
     still reaches a leaf (else the nearest NIC at all: its host lost the fabric, and the GPU is
     only unreachable over the network); a GPU that reaches no NIC of its host goes too. GPUs
     whose NVSwitch died keep PCIe only (no NVLink group). Raises InvalidInputError naming
-    unknown parts, InfeasibleError when no GPU is left."""
-    dead_nodes, dead_links = set(nodes), set()
+    unknown parts, InfeasibleError when no GPU is left. The result keeps the routes and NICs
+    the failures leave as they were (:mod:`.derived`)."""
+    dead_nodes, dead_links, named = _dead(topology, nodes, links)
+    if not dead_nodes and not dead_links:
+        return topology
+    graph = copy_graph(topology.graph, drop_nodes=dead_nodes, drop_edges=dead_links)
+    unlinked = _unlink(topology, graph)
+    touched = _touched_hosts(topology, dead_nodes, dead_links)
+    candidates = [
+        gpu
+        for gpu in dict.fromkeys([*_gpus_on(topology, touched), *_unwired(topology)])
+        if gpu not in dead_nodes
+    ]
+    # elsewhere a GPU whose NIC reaches a leaf keeps it: the failures changed nothing there
+    lost = {gpu for gpu in candidates if not _rewire(topology, graph, gpu)}
+    graph.remove_nodes_from(lost)
+    if all(gpu in dead_nodes or gpu in lost for gpu in topology.gpus()):
+        raise InfeasibleError(
+            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
+            "nothing can be planned"
+        )
+    old = topology.graph.nodes
+    changed = [g for g in [*unlinked, *candidates] if g in graph and graph.nodes[g] != old[g]]
+    hosts = {str(old[g]["host"]) for g in [*lost, *changed]} | touched
+    fabric = _fabric_kept(topology, dead_nodes, dead_links)
+    same = Kept(frozenset(topology.hosts()) - hosts, fabric)
+    degraded = topology._derive(graph, topology, f"{topology.name} (degraded)", same)
+    degraded.memo["degraded_from"] = {(): (topology, frozenset(dead_nodes), tuple(named))}
+    return degraded
+
+
+def _dead(
+    topology: Topology, nodes: Iterable[str], links: Iterable[tuple[str, str]]
+) -> tuple[set[str], set[tuple[str, str]], list[tuple[str, str]]]:
+    """The dead nodes, the dead links both ways, and the links as named; InvalidInputError
+    naming one that is not in the topology."""
+    dead_nodes, dead_links, named = set(nodes), set(), []
     for node in sorted(dead_nodes):
         if node not in topology.graph:
             raise InvalidInputError(f"nodes names {node!r}, which is not in the topology")
@@ -114,33 +191,45 @@ def without(
         if len(link) != 2 or not topology.graph.has_edge(*link):
             raise InvalidInputError(f"links names {link!r}, which is not a link of the topology")
         dead_links |= {(link[0], link[1]), (link[1], link[0])}
-    if not dead_nodes and not dead_links:
-        return topology
-    graph: nx.DiGraph[str] = nx.DiGraph(topology.graph)
-    graph.remove_edges_from(dead_links)
-    graph.remove_nodes_from(dead_nodes)
-    for gpu in topology.gpus():
-        group = topology.graph.nodes[gpu].get("nvlink_group")
-        if gpu in graph and group is not None and group not in graph:
-            graph.nodes[gpu]["nvlink_group"] = None  # its NVSwitch died: no NVLink any more
-    touched = _touched_hosts(topology, dead_nodes, dead_links)
-    lost = {
-        gpu
-        for gpu in topology.gpus()
-        if gpu not in dead_nodes
-        # elsewhere a GPU whose NIC reaches a leaf keeps it: the failures changed nothing there
-        and (topology.host_of(gpu) in touched or topology.leaf_of_nic(topology.nic_of(gpu)) is None)
-        and not _rewire(topology, graph, gpu)
-    }
-    graph.remove_nodes_from(lost)
-    if not any(d["kind"] == "gpu" for _, d in graph.nodes(data=True)):
-        raise InfeasibleError(
-            f"the failures (dead {sorted(dead_nodes)[:4]}...) leave no GPU in the topology: "
-            "nothing can be planned"
-        )
-    return type(topology)(
-        graph, name=f"{topology.name} (degraded)", description=topology.description
-    )
+        named.append((link[0], link[1]))
+    return dead_nodes, dead_links, named
+
+
+def _unlink(topology: Topology, graph: nx.DiGraph[str]) -> list[str]:
+    """GPUs of ``graph`` whose NVLink group's NVSwitch is not in it lose the group (no NVLink
+    any more); they are returned."""
+    out = []
+    for group, members in topology._nvlink_groups.items():
+        if group not in graph:
+            for gpu in members:
+                if gpu in graph:
+                    graph.nodes[gpu]["nvlink_group"] = None
+                    out.append(gpu)
+    return out
+
+
+def _gpus_on(topology: Topology, hosts: set[str]) -> list[str]:
+    return [gpu for host in sorted(hosts) for gpu in topology._gpus_by_host.get(host, ())]
+
+
+def _unwired(topology: Topology) -> tuple[str, ...]:
+    """The GPUs whose NIC reaches no leaf (kept on the topology)."""
+    found = topology.memo.setdefault("unwired", {}).get(())
+    if found is None:
+        leaves = topology._leaf_by_nic
+        found = tuple(g for g, nic in topology._nic_of.items() if nic not in leaves)
+        found += tuple(g for g in topology.gpus() if g not in topology._nic_of)
+        topology.memo["unwired"][()] = found
+    return found
+
+
+def _fabric_kept(
+    topology: Topology, dead_nodes: set[str], dead_links: set[tuple[str, str]]
+) -> bool:
+    """Whether no leaf or spine switch failed, nor a link of one."""
+    data = topology.graph.nodes
+    ends = dead_nodes | {node for link in dead_links for node in link}
+    return not any(data[n].get("switch") in ("leaf", "spine") for n in ends)
 
 
 def _touched_hosts(

@@ -63,13 +63,18 @@ def held_bytes(
 ) -> dict[str, dict[int, list[tuple[int, int]]]]:
     """``held`` in bytes: per GPU and unit, the sorted disjoint ranges ``[round(lo * B),
     round(hi * B))`` of its intervals (``B`` the unit's rank buffer bytes)."""
-    found: dict[tuple[tuple[tuple[float, float], ...], int], list[tuple[int, int]]] = {}
+    found: dict[tuple[object, int], list[tuple[int, int]]] = {}
 
     def spans(ivs: Sequence[tuple[float, float]], nbytes: int) -> list[tuple[int, int]]:
-        key = (tuple((lo, hi) for lo, hi in ivs), nbytes)  # units of one size share intervals
-        if key not in found:
-            found[key] = union((round(lo * nbytes), round(hi * nbytes)) for lo, hi in key[0])
-        return list(found[key])
+        key: tuple[object, int] = (ivs, nbytes)  # units of one size share intervals
+        try:
+            got = found.get(key)
+        except TypeError:  # lists (a document read back): keyed as tuples
+            key = (tuple(tuple(iv) for iv in ivs), nbytes)
+            got = found.get(key)
+        if got is None:
+            got = found[key] = union((round(lo * nbytes), round(hi * nbytes)) for lo, hi in ivs)
+        return list(got)
 
     return {
         gpu: {unit: spans(ivs, unit_bytes[unit]) for unit, ivs in units.items()}
