@@ -12,10 +12,14 @@ the cheapest plan, ``a``) gets a plan of nothing at once (:mod:`blitzplan.scale.
 The checkpoint (:func:`afford_now`): once the multicast has laid its problem out, the call asks
 again at the load it measured so far; when the time left no longer affords every instance it was
 given, the multicast plans fewer (the plan of that many, as if asked for them), so a call slowed
-down by the machine still ends near its deadline. The greedy after it is not interrupted: its
-time is the line's. The line is Siegel's repeated medians (:func:`planning_line`) through the
-fastest recent record of each size, so a slow plan (the first on a cluster fills its route
-caches) moves it little. The first plan on a topology has no record and plans everything.
+down by the machine still ends near its deadline. From there on the call is bounded by the
+clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
+built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
+than the cheapest honest answer takes (a plan of nothing, :func:`answer_cost`), and the call
+returns that answer instead of overrunning. The line is Siegel's repeated medians
+(:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
+first on a cluster fills its route caches) moves it little. The first plan on a topology has no
+record: it plans everything, until its checkpoints find the time out.
 """
 
 from __future__ import annotations
@@ -26,14 +30,19 @@ import statistics
 from blitzplan.topologies import Topology
 
 __all__ = [
+    "ANSWER_S",
     "DEADLINE_SHARE",
     "KEPT",
+    "DeadlinePassed",
     "afford_now",
     "affordable",
+    "answer_cost",
     "planning_costs",
     "planning_line",
     "recent_load",
+    "record_answer",
     "record_rate",
+    "stop_at",
 ]
 
 DEADLINE_SHARE = 0.8
@@ -47,7 +56,20 @@ MEASURED_CPU_S = 0.002
 """A checkpoint measures the load from the call itself once it has spent this much CPU time
 (before, the recorded load stands: a short window's ratio is mostly noise)."""
 
+ANSWER_S = 0.001
+"""CPU seconds the cheapest honest answer (a plan of nothing) is taken to cost on a topology
+where none was measured yet."""
+
 _KEY = "planning_time"
+
+
+class DeadlinePassed(Exception):
+    """Raised at a checkpoint of a call under a deadline (:func:`stop_at`): the time left is
+    what the cheapest honest answer takes; ``stage`` names the checkpoint."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(f"deadline_s passed at {stage}")
+        self.stage = stage
 
 
 def record_rate(
@@ -70,6 +92,29 @@ def record_rate(
     kept = book.setdefault("records", [])
     kept.append((instances, seconds))
     del kept[:-KEPT]
+
+
+def record_answer(topology: Topology, seconds: float) -> None:
+    """Record that the cheapest honest answer (a plan of nothing) took ``seconds`` of CPU time
+    on ``topology``."""
+    if math.isfinite(seconds) and seconds > 0:
+        answers = topology.memo.setdefault(_KEY, {}).setdefault("answer", [])
+        answers.append(seconds)
+        del answers[:-KEPT]
+
+
+def answer_cost(topology: Topology) -> float:
+    """CPU seconds of the cheapest honest answer on ``topology``: the median of the recent ones
+    (:data:`ANSWER_S` before any)."""
+    answers = topology.memo.get(_KEY, {}).get("answer", [])
+    return statistics.median(answers) if answers else ANSWER_S
+
+
+def stop_at(topology: Topology, seconds: float) -> float:
+    """When (seconds of wall-clock after its start) a call under a deadline of ``seconds`` on
+    ``topology`` stops planning: the deadline less the cheapest answer's cost at the recent
+    load, so that answer still ends by the deadline."""
+    return seconds - answer_cost(topology) * recent_load(topology)
 
 
 def recent_load(topology: Topology) -> float:

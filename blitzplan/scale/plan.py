@@ -40,6 +40,7 @@ from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
+from blitzplan.multicast.planning_rate import DeadlinePassed
 from blitzplan.scale.byte_checks import check_source_bytes
 from blitzplan.scale.deadline import too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
@@ -109,6 +110,8 @@ def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> Scale
     changes = role_changes(mine, request, options, missing)
     try:
         return _realized(state, spec, request, changes, run, missing)
+    except DeadlinePassed as passed:  # the cheapest honest answer, in time
+        return too_short_plan(state, spec, request, run, mine, _recorded(request), passed)
     except InfeasibleError:
         slots, cut = reachable_slots(
             state, spec, request.tp, allow_prefill_sources=options.allow_prefill_sources

@@ -4,10 +4,13 @@ model beside them, and its clocks for ``deadline_s``."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from blitzplan.compute import ComputeModel
+from blitzplan.multicast.planning_rate import DeadlinePassed, stop_at
 from blitzplan.scale.plan_options import PlanOptions
+from blitzplan.topologies import Topology
 
 __all__ = ["Planning"]
 
@@ -17,7 +20,8 @@ class Planning:
     """One call's options, its compute model (None: rooflines) and when it started, by the
     wall-clock and by the calling thread's CPU time (None: no clock): under a deadline the
     multicast skips its refinements (their time is not bounded) and plans the new instances the
-    time left affords, pairing stops once the deadline has passed."""
+    time left affords, its checkpoints stop the call when only the cheapest answer still fits
+    (:meth:`checkpoint`), pairing stops once the deadline has passed."""
 
     options: PlanOptions
     compute: ComputeModel | None = None
@@ -36,6 +40,21 @@ class Planning:
     def used_cpu(self) -> float:
         """CPU seconds this thread spent since the call started (0 without a clock)."""
         return 0.0 if self.started_cpu is None else time.thread_time() - self.started_cpu
+
+    def checkpoint(self, topology: Topology) -> Callable[[str], None] | None:
+        """Under a deadline, a checkpoint: called with the name of a stage, it raises
+        :class:`~blitzplan.multicast.planning_rate.DeadlinePassed` once the call has reached
+        :func:`~blitzplan.multicast.planning_rate.stop_at` (None: no deadline or no clock)."""
+        deadline = self.options.deadline_s
+        if deadline is None or self.started is None:
+            return None
+        limit = self.started + stop_at(topology, deadline)
+
+        def check(stage: str) -> None:
+            if time.monotonic() >= limit:
+                raise DeadlinePassed(stage)
+
+        return check
 
     def bounded(self) -> bool:
         """Whether a deadline bounds the call."""

@@ -19,7 +19,13 @@ from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
-from blitzplan.multicast.planning_rate import afford_now, affordable, recent_load, record_rate
+from blitzplan.multicast.planning_rate import (
+    DeadlinePassed,
+    afford_now,
+    affordable,
+    recent_load,
+    record_rate,
+)
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.milestones import milestones
@@ -28,7 +34,7 @@ from blitzplan.scale.pairing import live_pairs
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.program import program
 from blitzplan.scale.releases import timed_releases
-from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
+from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan, TransferStep
 
 __all__ = ["Targets", "at_efficiency", "realize"]
 
@@ -84,7 +90,9 @@ def realize(
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live = _live_counts(targets, loaded)
-    multicast, refined_s = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
+    multicast, refined_s, steps = _transfers(
+        state, spec, tp, targets, run, sum(live), (notes, missing), held
+    )
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
     pairs, unpaired = live_pairs(
         state, spec, multicast, loaded, queues, run, tp, roles=roles, keep=targets.pairs
@@ -98,7 +106,6 @@ def realize(
     for inst in draining:  # a released instance finishes its own queue first
         queues.setdefault(inst.id, list(inst.queue))
     marks = milestones(state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, run)
-    steps = program(multicast, state.topology, held) if multicast else ()
     if targets.count and run.started is not None:  # planner-placed instances were asked
         planned = len(multicast.instances) if multicast is not None else 0
         # the whole call but the refinements, which a plan under a deadline skips
@@ -125,6 +132,35 @@ def realize(
     )
 
 
+def _transfers(
+    state: ClusterState,
+    spec: ModelSpec,
+    tp: int,
+    targets: Targets,
+    run: Planning,
+    live_count: int,
+    said: tuple[list[str], list[str]],
+    held: Held | None,
+) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
+    """:func:`_multicast`'s plan and refinement times, and its transfer program. Under a
+    deadline (planner-placed instances) both stop at the deadline's checkpoints
+    (:meth:`Planning.checkpoint`): the time spent on the instances tried is then recorded (at
+    least what a plan of them costs, so the line learns) and DeadlinePassed goes on to the
+    caller, which answers in time."""
+    check = None if targets.groups else run.checkpoint(state.topology)
+    tried: list[int] = []
+    try:
+        multicast, refined_s = _multicast(
+            state, spec, tp, targets, run, live_count, said, (check, tried)
+        )
+        steps = program(multicast, state.topology, held, check) if multicast else ()
+    except DeadlinePassed:
+        if tried and run.started is not None:
+            record_rate(state.topology, tried[-1], run.used_cpu(), run.used())
+        raise
+    return multicast, refined_s, steps
+
+
 def _multicast(
     state: ClusterState,
     spec: ModelSpec,
@@ -132,15 +168,19 @@ def _multicast(
     targets: Targets,
     run: Planning,
     live_count: int,
-    notes: list[str],
-    missing: list[str],
+    said: tuple[list[str], list[str]],
+    hooks: tuple[Callable[[str], None] | None, list[int]],
 ) -> tuple[MulticastPlan | None, tuple[float, float]]:
     """One multicast plan for every target (None: no targets), ``live_count`` of them live
     unless ``targets`` names them, and the CPU and wall-clock seconds its refinements took
-    (a plan under a deadline skips them: they are not in the planning time); its notes go to
-    ``notes``. Under ``deadline_s`` it places only the new instances the time left affords
-    (:mod:`blitzplan.multicast.planning_rate`: at the call's start, then at the multicast's
-    checkpoint), the rest go to ``missing``."""
+    (a plan under a deadline skips them: they are not in the planning time); ``said`` are the
+    plan's notes and missing lists it adds to. Under ``deadline_s`` it places only the new
+    instances the time left affords (:mod:`blitzplan.multicast.planning_rate`: at the call's
+    start, then once the multicast's problem is laid out), the rest go to ``missing``, and
+    ``hooks`` are the deadline's checkpoint, which stops the greedy when the time is out, and
+    the list of the counts tried, which the checks append to."""
+    notes, missing = said
+    check, tried = hooks
     explicit = bool(targets.groups)
     count = targets.count
     deadline = run.options.deadline_s
@@ -149,6 +189,7 @@ def _multicast(
         load = recent_load(topology)
         count = affordable(topology, count, deadline, run.used(), load)
         live_count = min(live_count, count)
+        tried.append(count)
     if not (explicit or count):
         _left_out(targets.count, 0, notes, missing)
         return None, (0.0, 0.0)
@@ -174,7 +215,8 @@ def _multicast(
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
         polish_evaluations=0 if run.bounded() or explicit else None,
         refine_budget=refine,
-        afford=None if deadline is None or explicit else _checkpoint(state, run),
+        afford=None if deadline is None or explicit else _checkpoint(state, run, tried),
+        checkpoint=check,
     )
     if not explicit:
         _left_out(targets.count, len(multicast.instances), notes, missing)
@@ -190,11 +232,17 @@ def _multicast(
     return multicast, spent
 
 
-def _checkpoint(state: ClusterState, run: Planning) -> Callable[[int], int]:
+def _checkpoint(state: ClusterState, run: Planning, tried: list[int]) -> Callable[[int], int]:
     """How many of ``n`` new instances the time left affords at a checkpoint of the multicast
-    (:func:`~blitzplan.multicast.planning_rate.afford_now`)."""
+    (:func:`~blitzplan.multicast.planning_rate.afford_now`), appended to ``tried``."""
     deadline = run.options.deadline_s or 0.0
-    return lambda n: afford_now(state.topology, n, deadline, run.used(), run.used_cpu())
+
+    def afford(n: int) -> int:
+        left = afford_now(state.topology, n, deadline, run.used(), run.used_cpu())
+        tried.append(max(1, min(n, left)))  # the multicast plans at least one
+        return left
+
+    return afford
 
 
 def _left_out(asked: int, planned: int, notes: list[str], missing: list[str]) -> None:
