@@ -32,9 +32,9 @@ from blitzplan.scale.milestones import milestones
 from blitzplan.scale.mutations import mutation_records, requeue
 from blitzplan.scale.pairing import live_pairs
 from blitzplan.scale.planning import Planning
-from blitzplan.scale.program import program
+from blitzplan.scale.program import TransferStep, program
 from blitzplan.scale.releases import timed_releases
-from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan, TransferStep
+from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 
 __all__ = ["Targets", "at_efficiency", "realize"]
 
