@@ -1,7 +1,8 @@
 """plan(deadline_s=) stops where the time left no longer affords every new instance (issue 19):
 the multicast's checkpoint plans fewer, the plan is valid and ``missing`` lists the rest; the
-planning line is fitted on CPU time and the load measured beside it; without a deadline nothing
-of this touches the plan."""
+planning line is fitted on CPU time and the load measured beside it; past the point where only
+the cheapest answer still fits, the checkpoints in the greedy and the program stop the call and
+it answers with the plan of nothing; without a deadline nothing of this touches the plan."""
 
 from __future__ import annotations
 
@@ -9,15 +10,22 @@ import pytest
 
 from blitzplan.multicast import plan_multicast, validate_multicast
 from blitzplan.multicast.planning_rate import (
+    ANSWER_S,
     DEADLINE_SHARE,
+    DeadlinePassed,
     afford_now,
     affordable,
+    answer_cost,
     planning_costs,
     recent_load,
+    record_answer,
     record_rate,
+    stop_at,
 )
 from blitzplan.scale import ScaleRequest, plan, validate_plan
+from blitzplan.scale import planning as planning_module
 from blitzplan.scale import realize as realize_module
+from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import at_efficiency
 from blitzplan.topologies.links import LINK_EFFICIENCY
 from tests.test_plan_deadline import _busy, _fresh_topology
@@ -116,6 +124,94 @@ def test_without_a_deadline_the_records_never_touch_the_plan(
 
     monkeypatch.setattr(realize_module, "afford_now", never)
     monkeypatch.setattr(realize_module, "affordable", never)
+    monkeypatch.setattr(planning_module, "stop_at", never)
     again = plan(slow, request, refine_budget=None)
     assert again.plan_id == fresh.plan_id and len(again.new_instances) == 14
     assert again.missing == ()
+
+
+def test_stop_at_keeps_the_cheapest_answer_s_time_at_the_recent_load() -> None:
+    """Hand-computed: before any answer is measured it costs ANSWER_S; then the median of the
+    recent ones, times the recent load."""
+    topology = _fresh_topology("h200-8")
+    assert answer_cost(topology) == ANSWER_S
+    assert stop_at(topology, 0.05) == pytest.approx(0.05 - ANSWER_S)
+    for seconds in (0.002, 0.004, 0.003):
+        record_answer(topology, seconds)
+    record_rate(topology, 10, 0.1, 0.2)  # load 2
+    assert answer_cost(topology) == pytest.approx(0.003)
+    assert stop_at(topology, 0.05) == pytest.approx(0.05 - 2 * 0.003)
+
+
+STAGES = ("problem", "context", "allocation", "lanes", "paces", "evaluation", "evaluated")
+
+
+@pytest.mark.parametrize("stage", [*STAGES, "program"])
+def test_a_checkpoint_that_finds_the_time_out_answers_with_the_plan_of_nothing(
+    monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    """A checkpoint whose clock says the time is out at ``stage`` (injected: every stage is
+    reached in this order, the earlier ones pass): the call returns the plan of nothing, valid,
+    every requested change in ``missing``, a note naming the checkpoint; the attempt (12 new
+    instances) is recorded on the cluster, and so is the answer's own time."""
+    state = _busy()
+    reached: list[str] = []
+
+    def checkpoint(self: Planning, topology: object) -> object:
+        def check(at: str) -> None:
+            if not reached or reached[-1] != at:
+                reached.append(at)
+            if at == stage:
+                raise DeadlinePassed(at)
+
+        return check
+
+    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    request = ScaleRequest("llama-3-8b", prefill=12, tp=1)
+    out = plan(state, request, deadline_s=60.0)
+    assert reached == [*STAGES, "program"][: reached.index(stage) + 1]
+    assert reached[-1] == stage
+    assert out.new_instances == () and out.steps == () and out.multicast is None
+    assert validate_plan(state, out) == ()
+    assert out.missing == ("deadline_s: +12 prefill not planned (out of time)",)
+    assert any(f"ran out while planning ({stage} checkpoint" in n for n in out.notes)
+    book = at_efficiency(state, dict(LINK_EFFICIENCY)).topology.memo["planning_time"]
+    assert [n for n, _ in book["records"]] == [12] and len(book["answer"]) == 1
+
+
+def test_a_deadline_passed_before_the_first_checkpoint_stops_there() -> None:
+    """A cluster with no record plans under any deadline, but its clock still bounds it: with
+    1 ns the first checkpoint (the problem laid out) already finds the time out."""
+    state = _busy()
+    out = plan(state, ScaleRequest("llama-3-8b", prefill=6, decode=-1, tp=1), deadline_s=1e-9)
+    assert out.new_instances == () and out.mutations == () and out.releases == ()
+    assert out.missing == ("deadline_s: +6 prefill, -1 decode not planned (out of time)",)
+    assert any("(problem checkpoint" in n for n in out.notes)
+
+
+def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same request under an hour's deadline, its checkpoints live (and called: counted),
+    then switched off: the same plan (the same plan_id)."""
+    request = ScaleRequest("llama-3-8b", prefill=10, tp=1)
+    calls: list[str] = []
+    live_checkpoint = Planning.checkpoint
+
+    def counted(self: Planning, topology: object) -> object:
+        check = live_checkpoint(self, topology)  # type: ignore[arg-type]
+        assert check is not None
+
+        def counting(stage: str) -> None:
+            calls.append(stage)
+            check(stage)
+
+        return counting
+
+    monkeypatch.setattr(Planning, "checkpoint", counted)
+    timed = plan(_busy(), request, deadline_s=3600.0)
+    monkeypatch.setattr(Planning, "checkpoint", lambda self, topology: None)
+    free = plan(_busy(), request, deadline_s=3600.0)
+    assert len(calls) > len(STAGES) and "program" in calls
+    assert timed.plan_id == free.plan_id and len(timed.new_instances) == 10
+    assert validate_plan(_busy(), timed) == ()
