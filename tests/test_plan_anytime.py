@@ -199,7 +199,7 @@ def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(
     live_checkpoint = Planning.checkpoint
 
     def counted(self: Planning, topology: object) -> object:
-        check = live_checkpoint(self, topology)  # type: ignore[arg-type]
+        check = live_checkpoint(self, topology)
         assert check is not None
 
         def counting(stage: str) -> None:
