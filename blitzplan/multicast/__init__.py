@@ -158,7 +158,7 @@ def plan_multicast(
     )
     ending = [f for f in state.background_flows if math.isfinite(state.flow_end_s(f))]
     try:
-        problem = _afforded(state, spec, placement, options, afford)
+        problem = _afforded(state, spec, placement, options, (afford, checkpoint))
         return _solve(problem, problem, *solve)
     except InfeasibleError:
         if not ending:
@@ -168,7 +168,7 @@ def plan_multicast(
     for flow in state.background_flows:
         if flow not in ending:
             later.add_flow(flow, until_s=state.flow_end_s(flow))
-    free = _afforded(later, spec, placement, options, afford)
+    free = _afforded(later, spec, placement, options, (afford, checkpoint))
     wait = max(state.flow_end_s(f) for f in ending)
     waiting = tuple(
         dataclasses.replace(i, startup_s=max(i.startup_s, wait)) for i in free.instances
@@ -268,15 +268,23 @@ def _check_options(
 
 
 def _problem(
-    state: ClusterState, spec: ModelSpec, *, placement: str, **options: Unpack[PrepareOptions]
+    state: ClusterState,
+    spec: ModelSpec,
+    *,
+    placement: str,
+    check: Callable[[str], None] | None = None,
+    **options: Unpack[PrepareOptions],
 ) -> Problem:
-    """The problem, choosing the placement when ``auto`` (only with ``count``)."""
+    """The problem, choosing the placement when ``auto`` (only with ``count``); ``check`` (a
+    deadline's checkpoint) is called between the two placements."""
     if placement != _AUTO:
         return prepare(state, spec, placement=placement, **options)
     packed = prepare(state, spec, placement="pack", **options)
     count = options["count"]
     if count is None or count > AUTO_PLACEMENT_MAX or not packed.sources:
         return packed
+    if check is not None:
+        check("placement")
     spread = prepare(state, spec, placement="spread", **options)
     if [i.gpus for i in spread.instances] == [i.gpus for i in packed.instances]:
         return packed
@@ -288,14 +296,17 @@ def _afforded(
     spec: ModelSpec,
     placement: str,
     options: PrepareOptions,
-    afford: Callable[[int], int] | None,
+    deadline: tuple[Callable[[int], int] | None, Callable[[str], None] | None],
 ) -> Problem:
     """The problem of ``options``, or of as many new instances as ``afford`` says the time
-    left affords (:func:`plan_multicast`)."""
-    problem = _problem(state, spec, placement=placement, **options)
+    left affords (:func:`plan_multicast`); ``deadline`` is ``afford`` and the checkpoint."""
+    afford, check = deadline
+    problem = _problem(state, spec, placement=placement, check=check, **options)
     count = len(problem.instances)
     if afford is None or options["count"] is None:
         return problem
+    if check is not None:
+        check("layout")
     fewer = max(1, min(count, afford(count)))
     if fewer == count:
         return problem
@@ -306,7 +317,7 @@ def _afforded(
         "names": kept,
         "live": min(live, fewer) if isinstance(live, int) else [n for n in live if n in kept],
     }
-    return _problem(state, spec, placement=placement, **changed)
+    return _problem(state, spec, placement=placement, check=check, **changed)
 
 
 def _estimate(problem: Problem) -> float:
