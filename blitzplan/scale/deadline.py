@@ -53,12 +53,13 @@ def too_short_plan(
     run: Planning,
     mine: list[Instance],
     recorded: dict[str, int],
-    passed: DeadlinePassed | None = None,
+    stopped: tuple[DeadlinePassed, float] | None = None,
 ) -> ScalePlan:
     """The plan of nothing (module docstring); ``mine`` are the old instances of ``spec``,
-    ``recorded`` what the plan records of the request, ``passed`` the checkpoint that found
-    the time out (None: the deadline was too short from the start)."""
-    started = time.thread_time()
+    ``recorded`` what the plan records of the request, ``stopped`` the checkpoint that found
+    the time out and the thread's CPU time when it was caught (None: the deadline was too short
+    from the start)."""
+    passed, started = stopped or (None, time.thread_time())
     topology = at_efficiency(state, run.options.link_efficiency).topology
     asked = [
         f"{count:+d} {role}"

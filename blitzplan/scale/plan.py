@@ -31,6 +31,7 @@ Several requests at once (``plan(state, [r1, r2, ...])``) give one
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -111,7 +112,10 @@ def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> Scale
     try:
         return _realized(state, spec, request, changes, run, missing)
     except DeadlinePassed as passed:  # the cheapest honest answer, in time
-        return too_short_plan(state, spec, request, run, mine, _recorded(request), passed)
+        began = time.thread_time()
+        passed.__traceback__ = None  # the partial plan is freed now, within the answer's time
+        answer = (passed, began)
+        return too_short_plan(state, spec, request, run, mine, _recorded(request), answer)
     except InfeasibleError:
         slots, cut = reachable_slots(
             state, spec, request.tp, allow_prefill_sources=options.allow_prefill_sources
