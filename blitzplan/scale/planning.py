@@ -8,7 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from blitzplan.compute import ComputeModel
-from blitzplan.multicast.planning_rate import DeadlinePassed, stop_at
+from blitzplan.multicast.planning_rate import (
+    STAGE_DONE,
+    DeadlinePassed,
+    TooSlow,
+    recut_share,
+    stop_at,
+)
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.topologies import Topology
 
@@ -41,18 +47,30 @@ class Planning:
         """CPU seconds this thread spent since the call started (0 without a clock)."""
         return 0.0 if self.started_cpu is None else time.thread_time() - self.started_cpu
 
-    def checkpoint(self, topology: Topology) -> Callable[[str], None] | None:
+    def checkpoint(self, topology: Topology, *, recut: bool = True) -> Callable[[str], None] | None:
         """Under a deadline, a checkpoint: called with the name of a stage, it raises
         :class:`~blitzplan.multicast.planning_rate.DeadlinePassed` once the call has reached
-        :func:`~blitzplan.multicast.planning_rate.stop_at` (None: no deadline or no clock)."""
-        deadline = self.options.deadline_s
-        if deadline is None or self.started is None:
+        :func:`~blitzplan.multicast.planning_rate.stop_at`, and with ``recut``, at the stages
+        of :data:`~blitzplan.multicast.planning_rate.STAGE_DONE`,
+        :class:`~blitzplan.multicast.planning_rate.TooSlow` when the work since the greedy
+        began (stage ``problem``) would end past that point at its pace so far (None: no
+        deadline or no clock)."""
+        deadline, started = self.options.deadline_s, self.started
+        if deadline is None or started is None:
             return None
-        limit = self.started + stop_at(topology, deadline)
+        limit = stop_at(topology, deadline)
+        begun: list[float] = []
 
         def check(stage: str) -> None:
-            if time.monotonic() >= limit:
+            now = time.monotonic() - started
+            if now >= limit:
                 raise DeadlinePassed(stage)
+            if stage == "problem" and not begun:
+                begun.append(now)
+            elif recut and begun and stage in STAGE_DONE:
+                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0])
+                if share is not None:
+                    raise TooSlow(stage, share)
 
         return check
 

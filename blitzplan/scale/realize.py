@@ -12,6 +12,7 @@ others, by ready time, prefill, then colocated, then decode. Live pairs come fro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.planning_rate import (
     DeadlinePassed,
+    TooSlow,
     afford_now,
     affordable,
     recent_load,
@@ -144,20 +146,48 @@ def _transfers(
 ) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
     """:func:`_multicast`'s plan and refinement times, and its transfer program. Under a
     deadline (planner-placed instances) both stop at the deadline's checkpoints
-    (:meth:`Planning.checkpoint`): the time spent on the instances tried is then recorded (at
-    least what a plan of them costs, so the line learns) and DeadlinePassed goes on to the
-    caller, which answers in time."""
-    check = None if targets.groups else run.checkpoint(state.topology)
+    (:meth:`Planning.checkpoint`): one that finds the call too slow (TooSlow) has the share of
+    the instances tried that the time left affords planned afresh (once, with a note); one that
+    finds the time out has the time spent on the instances tried recorded (at least what a
+    plan of them costs, so the line learns) and DeadlinePassed goes on to the caller, which
+    answers in time."""
+    attempt = (state, spec, tp, targets, run, live_count, said, held)
     tried: list[int] = []
     try:
-        multicast, refined_s = _multicast(
-            state, spec, tp, targets, run, live_count, said, (check, tried)
-        )
-        steps = program(multicast, state.topology, held, check) if multicast else ()
+        try:
+            return _attempt(*attempt, (run.checkpoint(state.topology), tried, None))
+        except TooSlow as slow:
+            afresh = math.floor(tried[-1] * slow.share) if tried else 0
+            if afresh < 1:
+                raise DeadlinePassed(slow.stage) from None
+            said[0].append(
+                f"deadline_s: a plan of {tried[-1]} new instances ran slower than recorded "
+                f"({slow.stage} checkpoint, {run.used() * 1e3:.1f} ms in); {afresh} planned afresh"
+            )
+            hooks = (run.checkpoint(state.topology, recut=False), tried, afresh)
+            return _attempt(*attempt, hooks)
     except DeadlinePassed:
         if tried and run.started is not None:
             record_rate(state.topology, tried[-1], run.used_cpu(), run.used())
         raise
+
+
+def _attempt(
+    state: ClusterState,
+    spec: ModelSpec,
+    tp: int,
+    targets: Targets,
+    run: Planning,
+    live_count: int,
+    said: tuple[list[str], list[str]],
+    held: Held | None,
+    hooks: tuple[Callable[[str], None] | None, list[int], int | None],
+) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
+    """One attempt of :func:`_transfers`, its checkpoint none for explicit targets."""
+    if targets.groups:
+        hooks = (None, *hooks[1:])
+    multicast, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
+    steps = program(multicast, state.topology, held, hooks[0]) if multicast else ()
     return multicast, refined_s, steps
 
 
@@ -169,7 +199,7 @@ def _multicast(
     run: Planning,
     live_count: int,
     said: tuple[list[str], list[str]],
-    hooks: tuple[Callable[[str], None] | None, list[int]],
+    hooks: tuple[Callable[[str], None] | None, list[int], int | None],
 ) -> tuple[MulticastPlan | None, tuple[float, float]]:
     """One multicast plan for every target (None: no targets), ``live_count`` of them live
     unless ``targets`` names them, and the CPU and wall-clock seconds its refinements took
@@ -177,17 +207,18 @@ def _multicast(
     plan's notes and missing lists it adds to. Under ``deadline_s`` it places only the new
     instances the time left affords (:mod:`blitzplan.multicast.planning_rate`: at the call's
     start, then once the multicast's problem is laid out), the rest go to ``missing``, and
-    ``hooks`` are the deadline's checkpoint, which stops the greedy when the time is out, and
-    the list of the counts tried, which the checks append to."""
+    ``hooks`` are the deadline's checkpoint, which stops the greedy when the time is out, the
+    list of the counts tried, which the checks append to, and a cap on the count (None:
+    none)."""
     notes, missing = said
-    check, tried = hooks
+    check, tried, cap = hooks
     explicit = bool(targets.groups)
     count = targets.count
     deadline = run.options.deadline_s
     if deadline is not None and count:  # anytime: what the time left affords
         topology = state.topology
         load = recent_load(topology)
-        count = affordable(topology, count, deadline, run.used(), load)
+        count = affordable(topology, min(count, cap or count), deadline, run.used(), load)
         live_count = min(live_count, count)
         tried.append(count)
     if not (explicit or count):
