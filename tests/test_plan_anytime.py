@@ -13,6 +13,7 @@ from blitzplan.multicast.planning_rate import (
     ANSWER_S,
     DEADLINE_SHARE,
     DeadlinePassed,
+    TooSlow,
     afford_now,
     affordable,
     answer_cost,
@@ -20,6 +21,7 @@ from blitzplan.multicast.planning_rate import (
     recent_load,
     record_answer,
     record_rate,
+    recut_share,
     stop_at,
 )
 from blitzplan.scale import ScaleRequest, plan, validate_plan
@@ -167,7 +169,7 @@ def test_a_checkpoint_that_finds_the_time_out_answers_with_the_plan_of_nothing(
     state = _busy()
     reached: list[str] = []
 
-    def checkpoint(self: Planning, topology: object) -> object:
+    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
         def check(at: str) -> None:
             if not reached or reached[-1] != at:
                 reached.append(at)
@@ -225,3 +227,46 @@ def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(
     assert len(calls) > len(STAGES) and "program" in calls
     assert timed.plan_id == free.plan_id and len(timed.new_instances) == 10
     assert validate_plan(_busy(), timed) == ()
+
+
+def test_recut_share_is_the_time_left_over_the_projected_work() -> None:
+    """Hand-computed: work begun at 10 ms, a quarter done at 30 ms, so 80 ms in all: it ends
+    at 90 ms, within a 100 ms limit (None); with a 50 ms limit, 0.8 of the 20 ms left less a
+    10 ms layout is 6 ms of the 80: 7.5 % of the instances."""
+    assert recut_share(0.010, 0.030, 0.25, 0.100, 0.010) is None
+    assert recut_share(0.010, 0.030, 0.25, 0.050, 0.010) == pytest.approx(0.075)
+    assert recut_share(0.010, 0.030, 0.25, 0.035, 0.010) == 0.0
+
+
+@pytest.mark.parametrize(("share", "planned"), [(0.5, 6), (0.05, 0)])
+def test_a_call_too_slow_at_an_early_checkpoint_plans_afresh_the_share_it_affords(
+    monkeypatch: pytest.MonkeyPatch, share: float, planned: int
+) -> None:
+    """The first attempt's checkpoint finds the call too slow at ``paces`` (injected) with
+    ``share`` of its 12 instances affordable: half gives a valid plan of 6 (the retry's
+    checkpoints no longer recut), the rest in ``missing``, a note; 5 % (none) gives the plan of
+    nothing at once."""
+    state = _busy()
+    attempts: list[bool] = []
+
+    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+        attempts.append(recut)
+
+        def check(at: str) -> None:
+            if recut and at == "paces":
+                raise TooSlow(at, share)
+
+        return check
+
+    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    out = plan(state, ScaleRequest("llama-3-8b", prefill=12, tp=1), deadline_s=60.0)
+    assert len(out.new_instances) == planned
+    assert validate_plan(state, out) == ()
+    if planned:
+        assert attempts == [True, False]
+        assert f"deadline_s: {12 - planned} new instances not planned" in out.missing
+        assert any("a plan of 12 new instances ran slower" in n for n in out.notes)
+        assert len(out.steps) > 0 and out.multicast is not None
+    else:
+        assert attempts == [True]
+        assert out.missing == ("deadline_s: +12 prefill not planned (out of time)",)

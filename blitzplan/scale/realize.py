@@ -155,7 +155,8 @@ def _transfers(
     tried: list[int] = []
     try:
         try:
-            return _attempt(*attempt, (run.checkpoint(state.topology), tried, None))
+            first = run.checkpoint(state.topology) if targets.count else None
+            return _attempt(*attempt, (first, tried, None))
         except TooSlow as slow:
             afresh = math.floor(tried[-1] * slow.share) if tried else 0
             if afresh < 1:
@@ -183,9 +184,7 @@ def _attempt(
     held: Held | None,
     hooks: tuple[Callable[[str], None] | None, list[int], int | None],
 ) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
-    """One attempt of :func:`_transfers`, its checkpoint none for explicit targets."""
-    if targets.groups:
-        hooks = (None, *hooks[1:])
+    """One attempt of :func:`_transfers` (``hooks``: :func:`_multicast`'s)."""
     multicast, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
     steps = program(multicast, state.topology, held, hooks[0]) if multicast else ()
     return multicast, refined_s, steps
