@@ -78,6 +78,11 @@ class Planning:
         """Whether a deadline bounds the call."""
         return self.options.deadline_s is not None
 
-    def passed(self) -> bool:
+    def passed(self, topology: Topology | None = None) -> bool:
+        """Whether the deadline has passed; with ``topology``, whether the call has reached
+        :func:`~blitzplan.multicast.planning_rate.stop_at` there (what is left of the
+        deadline is what the cheapest answer takes: the milestones fit in it)."""
         deadline = self.options.deadline_s
-        return deadline is not None and self.used() > deadline
+        if deadline is None:
+            return False
+        return self.used() > (deadline if topology is None else stop_at(topology, deadline))
