@@ -151,12 +151,17 @@ def _transfers(
     finds the time out has the time spent on the instances tried recorded (at least what a
     plan of them costs, so the line learns) and DeadlinePassed goes on to the caller, which
     answers in time."""
-    attempt = (state, spec, tp, targets, run, live_count, said, held)
     tried: list[int] = []
+
+    def attempt(
+        hooks: tuple[Callable[[str], None] | None, list[int], int | None],
+    ) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
+        plan, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
+        return plan, refined_s, program(plan, state.topology, held, hooks[0]) if plan else ()
+
     try:
         try:
-            first = run.checkpoint(state.topology) if targets.count else None
-            return _attempt(*attempt, (first, tried, None))
+            return attempt((run.checkpoint(state.topology) if targets.count else None, tried, None))
         except TooSlow as slow:
             afresh = math.floor(tried[-1] * slow.share) if tried else 0
             if afresh < 1:
@@ -165,29 +170,11 @@ def _transfers(
                 f"deadline_s: a plan of {tried[-1]} new instances ran slower than recorded "
                 f"({slow.stage} checkpoint, {run.used() * 1e3:.1f} ms in); {afresh} planned afresh"
             )
-            hooks = (run.checkpoint(state.topology, recut=False), tried, afresh)
-            return _attempt(*attempt, hooks)
+            return attempt((run.checkpoint(state.topology, recut=False), tried, afresh))
     except DeadlinePassed:
         if tried and run.started is not None:
             record_rate(state.topology, tried[-1], run.used_cpu(), run.used())
         raise
-
-
-def _attempt(
-    state: ClusterState,
-    spec: ModelSpec,
-    tp: int,
-    targets: Targets,
-    run: Planning,
-    live_count: int,
-    said: tuple[list[str], list[str]],
-    held: Held | None,
-    hooks: tuple[Callable[[str], None] | None, list[int], int | None],
-) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
-    """One attempt of :func:`_transfers` (``hooks``: :func:`_multicast`'s)."""
-    multicast, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
-    steps = program(multicast, state.topology, held, hooks[0]) if multicast else ()
-    return multicast, refined_s, steps
 
 
 def _multicast(
