@@ -146,7 +146,6 @@ def test_stop_at_keeps_the_cheapest_answer_s_time_at_the_recent_load() -> None:
 
 
 STAGES = (
-    "placement",
     "layout",
     "problem",
     "context",
@@ -193,12 +192,12 @@ def test_a_checkpoint_that_finds_the_time_out_answers_with_the_plan_of_nothing(
 
 def test_a_deadline_passed_before_the_first_checkpoint_stops_there() -> None:
     """A cluster with no record plans under any deadline, but its clock still bounds it: with
-    1 ns the first checkpoint (between the two placements) already finds the time out."""
+    1 ns the first checkpoint (the problem laid out) already finds the time out."""
     state = _busy()
     out = plan(state, ScaleRequest("llama-3-8b", prefill=6, decode=-1, tp=1), deadline_s=1e-9)
     assert out.new_instances == () and out.mutations == () and out.releases == ()
     assert out.missing == ("deadline_s: +6 prefill, -1 decode not planned (out of time)",)
-    assert any("(placement checkpoint" in n for n in out.notes)
+    assert any("(layout checkpoint" in n for n in out.notes)
 
 
 def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(

@@ -268,23 +268,15 @@ def _check_options(
 
 
 def _problem(
-    state: ClusterState,
-    spec: ModelSpec,
-    *,
-    placement: str,
-    check: Callable[[str], None] | None = None,
-    **options: Unpack[PrepareOptions],
+    state: ClusterState, spec: ModelSpec, *, placement: str, **options: Unpack[PrepareOptions]
 ) -> Problem:
-    """The problem, choosing the placement when ``auto`` (only with ``count``); ``check`` (a
-    deadline's checkpoint) is called between the two placements."""
+    """The problem, choosing the placement when ``auto`` (only with ``count``)."""
     if placement != _AUTO:
         return prepare(state, spec, placement=placement, **options)
     packed = prepare(state, spec, placement="pack", **options)
     count = options["count"]
     if count is None or count > AUTO_PLACEMENT_MAX or not packed.sources:
         return packed
-    if check is not None:
-        check("placement")
     spread = prepare(state, spec, placement="spread", **options)
     if [i.gpus for i in spread.instances] == [i.gpus for i in packed.instances]:
         return packed
@@ -301,7 +293,7 @@ def _afforded(
     """The problem of ``options``, or of as many new instances as ``afford`` says the time
     left affords (:func:`plan_multicast`); ``deadline`` is ``afford`` and the checkpoint."""
     afford, check = deadline
-    problem = _problem(state, spec, placement=placement, check=check, **options)
+    problem = _problem(state, spec, placement=placement, **options)
     count = len(problem.instances)
     if afford is None or options["count"] is None:
         return problem
@@ -317,7 +309,7 @@ def _afforded(
         "names": kept,
         "live": min(live, fewer) if isinstance(live, int) else [n for n in live if n in kept],
     }
-    return _problem(state, spec, placement=placement, check=check, **changed)
+    return _problem(state, spec, placement=placement, **changed)
 
 
 def _estimate(problem: Problem) -> float:

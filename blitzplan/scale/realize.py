@@ -232,6 +232,8 @@ def _multicast(
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
         polish_evaluations=0 if run.bounded() or explicit else None,
         refine_budget=refine,
+        # under a deadline one layout, packed: weighing spreading lays a few instances out twice
+        placement="auto" if deadline is None else "pack",
         afford=None if deadline is None or explicit else _checkpoint(state, run, tried),
         checkpoint=check,
     )
