@@ -269,3 +269,28 @@ def test_a_call_too_slow_at_an_early_checkpoint_plans_afresh_the_share_it_afford
     else:
         assert attempts == [True]
         assert out.missing == ("deadline_s: +12 prefill not planned (out of time)",)
+
+
+def test_pairing_stops_at_the_checkpoints_point_and_keeps_the_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pairing asks whether the call has reached the checkpoints' stop point on the cluster
+    (injected: it has): the live tails load without a pair, the plan stays valid and says so."""
+    state = _busy()
+    asked: list[object] = []
+
+    def passed(self: Planning, topology: object = None) -> bool:
+        asked.append(topology)
+        return topology is not None
+
+    monkeypatch.setattr(Planning, "passed", passed)
+    out = plan(state, ScaleRequest("llama-3-8b", prefill=12, tp=1), deadline_s=60.0)
+    assert asked and all(t is not None for t in asked)
+    assert out.live_pairs == () and len(out.new_instances) == 12
+    live = len(out.multicast.live) if out.multicast else 0
+    assert live > 0
+    assert (
+        f"deadline_s: {live} live instances left without a pair (they load, but help no queue)"
+        in out.notes
+    )
+    assert validate_plan(state, out) == ()
