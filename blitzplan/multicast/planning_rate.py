@@ -16,10 +16,12 @@ down by the machine still ends near its deadline. From there on the call is boun
 clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
 built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
 than the cheapest honest answer takes (a plan of nothing, :func:`answer_cost`), and the call
-returns that answer instead of overrunning. Before that, early checkpoints compare the call's own
-pace with the deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says
-are done there): a call that would end past it stops with :class:`TooSlow` and plans afresh the
-share of its instances the time left affords at that pace. The line is Siegel's repeated medians
+returns that answer instead of overrunning (and the next :data:`BACKOFF` calls under a
+deadline no longer than it answer at once: :func:`record_stop`). Before that, early checkpoints
+compare the call's own pace with the deadline (:func:`recut_share`, at the shares of the work
+:data:`STAGE_DONE` says are done there): a call that would end past it stops with
+:class:`TooSlow` and plans afresh the share of its instances the time left affords at that
+pace. The line is Siegel's repeated medians
 (:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
 first on a cluster fills its route caches) moves it little. The first plan on a topology has no
 record: it plans everything, until its checkpoints find the time out.
@@ -34,6 +36,7 @@ from blitzplan.topologies import Topology
 
 __all__ = [
     "ANSWER_S",
+    "BACKOFF",
     "DEADLINE_SHARE",
     "KEPT",
     "STAGE_DONE",
@@ -47,8 +50,10 @@ __all__ = [
     "recent_load",
     "record_answer",
     "record_rate",
+    "record_stop",
     "recut_share",
     "stop_at",
+    "stopped_before",
 ]
 
 DEADLINE_SHARE = 0.8
@@ -65,6 +70,10 @@ MEASURED_CPU_S = 0.002
 ANSWER_S = 0.001
 """CPU seconds the cheapest honest answer (a plan of nothing) is taken to cost on a topology
 where none was measured yet."""
+
+BACKOFF = 8
+"""Calls answered at once after a call under a deadline at least as long was stopped with
+nothing planned; the next one tries again."""
 
 _KEY = "planning_time"
 
@@ -133,6 +142,26 @@ def record_answer(topology: Topology, seconds: float) -> None:
         answers = topology.memo.setdefault(_KEY, {}).setdefault("answer", [])
         answers.append(seconds)
         del answers[:-KEPT]
+
+
+def record_stop(topology: Topology, seconds: float) -> None:
+    """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with
+    nothing planned: the next :data:`BACKOFF` calls under a deadline no longer than the longest
+    such answer at once (:func:`stopped_before`)."""
+    book = topology.memo.setdefault(_KEY, {})
+    longest = max(seconds, book.get("stopped", (0.0, 0))[0])
+    book["stopped"] = (longest, BACKOFF)
+
+
+def stopped_before(topology: Topology, seconds: float) -> float | None:
+    """The deadline of a recent stopped call (:func:`record_stop`) at least ``seconds`` long, if
+    fewer than :data:`BACKOFF` calls have answered at once since (this one counts); else None."""
+    book = topology.memo.get(_KEY, {})
+    longest, left = book.get("stopped", (0.0, 0))
+    if left <= 0 or seconds > longest:
+        return None
+    book["stopped"] = (longest, left - 1)
+    return float(longest)
 
 
 def answer_cost(topology: Topology) -> float:

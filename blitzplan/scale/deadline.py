@@ -14,6 +14,8 @@ The same plan of nothing answers a call whose checkpoints found the time out whi
 (:class:`~blitzplan.multicast.planning_rate.DeadlinePassed`: the time left was what this answer
 takes): the note names the checkpoint. Each answer records its CPU time on the cluster
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
+A stop with nothing planned also makes the next few calls under a deadline no longer than its
+answer at once (:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
 """
 
 from __future__ import annotations
@@ -23,27 +25,45 @@ import time
 from blitzplan.cluster import ClusterState, Instance
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.planning_rate import (
+    BACKOFF,
     DeadlinePassed,
     affordable,
     planning_costs,
     recent_load,
     record_answer,
+    stopped_before,
 )
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import Targets, at_efficiency, realize
 from blitzplan.scale.types import ScalePlan, ScaleRequest
-from blitzplan.topologies import Topology
 
 __all__ = ["too_short", "too_short_plan"]
 
 
-def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> bool:
-    """Whether ``run``'s deadline affords not even one new instance on ``state``'s cluster."""
+def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str | None:
+    """None when ``run``'s deadline may afford a new instance on ``state``'s cluster; else why
+    not (the plan's note): the line affords none, or a call under a deadline at least as long
+    was stopped there with nothing planned a few calls ago
+    (:func:`~blitzplan.multicast.planning_rate.stopped_before`)."""
     deadline = run.options.deadline_s
     if deadline is None:
-        return False
+        return None
     topology = at_efficiency(state, run.options.link_efficiency).topology
-    return affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0
+    if affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0:
+        fixed, per = planning_costs(topology) or (0.0, 0.0)
+        return (
+            f"deadline_s: {deadline:g} s is too short for any plan on this cluster "
+            f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of "
+            f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
+            "was planned"
+        )
+    stopped = stopped_before(topology, deadline)
+    if stopped is not None:
+        return (
+            f"deadline_s: {deadline:g} s is too short: a call under {stopped:g} s ran out of "
+            f"time on this cluster within the last {BACKOFF} calls; nothing was planned"
+        )
+    return None
 
 
 def too_short_plan(
@@ -53,13 +73,17 @@ def too_short_plan(
     run: Planning,
     mine: list[Instance],
     recorded: dict[str, int],
-    stopped: tuple[DeadlinePassed, float] | None = None,
+    reason: str | tuple[DeadlinePassed, float],
 ) -> ScalePlan:
     """The plan of nothing (module docstring); ``mine`` are the old instances of ``spec``,
-    ``recorded`` what the plan records of the request, ``stopped`` the checkpoint that found
-    the time out and the thread's CPU time when it was caught (None: the deadline was too short
-    from the start)."""
-    passed, started = stopped or (None, time.thread_time())
+    ``recorded`` what the plan records of the request, ``reason`` why the deadline was too
+    short (:func:`too_short`), or the checkpoint that found the time out and the thread's CPU
+    time when it was caught."""
+    if isinstance(reason, str):
+        why, short, started = reason, "too short", time.thread_time()
+    else:
+        passed, started = reason
+        why, short = _out_of_time(run, passed), "out of time"
     topology = at_efficiency(state, run.options.link_efficiency).topology
     asked = [
         f"{count:+d} {role}"
@@ -70,7 +94,6 @@ def too_short_plan(
         )
         if count
     ]
-    why, short = _why(topology, run, passed)
     missing = [f"deadline_s: {', '.join(asked) or 'nothing'} not planned ({short})"]
     answer = realize(
         state,
@@ -89,19 +112,9 @@ def too_short_plan(
     return answer
 
 
-def _why(topology: Topology, run: Planning, passed: DeadlinePassed | None) -> tuple[str, str]:
-    """The note of a plan of nothing, and its word in ``missing``."""
-    deadline = run.options.deadline_s
-    if passed is not None:
-        return (
-            f"deadline_s: {deadline:g} s ran out while planning ({passed.stage} checkpoint, "
-            f"{run.used() * 1e3:.1f} ms in); nothing was planned",
-            "out of time",
-        )
-    fixed, per = planning_costs(topology) or (0.0, 0.0)
+def _out_of_time(run: Planning, passed: DeadlinePassed) -> str:
+    """The note of a call its checkpoint ``passed`` stopped."""
     return (
-        f"deadline_s: {deadline:g} s is too short for any plan on this cluster "
-        f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of CPU "
-        f"time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing was planned",
-        "too short",
+        f"deadline_s: {run.options.deadline_s:g} s ran out while planning ({passed.stage} "
+        f"checkpoint, {run.used() * 1e3:.1f} ms in); nothing was planned"
     )
