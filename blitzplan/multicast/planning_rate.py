@@ -71,7 +71,7 @@ ANSWER_S = 0.001
 """CPU seconds the cheapest honest answer (a plan of nothing) is taken to cost on a topology
 where none was measured yet."""
 
-BACKOFF = 8
+BACKOFF = 4
 """Calls answered at once after a call under a deadline at least as long was stopped with
 nothing planned; the next one tries again."""
 
