@@ -136,8 +136,8 @@ def record_rate(
 
 
 def record_answer(topology: Topology, seconds: float) -> None:
-    """Record that the cheapest honest answer (a plan of nothing) took ``seconds`` of CPU time
-    on ``topology``."""
+    """Record that the cheapest honest answer (a plan of nothing) of a stopped call took
+    ``seconds`` of CPU time on ``topology`` (freeing what it had planned included)."""
     if math.isfinite(seconds) and seconds > 0:
         answers = topology.memo.setdefault(_KEY, {}).setdefault("answer", [])
         answers.append(seconds)

@@ -12,7 +12,8 @@ known to be too short: the call plans.
 
 The same plan of nothing answers a call whose checkpoints found the time out while it planned
 (:class:`~blitzplan.multicast.planning_rate.DeadlinePassed`: the time left was what this answer
-takes): the note names the checkpoint. Each answer records its CPU time on the cluster
+takes): the note names the checkpoint. Each such answer records its CPU time on the cluster,
+freeing the partial plan included
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
 A stop with nothing planned also makes the next few calls under a deadline no longer than its
 answer at once (:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
@@ -79,8 +80,9 @@ def too_short_plan(
     ``recorded`` what the plan records of the request, ``reason`` why the deadline was too
     short (:func:`too_short`), or the checkpoint that found the time out and the thread's CPU
     time when it was caught."""
+    started: float | None = None
     if isinstance(reason, str):
-        why, short, started = reason, "too short", time.thread_time()
+        why, short = reason, "too short"
     else:
         passed, started = reason
         why, short = _out_of_time(run, passed), "out of time"
@@ -108,7 +110,8 @@ def too_short_plan(
         missing=missing,
         notes=[why],
     )
-    record_answer(topology, time.thread_time() - started)
+    if started is not None:  # a stop: what its answer took, the partial plan freed
+        record_answer(topology, time.thread_time() - started)
     return answer
 
 
