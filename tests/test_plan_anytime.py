@@ -1,7 +1,8 @@
 """plan(deadline_s=) stops where the time left no longer affords every new instance (issue 19):
 the multicast's checkpoint plans fewer, the plan is valid and ``missing`` lists the rest; the
-planning line is fitted on CPU time and the load measured beside it; without a deadline nothing
-of this touches the plan."""
+planning line is fitted on CPU time and the load measured beside it; past the point where only
+the cheapest answer still fits, the checkpoints in the greedy and the program stop the call and
+it answers with the plan of nothing; without a deadline nothing of this touches the plan."""
 
 from __future__ import annotations
 
@@ -9,15 +10,25 @@ import pytest
 
 from blitzplan.multicast import plan_multicast, validate_multicast
 from blitzplan.multicast.planning_rate import (
+    ANSWER_S,
+    BACKOFF,
     DEADLINE_SHARE,
+    DeadlinePassed,
+    TooSlow,
     afford_now,
     affordable,
+    answer_cost,
     planning_costs,
     recent_load,
+    record_answer,
     record_rate,
+    recut_share,
+    stop_at,
 )
 from blitzplan.scale import ScaleRequest, plan, validate_plan
+from blitzplan.scale import planning as planning_module
 from blitzplan.scale import realize as realize_module
+from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import at_efficiency
 from blitzplan.topologies.links import LINK_EFFICIENCY
 from tests.test_plan_deadline import _busy, _fresh_topology
@@ -116,6 +127,208 @@ def test_without_a_deadline_the_records_never_touch_the_plan(
 
     monkeypatch.setattr(realize_module, "afford_now", never)
     monkeypatch.setattr(realize_module, "affordable", never)
+    monkeypatch.setattr(planning_module, "stop_at", never)
     again = plan(slow, request, refine_budget=None)
     assert again.plan_id == fresh.plan_id and len(again.new_instances) == 14
     assert again.missing == ()
+
+
+def test_stop_at_keeps_the_cheapest_answer_s_time_at_the_recent_load() -> None:
+    """Hand-computed: before any answer is measured it costs ANSWER_S; then the median of the
+    recent ones, times the recent load."""
+    topology = _fresh_topology("h200-8")
+    assert answer_cost(topology) == ANSWER_S
+    assert stop_at(topology, 0.05) == pytest.approx(0.05 - ANSWER_S)
+    for seconds in (0.002, 0.004, 0.003):
+        record_answer(topology, seconds)
+    record_rate(topology, 10, 0.1, 0.2)  # load 2
+    assert answer_cost(topology) == pytest.approx(0.003)
+    assert stop_at(topology, 0.05) == pytest.approx(0.05 - 2 * 0.003)
+
+
+STAGES = (
+    "layout",
+    "problem",
+    "context",
+    "allocation",
+    "lanes",
+    "paces",
+    "evaluation",
+    "evaluated",
+)
+
+
+@pytest.mark.parametrize("stage", [*STAGES, "program"])
+def test_a_checkpoint_that_finds_the_time_out_answers_with_the_plan_of_nothing(
+    monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    """A checkpoint whose clock says the time is out at ``stage`` (injected: every stage is
+    reached in this order, the earlier ones pass): the call returns the plan of nothing, valid,
+    every requested change in ``missing``, a note naming the checkpoint; the attempt (12 new
+    instances) is recorded on the cluster, and so is the answer's own time."""
+    state = _busy()
+    reached: list[str] = []
+
+    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+        def check(at: str) -> None:
+            if not reached or reached[-1] != at:
+                reached.append(at)
+            if at == stage:
+                raise DeadlinePassed(at)
+
+        return check
+
+    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    request = ScaleRequest("llama-3-8b", prefill=12, tp=1)
+    out = plan(state, request, deadline_s=60.0)
+    assert reached == [*STAGES, "program"][: reached.index(stage) + 1]
+    assert reached[-1] == stage
+    assert out.new_instances == () and out.steps == () and out.multicast is None
+    assert validate_plan(state, out) == ()
+    assert out.missing == ("deadline_s: +12 prefill not planned (out of time)",)
+    assert any(f"ran out while planning ({stage} checkpoint" in n for n in out.notes)
+    book = at_efficiency(state, dict(LINK_EFFICIENCY)).topology.memo["planning_time"]
+    assert [n for n, _ in book["records"]] == [12] and len(book["answer"]) == 1
+
+
+def test_a_deadline_passed_before_the_first_checkpoint_stops_there() -> None:
+    """A cluster with no record plans under any deadline, but its clock still bounds it: with
+    1 ns the first checkpoint (the problem laid out) already finds the time out."""
+    state = _busy()
+    out = plan(state, ScaleRequest("llama-3-8b", prefill=6, decode=-1, tp=1), deadline_s=1e-9)
+    assert out.new_instances == () and out.mutations == () and out.releases == ()
+    assert out.missing == ("deadline_s: +6 prefill, -1 decode not planned (out of time)",)
+    assert any("(layout checkpoint" in n for n in out.notes)
+
+
+def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same request under an hour's deadline, its checkpoints live (and called: counted),
+    then switched off: the same plan (the same plan_id)."""
+    request = ScaleRequest("llama-3-8b", prefill=10, tp=1)
+    calls: list[str] = []
+    live_checkpoint = Planning.checkpoint
+
+    def counted(self: Planning, topology: object) -> object:
+        check = live_checkpoint(self, topology)
+        assert check is not None
+
+        def counting(stage: str) -> None:
+            calls.append(stage)
+            check(stage)
+
+        return counting
+
+    monkeypatch.setattr(Planning, "checkpoint", counted)
+    timed = plan(_busy(), request, deadline_s=3600.0)
+    monkeypatch.setattr(Planning, "checkpoint", lambda self, topology: None)
+    free = plan(_busy(), request, deadline_s=3600.0)
+    assert len(calls) > len(STAGES) and "program" in calls
+    assert timed.plan_id == free.plan_id and len(timed.new_instances) == 10
+    assert validate_plan(_busy(), timed) == ()
+
+
+def test_recut_share_is_the_time_left_over_the_projected_work() -> None:
+    """Hand-computed: work begun at 10 ms, a quarter done at 30 ms, so 80 ms in all: it ends
+    at 90 ms, within a 100 ms limit (None); with a 50 ms limit, 0.8 of the 20 ms left less a
+    10 ms layout is 6 ms of the 80: 7.5 % of the instances."""
+    assert recut_share(0.010, 0.030, 0.25, 0.100, 0.010) is None
+    assert recut_share(0.010, 0.030, 0.25, 0.050, 0.010) == pytest.approx(0.075)
+    assert recut_share(0.010, 0.030, 0.25, 0.035, 0.010) == 0.0
+
+
+@pytest.mark.parametrize(("share", "planned"), [(0.5, 6), (0.05, 0)])
+def test_a_call_too_slow_at_an_early_checkpoint_plans_afresh_the_share_it_affords(
+    monkeypatch: pytest.MonkeyPatch, share: float, planned: int
+) -> None:
+    """The first attempt's checkpoint finds the call too slow at ``paces`` (injected) with
+    ``share`` of its 12 instances affordable: half gives a valid plan of 6 (the retry's
+    checkpoints no longer recut), the rest in ``missing``, a note; 5 % (none) gives the plan of
+    nothing at once."""
+    state = _busy()
+    attempts: list[bool] = []
+
+    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+        attempts.append(recut)
+
+        def check(at: str) -> None:
+            if recut and at == "paces":
+                raise TooSlow(at, share)
+
+        return check
+
+    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    out = plan(state, ScaleRequest("llama-3-8b", prefill=12, tp=1), deadline_s=60.0)
+    assert len(out.new_instances) == planned
+    assert validate_plan(state, out) == ()
+    if planned:
+        assert attempts == [True, False]
+        assert f"deadline_s: {12 - planned} new instances not planned" in out.missing
+        assert any("a plan of 12 new instances ran slower" in n for n in out.notes)
+        assert len(out.steps) > 0 and out.multicast is not None
+    else:
+        assert attempts == [True]
+        assert out.missing == ("deadline_s: +12 prefill not planned (out of time)",)
+
+
+def test_pairing_stops_at_the_checkpoints_point_and_keeps_the_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pairing asks whether the call has reached the checkpoints' stop point on the cluster
+    (injected: it has): the live tails load without a pair, the plan stays valid and says so."""
+    state = _busy()
+    asked: list[object] = []
+
+    def passed(self: Planning, topology: object = None) -> bool:
+        asked.append(topology)
+        return topology is not None
+
+    monkeypatch.setattr(Planning, "passed", passed)
+    out = plan(state, ScaleRequest("llama-3-8b", prefill=12, tp=1), deadline_s=60.0)
+    assert asked and all(t is not None for t in asked)
+    assert out.live_pairs == () and len(out.new_instances) == 12
+    live = len(out.multicast.live) if out.multicast else 0
+    assert live > 0
+    assert (
+        f"deadline_s: {live} live instances left without a pair (they load, but help no queue)"
+        in out.notes
+    )
+    assert validate_plan(state, out) == ()
+
+
+def test_after_a_stop_the_next_calls_no_longer_answer_at_once_then_one_tries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call under 60 s stopped (injected at ``lanes``): the next BACKOFF calls under 60 s or
+    less answer the plan of nothing at once (no checkpoint made), noted; a longer deadline
+    plans (its checkpoints pass); after BACKOFF answers a call under 60 s tries again."""
+    state = _busy()
+    made: list[float | None] = []
+    live_checkpoint = Planning.checkpoint
+
+    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+        made.append(self.options.deadline_s)
+        if self.options.deadline_s != 60.0:
+            return live_checkpoint(self, topology, recut=recut)
+
+        def check(at: str) -> None:
+            if at == "lanes":
+                raise DeadlinePassed(at)
+
+        return check
+
+    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    request = ScaleRequest("llama-3-8b", prefill=4, tp=1)
+    assert plan(state, request, deadline_s=60.0).new_instances == ()
+    assert made == [60.0]
+    for deadline in [30.0] * (BACKOFF - 1) + [60.0]:
+        out = plan(state, request, deadline_s=deadline)
+        assert out.new_instances == () and out.missing == (
+            "deadline_s: +4 prefill not planned (too short)",
+        )
+        assert any("a call under 60 s ran out of time" in n for n in out.notes)
+    assert made == [60.0]  # none of them tried
+    assert len(plan(state, request, deadline_s=3600.0).new_instances) == 4
+    assert plan(state, request, deadline_s=60.0).new_instances == ()  # tries (and stops) again
+    assert made == [60.0, 3600.0, 60.0]

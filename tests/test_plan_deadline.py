@@ -132,7 +132,8 @@ def test_a_deadline_shorter_than_the_cheapest_plan_plans_nothing_and_says_so() -
 
 def test_a_deadline_that_affords_one_instance_plans() -> None:
     """The same line with a deadline that affords a few instances plans some (not the
-    too-short plan); a cluster with no record plans under any deadline."""
+    too-short plan); a cluster with no record plans everything under a deadline its clock
+    allows."""
     state = _busy()
     _recorded_line(state, 0.1, 0.5)
     request = ScaleRequest("llama-3-8b", prefill=6, tp=1)
@@ -140,4 +141,4 @@ def test_a_deadline_that_affords_one_instance_plans() -> None:
     assert 1 <= len(some.new_instances) <= 3
     assert not any("too short" in n for n in some.notes)
     fresh = _busy()
-    assert len(plan(fresh, request, deadline_s=0.01).new_instances) == 6
+    assert len(plan(fresh, request, deadline_s=60.0).new_instances) == 6

@@ -101,6 +101,7 @@ def plan_multicast(
     placement: str = _AUTO,
     refine_budget: RefineBudget | None = None,
     afford: Callable[[int], int] | None = None,
+    checkpoint: Callable[[str], None] | None = None,
 ) -> MulticastPlan:
     """Plan loading ``model`` onto new instances: ``count`` placed on free GPUs, or ``targets``.
 
@@ -120,7 +121,9 @@ def plan_multicast(
     reports a certified ``lower_bound_s`` on its objective. ``afford`` (a deadline's
     checkpoint, with ``count``): once the problem is laid out, called with the number of new
     instances; an answer ``k`` below it (at least 1) plans the first ``k`` instead, as if
-    ``count=k`` (the first ``k`` of ``names``, at most ``k`` live).
+    ``count=k`` (the first ``k`` of ``names``, at most ``k`` live). ``checkpoint`` (a
+    deadline's, greedy only) is called with a stage's name between the stages of the greedy and
+    per target node as its lanes are built; it stops the call by raising.
 
     Background flows that end (an earlier plan's steps: ``ClusterState.flow_end_s``) share the
     links with this plan as if they ran throughout; when they leave a new instance no route,
@@ -144,10 +147,18 @@ def plan_multicast(
         "names": names,
         "delivered": delivered,
     }
-    solve = (method, objective, polish_evaluations, time_limit_s, started, refine_budget)
+    solve = (
+        method,
+        objective,
+        polish_evaluations,
+        time_limit_s,
+        started,
+        refine_budget,
+        checkpoint,
+    )
     ending = [f for f in state.background_flows if math.isfinite(state.flow_end_s(f))]
     try:
-        problem = _afforded(state, spec, placement, options, afford)
+        problem = _afforded(state, spec, placement, options, (afford, checkpoint))
         return _solve(problem, problem, *solve)
     except InfeasibleError:
         if not ending:
@@ -157,7 +168,7 @@ def plan_multicast(
     for flow in state.background_flows:
         if flow not in ending:
             later.add_flow(flow, until_s=state.flow_end_s(flow))
-    free = _afforded(later, spec, placement, options, afford)
+    free = _afforded(later, spec, placement, options, (afford, checkpoint))
     wait = max(state.flow_end_s(f) for f in ending)
     waiting = tuple(
         dataclasses.replace(i, startup_s=max(i.startup_s, wait)) for i in free.instances
@@ -174,6 +185,7 @@ def _solve(
     time_limit_s: float | None,
     started: float,
     refine_budget: RefineBudget | None = None,
+    check: Callable[[str], None] | None = None,
 ) -> MulticastPlan:
     """The plan of ``problem`` with the certified bound of ``unwaited`` (the same problem
     without the wait for ending background flows, when there is one: no plan of either can
@@ -184,7 +196,7 @@ def _solve(
         bound = lower_bound(unwaited, objective, local_copies=local)
     else:
         built, bound = _striped(
-            problem, method, objective, polish_evaluations, time_limit_s, refine_budget
+            problem, method, objective, polish_evaluations, time_limit_s, refine_budget, check
         )
         if unwaited is not problem:
             bound = lower_bound(unwaited, objective)
@@ -276,14 +288,17 @@ def _afforded(
     spec: ModelSpec,
     placement: str,
     options: PrepareOptions,
-    afford: Callable[[int], int] | None,
+    deadline: tuple[Callable[[int], int] | None, Callable[[str], None] | None],
 ) -> Problem:
     """The problem of ``options``, or of as many new instances as ``afford`` says the time
-    left affords (:func:`plan_multicast`)."""
+    left affords (:func:`plan_multicast`); ``deadline`` is ``afford`` and the checkpoint."""
+    afford, check = deadline
     problem = _problem(state, spec, placement=placement, **options)
     count = len(problem.instances)
     if afford is None or options["count"] is None:
         return problem
+    if check is not None:
+        check("layout")
     fewer = max(1, min(count, afford(count)))
     if fewer == count:
         return problem
@@ -314,15 +329,21 @@ def _striped(
     polish_evaluations: int | None,
     time_limit_s: float | None,
     refine_budget: RefineBudget | None = None,
+    check: Callable[[str], None] | None = None,
 ) -> tuple[Built, Bound]:
     """The greedy (and exact) plan with its bound. A greedy plan within
     :data:`CLOSE_ENOUGH` of the per-instance cuts is final as it is: no local search, no linear
     program, no max-flow bound (each could gain less than that). ``refine_budget`` bounds the
-    local search and the linear program by the time the greedy took."""
+    local search and the linear program by the time the greedy took; ``check`` is the
+    deadline's checkpoint (:func:`plan_multicast`)."""
     begun = 0.0 if refine_budget is None else refine_budget.clock()
+    if check is not None:
+        check("problem")
     ctx = context(problem)
+    if check is not None:
+        check("context")
     choice = greedy_choice(problem, ctx, objective)
-    built = build(problem, ctx, choice)
+    built = build(problem, ctx, choice, check)
     cheap = lower_bound(problem, objective, cheap=True)
     if method == "greedy" and score(objective, built.ready_at_s, built.live) <= cheap * (
         1 + CLOSE_ENOUGH

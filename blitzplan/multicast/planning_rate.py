@@ -12,10 +12,19 @@ the cheapest plan, ``a``) gets a plan of nothing at once (:mod:`blitzplan.scale.
 The checkpoint (:func:`afford_now`): once the multicast has laid its problem out, the call asks
 again at the load it measured so far; when the time left no longer affords every instance it was
 given, the multicast plans fewer (the plan of that many, as if asked for them), so a call slowed
-down by the machine still ends near its deadline. The greedy after it is not interrupted: its
-time is the line's. The line is Siegel's repeated medians (:func:`planning_line`) through the
-fastest recent record of each size, so a slow plan (the first on a cluster fills its route
-caches) moves it little. The first plan on a topology has no record and plans everything.
+down by the machine still ends near its deadline. From there on the call is bounded by the
+clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
+built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
+than the cheapest honest answer takes (a plan of nothing, :func:`answer_cost`), and the call
+returns that answer instead of overrunning (and the next :data:`BACKOFF` calls under a
+deadline no longer than it answer at once: :func:`record_stop`). Before that, early checkpoints
+compare the call's own pace with the deadline (:func:`recut_share`, at the shares of the work
+:data:`STAGE_DONE` says are done there): a call that would end past it stops with
+:class:`TooSlow` and plans afresh the share of its instances the time left affords at that
+pace. The line is Siegel's repeated medians
+(:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
+first on a cluster fills its route caches) moves it little. The first plan on a topology has no
+record: it plans everything, until its checkpoints find the time out.
 """
 
 from __future__ import annotations
@@ -26,14 +35,25 @@ import statistics
 from blitzplan.topologies import Topology
 
 __all__ = [
+    "ANSWER_S",
+    "BACKOFF",
     "DEADLINE_SHARE",
     "KEPT",
+    "STAGE_DONE",
+    "DeadlinePassed",
+    "TooSlow",
     "afford_now",
     "affordable",
+    "answer_cost",
     "planning_costs",
     "planning_line",
     "recent_load",
+    "record_answer",
     "record_rate",
+    "record_stop",
+    "recut_share",
+    "stop_at",
+    "stopped_before",
 ]
 
 DEADLINE_SHARE = 0.8
@@ -47,7 +67,50 @@ MEASURED_CPU_S = 0.002
 """A checkpoint measures the load from the call itself once it has spent this much CPU time
 (before, the recorded load stands: a short window's ratio is mostly noise)."""
 
+ANSWER_S = 0.001
+"""CPU seconds the cheapest honest answer (a plan of nothing) is taken to cost on a topology
+where none was measured yet."""
+
+BACKOFF = 4
+"""Calls answered at once after a call under a deadline at least as long was stopped with
+nothing planned; the next one tries again."""
+
 _KEY = "planning_time"
+
+
+STAGE_DONE = {"allocation": 0.09, "paces": 0.24}
+"""The share of a plan's work after its problem is laid out (the greedy, the transfer program,
+the live pairs) done when the greedy reaches each of these checkpoints (CPU time on the busy
+fleet: 0.08-0.10 and 0.23-0.27 from +64 to +1,000)."""
+
+
+class DeadlinePassed(Exception):
+    """Raised at a checkpoint of a call under a deadline (:func:`stop_at`): the time left is
+    what the cheapest honest answer takes; ``stage`` names the checkpoint."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(f"deadline_s passed at {stage}")
+        self.stage = stage
+
+
+class TooSlow(DeadlinePassed):
+    """Raised at an early checkpoint when the call, at its own pace, would end past its
+    deadline: a fresh plan of ``share`` of its new instances still fits (:func:`recut_share`)."""
+
+    def __init__(self, stage: str, share: float) -> None:
+        super().__init__(stage)
+        self.share = share
+
+
+def recut_share(begun: float, now: float, done: float, limit: float, setup: float) -> float | None:
+    """At a checkpoint at ``now`` (seconds into the call) with ``done`` of the work begun at
+    ``begun`` done: None when the work, at its pace so far, ends by ``limit``; else the share
+    of its instances a fresh plan affords (:data:`DEADLINE_SHARE` of the time left, less
+    ``setup`` to lay the problem out again, over the whole work's projected time; at least 0)."""
+    work = (now - begun) / done
+    if begun + work <= limit:
+        return None
+    return max(0.0, (DEADLINE_SHARE * (limit - now) - setup) / work)
 
 
 def record_rate(
@@ -70,6 +133,49 @@ def record_rate(
     kept = book.setdefault("records", [])
     kept.append((instances, seconds))
     del kept[:-KEPT]
+
+
+def record_answer(topology: Topology, seconds: float) -> None:
+    """Record that the cheapest honest answer (a plan of nothing) of a stopped call took
+    ``seconds`` of CPU time on ``topology`` (freeing what it had planned included)."""
+    if math.isfinite(seconds) and seconds > 0:
+        answers = topology.memo.setdefault(_KEY, {}).setdefault("answer", [])
+        answers.append(seconds)
+        del answers[:-KEPT]
+
+
+def record_stop(topology: Topology, seconds: float) -> None:
+    """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with
+    nothing planned: the next :data:`BACKOFF` calls under a deadline no longer than the longest
+    such answer at once (:func:`stopped_before`)."""
+    book = topology.memo.setdefault(_KEY, {})
+    longest = max(seconds, book.get("stopped", (0.0, 0))[0])
+    book["stopped"] = (longest, BACKOFF)
+
+
+def stopped_before(topology: Topology, seconds: float) -> float | None:
+    """The deadline of a recent stopped call (:func:`record_stop`) at least ``seconds`` long, if
+    fewer than :data:`BACKOFF` calls have answered at once since (this one counts); else None."""
+    book = topology.memo.get(_KEY, {})
+    longest, left = book.get("stopped", (0.0, 0))
+    if left <= 0 or seconds > longest:
+        return None
+    book["stopped"] = (longest, left - 1)
+    return float(longest)
+
+
+def answer_cost(topology: Topology) -> float:
+    """CPU seconds of the cheapest honest answer on ``topology``: the median of the recent ones
+    (:data:`ANSWER_S` before any)."""
+    answers = topology.memo.get(_KEY, {}).get("answer", [])
+    return statistics.median(answers) if answers else ANSWER_S
+
+
+def stop_at(topology: Topology, seconds: float) -> float:
+    """When (seconds of wall-clock after its start) a call under a deadline of ``seconds`` on
+    ``topology`` stops planning: the deadline less the cheapest answer's cost at the recent
+    load, so that answer still ends by the deadline."""
+    return seconds - answer_cost(topology) * recent_load(topology)
 
 
 def recent_load(topology: Topology) -> float:

@@ -112,8 +112,8 @@ def live_pairs(
     matched = _matched(state, multicast, loaded, queues, roles, keep or {})
     gpus = {i.name: i.gpus for i in multicast.instances}
     for name, old in matched:
-        if run.passed():
-            break  # past the deadline: the rest load without a pair (the plan notes it)
+        if run.passed(state.topology):
+            break  # the deadline is near: the rest load without a pair (the plan notes it)
         schedule = live_schedule(
             state,
             spec,

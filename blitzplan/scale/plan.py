@@ -31,6 +31,7 @@ Several requests at once (``plan(state, [r1, r2, ...])``) give one
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -40,6 +41,7 @@ from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
+from blitzplan.multicast.planning_rate import DeadlinePassed, record_stop
 from blitzplan.scale.byte_checks import check_source_bytes
 from blitzplan.scale.deadline import too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
@@ -103,12 +105,20 @@ def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> Scale
     spec.check_tp(request.tp)
     identity = spec.identity  # one object for a preset: `is` spares comparing its fields
     mine = [i for i in state.instances if i.identity is identity or i.identity == identity]
-    if too_short(state, request, run):
-        return too_short_plan(state, spec, request, run, mine, _recorded(request))
+    why = too_short(state, request, run)
+    if why is not None:
+        return too_short_plan(state, spec, request, run, mine, _recorded(request), why)
     missing: list[str] = []
     changes = role_changes(mine, request, options, missing)
     try:
         return _realized(state, spec, request, changes, run, missing)
+    except DeadlinePassed as passed:  # the cheapest honest answer, in time
+        began = time.thread_time()
+        passed.__traceback__ = None  # the partial plan is freed now, within the answer's time
+        topology = at_efficiency(state, options.link_efficiency).topology
+        record_stop(topology, options.deadline_s or 0.0)
+        answer = (passed, began)
+        return too_short_plan(state, spec, request, run, mine, _recorded(request), answer)
     except InfeasibleError:
         slots, cut = reachable_slots(
             state, spec, request.tp, allow_prefill_sources=options.allow_prefill_sources

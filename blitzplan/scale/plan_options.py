@@ -56,9 +56,11 @@ class PlanOptions:
     """Each link medium's achieved fraction of line rate the plan's times are computed at
     (given as None: the measured defaults; a number: every medium; a partial table)."""
     deadline_s: float | None = None
-    """Bounds the whole call: the greedy multicast skips its refinements, the new instances
-    planned are those the time affords, and live pairing stops when it has passed (the plan's
-    notes say what was left out)."""
+    """Bounds the whole call: the greedy multicast skips its refinements and packs its new
+    instances (no weighing of a spread placement), the new instances planned are those the
+    time affords, a call whose time runs out at a checkpoint answers the plan of nothing in
+    time (every requested change in ``missing``), and live pairing stops before the deadline
+    (the plan's notes say what was left out: :mod:`blitzplan.scale.deadline`)."""
     refine_budget: float | None = 1.0
     """Without a deadline, the greedy multicast's refinements (local search, linear program)
     stop after this many times the greedy's own planning time (at least

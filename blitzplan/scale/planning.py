@@ -4,10 +4,19 @@ model beside them, and its clocks for ``deadline_s``."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from blitzplan.compute import ComputeModel
+from blitzplan.multicast.planning_rate import (
+    STAGE_DONE,
+    DeadlinePassed,
+    TooSlow,
+    recut_share,
+    stop_at,
+)
 from blitzplan.scale.plan_options import PlanOptions
+from blitzplan.topologies import Topology
 
 __all__ = ["Planning"]
 
@@ -17,7 +26,8 @@ class Planning:
     """One call's options, its compute model (None: rooflines) and when it started, by the
     wall-clock and by the calling thread's CPU time (None: no clock): under a deadline the
     multicast skips its refinements (their time is not bounded) and plans the new instances the
-    time left affords, pairing stops once the deadline has passed."""
+    time left affords, its checkpoints stop the call when only the cheapest answer still fits
+    (:meth:`checkpoint`), pairing stops once the deadline has passed."""
 
     options: PlanOptions
     compute: ComputeModel | None = None
@@ -37,10 +47,42 @@ class Planning:
         """CPU seconds this thread spent since the call started (0 without a clock)."""
         return 0.0 if self.started_cpu is None else time.thread_time() - self.started_cpu
 
+    def checkpoint(self, topology: Topology, *, recut: bool = True) -> Callable[[str], None] | None:
+        """Under a deadline, a checkpoint: called with the name of a stage, it raises
+        :class:`~blitzplan.multicast.planning_rate.DeadlinePassed` once the call has reached
+        :func:`~blitzplan.multicast.planning_rate.stop_at`, and with ``recut``, at the stages
+        of :data:`~blitzplan.multicast.planning_rate.STAGE_DONE`,
+        :class:`~blitzplan.multicast.planning_rate.TooSlow` when the work since the greedy
+        began (stage ``problem``) would end past that point at its pace so far (None: no
+        deadline or no clock)."""
+        deadline, started = self.options.deadline_s, self.started
+        if deadline is None or started is None:
+            return None
+        limit = stop_at(topology, deadline)
+        begun: list[float] = []
+
+        def check(stage: str) -> None:
+            now = time.monotonic() - started
+            if now >= limit:
+                raise DeadlinePassed(stage)
+            if stage == "problem" and not begun:
+                begun.append(now)
+            elif recut and begun and stage in STAGE_DONE:
+                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0])
+                if share is not None:
+                    raise TooSlow(stage, share)
+
+        return check
+
     def bounded(self) -> bool:
         """Whether a deadline bounds the call."""
         return self.options.deadline_s is not None
 
-    def passed(self) -> bool:
+    def passed(self, topology: Topology | None = None) -> bool:
+        """Whether the deadline has passed; with ``topology``, whether the call has reached
+        :func:`~blitzplan.multicast.planning_rate.stop_at` there (what is left of the
+        deadline is what the cheapest answer takes: the milestones fit in it)."""
         deadline = self.options.deadline_s
-        return deadline is not None and self.used() > deadline
+        if deadline is None:
+            return False
+        return self.used() > (deadline if topology is None else stop_at(topology, deadline))

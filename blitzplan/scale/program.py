@@ -113,10 +113,14 @@ class TransferStep:
 
 
 def program(
-    plan: MulticastPlan, topology: Topology, held: Held | None = None
+    plan: MulticastPlan,
+    topology: Topology,
+    held: Held | None = None,
+    check: Callable[[str], None] | None = None,
 ) -> tuple[TransferStep, ...]:
     """The steps of ``plan`` on ``topology``, leaving out the bytes in ``held`` (a replan's:
-    per GPU and unit, the bytes ``[round(lo * B), round(hi * B))`` of each interval)."""
+    per GPU and unit, the bytes ``[round(lo * B), round(hi * B))`` of each interval);
+    ``check`` (a deadline's checkpoint, which raises to stop the call) is called per lane."""
     have = held_bytes(held or {}, plan.unit_bytes)
     snap = _snapper(plan)
     owner = {g: inst.name for inst in plan.instances for g in inst.gpus}
@@ -130,6 +134,8 @@ def program(
     lacking: dict[tuple[str, int], list[tuple[int, Sequence[tuple[int, int]]]]] = {}
     starts, feeds = plan.lane_start_s, plan.lane_feeds
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
+        if check is not None:
+            check("program")
         # lanes of one stripe into one node send the same ranges unless held bytes cut them
         receiver = plan.nodes[lane.receiver]
         key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)

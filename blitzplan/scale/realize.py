@@ -12,6 +12,7 @@ others, by ready time, prefill, then colocated, then decode. Live pairs come fro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,14 +20,21 @@ from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
-from blitzplan.multicast.planning_rate import afford_now, affordable, recent_load, record_rate
+from blitzplan.multicast.planning_rate import (
+    DeadlinePassed,
+    TooSlow,
+    afford_now,
+    affordable,
+    recent_load,
+    record_rate,
+)
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.scale.delivered import Held
 from blitzplan.scale.milestones import milestones
 from blitzplan.scale.mutations import mutation_records, requeue
 from blitzplan.scale.pairing import live_pairs
 from blitzplan.scale.planning import Planning
-from blitzplan.scale.program import program
+from blitzplan.scale.program import TransferStep, program
 from blitzplan.scale.releases import timed_releases
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 from blitzplan.topologies.links import derated_kept
@@ -85,7 +93,9 @@ def realize(
     queues, moved = requeue(staying, mutated)
     loaded = [i for i in staying if queues[i.id]]
     live = _live_counts(targets, loaded)
-    multicast, refined_s = _multicast(state, spec, tp, targets, run, sum(live), notes, missing)
+    multicast, refined_s, steps = _transfers(
+        state, spec, tp, targets, run, sum(live), (notes, missing), held
+    )
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
     pairs, unpaired = live_pairs(
         state, spec, multicast, loaded, queues, run, tp, roles=roles, keep=targets.pairs
@@ -99,7 +109,6 @@ def realize(
     for inst in draining:  # a released instance finishes its own queue first
         queues.setdefault(inst.id, list(inst.queue))
     marks = milestones(state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, run)
-    steps = program(multicast, state.topology, held) if multicast else ()
     if targets.count and run.started is not None:  # planner-placed instances were asked
         planned = len(multicast.instances) if multicast is not None else 0
         # the whole call but the refinements, which a plan under a deadline skips
@@ -126,6 +135,49 @@ def realize(
     )
 
 
+def _transfers(
+    state: ClusterState,
+    spec: ModelSpec,
+    tp: int,
+    targets: Targets,
+    run: Planning,
+    live_count: int,
+    said: tuple[list[str], list[str]],
+    held: Held | None,
+) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
+    """:func:`_multicast`'s plan and refinement times, and its transfer program. Under a
+    deadline (planner-placed instances) both stop at the deadline's checkpoints
+    (:meth:`Planning.checkpoint`): one that finds the call too slow (TooSlow) has the share of
+    the instances tried that the time left affords planned afresh (once, with a note); one that
+    finds the time out has the time spent on the instances tried recorded (at least what a
+    plan of them costs, so the line learns) and DeadlinePassed goes on to the caller, which
+    answers in time."""
+    tried: list[int] = []
+
+    def attempt(
+        hooks: tuple[Callable[[str], None] | None, list[int], int | None],
+    ) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
+        plan, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
+        return plan, refined_s, program(plan, state.topology, held, hooks[0]) if plan else ()
+
+    try:
+        try:
+            return attempt((run.checkpoint(state.topology) if targets.count else None, tried, None))
+        except TooSlow as slow:
+            afresh = math.floor(tried[-1] * slow.share) if tried else 0
+            if afresh < 1:
+                raise DeadlinePassed(slow.stage) from None
+            said[0].append(
+                f"deadline_s: a plan of {tried[-1]} new instances ran slower than recorded "
+                f"({slow.stage} checkpoint, {run.used() * 1e3:.1f} ms in); {afresh} planned afresh"
+            )
+            return attempt((run.checkpoint(state.topology, recut=False), tried, afresh))
+    except DeadlinePassed:
+        if tried and run.started is not None:
+            record_rate(state.topology, tried[-1], run.used_cpu(), run.used())
+        raise
+
+
 def _multicast(
     state: ClusterState,
     spec: ModelSpec,
@@ -133,23 +185,29 @@ def _multicast(
     targets: Targets,
     run: Planning,
     live_count: int,
-    notes: list[str],
-    missing: list[str],
+    said: tuple[list[str], list[str]],
+    hooks: tuple[Callable[[str], None] | None, list[int], int | None],
 ) -> tuple[MulticastPlan | None, tuple[float, float]]:
     """One multicast plan for every target (None: no targets), ``live_count`` of them live
     unless ``targets`` names them, and the CPU and wall-clock seconds its refinements took
-    (a plan under a deadline skips them: they are not in the planning time); its notes go to
-    ``notes``. Under ``deadline_s`` it places only the new instances the time left affords
-    (:mod:`blitzplan.multicast.planning_rate`: at the call's start, then at the multicast's
-    checkpoint), the rest go to ``missing``."""
+    (a plan under a deadline skips them: they are not in the planning time); ``said`` are the
+    plan's notes and missing lists it adds to. Under ``deadline_s`` it places only the new
+    instances the time left affords (:mod:`blitzplan.multicast.planning_rate`: at the call's
+    start, then once the multicast's problem is laid out), the rest go to ``missing``, and
+    ``hooks`` are the deadline's checkpoint, which stops the greedy when the time is out, the
+    list of the counts tried, which the checks append to, and a cap on the count (None:
+    none)."""
+    notes, missing = said
+    check, tried, cap = hooks
     explicit = bool(targets.groups)
     count = targets.count
     deadline = run.options.deadline_s
     if deadline is not None and count:  # anytime: what the time left affords
         topology = state.topology
         load = recent_load(topology)
-        count = affordable(topology, count, deadline, run.used(), load)
+        count = affordable(topology, min(count, cap or count), deadline, run.used(), load)
         live_count = min(live_count, count)
+        tried.append(count)
     if not (explicit or count):
         _left_out(targets.count, 0, notes, missing)
         return None, (0.0, 0.0)
@@ -175,7 +233,10 @@ def _multicast(
         # a replan (explicit groups) skips the refinements: fast, no LP solver to import
         polish_evaluations=0 if run.bounded() or explicit else None,
         refine_budget=refine,
-        afford=None if deadline is None or explicit else _checkpoint(state, run),
+        # under a deadline one layout, packed: weighing spreading lays a few instances out twice
+        placement="auto" if deadline is None else "pack",
+        afford=None if deadline is None or explicit else _checkpoint(state, run, tried),
+        checkpoint=check,
     )
     if not explicit:
         _left_out(targets.count, len(multicast.instances), notes, missing)
@@ -191,11 +252,17 @@ def _multicast(
     return multicast, spent
 
 
-def _checkpoint(state: ClusterState, run: Planning) -> Callable[[int], int]:
+def _checkpoint(state: ClusterState, run: Planning, tried: list[int]) -> Callable[[int], int]:
     """How many of ``n`` new instances the time left affords at a checkpoint of the multicast
-    (:func:`~blitzplan.multicast.planning_rate.afford_now`)."""
+    (:func:`~blitzplan.multicast.planning_rate.afford_now`), appended to ``tried``."""
     deadline = run.options.deadline_s or 0.0
-    return lambda n: afford_now(state.topology, n, deadline, run.used(), run.used_cpu())
+
+    def afford(n: int) -> int:
+        left = afford_now(state.topology, n, deadline, run.used(), run.used_cpu())
+        tried.append(max(1, min(n, left)))  # the multicast plans at least one
+        return left
+
+    return afford
 
 
 def _left_out(asked: int, planned: int, notes: list[str], missing: list[str]) -> None:

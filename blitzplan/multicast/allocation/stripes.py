@@ -24,7 +24,7 @@ The builder records, for every lane, the lanes that bring its bytes to its holde
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from blitzplan.multicast.allocation.allocate import Allocation
 from blitzplan.multicast.allocation.entries import MIN_PIECE, Piece, assign_pieces
@@ -101,12 +101,21 @@ class _Exits:
         self.used[key] = self.used.get(key, 0.0) + size
 
 
-def build_lanes(problem: Problem, builder: PlanBuilder, port: Ports, alloc: Allocation) -> None:
-    """Add every lane and gather of ``alloc`` to ``builder`` (nodes already added)."""
+def build_lanes(
+    problem: Problem,
+    builder: PlanBuilder,
+    port: Ports,
+    alloc: Allocation,
+    check: Callable[[str], None] | None = None,
+) -> None:
+    """Add every lane and gather of ``alloc`` to ``builder`` (nodes already added); ``check``
+    (a deadline's checkpoint) is called before each target node."""
     landed: dict[int, dict[int, list[Landing]]] = {}
     gathered: dict[int, dict[int, list[Landing]]] = {}
     exits = _Exits(builder, port, alloc.fluid_s)
     for j in alloc.order:
+        if check is not None:
+            check("lanes")
         if not alloc.senders(j):
             continue
         node = builder.nodes[j]

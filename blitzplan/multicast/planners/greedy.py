@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blitzplan.multicast.allocation.allocate import allocate, fluid_time
@@ -152,14 +152,28 @@ def _fluid(
     return fluid_time(problem, ctx.nodes, ctx.port, order, forwarding)
 
 
-def build(problem: Problem, ctx: Context, choice: Choice) -> Built:
-    """The plan of ``choice``: allocation, lanes, gathers, evaluated."""
+def build(
+    problem: Problem, ctx: Context, choice: Choice, check: Callable[[str], None] | None = None
+) -> Built:
+    """The plan of ``choice``: allocation, lanes, gathers, evaluated; ``check`` (a deadline's
+    checkpoint, which raises to stop the call) is called between the stages and per target node
+    as the lanes are built."""
+    check = check or _unchecked
     builder = base_builder(problem)
     forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
     alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding)
-    build_lanes(problem, builder, ctx.port, alloc)
+    check("allocation")
+    build_lanes(problem, builder, ctx.port, alloc, check)
+    check("paces")
     relax_paces(builder, problem.residual)
-    return run(problem, builder, live_names(problem, ctx, choice.live_nodes))
+    check("evaluation")
+    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes))
+    check("evaluated")
+    return built
+
+
+def _unchecked(stage: str) -> None:
+    """No deadline: every checkpoint passes."""
 
 
 def build_lp(
