@@ -65,7 +65,7 @@ class TorchTransport:
     ) -> None:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
-        self.done: queue.Queue[tuple[str, Write] | TransferError] = queue.Queue()
+        self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
         self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
             threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
@@ -77,17 +77,21 @@ class TorchTransport:
             waiter.daemon = True
             waiter.start()
 
-    def _span(self, write: Write, end: str) -> torch.Tensor | None:
-        """The arena's bytes of ``write`` at their ``src`` or ``dst`` when contiguous there."""
-        at = [getattr(c, end) for c in write]
-        if any(a + c.nbytes != b for a, c, b in zip(at, write, at[1:], strict=False)):
-            return None
-        return self.arena[at[0] : at[-1] + write[-1].nbytes]
+    def _spans(self, write: Write, end: str) -> list[torch.Tensor]:
+        """The arena's bytes of ``write`` at their ``src`` or ``dst``, in as few views as the
+        chunks' contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
+        runs: list[list[int]] = []
+        for chunk in write:
+            at = getattr(chunk, end)
+            if runs and runs[-1][1] == at:
+                runs[-1][1] += chunk.nbytes
+            else:
+                runs.append([at, at + chunk.nbytes])
+        return [self.arena[lo:hi] for lo, hi in runs]
 
     def post(self, peer: int, write: Write) -> None:
-        data = self._span(write, "src")
-        if data is None:
-            data = torch.cat([self.arena[c.src : c.src + c.nbytes] for c in write])
+        spans = self._spans(write, "src")
+        data = spans[0] if len(spans) == 1 else torch.cat(spans)
         group = self.groups.get((self.ctx.rank, peer))
         work = dist.isend(data.to(self.ctx.wire), dst=peer, tag=TAG, group=group)
         self.sending[peer].put((write, work))
@@ -100,38 +104,43 @@ class TorchTransport:
             self.done.put(exc)
 
     def _sends(self, peer: int) -> None:
-        while (item := self.sending[peer].get()) is not None:
+        """Wait for the lane's sends in order; those queued behind one are reported with it
+        (one wake of the loop for them all)."""
+        queued, sent = self.sending[peer], []
+        while (item := queued.get()) is not None:
             write, work = item
             self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
-            self.done.put(("sent", write))
+            sent.append(write)
+            if queued.empty():
+                self.done.put(("sent", sent))
+                sent = []
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
         each in order, unpack a staged one into each chunk's place."""
         group, ahead = self.groups.get((lane.peer, self.ctx.rank)), iter(lane.writes)
-        posted: deque[tuple[Write, Any, torch.Tensor | None]] = deque()
+        posted: deque[tuple[Write, Any, list[torch.Tensor], torch.Tensor]] = deque()
 
         def post() -> None:
             if (write := next(ahead, None)) is not None:
-                view = self._span(write, "dst")
-                staged = None
-                if view is None or view.device != self.ctx.wire:
+                spans = self._spans(write, "dst")
+                view = spans[0]
+                if len(spans) > 1 or view.device != self.ctx.wire:
                     size = sum(c.nbytes for c in write)
-                    view = staged = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
+                    view = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
                 work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
-                posted.append((write, work, staged))
+                posted.append((write, work, spans, view))
 
         for _ in range(WINDOW):
             post()
         while posted:
-            write, work, staged = posted.popleft()
+            write, work, spans, view = posted.popleft()
             where = write[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
-            if staged is not None:
-                at = itertools.accumulate((c.nbytes for c in write), initial=0)
-                for chunk, lo in zip(write, at, strict=False):
-                    into = self.arena[chunk.dst : chunk.dst + chunk.nbytes]
-                    into.copy_(staged[lo : lo + chunk.nbytes])
+            if view is not spans[0]:
+                at = itertools.accumulate((s.numel() for s in spans), initial=0)
+                for span, lo in zip(spans, at, strict=False):
+                    span.copy_(view[lo : lo + span.numel()])
                 self.ctx.synchronize()
             self.done.put(("landed", write))
             post()
@@ -146,7 +155,7 @@ class TorchTransport:
                 if isinstance(item, TransferError):
                     raise item
                 if item[0] == "sent":
-                    sent.append(item[1])
+                    sent += item[1]
                 else:
                     landed += item[1]
                 item = self.done.get_nowait()
