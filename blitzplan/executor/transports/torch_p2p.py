@@ -54,6 +54,19 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
     }
 
 
+def spans(arena: torch.Tensor, chunks: Sequence[Chunk], end: str) -> list[torch.Tensor]:
+    """The bytes of ``chunks`` in ``arena`` at their ``src`` or ``dst``, in as few views as
+    their contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
+    runs: list[list[int]] = []
+    for chunk in chunks:
+        at = getattr(chunk, end)
+        if runs and runs[-1][1] == at:
+            runs[-1][1] += chunk.nbytes
+        else:
+            runs.append([at, at + chunk.nbytes])
+    return [arena[lo:hi] for lo, hi in runs]
+
+
 class TorchTransport:
     """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
 
@@ -77,21 +90,9 @@ class TorchTransport:
             waiter.daemon = True
             waiter.start()
 
-    def _spans(self, write: Write, end: str) -> list[torch.Tensor]:
-        """The arena's bytes of ``write`` at their ``src`` or ``dst``, in as few views as the
-        chunks' contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
-        runs: list[list[int]] = []
-        for chunk in write:
-            at = getattr(chunk, end)
-            if runs and runs[-1][1] == at:
-                runs[-1][1] += chunk.nbytes
-            else:
-                runs.append([at, at + chunk.nbytes])
-        return [self.arena[lo:hi] for lo, hi in runs]
-
     def post(self, peer: int, write: Write) -> None:
-        spans = self._spans(write, "src")
-        data = spans[0] if len(spans) == 1 else torch.cat(spans)
+        views = spans(self.arena, write, "src")
+        data = views[0] if len(views) == 1 else torch.cat(views)
         group = self.groups.get((self.ctx.rank, peer))
         work = dist.isend(data.to(self.ctx.wire), dst=peer, tag=TAG, group=group)
         self.sending[peer].put((write, work))
@@ -123,24 +124,24 @@ class TorchTransport:
 
         def post() -> None:
             if (write := next(ahead, None)) is not None:
-                spans = self._spans(write, "dst")
-                view = spans[0]
-                if len(spans) > 1 or view.device != self.ctx.wire:
+                views = spans(self.arena, write, "dst")
+                view = views[0]
+                if len(views) > 1 or view.device != self.ctx.wire:
                     size = sum(c.nbytes for c in write)
                     view = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
                 work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
-                posted.append((write, work, spans, view))
+                posted.append((write, work, views, view))
 
         for _ in range(WINDOW):
             post()
         while posted:
-            write, work, spans, view = posted.popleft()
+            write, work, views, view = posted.popleft()
             where = write[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
-            if view is not spans[0]:
-                at = itertools.accumulate((s.numel() for s in spans), initial=0)
-                for span, lo in zip(spans, at, strict=False):
-                    span.copy_(view[lo : lo + span.numel()])
+            if view is not views[0]:
+                at = itertools.accumulate((v.numel() for v in views), initial=0)
+                for into, lo in zip(views, at, strict=False):
+                    into.copy_(view[lo : lo + into.numel()])
                 self.ctx.synchronize()
             self.done.put(("landed", write))
             post()
