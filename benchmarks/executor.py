@@ -8,11 +8,11 @@ errors (measured minus predicted first byte out and last byte in) and bit-exactn
 step of the plan the predicted and measured times on both transports. Then throughput: the same
 document unpaced against the transport's own raw transfer of the same bytes between the same
 processes (NIXL: one WRITE of each step's bytes; torch: one send/recv per step, sent from the
-arena where its bytes are contiguous there, else packed, received into a buffer made before the
-start), as a ratio in one run. Last, live serving: layer times measured on the workers, the
-``live`` scenario planned with them under each policy, its program run and its live pair served;
-per-request latency against the document's prediction. Nothing is asserted: the README quotes
-the tables.
+arena where its bytes are contiguous there, else packed; packed and received into buffers made
+before the start, as the transport's are), as a ratio in one run. Last, live serving: layer
+times measured on the workers, the ``live`` scenario planned with them under each policy, its
+program run and its live pair served; per-request latency against the document's prediction.
+Nothing is asserted: the README quotes the tables.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _by_step(lane: Lane) -> list[list[Chunk]]:
 def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
     of a step's chunks (one notification), torch one send/recv of them (packed when not
-    contiguous, received into buffers made before the start, as the runner's arena is); every
+    contiguous; packed and received into buffers made before the start, as the transport's); every
     lane at once. Returns the first byte out and last byte in (nan where none), and the CPU
     seconds of the process from the start to its threads' end."""
     job = plan.job
@@ -160,14 +160,9 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     if plan.transport == "nixl":
         raw: Any = open_transport("nixl", ctx, arena, run=job.run + "raw", out=job.out, into=())
     else:
-        into = {
-            lane.peer: [
-                torch.zeros(sum(c.nbytes for c in s), dtype=torch.uint8, device=ctx.wire)
-                for s in _by_step(lane)
-            ]
-            for lane in job.into
-        }
-        raw = SimpleNamespace(arena=arena, groups=pair_groups(ctx, job.out, job.into), into=into)
+        groups = pair_groups(ctx, job.out, job.into)
+        packed, into = _buffers(job.out, ctx.device), _buffers(job.into, ctx.wire)
+        raw = SimpleNamespace(arena=arena, groups=groups, packed=packed, into=into)
     ctx.ready()
     cpu_s = -time.process_time()
     times: list[tuple[str, float]] = []
@@ -187,6 +182,17 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     starts = [t for kind, t in times if kind == "send"]
     ends = [t for kind, t in times if kind == "recv"]
     return (min(starts, default=float("nan")), max(ends, default=float("nan")), cpu_s)
+
+
+def _buffers(lanes: list[Lane], device: torch.device) -> dict[int, list[torch.Tensor]]:
+    """Per lane a buffer for each step's bytes, made (its pages touched) before the start."""
+    return {
+        lane.peer: [
+            torch.zeros(sum(c.nbytes for c in s), dtype=torch.uint8, device=device)
+            for s in _by_step(lane)
+        ]
+        for lane in lanes
+    }
 
 
 def _timed(
@@ -216,9 +222,9 @@ def _raw_send(ctx: RankContext, transport: Any, lane: Lane) -> str:
         return "send"
     group = transport.groups.get((ctx.rank, lane.peer))
     works = []
-    for chunks in _by_step(lane):
+    for chunks, buffer in zip(_by_step(lane), transport.packed[lane.peer], strict=True):
         views = spans(transport.arena, chunks, "src")
-        data = views[0] if len(views) == 1 else torch.cat(views)
+        data = views[0] if len(views) == 1 else torch.cat(views, out=buffer)
         works.append(dist.isend(data.to(ctx.wire), dst=lane.peer, group=group))
     for work in works:
         work.wait()

@@ -1,10 +1,10 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
 A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver). Messages match by order alone (one tag: NCCL has none). Under NCCL each
-direction of a pair has its own communicator (made by every rank in one global order, destroyed
-at the end), so a pair sending both ways never waits on itself. A receiver keeps ``WINDOW``
-receives posted ahead on each lane.
+at the receiver, through buffers made before the start). Messages match by order alone (one tag:
+NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
+in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
+A receiver keeps ``WINDOW`` receives posted ahead on each lane.
 
 gloo tells a point-to-point transfer has completed only by a blocking ``wait`` (its
 ``is_completed`` stays False until then, and a wait that times out breaks the pair), so each lane
@@ -78,6 +78,7 @@ class TorchTransport:
     ) -> None:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
+        self.staged = self._staging(out, "src") | self._staging(into, "dst")
         self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
         self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
@@ -90,11 +91,36 @@ class TorchTransport:
             waiter.daemon = True
             waiter.start()
 
+    def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, Write], torch.Tensor]:
+        """Per write of ``lanes`` whose bytes are not one view of the arena on the wire at
+        ``end``, where it is packed or lands: a part of one buffer made (and its pages touched)
+        before the start."""
+        writes = [
+            w
+            for lane in lanes
+            for w in lane.writes
+            if self.arena.device != self.ctx.wire or len(spans(self.arena, w, end)) > 1
+        ]
+        sizes = [sum(c.nbytes for c in w) for w in writes]
+        whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
+        edges = itertools.pairwise(itertools.accumulate(sizes, initial=0))
+        return {(end, w): whole[lo:hi] for w, (lo, hi) in zip(writes, edges, strict=True)}
+
+    def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
+        """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
+        at = itertools.accumulate((v.numel() for v in views), initial=0)
+        for view, lo in zip(views, at, strict=False):
+            part = staged[lo : lo + view.numel()]
+            (part if pack else view).copy_(view if pack else part)
+        self.ctx.synchronize()
+
     def post(self, peer: int, write: Write) -> None:
         views = spans(self.arena, write, "src")
-        data = views[0] if len(views) == 1 else torch.cat(views)
+        data = self.staged.get(("src", write), views[0])
+        if data is not views[0]:
+            self._move(views, data, pack=True)
         group = self.groups.get((self.ctx.rank, peer))
-        work = dist.isend(data.to(self.ctx.wire), dst=peer, tag=TAG, group=group)
+        work = dist.isend(data, dst=peer, tag=TAG, group=group)
         self.sending[peer].put((write, work))
 
     def _waiting(self, body: Any, *args: Any) -> None:
@@ -118,17 +144,14 @@ class TorchTransport:
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
-        each in order, unpack a staged one into each chunk's place."""
+        each in order, unpack a staged one into its places."""
         group, ahead = self.groups.get((lane.peer, self.ctx.rank)), iter(lane.writes)
         posted: deque[tuple[Write, Any, list[torch.Tensor], torch.Tensor]] = deque()
 
         def post() -> None:
             if (write := next(ahead, None)) is not None:
                 views = spans(self.arena, write, "dst")
-                view = views[0]
-                if len(views) > 1 or view.device != self.ctx.wire:
-                    size = sum(c.nbytes for c in write)
-                    view = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
+                view = self.staged.get(("dst", write), views[0])
                 work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
                 posted.append((write, work, views, view))
 
@@ -139,10 +162,7 @@ class TorchTransport:
             where = write[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
             if view is not views[0]:
-                at = itertools.accumulate((v.numel() for v in views), initial=0)
-                for into, lo in zip(views, at, strict=False):
-                    into.copy_(view[lo : lo + into.numel()])
-                self.ctx.synchronize()
+                self._move(views, view, pack=False)
             self.done.put(("landed", write))
             post()
 
