@@ -9,7 +9,9 @@ A receiver keeps ``WINDOW`` receives posted ahead on each lane.
 gloo tells a point-to-point transfer has completed only by a blocking ``wait`` (its
 ``is_completed`` stays False until then, and a wait that times out breaks the pair), so each lane
 has a waiter: a thread that waits on the lane's transfers in order, blocked in C++ (without the
-GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes from that queue.
+GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes from that queue. An
+outgoing lane's waiter also starts its sends: gloo's ``isend`` writes into the peer's socket on
+the calling thread and blocks while it is full, which must not stall the device's loop.
 """
 
 from __future__ import annotations
@@ -115,13 +117,21 @@ class TorchTransport:
         self.ctx.synchronize()
 
     def post(self, peer: int, write: Write) -> None:
+        """Hand ``write`` to its lane's sender (an ``isend`` may block while gloo's socket to
+        the peer is full: it must not hold up the loop and the other lanes)."""
+        self.sending[peer].put(write)
+
+    def _isend(self, peer: int, write: Write) -> Any:
         views = spans(self.arena, write, "src")
         data = self.staged.get(("src", write), views[0])
         if data is not views[0]:
             self._move(views, data, pack=True)
-        group = self.groups.get((self.ctx.rank, peer))
-        work = dist.isend(data, dst=peer, tag=TAG, group=group)
-        self.sending[peer].put((write, work))
+        try:
+            group = self.groups.get((self.ctx.rank, peer))
+            return dist.isend(data, dst=peer, tag=TAG, group=group)
+        except RuntimeError as exc:
+            message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0][:200]}"
+            raise TransferError(write[0].failure(peer, message)) from None
 
     def _waiting(self, body: Any, *args: Any) -> None:
         """Run a waiter's ``body``, queueing its failure for :meth:`poll` to raise."""
@@ -131,14 +141,18 @@ class TorchTransport:
             self.done.put(exc)
 
     def _sends(self, peer: int) -> None:
-        """Wait for the lane's sends in order; those queued behind one are reported with it
-        (one wake of the loop for them all)."""
-        queued, sent = self.sending[peer], []
-        while (item := queued.get()) is not None:
-            write, work = item
+        """The lane's sender: start every write handed to it, wait for them in order; those
+        done while more were queued are reported together (one wake of the loop for them)."""
+        queued, flying, sent = self.sending[peer], deque[tuple[Write, Any]](), []
+        while True:
+            while not flying or not queued.empty():
+                if (write := queued.get()) is None:
+                    return
+                flying.append((write, self._isend(peer, write)))
+            write, work = flying.popleft()
             self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
             sent.append(write)
-            if queued.empty():
+            if not flying or queued.empty():
                 self.done.put(("sent", sent))
                 sent = []
 
