@@ -117,8 +117,8 @@ class TorchTransport:
         self.ctx.synchronize()
 
     def post(self, peer: int, write: Write) -> None:
-        """Hand ``write`` to its lane's sender (an ``isend`` may block while gloo's socket to
-        the peer is full: it must not hold up the loop and the other lanes)."""
+        """Hand ``write`` to its lane's sender (gloo's ``isend`` writes on the calling thread and
+        can block for milliseconds: it must not hold up the loop and the other lanes)."""
         self.sending[peer].put(write)
 
     def _isend(self, peer: int, write: Write) -> Any:
