@@ -7,10 +7,12 @@ and the replan that takes it over half-way when a serving source fails; per docu
 errors (measured minus predicted first byte out and last byte in) and bit-exactness, and per
 step of the plan the predicted and measured times on both transports. Then throughput: the same
 document unpaced against the transport's own raw transfer of the same bytes between the same
-processes (NIXL: one WRITE of each step's bytes; torch: one send/recv per step), as a ratio in
-one run. Last, live serving: layer times measured on the workers, the ``live`` scenario planned
-with them under each policy, its program run and its live pair served; per-request latency
-against the document's prediction. Nothing is asserted: the README quotes the tables.
+processes (NIXL: one WRITE of each step's bytes; torch: one send/recv per step, sent from the
+arena where its bytes are contiguous there, else packed; packed and received into buffers made
+before the start, as the transport's are), as a ratio in one run. Last, live serving: layer
+times measured on the workers, the ``live`` scenario planned with them under each policy, its
+program run and its live pair served; per-request latency against the document's prediction.
+Nothing is asserted: the README quotes the tables.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from blitzplan.executor.serving.probe import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport
-from blitzplan.executor.transports.torch_p2p import pair_groups
+from blitzplan.executor.transports.torch_p2p import pair_groups, spans
 from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
@@ -150,15 +152,18 @@ def _by_step(lane: Lane) -> list[list[Chunk]]:
 
 def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
-    of a step's chunks (one notification), torch one send/recv of them (packed); every lane at
-    once. Returns the first byte out and last byte in (nan where none), and the CPU seconds of
-    the process from the start to its threads' end."""
+    of a step's chunks (one notification), torch one send/recv of them (packed when not
+    contiguous; packed and received into buffers made before the start, as the transport's); every
+    lane at once. Returns the first byte out and last byte in (nan where none), and the CPU
+    seconds of the process from the start to its threads' end."""
     job = plan.job
     arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
     if plan.transport == "nixl":
         raw: Any = open_transport("nixl", ctx, arena, run=job.run + "raw", out=job.out, into=())
     else:
-        raw = SimpleNamespace(arena=arena, groups=pair_groups(ctx, job.out, job.into))
+        groups = pair_groups(ctx, job.out, job.into)
+        packed, into = _buffers(job.out, ctx.device), _buffers(job.into, ctx.wire)
+        raw = SimpleNamespace(arena=arena, groups=groups, packed=packed, into=into)
     ctx.ready()
     cpu_s = -time.process_time()
     times: list[tuple[str, float]] = []
@@ -178,6 +183,17 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
     starts = [t for kind, t in times if kind == "send"]
     ends = [t for kind, t in times if kind == "recv"]
     return (min(starts, default=float("nan")), max(ends, default=float("nan")), cpu_s)
+
+
+def _buffers(lanes: list[Lane], device: torch.device) -> dict[int, list[torch.Tensor]]:
+    """Per lane a buffer for each step's bytes, made (its pages touched) before the start."""
+    return {
+        lane.peer: [
+            torch.zeros(sum(c.nbytes for c in s), dtype=torch.uint8, device=device)
+            for s in _by_step(lane)
+        ]
+        for lane in lanes
+    }
 
 
 def _timed(
@@ -207,8 +223,9 @@ def _raw_send(ctx: RankContext, transport: Any, lane: Lane) -> str:
         return "send"
     group = transport.groups.get((ctx.rank, lane.peer))
     works = []
-    for chunks in _by_step(lane):
-        data = torch.cat([transport.arena[c.src : c.src + c.nbytes] for c in chunks])
+    for chunks, buffer in zip(_by_step(lane), transport.packed[lane.peer], strict=True):
+        views = spans(transport.arena, chunks, "src")
+        data = views[0] if len(views) == 1 else torch.cat(views, out=buffer)
         works.append(dist.isend(data.to(ctx.wire), dst=lane.peer, group=group))
     for work in works:
         work.wait()
@@ -217,10 +234,7 @@ def _raw_send(ctx: RankContext, transport: Any, lane: Lane) -> str:
 
 def _raw_recv(ctx: RankContext, transport: Any, lane: Lane) -> str:
     group = transport.groups.get((lane.peer, ctx.rank))
-    works = []
-    for chunks in _by_step(lane):
-        into = torch.empty(sum(c.nbytes for c in chunks), dtype=torch.uint8, device=ctx.wire)
-        works.append(dist.irecv(into, src=lane.peer, group=group))
+    works = [dist.irecv(into, src=lane.peer, group=group) for into in transport.into[lane.peer]]
     for work in works:
         work.wait()
     return "recv"

@@ -38,6 +38,7 @@ from blitzplan import (  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.compute import TableComputeModel  # noqa: E402
 from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
+from blitzplan.executor.program.devices import BATCH  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
@@ -165,7 +166,7 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
 
 def test_a_lanes_writes_grow_unpaced_and_are_single_chunks_paced(small: Setup) -> None:
     """Both ends of a lane hold the same writes, each one step's chunks in lane order: paced,
-    one chunk each; unpaced, a step's writes hold 1, 2, 4, 8, 8 ... chunks (the last what is
+    one chunk each; unpaced, a step's writes hold 1, 4, 16, 32, 32 ... chunks (the last what is
     left), and some unpaced write's chunks are not contiguous in the arena (packed)."""
     for paced in (True, False):
         _, jobs = prepare(small.path, small.weights, paced=paced)
@@ -178,7 +179,7 @@ def test_a_lanes_writes_grow_unpaced_and_are_single_chunks_paced(small: Setup) -
                     assert len({c.step for c in write}) == 1
                     sizes.setdefault(write[0].step, []).append(len(write))
         for counts in sizes.values():
-            full = [1] * len(counts) if paced else [min(8, 2**k) for k in range(len(counts))]
+            full = [1] * len(counts) if paced else [min(BATCH, 4**k) for k in range(len(counts))]
             assert counts[:-1] == full[:-1] and 1 <= counts[-1] <= full[-1]
     gaps = [
         a.src + a.nbytes != b.src or a.dst + a.nbytes != b.dst

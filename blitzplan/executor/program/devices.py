@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 Lanes = dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]]
 """Per (source, destination) its chunks, each keyed by its place in the lane's order."""
-BATCH = 8
+BATCH = 32
 """Most chunks in one write of an unpaced step."""
 
 
@@ -130,7 +130,7 @@ def device_jobs(
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
     """A lane's chunks cut into writes, in the order of their first chunks: a paced step's one
-    chunk each (each leaves at its pace), an unpaced step's 1, 2, 4 ... up to BATCH of its chunks
+    chunk each (each leaves at its pace), an unpaced step's 1, 4, 16 ... up to BATCH of its chunks
     in a row (the steps its bytes feed start after one chunk; then fewer, larger messages)."""
     writes: list[list[Chunk]] = []
     open_: dict[int, tuple[list[Chunk], int]] = {}  # per step: its last write and its size
@@ -138,7 +138,7 @@ def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chun
         write, size = open_.get(chunk.step, ([], 0))
         if len(write) == size:
             paced = sends[chunk.step].pace_bytes_per_s is not None
-            size = 1 if paced else min(BATCH, 2 * size or 1)
+            size = 1 if paced else min(BATCH, 4 * size or 1)
             write = []
             writes.append(write)
             open_[chunk.step] = write, size

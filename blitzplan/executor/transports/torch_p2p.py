@@ -1,15 +1,17 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
 A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver). Messages match by order alone (one tag: NCCL has none). Under NCCL each
-direction of a pair has its own communicator (made by every rank in one global order, destroyed
-at the end), so a pair sending both ways never waits on itself. A receiver keeps ``WINDOW``
-receives posted ahead on each lane.
+at the receiver, through buffers made before the start). Messages match by order alone (one tag:
+NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
+in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
+A receiver keeps ``WINDOW`` receives posted ahead on each lane.
 
 gloo tells a point-to-point transfer has completed only by a blocking ``wait`` (its
 ``is_completed`` stays False until then, and a wait that times out breaks the pair), so each lane
 has a waiter: a thread that waits on the lane's transfers in order, blocked in C++ (without the
-GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes from that queue.
+GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes from that queue. An
+outgoing lane's waiter also starts its sends: gloo's ``isend`` writes into the peer's socket on
+the calling thread and blocks while it is full, which must not stall the device's loop.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
     }
 
 
+def spans(arena: torch.Tensor, chunks: Sequence[Chunk], end: str) -> list[torch.Tensor]:
+    """The bytes of ``chunks`` in ``arena`` at their ``src`` or ``dst``, in as few views as
+    their contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
+    runs: list[list[int]] = []
+    for chunk in chunks:
+        at = getattr(chunk, end)
+        if runs and runs[-1][1] == at:
+            runs[-1][1] += chunk.nbytes
+        else:
+            runs.append([at, at + chunk.nbytes])
+    return [arena[lo:hi] for lo, hi in runs]
+
+
 class TorchTransport:
     """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
 
@@ -65,7 +80,8 @@ class TorchTransport:
     ) -> None:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
-        self.done: queue.Queue[tuple[str, Write] | TransferError] = queue.Queue()
+        self.staged = self._staging(out, "src") | self._staging(into, "dst")
+        self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
         self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
             threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
@@ -77,20 +93,45 @@ class TorchTransport:
             waiter.daemon = True
             waiter.start()
 
-    def _span(self, write: Write, end: str) -> torch.Tensor | None:
-        """The arena's bytes of ``write`` at their ``src`` or ``dst`` when contiguous there."""
-        at = [getattr(c, end) for c in write]
-        if any(a + c.nbytes != b for a, c, b in zip(at, write, at[1:], strict=False)):
-            return None
-        return self.arena[at[0] : at[-1] + write[-1].nbytes]
+    def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, Write], torch.Tensor]:
+        """Per write of ``lanes`` whose bytes are not one view of the arena on the wire at
+        ``end``, where it is packed or lands: a part of one buffer made (and its pages touched)
+        before the start."""
+        writes = [
+            w
+            for lane in lanes
+            for w in lane.writes
+            if self.arena.device != self.ctx.wire or len(spans(self.arena, w, end)) > 1
+        ]
+        sizes = [sum(c.nbytes for c in w) for w in writes]
+        whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
+        edges = itertools.pairwise(itertools.accumulate(sizes, initial=0))
+        return {(end, w): whole[lo:hi] for w, (lo, hi) in zip(writes, edges, strict=True)}
+
+    def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
+        """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
+        at = itertools.accumulate((v.numel() for v in views), initial=0)
+        for view, lo in zip(views, at, strict=False):
+            part = staged[lo : lo + view.numel()]
+            (part if pack else view).copy_(view if pack else part)
+        self.ctx.synchronize()
 
     def post(self, peer: int, write: Write) -> None:
-        data = self._span(write, "src")
-        if data is None:
-            data = torch.cat([self.arena[c.src : c.src + c.nbytes] for c in write])
-        group = self.groups.get((self.ctx.rank, peer))
-        work = dist.isend(data.to(self.ctx.wire), dst=peer, tag=TAG, group=group)
-        self.sending[peer].put((write, work))
+        """Hand ``write`` to its lane's sender (gloo's ``isend`` writes on the calling thread and
+        can block for milliseconds: it must not hold up the loop and the other lanes)."""
+        self.sending[peer].put(write)
+
+    def _isend(self, peer: int, write: Write) -> Any:
+        views = spans(self.arena, write, "src")
+        data = self.staged.get(("src", write), views[0])
+        if data is not views[0]:
+            self._move(views, data, pack=True)
+        try:
+            group = self.groups.get((self.ctx.rank, peer))
+            return dist.isend(data, dst=peer, tag=TAG, group=group)
+        except RuntimeError as exc:
+            message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0][:200]}"
+            raise TransferError(write[0].failure(peer, message)) from None
 
     def _waiting(self, body: Any, *args: Any) -> None:
         """Run a waiter's ``body``, queueing its failure for :meth:`poll` to raise."""
@@ -100,39 +141,42 @@ class TorchTransport:
             self.done.put(exc)
 
     def _sends(self, peer: int) -> None:
-        while (item := self.sending[peer].get()) is not None:
-            write, work = item
+        """The lane's sender: start every write handed to it, wait for them in order; those
+        done while more were queued are reported together (one wake of the loop for them)."""
+        queued, flying, sent = self.sending[peer], deque[tuple[Write, Any]](), []
+        while True:
+            while not flying or not queued.empty():
+                if (write := queued.get()) is None:
+                    return
+                flying.append((write, self._isend(peer, write)))
+            write, work = flying.popleft()
             self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
-            self.done.put(("sent", write))
+            sent.append(write)
+            if not flying or queued.empty():
+                self.done.put(("sent", sent))
+                sent = []
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
-        each in order, unpack a staged one into each chunk's place."""
+        each in order, unpack a staged one into its places."""
         group, ahead = self.groups.get((lane.peer, self.ctx.rank)), iter(lane.writes)
-        posted: deque[tuple[Write, Any, torch.Tensor | None]] = deque()
+        posted: deque[tuple[Write, Any, list[torch.Tensor], torch.Tensor]] = deque()
 
         def post() -> None:
             if (write := next(ahead, None)) is not None:
-                view = self._span(write, "dst")
-                staged = None
-                if view is None or view.device != self.ctx.wire:
-                    size = sum(c.nbytes for c in write)
-                    view = staged = torch.empty(size, dtype=torch.uint8, device=self.ctx.wire)
+                views = spans(self.arena, write, "dst")
+                view = self.staged.get(("dst", write), views[0])
                 work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
-                posted.append((write, work, staged))
+                posted.append((write, work, views, view))
 
         for _ in range(WINDOW):
             post()
         while posted:
-            write, work, staged = posted.popleft()
+            write, work, views, view = posted.popleft()
             where = write[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
-            if staged is not None:
-                at = itertools.accumulate((c.nbytes for c in write), initial=0)
-                for chunk, lo in zip(write, at, strict=False):
-                    into = self.arena[chunk.dst : chunk.dst + chunk.nbytes]
-                    into.copy_(staged[lo : lo + chunk.nbytes])
-                self.ctx.synchronize()
+            if view is not views[0]:
+                self._move(views, view, pack=False)
             self.done.put(("landed", write))
             post()
 
@@ -146,7 +190,7 @@ class TorchTransport:
                 if isinstance(item, TransferError):
                     raise item
                 if item[0] == "sent":
-                    sent.append(item[1])
+                    sent += item[1]
                 else:
                     landed += item[1]
                 item = self.done.get_nowait()
