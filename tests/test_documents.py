@@ -218,6 +218,13 @@ PAIR_PROBES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "unknown new": (_pair_edit(new="new99"), r"live_pairs\[0\]\.new is 'new99', no live new"),
     "new not live": (_pair_edit(new="new0"), r"live_pairs\[0\]\.new is 'new0', no live new"),
     "new in two pairs": (_second_pair(old="i9"), r"live_pairs\[1\]\.new is 'new4', a second"),
+    "old in two pairs": (
+        lambda d: (
+            d["new_instances"][0].update(live=True),
+            _second_pair(new=d["new_instances"][0]["name"], batches=[["x/r0"]])(d),
+        ),
+        r"live_pairs\[1\]\.old is 'i1'.* another pair's old instance",
+    ),
     "old is new": (_pair_edit(old="new0"), r"live_pairs\[0\]\.old is 'new0'.* a new instance"),
     "old is mutated": (_pair_edit(old="i0"), r"live_pairs\[0\]\.old is 'i0'.* releases or mut"),
     "old empty": (_pair_edit(old=""), r"live_pairs\[0\]\.old is ''.* an empty name"),
