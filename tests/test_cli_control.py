@@ -123,9 +123,7 @@ def test_a_saved_state_does_not_hand_out_ids_again(tmp_path: Path) -> None:
         load_state(tmp_path / "bad.json")
 
 
-def test_replan_and_apply_take_a_multiplan_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_replan_and_apply_take_a_multiplan_file(tmp_path: Path) -> None:
     s0 = tmp_path / "s0.yaml"
     s0.write_text(STATE)
     multi, after = tmp_path / "m.json", tmp_path / "m2.json"
@@ -136,8 +134,51 @@ def test_replan_and_apply_take_a_multiplan_file(
     assert main([*argv, "--failed", "i1", "--out", str(after)]) == 0
     expected = replan(many, load_state(s0), at_s=0.1, failed=["i1"])
     assert MultiPlan.from_json(after.read_text()) == expected
-    assert main([*argv, "--state-out", str(tmp_path / "s.json")]) == 2
-    assert "is a MultiPlan" in capsys.readouterr().err
     assert main(["apply", "--state", str(s0), "--plan", str(multi), "--at", "0.1",
                  "--out", str(tmp_path / "s1.json")]) == 0  # fmt: skip
     assert load_state(tmp_path / "s1.json") == apply_plan(load_state(s0), many, at_s=0.1)
+
+
+def test_replan_of_a_multiplan_writes_the_state_its_replan_applies_to(tmp_path: Path) -> None:
+    """Two requests; the replan comes after the first part completed and while the second
+    loads; an old instance, a new instance of the second part and a link fail. The state
+    written is the cluster the replanned parts start from: applied to it, the replan ends with
+    every surviving new instance serving and the failed ones gone."""
+    s0 = tmp_path / "s0.yaml"
+    s0.write_text(STATE)
+    f = {name: str(tmp_path / name) for name in ("m1.json", "m2.json", "s0r.json", "s2.json")}
+    assert main(["plan", "--state", str(s0), "--request", f"{MODEL}:prefill=2",
+                 "--request", f"{MODEL}:prefill=2", "--out", f["m1.json"]]) == 0  # fmt: skip
+    many = MultiPlan.from_json(Path(f["m1.json"]).read_text())
+    first, second = ([max(i.layer_ready_s) for i in p.new_instances] for p in many.plans)
+    assert max(first) < min(second), "the first part must complete before the second"
+    at = (max(first) + min(second)) / 2
+    victim = many.plans[1].new_instances[0].name
+    failed: list[str | tuple[str, str]] = ["i1", victim, ("h1/nic0", "leaf0")]
+    assert main(["replan", "--state", str(s0), "--plan", f["m1.json"], "--at", str(at),
+                 "--failed", "i1", "--failed", victim, "--failed", "h1/nic0,leaf0",
+                 "--out", f["m2.json"], "--state-out", f["s0r.json"]]) == 0  # fmt: skip
+    after = MultiPlan.from_json(Path(f["m2.json"]).read_text())
+    assert after == replan(many, load_state(s0), at_s=at, failed=failed)
+    written = load_state(f["s0r.json"])
+    assert written == recover(many, load_state(s0), at_s=at, failed=failed).state
+    complete = [i.name for i in many.plans[0].new_instances]
+    assert {i.id: i.role.value for i in written.instances if i.id.startswith("new")} == {
+        name: "prefill" for name in complete
+    }
+    assert not {"i1", victim} & {i.id for i in written.instances}
+    assert written.topology.name.endswith("(degraded)")
+    survivors = [i.name for p in after.plans for i in p.new_instances]
+    assert sorted(survivors) == sorted(
+        i.name for i in many.plans[1].new_instances if i.name != victim
+    )
+    end = max(p.milestones.full_capacity_s for p in after.plans)
+    assert main(["apply", "--state", f["s0r.json"], "--plan", f["m2.json"], "--at", str(end),
+                 "--out", f["s2.json"]]) == 0  # fmt: skip
+    done = load_state(f["s2.json"])
+    assert done == apply_plan(written, after, at_s=end)
+    roles = {i.id: i.role.value for i in done.instances}
+    assert sorted(n for n, r in roles.items() if r == "prefill") == sorted(
+        ["i0", *complete, *survivors]
+    )
+    assert not {"i1", victim} & set(roles)

@@ -205,6 +205,88 @@ def test_from_json_runs_the_program_rules(scale: ScalePlan, probe: str) -> None:
         ScalePlan.from_json(_signed(scale.to_json(), edit))
 
 
+def _pair_edit(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda d: d["live_pairs"][0].update(fields)
+
+
+def _second_pair(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda d: d["live_pairs"].append({**d["live_pairs"][0], **fields})
+
+
+PAIR_PROBES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "unknown policy": (_pair_edit(policy="vibes"), r"live_pairs\[0\]\.policy must be one of"),
+    "unknown new": (_pair_edit(new="new99"), r"live_pairs\[0\]\.new is 'new99', no live new"),
+    "new not live": (_pair_edit(new="new0"), r"live_pairs\[0\]\.new is 'new0', no live new"),
+    "new in two pairs": (_second_pair(old="i9"), r"live_pairs\[1\]\.new is 'new4', a second"),
+    "old in two pairs": (
+        lambda d: (
+            d["new_instances"][0].update(live=True),
+            _second_pair(new=d["new_instances"][0]["name"], batches=[["x/r0"]])(d),
+        ),
+        r"live_pairs\[1\]\.old is 'i1'.* another pair's old instance",
+    ),
+    "old is new": (_pair_edit(old="new0"), r"live_pairs\[0\]\.old is 'new0'.* a new instance"),
+    "old is mutated": (_pair_edit(old="i0"), r"live_pairs\[0\]\.old is 'i0'.* releases or mut"),
+    "old empty": (_pair_edit(old=""), r"live_pairs\[0\]\.old is ''.* an empty name"),
+    "no batches": (_pair_edit(batches=[]), r"live_pairs\[0\]\.batches is empty"),
+    "empty batch": (_pair_edit(batches=[[]]), r"live_pairs\[0\]\.batches\[0\] is empty"),
+    "empty request id": (
+        _pair_edit(batches=[["i1/r0"], [""]]),
+        r"live_pairs\[0\]\.batches\[1\] holds '', not a request id",
+    ),
+    "request in two batches": (
+        _pair_edit(batches=[["i1/r0"], ["i1/r1", "i1/r0"]]),
+        r"live_pairs\[0\]\.batches\[1\] holds 'i1/r0', in a second batch",
+    ),
+}
+"""Each edit of the ``scale`` fixture's one live pair (new4 helping i1; i0 is mutated; new0 is a
+new instance that is not live) and the error that names it."""
+
+
+def _queued_as_batches(edit: Callable[[dict[str, Any]], None], document: dict[str, Any]) -> None:
+    """``edit``, with the last pair's ``queued_requests`` kept equal to its batches' ids."""
+    edit(document)
+    pair = document["live_pairs"][-1]
+    pair["queued_requests"] = sum(map(len, pair["batches"]))
+
+
+@pytest.mark.parametrize("probe", sorted(PAIR_PROBES))
+def test_both_readers_check_the_live_pairs(scale: ScalePlan, probe: str) -> None:
+    edit, message = PAIR_PROBES[probe]
+    assert [(p.new, p.old) for p in scale.live_pairs] == [("new4", "i1")]
+    with pytest.raises(InvalidInputError, match=message):
+        ScalePlan.from_json(_signed(scale.to_json(), lambda d: _queued_as_batches(edit, d)))
+    document = json.loads(program_json(scale))
+    edit(document)
+    signed = {k: v for k, v in document.items() if k != "program_id"}
+    document["program_id"] = hashlib.sha256(jcs.canonicalize(signed)).hexdigest()
+    with pytest.raises(InvalidInputError, match=message):
+        read_program_json(json.dumps(document))
+
+
+def test_a_pair_says_as_many_queued_requests_as_its_batches_hold(scale: ScalePlan) -> None:
+    text = _signed(scale.to_json(), _pair_edit(queued_requests=3))
+    with pytest.raises(InvalidInputError, match=r"queued_requests is 3, but its batches hold 16"):
+        ScalePlan.from_json(text)
+    assert ScalePlan.from_json(scale.to_json()) == scale
+    assert read_program_json(program_json(scale)).live_pairs[0].new == "new4"
+
+
+def test_the_live_policies_a_document_may_name_are_the_live_methods() -> None:
+    from blitzplan.live.solve import METHODS
+    from blitzplan.wire.pair_rules import LIVE_POLICIES
+
+    assert tuple(METHODS) == LIVE_POLICIES
+    plan_schema, export_schema = json_schema(ScalePlan), ScaleProgram.json_schema()
+    for definition in (
+        plan_schema["$defs"]["LivePair"],
+        json.loads(export_schema)["$defs"]["PairRecord"],
+    ):
+        properties = definition["properties"]
+        assert properties["policy"]["enum"] == list(LIVE_POLICIES)
+        assert properties["batches"]["minItems"] == properties["batches"]["items"]["minItems"] == 1
+
+
 def test_a_plan_source_must_hold_what_it_sends(relayed: ScalePlan) -> None:
     document = json.loads(relayed.to_json())
     forwarded = [s for s in document["steps"] if s["holder"] == "plan"]
@@ -310,6 +392,10 @@ SCHEMA_PROBES: dict[str, Callable[[dict[str, Any]], None]] = {
     "negative unit": lambda d: d["steps"][0]["ranges"][0].update(first_unit=-1),
     "null milestone bytes": lambda d: d["multicast"].update(chunk_bytes=None),
     "string for a number": _step_edit(end_s="soon"),
+    "pair policy unknown": _pair_edit(policy="vibes"),
+    "pair without batches": _pair_edit(batches=[]),
+    "pair with an empty batch": _pair_edit(batches=[[]]),
+    "pair with an empty id": _pair_edit(batches=[[""]]),
 }
 
 

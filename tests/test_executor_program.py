@@ -361,11 +361,11 @@ def test_a_live_pair_is_served_from_the_document(
     assert len(run.predicted_s) == len(run.completion_s) == len(requests)
 
 
-def test_a_live_pair_naming_no_new_instance_is_refused(tmp_path: Path) -> None:
+def test_a_live_pair_naming_no_new_instance_is_refused_by_the_reader(tmp_path: Path) -> None:
     _, made = scenario_plan("live", compute=COMPUTE)
     text = _edited(made.to_json(), lambda d: d["live_pairs"][0].update(new="new9"))
     weights = save_checkpoint(made.spec, tmp_path, seed=1)
-    with pytest.raises(InvalidInputError, match="live pair 0 names 'new9', which is no new"):
+    with pytest.raises(InvalidInputError, match=r"live_pairs\[0\]\.new is 'new9', no live new"):
         serve_live(text, weights, requests={}, compute=COMPUTE)
 
 

@@ -209,8 +209,13 @@ def test_replan_of_a_multiplan_is_its_parts_repaired_in_order() -> None:
     assert [len(p.new_instances) for p in whole.plans] == [1, 1]
     parts = replan_parts(many, state, replan, at_s=0.01, cancelled=cancelled)
     assert whole.to_json() == parts.to_json()
-    with pytest.raises(InvalidInputError, match=r"MultiPlan .* pass plan\.plans\[k\]"):
-        blitzplan.recover(many, state, at_s=0.01)  # type: ignore[arg-type]
+    recovery = blitzplan.recover(many, state, at_s=0.01, cancelled=cancelled)
+    assert recovery.lost == (f"{cancelled[0]} cancelled",)
+    assert [i.name for i in recovery.survivors] == [
+        i.name for p in whole.plans for i in p.new_instances
+    ]
+    with pytest.raises(InvalidInputError, match="plan must be a ScalePlan or a MultiPlan"):
+        blitzplan.recover([many], state, at_s=0.01)  # type: ignore[arg-type]
 
 
 def test_bad_requests_are_refused() -> None:

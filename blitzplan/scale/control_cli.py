@@ -11,7 +11,9 @@ apply, fail and recover through files.
     blitzplan apply --state s0r.json --plan p2.json --at 2.0 --out s2.json
 
 ``replan`` reads the state the plan was made on; ``--state-out`` writes the degraded cluster it
-planned on (:func:`~blitzplan.recover`), the state to ``apply`` its plan to.
+planned on (:func:`~blitzplan.recover`), the state to ``apply`` its plan to. A MultiPlan file
+(several requests) goes the same way: ``--state-out`` writes the cluster its replanned parts
+start from (its evictions done, every part's complete new instances serving).
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def add_control_commands(sub: Any, command: Any) -> None:
     r.add_argument("--out", default=None, help="write the ScalePlan JSON here (default: print)")
     r.add_argument("--program-out", default=None, help="also write its program export here")
     r.add_argument(
-        "--state-out", default=None, help="write the degraded cluster the replan is made on"
+        "--state-out",
+        default=None,
+        help="write the degraded cluster the replan is made on (the state to apply it to)",
     )
     a = command(
         "apply",
@@ -155,15 +159,10 @@ def _cmd_replan(args: argparse.Namespace) -> int:
     from blitzplan.scale.recovery import recover
     from blitzplan.scale.replan import replan
     from blitzplan.scale.statefile import load_state
-    from blitzplan.scale.types import ScalePlan
 
     state = load_state(args.state)
     scale = _read_plan(args.plan)
     failed = _failures(args.failed)
-    if args.state_out and not isinstance(scale, ScalePlan):
-        raise InvalidInputError(
-            f"--state-out needs a plan of one request; --plan {args.plan!r} is a MultiPlan"
-        )
     after = replan(scale, state, at_s=args.at, failed=failed, cancelled=args.cancelled)
     if args.state_out:
         recovered = recover(scale, state, at_s=args.at, failed=failed, cancelled=args.cancelled)

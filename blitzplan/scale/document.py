@@ -153,6 +153,8 @@ def check_plan(plan: ScalePlan) -> None:
         unit_bytes=unit_bytes,
         new_instances=plan.new_instances,
         held=plan.held,
+        live_pairs=plan.live_pairs,
+        leaving=(*plan.releases, *plan.mutations),
         spec=plan.spec,
     )
 

@@ -44,7 +44,9 @@ its old part). A failure that names a new instance applies to the part it belong
 cancelled name must be a new instance of some part. The evictions are done (they were made when
 the MultiPlan started): the replan has none, and instances it evicted still in ``state`` are
 taken out. All or nothing, as for ``plan``: a part the one-request replan refuses raises naming
-``plans[k]``.
+``plans[k]``. ``recover(multi, state, ...)`` gives the degraded cluster the replanned parts start
+from (evictions done, every part's complete new instances serving): ``apply_plan`` of the replan
+on it is the cluster that many seconds into the replan.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.scale.apply import apply_plan
 from blitzplan.scale.plan_options import PlanOptions
-from blitzplan.scale.recovery import Failure, recover
+from blitzplan.scale.recovery import Failure, recover, without_evictions
 from blitzplan.scale.types import Eviction, MultiPlan, NewInstanceInfo, ScalePlan, ScaleRequest
 
 __all__ = ["plan_requests", "replan_parts"]
@@ -132,10 +134,7 @@ def replan_parts(
     every = {info.name for part in multi.plans for info in part.new_instances}
     for name in sorted(str(n) for n in dropped - every):
         raise InvalidInputError(f"cancelled names {name!r}, which is no part's new instance")
-    current = state.copy()
-    for eviction in multi.evictions:  # released when the MultiPlan started
-        if eviction.instance in {i.id for i in current.instances}:
-            current.remove_instance(eviction.instance)
+    current = without_evictions(multi, state)  # released when the MultiPlan started
     plans: list[ScalePlan] = []
     used: set[str] = set()
     for k, part in enumerate(multi.plans):

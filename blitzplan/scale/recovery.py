@@ -7,20 +7,29 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from blitzplan.cluster import ClusterState, HostCopy, Instance, Role
 from blitzplan.errors import InvalidInputError
 from blitzplan.hostcopies import rebuild_host_copies, unloadable_models
+from blitzplan.models import ModelSpec
 from blitzplan.scale.types import MultiPlan, NewInstanceInfo, ScalePlan
 
 if TYPE_CHECKING:
     from blitzplan.scale.program import TransferStep
 from blitzplan.topologies import Topology
 
-__all__ = ["DEGRADED_KEPT", "Failure", "Recovery", "degrade", "recover", "whole_steps"]
+__all__ = [
+    "DEGRADED_KEPT",
+    "Failure",
+    "Recovery",
+    "degrade",
+    "recover",
+    "whole_steps",
+    "without_evictions",
+]
 
 Failure = str | tuple[str, str]
 
@@ -56,7 +65,7 @@ class Recovery:
 
 
 def recover(
-    plan: ScalePlan,
+    plan: ScalePlan | MultiPlan,
     state: ClusterState,
     *,
     at_s: float,
@@ -64,18 +73,20 @@ def recover(
     cancelled: Iterable[str] = (),
 ) -> Recovery:
     """The cluster after the failures (the state :func:`replan` plans on) and the fate of every
-    new instance of ``plan``."""
-    if isinstance(plan, MultiPlan):
-        raise InvalidInputError(
-            "plan is a MultiPlan (several requests): recover() takes one ScalePlan, pass "
-            "plan.plans[k] (replan() takes the whole MultiPlan)"
-        )
-    if not isinstance(plan, ScalePlan):
-        raise InvalidInputError(f"plan must be a ScalePlan, got {type(plan).__name__}")
+    new instance of ``plan``.
+
+    A MultiPlan recovers as a whole: its evictions are done (those still in ``state`` are taken
+    out, as :func:`~blitzplan.scale.multiplan.replan_parts` does), a failure or cancellation
+    naming a new instance of any part applies to it, and ``state`` is the cluster the replanned
+    MultiPlan starts from (every part's complete new instances serving), the one to
+    :func:`~blitzplan.apply_plan` it to."""
+    parts, state = _parts(plan, state)
     if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not 0 <= at_s < math.inf:
         raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
-    plan.check_cluster(state)
-    names = {info.name for info in plan.new_instances}
+    for part in parts:
+        part.check_cluster(state)
+    infos = [info for part in parts for info in part.new_instances]
+    names = {info.name for info in infos}
     cancelled = set(_names("cancelled", cancelled))
     for name in sorted(cancelled - names):
         raise InvalidInputError(f"cancelled names {name!r}, which is not a new instance of plan")
@@ -95,7 +106,7 @@ def recover(
             removed.append(f"{inst.id} lost: its tensor-parallel GPUs lost their NVSwitch")
     survivors: list[NewInstanceInfo] = []
     complete: list[NewInstanceInfo] = []
-    for info in plan.new_instances:
+    for info in infos:
         done = all(t <= at_s for t in info.layer_ready_s)
         if info.name in cancelled:
             lost.append(f"{info.name} cancelled")
@@ -111,7 +122,8 @@ def recover(
             survivors.append(info)
     gone = {i.id for i in state.instances if set(i.gpus) & lost_gpus}
     stale = _stale(state, topology, broken.processes | broken.memories | gone, bool(failures))
-    current = _rebuild(state, topology, lost_gpus, broken, plan, complete, set(stale))
+    specs = {info.name: part.spec for part in parts for info in part.new_instances}
+    current = _rebuild(state, topology, lost_gpus, broken, specs, complete, set(stale))
     avoid = _hosts_of(state, broken.memories)
     rebuilds, copies = rebuild_host_copies(state, current, avoid=avoid)
     copies += unloadable_models(state, current, rebuilds)
@@ -125,6 +137,29 @@ def recover(
         copies,
         rebuilds,
     )
+
+
+def _parts(
+    plan: ScalePlan | MultiPlan, state: ClusterState
+) -> tuple[tuple[ScalePlan, ...], ClusterState]:
+    """The plans to recover and the cluster they start on (a MultiPlan's evictions done)."""
+    if isinstance(plan, MultiPlan):
+        return plan.plans, without_evictions(plan, state)
+    if not isinstance(plan, ScalePlan):
+        raise InvalidInputError(
+            f"plan must be a ScalePlan or a MultiPlan, got {type(plan).__name__}"
+        )
+    return (plan,), state
+
+
+def without_evictions(multi: MultiPlan, state: ClusterState) -> ClusterState:
+    """A copy of ``state`` without the instances ``multi`` evicted (released when it started)
+    that are still in it."""
+    current = state.copy()
+    for eviction in multi.evictions:
+        if eviction.instance in {i.id for i in current.instances}:
+            current.remove_instance(eviction.instance)
+    return current
 
 
 def _hosts_of(state: ClusterState, memories: set[str]) -> set[str]:
@@ -255,12 +290,13 @@ def _rebuild(
     topology: Topology,
     lost_gpus: set[str],
     broken: _Broken,
-    plan: ScalePlan,
+    specs: Mapping[str, ModelSpec],
     complete: list[NewInstanceInfo],
     stale: set[str],
 ) -> ClusterState:
     """The cluster now: surviving instances (same ids; a stale loading record dropped), host
-    copies, background flows, and the new instances that are already complete."""
+    copies, background flows, and the new instances that are already complete (``specs``
+    gives each new instance's model)."""
     if (
         topology is state.topology
         and not broken.processes
@@ -293,7 +329,9 @@ def _rebuild(
         if info.name in known:
             continue  # the caller's state already has it
         role = Role(info.role) if info.role in Role._value2member_map_ else Role.IDLE
-        current.add_instance(plan.spec, gpus=list(info.gpus), role=role, instance_id=info.name)
+        current.add_instance(
+            specs[info.name], gpus=list(info.gpus), role=role, instance_id=info.name
+        )
     for flow in state.background_flows:
         if all(topology.graph.has_edge(*e) for e in flow.edges):
             current.add_flow(flow, until_s=state.flow_end_s(flow))

@@ -15,7 +15,10 @@ reader (the executor's) refuse before anything runs. Each error names the step a
   host-memory device (relays, ``rank -1`` destinations and memory sources hold every rank);
 * **dependencies**: ``feeds`` name steps into the source, ``after`` existing steps; no step
   waits for itself through ``after`` and store-and-forward ``feeds``;
-* **bytes**: every byte a ``plan`` source sends, it held before the start or a step brings it.
+* **bytes**: every byte a ``plan`` source sends, it held before the start or a step brings it;
+* **live pairs** (:mod:`.pair_rules`): a known ``policy``; ``new`` a live new instance and
+  ``old`` an instance that serves on (neither a new instance nor one the document releases or
+  mutates), each in one pair; ``batches`` of request ids, each in one batch of one pair.
 
 What a particular data plane cannot run (the executor refuses ``loading`` sources, and ``after``
 across two sending devices) is that data plane's own check, made after these.
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blitzplan.errors import InvalidInputError
+from blitzplan.wire.pair_rules import LIVE_POLICIES, Named, Pair, check_live_pairs
 from blitzplan.wire.program_bytes import check_bytes_at_sources
 from blitzplan.wire.program_screen import (
     ALL_RANKS,
@@ -42,7 +46,7 @@ from blitzplan.wire.program_screen import (
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
 
-__all__ = ["ALL_RANKS", "HOLDERS", "LINKS", "STEP_KINDS", "check_program_rules"]
+__all__ = ["ALL_RANKS", "HOLDERS", "LINKS", "LIVE_POLICIES", "STEP_KINDS", "check_program_rules"]
 
 Span = tuple[int, int, int, int]
 """``(first_unit, last_unit, offset, length)``."""
@@ -53,6 +57,8 @@ class _Instance(Protocol):
     def name(self) -> str: ...
     @property
     def gpus(self) -> Sequence[str]: ...
+    @property
+    def live(self) -> bool: ...
 
 
 def _spans(ranges: Sequence[Any]) -> tuple[Span, ...]:
@@ -73,6 +79,8 @@ def check_program_rules(
     unit_bytes: Sequence[int],
     new_instances: Sequence[_Instance],
     held: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]],
+    live_pairs: Sequence[Pair],
+    leaving: Sequence[Named],
     spec: ModelSpec | None = None,
 ) -> None:
     """Raise InvalidInputError for the first rule ``steps`` break (module docstring).
@@ -81,9 +89,11 @@ def check_program_rules(
     (``link``, ``stripe``, ``chunk_bytes`` and ``rate_bytes_per_s`` are checked when present;
     ``ranges`` hold ByteRange-like records or ``(first_unit, last_unit, offset, length)``);
     ``unit_bytes`` each unit's per-rank buffer at ``tp``; ``held`` the document's ``held``;
-    ``spec`` the model (to check ``source_layout`` TP degrees; skipped when None)."""
+    ``live_pairs`` its live pairs and ``leaving`` its releases and mutations (records naming an
+    ``instance``); ``spec`` the model (to check ``source_layout`` TP degrees; skipped when None)."""
     gpu_rank = _check_instances(new_instances, tp)
     _check_held(held, gpu_rank, len(unit_bytes))
+    check_live_pairs(live_pairs, new_instances, {x.instance for x in leaving})
     cols = step_columns(steps)
     ids = cols["id"]
     if len(set(ids)) != len(ids):

@@ -345,6 +345,8 @@ def check_program(program: ScaleProgram) -> None:
         unit_bytes=unit_bytes,
         new_instances=program.new_instances,
         held=program.held,
+        live_pairs=program.live_pairs,
+        leaving=(*program.releases, *program.mutations),
         spec=program.spec,
     )
 

@@ -70,6 +70,8 @@ def _constrained(node: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     out["description"] = entry["d"]
     if "minItems" in entry:
         out["minItems"] = entry["minItems"]
+    if "itemMinItems" in entry:
+        out["items"] = {**out["items"], "minItems": entry["itemMinItems"]}
     return out
 
 

@@ -79,9 +79,7 @@ def _pair(
     if not 0 <= index < len(pairs):
         raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
     pair = pairs[index]
-    new = next((i for i in program.new_instances if i.name == pair.new), None)
-    if new is None:
-        raise InvalidInputError(f"live pair {index} names {pair.new!r}, which is no new instance")
+    new = {i.name: i for i in program.new_instances}[pair.new]  # the reader checked it is one
     missing = [b[0] for b in pair.batches if b[0] not in requests]
     if len(new.gpus) != 1 or any(len(b) != 1 for b in pair.batches) or missing:
         raise InvalidInputError(
