@@ -4,8 +4,9 @@ beside ZigZag against the optimum, the paper's toy example, and the cost of one 
 
 Run: .venv/bin/python benchmarks/partition.py   (BLITZPLAN_QUICK=1: few, small, fast)
 Flags narrow a run: ``--backends bnb`` (default: bnb highs cpsat), ``--classes 32x16 80x16``,
-``--orders fifo``, ``--runs 10``, ``--limit 10``, ``--sections a`` (any of ``abcdef``; b and c
-come together; f, the Lagrangian bound under a FIFO order, needs the FIFO runs of a).
+``--orders fifo``, ``--runs 10``, ``--limit 10``, ``--sections a`` (any of ``abcdefg``; b and c
+come together; f, the Lagrangian bound under a FIFO order, needs the FIFO runs of a; g, where
+the gap of the unproven instances lies, the runs of a).
 
 Instances come from the presets: llama-3-8b on paper-a100-16 (TP1; its first 7 layers for
 L=7), mistral-small-24b (TP2) and qwen2.5-72b (TP4) on paper-a800-32. The new instance pulls its
@@ -137,6 +138,8 @@ class Solved:
     objective: float
     bound: float
     seconds: float
+    on_new_only: int
+    """Batches the schedule finishes on N alone (split = L)."""
 
 
 def solve_all() -> dict[tuple[int, int, int, str, str], Solved]:
@@ -158,8 +161,9 @@ def solve_all() -> dict[tuple[int, int, int, str, str], Solved]:
                     seconds = time.perf_counter() - started
                     assert validate_schedule(inst, result).ok
                     bound = result.bound if result.bound is not None else -math.inf
+                    alone = sum(k == layers for k in result.split)
                     out[layers, batches, seed, order, backend] = Solved(
-                        result.status.value, result.objective, bound, seconds
+                        result.status.value, result.objective, bound, seconds, alone
                     )
     return out
 
@@ -266,6 +270,48 @@ def lagrange_rows(solved: dict[tuple[int, int, int, str, str], Solved]) -> list[
     return rows
 
 
+# --- g. where the gap lies: the root relaxation, the final bound, batches left on N -------
+
+
+def gap_rows(solved: dict[tuple[int, int, int, str, str], Solved]) -> list[list[object]]:
+    """Per class and order, over the instances a backend did not prove: the N-capacity
+    relaxation (the root bound) and the best final bound over the best schedule found (mean,
+    worst), and how many batches that schedule finishes on N alone (mean, most); then the same
+    count over the proven instances."""
+    rows = []
+    for layers, batches in TARGET_SIZES:
+        for order in ORDERS:
+            open_, proven = [], []
+            for seed in range(TARGET_RUNS):
+                key = (layers, batches, seed, order)
+                best, is_proven = best_known(solved, key)
+                found = [solved[(*key, b)] for b in BACKENDS]
+                alone = min(found, key=lambda r: r.objective).on_new_only
+                if is_proven:
+                    proven.append(alone)
+                    continue
+                inst = instance(layers, batches, seed)
+                root, _, _ = relaxation_bound(inst, old_order=order, time_limit_s=LIMIT_S)
+                bound = max(r.bound for r in found)
+                open_.append((root / best, bound / best, alone))
+            cols = list(zip(*open_, strict=True)) if open_ else [[math.nan]] * 3
+            rows.append(
+                [
+                    f"({layers},{batches})",
+                    order,
+                    len(open_),
+                    f"{statistics.fmean(cols[0]):.4f}",
+                    f"{min(cols[0]):.4f}",
+                    f"{statistics.fmean(cols[1]):.4f}",
+                    f"{min(cols[1]):.4f}",
+                    f"{statistics.fmean(cols[2]):.1f}",
+                    max(cols[2]),
+                    f"{statistics.fmean(proven):.1f}" if proven else "-",
+                ]
+            )
+    return rows
+
+
 # --- c. the paper's toy -----------------------------------------------------------------------
 
 TOY_NOTE = """\
@@ -368,7 +414,7 @@ def main() -> None:
         f"{', QUICK' if QUICK else ''}\n"
     )
     args = options()
-    solved = solve_all() if set(args.sections) & set("abcf") else {}
+    solved = solve_all() if set(args.sections) & set("abcfg") else {}
     if "a" in args.sections:
         print(
             f"a. exact backends, {TARGET_RUNS} instances per class, {LIMIT_S:g} s limit, wall "
@@ -400,6 +446,16 @@ def main() -> None:
         )
         headers = ["(L,n)", "relax mean", "worst", "0.25 s mean", "worst", "long mean", "worst"]
         print(format_table([*headers, "s"], lagrange_rows(solved)))
+    if "g" in args.sections:
+        print(
+            "\ng. where the gap lies, over the instances of a. no backend proved: the "
+            "N-capacity relaxation (the root bound, same limit) and the best final bound, each "
+            "/ the best schedule found (mean, worst); batches that schedule finishes on N alone "
+            "(mean, most); the same mean over the proven instances"
+        )
+        headers = ["(L,n)", "order", "open", "root mean", "worst", "final mean", "worst"]
+        headers += ["on N mean", "most", "proven: on N"]
+        print(format_table(headers, gap_rows(solved)))
     if "d" in args.sections:
         toy()
     if "e" in args.sections:
@@ -432,7 +488,7 @@ def options() -> argparse.Namespace:
     parser.add_argument("--orders", nargs="+", choices=ORDERS)
     parser.add_argument("--runs", type=int)
     parser.add_argument("--limit", type=float)
-    parser.add_argument("--sections", default="abcdef")
+    parser.add_argument("--sections", default="abcdefg")
     args = parser.parse_args()
     if args.backends:
         BACKENDS[:] = args.backends

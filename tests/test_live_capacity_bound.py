@@ -5,7 +5,9 @@ orders and for every objective; uncut, it is never below the N-capacity relaxati
 from __future__ import annotations
 
 import math
+import random
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -77,3 +79,65 @@ def test_the_capacity_bound_never_exceeds_the_enumerated_optimum(
     relax = Relaxation(instance, objective)
     plain, _, _ = solve_relaxation(relax, old_order=old_order)
     assert bound >= relax.obj.final(plain) - 1e-9 * max(1.0, abs(bound))
+
+
+def test_a_batch_left_on_new_shares_new_with_the_served_prefix() -> None:
+    """Two layers usable at 0, two batches of 1 s a layer queued at 0, O busy until 2, no
+    hand-off. The N-capacity relaxation leaves both on N alone (each ends at 2: mean 2). With
+    N shared by the batches left on it (they end at 2 and 4), the best is one on N (ends at 2)
+    and the other one layer on N and one on O (ends at 3): mean 2.5. But N cannot run both:
+    with O's last block ending at ``T``, the served batch's layer on N ends by ``T - 1`` and
+    N's work, 2 s of the batch on N plus ``4 - T`` of the served batch, ends by ``max(c, T -
+    1)``: either
+    the batch on N ends at ``c >= 2 + (4 - T)`` or ``T - 1 >= 2 + (4 - T)``, ``T >= 3.5``.
+    The least added is 0.5: 5.5 in all, mean 2.75. The optimum is 3 (N runs 3 layers, O one,
+    or N two and O two)."""
+    inst = LiveScalingInstance([0.0, 0.0], [0.0, 0.0], 1.0, 1.0, 0.0, old_free_at_s=2.0)
+    plain, _, _ = solve_relaxation(Relaxation(inst, "mean_latency"), old_order="free")
+    assert plain / 2 == pytest.approx(2.0)
+    for order in ("free", "fifo"):
+        assert capacity_bound(inst, old_order=order) == pytest.approx(2.75)
+    assert schedule_live(inst, method="exact", backend="enumerate").objective == pytest.approx(3)
+
+
+def _crowded(rng: random.Random) -> LiveScalingInstance:
+    """A tiny instance where O is often busy long and N crowded."""
+    layers, n = rng.randint(1, 3), rng.randint(2, 4)
+    arrivals = sorted(rng.choice([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) for _ in range(layers))
+    p_new = [rng.choice([0.5, 1.0, 1.5, 2.0]) for _ in range(n)]
+    p_old = p_new if rng.random() < 0.7 else [rng.choice([0.5, 1.0, 2.0]) for _ in range(n)]
+    return LiveScalingInstance(
+        arrivals,
+        [rng.choice([0.0, 0.0, 0.5, 1.0]) for _ in range(n)],
+        p_new,
+        p_old,
+        [rng.choice([0.0, 0.0, 0.5]) for _ in range(n)],
+        old_free_at_s=rng.choice([0.0, 1.0, 2.0, 4.0, 6.0]),
+        head_ready_s=arrivals[-1] + rng.choice([0.0, 0.5]),
+    )
+
+
+def test_crowding_raises_the_bound_and_never_past_the_optimum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On 80 crowded tiny instances, in both orders: the bound never exceeds the enumerated
+    optimum, and the crowding term (the batches left on N against the served batches' layers
+    on N) raises it on some of them."""
+    from blitzplan.live.relaxation_capacity import Capacity
+
+    rng, raised, tried = random.Random(23), 0, 0
+    crowded = Capacity.crowded
+    for _ in range(80):
+        inst = _crowded(rng)
+        for order in ("free", "fifo"):
+            if count_schedules(inst, old_order=order) > 3_000:
+                continue
+            tried += 1
+            oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
+            bound = capacity_bound(inst, old_order=order)
+            assert bound <= oracle.objective + 1e-9 * max(1.0, oracle.objective)
+            monkeypatch.setattr(Capacity, "crowded", lambda self, *a: np.zeros(a[1].shape))
+            without = capacity_bound(inst, old_order=order)
+            monkeypatch.setattr(Capacity, "crowded", crowded)
+            raised += bound > without + 1e-9
+    assert tried >= 80 and raised >= 5

@@ -10,9 +10,10 @@ their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of 
 time; the clock is read before every chunk and every merge (a merge is not started when the
 last large merge's time per state says it would end past the time allowed).
 
-With ``capacity``, two rules the N-capacity relaxation drops are put back as necessary
-conditions (:class:`_Capacity`), giving a stronger bound (not the relaxation's own value): O and
-N share the work of the batches O has served, and the batches left on N share N. With ``fifo``,
+With ``capacity``, rules the N-capacity relaxation drops are put back as necessary conditions
+(:class:`~blitzplan.live.relaxation_capacity.Capacity`), giving a stronger bound (not the
+relaxation's own value): O and N share the work of the batches O has served, the batches left
+on N share N, and both crowd N at once. With ``fifo``,
 O serves the batches it takes in release order (``old_order="fifo"``).
 """
 
@@ -24,9 +25,10 @@ import time
 import numpy as np
 
 from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.schedule import SLO_TOL_S
 
-__all__ = ["CAPACITY_THRESHOLDS", "CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
+__all__ = ["CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
 
 CHUNK_STATES = 4_000
 """States bounded and expanded together (one read of the clock per chunk)."""
@@ -35,67 +37,10 @@ MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
 (smaller ones are mostly fixed costs)."""
 
-CAPACITY_THRESHOLDS = 12
-"""Layer arrivals the bound on the batches left on N is taken at (any subset is valid)."""
 
 _Arrays = dict[str, np.ndarray]
 """A level: ``mask``, ``free`` (O free time), ``cost``, ``parent`` and ``last`` (the batch
 placed last), one entry per state."""
-
-
-class _Capacity:
-    """Necessary conditions on completions that count the capacity of both instances.
-
-    *Shared work.* Let O serve the set ``P`` up to and including batch ``j``, with splits
-    ``k``. O has run ``sum (L - k_i) pO_i`` from ``b_O`` by ``C_j``; N has run every layer of
-    ``P`` on it (``sum k_i pN_i``) from ``a_1`` before O starts ``j``, which then runs at least
-    one layer (``pO_j``). With ``x = sum k_i pO_i`` and ``rho = min pN / pO``:
-    ``C_j >= max(a_1 + rho x + pO_j, b_O + sum L pO_i - x)``, so ``C_j`` is at least the least
-    over ``x >= 0`` of that maximum.
-
-    *Left on N.* Among the batches ``F`` that finish on N, the ``m``-th to complete has, with
-    the ``m - 1`` before it, run layers ``l..L`` on N after ``a_l``: it completes at least
-    ``a_l + (L - l + 1)`` times the ``m`` smallest ``pN`` of ``F`` after ``a_l`` (for any
-    ``l``), and at least the ``m``-th smallest completion of the batches of ``F`` alone.
-    Summed, this bounds their total latency whichever batch completes when.
-    """
-
-    def __init__(self, relax: Relaxation, table: _Table) -> None:
-        inst = relax.instance
-        L = inst.num_layers
-        p_new, p_old = np.asarray(inst.new_layer_s), np.asarray(inst.old_layer_s)
-        self.table, self.p_old = table, p_old
-        self.a1, self.b_old = inst.usable_s[0], inst.old_free_at_s
-        self.ratio = float(np.min(p_new / p_old))
-        self.whole = L * p_old
-        self.by_new = np.argsort(p_new, kind="stable")
-        self.sorted_new = p_new[self.by_new]
-        picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
-        self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
-        self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
-        self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
-
-    def served(self, mask: np.ndarray) -> np.ndarray:
-        """Per state, the whole work (on O) of the batches O has served."""
-        placed = (mask[:, None] & self.table.bits[None, :]) != 0
-        return np.asarray(placed.astype(float) @ self.whole)
-
-    def shared(self, served: np.ndarray, i: int) -> np.ndarray:
-        """Per state, the least completion of batch ``i`` served next on O (shared work)."""
-        total = served + self.whole[i]
-        x = (self.b_old + total - self.a1 - self.p_old[i]) / (1 + self.ratio)
-        return np.asarray(self.b_old + total - np.maximum(x, 0.0))
-
-    def left_on_new(self, unplaced: np.ndarray) -> np.ndarray:
-        """Per state, a bound on the total latency of the unplaced batches, all left on N."""
-        left = unplaced[:, self.by_new]
-        prefix = np.cumsum(np.where(left, self.sorted_new, 0.0), axis=1)
-        floor = np.max([at + layers * prefix for at, layers in self.thresholds], axis=0)
-        floor = np.sort(np.where(left, floor, -math.inf), axis=1)
-        alone = np.sort(np.where(unplaced, self.alone_end, -math.inf), axis=1)
-        ends = np.maximum(floor, alone)  # -inf where nothing is left: placed batches
-        total = np.where(np.isneginf(ends), 0.0, ends).sum(axis=1)
-        return np.asarray(total - np.where(unplaced, self.table.release, 0.0).sum(axis=1))
 
 
 class _Table:
@@ -113,7 +58,7 @@ class _Table:
         self.release = np.asarray(relax.instance.release_s, dtype=float)
         self.slo = np.asarray(relax.obj.slo, dtype=float)
         self.bits = np.int64(1) << np.arange(self.n, dtype=np.int64)
-        self.capacity = _Capacity(relax, self) if capacity else None
+        self.capacity = Capacity(relax, self) if capacity else None
         self.sums = relax.obj.name == "mean_latency"
         """Whether the bound on the batches left on N applies (a total latency)."""
         rank = np.empty(self.n, dtype=np.int64)
@@ -135,12 +80,16 @@ class _Table:
                 out[:, i] = np.maximum(best, self.capacity.shared(served, i))
         return out
 
-    def done(self, cost: np.ndarray, unplaced: np.ndarray) -> np.ndarray:
+    def done(
+        self, cost: np.ndarray, unplaced: np.ndarray, free: np.ndarray, mask: np.ndarray
+    ) -> np.ndarray:
         """Each state completed by leaving every unplaced batch on N."""
         alone = self.fold(np.broadcast_to(self.on_new, unplaced.shape), unplaced)
         if self.capacity is None or not self.sums:
             return self.combine(cost, alone)
-        return np.asarray(cost + np.maximum(alone, self.capacity.left_on_new(unplaced)))
+        total, last = self.capacity.left_on_new(unplaced)
+        extra = self.capacity.crowded(mask, free, unplaced, last)
+        return np.asarray(cost + np.maximum(alone, total) + extra)
 
     def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
         """Whether batch ``i`` may follow ``last`` on O (always, unless O keeps FIFO order)."""
@@ -248,7 +197,7 @@ def _expand_chunk(
     values = table.values(ends)
     floors = np.minimum(values, table.on_new[None, :])
     floor = table.fold(floors, unplaced)
-    done = table.done(cost, unplaced)
+    done = table.done(cost, unplaced, free, mask)
     better = None
     if done.size and done.min() < best_cost:
         index = int(done.argmin())
