@@ -4,6 +4,7 @@ nothing, its documents and the executor's reader of the combined program."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -26,6 +27,7 @@ from blitzplan import (
 from blitzplan.scale import validate_plan
 from blitzplan.scale.export import program_json
 from blitzplan.scale.multiplan import replan_parts
+from blitzplan.scale.statefile import save_state
 from blitzplan.wire.multiprogram import check_joint, read_multiprogram_json
 from blitzplan.wire.scaleprogram import read_program_json
 
@@ -303,3 +305,54 @@ def test_random_calls_give_programs_the_reader_accepts(seed: int) -> None:
         after = apply_plan(state, many, at_s=at)
         names = {i.name for p in many.plans for i in p.new_instances}
         assert names <= {i.id for i in after.instances}
+
+
+def queued_pair_state(queues: tuple[int, ...]) -> ClusterState:
+    """llama-3-8b on paper-a800-32: a prefill instance per queue length (2,048-token prompts)
+    and one decode instance."""
+    state = ClusterState(load_topology("paper-a800-32"), models=[LLAMA])
+    for k, length in enumerate(queues):
+        state.add_instance(LLAMA, gpus=[f"h0/gpu{k}"], role="prefill", queue=[(0.0, 2048)] * length)
+    state.add_instance(LLAMA, gpus=["h0/gpu7"], role="decode")
+    return state
+
+
+def test_an_old_instance_pairs_live_with_one_part_only() -> None:
+    # the reproducer: both parts paired i0 over the same requests (served twice)
+    state = queued_pair_state((8,))
+    many = plan(state, [ScaleRequest(LLAMA, prefill=2)] * 2, **OPTIONS)
+    assert [(p.new, p.old) for part in many.plans for p in part.live_pairs] == [("new0", "i0")]
+    # with a second queued instance, the later part pairs with that one
+    state = queued_pair_state((8, 4))
+    many = plan(state, [ScaleRequest(LLAMA, prefill=1)] * 2, **OPTIONS)
+    olds = [p.old for part in many.plans for p in part.live_pairs]
+    assert olds == ["i0", "i1"]
+    ids = [r for part in many.plans for p in part.live_pairs for b in p.batches for r in b]
+    assert len(ids) == len(set(ids)) == 12
+
+
+def test_a_plan_made_while_a_live_instance_loads_pairs_its_old_instance_with_no_other(
+    tmp_path: Path,
+) -> None:
+    state = queued_pair_state((8,))
+    first = plan(state, ScaleRequest(LLAMA, prefill=1), **OPTIONS)
+    assert [(p.new, p.old) for p in first.live_pairs] == [("new0", "i0")]
+    midway = apply_plan(state, first, at_s=first.milestones.full_capacity_s / 4)
+    loading = midway.instance("new0").loading
+    assert loading is not None and loading.relieves == "i0"
+    save_state(midway, tmp_path / "s.json")  # the record survives a state file
+    assert blitzplan.load_state(tmp_path / "s.json") == midway
+    assert plan(midway, ScaleRequest(LLAMA, prefill=1), **OPTIONS).live_pairs == ()
+
+
+def test_the_joint_rules_refuse_an_old_instance_paired_in_two_parts() -> None:
+    state = queued_pair_state((8,))
+    first = plan(state, ScaleRequest(LLAMA, prefill=1), **OPTIONS)
+    after = apply_plan(state, first, at_s=0.0)
+    record = after.instance("new0").loading
+    assert record is not None
+    after.update_instance("new0", loading=dataclasses.replace(record, relieves=None))
+    second = plan(after, ScaleRequest(LLAMA, prefill=1), **OPTIONS)  # as the old planner did
+    assert [p.old for p in second.live_pairs] == ["i0"]
+    with pytest.raises(InvalidInputError, match=r"parts\[1\] pairs new1 with 'i0'.*served twice"):
+        check_joint([first, second])

@@ -56,6 +56,10 @@ class Loading:
     loaded and, per unit (embedding, layers 1..L, head), the predicted seconds from now until
     the unit is complete on every one of its GPUs (0 for units it has).
 
+    ``relieves`` is the old instance its plan pairs it with live (the id), if any: that
+    instance's queue is already shared with this one, so no later plan pairs it with another
+    new instance while this one loads.
+
     ``needs`` and ``edges`` say what the arrivals still ahead depend on: the instances whose
     processes send or forward them and the host memories they are read from (by name), and the
     directed links they cross. A failure of any of them leaves the record *stale*
@@ -66,8 +70,13 @@ class Loading:
     units_ready_s: tuple[float, ...]
     needs: frozenset[str] | None = None
     edges: frozenset[tuple[str, str]] = frozenset()
+    relieves: str | None = None
 
     def __post_init__(self) -> None:
+        if self.relieves is not None and not (isinstance(self.relieves, str) and self.relieves):
+            raise InvalidInputError(
+                f"loading.relieves must be an instance id or None, got {self.relieves!r}"
+            )
         role = parse_role(self.role)
         if role is Role.LOADING:
             raise InvalidInputError("loading.role is the role taken once loaded, not 'loading'")

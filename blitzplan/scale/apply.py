@@ -83,12 +83,15 @@ def apply_plan(state: ClusterState, plan: ScalePlan | MultiPlan, *, at_s: float)
         after.update_instance(
             inst.id, role=role, queue=[_shift(q, at_s) for q in keep], loading=loading
         )
+    relieves = {pair.new: pair.old for pair in plan.live_pairs}
     for info in plan.new_instances:
         known = all(math.isfinite(t) for t in info.layer_ready_s)  # else: never completes
         loading = None
         if known:
             needs, edges = _needs(state, plan, info.gpus, at_s)
-            loading = Loading(Role(info.role), info.layer_ready_s, needs, edges).advanced(at_s)
+            loading = Loading(
+                Role(info.role), info.layer_ready_s, needs, edges, relieves.get(info.name)
+            ).advanced(at_s)
         ready = all(t <= at_s for t in info.layer_ready_s)
         after.add_instance(
             plan.spec,

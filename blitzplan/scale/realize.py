@@ -91,7 +91,8 @@ def realize(
     notes = list(notes)
     state = at_efficiency(state, run.options.link_efficiency)
     queues, moved = requeue(staying, mutated)
-    loaded = [i for i in staying if queues[i.id]]
+    relieved = {i.loading.relieves for i in state.instances if i.loading is not None}
+    loaded = [i for i in staying if queues[i.id] and i.id not in relieved]  # pairable
     live = _live_counts(targets, loaded)
     multicast, refined_s, steps = _transfers(
         state, spec, tp, targets, run, sum(live), (notes, missing), held

@@ -29,7 +29,7 @@ _TOP = {
 }
 _INSTANCE = {"model", "gpus", "role", "queue", "kv_bytes_used", "id", "loading"}
 _LOADING = {"role", "units_ready_s"}
-_LOADING_OPTIONAL = {"needs", "edges"}
+_LOADING_OPTIONAL = {"needs", "edges", "relieves"}
 _FLOW = {"src", "dst", "edges", "gbps", "bytes_per_s", "name", "until_s"}
 _COPY = {"name", "revision", "content_hash", "hash_kind", "host", "bytes"}
 
@@ -109,7 +109,8 @@ def _loading(entry: object, where: str) -> Loading | None:
         return None
     if not isinstance(entry, Mapping) or not _LOADING <= set(entry) <= _LOADING | _LOADING_OPTIONAL:
         raise InvalidInputError(
-            f"{where} must be a mapping with role and units_ready_s (and optional needs, edges), "
+            f"{where} must be a mapping with role and units_ready_s (and optional needs, edges, "
+            "relieves), "
             f"got {entry!r}"
         )
     times = _list(entry["units_ready_s"], f"{where} units_ready_s")
@@ -121,7 +122,10 @@ def _loading(entry: object, where: str) -> Loading | None:
     ]
     if not all(len(e) == 2 and all(isinstance(n, str) for n in e) for e in edges):
         raise InvalidInputError(f"{where} edges must be [node, node] pairs, got {edges!r}")
-    return _wrap(where, lambda: Loading(entry["role"], tuple(times), needs, frozenset(edges)))
+    relieves = entry.get("relieves")
+    return _wrap(
+        where, lambda: Loading(entry["role"], tuple(times), needs, frozenset(edges), relieves)
+    )
 
 
 def _add_flow(state: ClusterState, entry: Mapping[str, Any], where: str) -> None:

@@ -100,6 +100,8 @@ def _instance_entry(inst: Any) -> dict[str, Any]:
             entry["loading"]["needs"] = sorted(inst.loading.needs)
         if inst.loading.edges:
             entry["loading"]["edges"] = [list(e) for e in sorted(inst.loading.edges)]
+        if inst.loading.relieves is not None:
+            entry["loading"]["relieves"] = inst.loading.relieves
     return entry
 
 

@@ -20,7 +20,8 @@ Each part obeys the program rules (:mod:`.program_rules`, read by
 between parts: distinct new instance names; no GPU in two parts' new instances; no step
 writes into another part's new GPU (a relay of one model is never another's new GPU), and a
 step reads another part's new GPU only as an earlier part's instance of the same model (a
-later request for a model streams from the instances an earlier one is loading); an evicted
+later request for a model streams from the instances an earlier one is loading); no old
+instance pairs live in two parts (its queue would be served twice); an evicted
 instance is named once, is no source of any step, and its GPUs are no new GPU of a part before
 the request it made room for.
 """
@@ -84,6 +85,8 @@ class _Part(Protocol):
     def steps(self) -> Sequence[Any]: ...
     @property
     def new_instances(self) -> Sequence[Any]: ...
+    @property
+    def live_pairs(self) -> Sequence[Any]: ...
 
 
 def read_multiprogram_json(text: str) -> MultiProgram:
@@ -150,7 +153,23 @@ def check_joint(parts: Sequence[_Part], evictions: Sequence[Eviction] = ()) -> N
     for k, part in enumerate(parts):
         for step in part.steps:
             _check_step(k, part, step, parts, owner)
+    _check_pairs(parts)
     _check_evictions(parts, evictions, owner)
+
+
+def _check_pairs(parts: Sequence[_Part]) -> None:
+    """An old instance pairs live with one new instance of one part (its queue would be
+    served twice)."""
+    paired: dict[str, tuple[int, str]] = {}
+    for k, part in enumerate(parts):
+        for pair in part.live_pairs:
+            if pair.old in paired and paired[pair.old][0] != k:
+                other, new = paired[pair.old]
+                raise InvalidInputError(
+                    f"parts[{k}] pairs {pair.new} with {pair.old!r}, already paired with {new} "
+                    f"in parts[{other}]: its queue would be served twice"
+                )
+            paired[pair.old] = (k, pair.new)
 
 
 def _check_step(
