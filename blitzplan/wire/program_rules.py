@@ -37,6 +37,7 @@ from blitzplan.wire.program_screen import (
     ALL_RANKS,
     HOLDERS,
     LINKS,
+    MEMORY_FIELDS,
     STEP_KINDS,
     memory_of,
     screen,
@@ -231,7 +232,7 @@ def _check_source_layout(step: Any, spec: ModelSpec | None) -> None:
 def memory_devices(steps: Sequence[Any]) -> set[str]:
     """Devices that hold every rank's buffer: memory and disk sources, relays (destinations of
     no new instance) and destinations of ``rank -1`` steps."""
-    return memory_of(step_columns(steps))
+    return memory_of(step_columns(steps, MEMORY_FIELDS))
 
 
 def _check_devices(

@@ -51,10 +51,10 @@ Columns = dict[str, tuple[Any, ...]]
 Span = tuple[int, int, int, int]
 
 
-def step_columns(steps: Sequence[Any]) -> Columns:
-    """The steps' fields as columns (module docstring); an optional field the first step lacks
-    is its default in every row."""
-    names = _FIELDS + tuple(n for n in _OPTIONAL if steps and hasattr(steps[0], n))
+def step_columns(steps: Sequence[Any], only: tuple[str, ...] = ()) -> Columns:
+    """The steps' fields as columns (module docstring), or just the fields ``only``; an
+    optional field the first step lacks is its default in every row."""
+    names = only or _FIELDS + tuple(n for n in _OPTIONAL if steps and hasattr(steps[0], n))
     if not steps:
         return {name: () for name in (*_FIELDS, *_OPTIONAL)}
     rows = list(map(operator.attrgetter(*names), steps))
@@ -62,6 +62,10 @@ def step_columns(steps: Sequence[Any]) -> Columns:
     for name, default in _OPTIONAL.items():
         cols.setdefault(name, (default,) * len(steps))
     return cols
+
+
+MEMORY_FIELDS = ("holder", "source", "instance", "rank", "destination")
+"""The fields :func:`memory_of` reads."""
 
 
 def memory_of(cols: Columns) -> set[str]:
