@@ -27,7 +27,7 @@ from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
-from blitzplan.multicast.exact.exact_search import exact_search
+from blitzplan.multicast.exact.exact_search import exact_plan
 from blitzplan.multicast.plan_types import (
     ALL_RANKS,
     AllGather,
@@ -40,7 +40,13 @@ from blitzplan.multicast.plan_types import (
     Route,
 )
 from blitzplan.multicast.planners.baselines import BASELINES
-from blitzplan.multicast.planners.greedy import Context, build, build_lp, context, greedy_choice
+from blitzplan.multicast.planners.greedy import (
+    Context,
+    build,
+    build_lp,
+    context,
+    greedy_choice,
+)
 from blitzplan.multicast.planners.polish import polish
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup.problem import PLACEMENTS, PrepareOptions, Problem, prepare
@@ -344,10 +350,8 @@ def _striped(
         ):
             built = refined
     if method == "exact":
-        built = exact_search(
-            problem, ctx, objective, (choice, built), time_limit_s=time_limit_s
-        ).best
-    elif budget == 0:  # no refinement: no max-flow bound either (fast, and no SciPy to import)
+        return exact_plan(problem, ctx, objective, (choice, built), time_limit_s)
+    if budget == 0:  # no refinement: no max-flow bound either (fast, and no SciPy to import)
         return built, cheap
     return built, lower_bound(problem, objective)
 
