@@ -81,8 +81,8 @@ class _Overlay:
                 if far and s.node in live:
                     continue
                 for exit_, edges in lane_routes(problem, s, dst):
-                    if far and exit_ == s.name and topo.kind(exit_) != "gpu":
-                        continue  # memory reaches the network only by a NIC it names
+                    if far and exit_ not in s.exits:
+                        continue  # leave only by exits the setup cleared (no KV NICs)
                     ids = np.array([edge_id.setdefault(e, len(edge_id)) for e in edges])
                     self.arcs.append(_Arc(k, dst, exit_, ids))
         self.edges = list(edge_id)
