@@ -183,12 +183,12 @@ def exact_plan(
     greedy's decisions with the time left; the best plan and the best bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else time_limit_s
-    strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
+    strong = overlay_bound(problem, time_limit_s=0.3 * limit) if objective == "all_ready" else None
     packed = None
     if strong is not None:
         packed = pack_trees(problem, strong.live_nodes, time_limit_s=0.2 * limit)
     spent = time.perf_counter() - began
-    left = None if time_limit_s is None else max(0.05 * limit, limit - spent)
+    left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
     built = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
     if packed is not None and score(objective, packed.ready_at_s, packed.live) < score(
         objective, built.ready_at_s, built.live

@@ -19,7 +19,6 @@ times it (chunks, latency, startup).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,16 +31,20 @@ from blitzplan.multicast.bound.overlay_lp import (
     overlay_receivers,
     overlay_senders,
 )
+from blitzplan.multicast.exact.steiner import FULL, RankGraph, Tree, cheapest_tree
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, base_builder, run, score
 
-__all__ = ["MAX_ROUNDS", "pack_trees"]
+__all__ = ["MAX_ROUNDS", "PACK_GAP", "PACK_ROUNDS", "pack_trees", "repack"]
 
 MAX_ROUNDS = 400
 """At most this many pricing rounds."""
+PACK_GAP = 0.1
+"""A greedy plan this far above its bound (relative) also tries the tree packing."""
+PACK_ROUNDS = 40
+"""Pricing rounds of the greedy's tree packing (a count: equal input, identical plan)."""
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 """Trees per rank the final packings keep (the widest ones), besides all of them."""
-_FULL = 1.0 - 1e-9
 _SCALE = 1e9
 
 
@@ -55,14 +58,7 @@ class _Arc:
     """Edge indices of its route."""
 
 
-@dataclass(frozen=True)
-class _Tree:
-    rank: int
-    arcs: tuple[int, ...]
-    load: dict[int, float]
-
-
-class _Overlay:
+class Overlay:
     """Senders, receivers, arcs with their routes, and the edges they cross."""
 
     def __init__(self, problem: Problem, live: frozenset[int]) -> None:
@@ -92,7 +88,7 @@ class _Overlay:
         out = []
         for a, arc in enumerate(self.arcs):
             s = self.senders[arc.sender]
-            sends = s.holds[rank] >= _FULL if s.node is None else self._carries(s.name, rank)
+            sends = s.holds[rank] >= FULL if s.node is None else self._carries(s.name, rank)
             if sends and self.receivers[arc.dst] in (rank, None):
                 out.append(a)
         return out
@@ -101,40 +97,67 @@ class _Overlay:
         return self.receivers[gpu] in (rank, None)
 
 
-def pack_trees(problem: Problem, live: frozenset[int], *, time_limit_s: float) -> Built | None:
-    """The plan of the best tree packing found within ``time_limit_s``, live nodes ``live``;
-    None when some instance GPU cannot be reached that way."""
+def repack(
+    problem: Problem,
+    live: frozenset[int],
+    built: Built,
+    bound: float,
+    time_left_s: float | None,
+) -> Built:
+    """``built`` (the greedy's plan), or the tree packing on the same live nodes when ``built``
+    is more than :data:`PACK_GAP` above ``bound`` and the packing is faster: its stripes may
+    take any tree of routes, where the greedy forwards whole nodes in one order. At most
+    :data:`PACK_ROUNDS` rounds and ``time_left_s`` (None: no clock)."""
+    if _value(built) <= bound * (1 + PACK_GAP) or (time_left_s is not None and time_left_s <= 0):
+        return built
+    packed = pack_trees(problem, live, time_limit_s=time_left_s, max_rounds=PACK_ROUNDS)
+    return packed if packed is not None and _value(packed) < _value(built) else built
+
+
+def pack_trees(
+    problem: Problem,
+    live: frozenset[int],
+    *,
+    time_limit_s: float | None = None,
+    max_rounds: int = MAX_ROUNDS,
+) -> Built | None:
+    """The plan of the best tree packing found in ``max_rounds`` pricing rounds (and within
+    ``time_limit_s``; None: no clock, so equal input gives an identical plan), the target
+    nodes ``live`` holding the live instances; None when some instance GPU cannot be reached
+    that way or those nodes cannot hold ``live`` instances."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
         return None  # the live nodes cannot hold the live instances
     began = time.perf_counter()
-    overlay = _Overlay(problem, live)
-    per_rank = [overlay.arcs_of_rank(r) for r in range(problem.tp)]
+    overlay = Overlay(problem, live)
+    graphs = [RankGraph(overlay, r) for r in range(problem.tp)]
     prices = 1.0 / np.maximum(overlay.capacity, 1e-9)
-    trees: list[_Tree] = []
+    trees: list[Tree] = []
     for r in range(problem.tp):
-        tree = _steiner(overlay, r, per_rank[r], prices)
+        tree = cheapest_tree(overlay, graphs[r], prices)
         if tree is None:
             return None
         trees.append(tree)
     solution = None
-    for _ in range(MAX_ROUNDS):
+    for _ in range(max_rounds):
         solution = _master(overlay, trees, problem.tp)
         if solution is None:
             return None
         _, _, edge_duals, rank_duals = solution
         added = 0
         for r in range(problem.tp):
-            tree = _steiner(overlay, r, per_rank[r], np.maximum(edge_duals, 0.0) + 1e-6 * prices)
+            tree = cheapest_tree(overlay, graphs[r], np.maximum(edge_duals, 0.0) + 1e-6 * prices)
             if tree is None:
                 continue
             cost = sum(edge_duals[e] * n for e, n in tree.load.items())
             if cost < rank_duals[r] * (1 - 1e-7) and tree not in trees:
                 trees.append(tree)
                 added += 1
-        if not added or time.perf_counter() - began > time_limit_s:
+        if not added or (time_limit_s is not None and time.perf_counter() - began > time_limit_s):
             break
+    if solution is None or len(solution[1]) < len(trees):  # columns added since: solve again
+        solution = _master(overlay, trees, problem.tp)
     if solution is None:
         return None
     return _best_subset(problem, overlay, trees, solution[1], live)
@@ -142,8 +165,8 @@ def pack_trees(problem: Problem, live: frozenset[int], *, time_limit_s: float) -
 
 def _best_subset(
     problem: Problem,
-    overlay: _Overlay,
-    trees: list[_Tree],
+    overlay: Overlay,
+    trees: list[Tree],
     rates: np.ndarray,
     live: frozenset[int],
 ) -> Built | None:
@@ -171,124 +194,8 @@ def _value(built: Built) -> float:
     return score("all_ready", built.ready_at_s, built.live)
 
 
-def _steiner(overlay: _Overlay, rank: int, arcs: Sequence[int], price: np.ndarray) -> _Tree | None:
-    """The tree of rank ``rank`` of least total price (its arcs' routes' prices), exactly:
-    Dreyfus-Wagner over the rank's instance GPUs on the overlay's shortest paths."""
-    names = sorted({overlay.senders[overlay.arcs[a].sender].name for a in arcs})
-    names += sorted({overlay.arcs[a].dst for a in arcs} - set(names))
-    at = {name: k for k, name in enumerate(names)}
-    n = len(names)
-    cost = np.full((n, n), math.inf)
-    pick = np.full((n, n), -1, dtype=int)
-    for a in arcs:
-        arc = overlay.arcs[a]
-        u, v = at[overlay.senders[arc.sender].name], at[arc.dst]
-        c = float(price[arc.edges].sum())
-        if c < cost[u, v]:
-            cost[u, v], pick[u, v] = c, a
-    dist, hop = _shortest(cost)
-    roots = [
-        at[s.name]
-        for s in overlay.senders
-        if s.node is None and s.holds[rank] >= _FULL and s.name in at
-    ]
-    terminals = [at[g] for g, r in overlay.receivers.items() if r == rank and g in at]
-    if len(terminals) < sum(1 for r in overlay.receivers.values() if r == rank) or not roots:
-        return None
-    best, split, via = _dreyfus_wagner(dist, terminals)
-    full = (1 << len(terminals)) - 1
-    root = min(roots, key=lambda v: best[full][v])
-    if not math.isfinite(best[full][root]):
-        return None
-    parent: dict[int, int] = {}
-    _unfold(full, root, split, via, (hop, pick), parent, {root})
-    chosen = tuple(sorted(parent.values()))
-    load: dict[int, float] = {}
-    for a in chosen:
-        for e in overlay.arcs[a].edges:
-            load[int(e)] = load.get(int(e), 0.0) + 1.0
-    return _Tree(rank, chosen, load)
-
-
-def _shortest(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All-pairs shortest paths (Floyd-Warshall) and the first hop of each."""
-    n = len(cost)
-    dist = cost.copy()
-    np.fill_diagonal(dist, 0.0)
-    hop = np.tile(np.arange(n), (n, 1))
-    for k in range(n):
-        through = dist[:, k : k + 1] + dist[k : k + 1, :]
-        better = through < dist - 1e-15
-        dist = np.where(better, through, dist)
-        hop = np.where(better, hop[:, k : k + 1], hop)
-    return dist, hop
-
-
-def _dreyfus_wagner(
-    dist: np.ndarray, terminals: list[int]
-) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """``best[mask][v]``: least price of a tree from ``v`` reaching the terminals in ``mask``;
-    ``via[mask][v]`` the node it walks to first and ``split[mask][v]`` the submask it branches
-    into there."""
-    k, n = len(terminals), len(dist)
-    size = 1 << k
-    best: list[np.ndarray] = [np.zeros(n)] * size
-    split: list[np.ndarray] = [np.zeros(n, dtype=int)] * size
-    via: list[np.ndarray] = [np.zeros(n, dtype=int)] * size
-    for i, t in enumerate(terminals):
-        best[1 << i] = dist[:, t].copy()
-        via[1 << i] = np.full(n, t)
-    for mask in range(1, size):
-        if mask & (mask - 1) == 0:
-            continue
-        low = mask & -mask
-        branched = np.full(n, math.inf)
-        part = np.zeros(n, dtype=int)
-        sub = (mask - 1) & mask
-        while sub:
-            if sub & low:
-                value = best[sub] + best[mask ^ sub]
-                better = value < branched
-                branched = np.where(better, value, branched)
-                part = np.where(better, sub, part)
-            sub = (sub - 1) & mask
-        total = dist + branched[None, :]
-        go = np.argmin(total, axis=1)
-        best[mask] = total[np.arange(n), go]
-        via[mask] = go
-        split[mask] = part[go]
-    return best, split, via
-
-
-def _unfold(
-    mask: int,
-    v: int,
-    split: list[np.ndarray],
-    via: list[np.ndarray],
-    paths: tuple[np.ndarray, np.ndarray],
-    parent: dict[int, int],
-    reached: set[int],
-) -> None:
-    """The arcs of the tree ``best[mask][v]`` into ``parent`` (one parent per node, each
-    added after its parent)."""
-    u = int(via[mask][v])
-    hop, pick = paths
-    step = v
-    while step != u:
-        nxt = int(hop[step, u])
-        if nxt not in reached:
-            parent[nxt] = int(pick[step, nxt])
-            reached.add(nxt)
-        step = nxt
-    if mask & (mask - 1) == 0:
-        return
-    sub = int(split[mask][v])
-    _unfold(sub, u, split, via, paths, parent, reached)
-    _unfold(mask ^ sub, u, split, via, paths, parent, reached)
-
-
 def _master(
-    overlay: _Overlay, trees: list[_Tree], tp: int
+    overlay: Overlay, trees: list[Tree], tp: int
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
     """``(lam, y, edge duals, rank duals)`` of the restricted master program."""
     from scipy.optimize import linprog
@@ -320,8 +227,8 @@ def _master(
 
 def _plan(
     problem: Problem,
-    overlay: _Overlay,
-    trees: list[_Tree],
+    overlay: Overlay,
+    trees: list[Tree],
     rates: np.ndarray,
     live: frozenset[int],
 ) -> Built:
