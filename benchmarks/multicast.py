@@ -218,11 +218,11 @@ def worst_rows(cases: list[Case], count: int = 12) -> list[list[object]]:
 
 
 def _blame(greedy: float, exact: float, bound: float) -> str:
-    """Whose gap greedy's is: the greedy's (a found plan is much faster), the bound's (no
-    plan found beats the greedy), or both."""
+    """Whose gap greedy's is: the greedy's (a plan found is more than 1% faster), open (no
+    plan found beats the greedy, so the bound or every method may be loose), or both."""
     own, loose = greedy / exact - 1, exact / bound - 1
     if own <= 0.01:
-        return "bound" if loose > 0.01 else "none (optimal)"
+        return "open: no faster plan" if loose > 0.01 else "none (optimal)"
     return "greedy" if loose <= 0.01 or own >= 2 * loose else "both"
 
 

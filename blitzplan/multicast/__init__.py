@@ -331,8 +331,9 @@ def _striped(
     program, no max-flow bound (each could gain less than that). ``refine_budget`` bounds the
     local search and the linear program by the time the greedy took."""
     begun = 0.0 if refine_budget is None else refine_budget.clock()
+    entered = time.perf_counter()
     ctx = context(problem)
-    choice = greedy_choice(problem, ctx, objective)
+    choice = first = greedy_choice(problem, ctx, objective)
     built = build(problem, ctx, choice)
     cheap = lower_bound(problem, objective, cheap=True)
     if method == "greedy" and score(objective, built.ready_at_s, built.live) <= cheap * (
@@ -354,15 +355,16 @@ def _striped(
             objective, built.ready_at_s, built.live
         ):
             built = refined
-    if method == "exact":
-        return exact_plan(problem, ctx, objective, (choice, built), time_limit_s)
-    if budget == 0:  # no refinement: no max-flow bound either (fast, and no SciPy to import)
+    if budget == 0 and method != "exact":  # no refinement: no max-flow bound (fast, no SciPy)
         return built, cheap
     bound = lower_bound(problem, objective)
-    if objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES:
-        live = frozenset(n - len(problem.sources) for n in choice.live_nodes)
+    if budget > 0 and objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES:
+        lives = [frozenset(n - len(problem.sources) for n in c.live_nodes) for c in (first, choice)]
         left = None if refine_budget is None else refine_budget.left()
-        built = repack(problem, live, built, bound, left)
+        built = repack(problem, lives, built, bound, left)
+    if method == "exact":  # from the greedy's plan (never worse), in the time left
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - entered)
+        return exact_plan(problem, ctx, objective, (choice, built), left)
     return built, bound
 
 

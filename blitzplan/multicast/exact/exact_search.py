@@ -180,13 +180,15 @@ def exact_plan(
 ) -> tuple[Built, Bound]:
     """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
     on its live choice (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
-    greedy's decisions with the time left; the best plan and the best bound."""
+    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the best plan
+    and the best bound."""
     began = time.perf_counter()
-    limit = DEFAULT_LIMIT_S if time_limit_s is None else time_limit_s
-    strong = overlay_bound(problem, time_limit_s=0.3 * limit) if objective == "all_ready" else None
+    limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
+    strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     packed = None
     if strong is not None:
-        packed = pack_trees(problem, strong.live_nodes, time_limit_s=0.2 * limit)
+        share = 0.6 * limit - (time.perf_counter() - began)
+        packed = pack_trees(problem, strong.live_nodes, time_limit_s=max(0.05 * limit, share))
     spent = time.perf_counter() - began
     left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
     built = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best

@@ -99,19 +99,26 @@ class Overlay:
 
 def repack(
     problem: Problem,
-    live: frozenset[int],
+    lives: Sequence[frozenset[int]],
     built: Built,
     bound: float,
     time_left_s: float | None,
 ) -> Built:
-    """``built`` (the greedy's plan), or the tree packing on the same live nodes when ``built``
-    is more than :data:`PACK_GAP` above ``bound`` and the packing is faster: its stripes may
-    take any tree of routes, where the greedy forwards whole nodes in one order. At most
-    :data:`PACK_ROUNDS` rounds and ``time_left_s`` (None: no clock)."""
-    if _value(built) <= bound * (1 + PACK_GAP) or (time_left_s is not None and time_left_s <= 0):
-        return built
-    packed = pack_trees(problem, live, time_limit_s=time_left_s, max_rounds=PACK_ROUNDS)
-    return packed if packed is not None and _value(packed) < _value(built) else built
+    """``built`` (the greedy's plan), or the fastest tree packing on one of the live choices
+    ``lives`` (target node indices) when ``built`` is more than :data:`PACK_GAP` above
+    ``bound``: its stripes may take any tree of routes, where the greedy forwards whole nodes
+    in one order. At most :data:`PACK_ROUNDS` rounds each, all within ``time_left_s`` (None:
+    no clock, so equal input gives an identical plan)."""
+    began = time.perf_counter()
+    best = built
+    for live in dict.fromkeys(lives):  # distinct, in order
+        left = None if time_left_s is None else time_left_s - (time.perf_counter() - began)
+        if _value(built) <= bound * (1 + PACK_GAP) or (left is not None and left <= 0):
+            break
+        packed = pack_trees(problem, live, time_limit_s=left, max_rounds=PACK_ROUNDS)
+        if packed is not None and _value(packed) < _value(best):
+            best = packed
+    return best
 
 
 def pack_trees(
