@@ -42,7 +42,8 @@ MAX_ROUNDS = 400
 PACK_GAP = 0.1
 """A greedy plan this far above its bound (relative) also tries the tree packing."""
 PACK_ROUNDS = 40
-"""Pricing rounds of the greedy's tree packing (a count: equal input, identical plan)."""
+"""Pricing rounds of the greedy's tree packing, divided by the TP degree (each round prices
+every rank; a count, so equal input gives an identical plan)."""
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 """Trees per rank the final packings keep (the widest ones), besides all of them."""
 _SCALE = 1e9
@@ -107,15 +108,16 @@ def repack(
     """``built`` (the greedy's plan), or the fastest tree packing on one of the live choices
     ``lives`` (target node indices) when ``built`` is more than :data:`PACK_GAP` above
     ``bound``: its stripes may take any tree of routes, where the greedy forwards whole nodes
-    in one order. At most :data:`PACK_ROUNDS` rounds each, all within ``time_left_s`` (None:
-    no clock, so equal input gives an identical plan)."""
+    in one order. At most :data:`PACK_ROUNDS` / TP rounds each (10 at least), all within
+    ``time_left_s`` (None: no clock, so equal input gives an identical plan)."""
     began = time.perf_counter()
     best = built
     for live in dict.fromkeys(lives):  # distinct, in order
         left = None if time_left_s is None else time_left_s - (time.perf_counter() - began)
         if _value(built) <= bound * (1 + PACK_GAP) or (left is not None and left <= 0):
             break
-        packed = pack_trees(problem, live, time_limit_s=left, max_rounds=PACK_ROUNDS)
+        rounds = max(10, PACK_ROUNDS // problem.tp)
+        packed = pack_trees(problem, live, time_limit_s=left, max_rounds=rounds)
         if packed is not None and _value(packed) < _value(best):
             best = packed
     return best
