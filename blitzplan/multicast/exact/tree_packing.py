@@ -247,7 +247,9 @@ def _plan(
     offset = len(problem.sources)
     node_of = _node_of(problem, overlay.senders)
     for r in range(problem.tp):
-        used = [(t, rates[t]) for t, tree in enumerate(trees) if tree.rank == r and rates[t] > 1e-9]
+        mine = [(t, float(rates[t])) for t, tree in enumerate(trees) if tree.rank == r]
+        whole = sum(y for _, y in mine if y > 0)
+        used = [(t, y) for t, y in mine if y > 1e-6 * whole]  # no sliver stripes
         total = sum(y for _, y in used)
         lo = 0.0
         for k, (t, y) in enumerate(used):
