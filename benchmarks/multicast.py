@@ -222,7 +222,7 @@ def _blame(greedy: float, exact: float, bound: float) -> str:
     plan found beats the greedy, so the bound or every method may be loose), or both."""
     own, loose = greedy / exact - 1, exact / bound - 1
     if own <= 0.01:
-        return "open: no faster plan" if loose > 0.01 else "none (optimal)"
+        return "open: no faster plan" if loose > 0.01 else "none (within 1%)"
     return "greedy" if loose <= 0.01 or own >= 2 * loose else "both"
 
 
