@@ -10,8 +10,10 @@ one-way pipeline, each importing only the stages before it (a test checks):
   written into a :class:`~blitzplan.multicast.allocation.plan_builder.PlanBuilder`;
 * ``timeline/``: the cost model (fair-share rates, the pipelined recurrence) and the frozen plan;
 * ``planners/``: the greedy, its local search and the baseline data planes;
-* ``bound/``: the certified lower bound every plan reports;
-* ``exact/``: the exhaustive search of the greedy's decisions, OPTIMAL only on that bound;
+* ``bound/``: the certified lower bound every plan reports (the cuts and max-flows; for the
+  exact method also the overlay program over stripes, routes and live choices);
+* ``exact/``: the tree packing (stripes on trees of routes, by column generation) and the
+  search of the greedy's decisions, OPTIMAL only on that bound;
 * ``validation/``: :func:`validate_multicast`, the independent checker.
 """
 
@@ -27,7 +29,8 @@ from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
-from blitzplan.multicast.exact.exact_search import exact_search
+from blitzplan.multicast.exact.exact_search import exact_plan
+from blitzplan.multicast.exact.tree_packing import repack
 from blitzplan.multicast.plan_types import (
     ALL_RANKS,
     AllGather,
@@ -40,7 +43,13 @@ from blitzplan.multicast.plan_types import (
     Route,
 )
 from blitzplan.multicast.planners.baselines import BASELINES
-from blitzplan.multicast.planners.greedy import Context, build, build_lp, context, greedy_choice
+from blitzplan.multicast.planners.greedy import (
+    Context,
+    build,
+    build_lp,
+    context,
+    greedy_choice,
+)
 from blitzplan.multicast.planners.polish import polish
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup.problem import PLACEMENTS, PrepareOptions, Problem, prepare
@@ -72,8 +81,9 @@ DEFAULT_CHUNK_BYTES = 16 * MIB
 """Chunk a lane forwards as soon as it has it (store-and-forward granularity of a route)."""
 
 METHODS = ("greedy", "exact", *BASELINES)
-"""greedy: the BlitzScale planner; exact: exhaustive search of the greedy's decisions, OPTIMAL
-only on the certified bound; the rest are baseline data planes
+"""greedy: the BlitzScale planner; exact: the overlay program's bound, the tree packing on its
+live choice and the search of the greedy's decisions, OPTIMAL only on the certified bound; the
+rest are baseline data planes
 (blitzplan.multicast.planners.baselines)."""
 
 _LOCAL_PLANES = ("allcache", "serverlessllm")
@@ -112,9 +122,10 @@ def plan_multicast(
     ``placement`` (with ``count``): ``pack`` fills the fullest NVLink groups, ``spread`` one
     instance per group in turn (spare GPUs then relay over their NICs), ``auto`` takes the faster
     of the two under the fluid estimate (``pack`` on ties). The greedy ends with a local search of
-    at most ``polish_evaluations`` plans and a linear program over its lanes (default: sized to
-    the plan; 0 turns both refinements off, and the plan then reports the per-instance cut
-    bound: no max-flow); ``refine_budget`` also bounds their time (afterwards its ``cut`` says
+    at most ``polish_evaluations`` plans and a linear program over its lanes, then, for
+    ``all_ready`` when still 10% above its bound, a tree packing on its live choice (default:
+    sized to the plan; 0 turns the refinements off, and the plan then reports the per-instance
+    cut bound: no max-flow); ``refine_budget`` also bounds their time (afterwards its ``cut`` says
     whether it stopped them; the best plan found is kept). ``names``
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
@@ -337,12 +348,13 @@ def _striped(
     local search and the linear program by the time the greedy took; ``check`` is the
     deadline's checkpoint (:func:`plan_multicast`)."""
     begun = 0.0 if refine_budget is None else refine_budget.clock()
+    entered = time.perf_counter()
     if check is not None:
         check("problem")
     ctx = context(problem)
     if check is not None:
         check("context")
-    choice = greedy_choice(problem, ctx, objective)
+    choice = first = greedy_choice(problem, ctx, objective)
     built = build(problem, ctx, choice, check)
     cheap = lower_bound(problem, objective, cheap=True)
     if method == "greedy" and score(objective, built.ready_at_s, built.live) <= cheap * (
@@ -364,13 +376,17 @@ def _striped(
             objective, built.ready_at_s, built.live
         ):
             built = refined
-    if method == "exact":
-        built = exact_search(
-            problem, ctx, objective, (choice, built), time_limit_s=time_limit_s
-        ).best
-    elif budget == 0:  # no refinement: no max-flow bound either (fast, and no SciPy to import)
+    if budget == 0 and method != "exact":  # no refinement: no max-flow bound (fast, no SciPy)
         return built, cheap
-    return built, lower_bound(problem, objective)
+    bound = lower_bound(problem, objective)
+    if budget > 0 and objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES:
+        lives = [frozenset(n - len(problem.sources) for n in c.live_nodes) for c in (first, choice)]
+        left = None if refine_budget is None else refine_budget.left()
+        built = repack(problem, lives, built, bound, left)
+    if method == "exact":  # from the greedy's plan (never worse), in the time left
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - entered)
+        return exact_plan(problem, ctx, objective, (choice, built), left)
+    return built, bound
 
 
 CLOSE_ENOUGH = 0.01

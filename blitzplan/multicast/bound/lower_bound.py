@@ -24,6 +24,11 @@ missing and distinct bytes ``D = tp * S``:
 ``live``-th smallest (any live set has ``live`` instances). Max-flows are computed for at most
 :data:`MAX_FLOWS` instances (those with the largest cut bounds first); the rest keep their cuts,
 which are bounds too.
+
+Every one of these lets a byte cross a shared link once for all the GPUs behind it. The exact
+method adds the overlay program (:mod:`~blitzplan.multicast.bound.overlay_lp`), where bytes are
+copied only at GPUs and memory, lanes follow their named routes and the live choice is part of
+the program: often much tighter, and too slow (0.1-3 s) for every greedy plan.
 """
 
 from __future__ import annotations

@@ -25,11 +25,21 @@ from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.allocate import fluid_time
+from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
+from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.tree_packing import pack_trees
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
 
-__all__ = ["FLUID_WINDOW", "MAX_CHOICES", "ExactResult", "exact_search"]
+__all__ = [
+    "DEFAULT_LIMIT_S",
+    "FLUID_WINDOW",
+    "MAX_CHOICES",
+    "ExactResult",
+    "exact_plan",
+    "exact_search",
+]
 
 FLUID_WINDOW = 0.02
 """Candidates whose fluid time is within this fraction of the best are evaluated in full."""
@@ -159,3 +169,44 @@ def exact_search(
             if trial < best_value * (1 - _EPS):
                 best, best_value, best_choice = built, trial, choice
     return ExactResult(best, best_choice, len(ranked), evaluated, finished)
+
+
+def exact_plan(
+    problem: Problem,
+    ctx: Context,
+    objective: str,
+    incumbent: tuple[Choice, Built],
+    time_limit_s: float | None,
+) -> tuple[Built, Bound]:
+    """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
+    on its live choice (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
+    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the best plan
+    and the best bound."""
+    began = time.perf_counter()
+    limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
+    strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
+    packed = None
+    if strong is not None:
+        share = 0.6 * limit - (time.perf_counter() - began)
+        packed = pack_trees(problem, strong.live_nodes, time_limit_s=max(0.05 * limit, share))
+    spent = time.perf_counter() - began
+    left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
+    built = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
+    if packed is not None and score(objective, packed.ready_at_s, packed.live) < score(
+        objective, built.ready_at_s, built.live
+    ):
+        built = packed
+    bound = lower_bound(problem, objective)
+    if strong is not None and strong.bound_s > bound:
+        bound = Bound(strong.bound_s, strong.kind)
+    return built, bound
+
+
+DEFAULT_LIMIT_S = 30.0
+"""Without a time limit, the overlay program and the tree packing still stop after a share of
+this (the search of the greedy's decisions then runs to its end)."""
+
+
+DEFAULT_LIMIT_S = 30.0
+"""Without a time limit, the overlay program and the tree packing still stop after a share of
+this (the search of the greedy's decisions then runs to its end)."""

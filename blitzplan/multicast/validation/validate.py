@@ -5,12 +5,12 @@ new GPU receives every byte of its own rank's shard exactly once (stripe interva
 ``[0, 1)`` for each unit it needs); that every lane's holder holds what it sends (a source's TP
 rank, the model's host copy, or what arrived at the holder earlier in this plan; from an instance
 of another TP degree, byte by byte in the model's layout); that no live instance sends over the
-network and no prefill GPU sends unless allowed; that every flow is a path from holder through its
-exit to its destination; that no link carries more than its capacity beside the background flows
-(a background flow the plan leaves out has ended before it starts) and every rate is positive;
-that lanes wait for nothing in a cycle; and the recurrence of every lane, each instance's
-readiness and the objective. It returns every violated rule as a sentence (an empty tuple means
-the plan is valid).
+network and no prefill GPU sends unless allowed; that every flow is the route of its holder, exit
+and destination and phases never share an edge at once (:mod:`.route_check`); that no link
+carries more than its capacity beside the background flows (a background flow the plan leaves out
+has ended before it starts) and every rate is positive; that lanes wait for nothing in a cycle;
+and the recurrence of every lane, each instance's readiness and the objective. It returns every
+violated rule as a sentence (an empty tuple means the plan is valid).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections import defaultdict
 from blitzplan.cluster import ClusterState, Role
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
 from blitzplan.multicast.validation.holdings_check import check_holdings
+from blitzplan.multicast.validation.route_check import check_phases, check_routes
 from blitzplan.topologies import fair_share_after
 
 __all__ = ["validate_multicast"]
@@ -39,11 +40,14 @@ def validate_multicast(state: ClusterState, plan: MulticastPlan) -> tuple[str, .
     problems += _check_bytes(plan)
     problems += check_holdings(state, plan)
     problems += _check_flows(state, plan)
+    problems += check_routes(state, plan)
     problems += _check_background(state, plan)
     if not problems:
         problems += _check_rates(state, plan)
     if not problems:
         problems += _check_timeline(state, plan)
+    if not problems:
+        problems += check_phases(plan)
     if not problems:
         problems += _check_objective(plan)
     return tuple(problems)
@@ -114,8 +118,8 @@ def _check_senders(state: ClusterState, plan: MulticastPlan) -> list[str]:
             copy = state.pool.host_copy(plan.model)
             if copy is None or copy.node != sender.memory:
                 out.append(f"{where} sends from {sender.memory}, not the host copy of {plan.model}")
-        elif sender.kind is NodeKind.CACHE and plan.method not in _LOCAL_METHODS:
-            out.append(f"{where} reads an assumed local cache in method {plan.method!r}")
+        elif sender.kind in (NodeKind.CACHE, NodeKind.STAGE) and plan.method not in _LOCAL_METHODS:
+            out.append(f"{where} reads a baseline's local copy or staging in {plan.method!r}")
         if lane.gather:
             continue
         local = topo.graph.nodes[lane.holder]["host"] == topo.graph.nodes[lane.dst]["host"]
@@ -123,7 +127,7 @@ def _check_senders(state: ClusterState, plan: MulticastPlan) -> list[str]:
             out.append(f"{where} leaves by {lane.exit}, not an exit of {sender.label}")
         if not plan.allow_prefill_sources and {lane.holder, lane.exit} & prefill:
             out.append(f"{where} sends from a prefill GPU")
-        if not local:
+        if not local and topo.kind(lane.exit) in ("nic", "gpu"):  # else check_routes says
             nic = lane.exit if topo.kind(lane.exit) == "nic" else topo.nic_of(lane.exit)
             if nic in kv_nics:
                 out.append(f"{where} leaves by {nic}, which carries a prefill instance's KV")

@@ -1,0 +1,361 @@
+"""The overlay bound: a mixed-integer program over every plan's stripes, routes and live choice
+whose value is a lower bound on ``all_ready`` for every plan the cost model allows.
+
+**Why it holds.** Under the cost model (:mod:`~blitzplan.multicast.timeline.lane_times`) every
+lane ``f`` runs at one rate ``r_f`` for the whole plan, and the lanes of a phase share every link
+at once: on each edge their rates sum to at most what the background flows leave. Lane ``f``
+carries ``|X_f| * S`` bytes (``X_f`` its stripe interval, ``S`` the per-GPU shard) and starts no
+earlier than its receiver's startup ``>= s0`` (the least startup), so a plan ready by ``T``
+whose lane ``f`` is needed (its bytes reach an instance GPU) has ``r_f >= |X_f| * lam`` with
+``lam = S / (T - s0)``: lane ``f`` feeds its stripe unit by unit into lanes that end by ``T``.
+Plans of several phases whose phases never overlap on an edge (the validator's rule) satisfy
+the same inequality averaged over time. So ``lam`` is at most the largest ``lam`` of this
+program, and ``T >= s0 + S / lam*``:
+
+* **routing**: per sender ``a`` (a holder: the host copy's memory, a source GPU; or a target
+  GPU or relay, which may forward what it received) a flow on the topology edges a plan may use
+  (those of :class:`~blitzplan.multicast.bound.max_flow.FlowGraph`): a *local* one that never
+  takes a NIC into the fabric (a lane between GPUs of one host crosses none) and a *remote* one
+  that reaches the fabric only by a NIC of ``a``'s exits (or ``a``'s own NIC) and ends on
+  another host. All flows together fit in each edge's residual capacity.
+* **overlay**: ``x[r][a, b]``, the rate of rank-``r`` bytes that ``a`` sends to ``b`` (lanes are
+  unicast: a byte sent to two GPUs crosses the network twice); the routing flow of ``a`` delivers
+  ``sum_r x[r][a, b]`` to each receiver ``b``. Only rank-``r`` instance GPUs and relays receive
+  rank-``r`` bytes.
+* **every target**: each rank-``r`` instance GPU ``t`` gets a flow of value ``lam`` from the
+  holders over the overlay arcs within ``x[r]`` (every point of the stripe reaches ``t`` along a
+  chain of lanes from a holder that holds it; a holder of a fraction ``q`` of rank ``r`` starts at
+  most ``q * lam`` of it).
+* **live**: a binary per target node says it holds live instances (together at least ``live``
+  of them, or exactly the named ones); such a node's remote flows are zero (live instances send
+  nothing over the network; they may still feed GPUs of their own host).
+
+Only duplication at GPUs and memory, never inside a switch, is what makes this bound tighter than
+the max-flow into one instance (where two GPUs behind one PCIe uplink share a single crossing of
+it). The additive pipeline terms (chunk and latency per hop) are left out, so the bound stays a
+bound. HiGHS solves it (:func:`scipy.optimize.milp`); ``lam`` is taken from its dual bound with a
+relative margin, so rounding cannot overstate it. Not used when earlier plans delivered units.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from blitzplan.errors import InfeasibleError
+from blitzplan.multicast.allocation.plan_builder import lane_route
+from blitzplan.multicast.bound.cuts import missing_bytes
+from blitzplan.multicast.setup.holdings import holder_segments
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.topologies import Edge, Topology
+
+__all__ = [
+    "OVERLAY_MAX_COLUMNS",
+    "OverlayBound",
+    "Sender",
+    "lane_routes",
+    "live_nodes",
+    "overlay_bound",
+    "overlay_receivers",
+    "overlay_senders",
+]
+
+OVERLAY_MAX_COLUMNS = 120_000
+"""Beyond this many variables the program is not built (the other bounds stand)."""
+_SCALE = 1e9
+"""Rates in GB/s inside the program."""
+_MARGIN = 1e-6
+"""Relative margin added to the solver's bound on ``lam`` (its tolerances)."""
+
+
+@dataclass
+class _Program:
+    """Columns and sparse rows of the program, collected as lists."""
+
+    upper: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    row_lo: list[float] = field(default_factory=list)
+    row_hi: list[float] = field(default_factory=list)
+
+    def column(self, upper: float = math.inf, integer: bool = False) -> int:
+        self.upper.append(upper)
+        self.integer.append(int(integer))
+        return len(self.upper) - 1
+
+    def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
+        r = len(self.row_lo)
+        for c, v in terms.items():
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+
+
+@dataclass(frozen=True)
+class Sender:
+    name: str
+    host: str
+    node: int | None
+    """Target node index (None for a source holder)."""
+    exits: tuple[str, ...]
+    """What its lanes may leave by (its node's exits: GPUs, host NICs)."""
+    holds: tuple[float, ...]
+    """Per rank, the fraction it holds from the start (0 for target GPUs and relays)."""
+
+
+@dataclass(frozen=True)
+class OverlayBound:
+    """The program's bound on ``all_ready`` and the target nodes its best solution makes live
+    (a live choice worth building a plan on)."""
+
+    bound_s: float
+    kind: str
+    live_nodes: frozenset[int]
+
+
+def overlay_bound(problem: Problem, *, time_limit_s: float = 5.0) -> OverlayBound | None:
+    """The bound on ``all_ready`` for every plan of ``problem``, or None when the program does
+    not apply (units delivered before), is too large, or the solver fails."""
+    if problem.delivered or any(t.present for t in problem.targets) or not problem.instances:
+        return None
+    shard = missing_bytes(problem, problem.instances[0].name)
+    if shard <= 0:
+        return None
+    built = _build(problem)
+    if built is None:
+        return None
+    program, lam, binaries = built
+    solved = _solve(program, lam, time_limit_s)
+    if solved is None or solved[0] <= 0:
+        return None
+    upper, x = solved
+    start = min(i.startup_s for i in problem.instances)
+    fixed, _ = live_nodes(problem)
+    chosen = {j for j, c in binaries.items() if x is not None and x[c] > 0.5}
+    return OverlayBound(
+        start + shard / (upper * _SCALE),
+        "overlay program over stripes, routes and live choices",
+        frozenset(fixed | chosen),
+    )
+
+
+def overlay_senders(problem: Problem) -> list[Sender]:
+    """Every holder that may send: the host copy's memory, source GPUs (with the fraction of
+    each rank they hold), and the target nodes' GPUs and relays (they forward)."""
+    topo = problem.topology
+    out = []
+    for node in problem.sources:
+        if node.memory is not None:
+            host = _host(topo, node.memory)
+            out.append(Sender(node.memory, host, None, node.exits, (1.0,) * problem.tp))
+            continue
+        for q, gpu in enumerate(node.gpus):
+            holds = tuple(
+                sum(b - a for a, b, s in holder_segments(node.tp, r, problem.tp) if s == q)
+                for r in range(problem.tp)
+            )
+            out.append(Sender(gpu, topo.host_of(gpu), None, node.exits, holds))
+    for j, node in enumerate(problem.targets):
+        for gpu in (*node.gpus, *node.relays):
+            out.append(Sender(gpu, topo.host_of(gpu), j, node.exits, (0.0,) * problem.tp))
+    return out
+
+
+def overlay_receivers(problem: Problem) -> dict[str, int | None]:
+    """Receivers: instance GPUs with their rank, relays with None (any rank)."""
+    out: dict[str, int | None] = {}
+    for node in problem.targets:
+        for gpu in node.gpus:
+            out[gpu] = node.rank_of(gpu)
+        for gpu in node.relays:
+            out[gpu] = None
+    return out
+
+
+def _build(problem: Problem) -> tuple[_Program, int, dict[int, int]] | None:
+    senders = overlay_senders(problem)
+    receivers = overlay_receivers(problem)
+    fixed, choose = live_nodes(problem)
+    p = _Program()
+    lam = p.column()
+    arcs = _arcs(problem, senders, receivers, p)
+    if _too_big(problem, senders, receivers, arcs):
+        return None
+    binaries = {j: p.column(1.0, True) for j in choose}
+    load: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    remote: dict[int, dict[int, float]] = defaultdict(dict)
+    by_pair: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for (_, a, b), c in arcs.items():
+        by_pair[(a, b)].append(c)
+    for s in senders:
+        for b in receivers:
+            cols = by_pair.get((s.name, b))
+            if not cols:
+                continue
+            routes = lane_routes(problem, s, b)
+            far = _host(problem.topology, b) != s.host
+            if not routes or (far and s.node in fixed):
+                for c in cols:
+                    p.upper[c] = 0.0
+                continue
+            link = {c: -1.0 for c in cols}
+            for _, edges in routes:
+                z = p.column()
+                link[z] = 1.0
+                for e in edges:
+                    load[e][z] = load[e].get(z, 0.0) + 1.0
+                if far and s.node in binaries:
+                    remote[s.node][z] = 1.0
+            p.row(link, 0.0, 0.0)
+    for edge, terms in load.items():
+        p.row(terms, -math.inf, problem.residual[edge] / _SCALE)
+    big = sum(problem.residual[e] for e in load) / _SCALE + 1.0
+    _live_rows(p, problem, binaries, remote, big)
+    _target_flows(p, problem, senders, receivers, arcs, lam)
+    return p, lam, binaries
+
+
+def _arcs(
+    problem: Problem, senders: list[Sender], receivers: dict[str, int | None], p: _Program
+) -> dict[tuple[int, str, str], int]:
+    """``x[r][a, b]`` columns: rank-``r`` bytes from a sender that may hold them to a GPU that
+    may receive them (its rank-``r`` instance GPU or a relay)."""
+    arcs: dict[tuple[int, str, str], int] = {}
+    for r in range(problem.tp):
+        for s in senders:
+            if s.node is None and s.holds[r] <= 0:
+                continue
+            if s.node is not None and receivers[s.name] not in (r, None):
+                continue
+            for b, rank in receivers.items():
+                if b != s.name and rank in (r, None):
+                    arcs[(r, s.name, b)] = p.column()
+    return arcs
+
+
+def lane_routes(problem: Problem, s: Sender, dst: str) -> list[tuple[str, tuple[Edge, ...]]]:
+    """``(exit, edges)`` of each distinct route a lane from ``s`` to ``dst`` may take (one per
+    exit; inside a host the host's route), none crossing an edge the background flows fill."""
+    topo = problem.topology
+    found: dict[tuple[Edge, ...], str] = {}
+    for exit_ in (*s.exits, s.name):  # a named exit first: memory names its NIC
+        try:
+            taken, edges, _ = lane_route(topo, s.name, exit_, dst)
+        except InfeasibleError:
+            continue
+        if all(problem.residual.get(e, 0.0) > 0 for e in edges):
+            found.setdefault(edges, taken)
+    return [(taken, edges) for edges, taken in sorted(found.items())]
+
+
+def _host(topo: Topology, name: str) -> str:
+    return str(topo.graph.nodes[name]["host"])
+
+
+def _too_big(
+    problem: Problem,
+    senders: list[Sender],
+    receivers: dict[str, int | None],
+    arcs: dict[tuple[int, str, str], int],
+) -> bool:
+    exits = max((len(s.exits) + 1 for s in senders), default=1)
+    targets = sum(1 for r in receivers.values() if r is not None)
+    size = len(senders) * len(receivers) * exits + len(arcs) * (1 + targets // problem.tp)
+    return size > OVERLAY_MAX_COLUMNS
+
+
+def live_nodes(problem: Problem) -> tuple[set[int], list[int]]:
+    """Target nodes fixed live (named live instances), and those the program chooses."""
+    if problem.live_names:
+        return {i.node for i in problem.instances if i.name in problem.live_names}, []
+    if problem.live <= 0:
+        return set(), []
+    return set(), list(range(len(problem.targets)))
+
+
+def _live_rows(
+    p: _Program,
+    problem: Problem,
+    binaries: dict[int, int],
+    remote: dict[int, dict[int, float]],
+    big: float,
+) -> None:
+    """At least ``live`` instances on live nodes; a live node's remote lanes carry nothing."""
+    if not binaries:
+        return
+    count = [0] * len(problem.targets)
+    for inst in problem.instances:
+        count[inst.node] += 1
+    p.row({binaries[j]: float(count[j]) for j in binaries}, float(problem.live), math.inf)
+    for j, cols in remote.items():
+        if cols:
+            p.row({**cols, binaries[j]: big}, -math.inf, big)
+
+
+def _target_flows(
+    p: _Program,
+    problem: Problem,
+    senders: list[Sender],
+    receivers: dict[str, int | None],
+    arcs: dict[tuple[int, str, str], int],
+    lam: int,
+) -> None:
+    """Per instance GPU of rank ``r``: a flow of value ``lam`` over the overlay within ``x[r]``."""
+    holders = [s for s in senders if s.node is None]
+    for t, rank in receivers.items():
+        if rank is None:
+            continue
+        balance: dict[str, dict[int, float]] = defaultdict(dict)
+        for h in holders:
+            if h.holds[rank] > 0:
+                c = p.column()
+                p.row({c: 1.0, lam: -h.holds[rank]}, -math.inf, 0.0)
+                balance[h.name][c] = 1.0
+        for (r, a, b), x in arcs.items():
+            if r != rank or a == t:
+                continue
+            c = p.column()
+            p.row({c: 1.0, x: -1.0}, -math.inf, 0.0)
+            balance[b][c] = balance[b].get(c, 0.0) + 1.0
+            balance[a][c] = balance[a].get(c, 0.0) - 1.0
+        for v, terms in balance.items():
+            if v == t:
+                p.row({**terms, lam: -1.0}, 0.0, 0.0)
+            else:
+                p.row(terms, 0.0, 0.0)
+
+
+def _solve(p: _Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray | None] | None:
+    """The solver's proven upper bound on ``lam`` (with the margin) and its best solution."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    n = len(p.upper)
+    cost = np.zeros(n)
+    cost[lam] = -1.0
+    matrix = csr_matrix((p.vals, (p.rows, p.cols)), shape=(len(p.row_lo), n))
+    result = milp(
+        cost,
+        constraints=LinearConstraint(matrix, p.row_lo, p.row_hi),
+        bounds=Bounds(np.zeros(n), np.asarray(p.upper)),
+        integrality=np.asarray(p.integer),
+        options={"time_limit": time_limit_s, "disp": False},
+    )
+    dual = getattr(result, "mip_dual_bound", None)
+    found = None if result.x is None else np.asarray(result.x)
+    if result.status == 0 and result.fun is not None:
+        value = -float(result.fun)
+        if dual is not None and math.isfinite(dual):
+            value = max(value, -float(dual))
+    elif dual is not None and math.isfinite(dual):
+        value = -float(dual)
+    else:
+        return None
+    return value * (1 + _MARGIN) + 1e-9, found

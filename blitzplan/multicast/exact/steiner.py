@@ -1,0 +1,179 @@
+"""Pricing for the tree packing: the tree of one rank with the least total price, exactly.
+
+A tree carries a stripe of one rank from holders of the whole rank to every instance GPU of that
+rank over overlay arcs (each on one lane route); its price is the sum of its routes' edge prices.
+Dreyfus-Wagner over the rank's instance GPUs (at most eight per rank in practice: ``3^k`` steps)
+on all-pairs shortest paths of the overlay finds the cheapest; relays and other instance GPUs of
+the rank are the Steiner nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from blitzplan.multicast.exact.tree_packing import Overlay
+
+__all__ = ["FULL", "RankGraph", "Tree", "cheapest_tree"]
+
+FULL = 1.0 - 1e-9
+"""A holder of at least this fraction of a rank holds all of it."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    rank: int
+    arcs: tuple[int, ...]
+    load: dict[int, float]
+
+
+class RankGraph:
+    """The overlay of one rank as index arrays: its nodes, arcs (with their routes' edges as a
+    sparse incidence matrix), holders and instance GPUs."""
+
+    def __init__(self, overlay: Overlay, rank: int) -> None:
+        from scipy.sparse import csr_matrix
+
+        self.rank = rank
+        arcs = overlay.arcs_of_rank(rank)
+        senders = [overlay.senders[overlay.arcs[a].sender].name for a in arcs]
+        dsts = [overlay.arcs[a].dst for a in arcs]
+        names = sorted(set(senders)) + sorted(set(dsts) - set(senders))
+        at = {name: k for k, name in enumerate(names)}
+        self.n = len(names)
+        self.arcs = np.array(arcs, dtype=int)
+        self.u = np.array([at[x] for x in senders], dtype=int)
+        self.v = np.array([at[x] for x in dsts], dtype=int)
+        lengths = [len(overlay.arcs[a].edges) for a in arcs]
+        cols = np.concatenate([overlay.arcs[a].edges for a in arcs]) if arcs else np.zeros(0)
+        rows = np.repeat(np.arange(len(arcs)), lengths)
+        self.incidence = csr_matrix(
+            (np.ones(len(cols)), (rows, cols.astype(int))), shape=(len(arcs), len(overlay.edges))
+        )
+        self.roots = [
+            at[s.name]
+            for s in overlay.senders
+            if s.node is None and s.holds[rank] >= FULL and s.name in at
+        ]
+        wanted = [g for g, r in overlay.receivers.items() if r == rank]
+        self.terminals = [at[g] for g in wanted if g in at]
+        self.complete = len(self.terminals) == len(wanted) and bool(self.roots)
+
+
+def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree | None:
+    """The tree of the graph's rank of least total price (its arcs' routes' prices), exactly:
+    Dreyfus-Wagner over the rank's instance GPUs on the overlay's shortest paths."""
+    if not graph.complete:
+        return None
+    n = graph.n
+    costs = graph.incidence @ price
+    order = np.lexsort((costs, graph.u * n + graph.v))
+    pair = (graph.u * n + graph.v)[order]
+    first = order[np.r_[True, pair[1:] != pair[:-1]]]
+    cost = np.full((n, n), math.inf)
+    pick = np.full((n, n), -1, dtype=int)
+    cost[graph.u[first], graph.v[first]] = costs[first]
+    pick[graph.u[first], graph.v[first]] = graph.arcs[first]
+    dist, hop = _shortest(cost)
+    best, split, via = _dreyfus_wagner(dist, graph.terminals)
+    full = (1 << len(graph.terminals)) - 1
+    root = min(graph.roots, key=lambda v: best[full][v])
+    if not math.isfinite(best[full][root]):
+        return None
+    parent: dict[int, int] = {}
+    _unfold(full, root, split, via, (hop, pick), parent, {root})
+    chosen = tuple(sorted(parent.values()))
+    load: dict[int, float] = {}
+    for a in chosen:
+        for e in overlay.arcs[a].edges:
+            load[int(e)] = load.get(int(e), 0.0) + 1.0
+    return Tree(graph.rank, chosen, load)
+
+
+def _shortest(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All-pairs shortest paths (Floyd-Warshall) and the first hop of each."""
+    n = len(cost)
+    dist = cost.copy()
+    np.fill_diagonal(dist, 0.0)
+    hop = np.tile(np.arange(n), (n, 1))
+    for k in range(n):
+        through = dist[:, k : k + 1] + dist[k : k + 1, :]
+        better = through < dist - 1e-15
+        dist = np.where(better, through, dist)
+        hop = np.where(better, hop[:, k : k + 1], hop)
+    return dist, hop
+
+
+def _dreyfus_wagner(
+    dist: np.ndarray, terminals: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``best[mask, v]``: least price of a tree from ``v`` reaching the terminals in ``mask``;
+    ``via[mask, v]`` the node it walks to first and ``split[mask, v]`` the submask it branches
+    into there."""
+    k, n = len(terminals), len(dist)
+    size = 1 << k
+    best = np.zeros((size, n))
+    split = np.zeros((size, n), dtype=int)
+    via = np.zeros((size, n), dtype=int)
+    for i, t in enumerate(terminals):
+        best[1 << i] = dist[:, t]
+        via[1 << i] = t
+    rows = np.arange(n)
+    for mask in range(1, size):
+        if mask & (mask - 1) == 0:
+            continue
+        subs = np.array(_halves(mask))
+        value = best[subs] + best[mask ^ subs]
+        pick = np.argmin(value, axis=0)
+        branched = value[pick, rows]
+        total = dist + branched[None, :]
+        go = np.argmin(total, axis=1)
+        best[mask] = total[rows, go]
+        via[mask] = go
+        split[mask] = subs[pick][go]
+    return best, split, via
+
+
+@functools.cache
+def _halves(mask: int) -> tuple[int, ...]:
+    """The proper submasks of ``mask`` holding its lowest bit (each split once)."""
+    low = mask & -mask
+    out = []
+    sub = (mask - 1) & mask
+    while sub:
+        if sub & low:
+            out.append(sub)
+        sub = (sub - 1) & mask
+    return tuple(out)
+
+
+def _unfold(
+    mask: int,
+    v: int,
+    split: np.ndarray,
+    via: np.ndarray,
+    paths: tuple[np.ndarray, np.ndarray],
+    parent: dict[int, int],
+    reached: set[int],
+) -> None:
+    """The arcs of the tree ``best[mask][v]`` into ``parent`` (one parent per node, each
+    added after its parent)."""
+    u = int(via[mask][v])
+    hop, pick = paths
+    step = v
+    while step != u:
+        nxt = int(hop[step, u])
+        if nxt not in reached:
+            parent[nxt] = int(pick[step, nxt])
+            reached.add(nxt)
+        step = nxt
+    if mask & (mask - 1) == 0:
+        return
+    sub = int(split[mask][v])
+    _unfold(sub, u, split, via, paths, parent, reached)
+    _unfold(mask ^ sub, u, split, via, paths, parent, reached)

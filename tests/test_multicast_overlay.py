@@ -1,0 +1,179 @@
+"""The overlay program's bound, the tree packing built on it, and the plan-space rules the bound
+relies on (routes named by holder, exit and destination; phases apart on shared links)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from blitzplan import ClusterState, InfeasibleError, load_model
+from blitzplan.multicast import plan_multicast, validate_multicast
+from blitzplan.multicast.bound.lower_bound import lower_bound
+from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.tree_packing import pack_trees
+from blitzplan.multicast.setup.problem import prepare
+from blitzplan.multicast.timeline.assemble import finish
+from blitzplan.multicast.validation.route_check import check_phases
+from blitzplan.solvers import SolveStatus
+from blitzplan.topologies import Flow, build_cluster, nvswitch_host
+from blitzplan.units import GBPS, GIB, MIB
+from tests.multicast_random import random_plan
+from tests.test_multicast import PROPERTY_MODEL, multicast_case, tiny_cases
+
+NIC = 100 * GBPS
+
+
+def _problem(state, spec, **options):
+    base = {
+        "count": None,
+        "targets": None,
+        "startup_s": 0.0,
+        "exclude": (),
+        "names": None,
+        "delivered": None,
+        "placement": "pack",
+        "chunk_bytes": 4 * MIB,
+        "allow_prefill_sources": False,
+    }
+    return prepare(state, spec, **(base | options))
+
+
+def _plan(problem, built, bound):
+    return finish(
+        problem,
+        built,
+        method="exact",
+        objective="all_ready",
+        status=SolveStatus.FEASIBLE,
+        lower_bound_s=min(bound, max(built.ready_at_s.values())),
+        solve_s=0.0,
+    )
+
+
+def one_slow_rank_case():
+    """A TP4 source on h0 and a TP4 new instance filling h1 (no spare GPU relays): rank 2's
+    bytes may land only on h1/gpu2, and a lane from another host enters by its destination's
+    own NIC, so they all cross h1/nic2, which a background flow halves."""
+    spec = load_model(PROPERTY_MODEL)
+    host = nvswitch_host(
+        "h100", gpus=4, nic_bytes_per_s=NIC, host_to_gpu_bytes_per_s=NIC, dram_bytes=64 * GIB
+    )
+    state = ClusterState(build_cluster(host, hosts=3), models=[spec])
+    state.add_instance(spec, gpus=[f"h0/gpu{g}" for g in range(4)], role="decode")
+    state.add_background_flow("h2/gpu2", "h1/gpu2", max_bytes_per_s=NIC / 2)
+    return state, spec, [[f"h1/gpu{g}" for g in range(4)]]
+
+
+def test_overlay_bound_by_hand_one_slow_nic() -> None:
+    """Hand oracle: every plan needs shard / (NIC / 2) seconds; the cut bounds see only the
+    host's four NICs together (4 * shard over 3.5 NICs), the overlay program the exact value,
+    and the exact method's plan is within 1% of it."""
+    state, spec, targets = one_slow_rank_case()
+    problem = _problem(state, spec, targets=targets, tp=4, live=1)
+    shard = sum(problem.unit_bytes)
+    by_hand = shard / (NIC / 2)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    assert strong.bound_s == pytest.approx(by_hand, rel=1e-5)
+    assert strong.bound_s <= by_hand
+    assert lower_bound(problem, "all_ready") < 0.6 * by_hand
+    exact = plan_multicast(state, spec, targets=targets, tp=4, live=1, method="exact")
+    assert validate_multicast(state, exact) == ()
+    assert exact.lower_bound_s == pytest.approx(by_hand, rel=1e-5)
+    assert exact.gap < 0.01
+
+
+@pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
+def test_overlay_bound_holds_against_random_plans_on_tiny_graphs(index: int) -> None:
+    """100 random plans per tiny case, anywhere in the plan space: none beats the overlay
+    bound; the tree packing's plan is valid and does not beat it either."""
+    state, spec, options = tiny_cases()[index]
+    problem = _problem(state, spec, **options)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    rng = random.Random(index)
+    for _ in range(100):
+        built = random_plan(problem, rng)
+        if built is not None:
+            assert max(built.ready_at_s.values()) >= strong.bound_s * (1 - 1e-9)
+    packed = pack_trees(problem, strong.live_nodes, time_limit_s=5.0)
+    assert packed is not None
+    plan = _plan(problem, packed, strong.bound_s)
+    assert validate_multicast(state, plan) == ()
+    assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(multicast_case(max_targets=3), st.integers(0, 2**32 - 1))
+def test_property_no_random_plan_beats_the_overlay_bound(case, seed: int) -> None:
+    """Property: on random clusters, sources, background flows and live counts, random valid
+    plans never beat the overlay bound, and the tree packing's plan validates."""
+    state, spec, options = case
+    try:
+        problem = _problem(state, spec, **(options | {"count": options["count"]}))
+    except InfeasibleError:
+        return
+    strong = overlay_bound(problem)
+    if strong is None:
+        return
+    rng = random.Random(seed)
+    for _ in range(8):
+        built = random_plan(problem, rng)
+        if built is not None:
+            plan = _plan(problem, built, strong.bound_s)
+            assert validate_multicast(state, plan) == ()
+            assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+    packed = pack_trees(problem, strong.live_nodes, time_limit_s=5.0)
+    if packed is not None:
+        plan = _plan(problem, packed, strong.bound_s)
+        assert validate_multicast(state, plan) == ()
+        assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+def test_exact_never_worse_than_greedy_and_its_bound_only_grows() -> None:
+    """The exact method keeps the better of the tree packing and the search, and its bound is
+    at least the cut and max-flow bound."""
+    state, spec, targets = one_slow_rank_case()
+    greedy = plan_multicast(state, spec, targets=targets, tp=4, live=1)
+    exact = plan_multicast(state, spec, targets=targets, tp=4, live=1, method="exact")
+    assert exact.objective_s <= greedy.objective_s * (1 + 1e-9)
+    assert exact.lower_bound_s >= greedy.lower_bound_s * (1 - 1e-9)
+    assert (exact.status is SolveStatus.OPTIMAL) == (
+        exact.objective_s <= exact.lower_bound_s * (1 + 1e-9)
+    )
+
+
+def test_validator_rejects_a_lane_off_its_named_route() -> None:
+    """A lane whose flow enters its destination's host by another NIC than the route its
+    holder, exit and destination name is refused (the bounds assume the named route)."""
+    state, spec, targets = one_slow_rank_case()
+    plan = plan_multicast(state, spec, targets=targets, tp=4, live=1)
+    topo = state.topology
+    k, lane = next((k, x) for k, x in enumerate(plan.lanes) if x.dst == "h1/gpu2")
+    detour = topo.path_edges(lane.exit, "h1/gpu0") + topo.path_edges("h1/gpu0", lane.dst)
+    flows = list(plan.flows)
+    flows[lane.flow] = Flow(detour, flows[lane.flow].max_bytes_per_s, flows[lane.flow].name)
+    bad = dataclasses.replace(plan, flows=tuple(flows))
+    problems = validate_multicast(state, bad)
+    assert any("leaves the route" in p for p in problems), (k, problems)
+
+
+def test_phase_check_refuses_two_phases_on_one_link_at_once() -> None:
+    """Two lanes that stream over one edge at the same time in different phases are refused
+    (each phase's fair shares assume it has its links to itself); a store-and-forward baseline
+    whose phases follow each other passes."""
+    state, spec, targets = one_slow_rank_case()
+    plan = plan_multicast(state, spec, targets=targets, tp=4, live=1)
+    assert check_phases(plan) == []
+    first, second = plan.lanes[0].flow, plan.lanes[1].flow
+    flows, phases = list(plan.flows), list(plan.flow_phase)
+    flows[second] = flows[first]  # both stream over the same links, from the start
+    phases[second] = 1
+    problems = check_phases(dataclasses.replace(plan, flows=tuple(flows), flow_phase=tuple(phases)))
+    assert problems and "at the same time" in problems[0]
+    staged = plan_multicast(state, spec, targets=targets, tp=4, method="one_by_one")
+    assert validate_multicast(state, staged) == ()
