@@ -24,26 +24,19 @@ from typing import Any
 
 import networkx as nx
 
-from blitzplan._checks import (
-    MAX_BYTES,
-    MAX_BYTES_PER_S,
-    MAX_SECONDS,
-    MIN_BYTES_PER_S,
-    check_bounded,
-    is_number,
-)
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
 from blitzplan.topologies.derived import Kept, edge_data, kept_nics, kept_paths, node_data
 from blitzplan.topologies.fabric_routes import fabric_path
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
+from blitzplan.topologies.graph_checks import (
+    NODE_KINDS,
+    SWITCH_KINDS,
+    check_gpus_reach_nics,
+    validate_graph,
+)
 
 __all__ = ["NODE_KINDS", "SWITCH_KINDS", "Topology"]
-
-NODE_KINDS = frozenset({"gpu", "host_mem", "ssd", "nic", "switch"})
-SWITCH_KINDS = frozenset({"nvswitch", "pcie", "leaf", "spine"})
-_HOST_LOCAL_KINDS = frozenset({"gpu", "host_mem", "ssd", "nic"})
-_HOST_LOCAL_SWITCHES = frozenset({"nvswitch", "pcie"})
 
 
 class Topology:
@@ -55,7 +48,7 @@ class Topology:
     def __init__(
         self, graph: nx.DiGraph[str], *, name: str = "custom", description: str = ""
     ) -> None:
-        _validate_graph(graph)
+        validate_graph(graph)
         self.graph: nx.DiGraph[str] = nx.freeze(graph.copy())
         self.name = name
         self.description = description
@@ -63,7 +56,7 @@ class Topology:
         self._edges: dict[tuple[str, str, str], tuple[Edge, ...]] = {}
         self.memo: dict[str, dict[Any, Any]] = {}
         """Caches of derived data that planners keep per topology (the graph never changes)."""
-        _check_gpus_reach_nics(self)
+        check_gpus_reach_nics(self)
 
     def __repr__(self) -> str:
         return (
@@ -404,7 +397,7 @@ class Topology:
         nics = kept_nics(parent, graph, same)
         found = {gpu: nics.get(gpu) or topology._nearest_nic(gpu) for gpu in topology._gpus}
         topology.__dict__["_nic_of"] = {g: nic for g, nic in found.items() if nic is not None}
-        _check_gpus_reach_nics(topology)
+        check_gpus_reach_nics(topology)
         return topology
 
     # --- helpers ------------------------------------------------------------------------------
@@ -450,49 +443,3 @@ class Topology:
             if host is not None:
                 out.setdefault((str(host), str(data["kind"])), str(node))
         return out
-
-
-def _validate_graph(graph: nx.DiGraph[str]) -> None:
-    if not isinstance(graph, nx.DiGraph):
-        raise InvalidInputError(f"graph must be a networkx.DiGraph, got {type(graph).__name__}")
-    for node, data in graph.nodes(data=True):
-        kind = data.get("kind")
-        if kind not in NODE_KINDS:
-            raise InvalidInputError(
-                f"node {node!r} has kind {kind!r}; valid kinds: {', '.join(sorted(NODE_KINDS))}"
-            )
-        if kind == "switch" and data.get("switch") not in SWITCH_KINDS:
-            raise InvalidInputError(
-                f"switch {node!r} has switch type {data.get('switch')!r}; valid: "
-                f"{', '.join(sorted(SWITCH_KINDS))}"
-            )
-        local = kind in _HOST_LOCAL_KINDS or data.get("switch") in _HOST_LOCAL_SWITCHES
-        if local and not data.get("host"):
-            raise InvalidInputError(f"{kind} node {node!r} needs a 'host' attribute")
-        if kind == "gpu":
-            get_gpu(str(data.get("gpu")))
-        if kind == "host_mem":
-            check_bounded(
-                f"node {node!r} dram_bytes", data.get("dram_bytes"), 1, MAX_BYTES, "bytes"
-            )
-    for src, dst, data in graph.edges(data=True):
-        rate = data.get("bytes_per_s")
-        edge = f"edge {src!r}->{dst!r}"
-        check_bounded(f"{edge} bytes_per_s", rate, MIN_BYTES_PER_S, MAX_BYTES_PER_S, "bytes/s")
-        latency = data.get("latency_s")
-        if not is_number(latency) or not 0 <= latency <= MAX_SECONDS:
-            raise InvalidInputError(
-                f"edge {src!r}->{dst!r} latency_s must be finite and >= 0 (at most "
-                f"{MAX_SECONDS:g}), got {latency!r}"
-            )
-    if not any(data["kind"] == "gpu" for _, data in graph.nodes(data=True)):
-        raise InvalidInputError("topology has no gpu node")
-
-
-def _check_gpus_reach_nics(topology: Topology) -> None:
-    stranded = [gpu for gpu in topology.gpus() if gpu not in topology._nic_of]
-    if stranded:
-        raise InvalidInputError(
-            f"gpu {stranded[0]!r} has no path to any NIC"
-            + (f" ({len(stranded) - 1} more gpus alike)" if len(stranded) > 1 else "")
-        )
