@@ -20,7 +20,7 @@ from blitzplan import (
 from blitzplan.cli import main
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, recover, replan, validate_plan
 from blitzplan.scale.document import json_schema
-from blitzplan.scale.program import StepKind
+from blitzplan.scale.transfer_steps import StepKind
 from tests.conftest import REPO
 from tests.fault_campaign import SCENARIOS, base_plan
 from tests.program_check import check_program

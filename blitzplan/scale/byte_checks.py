@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import layout
-from blitzplan.scale.program import ByteRange
+from blitzplan.scale.transfer_steps import ByteRange
 from blitzplan.scale.types import ScalePlan
 
 __all__ = ["check_source_bytes", "validate_replan"]

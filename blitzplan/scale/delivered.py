@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from blitzplan.wire.program_bytes import held_bytes, subtract, union
 
 if TYPE_CHECKING:
-    from blitzplan.scale.program import TransferStep
+    from blitzplan.scale.transfer_steps import TransferStep
 
 __all__ = ["Held", "delivered", "held_bytes", "stripe_of", "subtract", "union"]
 

@@ -34,8 +34,9 @@ from blitzplan.scale.milestones import milestones
 from blitzplan.scale.mutations import mutation_records, requeue
 from blitzplan.scale.pairing import live_pairs
 from blitzplan.scale.planning import Planning
-from blitzplan.scale.program import TransferStep, program
+from blitzplan.scale.program import program
 from blitzplan.scale.releases import timed_releases
+from blitzplan.scale.transfer_steps import TransferStep
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
 from blitzplan.topologies.links import derated_kept
 

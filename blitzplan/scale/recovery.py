@@ -18,7 +18,7 @@ from blitzplan.models import ModelSpec
 from blitzplan.scale.types import MultiPlan, NewInstanceInfo, ScalePlan
 
 if TYPE_CHECKING:
-    from blitzplan.scale.program import TransferStep
+    from blitzplan.scale.transfer_steps import TransferStep
 from blitzplan.topologies import Topology
 
 __all__ = [

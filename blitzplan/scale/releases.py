@@ -18,7 +18,7 @@ from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.scale.milestones import solo_drain_s
 from blitzplan.scale.planning import Planning
-from blitzplan.scale.program import TransferStep
+from blitzplan.scale.transfer_steps import TransferStep
 from blitzplan.scale.types import Release
 
 __all__ = ["releases", "timed_releases", "tokens"]

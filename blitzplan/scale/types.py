@@ -14,7 +14,7 @@ from blitzplan.models import ModelIdentity, ModelSpec
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.document import SCHEMA, SCHEMA_VERSION
 from blitzplan.scale.plan_options import PlanOptions
-from blitzplan.scale.program import TransferStep
+from blitzplan.scale.transfer_steps import TransferStep
 from blitzplan.wire.multiprogram import Eviction
 from blitzplan.wire.scaleprogram import Mutation, NewInstanceInfo, Release
 

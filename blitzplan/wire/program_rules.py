@@ -86,8 +86,9 @@ def check_program_rules(
 ) -> None:
     """Raise InvalidInputError for the first rule ``steps`` break (module docstring).
 
-    ``steps`` are step records with the fields of :class:`~blitzplan.scale.program.TransferStep`
-    (``link``, ``stripe``, ``chunk_bytes`` and ``rate_bytes_per_s`` are checked when present;
+    ``steps`` are step records with the fields of
+    :class:`~blitzplan.scale.transfer_steps.TransferStep` (``link``, ``stripe``,
+    ``chunk_bytes`` and ``rate_bytes_per_s`` are checked when present;
     ``ranges`` hold ByteRange-like records or ``(first_unit, last_unit, offset, length)``);
     ``unit_bytes`` each unit's per-rank buffer at ``tp``; ``held`` the document's ``held``;
     ``live_pairs`` its live pairs and ``leaving`` its releases and mutations (records naming an

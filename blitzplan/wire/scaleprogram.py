@@ -97,7 +97,7 @@ class Release:
 
 
 class StepRecord(msgspec.Struct, frozen=True, gc=False):
-    """One step of the program (the fields of :class:`~blitzplan.scale.program.TransferStep`
+    """One step of the program (the fields of :class:`~blitzplan.scale.transfer_steps.TransferStep`
     less ``chunk_bytes``, which is the document's), ranges as 4-tuples."""
 
     # A msgspec Struct that the cyclic garbage collector does not track (it holds no cycle): a
