@@ -31,7 +31,7 @@ from blitzplan.scale.statefile import save_state
 from blitzplan.wire.multiprogram import check_joint, read_multiprogram_json
 from blitzplan.wire.scaleprogram import read_program_json
 
-OPTIONS = {"compare_baselines": False}
+OPTIONS = {"compare_baselines": False, "refine_budget": None}  # equal input, identical plans
 LLAMA, QWEN = "llama-3-8b", "qwen2.5-7b"
 
 

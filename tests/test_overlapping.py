@@ -110,7 +110,7 @@ def _earlier_fills_the_routes() -> ClusterState:
     ("background flows fill ... every route")."""
     sc = next(s for s in SCENARIOS if s.name.startswith("dgx host copy only"))
     st0 = sc.build()
-    p1 = plan(st0, ScaleRequest("qwen2.5-7b", decode=3, prefill=3, tp=2))
+    p1 = plan(st0, ScaleRequest("qwen2.5-7b", decode=3, prefill=3, tp=2), refine_budget=None)
     return apply_plan(st0, p1, at_s=0.11252900539650945 * p1.milestones.full_capacity_s)
 
 
@@ -118,7 +118,7 @@ def test_issue_18_running_steps_are_background_only_until_they_end() -> None:
     st1 = _earlier_fills_the_routes()
     ends = max(st1.flow_end_s(f) for f in st1.background_flows)
     assert ends < 1.0 and math.isfinite(ends)
-    p2 = plan(st1, ScaleRequest("qwen2.5-7b", prefill=5, tp=2))
+    p2 = plan(st1, ScaleRequest("qwen2.5-7b", prefill=5, tp=2), refine_budget=None)
     assert validate_plan(st1, p2) == () and check_program(p2) == []
     assert all(step.not_before_s >= ends for step in p2.steps)
     assert p2.notes == (

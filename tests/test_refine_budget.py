@@ -9,7 +9,7 @@ import pytest
 
 from blitzplan import ClusterState, InvalidInputError, load_topology
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast, validate_multicast
-from blitzplan.multicast.refine_budget import RefineBudget
+from blitzplan.multicast.refine_budget import REFINE_MIN_S, RefineBudget
 from blitzplan.scale import PlanOptions, ScaleRequest, plan
 
 MODEL = "llama-3-8b"
@@ -32,35 +32,59 @@ def _ticks(step: float = 1.0):
     return lambda: next(counter) * step
 
 
-@pytest.mark.parametrize("factor", [0.0, 3.0])
+@pytest.mark.parametrize("readings", [0.0, 3.0])
 def test_a_cut_short_refinement_keeps_a_valid_plan_no_worse_than_the_greedy(
-    factor: float,
+    readings: float,
 ) -> None:
     state = _two_sources()
     greedy = plan_multicast(state, MODEL, count=10, polish_evaluations=0)
-    assert greedy.objective_s > greedy.lower_bound_s * (1 + CLOSE_ENOUGH)  # refinements run
-    # each clock reading is a second: the greedy "took" 1 s, and 3x leaves three readings
-    budget = RefineBudget(factor, clock=_ticks(), floor_s=0.0)
+    gain = greedy.objective_s - greedy.lower_bound_s  # the most the refinements could gain
+    assert gain > greedy.lower_bound_s * CLOSE_ENOUGH  # refinements run
+    # each clock reading is a second and the budget allows ``readings`` seconds (no floor):
+    # 0, none runs; 3, three readings
+    budget = RefineBudget(readings / gain, clock=_ticks(), floor_s=0.0)
     cut = plan_multicast(state, MODEL, count=10, refine_budget=budget)
-    assert budget.cut
+    assert budget.cut and budget.skipped == (readings == 0)
     assert validate_multicast(state, cut) == ()
     assert cut.objective_s <= greedy.objective_s * (1 + 1e-12)
     assert cut.lower_bound_s <= cut.objective_s
+    if budget.skipped:  # the greedy's plan as it is
+        assert cut == greedy
+
+
+def test_the_refinements_run_when_their_gain_pays_for_a_plan() -> None:
+    """Hand-computed: 2x a 0.1 s gain (0.2 s) pays for a plan of 1,000 lanes (0.5 ms + 1,000
+    x 20 us = 20.5 ms), not for one of 10,000 (200.5 ms); it is then their allowance. 2x
+    0.01 s pays for a plan of 100 lanes (2.5 ms), allowed REFINE_MIN_S; no limit without a
+    factor, none at 0."""
+    budget = RefineBudget(2.0, clock=lambda: 5.0)
+    assert budget.worth(1_000, 0.1) and not budget.cut
+    budget.start()
+    assert budget.left() == pytest.approx(0.2)
+    large = RefineBudget(2.0, clock=lambda: 5.0)
+    assert not large.worth(10_000, 0.1) and large.cut and large.skipped
+    assert "2x the 100 ms they could gain at most" in large.note()
+    small = RefineBudget(2.0, clock=lambda: 5.0)
+    assert small.worth(100, 0.01)
+    small.start()
+    assert small.left() == pytest.approx(REFINE_MIN_S)
+    assert RefineBudget(None).worth(10**9, 1e-9)
+    assert not RefineBudget(0).worth(0, 10.0)
 
 
 def test_an_ample_budget_is_not_cut_and_matches_no_limit() -> None:
     state = _two_sources()
-    ample = RefineBudget(1.0, clock=lambda: 0.0)  # a clock that never moves
+    ample = RefineBudget(100.0, clock=lambda: 0.0)  # a clock that never moves
     unlimited = plan_multicast(state, MODEL, count=10, refine_budget=RefineBudget(None))
     assert plan_multicast(state, MODEL, count=10, refine_budget=ample) == unlimited
     assert not ample.cut
 
 
-def test_plan_notes_say_when_the_refinements_were_cut_short() -> None:
+def test_plan_notes_say_when_the_refinements_were_skipped() -> None:
     state = _two_sources()
     cut = plan(state, ScaleRequest(MODEL, prefill=10), refine_budget=0)
     greedy = plan(state, ScaleRequest(MODEL, prefill=10), deadline_s=60.0)  # no refinements
-    assert any(n.startswith("refine_budget: ") and "cut short" in n for n in cut.notes)
+    assert any(n.startswith("refine_budget: ") and "skipped" in n for n in cut.notes)
     assert cut.multicast.objective_s <= greedy.multicast.objective_s * (1 + 1e-12)
     assert len(cut.new_instances) == 10 and not cut.missing
     assert validate_multicast(state, cut.multicast) == ()
@@ -80,6 +104,6 @@ def test_the_refinements_time_is_kept_apart_from_the_greedys() -> None:
     readings = iter([10.0, 10.0, 13.5])
     budget = RefineBudget(None, clock=lambda: next(readings))
     assert budget.refining_s() == 0.0
-    budget.start(2.0)  # reads 10.0
+    budget.start()  # reads 10.0
     assert budget.refining_s() == 0.0  # reads 10.0
     assert budget.refining_s() == 3.5  # reads 13.5

@@ -40,7 +40,8 @@ def test_issue_18_a_replan_holds_no_byte_the_old_steps_had_not_delivered() -> No
     """The reproducer: unit 26 of h0/gpu2 had [0, 186190429) delivered at this moment; the
     replan used to claim [0, 186190430) (a hole of one byte in the weights)."""
     state = _h200_two_models()
-    before = plan(state, ScaleRequest("llama-3-8b", prefill=3, tp=2), chunk_bytes=64 << 20)
+    request = ScaleRequest("llama-3-8b", prefill=3, tp=2)
+    before = plan(state, request, chunk_bytes=64 << 20, refine_budget=None)  # the reproducer's
     at = 0.023987399564934578
     after = replan(before, state, at_s=at, failed=["h0/mem", "h0/rc"])
     assert _held_bytes(after, "h0/gpu2", 26) == [(0, 186190429)]
@@ -50,7 +51,8 @@ def test_issue_18_a_replan_holds_no_byte_the_old_steps_had_not_delivered() -> No
 
 def test_validate_replan_names_a_byte_claimed_but_never_delivered() -> None:
     state = _h200_two_models()
-    before = plan(state, ScaleRequest("llama-3-8b", prefill=3, tp=2), chunk_bytes=64 << 20)
+    request = ScaleRequest("llama-3-8b", prefill=3, tp=2)
+    before = plan(state, request, chunk_bytes=64 << 20, refine_budget=None)  # the reproducer's
     at = 0.023987399564934578
     after = replan(before, state, at_s=at, failed=["h0/mem", "h0/rc"])
     size = after.multicast.unit_bytes[26]

@@ -125,8 +125,9 @@ def plan_multicast(
     at most ``polish_evaluations`` plans and a linear program over its lanes, then, for
     ``all_ready`` when still 10% above its bound, a tree packing on its live choice (default:
     sized to the plan; 0 turns the refinements off, and the plan then reports the per-instance
-    cut bound: no max-flow); ``refine_budget`` also bounds their time (afterwards its ``cut`` says
-    whether it stopped them; the best plan found is kept). ``names``
+    cut bound: no max-flow); ``refine_budget`` also bounds their time by what they could gain
+    (:mod:`~blitzplan.multicast.refine_budget`; afterwards its ``cut`` says whether it skipped or
+    stopped them; the best plan found is kept). ``names``
     names the new instances (default ``new0, new1, ...``); ``delivered`` marks per name the
     units an earlier plan already delivered (they take no transfer and read time 0). Every plan
     reports a certified ``lower_bound_s`` on its objective. ``afford`` (a deadline's
@@ -344,10 +345,10 @@ def _striped(
 ) -> tuple[Built, Bound]:
     """The greedy (and exact) plan with its bound. A greedy plan within
     :data:`CLOSE_ENOUGH` of the per-instance cuts is final as it is: no local search, no linear
-    program, no max-flow bound (each could gain less than that). ``refine_budget`` bounds the
-    local search and the linear program by the time the greedy took; ``check`` is the
-    deadline's checkpoint (:func:`plan_multicast`)."""
-    begun = 0.0 if refine_budget is None else refine_budget.clock()
+    program, no max-flow bound (each could gain less than that). ``refine_budget`` skips the
+    refinements when the most they could gain (the plan's time above those cuts) pays for no
+    more plan and bounds their time by it; ``check`` is the deadline's checkpoint
+    (:func:`plan_multicast`)."""
     entered = time.perf_counter()
     if check is not None:
         check("problem")
@@ -357,16 +358,16 @@ def _striped(
     choice = first = greedy_choice(problem, ctx, objective)
     built = build(problem, ctx, choice, check)
     cheap = lower_bound(problem, objective, cheap=True)
-    if method == "greedy" and score(objective, built.ready_at_s, built.live) <= cheap * (
-        1 + CLOSE_ENOUGH
-    ):
+    value = score(objective, built.ready_at_s, built.live)
+    if method == "greedy" and value <= cheap * (1 + CLOSE_ENOUGH):
         return built, cheap
     budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
     if refine_budget is not None:
-        greedy_s = refine_budget.clock() - begun
-        if refine_budget.factor != 0 and budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
+        if budget > 0 and not refine_budget.worth(len(built.builder.lanes), value - cheap):
+            budget = 0  # they could gain less than they would cost: the greedy's plan
+        if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
             import scipy.optimize  # noqa: F401  (once per process: not the refinements' time)
-        refine_budget.start(greedy_s)
+        refine_budget.start()
     choice, built = polish(
         problem, ctx, choice, built, objective, max_evaluations=budget, budget=refine_budget
     )

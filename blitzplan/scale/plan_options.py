@@ -62,11 +62,16 @@ class PlanOptions:
     time (every requested change in ``missing``), and live pairing stops before the deadline
     (the plan's notes say what was left out: :mod:`blitzplan.scale.deadline`)."""
     refine_budget: float | None = 1.0
-    """Without a deadline, the greedy multicast's refinements (local search, linear program)
-    stop after this many times the greedy's own planning time (at least
-    :data:`~blitzplan.multicast.refine_budget.REFINE_MIN_S`), keeping the best plan found; the
-    notes say when they were cut short, and the plan then depends on the machine's speed.
-    None: no limit (equal input, identical plan); 0: no refinement."""
+    """Without a deadline, the greedy multicast's refinements (local search, linear program,
+    tree packing) could gain at most its plan's seconds above its per-instance cut bound. They
+    run only when this many times that gain pays for one more plan of the local search at a
+    nominal cost per lane (a count: the same input decides the same way), and stop after this
+    many times that gain (at least
+    :data:`~blitzplan.multicast.refine_budget.REFINE_MIN_S`), keeping the best plan found: a
+    control loop, whose instances are ready after the call and its transfers, pays them about
+    what they could gain at most. The notes say when they were skipped or cut short (a plan
+    cut short depends on the machine's speed). None: the full refinement, however long it
+    takes (equal input, identical plan; the simulator plans so); 0: none."""
 
     def __post_init__(self) -> None:
         if self.live_method not in LIVE_METHODS:

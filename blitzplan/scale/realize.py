@@ -243,10 +243,7 @@ def _multicast(
     if not explicit:
         _left_out(targets.count, len(multicast.instances), notes, missing)
     if refine is not None and refine.cut:
-        notes.append(
-            f"refine_budget: the multicast's refinements were cut short ({refine.factor:g}x the "
-            f"greedy's planning time, at least {refine.floor_s:g} s); the best plan found is kept"
-        )
+        notes.append(refine.note())
     if run.bounded() and not explicit and multicast.gap > CLOSE_ENOUGH:
         notes.append("deadline_s: the greedy multicast plan without its refinements")
     _waits(state, multicast, notes)

@@ -310,18 +310,24 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
     fair shares remain the paces."""
     load: dict[Edge, float] = {}
     for flow in builder.flows:
+        pace = flow.max_bytes_per_s
         for edge in flow.edges:
-            load[edge] = load.get(edge, 0.0) + flow.max_bytes_per_s
+            load[edge] = load.get(edge, 0.0) + pace
+    flows, nodes, isfinite = builder.flows, builder.nodes, math.isfinite
     for lane in builder.lanes:
-        if builder.nodes[lane.sender].kind is not NodeKind.TARGET:
+        if nodes[lane.sender].kind is not NodeKind.TARGET:
             continue
-        flow = builder.flows[lane.flow]
-        if not math.isfinite(flow.max_bytes_per_s):
+        flow = flows[lane.flow]
+        pace = flow.max_bytes_per_s
+        if not isfinite(pace):
             continue
-        room = min(residual.get(e, 0.0) - load[e] for e in flow.edges)
-        extra = min(room, flow.max_bytes_per_s * (FORWARD_HEADROOM - 1))
+        extra = pace * (FORWARD_HEADROOM - 1)
+        for edge in flow.edges:  # the least room any of its links has left, at most ``extra``
+            room = residual.get(edge, 0.0) - load[edge]
+            if room < extra:
+                extra = room
         if extra <= 0:
             continue
         for edge in flow.edges:
             load[edge] += extra
-        builder.flows[lane.flow] = Flow(flow.edges, flow.max_bytes_per_s + extra, flow.name)
+        flows[lane.flow] = Flow(flow.edges, pace + extra, flow.name)
