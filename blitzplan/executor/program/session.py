@@ -73,6 +73,8 @@ class ProgramSession:
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
+        self._runs = {id(w): _runs(w, "held") for lane in job.out for w in lane.writes}
+        self._runs |= {id(w): _runs(w, "lo") for lane in job.into for w in lane.writes}
         self._fill()
         checked = self.units if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
@@ -124,8 +126,8 @@ class ProgramSession:
             sent, landed = self.transport.poll(pause)
             for write in sent:
                 self._sent(write)
-            for chunk in landed:
-                self._landed(chunk)
+            for write in landed:
+                self._landed(write)
             posted, due_s = self._post_ready()
             if sent or landed or posted:
                 heard, pause = time.monotonic(), 0.0
@@ -166,14 +168,13 @@ class ProgramSession:
         at_s = self._free_s.get(key)
         if at_s is None:
             at_s = self._gate_s(step)
-        for chunk in write:
-            if chunk.held is not None:
-                ready = self.store.coverage[chunk.unit].since(chunk.held, chunk.held + chunk.nbytes)
-                at_s = max(at_s, math.inf if ready is None else ready)
-            if at_s < math.inf:
-                self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
-            if step.pace_bytes_per_s is not None:
-                at_s += chunk.nbytes / step.pace_bytes_per_s
+        for unit, lo, hi in self._runs[id(write)]:
+            ready = self.store.coverage[unit].since(lo, hi)
+            at_s = max(at_s, math.inf if ready is None else ready)
+        if at_s < math.inf:
+            self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
+        if step.pace_bytes_per_s is not None:
+            at_s += sum(chunk.nbytes for chunk in write) / step.pace_bytes_per_s
         return at_s
 
     def _gate_s(self, step: SendStep) -> float:
@@ -193,12 +194,15 @@ class ProgramSession:
         self._flying[self._peer[key]] -= 1
         self._count(self._unsent, key, len(write), self.measured.sent_end_s)
 
-    def _landed(self, chunk: Chunk) -> None:
-        self._at(chunk)
-        if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, self.ctx.now()) and self.live:
-            self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
-        self.measured.received_bytes[chunk.step] += chunk.nbytes
-        self._count(self._left, chunk.step, 1, self.measured.received_end_s)
+    def _landed(self, write: Write) -> None:
+        for chunk in write:
+            self._at(chunk)
+        now, key = self.ctx.now(), write[0].step
+        for unit, lo, hi in self._runs[id(write)]:
+            if self.store.arrived(unit, lo, hi, now) and self.live:
+                self.ctx.emit("unit", (unit, now))
+            self.measured.received_bytes[key] += hi - lo
+        self._count(self._left, key, len(write), self.measured.received_end_s)
 
     def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
         """``done`` more chunks of step ``key``: at its last, its end is now."""
@@ -239,6 +243,22 @@ class ProgramSession:
         found.complete_s = tuple(self.store.complete_s(u) for u in units)
         found.duplicate_bytes = sum(c.duplicate_bytes for c in self.store.coverage)
         return found
+
+
+def _runs(write: Write, end: str) -> list[tuple[int, int, int]]:
+    """The write's bytes as runs ``(unit, lo, hi)`` of contiguous chunks: where they land in the
+    receiver's buffers (``end`` ``lo``), or where the sender holds them (``held``; none for bytes
+    packed before the start)."""
+    runs: list[tuple[int, int, int]] = []
+    for chunk in write:
+        lo = getattr(chunk, end)
+        if lo is None:
+            continue
+        if runs and runs[-1][0] == chunk.unit and runs[-1][2] == lo:
+            runs[-1] = (chunk.unit, runs[-1][1], lo + chunk.nbytes)
+        else:
+            runs.append((chunk.unit, lo, lo + chunk.nbytes))
+    return runs
 
 
 def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 TAG = 0
 """The torch.distributed tag of every chunk."""
+Moved = tuple[list[torch.Tensor], torch.Tensor]
+"""A write's views of the arena and the tensor it is sent from or received into."""
 WINDOW = 16
 """Receives a receiver keeps posted ahead on each lane: more writes than a sender keeps in flight
 (``session.WINDOW``), since gloo moves a message only once its receive is posted."""
@@ -93,20 +95,17 @@ class TorchTransport:
             waiter.daemon = True
             waiter.start()
 
-    def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, Write], torch.Tensor]:
-        """Per write of ``lanes`` whose bytes are not one view of the arena on the wire at
-        ``end``, where it is packed or lands: a part of one buffer made (and its pages touched)
-        before the start."""
-        writes = [
-            w
-            for lane in lanes
-            for w in lane.writes
-            if self.arena.device != self.ctx.wire or len(spans(self.arena, w, end)) > 1
-        ]
-        sizes = [sum(c.nbytes for c in w) for w in writes]
+    def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, int], Moved]:
+        """Per write of ``lanes`` (by ``(end, id)``) its views of the arena at ``end`` and the
+        tensor on the wire: the one view where it is one view of the arena there, else its part
+        of one buffer made (and its pages touched) before the start, packed or unpacked."""
+        views = {id(w): spans(self.arena, w, end) for lane in lanes for w in lane.writes}
+        staged = [k for k, v in views.items() if self.arena.device != self.ctx.wire or len(v) > 1]
+        sizes = [sum(v.numel() for v in views[k]) for k in staged]
         whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
         edges = itertools.pairwise(itertools.accumulate(sizes, initial=0))
-        return {(end, w): whole[lo:hi] for w, (lo, hi) in zip(writes, edges, strict=True)}
+        wire = {k: whole[lo:hi] for k, (lo, hi) in zip(staged, edges, strict=True)}
+        return {(end, k): (v, wire.get(k, v[0])) for k, v in views.items()}
 
     def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
         """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
@@ -122,8 +121,7 @@ class TorchTransport:
         self.sending[peer].put(write)
 
     def _isend(self, peer: int, write: Write) -> Any:
-        views = spans(self.arena, write, "src")
-        data = self.staged.get(("src", write), views[0])
+        views, data = self.staged[("src", id(write))]
         if data is not views[0]:
             self._move(views, data, pack=True)
         try:
@@ -164,8 +162,7 @@ class TorchTransport:
 
         def post() -> None:
             if (write := next(ahead, None)) is not None:
-                views = spans(self.arena, write, "dst")
-                view = self.staged.get(("dst", write), views[0])
+                views, view = self.staged[("dst", id(write))]
                 work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
                 posted.append((write, work, views, view))
 
@@ -180,10 +177,10 @@ class TorchTransport:
             self.done.put(("landed", write))
             post()
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]:
         """What the waiters queued, waiting up to ``wait_s`` for the first of it."""
         sent: list[Write] = []
-        landed: list[Chunk] = []
+        landed: list[Write] = []
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
             while True:
@@ -192,7 +189,7 @@ class TorchTransport:
                 if item[0] == "sent":
                     sent += item[1]
                 else:
-                    landed += item[1]
+                    landed.append(item[1])
                 item = self.done.get_nowait()
         except queue.Empty:
             return sent, landed
