@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -41,11 +42,13 @@ from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa:
 from blitzplan.executor.program.devices import BATCH  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
+from blitzplan.executor.program.session import _runs  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from blitzplan.executor.transports.torch_p2p import TorchTransport  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402
@@ -190,6 +193,30 @@ def test_a_lanes_writes_are_few_unpaced_and_single_chunks_paced(small: Setup) ->
         for a, b in itertools.pairwise(write)
     ]
     assert any(gaps) and not all(gaps)
+
+
+def test_a_relay_forwards_a_write_from_where_it_landed(small: Setup) -> None:
+    """torch, unpaced: a packed write a device sends that carries the bytes of a packed write it
+    receives, in the same order, goes from the buffer that one landed in (no packing); the small
+    scenario's forwarding GPUs have such writes, and only those are relayed."""
+    _, jobs = prepare(small.path, small.weights, paced=False)
+    relayed = 0
+    for job in jobs:
+        arena = torch.zeros(job.arena_bytes, dtype=torch.uint8)
+        end: Any = SimpleNamespace(arena=arena, ctx=SimpleNamespace(wire=arena.device))
+        end.staged = TorchTransport._staging(end, job.out, "src")
+        end.staged |= TorchTransport._staging(end, job.into, "dst")
+        landed = {id(w): w for lane in job.into for w in lane.writes}
+        for write in (w for lane in job.out for w in lane.writes):
+            source, buffer = TorchTransport._relayed(end).get(id(write), (None, None))
+            same = [w for w in landed.values() if _runs(w, "lo") == _runs(write, "held")]
+            packed = len(_runs(write, "held")) > 1
+            assert (source is not None) == (packed and bool(same))
+            if source is not None:
+                relayed += 1
+                assert landed[source] in same
+                assert buffer is end.staged[("dst", source)][1]
+    assert relayed > 0
 
 
 def test_a_colocated_plan_runs_bit_exact(small: Setup, pool: Workers, tmp_path: Path) -> None:

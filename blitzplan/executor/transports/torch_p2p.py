@@ -83,6 +83,9 @@ class TorchTransport:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
+        self.relayed = self._relayed()
+        self.landed: set[int] = set()
+        """The writes received here (by id), unpacked."""
         self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
         self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
@@ -107,6 +110,18 @@ class TorchTransport:
         wire = {k: whole[lo:hi] for k, (lo, hi) in zip(staged, edges, strict=True)}
         return {(end, k): (v, wire.get(k, v[0])) for k, v in views.items()}
 
+    def _relayed(self) -> dict[int, tuple[int, torch.Tensor]]:
+        """Per packed write sent from here (by id) that forwards the bytes of a staged write
+        received here, in the same order: that write's id and buffer, to send it from as it
+        landed (no packing) once it has."""
+
+        def key(views: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
+            return tuple((v.data_ptr(), v.numel()) for v in views)
+
+        packed = [(end, k, key(v), w) for (end, k), (v, w) in self.staged.items() if w is not v[0]]
+        landed = {at: (k, w) for end, k, at, w in packed if end == "dst"}
+        return {k: landed[at] for end, k, at, _ in packed if end == "src" and at in landed}
+
     def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
         """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
         at = itertools.accumulate((v.numel() for v in views), initial=0)
@@ -122,7 +137,10 @@ class TorchTransport:
 
     def _isend(self, peer: int, write: Write) -> Any:
         views, data = self.staged[("src", id(write))]
-        if data is not views[0]:
+        relay = self.relayed.get(id(write))
+        if relay is not None and relay[0] in self.landed:
+            data = relay[1]
+        elif data is not views[0]:
             self._move(views, data, pack=True)
         try:
             group = self.groups.get((self.ctx.rank, peer))
@@ -174,6 +192,7 @@ class TorchTransport:
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
             if view is not views[0]:
                 self._move(views, view, pack=False)
+            self.landed.add(id(write))
             self.done.put(("landed", write))
             post()
 
