@@ -42,12 +42,12 @@ from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa:
 from blitzplan.executor.program.devices import BATCH  # noqa: E402
 from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
 from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
-from blitzplan.executor.program.session import _runs  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from blitzplan.executor.transports import runs  # noqa: E402
 from blitzplan.executor.transports.torch_p2p import TorchTransport  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
@@ -209,8 +209,8 @@ def test_a_relay_forwards_a_write_from_where_it_landed(small: Setup) -> None:
         landed = {id(w): w for lane in job.into for w in lane.writes}
         for write in (w for lane in job.out for w in lane.writes):
             source, buffer = TorchTransport._relayed(end).get(id(write), (None, None))
-            same = [w for w in landed.values() if _runs(w, "lo") == _runs(write, "held")]
-            packed = len(_runs(write, "held")) > 1
+            same = [w for w in landed.values() if runs(w, "lo") == runs(write, "held")]
+            packed = len(runs(write, "held")) > 1
             assert (source is not None) == (packed and bool(same))
             if source is not None:
                 relayed += 1

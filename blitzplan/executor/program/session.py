@@ -30,7 +30,7 @@ from blitzplan.executor.program.devices import DeviceJob, SendStep
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
-from blitzplan.executor.transports import Chunk, Write, open_transport
+from blitzplan.executor.transports import Chunk, Write, open_transport, runs
 from blitzplan.models.layout import layout
 
 WINDOW = 8
@@ -73,8 +73,8 @@ class ProgramSession:
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
-        self._runs = {id(w): _runs(w, "held") for lane in job.out for w in lane.writes}
-        self._runs |= {id(w): _runs(w, "lo") for lane in job.into for w in lane.writes}
+        self._runs = {id(w): runs(w, "held") for lane in job.out for w in lane.writes}
+        self._runs |= {id(w): runs(w, "lo") for lane in job.into for w in lane.writes}
         self._fill()
         checked = self.units if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
@@ -243,22 +243,6 @@ class ProgramSession:
         found.complete_s = tuple(self.store.complete_s(u) for u in units)
         found.duplicate_bytes = sum(c.duplicate_bytes for c in self.store.coverage)
         return found
-
-
-def _runs(write: Write, end: str) -> list[tuple[int, int, int]]:
-    """The write's bytes as runs ``(unit, lo, hi)`` of contiguous chunks: where they land in the
-    receiver's buffers (``end`` ``lo``), or where the sender holds them (``held``; none for bytes
-    packed before the start)."""
-    runs: list[tuple[int, int, int]] = []
-    for chunk in write:
-        lo = getattr(chunk, end)
-        if lo is None:
-            continue
-        if runs and runs[-1][0] == chunk.unit and runs[-1][2] == lo:
-            runs[-1] = (chunk.unit, runs[-1][1], lo + chunk.nbytes)
-        else:
-            runs.append((chunk.unit, lo, lo + chunk.nbytes))
-    return runs
 
 
 def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:

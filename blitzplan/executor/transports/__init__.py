@@ -60,6 +60,23 @@ Write = tuple[Chunk, ...]
 """Chunks of one step that move as one message."""
 
 
+def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
+    """The chunks' bytes as runs ``(unit, lo, hi)`` of contiguous chunks at ``end``: ``src`` or
+    ``dst``, offsets in the sender's or the receiver's arena (a run may span units; its first
+    unit); ``lo`` or ``held``, offsets in the unit's buffer at the receiver or the sender (none
+    where the bytes were packed before the start)."""
+    found: list[tuple[int, int, int]] = []
+    for chunk in chunks:
+        if (lo := getattr(chunk, end)) is None:
+            continue
+        unit, start, hi = found[-1] if found else (chunk.unit, -1, -1)
+        if hi == lo and (unit == chunk.unit or end in ("src", "dst")):
+            found[-1] = (unit, start, lo + chunk.nbytes)
+        else:
+            found.append((chunk.unit, lo, lo + chunk.nbytes))
+    return found
+
+
 @dataclass(frozen=True)
 class Lane:
     """Every chunk between this device and ``peer`` in one direction as ``writes``, in the order

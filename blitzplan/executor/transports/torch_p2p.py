@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Chunk, Lane, Write
+from blitzplan.executor.transports import Chunk, Lane, Write, runs
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -61,14 +61,7 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
 def spans(arena: torch.Tensor, chunks: Sequence[Chunk], end: str) -> list[torch.Tensor]:
     """The bytes of ``chunks`` in ``arena`` at their ``src`` or ``dst``, in as few views as
     their contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
-    runs: list[list[int]] = []
-    for chunk in chunks:
-        at = getattr(chunk, end)
-        if runs and runs[-1][1] == at:
-            runs[-1][1] += chunk.nbytes
-        else:
-            runs.append([at, at + chunk.nbytes])
-    return [arena[lo:hi] for lo, hi in runs]
+    return [arena[lo:hi] for _, lo, hi in runs(chunks, end)]
 
 
 class TorchTransport:
