@@ -64,6 +64,14 @@ def spans(arena: torch.Tensor, chunks: Sequence[Chunk], end: str) -> list[torch.
     return [arena[lo:hi] for _, lo, hi in runs(chunks, end)]
 
 
+def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int | None]:
+    """Per write sent (by id), the write received with the same bytes of the arena in the same
+    order (by id; None: none): a write that would be packed goes from where that one landed,
+    once it has."""
+    landed = {tuple(runs(w, "dst")): id(w) for lane in into for w in lane.writes}
+    return {id(w): landed.get(tuple(runs(w, "src"))) for lane in out for w in lane.writes}
+
+
 class TorchTransport:
     """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
 
@@ -76,7 +84,7 @@ class TorchTransport:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
-        self.relayed = self._relayed()
+        self.relayed = relays(out, into)
         self.landed: set[int] = set()
         """The writes received here (by id), unpacked."""
         self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
@@ -103,18 +111,6 @@ class TorchTransport:
         wire = {k: whole[lo:hi] for k, (lo, hi) in zip(staged, edges, strict=True)}
         return {(end, k): (v, wire.get(k, v[0])) for k, v in views.items()}
 
-    def _relayed(self) -> dict[int, tuple[int, torch.Tensor]]:
-        """Per packed write sent from here (by id) that forwards the bytes of a staged write
-        received here, in the same order: that write's id and buffer, to send it from as it
-        landed (no packing) once it has."""
-
-        def key(views: list[torch.Tensor]) -> tuple[tuple[int, int], ...]:
-            return tuple((v.data_ptr(), v.numel()) for v in views)
-
-        packed = [(end, k, key(v), w) for (end, k), (v, w) in self.staged.items() if w is not v[0]]
-        landed = {at: (k, w) for end, k, at, w in packed if end == "dst"}
-        return {k: landed[at] for end, k, at, _ in packed if end == "src" and at in landed}
-
     def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
         """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
         at = itertools.accumulate((v.numel() for v in views), initial=0)
@@ -130,9 +126,9 @@ class TorchTransport:
 
     def _isend(self, peer: int, write: Write) -> Any:
         views, data = self.staged[("src", id(write))]
-        relay = self.relayed.get(id(write))
-        if relay is not None and relay[0] in self.landed:
-            data = relay[1]
+        source = self.relayed[id(write)]
+        if data is not views[0] and source is not None and source in self.landed:
+            data = self.staged[("dst", source)][1]
         elif data is not views[0]:
             self._move(views, data, pack=True)
         try:
