@@ -46,7 +46,7 @@ from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
-from blitzplan.executor.transports import runs  # noqa: E402
+from blitzplan.executor.transports import runs, writes  # noqa: E402
 from blitzplan.executor.transports.torch_p2p import relays  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
@@ -201,13 +201,10 @@ def test_a_relay_forwards_a_write_from_where_it_landed(small: Setup) -> None:
     _, jobs = prepare(small.path, small.weights, paced=False)
     packed = 0
     for job in jobs:
-        landed, found = (
-            {id(w): w for lane in job.into for w in lane.writes},
-            relays(job.out, job.into),
-        )
-        for write in (w for lane in job.out for w in lane.writes):
+        landed, found = {id(w): w for w in writes(job.into)}, relays(job.out, job.into)
+        for write in writes(job.out):
             same = [k for k, w in landed.items() if runs(w, "lo") == runs(write, "held")]
-            assert found[id(write)] in same if same else found[id(write)] is None
+            assert found[id(write)] in same if same else found[id(write)] == -1
             packed += bool(same) and len(runs(write, "src")) > 1
     assert packed > 0
 

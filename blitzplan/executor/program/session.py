@@ -30,7 +30,7 @@ from blitzplan.executor.program.devices import DeviceJob, SendStep
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
-from blitzplan.executor.transports import Chunk, Write, open_transport, runs
+from blitzplan.executor.transports import Chunk, Write, open_transport, runs, writes
 from blitzplan.models.layout import layout
 
 WINDOW = 8
@@ -73,8 +73,8 @@ class ProgramSession:
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
-        self._runs = {id(w): runs(w, "held") for lane in job.out for w in lane.writes}
-        self._runs |= {id(w): runs(w, "lo") for lane in job.into for w in lane.writes}
+        self._runs = {id(w): runs(w, "held") for w in writes(job.out)}
+        self._runs |= {id(w): runs(w, "lo") for w in writes(job.into)}
         self._fill()
         checked = self.units if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]

@@ -90,6 +90,10 @@ class Lane:
         return tuple(chunk for write in self.writes for chunk in write)
 
 
+def writes(lanes: Sequence[Lane]) -> list[Write]:
+    return [write for lane in lanes for write in lane.writes]
+
+
 class Transport(Protocol):
     """What the program runner asks of a transport (module docstring); an idle loop's polls wait
     from ``poll_s`` up to ``idle_s`` (both short where bytes move only while polled)."""

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Chunk, Lane, Write, runs
+from blitzplan.executor.transports import Lane, Write, runs, writes
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -58,18 +58,12 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
     }
 
 
-def spans(arena: torch.Tensor, chunks: Sequence[Chunk], end: str) -> list[torch.Tensor]:
-    """The bytes of ``chunks`` in ``arena`` at their ``src`` or ``dst``, in as few views as
-    their contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
-    return [arena[lo:hi] for _, lo, hi in runs(chunks, end)]
-
-
-def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int | None]:
+def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
     """Per write sent (by id), the write received with the same bytes of the arena in the same
-    order (by id; None: none): a write that would be packed goes from where that one landed,
+    order (by id; -1: none): a write that would be packed goes from where that one landed,
     once it has."""
-    landed = {tuple(runs(w, "dst")): id(w) for lane in into for w in lane.writes}
-    return {id(w): landed.get(tuple(runs(w, "src"))) for lane in out for w in lane.writes}
+    landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
+    return {id(w): landed.get(tuple(runs(w, "src")), -1) for w in writes(out)}
 
 
 class TorchTransport:
@@ -103,7 +97,7 @@ class TorchTransport:
         """Per write of ``lanes`` (by ``(end, id)``) its views of the arena at ``end`` and the
         tensor on the wire: the one view where it is one view of the arena there, else its part
         of one buffer made (and its pages touched) before the start, packed or unpacked."""
-        views = {id(w): spans(self.arena, w, end) for lane in lanes for w in lane.writes}
+        views = {id(w): [self.arena[lo:hi] for _, lo, hi in runs(w, end)] for w in writes(lanes)}
         staged = [k for k, v in views.items() if self.arena.device != self.ctx.wire or len(v) > 1]
         sizes = [sum(v.numel() for v in views[k]) for k in staged]
         whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
@@ -126,9 +120,8 @@ class TorchTransport:
 
     def _isend(self, peer: int, write: Write) -> Any:
         views, data = self.staged[("src", id(write))]
-        source = self.relayed[id(write)]
-        if data is not views[0] and source is not None and source in self.landed:
-            data = self.staged[("dst", source)][1]
+        if data is not views[0] and self.relayed[id(write)] in self.landed:
+            data = self.staged[("dst", self.relayed[id(write)])][1]
         elif data is not views[0]:
             self._move(views, data, pack=True)
         try:
