@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from blitzplan.executor.program.bytestore import ByteStore
-from blitzplan.executor.program.devices import DeviceJob, SendStep
+from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
-from blitzplan.executor.transports import Chunk, Write, open_transport, runs, writes
+from blitzplan.executor.transports import Write, open_transport, runs, writes
 from blitzplan.models.layout import layout
 
 WINDOW = 8
@@ -151,8 +151,7 @@ class ProgramSession:
                 if at_s > self.ctx.now():
                     due_s = min(due_s, at_s)
                     break
-                for chunk in write:
-                    self._at(chunk)
+                self._at(write)
                 self._free_s[write[0].step] = at_s
                 self.transport.post(lane.peer, write)
                 self._flying[lane.peer] += 1
@@ -166,8 +165,10 @@ class ProgramSession:
         key = write[0].step
         step = self.job.sends[key]
         at_s = self._free_s.get(key)
-        if at_s is None:
-            at_s = self._gate_s(step)
+        if at_s is None:  # the step's gate (module docstring): inf until those it waits for end
+            ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
+            ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
+            at_s = max([step.not_before_s, *ends])
         for unit, lo, hi in self._runs[id(write)]:
             ready = self.store.coverage[unit].since(lo, hi)
             at_s = max(at_s, math.inf if ready is None else ready)
@@ -177,17 +178,12 @@ class ProgramSession:
             at_s += sum(chunk.nbytes for chunk in write) / step.pace_bytes_per_s
         return at_s
 
-    def _gate_s(self, step: SendStep) -> float:
-        """When the step may start (module docstring; inf until every step it waits for ended)."""
-        ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
-        ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
-        return max([step.not_before_s, *ends])
-
-    def _at(self, chunk: Chunk) -> None:
+    def _at(self, write: Write) -> None:
         """Report the first chunk of each unit of each step, and fire a fault there."""
-        if (chunk.step, chunk.unit) not in self._seen:
-            self._seen.add((chunk.step, chunk.unit))
-            self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
+        for chunk in write:
+            if (chunk.step, chunk.unit) not in self._seen:
+                self._seen.add((chunk.step, chunk.unit))
+                self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
     def _sent(self, write: Write) -> None:
         key = write[0].step
@@ -195,8 +191,7 @@ class ProgramSession:
         self._count(self._unsent, key, len(write), self.measured.sent_end_s)
 
     def _landed(self, write: Write) -> None:
-        for chunk in write:
-            self._at(chunk)
+        self._at(write)
         now, key = self.ctx.now(), write[0].step
         for unit, lo, hi in self._runs[id(write)]:
             if self.store.arrived(unit, lo, hi, now) and self.live:

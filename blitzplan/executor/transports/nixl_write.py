@@ -103,9 +103,8 @@ class NixlTransport:
     def post(self, peer: int, write: Write) -> None:
         local, remote, index = self.lanes[peer]
         k = [index[(c.step, c.dst)] for c in write]
-        note = _note(write)
         try:
-            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, note)
+            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, _note(write))
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
             raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
@@ -118,6 +117,7 @@ class NixlTransport:
         neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open,
         or a writer silent while chunks from it are due, for the transfer timeout fails."""
         now, timeout_s = time.monotonic(), self.ctx.timeout_s
+        timeout = f"timed out after {timeout_s:g} s"
         self.heard = self.heard or dict.fromkeys(self.writers, now)
         sent: list[tuple[Any, int, Write, float]] = []
         still: list[tuple[Any, int, Write, float]] = []
@@ -129,11 +129,7 @@ class NixlTransport:
             except Exception as exc:
                 raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
             if state not in ("DONE", "PROC") or now - posted_s > timeout_s:
-                what = (
-                    f"ended in state {state}"
-                    if state != "PROC"
-                    else f"timed out after {timeout_s:g} s"
-                )
+                what = timeout if state == "PROC" else f"ended in state {state}"
                 raise self._failed(write[0], peer, f"writing {what}")
             (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
         self.flying = still
@@ -144,10 +140,7 @@ class NixlTransport:
                     landed.append(item[1])
                     self.heard[item[0]] = now
         if late := [p for p, t in self.heard.items() if now - t > timeout_s and p in self.due()]:
-            chunk = self.due()[late[0]]
-            raise self._failed(
-                chunk, late[0], f"timed out after {timeout_s:g} s waiting for a chunk"
-            )
+            raise self._failed(self.due()[late[0]], late[0], f"{timeout} waiting for a chunk")
         if not sent and not landed:
             time.sleep(wait_s)
         return [write for _, _, write, _ in sent], landed
