@@ -1,7 +1,8 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
 A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver, through buffers made before the start). Messages match by order alone (one tag:
+at the receiver, through buffers made before the start; a relay sends a write from where the same
+bytes landed, unpacking them only). Messages match by order alone (one tag:
 NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
 in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
 A receiver keeps ``WINDOW`` receives posted ahead on each lane.
