@@ -2,7 +2,7 @@
 
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
 transport. After it, one loop (one thread) does everything: it polls the transport for writes
-that have left and chunks that have landed, then posts on each outgoing lane every write that
+that have left and writes that have landed, then posts on each outgoing lane every write that
 may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
 chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
 before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for

@@ -3,7 +3,7 @@
 Both ends of a pair of devices know every chunk between them in advance, in one order, and which
 chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
 :meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and the chunks that have landed (waiting up to ``wait_s`` for something
+writes that have left and those that have landed (waiting up to ``wait_s`` for something
 when nothing has). Nothing else blocks; the rest is the runner's
 (DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
 the chunk; :meth:`Transport.stalled` names the oldest transfer still open.
