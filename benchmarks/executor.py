@@ -46,8 +46,8 @@ from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.probe import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
-from blitzplan.executor.transports import Chunk, Lane, open_transport
-from blitzplan.executor.transports.torch_p2p import pair_groups, spans
+from blitzplan.executor.transports import Chunk, Lane, open_transport, runs
+from blitzplan.executor.transports.torch_p2p import pair_groups
 from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
@@ -224,7 +224,7 @@ def _raw_send(ctx: RankContext, transport: Any, lane: Lane) -> str:
     group = transport.groups.get((ctx.rank, lane.peer))
     works = []
     for chunks, buffer in zip(_by_step(lane), transport.packed[lane.peer], strict=True):
-        views = spans(transport.arena, chunks, "src")
+        views = [transport.arena[lo:hi] for _, lo, hi in runs(chunks, "src")]
         data = views[0] if len(views) == 1 else torch.cat(views, out=buffer)
         works.append(dist.isend(data.to(ctx.wire), dst=lane.peer, group=group))
     for work in works:

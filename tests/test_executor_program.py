@@ -46,6 +46,8 @@ from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from blitzplan.executor.transports import runs, writes  # noqa: E402
+from blitzplan.executor.transports.torch_p2p import relays  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402
@@ -164,10 +166,10 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     assert fast.bit_exact and fast.duplicate_bytes == 0
 
 
-def test_a_lanes_writes_grow_unpaced_and_are_single_chunks_paced(small: Setup) -> None:
+def test_a_lanes_writes_are_few_unpaced_and_single_chunks_paced(small: Setup) -> None:
     """Both ends of a lane hold the same writes, each one step's chunks in lane order: paced,
-    one chunk each; unpaced, a step's writes hold 1, 4, 16, 32, 32 ... chunks (the last what is
-    left), and some unpaced write's chunks are not contiguous in the arena (packed)."""
+    one chunk each; unpaced, a step's n chunks in ceil(n / BATCH) writes of equal sizes (to a
+    chunk), and some unpaced write's chunks are not contiguous in the arena (packed)."""
     for paced in (True, False):
         _, jobs = prepare(small.path, small.weights, paced=paced)
         into = {(lane.peer, job.rank): lane for job in jobs for lane in job.into}
@@ -179,8 +181,9 @@ def test_a_lanes_writes_grow_unpaced_and_are_single_chunks_paced(small: Setup) -
                     assert len({c.step for c in write}) == 1
                     sizes.setdefault(write[0].step, []).append(len(write))
         for counts in sizes.values():
-            full = [1] * len(counts) if paced else [min(BATCH, 4**k) for k in range(len(counts))]
-            assert counts[:-1] == full[:-1] and 1 <= counts[-1] <= full[-1]
+            n = sum(counts)
+            assert len(counts) == (n if paced else -(-n // BATCH))
+            assert max(counts) - min(counts) <= 1
     gaps = [
         a.src + a.nbytes != b.src or a.dst + a.nbytes != b.dst
         for job in jobs
@@ -189,6 +192,21 @@ def test_a_lanes_writes_grow_unpaced_and_are_single_chunks_paced(small: Setup) -
         for a, b in itertools.pairwise(write)
     ]
     assert any(gaps) and not all(gaps)
+
+
+def test_a_relay_forwards_a_write_from_where_it_landed(small: Setup) -> None:
+    """torch: a device's write that carries the bytes of a write it receives, in the same order,
+    is sent from the buffer that one landed in (no packing): matched byte for byte, and the small
+    scenario's forwarding GPUs have such writes of several runs (which would be packed)."""
+    _, jobs = prepare(small.path, small.weights, paced=False)
+    packed = 0
+    for job in jobs:
+        landed, found = {id(w): w for w in writes(job.into)}, relays(job.out, job.into)
+        for write in writes(job.out):
+            same = [k for k, w in landed.items() if runs(w, "lo") == runs(write, "held")]
+            assert found[id(write)] in same if same else found[id(write)] == -1
+            packed += bool(same) and len(runs(write, "src")) > 1
+    assert packed > 0
 
 
 def test_a_colocated_plan_runs_bit_exact(small: Setup, pool: Workers, tmp_path: Path) -> None:

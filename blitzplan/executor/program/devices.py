@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -130,18 +130,20 @@ def device_jobs(
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
     """A lane's chunks cut into writes, in the order of their first chunks: a paced step's one
-    chunk each (each leaves at its pace), an unpaced step's 1, 4, 16 ... up to BATCH of its chunks
-    in a row (the steps its bytes feed start after one chunk; then fewer, larger messages)."""
+    chunk each (each leaves at its pace), an unpaced step's in as few writes of at most BATCH of
+    its chunks in a row as it takes, of equal sizes (to a chunk). A message costs the same
+    whatever its size (a hand-off to a thread and a wake-up on each side, a notification), so
+    unpaced, where nothing holds a chunk back, fewer and larger messages move more."""
+    count = Counter(chunk.step for chunk in chunks)
+    size = {k: -(-n // -(-n // BATCH)) for k, n in count.items()}
+    size |= {k: 1 for k in count if sends[k].pace_bytes_per_s is not None}
     writes: list[list[Chunk]] = []
-    open_: dict[int, tuple[list[Chunk], int]] = {}  # per step: its last write and its size
+    open_: dict[int, list[Chunk]] = {}  # per step: its last write
     for chunk in chunks:
-        write, size = open_.get(chunk.step, ([], 0))
-        if len(write) == size:
-            paced = sends[chunk.step].pace_bytes_per_s is not None
-            size = 1 if paced else min(BATCH, 4 * size or 1)
-            write = []
+        write = open_.get(chunk.step)
+        if write is None or len(write) == size[chunk.step]:
+            write = open_[chunk.step] = []
             writes.append(write)
-            open_[chunk.step] = write, size
         write.append(chunk)
     return tuple(tuple(write) for write in writes)
 

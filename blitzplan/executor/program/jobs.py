@@ -160,10 +160,7 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
     """Per old step, the bytes it still delivers (module docstring), checked against ``held``."""
     memory = memory_devices(old.steps)
     complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
-    need: Spans = defaultdict(list)
-    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
-        for unit, spans in units.items():
-            need[(gpu, unit)] += spans
+    need = _held(new)
     for gpu in complete:
         for unit, size in enumerate(old.unit_bytes):
             need[(gpu, unit)].append((0, size))
@@ -183,6 +180,15 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
     return kept
 
 
+def _held(program: ScaleProgram) -> Spans:
+    """The bytes ``held`` says each GPU has, per (GPU, unit)."""
+    found: Spans = defaultdict(list)
+    for gpu, units in held_bytes(program.held, program.unit_bytes).items():
+        for unit, spans in units.items():
+            found[(gpu, unit)] += spans
+    return found
+
+
 def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
@@ -198,10 +204,7 @@ def _check_held(
 ) -> None:
     """Refuse a replan whose ``held`` claims a byte that neither the running program's ``held``
     nor a step it keeps delivers."""
-    delivered: Spans = defaultdict(list)
-    for gpu, units in held_bytes(old.held, old.unit_bytes).items():
-        for unit, spans in units.items():
-            delivered[(gpu, unit)] += spans
+    delivered = _held(old)
     for step in old.steps:
         for unit, off, n in kept.get(step.id, ()):
             lo = step_base(old, step, unit, step.destination, memory) + off

@@ -2,7 +2,7 @@
 
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
 transport. After it, one loop (one thread) does everything: it polls the transport for writes
-that have left and chunks that have landed, then posts on each outgoing lane every write that
+that have left and writes that have landed, then posts on each outgoing lane every write that
 may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
 chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
 before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for
@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from blitzplan.executor.program.bytestore import ByteStore
-from blitzplan.executor.program.devices import DeviceJob, SendStep
+from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
-from blitzplan.executor.transports import Chunk, Write, open_transport
+from blitzplan.executor.transports import Write, open_transport, runs, writes
 from blitzplan.models.layout import layout
 
 WINDOW = 8
@@ -73,6 +73,8 @@ class ProgramSession:
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
+        self._runs = {id(w): runs(w, "held") for w in writes(job.out)}
+        self._runs |= {id(w): runs(w, "lo") for w in writes(job.into)}
         self._fill()
         checked = self.units if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
@@ -124,8 +126,8 @@ class ProgramSession:
             sent, landed = self.transport.poll(pause)
             for write in sent:
                 self._sent(write)
-            for chunk in landed:
-                self._landed(chunk)
+            for write in landed:
+                self._landed(write)
             posted, due_s = self._post_ready()
             if sent or landed or posted:
                 heard, pause = time.monotonic(), 0.0
@@ -149,8 +151,7 @@ class ProgramSession:
                 if at_s > self.ctx.now():
                     due_s = min(due_s, at_s)
                     break
-                for chunk in write:
-                    self._at(chunk)
+                self._at(write)
                 self._free_s[write[0].step] = at_s
                 self.transport.post(lane.peer, write)
                 self._flying[lane.peer] += 1
@@ -164,41 +165,39 @@ class ProgramSession:
         key = write[0].step
         step = self.job.sends[key]
         at_s = self._free_s.get(key)
-        if at_s is None:
-            at_s = self._gate_s(step)
-        for chunk in write:
-            if chunk.held is not None:
-                ready = self.store.coverage[chunk.unit].since(chunk.held, chunk.held + chunk.nbytes)
-                at_s = max(at_s, math.inf if ready is None else ready)
-            if at_s < math.inf:
-                self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
-            if step.pace_bytes_per_s is not None:
-                at_s += chunk.nbytes / step.pace_bytes_per_s
+        if at_s is None:  # the step's gate (module docstring): inf until those it waits for end
+            ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
+            ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
+            at_s = max([step.not_before_s, *ends])
+        for unit, lo, hi in self._runs[id(write)]:
+            ready = self.store.coverage[unit].since(lo, hi)
+            at_s = max(at_s, math.inf if ready is None else ready)
+        if at_s < math.inf:
+            self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
+        if step.pace_bytes_per_s is not None:
+            at_s += sum(chunk.nbytes for chunk in write) / step.pace_bytes_per_s
         return at_s
 
-    def _gate_s(self, step: SendStep) -> float:
-        """When the step may start (module docstring; inf until every step it waits for ended)."""
-        ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
-        ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
-        return max([step.not_before_s, *ends])
-
-    def _at(self, chunk: Chunk) -> None:
+    def _at(self, write: Write) -> None:
         """Report the first chunk of each unit of each step, and fire a fault there."""
-        if (chunk.step, chunk.unit) not in self._seen:
-            self._seen.add((chunk.step, chunk.unit))
-            self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
+        for chunk in write:
+            if (chunk.step, chunk.unit) not in self._seen:
+                self._seen.add((chunk.step, chunk.unit))
+                self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
     def _sent(self, write: Write) -> None:
         key = write[0].step
         self._flying[self._peer[key]] -= 1
         self._count(self._unsent, key, len(write), self.measured.sent_end_s)
 
-    def _landed(self, chunk: Chunk) -> None:
-        self._at(chunk)
-        if self.store.arrived(chunk.unit, chunk.lo, chunk.hi, self.ctx.now()) and self.live:
-            self.ctx.emit("unit", (chunk.unit, self.store.complete_s(chunk.unit)))
-        self.measured.received_bytes[chunk.step] += chunk.nbytes
-        self._count(self._left, chunk.step, 1, self.measured.received_end_s)
+    def _landed(self, write: Write) -> None:
+        self._at(write)
+        now, key = self.ctx.now(), write[0].step
+        for unit, lo, hi in self._runs[id(write)]:
+            if self.store.arrived(unit, lo, hi, now) and self.live:
+                self.ctx.emit("unit", (unit, now))
+            self.measured.received_bytes[key] += hi - lo
+        self._count(self._left, key, len(write), self.measured.received_end_s)
 
     def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
         """``done`` more chunks of step ``key``: at its last, its end is now."""

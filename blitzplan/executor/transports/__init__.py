@@ -3,7 +3,7 @@
 Both ends of a pair of devices know every chunk between them in advance, in one order, and which
 chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
 :meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and the chunks that have landed (waiting up to ``wait_s`` for something
+writes that have left and those that have landed (waiting up to ``wait_s`` for something
 when nothing has). Nothing else blocks; the rest is the runner's
 (DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
 the chunk; :meth:`Transport.stalled` names the oldest transfer still open.
@@ -60,6 +60,23 @@ Write = tuple[Chunk, ...]
 """Chunks of one step that move as one message."""
 
 
+def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
+    """The chunks' bytes as runs ``(unit, lo, hi)`` of contiguous chunks at ``end``: ``src`` or
+    ``dst``, offsets in the sender's or the receiver's arena (a run may span units; its first
+    unit); ``lo`` or ``held``, offsets in the unit's buffer at the receiver or the sender (none
+    where the bytes were packed before the start)."""
+    found: list[tuple[int, int, int]] = []
+    for chunk in chunks:
+        if (lo := getattr(chunk, end)) is None:
+            continue
+        unit, start, hi = found[-1] if found else (chunk.unit, -1, -1)
+        if hi == lo and (unit == chunk.unit or end in ("src", "dst")):
+            found[-1] = (unit, start, lo + chunk.nbytes)
+        else:
+            found.append((chunk.unit, lo, lo + chunk.nbytes))
+    return found
+
+
 @dataclass(frozen=True)
 class Lane:
     """Every chunk between this device and ``peer`` in one direction as ``writes``, in the order
@@ -73,6 +90,10 @@ class Lane:
         return tuple(chunk for write in self.writes for chunk in write)
 
 
+def writes(lanes: Sequence[Lane]) -> list[Write]:
+    return [write for lane in lanes for write in lane.writes]
+
+
 class Transport(Protocol):
     """What the program runner asks of a transport (module docstring); an idle loop's polls wait
     from ``poll_s`` up to ``idle_s`` (both short where bytes move only while polled)."""
@@ -82,7 +103,7 @@ class Transport(Protocol):
 
     def post(self, peer: int, write: Write) -> None: ...
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]: ...
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]: ...
 
     def stalled(self) -> TransferError: ...
 

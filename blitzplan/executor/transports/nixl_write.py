@@ -3,9 +3,10 @@
 Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; polls
 drive progress) or metadata listener (it binds every interface), registers its arena (DRAM or
 VRAM) and publishes its metadata in the group's TCPStore. A sender prepares every chunk's
-descriptors per lane before the start; a write is one prepared WRITE with the notification
-``b"<step>:<dst>"`` per chunk, joined by ``;``. UCX stays on loopback (and TCP on the CPU)
-unless ``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise; ``add_remote_agent``'s bytes are decoded.
+descriptors per lane before the start; a write is one prepared WRITE with one notification,
+``b"<step>:<dst>"`` of each of its chunks joined by ``;``. UCX stays on loopback (and TCP on the
+CPU) unless ``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise; ``add_remote_agent``'s bytes are
+decoded.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def loopback_ucx(device: str) -> None:
         os.environ.setdefault("UCX_TLS", "tcp")
 
 
-def _note(chunk: Chunk) -> bytes:
-    return f"{chunk.step}:{chunk.dst}".encode()
+def _note(write: Write) -> bytes:
+    """The notification of a write: ``<step>:<dst>`` of each of its chunks, joined by ``;``."""
+    return b";".join(f"{chunk.step}:{chunk.dst}".encode() for chunk in write)
 
 
 class NixlTransport:
@@ -91,7 +93,7 @@ class NixlTransport:
         """WRITEs in flight: handle, peer, chunks, when posted."""
         self.heard: dict[int, float] = {}
         """Per writer, when its last note came (from the first poll)."""
-        self.expected = {_note(c): (lane.peer, c) for lane in into for c in lane.chunks}
+        self.expected = {_note(w): (lane.peer, w) for lane in into for w in lane.writes}
         self.writers = sorted({lane.peer for lane in into})
 
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
@@ -101,9 +103,8 @@ class NixlTransport:
     def post(self, peer: int, write: Write) -> None:
         local, remote, index = self.lanes[peer]
         k = [index[(c.step, c.dst)] for c in write]
-        note = b";".join(_note(c) for c in write)
         try:
-            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, note)
+            handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, _note(write))
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
             raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
@@ -111,11 +112,12 @@ class NixlTransport:
             raise self._failed(write[0], peer, "writing ended in state ERR")
         self.flying.append((handle, peer, write, time.monotonic()))
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
-        """Writes that have left (each WRITE's state checked), chunks whose notes came; with
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]:
+        """Writes that have left (each WRITE's state checked), writes whose notes came; with
         neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open,
         or a writer silent while chunks from it are due, for the transfer timeout fails."""
         now, timeout_s = time.monotonic(), self.ctx.timeout_s
+        timeout = f"timed out after {timeout_s:g} s"
         self.heard = self.heard or dict.fromkeys(self.writers, now)
         sent: list[tuple[Any, int, Write, float]] = []
         still: list[tuple[Any, int, Write, float]] = []
@@ -127,25 +129,18 @@ class NixlTransport:
             except Exception as exc:
                 raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
             if state not in ("DONE", "PROC") or now - posted_s > timeout_s:
-                what = (
-                    f"ended in state {state}"
-                    if state != "PROC"
-                    else f"timed out after {timeout_s:g} s"
-                )
+                what = timeout if state == "PROC" else f"ended in state {state}"
                 raise self._failed(write[0], peer, f"writing {what}")
             (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
         self.flying = still
         landed = []
         for notes in self.agent.get_new_notifs().values() if self.expected else ():
-            for note in (part for joined in notes for part in joined.split(b";")):
+            for note in notes:
                 if (item := self.expected.pop(note, None)) is not None:
                     landed.append(item[1])
                     self.heard[item[0]] = now
         if late := [p for p, t in self.heard.items() if now - t > timeout_s and p in self.due()]:
-            chunk = self.due()[late[0]]
-            raise self._failed(
-                chunk, late[0], f"timed out after {timeout_s:g} s waiting for a chunk"
-            )
+            raise self._failed(self.due()[late[0]], late[0], f"{timeout} waiting for a chunk")
         if not sent and not landed:
             time.sleep(wait_s)
         return [write for _, _, write, _ in sent], landed
@@ -153,16 +148,16 @@ class NixlTransport:
     def due(self) -> dict[int, Chunk]:
         """Per writer, the first chunk still due from it."""
         first: dict[int, Chunk] = {}
-        for peer, chunk in self.expected.values():
-            first.setdefault(peer, chunk)
+        for peer, write in self.expected.values():
+            first.setdefault(peer, write[0])
         return first
 
     def stalled(self) -> TransferError:
         """The oldest expected chunk (else write) timed out."""
         timeout = f"timed out after {self.ctx.timeout_s:g} s"
         if self.expected:
-            peer, chunk = next(iter(self.expected.values()))
-            return self._failed(chunk, peer, f"{timeout} waiting for a chunk")
+            peer, write = next(iter(self.expected.values()))
+            return self._failed(write[0], peer, f"{timeout} waiting for a chunk")
         if self.flying:
             _, peer, write, _ = self.flying[0]
             return self._failed(write[0], peer, f"{timeout} writing")

@@ -1,7 +1,8 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
 A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver, through buffers made before the start). Messages match by order alone (one tag:
+at the receiver, through buffers made before the start; a relay sends a write from where the same
+bytes landed, unpacking them only). Messages match by order alone (one tag:
 NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
 in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
 A receiver keeps ``WINDOW`` receives posted ahead on each lane.
@@ -27,13 +28,15 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Chunk, Lane, Write
+from blitzplan.executor.transports import Lane, Write, runs, writes
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
 TAG = 0
 """The torch.distributed tag of every chunk."""
+Moved = tuple[list[torch.Tensor], torch.Tensor]
+"""A write's views of the arena and the tensor it is sent from or received into."""
 WINDOW = 16
 """Receives a receiver keeps posted ahead on each lane: more writes than a sender keeps in flight
 (``session.WINDOW``), since gloo moves a message only once its receive is posted."""
@@ -56,17 +59,12 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
     }
 
 
-def spans(arena: torch.Tensor, chunks: Sequence[Chunk], end: str) -> list[torch.Tensor]:
-    """The bytes of ``chunks`` in ``arena`` at their ``src`` or ``dst``, in as few views as
-    their contiguity there allows (one copy each to pack or unpack, not one a chunk)."""
-    runs: list[list[int]] = []
-    for chunk in chunks:
-        at = getattr(chunk, end)
-        if runs and runs[-1][1] == at:
-            runs[-1][1] += chunk.nbytes
-        else:
-            runs.append([at, at + chunk.nbytes])
-    return [arena[lo:hi] for lo, hi in runs]
+def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
+    """Per write sent (by id), the write received with the same bytes of the arena in the same
+    order (by id; -1: none): a write that would be packed goes from where that one landed,
+    once it has."""
+    landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
+    return {id(w): landed.get(tuple(runs(w, "src")), -1) for w in writes(out)}
 
 
 class TorchTransport:
@@ -81,6 +79,9 @@ class TorchTransport:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
+        self.relayed = relays(out, into)
+        self.landed: set[int] = set()
+        """The writes received here (by id), unpacked."""
         self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
         self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
@@ -93,20 +94,17 @@ class TorchTransport:
             waiter.daemon = True
             waiter.start()
 
-    def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, Write], torch.Tensor]:
-        """Per write of ``lanes`` whose bytes are not one view of the arena on the wire at
-        ``end``, where it is packed or lands: a part of one buffer made (and its pages touched)
-        before the start."""
-        writes = [
-            w
-            for lane in lanes
-            for w in lane.writes
-            if self.arena.device != self.ctx.wire or len(spans(self.arena, w, end)) > 1
-        ]
-        sizes = [sum(c.nbytes for c in w) for w in writes]
+    def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, int], Moved]:
+        """Per write of ``lanes`` (by ``(end, id)``) its views of the arena at ``end`` and the
+        tensor on the wire: the one view where it is one view of the arena there, else its part
+        of one buffer made (and its pages touched) before the start, packed or unpacked."""
+        views = {id(w): [self.arena[lo:hi] for _, lo, hi in runs(w, end)] for w in writes(lanes)}
+        staged = [k for k, v in views.items() if self.arena.device != self.ctx.wire or len(v) > 1]
+        sizes = [sum(v.numel() for v in views[k]) for k in staged]
         whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
         edges = itertools.pairwise(itertools.accumulate(sizes, initial=0))
-        return {(end, w): whole[lo:hi] for w, (lo, hi) in zip(writes, edges, strict=True)}
+        wire = {k: whole[lo:hi] for k, (lo, hi) in zip(staged, edges, strict=True)}
+        return {(end, k): (v, wire.get(k, v[0])) for k, v in views.items()}
 
     def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
         """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
@@ -122,9 +120,10 @@ class TorchTransport:
         self.sending[peer].put(write)
 
     def _isend(self, peer: int, write: Write) -> Any:
-        views = spans(self.arena, write, "src")
-        data = self.staged.get(("src", write), views[0])
-        if data is not views[0]:
+        views, data = self.staged[("src", id(write))]
+        if data is not views[0] and self.relayed[id(write)] in self.landed:
+            data = self.staged[("dst", self.relayed[id(write)])][1]
+        elif data is not views[0]:
             self._move(views, data, pack=True)
         try:
             group = self.groups.get((self.ctx.rank, peer))
@@ -164,8 +163,7 @@ class TorchTransport:
 
         def post() -> None:
             if (write := next(ahead, None)) is not None:
-                views = spans(self.arena, write, "dst")
-                view = self.staged.get(("dst", write), views[0])
+                views, view = self.staged[("dst", id(write))]
                 work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
                 posted.append((write, work, views, view))
 
@@ -177,13 +175,14 @@ class TorchTransport:
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
             if view is not views[0]:
                 self._move(views, view, pack=False)
+            self.landed.add(id(write))
             self.done.put(("landed", write))
             post()
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Chunk]]:
+    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]:
         """What the waiters queued, waiting up to ``wait_s`` for the first of it."""
         sent: list[Write] = []
-        landed: list[Chunk] = []
+        landed: list[Write] = []
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
             while True:
@@ -192,7 +191,7 @@ class TorchTransport:
                 if item[0] == "sent":
                     sent += item[1]
                 else:
-                    landed += item[1]
+                    landed.append(item[1])
                 item = self.done.get_nowait()
         except queue.Empty:
             return sent, landed
