@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, cast
 
 from blitzplan._checks import (
     MAX_BYTES,
@@ -24,7 +25,7 @@ from blitzplan._checks import (
     is_number,
 )
 from blitzplan.cluster import QueuedRequest
-from blitzplan.compute import ComputeModel
+from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec
 
@@ -284,16 +285,53 @@ def queue_batches(
 ) -> list[list[QueuedRequest]]:
     """The batches :func:`instance_from_queue` makes of ``queue``: by arrival, one request per
     batch, or consecutive requests up to ``max_batch_tokens`` prompt tokens together."""
+    return [list(batch) for batch in batched(queue, max_batch_tokens)]
+
+
+def batched(
+    queue: Iterable[QueuedRequest | tuple[float, int]], max_batch_tokens: int | None
+) -> tuple[tuple[QueuedRequest, ...], ...]:
+    """:func:`queue_batches` as tuples, kept for a queue of QueuedRequest records (immutable:
+    a plan and the replans after it batch the same queues again; the last
+    :data:`BATCHES_KEPT` kept)."""
+    if max_batch_tokens is not None and (not is_integer(max_batch_tokens) or max_batch_tokens < 1):
+        raise InvalidInputError(
+            f"max_batch_tokens must be a positive integer or None, got {max_batch_tokens!r}"
+        )
+    requests = tuple(queue)
+    if not all(type(q) is QueuedRequest for q in requests):
+        return _batched(requests, max_batch_tokens)
+    key = (requests, max_batch_tokens)
+    found = _BATCHES.get(key)
+    if found is None:
+        found = _batched(requests, max_batch_tokens)
+        _keep(_BATCHES, key, found)
+    return found
+
+
+BATCHES_KEPT = 4096
+"""Batched queues kept (:func:`batched`), and per-batch times (:func:`instance_from_queue`)."""
+
+_BATCHES: dict[object, tuple[tuple[QueuedRequest, ...], ...]] = {}
+_TIMES: dict[object, tuple[object, ...]] = {}
+
+
+def _keep(kept: dict[Any, Any], key: object, value: object) -> None:
+    """``kept[key] = value``, the oldest entries dropped beyond :data:`BATCHES_KEPT`."""
+    while len(kept) >= BATCHES_KEPT:
+        kept.pop(next(iter(kept)), None)
+    kept[key] = value
+
+
+def _batched(
+    queue: tuple[QueuedRequest | tuple[float, int], ...], max_batch_tokens: int | None
+) -> tuple[tuple[QueuedRequest, ...], ...]:
     requests = sorted(
         (q if isinstance(q, QueuedRequest) else QueuedRequest(*q) for q in queue),
         key=lambda q: q.arrival_s,
     )
     if not requests:
         raise InvalidInputError("queue must hold at least one request, got none")
-    if max_batch_tokens is not None and (not is_integer(max_batch_tokens) or max_batch_tokens < 1):
-        raise InvalidInputError(
-            f"max_batch_tokens must be a positive integer or None, got {max_batch_tokens!r}"
-        )
     batches: list[list[QueuedRequest]] = []
     for request in requests:
         last = batches[-1] if batches else None
@@ -305,7 +343,7 @@ def queue_batches(
             last.append(request)
         else:
             batches.append([request])
-    return batches
+    return tuple(tuple(batch) for batch in batches)
 
 
 def instance_from_queue(
@@ -344,16 +382,12 @@ def instance_from_queue(
     rate = _rate("handoff_bytes_per_s", handoff_bytes_per_s)
     latency = _time("handoff_latency_s", handoff_latency_s)
     old = compute if old_compute is None else old_compute
-    release, new, old_s, handoff = [], [], [], []
-    for batch in queue_batches(queue, max_batch_tokens):
-        tokens = sum(q.prompt_tokens for q in batch)
-        release.append(max(q.arrival_s for q in batch))
-        new.append(compute.prefill_layer_s(tokens, requests=len(batch)))
-        old_s.append(old.prefill_layer_s(tokens, requests=len(batch)))
-        handoff.append(latency + tokens * model.activation_bytes_per_token / rate)
+    release, new, old_s, handoff = _batch_times(
+        model, compute, old, queue, max_batch_tokens, rate, latency
+    )
     return LiveScalingInstance(
         units[1:-1],
-        [max(0.0, r) for r in release],
+        release,
         new,
         old_s,
         handoff,
@@ -362,3 +396,48 @@ def instance_from_queue(
         head_ready_s=units[-1],
         slo_s=slo_s,
     )
+
+
+_Times = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+
+
+def _batch_times(
+    model: ModelSpec,
+    compute: ComputeModel,
+    old: ComputeModel,
+    queue: Iterable[QueuedRequest | tuple[float, int]],
+    max_batch_tokens: int | None,
+    rate: float,
+    latency: float,
+) -> _Times:
+    """Per batch of ``queue``: release, seconds per layer on N and on O, and hand-off. Kept
+    when both compute models are rooflines (frozen: their answers depend on their fields
+    only), keyed on the objects themselves (held by the entry, so never mistaken for others)."""
+    batches = batched(queue, max_batch_tokens)
+    if type(compute) is not RooflineComputeModel or type(old) is not RooflineComputeModel:
+        return _times_of(model, compute, old, batches, rate, latency)
+    key = (id(model), id(compute), id(old), batches, rate, latency)
+    found = _TIMES.get(key)
+    if found is None or found[0] is not model or found[1] is not compute or found[2] is not old:
+        times = _times_of(model, compute, old, batches, rate, latency)
+        found = (model, compute, old, times)
+        _keep(_TIMES, key, found)
+    return cast(_Times, found[3])
+
+
+def _times_of(
+    model: ModelSpec,
+    compute: ComputeModel,
+    old: ComputeModel,
+    batches: tuple[tuple[QueuedRequest, ...], ...],
+    rate: float,
+    latency: float,
+) -> _Times:
+    release, new, old_s, handoff = [], [], [], []
+    for batch in batches:
+        tokens = sum(q.prompt_tokens for q in batch)
+        release.append(max(0.0, max(q.arrival_s for q in batch)))
+        new.append(compute.prefill_layer_s(tokens, requests=len(batch)))
+        old_s.append(old.prefill_layer_s(tokens, requests=len(batch)))
+        handoff.append(latency + tokens * model.activation_bytes_per_token / rate)
+    return tuple(release), tuple(new), tuple(old_s), tuple(handoff)
