@@ -301,18 +301,19 @@ def batched(
     requests = tuple(queue)
     if not all(type(q) is QueuedRequest for q in requests):
         return _batched(requests, max_batch_tokens)
-    key = (requests, max_batch_tokens)
+    # keyed on the records themselves (the entry holds them: their ids stay theirs)
+    key = (*map(id, requests), max_batch_tokens)
     found = _BATCHES.get(key)
-    if found is None:
-        found = _batched(requests, max_batch_tokens)
+    if found is None or found[0] != requests:  # the same records: compared by identity first
+        found = (requests, _batched(requests, max_batch_tokens))
         _keep(_BATCHES, key, found)
-    return found
+    return found[1]
 
 
 BATCHES_KEPT = 4096
 """Batched queues kept (:func:`batched`), and per-batch times (:func:`instance_from_queue`)."""
 
-_BATCHES: dict[object, tuple[tuple[QueuedRequest, ...], ...]] = {}
+_BATCHES: dict[object, tuple[tuple[QueuedRequest, ...], tuple[tuple[QueuedRequest, ...], ...]]] = {}
 _TIMES: dict[object, tuple[object, ...]] = {}
 
 
@@ -416,13 +417,18 @@ def _batch_times(
     batches = batched(queue, max_batch_tokens)
     if type(compute) is not RooflineComputeModel or type(old) is not RooflineComputeModel:
         return _times_of(model, compute, old, batches, rate, latency)
-    key = (id(model), id(compute), id(old), batches, rate, latency)
+    key = (id(model), id(compute), id(old), id(batches), rate, latency)
     found = _TIMES.get(key)
-    if found is None or found[0] is not model or found[1] is not compute or found[2] is not old:
-        times = _times_of(model, compute, old, batches, rate, latency)
-        found = (model, compute, old, times)
+    if found is None or found[:4] != (model, compute, old, batches):  # identity first
+        found = (
+            model,
+            compute,
+            old,
+            batches,
+            _times_of(model, compute, old, batches, rate, latency),
+        )
         _keep(_TIMES, key, found)
-    return cast(_Times, found[3])
+    return cast(_Times, found[4])
 
 
 def _times_of(

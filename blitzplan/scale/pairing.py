@@ -37,7 +37,11 @@ def compute_for(
     """``compute``, else the roofline of ``gpu``'s spec."""
     if compute is not None:
         return compute
-    return _roofline(spec, state.topology.gpu_spec(gpu), tp)
+    kept = state.topology.memo.setdefault("rooflines", {})  # per GPU: no spec hashed each call
+    found = kept.get((gpu, tp))
+    if found is None or found[0] is not spec:
+        found = kept[gpu, tp] = (spec, _roofline(spec, state.topology.gpu_spec(gpu), tp))
+    return found[1]
 
 
 @functools.lru_cache(maxsize=64)
