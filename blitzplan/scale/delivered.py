@@ -61,13 +61,12 @@ def delivered(
             continue
         arrived = unit_arrival_s[step.id]
         into = runs.setdefault(step.destination, [])
-        if list(arrived) == sorted(arrived):  # in unit order (the usual): units [0, k) arrived
-            k = bisect.bisect_right(arrived, at_s)
-            into.extend(
-                (r.first_unit, min(r.last_unit + 1, k), (r.offset, r.offset + r.length))
-                for r in step.ranges
-                if r.first_unit < k
-            )
+        k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did:
+        if (k == 0 or max(arrived[:k]) <= at_s) and (k == len(arrived) or min(arrived[k:]) > at_s):
+            for r in step.ranges:
+                if r.first_unit < k:
+                    span = (r.offset, r.offset + r.length)
+                    into.append((r.first_unit, min(r.last_unit + 1, k), span))
             continue
         for r in step.ranges:
             span = (r.offset, r.offset + r.length)
