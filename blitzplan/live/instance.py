@@ -371,7 +371,24 @@ def instance_from_queue(
     prefill work (one token per request) is small and folded into the last layer. Times are
     relative to now (0): a request that arrived earlier is released at 0 (the wait it already
     had is a constant no schedule changes).
+
+    Equal problems share one instance: with roofline compute models (frozen), float times and
+    a list or tuple of QueuedRequest records, the instance is kept per model, compute models,
+    arrivals, requests' arrivals and prompt lengths and hand-off (a fleet of equal pairs builds
+    it once; the last :data:`BATCHES_KEPT` kept).
     """
+    old = compute if old_compute is None else old_compute
+    key = _instance_key(
+        model,
+        (compute, old),
+        unit_ready_s,
+        queue,
+        (handoff_bytes_per_s, handoff_latency_s, old_free_at_s, slo_s, max_batch_tokens),
+    )
+    if key is not None:
+        found = _INSTANCES.get(key)
+        if found is not None and found[:3] == (model, compute, old):  # identity first
+            return cast(LiveScalingInstance, found[3])
     arrived = _times("unit_ready_s", unit_ready_s)
     if len(arrived) != model.num_units:
         raise InvalidInputError(
@@ -382,11 +399,10 @@ def instance_from_queue(
     units = list(itertools.accumulate(arrived, max))
     rate = _rate("handoff_bytes_per_s", handoff_bytes_per_s)
     latency = _time("handoff_latency_s", handoff_latency_s)
-    old = compute if old_compute is None else old_compute
     release, new, old_s, handoff = _batch_times(
         model, compute, old, queue, max_batch_tokens, rate, latency
     )
-    return LiveScalingInstance(
+    instance = LiveScalingInstance(
         units[1:-1],
         release,
         new,
@@ -397,6 +413,40 @@ def instance_from_queue(
         head_ready_s=units[-1],
         slo_s=slo_s,
     )
+    if key is not None:
+        _keep(_INSTANCES, key, (model, compute, old, instance))
+    return instance
+
+
+_INSTANCES: dict[object, tuple[object, ...]] = {}
+
+
+def _instance_key(
+    model: ModelSpec,
+    computes: tuple[ComputeModel, ComputeModel],
+    unit_ready_s: Sequence[float],
+    queue: Iterable[QueuedRequest | tuple[float, int]],
+    scalars: tuple[object, ...],
+) -> tuple[object, ...] | None:
+    """What :func:`instance_from_queue`'s answer depends on, when it may be kept: roofline
+    compute models (keyed on the objects, which the entry holds), float times (no int or bool
+    that equals one), a list or tuple of QueuedRequest records (their arrival and prompt
+    length: the ids do not matter) and an int or no ``max_batch_tokens``; else None."""
+    if any(type(c) is not RooflineComputeModel for c in computes):
+        return None
+    if type(unit_ready_s) not in (tuple, list) or type(queue) not in (tuple, list):
+        return None
+    arrivals = tuple(unit_ready_s)
+    *times, tokens = scalars
+    if {*map(type, arrivals), *(type(t) for t in times if t is not None)} != {float}:
+        return None
+    if (tokens is not None and type(tokens) is not int) or type(scalars[2]) is not float:
+        return None
+    requests = tuple(queue)
+    if not all(type(q) is QueuedRequest for q in requests):
+        return None
+    shape = tuple((q.arrival_s, q.prompt_tokens) for q in cast(tuple[QueuedRequest, ...], requests))
+    return (id(model), *map(id, computes), arrivals, shape, *scalars)
 
 
 _Times = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]

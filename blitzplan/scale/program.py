@@ -349,11 +349,16 @@ def _spans(
     receiver = plan.nodes[lane.receiver]
     lo, hi = snap(lane.lo), snap(lane.hi)
     scale = receiver.tp if lane.rank == ALL_RANKS else 1
+    present = receiver.present
+    bounds: dict[int, tuple[int, int]] = {}  # per unit size (units of one size share them)
     out = []
     for unit, size in enumerate(plan.unit_bytes):
-        if not receiver.has(unit):
-            total = size * scale
-            out.append((unit, round(lo * total), round(hi * total)))
+        if not (present and present[unit]):
+            found = bounds.get(size)
+            if found is None:
+                total = size * scale
+                found = bounds[size] = (round(lo * total), round(hi * total))
+            out.append((unit, *found))
     return out
 
 
