@@ -61,8 +61,13 @@ def delivered(
             continue
         arrived = unit_arrival_s[step.id]
         into = runs.setdefault(step.destination, [])
-        k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did:
-        if (k == 0 or max(arrived[:k]) <= at_s) and (k == len(arrived) or min(arrived[k:]) > at_s):
+        k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did
+        # (checked; ``nan``, a unit the lane does not carry, never arrives: not this way)
+        if (
+            not any(map(math.isnan, arrived))
+            and (k == 0 or max(arrived[:k]) <= at_s)
+            and (k == len(arrived) or min(arrived[k:]) > at_s)
+        ):
             for r in step.ranges:
                 if r.first_unit < k:
                     span = (r.offset, r.offset + r.length)
