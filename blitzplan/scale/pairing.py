@@ -13,6 +13,7 @@ with layer times from the compute model (default: a roofline on each GPU's spec)
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping, Sequence
 
 from blitzplan.cluster import ClusterState, Instance, QueuedRequest
@@ -144,12 +145,15 @@ def live_pairs(
             tp,
         )
         batches = tuple(
-            tuple(q.id for q in batch)
+            tuple(map(_request_id, batch))
             for batch in batched(queues[old.id], run.options.max_batch_tokens)
         )
         method = run.options.live_method
         pairs.append(LivePair(name, old.id, method, schedule, len(queues[old.id]), batches))
     return tuple(pairs), len(matched) - len(pairs)
+
+
+_request_id = operator.attrgetter("id")
 
 
 def _matched(
