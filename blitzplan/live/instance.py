@@ -13,7 +13,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, cast
 
 from blitzplan._checks import (
     MAX_BYTES,
@@ -21,12 +20,18 @@ from blitzplan._checks import (
     MAX_SECONDS,
     MIN_BYTES_PER_S,
     check_bounded,
-    is_integer,
     is_number,
 )
 from blitzplan.cluster import QueuedRequest
-from blitzplan.compute import ComputeModel, RooflineComputeModel
+from blitzplan.compute import ComputeModel
 from blitzplan.errors import InvalidInputError
+from blitzplan.live.queue_cache import (
+    batch_times,
+    batched,
+    instance_key,
+    keep_instance,
+    kept_instance,
+)
 from blitzplan.models import ModelSpec
 
 __all__ = [
@@ -288,65 +293,6 @@ def queue_batches(
     return [list(batch) for batch in batched(queue, max_batch_tokens)]
 
 
-def batched(
-    queue: Iterable[QueuedRequest | tuple[float, int]], max_batch_tokens: int | None
-) -> tuple[tuple[QueuedRequest, ...], ...]:
-    """:func:`queue_batches` as tuples, kept for a queue of QueuedRequest records (immutable:
-    a plan and the replans after it batch the same queues again; the last
-    :data:`BATCHES_KEPT` kept)."""
-    if max_batch_tokens is not None and (not is_integer(max_batch_tokens) or max_batch_tokens < 1):
-        raise InvalidInputError(
-            f"max_batch_tokens must be a positive integer or None, got {max_batch_tokens!r}"
-        )
-    requests = tuple(queue)
-    if not all(type(q) is QueuedRequest for q in requests):
-        return _batched(requests, max_batch_tokens)
-    # keyed on the records themselves (the entry holds them: their ids stay theirs)
-    key = (*map(id, requests), max_batch_tokens)
-    found = _BATCHES.get(key)
-    if found is None or found[0] != requests:  # the same records: compared by identity first
-        found = (requests, _batched(requests, max_batch_tokens))
-        _keep(_BATCHES, key, found)
-    return found[1]
-
-
-BATCHES_KEPT = 4096
-"""Batched queues kept (:func:`batched`), and per-batch times (:func:`instance_from_queue`)."""
-
-_BATCHES: dict[object, tuple[tuple[QueuedRequest, ...], tuple[tuple[QueuedRequest, ...], ...]]] = {}
-_TIMES: dict[object, tuple[object, ...]] = {}
-
-
-def _keep(kept: dict[Any, Any], key: object, value: object) -> None:
-    """``kept[key] = value``, the oldest entries dropped beyond :data:`BATCHES_KEPT`."""
-    while len(kept) >= BATCHES_KEPT:
-        kept.pop(next(iter(kept)), None)
-    kept[key] = value
-
-
-def _batched(
-    queue: tuple[QueuedRequest | tuple[float, int], ...], max_batch_tokens: int | None
-) -> tuple[tuple[QueuedRequest, ...], ...]:
-    requests = sorted(
-        (q if isinstance(q, QueuedRequest) else QueuedRequest(*q) for q in queue),
-        key=lambda q: q.arrival_s,
-    )
-    if not requests:
-        raise InvalidInputError("queue must hold at least one request, got none")
-    batches: list[list[QueuedRequest]] = []
-    for request in requests:
-        last = batches[-1] if batches else None
-        if (
-            last is not None
-            and max_batch_tokens is not None
-            and sum(q.prompt_tokens for q in last) + request.prompt_tokens <= max_batch_tokens
-        ):
-            last.append(request)
-        else:
-            batches.append([request])
-    return tuple(tuple(batch) for batch in batches)
-
-
 def instance_from_queue(
     model: ModelSpec,
     compute: ComputeModel,
@@ -375,20 +321,19 @@ def instance_from_queue(
     Equal problems share one instance: with roofline compute models (frozen), float times and
     a list or tuple of QueuedRequest records, the instance is kept per model, compute models,
     arrivals, requests' arrivals and prompt lengths and hand-off (a fleet of equal pairs builds
-    it once; the last :data:`BATCHES_KEPT` kept).
+    it once; :mod:`.queue_cache`).
     """
     old = compute if old_compute is None else old_compute
-    key = _instance_key(
+    key = instance_key(
         model,
         (compute, old),
         unit_ready_s,
         queue,
         (handoff_bytes_per_s, handoff_latency_s, old_free_at_s, slo_s, max_batch_tokens),
     )
-    if key is not None:
-        found = _INSTANCES.get(key)
-        if found is not None and found[:3] == (model, compute, old):  # identity first
-            return cast(LiveScalingInstance, found[3])
+    found = kept_instance(key, model, compute, old)
+    if found is not None:
+        return found
     arrived = _times("unit_ready_s", unit_ready_s)
     if len(arrived) != model.num_units:
         raise InvalidInputError(
@@ -399,7 +344,7 @@ def instance_from_queue(
     units = list(itertools.accumulate(arrived, max))
     rate = _rate("handoff_bytes_per_s", handoff_bytes_per_s)
     latency = _time("handoff_latency_s", handoff_latency_s)
-    release, new, old_s, handoff = _batch_times(
+    release, new, old_s, handoff = batch_times(
         model, compute, old, queue, max_batch_tokens, rate, latency
     )
     instance = LiveScalingInstance(
@@ -413,87 +358,5 @@ def instance_from_queue(
         head_ready_s=units[-1],
         slo_s=slo_s,
     )
-    if key is not None:
-        _keep(_INSTANCES, key, (model, compute, old, instance))
+    keep_instance(key, model, compute, old, instance)
     return instance
-
-
-_INSTANCES: dict[object, tuple[object, ...]] = {}
-
-
-def _instance_key(
-    model: ModelSpec,
-    computes: tuple[ComputeModel, ComputeModel],
-    unit_ready_s: Sequence[float],
-    queue: Iterable[QueuedRequest | tuple[float, int]],
-    scalars: tuple[object, ...],
-) -> tuple[object, ...] | None:
-    """What :func:`instance_from_queue`'s answer depends on, when it may be kept: roofline
-    compute models (keyed on the objects, which the entry holds), float times (no int or bool
-    that equals one), a list or tuple of QueuedRequest records (their arrival and prompt
-    length: the ids do not matter) and an int or no ``max_batch_tokens``; else None."""
-    if any(type(c) is not RooflineComputeModel for c in computes):
-        return None
-    if type(unit_ready_s) not in (tuple, list) or type(queue) not in (tuple, list):
-        return None
-    arrivals = tuple(unit_ready_s)
-    *times, tokens = scalars
-    if {*map(type, arrivals), *(type(t) for t in times if t is not None)} != {float}:
-        return None
-    if (tokens is not None and type(tokens) is not int) or type(scalars[2]) is not float:
-        return None
-    requests = tuple(queue)
-    if not all(type(q) is QueuedRequest for q in requests):
-        return None
-    shape = tuple((q.arrival_s, q.prompt_tokens) for q in cast(tuple[QueuedRequest, ...], requests))
-    return (id(model), *map(id, computes), arrivals, shape, *scalars)
-
-
-_Times = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
-
-
-def _batch_times(
-    model: ModelSpec,
-    compute: ComputeModel,
-    old: ComputeModel,
-    queue: Iterable[QueuedRequest | tuple[float, int]],
-    max_batch_tokens: int | None,
-    rate: float,
-    latency: float,
-) -> _Times:
-    """Per batch of ``queue``: release, seconds per layer on N and on O, and hand-off. Kept
-    when both compute models are rooflines (frozen: their answers depend on their fields
-    only), keyed on the objects themselves (held by the entry, so never mistaken for others)."""
-    batches = batched(queue, max_batch_tokens)
-    if type(compute) is not RooflineComputeModel or type(old) is not RooflineComputeModel:
-        return _times_of(model, compute, old, batches, rate, latency)
-    key = (id(model), id(compute), id(old), id(batches), rate, latency)
-    found = _TIMES.get(key)
-    if found is None or found[:4] != (model, compute, old, batches):  # identity first
-        found = (
-            model,
-            compute,
-            old,
-            batches,
-            _times_of(model, compute, old, batches, rate, latency),
-        )
-        _keep(_TIMES, key, found)
-    return cast(_Times, found[4])
-
-
-def _times_of(
-    model: ModelSpec,
-    compute: ComputeModel,
-    old: ComputeModel,
-    batches: tuple[tuple[QueuedRequest, ...], ...],
-    rate: float,
-    latency: float,
-) -> _Times:
-    release, new, old_s, handoff = [], [], [], []
-    for batch in batches:
-        tokens = sum(q.prompt_tokens for q in batch)
-        release.append(max(0.0, max(q.arrival_s for q in batch)))
-        new.append(compute.prefill_layer_s(tokens, requests=len(batch)))
-        old_s.append(old.prefill_layer_s(tokens, requests=len(batch)))
-        handoff.append(latency + tokens * model.activation_bytes_per_token / rate)
-    return tuple(release), tuple(new), tuple(old_s), tuple(handoff)

@@ -60,7 +60,7 @@ def delivered(
         if step.destination not in wanted or step.instance is None:
             continue
         arrived = unit_arrival_s[step.id]
-        into = runs.setdefault(step.destination, [])
+        got = runs.setdefault(step.destination, [])
         k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did
         # (checked; ``nan``, a unit the lane does not carry, never arrives: not this way)
         if (
@@ -71,12 +71,12 @@ def delivered(
             for r in step.ranges:
                 if r.first_unit < k:
                     span = (r.offset, r.offset + r.length)
-                    into.append((r.first_unit, min(r.last_unit + 1, k), span))
+                    got.append((r.first_unit, min(r.last_unit + 1, k), span))
             continue
         for r in step.ranges:
             span = (r.offset, r.offset + r.length)
             for first, end in _arrived(arrived, r.first_unit, r.last_unit + 1, at_s):
-                into.append((first, end, span))
+                got.append((first, end, span))
     stripes: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]] = {}
 
     def as_stripes(
@@ -93,16 +93,16 @@ def delivered(
     for gpu in sorted(found.keys() | {gpu for gpu, got in runs.items() if got}):
         earlier = found.get(gpu, {})
         into: dict[int, tuple[tuple[float, float], ...]] = {}
-        for lo, hi, spans in _segments(runs.get(gpu, [])):
+        for lo, hi, received in _segments(runs.get(gpu, [])):
             by_size: dict[int, tuple[tuple[float, float], ...]] = {}
             for unit in range(lo, hi):
                 nbytes = unit_bytes[unit]
                 if unit in earlier:
-                    into[unit] = as_stripes((*earlier[unit], *spans), nbytes)
+                    into[unit] = as_stripes((*earlier[unit], *received), nbytes)
                 elif nbytes in by_size:
                     into[unit] = by_size[nbytes]
                 else:
-                    into[unit] = by_size[nbytes] = as_stripes(spans, nbytes)
+                    into[unit] = by_size[nbytes] = as_stripes(received, nbytes)
         for unit, spans in earlier.items():
             if unit not in into:
                 into[unit] = as_stripes(spans, unit_bytes[unit])

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from blitzplan.cluster import ClusterState, Instance, QueuedRequest
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.hardware import GpuSpec
-from blitzplan.live.instance import LiveScalingInstance, batched, instance_from_queue
+from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
+from blitzplan.live.queue_cache import batched
 from blitzplan.live.schedule import Schedule
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec
