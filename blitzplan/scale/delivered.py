@@ -64,7 +64,7 @@ def delivered(
         k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did
         # (checked; ``nan``, a unit the lane does not carry, never arrives: not this way)
         if (
-            not any(map(math.isnan, arrived))
+            not math.isnan(sum(arrived))  # a nan makes the sum nan
             and (k == 0 or max(arrived[:k]) <= at_s)
             and (k == len(arrived) or min(arrived[k:]) > at_s)
         ):
