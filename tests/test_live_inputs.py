@@ -17,7 +17,9 @@ from blitzplan import (
     schedule_live,
     validate_schedule,
 )
+from blitzplan.cluster import QueuedRequest
 from blitzplan.live import METHODS, unit_ready_from_link
+from blitzplan.live.instance import queue_batches
 from blitzplan.units import GBPS
 
 GOOD = {
@@ -186,3 +188,32 @@ def test_builder_inputs_are_checked() -> None:
         unit_ready_from_link([1, 2, 3], bytes_per_s=-1.0)
     with pytest.raises(InvalidInputError, match="unit_bytes must hold the embedding"):
         unit_ready_from_link([1, 2], bytes_per_s=1.0)
+
+
+def test_equal_problems_share_one_instance_and_batches_stay_the_callers() -> None:
+    """Equal pairs (roofline compute, float arrivals, QueuedRequest queues equal but for their
+    ids) share one instance; anything else is built afresh, equal in value; queue_batches hands
+    out lists the caller may change."""
+    model = blitzplan.load_model("llama-3-8b")
+    compute = blitzplan.RooflineComputeModel(model, blitzplan.get_gpu("a100-pcie"))
+    units = unit_ready_from_link(model.unit_bytes(), bytes_per_s=100 * GBPS)
+    one = [QueuedRequest(-0.1 * k, 500 + 100 * k, f"a/r{k}") for k in range(4)]
+    two = [QueuedRequest(-0.1 * k, 500 + 100 * k, f"b/r{k}") for k in range(4)]
+    rate = 100 * GBPS
+    first = instance_from_queue(model, compute, units, one, handoff_bytes_per_s=rate)
+    assert instance_from_queue(model, compute, units, two, handoff_bytes_per_s=rate) is first
+    as_pairs = [(q.arrival_s, q.prompt_tokens) for q in one]
+    fresh = instance_from_queue(model, compute, units, as_pairs, handoff_bytes_per_s=rate)
+    assert fresh == first and fresh is not first
+    whole = [float(k + 1) for k in range(model.num_units)]
+    kept = instance_from_queue(model, compute, whole, one, handoff_bytes_per_s=rate)
+    as_ints = instance_from_queue(model, compute, list(range(1, 35)), one, handoff_bytes_per_s=rate)
+    assert as_ints == kept and as_ints is not kept  # an int equal to a float is not that float
+    longer = [*one[:-1], QueuedRequest(-0.3, 900, "a/r3")]
+    other = instance_from_queue(model, compute, units, longer, handoff_bytes_per_s=rate)
+    assert other != first and other.new_layer_s[0] != first.new_layer_s[0]
+    with pytest.raises(InvalidInputError, match="handoff_bytes_per_s must be finite and > 0"):
+        instance_from_queue(model, compute, units, one, handoff_bytes_per_s=0.0)
+    batches = queue_batches(one, None)
+    batches[0].append(one[0])
+    assert [len(b) for b in queue_batches(one, None)] == [1, 1, 1, 1]

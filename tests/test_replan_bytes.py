@@ -16,7 +16,7 @@ from blitzplan.models import ModelSpec, layout
 from blitzplan.multicast.setup import holdings
 from blitzplan.scale import ScaleRequest, plan, replan, validate_plan
 from blitzplan.scale.byte_checks import check_source_bytes, validate_replan
-from blitzplan.scale.delivered import stripe_of
+from blitzplan.scale.delivered import delivered, stripe_of, union
 from tests.fault_campaign import OFF_GRID, SCENARIOS, base_plan
 from tests.program_check import check_program
 
@@ -94,6 +94,53 @@ def test_replans_of_replans_hold_only_what_was_delivered() -> None:
                 again = replan(after, state, at_s=later, failed=[])
                 assert validate_replan(after, again, later) == (), sc.name
                 assert check_program(again) == [], sc.name
+
+
+def _delivered_by_definition(steps, arrival, unit_bytes, at_s, gpus):  # type: ignore[no-untyped-def]
+    """The definition, unit by unit: a step's bytes of a unit are there once the unit has
+    arrived over it (``nan``: never)."""
+    found: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for step in steps:
+        if step.destination in gpus and step.instance is not None:
+            for r in step.ranges:
+                for unit in range(r.first_unit, r.last_unit + 1):
+                    if arrival[step.id][unit] <= at_s:
+                        into = found.setdefault(step.destination, {}).setdefault(unit, [])
+                        into.append((r.offset, r.offset + r.length))
+    return {
+        gpu: {
+            unit: tuple(
+                (stripe_of(lo, unit_bytes[unit]), stripe_of(hi, unit_bytes[unit]))
+                for lo, hi in union(spans)
+            )
+            for unit, spans in sorted(units.items())
+        }
+        for gpu, units in sorted(found.items())
+    }
+
+
+def test_delivered_is_its_definition_for_arrivals_in_any_order() -> None:
+    """Property: delivered() (runs of arrived units, found by bisection when a lane's arrivals
+    are in unit order) holds exactly the bytes of the unit-by-unit definition, also for
+    arrivals out of order and for units a lane does not carry (``nan``)."""
+    rng = random.Random(7)
+    base = base_plan(SCENARIOS[4])
+    mc = base.multicast
+    assert mc is not None
+    gpus = {g for info in base.new_instances for g in info.gpus}
+    end = base.milestones.full_capacity_s
+    kinds = [
+        list(mc.lane_arrival_s),
+        [tuple(rng.sample(a, len(a))) for a in mc.lane_arrival_s],
+        [tuple(float("nan") if rng.random() < 0.3 else t for t in a) for a in mc.lane_arrival_s],
+    ]
+    for arrival in kinds:
+        for at in (0.0, 0.2 * end, 0.5 * end, 0.9 * end, 2 * end):
+            got = delivered(base.steps, arrival, mc.unit_bytes, at, gpus)
+            want = _delivered_by_definition(base.steps, arrival, mc.unit_bytes, at, gpus)
+            assert got == want and [list(units) for units in got.values()] == [
+                list(units) for units in want.values()
+            ]
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

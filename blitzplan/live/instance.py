@@ -20,12 +20,18 @@ from blitzplan._checks import (
     MAX_SECONDS,
     MIN_BYTES_PER_S,
     check_bounded,
-    is_integer,
     is_number,
 )
 from blitzplan.cluster import QueuedRequest
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InvalidInputError
+from blitzplan.live.queue_cache import (
+    batch_times,
+    batched,
+    instance_key,
+    keep_instance,
+    kept_instance,
+)
 from blitzplan.models import ModelSpec
 
 __all__ = [
@@ -284,28 +290,7 @@ def queue_batches(
 ) -> list[list[QueuedRequest]]:
     """The batches :func:`instance_from_queue` makes of ``queue``: by arrival, one request per
     batch, or consecutive requests up to ``max_batch_tokens`` prompt tokens together."""
-    requests = sorted(
-        (q if isinstance(q, QueuedRequest) else QueuedRequest(*q) for q in queue),
-        key=lambda q: q.arrival_s,
-    )
-    if not requests:
-        raise InvalidInputError("queue must hold at least one request, got none")
-    if max_batch_tokens is not None and (not is_integer(max_batch_tokens) or max_batch_tokens < 1):
-        raise InvalidInputError(
-            f"max_batch_tokens must be a positive integer or None, got {max_batch_tokens!r}"
-        )
-    batches: list[list[QueuedRequest]] = []
-    for request in requests:
-        last = batches[-1] if batches else None
-        if (
-            last is not None
-            and max_batch_tokens is not None
-            and sum(q.prompt_tokens for q in last) + request.prompt_tokens <= max_batch_tokens
-        ):
-            last.append(request)
-        else:
-            batches.append([request])
-    return batches
+    return [list(batch) for batch in batched(queue, max_batch_tokens)]
 
 
 def instance_from_queue(
@@ -332,7 +317,23 @@ def instance_from_queue(
     prefill work (one token per request) is small and folded into the last layer. Times are
     relative to now (0): a request that arrived earlier is released at 0 (the wait it already
     had is a constant no schedule changes).
+
+    Equal problems share one instance: with roofline compute models (frozen), float times and
+    a list or tuple of QueuedRequest records, the instance is kept per model, compute models,
+    arrivals, requests' arrivals and prompt lengths and hand-off (a fleet of equal pairs builds
+    it once; :mod:`.queue_cache`).
     """
+    old = compute if old_compute is None else old_compute
+    key = instance_key(
+        model,
+        (compute, old),
+        unit_ready_s,
+        queue,
+        (handoff_bytes_per_s, handoff_latency_s, old_free_at_s, slo_s, max_batch_tokens),
+    )
+    found = kept_instance(key, model, compute, old)
+    if found is not None:
+        return found
     arrived = _times("unit_ready_s", unit_ready_s)
     if len(arrived) != model.num_units:
         raise InvalidInputError(
@@ -343,17 +344,12 @@ def instance_from_queue(
     units = list(itertools.accumulate(arrived, max))
     rate = _rate("handoff_bytes_per_s", handoff_bytes_per_s)
     latency = _time("handoff_latency_s", handoff_latency_s)
-    old = compute if old_compute is None else old_compute
-    release, new, old_s, handoff = [], [], [], []
-    for batch in queue_batches(queue, max_batch_tokens):
-        tokens = sum(q.prompt_tokens for q in batch)
-        release.append(max(q.arrival_s for q in batch))
-        new.append(compute.prefill_layer_s(tokens, requests=len(batch)))
-        old_s.append(old.prefill_layer_s(tokens, requests=len(batch)))
-        handoff.append(latency + tokens * model.activation_bytes_per_token / rate)
-    return LiveScalingInstance(
+    release, new, old_s, handoff = batch_times(
+        model, compute, old, queue, max_batch_tokens, rate, latency
+    )
+    instance = LiveScalingInstance(
         units[1:-1],
-        [max(0.0, r) for r in release],
+        release,
         new,
         old_s,
         handoff,
@@ -362,3 +358,5 @@ def instance_from_queue(
         head_ready_s=units[-1],
         slo_s=slo_s,
     )
+    keep_instance(key, model, compute, old, instance)
+    return instance

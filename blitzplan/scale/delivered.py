@@ -8,6 +8,8 @@ of the new plan leaves exactly those bytes out (:func:`held_bytes`, :func:`subtr
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -53,20 +55,33 @@ def delivered(
         if gpu in wanted:
             for unit, spans in units.items():
                 found.setdefault(gpu, {}).setdefault(unit, []).extend(spans)
+    runs: dict[str, list[tuple[int, int, tuple[int, int]]]] = {}
     for step in steps:
         if step.destination not in wanted or step.instance is None:
             continue
         arrived = unit_arrival_s[step.id]
+        got = runs.setdefault(step.destination, [])
+        k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did
+        # (checked; ``nan``, a unit the lane does not carry, never arrives: not this way)
+        if (
+            not math.isnan(sum(arrived))  # a nan makes the sum nan
+            and (k == 0 or max(arrived[:k]) <= at_s)
+            and (k == len(arrived) or min(arrived[k:]) > at_s)
+        ):
+            for r in step.ranges:
+                if r.first_unit < k:
+                    span = (r.offset, r.offset + r.length)
+                    got.append((r.first_unit, min(r.last_unit + 1, k), span))
+            continue
         for r in step.ranges:
-            whole = [u for u in range(r.first_unit, r.last_unit + 1) if arrived[u] <= at_s]
-            if whole:
-                span = (r.offset, r.offset + r.length)
-                into = found.setdefault(step.destination, {})
-                for unit in whole:
-                    into.setdefault(unit, []).append(span)
+            span = (r.offset, r.offset + r.length)
+            for first, end in _arrived(arrived, r.first_unit, r.last_unit + 1, at_s):
+                got.append((first, end, span))
     stripes: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]] = {}
 
-    def as_stripes(spans: list[tuple[int, int]], nbytes: int) -> tuple[tuple[float, float], ...]:
+    def as_stripes(
+        spans: Sequence[tuple[int, int]], nbytes: int
+    ) -> tuple[tuple[float, float], ...]:
         key = (tuple(spans), nbytes)  # units of one size often receive the same ranges
         if key not in stripes:
             stripes[key] = tuple(
@@ -74,7 +89,58 @@ def delivered(
             )
         return stripes[key]
 
-    return {
-        gpu: {unit: as_stripes(spans, unit_bytes[unit]) for unit, spans in sorted(units.items())}
-        for gpu, units in sorted(found.items())
-    }
+    out: dict[str, dict[int, tuple[tuple[float, float], ...]]] = {}
+    for gpu in sorted(found.keys() | {gpu for gpu, got in runs.items() if got}):
+        earlier = found.get(gpu, {})
+        into: dict[int, tuple[tuple[float, float], ...]] = {}
+        for lo, hi, received in _segments(runs.get(gpu, [])):
+            by_size: dict[int, tuple[tuple[float, float], ...]] = {}
+            for unit in range(lo, hi):
+                nbytes = unit_bytes[unit]
+                if unit in earlier:
+                    into[unit] = as_stripes((*earlier[unit], *received), nbytes)
+                elif nbytes in by_size:
+                    into[unit] = by_size[nbytes]
+                else:
+                    into[unit] = by_size[nbytes] = as_stripes(received, nbytes)
+        for unit, spans in earlier.items():
+            if unit not in into:
+                into[unit] = as_stripes(spans, unit_bytes[unit])
+        out[gpu] = dict(sorted(into.items()))
+    return out
+
+
+def _arrived(arrived: Sequence[float], first: int, end: int, at_s: float) -> list[tuple[int, int]]:
+    """The runs ``[a, b)`` of units ``first .. end - 1`` that had arrived by ``at_s``."""
+    whole = [u for u in range(first, end) if arrived[u] <= at_s]
+    if not whole or whole[-1] - whole[0] + 1 == len(whole):  # none, or one run (the usual)
+        return [(whole[0], whole[-1] + 1)] if whole else []
+    out: list[tuple[int, int]] = []
+    for unit in whole:
+        if out and out[-1][1] == unit:
+            out[-1] = (out[-1][0], unit + 1)
+        else:
+            out.append((unit, unit + 1))
+    return out
+
+
+def _segments(
+    runs: list[tuple[int, int, tuple[int, int]]],
+) -> list[tuple[int, int, tuple[tuple[int, int], ...]]]:
+    """``runs`` (units ``[a, b)`` that received one span) as disjoint unit ranges in order,
+    each with the spans every unit of it received (sorted)."""
+    starts: dict[int, list[tuple[int, int]]] = {}
+    ends: dict[int, list[tuple[int, int]]] = {}
+    for a, b, span in runs:
+        starts.setdefault(a, []).append(span)
+        ends.setdefault(b, []).append(span)
+    cuts = sorted(starts.keys() | ends.keys())
+    active: list[tuple[int, int]] = []
+    out = []
+    for lo, hi in itertools.pairwise(cuts):
+        for span in ends.get(lo, ()):
+            active.remove(span)
+        active.extend(starts.get(lo, ()))
+        if active:
+            out.append((lo, hi, tuple(sorted(active))))
+    return out

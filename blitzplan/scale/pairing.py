@@ -13,12 +13,14 @@ with layer times from the compute model (default: a roofline on each GPU's spec)
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping, Sequence
 
 from blitzplan.cluster import ClusterState, Instance, QueuedRequest
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.hardware import GpuSpec
-from blitzplan.live.instance import LiveScalingInstance, instance_from_queue, queue_batches
+from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
+from blitzplan.live.queue_cache import batched
 from blitzplan.live.schedule import Schedule
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec
@@ -26,6 +28,7 @@ from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.types import LivePair
+from blitzplan.topologies import Topology
 
 __all__ = ["compute_for", "live_instance", "live_pairs", "live_schedule"]
 
@@ -36,7 +39,11 @@ def compute_for(
     """``compute``, else the roofline of ``gpu``'s spec."""
     if compute is not None:
         return compute
-    return _roofline(spec, state.topology.gpu_spec(gpu), tp)
+    kept = state.topology.memo.setdefault("rooflines", {})  # per GPU: no spec hashed each call
+    found = kept.get((gpu, tp))
+    if found is None or found[0] is not spec:
+        found = kept[gpu, tp] = (spec, _roofline(spec, state.topology.gpu_spec(gpu), tp))
+    return found[1]
 
 
 @functools.lru_cache(maxsize=64)
@@ -60,17 +67,30 @@ def live_instance(
     """The live-scaling problem of one pair: the new instance's unit arrivals, the old one's
     queue, layer times from ``compute`` (default: rooflines), hand-off over the path between
     them."""
-    topo = state.topology
+    rate, latency = _handoff(state.topology, new_gpus[0], old.gpus[0])
     return instance_from_queue(
         spec,
         compute_for(state, spec, new_gpus[0], tp, compute),
         unit_ready_s,
         queue,
-        handoff_bytes_per_s=topo.bottleneck_bytes_per_s(new_gpus[0], old.gpus[0]),
-        handoff_latency_s=topo.path_latency_s(new_gpus[0], old.gpus[0]),
+        handoff_bytes_per_s=rate,
+        handoff_latency_s=latency,
         old_compute=compute_for(state, spec, old.gpus[0], old.tp, compute),
         max_batch_tokens=options.max_batch_tokens,
     )
+
+
+def _handoff(topology: Topology, new_gpu: str, old_gpu: str) -> tuple[float, float]:
+    """The bottleneck rate and the latency of the path from ``new_gpu`` to ``old_gpu``, kept
+    per topology (its graph never changes)."""
+    kept = topology.memo.setdefault("handoff", {})
+    found = kept.get((new_gpu, old_gpu))
+    if found is None:
+        found = kept[new_gpu, old_gpu] = (
+            topology.bottleneck_bytes_per_s(new_gpu, old_gpu),
+            topology.path_latency_s(new_gpu, old_gpu),
+        )
+    return found
 
 
 def live_schedule(
@@ -126,12 +146,15 @@ def live_pairs(
             tp,
         )
         batches = tuple(
-            tuple(q.id for q in batch)
-            for batch in queue_batches(queues[old.id], run.options.max_batch_tokens)
+            tuple(map(_request_id, batch))
+            for batch in batched(queues[old.id], run.options.max_batch_tokens)
         )
         method = run.options.live_method
         pairs.append(LivePair(name, old.id, method, schedule, len(queues[old.id]), batches))
     return tuple(pairs), len(matched) - len(pairs)
+
+
+_request_id = operator.attrgetter("id")
 
 
 def _matched(

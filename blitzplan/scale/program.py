@@ -33,7 +33,6 @@ of such units, at the step's rate).
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -55,7 +54,7 @@ def program(
     """The steps of ``plan`` on ``topology``, leaving out the bytes in ``held`` (a replan's:
     per GPU and unit, the bytes ``[round(lo * B), round(hi * B))`` of each interval);
     ``check`` (a deadline's checkpoint, which raises to stop the call) is called per lane."""
-    have = held_bytes(held or {}, plan.unit_bytes)
+    have = _in_bytes(held or {}, plan.unit_bytes)
     snap = _snapper(plan)
     owner = {g: inst.name for inst in plan.instances for g in inst.gpus}
     startup: dict[int, float] = {}
@@ -64,63 +63,111 @@ def program(
     waits = _waits(plan)
     route = _Router(plan, topology)
     steps: dict[int, TransferStep] = {}
-    same: dict[tuple[float, float, bool, int, tuple[bool, ...]], _Stripe] = {}
-    lacking: dict[tuple[str, int], list[tuple[int, Sequence[tuple[int, int]]]]] = {}
-    starts, feeds = plan.lane_start_s, plan.lane_feeds
+    same: dict[tuple[float, float, bool, int], _Stripe] = {}
+    lacking: dict[tuple[str, int], list[tuple[int, list[tuple[int, int]]]]] = {}
+    layouts: dict[tuple[int, int, str], tuple[int, int] | None] = {}
+    kin: dict[int, int] = {}
+    kinds: dict[tuple[int, tuple[bool, ...]], int] = {}
+    nodes, flows, rates, arrivals = plan.nodes, plan.flows, plan.rates, plan.lane_arrival_s
+    starts, feeds, chunk = plan.lane_start_s, plan.lane_feeds, plan.chunk_bytes
+    make = _Maker()
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         if check is not None:
             check("program")
         # lanes of one stripe into one node send the same ranges unless held bytes cut them
-        receiver = plan.nodes[lane.receiver]
-        key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, receiver.tp, receiver.present)
+        dst, to = lane.dst, lane.receiver
+        kinship = kin.get(to)
+        if kinship is None:  # receivers of one TP degree that hold the same units alike
+            kinship = kin[to] = kinds.setdefault((nodes[to].tp, nodes[to].present), len(kinds))
+        key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, kinship)
         stripe = same.get(key)
         if stripe is None:
-            stripe = same[key] = _Stripe(_spans(plan, lane, snap))
+            stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes)
         ranges, total = stripe.ranges, stripe.total
-        if (lane.dst, lane.receiver) not in lacking:  # held units the receiver still lacks
-            held_here = have.get(lane.dst, {})
-            lacking[lane.dst, lane.receiver] = [
-                (u, spans) for u, spans in held_here.items() if not receiver.has(u)
-            ]
-        lacks = lacking[lane.dst, lane.receiver]
+        lacks = lacking.get((dst, to))
+        if lacks is None:  # per unit size, the held bytes of the units the receiver lacks
+            present = nodes[to].present
+            sized: dict[int, list[tuple[int, int]]] = {}
+            for u, spans in have.get(dst, {}).items():
+                if not (present and present[u]):
+                    sized.setdefault(plan.unit_bytes[u], []).extend(spans)
+            lacks = lacking[dst, to] = list(sized.items())
         if lacks and _cut(stripe, lacks):
-            ranges = _grouped(_lacked(stripe.spans, have[lane.dst]))
+            ranges = _grouped(_lacked(stripe.spans, have[dst]))
             total = _total(ranges)
         if total == 0:
             continue  # the destination has every byte of it already
         flow = lane.flow
         after, store_and_forward = waits.get(flow, ((), False))
         kind, holder, link, nic, relay = route(lane)
-        steps[flow] = built(
-            TransferStep,
-            id=flow,
-            kind=kind,
-            source=lane.holder,
-            destination=lane.dst,
-            holder=holder,
-            instance=owner.get(lane.dst),
-            rank=lane.rank,
-            stripe=(snap(lane.lo), snap(lane.hi)),
-            ranges=ranges,
-            bytes=total,
-            link=link,
-            nic=nic,
-            relay=relay,
-            source_layout=_source_layout(plan, lane),
-            feeds=feeds[flow] if feeds else (),
-            after=after,
-            store_and_forward=store_and_forward,
-            pace_bytes_per_s=_pace(plan.flows[flow].max_bytes_per_s),
-            chunk_bytes=plan.chunk_bytes,
-            rate_bytes_per_s=plan.rates[flow],
-            not_before_s=startup.get(lane.receiver, 0.0),
-            start_s=starts[flow] if starts else 0.0,
-            end_s=max(plan.lane_arrival_s[flow], default=0.0),
+        layout_key = (lane.sender, to, lane.holder)
+        if layout_key not in layouts:
+            layouts[layout_key] = _source_layout(plan, lane)
+        steps[flow] = make(
+            {
+                "id": flow,
+                "kind": kind,
+                "source": lane.holder,
+                "destination": dst,
+                "holder": holder,
+                "instance": owner.get(dst),
+                "rank": lane.rank,
+                "stripe": (snap(lane.lo), snap(lane.hi)),
+                "ranges": ranges,
+                "bytes": total,
+                "link": link,
+                "nic": nic,
+                "relay": relay,
+                "source_layout": layouts[layout_key],
+                "feeds": feeds[flow] if feeds else (),
+                "after": after,
+                "store_and_forward": store_and_forward,
+                "pace_bytes_per_s": _pace(flows[flow].max_bytes_per_s),
+                "chunk_bytes": chunk,
+                "rate_bytes_per_s": rates[flow],
+                "not_before_s": startup.get(to, 0.0),
+                "start_s": starts[flow] if starts else 0.0,
+                "end_s": max(arrivals[flow], default=0.0),
+            }
         )
     ordered = sorted(steps.values(), key=lambda s: s.id)
     if len(steps) == len(plan.flows):
         return tuple(ordered)  # every lane is a step: no dependency to drop
     return tuple(_drop_missing(step, steps) for step in ordered)
+
+
+def _in_bytes(held: Held, unit_bytes: Sequence[int]) -> dict[str, dict[int, list[tuple[int, int]]]]:
+    """:func:`~blitzplan.scale.delivered.held_bytes` of ``held``, each intervals object (a
+    replan's GPUs share them) converted once; the lists are shared, read only."""
+    converted: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    out: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for gpu, units in held.items():
+        row = out[gpu] = {}
+        for unit, intervals in units.items():
+            key = (id(intervals), unit_bytes[unit])  # ``held`` keeps the object alive
+            found = converted.get(key)
+            if found is None:
+                found = converted[key] = held_bytes({gpu: {unit: intervals}}, unit_bytes)[gpu][unit]
+            row[unit] = found
+    return out
+
+
+class _Maker:
+    """Builds TransferSteps from their field values: the first through
+    :func:`~blitzplan.multicast.plan_types.built`, which checks that the values name every
+    field in order, the rest the same way without the keyword call (the values come from one
+    dict display, so one check covers them all)."""
+
+    def __init__(self) -> None:
+        self.checked = False
+
+    def __call__(self, values: dict[str, object]) -> TransferStep:
+        if not self.checked:
+            self.checked = True
+            return built(TransferStep, **values)
+        step = object.__new__(TransferStep)
+        step.__dict__.update(values)
+        return step
 
 
 def _total(ranges: Sequence[ByteRange]) -> int:
@@ -284,11 +331,13 @@ def _holding_bounds(plan: MulticastPlan) -> set[float]:
 
 class _Stripe:
     """The bytes a lane's stripe carries into a receiver that holds nothing of it yet: per
-    unit it lacks ``(unit, start, end)``, and those as grouped ranges with their total."""
+    unit it lacks ``(unit, start, end)``, per unit size ``bounds`` its ``(start, end)``, and
+    the spans as grouped ranges with their total."""
 
-    def __init__(self, spans: list[tuple[int, int, int]]) -> None:
+    def __init__(self, spans: list[tuple[int, int, int]], unit_bytes: Sequence[int]) -> None:
         self.spans = spans
-        self.bounds = {unit: (start, end) for unit, start, end in spans}
+        # units of one size span the same bytes of their buffers
+        self.bounds = {unit_bytes[unit]: (start, end) for unit, start, end in spans}
         self.ranges = _grouped((unit, lo, hi - lo) for unit, lo, hi in spans)
         self.total = _total(self.ranges)
 
@@ -300,11 +349,16 @@ def _spans(
     receiver = plan.nodes[lane.receiver]
     lo, hi = snap(lane.lo), snap(lane.hi)
     scale = receiver.tp if lane.rank == ALL_RANKS else 1
+    present = receiver.present
+    bounds: dict[int, tuple[int, int]] = {}  # per unit size (units of one size share them)
     out = []
     for unit, size in enumerate(plan.unit_bytes):
-        if not receiver.has(unit):
-            total = size * scale
-            out.append((unit, round(lo * total), round(hi * total)))
+        if not (present and present[unit]):
+            found = bounds.get(size)
+            if found is None:
+                total = size * scale
+                found = bounds[size] = (round(lo * total), round(hi * total))
+            out.append((unit, *found))
     return out
 
 
@@ -324,34 +378,28 @@ def _lacked(
 
 def _grouped(spans: Iterable[tuple[int, int, int]]) -> tuple[ByteRange, ...]:
     """``(unit, offset, length)`` in unit order as ranges: runs of consecutive units with equal
-    offsets and lengths."""
+    offsets and lengths (empty ones left out)."""
     out: list[ByteRange] = []
-    for (offset, length), group in itertools.groupby(spans, key=lambda s: (s[1], s[2])):
-        if length <= 0:
+    first = last = 0
+    key: tuple[int, int] | None = None
+    for unit, offset, length in spans:
+        if key is not None and unit == last + 1 and key == (offset, length):
+            last = unit
             continue
-        units = [u for u, _, _ in group]
-        for run in _runs(units):
-            out.append(ByteRange(run[0], run[-1], offset, length))
+        if key is not None and key[1] > 0:
+            out.append(ByteRange(first, last, *key))
+        key, first, last = (offset, length), unit, unit
+    if key is not None and key[1] > 0:
+        out.append(ByteRange(first, last, *key))
     return tuple(sorted(out, key=lambda r: (r.first_unit, r.offset)))
 
 
 def _cut(stripe: _Stripe, held: Sequence[tuple[int, Sequence[tuple[int, int]]]]) -> bool:
-    """Whether ``held`` bytes (per unit the receiver lacks) fall inside the stripe (else the
-    stripe's ranges are what they are with nothing held)."""
+    """Whether ``held`` bytes (per unit size, of the units the receiver lacks) fall inside the
+    stripe (else the stripe's ranges are what they are with nothing held)."""
     bounds = stripe.bounds
-    for unit, spans in held:
-        start, end = bounds[unit]
+    for size, spans in held:
+        start, end = bounds[size]
         if any(a < end and b > start for a, b in spans):
             return True
     return False
-
-
-def _runs(units: list[int]) -> list[list[int]]:
-    """Consecutive unit numbers grouped."""
-    runs: list[list[int]] = []
-    for u in units:
-        if runs and runs[-1][-1] == u - 1:
-            runs[-1].append(u)
-        else:
-            runs.append([u])
-    return runs

@@ -126,7 +126,7 @@ def realize(
         new_instances=_infos(multicast, roles),
         live_pairs=pairs,
         mutations=mutation_records(mutated, multicast, roles, moved, replaced),
-        releases=timed_releases(state, spec, releases, run, steps),
+        releases=timed_releases(state, spec, releases, run, steps) if releases else (),
         milestones=marks,
         missing=tuple(missing),
         notes=tuple(notes),

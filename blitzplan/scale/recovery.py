@@ -305,6 +305,12 @@ def _rebuild(
         and not stale
     ):
         return state
+    if topology is state.topology and not broken.memories and not complete and not stale:
+        current = state.copy()  # only processes failed: the rest stays as it is
+        for inst in state.instances:
+            if inst.id in broken.processes:
+                current.remove_instance(inst.id)
+        return current
     current = ClusterState(topology)
     current.restore_counters(state.counters)  # ids stay never reused across a failure
     for copy in state.pool.host_copies:

@@ -270,17 +270,19 @@ def _targets(
     kept = {p.new: p.old for p in plan.live_pairs if p.new in live}
     whole = _whole_units(plan, held) if now > at_s else {}
 
-    def done(info: NewInstanceInfo, unit: int, t: float) -> bool:
-        return t <= at_s or (t <= now and all(unit in whole.get(g, ()) for g in info.gpus))
+    def done(info: NewInstanceInfo) -> tuple[bool, ...]:
+        if not whole:  # complete at at_s (nothing ran on after it)
+            return tuple(t <= at_s for t in info.layer_ready_s)
+        return tuple(
+            t <= at_s or (t <= now and all(u in whole.get(g, ()) for g in info.gpus))
+            for u, t in enumerate(info.layer_ready_s)
+        )
 
     return Targets(
         prefill=sum(1 for info in survivors if info.role == "prefill"),
         groups=tuple(info.gpus for info in survivors),
         names=tuple(info.name for info in survivors),
-        delivered={
-            info.name: tuple(done(info, u, t) for u, t in enumerate(info.layer_ready_s))
-            for info in survivors
-        },
+        delivered={info.name: done(info) for info in survivors},
         roles={info.name: info.role for info in survivors},
         live=live,
         pairs=kept,
