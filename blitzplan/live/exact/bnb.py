@@ -45,6 +45,7 @@ from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
 __all__ = [
     "CAPACITY_SHARE_OF_LIMIT",
+    "EARLY_SEARCH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
     "SEQUENCE_STEPS",
@@ -76,6 +77,10 @@ LAGRANGE_MIN_GAP = 0.01
 LAGRANGE_MIN_S = 0.2
 """A Lagrangian budget below this is not started (building its tables alone takes about 0.1 s
 at 80 layers and 16 batches)."""
+
+EARLY_SEARCH_SHARE = 0.1
+"""The share of the time left after the root that the search gets before the local search and
+the capacity and Lagrangian bounds (which pay off only when the search alone does not end)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -198,13 +203,23 @@ class _Search:
             start.offer(decode(start.instance, *repair(start.instance, plan), *args))
 
     def run(self) -> None:
-        self.add(Restriction.none(self.start.instance))
+        start = self.start
+        self.add(Restriction.none(start.instance))
         if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
-            # bounded in time): a local search may lower the incumbent, and the capacity
-            # bound may prove it
-            self._strengthen()
+            # bounded in time): the search gets a first share; if that does not settle it, a
+            # local search may lower the incumbent and the capacity bound may prove it
+            self._search(time.perf_counter() + EARLY_SEARCH_SHARE * start.left_s())
+            if (self.open or not self.prunable(self.floor)) and not start.proven():
+                self._strengthen()
+        self._search(start.deadline_s)
+        lowest = min([self.floor, *(node.bound for node in self.open)])
+        start.raise_bound(self.obj.final(lowest))
+
+    def _search(self, until_s: float) -> None:
+        """Explore the open nodes best bound first until ``until_s`` (a
+        ``time.perf_counter()`` instant): nodes left open stay open."""
         while self.open:
-            if self.start.left_s() <= self.add_s or self.start.proven():
+            if until_s - time.perf_counter() <= self.add_s or self.start.proven():
                 break
             node = heapq.heappop(self.open)
             if self.prunable(node.bound):
@@ -221,8 +236,6 @@ class _Search:
                 began = time.perf_counter()
                 self.add(child, node)
                 self.add_s = max(self.add_s, time.perf_counter() - began)
-        lowest = min([self.floor, *(node.bound for node in self.open)])
-        self.start.raise_bound(self.obj.final(lowest))
 
 
 def _children(node: _Node) -> list[Restriction]:
