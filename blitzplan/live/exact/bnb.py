@@ -21,8 +21,9 @@ relaxation's, :mod:`blitzplan.live.relaxation_work`, the capacity bound's,
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved:
 the search stops once the incumbent meets them). Nodes are explored best bound first;
 each relaxed plan, repaired when N cannot carry it, offers the incumbent a schedule (kept only
-when the independent checker passes it); when the root is not solved, a local search from the
-incumbent gets a share of the time first.
+when the independent checker passes it). When the root is not solved, the search runs first
+for a share of the time (on small instances it ends there); then a local search from the
+incumbent and those bounds get their shares, and the search resumes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
 __all__ = [
     "CAPACITY_SHARE_OF_LIMIT",
+    "EARLY_SEARCH_MAX_S",
     "EARLY_SEARCH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
@@ -81,6 +83,9 @@ at 80 layers and 16 batches)."""
 EARLY_SEARCH_SHARE = 0.1
 """The share of the time left after the root that the search gets before the local search and
 the capacity and Lagrangian bounds (which pay off only when the search alone does not end)."""
+
+EARLY_SEARCH_MAX_S = 1.0
+"""The most time that first share of the search gets (without a time limit, too)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -208,7 +213,8 @@ class _Search:
         if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
             # bounded in time): the search gets a first share; if that does not settle it, a
             # local search may lower the incumbent and the capacity bound may prove it
-            self._search(time.perf_counter() + EARLY_SEARCH_SHARE * start.left_s())
+            early_s = min(EARLY_SEARCH_SHARE * start.left_s(), EARLY_SEARCH_MAX_S)
+            self._search(time.perf_counter() + early_s)
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 self._strengthen()
         self._search(start.deadline_s)
