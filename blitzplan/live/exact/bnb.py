@@ -21,9 +21,9 @@ relaxation's, :mod:`blitzplan.live.relaxation_work`, the capacity bound's,
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved:
 the search stops once the incumbent meets them). Nodes are explored best bound first;
 each relaxed plan, repaired when N cannot carry it, offers the incumbent a schedule (kept only
-when the independent checker passes it). When the root is not solved, the search runs first
-for a share of the time (on small instances it ends there); then a local search from the
-incumbent and those bounds get their shares, and the search resumes.
+when the independent checker passes it). When the root is not solved and was quick to bound,
+the search runs first for a share of the time (on small instances it ends there); then a local
+search from the incumbent and those bounds get their shares, and the search resumes.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 __all__ = [
     "CAPACITY_SHARE_OF_LIMIT",
     "EARLY_SEARCH_MAX_S",
+    "EARLY_SEARCH_MIN_NODES",
     "EARLY_SEARCH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
@@ -86,6 +87,10 @@ the capacity and Lagrangian bounds (which pay off only when the search alone doe
 
 EARLY_SEARCH_MAX_S = 1.0
 """The most time that first share of the search gets (without a time limit, too)."""
+
+EARLY_SEARCH_MIN_NODES = 10
+"""The first share is skipped when it could not bound this many nodes, each taking as long as
+the root did (on large instances the search alone does not end, and the bounds need the time)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -209,12 +214,16 @@ class _Search:
 
     def run(self) -> None:
         start = self.start
+        began = time.perf_counter()
         self.add(Restriction.none(start.instance))
+        root_s = time.perf_counter() - began
         if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
-            # bounded in time): the search gets a first share; if that does not settle it, a
-            # local search may lower the incumbent and the capacity bound may prove it
+            # bounded in time): when nodes are cheap the search gets a first share; if that
+            # does not settle it, a local search may lower the incumbent and the capacity
+            # bound may prove it
             early_s = min(EARLY_SEARCH_SHARE * start.left_s(), EARLY_SEARCH_MAX_S)
-            self._search(time.perf_counter() + early_s)
+            if root_s * EARLY_SEARCH_MIN_NODES <= early_s:
+                self._search(time.perf_counter() + early_s)
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 self._strengthen()
         self._search(start.deadline_s)
