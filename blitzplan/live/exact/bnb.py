@@ -51,12 +51,16 @@ __all__ = [
     "EARLY_SEARCH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
+    "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
     "solve_bnb",
 ]
 
 SEQUENCE_STEPS = 500
 """The most steps the N sequencer may take for one relaxed plan before the node branches."""
+
+SEQUENCE_BACK_OFF = 64
+"""While the sequencer keeps giving up, it runs on one relaxed plan in at most this many."""
 
 POLISH_SHARE_OF_LIMIT = 0.2
 """The share of the time left after the root that a local search from the incumbent gets."""
@@ -123,6 +127,9 @@ class _Search:
         self.ranks = itertools.count()
         self.nodes = 0
         self.add_s = 0.0
+        self.offers = 0
+        self.sequence_every = 1
+        """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
         """The longest a child node has taken to bound: a child is not started with less left."""
 
     def upper_cost(self) -> float:
@@ -204,13 +211,25 @@ class _Search:
         carry it out and the sequencer finds one, else the repaired plan."""
         start = self.start
         order = None
-        if fits_preemptive:
-            order, _ = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+        self.offers += 1
+        if fits_preemptive and self.offers % self.sequence_every == 0:
+            order, proven = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+            self._back_off(order is not None, proven)
         args = (start.objective, start.old_order, start.backend)
         if order is not None:
             start.offer(decode(start.instance, plan.split, order, plan.old_sequence, *args))
         else:
             start.offer(decode(start.instance, *repair(start.instance, plan), *args))
+
+    def _back_off(self, found: bool, proven: bool) -> None:
+        """The sequencer runs on every plan while it finds orders, and on ever fewer (every
+        2nd, 4th, ... :data:`SEQUENCE_BACK_OFF`-th) while it gives up: on large instances it
+        rarely finds one, costs more than the node, and the repaired plan and the branching
+        do without it."""
+        if found:
+            self.sequence_every = max(1, self.sequence_every // 2)
+        elif not proven:
+            self.sequence_every = min(2 * self.sequence_every, SEQUENCE_BACK_OFF)
 
     def run(self) -> None:
         start = self.start
