@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
+from blitzplan.live.relaxation import (
+    OptionsCache,
+    Relaxation,
+    RelaxedPlan,
+    Restriction,
+    repair,
+)
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
 from blitzplan.live.relaxation_work import work_bound
@@ -127,6 +133,8 @@ class _Search:
         self.ranks = itertools.count()
         self.nodes = 0
         self.add_s = 0.0
+        self.options: OptionsCache = {}
+        """Each batch's relaxation options per restriction of that batch, shared by nodes."""
         self.offers = 0
         self.sequence_every = 1
         """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
@@ -147,7 +155,9 @@ class _Search:
         open."""
         if restriction.empty:
             return
-        relax = Relaxation(self.start.instance, self.start.objective, restriction)
+        relax = Relaxation(
+            self.start.instance, self.start.objective, restriction, cache=self.options
+        )
         deadline = self.start.deadline_s
         bound, sequence_, complete = solve_relaxation(
             relax,
