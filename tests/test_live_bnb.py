@@ -106,6 +106,44 @@ def test_bnb_finds_the_enumerated_optimum(instance, objective: str, old_order: s
         assert found.objective <= other.objective * (1 + REL) + 1e-9
 
 
+@pytest.mark.parametrize("share", [0.0, 1.0])
+@settings(max_examples=40)
+@given(instances(max_layers=3, max_batches=4), st.sampled_from(["free", "fifo"]))
+def test_the_early_search_share_changes_no_answer(share: float, instance, old_order: str) -> None:
+    """Property: whether the search runs before the local search and the capacity and
+    Lagrangian bounds (share 1) or only after them (share 0, the order before the early share),
+    branch and bound proves the oracle's optimum."""
+    from unittest import mock
+
+    from blitzplan.live.exact import bnb
+
+    assume(count_schedules(instance, old_order=old_order) <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order=old_order)
+    with mock.patch.object(bnb, "EARLY_SEARCH_SHARE", share):
+        found = schedule_live(instance, method="exact", backend="bnb", old_order=old_order)
+    assert validate_schedule(instance, found).ok
+    assert found.status is oracle.status is SolveStatus.OPTIMAL, found.message
+    assert found.objective == pytest.approx(oracle.objective, rel=REL, abs=1e-9)
+
+
+@settings(max_examples=40)
+@given(instances(max_layers=3, max_batches=4), st.sampled_from(["free", "fifo"]))
+def test_the_search_is_exact_when_the_sequencer_always_gives_up(instance, old_order: str) -> None:
+    """Property: with a sequencer that never finds an order (what the back-off assumes of it on
+    large instances), repaired plans and branching still prove the oracle's optimum."""
+    from unittest import mock
+
+    from blitzplan.live.exact import bnb
+
+    assume(count_schedules(instance, old_order=old_order) <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order=old_order)
+    with mock.patch.object(bnb, "sequence", lambda ops, **_: (None, False)):
+        found = schedule_live(instance, method="exact", backend="bnb", old_order=old_order)
+    assert validate_schedule(instance, found).ok
+    assert found.status is oracle.status is SolveStatus.OPTIMAL, found.message
+    assert found.objective == pytest.approx(oracle.objective, rel=REL, abs=1e-9)
+
+
 def _medium(layers: int, batches: int, seed: int) -> LiveScalingInstance:
     """Like the benchmark's: a layer lands every 10 units, per-layer times spread 0.5..5, half
     the batches queued, the rest arriving, the old instance busy for a while."""

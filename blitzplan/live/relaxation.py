@@ -30,6 +30,7 @@ from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.schedule import SLO_TOL_S
 
 __all__ = [
+    "OptionsCache",
     "Relaxation",
     "RelaxedPlan",
     "Restriction",
@@ -143,6 +144,11 @@ def _options(instance: LiveScalingInstance, i: int, restriction: Restriction) ->
     )
 
 
+OptionsCache = dict[tuple[object, ...], _Options]
+"""Each batch's options per (batch, its split range, its start limits): see
+:class:`Relaxation`."""
+
+
 class RelaxObjective:
     """Per-batch value of a completion time and how values aggregate, for each objective."""
 
@@ -197,17 +203,31 @@ class Relaxation:
         instance: LiveScalingInstance,
         objective: str,
         restriction: Restriction | None = None,
+        *,
+        cache: OptionsCache | None = None,
     ) -> None:
+        """``cache`` (owned by the caller, for one instance) keeps each batch's options per
+        restriction of that batch: the nodes of a search differ in one or two batches."""
         self.instance = instance
         self.restriction = Restriction.none(instance) if restriction is None else restriction
         n = instance.num_batches
-        self.options = [_options(instance, i, self.restriction) for i in range(n)]
+        self.options = [self._batch_options(i, cache) for i in range(n)]
         self.obj = RelaxObjective(instance, objective)
         L = instance.num_layers
         self.on_new = [
             self.obj.value(i, o.chain_end[-1]) if self.restriction.split_max[i] == L else math.inf
             for i, o in enumerate(self.options)
         ]
+
+    def _batch_options(self, i: int, cache: OptionsCache | None) -> _Options:
+        if cache is None:
+            return _options(self.instance, i, self.restriction)
+        r = self.restriction
+        key = (i, r.split_min[i], r.split_max[i], r.start_after_s[i])
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = _options(self.instance, i, r)
+        return found
 
     def evaluate(self, old_sequence: Sequence[int]) -> float:
         """Relaxed cost: batches in ``old_sequence`` on O in that order, the rest on N alone."""

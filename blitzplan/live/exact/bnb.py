@@ -21,8 +21,9 @@ relaxation's, :mod:`blitzplan.live.relaxation_work`, the capacity bound's,
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved:
 the search stops once the incumbent meets them). Nodes are explored best bound first;
 each relaxed plan, repaired when N cannot carry it, offers the incumbent a schedule (kept only
-when the independent checker passes it); when the root is not solved, a local search from the
-incumbent gets a share of the time first.
+when the independent checker passes it). When the root is not solved and was quick to bound,
+the search runs first for a share of the time (on small instances it ends there); then a local
+search from the incumbent and those bounds get their shares, and the search resumes.
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ from dataclasses import dataclass, field
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import Relaxation, RelaxedPlan, Restriction, repair
+from blitzplan.live.relaxation import (
+    OptionsCache,
+    Relaxation,
+    RelaxedPlan,
+    Restriction,
+    repair,
+)
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
 from blitzplan.live.relaxation_work import work_bound
@@ -45,14 +52,21 @@ from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
 __all__ = [
     "CAPACITY_SHARE_OF_LIMIT",
+    "EARLY_SEARCH_MAX_S",
+    "EARLY_SEARCH_MIN_NODES",
+    "EARLY_SEARCH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
+    "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
     "solve_bnb",
 ]
 
 SEQUENCE_STEPS = 500
 """The most steps the N sequencer may take for one relaxed plan before the node branches."""
+
+SEQUENCE_BACK_OFF = 64
+"""While the sequencer keeps giving up, it runs on one relaxed plan in at most this many."""
 
 POLISH_SHARE_OF_LIMIT = 0.2
 """The share of the time left after the root that a local search from the incumbent gets."""
@@ -76,6 +90,17 @@ LAGRANGE_MIN_GAP = 0.01
 LAGRANGE_MIN_S = 0.2
 """A Lagrangian budget below this is not started (building its tables alone takes about 0.1 s
 at 80 layers and 16 batches)."""
+
+EARLY_SEARCH_SHARE = 0.1
+"""The share of the time left after the root that the search gets before the local search and
+the capacity and Lagrangian bounds (which pay off only when the search alone does not end)."""
+
+EARLY_SEARCH_MAX_S = 1.0
+"""The most time that first share of the search gets (without a time limit, too)."""
+
+EARLY_SEARCH_MIN_NODES = 10
+"""The first share is skipped when it could not bound this many nodes, each taking as long as
+the root did (on large instances the search alone does not end, and the bounds need the time)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -108,6 +133,11 @@ class _Search:
         self.ranks = itertools.count()
         self.nodes = 0
         self.add_s = 0.0
+        self.options: OptionsCache = {}
+        """Each batch's relaxation options per restriction of that batch, shared by nodes."""
+        self.offers = 0
+        self.sequence_every = 1
+        """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
         """The longest a child node has taken to bound: a child is not started with less left."""
 
     def upper_cost(self) -> float:
@@ -125,7 +155,9 @@ class _Search:
         open."""
         if restriction.empty:
             return
-        relax = Relaxation(self.start.instance, self.start.objective, restriction)
+        relax = Relaxation(
+            self.start.instance, self.start.objective, restriction, cache=self.options
+        )
         deadline = self.start.deadline_s
         bound, sequence_, complete = solve_relaxation(
             relax,
@@ -189,22 +221,49 @@ class _Search:
         carry it out and the sequencer finds one, else the repaired plan."""
         start = self.start
         order = None
-        if fits_preemptive:
-            order, _ = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+        self.offers += 1
+        if fits_preemptive and self.offers % self.sequence_every == 0:
+            order, proven = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+            self._back_off(order is not None, proven)
         args = (start.objective, start.old_order, start.backend)
         if order is not None:
             start.offer(decode(start.instance, plan.split, order, plan.old_sequence, *args))
         else:
             start.offer(decode(start.instance, *repair(start.instance, plan), *args))
 
+    def _back_off(self, found: bool, proven: bool) -> None:
+        """The sequencer runs on every plan while it finds orders, and on ever fewer (every
+        2nd, 4th, ... :data:`SEQUENCE_BACK_OFF`-th) while it gives up: on large instances it
+        rarely finds one, costs more than the node, and the repaired plan and the branching
+        do without it."""
+        if found:
+            self.sequence_every = max(1, self.sequence_every // 2)
+        elif not proven:
+            self.sequence_every = min(2 * self.sequence_every, SEQUENCE_BACK_OFF)
+
     def run(self) -> None:
-        self.add(Restriction.none(self.start.instance))
+        start = self.start
+        began = time.perf_counter()
+        self.add(Restriction.none(start.instance))
+        root_s = time.perf_counter() - began
         if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
-            # bounded in time): a local search may lower the incumbent, and the capacity
+            # bounded in time): when nodes are cheap the search gets a first share; if that
+            # does not settle it, a local search may lower the incumbent and the capacity
             # bound may prove it
-            self._strengthen()
+            early_s = min(EARLY_SEARCH_SHARE * start.left_s(), EARLY_SEARCH_MAX_S)
+            if root_s * EARLY_SEARCH_MIN_NODES <= early_s:
+                self._search(time.perf_counter() + early_s)
+            if (self.open or not self.prunable(self.floor)) and not start.proven():
+                self._strengthen()
+        self._search(start.deadline_s)
+        lowest = min([self.floor, *(node.bound for node in self.open)])
+        start.raise_bound(self.obj.final(lowest))
+
+    def _search(self, until_s: float) -> None:
+        """Explore the open nodes best bound first until ``until_s`` (a
+        ``time.perf_counter()`` instant): nodes left open stay open."""
         while self.open:
-            if self.start.left_s() <= self.add_s or self.start.proven():
+            if until_s - time.perf_counter() <= self.add_s or self.start.proven():
                 break
             node = heapq.heappop(self.open)
             if self.prunable(node.bound):
@@ -221,8 +280,6 @@ class _Search:
                 began = time.perf_counter()
                 self.add(child, node)
                 self.add_s = max(self.add_s, time.perf_counter() - began)
-        lowest = min([self.floor, *(node.bound for node in self.open)])
-        self.start.raise_bound(self.obj.final(lowest))
 
 
 def _children(node: _Node) -> list[Restriction]:
