@@ -20,7 +20,7 @@ times it (chunks, latency, startup).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +45,8 @@ PACK_ROUNDS = 40
 """Pricing rounds of the greedy's tree packing, divided by the TP degree (each round prices
 every rank; a count, so equal input gives an identical plan)."""
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
-"""Trees per rank the final packings keep (the widest ones), besides all of them."""
+"""Trees per rank the greedy's final packings keep (the widest ones), besides all of them; the
+exact method tries every count (``widths=None``)."""
 _SCALE = 1e9
 
 
@@ -129,11 +130,13 @@ def pack_trees(
     *,
     time_limit_s: float | None = None,
     max_rounds: int = MAX_ROUNDS,
+    widths: Sequence[int] | None = WIDTHS,
 ) -> Built | None:
     """The plan of the best tree packing found in ``max_rounds`` pricing rounds (and within
     ``time_limit_s``; None: no clock, so equal input gives an identical plan), the target
     nodes ``live`` holding the live instances; None when some instance GPU cannot be reached
-    that way or those nodes cannot hold ``live`` instances."""
+    that way or those nodes cannot hold ``live`` instances. ``widths``: the tree counts per
+    rank the final plans keep (:func:`_best_subset`; None: every count, ranked two ways)."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -169,7 +172,25 @@ def pack_trees(
         solution = _master(overlay, trees, problem.tp)
     if solution is None:
         return None
-    return _best_subset(problem, overlay, trees, solution[1], live)
+    deadline = None if time_limit_s is None else began + time_limit_s
+    rankings = [_by_rate] if widths is not None else [_by_rate, _by_rate_per_hop]
+    best: Built | None = None
+    for ranking in rankings:
+        built = _best_subset(
+            problem, overlay, trees, solution[1], live, ranking, widths, deadline, best
+        )
+        if built is not None and (best is None or _value(built) < _value(best)):
+            best = built
+    return best
+
+
+def _by_rate(tree: Tree, rate: float) -> float:
+    return -rate
+
+
+def _by_rate_per_hop(tree: Tree, rate: float) -> float:
+    """Wide and shallow first: each hop of a tree costs its lanes a chunk at the tree's rate."""
+    return -rate / len(tree.arcs)
 
 
 def _best_subset(
@@ -178,17 +199,27 @@ def _best_subset(
     trees: list[Tree],
     rates: np.ndarray,
     live: frozenset[int],
+    ranking: Callable[[Tree, float], float],
+    widths: Sequence[int] | None,
+    deadline: float | None,
+    best: Built | None,
 ) -> Built | None:
-    """The best plan under the cost model among the packings of the ``k`` widest trees per
-    rank, ``k`` growing: fewer, wider stripes lose less to each hop's chunk (the program
-    leaves that time out)."""
+    """The best plan under the cost model among the packings of the first ``k`` trees per rank
+    in ``ranking`` (the widest first: fewer, wider stripes lose less to each hop's chunk, which
+    the program leaves out), ``k`` in ``widths`` (None: every count) and all of them; ``best``
+    (a plan found before) is kept unless beaten. After ``deadline``, only the first and the last
+    count are tried."""
     by_rank: list[list[int]] = [[] for _ in range(problem.tp)]
-    for t in sorted(range(len(trees)), key=lambda t: -rates[t]):
+    for t in sorted(range(len(trees)), key=lambda t: ranking(trees[t], float(rates[t]))):
         if rates[t] > 1e-9:
             by_rank[trees[t].rank].append(t)
     widest = max(len(ts) for ts in by_rank)
-    best: Built | None = None
-    for k in sorted({w for w in WIDTHS if w < widest} | {widest}):
+    counts = range(1, widest + 1) if widths is None else [w for w in widths if w < widest]
+    ordered = sorted({*counts, widest})
+    for k in ordered:
+        late = deadline is not None and time.perf_counter() > deadline
+        if late and k not in (ordered[0], widest):
+            continue
         subset = [trees[t] for ts in by_rank for t in ts[:k]]
         solved = _master(overlay, subset, problem.tp)
         if solved is None:
