@@ -140,19 +140,21 @@ def overlay_bound(problem: Problem, *, time_limit_s: float = 5.0) -> OverlayBoun
         return None
     program, lam, binaries, flows = built
     added = flows.seed()
-    solved = None
+    upper, x = math.inf, None
     while True:
         left = time_limit_s - (time.perf_counter() - began)
         solved = _solve(program, lam, max(left, 0.05))
-        if solved is None or solved[1] is None or left <= 0:
+        if solved is None:  # out of time before this round's bound: the last one stands
             break
-        short = flows.short(solved[1], lam, added)
+        upper, x = min(upper, solved[0]), solved[1]
+        if x is None or left <= 0:
+            break
+        short = flows.short(x, lam, added)
         if not short:
             break
         added |= flows.add(short)
-    if solved is None or solved[0] <= 0:
+    if not 0 < upper < math.inf:
         return None
-    upper, x = solved
     start = min(i.startup_s for i in problem.instances)
     fixed, _ = live_nodes(problem)
     chosen = {j for j, c in binaries.items() if x is not None and x[c] > 0.5}
