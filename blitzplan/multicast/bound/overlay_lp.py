@@ -40,7 +40,6 @@ relative margin, so rounding cannot overstate it. Not used when earlier plans de
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -123,38 +122,20 @@ class OverlayBound:
 
 def overlay_bound(problem: Problem, *, time_limit_s: float = 5.0) -> OverlayBound | None:
     """The bound on ``all_ready`` for every plan of ``problem``, or None when the program does
-    not apply (units delivered before), is too large, or the solver fails.
-
-    The per-target flows are added as they are needed (row generation): first one instance GPU
-    per rank, then every instance GPU whose max-flow over the solution's overlay falls short of
-    ``lam``, until none does or the time is up. A program with fewer targets is a relaxation,
-    so every round's bound holds; the last round's is the full program's."""
+    not apply (units delivered before), is too large, or the solver fails."""
     if problem.delivered or any(t.present for t in problem.targets) or not problem.instances:
         return None
     shard = missing_bytes(problem, problem.instances[0].name)
     if shard <= 0:
         return None
-    began = time.perf_counter()
     built = _build(problem)
     if built is None:
         return None
-    program, lam, binaries, flows = built
-    added = flows.seed()
-    upper, x = math.inf, None
-    while True:
-        left = time_limit_s - (time.perf_counter() - began)
-        solved = _solve(program, lam, max(left, 0.05))
-        if solved is None:  # out of time before this round's bound: the last one stands
-            break
-        upper, x = min(upper, solved[0]), solved[1]
-        if x is None or left <= 0:
-            break
-        short = flows.short(x, lam, added)
-        if not short:
-            break
-        added |= flows.add(short)
-    if not 0 < upper < math.inf:
+    program, lam, binaries = built
+    solved = _solve(program, lam, time_limit_s)
+    if solved is None or solved[0] <= 0:
         return None
+    upper, x = solved
     start = min(i.startup_s for i in problem.instances)
     fixed, _ = live_nodes(problem)
     chosen = {j for j, c in binaries.items() if x is not None and x[c] > 0.5}
@@ -198,7 +179,7 @@ def overlay_receivers(problem: Problem) -> dict[str, int | None]:
     return out
 
 
-def _build(problem: Problem) -> tuple[_Program, int, dict[int, int], _TargetFlows] | None:
+def _build(problem: Problem) -> tuple[_Program, int, dict[int, int]] | None:
     senders = overlay_senders(problem)
     receivers = overlay_receivers(problem)
     fixed, choose = live_nodes(problem)
@@ -237,7 +218,8 @@ def _build(problem: Problem) -> tuple[_Program, int, dict[int, int], _TargetFlow
         p.row(terms, -math.inf, problem.residual[edge] / _SCALE)
     big = sum(problem.residual[e] for e in load) / _SCALE + 1.0
     _live_rows(p, problem, binaries, remote, big)
-    return p, lam, binaries, _TargetFlows(p, senders, receivers, arcs, lam)
+    _target_flows(p, problem, senders, receivers, arcs, lam)
+    return p, lam, binaries
 
 
 def _arcs(
@@ -317,89 +299,37 @@ def _live_rows(
             p.row({**cols, binaries[j]: big}, -math.inf, big)
 
 
-class _TargetFlows:
-    """Per instance GPU of rank ``r``: a flow of value ``lam`` over the overlay within
-    ``x[r]``, added to the program on demand."""
-
-    def __init__(
-        self,
-        p: _Program,
-        senders: list[Sender],
-        receivers: dict[str, int | None],
-        arcs: dict[tuple[int, str, str], int],
-        lam: int,
-    ) -> None:
-        self.p, self.lam, self.arcs = p, lam, arcs
-        self.holders = [s for s in senders if s.node is None]
-        self.targets = {t: r for t, r in receivers.items() if r is not None}
-        self.names = sorted({s.name for s in senders} | set(receivers))
-
-    def seed(self) -> set[str]:
-        """The first instance GPU of each rank."""
-        first: dict[int, str] = {}
-        for t, r in self.targets.items():
-            first.setdefault(r, t)
-        return self.add(set(first.values()))
-
-    def add(self, targets: set[str]) -> set[str]:
-        p, lam = self.p, self.lam
-        for t in sorted(targets):
-            rank = self.targets[t]
-            balance: dict[str, dict[int, float]] = defaultdict(dict)
-            for h in self.holders:
-                if h.holds[rank] > 0:
-                    c = p.column()
-                    p.row({c: 1.0, lam: -h.holds[rank]}, -math.inf, 0.0)
-                    balance[h.name][c] = 1.0
-            for (r, a, b), x in self.arcs.items():
-                if r != rank or a == t:
-                    continue
+def _target_flows(
+    p: _Program,
+    problem: Problem,
+    senders: list[Sender],
+    receivers: dict[str, int | None],
+    arcs: dict[tuple[int, str, str], int],
+    lam: int,
+) -> None:
+    """Per instance GPU of rank ``r``: a flow of value ``lam`` over the overlay within ``x[r]``."""
+    holders = [s for s in senders if s.node is None]
+    for t, rank in receivers.items():
+        if rank is None:
+            continue
+        balance: dict[str, dict[int, float]] = defaultdict(dict)
+        for h in holders:
+            if h.holds[rank] > 0:
                 c = p.column()
-                p.row({c: 1.0, x: -1.0}, -math.inf, 0.0)
-                balance[b][c] = balance[b].get(c, 0.0) + 1.0
-                balance[a][c] = balance[a].get(c, 0.0) - 1.0
-            for v, terms in balance.items():
-                if v == t:
-                    p.row({**terms, lam: -1.0}, 0.0, 0.0)
-                else:
-                    p.row(terms, 0.0, 0.0)
-        return set(targets)
-
-    def short(self, x: np.ndarray, lam: int, added: set[str]) -> set[str]:
-        """Per rank, the instance GPU not yet in the program whose max-flow over the solution
-        ``x`` falls shortest of its ``lam`` (by more than 1e-4 of it); none when all reach it."""
-        from scipy.sparse import csr_matrix
-        from scipy.sparse.csgraph import maximum_flow
-
-        value = float(x[lam])
-        if value <= 0:
-            return set()
-        index = {name: k for k, name in enumerate(self.names)}
-        source = len(index)
-        scale = 1e6 / value
-        worst: dict[int, tuple[float, str]] = {}
-        for t, rank in self.targets.items():
-            if t in added:
+                p.row({c: 1.0, lam: -h.holds[rank]}, -math.inf, 0.0)
+                balance[h.name][c] = 1.0
+        for (r, a, b), x in arcs.items():
+            if r != rank or a == t:
                 continue
-            rows, cols, caps = [], [], []
-            for h in self.holders:
-                if h.holds[rank] > 0:
-                    rows.append(source)
-                    cols.append(index[h.name])
-                    caps.append(h.holds[rank] * 1e6)
-            for (r, a, b), c in self.arcs.items():
-                if r == rank and a != t and x[c] > 0:
-                    rows.append(index[a])
-                    cols.append(index[b])
-                    caps.append(x[c] * scale)
-            matrix = csr_matrix(
-                (np.floor(np.minimum(caps, 2**30)).astype(np.int32), (rows, cols)),
-                shape=(source + 1, source + 1),
-            )
-            flow = maximum_flow(matrix, source, index[t]).flow_value
-            if flow < 1e6 * (1 - 1e-4) and (flow, t) < worst.get(rank, (math.inf, "")):
-                worst[rank] = (flow, t)
-        return {t for _, t in worst.values()}
+            c = p.column()
+            p.row({c: 1.0, x: -1.0}, -math.inf, 0.0)
+            balance[b][c] = balance[b].get(c, 0.0) + 1.0
+            balance[a][c] = balance[a].get(c, 0.0) - 1.0
+        for v, terms in balance.items():
+            if v == t:
+                p.row({**terms, lam: -1.0}, 0.0, 0.0)
+            else:
+                p.row(terms, 0.0, 0.0)
 
 
 def _solve(p: _Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray | None] | None:
