@@ -217,3 +217,27 @@ def test_every_optimal_exact_plan_meets_an_independent_check(index: int) -> None
         built = random_plan(problem, rng)
         if built is not None:
             assert max(built.ready_at_s.values()) >= exact.objective_s * (1 - 1e-9)
+
+
+def test_a_packing_tree_may_start_at_several_holders() -> None:
+    """Two hosts, each with its own decode source and one new GPU: every stripe reaches each new
+    GPU from the source of its own host over NVLink (a forest), never over the NICs, within 5%
+    of the overlay bound (one tree from one holder would cross a 12.5 GB/s NIC)."""
+    spec = load_model(PROPERTY_MODEL)
+    host = nvswitch_host(
+        "h100", gpus=2, nic_bytes_per_s=NIC, host_to_gpu_bytes_per_s=NIC, dram_bytes=64 * GIB
+    )
+    state = ClusterState(build_cluster(host, hosts=2), models=[spec])
+    for h in range(2):
+        state.add_instance(spec, gpus=[f"h{h}/gpu1"], role="decode")
+    targets = [["h0/gpu0"], ["h1/gpu0"]]
+    problem = _problem(state, spec, targets=targets, tp=1, live=0)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    packed = pack_trees(problem, strong.live_nodes, max_rounds=40, widths=None)
+    assert packed is not None
+    plan = _plan(problem, packed, strong.bound_s)
+    assert validate_multicast(state, plan) == ()
+    topo = state.topology
+    assert all(topo.host_of(lane.holder) == topo.host_of(lane.dst) for lane in plan.lanes)
+    assert strong.bound_s <= plan.objective_s <= strong.bound_s * 1.05
