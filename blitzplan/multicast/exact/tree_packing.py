@@ -136,7 +136,9 @@ def pack_trees(
     ``time_limit_s``; None: no clock, so equal input gives an identical plan), the target
     nodes ``live`` holding the live instances; None when some instance GPU cannot be reached
     that way or those nodes cannot hold ``live`` instances. ``widths``: the tree counts per
-    rank the final plans keep (:func:`_best_subset`; None: every count, ranked two ways)."""
+    rank the final plans keep (:func:`_subsets`; None, the exact method: every count, ranked
+    two ways, and the best three rebalanced by :func:`_balanced`). With a time limit, counts
+    past it are skipped (the first and the last still tried)."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
