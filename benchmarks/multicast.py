@@ -3,10 +3,16 @@ cases, packing vs spreading, the prefill rule, and planning time at scale.
 
 Run: .venv/bin/python benchmarks/multicast.py   (BLITZPLAN_QUICK=1: 8 random cases, no 8k fabric)
 Prints what it measured on this machine; nothing is asserted, the README quotes the tables.
+
+Flags: ``--sections b`` (any of a, b, c, d; default all), ``--cases 27,60`` (part b on these case
+numbers only: every case is still drawn, so the numbers are the full run's), ``--json out.json``
+(part b's per-case values: objectives, bounds, status, times).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import random
@@ -134,14 +140,19 @@ class Case:
     options: dict[str, object]
 
 
-def bound_rows() -> tuple[list[list[object]], str, list[Case]]:
-    """Greedy and exact on the random cases, each against its own bound and against the best
-    bound of the two (the exact method's overlay program, when it applies)."""
+def bound_rows(
+    only: set[int] | None = None,
+) -> tuple[list[list[object]], str, list[Case]]:
+    """Greedy and exact on the random cases (``only``: these case numbers), each against its
+    own bound and against the best bound of the two (the exact method's overlay program, when
+    it applies)."""
     rng = random.Random(2026)
     cases: list[Case] = []
     refused = 0
     for k in range(CASES):
         state, options = random_case(rng)
+        if only is not None and k not in only:
+            continue
         try:
             greedy = plan_multicast(state, "llama-3-8b", **options)  # type: ignore[arg-type]
         except InfeasibleError:
@@ -185,19 +196,21 @@ def bound_rows() -> tuple[list[list[object]], str, list[Case]]:
             ]
         )
     note = (
-        f"{CASES} cases: 1-8 new llama-3-8b instances of TP 1/2/4 on 2-6 random hosts, 0-4 "
+        f"{CASES if only is None else len(only)} cases: 1-8 new llama-3-8b instances of TP "
+        f"1/2/4 on 2-6 random hosts, 0-4 "
         f"sources (decode, idle or prefill; else the host copy), 0-3 background KV flows; "
         f"{refused} refused as infeasible (only prefill sources); exact limit {EXACT_LIMIT_S:.0f} s"
     )
     return rows, note, cases
 
 
-def worst_rows(cases: list[Case], count: int = 12) -> list[list[object]]:
+def worst_rows(cases: list[Case], count: int = 12, *, sort: bool = True) -> list[list[object]]:
     """The cases where greedy is furthest above the best bound: whose gap it is. The exact
     plan is a valid plan, so greedy / exact > 1 is the greedy's own loss; exact / bound is
     what no plan found closes (the bound leaves out each hop's chunk)."""
     rows: list[list[object]] = []
-    for c in sorted(cases, key=lambda c: -c.greedy.objective_s / c.bound)[:count]:
+    ranked = sorted(cases, key=lambda c: -c.greedy.objective_s / c.bound) if sort else cases
+    for c in ranked[:count]:
         g, e = c.greedy, c.exact
         rows.append(
             [
@@ -215,6 +228,28 @@ def worst_rows(cases: list[Case], count: int = 12) -> list[list[object]]:
             ]
         )
     return rows
+
+
+def case_records(cases: list[Case]) -> list[dict[str, object]]:
+    """Part b per case, for ``--json``."""
+    return [
+        {
+            "case": c.index,
+            "tp": c.options["tp"],
+            "instances": len(c.greedy.instances),
+            "live": len(c.greedy.live),
+            "greedy_s": c.greedy.objective_s,
+            "exact_s": c.exact.objective_s,
+            "best_bound_s": c.bound,
+            "greedy_bound_s": c.greedy.lower_bound_s,
+            "exact_bound_s": c.exact.lower_bound_s,
+            "exact_bound_kind": c.exact.bound_kind,
+            "exact_status": c.exact.status.value,
+            "greedy_plan_s": c.greedy.solve_s,
+            "exact_plan_s": c.exact.solve_s,
+        }
+        for c in cases
+    ]
 
 
 def _blame(greedy: float, exact: float, bound: float) -> str:
@@ -293,11 +328,7 @@ def timing_rows() -> list[list[object]]:
     return rows
 
 
-def main() -> None:
-    print(
-        f"blitzplan multicast benchmark, {date.today()}, {platform.machine()}, "
-        f"{os.cpu_count()} cpus, Python {platform.python_version()}\n"
-    )
+def section_a() -> None:
     print(
         "a. paper scenario: paper-a800-32, host 0 serves mistral-small-24b as 2 prefill + 2 "
         "decode TP2 instances; six new TP2 instances, live=2 (line-rate links)"
@@ -324,7 +355,13 @@ def main() -> None:
         f"paper (Fig. 21, about): BlitzScale {PAPER['blitzscale']} s, AllCache "
         f"{PAPER['allcache']} s, tokens flowing from {PAPER['first tokens']} s\n"
     )
-    rows, note, cases = bound_rows()
+
+
+def section_b(only: set[int] | None, json_path: str | None) -> None:
+    rows, note, cases = bound_rows(only)
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(case_records(cases), out, indent=1)
     print("b. greedy and exact against the certified lower bound (all_ready)")
     print(
         format_table(
@@ -341,26 +378,27 @@ def main() -> None:
         )
     )
     print(note, end="\n\n")
+    heads = [
+        "case",
+        "shape",
+        "greedy s",
+        "exact s",
+        "best bound s",
+        "greedy's bound s",
+        "greedy/bound",
+        "greedy/exact",
+        "exact/bound",
+        "exact status",
+        "gap is",
+    ]
     print("b2. the 12 cases where greedy is furthest above the best bound: whose gap")
-    print(
-        format_table(
-            [
-                "case",
-                "shape",
-                "greedy s",
-                "exact s",
-                "best bound s",
-                "greedy's bound s",
-                "greedy/bound",
-                "greedy/exact",
-                "exact/bound",
-                "exact status",
-                "gap is",
-            ],
-            worst_rows(cases),
-        ),
-        end="\n\n",
-    )
+    print(format_table(heads, worst_rows(cases)), end="\n\n")
+    print("b3. the 12 cases where exact is furthest above the best bound")
+    exact_worst = sorted(cases, key=lambda c: -c.exact.objective_s / c.bound)
+    print(format_table(heads, worst_rows(exact_worst, sort=False)), end="\n\n")
+
+
+def section_c() -> None:
     print("c. placement with count=: pack fills NVLink groups, spread leaves spare NICs to relay")
     print(
         format_table(
@@ -368,8 +406,36 @@ def main() -> None:
         ),
         end="\n\n",
     )
+
+
+def section_d() -> None:
     print("d. greedy planning time (median wall clock, warm topology)")
     print(format_table(["topology", "new instances", "plan ms", "target ms"], timing_rows()))
+
+
+def options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="abcd", help="parts to run (a, b, c, d)")
+    parser.add_argument("--cases", default=None, help="part b on these case numbers (27,60)")
+    parser.add_argument("--json", default=None, help="write part b's per-case values here")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = options()
+    only = None if args.cases is None else {int(x) for x in args.cases.split(",") if x.strip()}
+    print(
+        f"blitzplan multicast benchmark, {date.today()}, {platform.machine()}, "
+        f"{os.cpu_count()} cpus, Python {platform.python_version()}\n"
+    )
+    if "a" in args.sections:
+        section_a()
+    if "b" in args.sections:
+        section_b(only, args.json)
+    if "c" in args.sections:
+        section_c()
+    if "d" in args.sections:
+        section_d()
 
 
 if __name__ == "__main__":

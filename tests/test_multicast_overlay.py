@@ -177,3 +177,67 @@ def test_phase_check_refuses_two_phases_on_one_link_at_once() -> None:
     assert problems and "at the same time" in problems[0]
     staged = plan_multicast(state, spec, targets=targets, tp=4, method="one_by_one")
     assert validate_multicast(state, staged) == ()
+
+
+def test_every_width_packing_is_never_worse_than_the_greedy_widths() -> None:
+    """The exact method's packing tries every tree count per rank, ranked two ways; the greedy's
+    tries a few counts of one ranking. Without a clock both price the same trees, so the former
+    is never slower."""
+    state, spec, targets = one_slow_rank_case()
+    problem = _problem(state, spec, targets=targets, tp=4, live=1)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    few = pack_trees(problem, strong.live_nodes, max_rounds=40)
+    every = pack_trees(problem, strong.live_nodes, max_rounds=40, widths=None)
+    assert few is not None and every is not None
+    value = lambda built: max(built.ready_at_s.values())  # noqa: E731
+    assert value(every) <= value(few) * (1 + 1e-12)
+    plan = _plan(problem, every, strong.bound_s)
+    assert validate_multicast(state, plan) == ()
+    assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("index", range(1, len(tiny_cases()), 2))
+def test_every_optimal_exact_plan_meets_an_independent_check(index: int) -> None:
+    """An OPTIMAL exact plan sits on its reported bound; that bound is checked against what
+    nothing in the exact method computes: 150 random plans anywhere in the plan space (none is
+    faster than the OPTIMAL plan) and the cut bounds (never above the plan). A FEASIBLE one
+    reports a bound below its objective."""
+    state, spec, options = tiny_cases()[index]
+    exact = plan_multicast(state, spec, method="exact", chunk_bytes=4 * MIB, **options)
+    assert validate_multicast(state, exact) == ()
+    problem = _problem(state, spec, **options)
+    assert exact.objective_s >= lower_bound(problem, "all_ready") * (1 - 1e-9)
+    if exact.status is not SolveStatus.OPTIMAL:
+        assert exact.lower_bound_s < exact.objective_s
+        return
+    assert exact.objective_s <= exact.lower_bound_s * (1 + 1e-9)
+    rng = random.Random(1000 + index)
+    for _ in range(150):
+        built = random_plan(problem, rng)
+        if built is not None:
+            assert max(built.ready_at_s.values()) >= exact.objective_s * (1 - 1e-9)
+
+
+def test_a_packing_tree_may_start_at_several_holders() -> None:
+    """Two hosts, each with its own decode source and one new GPU: every stripe reaches each new
+    GPU from the source of its own host over NVLink (a forest), never over the NICs, within 5%
+    of the overlay bound (one tree from one holder would cross a 12.5 GB/s NIC)."""
+    spec = load_model(PROPERTY_MODEL)
+    host = nvswitch_host(
+        "h100", gpus=2, nic_bytes_per_s=NIC, host_to_gpu_bytes_per_s=NIC, dram_bytes=64 * GIB
+    )
+    state = ClusterState(build_cluster(host, hosts=2), models=[spec])
+    for h in range(2):
+        state.add_instance(spec, gpus=[f"h{h}/gpu1"], role="decode")
+    targets = [["h0/gpu0"], ["h1/gpu0"]]
+    problem = _problem(state, spec, targets=targets, tp=1, live=0)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    packed = pack_trees(problem, strong.live_nodes, max_rounds=40, widths=None)
+    assert packed is not None
+    plan = _plan(problem, packed, strong.bound_s)
+    assert validate_multicast(state, plan) == ()
+    topo = state.topology
+    assert all(topo.host_of(lane.holder) == topo.host_of(lane.dst) for lane in plan.lanes)
+    assert strong.bound_s <= plan.objective_s <= strong.bound_s * 1.05

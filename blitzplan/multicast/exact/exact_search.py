@@ -188,7 +188,9 @@ def exact_plan(
     packed = None
     if strong is not None:
         share = 0.6 * limit - (time.perf_counter() - began)
-        packed = pack_trees(problem, strong.live_nodes, time_limit_s=max(0.05 * limit, share))
+        packed = pack_trees(
+            problem, strong.live_nodes, time_limit_s=max(0.05 * limit, share), widths=None
+        )
     spent = time.perf_counter() - began
     left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
     built = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
@@ -200,11 +202,6 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
     return built, bound
-
-
-DEFAULT_LIMIT_S = 30.0
-"""Without a time limit, the overlay program and the tree packing still stop after a share of
-this (the search of the greedy's decisions then runs to its end)."""
 
 
 DEFAULT_LIMIT_S = 30.0

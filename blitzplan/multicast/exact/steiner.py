@@ -4,7 +4,8 @@ A tree carries a stripe of one rank from holders of the whole rank to every inst
 rank over overlay arcs (each on one lane route); its price is the sum of its routes' edge prices.
 Dreyfus-Wagner over the rank's instance GPUs (at most eight per rank in practice: ``3^k`` steps)
 on all-pairs shortest paths of the overlay finds the cheapest; relays and other instance GPUs of
-the rank are the Steiner nodes.
+the rank are the Steiner nodes. A virtual root with a free arc to every holder of the whole rank
+lets the tree be a forest (parts fed by different holders).
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ class RankGraph:
 
 def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree | None:
     """The tree of the graph's rank of least total price (its arcs' routes' prices), exactly:
-    Dreyfus-Wagner over the rank's instance GPUs on the overlay's shortest paths."""
+    Dreyfus-Wagner over the rank's instance GPUs on the overlay's shortest paths, from a
+    virtual root with a free arc to every holder of the whole rank, so a "tree" may be a forest
+    whose parts start at different holders (a stripe fed to one host by its own source and to
+    another host by another)."""
     if not graph.complete:
         return None
     n = graph.n
@@ -75,19 +79,19 @@ def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree
     order = np.lexsort((costs, graph.u * n + graph.v))
     pair = (graph.u * n + graph.v)[order]
     first = order[np.r_[True, pair[1:] != pair[:-1]]]
-    cost = np.full((n, n), math.inf)
-    pick = np.full((n, n), -1, dtype=int)
+    cost = np.full((n + 1, n + 1), math.inf)  # node n: a virtual root over every holder
+    pick = np.full((n + 1, n + 1), -1, dtype=int)
     cost[graph.u[first], graph.v[first]] = costs[first]
     pick[graph.u[first], graph.v[first]] = graph.arcs[first]
+    cost[n, graph.roots] = 0.0
     dist, hop = _shortest(cost)
     best, split, via = _dreyfus_wagner(dist, graph.terminals)
     full = (1 << len(graph.terminals)) - 1
-    root = min(graph.roots, key=lambda v: best[full][v])
-    if not math.isfinite(best[full][root]):
+    if not math.isfinite(best[full][n]):
         return None
     parent: dict[int, int] = {}
-    _unfold(full, root, split, via, (hop, pick), parent, {root})
-    chosen = tuple(sorted(parent.values()))
+    _unfold(full, n, split, via, (hop, pick), parent, {n})
+    chosen = tuple(sorted(a for a in parent.values() if a >= 0))
     load: dict[int, float] = {}
     for a in chosen:
         for e in overlay.arcs[a].edges:

@@ -20,7 +20,7 @@ times it (chunks, latency, startup).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +45,8 @@ PACK_ROUNDS = 40
 """Pricing rounds of the greedy's tree packing, divided by the TP degree (each round prices
 every rank; a count, so equal input gives an identical plan)."""
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
-"""Trees per rank the final packings keep (the widest ones), besides all of them."""
+"""Trees per rank the greedy's final packings keep (the widest ones), besides all of them; the
+exact method tries every count (``widths=None``)."""
 _SCALE = 1e9
 
 
@@ -129,11 +130,15 @@ def pack_trees(
     *,
     time_limit_s: float | None = None,
     max_rounds: int = MAX_ROUNDS,
+    widths: Sequence[int] | None = WIDTHS,
 ) -> Built | None:
     """The plan of the best tree packing found in ``max_rounds`` pricing rounds (and within
     ``time_limit_s``; None: no clock, so equal input gives an identical plan), the target
     nodes ``live`` holding the live instances; None when some instance GPU cannot be reached
-    that way or those nodes cannot hold ``live`` instances."""
+    that way or those nodes cannot hold ``live`` instances. ``widths``: the tree counts per
+    rank the final plans keep (:func:`_subsets`; None, the exact method: every count, ranked
+    two ways, and the best three rebalanced by :func:`_balanced`). With a time limit, counts
+    past it are skipped (the first and the last still tried)."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -169,34 +174,120 @@ def pack_trees(
         solution = _master(overlay, trees, problem.tp)
     if solution is None:
         return None
-    return _best_subset(problem, overlay, trees, solution[1], live)
+    deadline = None if time_limit_s is None else began + time_limit_s
+    rankings = [_by_rate] if widths is not None else [_by_rate, _by_rate_per_hop]
+    tried: list[tuple[float, list[Tree], Built]] = []
+    for ranking in rankings:
+        tried += _subsets(problem, overlay, trees, solution[1], live, ranking, widths, deadline)
+    if not tried:
+        return None
+    tried.sort(key=lambda item: item[0])
+    best = tried[0][2]
+    if widths is None:  # the exact method: trade a little rate for fewer slow hops
+        for _, subset, _ in tried[:BALANCED]:
+            for give in GIVE:
+                if deadline is not None and time.perf_counter() > deadline:
+                    return best
+                built = _balanced(problem, overlay, subset, live, give)
+                if built is not None and _value(built) < _value(best):
+                    best = built
+    return best
 
 
-def _best_subset(
+BALANCED = 3
+"""The exact method rebalances the rates of this many of its best packings."""
+GIVE = (0.0, 0.005, 0.02, 0.05)
+"""Fractions of the packing's rate the rebalanced packings give up for their slowest tree."""
+
+
+def _depth(overlay: Overlay, tree: Tree) -> int:
+    """The most lanes a byte of the tree crosses from its holder to an instance GPU."""
+    parent = {overlay.arcs[a].dst: overlay.senders[overlay.arcs[a].sender].name for a in tree.arcs}
+    deepest = 0
+    for node in parent:
+        hops, at = 0, node
+        while at in parent and hops <= len(parent):
+            at, hops = parent[at], hops + 1
+        deepest = max(deepest, hops)
+    return deepest
+
+
+def _balanced(
+    problem: Problem, overlay: Overlay, trees: list[Tree], live: frozenset[int], give: float
+) -> Built | None:
+    """The packing of ``trees`` at ``1 - give`` of its best rate whose slowest tree per hop is
+    fastest: a hop of a tree costs its lanes about a chunk at the tree's rate, which the master
+    program leaves out (a linear program: maximise ``z`` with ``y_tau >= depth_tau * z``)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    solved = _master(overlay, trees, problem.tp)
+    if solved is None or solved[0] <= 0:
+        return None
+    target = solved[0] * (1 - give)
+    tp, n = problem.tp, len(trees) + 1
+    rows, cols, vals = [], [], []
+    for t, tree in enumerate(trees):
+        rows += [tree.rank, tp + len(overlay.edges) + t, tp + len(overlay.edges) + t]
+        cols += [t + 1, t + 1, 0]
+        vals += [-1.0, -1.0, float(_depth(overlay, tree))]
+        for e, count in tree.load.items():
+            rows.append(tp + e)
+            cols.append(t + 1)
+            vals.append(count)
+    shape = (tp + len(overlay.edges) + len(trees), n)
+    matrix = csr_matrix((vals, (rows, cols)), shape=shape)
+    bounds = np.concatenate([np.full(tp, -target), overlay.capacity, np.zeros(len(trees))])
+    cost = np.zeros(n)
+    cost[0] = -1.0
+    result = linprog(cost, A_ub=matrix, b_ub=bounds, bounds=(0, None), method="highs")
+    if result.status != 0:
+        return None
+    return _plan(problem, overlay, trees, np.asarray(result.x[1:]), live)
+
+
+def _by_rate(tree: Tree, rate: float) -> float:
+    return -rate
+
+
+def _by_rate_per_hop(tree: Tree, rate: float) -> float:
+    """Wide and shallow first: each hop of a tree costs its lanes a chunk at the tree's rate."""
+    return -rate / len(tree.arcs)
+
+
+def _subsets(
     problem: Problem,
     overlay: Overlay,
     trees: list[Tree],
     rates: np.ndarray,
     live: frozenset[int],
-) -> Built | None:
-    """The best plan under the cost model among the packings of the ``k`` widest trees per
-    rank, ``k`` growing: fewer, wider stripes lose less to each hop's chunk (the program
-    leaves that time out)."""
+    ranking: Callable[[Tree, float], float],
+    widths: Sequence[int] | None,
+    deadline: float | None,
+) -> list[tuple[float, list[Tree], Built]]:
+    """Plans under the cost model of the packings of the first ``k`` trees per rank in
+    ``ranking`` (the widest first: fewer, wider stripes lose less to each hop's chunk, which
+    the program leaves out), ``k`` in ``widths`` (None: every count) and all of them, with each
+    plan's value and trees. After ``deadline``, only the first and the last count are tried."""
     by_rank: list[list[int]] = [[] for _ in range(problem.tp)]
-    for t in sorted(range(len(trees)), key=lambda t: -rates[t]):
+    for t in sorted(range(len(trees)), key=lambda t: ranking(trees[t], float(rates[t]))):
         if rates[t] > 1e-9:
             by_rank[trees[t].rank].append(t)
     widest = max(len(ts) for ts in by_rank)
-    best: Built | None = None
-    for k in sorted({w for w in WIDTHS if w < widest} | {widest}):
+    counts = range(1, widest + 1) if widths is None else [w for w in widths if w < widest]
+    ordered = sorted({*counts, widest})
+    out = []
+    for k in ordered:
+        late = deadline is not None and time.perf_counter() > deadline
+        if late and k not in (ordered[0], widest):
+            continue
         subset = [trees[t] for ts in by_rank for t in ts[:k]]
         solved = _master(overlay, subset, problem.tp)
         if solved is None:
             continue
         built = _plan(problem, overlay, subset, solved[1], live)
-        if best is None or _value(built) < _value(best):
-            best = built
-    return best
+        out.append((_value(built), subset, built))
+    return out
 
 
 def _value(built: Built) -> float:
