@@ -187,7 +187,16 @@ def _same_schedule(schedule: Schedule, split: list[int], completion: list[float]
     assert tuple(completion) == pytest.approx(schedule.completion_s, abs=1e-9)
 
 
+# at 2.5 the old instance frees, the new one ends batch 2's layer 1 and layer 5 arrives: O
+# declines batch 2 (a tie), then N starts batch 1's last layer; the coordinator asked the policy
+# again at its next idle wake-up (2.6) and the hand-off rule, now true, moved batch 2 to O
+WAKE = LiveScalingInstance(
+    (0, 0, 0, 0, 2.5), (0, 0, 0), (0.5,) * 3, (0.5,) * 3, (0, 0, 0), old_free_at_s=0.0
+)
+
+
 @given(case=instances())
+@example(case=(WAKE, WAKE.fleet()))
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_the_loop_and_the_simulator_drive_the_same_machine(
     name: str, case: tuple[LiveScalingInstance, Fleet]
@@ -215,6 +224,7 @@ TIE = LiveScalingInstance(
 
 @given(case=instances(fleets=False))
 @example(case=(TIE, TIE.fleet()))
+@example(case=(WAKE, WAKE.fleet()))
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_the_loop_and_the_coordinator_drive_the_same_machine(
     name: str, case: tuple[LiveScalingInstance, Fleet]

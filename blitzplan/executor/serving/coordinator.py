@@ -4,6 +4,11 @@ Like the offline loop and the simulator, it holds a :class:`~blitzplan.live.rela
 asks the policy what each idle instance runs next, sends it to the instance's process and feeds
 the state what the processes measure (``set_loaded``, ``end_layers``, ``end_block``). Events
 that arrive together are decided on together.
+
+It asks the policy only where the loop would: when the state changed (an operation ended, a
+layer became usable) or something fell due (a release, an old instance freed of earlier work).
+A wake-up with nothing new only watches the processes: a time-dependent rule (ZigZag's hand-off)
+asked again later in the same state would decide on the polling period, not the protocol.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class Coordinator:
         self.new_ops: list[NewOp] = []
         self.old_ops: list[OldOp] = []
         self.t0 = 0.0
+        self._changed = True  # the state changed (or is new) since the policy was last asked
+        self._due_s: float | None = None  # the next thing due, as of the last decision
 
     @property
     def split(self) -> list[int]:
@@ -77,9 +84,13 @@ class Coordinator:
                 event = self.workers.next_event(0.0)
             if self.relay.finished == self.relay.num_batches:
                 return
-            self.advance(self.now())
-            for op in self.relay.decide(self.policy):
-                self.dispatch(op)
+            now = self.now()
+            self.advance(now)
+            if self._changed or (self._due_s is not None and now >= self._due_s):
+                self._changed = False
+                for op in self.relay.decide(self.policy):
+                    self.dispatch(op)
+                self._due_s = self.relay.next_due_s()
             event = self.workers.next_event(self._wait_s())
             if event is not None:
                 heard = self.clock()
@@ -103,7 +114,9 @@ class Coordinator:
             if loaded + 1 == relay.num_layers and here[-1] is None:
                 break
             loaded += 1
-        relay.set_loaded(0, loaded)
+        if loaded != relay.loaded[0]:
+            relay.set_loaded(0, loaded)
+            self._changed = True
 
     def dispatch(self, op: Started) -> None:
         """Send a started operation to its process."""
@@ -128,11 +141,13 @@ class Coordinator:
                 raise BlitzplanError(
                     f"the new instance finished batch {batch}, which it was not running"
                 )
+            self._changed = True
             if self.relay.end_layers(0, at_s=end) == DONE:
                 self._logits(batch, logits)
         elif event.kind == "old_done":
             batch, start, end, logits = event.data
             self.old_ops.append(OldOp(batch, self.relay.split[batch] + 1, start, end, 0))
+            self._changed = True
             self.relay.end_block(0, at_s=end)
             self._logits(batch, logits)
 
