@@ -34,7 +34,7 @@ class Flow:
         cap = self.max_bytes_per_s
         if (
             type(cap) is float
-            and MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S
+            and (MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S or cap == math.inf)
             and _distinct(self.edges)
         ):
             return  # the common case, checked quickly

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
+from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode
 from blitzplan.topologies import Edge, Flow, Topology
 
 __all__ = ["PlanBuilder", "lane_edges", "lane_route"]
@@ -171,8 +171,8 @@ class PlanBuilder:
         deps: list[int] | None = None,
     ) -> Lane:
         exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
-        lane = built(
-            Lane,
+        lane = object.__new__(Lane)  # as built(Lane, ...) makes it, without its field check
+        lane.__dict__.update(
             flow=len(self.lanes),
             sender=sender,
             receiver=receiver,
@@ -185,7 +185,8 @@ class PlanBuilder:
             gather=gather,
         )
         self.lanes.append(lane)
-        pace = max(pace, MIN_BYTES_PER_S)  # a sliver's pace: any cap above it is as good
+        if pace < MIN_BYTES_PER_S:  # a sliver's pace: any cap above it is as good
+            pace = MIN_BYTES_PER_S
         self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))
         self.flow_phase.append(phase)
         self.flow_latency_s.append(latency)
