@@ -89,7 +89,8 @@ class Ports:
         return [(s, r) for s, r in self.local_into.get(node, []) if s in available]
 
     def leaves_out(self, node: int) -> frozenset[str]:
-        return self._leaves(node, self.out, "out")
+        found = self.leaf_sets.get((node, "out"))  # a sort key of the allocation: kept
+        return self._leaves(node, self.out, "out") if found is None else found
 
     def leaves_in(self, node: int) -> frozenset[str]:
         return self._leaves(node, self.into, "in")
