@@ -12,6 +12,7 @@ from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode
 from blitzplan.topologies import Edge, Flow, Topology
+from blitzplan.topologies.fairshare import quick_flow
 
 __all__ = ["PlanBuilder", "lane_edges", "lane_route"]
 
@@ -187,7 +188,7 @@ class PlanBuilder:
         self.lanes.append(lane)
         if pace < MIN_BYTES_PER_S:  # a sliver's pace: any cap above it is as good
             pace = MIN_BYTES_PER_S
-        self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))
+        self.flows.append(quick_flow(edges, pace, f"{holder}->{dst}"))
         self.flow_phase.append(phase)
         self.flow_latency_s.append(latency)
         self.hop_of_lane.append(hop)
