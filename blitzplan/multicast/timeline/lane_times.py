@@ -212,7 +212,9 @@ def _need_matrix(
 ) -> np.ndarray:
     """Bytes of each unit each lane carries (0 for units its receiver already has)."""
     shard = np.asarray(unit_bytes, dtype=float)
-    scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
+    scale = np.array(
+        [(lane.hi - lane.lo) * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes]
+    )
     need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
     into: dict[int, list[int]] = {}  # lanes into each receiver that has units from before
     for f, lane in enumerate(lanes):
