@@ -160,18 +160,26 @@ def run_lanes(
         times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
         arrival[idx] = times
         end[idx] = times.max(axis=1) if units else start
-    hop_arrival = tuple(
-        tuple(arrival[[lane.flow for lane in hop.lanes]].max(axis=0).tolist()) if hop.lanes else ()
-        for hop in hops
-    )
     return Timeline(
         tuple(rates),
         arrival,
-        hop_arrival,
+        _hop_arrival(hops, arrival),
         _ready(lanes, nodes, instances, arrival),
         starts,
         tuple(map(tuple, deps)),
     )
+
+
+def _hop_arrival(hops: Sequence[Hop], arrival: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    """Per hop: the latest arrival of each unit over its lanes (``()`` for a hop without
+    lanes), every hop in one ``reduceat``."""
+    sent = [hop for hop in hops if hop.lanes]
+    if not sent:
+        return tuple(() for _ in hops)
+    flat = np.fromiter((lane.flow for hop in sent for lane in hop.lanes), dtype=np.intp)
+    starts = np.cumsum([0] + [len(hop.lanes) for hop in sent[:-1]])
+    latest = iter(np.maximum.reduceat(arrival[flat], starts, axis=0).tolist())
+    return tuple(tuple(next(latest)) if hop.lanes else () for hop in hops)
 
 
 def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
