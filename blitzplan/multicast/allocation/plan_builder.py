@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
-from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode
+from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
 from blitzplan.topologies import Edge, Flow, Topology
 from blitzplan.topologies.fairshare import quick_flow
 
@@ -72,7 +72,10 @@ class PlanBuilder:
     """Each hop's id by ``(sender, receiver, phase)``."""
 
     def add_node(self, node: PlanNode) -> int:
-        node = PlanNode(**{**node.__dict__, "id": len(self.nodes)})
+        """Add ``node`` with its position as its id (the node itself when that is its id: it
+        is frozen; else a copy)."""
+        if node.id != len(self.nodes):
+            node = built(PlanNode, **{**node.__dict__, "id": len(self.nodes)})
         self.nodes.append(node)
         return node.id
 
