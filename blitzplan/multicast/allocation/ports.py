@@ -157,21 +157,26 @@ def _nic_ports(
     return {nic: rate for nic, rate in found.items() if rate > 0}
 
 
+_PortRoute = tuple[str, str, tuple[tuple[str, str], ...]]
+"""A port's NIC, its leaf, and the edges whose least residual is the port's rate."""
+
+
 def _port_route(
     topo: Topology, member: str, memory: str | None, outgoing: bool
-) -> tuple[str, str, tuple[tuple[str, str], ...]] | None:
+) -> _PortRoute | None:
     """``(nic, leaf, edges)`` of one port of ``member`` (None: its NIC reaches no leaf): the
     NIC's link to its leaf (or from it, ``outgoing=False``) first, then the host path between
     the NIC and the member (or ``memory``, for a host NIC sending a memory holder's bytes);
     the rate is the least residual over the edges. Kept per topology, whose routes never
     change."""
+    cache: dict[tuple[str, str | None, bool], _PortRoute | None]
     cache = topo.memo.setdefault("port_routes", {})
     key = (member, memory, outgoing)
     if key in cache:
         return cache[key]
     nic = member if topo.kind(member) == "nic" else topo.nic_of(member)
     leaf = topo.leaf_of_nic(nic)
-    found: tuple[str, str, tuple[tuple[str, str], ...]] | None = None
+    found: _PortRoute | None = None
     if leaf is not None:
         if outgoing:
             start = memory if topo.kind(member) == "nic" and memory else member
