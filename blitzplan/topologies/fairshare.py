@@ -151,12 +151,11 @@ def _components(flows: Sequence[Flow]) -> list[list[int]]:
     owner: dict[Edge, int] = {}
     for i, flow in enumerate(flows):
         for edge in flow.edges:
-            if edge in owner:
-                a, b = find(owner[edge]), find(i)
+            first = owner.setdefault(edge, i)
+            if first != i:
+                a, b = find(first), find(i)
                 if a != b:
                     parent[max(a, b)] = min(a, b)
-            else:
-                owner[edge] = i
     groups: dict[int, list[int]] = {}
     for i in range(len(flows)):
         groups.setdefault(find(i), []).append(i)
@@ -164,38 +163,29 @@ def _components(flows: Sequence[Flow]) -> list[list[int]]:
 
 
 def _fill(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> list[float]:
-    """Progressive filling of one group of flows: every round, each active flow gains the least
-    of the edges' equal shares and the flows' headrooms; flows at their caps or on a full edge
-    stop. Each edge's count of active flows is kept as they stop (not recounted per round)."""
+    """Progressive filling of one group of flows."""
     if _caps_fit(flows, capacity):
         return [flow.max_bytes_per_s for flow in flows]
     rates = [0.0] * len(flows)
     remaining = {edge: float(capacity[edge]) for flow in flows for edge in flow.edges}
-    users: dict[Edge, list[int]] = {}
-    for i, flow in enumerate(flows):
-        for edge in flow.edges:
-            users.setdefault(edge, []).append(i)
-    count = {edge: len(ids) for edge, ids in users.items()}
     active = set(range(len(flows)))
     while active:
-        edge_share = {edge: remaining[edge] / c for edge, c in count.items()}
+        users: dict[Edge, list[int]] = {}
+        for i in sorted(active):
+            for edge in flows[i].edges:
+                users.setdefault(edge, []).append(i)
+        edge_share = {edge: remaining[edge] / len(ids) for edge, ids in users.items()}
         headroom = {i: flows[i].max_bytes_per_s - rates[i] for i in active}
         step = max(0.0, min(min(edge_share.values()), min(headroom.values())))
         limit = step * (1 + _REL_TOL)
+        full = {edge for edge, share in edge_share.items() if share <= limit}
         frozen = {i for i in active if headroom[i] <= limit}
-        for edge, share in edge_share.items():
-            if share <= limit:  # full: its active flows stop
-                frozen.update(i for i in users[edge] if i in active)
+        frozen.update(i for edge in full for i in users[edge])
         for i in active:
             rates[i] += step
-        for edge, c in count.items():
-            remaining[edge] -= step * c
+        for edge, ids in users.items():
+            remaining[edge] -= step * len(ids)
         active -= frozen
-        for i in frozen:
-            for edge in flows[i].edges:
-                count[edge] -= 1
-                if not count[edge]:
-                    del count[edge]
     return rates
 
 
