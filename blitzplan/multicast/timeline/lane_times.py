@@ -326,9 +326,8 @@ def _ready(
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         got[key[first]] = np.maximum.reduceat(arrival[row], first, axis=0)
     done = np.where(present, 0.0, np.where(got > 0, got, math.inf))
-    ready: dict[str, tuple[float, ...]] = {}
-    at = 0
-    for inst in instances:
-        ready[inst.name] = tuple(done[at : at + len(inst.gpus)].max(axis=0).tolist())
-        at += len(inst.gpus)
-    return ready
+    if not instances:
+        return {}
+    starts = np.cumsum([0] + [len(inst.gpus) for inst in instances[:-1]])
+    latest = np.maximum.reduceat(done, starts, axis=0).tolist()  # per instance, over its GPUs
+    return {inst.name: tuple(row) for inst, row in zip(instances, latest, strict=True)}
