@@ -151,7 +151,11 @@ def _nic_ports(
         if routed is None:
             continue
         nic, leaf, edges = routed
-        rate = min((residual.get(e, 0.0) for e in edges), default=math.inf)
+        rate = math.inf  # the least residual over the port's edges
+        for edge in edges:
+            left = residual.get(edge, 0.0)
+            if left < rate:
+                rate = left
         leaf_of[nic] = leaf
         found[nic] = max(found.get(nic, 0.0), rate)
     return {nic: rate for nic, rate in found.items() if rate > 0}
