@@ -16,6 +16,7 @@ from blitzplan.topologies import (
     max_min_fair_share,
     pcie_host,
 )
+from blitzplan.topologies.fairshare import quick_flow
 from blitzplan.units import GBPS
 from tests.strategies import random_cluster
 
@@ -150,3 +151,18 @@ def test_certificate_rejects_unfair_and_infeasible_rates() -> None:
         check_max_min_fair(flows, {link: 100.0}, (30.0, 70.0))
     with pytest.raises(AssertionError):
         check_max_min_fair(flows, {link: 100.0}, (60.0, 60.0))
+
+
+def test_quick_flow_is_the_flow_and_keeps_its_checks() -> None:
+    edges = (("a", "b"), ("b", "c"))
+    for cap in (math.inf, 1e9, 1.0):
+        made = quick_flow(edges, cap, "x")
+        assert made == Flow(edges, cap, "x")
+        assert hash(made) == hash(Flow(edges, cap, "x"))
+        assert (made.edges, made.max_bytes_per_s, made.name) == (edges, cap, "x")
+    with pytest.raises(InvalidInputError, match="crosses an edge twice"):
+        quick_flow((("a", "b"), ("a", "b")), 1e9, "x")
+    with pytest.raises(InvalidInputError, match="max_bytes_per_s"):
+        quick_flow(edges, 0.5, "x")
+    with pytest.raises(InvalidInputError, match="at least one edge"):
+        quick_flow((), math.inf, "x")

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from blitzplan._checks import MAX_BYTES_PER_S, MIN_BYTES_PER_S, is_number
 from blitzplan.errors import InvalidInputError
 
-__all__ = ["Edge", "Flow", "fair_share_after", "max_min_fair_share", "residual_after"]
+__all__ = [
+    "Edge",
+    "Flow",
+    "fair_share_after",
+    "max_min_fair_share",
+    "quick_flow",
+    "residual_after",
+]
 
 Edge = tuple[str, str]
 """A directed edge ``(src, dst)`` of a topology graph."""
@@ -34,7 +41,7 @@ class Flow:
         cap = self.max_bytes_per_s
         if (
             type(cap) is float
-            and MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S
+            and (MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S or cap == math.inf)
             and _distinct(self.edges)
         ):
             return  # the common case, checked quickly
@@ -50,6 +57,23 @@ class Flow:
             )
         if len(set(self.edges)) != len(self.edges):
             raise InvalidInputError(f"flow {self.name!r} crosses an edge twice: {self.edges!r}")
+
+
+def quick_flow(edges: tuple[Edge, ...], max_bytes_per_s: float, name: str) -> Flow:
+    """``Flow(edges, max_bytes_per_s, name)``, without the frozen dataclass's generated
+    ``__init__`` when the quick check passes (the planners build thousands of lanes' flows per
+    call); any other flow goes through ``Flow`` and its checks."""
+    cap = max_bytes_per_s
+    if (
+        type(cap) is float
+        and (MIN_BYTES_PER_S <= cap <= MAX_BYTES_PER_S or cap == math.inf)
+        and type(edges) is tuple
+        and _distinct(edges)
+    ):
+        flow = object.__new__(Flow)
+        flow.__dict__.update(edges=edges, max_bytes_per_s=cap, name=name)
+        return flow
+    return Flow(edges, max_bytes_per_s, name)
 
 
 def _distinct(edges: tuple[Edge, ...]) -> bool:
@@ -127,12 +151,11 @@ def _components(flows: Sequence[Flow]) -> list[list[int]]:
     owner: dict[Edge, int] = {}
     for i, flow in enumerate(flows):
         for edge in flow.edges:
-            if edge in owner:
-                a, b = find(owner[edge]), find(i)
+            first = owner.setdefault(edge, i)
+            if first != i:
+                a, b = find(first), find(i)
                 if a != b:
                     parent[max(a, b)] = min(a, b)
-            else:
-                owner[edge] = i
     groups: dict[int, list[int]] = {}
     for i in range(len(flows)):
         groups.setdefault(find(i), []).append(i)

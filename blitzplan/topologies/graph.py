@@ -145,8 +145,11 @@ class Topology:
 
     def nic_of(self, gpu: str) -> str:
         """The NIC ``gpu`` sends and receives network traffic through (its rail)."""
-        self._gpu(gpu)
-        return self._nic_of[gpu]
+        found = self._nic_of.get(gpu)  # only GPUs are keys: a hit needs no check
+        if found is None:
+            self._gpu(gpu)
+            return self._nic_of[gpu]
+        return found
 
     def nics_of_host(self, host: str) -> list[str]:
         return [n for n in self._host_nodes(host) if self.graph.nodes[n]["kind"] == "nic"]
@@ -157,8 +160,10 @@ class Topology:
 
     def leaf_of_nic(self, nic: str) -> str | None:
         """The leaf switch a NIC connects to, or ``None``."""
-        self._node(nic)
-        return self._leaf_by_nic.get(nic)
+        found = self._leaf_by_nic.get(nic)  # only nodes are keys: a hit needs no check
+        if found is None:
+            self._node(nic)
+        return found
 
     @cached_property
     def _leaf_by_nic(self) -> dict[str, str]:

@@ -71,13 +71,14 @@ def _entry_weights(
     topo = problem.topology
     members = node.gpus + node.relays
     share_net = sum(f for _, f in network)
+    nic_of = {g: topo.nic_of(g) for g in members}
     sharing: dict[str, int] = {}
-    for g in members:
-        sharing[topo.nic_of(g)] = sharing.get(topo.nic_of(g), 0) + 1
+    for nic in nic_of.values():
+        sharing[nic] = sharing.get(nic, 0) + 1
     into = port.into.get(j, {})
     net = {
-        g: into.get(topo.nic_of(g), 0.0) / sharing[topo.nic_of(g)]
-        if any(port.reaches_nic(s, topo.nic_of(g)) for s, _ in network)
+        g: into.get(nic_of[g], 0.0) / sharing[nic_of[g]]
+        if any(port.reaches_nic(s, nic_of[g]) for s, _ in network)
         else 0.0
         for g in members
     }

@@ -12,6 +12,7 @@ from blitzplan._checks import MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
 from blitzplan.topologies import Edge, Flow, Topology
+from blitzplan.topologies.fairshare import quick_flow
 
 __all__ = ["PlanBuilder", "lane_edges", "lane_route"]
 
@@ -71,7 +72,10 @@ class PlanBuilder:
     """Each hop's id by ``(sender, receiver, phase)``."""
 
     def add_node(self, node: PlanNode) -> int:
-        node = PlanNode(**{**node.__dict__, "id": len(self.nodes)})
+        """Add ``node`` with its position as its id (the node itself when that is its id: it
+        is frozen; else a copy)."""
+        if node.id != len(self.nodes):
+            node = built(PlanNode, **{**node.__dict__, "id": len(self.nodes)})
         self.nodes.append(node)
         return node.id
 
@@ -171,8 +175,8 @@ class PlanBuilder:
         deps: list[int] | None = None,
     ) -> Lane:
         exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
-        lane = built(
-            Lane,
+        lane = object.__new__(Lane)  # as built(Lane, ...) makes it, without its field check
+        lane.__dict__.update(
             flow=len(self.lanes),
             sender=sender,
             receiver=receiver,
@@ -185,8 +189,9 @@ class PlanBuilder:
             gather=gather,
         )
         self.lanes.append(lane)
-        pace = max(pace, MIN_BYTES_PER_S)  # a sliver's pace: any cap above it is as good
-        self.flows.append(Flow(edges, pace, name=f"{holder}->{dst}"))
+        if pace < MIN_BYTES_PER_S:  # a sliver's pace: any cap above it is as good
+            pace = MIN_BYTES_PER_S
+        self.flows.append(quick_flow(edges, pace, f"{holder}->{dst}"))
         self.flow_phase.append(phase)
         self.flow_latency_s.append(latency)
         self.hop_of_lane.append(hop)

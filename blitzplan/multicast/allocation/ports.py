@@ -89,7 +89,8 @@ class Ports:
         return [(s, r) for s, r in self.local_into.get(node, []) if s in available]
 
     def leaves_out(self, node: int) -> frozenset[str]:
-        return self._leaves(node, self.out, "out")
+        found = self.leaf_sets.get((node, "out"))  # a sort key of the allocation: kept
+        return self._leaves(node, self.out, "out") if found is None else found
 
     def leaves_in(self, node: int) -> frozenset[str]:
         return self._leaves(node, self.into, "in")
@@ -142,22 +143,53 @@ def _nic_ports(
     problem: Problem, node: PlanNode, leaf_of: dict[str, str], *, outgoing: bool
 ) -> dict[str, float]:
     topo = problem.topology
+    residual = problem.residual
     found: dict[str, float] = {}
     members = node.exits if outgoing else node.gpus + node.relays
     for member in members:
-        nic = member if topo.kind(member) == "nic" else topo.nic_of(member)
-        leaf = topo.leaf_of_nic(nic)
-        if leaf is None:
+        routed = _port_route(topo, member, node.memory if outgoing else None, outgoing)
+        if routed is None:
             continue
-        if outgoing:
-            start = node.memory if topo.kind(member) == "nic" and node.memory else member
-            inside = topo.path_edges(start, nic) if start != nic else ()
-            rate = min(_rate(problem, ((nic, leaf),)), _rate(problem, inside))
-        else:
-            rate = min(_rate(problem, ((leaf, nic),)), _rate(problem, topo.path_edges(nic, member)))
+        nic, leaf, edges = routed
+        rate = math.inf  # the least residual over the port's edges
+        for edge in edges:
+            left = residual.get(edge, 0.0)
+            if left < rate:
+                rate = left
         leaf_of[nic] = leaf
         found[nic] = max(found.get(nic, 0.0), rate)
     return {nic: rate for nic, rate in found.items() if rate > 0}
+
+
+_PortRoute = tuple[str, str, tuple[tuple[str, str], ...]]
+"""A port's NIC, its leaf, and the edges whose least residual is the port's rate."""
+
+
+def _port_route(
+    topo: Topology, member: str, memory: str | None, outgoing: bool
+) -> _PortRoute | None:
+    """``(nic, leaf, edges)`` of one port of ``member`` (None: its NIC reaches no leaf): the
+    NIC's link to its leaf (or from it, ``outgoing=False``) first, then the host path between
+    the NIC and the member (or ``memory``, for a host NIC sending a memory holder's bytes);
+    the rate is the least residual over the edges. Kept per topology, whose routes never
+    change."""
+    cache: dict[tuple[str, str | None, bool], _PortRoute | None]
+    cache = topo.memo.setdefault("port_routes", {})
+    key = (member, memory, outgoing)
+    if key in cache:
+        return cache[key]
+    nic = member if topo.kind(member) == "nic" else topo.nic_of(member)
+    leaf = topo.leaf_of_nic(nic)
+    found: _PortRoute | None = None
+    if leaf is not None:
+        if outgoing:
+            start = memory if topo.kind(member) == "nic" and memory else member
+            inside = tuple(topo.path_edges(start, nic)) if start != nic else ()
+            found = (nic, leaf, ((nic, leaf), *inside))
+        else:
+            found = (nic, leaf, ((leaf, nic), *topo.path_edges(nic, member)))
+    cache[key] = found
+    return found
 
 
 def _local_routes(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> None:

@@ -33,7 +33,8 @@ from blitzplan.multicast.allocation.ports import Ports
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup.holdings import TOLERANCE, holder_segments, overlap
 from blitzplan.multicast.setup.problem import Problem
-from blitzplan.topologies import Edge, Flow, Topology
+from blitzplan.topologies import Edge, Topology
+from blitzplan.topologies.fairshare import quick_flow
 
 __all__ = ["build_lanes", "relax_paces"]
 
@@ -330,4 +331,4 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
             continue
         for edge in flow.edges:
             load[edge] += extra
-        flows[lane.flow] = Flow(flow.edges, pace + extra, flow.name)
+        flows[lane.flow] = quick_flow(flow.edges, pace + extra, flow.name)

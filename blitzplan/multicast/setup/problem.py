@@ -226,7 +226,7 @@ def _delivered(
         raise InvalidInputError(f"delivered names unknown instance(s) {sorted(unknown)!r}")
     result = {}
     for name in names:
-        mask = tuple(bool(x) for x in given.get(name, (False,) * units))
+        mask = tuple(map(bool, given.get(name, (False,) * units)))
         if len(mask) != units:
             raise InvalidInputError(f"delivered[{name!r}] must mark {units} units, got {len(mask)}")
         result[name] = mask

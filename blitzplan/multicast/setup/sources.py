@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from blitzplan.cluster import ClusterState, Instance, Role
+from blitzplan.cluster import ClusterState, Instance, Role, Source
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
@@ -41,13 +41,7 @@ def eligible_holders(
     every = state.sources(model)
     if not every:
         raise InfeasibleError(f"no source holds model {model.identity}")
-    usable = []
-    for source in every:
-        names = set(source.nodes) | ({source.host} if source.host else set())
-        if source.instance is not None:
-            names |= {source.instance.id} | {topo.host_of(g) for g in source.nodes}
-        if not names & excluded:
-            usable.append(source)
+    usable = [s for s in every if not excluded or not _excluded(topo, s, excluded)]
     if not usable:
         raise InfeasibleError(
             f"no source of model {model.identity} is left: all of "
@@ -74,6 +68,19 @@ def eligible_holders(
             "caches; pass allow_prefill_sources=True to use them"
         )
     return holders
+
+
+def _excluded(topo: Topology, source: Source, excluded: set[str]) -> bool:
+    """Whether ``excluded`` names one of the source's nodes, its host (a host copy's, or an
+    instance GPU's), or its instance."""
+    if source.host and source.host in excluded:
+        return True
+    if any(n in excluded for n in source.nodes):
+        return True
+    inst = source.instance
+    return inst is not None and (
+        inst.id in excluded or any(topo.host_of(g) in excluded for g in source.nodes)
+    )
 
 
 def _kv_leaves_group(state: ClusterState, inst: Instance) -> bool:

@@ -127,7 +127,9 @@ def target_nodes(
         by_group.setdefault(key, []).append(i)
     startups = _startups(startup_s, names)
     free = set(state.free_gpus())
-    pool = _pcie_relay_pools(topology, by_group, free - unavailable - set(sum(groups, ())))
+    pool = _pcie_relay_pools(
+        topology, by_group, free - unavailable - {g for gr in groups for g in gr}
+    )
     relay_taken: set[str] = set()
     nodes: list[PlanNode] = []
     node_of: dict[int, int] = {}

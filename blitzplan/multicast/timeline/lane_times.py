@@ -160,18 +160,26 @@ def run_lanes(
         times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
         arrival[idx] = times
         end[idx] = times.max(axis=1) if units else start
-    hop_arrival = tuple(
-        tuple(arrival[[lane.flow for lane in hop.lanes]].max(axis=0).tolist()) if hop.lanes else ()
-        for hop in hops
-    )
     return Timeline(
         tuple(rates),
         arrival,
-        hop_arrival,
+        _hop_arrival(hops, arrival),
         _ready(lanes, nodes, instances, arrival),
         starts,
         tuple(map(tuple, deps)),
     )
+
+
+def _hop_arrival(hops: Sequence[Hop], arrival: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    """Per hop: the latest arrival of each unit over its lanes (``()`` for a hop without
+    lanes), every hop in one ``reduceat``."""
+    sent = [hop for hop in hops if hop.lanes]
+    if not sent:
+        return tuple(() for _ in hops)
+    flat = np.fromiter((lane.flow for hop in sent for lane in hop.lanes), dtype=np.intp)
+    starts = np.cumsum([0] + [len(hop.lanes) for hop in sent[:-1]])
+    latest = iter(np.maximum.reduceat(arrival[flat], starts, axis=0).tolist())
+    return tuple(tuple(next(latest)) if hop.lanes else () for hop in hops)
 
 
 def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
@@ -212,7 +220,9 @@ def _need_matrix(
 ) -> np.ndarray:
     """Bytes of each unit each lane carries (0 for units its receiver already has)."""
     shard = np.asarray(unit_bytes, dtype=float)
-    scale = np.array([lane.fraction * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes])
+    scale = np.array(
+        [(lane.hi - lane.lo) * (tp if lane.rank == ALL_RANKS else 1) for lane in lanes]
+    )
     need: np.ndarray = np.outer(scale, shard) if len(lanes) else np.zeros((0, len(shard)))
     into: dict[int, list[int]] = {}  # lanes into each receiver that has units from before
     for f, lane in enumerate(lanes):
@@ -316,9 +326,8 @@ def _ready(
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         got[key[first]] = np.maximum.reduceat(arrival[row], first, axis=0)
     done = np.where(present, 0.0, np.where(got > 0, got, math.inf))
-    ready: dict[str, tuple[float, ...]] = {}
-    at = 0
-    for inst in instances:
-        ready[inst.name] = tuple(done[at : at + len(inst.gpus)].max(axis=0).tolist())
-        at += len(inst.gpus)
-    return ready
+    if not instances:
+        return {}
+    starts = np.cumsum([0] + [len(inst.gpus) for inst in instances[:-1]])
+    latest = np.maximum.reduceat(done, starts, axis=0).tolist()  # per instance, over its GPUs
+    return {inst.name: tuple(row) for inst, row in zip(instances, latest, strict=True)}
