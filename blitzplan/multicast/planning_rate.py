@@ -45,10 +45,12 @@ __all__ = [
     "afford_now",
     "affordable",
     "answer_cost",
+    "layout_cost",
     "planning_costs",
     "planning_line",
     "recent_load",
     "record_answer",
+    "record_layout",
     "record_rate",
     "record_stop",
     "recut_share",
@@ -142,6 +144,24 @@ def record_answer(topology: Topology, seconds: float) -> None:
         answers = topology.memo.setdefault(_KEY, {}).setdefault("answer", [])
         answers.append(seconds)
         del answers[:-KEPT]
+
+
+def record_layout(topology: Topology, seconds: float) -> None:
+    """Record that a call on ``topology`` had spent ``seconds`` of CPU time when it reached its
+    first checkpoint (its multicast's problem laid out): no call under a deadline stops
+    sooner (:func:`layout_cost`)."""
+    if math.isfinite(seconds) and seconds > 0:
+        layouts = topology.memo.setdefault(_KEY, {}).setdefault("layout", [])
+        layouts.append(seconds)
+        del layouts[:-KEPT]
+
+
+def layout_cost(topology: Topology) -> float | None:
+    """The least CPU time a recent call on ``topology`` spent before its first checkpoint
+    (:func:`record_layout`; None before any): a call whose deadline leaves less, at the recent
+    load, would run past its stopping point before any checkpoint could stop it."""
+    layouts = topology.memo.get(_KEY, {}).get("layout", [])
+    return min(layouts) if layouts else None
 
 
 def record_stop(topology: Topology, seconds: float) -> None:

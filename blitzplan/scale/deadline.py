@@ -29,9 +29,11 @@ from blitzplan.multicast.planning_rate import (
     BACKOFF,
     DeadlinePassed,
     affordable,
+    layout_cost,
     planning_costs,
     recent_load,
     record_answer,
+    stop_at,
     stopped_before,
 )
 from blitzplan.scale.planning import Planning
@@ -57,6 +59,13 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
             f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of "
             f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
             "was planned"
+        )
+    layout, load = layout_cost(topology), recent_load(topology)
+    if layout is not None and run.used() + layout * load > stop_at(topology, deadline):
+        return (
+            f"deadline_s: {deadline:g} s is too short for any plan on this cluster (recent "
+            f"calls spent at least {layout * 1e3:.1f} ms of CPU time before their first "
+            f"checkpoint, {load:.1f} s of wall-clock per CPU second); nothing was planned"
         )
     stopped = stopped_before(topology, deadline)
     if stopped is not None:
