@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import time
 
-from blitzplan.multicast.planning_rate import layout_cost, record_layout
+from blitzplan.multicast.planning_rate import BACKOFF, layout_cost, record_layout, record_rate
 from blitzplan.scale import ScaleRequest, plan, validate_plan
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -89,3 +89,21 @@ def test_a_call_under_a_deadline_leaves_the_collector_as_it_found_it() -> None:
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_every_backoff_th_call_the_line_refuses_plans_anyway() -> None:
+    """A line whose intercept (100 s per plan) refuses a 1 s deadline: BACKOFF - 1 calls get
+    the plan of nothing at once, the next one plans under its checkpoints (here nothing fits
+    either: its multicast affords none and it records what it cost, which pins the line)."""
+    state = _busy()
+    derated = at_efficiency(state, dict(LINK_EFFICIENCY)).topology
+    record_rate(derated, 10, 100.0)
+    request = ScaleRequest("llama-3-8b", prefill=4, tp=1)
+    for _ in range(BACKOFF - 1):
+        out = plan(state, request, deadline_s=1.0)
+        assert out.missing == ("deadline_s: +4 prefill not planned (too short)",)
+        assert "none" not in derated.memo["planning_time"]
+    tried = plan(state, request, deadline_s=1.0)
+    assert tried.new_instances == () and validate_plan(state, tried) == ()
+    assert "deadline_s: 0 of 4 new instances planned" in tried.notes
+    assert derated.memo["planning_time"]["none"] > 0

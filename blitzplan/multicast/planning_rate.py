@@ -54,6 +54,7 @@ __all__ = [
     "record_rate",
     "record_stop",
     "recut_share",
+    "retry_refused",
     "stop_at",
     "stopped_before",
 ]
@@ -171,6 +172,17 @@ def record_stop(topology: Topology, seconds: float) -> None:
     book = topology.memo.setdefault(_KEY, {})
     longest = max(seconds, book.get("stopped", (0.0, 0))[0])
     book["stopped"] = (longest, BACKOFF)
+
+
+def retry_refused(topology: Topology) -> bool:
+    """Count one call the line refused on ``topology`` (it affords no new instance); True for
+    every :data:`BACKOFF`-th: that call plans anyway, bounded by its checkpoints, so a line
+    whose intercept a few slow plans pushed past the deadline gets a record of what the call
+    costs now (a refusal records nothing) and does not refuse that deadline for good."""
+    book = topology.memo.setdefault(_KEY, {})
+    refused = book.get("refused", 0) + 1
+    book["refused"] = 0 if refused >= BACKOFF else refused
+    return refused >= BACKOFF
 
 
 def stopped_before(topology: Topology, seconds: float) -> float | None:
