@@ -180,7 +180,7 @@ def retry_refused(topology: Topology) -> bool:
     whose intercept a few slow plans pushed past the deadline gets a record of what the call
     costs now (a refusal records nothing) and does not refuse that deadline for good."""
     book = topology.memo.setdefault(_KEY, {})
-    refused = book.get("refused", 0) + 1
+    refused = int(book.get("refused", 0)) + 1
     book["refused"] = 0 if refused >= BACKOFF else refused
     return refused >= BACKOFF
 
