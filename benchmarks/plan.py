@@ -289,7 +289,7 @@ def deadline_table(busy: ClusterState, counts: tuple[int, ...] = (64, 512, 1000)
                 "yes" if wall <= target else "no",
                 "yes" if worst <= target else "no",
                 stopped,
-                (notes or ("-",))[0][:int(os.environ.get("NOTE_W", "70"))],
+                (notes or ("-",))[0][: int(os.environ.get("NOTE_W", "70"))],
             ]
         )
     headers = [
