@@ -257,12 +257,12 @@ DEADLINES = (0.001, 0.01, 0.05, 0.2, 1.0)
 """Each ``deadline_s`` timed at +64, +512 and +1,000 (0.05 s at +64 in quick mode)."""
 
 
-def deadline_table(busy: ClusterState) -> str:
+def deadline_table(busy: ClusterState, counts: tuple[int, ...] = (64, 512, 1000)) -> str:
     """plan() under each deadline on the busy fleet, after the plans above recorded the
     cluster's planning times: the target is the deadline plus 10 % (issue 19), for the median
     and for ``max ms``, the slowest timed call; ``cpu ms`` is the median process CPU time."""
     rows = []
-    sizes = [(64, 0.05)] if QUICK else [(n, d) for n in (64, 512, 1000) for d in DEADLINES]
+    sizes = [(64, 0.05)] if QUICK else [(n, d) for n in counts for d in DEADLINES]
     for count, deadline in sizes:
         request = ScaleRequest("llama-3-8b", prefill=count, tp=1)
         counts, walls, cpus, stopped, notes = [], [], [], 0, ()
@@ -289,7 +289,7 @@ def deadline_table(busy: ClusterState) -> str:
                 "yes" if wall <= target else "no",
                 "yes" if worst <= target else "no",
                 stopped,
-                (notes or ("-",))[0][:70],
+                (notes or ("-",))[0][: int(os.environ.get("NOTE_W", "70"))],
             ]
         )
     headers = [

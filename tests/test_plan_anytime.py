@@ -280,7 +280,7 @@ def test_pairing_stops_at_the_checkpoints_point_and_keeps_the_plan(
     state = _busy()
     asked: list[object] = []
 
-    def passed(self: Planning, topology: object = None) -> bool:
+    def passed(self: Planning, topology: object = None, ahead_s: float = 0.0) -> bool:
         asked.append(topology)
         return topology is not None
 

@@ -86,8 +86,13 @@ def _heuristic(
     """Run a policy, bound it by the relaxation, and settle its status; once per distinct
     instance (a fleet of equal pairs, as a burst on a uniform fleet plans, simulates once; the
     policies are deterministic and the schedule is frozen)."""
-    schedule = simulate(POLICIES[method](), instance, objective=objective, old_order=old_order)
-    return _settle(_relaxation_bounded(instance, schedule))
+    return _settle(_relaxation_bounded(instance, _policy(instance, method, objective, old_order)))
+
+
+@functools.lru_cache(maxsize=256)
+def _policy(instance: LiveScalingInstance, method: str, objective: str, old_order: str) -> Schedule:
+    """The policy's schedule alone, once per distinct instance."""
+    return simulate(POLICIES[method](), instance, objective=objective, old_order=old_order)
 
 
 def _relaxation_bounded(instance: LiveScalingInstance, schedule: Schedule) -> Schedule:
@@ -163,6 +168,7 @@ def schedule_live(
     time_limit_s: float | None = None,
     old_order: str = "free",
     warm_start: bool = True,
+    bound: bool = True,
 ) -> Schedule:
     """Plan how a partly loaded new instance and the old one share the queued batches.
 
@@ -179,7 +185,10 @@ def schedule_live(
     ``method="improve"`` spends ``time_limit_s`` (default 0.1 s) improving ZigZag; the
     heuristics ignore it. ``old_order="fifo"`` makes O run blocks in release order. An SLO no
     schedule can meet under ``objective="hard_slo"`` gives status INFEASIBLE; bad arguments
-    raise InvalidInputError, a missing backend SolverUnavailableError.
+    raise InvalidInputError, a missing backend SolverUnavailableError. ``bound=False`` (a
+    deadline's) gives a heuristic's schedule without the relaxation's bound, which may take up
+    to :data:`HEURISTIC_BOUND_S` per distinct instance: its status says only what the policy
+    proved.
     """
     if not isinstance(instance, LiveScalingInstance):
         raise InvalidInputError(
@@ -188,7 +197,9 @@ def schedule_live(
     _check_options(method, backend, time_limit_s, old_order)
     check_objective(objective, instance)
     started = time.perf_counter()
-    if method in POLICIES:
+    if method in POLICIES and not bound:  # a deadline's: no time for the bound
+        result = _settle(_policy(instance, method, objective, old_order))
+    elif method in POLICIES:
         result = _heuristic(instance, method, objective, old_order)
     elif method == "improve":
         from blitzplan.live.improve import improve

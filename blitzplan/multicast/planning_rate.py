@@ -45,13 +45,16 @@ __all__ = [
     "afford_now",
     "affordable",
     "answer_cost",
+    "layout_cost",
     "planning_costs",
     "planning_line",
     "recent_load",
     "record_answer",
+    "record_layout",
     "record_rate",
     "record_stop",
     "recut_share",
+    "retry_refused",
     "stop_at",
     "stopped_before",
 ]
@@ -144,6 +147,24 @@ def record_answer(topology: Topology, seconds: float) -> None:
         del answers[:-KEPT]
 
 
+def record_layout(topology: Topology, seconds: float) -> None:
+    """Record that a call on ``topology`` had spent ``seconds`` of CPU time when it reached its
+    first checkpoint (its multicast's problem laid out): no call under a deadline stops
+    sooner (:func:`layout_cost`)."""
+    if math.isfinite(seconds) and seconds > 0:
+        layouts = topology.memo.setdefault(_KEY, {}).setdefault("layout", [])
+        layouts.append(seconds)
+        del layouts[:-KEPT]
+
+
+def layout_cost(topology: Topology) -> float | None:
+    """The least CPU time a recent call on ``topology`` spent before its first checkpoint
+    (:func:`record_layout`; None before any): a call whose deadline leaves less, at the recent
+    load, would run past its stopping point before any checkpoint could stop it."""
+    layouts = topology.memo.get(_KEY, {}).get("layout", [])
+    return min(layouts) if layouts else None
+
+
 def record_stop(topology: Topology, seconds: float) -> None:
     """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with
     nothing planned: the next :data:`BACKOFF` calls under a deadline no longer than the longest
@@ -151,6 +172,17 @@ def record_stop(topology: Topology, seconds: float) -> None:
     book = topology.memo.setdefault(_KEY, {})
     longest = max(seconds, book.get("stopped", (0.0, 0))[0])
     book["stopped"] = (longest, BACKOFF)
+
+
+def retry_refused(topology: Topology) -> bool:
+    """Count one call the line refused on ``topology`` (it affords no new instance); True for
+    every :data:`BACKOFF`-th: that call plans anyway, bounded by its checkpoints, so a line
+    whose intercept a few slow plans pushed past the deadline gets a record of what the call
+    costs now (a refusal records nothing) and does not refuse that deadline for good."""
+    book = topology.memo.setdefault(_KEY, {})
+    refused = int(book.get("refused", 0)) + 1
+    book["refused"] = 0 if refused >= BACKOFF else refused
+    return refused >= BACKOFF
 
 
 def stopped_before(topology: Topology, seconds: float) -> float | None:

@@ -8,7 +8,13 @@ planned and the call returns at once, without the rules that cost time: no new i
 change or release; every requested change is in ``missing`` and a note says the deadline was too
 short and what plans recently took there. The old instances keep serving; the plan's milestones are
 theirs (their queues drained alone). Before any plan is recorded on the cluster no deadline is
-known to be too short: the call plans.
+known to be too short: the call plans; nor for good: every
+:data:`~blitzplan.multicast.planning_rate.BACKOFF`-th call the line refuses plans anyway, under
+its checkpoints (:func:`~blitzplan.multicast.planning_rate.retry_refused`), and records what
+it cost. A deadline shorter than what recent calls spent before their first checkpoint (laying
+the multicast's problem out) also gets the plan of nothing at once: no checkpoint could stop
+it sooner. Inside a call under a deadline the garbage collector does not run (a pass over
+earlier calls' objects is not its work), and live pairs carry no relaxation bound.
 
 The same plan of nothing answers a call whose checkpoints found the time out while it planned
 (:class:`~blitzplan.multicast.planning_rate.DeadlinePassed`: the time left was what this answer
@@ -29,9 +35,12 @@ from blitzplan.multicast.planning_rate import (
     BACKOFF,
     DeadlinePassed,
     affordable,
+    layout_cost,
     planning_costs,
     recent_load,
     record_answer,
+    retry_refused,
+    stop_at,
     stopped_before,
 )
 from blitzplan.scale.planning import Planning
@@ -50,13 +59,21 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
     if deadline is None:
         return None
     topology = at_efficiency(state, run.options.link_efficiency).topology
-    if affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0:
+    refused = affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0
+    if refused and not retry_refused(topology):
         fixed, per = planning_costs(topology) or (0.0, 0.0)
         return (
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster "
             f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of "
             f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
             "was planned"
+        )
+    layout, load = layout_cost(topology), recent_load(topology)
+    if layout is not None and run.used() + layout * load > stop_at(topology, deadline):
+        return (
+            f"deadline_s: {deadline:g} s is too short for any plan on this cluster (recent "
+            f"calls spent at least {layout * 1e3:.1f} ms of CPU time before their first "
+            f"checkpoint, {load:.1f} s of wall-clock per CPU second); nothing was planned"
         )
     stopped = stopped_before(topology, deadline)
     if stopped is not None:

@@ -109,7 +109,8 @@ def live_schedule(
         state, spec, new_gpus, unit_ready_s, old, queue, run.options, tp, compute=run.compute
     )
     limit = run.options.time_limit_s if policy in ("exact", "improve") else None
-    return schedule_live(instance, method=policy, time_limit_s=limit)
+    # under a deadline no relaxation bound: up to 0.25 s per distinct pair, not on its clock
+    return schedule_live(instance, method=policy, time_limit_s=limit, bound=not run.bounded())
 
 
 def live_pairs(
@@ -131,9 +132,11 @@ def live_pairs(
     pairs: list[LivePair] = []
     matched = _matched(state, multicast, loaded, queues, roles, keep or {})
     gpus = {i.name: i.gpus for i in multicast.instances}
+    longest = 0.0  # the longest pair's wall-clock so far: the next one may take as long
     for name, old in matched:
-        if run.passed(state.topology):
+        if run.passed(state.topology, longest):
             break  # the deadline is near: the rest load without a pair (the plan notes it)
+        began = run.used()
         schedule = live_schedule(
             state,
             spec,
@@ -151,6 +154,7 @@ def live_pairs(
         )
         method = run.options.live_method
         pairs.append(LivePair(name, old.id, method, schedule, len(queues[old.id]), batches))
+        longest = max(longest, run.used() - began)
     return tuple(pairs), len(matched) - len(pairs)
 
 

@@ -12,6 +12,7 @@ from blitzplan.multicast.planning_rate import (
     STAGE_DONE,
     DeadlinePassed,
     TooSlow,
+    record_layout,
     recut_share,
     stop_at,
 )
@@ -63,6 +64,8 @@ class Planning:
 
         def check(stage: str) -> None:
             now = time.monotonic() - started
+            if stage == "layout":  # the first checkpoint: no call under a deadline stops sooner
+                record_layout(topology, self.used_cpu())
             if now >= limit:
                 raise DeadlinePassed(stage)
             if stage == "problem" and not begun:
@@ -78,11 +81,13 @@ class Planning:
         """Whether a deadline bounds the call."""
         return self.options.deadline_s is not None
 
-    def passed(self, topology: Topology | None = None) -> bool:
-        """Whether the deadline has passed; with ``topology``, whether the call has reached
+    def passed(self, topology: Topology | None = None, ahead_s: float = 0.0) -> bool:
+        """Whether the deadline has passed, or will have in ``ahead_s`` seconds (the next
+        step's time); with ``topology``, whether the call has reached (or will have)
         :func:`~blitzplan.multicast.planning_rate.stop_at` there (what is left of the
         deadline is what the cheapest answer takes: the milestones fit in it)."""
         deadline = self.options.deadline_s
         if deadline is None:
             return False
-        return self.used() > (deadline if topology is None else stop_at(topology, deadline))
+        limit = deadline if topology is None else stop_at(topology, deadline)
+        return self.used() + ahead_s > limit
