@@ -27,7 +27,7 @@ import networkx as nx
 from blitzplan.errors import InvalidInputError
 from blitzplan.hardware import GpuSpec, get_gpu
 from blitzplan.topologies.derived import Kept, edge_data, kept_nics, kept_paths, node_data
-from blitzplan.topologies.fabric_routes import fabric_path
+from blitzplan.topologies.fabric_routes import fabric_path, intra_host_path, nearest_nic, route
 from blitzplan.topologies.fairshare import Edge, Flow, max_min_fair_share
 from blitzplan.topologies.graph_checks import (
     NODE_KINDS,
@@ -194,22 +194,8 @@ class Topology:
     @cached_property
     def _nic_of(self) -> dict[str, str]:
         """Each GPU's NIC: its ``nic`` attribute, else the nearest NIC on its host."""
-        found = {gpu: self._nearest_nic(gpu) for gpu in self._gpus}
+        found = {gpu: nearest_nic(self, gpu) for gpu in self._gpus}
         return {gpu: nic for gpu, nic in found.items() if nic is not None}
-
-    def _nearest_nic(self, gpu: str) -> str | None:
-        nics = self.nics_of_host(self.host_of(gpu))
-        named = self.graph.nodes[gpu].get("nic")
-        if named is not None:
-            if named not in nics:
-                raise InvalidInputError(
-                    f"gpu {gpu!r} names nic {named!r}, which is not a NIC of its host"
-                )
-            nics = [named]
-        reachable = [nic for nic in nics if self._intra_host_path(gpu, nic) is not None]
-        if not reachable:
-            return None
-        return min(reachable, key=lambda nic: len(self._intra_host_path(gpu, nic) or ()))
 
     # --- paths and rates ------------------------------------------------------------------------
 
@@ -217,18 +203,7 @@ class Topology:
         """Fewest-hop path inside one host, through its NVSwitch and PCIe switches only."""
         key = ("intra", src, dst)
         if key not in self._paths:
-            host = self.graph.nodes[src].get("host")
-            local = set(self._host_nodes(str(host))) if host else set()
-            view = nx.subgraph_view(
-                self.graph,
-                filter_node=lambda n: (
-                    n in (src, dst) or (n in local and self.graph.nodes[n]["kind"] == "switch")
-                ),
-            )
-            try:
-                self._paths[key] = tuple(nx.shortest_path(view, src, dst))
-            except (nx.NetworkXNoPath, nx.NodeNotFound):
-                self._paths[key] = ()  # no route: remembered too
+            self._paths[key] = intra_host_path(self, src, dst) or ()  # none: remembered too
         return self._paths[key] or None
 
     def _network_path(self, src_nic: str, dst_nic: str) -> tuple[str, ...] | None:
@@ -255,16 +230,6 @@ class Topology:
             self.memo["fabric_whole"][()] = found
         return bool(found)
 
-    def _egress_nics(self, node: str) -> list[str]:
-        """NICs ``node`` may use to reach the network: a GPU its own, memories any of the host."""
-        kind = self.graph.nodes[node]["kind"]
-        if kind == "gpu":
-            return [self.nic_of(node)]
-        if kind == "nic":
-            return [node]
-        host = str(self.graph.nodes[node]["host"])
-        return [nic for nic in self.nics_of_host(host) if self._intra_host_path(node, nic)]
-
     def path(self, src: str, dst: str, *, src_nic: str | None = None) -> tuple[str, ...]:
         """Nodes from ``src`` to ``dst`` along the route their traffic takes.
 
@@ -275,33 +240,9 @@ class Topology:
         """
         key = ("path", src, dst, src_nic or "")
         known = self._paths.get(key)
-        if known is not None:
-            return known
-        for node in (src, dst):
-            if self._node(node).get("host") is None:
-                raise InvalidInputError(f"path endpoints must be host-local nodes, got {node!r}")
-        if src == dst:
-            raise InvalidInputError(f"path needs two different nodes, got {src!r} twice")
-        host = str(self.graph.nodes[src]["host"])
-        if src_nic is not None and src_nic not in self.nics_of_host(host):
-            raise InvalidInputError(f"src_nic {src_nic!r} is not a NIC of host {host!r}")
-        found: tuple[str, ...] | None = None
-        if host == self.graph.nodes[dst]["host"]:
-            found = self._intra_host_path(src, dst)
-        else:
-            options = []
-            for a in [src_nic] if src_nic else self._egress_nics(src):
-                for b in self._egress_nics(dst):
-                    middle = self._network_path(a, b)
-                    head = (src,) if a == src else self._intra_host_path(src, a)
-                    tail = (dst,) if b == dst else self._intra_host_path(b, dst)
-                    if middle and head and tail:
-                        options.append(head[:-1] + middle + tail[1:])
-            found = min(options, key=len) if options else None
-        if found is None:
-            raise InvalidInputError(f"no path from {src!r} to {dst!r} in topology {self.name!r}")
-        self._paths[key] = found
-        return found
+        if known is None:
+            known = self._paths[key] = route(self, src, dst, src_nic)
+        return known
 
     def has_path(self, src: str, dst: str, *, src_nic: str | None = None) -> bool:
         """Whether :meth:`path` finds a route (after failures some do not exist)."""
@@ -400,7 +341,7 @@ class Topology:
         topology.memo = {}
         topology._paths, topology._edges = kept_paths(parent, graph, same)
         nics = kept_nics(parent, graph, same)
-        found = {gpu: nics.get(gpu) or topology._nearest_nic(gpu) for gpu in topology._gpus}
+        found = {gpu: nics.get(gpu) or nearest_nic(topology, gpu) for gpu in topology._gpus}
         topology.__dict__["_nic_of"] = {g: nic for g, nic in found.items() if nic is not None}
         check_gpus_reach_nics(topology)
         return topology
