@@ -31,12 +31,11 @@ Several requests at once (``plan(state, [r1, r2, ...])``) give one
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Sequence
 from typing import Any, overload
 
-from blitzplan._collector import collector_relaxed
+from blitzplan._collector import collector_paused, collector_relaxed
 from blitzplan.cluster import ClusterState
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import InfeasibleError, InvalidInputError
@@ -97,15 +96,9 @@ def plan(
         with collector_relaxed():
             return _planned(state, request, run)
     # under a deadline no collection inside: a pass over earlier calls' objects (8 ms after a
-    # +1,000 plan) is not this call's work. It runs at the caller's first allocation after the
-    # call (a context manager's exit would allocate, and collect, inside it).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # +1,000 plan) is not this call's work; it runs at the caller's next allocation
+    with collector_paused():
         return _planned(state, request, run)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> ScalePlan:
