@@ -43,7 +43,7 @@ from blitzplan.executor.program.outcome import ProgramRun
 from blitzplan.executor.program.runner import prepare, read_program, run_program
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
-from blitzplan.executor.serving.probe import measured_compute
+from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport, runs

@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from blitzplan.executor.runtime.failures import Event
-from blitzplan.executor.serving.coordinator import Coordinator
+from blitzplan.executor.serving.serve import Coordinator
 from blitzplan.live import Fleet, LiveScalingInstance, NewOp, OldOp, Schedule, simulate
 from blitzplan.live.policies import POLICIES, Policy
 from blitzplan.sim.events import Arrival, EventQueue, RelayStep
