@@ -14,7 +14,7 @@ from blitzplan._table import format_table
 from blitzplan.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from blitzplan.executor.program.outcome import ProgramRun
+    from blitzplan.executor.program.runner import ProgramRun
     from blitzplan.models import ModelSpec
 
 __all__ = ["add_validate_command", "format_program_run", "program_summary"]

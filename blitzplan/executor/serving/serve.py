@@ -21,8 +21,7 @@ from typing import Any
 
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import BlitzplanError, InvalidInputError
-from blitzplan.executor.program.outcome import ProgramRun, summarize
-from blitzplan.executor.program.runner import Document, check_fault, prepare
+from blitzplan.executor.program.runner import Document, ProgramRun, check_fault, prepare, summarize
 from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import Event, InjectedFault
 from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers
