@@ -68,10 +68,6 @@ class Coordinator:
         self._due_s: float | None = None  # the next thing due, as of the last decision
 
     @property
-    def split(self) -> list[int]:
-        return self.relay.split
-
-    @property
     def completion(self) -> list[float]:
         """Measured completion per batch (nan until it finished)."""
         relay = self.relay
@@ -244,9 +240,8 @@ def serve_live(
     if fault is not None and fault.rank != old_rank:
         check_fault(fault, jobs)
     queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
-    rate = handoff_bytes_per_s
     instance = instance_from_queue(
-        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=rate
+        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=handoff_bytes_per_s
     )
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
@@ -275,7 +270,7 @@ def serve_live(
         policy=policy.name,
         release_s=instance.release_s,
         predicted_s=simulate(POLICIES[chosen.policy](), instance).completion_s,
-        split=tuple(coordinator.split),
+        split=tuple(coordinator.relay.split),
         new_ops=tuple(sorted(coordinator.new_ops, key=lambda op: (op.start_s, op.batch))),
         old_ops=tuple(sorted(coordinator.old_ops, key=lambda op: (op.start_s, op.batch))),
         completion_s=tuple(coordinator.completion),
