@@ -178,7 +178,7 @@ class Workers:
     def _fail(self, dead: int | None, report: Event | None) -> None:
         """End every process and raise for the culprit: a dead process, else the peer a failed
         transfer names, else the rank that failed."""
-        failure: Failure | None = report.data if report is not None else None
+        failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
             self._receive(POLL_S)
@@ -192,9 +192,8 @@ class Workers:
             error = self._error(dead, what, said, failure)
         elif failure is not None and failure.peer is not None:
             error = self._error(failure.peer, "stalled", said, failure)
-        else:
-            rank = report.rank if report is not None else 0
-            error = self._error(rank, "failed", said or "; no rank reported why", failure)
+        else:  # the rank that reported
+            error = self._error(report.rank if report else 0, "failed", said, failure)
         self.close()
         raise error
 
