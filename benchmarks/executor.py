@@ -39,11 +39,10 @@ from blitzplan import replan
 from blitzplan._table import format_table
 from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.program.jobs import devices_of
-from blitzplan.executor.program.outcome import ProgramRun
-from blitzplan.executor.program.runner import prepare, read_program, run_program
+from blitzplan.executor.program.runner import ProgramRun, prepare, read_program, run_program
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
-from blitzplan.executor.serving.probe import measured_compute
+from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport, runs

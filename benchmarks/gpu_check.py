@@ -25,7 +25,7 @@ from blitzplan._table import format_table
 from blitzplan.compute import TableComputeModel
 from blitzplan.executor.program.runner import prepare, run_program
 from blitzplan.executor.runtime.pool import Workers
-from blitzplan.executor.serving.probe import measured_compute
+from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.executor.smallmodel.checkpoint import save_checkpoint
 from blitzplan.live.schedule_checks import measured_violations

@@ -14,7 +14,7 @@ from blitzplan._table import format_table
 from blitzplan.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from blitzplan.executor.program.outcome import ProgramRun
+    from blitzplan.executor.program.runner import ProgramRun
     from blitzplan.models import ModelSpec
 
 __all__ = ["add_validate_command", "format_program_run", "program_summary"]
@@ -107,7 +107,7 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
 
     from blitzplan.executor.program.runner import prepare
     from blitzplan.executor.runtime.pool import Workers
-    from blitzplan.executor.serving.probe import measured_compute
+    from blitzplan.executor.serving.pair_jobs import measured_compute
     from blitzplan.executor.serving.serve import serve_live
     from blitzplan.executor.smallmodel.checkpoint import load_checkpoint
     from blitzplan.live.schedule_checks import measured_violations

@@ -27,7 +27,7 @@ from blitzplan.validate_cli import format_program_run
 from blitzplan.executor.program.runner import prepare
 from blitzplan.scale.scenarios import scenario_plan
 from blitzplan.executor.runtime.pool import Workers
-from blitzplan.executor.serving.probe import measured_compute
+from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.executor.smallmodel.checkpoint import save_checkpoint

@@ -212,7 +212,7 @@ def test_bad_options_name_the_argument() -> None:
         check_device("tpu", 2)
     with pytest.raises(InvalidInputError, match="fault kind must be one of die, stall"):
         InjectedFault(1, 2, kind="explode")
-    with pytest.raises(InvalidInputError, match="timeout_s must be a number > 0"):
+    with pytest.raises(InvalidInputError, match="timeout_s must be finite and > 0"):
         Workers(["a", "b"], timeout_s=0)
 
 

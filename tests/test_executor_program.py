@@ -39,8 +39,12 @@ from blitzplan.cli import main  # noqa: E402
 from blitzplan.compute import TableComputeModel  # noqa: E402
 from blitzplan.executor.program.bytestore import Coverage, equal_chunks  # noqa: E402
 from blitzplan.executor.program.devices import BATCH  # noqa: E402
-from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
-from blitzplan.executor.program.runner import prepare, read_program, run_program  # noqa: E402
+from blitzplan.executor.program.runner import (  # noqa: E402
+    ProgramRun,
+    prepare,
+    read_program,
+    run_program,
+)
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402

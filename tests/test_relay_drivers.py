@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from blitzplan.executor.runtime.failures import Event
-from blitzplan.executor.serving.coordinator import Coordinator
+from blitzplan.executor.serving.serve import Coordinator
 from blitzplan.live import Fleet, LiveScalingInstance, NewOp, OldOp, Schedule, simulate
 from blitzplan.live.policies import POLICIES, Policy
 from blitzplan.sim.events import Arrival, EventQueue, RelayStep
@@ -234,7 +234,7 @@ def test_the_loop_and_the_coordinator_drive_the_same_machine(
     inst, _ = case
     schedule = simulate(POLICIES[name](), inst)
     coordinator = run_coordinator(POLICIES[name](), inst)
-    _same_schedule(schedule, coordinator.split, coordinator.completion)
+    _same_schedule(schedule, coordinator.relay.split, coordinator.completion)
     for measured, booked in ((coordinator.new_ops, schedule.new_ops),):
         got, want = sorted(measured), sorted(booked)
         assert [(op.batch, op.layer) for op in got] == [(op.batch, op.layer) for op in want]

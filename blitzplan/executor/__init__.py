@@ -22,8 +22,7 @@ def require_torch() -> None:
 
 require_torch()
 
-from blitzplan.executor.program.outcome import ProgramRun  # noqa: E402
-from blitzplan.executor.program.runner import run_program  # noqa: E402
+from blitzplan.executor.program.runner import ProgramRun, run_program  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.serving.serve import LiveRun, serve_live  # noqa: E402

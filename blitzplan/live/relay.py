@@ -9,7 +9,7 @@ instances joining, leaving or failing and batches restarting.
 Three drivers run it and differ only in where time comes from: the offline event loop
 (:mod:`blitzplan.live.loop`, booked times), the cluster simulator (:mod:`blitzplan.sim.prefill`,
 booked times and requests arriving online) and the executor's coordinator
-(:mod:`blitzplan.executor.serving.coordinator`, measured times). A driver with booked times calls
+(:mod:`blitzplan.executor.serving.serve`, measured times). A driver with booked times calls
 :meth:`~RelayState.advance`; a driver that measures calls :meth:`~RelayState.release_due`,
 :meth:`~RelayState.set_loaded`, :meth:`~RelayState.end_layers` and
 :meth:`~RelayState.end_block` with what it measured.

@@ -12,17 +12,12 @@ from blitzplan.executor.runtime.failures import Failure, TransferError
 
 
 def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte).
-
-    Equal rather than full chunks and a remainder: a tiny last chunk right behind a full one
-    waits on TCP's small-segment rule (Nagle's algorithm, which gloo leaves on) for the previous
-    one's acknowledgement, milliseconds on loopback."""
+    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte): a
+    tiny last chunk right behind a full one would wait on TCP's small-segment rule (Nagle's
+    algorithm, which gloo leaves on) for the previous one's acknowledgement."""
     size = hi - lo
-    if size <= 0:
-        return []
-    count = -(-size // chunk_bytes)
-    edges = [lo + size * k // count for k in range(count + 1)]
-    return list(itertools.pairwise(edges))
+    count = max(0, -(-size // chunk_bytes))
+    return list(itertools.pairwise(lo + size * k // max(count, 1) for k in range(count + 1)))
 
 
 class Coverage:

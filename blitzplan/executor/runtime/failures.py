@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from blitzplan._checks import is_integer
+from blitzplan._checks import check_count
 from blitzplan.errors import BlitzplanError, InvalidInputError
 
 FAULT_KINDS = ("die", "stall")
@@ -19,46 +19,6 @@ def unit_name(unit: int | None, num_layers: int | None) -> str:
         return "an unknown layer" if unit is None else f"unit {unit}"
     names = {0: "the embedding (unit 0)", num_layers + 1: f"the head (unit {unit})"}
     return names.get(unit, f"layer {unit}")
-
-
-class RankFailedError(BlitzplanError):
-    """A rank died, stalled or failed a transfer; every process of the run has been ended.
-    ``layer`` is the unit, ``chunk`` bytes of its buffer; None when unknown."""
-
-    def __init__(self, message: str, *, rank: int, label: str, layer: int | None, **at: Any):
-        super().__init__(message)
-        self.rank, self.label, self.layer = rank, label, layer
-        self.step: int | None = at.get("step")
-        self.chunk: tuple[int, int] | None = at.get("chunk")
-
-
-@dataclass(frozen=True)
-class InjectedFault:
-    """Make ``rank`` fail (``kind`` in FAULT_KINDS) where it first sends or receives a chunk of
-    unit ``layer`` (the old instance of a live run once it has loaded it)."""
-
-    rank: int
-    layer: int
-    kind: str = "die"
-
-    def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
-            raise InvalidInputError(
-                f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}"
-            )
-        for key in ("rank", "layer"):
-            value = getattr(self, key)
-            if not is_integer(value) or value < 0:
-                raise InvalidInputError(f"fault {key} must be an integer >= 0, got {value!r}")
-            object.__setattr__(self, key, int(value))
-
-
-class Event(NamedTuple):
-    """Something a worker tells the parent: ``kind`` and its ``data``, from ``rank``."""
-
-    rank: int
-    kind: str
-    data: Any
 
 
 @dataclass(frozen=True)
@@ -78,3 +38,41 @@ class TransferError(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
+
+
+class RankFailedError(BlitzplanError):
+    """A rank died, stalled or failed a transfer; every process of the run has been ended.
+    ``layer`` is the unit, ``chunk`` bytes of its buffer, ``step`` the step; None when unknown."""
+
+    def __init__(self, message: str, *, rank: int, label: str, at: Failure) -> None:
+        super().__init__(message)
+        self.rank, self.label = rank, label
+        self.layer, self.step, self.chunk = at.layer, at.step, at.chunk
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """Make ``rank`` fail (``kind`` in FAULT_KINDS) where it first sends or receives a chunk of
+    unit ``layer`` (the old instance of a live run once it has loaded it)."""
+
+    rank: int
+    layer: int
+    kind: str = "die"
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise InvalidInputError(
+                f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}"
+            )
+        for key in ("rank", "layer"):
+            object.__setattr__(
+                self, key, check_count(f"fault {key}", getattr(self, key), minimum=0)
+            )
+
+
+class Event(NamedTuple):
+    """Something a worker tells the parent: ``kind`` and its ``data``, from ``rank``."""
+
+    rank: int
+    kind: str
+    data: Any

@@ -15,7 +15,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from blitzplan._checks import MAX_SECONDS, is_number
+from blitzplan._checks import MAX_SECONDS, check_bounded
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.runtime.failures import (
     Event,
@@ -46,18 +46,16 @@ class Workers:
     transfer and wait. Use as a context manager."""
 
     def __init__(self, labels: Sequence[str], *, device: str = "cpu", timeout_s: float = 30.0):
-        if not (is_number(timeout_s) and 0 < timeout_s <= MAX_SECONDS):
-            raise InvalidInputError(
-                f"timeout_s must be a number > 0 (at most {MAX_SECONDS:g} s), got {timeout_s!r}"
-            )
+        self.timeout_s = check_bounded("timeout_s", timeout_s, 0.0, MAX_SECONDS, "s")
         if len(labels) < 2:
             raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
         self.backend = check_device(device, len(labels))
-        self.timeout_s, self.labels = float(timeout_s), list(labels)
+        self.labels = list(labels)
         self.num_layers: int | None = None
+        self.closed = False
+        """Whether the pool has been ended (by :meth:`close` or a failure)."""
         self._pending: deque[Event] = deque()
         self._results: dict[int, Any] = {}
-        self._closed = False
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
         self._conns: list[Connection] = []
@@ -180,7 +178,7 @@ class Workers:
     def _fail(self, dead: int | None, report: Event | None) -> None:
         """End every process and raise for the culprit: a dead process, else the peer a failed
         transfer names, else the rank that failed."""
-        failure: Failure | None = report.data if report is not None else None
+        failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
             self._receive(POLL_S)
@@ -194,32 +192,25 @@ class Workers:
             error = self._error(dead, what, said, failure)
         elif failure is not None and failure.peer is not None:
             error = self._error(failure.peer, "stalled", said, failure)
-        else:
-            rank = report.rank if report is not None else 0
-            error = self._error(rank, "failed", said or "; no rank reported why", failure)
+        else:  # the rank that reported
+            error = self._error(report.rank if report else 0, "failed", said, failure)
         self.close()
         raise error
 
     def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
-        """The error naming ``rank`` and its last unit, step and chunk, else the failure's."""
-        unit, step, chunk = self._last(rank)
-        if failure is not None and failure.peer in (rank, None) and (step is None or unit is None):
-            unit, step, chunk = failure.layer, failure.step, failure.chunk
-        if unit is not None and self.num_layers is not None:
-            unit = min(unit, self.num_layers + 1)
-        where = unit_name(unit, self.num_layers)
-        if step is not None:  # `` (step 4, chunk [0, 32768) of unit 2)``
-            span = f", chunk [{chunk[0]}, {chunk[1]}) of unit {unit}" if chunk is not None else ""
-            where += f" (step {step}{span})"
-        message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
-        label = self.labels[rank]
-        return RankFailedError(message, rank=rank, label=label, layer=unit, step=step, chunk=chunk)
-
-    def _last(self, rank: int) -> tuple[int | None, int | None, tuple[int, int] | None]:
-        """The rank's last unit, step and chunk (None where it said none)."""
+        """The error naming ``rank`` and its last unit, step and chunk (in shared memory: -1
+        none), else the failure's."""
         unit, step, lo, hi = self._where[4 * rank : 4 * rank + 4]
-        known = [None if v < 0 else v for v in (unit, step)]
-        return known[0], known[1], None if lo < 0 else (lo, hi)
+        unit, step = (None if v < 0 else v for v in (unit, step))
+        at = Failure("", unit, rank, step, None if lo < 0 else (lo, hi))
+        if failure is not None and failure.peer in (rank, None) and None in (step, unit):
+            at = failure
+        where = unit_name(at.layer, self.num_layers)
+        if at.step is not None:  # `` (step 4, chunk [0, 32768) of unit 2)``
+            span = f", chunk [{at.chunk[0]}, {at.chunk[1]}) of unit {at.layer}" if at.chunk else ""
+            where += f" (step {at.step}{span})"
+        message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
+        return RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
 
     def fail_stalled(self, ranks: Sequence[int]) -> None:
         """End every process and raise for the one of ``ranks`` (silent) that got least far."""
@@ -230,17 +221,12 @@ class Workers:
         self.close()
         raise error
 
-    @property
-    def closed(self) -> bool:
-        """Whether the pool has been ended (by :meth:`close` or a failure)."""
-        return self._closed
-
     def close(self) -> None:
         """End every process at once (SIGKILL: an idle worker holds nothing that needs an
         orderly exit, and a stopped one ignores SIGTERM)."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         for proc in self._procs:
             if proc.exitcode is None:
                 proc.kill()

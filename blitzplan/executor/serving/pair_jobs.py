@@ -1,28 +1,30 @@
-"""The two instances of live scaling, as worker jobs the coordinator drives by messages.
+"""Live serving's worker jobs: the pair's two instances, and the layer times it is planned with.
 
-The *new instance* receives the model's units as they arrive (its device's part of the transfer
-program runs beside it) and runs what it is told: ``("run", batch, first_layer, count)`` runs
-that many layers of a batch, each once its layer is here (the embedding before layer 1, the head
-with layer ``L``), and keeps the activation; ``("send", batch, layer)`` sends a kept activation
-to the old instance; ``("end",)`` ends. The *old instance* holds the full model from the
-checkpoint and runs ``("run", batch, first_layer)``: receive the activation from the new
-instance (unless it starts at layer 1), run the remaining layers and the head. Both report each
-operation's start and end (seconds from the common start) and the logits of every batch they
-finish; the old instance first computes every prompt's logits with the monolithic model, the
-reference it returns.
+The *new instance* receives the model's units as its part of the transfer program lands them and
+runs what the coordinator says: ``("run", batch, first_layer, count)`` runs that many layers of a
+batch (the embedding before layer 1, the head with layer ``L``), each once its layer is here, and
+keeps the activation; ``("send", batch, layer)`` sends a kept one to the old instance; ``("end",)``
+ends. The *old instance* holds the full model from the checkpoint and runs ``("run", batch,
+first_layer)``: the activation from the new instance (unless at layer 1), the remaining layers and
+the head. Both report each operation's start and end and the logits of every batch they finish;
+the old instance returns every prompt's logits from the monolithic model, the reference.
+:func:`measured_compute` times the decoder layers on the workers first.
 """
 
 from __future__ import annotations
 
 import queue
+import statistics
+import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
+from blitzplan.compute import TableComputeModel
 from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.program.session import DeviceReport, ProgramSession
 from blitzplan.executor.runtime.failures import Failure, TransferError
+from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, load_unit
 from blitzplan.executor.smallmodel.llama import (
@@ -31,23 +33,21 @@ from blitzplan.executor.smallmodel.llama import (
     embed,
     final_logits,
     forward,
+    init_unit,
     model_dims,
     rope_tables,
     unit_from_buffer,
 )
+from blitzplan.models import ModelSpec
 
 ACTIVATION_TAG = 1000
 """torch.distributed tag of batch ``b``'s activation: ``ACTIVATION_TAG + b``."""
-_SLICE_S = 0.05
-"""Waits look at the transfer's failure this often."""
-
-
 Prompts = tuple[tuple[int, ...], ...]
 """Every batch's token ids (one request per batch)."""
 
 
 def _logits(logits: torch.Tensor) -> tuple[float, ...]:
-    return tuple(np.asarray(logits.detach().cpu(), dtype=np.float64).tolist())
+    return tuple(logits.detach().double().cpu().tolist())
 
 
 class _NewInstance:
@@ -77,21 +77,18 @@ class _NewInstance:
         """Reader thread: runs go to the compute loop, sends to the sending thread."""
         try:
             while (message := self.ctx.command())[0] != "end":
-                if message[0] == "run":
-                    self.runs.put(message[1:])
-                else:
-                    self.sends.put(message[1:])
+                (self.runs if message[0] == "run" else self.sends).put(message[1:])
         finally:  # the end, or the parent's stop: let the other threads finish too
             self.runs.put(None)
             self.sends.put(None)
 
     def send_loop(self) -> None:
-        old = self.old
         while (item := self.sends.get()) is not None:
             batch, layer = item
             activation = self.kept.pop(batch).to(self.ctx.wire)
-            work = dist.isend(activation, dst=old, tag=ACTIVATION_TAG + batch)
-            self.ctx.wait(work, f"sending batch {batch} to rank {old}", Failure("", layer, old))
+            work = dist.isend(activation, dst=self.old, tag=ACTIVATION_TAG + batch)
+            where = Failure("", layer, self.old)
+            self.ctx.wait(work, f"sending batch {batch} to rank {self.old}", where)
 
     def run(self, batch: int, first: int, count: int) -> None:
         ctx, dims = self.ctx, self.dims
@@ -118,13 +115,12 @@ class _NewInstance:
 
     def next_run(self) -> tuple[int, int, int] | None:
         """The next run message, failing fast when the rank's transfer has failed."""
-        while True:
-            if self.session.store.error is not None:
-                raise self.session.store.error
+        while self.session.store.error is None:
             try:
-                return self.runs.get(timeout=_SLICE_S)
+                return self.runs.get(timeout=0.05)
             except queue.Empty:
                 continue
+        raise self.session.store.error
 
 
 def new_instance_job(ctx: RankContext, plan: tuple[Prompts, int, DeviceJob]) -> DeviceReport:
@@ -153,8 +149,7 @@ def old_instance_job(
     for u in range(dims.spec.num_units):
         units.append({k: t.to(ctx.device) for k, t in load_unit(checkpoint, u).items()})
         ctx.at(u)  # it has unit u (see InjectedFault)
-    longest = max(len(p) for p in token_ids)
-    rope = rope_tables(dims, max_positions=longest, device=ctx.device)
+    rope = rope_tables(dims, max_positions=max(map(len, token_ids)), device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in token_ids]
     reference = tuple(_logits(forward(dims, units, ids, rope)) for ids in prompts)
     ctx.ready()
@@ -177,3 +172,56 @@ def old_instance_job(
         ctx.synchronize()
         ctx.emit("old_done", (batch, start, ctx.now(), logits))
     return reference
+
+
+def layer_times_job(
+    ctx: RankContext, plan: tuple[ModelSpec, tuple[int, ...], int]
+) -> tuple[float, ...]:
+    """Median seconds of one decoder layer at each token count of ``(spec, tokens, repeats)``,
+    round-robin over the counts (so load elsewhere hits every size alike)."""
+    spec, tokens, repeats = plan
+    dims = model_dims(spec)
+    layers = [
+        {k: v.to(ctx.device) for k, v in init_unit(dims, u, seed=0).items()}
+        for u in range(1, dims.layers + 1)
+    ]
+    rope = rope_tables(dims, max_positions=max(tokens), device=ctx.device)
+    generator = torch.Generator().manual_seed(0)
+    hidden = [
+        torch.randn(n, dims.hidden, generator=generator).to(ctx.device, dims.dtype) for n in tokens
+    ]
+    ctx.ready()
+    times: list[list[float]] = [[] for _ in tokens]
+    for round_ in range(repeats + 1):  # the first round warms up
+        for k, h in enumerate(hidden):
+            start = time.monotonic()
+            decoder_layer(dims, layers[(round_ + k) % len(layers)], h, rope)
+            ctx.synchronize()
+            if round_:
+                times[k].append(time.monotonic() - start)
+    return tuple(statistics.median(t) for t in times)
+
+
+def measured_compute(
+    workers: Workers,
+    spec: ModelSpec,
+    ranks: tuple[int, int],
+    *,
+    tokens: tuple[int, ...] = (1, 64, 128, 192, 256),
+    repeats: int = 5,
+) -> TableComputeModel:
+    """Layer times on ``ranks`` at once as a table model: the slower rank's medians, never faster
+    with more tokens (decode taken as a one-token prefill, the head as free)."""
+    workers.launch({rank: (layer_times_job, (spec, tokens, repeats)) for rank in ranks})
+    found = workers.collect(list(ranks))
+    layer_s = [max(found[r][k] for r in ranks) for k in range(len(tokens))]
+    layer_s = [max(layer_s[: k + 1]) for k in range(len(layer_s))]
+    return TableComputeModel(
+        prefill_tokens=list(tokens),
+        prefill_s=layer_s,
+        decode_batch_sizes=[1],
+        decode_context_lens=[0],
+        decode_s=[[layer_s[0]]],
+        head_tokens=[1],
+        head_s=[0.0],
+    )

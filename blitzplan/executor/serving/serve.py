@@ -1,37 +1,156 @@
 """A document's live pair served for real, driven by the relay state machine.
 
-:func:`serve_live` runs the document's transfer program and, beside it, the pair (its new TP1
-instance computing on layers as they land, its old instance one more process with the whole
-model) driven by a :class:`~.coordinator.Coordinator`. Every batch's logits are compared with the
-monolithic model's; :func:`blitzplan.live.schedule_checks.measured_violations` checks the
-measured operations against DESIGN.md section 4.
+:func:`serve_live` runs the document's transfer program and, beside it, the pair: its new TP1
+instance computes on layers as they land, its old instance is one more process with the whole
+model (:mod:`.pair_jobs`). A :class:`Coordinator` drives them as the offline loop and the
+simulator drive theirs: it holds a :class:`~blitzplan.live.relay.RelayState`, asks the policy
+what each idle instance runs next and feeds the state what the processes measure. It asks only
+where the loop would (the state changed or something fell due), so that a time-dependent rule
+decides on the protocol, not on the polling period. Every batch's logits are compared with the
+monolithic model's.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from blitzplan.compute import ComputeModel
-from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.outcome import ProgramRun, summarize
-from blitzplan.executor.program.runner import Document, check_fault, prepare
+from blitzplan.errors import BlitzplanError, InvalidInputError
+from blitzplan.executor.program.runner import Document, ProgramRun, check_fault, prepare, summarize
 from blitzplan.executor.program.session import program_job
-from blitzplan.executor.runtime.failures import InjectedFault
-from blitzplan.executor.runtime.pool import Workers
-from blitzplan.executor.serving.coordinator import Coordinator
+from blitzplan.executor.runtime.failures import Event, InjectedFault
+from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers
 from blitzplan.executor.serving.pair_jobs import new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
-from blitzplan.live.instance import instance_from_queue
+from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
 from blitzplan.live.loop import simulate
-from blitzplan.live.policies import POLICIES
+from blitzplan.live.policies import POLICIES, Policy
+from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import NewOp, OldOp
+from blitzplan.live.state import DONE, Started
 from blitzplan.wire.scaleprogram import NewInstanceInfo, PairRecord, ScaleProgram
 
 LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
+IDLE_WAKE_S = 0.1
+"""With nothing due, the coordinator still looks at the processes this often."""
+
+
+class Coordinator:
+    """The relay state, the policy, and the two processes it drives (one new, one old) through
+    ``workers`` (a Workers pool, or anything with its ``timeout_s``, ``tell``, ``next_event`` and
+    ``fail_stalled``)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        instance: LiveScalingInstance,
+        workers: Workers,
+        ranks: tuple[int, int],
+        old_order: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy, self.workers, self.clock = policy, workers, clock
+        self.new_rank, self.old_rank = ranks
+        self.relay = RelayState.from_instance(instance, old_order=old_order, record_ops=False)
+        self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
+        self.logits: dict[int, tuple[float, ...]] = {}
+        self.new_ops: list[NewOp] = []
+        self.old_ops: list[OldOp] = []
+        self.t0 = 0.0
+        self._changed = True  # the state changed (or is new) since the policy was last asked
+        self._due_s: float | None = None  # the next thing due, as of the last decision
+
+    @property
+    def completion(self) -> list[float]:
+        """Measured completion per batch (nan until it finished)."""
+        relay = self.relay
+        pairs = zip(relay.completion_s, relay.phase, strict=True)
+        return [c if p == DONE else math.nan for c, p in pairs]
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    def run(self, t0: float) -> None:
+        """Until every batch is done: apply everything heard, then advance and decide, then
+        wait for the next event or the next thing due."""
+        self.t0 = t0
+        heard = self.clock()
+        while True:
+            while (event := self.workers.next_event(0.0)) is not None:
+                heard = self.clock()
+                self.on_event(event)
+            if self.relay.finished == self.relay.num_batches:
+                return
+            now = self.now()
+            self.advance(now)
+            if self._changed or (self._due_s is not None and now >= self._due_s):
+                self._changed = False
+                for op in self.relay.decide(self.policy):
+                    self.dispatch(op)
+                self._due_s = self.relay.next_due_s()
+            due = self.relay.next_due_s()
+            wait_s = IDLE_WAKE_S if due is None else max(0.0, min(due - self.now(), IDLE_WAKE_S))
+            if (event := self.workers.next_event(wait_s)) is not None:
+                heard = self.clock()
+                self.on_event(event)
+            elif self.clock() - heard > WATCHDOG_FACTOR * self.workers.timeout_s:
+                self.workers.fail_stalled([self.new_rank, self.old_rank])
+
+    def advance(self, now_s: float) -> None:
+        """Releases up to ``now_s``; the layers usable on the new instance, as measured (a layer
+        needs every unit before it, the last layer also the head)."""
+        relay, here, loaded = self.relay, self.arrival_s, 0
+        relay.release_due(now_s)
+        while loaded < relay.num_layers and None not in (here[loaded], here[loaded + 1]):
+            if loaded + 1 == relay.num_layers and here[-1] is None:
+                break
+            loaded += 1
+        if loaded != relay.loaded[0]:
+            relay.set_loaded(0, loaded)
+            self._changed = True
+
+    def dispatch(self, op: Started) -> None:
+        """Send a started operation to its process."""
+        if op.on_new:
+            self.workers.tell(self.new_rank, ("run", op.batch, op.first_layer, op.layers))
+            return
+        if op.first_layer > 1:
+            self.workers.tell(self.new_rank, ("send", op.batch, op.first_layer - 1))
+        self.workers.tell(self.old_rank, ("run", op.batch, op.first_layer))
+
+    def on_event(self, event: Event) -> None:
+        if event.kind == "unit" and event.rank == self.new_rank:
+            unit, at_s = event.data
+            self.arrival_s[unit] = at_s
+        elif event.kind == "op":
+            batch, layer, start, end = event.data
+            self.new_ops.append(NewOp(batch, layer, start, end, 0))
+        elif event.kind == "new_done":
+            batch, end, logits = event.data
+            running = self.relay.running[0]
+            if running is None or running[0] != batch:
+                raise BlitzplanError(f"the new instance finished batch {batch}, not running it")
+            self._changed = True
+            if self.relay.end_layers(0, at_s=end) == DONE:
+                self._logits(batch, logits)
+        elif event.kind == "old_done":
+            batch, start, end, logits = event.data
+            self.old_ops.append(OldOp(batch, self.relay.split[batch] + 1, start, end, 0))
+            self._changed = True
+            self.relay.end_block(0, at_s=end)
+            self._logits(batch, logits)
+
+    def _logits(self, batch: int, logits: tuple[float, ...] | None) -> None:
+        if logits is None:
+            raise BlitzplanError(f"batch {batch} finished without logits")
+        self.logits[batch] = logits
 
 
 @dataclass(frozen=True)
@@ -121,9 +240,8 @@ def serve_live(
     if fault is not None and fault.rank != old_rank:
         check_fault(fault, jobs)
     queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
-    rate = handoff_bytes_per_s
     instance = instance_from_queue(
-        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=rate
+        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=handoff_bytes_per_s
     )
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
@@ -152,7 +270,7 @@ def serve_live(
         policy=policy.name,
         release_s=instance.release_s,
         predicted_s=simulate(POLICIES[chosen.policy](), instance).completion_s,
-        split=tuple(coordinator.split),
+        split=tuple(coordinator.relay.split),
         new_ops=tuple(sorted(coordinator.new_ops, key=lambda op: (op.start_s, op.batch))),
         old_ops=tuple(sorted(coordinator.old_ops, key=lambda op: (op.start_s, op.batch))),
         completion_s=tuple(coordinator.completion),

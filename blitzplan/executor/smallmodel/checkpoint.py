@@ -1,9 +1,7 @@
 """Seeded weights saved one safetensors file per unit, with a manifest, and loaded unit by unit.
 
-``manifest.json`` holds the model's identity, config, seed and the SHA-256 of every unit's file
-(:func:`blitzplan.models.identity.file_digest`). :func:`load_unit` refuses a file with other bytes
-(CorruptCheckpointError naming the unit); :func:`check_identity` checks every unit against a
-plan's model before a run.
+``manifest.json`` holds the model's identity, config, seed and the SHA-256 of every unit's file;
+:func:`load_unit` refuses a file with other bytes (CorruptCheckpointError naming the unit).
 """
 
 from __future__ import annotations
@@ -101,9 +99,8 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
 
 
 def check_identity(checkpoint: Checkpoint, identity: ModelIdentity) -> None:
-    """Raise InvalidInputError unless the checkpoint holds exactly the model ``identity``, whole
-    and intact (every unit read and checked), so that a run never starts on weights it cannot
-    send."""
+    """Raise InvalidInputError unless the checkpoint holds the model ``identity``, every unit
+    intact: a run never starts on weights it cannot send."""
     if checkpoint.identity != identity:
         raise InvalidInputError(
             f"checkpoint {str(checkpoint.directory)!r} holds model {checkpoint.identity}, but the "
@@ -118,9 +115,8 @@ def load_unit(checkpoint: Checkpoint, unit: int) -> Weights:
     if not 0 <= unit < checkpoint.num_units:
         raise InvalidInputError(f"unit must be in 0..{checkpoint.num_units - 1}, got {unit!r}")
     path = checkpoint.directory / checkpoint.files[unit]
-    where = f"unit {unit} file {str(path)!r}"
     if not path.is_file():
-        raise CorruptCheckpointError(f"{where} is missing", unit=unit)
+        raise CorruptCheckpointError(f"unit {unit} file {str(path)!r} is missing", unit=unit)
     if (digest := file_digest(path)) != checkpoint.digests[unit]:
         raise CorruptCheckpointError(
             f"unit {unit} in {str(path)!r} hashes to {digest[:12]}, the manifest says "
@@ -131,9 +127,8 @@ def load_unit(checkpoint: Checkpoint, unit: int) -> Weights:
         with safe_open(str(path), framework="pt") as handle:
             return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
     except (OSError, SafetensorError) as exc:
-        raise CorruptCheckpointError(
-            f"{where} does not read as safetensors: {exc}", unit=unit
-        ) from None
+        message = f"unit {unit} file {str(path)!r} does not read as safetensors: {exc}"
+        raise CorruptCheckpointError(message, unit=unit) from None
 
 
 def checkpoint_tensors(checkpoint: Checkpoint, unit: int) -> dict[str, Any]:

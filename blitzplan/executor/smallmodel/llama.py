@@ -2,9 +2,8 @@
 
 RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, shaped by a
 :class:`~blitzplan.models.ModelSpec` and cut into the planner's units: 0 the embedding, ``1..L``
-the decoder layers, ``L + 1`` the final norm and the lm_head. A unit's tensors (Hugging Face
-names, shapes, order) are those of its TP1 rank buffer (:func:`blitzplan.layout`), keyed here
-by their :func:`short_name`. Prefill only: the head returns the logits of the last position.
+the decoder layers, ``L + 1`` the final norm and the lm_head. A unit's tensors are those of its TP1
+rank buffer (:func:`blitzplan.layout`), keyed by :func:`short_name`. Prefill only.
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ from blitzplan.models.layout import layout
 
 Weights = dict[str, torch.Tensor]
 """One unit's tensors by short name."""
+Rope = tuple[torch.Tensor, torch.Tensor]
+"""Cosine and sine tables of the rotary embedding, one row per position."""
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """The ``torch_dtype`` values the executor runs (float32 for bit-exact comparisons)."""
 INIT_STD = 0.02
@@ -122,14 +123,6 @@ def unit_from_buffer(dims: Dims, unit: int, buffer: torch.Tensor, device: torch.
     }
 
 
-@dataclass(frozen=True)
-class Rope:
-    """Cosine and sine tables of the rotary embedding, one row per position."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-
-
 def rope_tables(dims: Dims, *, max_positions: int, device: torch.device | None = None) -> Rope:
     """Rotary tables for positions ``0..max_positions - 1`` (float32, as Llama computes them)."""
     head_dim = dims.spec.head_dim
@@ -137,12 +130,11 @@ def rope_tables(dims: Dims, *, max_positions: int, device: torch.device | None =
     inverse = 1.0 / (dims.rope_theta**half)
     angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inverse)
     both = torch.cat([angles, angles], dim=-1)
-    return Rope(both.cos().to(device), both.sin().to(device))
+    return both.cos().to(device), both.sin().to(device)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    variance = x.float().pow(2).mean(-1, keepdim=True)
-    return (x.float() * torch.rsqrt(variance + eps)).to(x.dtype) * weight
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -159,14 +151,13 @@ def embed(weights: Mapping[str, torch.Tensor], token_ids: torch.Tensor) -> torch
 
 def _attention(dims: Dims, w: Mapping[str, torch.Tensor], x: torch.Tensor, rope: Rope) -> Any:
     spec, tokens = dims.spec, x.shape[0]
-    group = spec.num_attention_heads // spec.num_kv_heads
     q, k, v = (
         F.linear(x, w[f"self_attn.{p}_proj.weight"]).view(tokens, -1, spec.head_dim).transpose(0, 1)
         for p in "qkv"
     )
-    cos, sin = rope.cos[:tokens], rope.sin[:tokens]
-    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin).repeat_interleave(group, dim=0)
-    out = F.scaled_dot_product_attention(q, k, v.repeat_interleave(group, dim=0), is_causal=True)
+    cos, sin = rope[0][:tokens], rope[1][:tokens]
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     return F.linear(out.transpose(0, 1).reshape(tokens, -1), w["self_attn.o_proj.weight"])
 
 
