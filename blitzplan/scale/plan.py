@@ -43,7 +43,7 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.planning_rate import DeadlinePassed, record_stop
 from blitzplan.scale.byte_checks import check_source_bytes
-from blitzplan.scale.deadline import too_short, too_short_plan
+from blitzplan.scale.deadline import stopped_plan, too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -112,18 +112,17 @@ def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> Scale
     mine = [i for i in state.instances if i.identity is identity or i.identity == identity]
     why = too_short(state, request, run)
     if why is not None:
-        return too_short_plan(state, spec, request, run, mine, _recorded(request), why)
+        return too_short_plan(state, spec, request, run, mine, why)
     missing: list[str] = []
     changes = role_changes(mine, request, options, missing)
     try:
         return _realized(state, spec, request, changes, run, missing)
-    except DeadlinePassed as passed:  # the cheapest honest answer, in time
+    except DeadlinePassed as passed:  # the best plan found so far, in time
         began = time.thread_time()
         passed.__traceback__ = None  # the partial plan is freed now, within the answer's time
         topology = at_efficiency(state, options.link_efficiency).topology
         record_stop(topology, options.deadline_s or 0.0)
-        answer = (passed, began)
-        return too_short_plan(state, spec, request, run, mine, _recorded(request), answer)
+        return stopped_plan(state, spec, request, run, changes, (passed, began, missing))
     except InfeasibleError:
         slots, cut = reachable_slots(
             state, spec, request.tp, allow_prefill_sources=options.allow_prefill_sources
