@@ -16,13 +16,18 @@ the multicast's problem out) also gets the plan of nothing at once: no checkpoin
 it sooner. Inside a call under a deadline the garbage collector does not run (a pass over
 earlier calls' objects is not its work), and live pairs carry no relaxation bound.
 
-The same plan of nothing answers a call whose checkpoints found the time out while it planned
+A call whose checkpoints found the time out while it planned
 (:class:`~blitzplan.multicast.planning_rate.DeadlinePassed`: the time left was what this answer
-takes): the note names the checkpoint. Each such answer records its CPU time on the cluster,
-freeing the partial plan included
+takes) gets the best plan found so far (:func:`stopped_plan`): the role changes that move no
+weights (rebalances in place) and the releases, no new instance (a multicast plan is only
+timed, and its program only right, for all of its lanes), every load and the mutations waiting
+for one in ``missing``; the note names the checkpoint. Each such answer records its CPU time on
+the cluster, freeing the partial plan included
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
-A stop with nothing planned also makes the next few calls under a deadline no longer than its
-answer at once (:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
+A deadline no longer than that answer's time is answered at once, before any work; so is a
+retry of a refused deadline when the plan of none recorded there would not fit in it. A stop
+also makes the next few calls under a deadline no longer than its answer at once
+(:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
 """
 
 from __future__ import annotations

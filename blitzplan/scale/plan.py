@@ -86,6 +86,31 @@ def plan(
     ``options`` (default: :class:`PlanOptions`'s defaults) with ``keywords``, any of its
     fields, changed: ``plan(state, request, deadline_s=0.1)``. ``compute`` times layers
     (default: a roofline on each GPU's spec); it is not recorded in the plan.
+
+    **Anytime under** ``deadline_s``: the call returns by its deadline the best plan found so
+    far; what it left out is in ``missing``, why in ``notes`` (``deadline_s: ...``), and the
+    document is valid as any plan is. What that plan is depends on where the time ran out
+    (:mod:`.deadline`, :mod:`blitzplan.multicast.planning_rate`):
+
+    * before any work (the deadline is no longer than the cheapest answer, recent calls spent
+      longer before their first checkpoint, or the recorded planning times afford no new
+      instance): nothing was planned: no role change, release or new instance;
+    * at the start (placement): only the new instances the recorded times afford are placed,
+      the rest are ``missing``; once the multicast's problem is laid out it asks again at the
+      load the call met so far and may place fewer;
+    * in the multicast greedy (its stages and each target node) or the transfer program,
+      before a multicast plan is timed and its program built there is no partial transfer to
+      keep (a plan's link shares and times hold only for all of its lanes): a stop keeps the
+      role changes that move no weights (rebalances in place) and the releases, and every new
+      instance (with the mutations it would replace) is ``missing``. Up to the program's first
+      step a call whose own pace ends past the deadline stops sooner and plans afresh the share
+      of its new instances the time left affords (the plan of that many, complete);
+    * refinements: never run under a deadline; the greedy's plan is the plan (noted when it is
+      more than 1 % above its bound);
+    * live pairs: the pairs found by the stop point are kept, the other live instances load
+      without a pair (noted);
+    * milestones and the document: not stopped (the stop point keeps the time the cheapest
+      answer takes).
     """
     if isinstance(request, Sequence) and not isinstance(request, str):
         from blitzplan.scale.multiplan import plan_requests
