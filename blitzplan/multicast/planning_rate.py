@@ -82,7 +82,7 @@ nothing planned; the next one tries again."""
 _KEY = "planning_time"
 
 
-STAGE_DONE = {"allocation": 0.09, "paces": 0.24, "evaluated": 0.6, "program": 0.7}
+STAGE_DONE = {"allocation": 0.09, "paces": 0.24, "evaluated": 0.63, "program": 0.73}
 """The share of a plan's work after its problem is laid out (the greedy, the transfer program,
 the live pairs) done when the call first reaches each of these checkpoints (CPU time on the busy
 fleet from +64 to +1,000: 0.07-0.10, 0.23-0.27, 0.54-0.67 once the greedy's plan is timed,
