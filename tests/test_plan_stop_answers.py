@@ -60,7 +60,8 @@ def test_a_stop_keeps_the_rebalance_in_place_and_lists_the_loads(
     assert out.releases == ()
     assert out.missing == ("deadline_s: +2 decode not planned (out of time)",)
     assert any(
-        f"ran out while planning ({stage} checkpoint" in n and "only 1 role changes in place" in n
+        f"ran out while planning ({stage} checkpoint" in n
+        and "planned only 1 role changes in place, 0 releases (they move" in n
         for n in out.notes
     )
     moved = {target for _, target in out.mutations[0].moved}
@@ -81,6 +82,10 @@ def test_a_stop_keeps_the_releases_of_a_mixed_request(monkeypatch: pytest.Monkey
     assert [r.instance for r in out.releases] == [r.instance for r in free.releases]
     assert len(out.releases) == 2 and out.new_instances == ()
     assert out.missing == ("deadline_s: +4 prefill not planned (out of time)",)
+    assert any(
+        n.endswith("planned only 0 role changes in place, 2 releases (they move no weights)")
+        for n in out.notes
+    )
     _round_trip(state, out)
 
 

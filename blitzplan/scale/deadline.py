@@ -139,10 +139,11 @@ def stopped_plan(
     asked = _asked(left)
     missing = [*said, *([f"deadline_s: {asked} not planned (out of time)"] if asked else [])]
     done = f"{len(rebalanced)} role changes in place, {len(changes.releases)} releases"
-    planned = "nothing was planned" if not (rebalanced or changes.releases) else f"only {done}"
+    planned = f"planned only {done} (they move no weights)"
     why = (
         f"deadline_s: {run.options.deadline_s:g} s ran out while planning ({passed.stage} "
-        f"checkpoint, {run.used() * 1e3:.1f} ms in); {planned} (they move no weights)"
+        f"checkpoint, {run.used() * 1e3:.1f} ms in); "
+        + (planned if rebalanced or changes.releases else "nothing was planned")
     )
     parts = (kept, rebalanced, changes.releases)
     answer = _answer(state, spec, request, run, parts, missing, why)
