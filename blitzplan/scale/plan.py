@@ -101,10 +101,11 @@ def plan(
     * in the multicast greedy (its stages and each target node) or the transfer program,
       before a multicast plan is timed and its program built there is no partial transfer to
       keep (a plan's link shares and times hold only for all of its lanes): a stop keeps the
-      role changes that move no weights (rebalances in place) and the releases, and every new
-      instance (with the mutations it would replace) is ``missing``. Up to the program's first
-      step a call whose own pace ends past the deadline stops sooner and plans afresh the share
-      of its new instances the time left affords (the plan of that many, complete);
+      role changes that move no weights (rebalances in place) and the releases; every new
+      instance, and each mutation that waits for a new instance to replace it, is
+      ``missing``. Up to the program's first step a call whose own pace ends past the deadline
+      stops early and plans afresh the share of its new instances the time left affords (the
+      plan of that many, complete);
     * refinements: never run under a deadline; the greedy's plan is the plan (noted when it is
       more than 1 % above its bound);
     * live pairs: the pairs found by the stop point are kept, the other live instances load
