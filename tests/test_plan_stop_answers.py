@@ -9,6 +9,8 @@ checkpoints are injected: nothing here is timed."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from blitzplan.multicast.planning_rate import DeadlinePassed, TooSlow, record_rate
@@ -109,7 +111,9 @@ def test_a_call_too_slow_at_a_late_checkpoint_plans_afresh_a_valid_share(
         return check
 
     monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    began = time.thread_time()
     out = plan(state, ScaleRequest("llama-3-8b", prefill=12, tp=1), deadline_s=60.0)
+    call_s = time.thread_time() - began
     assert attempts == [True, False] and len(out.new_instances) == 6
     assert "deadline_s: 6 new instances not planned" in out.missing
     assert any(
@@ -117,6 +121,9 @@ def test_a_call_too_slow_at_a_late_checkpoint_plans_afresh_a_valid_share(
     )
     assert {s.instance for s in out.steps} - {None} == {i.name for i in out.new_instances}
     _round_trip(state, out)
+    book = at_efficiency(state, dict(LINK_EFFICIENCY)).topology.memo["planning_time"]
+    (tried, given_up), (planned, own) = book["records"]  # each attempt records its own time
+    assert (tried, planned) == (12, 6) and given_up > 0 and 0 < own <= call_s - given_up
 
 
 class _Clock:
