@@ -15,10 +15,11 @@ instances it affords on the CPU times the plans before recorded, at the wall-clo
 they met, and once the multicast has laid its problem out asks again at the load the call met so
 far (``planned``: the range over the timed calls; the rest are in ``missing``); it skips the
 multicast's refinements; one shorter than any plan there returns a plan of nothing at once, and
-checkpoints in the greedy and the transfer program stop a call whose time runs out with that
-plan of nothing (``stopped``: how many of the timed calls). The last table shows what the
-multicast's refinements gain and cost on the busy fleet and on small NVLink and PCIe clusters:
-``refine_budget`` 0, the default and None side by side.
+checkpoints in the greedy and the transfer program stop a call whose time runs out with the plan
+found so far, which loads no new instance (``stopped``: how many of the timed calls; up to the
+program's first step a call too slow plans afresh the share it affords instead). The last table
+shows what the multicast's refinements gain and cost on the busy fleet and on small NVLink and
+PCIe clusters: ``refine_budget`` 0, the default and None side by side.
 
 Run: .venv/bin/python benchmarks/plan.py   (BLITZPLAN_QUICK=1: fewer repeats, +64 only, one
 refinement case)
