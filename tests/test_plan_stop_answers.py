@@ -75,7 +75,7 @@ def test_a_stop_keeps_the_rebalance_in_place_and_lists_the_loads(
 def test_a_stop_keeps_the_releases_of_a_mixed_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """``prefill=4, decode=-2`` stopped in the greedy: the two decode instances with the least
     KV in use drain and are released (as without a deadline), the four new prefill instances
-    are ``missing``."""
+    are ``missing``; removing more than serve lists that shortfall, not as out of time."""
     state = _busy()
     request = ScaleRequest("llama-3-8b", prefill=4, decode=-2, tp=1)
     free = plan(_busy(), request)
@@ -84,6 +84,12 @@ def test_a_stop_keeps_the_releases_of_a_mixed_request(monkeypatch: pytest.Monkey
     assert [r.instance for r in out.releases] == [r.instance for r in free.releases]
     assert len(out.releases) == 2 and out.new_instances == ()
     assert out.missing == ("deadline_s: +4 prefill not planned (out of time)",)
+    fresh = _busy()  # a cluster with no stop recorded: no backoff
+    short = plan(fresh, ScaleRequest("llama-3-8b", prefill=2, decode=-6, tp=1), deadline_s=60.0)
+    assert len(short.releases) == 4 and short.missing == (  # 4 decode instances serve
+        "asked to remove 6 decode instances, only 4 serve",
+        "deadline_s: +2 prefill not planned (out of time)",
+    )
     assert any(
         n.endswith("planned only 0 role changes in place, 2 releases (they move no weights)")
         for n in out.notes

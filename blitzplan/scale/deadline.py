@@ -131,10 +131,8 @@ def stopped_plan(
     passed, started, said = stop
     rebalanced = changes.mutated[changes.replaced :]
     kept = [*changes.staying, *changes.mutated[: changes.replaced]]  # their replacements: none
-    left = _counts(request)
-    for release in changes.releases:
-        left[release.role] += 1
-    left["prefill"] += len(rebalanced)
+    # every removal is planned (or ``said`` has why not): only additions are left
+    left = {role: max(count, 0) for role, count in _counts(request).items()}
     left["decode"] -= len(rebalanced)
     asked = _asked(left)
     missing = [*said, *([f"deadline_s: {asked} not planned (out of time)"] if asked else [])]
