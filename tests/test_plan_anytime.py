@@ -186,19 +186,25 @@ def test_a_checkpoint_that_finds_the_time_out_answers_with_the_plan_of_nothing(
     assert out.new_instances == () and out.steps == () and out.multicast is None
     assert validate_plan(state, out) == ()
     assert out.missing == ("deadline_s: +12 prefill not planned (out of time)",)
-    assert any(f"ran out while planning ({stage} checkpoint" in n for n in out.notes)
+    assert any(
+        f"ran out while planning ({stage} checkpoint" in n and n.endswith("nothing was planned")
+        for n in out.notes
+    )
     book = at_efficiency(state, dict(LINK_EFFICIENCY)).topology.memo["planning_time"]
     assert [n for n, _ in book["records"]] == [12] and len(book["answer"]) == 1
 
 
-def test_a_deadline_passed_before_the_first_checkpoint_stops_there() -> None:
-    """A cluster with no record plans under any deadline, but its clock still bounds it: with
-    1 ns the first checkpoint (the problem laid out) already finds the time out."""
+def test_a_deadline_no_longer_than_the_cheapest_answer_is_answered_before_any_work() -> None:
+    """A cluster with no record plans under any deadline its clock can bound, but 1 ns is less
+    than the cheapest answer takes (ANSWER_S before one is measured): the plan of nothing at
+    once, before any role change or layout (nothing recorded), the note says why."""
     state = _busy()
     out = plan(state, ScaleRequest("llama-3-8b", prefill=6, decode=-1, tp=1), deadline_s=1e-9)
     assert out.new_instances == () and out.mutations == () and out.releases == ()
-    assert out.missing == ("deadline_s: +6 prefill, -1 decode not planned (out of time)",)
-    assert any("(layout checkpoint" in n for n in out.notes)
+    assert out.missing == ("deadline_s: +6 prefill, -1 decode not planned (too short)",)
+    assert "(the cheapest answer takes 1.0 ms of CPU time" in out.notes[0]
+    book = at_efficiency(state, dict(LINK_EFFICIENCY)).topology.memo.get("planning_time", {})
+    assert "layout" not in book and "records" not in book
 
 
 def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(

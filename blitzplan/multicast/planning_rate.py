@@ -15,13 +15,13 @@ given, the multicast plans fewer (the plan of that many, as if asked for them), 
 down by the machine still ends near its deadline. From there on the call is bounded by the
 clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
 built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
-than the cheapest honest answer takes (a plan of nothing, :func:`answer_cost`), and the call
-returns that answer instead of overrunning (and the next :data:`BACKOFF` calls under a
-deadline no longer than it answer at once: :func:`record_stop`). Before that, early checkpoints
-compare the call's own pace with the deadline (:func:`recut_share`, at the shares of the work
-:data:`STAGE_DONE` says are done there): a call that would end past it stops with
-:class:`TooSlow` and plans afresh the share of its instances the time left affords at that
-pace. The line is Siegel's repeated medians
+than the cheapest honest answer takes (a plan that loads nothing, :func:`answer_cost`), and
+the call returns that answer instead of overrunning (and the next :data:`BACKOFF` calls under a
+deadline no longer than it answer at once: :func:`record_stop`). Before that, checkpoints from
+the allocation to the transfer program's first step compare the call's own pace with the
+deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says are done
+there): a call that would end past it stops with :class:`TooSlow` and plans afresh the share of
+its instances the time left affords at that pace. The line is Siegel's repeated medians
 (:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
 first on a cluster fills its route caches) moves it little. The first plan on a topology has no
 record: it plans everything, until its checkpoints find the time out.
@@ -46,6 +46,7 @@ __all__ = [
     "affordable",
     "answer_cost",
     "layout_cost",
+    "none_cost",
     "planning_costs",
     "planning_line",
     "recent_load",
@@ -81,10 +82,11 @@ nothing planned; the next one tries again."""
 _KEY = "planning_time"
 
 
-STAGE_DONE = {"allocation": 0.09, "paces": 0.24}
+STAGE_DONE = {"allocation": 0.09, "paces": 0.24, "evaluated": 0.63, "program": 0.73}
 """The share of a plan's work after its problem is laid out (the greedy, the transfer program,
-the live pairs) done when the greedy reaches each of these checkpoints (CPU time on the busy
-fleet: 0.08-0.10 and 0.23-0.27 from +64 to +1,000)."""
+the live pairs) done when the call first reaches each of these checkpoints (CPU time on the busy
+fleet from +64 to +1,000: 0.07-0.10, 0.23-0.27, 0.54-0.67 once the greedy's plan is timed,
+0.64-0.76 at the transfer program's first step)."""
 
 
 class DeadlinePassed(Exception):
@@ -163,6 +165,13 @@ def layout_cost(topology: Topology) -> float | None:
     load, would run past its stopping point before any checkpoint could stop it."""
     layouts = topology.memo.get(_KEY, {}).get("layout", [])
     return min(layouts) if layouts else None
+
+
+def none_cost(topology: Topology) -> float | None:
+    """CPU seconds of the latest call on ``topology`` whose deadline afforded no new instance
+    (:func:`record_rate` of none; None before any): any plan costs at least that."""
+    seconds = topology.memo.get(_KEY, {}).get("none")
+    return None if seconds is None else float(seconds)
 
 
 def record_stop(topology: Topology, seconds: float) -> None:

@@ -16,13 +16,18 @@ the multicast's problem out) also gets the plan of nothing at once: no checkpoin
 it sooner. Inside a call under a deadline the garbage collector does not run (a pass over
 earlier calls' objects is not its work), and live pairs carry no relaxation bound.
 
-The same plan of nothing answers a call whose checkpoints found the time out while it planned
+A call whose checkpoints found the time out while it planned
 (:class:`~blitzplan.multicast.planning_rate.DeadlinePassed`: the time left was what this answer
-takes): the note names the checkpoint. Each such answer records its CPU time on the cluster,
-freeing the partial plan included
+takes) gets the best plan found so far (:func:`stopped_plan`): the role changes that move no
+weights (rebalances in place) and the releases, no new instance (a multicast plan is only
+timed, and its program only right, for all of its lanes), every load and the mutations waiting
+for one in ``missing``; the note names the checkpoint. Each such answer records its CPU time on
+the cluster, freeing the partial plan included
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
-A stop with nothing planned also makes the next few calls under a deadline no longer than its
-answer at once (:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
+A deadline no longer than that answer's time is answered at once, before any work; so is a
+retry of a refused deadline when the plan of none recorded there would not fit in it. A stop
+also makes the next few calls under a deadline no longer than its answer at once
+(:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from blitzplan.multicast.planning_rate import (
     BACKOFF,
     DeadlinePassed,
     affordable,
+    answer_cost,
     layout_cost,
+    none_cost,
     planning_costs,
     recent_load,
     record_answer,
@@ -43,11 +50,12 @@ from blitzplan.multicast.planning_rate import (
     stop_at,
     stopped_before,
 )
+from blitzplan.scale.mutations import RoleChanges
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import Targets, at_efficiency, realize
-from blitzplan.scale.types import ScalePlan, ScaleRequest
+from blitzplan.scale.types import Release, ScalePlan, ScaleRequest
 
-__all__ = ["too_short", "too_short_plan"]
+__all__ = ["stopped_plan", "too_short", "too_short_plan"]
 
 
 def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str | None:
@@ -59,8 +67,17 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
     if deadline is None:
         return None
     topology = at_efficiency(state, run.options.link_efficiency).topology
-    refused = affordable(topology, 1, deadline, run.used(), recent_load(topology)) == 0
-    if refused and not retry_refused(topology):
+    limit, load = stop_at(topology, deadline), recent_load(topology)
+    if run.used() >= limit:
+        return (
+            f"deadline_s: {deadline:g} s is too short for any plan on this cluster (the "
+            f"cheapest answer takes {answer_cost(topology) * 1e3:.1f} ms of CPU time, "
+            f"{load:.1f} s of wall-clock per CPU second); nothing was planned"
+        )
+    refused = affordable(topology, 1, deadline, run.used(), load) == 0
+    none = none_cost(topology)  # a retry costs at least that: no use when it does not fit
+    retried = refused and (none is None or run.used() + none * load <= limit)
+    if refused and not (retried and retry_refused(topology)):
         fixed, per = planning_costs(topology) or (0.0, 0.0)
         return (
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster "
@@ -68,8 +85,8 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
             f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
             "was planned"
         )
-    layout, load = layout_cost(topology), recent_load(topology)
-    if layout is not None and run.used() + layout * load > stop_at(topology, deadline):
+    layout = layout_cost(topology)
+    if layout is not None and run.used() + layout * load > limit:
         return (
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster (recent "
             f"calls spent at least {layout * 1e3:.1f} ms of CPU time before their first "
@@ -90,51 +107,83 @@ def too_short_plan(
     request: ScaleRequest,
     run: Planning,
     mine: list[Instance],
-    recorded: dict[str, int],
-    reason: str | tuple[DeadlinePassed, float],
+    why: str,
 ) -> ScalePlan:
-    """The plan of nothing (module docstring); ``mine`` are the old instances of ``spec``,
-    ``recorded`` what the plan records of the request, ``reason`` why the deadline was too
-    short (:func:`too_short`), or the checkpoint that found the time out and the thread's CPU
-    time when it was caught."""
-    started: float | None = None
-    if isinstance(reason, str):
-        why, short = reason, "too short"
-    else:
-        passed, started = reason
-        why, short = _out_of_time(run, passed), "out of time"
+    """The plan of nothing, answered at once (module docstring): ``mine`` are the old
+    instances of ``spec``, ``why`` the note (:func:`too_short`)."""
+    missing = [f"deadline_s: {_asked(_counts(request)) or 'nothing'} not planned (too short)"]
+    return _answer(state, spec, request, run, (mine, [], ()), missing, why)
+
+
+def stopped_plan(
+    state: ClusterState,
+    spec: ModelSpec,
+    request: ScaleRequest,
+    run: Planning,
+    changes: RoleChanges,
+    stop: tuple[DeadlinePassed, float, list[str]],
+) -> ScalePlan:
+    """The best plan found when a checkpoint found the time out (module docstring): the role
+    changes that move no weights (rebalances in place) and the releases of ``changes``, every
+    new instance in ``missing`` (beside ``stop``'s lines from the rules before) and a note
+    naming the checkpoint; ``stop`` is the checkpoint's exception, the thread's CPU time when
+    it was caught and those lines. Its CPU time is recorded on the cluster."""
+    passed, started, said = stop
+    rebalanced = changes.mutated[changes.replaced :]
+    kept = [*changes.staying, *changes.mutated[: changes.replaced]]  # their replacements: none
+    # every removal is planned (or ``said`` has why not): only additions are left
+    left = {role: max(count, 0) for role, count in _counts(request).items()}
+    left["decode"] -= len(rebalanced)
+    asked = _asked(left)
+    missing = [*said, *([f"deadline_s: {asked} not planned (out of time)"] if asked else [])]
+    done = f"{len(rebalanced)} role changes in place, {len(changes.releases)} releases"
+    planned = f"planned only {done} (they move no weights)"
+    why = (
+        f"deadline_s: {run.options.deadline_s:g} s ran out while planning ({passed.stage} "
+        f"checkpoint, {run.used() * 1e3:.1f} ms in); "
+        + (planned if rebalanced or changes.releases else "nothing was planned")
+    )
+    parts = (kept, rebalanced, changes.releases)
+    answer = _answer(state, spec, request, run, parts, missing, why)
     topology = at_efficiency(state, run.options.link_efficiency).topology
-    asked = [
-        f"{count:+d} {role}"
-        for role, count in (
-            ("prefill", request.prefill),
-            ("decode", request.decode),
-            ("colocated", request.colocated),
-        )
-        if count
-    ]
-    missing = [f"deadline_s: {', '.join(asked) or 'nothing'} not planned ({short})"]
-    answer = realize(
+    record_answer(topology, time.thread_time() - started)  # the partial plan freed included
+    return answer
+
+
+def _answer(
+    state: ClusterState,
+    spec: ModelSpec,
+    request: ScaleRequest,
+    run: Planning,
+    parts: tuple[list[Instance], list[Instance], tuple[Release, ...]],
+    missing: list[str],
+    why: str,
+) -> ScalePlan:
+    """The plan that loads no new instance: ``parts`` are the old instances that keep serving,
+    those that change role in place and the releases."""
+    staying, mutated, releases = parts
+    counts = {"prefill": request.prefill, "decode": request.decode, "tp": request.tp}
+    recorded = counts | ({"colocated": request.colocated} if request.colocated else {})
+    return realize(
         state,
         spec,
         request.tp,
         Targets(),
         run,
         request=recorded,
-        staying=mine,
-        mutated=[],
-        releases=(),
+        staying=staying,
+        mutated=mutated,
+        releases=releases,
         missing=missing,
         notes=[why],
+        replaced=0,
     )
-    if started is not None:  # a stop: what its answer took, the partial plan freed
-        record_answer(topology, time.thread_time() - started)
-    return answer
 
 
-def _out_of_time(run: Planning, passed: DeadlinePassed) -> str:
-    """The note of a call its checkpoint ``passed`` stopped."""
-    return (
-        f"deadline_s: {run.options.deadline_s:g} s ran out while planning ({passed.stage} "
-        f"checkpoint, {run.used() * 1e3:.1f} ms in); nothing was planned"
-    )
+def _counts(request: ScaleRequest) -> dict[str, int]:
+    return {"prefill": request.prefill, "decode": request.decode, "colocated": request.colocated}
+
+
+def _asked(counts: dict[str, int]) -> str:
+    """``+4 prefill, -1 decode``: the nonzero ``counts``."""
+    return ", ".join(f"{count:+d} {role}" for role, count in counts.items() if count)

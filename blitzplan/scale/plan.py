@@ -43,7 +43,7 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.planning_rate import DeadlinePassed, record_stop
 from blitzplan.scale.byte_checks import check_source_bytes
-from blitzplan.scale.deadline import too_short, too_short_plan
+from blitzplan.scale.deadline import stopped_plan, too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -86,6 +86,32 @@ def plan(
     ``options`` (default: :class:`PlanOptions`'s defaults) with ``keywords``, any of its
     fields, changed: ``plan(state, request, deadline_s=0.1)``. ``compute`` times layers
     (default: a roofline on each GPU's spec); it is not recorded in the plan.
+
+    **Anytime under** ``deadline_s``: the call returns by its deadline the best plan found so
+    far; what it left out is in ``missing``, why in ``notes`` (``deadline_s: ...``), and the
+    document is valid as any plan is. What that plan is depends on where the time ran out
+    (:mod:`.deadline`, :mod:`blitzplan.multicast.planning_rate`):
+
+    * before any work (the deadline is no longer than the cheapest answer, recent calls spent
+      longer before their first checkpoint, or the recorded planning times afford no new
+      instance): nothing was planned: no role change, release or new instance;
+    * at the start (placement): only the new instances the recorded times afford are placed,
+      the rest are ``missing``; once the multicast's problem is laid out it asks again at the
+      load the call met so far and may place fewer;
+    * in the multicast greedy (its stages and each target node) or the transfer program,
+      before a multicast plan is timed and its program built there is no partial transfer to
+      keep (a plan's link shares and times hold only for all of its lanes): a stop keeps the
+      role changes that move no weights (rebalances in place) and the releases; every new
+      instance, and each mutation that waits for a new instance to replace it, is
+      ``missing``. Up to the program's first step a call whose own pace ends past the deadline
+      stops early and plans afresh the share of its new instances the time left affords (the
+      plan of that many, complete);
+    * refinements: never run under a deadline; the greedy's plan is the plan (noted when it is
+      more than 1 % above its bound);
+    * live pairs: the pairs found by the stop point are kept, the other live instances load
+      without a pair (noted);
+    * milestones and the document: not stopped (the stop point keeps the time the cheapest
+      answer takes).
     """
     if isinstance(request, Sequence) and not isinstance(request, str):
         from blitzplan.scale.multiplan import plan_requests
@@ -112,18 +138,17 @@ def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> Scale
     mine = [i for i in state.instances if i.identity is identity or i.identity == identity]
     why = too_short(state, request, run)
     if why is not None:
-        return too_short_plan(state, spec, request, run, mine, _recorded(request), why)
+        return too_short_plan(state, spec, request, run, mine, why)
     missing: list[str] = []
     changes = role_changes(mine, request, options, missing)
     try:
         return _realized(state, spec, request, changes, run, missing)
-    except DeadlinePassed as passed:  # the cheapest honest answer, in time
+    except DeadlinePassed as passed:  # the best plan found so far, in time
         began = time.thread_time()
         passed.__traceback__ = None  # the partial plan is freed now, within the answer's time
         topology = at_efficiency(state, options.link_efficiency).topology
         record_stop(topology, options.deadline_s or 0.0)
-        answer = (passed, began)
-        return too_short_plan(state, spec, request, run, mine, _recorded(request), answer)
+        return stopped_plan(state, spec, request, run, changes, (passed, began, missing))
     except InfeasibleError:
         slots, cut = reachable_slots(
             state, spec, request.tp, allow_prefill_sources=options.allow_prefill_sources

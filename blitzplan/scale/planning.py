@@ -52,7 +52,7 @@ class Planning:
         """Under a deadline, a checkpoint: called with the name of a stage, it raises
         :class:`~blitzplan.multicast.planning_rate.DeadlinePassed` once the call has reached
         :func:`~blitzplan.multicast.planning_rate.stop_at`, and with ``recut``, at the stages
-        of :data:`~blitzplan.multicast.planning_rate.STAGE_DONE`,
+        of :data:`~blitzplan.multicast.planning_rate.STAGE_DONE` (the first call of each),
         :class:`~blitzplan.multicast.planning_rate.TooSlow` when the work since the greedy
         began (stage ``problem``) would end past that point at its pace so far (None: no
         deadline or no clock)."""
@@ -61,6 +61,7 @@ class Planning:
             return None
         limit = stop_at(topology, deadline)
         begun: list[float] = []
+        seen: set[str] = set()
 
         def check(stage: str) -> None:
             now = time.monotonic() - started
@@ -70,7 +71,8 @@ class Planning:
                 raise DeadlinePassed(stage)
             if stage == "problem" and not begun:
                 begun.append(now)
-            elif recut and begun and stage in STAGE_DONE:
+            elif recut and begun and stage in STAGE_DONE and stage not in seen:
+                seen.add(stage)  # a stage's share of the work is done when it is first reached
                 share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0])
                 if share is not None:
                     raise TooSlow(stage, share)

@@ -113,7 +113,8 @@ def realize(
     marks = milestones(state, spec, multicast, roles, pairs, [*staying, *draining], queues, tp, run)
     if targets.count and run.started is not None:  # planner-placed instances were asked
         planned = len(multicast.instances) if multicast is not None else 0
-        # the whole call but the refinements, which a plan under a deadline skips
+        # the whole call but the refinements (a plan under a deadline skips them) and an
+        # attempt given up for a recut (recorded apart)
         cpu_s, wall_s = refined_s
         record_rate(state.topology, planned, run.used_cpu() - cpu_s, run.used() - wall_s)
     return ScalePlan(
@@ -147,13 +148,14 @@ def _transfers(
     said: tuple[list[str], list[str]],
     held: Held | None,
 ) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
-    """:func:`_multicast`'s plan and refinement times, and its transfer program. Under a
-    deadline (planner-placed instances) both stop at the deadline's checkpoints
+    """:func:`_multicast`'s plan, the CPU and wall-clock seconds not in its planning time (its
+    refinements', an attempt given up), and its transfer program. Under a deadline
+    (planner-placed instances) both stop at the deadline's checkpoints
     (:meth:`Planning.checkpoint`): one that finds the call too slow (TooSlow) has the share of
     the instances tried that the time left affords planned afresh (once, with a note); one that
-    finds the time out has the time spent on the instances tried recorded (at least what a
-    plan of them costs, so the line learns) and DeadlinePassed goes on to the caller, which
-    answers in time."""
+    finds the time out has DeadlinePassed go on to the caller, which answers in time. Either
+    way the time spent on the instances tried (since the call began, or since the attempt given
+    up) is recorded for them: at least what a plan of them costs, so the line learns."""
     tried: list[int] = []
 
     def attempt(
@@ -162,6 +164,7 @@ def _transfers(
         plan, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
         return plan, refined_s, program(plan, state.topology, held, hooks[0]) if plan else ()
 
+    given_up = (0.0, 0.0)  # CPU and wall-clock seconds of the attempt given up for a recut
     try:
         try:
             return attempt((run.checkpoint(state.topology) if targets.count else None, tried, None))
@@ -169,14 +172,21 @@ def _transfers(
             afresh = math.floor(tried[-1] * slow.share) if tried else 0
             if afresh < 1:
                 raise DeadlinePassed(slow.stage) from None
+            given_up = (run.used_cpu(), run.used())
+            if run.started is not None:
+                record_rate(state.topology, tried[-1], *given_up)
             said[0].append(
                 f"deadline_s: a plan of {tried[-1]} new instances ran slower than recorded "
                 f"({slow.stage} checkpoint, {run.used() * 1e3:.1f} ms in); {afresh} planned afresh"
             )
-            return attempt((run.checkpoint(state.topology, recut=False), tried, afresh))
+            plan, (cpu_s, wall_s), steps = attempt(
+                (run.checkpoint(state.topology, recut=False), tried, afresh)
+            )
+            return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps
     except DeadlinePassed:
         if tried and run.started is not None:
-            record_rate(state.topology, tried[-1], run.used_cpu(), run.used())
+            cpu_s, wall_s = run.used_cpu() - given_up[0], run.used() - given_up[1]
+            record_rate(state.topology, tried[-1], cpu_s, wall_s)
         raise
 
 
