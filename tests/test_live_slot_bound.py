@@ -82,11 +82,15 @@ def _best_keeping(instance: LiveScalingInstance, restriction: Restriction) -> fl
     ranges, every N order and O order, each operation as early as the orders and the start
     limits allow (inf when none)."""
     L = instance.num_layers
-    ranges = [range(lo, hi + 1) for lo, hi in zip(restriction.split_min, restriction.split_max)]
+    ranges = [
+        range(lo, hi + 1)
+        for lo, hi in zip(restriction.split_min, restriction.split_max, strict=True)
+    ]
     best = math.inf
     for split in itertools.product(*ranges):
         for new_sequence in _interleavings(list(split)):
-            for old_sequence in itertools.permutations([b for b in range(len(split)) if split[b] < L]):
+            on_old = [b for b in range(len(split)) if split[b] < L]
+            for old_sequence in itertools.permutations(on_old):
                 completion = _timed(instance, restriction, split, new_sequence, old_sequence)
                 latency = [c - r for c, r in zip(completion, instance.release_s, strict=True)]
                 best = min(best, sum(latency) / len(latency))
