@@ -13,22 +13,25 @@ Dualised with prices ``lam_j, mu_j >= 0``, what is left is one problem per batch
 before it) and its block's start on O, at the cost of its latency plus the prices of the slot
 time it occupies. For every set of prices the least priced total, less the prices times the
 slot widths, is a lower bound on every schedule's total latency (weak duality), whatever O's
-order: the same bound serves ``"free"`` and ``"fifo"``.
+order. It pays under the free order on congested pairs (docs/benchmarks.md, sixth session);
+under FIFO, whose optimum lies well above the free one, the FIFO bounds do better.
 
 Each batch's problem is solved from below by a dynamic program over its own time grid of step
-``delta = pN_i / m`` (so that a layer's length is a whole number of steps): the state is the
-next layer and the step the chain may start from; a layer started anywhere in step ``b`` is
-charged the least price any start in that step pays (exact: the price is piecewise linear in
-the start, its least value in a step is at an end or at a slot boundary), and the next layer
-may start from step ``b + m``, no later than the real chain allows. O's block started in a
-slot is charged likewise and its completion counted from the slot's start. Every rounding
-lowers the cost, so the program's value is at most the batch's priced optimum; past the last
-slot nothing is priced. The prices come from subgradient steps (Polyak, toward a known
-schedule's value); any prices give a valid bound, so stopping early only weakens it.
+``delta`` (about half a slot; ``pN_i / m`` when that is not too fine, so that a layer's length
+is ``m`` whole steps, else a layer advances the chain by its whole steps, rounded down): the
+state is the next layer and the step the chain may start from; a layer started anywhere in
+step ``b`` is charged the least price any start in that step pays (exact: the price is
+piecewise linear in the start, its least value in a step is at an end or at a slot boundary),
+and the next layer may start from step ``b + m``, no later than the real chain allows. O's
+block started in a slot is charged likewise and its completion counted from the slot's start.
+Every rounding lowers the cost, so the program's value is at most the batch's priced optimum;
+past the last slot nothing is priced, and at the grid's end a batch still needs its unpriced
+remaining time. The prices come from subgradient steps toward a known schedule's value; any
+prices give a valid bound, so stopping early only weakens it.
 
 A :class:`~blitzplan.live.relaxation.Restriction` (split ranges, starts after given times)
-narrows each batch's problem, so with the prices of the whole problem the bound holds for every
-schedule that keeps it: the exact search prices its nodes that way.
+narrows each batch's problem: with the whole problem's prices :meth:`SlotPrices.bound` holds
+for every schedule that keeps it (pricing the exact search's nodes so changed no final bound).
 """
 
 from __future__ import annotations
@@ -49,32 +52,28 @@ SLOT_ITERATIONS = 300
 """The most subgradient steps of :func:`slot_bound`."""
 
 SLOTS = 250
-"""N's and O's slots over the horizon (more: a tighter program, slower; on (32,16), 60 steps
-with 150 / 250 / 400 slots reach 0.748 / 0.750 / 0.757 and 0.883 / 0.893 / 0.896 of a known
-schedule's value in 0.6 / 0.8 / 1.0 and 0.5 / 0.7 / 1.3 s of CPU)."""
+"""Slots per machine up to the horizon (on (32,16), 60 steps with 150 / 250 / 400 slots: 0.883
+/ 0.893 / 0.896 of a known schedule's value in 0.5 / 0.7 / 1.3 s of CPU)."""
 
 MIN_STEPS = 20
-"""With a time limit, the steps stop after the first when fewer than this many would fit (on
-large pairs a step takes long and a few steps raise nothing)."""
+"""With a time limit, no step follows the first when fewer than this many would fit."""
 
 _STEPS_PER_SLOT = 2
 """A batch's grid steps are about this many to a slot (a whole number of them to its layer)."""
 
 _FINEST_STEP = 2
-"""No batch's grid step is finer than a slot over ``_STEPS_PER_SLOT * _FINEST_STEP``: a layer
-shorter than that advances its chain by whole steps only (rounded down, still a bound)."""
+"""No grid step is finer than a slot over ``_STEPS_PER_SLOT * _FINEST_STEP``."""
 
 HORIZON_PAST_LAST = 1.02
 """With a known schedule, the slots end this far past its last completion (relatively)."""
 
 FIRST_PRICES = ((0.3, 0.5), (0.2, 0.4), (0.4, 0.4))
-"""(N's share, scale) of the first prices tried from a known schedule (measured on (32,16):
-the best of them starts the steps at 0.70 of the schedule's value, zero prices at 0.30)."""
+"""(N's share, scale) of the first prices tried from a known schedule (on (32,16) the best
+starts at 0.70 of the schedule's value, zero prices at 0.30)."""
 
 AIM_SHARE = 0.3
-"""Each step aims this share of the way from the best bound so far to the known schedule's
-value (1: all the way, Polyak's rule; measured on (32,16) against ZigZag's value, 0.25-0.5
-climbs faster in the first 30 steps)."""
+"""Each step aims this share of the way from the best bound to the known schedule's value (1
+is Polyak's rule; against ZigZag's value on (32,16), 0.25-0.5 climb faster)."""
 
 _STEP_START = 1.0
 _PATIENCE = 6
@@ -102,8 +101,7 @@ class _Path:
 
 
 class SlotPrices:
-    """An instance's grids and the current prices; :meth:`value` solves the batches'
-    problems under them (the tables that depend on the prices alone are kept per prices)."""
+    """An instance's grids, the current prices and what they charge; :meth:`bound`."""
 
     def __init__(self, instance: LiveScalingInstance, horizon_s: float) -> None:
         inst, L, n = instance, instance.num_layers, instance.num_batches
@@ -314,12 +312,10 @@ def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
     return float(at[slot + int(np.argmin(value[slot:]))])
 
 
-def _usage(slots: _Slots, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Per slot, how long the operations ``[start, start + length]`` overlap it in all."""
-    if not starts.size:
-        return np.zeros(slots.count)
-    cover = np.clip(slots.edges[None, :] - starts[:, None], 0.0, lengths[:, None]).sum(axis=0)
-    return np.asarray(np.diff(cover))
+def _usage(slots: _Slots, starts: list[float], lengths: list[float]) -> np.ndarray:
+    """Per slot, its width less how long the operations ``[start, start + length]`` use."""
+    edges, s, p = slots.edges[None, :], np.asarray(starts)[:, None], np.asarray(lengths)[:, None]
+    return np.asarray(np.diff(np.clip(edges - s, 0.0, p).sum(axis=0)) - slots.width)
 
 
 def _subgradient(prices: SlotPrices, paths: list[_Path]) -> tuple[np.ndarray, np.ndarray]:
@@ -331,15 +327,12 @@ def _subgradient(prices: SlotPrices, paths: list[_Path]) -> tuple[np.ndarray, np
         if path.old_start is not None:
             old_s.append(path.old_start)
             old_len.append((L - path.split) * inst.old_layer_s[i])
-    g_new = _usage(prices.new, np.asarray(new_s), np.asarray(new_len)) - prices.new.width
-    g_old = _usage(prices.old, np.asarray(old_s), np.asarray(old_len)) - prices.old.width
-    return g_new, g_old
+    return _usage(prices.new, new_s, new_len), _usage(prices.old, old_s, old_len)
 
 
 def default_horizon_s(instance: LiveScalingInstance) -> float:
-    """Where the slots end when no schedule is known: every batch's work on the faster
-    machine after the last of the head, O and the releases (any horizon keeps the bound
-    valid; one near the optimum's last completion is tightest)."""
+    """Where the slots end when no schedule is known (any horizon keeps the bound valid): all
+    the work, each layer on its faster machine, after the head, O and the releases."""
     L = instance.num_layers
     pairs = zip(instance.new_layer_s, instance.old_layer_s, strict=True)
     work = sum(L * min(a, b) for a, b in pairs)
