@@ -54,10 +54,6 @@ order the Lagrangian bound gets what the relaxation leaves of it. On light insta
 relaxation is solved in milliseconds and is the optimum or close to it; stopped by this limit
 its bound is weaker but still valid."""
 
-HEURISTIC_SLOT_STEPS = 5
-"""The slot bound beside a heuristic is not stepped on when fewer than this many steps fit in
-what the relaxation leaves of :data:`HEURISTIC_BOUND_S`."""
-
 _MIN_LEFT_S = 1e-3
 """What a solver is given when the hint took the whole limit (it then keeps the hint)."""
 
@@ -105,11 +101,7 @@ def _relaxation_bounded(instance: LiveScalingInstance, schedule: Schedule) -> Sc
     if not schedule.has_ops or math.isinf(schedule.objective):
         return schedule
     bound = _relaxation_value(
-        instance,
-        schedule.objective_name,
-        schedule.old_order,
-        schedule.objective,
-        schedule.completion_s,
+        instance, schedule.objective_name, schedule.old_order, schedule.objective
     )
     if schedule.bound is not None and bound <= schedule.bound:
         return schedule
@@ -139,19 +131,12 @@ def _settle(schedule: Schedule) -> Schedule:
 
 @functools.lru_cache(maxsize=64)
 def _relaxation_value(
-    instance: LiveScalingInstance,
-    objective: str,
-    old_order: str,
-    upper_bound: float,
-    completion_s: tuple[float, ...],
+    instance: LiveScalingInstance, objective: str, old_order: str, upper_bound: float
 ) -> float:
     """The relaxation's bound, once per instance (a fleet of equal pairs asks once); under a
-    FIFO order raised by the Lagrangian bound, under a free one, for the mean latency, by the
-    slot bound started from the heuristic's completions ``completion_s``, each in what is left of
-    :data:`HEURISTIC_BOUND_S` while the gap to ``upper_bound`` is open."""
+    FIFO order, raised by the Lagrangian bound in what is left of :data:`HEURISTIC_BOUND_S`."""
     from blitzplan.live.relaxation_dp import relaxation_bound
     from blitzplan.live.relaxation_lagrange import lagrangian_bound
-    from blitzplan.live.relaxation_slots import slot_bound
 
     began = time.perf_counter()
     bound, _, _ = relaxation_bound(
@@ -161,32 +146,16 @@ def _relaxation_value(
         upper_bound=upper_bound,
         time_limit_s=HEURISTIC_BOUND_S,
     )
-
-    def left() -> float:
-        return HEURISTIC_BOUND_S - (time.perf_counter() - began)
-
-    def open_() -> bool:
-        return upper_bound - bound > OPTIMALITY_REL_GAP * abs(upper_bound)
-
-    if left() > 0 and open_():
+    left = HEURISTIC_BOUND_S - (time.perf_counter() - began)
+    if left > 0 and upper_bound - bound > OPTIMALITY_REL_GAP * abs(upper_bound):
         priced = lagrangian_bound(
             instance,
             old_order=old_order,
             objective=objective,
             upper_bound=upper_bound,
-            time_limit_s=left(),
+            time_limit_s=left,
         )
         bound = max(bound, priced)
-    if left() > 0 and open_() and old_order == "free":
-        slots, _ = slot_bound(
-            instance,
-            objective=objective,
-            upper_bound=upper_bound,
-            time_limit_s=left(),
-            completion_s=completion_s,
-            min_steps=HEURISTIC_SLOT_STEPS,
-        )
-        bound = max(bound, slots)
     return bound
 
 
