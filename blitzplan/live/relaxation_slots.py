@@ -145,7 +145,7 @@ class SlotPrices:
         self.run_price, self.run_at = _least_in_step(
             self.new, self.cum_new, self.times, self.delta[:, None], self.p_new[:, None]
         )
-        self.old_value, _ = _old_rows(self.old, self.cum_old, self.q[:, :, None], starts=False)
+        self.old_value = _old_rows(self.old, self.cum_old, self.q[:, :, None])
         suffix = np.minimum.accumulate(self.old_value[:, :, ::-1], axis=2)[:, :, ::-1]
         self.old_suffix = suffix.ravel()
 
@@ -198,14 +198,12 @@ def _least_in_step(
     return best, at
 
 
-def _old_rows(
-    slots: _Slots, cum: np.ndarray, q: np.ndarray, *, starts: bool
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Per block length in ``q`` (any shape, a last axis of 1) and O slot ``c`` (and one past
-    the last, where nothing is priced): the least priced completion of the block started in
-    slot ``c``, counted from the slot's start (a lower value); with ``starts``, where in the
-    slot. In a slot the start's own price is linear; the end crosses at most one boundary (at
-    ``g_c + (1 - f) w`` for ``q = (j + f) w``): the least is at an end of the slot or there."""
+def _old_rows(slots: _Slots, cum: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Per block length in ``q`` (a last axis of 1) and O slot ``c`` (and one past the last,
+    where nothing is priced): the least priced completion of the block started in slot ``c``,
+    counted from the slot's start (a lower value). In a slot the start's own price is linear;
+    the end crosses at most one boundary (at ``g_c + (1 - f) w`` for ``q = (j + f) w``): the
+    least is at an end of the slot or there (:func:`_old_start` picks among the same)."""
     C, w, g = slots.count, slots.width, slots.edges
     j = np.floor(q / w).astype(np.int64)
     f = q / w - j
@@ -213,25 +211,14 @@ def _old_rows(
     c = np.arange(C)
     a0, a1, a2 = (pad[c + j + x] for x in range(3))
     here, there = cum[:-1], cum[1:]
-    prices = (
-        a0 + f * (a1 - a0) - here,
-        a1 + f * (a2 - a1) - there,
+    price = np.minimum(
+        np.minimum(a0 + f * (a1 - a0) - here, a1 + f * (a2 - a1) - there),
         a1 - here - (1 - f) * (there - here),
     )
-    price = np.minimum(np.minimum(prices[0], prices[1]), prices[2])
-    shape = (*price.shape[:-1], C + 1)
-    value = np.empty(shape)
+    value = np.empty((*price.shape[:-1], C + 1))
     value[..., :C] = g[:-1] + q + price
     value[..., C] = g[-1] + q[..., 0]
-    if not starts:
-        return value, None
-    at = np.empty(shape)
-    offsets = (np.zeros_like(f), np.ones_like(f), 1 - f)
-    pick = np.argmin(np.stack(np.broadcast_arrays(*prices)), axis=0)
-    chosen = np.choose(pick, np.broadcast_arrays(*offsets))
-    at[..., :C] = g[:-1] + chosen * w
-    at[..., C] = g[-1]
-    return value, at
+    return value
 
 
 def _solve(
@@ -270,9 +257,10 @@ def _solve(
             cost = np.minimum(best, stop)
         else:
             cost, stop = best, best
-        if paths:
-            runs.append(run)
-            stops.append(stop)
+        if paths:  # per step, the step from there on where the best run starts
+            at = np.where(run == best, steps, size)
+            runs.append(np.minimum.accumulate(at[:, ::-1], axis=1)[:, ::-1])
+            stops.append(stop <= best)
     zero = prices.old_suffix[np.arange(n) * (L * stride) + prices.slot0] - prices.release
     zero[low > 0] = math.inf
     totals = np.minimum(zero, cost[:, 0])
@@ -280,7 +268,7 @@ def _solve(
     if not paths or not math.isfinite(total):
         return total, []
     runs.reverse()
-    stops.reverse()  # [layer - 1]: running layer ``layer`` next, or stopping after layer - 1
+    stops.reverse()  # [layer - 1]: where layer ``layer`` runs best, or whether stopping is
     return total, [_path(prices, i, zero[i] <= cost[i, 0], runs, stops) for i in range(n)]
 
 
@@ -292,13 +280,11 @@ def _path(
     if on_old:
         return _Path(0, (), _old_start(prices, i, 0, int(prices.slot0[i])))
     a, starts = 0, list[float]()
-    while len(starts) < L:
-        layer = len(starts) + 1
-        row = runs[layer - 1][i]
-        b = a + int(np.argmin(row[a:]))
-        if layer >= 2 and stops[layer - 1][i, a] <= row[b]:
+    for layer in range(1, L + 1):
+        if layer >= 2 and stops[layer - 1][i, a]:
             slot = int(prices.handed[i, a] - i * L * (prices.old.count + 1))
             return _Path(layer - 1, tuple(starts), _old_start(prices, i, layer - 1, slot))
+        b = int(runs[layer - 1][i, a])
         starts.append(float(prices.run_at[i, b]))
         a = int(prices.shift[i * size + b] - i * size)
     return _Path(L, tuple(starts), None)
@@ -306,10 +292,22 @@ def _path(
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
     """Where batch ``i``'s block (split ``k``) starts in the least priced choice from
-    ``slot`` on."""
-    value, at = _old_rows(prices.old, prices.cum_old, prices.q[i, k : k + 1], starts=True)
-    assert at is not None
-    return float(at[slot + int(np.argmin(value[slot:]))])
+    ``slot`` on: the best slot from the table, then the best of its three candidates."""
+    C, w, cum = prices.old.count, prices.old.width, prices.cum_old
+    c = slot + int(np.argmin(prices.old_value[i, k, slot:]))
+    if c >= C:
+        return float(prices.old.edges[-1])
+    q = float(prices.q[i, k])
+    j = math.floor(q / w)
+    f = q / w - j
+    a0, a1, a2 = (float(cum[min(c + j + x, C)]) for x in range(3))
+    here, there = float(cum[c]), float(cum[c + 1])
+    candidates = (
+        (a0 + f * (a1 - a0) - here, 0.0),
+        (a1 + f * (a2 - a1) - there, 1.0),
+        (a1 - here - (1 - f) * (there - here), 1 - f),
+    )
+    return float(prices.old.edges[c]) + min(candidates)[1] * w
 
 
 def _usage(slots: _Slots, starts: list[float], lengths: list[float]) -> np.ndarray:
