@@ -1,0 +1,126 @@
+"""The slot bound (:mod:`blitzplan.live.relaxation_slots`): a small case where it counts both
+instances' capacity, and the bound held against the exhaustive oracle on random tiny instances
+(any O order: it bounds the free order, so FIFO too), with and without a restriction."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
+from blitzplan.live.relaxation import Restriction
+from blitzplan.live.relaxation_slots import slot_bound
+from blitzplan.live.schedule import lower_bound
+from tests.test_live_properties import instances
+
+
+def test_four_unit_batches_pay_for_both_instances() -> None:
+    """One layer usable at 0, four batches of 1 s queued at 0, O free, no hand-off: the optimum
+    ends them at 1, 1, 2, 2 (mean 1.5); each alone ends at 1. Priced, the bound passes 1.3 and
+    stays at most the optimum."""
+    inst = LiveScalingInstance([0.0], [0.0] * 4, 1.0, 1.0, 0.0)
+    assert lower_bound(inst, "mean_latency") == pytest.approx(1.0)
+    bound, prices = slot_bound(inst, upper_bound=1.5)
+    assert prices is not None
+    assert 1.3 < bound <= 1.5 + 1e-12
+
+
+def test_it_declines_other_objectives() -> None:
+    inst = LiveScalingInstance([0.0], [0.0] * 4, 1.0, 1.0, 0.0)
+    assert slot_bound(inst, objective="makespan") == (-math.inf, None)
+
+
+def _tolerance(value: float) -> float:
+    return 1e-9 * max(1.0, abs(value))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.booleans())
+def test_the_slot_bound_never_exceeds_the_enumerated_optimum(
+    instance: LiveScalingInstance, steered: bool
+) -> None:
+    """Property: no schedule (the exhaustive oracle, free order) beats the bound, whether the
+    prices are steered toward the optimum itself or not."""
+    assume(count_schedules(instance, old_order="free") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate")
+    upper = oracle.objective if steered else math.inf
+    bound, _ = slot_bound(instance, upper_bound=upper, iterations=60)
+    assert bound <= oracle.objective + _tolerance(oracle.objective)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(instances(max_layers=3, max_batches=3), st.data())
+def test_priced_restrictions_bound_the_schedules_that_keep_them(
+    instance: LiveScalingInstance, data: st.DataObject
+) -> None:
+    """Property: with the whole problem's prices, the bound of a restriction (a split range
+    and a start limit for one batch) is at most every schedule that keeps it (enumerated)."""
+    assume(count_schedules(instance, old_order="free") <= 2_000)
+    L, n = instance.num_layers, instance.num_batches
+    batch = data.draw(st.integers(0, n - 1))
+    low = data.draw(st.integers(0, L))
+    high = data.draw(st.integers(low, L))
+    restriction = Restriction.none(instance).at_least(batch, low).at_most(batch, high)
+    if low >= 1:
+        after = data.draw(st.sampled_from([0.0, 0.5, 1.5, 3.0]))
+        restriction = restriction.starting_after(batch, low, after, L)
+    oracle = solve_enumerate(instance, objective="mean_latency", old_order="free")
+    _, prices = slot_bound(instance, upper_bound=oracle.objective, iterations=40)
+    assert prices is not None
+    bound = prices.bound(restriction)
+    best = _best_keeping(instance, restriction)
+    assert bound <= best + _tolerance(best)
+
+
+def _best_keeping(instance: LiveScalingInstance, restriction: Restriction) -> float:
+    """The least mean latency over the schedules that keep ``restriction``: every split in its
+    ranges, every N order and O order, each operation as early as the orders and the start
+    limits allow (inf when none)."""
+    L = instance.num_layers
+    ranges = [
+        range(lo, hi + 1)
+        for lo, hi in zip(restriction.split_min, restriction.split_max, strict=True)
+    ]
+    best = math.inf
+    for split in itertools.product(*ranges):
+        for new_sequence in _interleavings(list(split)):
+            on_old = [b for b in range(len(split)) if split[b] < L]
+            for old_sequence in itertools.permutations(on_old):
+                completion = _timed(instance, restriction, split, new_sequence, old_sequence)
+                latency = [c - r for c, r in zip(completion, instance.release_s, strict=True)]
+                best = min(best, sum(latency) / len(latency))
+    return best
+
+
+def _timed(
+    instance: LiveScalingInstance,
+    restriction: Restriction,
+    split: tuple[int, ...],
+    new_sequence: tuple[int, ...],
+    old_sequence: tuple[int, ...],
+) -> list[float]:
+    """Completions as :func:`~blitzplan.live.schedule.timetable` gives them, with the start
+    limits of ``restriction`` on N."""
+    L, done = instance.num_layers, [0] * instance.num_batches
+    end = list(instance.release_s)
+    clock = 0.0
+    for batch in new_sequence:
+        layer = done[batch] + 1
+        after = restriction.start_after_s[batch]
+        limit = after[layer - 1] if after else 0.0
+        start = max(clock, instance.usable_s[layer - 1], end[batch], limit)
+        clock = end[batch] = start + instance.new_layer_s[batch]
+        done[batch] = layer
+    completion = list(end)
+    clock = instance.old_free_at_s
+    for batch in old_sequence:
+        k = split[batch]
+        handed = end[batch] + instance.handoff_s[batch] * (k > 0)
+        start = max(clock, instance.release_s[batch], handed)
+        clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
+    return completion
