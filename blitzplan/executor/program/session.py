@@ -4,13 +4,14 @@ Before the shared start the device fills its arena from the checkpoint and opens
 transport. After it, one loop (one thread) does everything: it polls the transport for writes
 that have left and writes that have landed, then posts on each outgoing lane every write that
 may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
-chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
-before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for
-store-and-forward, of every step feeding it. With nothing to do it waits in the poll, backing
-off from the transport's ``poll_s`` to its ``idle_s`` (never past the next write due); with nothing
-due and nothing heard for the transfer timeout, the oldest open transfer is named. A device
-reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault
-fires; a new GPU then compares every unit with its rank buffer.
+chunks' bytes is here (an unpaced relay the transport forwards: before; it leaves as they land,
+its step starts when it is posted), no faster than its step's pace (``chunk / pace`` seconds a
+chunk) and not before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and,
+for store-and-forward, of every step feeding it. With nothing to do it waits in the poll,
+backing off from the transport's ``poll_s`` to its ``idle_s`` (never past the next write due);
+with nothing due and nothing heard for the transfer timeout, the oldest open transfer is named.
+A device reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected
+fault fires; a new GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ class ProgramSession:
             ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
             ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
             at_s = max([step.not_before_s, *ends])
-        for unit, lo, hi in self._runs[id(write)]:
+        early = step.pace_bytes_per_s is None and id(write) in self.transport.relayed
+        for unit, lo, hi in () if early else self._runs[id(write)]:
             ready = self.store.coverage[unit].since(lo, hi)
             at_s = max(at_s, math.inf if ready is None else ready)
         if at_s < math.inf:

@@ -60,6 +60,7 @@ class NixlTransport:
         from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
 
         self.ctx = ctx
+        self.relayed: dict[int, int] = {}  # no relay goes before its bytes
         config = nixl_agent_config(
             enable_prog_thread=False,
             enable_listen_thread=False,
