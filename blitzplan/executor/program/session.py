@@ -125,10 +125,10 @@ class ProgramSession:
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)
-            for write in sent:
-                self._sent(write)
-            for write in landed:
-                self._landed(write)
+            for write, at_s in sent:
+                self._sent(write, at_s)
+            for write, at_s in landed:
+                self._landed(write, at_s)
             posted, due_s = self._post_ready()
             if sent or landed or posted:
                 heard, pause = time.monotonic(), 0.0
@@ -187,25 +187,24 @@ class ProgramSession:
                 self._seen.add((chunk.step, chunk.unit))
                 self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
-    def _sent(self, write: Write) -> None:
+    def _sent(self, write: Write, at_s: float) -> None:
         key = write[0].step
         self._flying[self._peer[key]] -= 1
-        self._count(self._unsent, key, len(write), self.measured.sent_end_s)
+        self._count(self._unsent, write, self.measured.sent_end_s, at_s)
 
-    def _landed(self, write: Write) -> None:
+    def _landed(self, write: Write, at_s: float) -> None:
         self._at(write)
-        now, key = self.ctx.now(), write[0].step
         for unit, lo, hi in self._runs[id(write)]:
-            if self.store.arrived(unit, lo, hi, now) and self.live:
-                self.ctx.emit("unit", (unit, now))
-            self.measured.received_bytes[key] += hi - lo
-        self._count(self._left, key, len(write), self.measured.received_end_s)
+            if self.store.arrived(unit, lo, hi, at_s) and self.live:
+                self.ctx.emit("unit", (unit, at_s))
+            self.measured.received_bytes[write[0].step] += hi - lo
+        self._count(self._left, write, self.measured.received_end_s, at_s)
 
-    def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
-        """``done`` more chunks of step ``key``: at its last, its end is now."""
-        left[key] -= done
-        if left[key] == 0:
-            ends[key] = self.ctx.now()
+    def _count(self, left: dict[int, int], write: Write, ends: dict[int, float], at: float) -> None:
+        """``write``'s chunks done at ``at``: at its step's last, its end."""
+        left[write[0].step] -= len(write)
+        if left[write[0].step] == 0:
+            ends[write[0].step] = at
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
         """Run ``body`` in a daemon thread of this device (live serving runs the loop beside its

@@ -3,11 +3,12 @@
 Both ends of a pair of devices know every chunk between them in advance, in one order, and which
 chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
 :meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and those that have landed (waiting up to ``wait_s`` for something
-when nothing has). A write in :attr:`Transport.relayed` may be posted before its bytes are here:
-it leaves as the write that brings them lands. Nothing else blocks; the rest is the runner's
-(DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
-the chunk; :meth:`Transport.stalled` names the oldest transfer still open.
+writes that have left and those that have landed, each with when it did (waiting up to
+``wait_s`` for something when nothing has). A write in :attr:`Transport.relayed` may be posted
+before its bytes are here: it leaves as the write that brings them lands. Nothing else blocks;
+the rest is the runner's (DESIGN.md section 8). A failing transport raises ``TransferError``
+naming the peer, the step and the chunk; :meth:`Transport.stalled` names the oldest transfer
+still open.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Chunk:
 
 Write = tuple[Chunk, ...]
 """Chunks of one step that move as one message."""
+Done = tuple[Write, float]
+"""A write and when it left or landed (seconds from the shared start)."""
 
 
 def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
@@ -106,7 +109,7 @@ class Transport(Protocol):
 
     def post(self, peer: int, write: Write) -> None: ...
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]: ...
+    def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]: ...
 
     def stalled(self) -> TransferError: ...
 

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Lane, Write, runs, writes
+from blitzplan.executor.transports import Done, Lane, Write, runs, writes
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -93,7 +93,7 @@ class TorchTransport:
         self.posted = {o.peer: deque[Write]() for o in out}
         """Per lane, the writes posted and not started, in order (a relay's bytes not here)."""
         self.locks = {o.peer: threading.Lock() for o in out}
-        self.done: queue.SimpleQueue[tuple[str, Write] | TransferError] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[tuple[str, Done] | TransferError] = queue.SimpleQueue()
         self.started = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
             threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
@@ -162,7 +162,7 @@ class TorchTransport:
         """The lane's waiter for its sends, in order."""
         while (item := self.started[peer].get()) is not None:
             self.ctx.wait(item[1], f"sending a chunk to rank {peer}", item[0][0].failure(peer))
-            self.done.put(("sent", item[0]))
+            self.done.put(("sent", (item[0], self.ctx.now())))
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
@@ -187,13 +187,14 @@ class TorchTransport:
                 self._start(peer)
             if view is not views[0]:
                 self._move(views, view, pack=False)
-            self.done.put(("landed", write))
+            self.done.put(("landed", (write, self.ctx.now())))
             post()
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]:
-        """What the waiters queued, waiting up to ``wait_s`` for the first of it."""
-        sent: list[Write] = []
-        landed: list[Write] = []
+    def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
+        """What the waiters queued (timed as they saw it), waiting up to ``wait_s`` for the first
+        of it."""
+        sent: list[Done] = []
+        landed: list[Done] = []
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
             while True:
