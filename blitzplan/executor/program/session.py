@@ -3,15 +3,15 @@
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
 transport. After it, one loop (one thread) does everything: it polls the transport for writes
 that have left and writes that have landed, then posts on each outgoing lane every write that
-may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
-chunks' bytes is here (an unpaced relay the transport forwards: before; it leaves as they land,
-its step starts when it is posted), no faster than its step's pace (``chunk / pace`` seconds a
-chunk) and not before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and,
-for store-and-forward, of every step feeding it. With nothing to do it waits in the poll,
-backing off from the transport's ``poll_s`` to its ``idle_s`` (never past the next write due);
-with nothing due and nothing heard for the transfer timeout, the oldest open transfer is named.
-A device reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected
-fault fires; a new GPU then compares every unit with its rank buffer.
+may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once its bytes are
+here (an unpaced relay the transport forwards: before; its step starts then), no faster than its
+step's pace (``chunk / pace`` seconds a chunk) and not before the step's gate: ``not_before_s``,
+the ends of the steps in ``after`` and, for store-and-forward, of every step feeding it. With
+nothing to do it waits in the poll, backing off from the transport's ``poll_s`` to its
+``idle_s`` (never past the next write due); with nothing due and nothing heard for the transfer
+timeout, the oldest open transfer is named. A device reports ``at`` (unit, step, chunk) as it
+starts each unit of a step, where an injected fault fires; a new GPU then compares every unit
+with its rank buffer.
 """
 
 from __future__ import annotations
@@ -188,8 +188,7 @@ class ProgramSession:
                 self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
     def _sent(self, write: Write, at_s: float) -> None:
-        key = write[0].step
-        self._flying[self._peer[key]] -= 1
+        self._flying[self._peer[write[0].step]] -= 1
         self._count(self._unsent, write, self.measured.sent_end_s, at_s)
 
     def _landed(self, write: Write, at_s: float) -> None:

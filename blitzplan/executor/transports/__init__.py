@@ -3,12 +3,11 @@
 Both ends of a pair of devices know every chunk between them in advance, in one order, and which
 chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
 :meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and those that have landed, each with when it did (waiting up to
-``wait_s`` for something when nothing has). A write in :attr:`Transport.relayed` may be posted
-before its bytes are here: it leaves as the write that brings them lands. Nothing else blocks;
-the rest is the runner's (DESIGN.md section 8). A failing transport raises ``TransferError``
-naming the peer, the step and the chunk; :meth:`Transport.stalled` names the oldest transfer
-still open.
+writes that have left and those that have landed, each with when it did (waiting up to ``wait_s``
+for one). A write in :attr:`Transport.relayed` may be posted before its bytes are here: it leaves as
+the write that brings them lands. Nothing else blocks; the rest is the runner's (DESIGN.md
+section 8). A failing transport raises ``TransferError`` naming the peer, the step and the chunk;
+:meth:`Transport.stalled` names the oldest transfer still open.
 """
 
 from __future__ import annotations

@@ -6,16 +6,13 @@ NCCL has none). Under NCCL each direction of a pair has its own communicator (ma
 in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
 A receiver keeps ``WINDOW`` receives posted ahead on each lane.
 
-A write starts on the thread that makes it ready: the device's loop as it posts it (gloo's
-``isend`` copies into the peer's socket while it has room, a millisecond or so, the rest in gloo's
-own thread), or, for a relay (a write sent with the bytes of one received, in the same order:
-it may be posted before they land), the thread that receives them, as they land, from where they
-did; a lane's writes start in its order. gloo tells a transfer has completed only by a blocking
-``wait`` (its ``is_completed`` stays False until then, and a wait that times out breaks the
-pair), so each lane has a waiter: a thread that waits on the lane's transfers in order, blocked
-in C++ (without the GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes
-from that queue. Every hand-off between threads costs a wake-up (milliseconds on a loaded host),
-so a relay's bytes go on without one.
+A lane's writes start in its order, each on the thread that makes it ready, with no hand-off (a
+wake-up, milliseconds on a loaded host): the loop as it posts it (gloo's ``isend`` copies into
+the socket while it has room), a relay (the bytes of a write received, in the same order; posted
+before they land) on the thread that receives them, from where they landed. gloo tells a
+transfer has completed only by a blocking ``wait`` (``is_completed`` stays False until then; a
+wait that times out breaks the pair), so each lane has a waiter: a thread that waits on its
+transfers in order, in C++ without the GIL, and queues each as it completes for :meth:`poll`.
 """
 
 from __future__ import annotations
@@ -36,8 +33,6 @@ from blitzplan.executor.transports import Done, Lane, Write, runs, writes
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
-TAG = 0
-"""The torch.distributed tag of every chunk."""
 Moved = tuple[list[torch.Tensor], torch.Tensor]
 """A write's views of the arena and the tensor it is sent from or received into."""
 WINDOW = 16
@@ -66,8 +61,7 @@ def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
     """Per relay sent (by id), the write received with the same bytes of the arena in the same
     order (by id)."""
     landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
-    found = {id(w): landed.get(tuple(runs(w, "src"))) for w in writes(out)}
-    return {k: v for k, v in found.items() if v is not None}
+    return {id(w): landed[r] for w in writes(out) if (r := tuple(runs(w, "src"))) in landed}
 
 
 class TorchTransport:
@@ -87,11 +81,10 @@ class TorchTransport:
         """The writes received here (by id)."""
         self.feeds: dict[int, set[int]] = {}
         """Per write received (by id), the lanes (by peer) with a relay of it."""
-        for lane in out:
-            for w in lane.writes:
-                self.feeds.setdefault(self.relayed.get(id(w), -1), set()).add(lane.peer)
+        for peer, write in ((o.peer, w) for o in out for w in o.writes):
+            self.feeds.setdefault(self.relayed.get(id(write), -1), set()).add(peer)
         self.posted = {o.peer: deque[Write]() for o in out}
-        """Per lane, the writes posted and not started, in order (a relay's bytes not here)."""
+        """Per lane, the writes posted, not started (a relay's bytes not here), in order."""
         self.locks = {o.peer: threading.Lock() for o in out}
         self.done: queue.SimpleQueue[tuple[str, Done] | TransferError] = queue.SimpleQueue()
         self.started = {o.peer: queue.SimpleQueue[Any]() for o in out}
@@ -146,7 +139,7 @@ class TorchTransport:
                 elif data is not views[0]:
                     self._move(views, data, pack=True)
                 try:
-                    self.started[peer].put((write, dist.isend(data, peer, group, tag=TAG)))
+                    self.started[peer].put((write, dist.isend(data, peer, group)))
                 except RuntimeError as exc:
                     message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0]}"
                     raise TransferError(write[0].failure(peer, message[:240])) from None
@@ -173,7 +166,7 @@ class TorchTransport:
         def post() -> None:
             if (write := next(ahead, None)) is not None:
                 views, view = self.staged[("dst", id(write))]
-                work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
+                work = dist.irecv(view, src=lane.peer, group=group)
                 posted.append((write, work, views, view))
 
         for _ in range(WINDOW):
@@ -193,17 +186,16 @@ class TorchTransport:
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
         """What the waiters queued (timed as they saw it), waiting up to ``wait_s`` for the first
         of it."""
-        sent: list[Done] = []
-        landed: list[Done] = []
+        found: dict[str, list[Done]] = {"sent": [], "landed": []}
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
             while True:
                 if isinstance(item, TransferError):
                     raise item
-                (sent if item[0] == "sent" else landed).append(item[1])
+                found[item[0]].append(item[1])
                 item = self.done.get_nowait()
         except queue.Empty:
-            return sent, landed
+            return found["sent"], found["landed"]
 
     def stalled(self) -> TransferError:
         """A waiter names its stalled transfer when its own wait times out."""
