@@ -3,14 +3,15 @@
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
 transport. After it, one loop (one thread) does everything: it polls the transport for writes
 that have left and writes that have landed, then posts on each outgoing lane every write that
-may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once each of its
-chunks' bytes is here, no faster than its step's pace (``chunk / pace`` seconds a chunk) and not
-before the step's gate: ``not_before_s``, the ends of the steps in ``after`` and, for
-store-and-forward, of every step feeding it. With nothing to do it waits in the poll, backing
-off from the transport's ``poll_s`` to its ``idle_s`` (never past the next write due); with nothing
-due and nothing heard for the transfer timeout, the oldest open transfer is named. A device
-reports ``at`` (unit, step, chunk) as it starts each unit of a step, where an injected fault
-fires; a new GPU then compares every unit with its rank buffer.
+may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once its bytes are
+here (an unpaced relay the transport forwards: before; its step starts then), no faster than its
+step's pace (``chunk / pace`` seconds a chunk) and not before the step's gate: ``not_before_s``,
+the ends of the steps in ``after`` and, for store-and-forward, of every step feeding it. With
+nothing to do it waits in the poll, backing off from the transport's ``poll_s`` to its
+``idle_s`` (never past the next write due); with nothing due and nothing heard for the transfer
+timeout, the oldest open transfer is named. A device reports ``at`` (unit, step, chunk) as it
+starts each unit of a step, where an injected fault fires; a new GPU then compares every unit
+with its rank buffer.
 """
 
 from __future__ import annotations
@@ -124,10 +125,10 @@ class ProgramSession:
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)
-            for write in sent:
-                self._sent(write)
-            for write in landed:
-                self._landed(write)
+            for write, at_s in sent:
+                self._sent(write, at_s)
+            for write, at_s in landed:
+                self._landed(write, at_s)
             posted, due_s = self._post_ready()
             if sent or landed or posted:
                 heard, pause = time.monotonic(), 0.0
@@ -169,7 +170,8 @@ class ProgramSession:
             ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
             ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
             at_s = max([step.not_before_s, *ends])
-        for unit, lo, hi in self._runs[id(write)]:
+        early = step.pace_bytes_per_s is None and id(write) in self.transport.relayed
+        for unit, lo, hi in () if early else self._runs[id(write)]:
             ready = self.store.coverage[unit].since(lo, hi)
             at_s = max(at_s, math.inf if ready is None else ready)
         if at_s < math.inf:
@@ -185,25 +187,23 @@ class ProgramSession:
                 self._seen.add((chunk.step, chunk.unit))
                 self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
-    def _sent(self, write: Write) -> None:
-        key = write[0].step
-        self._flying[self._peer[key]] -= 1
-        self._count(self._unsent, key, len(write), self.measured.sent_end_s)
+    def _sent(self, write: Write, at_s: float) -> None:
+        self._flying[self._peer[write[0].step]] -= 1
+        self._count(self._unsent, write, self.measured.sent_end_s, at_s)
 
-    def _landed(self, write: Write) -> None:
+    def _landed(self, write: Write, at_s: float) -> None:
         self._at(write)
-        now, key = self.ctx.now(), write[0].step
         for unit, lo, hi in self._runs[id(write)]:
-            if self.store.arrived(unit, lo, hi, now) and self.live:
-                self.ctx.emit("unit", (unit, now))
-            self.measured.received_bytes[key] += hi - lo
-        self._count(self._left, key, len(write), self.measured.received_end_s)
+            if self.store.arrived(unit, lo, hi, at_s) and self.live:
+                self.ctx.emit("unit", (unit, at_s))
+            self.measured.received_bytes[write[0].step] += hi - lo
+        self._count(self._left, write, self.measured.received_end_s, at_s)
 
-    def _count(self, left: dict[int, int], key: int, done: int, ends: dict[int, float]) -> None:
-        """``done`` more chunks of step ``key``: at its last, its end is now."""
-        left[key] -= done
-        if left[key] == 0:
-            ends[key] = self.ctx.now()
+    def _count(self, left: dict[int, int], write: Write, ends: dict[int, float], at: float) -> None:
+        """``write``'s chunks done at ``at``: at its step's last, its end."""
+        left[write[0].step] -= len(write)
+        if left[write[0].step] == 0:
+            ends[write[0].step] = at
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
         """Run ``body`` in a daemon thread of this device (live serving runs the loop beside its

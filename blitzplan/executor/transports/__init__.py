@@ -3,10 +3,11 @@
 Both ends of a pair of devices know every chunk between them in advance, in one order, and which
 chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
 :meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and those that have landed (waiting up to ``wait_s`` for something
-when nothing has). Nothing else blocks; the rest is the runner's
-(DESIGN.md section 8). A failing transport raises ``TransferError`` naming the peer, the step and
-the chunk; :meth:`Transport.stalled` names the oldest transfer still open.
+writes that have left and those that have landed, each with when it did (waiting up to ``wait_s``
+for one). A write in :attr:`Transport.relayed` may be posted before its bytes are here: it leaves as
+the write that brings them lands. Nothing else blocks; the rest is the runner's (DESIGN.md
+section 8). A failing transport raises ``TransferError`` naming the peer, the step and the chunk;
+:meth:`Transport.stalled` names the oldest transfer still open.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Chunk:
 
 Write = tuple[Chunk, ...]
 """Chunks of one step that move as one message."""
+Done = tuple[Write, float]
+"""A write and when it left or landed (seconds from the shared start)."""
 
 
 def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
@@ -100,10 +103,12 @@ class Transport(Protocol):
 
     poll_s: float
     idle_s: float
+    relayed: dict[int, int]
+    """Per relay sent (by id), the write received here that brings its bytes (by id)."""
 
     def post(self, peer: int, write: Write) -> None: ...
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]: ...
+    def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]: ...
 
     def stalled(self) -> TransferError: ...
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
-from blitzplan.executor.transports import Chunk, Lane, Write
+from blitzplan.executor.transports import Chunk, Done, Lane, Write
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -60,6 +60,7 @@ class NixlTransport:
         from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
 
         self.ctx = ctx
+        self.relayed: dict[int, int] = {}  # no relay goes before its bytes
         config = nixl_agent_config(
             enable_prog_thread=False,
             enable_listen_thread=False,
@@ -112,7 +113,7 @@ class NixlTransport:
             raise self._failed(write[0], peer, "writing ended in state ERR")
         self.flying.append((handle, peer, write, time.monotonic()))
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]:
+    def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
         """Writes that have left (each WRITE's state checked), writes whose notes came; with
         neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open,
         or a writer silent while chunks from it are due, for the transfer timeout fails."""
@@ -133,17 +134,17 @@ class NixlTransport:
                 raise self._failed(write[0], peer, f"writing {what}")
             (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
         self.flying = still
-        landed = []
+        landed, at_s = [], self.ctx.now()
         for notes in self.agent.get_new_notifs().values() if self.expected else ():
             for note in notes:
                 if (item := self.expected.pop(note, None)) is not None:
-                    landed.append(item[1])
+                    landed.append((item[1], at_s))
                     self.heard[item[0]] = now
         if late := [p for p, t in self.heard.items() if now - t > timeout_s and p in self.due()]:
             raise self._failed(self.due()[late[0]], late[0], f"{timeout} waiting for a chunk")
         if not sent and not landed:
             time.sleep(wait_s)
-        return [write for _, _, write, _ in sent], landed
+        return [(write, at_s) for _, _, write, _ in sent], landed
 
     def due(self) -> dict[int, Chunk]:
         """Per writer, the first chunk still due from it."""

@@ -1,18 +1,18 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
 A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver, through buffers made before the start; a relay sends a write from where the same
-bytes landed, unpacking them only). Messages match by order alone (one tag:
+at the receiver, through buffers made before the start). Messages match by order alone (one tag:
 NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
 in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
 A receiver keeps ``WINDOW`` receives posted ahead on each lane.
 
-gloo tells a point-to-point transfer has completed only by a blocking ``wait`` (its
-``is_completed`` stays False until then, and a wait that times out breaks the pair), so each lane
-has a waiter: a thread that waits on the lane's transfers in order, blocked in C++ (without the
-GIL), and queues each as it completes; :meth:`TorchTransport.poll` takes from that queue. An
-outgoing lane's waiter also starts its sends: gloo's ``isend`` writes into the peer's socket on
-the calling thread and blocks while it is full, which must not stall the device's loop.
+A lane's writes start in its order, each on the thread that makes it ready, with no hand-off (a
+wake-up, milliseconds on a loaded host): the loop as it posts it (gloo's ``isend`` copies into
+the socket while it has room), a relay (the bytes of a write received, in the same order; posted
+before they land) on the thread that receives them, from where they landed. gloo tells a
+transfer has completed only by a blocking ``wait`` (``is_completed`` stays False until then; a
+wait that times out breaks the pair), so each lane has a waiter: a thread that waits on its
+transfers in order, in C++ without the GIL, and queues each as it completes for :meth:`poll`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,11 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Lane, Write, runs, writes
+from blitzplan.executor.transports import Done, Lane, Write, runs, writes
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
-TAG = 0
-"""The torch.distributed tag of every chunk."""
 Moved = tuple[list[torch.Tensor], torch.Tensor]
 """A write's views of the arena and the tensor it is sent from or received into."""
 WINDOW = 16
@@ -60,11 +58,10 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
 
 
 def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
-    """Per write sent (by id), the write received with the same bytes of the arena in the same
-    order (by id; -1: none): a write that would be packed goes from where that one landed,
-    once it has."""
+    """Per relay sent (by id), the write received with the same bytes of the arena in the same
+    order (by id)."""
     landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
-    return {id(w): landed.get(tuple(runs(w, "src")), -1) for w in writes(out)}
+    return {id(w): landed[r] for w in writes(out) if (r := tuple(runs(w, "src"))) in landed}
 
 
 class TorchTransport:
@@ -81,9 +78,16 @@ class TorchTransport:
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
         self.relayed = relays(out, into)
         self.landed: set[int] = set()
-        """The writes received here (by id), unpacked."""
-        self.done: queue.SimpleQueue[tuple[str, Any] | TransferError] = queue.SimpleQueue()
-        self.sending = {o.peer: queue.SimpleQueue[Any]() for o in out}
+        """The writes received here (by id)."""
+        self.feeds: dict[int, set[int]] = {}
+        """Per write received (by id), the lanes (by peer) with a relay of it."""
+        for peer, write in ((o.peer, w) for o in out for w in o.writes):
+            self.feeds.setdefault(self.relayed.get(id(write), -1), set()).add(peer)
+        self.posted = {o.peer: deque[Write]() for o in out}
+        """Per lane, the writes posted, not started (a relay's bytes not here), in order."""
+        self.locks = {o.peer: threading.Lock() for o in out}
+        self.done: queue.SimpleQueue[tuple[str, Done] | TransferError] = queue.SimpleQueue()
+        self.started = {o.peer: queue.SimpleQueue[Any]() for o in out}
         self.waiters = [
             threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
         ]
@@ -115,22 +119,30 @@ class TorchTransport:
         self.ctx.synchronize()
 
     def post(self, peer: int, write: Write) -> None:
-        """Hand ``write`` to its lane's sender (gloo's ``isend`` writes on the calling thread and
-        can block for milliseconds: it must not hold up the loop and the other lanes)."""
-        self.sending[peer].put(write)
+        """Start ``write`` (a relay: once its bytes land) after those posted before it."""
+        self.posted[peer].append(write)
+        self._start(peer)
 
-    def _isend(self, peer: int, write: Write) -> Any:
-        views, data = self.staged[("src", id(write))]
-        if data is not views[0] and self.relayed[id(write)] in self.landed:
-            data = self.staged[("dst", self.relayed[id(write)])][1]
-        elif data is not views[0]:
-            self._move(views, data, pack=True)
-        try:
-            group = self.groups.get((self.ctx.rank, peer))
-            return dist.isend(data, dst=peer, tag=TAG, group=group)
-        except RuntimeError as exc:
-            message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0][:200]}"
-            raise TransferError(write[0].failure(peer, message)) from None
+    def _start(self, peer: int) -> None:
+        """Start the lane's posted writes in order, up to a relay whose bytes have not landed;
+        hand each to the lane's waiter."""
+        with self.locks[peer]:
+            queued, group = self.posted[peer], self.groups.get((self.ctx.rank, peer))
+            while queued:
+                relay = self.relayed.get(id(queued[0]))
+                if relay is not None and relay not in self.landed:
+                    return
+                write = queued.popleft()
+                views, data = self.staged[("src", id(write))]
+                if relay is not None:
+                    data = self.staged[("dst", relay)][1]
+                elif data is not views[0]:
+                    self._move(views, data, pack=True)
+                try:
+                    self.started[peer].put((write, dist.isend(data, peer, group)))
+                except RuntimeError as exc:
+                    message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0]}"
+                    raise TransferError(write[0].failure(peer, message[:240])) from None
 
     def _waiting(self, body: Any, *args: Any) -> None:
         """Run a waiter's ``body``, queueing its failure for :meth:`poll` to raise."""
@@ -140,20 +152,10 @@ class TorchTransport:
             self.done.put(exc)
 
     def _sends(self, peer: int) -> None:
-        """The lane's sender: start every write handed to it, wait for them in order; those
-        done while more were queued are reported together (one wake of the loop for them)."""
-        queued, flying, sent = self.sending[peer], deque[tuple[Write, Any]](), []
-        while True:
-            while not flying or not queued.empty():
-                if (write := queued.get()) is None:
-                    return
-                flying.append((write, self._isend(peer, write)))
-            write, work = flying.popleft()
-            self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
-            sent.append(write)
-            if not flying or queued.empty():
-                self.done.put(("sent", sent))
-                sent = []
+        """The lane's waiter for its sends, in order."""
+        while (item := self.started[peer].get()) is not None:
+            self.ctx.wait(item[1], f"sending a chunk to rank {peer}", item[0][0].failure(peer))
+            self.done.put(("sent", (item[0], self.ctx.now())))
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
@@ -164,7 +166,7 @@ class TorchTransport:
         def post() -> None:
             if (write := next(ahead, None)) is not None:
                 views, view = self.staged[("dst", id(write))]
-                work = dist.irecv(view, src=lane.peer, tag=TAG, group=group)
+                work = dist.irecv(view, src=lane.peer, group=group)
                 posted.append((write, work, views, view))
 
         for _ in range(WINDOW):
@@ -173,28 +175,27 @@ class TorchTransport:
             write, work, views, view = posted.popleft()
             where = write[0].failure(lane.peer)
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
+            self.landed.add(id(write))
+            for peer in self.feeds.get(id(write), ()):
+                self._start(peer)
             if view is not views[0]:
                 self._move(views, view, pack=False)
-            self.landed.add(id(write))
-            self.done.put(("landed", write))
+            self.done.put(("landed", (write, self.ctx.now())))
             post()
 
-    def poll(self, wait_s: float) -> tuple[list[Write], list[Write]]:
-        """What the waiters queued, waiting up to ``wait_s`` for the first of it."""
-        sent: list[Write] = []
-        landed: list[Write] = []
+    def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
+        """What the waiters queued (timed as they saw it), waiting up to ``wait_s`` for the first
+        of it."""
+        found: dict[str, list[Done]] = {"sent": [], "landed": []}
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
             while True:
                 if isinstance(item, TransferError):
                     raise item
-                if item[0] == "sent":
-                    sent += item[1]
-                else:
-                    landed.append(item[1])
+                found[item[0]].append(item[1])
                 item = self.done.get_nowait()
         except queue.Empty:
-            return sent, landed
+            return found["sent"], found["landed"]
 
     def stalled(self) -> TransferError:
         """A waiter names its stalled transfer when its own wait times out."""
@@ -208,8 +209,8 @@ class TorchTransport:
 
     def close(self) -> None:
         """End the waiters; destroy this run's NCCL communicators (the default group stays)."""
-        for sends in self.sending.values():
-            sends.put(None)
+        for started in self.started.values():
+            started.put(None)
         for waiter in self.waiters:
             waiter.join()
         for group in self.groups.values():
