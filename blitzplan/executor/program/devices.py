@@ -130,10 +130,8 @@ def device_jobs(
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
     """A lane's chunks cut into writes, in the order of their first chunks: a paced step's one
-    chunk each (each leaves at its pace), an unpaced step's in as few writes of at most BATCH of
-    its chunks in a row as it takes, of equal sizes (to a chunk). A message costs the same
-    whatever its size (a hand-off to a thread and a wake-up on each side, a notification), so
-    unpaced, where nothing holds a chunk back, fewer and larger messages move more."""
+    chunk each, an unpaced step's as few equal writes of at most BATCH chunks in a row as it
+    takes (a message costs the same whatever its size: fewer and larger ones move more)."""
     count = Counter(chunk.step for chunk in chunks)
     size = {k: -(-n // -(-n // BATCH)) for k, n in count.items()}
     size |= {k: 1 for k in count if sends[k].pace_bytes_per_s is not None}

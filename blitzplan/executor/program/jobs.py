@@ -1,10 +1,5 @@
 """From checked programs (and a replan taking one over) to one job per device.
 
-A device is a process: every GPU and host memory a step names, and every new GPU. Its buffers sit
-back to back in one *arena*: per unit a GPU's rank buffer (``B_u`` bytes of
-:func:`blitzplan.layout`; a serving GPU's of its own TP degree), host memory and relays every
-rank's buffer (rank ``r`` at ``r * B_u``), then the bytes its resharding steps pack.
-
 Every step is cut into chunks of the document's ``chunk_bytes`` (equal sizes, to a byte), and the
 chunks between two devices in one direction form their *lane*, in one order both ends follow:
 by the chunk's predicted start (a step's chunks spread evenly over its predicted time; a step
