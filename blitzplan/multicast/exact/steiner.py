@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from blitzplan.multicast.exact.tree_packing import Overlay
+    from blitzplan.multicast.exact.overlay_arcs import Overlay
 
 __all__ = ["FULL", "RankGraph", "Tree", "cheapest_tree"]
 
@@ -66,12 +67,15 @@ class RankGraph:
         self.complete = len(self.terminals) == len(wanted) and bool(self.roots)
 
 
-def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree | None:
+def cheapest_tree(
+    overlay: Overlay, graph: RankGraph, price: np.ndarray, depth: int | None = None
+) -> Tree | None:
     """The tree of the graph's rank of least total price (its arcs' routes' prices), exactly:
     Dreyfus-Wagner over the rank's instance GPUs on the overlay's shortest paths, from a
     virtual root with a free arc to every holder of the whole rank, so a "tree" may be a forest
     whose parts start at different holders (a stripe fed to one host by its own source and to
-    another host by another)."""
+    another host by another). ``depth``: the cheapest tree in which no byte crosses more than
+    that many arcs from its holder (:func:`_shallow`; None: any depth)."""
     if not graph.complete:
         return None
     n = graph.n
@@ -84,6 +88,8 @@ def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree
     cost[graph.u[first], graph.v[first]] = costs[first]
     pick[graph.u[first], graph.v[first]] = graph.arcs[first]
     cost[n, graph.roots] = 0.0
+    if depth is not None:
+        return _shallow(overlay, graph, cost, pick, depth)
     dist, hop = _shortest(cost)
     best, split, via = _dreyfus_wagner(dist, graph.terminals)
     full = (1 << len(graph.terminals)) - 1
@@ -91,12 +97,79 @@ def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree
         return None
     parent: dict[int, int] = {}
     _unfold(full, n, split, via, (hop, pick), parent, {n})
-    chosen = tuple(sorted(a for a in parent.values() if a >= 0))
+    return _tree(overlay, graph.rank, parent.values())
+
+
+def _tree(overlay: Overlay, rank: int, arcs: Iterable[int]) -> Tree:
+    chosen = tuple(sorted(a for a in arcs if a >= 0))
     load: dict[int, float] = {}
     for a in chosen:
         for e in overlay.arcs[a].edges:
             load[int(e)] = load.get(int(e), 0.0) + 1.0
-    return Tree(graph.rank, chosen, load)
+    return Tree(rank, chosen, load)
+
+
+def _shallow(
+    overlay: Overlay, graph: RankGraph, cost: np.ndarray, pick: np.ndarray, depth: int
+) -> Tree | None:
+    """The cheapest tree of at most ``depth`` arcs from a holder to any node: Dreyfus-Wagner
+    on the arcs themselves (no shortest paths, each step one arc deeper), layer by layer:
+    ``best[h][mask, v]`` is the least price of a tree from ``v`` over at most ``h`` arcs
+    reaching the terminals in ``mask``, either one arc ``v -> u`` and a tree of ``h - 1`` from
+    ``u``, or two such trees from ``v`` split between submasks. The virtual root's free arcs
+    to the holders are one layer more."""
+    terminals = graph.terminals
+    k, n = len(terminals), len(cost)
+    size, rows = 1 << k, np.arange(n)
+    base = np.full((size, n), math.inf)
+    base[0] = 0.0
+    for i, t in enumerate(terminals):
+        base[1 << i, t] = 0.0
+    layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    below = base
+    for _ in range(depth + 1):
+        best = base.copy()
+        child = np.full((size, n), -1, dtype=int)  # the arc's end, or -1: a split (or a leaf)
+        split = np.zeros((size, n), dtype=int)
+        for mask in range(1, size):
+            through = cost + below[mask][None, :]
+            go = np.argmin(through, axis=1)
+            extend = through[rows, go]
+            better = extend < best[mask]
+            best[mask] = np.where(better, extend, best[mask])
+            child[mask] = np.where(better, go, -1)
+            if mask & (mask - 1):
+                subs = np.array(_halves(mask))
+                value = best[subs] + best[mask ^ subs]
+                which = np.argmin(value, axis=0)
+                merged = value[which, rows]
+                better = merged < best[mask]
+                best[mask] = np.where(better, merged, best[mask])
+                child[mask] = np.where(better, -1, child[mask])
+                split[mask] = np.where(better, subs[which], split[mask])
+        layers.append((best, child, split))
+        below = best
+    full = size - 1
+    if not math.isfinite(layers[-1][0][full, n - 1]):
+        return None
+    parent: dict[int, int] = {}
+    reached = {n - 1}
+    stack = [(depth, full, n - 1)]
+    while stack:
+        h, mask, v = stack.pop()
+        if mask == 0 or h < 0:
+            continue  # nothing to reach, or a leaf (the base layer)
+        best, child, split = layers[h]
+        u = int(child[mask, v])
+        if u >= 0:
+            if u not in reached:
+                parent[u] = int(pick[v, u])
+                reached.add(u)
+            stack.append((h - 1, mask, u))
+        elif mask & (mask - 1):
+            sub = int(split[mask, v])
+            stack += [(h, sub, v), (h, mask ^ sub, v)]
+    return _tree(overlay, graph.rank, parent.values())
 
 
 def _shortest(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
