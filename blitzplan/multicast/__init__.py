@@ -394,7 +394,7 @@ def _striped(
 
 
 CLOSE_ENOUGH = 0.01
-EXACT_REPACK_SHARE = 0.2
+EXACT_REPACK_SHARE = 0.3
 """Under ``method="exact"`` with a time limit, the greedy's tree packing ends by this share of
 it (the exact method's own packings and search take the rest)."""
 """A greedy plan this close to the per-instance cuts (relative) skips its refinements."""

@@ -179,7 +179,8 @@ def exact_plan(
     time_limit_s: float | None,
 ) -> tuple[Built, Bound]:
     """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
-    on its live choice in every shape of :data:`EXACT_SHAPES`
+    on its live choice (the greedy's when the program found none in its time) in every shape
+    of :data:`EXACT_SHAPES`
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the best plan
     and the best bound."""
@@ -187,11 +188,12 @@ def exact_plan(
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     packed = None
-    if strong is not None:
+    if objective == "all_ready":  # on the program's live choice, else on the greedy's
+        live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         share = 0.6 * limit - (time.perf_counter() - began)
         packed = pack_trees(
             problem,
-            strong.live_nodes,
+            live,
             time_limit_s=max(0.05 * limit, share),
             widths=None,
             shapes=EXACT_SHAPES,
@@ -207,6 +209,11 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
     return built, bound
+
+
+def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:
+    """The target node indices of a choice's live nodes."""
+    return frozenset(n - len(problem.sources) for n in choice.live_nodes)
 
 
 DEFAULT_LIMIT_S = 30.0

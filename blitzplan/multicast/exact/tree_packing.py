@@ -52,8 +52,9 @@ every rank; a count, so equal input gives an identical plan)."""
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 """Trees per rank the greedy's final packings keep (the widest ones), besides all of them; the
 exact method tries every count (``widths=None``)."""
-GREEDY_SHAPES: tuple[Shape, ...] = ((3, 4), (None, 4))
-"""The greedy's packings: trees of at most three arcs, then of any depth, four a round."""
+GREEDY_SHAPES: tuple[Shape, ...] = ((3, 4), (4, 4), (None, 4))
+"""The greedy's packings: trees of at most three arcs, four, then of any depth, four a round
+(the later ones only while the plan is still :data:`PACK_GAP` above its bound)."""
 EXACT_SHAPES: tuple[Shape, ...] = ((None, 1), (None, 4), (3, 4), (4, 4), (2, 4))
 """The exact method's packings, each with an equal share of the time left."""
 
@@ -79,7 +80,12 @@ def repack(
             break
         rounds = max(10, PACK_ROUNDS // problem.tp)
         packed = pack_trees(
-            problem, live, time_limit_s=left, max_rounds=rounds, shapes=GREEDY_SHAPES
+            problem,
+            live,
+            time_limit_s=left,
+            max_rounds=rounds,
+            shapes=GREEDY_SHAPES,
+            enough_s=bound * (1 + PACK_GAP),
         )
         if packed is not None and _value(packed) < _value(best):
             best = packed
@@ -94,6 +100,7 @@ def pack_trees(
     max_rounds: int = MAX_ROUNDS,
     widths: Sequence[int] | None = WIDTHS,
     shapes: Sequence[Shape] = ((None, 1),),
+    enough_s: float = 0.0,
 ) -> Built | None:
     """The plan of the best tree packing found in ``max_rounds`` pricing rounds per shape (and
     within ``time_limit_s``, each shape an equal share of the time left; None: no clock, so
@@ -102,7 +109,8 @@ def pack_trees(
     hold ``live`` instances. ``widths``: the tree counts per rank the final plans keep
     (:func:`_subsets`; None, the exact method: every count, ranked two ways, and the best
     three rebalanced by :func:`_balanced`). With a time limit, counts past it are skipped (the
-    first and the last still tried), and shapes after the first once it is spent."""
+    first and the last still tried), and shapes after the first once it is spent; and once
+    a plan is ready by ``enough_s``, the shapes after it."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -120,6 +128,8 @@ def pack_trees(
         packed = _pack(problem, overlay, graphs, live, shape, (share, max_rounds, widths))
         if packed is not None and (best is None or _value(packed) < _value(best)):
             best = packed
+        if best is not None and _value(best) <= enough_s:
+            break
     return best
 
 
