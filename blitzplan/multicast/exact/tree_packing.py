@@ -18,6 +18,7 @@ times it (chunks, latency, startup).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -54,7 +55,8 @@ WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 exact method tries every count (``widths=None``)."""
 GREEDY_SHAPES: tuple[Shape, ...] = ((3, 4), (4, 4), (None, 4))
 """The greedy's packings: trees of at most three arcs, four, then of any depth, four a round
-(the later ones only while the plan is still :data:`PACK_GAP` above its bound)."""
+(the later ones only while the packings beat the greedy's plan and are still :data:`PACK_GAP`
+above its bound)."""
 EXACT_SHAPES: tuple[Shape, ...] = ((None, 1), (None, 4), (3, 4), (4, 4), (2, 4))
 """The exact method's packings, each with an equal share of the time left."""
 
@@ -86,6 +88,7 @@ def repack(
             max_rounds=rounds,
             shapes=GREEDY_SHAPES,
             enough_s=bound * (1 + PACK_GAP),
+            beat_s=_value(built),
         )
         if packed is not None and _value(packed) < _value(best):
             best = packed
@@ -101,6 +104,7 @@ def pack_trees(
     widths: Sequence[int] | None = WIDTHS,
     shapes: Sequence[Shape] = ((None, 1),),
     enough_s: float = 0.0,
+    beat_s: float = math.inf,
 ) -> Built | None:
     """The plan of the best tree packing found in ``max_rounds`` pricing rounds per shape (and
     within ``time_limit_s``, each shape an equal share of the time left; None: no clock, so
@@ -110,7 +114,7 @@ def pack_trees(
     (:func:`_subsets`; None, the exact method: every count, ranked two ways, and the best
     three rebalanced by :func:`_balanced`). With a time limit, counts past it are skipped (the
     first and the last still tried), and shapes after the first once it is spent; and once
-    a plan is ready by ``enough_s``, the shapes after it."""
+    a plan is ready by ``enough_s``, or none so far beats ``beat_s``, the shapes after it."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -128,7 +132,7 @@ def pack_trees(
         packed = _pack(problem, overlay, graphs, live, shape, (share, max_rounds, widths))
         if packed is not None and (best is None or _value(packed) < _value(best)):
             best = packed
-        if best is not None and _value(best) <= enough_s:
+        if best is None or not enough_s < _value(best) < beat_s:
             break
     return best
 
