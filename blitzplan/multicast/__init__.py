@@ -383,6 +383,9 @@ def _striped(
     if budget > 0 and objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES:
         lives = [frozenset(n - len(problem.sources) for n in c.live_nodes) for c in (first, choice)]
         left = None if refine_budget is None else refine_budget.left()
+        if method == "exact" and time_limit_s is not None:  # the exact method packs later too
+            spent = time.perf_counter() - entered
+            left = max(0.0, EXACT_REPACK_SHARE * time_limit_s - spent)
         built = repack(problem, lives, built, bound, left)
     if method == "exact":  # from the greedy's plan (never worse), in the time left
         left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - entered)
@@ -391,6 +394,9 @@ def _striped(
 
 
 CLOSE_ENOUGH = 0.01
+EXACT_REPACK_SHARE = 0.3
+"""Under ``method="exact"`` with a time limit, the greedy's tree packing ends by this share of
+it (the exact method's own packings and search take the rest)."""
 """A greedy plan this close to the per-instance cuts (relative) skips its refinements."""
 AUTO_PLACEMENT_MAX = 16
 """``placement="auto"`` weighs spreading against packing up to this many new instances; beyond it

@@ -27,7 +27,7 @@ from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.exact.tree_packing import pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -179,17 +179,24 @@ def exact_plan(
     time_limit_s: float | None,
 ) -> tuple[Built, Bound]:
     """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
-    on its live choice (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
+    on its live choice (the greedy's when the program found none in its time) in every shape
+    of :data:`EXACT_SHAPES`
+    (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the best plan
     and the best bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     packed = None
-    if strong is not None:
+    if objective == "all_ready":  # on the program's live choice, else on the greedy's
+        live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         share = 0.6 * limit - (time.perf_counter() - began)
         packed = pack_trees(
-            problem, strong.live_nodes, time_limit_s=max(0.05 * limit, share), widths=None
+            problem,
+            live,
+            time_limit_s=max(0.05 * limit, share),
+            widths=None,
+            shapes=EXACT_SHAPES,
         )
     spent = time.perf_counter() - began
     left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
@@ -202,6 +209,11 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
     return built, bound
+
+
+def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:
+    """The target node indices of a choice's live nodes."""
+    return frozenset(n - len(problem.sources) for n in choice.live_nodes)
 
 
 DEFAULT_LIMIT_S = 30.0

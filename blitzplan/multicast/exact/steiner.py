@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from blitzplan.multicast.exact.tree_packing import Overlay
+    from blitzplan.multicast.exact.overlay_arcs import Overlay
 
 __all__ = ["FULL", "RankGraph", "Tree", "cheapest_tree"]
 
@@ -66,12 +67,15 @@ class RankGraph:
         self.complete = len(self.terminals) == len(wanted) and bool(self.roots)
 
 
-def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree | None:
+def cheapest_tree(
+    overlay: Overlay, graph: RankGraph, price: np.ndarray, depth: int | None = None
+) -> Tree | None:
     """The tree of the graph's rank of least total price (its arcs' routes' prices), exactly:
     Dreyfus-Wagner over the rank's instance GPUs on the overlay's shortest paths, from a
     virtual root with a free arc to every holder of the whole rank, so a "tree" may be a forest
     whose parts start at different holders (a stripe fed to one host by its own source and to
-    another host by another)."""
+    another host by another). ``depth``: the cheapest tree in which no byte crosses more than
+    that many arcs from its holder (:func:`_shallow`; None: any depth)."""
     if not graph.complete:
         return None
     n = graph.n
@@ -84,19 +88,100 @@ def cheapest_tree(overlay: Overlay, graph: RankGraph, price: np.ndarray) -> Tree
     cost[graph.u[first], graph.v[first]] = costs[first]
     pick[graph.u[first], graph.v[first]] = graph.arcs[first]
     cost[n, graph.roots] = 0.0
+    if depth is not None:
+        return _shallow(overlay, graph, cost, pick, depth)
     dist, hop = _shortest(cost)
-    best, split, via = _dreyfus_wagner(dist, graph.terminals)
+    best, via = _dreyfus_wagner(dist, graph.terminals)
     full = (1 << len(graph.terminals)) - 1
     if not math.isfinite(best[full][n]):
         return None
     parent: dict[int, int] = {}
-    _unfold(full, n, split, via, (hop, pick), parent, {n})
-    chosen = tuple(sorted(a for a in parent.values() if a >= 0))
+    _unfold(full, n, best, via, (hop, pick), parent, {n})
+    return _tree(overlay, graph.rank, parent.values())
+
+
+def _tree(overlay: Overlay, rank: int, arcs: Iterable[int]) -> Tree:
+    chosen = tuple(sorted(a for a in arcs if a >= 0))
     load: dict[int, float] = {}
     for a in chosen:
         for e in overlay.arcs[a].edges:
             load[int(e)] = load.get(int(e), 0.0) + 1.0
-    return Tree(graph.rank, chosen, load)
+    return Tree(rank, chosen, load)
+
+
+def _shallow(
+    overlay: Overlay, graph: RankGraph, cost: np.ndarray, pick: np.ndarray, depth: int
+) -> Tree | None:
+    """The cheapest tree of at most ``depth`` arcs from a holder to any node: Dreyfus-Wagner
+    on the arcs themselves (no shortest paths, each step one arc deeper), layer by layer:
+    ``best[h][mask, v]`` is the least price of a tree from ``v`` over at most ``h`` arcs
+    reaching the terminals in ``mask``, either one arc ``v -> u`` and a tree of ``h - 1`` from
+    ``u``, or two such trees from ``v`` split between submasks. The virtual root's free arcs
+    to the holders are one layer more."""
+    terminals = graph.terminals
+    k, n = len(terminals), len(cost)
+    size = 1 << k
+    base = np.full((size, n), math.inf)
+    base[0] = 0.0
+    for i, t in enumerate(terminals):
+        base[1 << i, t] = 0.0
+    layers: list[tuple[np.ndarray, np.ndarray]] = []
+    below = base
+    for _ in range(depth + 1):
+        through = cost[None, :, :] + below[:, None, :]  # [mask, v, u]: the arc v -> u first
+        go = np.argmin(through, axis=2)
+        extend = np.take_along_axis(through, go[:, :, None], axis=2)[:, :, 0]
+        better = extend < base
+        best = np.where(better, extend, base)
+        child = np.where(better, go, -1)  # the arc's end, or -1: a split (or a leaf)
+        for masks, subs, starts in _splits(k):  # by bit count: each split's parts are done
+            merged = np.minimum.reduceat(best[subs] + best[masks ^ subs], starts, axis=0)
+            whole = masks[starts]
+            better = merged < best[whole]
+            best[whole] = np.where(better, merged, best[whole])
+            child[whole] = np.where(better, -1, child[whole])
+        layers.append((best, child))
+        below = best
+    full = size - 1
+    if not math.isfinite(layers[-1][0][full, n - 1]):
+        return None
+    parent: dict[int, int] = {}
+    reached = {n - 1}
+    stack = [(depth, full, n - 1)]
+    while stack:
+        h, mask, v = stack.pop()
+        if mask == 0 or h < 0:
+            continue  # nothing to reach, or a leaf (the base layer)
+        best, child = layers[h]
+        u = int(child[mask, v])
+        if u >= 0:
+            if u not in reached:
+                parent[u] = int(pick[v, u])
+                reached.add(u)
+            stack.append((h - 1, mask, u))
+        elif mask & (mask - 1):
+            sub = _split(best, mask, v)
+            stack += [(h, sub, v), (h, mask ^ sub, v)]
+    return _tree(overlay, graph.rank, parent.values())
+
+
+@functools.cache
+def _splits(k: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per bit count from 2 to ``k``: every mask of that count once per split (the mask,
+    repeated), the split's part holding the mask's lowest bit, and where each mask's splits
+    start."""
+    out = []
+    for count in range(2, k + 1):
+        masks: list[int] = []
+        subs: list[int] = []
+        for mask in range(1, 1 << k):
+            if mask.bit_count() == count:
+                halves = _halves(mask)
+                masks += [mask] * len(halves)
+                subs += halves
+        starts = np.flatnonzero(np.r_[True, np.diff(masks) != 0])
+        out.append((np.array(masks), np.array(subs), starts))
+    return tuple(out)
 
 
 def _shortest(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -113,34 +198,31 @@ def _shortest(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return dist, hop
 
 
-def _dreyfus_wagner(
-    dist: np.ndarray, terminals: list[int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _dreyfus_wagner(dist: np.ndarray, terminals: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """``best[mask, v]``: least price of a tree from ``v`` reaching the terminals in ``mask``;
-    ``via[mask, v]`` the node it walks to first and ``split[mask, v]`` the submask it branches
-    into there."""
+    ``via[mask, v]`` the node it walks to first (where it branches into the split
+    :func:`_split` names). Masks of one bit count at once: their splits' parts are done."""
     k, n = len(terminals), len(dist)
     size = 1 << k
     best = np.zeros((size, n))
-    split = np.zeros((size, n), dtype=int)
     via = np.zeros((size, n), dtype=int)
     for i, t in enumerate(terminals):
         best[1 << i] = dist[:, t]
         via[1 << i] = t
-    rows = np.arange(n)
-    for mask in range(1, size):
-        if mask & (mask - 1) == 0:
-            continue
-        subs = np.array(_halves(mask))
-        value = best[subs] + best[mask ^ subs]
-        pick = np.argmin(value, axis=0)
-        branched = value[pick, rows]
-        total = dist + branched[None, :]
-        go = np.argmin(total, axis=1)
-        best[mask] = total[rows, go]
-        via[mask] = go
-        split[mask] = subs[pick][go]
-    return best, split, via
+    for masks, subs, starts in _splits(k):
+        branched = np.minimum.reduceat(best[subs] + best[masks ^ subs], starts, axis=0)
+        total = dist[None, :, :] + branched[:, None, :]  # [mask, v, u]: walk to u, branch there
+        go = np.argmin(total, axis=2)
+        whole = masks[starts]
+        best[whole] = np.take_along_axis(total, go[:, :, None], axis=2)[:, :, 0]
+        via[whole] = go
+    return best, via
+
+
+def _split(best: np.ndarray, mask: int, v: int) -> int:
+    """The part holding ``mask``'s lowest bit of the cheapest split of ``mask`` at ``v``."""
+    halves = np.array(_halves(mask))
+    return int(halves[np.argmin(best[halves, v] + best[mask ^ halves, v])])
 
 
 @functools.cache
@@ -159,7 +241,7 @@ def _halves(mask: int) -> tuple[int, ...]:
 def _unfold(
     mask: int,
     v: int,
-    split: np.ndarray,
+    best: np.ndarray,
     via: np.ndarray,
     paths: tuple[np.ndarray, np.ndarray],
     parent: dict[int, int],
@@ -178,6 +260,6 @@ def _unfold(
         step = nxt
     if mask & (mask - 1) == 0:
         return
-    sub = int(split[mask][v])
-    _unfold(sub, u, split, via, paths, parent, reached)
-    _unfold(mask ^ sub, u, split, via, paths, parent, reached)
+    sub = _split(best, mask, u)
+    _unfold(sub, u, best, via, paths, parent, reached)
+    _unfold(mask ^ sub, u, best, via, paths, parent, reached)

@@ -1,0 +1,171 @@
+"""The tree packing's plan space: the overlay's arcs (a holder, instance GPU or relay sending to
+an instance GPU or relay, each on one route a lane may take), the master linear program over a
+set of trees, and the plan of a packing (every tree's lanes paced at its rate).
+
+A *tree* of rank ``r`` carries one stripe interval of rank ``r`` from holders of the whole rank
+(the host copy, a source of the new instances' TP degree) to every rank-``r`` instance GPU, over
+overlay arcs, with no remote arc out of a live node. Tree ``tau`` runs every lane at rate
+``y_tau``; the master maximises ``lam`` with ``sum_{tau of r} y_tau >= lam`` per rank and the
+trees' loads within each edge's residual capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from blitzplan.multicast.bound.overlay_lp import (
+    Sender,
+    lane_routes,
+    overlay_receivers,
+    overlay_senders,
+)
+from blitzplan.multicast.exact.steiner import FULL, Tree
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, base_builder, run
+
+__all__ = ["Overlay", "master", "packing_plan"]
+
+_SCALE = 1e9
+
+
+@dataclass(frozen=True)
+class _Arc:
+    sender: int
+    """Index into the senders."""
+    dst: str
+    exit: str
+    edges: np.ndarray
+    """Edge indices of its route."""
+
+
+class Overlay:
+    """Senders, receivers, arcs with their routes, and the edges they cross."""
+
+    def __init__(self, problem: Problem, live: frozenset[int]) -> None:
+        topo = problem.topology
+        self.problem = problem
+        self.senders = overlay_senders(problem)
+        self.receivers = overlay_receivers(problem)
+        self.index = {s.name: k for k, s in enumerate(self.senders)}
+        edge_id: dict[tuple[str, str], int] = {}
+        self.arcs: list[_Arc] = []
+        for k, s in enumerate(self.senders):
+            for dst in self.receivers:
+                if dst == s.name:
+                    continue
+                far = topo.host_of(dst) != s.host
+                if far and s.node in live:
+                    continue
+                for exit_, edges in lane_routes(problem, s, dst):
+                    if far and exit_ not in s.exits:
+                        continue  # leave only by exits the setup cleared (no KV NICs)
+                    ids = np.array([edge_id.setdefault(e, len(edge_id)) for e in edges])
+                    self.arcs.append(_Arc(k, dst, exit_, ids))
+        self.edges = list(edge_id)
+        self.capacity = np.array([problem.residual[e] / _SCALE for e in self.edges])
+
+    def arcs_of_rank(self, rank: int) -> list[int]:
+        out = []
+        for a, arc in enumerate(self.arcs):
+            s = self.senders[arc.sender]
+            sends = s.holds[rank] >= FULL if s.node is None else self._carries(s.name, rank)
+            if sends and self.receivers[arc.dst] in (rank, None):
+                out.append(a)
+        return out
+
+    def _carries(self, gpu: str, rank: int) -> bool:
+        return self.receivers[gpu] in (rank, None)
+
+
+def master(
+    overlay: Overlay, trees: list[Tree], tp: int
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(lam, y, edge duals, rank duals)`` of the restricted master program."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    n = len(trees) + 1
+    rows, cols, vals = [], [], []
+    for t, tree in enumerate(trees):
+        rows.append(tree.rank)
+        cols.append(t + 1)
+        vals.append(-1.0)
+        for e, count in tree.load.items():
+            rows.append(tp + e)
+            cols.append(t + 1)
+            vals.append(count)
+    rows += list(range(tp))
+    cols += [0] * tp
+    vals += [1.0] * tp
+    matrix = csr_matrix((vals, (rows, cols)), shape=(tp + len(overlay.edges), n))
+    bounds = np.concatenate([np.zeros(tp), overlay.capacity])
+    cost = np.zeros(n)
+    cost[0] = -1.0
+    result = linprog(cost, A_ub=matrix, b_ub=bounds, bounds=(0, None), method="highs")
+    if result.status != 0:
+        return None
+    duals = -np.asarray(result.ineqlin.marginals)
+    return -float(result.fun), np.asarray(result.x[1:]), duals[tp:], duals[:tp]
+
+
+def packing_plan(
+    problem: Problem,
+    overlay: Overlay,
+    trees: list[Tree],
+    rates: np.ndarray,
+    live: frozenset[int],
+) -> Built:
+    """Lanes of every tree with a positive rate: its share of the rank's interval, paced at the
+    tree's rate."""
+    builder = base_builder(problem)
+    offset = len(problem.sources)
+    node_of = _node_of(problem, overlay.senders)
+    for r in range(problem.tp):
+        mine = [(t, float(rates[t])) for t, tree in enumerate(trees) if tree.rank == r]
+        whole = sum(y for _, y in mine if y > 0)
+        used = [(t, y) for t, y in mine if y > 1e-6 * whole]  # no sliver stripes
+        total = sum(y for _, y in used)
+        lo = 0.0
+        for k, (t, y) in enumerate(used):
+            hi = 1.0 if k == len(used) - 1 else lo + y / total
+            for a in trees[t].arcs:
+                arc = overlay.arcs[a]
+                sender = overlay.senders[arc.sender]
+                receiver = offset + _target_of(problem, arc.dst)
+                source = node_of[sender.name]
+                pace = y * _SCALE * (1 - 1e-9)
+                if source == receiver:
+                    builder.add_gather(
+                        receiver, sender.name, arc.dst, r, lo, hi, pace_bytes_per_s=pace
+                    )
+                else:
+                    hop = builder.hop(source, receiver)
+                    builder.add_lane(
+                        hop, sender.name, arc.exit, arc.dst, r, lo, hi, pace_bytes_per_s=pace
+                    )
+            lo = hi
+    names = [i.name for i in problem.instances if i.node in live]
+    chosen = list(problem.live_names) or names[: problem.live]
+    return run(problem, builder, chosen)
+
+
+def _node_of(problem: Problem, senders: Sequence[Sender]) -> dict[str, int]:
+    """Each sender's plan node id (sources first, then target nodes)."""
+    out: dict[str, int] = {}
+    for k, node in enumerate(problem.sources):
+        for name in (*node.gpus, *((node.memory,) if node.memory else ())):
+            out[name] = k
+    for j, node in enumerate(problem.targets):
+        for gpu in (*node.gpus, *node.relays):
+            out[gpu] = len(problem.sources) + j
+    return out
+
+
+def _target_of(problem: Problem, gpu: str) -> int:
+    for j, node in enumerate(problem.targets):
+        if gpu in node.gpus or gpu in node.relays:
+            return j
+    raise KeyError(gpu)
