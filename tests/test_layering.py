@@ -76,7 +76,8 @@ def test_the_checker_sees_a_circle(tmp_path: Path) -> None:
 
 MULTICAST_STAGES = ("setup", "allocation", "timeline", "planners", "bound", "exact", "validation")
 """multicast/'s sub-packages in pipeline order: each imports only the ones before it (and the
-package's shared top-level modules: plan_types, refine_budget, planning_rate)."""
+package's shared top-level modules: plan_types, refine_budget, planning_rate); the top-level
+``methods`` drives them all, and none imports it."""
 
 
 def _multicast_stage(module: str) -> str | None:
@@ -101,4 +102,7 @@ def test_multicast_stages_import_in_pipeline_order() -> None:
     ]
     assert backward == []
     top = {p.stem for p in (REPO / "blitzplan" / "multicast").glob("*.py") if p.stem != "__init__"}
-    assert top == {"plan_types", "planning_rate", "refine_budget"}  # the rest sits in a stage
+    assert top == {"plan_types", "planning_rate", "refine_budget", "methods"}  # the rest: a stage
+    driver = "blitzplan.multicast.methods"  # drives the stages: after all of them
+    assert [a for a, b in graph.edges if b == driver and a in staged] == []
+    assert ("blitzplan.multicast.methods", "blitzplan.multicast.exact.exact_search") in graph.edges

@@ -15,6 +15,9 @@ one-way pipeline, each importing only the stages before it (a test checks):
 * ``exact/``: the tree packing (stripes on trees of routes, by column generation) and the
   search of the greedy's decisions, OPTIMAL only on that bound;
 * ``validation/``: :func:`validate_multicast`, the independent checker.
+
+:mod:`~blitzplan.multicast.methods` drives the stages for the greedy and exact methods (no stage
+imports it); :func:`plan_multicast` checks a request, lays out its problem and calls it.
 """
 
 from __future__ import annotations
@@ -28,9 +31,8 @@ from typing import Unpack
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec, load_model
-from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
-from blitzplan.multicast.exact.exact_search import exact_plan
-from blitzplan.multicast.exact.tree_packing import repack
+from blitzplan.multicast.bound.lower_bound import lower_bound
+from blitzplan.multicast.methods import CLOSE_ENOUGH, striped_plan
 from blitzplan.multicast.plan_types import (
     ALL_RANKS,
     AllGather,
@@ -43,14 +45,7 @@ from blitzplan.multicast.plan_types import (
     Route,
 )
 from blitzplan.multicast.planners.baselines import BASELINES
-from blitzplan.multicast.planners.greedy import (
-    Context,
-    build,
-    build_lp,
-    context,
-    greedy_choice,
-)
-from blitzplan.multicast.planners.polish import polish
+from blitzplan.multicast.planners.greedy import context, greedy_choice
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.multicast.setup.problem import PLACEMENTS, PrepareOptions, Problem, prepare
 from blitzplan.multicast.timeline.assemble import OBJECTIVES, Built, finish, score
@@ -207,7 +202,7 @@ def _solve(
         built = BASELINES[method](problem)
         bound = lower_bound(unwaited, objective, local_copies=local)
     else:
-        built, bound = _striped(
+        built, bound = striped_plan(
             problem, method, objective, polish_evaluations, time_limit_s, refine_budget, check
         )
         if unwaited is not problem:
@@ -334,86 +329,6 @@ def _estimate(problem: Problem) -> float:
     return fluid_time(problem, ctx.nodes, ctx.port, choice.order, forwarding)
 
 
-def _striped(
-    problem: Problem,
-    method: str,
-    objective: str,
-    polish_evaluations: int | None,
-    time_limit_s: float | None,
-    refine_budget: RefineBudget | None = None,
-    check: Callable[[str], None] | None = None,
-) -> tuple[Built, Bound]:
-    """The greedy (and exact) plan with its bound. A greedy plan within
-    :data:`CLOSE_ENOUGH` of the per-instance cuts is final as it is: no local search, no linear
-    program, no max-flow bound (each could gain less than that). ``refine_budget`` skips the
-    refinements when the most they could gain (the plan's time above those cuts) pays for no
-    more plan and bounds their time by it; ``check`` is the deadline's checkpoint
-    (:func:`plan_multicast`)."""
-    entered = time.perf_counter()
-    if check is not None:
-        check("problem")
-    ctx = context(problem)
-    if check is not None:
-        check("context")
-    choice = first = greedy_choice(problem, ctx, objective)
-    built = build(problem, ctx, choice, check)
-    cheap = lower_bound(problem, objective, cheap=True)
-    value = score(objective, built.ready_at_s, built.live)
-    if method == "greedy" and value <= cheap * (1 + CLOSE_ENOUGH):
-        return built, cheap
-    budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
-    if refine_budget is not None:
-        if budget > 0 and not refine_budget.worth(len(built.builder.lanes), value - cheap):
-            budget = 0  # they could gain less than they would cost: the greedy's plan
-        if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
-            import scipy.optimize  # noqa: F401  (once per process: not the refinements' time)
-        refine_budget.start()
-    choice, built = polish(
-        problem, ctx, choice, built, objective, max_evaluations=budget, budget=refine_budget
-    )
-    if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # 0: no refinement at all
-        refined = build_lp(problem, ctx, choice, refine_budget)
-        if refined is not None and score(objective, refined.ready_at_s, refined.live) < score(
-            objective, built.ready_at_s, built.live
-        ):
-            built = refined
-    if budget == 0 and method != "exact":  # no refinement: no max-flow bound (fast, no SciPy)
-        return built, cheap
-    bound = lower_bound(problem, objective)
-    if budget > 0 and objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES:
-        lives = [frozenset(n - len(problem.sources) for n in c.live_nodes) for c in (first, choice)]
-        left = None if refine_budget is None else refine_budget.left()
-        if method == "exact" and time_limit_s is not None:  # the exact method packs later too
-            spent = time.perf_counter() - entered
-            left = max(0.0, EXACT_REPACK_SHARE * time_limit_s - spent)
-        built = repack(problem, lives, built, bound, left)
-    if method == "exact":  # from the greedy's plan (never worse), in the time left
-        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - entered)
-        return exact_plan(problem, ctx, objective, (choice, built), left)
-    return built, bound
-
-
-CLOSE_ENOUGH = 0.01
-EXACT_REPACK_SHARE = 0.3
-"""Under ``method="exact"`` with a time limit, the greedy's tree packing ends by this share of
-it (the exact method's own packings and search take the rest)."""
-"""A greedy plan this close to the per-instance cuts (relative) skips its refinements."""
 AUTO_PLACEMENT_MAX = 16
 """``placement="auto"`` weighs spreading against packing up to this many new instances; beyond it
 packs (the two rarely differ when instances fill whole NVLink groups)."""
-LP_MAX_NODES = 16
-"""The greedy re-allocates its final order by linear program up to this many target nodes."""
-POLISH_MAX_EVALUATIONS = 60
-"""At most this many plans built by the greedy's local search."""
-POLISH_LANE_BUDGET = 6_000
-"""... and at most this many lanes built across those evaluations (a count, so plans stay
-deterministic): small plans get the full search, large ones little or none."""
-POLISH_MAX_NODES = 12
-"""No local search beyond this many target nodes (its neighbourhood grows quadratically)."""
-
-
-def _polish_budget(ctx: Context, built: Built) -> int:
-    if len(ctx.targets) > POLISH_MAX_NODES:
-        return 0
-    per_evaluation = max(1, len(built.builder.lanes))
-    return min(POLISH_MAX_EVALUATIONS, POLISH_LANE_BUDGET // per_evaluation)
