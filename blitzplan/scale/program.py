@@ -72,6 +72,7 @@ def program(
     nodes, flows, rates, arrivals = plan.nodes, plan.flows, plan.rates, plan.lane_arrival_s
     starts, feeds, chunk = plan.lane_start_s, plan.lane_feeds, plan.chunk_bytes
     make = _Maker()
+    ends: dict[int, float] = {}  # the latest arrival per row (lanes timed alike share rows)
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         if check is not None:
             check("program")
@@ -83,7 +84,8 @@ def program(
         key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, kinship)
         stripe = same.get(key)
         if stripe is None:
-            stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes)
+            ends_at = (snap(lane.lo), snap(lane.hi))
+            stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes, ends_at)
         ranges, total = stripe.ranges, stripe.total
         lacks = lacking.get((dst, to))
         if lacks is None:  # per unit size, the held bytes of the units the receiver lacks
@@ -104,6 +106,10 @@ def program(
         layout_key = (lane.sender, to, lane.holder)
         if layout_key not in layouts:
             layouts[layout_key] = _source_layout(plan, lane)
+        arrived = arrivals[flow]
+        end = ends.get(id(arrived))
+        if end is None:
+            end = ends[id(arrived)] = max(arrived, default=0.0)
         steps[flow] = make(
             {
                 "id": flow,
@@ -113,7 +119,7 @@ def program(
                 "holder": holder,
                 "instance": owner.get(dst),
                 "rank": lane.rank,
-                "stripe": (snap(lane.lo), snap(lane.hi)),
+                "stripe": stripe.snapped,
                 "ranges": ranges,
                 "bytes": total,
                 "link": link,
@@ -128,7 +134,7 @@ def program(
                 "rate_bytes_per_s": rates[flow],
                 "not_before_s": startup.get(to, 0.0),
                 "start_s": starts[flow] if starts else 0.0,
-                "end_s": max(arrivals[flow], default=0.0),
+                "end_s": end,
             }
         )
     ordered = sorted(steps.values(), key=lambda s: s.id)
@@ -258,10 +264,15 @@ def _holding_bounds(plan: MulticastPlan) -> set[float]:
 class _Stripe:
     """The bytes a lane's stripe carries into a receiver that holds nothing of it yet: per
     unit it lacks ``(unit, start, end)``, per unit size ``bounds`` its ``(start, end)``, and
-    the spans as grouped ranges with their total."""
+    the spans as grouped ranges with their total; ``snapped``: the stripe's ends, snapped."""
 
-    def __init__(self, spans: list[tuple[int, int, int]], unit_bytes: Sequence[int]) -> None:
-        self.spans = spans
+    def __init__(
+        self,
+        spans: list[tuple[int, int, int]],
+        unit_bytes: Sequence[int],
+        snapped: tuple[float, float],
+    ) -> None:
+        self.spans, self.snapped = spans, snapped
         # units of one size span the same bytes of their buffers
         self.bounds = {unit_bytes[unit]: (start, end) for unit, start, end in spans}
         self.ranges = _grouped((unit, lo, hi - lo) for unit, lo, hi in spans)
