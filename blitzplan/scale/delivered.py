@@ -56,22 +56,25 @@ def delivered(
             for unit, spans in units.items():
                 found.setdefault(gpu, {}).setdefault(unit, []).extend(spans)
     runs: dict[str, list[tuple[int, int, tuple[int, int]]]] = {}
+    prefix: dict[int, int | None] = {}  # per arrivals row (lanes timed alike share one)
+    whole: dict[tuple[int, int], list[tuple[int, int, tuple[int, int]]]] = {}
     for step in steps:
         if step.destination not in wanted or step.instance is None:
             continue
         arrived = unit_arrival_s[step.id]
         got = runs.setdefault(step.destination, [])
-        k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did
-        # (checked; ``nan``, a unit the lane does not carry, never arrives: not this way)
-        if (
-            not math.isnan(sum(arrived))  # a nan makes the sum nan
-            and (k == 0 or max(arrived[:k]) <= at_s)
-            and (k == len(arrived) or min(arrived[k:]) > at_s)
-        ):
-            for r in step.ranges:
-                if r.first_unit < k:
-                    span = (r.offset, r.offset + r.length)
-                    got.append((r.first_unit, min(r.last_unit + 1, k), span))
+        k = prefix.get(id(arrived), -1)
+        if k == -1:
+            k = prefix[id(arrived)] = _prefix(arrived, at_s)
+        if k is not None:  # steps of one stripe share their ranges: their runs made once
+            made = whole.get((id(step.ranges), k))
+            if made is None:
+                made = whole[id(step.ranges), k] = [
+                    (r.first_unit, min(r.last_unit + 1, k), (r.offset, r.offset + r.length))
+                    for r in step.ranges
+                    if r.first_unit < k
+                ]
+            got.extend(made)
             continue
         for r in step.ranges:
             span = (r.offset, r.offset + r.length)
@@ -108,6 +111,19 @@ def delivered(
                 into[unit] = as_stripes(spans, unit_bytes[unit])
         out[gpu] = dict(sorted(into.items()))
     return out
+
+
+def _prefix(arrived: Sequence[float], at_s: float) -> int | None:
+    """``k`` when exactly the units ``[0, k)`` had arrived by ``at_s``, else None (checked;
+    ``nan``, a unit the lane does not carry, never arrives: not this way)."""
+    k = bisect.bisect_right(arrived, at_s)
+    if (
+        not math.isnan(sum(arrived))  # a nan makes the sum nan
+        and (k == 0 or max(arrived[:k]) <= at_s)
+        and (k == len(arrived) or min(arrived[k:]) > at_s)
+    ):
+        return k
+    return None
 
 
 def _arrived(arrived: Sequence[float], first: int, end: int, at_s: float) -> list[tuple[int, int]]:

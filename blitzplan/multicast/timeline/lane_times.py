@@ -181,13 +181,14 @@ def run_lanes(
         end[idx] = times.max(axis=1) if units else start
     rows = np.fromiter((row[f] for f in same), dtype=np.intp, count=len(same))
     every = arrival[rows]
+    feeds = {f: tuple(deps[f]) for f in firsts}  # lanes timed alike wait for the same lanes
     return Timeline(
         tuple(rates),
         every,
         _hop_arrival(hops, every),
         _ready(lanes, nodes, instances, every),
         starts[rows],
-        tuple(map(tuple, deps)),
+        tuple(map(feeds.__getitem__, same)),
         arrival,
         rows,
     )
