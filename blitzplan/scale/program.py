@@ -72,7 +72,9 @@ def program(
     nodes, flows, rates, arrivals = plan.nodes, plan.flows, plan.rates, plan.lane_arrival_s
     starts, feeds, chunk = plan.lane_start_s, plan.lane_feeds, plan.chunk_bytes
     make = _Maker()
-    ends: dict[int, float] = {}  # the latest arrival per row (lanes timed alike share rows)
+    # the latest arrival per row, by identity (lanes timed alike share rows; an entry holds
+    # its row, so an id stays its own)
+    ends: dict[int, tuple[Sequence[float], float]] = {}
     for lane in sorted(plan.lanes, key=lambda x: x.flow):
         if check is not None:
             check("program")
@@ -108,8 +110,8 @@ def program(
             layouts[layout_key] = _source_layout(plan, lane)
         arrived = arrivals[flow]
         end = ends.get(id(arrived))
-        if end is None:
-            end = ends[id(arrived)] = max(arrived, default=0.0)
+        if end is None or end[0] is not arrived:
+            end = ends[id(arrived)] = (arrived, max(arrived, default=0.0))
         steps[flow] = make(
             {
                 "id": flow,
@@ -134,7 +136,7 @@ def program(
                 "rate_bytes_per_s": rates[flow],
                 "not_before_s": startup.get(to, 0.0),
                 "start_s": starts[flow] if starts else 0.0,
-                "end_s": end,
+                "end_s": end[1],
             }
         )
     ordered = sorted(steps.values(), key=lambda s: s.id)
@@ -163,7 +165,7 @@ class _Maker:
     """Builds TransferSteps from their field values: the first through
     :func:`~blitzplan.multicast.plan_types.built`, which checks that the values name every
     field in order, the rest the same way without the keyword call (the values come from one
-    dict display, so one check covers them all)."""
+    dict display, so one check covers them all; the dict becomes the step's own)."""
 
     def __init__(self) -> None:
         self.checked = False
@@ -173,7 +175,7 @@ class _Maker:
             self.checked = True
             return built(TransferStep, **values)
         step = object.__new__(TransferStep)
-        step.__dict__.update(values)
+        object.__setattr__(step, "__dict__", values)  # the values' own dict: no copy
         return step
 
 

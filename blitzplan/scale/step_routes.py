@@ -22,6 +22,9 @@ class StepRouter:
         self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, str]]
         self.routes = topology.memo.setdefault("route_links", {})
         self.holders: dict[tuple[int, str], str] = {}
+        # routes by identity first (the planners take each route's edges from one cache)
+        self.by_id: dict[int, tuple[tuple[tuple[str, str], ...], str | None, str]]
+        self.by_id = topology.memo.setdefault("route_links_by_id", {})
 
     def kind(self, node: str) -> str:
         found = self.kinds.get(node)
@@ -31,8 +34,11 @@ class StepRouter:
 
     def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
         edges = self.plan.flows[lane.flow].edges
-        source_kind = self.kind(lane.holder)
-        nic, local = self.route(edges)
+        source_kind = self.kinds.get(lane.holder) or self.kind(lane.holder)
+        known = self.by_id.get(id(edges))
+        if known is None or known[0] is not edges:  # the entry holds its edges: ids stay theirs
+            known = self.by_id[id(edges)] = (edges, *self.route(edges))
+        _, nic, local = known
         relay = None
         if lane.exit != lane.holder and lane.exit != nic and _crosses(edges, lane.exit):
             relay = lane.exit
