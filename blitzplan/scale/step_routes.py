@@ -9,7 +9,10 @@ from blitzplan.multicast.plan_types import Lane, MulticastPlan, NodeKind
 from blitzplan.scale.transfer_steps import StepKind
 from blitzplan.topologies import Topology
 
-__all__ = ["StepRouter"]
+__all__ = ["ROUTES_BY_ID_KEPT", "StepRouter"]
+
+ROUTES_BY_ID_KEPT = 1 << 16
+"""Routes a topology keeps by the identity of their edges (then it starts over)."""
 
 
 class StepRouter:
@@ -37,6 +40,8 @@ class StepRouter:
         source_kind = self.kinds.get(lane.holder) or self.kind(lane.holder)
         known = self.by_id.get(id(edges))
         if known is None or known[0] is not edges:  # the entry holds its edges: ids stay theirs
+            if len(self.by_id) >= ROUTES_BY_ID_KEPT:  # plans read from documents bring new ones
+                self.by_id.clear()
             known = self.by_id[id(edges)] = (edges, *self.route(edges))
         _, nic, local = known
         relay = None
