@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, built
@@ -75,7 +76,7 @@ def program(
     # the latest arrival per row, by identity (lanes timed alike share rows; an entry holds
     # its row, so an id stays its own)
     ends: dict[int, tuple[Sequence[float], float]] = {}
-    for lane in sorted(plan.lanes, key=lambda x: x.flow):
+    for lane in sorted(plan.lanes, key=_flow_of):
         if check is not None:
             check("program")
         # lanes of one stripe into one node send the same ranges unless held bytes cut them
@@ -106,8 +107,9 @@ def program(
         after, store_and_forward = waits.get(flow, ((), False))
         kind, holder, link, nic, relay = route(lane)
         layout_key = (lane.sender, to, lane.holder)
-        if layout_key not in layouts:
-            layouts[layout_key] = _source_layout(plan, lane)
+        layout = layouts.get(layout_key, _UNKNOWN)
+        if layout is _UNKNOWN:
+            layout = layouts[layout_key] = _source_layout(plan, lane)
         arrived = arrivals[flow]
         end = ends.get(id(arrived))
         if end is None or end[0] is not arrived:
@@ -127,11 +129,11 @@ def program(
                 "link": link,
                 "nic": nic,
                 "relay": relay,
-                "source_layout": layouts[layout_key],
+                "source_layout": layout,
                 "feeds": feeds[flow] if feeds else (),
                 "after": after,
                 "store_and_forward": store_and_forward,
-                "pace_bytes_per_s": _pace(flows[flow].max_bytes_per_s),
+                "pace_bytes_per_s": None if (cap := flows[flow].max_bytes_per_s) == _INF else cap,
                 "chunk_bytes": chunk,
                 "rate_bytes_per_s": rates[flow],
                 "not_before_s": startup.get(to, 0.0),
@@ -143,6 +145,11 @@ def program(
     if len(steps) == len(plan.flows):
         return tuple(ordered)  # every lane is a step: no dependency to drop
     return tuple(_drop_missing(step, steps) for step in ordered)
+
+
+_flow_of = operator.attrgetter("flow")
+_UNKNOWN = (-1, -1)  # no source layout looked up yet (a real one is (tp, rank) of ranks >= 0)
+_INF = math.inf
 
 
 def _in_bytes(held: Held, unit_bytes: Sequence[int]) -> dict[str, dict[int, list[tuple[int, int]]]]:
@@ -201,10 +208,6 @@ def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> Tran
     if (feeds, after) == (step.feeds, step.after):
         return step
     return TransferStep(**{**step.__dict__, "feeds": feeds, "after": after})
-
-
-def _pace(cap: float) -> float | None:
-    return None if cap == math.inf else cap
 
 
 def _source_layout(plan: MulticastPlan, lane: Lane) -> tuple[int, int] | None:
