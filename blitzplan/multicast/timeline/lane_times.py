@@ -348,19 +348,20 @@ def _ready(
     """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
     units = arrival.shape[1]
     slot: dict[str, tuple[int, int]] = {}  # instance GPU -> (its row, its rank)
-    present = np.zeros((sum(len(i.gpus) for i in instances), units), dtype=bool)
+    masks: list[tuple[bool, ...]] = []  # per instance GPU, the units its node had before
+    nothing = (False,) * units
     for inst in instances:
-        mask = nodes[inst.node].present
+        mask = nodes[inst.node].present or nothing
         for rank, gpu in enumerate(inst.gpus):
             slot[gpu] = (len(slot), rank)
-            if mask:
-                present[len(slot) - 1] = mask
-    rows, keys = [], []
-    for lane in lanes:
-        found = slot.get(lane.dst)
-        if found is not None and lane.rank in (found[1], ALL_RANKS):
-            rows.append(lane.flow)
-            keys.append(found[0])
+            masks.append(mask)
+    present = np.array(masks, dtype=bool).reshape(len(masks), units)
+    into = [  # (GPU row, lane) of every lane into an instance GPU of its rank
+        (found[0], lane.flow)
+        for lane in lanes
+        if (found := slot.get(lane.dst)) is not None and lane.rank in (found[1], ALL_RANKS)
+    ]
+    keys, rows = zip(*into, strict=True) if into else ((), ())
     got = np.zeros(present.shape)
     if rows:
         order = np.argsort(keys, kind="stable")
