@@ -147,8 +147,13 @@ def _components(count: int, links: Sequence[tuple[int, int]]) -> list[list[int]]
             i = parent[i]
         return i
 
-    for first, i in links:
-        a, b = find(first), find(i)
+    for a, b in links:  # find() of both, inline (a pair per shared edge visit)
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
         if a != b:
             parent[max(a, b)] = min(a, b)
     groups: dict[int, list[int]] = {}
