@@ -342,6 +342,7 @@ def _cut(stripe: _Stripe, held: Sequence[tuple[int, Sequence[tuple[int, int]]]])
     bounds = stripe.bounds
     for size, spans in held:
         start, end = bounds[size]
-        if any(a < end and b > start for a, b in spans):
-            return True
+        for a, b in spans:
+            if a < end and b > start:
+                return True
     return False
