@@ -9,7 +9,9 @@ object's), and bounded (the oldest entries go first).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
+from types import NoneType
 from typing import TYPE_CHECKING, Any, cast
 
 from blitzplan._checks import is_integer
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCHES_KEPT",
     "INSTANCES_KEPT",
+    "batch_ids",
     "batch_times",
     "batched",
     "instance_key",
@@ -55,11 +58,26 @@ def batched(
     return found[1]
 
 
+def batch_ids(
+    batches: tuple[tuple[QueuedRequest, ...], ...],
+) -> tuple[tuple[str, ...], ...]:
+    """The request ids of ``batches`` (as :func:`batched` answers them), kept per batches
+    object (the entry holds it: its id stays its own)."""
+    found = _IDS.get(id(batches))
+    if found is None or found[0] is not batches:
+        found = (batches, tuple(tuple(map(_REQUEST_ID, batch)) for batch in batches))
+        _keep(_IDS, id(batches), found)
+    return found[1]
+
+
+_REQUEST_ID = operator.attrgetter("id")
+
 BATCHES_KEPT = 4096
 """Batched queues kept (:func:`batched`), and per-batch times (:func:`batch_times`)."""
 
 _BATCHES: dict[object, tuple[tuple[QueuedRequest, ...], tuple[tuple[QueuedRequest, ...], ...]]] = {}
 _TIMES: dict[object, tuple[object, ...]] = {}
+_IDS: dict[int, tuple[object, tuple[tuple[str, ...], ...]]] = {}
 
 
 def _keep(kept: dict[Any, Any], key: object, value: object, most: int = BATCHES_KEPT) -> None:
@@ -116,15 +134,18 @@ def instance_key(
         return None
     arrivals = tuple(unit_ready_s)
     *times, tokens = scalars
-    if {*map(type, arrivals), *(type(t) for t in times if t is not None)} != {float}:
+    if {*map(type, arrivals)} | ({*map(type, times)} - {NoneType}) != {float}:
         return None
     if (tokens is not None and type(tokens) is not int) or type(scalars[2]) is not float:
         return None
     requests = tuple(queue)
-    if not all(type(q) is QueuedRequest for q in requests):
+    if not {*map(type, requests)} <= {QueuedRequest}:
         return None
-    shape = tuple((q.arrival_s, q.prompt_tokens) for q in cast(tuple[QueuedRequest, ...], requests))
+    shape = tuple(map(_SHAPE, cast(tuple[QueuedRequest, ...], requests)))
     return (id(model), *map(id, computes), arrivals, shape, *scalars)
+
+
+_SHAPE = operator.attrgetter("arrival_s", "prompt_tokens")
 
 
 _Times = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from blitzplan.wire.program_bytes import held_bytes, subtract, union
 
 if TYPE_CHECKING:
-    from blitzplan.scale.transfer_steps import TransferStep
+    from blitzplan.scale.transfer_steps import ByteRange, TransferStep
 
 __all__ = ["Held", "delivered", "held_bytes", "stripe_of", "subtract", "union"]
 
@@ -56,22 +56,24 @@ def delivered(
             for unit, spans in units.items():
                 found.setdefault(gpu, {}).setdefault(unit, []).extend(spans)
     runs: dict[str, list[tuple[int, int, tuple[int, int]]]] = {}
+    # per arrivals row (lanes timed alike share one) and per ranges object (the steps of one
+    # stripe share theirs), by identity: each entry holds its object, so an id stays its own
+    prefix: dict[int, tuple[Sequence[float], int | None]] = {}
+    whole: dict[tuple[int, int], tuple[object, list[tuple[int, int, tuple[int, int]]]]] = {}
     for step in steps:
         if step.destination not in wanted or step.instance is None:
             continue
         arrived = unit_arrival_s[step.id]
         got = runs.setdefault(step.destination, [])
-        k = bisect.bisect_right(arrived, at_s)  # units [0, k) arrived, when nothing else did
-        # (checked; ``nan``, a unit the lane does not carry, never arrives: not this way)
-        if (
-            not math.isnan(sum(arrived))  # a nan makes the sum nan
-            and (k == 0 or max(arrived[:k]) <= at_s)
-            and (k == len(arrived) or min(arrived[k:]) > at_s)
-        ):
-            for r in step.ranges:
-                if r.first_unit < k:
-                    span = (r.offset, r.offset + r.length)
-                    got.append((r.first_unit, min(r.last_unit + 1, k), span))
+        seen = prefix.get(id(arrived))
+        if seen is None or seen[0] is not arrived:
+            seen = prefix[id(arrived)] = (arrived, _prefix(arrived, at_s))
+        k = seen[1]
+        if k is not None:
+            made = whole.get((id(step.ranges), k))
+            if made is None or made[0] is not step.ranges:
+                made = whole[id(step.ranges), k] = (step.ranges, _runs(step.ranges, k))
+            got.extend(made[1])
             continue
         for r in step.ranges:
             span = (r.offset, r.offset + r.length)
@@ -108,6 +110,28 @@ def delivered(
                 into[unit] = as_stripes(spans, unit_bytes[unit])
         out[gpu] = dict(sorted(into.items()))
     return out
+
+
+def _runs(ranges: Sequence[ByteRange], k: int) -> list[tuple[int, int, tuple[int, int]]]:
+    """``(first unit, end unit, byte span)`` of ``ranges`` within units ``[0, k)``."""
+    return [
+        (r.first_unit, min(r.last_unit + 1, k), (r.offset, r.offset + r.length))
+        for r in ranges
+        if r.first_unit < k
+    ]
+
+
+def _prefix(arrived: Sequence[float], at_s: float) -> int | None:
+    """``k`` when exactly the units ``[0, k)`` had arrived by ``at_s``, else None (checked;
+    ``nan``, a unit the lane does not carry, never arrives: not this way)."""
+    k = bisect.bisect_right(arrived, at_s)
+    if (
+        not math.isnan(sum(arrived))  # a nan makes the sum nan
+        and (k == 0 or max(arrived[:k]) <= at_s)
+        and (k == len(arrived) or min(arrived[k:]) > at_s)
+    ):
+        return k
+    return None
 
 
 def _arrived(arrived: Sequence[float], first: int, end: int, at_s: float) -> list[tuple[int, int]]:

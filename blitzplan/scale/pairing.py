@@ -13,14 +13,13 @@ with layer times from the compute model (default: a roofline on each GPU's spec)
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Mapping, Sequence
 
 from blitzplan.cluster import ClusterState, Instance, QueuedRequest
 from blitzplan.compute import ComputeModel, RooflineComputeModel
 from blitzplan.hardware import GpuSpec
 from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
-from blitzplan.live.queue_cache import batched
+from blitzplan.live.queue_cache import batch_ids, batched
 from blitzplan.live.schedule import Schedule
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec
@@ -148,17 +147,11 @@ def live_pairs(
             run,
             tp,
         )
-        batches = tuple(
-            tuple(map(_request_id, batch))
-            for batch in batched(queues[old.id], run.options.max_batch_tokens)
-        )
+        batches = batch_ids(batched(queues[old.id], run.options.max_batch_tokens))
         method = run.options.live_method
         pairs.append(LivePair(name, old.id, method, schedule, len(queues[old.id]), batches))
         longest = max(longest, run.used() - began)
     return tuple(pairs), len(matched) - len(pairs)
-
-
-_request_id = operator.attrgetter("id")
 
 
 def _matched(

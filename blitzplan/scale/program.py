@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, built
@@ -72,7 +73,10 @@ def program(
     nodes, flows, rates, arrivals = plan.nodes, plan.flows, plan.rates, plan.lane_arrival_s
     starts, feeds, chunk = plan.lane_start_s, plan.lane_feeds, plan.chunk_bytes
     make = _Maker()
-    for lane in sorted(plan.lanes, key=lambda x: x.flow):
+    # the latest arrival per row, by identity (lanes timed alike share rows; an entry holds
+    # its row, so an id stays its own)
+    ends: dict[int, tuple[Sequence[float], float]] = {}
+    for lane in sorted(plan.lanes, key=_flow_of):
         if check is not None:
             check("program")
         # lanes of one stripe into one node send the same ranges unless held bytes cut them
@@ -83,7 +87,8 @@ def program(
         key = (lane.lo, lane.hi, lane.rank == ALL_RANKS, kinship)
         stripe = same.get(key)
         if stripe is None:
-            stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes)
+            ends_at = (snap(lane.lo), snap(lane.hi))
+            stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes, ends_at)
         ranges, total = stripe.ranges, stripe.total
         lacks = lacking.get((dst, to))
         if lacks is None:  # per unit size, the held bytes of the units the receiver lacks
@@ -102,8 +107,13 @@ def program(
         after, store_and_forward = waits.get(flow, ((), False))
         kind, holder, link, nic, relay = route(lane)
         layout_key = (lane.sender, to, lane.holder)
-        if layout_key not in layouts:
-            layouts[layout_key] = _source_layout(plan, lane)
+        layout = layouts.get(layout_key, _UNKNOWN)
+        if layout is _UNKNOWN:
+            layout = layouts[layout_key] = _source_layout(plan, lane)
+        arrived = arrivals[flow]
+        end = ends.get(id(arrived))
+        if end is None or end[0] is not arrived:
+            end = ends[id(arrived)] = (arrived, max(arrived, default=0.0))
         steps[flow] = make(
             {
                 "id": flow,
@@ -113,28 +123,33 @@ def program(
                 "holder": holder,
                 "instance": owner.get(dst),
                 "rank": lane.rank,
-                "stripe": (snap(lane.lo), snap(lane.hi)),
+                "stripe": stripe.snapped,
                 "ranges": ranges,
                 "bytes": total,
                 "link": link,
                 "nic": nic,
                 "relay": relay,
-                "source_layout": layouts[layout_key],
+                "source_layout": layout,
                 "feeds": feeds[flow] if feeds else (),
                 "after": after,
                 "store_and_forward": store_and_forward,
-                "pace_bytes_per_s": _pace(flows[flow].max_bytes_per_s),
+                "pace_bytes_per_s": None if (cap := flows[flow].max_bytes_per_s) == _INF else cap,
                 "chunk_bytes": chunk,
                 "rate_bytes_per_s": rates[flow],
                 "not_before_s": startup.get(to, 0.0),
                 "start_s": starts[flow] if starts else 0.0,
-                "end_s": max(arrivals[flow], default=0.0),
+                "end_s": end[1],
             }
         )
     ordered = sorted(steps.values(), key=lambda s: s.id)
     if len(steps) == len(plan.flows):
         return tuple(ordered)  # every lane is a step: no dependency to drop
     return tuple(_drop_missing(step, steps) for step in ordered)
+
+
+_flow_of = operator.attrgetter("flow")
+_UNKNOWN = (-1, -1)  # no source layout looked up yet (a real one is (tp, rank) of ranks >= 0)
+_INF = math.inf
 
 
 def _in_bytes(held: Held, unit_bytes: Sequence[int]) -> dict[str, dict[int, list[tuple[int, int]]]]:
@@ -157,7 +172,7 @@ class _Maker:
     """Builds TransferSteps from their field values: the first through
     :func:`~blitzplan.multicast.plan_types.built`, which checks that the values name every
     field in order, the rest the same way without the keyword call (the values come from one
-    dict display, so one check covers them all)."""
+    dict display, so one check covers them all; the dict becomes the step's own)."""
 
     def __init__(self) -> None:
         self.checked = False
@@ -167,7 +182,7 @@ class _Maker:
             self.checked = True
             return built(TransferStep, **values)
         step = object.__new__(TransferStep)
-        step.__dict__.update(values)
+        object.__setattr__(step, "__dict__", values)  # the values' own dict: no copy
         return step
 
 
@@ -193,10 +208,6 @@ def _drop_missing(step: TransferStep, steps: Mapping[int, TransferStep]) -> Tran
     if (feeds, after) == (step.feeds, step.after):
         return step
     return TransferStep(**{**step.__dict__, "feeds": feeds, "after": after})
-
-
-def _pace(cap: float) -> float | None:
-    return None if cap == math.inf else cap
 
 
 def _source_layout(plan: MulticastPlan, lane: Lane) -> tuple[int, int] | None:
@@ -258,10 +269,15 @@ def _holding_bounds(plan: MulticastPlan) -> set[float]:
 class _Stripe:
     """The bytes a lane's stripe carries into a receiver that holds nothing of it yet: per
     unit it lacks ``(unit, start, end)``, per unit size ``bounds`` its ``(start, end)``, and
-    the spans as grouped ranges with their total."""
+    the spans as grouped ranges with their total; ``snapped``: the stripe's ends, snapped."""
 
-    def __init__(self, spans: list[tuple[int, int, int]], unit_bytes: Sequence[int]) -> None:
-        self.spans = spans
+    def __init__(
+        self,
+        spans: list[tuple[int, int, int]],
+        unit_bytes: Sequence[int],
+        snapped: tuple[float, float],
+    ) -> None:
+        self.spans, self.snapped = spans, snapped
         # units of one size span the same bytes of their buffers
         self.bounds = {unit_bytes[unit]: (start, end) for unit, start, end in spans}
         self.ranges = _grouped((unit, lo, hi - lo) for unit, lo, hi in spans)
@@ -326,6 +342,7 @@ def _cut(stripe: _Stripe, held: Sequence[tuple[int, Sequence[tuple[int, int]]]])
     bounds = stripe.bounds
     for size, spans in held:
         start, end = bounds[size]
-        if any(a < end and b > start for a, b in spans):
-            return True
+        for a, b in spans:
+            if a < end and b > start:
+                return True
     return False

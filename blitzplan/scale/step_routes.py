@@ -9,7 +9,10 @@ from blitzplan.multicast.plan_types import Lane, MulticastPlan, NodeKind
 from blitzplan.scale.transfer_steps import StepKind
 from blitzplan.topologies import Topology
 
-__all__ = ["StepRouter"]
+__all__ = ["ROUTES_BY_ID_KEPT", "StepRouter"]
+
+ROUTES_BY_ID_KEPT = 1 << 16
+"""Routes a topology keeps by the identity of their edges (then it starts over)."""
 
 
 class StepRouter:
@@ -22,6 +25,9 @@ class StepRouter:
         self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, str]]
         self.routes = topology.memo.setdefault("route_links", {})
         self.holders: dict[tuple[int, str], str] = {}
+        # routes by identity first (the planners take each route's edges from one cache)
+        self.by_id: dict[int, tuple[tuple[tuple[str, str], ...], str | None, str]]
+        self.by_id = topology.memo.setdefault("route_links_by_id", {})
 
     def kind(self, node: str) -> str:
         found = self.kinds.get(node)
@@ -31,8 +37,13 @@ class StepRouter:
 
     def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
         edges = self.plan.flows[lane.flow].edges
-        source_kind = self.kind(lane.holder)
-        nic, local = self.route(edges)
+        source_kind = self.kinds.get(lane.holder) or self.kind(lane.holder)
+        known = self.by_id.get(id(edges))
+        if known is None or known[0] is not edges:  # the entry holds its edges: ids stay theirs
+            if len(self.by_id) >= ROUTES_BY_ID_KEPT:  # plans read from documents bring new ones
+                self.by_id.clear()
+            known = self.by_id[id(edges)] = (edges, *self.route(edges))
+        _, nic, local = known
         relay = None
         if lane.exit != lane.holder and lane.exit != nic and _crosses(edges, lane.exit):
             relay = lane.exit

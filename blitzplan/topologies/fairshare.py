@@ -94,28 +94,36 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
     Flows that share no edge, directly or through other flows, are filled separately (the same
     result, found faster); a group whose caps fit on every edge it crosses is at its caps.
     """
-    load = _cap_load(flows, capacity)
+    load, links = _cap_load(flows, capacity)
     over = {edge for edge, used in load.items() if used > capacity[edge] * (1 + _REL_TOL)}
     rates = [flow.max_bytes_per_s for flow in flows]
     if not over and all(rate != math.inf for rate in rates):
         return tuple(rates)  # every cap fits: nothing to share
-    for component in _components(flows):
+    for component in _components(len(flows), links):
         group = [flows[i] for i in component]
+        # a group on an overloaded edge carries all of its load: its caps do not fit
         if any(f.max_bytes_per_s == math.inf or not over.isdisjoint(f.edges) for f in group):
             for i, rate in zip(component, _fill(group, capacity), strict=True):
                 rates[i] = rate
     return tuple(rates)
 
 
-def _cap_load(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> dict[Edge, float]:
-    """Per edge the flows cross, the sum of their caps; InvalidInputError for an edge that
+def _cap_load(
+    flows: Sequence[Flow], capacity: Mapping[Edge, float]
+) -> tuple[dict[Edge, float], list[tuple[int, int]]]:
+    """Per edge the flows cross, the sum of their caps, and the pairs ``(i, j)`` of flows
+    sharing an edge (``i`` the first flow on it); InvalidInputError for an edge that
     ``capacity`` lacks or holds no finite positive capacity of."""
     load: dict[Edge, float] = {}
-    for flow in flows:
+    owner: dict[Edge, int] = {}
+    links: list[tuple[int, int]] = []
+    for i, flow in enumerate(flows):
         cap = flow.max_bytes_per_s
         for edge in flow.edges:
-            if edge in load:
+            first = owner.get(edge)
+            if first is not None:
                 load[edge] += cap
+                links.append((first, i))
                 continue
             if edge not in capacity:
                 raise InvalidInputError(f"flow {flow.name!r} crosses unknown edge {edge!r}")
@@ -124,23 +132,14 @@ def _cap_load(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> dict[Edg
                     f"edge {edge!r} capacity must be finite and > 0, got {capacity[edge]!r}"
                 )
             load[edge] = cap
-    return load
+            owner[edge] = i
+    return load, links
 
 
-def _caps_fit(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> bool:
-    load: dict[Edge, float] = {}
-    for flow in flows:
-        cap = flow.max_bytes_per_s
-        if cap == math.inf:
-            return False
-        for edge in flow.edges:
-            load[edge] = load.get(edge, 0.0) + cap
-    return all(used <= capacity[edge] * (1 + _REL_TOL) for edge, used in load.items())
-
-
-def _components(flows: Sequence[Flow]) -> list[list[int]]:
-    """Groups of flows linked by shared edges (union-find), each in input order."""
-    parent = list(range(len(flows)))
+def _components(count: int, links: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Groups of flows ``0 .. count - 1`` linked by ``links`` (union-find), each in input
+    order."""
+    parent = list(range(count))
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -148,24 +147,23 @@ def _components(flows: Sequence[Flow]) -> list[list[int]]:
             i = parent[i]
         return i
 
-    owner: dict[Edge, int] = {}
-    for i, flow in enumerate(flows):
-        for edge in flow.edges:
-            first = owner.setdefault(edge, i)
-            if first != i:
-                a, b = find(first), find(i)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
+    for a, b in links:  # find() of both, inline (a pair per shared edge visit)
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
     groups: dict[int, list[int]] = {}
-    for i in range(len(flows)):
+    for i in range(count):
         groups.setdefault(find(i), []).append(i)
     return list(groups.values())
 
 
 def _fill(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> list[float]:
-    """Progressive filling of one group of flows."""
-    if _caps_fit(flows, capacity):
-        return [flow.max_bytes_per_s for flow in flows]
+    """Progressive filling of one group of flows whose caps do not all fit."""
     rates = [0.0] * len(flows)
     remaining = {edge: float(capacity[edge]) for flow in flows for edge in flow.edges}
     active = set(range(len(flows)))

@@ -64,6 +64,14 @@ def score(objective: str, ready_at_s: Mapping[str, float], live: Sequence[str]) 
     return max(ready_at_s.values(), default=0.0)
 
 
+def _arrival_rows(t: Timeline) -> tuple[tuple[float, ...], ...]:
+    """``lane_arrival_s`` as tuples, lanes timed alike sharing one tuple."""
+    if t.timed_arrival_s is None or t.lane_row is None:
+        return tuple(map(tuple, t.lane_arrival_s.tolist()))
+    rows = tuple(map(tuple, t.timed_arrival_s.tolist()))
+    return tuple(map(rows.__getitem__, t.lane_row.tolist()))
+
+
 def finish(
     problem: Problem,
     built: Built,
@@ -94,7 +102,7 @@ def finish(
         rates=t.rates,
         background=problem.state.background_flows,
         arrival_s=t.hop_arrival_s,
-        lane_arrival_s=tuple(map(tuple, t.lane_arrival_s.tolist())),
+        lane_arrival_s=_arrival_rows(t),
         lane_start_s=tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else (),
         lane_feeds=t.lane_feeds,
         layer_ready_s=dict(t.layer_ready_s),

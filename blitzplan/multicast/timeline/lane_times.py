@@ -49,6 +49,11 @@ class Timeline:
     """Per lane: when it may send its first byte (``start_f`` of the module docstring)."""
     lane_feeds: tuple[tuple[int, ...], ...] = ()
     """Per lane: the lanes whose arrivals it waits for."""
+    timed_arrival_s: np.ndarray | None = None
+    """The distinct rows of ``lane_arrival_s``: those of the lanes timed (lanes timed alike
+    share one)."""
+    lane_row: np.ndarray | None = None
+    """Per lane: its row of ``timed_arrival_s``."""
 
 
 def lane_dependencies(
@@ -124,32 +129,46 @@ def run_lanes(
 ) -> Timeline:
     """The recurrence of the module docstring for every lane, then per-instance readiness.
 
-    Lanes are evaluated level by level (a lane's level is one more than the deepest lane it
-    waits for), every level at once with numpy."""
+    Lanes timed alike (:func:`_alike`: the gathers of one landed stripe, for one) run the
+    recurrence once, on the first of them; the others take its times. The rest are evaluated
+    level by level (a lane's level is one more than the deepest lane it waits for), every level
+    at once with numpy."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
     after: list[list[int]] = [[] for _ in lanes]
+    hop_of = [-1] * len(lanes)
     saf = np.zeros(len(lanes), dtype=bool)
-    for hop in hops:
-        waited = [x.flow for h in hop.after for x in hops[h].lanes]
+    for h, hop in enumerate(hops):
+        waited = [x.flow for k in hop.after for x in hops[k].lanes]
         for lane in hop.lanes:
             after[lane.flow] = waited
+            hop_of[lane.flow] = h
             saf[lane.flow] = not hop.pipelined
-    need = _need_matrix(lanes, nodes, unit_bytes, tp)
-    held, held_first = _held_from(lanes, nodes, need)
+    same = _alike(lanes, deps, hop_of, rates, latency_s)
+    firsts = sorted(set(same))  # the lanes timed; row k of the arrays below is firsts[k]
+    row = {f: k for k, f in enumerate(firsts)}
+    timed = [lanes[f] for f in firsts]
+    timed_deps = [[row[same[d]] for d in deps[f]] for f in firsts]
+    timed_after = [[row[same[x]] for x in after[f]] for f in firsts]
+    need = _need_matrix(timed, nodes, unit_bytes, tp)
+    held, held_first = _held_from(timed, nodes, need)
     startup = _startup_by_node(instances)
-    begin = np.array([startup.get(lane.receiver, 0.0) for lane in lanes])
-    rate = np.asarray(rates, dtype=float)
-    latency = np.asarray(latency_s, dtype=float)
-    arrival = np.zeros((len(lanes), units))
-    first = np.zeros(len(lanes))
-    end = np.zeros(len(lanes))
-    starts = np.zeros(len(lanes))
-    for level in _levels(deps, after):
-        avail, first_in, done_in = _gathered(level, deps, arrival, first, end)
+    begin = np.array([startup.get(lane.receiver, 0.0) for lane in timed])
+    take = np.asarray(firsts, dtype=np.intp)
+    saf = saf[take]
+    rate = np.asarray(rates, dtype=float)[take]
+    latency = np.asarray(latency_s, dtype=float)[take]
+    arrival = np.zeros((len(timed), units))
+    first = np.zeros(len(timed))
+    end = np.zeros(len(timed))
+    starts = np.zeros(len(timed))
+    for level in _levels(timed_deps, timed_after):
+        avail, first_in, done_in = _gathered(level, timed_deps, arrival, first, end)
         after_end = np.zeros(len(level))
-        if any(after[f] for f in level):
-            after_end = np.array([max((end[x] for x in after[f]), default=0.0) for f in level])
+        if any(timed_after[f] for f in level):
+            after_end = np.array(
+                [max((end[x] for x in timed_after[f]), default=0.0) for f in level]
+            )
         idx = np.asarray(level)
         sf = saf[idx]
         avail = np.maximum(np.where(sf[:, None], done_in[:, None], avail), held[idx])
@@ -160,14 +179,37 @@ def run_lanes(
         times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
         arrival[idx] = times
         end[idx] = times.max(axis=1) if units else start
+    rows = np.fromiter((row[f] for f in same), dtype=np.intp, count=len(same))
+    every = arrival[rows]
+    feeds = {f: tuple(deps[f]) for f in firsts}  # lanes timed alike wait for the same lanes
     return Timeline(
         tuple(rates),
+        every,
+        _hop_arrival(hops, every),
+        _ready(lanes, nodes, instances, every),
+        starts[rows],
+        tuple(map(feeds.__getitem__, same)),
         arrival,
-        _hop_arrival(hops, arrival),
-        _ready(lanes, nodes, instances, arrival),
-        starts,
-        tuple(map(tuple, deps)),
+        rows,
     )
+
+
+def _alike(
+    lanes: Sequence[Lane],
+    deps: Sequence[Sequence[int]],
+    hop_of: Sequence[int],
+    rates: Sequence[float],
+    latency_s: Sequence[float],
+) -> list[int]:
+    """Per lane, the first lane timed exactly like it: the same sender, receiver, stripe,
+    rank, hop, rate, latency and lanes it waits for give the recurrence the same inputs, so
+    the same times (the gathers of one landed stripe to the other GPUs of its node)."""
+    first: dict[tuple[object, ...], int] = {}
+    out = []
+    for lane, d, h, r, lat in zip(lanes, deps, hop_of, rates, latency_s, strict=True):
+        key = (lane.sender, lane.receiver, lane.lo, lane.hi, lane.rank, h, r, lat, *d)
+        out.append(first.setdefault(key, lane.flow))
+    return out
 
 
 def _hop_arrival(hops: Sequence[Hop], arrival: np.ndarray) -> tuple[tuple[float, ...], ...]:
@@ -306,19 +348,20 @@ def _ready(
     """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
     units = arrival.shape[1]
     slot: dict[str, tuple[int, int]] = {}  # instance GPU -> (its row, its rank)
-    present = np.zeros((sum(len(i.gpus) for i in instances), units), dtype=bool)
+    masks: list[tuple[bool, ...]] = []  # per instance GPU, the units its node had before
+    nothing = (False,) * units
     for inst in instances:
-        mask = nodes[inst.node].present
+        mask = nodes[inst.node].present or nothing
         for rank, gpu in enumerate(inst.gpus):
             slot[gpu] = (len(slot), rank)
-            if mask:
-                present[len(slot) - 1] = mask
-    rows, keys = [], []
-    for lane in lanes:
-        found = slot.get(lane.dst)
-        if found is not None and lane.rank in (found[1], ALL_RANKS):
-            rows.append(lane.flow)
-            keys.append(found[0])
+            masks.append(mask)
+    present = np.array(masks, dtype=bool).reshape(len(masks), units)
+    into = [  # (GPU row, lane) of every lane into an instance GPU of its rank
+        (found[0], lane.flow)
+        for lane in lanes
+        if (found := slot.get(lane.dst)) is not None and lane.rank in (found[1], ALL_RANKS)
+    ]
+    keys, rows = zip(*into, strict=True) if into else ((), ())
     got = np.zeros(present.shape)
     if rows:
         order = np.argsort(keys, kind="stable")
