@@ -16,8 +16,8 @@ down by the machine still ends near its deadline. From there on the call is boun
 clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
 built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
 than the cheapest honest answer takes (a plan that loads nothing, :func:`answer_cost`), and
-the call returns that answer instead of overrunning (and the next :data:`BACKOFF` calls under a
-deadline no longer than it answer at once: :func:`record_stop`). Before that, checkpoints from
+the call returns that answer instead of overrunning (and the next calls under a deadline plan
+for a raised load, fewer instances: :func:`record_stop`). Before that, checkpoints from
 the allocation to the transfer program's first step compare the call's own pace with the
 deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says are done
 there): a call that would end past it stops with :class:`TooSlow` and plans afresh the share of
@@ -39,6 +39,7 @@ __all__ = [
     "BACKOFF",
     "DEADLINE_SHARE",
     "KEPT",
+    "RAISED_MAX",
     "STAGE_DONE",
     "DeadlinePassed",
     "TooSlow",
@@ -49,15 +50,16 @@ __all__ = [
     "none_cost",
     "planning_costs",
     "planning_line",
+    "raised_load",
     "recent_load",
     "record_answer",
+    "record_fit",
     "record_layout",
     "record_rate",
     "record_stop",
     "recut_share",
     "retry_refused",
     "stop_at",
-    "stopped_before",
 ]
 
 DEADLINE_SHARE = 0.8
@@ -76,8 +78,11 @@ ANSWER_S = 0.001
 where none was measured yet."""
 
 BACKOFF = 4
-"""Calls answered at once after a call under a deadline at least as long was stopped with
-nothing planned; the next one tries again."""
+"""A line that affords no new instance under a deadline answers at once; every BACKOFF-th such
+call plans anyway (:func:`retry_refused`)."""
+
+RAISED_MAX = 64.0
+"""The most a run of stops raises the load the next calls plan for (:func:`record_stop`)."""
 
 _KEY = "planning_time"
 
@@ -175,12 +180,33 @@ def none_cost(topology: Topology) -> float | None:
 
 
 def record_stop(topology: Topology, seconds: float) -> None:
-    """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with
-    nothing planned: the next :data:`BACKOFF` calls under a deadline no longer than the longest
-    such answer at once (:func:`stopped_before`)."""
+    """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with no
+    new instance planned: the load the next calls under a deadline plan for doubles (at most
+    :data:`RAISED_MAX` times the recorded one, :func:`raised_load`), so they plan the smaller
+    share that load affords, not nothing; each call that then fits halves it back
+    (:func:`record_fit`)."""
     book = topology.memo.setdefault(_KEY, {})
-    longest = max(seconds, book.get("stopped", (0.0, 0))[0])
-    book["stopped"] = (longest, BACKOFF)
+    raised, _ = book.get("raised", (1.0, 0.0))
+    book["raised"] = (min(RAISED_MAX, 2.0 * raised), seconds)
+
+
+def record_fit(topology: Topology) -> None:
+    """Record that a call under a deadline on ``topology`` planned new instances without a
+    recut and ended in time: the raised load (:func:`record_stop`) halves, back to none."""
+    book = topology.memo.get(_KEY, {})
+    raised, seconds = book.get("raised", (1.0, 0.0))
+    if raised / 2.0 <= 1.0:
+        book.pop("raised", None)
+    else:
+        book["raised"] = (raised / 2.0, seconds)
+
+
+def raised_load(topology: Topology) -> tuple[float, float]:
+    """The factor on the recorded load the next call under a deadline on ``topology`` plans
+    for (1: none) and the deadline of the latest stopped call that raised it
+    (:func:`record_stop`)."""
+    raised, seconds = topology.memo.get(_KEY, {}).get("raised", (1.0, 0.0))
+    return float(raised), float(seconds)
 
 
 def retry_refused(topology: Topology) -> bool:
@@ -192,17 +218,6 @@ def retry_refused(topology: Topology) -> bool:
     refused = int(book.get("refused", 0)) + 1
     book["refused"] = 0 if refused >= BACKOFF else refused
     return refused >= BACKOFF
-
-
-def stopped_before(topology: Topology, seconds: float) -> float | None:
-    """The deadline of a recent stopped call (:func:`record_stop`) at least ``seconds`` long, if
-    fewer than :data:`BACKOFF` calls have answered at once since (this one counts); else None."""
-    book = topology.memo.get(_KEY, {})
-    longest, left = book.get("stopped", (0.0, 0))
-    if left <= 0 or seconds > longest:
-        return None
-    book["stopped"] = (longest, left - 1)
-    return float(longest)
 
 
 def answer_cost(topology: Topology) -> float:

@@ -26,8 +26,11 @@ the cluster, freeing the partial plan included
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
 A deadline no longer than that answer's time is answered at once, before any work; so is a
 retry of a refused deadline when the plan of none recorded there would not fit in it. A stop
-also makes the next few calls under a deadline no longer than its answer at once
-(:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
+does not make the next calls answer at once: they plan for a raised load (twice the recorded
+one per stop, halved back by each call that then fits:
+:func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the smaller share of the
+new instances that load affords, at least one whenever the recorded load affords one
+(:mod:`.realize`), noted so.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import time
 from blitzplan.cluster import ClusterState, Instance
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.planning_rate import (
-    BACKOFF,
     DeadlinePassed,
     affordable,
     answer_cost,
@@ -48,7 +50,6 @@ from blitzplan.multicast.planning_rate import (
     record_answer,
     retry_refused,
     stop_at,
-    stopped_before,
 )
 from blitzplan.scale.mutations import RoleChanges
 from blitzplan.scale.planning import Planning
@@ -60,9 +61,7 @@ __all__ = ["stopped_plan", "too_short", "too_short_plan"]
 
 def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str | None:
     """None when ``run``'s deadline may afford a new instance on ``state``'s cluster; else why
-    not (the plan's note): the line affords none, or a call under a deadline at least as long
-    was stopped there with nothing planned a few calls ago
-    (:func:`~blitzplan.multicast.planning_rate.stopped_before`)."""
+    not (the plan's note): the cheapest answer, the line or the layout leaves no time for one."""
     deadline = run.options.deadline_s
     if deadline is None:
         return None
@@ -91,12 +90,6 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster (recent "
             f"calls spent at least {layout * 1e3:.1f} ms of CPU time before their first "
             f"checkpoint, {load:.1f} s of wall-clock per CPU second); nothing was planned"
-        )
-    stopped = stopped_before(topology, deadline)
-    if stopped is not None:
-        return (
-            f"deadline_s: {deadline:g} s is too short: a call under {stopped:g} s ran out of "
-            f"time on this cluster within the last {BACKOFF} calls; nothing was planned"
         )
     return None
 

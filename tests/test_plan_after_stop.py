@@ -1,0 +1,177 @@
+"""After a call under ``deadline_s`` was stopped with nothing planned, the next calls plan a
+smaller share, not nothing (issue 19, anytime): each stop doubles the load they plan for, each
+call that then fits halves it back; a share is at least one instance whenever the recorded
+load affords one, and it is complete and valid. Clocks and checkpoints are injected (Planning's
+clocks read 0, the line is recorded by hand): nothing here is timed."""
+
+from __future__ import annotations
+
+import pytest
+
+from blitzplan.cluster import ClusterState
+from blitzplan.multicast.planning_rate import (
+    RAISED_MAX,
+    DeadlinePassed,
+    TooSlow,
+    raised_load,
+    record_fit,
+    record_rate,
+    record_stop,
+)
+from blitzplan.scale import ScalePlan, ScaleRequest, plan
+from blitzplan.scale.planning import Planning
+from blitzplan.scale.realize import at_efficiency
+from blitzplan.topologies.links import LINK_EFFICIENCY
+from tests.test_plan_deadline import _busy, _fresh_topology
+from tests.test_plan_stop_answers import _round_trip
+
+DEADLINE = 2.05
+"""With the line below (0.5 s + 0.1 s per instance of CPU time, load 1) it affords 11 new
+instances ((0.8 * 2.05 - 0.5) / 0.1 = 11.4); at twice the load 3, at four times none."""
+
+
+class _Clock:
+    """What the calls' checkpoints do: ``stage`` raises DeadlinePassed (a stop) there, ``slow``
+    raises TooSlow at ``evaluated`` (a recut to half), None lets them pass; ``made`` counts the
+    checkpoints made."""
+
+    def __init__(self) -> None:
+        self.stage: str | None = None
+        self.slow = False
+        self.made = 0
+
+
+def _frozen(monkeypatch: pytest.MonkeyPatch) -> tuple[ClusterState, _Clock]:
+    """The busy cluster with the line of :data:`DEADLINE` recorded, Planning's clocks at 0 (no
+    call records a time of its own, none runs out by the clock) and checkpoints injected."""
+    state = _busy()
+    derated = at_efficiency(state, dict(LINK_EFFICIENCY)).topology
+    record_rate(derated, 10, 1.5)
+    record_rate(derated, 20, 2.5)
+    clock = _Clock()
+    monkeypatch.setattr(Planning, "used", lambda self: 0.0)
+    monkeypatch.setattr(Planning, "used_cpu", lambda self: 0.0)
+
+    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+        clock.made += 1
+
+        def check(at: str) -> None:
+            if at == clock.stage:
+                raise DeadlinePassed(at)
+            if recut and clock.slow and at == "evaluated":
+                raise TooSlow(at, 0.5)
+
+        return check
+
+    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
+    return state, clock
+
+
+def _planned(state: ClusterState, count: int = 12) -> ScalePlan:
+    return plan(state, ScaleRequest("llama-3-8b", prefill=count, tp=1), deadline_s=DEADLINE)
+
+
+def _raised(state: ClusterState) -> float:
+    return raised_load(at_efficiency(state, dict(LINK_EFFICIENCY)).topology)[0]
+
+
+def test_stops_double_the_load_planned_for_and_fits_halve_it_back() -> None:
+    topology = _fresh_topology("h200-8")
+    assert raised_load(topology) == (1.0, 0.0)
+    record_fit(topology)  # nothing raised: nothing to halve
+    assert raised_load(topology) == (1.0, 0.0)
+    record_stop(topology, 1.0)
+    record_stop(topology, 0.5)
+    assert raised_load(topology) == (4.0, 0.5)  # the latest stopped deadline, for the note
+    for _ in range(10):
+        record_stop(topology, 1.0)
+    assert raised_load(topology) == (RAISED_MAX, 1.0)
+    record_fit(topology)
+    assert raised_load(topology)[0] == RAISED_MAX / 2
+    for _ in range(10):
+        record_fit(topology)
+    assert raised_load(topology) == (1.0, 0.0)
+
+
+def test_after_a_stop_the_next_call_plans_a_valid_share_and_the_next_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One stop (injected at ``lanes``): the next call plans the 3 of 12 new instances twice the
+    recorded load affords, complete (its program delivers every byte of each) and valid, the
+    rest in ``missing``, noted; it fits, so the call after plans all 11 the line affords."""
+    state, clock = _frozen(monkeypatch)
+    assert len(_planned(state).new_instances) == 11  # the line affords 11 of 12
+    clock.stage = "lanes"
+    stopped = _planned(state)
+    assert stopped.new_instances == () and _raised(state) == 2.0
+    clock.stage = None
+    share = _planned(state)
+    assert len(share.new_instances) == 3 and share.multicast is not None
+    assert "deadline_s: 9 new instances not planned" in share.missing
+    assert any(
+        n.startswith(f"deadline_s: a call under {DEADLINE:g} s ran out of time on this cluster")
+        and n.endswith(
+            "planned for 2x the recorded load: 3 of the 11 new instances the recorded load affords"
+        )
+        for n in share.notes
+    )
+    _round_trip(state, share)
+    assert _raised(state) == 1.0
+    assert len(_planned(state).new_instances) == 11
+
+
+def test_further_stops_shrink_the_share_to_one_instance_then_it_grows_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two stops: four times the recorded load affords none, so the next call plans the cheapest
+    share, one instance (the recorded load affords one: not answered at once); then 3 at twice
+    the load, then all 11."""
+    state, clock = _frozen(monkeypatch)
+    clock.stage = "program"
+    for _ in range(2):
+        assert _planned(state).new_instances == ()
+    assert _raised(state) == 4.0
+    clock.stage = None
+    made = clock.made
+    counts = []
+    for _ in range(3):
+        out = _planned(state)
+        counts.append(len(out.new_instances))
+        _round_trip(state, out)
+    assert counts == [1, 3, 11] and clock.made == made + 3 and _raised(state) == 1.0
+
+
+def test_only_a_deadline_the_recorded_load_affords_no_instance_in_answers_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a stop, a deadline whose line affords no instance even at the recorded load (0.6 s:
+    0.48 s to fill, 0.5 s fixed) answers at once (no checkpoint made) and does not count as a
+    call that fits; one the line affords plans its share."""
+    state, clock = _frozen(monkeypatch)
+    clock.stage = "lanes"
+    _planned(state)
+    clock.stage = None
+    made = clock.made
+    request = ScaleRequest("llama-3-8b", prefill=12, tp=1)
+    refused = plan(state, request, deadline_s=0.6)
+    assert refused.new_instances == () and clock.made == made
+    assert refused.missing == ("deadline_s: +12 prefill not planned (too short)",)
+    assert _raised(state) == 2.0
+    assert len(_planned(state).new_instances) == 3
+
+
+def test_a_recut_plans_its_share_but_does_not_bring_the_load_back_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a stop, a call found too slow (a recut at ``evaluated`` to half of its 3) plans 1,
+    valid; it was not a call that fit: the raised load stays."""
+    state, clock = _frozen(monkeypatch)
+    clock.stage = "lanes"
+    _planned(state)
+    clock.stage, clock.slow = None, True
+    out = _planned(state)
+    assert len(out.new_instances) == 1
+    _round_trip(state, out)
+    assert _raised(state) == 2.0
+    clock.slow = False
+    assert len(_planned(state).new_instances) == 3 and _raised(state) == 1.0
