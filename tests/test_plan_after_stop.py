@@ -1,8 +1,9 @@
 """After a call under ``deadline_s`` was stopped with nothing planned, the next calls plan a
 smaller share, not nothing (issue 19, anytime): each stop doubles the load they plan for, each
-call that then fits halves it back; a share is at least one instance whenever the recorded
-load affords one, and it is complete and valid. Clocks and checkpoints are injected (Planning's
-clocks read 0, the line is recorded by hand): nothing here is timed."""
+call that then fits halves it back; the share is complete and valid; only a call the raised
+load affords not one instance is answered at once (and halves it back too). Clocks and
+checkpoints are injected (Planning's clocks read 0, the line is recorded by hand): nothing here
+is timed."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from blitzplan.multicast.planning_rate import (
     DeadlinePassed,
     TooSlow,
     raised_load,
-    record_fit,
     record_rate,
     record_stop,
+    relax_load,
 )
 from blitzplan.scale import ScalePlan, ScaleRequest, plan
 from blitzplan.scale.planning import Planning
@@ -25,9 +26,10 @@ from blitzplan.topologies.links import LINK_EFFICIENCY
 from tests.test_plan_deadline import _busy, _fresh_topology
 from tests.test_plan_stop_answers import _round_trip
 
-DEADLINE = 2.05
-"""With the line below (0.5 s + 0.1 s per instance of CPU time, load 1) it affords 11 new
-instances ((0.8 * 2.05 - 0.5) / 0.1 = 11.4); at twice the load 3, at four times none."""
+DEADLINE = 3.1875
+"""With the line below (0.5 s + 0.1 s per instance of CPU time, load 1; 0.8 * 3.1875 = 2.55 s to
+fill) it affords 20 new instances ((2.55 - 0.5) / 0.1 = 20.5), all 12 asked; at twice the load 7
+((2.55 - 1) / 0.2 = 7.75), at four times 1 (0.55 / 0.4), at eight times none."""
 
 
 class _Clock:
@@ -78,7 +80,7 @@ def _raised(state: ClusterState) -> float:
 def test_stops_double_the_load_planned_for_and_fits_halve_it_back() -> None:
     topology = _fresh_topology("h200-8")
     assert raised_load(topology) == (1.0, 0.0)
-    record_fit(topology)  # nothing raised: nothing to halve
+    relax_load(topology)  # nothing raised: nothing to halve
     assert raised_load(topology) == (1.0, 0.0)
     record_stop(topology, 1.0)
     record_stop(topology, 0.5)
@@ -86,67 +88,77 @@ def test_stops_double_the_load_planned_for_and_fits_halve_it_back() -> None:
     for _ in range(10):
         record_stop(topology, 1.0)
     assert raised_load(topology) == (RAISED_MAX, 1.0)
-    record_fit(topology)
+    relax_load(topology)
     assert raised_load(topology)[0] == RAISED_MAX / 2
     for _ in range(10):
-        record_fit(topology)
+        relax_load(topology)
     assert raised_load(topology) == (1.0, 0.0)
 
 
 def test_after_a_stop_the_next_call_plans_a_valid_share_and_the_next_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One stop (injected at ``lanes``): the next call plans the 3 of 12 new instances twice the
+    """One stop (injected at ``lanes``): the next call plans the 7 of 12 new instances twice the
     recorded load affords, complete (its program delivers every byte of each) and valid, the
-    rest in ``missing``, noted; it fits, so the call after plans all 11 the line affords."""
+    rest in ``missing``, noted; it fits, so the call after plans all 12."""
     state, clock = _frozen(monkeypatch)
-    assert len(_planned(state).new_instances) == 11  # the line affords 11 of 12
+    assert len(_planned(state).new_instances) == 12
     clock.stage = "lanes"
     stopped = _planned(state)
     assert stopped.new_instances == () and _raised(state) == 2.0
     clock.stage = None
     share = _planned(state)
-    assert len(share.new_instances) == 3 and share.multicast is not None
-    assert "deadline_s: 9 new instances not planned" in share.missing
+    assert len(share.new_instances) == 7 and share.multicast is not None
+    assert "deadline_s: 5 new instances not planned" in share.missing
     assert any(
         n.startswith(f"deadline_s: a call under {DEADLINE:g} s ran out of time on this cluster")
         and n.endswith(
-            "planned for 2x the recorded load: 3 of the 11 new instances the recorded load affords"
+            "planned for 2x the recorded load: 7 of the 12 new instances the recorded load affords"
         )
         for n in share.notes
     )
     _round_trip(state, share)
     assert _raised(state) == 1.0
-    assert len(_planned(state).new_instances) == 11
+    assert len(_planned(state).new_instances) == 12
 
 
-def test_further_stops_shrink_the_share_to_one_instance_then_it_grows_back(
+def test_further_stops_shrink_the_share_to_one_then_none_then_it_grows_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two stops: four times the recorded load affords none, so the next call plans the cheapest
-    share, one instance (the recorded load affords one: not answered at once); then 3 at twice
-    the load, then all 11."""
+    """Stops shrink the next call's share: 7, then 1 (the cheapest share); a third stop leaves
+    none at eight times the load: that call is answered at once (no checkpoint made), which
+    halves the load back; then 1, 7 and 12, each valid."""
     state, clock = _frozen(monkeypatch)
-    clock.stage = "program"
+    counts = []
+    for stage in ["lanes", None, "program", None, "allocation"]:
+        clock.stage = stage
+        counts.append(len(_planned(state).new_instances))
+    assert counts == [0, 7, 0, 7, 0] and _raised(state) == 2.0
+    clock.stage = "program"  # a stop at 7, at 1: eight times the load
     for _ in range(2):
         assert _planned(state).new_instances == ()
-    assert _raised(state) == 4.0
+    assert _raised(state) == 8.0
     clock.stage = None
     made = clock.made
+    refused = _planned(state)
+    assert refused.new_instances == () and clock.made == made
+    assert refused.missing == ("deadline_s: +12 prefill not planned (too short)",)
+    assert any("at 8x the recorded load" in n for n in refused.notes)
+    assert _raised(state) == 4.0
     counts = []
     for _ in range(3):
         out = _planned(state)
         counts.append(len(out.new_instances))
         _round_trip(state, out)
-    assert counts == [1, 3, 11] and clock.made == made + 3 and _raised(state) == 1.0
+    assert counts == [1, 7, 12] and clock.made == made + 3 and _raised(state) == 1.0
 
 
-def test_only_a_deadline_the_recorded_load_affords_no_instance_in_answers_at_once(
+def test_a_deadline_the_recorded_load_affords_no_instance_in_answers_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """After a stop, a deadline whose line affords no instance even at the recorded load (0.6 s:
-    0.48 s to fill, 0.5 s fixed) answers at once (no checkpoint made) and does not count as a
-    call that fits; one the line affords plans its share."""
+    0.48 s to fill, 0.5 s fixed) answers at once (no checkpoint made) as before any stop, and
+    leaves the raised load as it is; one the line affords plans its share."""
     state, clock = _frozen(monkeypatch)
     clock.stage = "lanes"
     _planned(state)
@@ -157,21 +169,21 @@ def test_only_a_deadline_the_recorded_load_affords_no_instance_in_answers_at_onc
     assert refused.new_instances == () and clock.made == made
     assert refused.missing == ("deadline_s: +12 prefill not planned (too short)",)
     assert _raised(state) == 2.0
-    assert len(_planned(state).new_instances) == 3
+    assert len(_planned(state).new_instances) == 7
 
 
 def test_a_recut_plans_its_share_but_does_not_bring_the_load_back_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """After a stop, a call found too slow (a recut at ``evaluated`` to half of its 3) plans 1,
+    """After a stop, a call found too slow (a recut at ``evaluated`` to half of its 7) plans 3,
     valid; it was not a call that fit: the raised load stays."""
     state, clock = _frozen(monkeypatch)
     clock.stage = "lanes"
     _planned(state)
     clock.stage, clock.slow = None, True
     out = _planned(state)
-    assert len(out.new_instances) == 1
+    assert len(out.new_instances) == 3
     _round_trip(state, out)
     assert _raised(state) == 2.0
     clock.slow = False
-    assert len(_planned(state).new_instances) == 3 and _raised(state) == 1.0
+    assert len(_planned(state).new_instances) == 7 and _raised(state) == 1.0

@@ -53,11 +53,11 @@ __all__ = [
     "raised_load",
     "recent_load",
     "record_answer",
-    "record_fit",
     "record_layout",
     "record_rate",
     "record_stop",
     "recut_share",
+    "relax_load",
     "retry_refused",
     "stop_at",
 ]
@@ -183,16 +183,17 @@ def record_stop(topology: Topology, seconds: float) -> None:
     """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with no
     new instance planned: the load the next calls under a deadline plan for doubles (at most
     :data:`RAISED_MAX` times the recorded one, :func:`raised_load`), so they plan the smaller
-    share that load affords, not nothing; each call that then fits halves it back
-    (:func:`record_fit`)."""
+    share that load affords, not nothing (a call it affords none is answered at once); each
+    call that then fits, or is answered so, halves it back (:func:`relax_load`)."""
     book = topology.memo.setdefault(_KEY, {})
     raised, _ = book.get("raised", (1.0, 0.0))
     book["raised"] = (min(RAISED_MAX, 2.0 * raised), seconds)
 
 
-def record_fit(topology: Topology) -> None:
+def relax_load(topology: Topology) -> None:
     """Record that a call under a deadline on ``topology`` planned new instances without a
-    recut and ended in time: the raised load (:func:`record_stop`) halves, back to none."""
+    recut and ended in time, or was answered at once because the raised load afforded none
+    (a load spike passes): the raised load (:func:`record_stop`) halves, back to none."""
     book = topology.memo.get(_KEY, {})
     raised, seconds = book.get("raised", (1.0, 0.0))
     if raised / 2.0 <= 1.0:

@@ -27,10 +27,10 @@ the cluster, freeing the partial plan included
 A deadline no longer than that answer's time is answered at once, before any work; so is a
 retry of a refused deadline when the plan of none recorded there would not fit in it. A stop
 does not make the next calls answer at once: they plan for a raised load (twice the recorded
-one per stop, halved back by each call that then fits:
-:func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the smaller share of the
-new instances that load affords, at least one whenever the recorded load affords one
-(:mod:`.realize`), noted so.
+one per stop: :func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the
+smaller share of the new instances that load affords (:mod:`.realize`), noted so. Only when it
+affords not even one is the call answered at once with nothing; each such answer, and each call
+that then fits, halves the raised load back.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ from blitzplan.multicast.planning_rate import (
     layout_cost,
     none_cost,
     planning_costs,
+    raised_load,
     recent_load,
     record_answer,
+    relax_load,
     retry_refused,
     stop_at,
 )
@@ -61,7 +63,8 @@ __all__ = ["stopped_plan", "too_short", "too_short_plan"]
 
 def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str | None:
     """None when ``run``'s deadline may afford a new instance on ``state``'s cluster; else why
-    not (the plan's note): the cheapest answer, the line or the layout leaves no time for one."""
+    not (the plan's note): the cheapest answer, the line (at the recorded load, or at the load
+    raised by recent stops) or the layout leaves no time for one."""
     deadline = run.options.deadline_s
     if deadline is None:
         return None
@@ -83,6 +86,15 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
             f"(recent plans took {fixed * 1e3:.1f} ms + {per * 1e3:.2f} ms per new instance of "
             f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
             "was planned"
+        )
+    raised, stopped = raised_load(topology)
+    if raised > 1.0 and affordable(topology, 1, deadline, run.used(), load * raised) == 0:
+        relax_load(topology)  # each such answer halves it: a load spike passes
+        return (
+            f"deadline_s: {deadline:g} s is too short for any plan on this cluster now (a call "
+            f"under {stopped:g} s ran out of time here lately: at {raised:g}x the recorded load, "
+            f"{load:.1f} s of wall-clock per CPU second, recent plans afford no new instance); "
+            "nothing was planned"
         )
     layout = layout_cost(topology)
     if layout is not None and run.used() + layout * load > limit:

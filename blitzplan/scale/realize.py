@@ -28,8 +28,8 @@ from blitzplan.multicast.planning_rate import (
     planning_costs,
     raised_load,
     recent_load,
-    record_fit,
     record_rate,
+    relax_load,
 )
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.scale.delivered import Held
@@ -123,7 +123,7 @@ def realize(
         record_rate(state.topology, planned, run.used_cpu() - cpu_s, run.used() - wall_s)
         deadline = run.options.deadline_s
         if planned and deadline is not None and not recut and run.used() <= deadline:
-            record_fit(state.topology)  # a load raised by a stop comes back down
+            relax_load(state.topology)  # a load raised by a stop comes back down
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -296,7 +296,8 @@ def _after_stops(
     """Of ``counts`` (new instances asked, and the at least one of them the recorded load
     affords), how many to plan after stops on ``topology`` raised the load calls plan for
     (:func:`~blitzplan.multicast.planning_rate.record_stop`): the share that load affords on
-    the line (with no line, the count over the factor), at least one; noted when fewer."""
+    the line (with no line, the count over the factor), at least one (a call it affords none
+    was answered at once: :mod:`.deadline`); noted when fewer."""
     asked, count = counts
     raised, stopped = raised_load(topology)
     if raised <= 1.0:
