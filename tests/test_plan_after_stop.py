@@ -1,7 +1,8 @@
 """After a call under ``deadline_s`` was stopped with nothing planned, the next calls plan a
 smaller share, not nothing (issue 19, anytime): each stop doubles the load they plan for, each
 call that then fits halves it back; the share is complete and valid; only a call the raised
-load affords not one instance is answered at once (and halves it back too). Clocks and
+load affords not one instance is answered at once (every BACKOFF-th such answer halves it back
+too). Clocks and
 checkpoints are injected (Planning's clocks read 0, the line is recorded by hand): nothing here
 is timed."""
 
@@ -11,6 +12,7 @@ import pytest
 
 from blitzplan.cluster import ClusterState
 from blitzplan.multicast.planning_rate import (
+    BACKOFF,
     RAISED_MAX,
     DeadlinePassed,
     TooSlow,
@@ -85,6 +87,11 @@ def test_stops_double_the_load_planned_for_and_fits_halve_it_back() -> None:
     record_stop(topology, 1.0)
     record_stop(topology, 0.5)
     assert raised_load(topology) == (4.0, 0.5)  # the latest stopped deadline, for the note
+    for _ in range(BACKOFF - 1):
+        relax_load(topology, refused=True)
+    assert raised_load(topology) == (4.0, 0.5)
+    relax_load(topology, refused=True)
+    assert raised_load(topology) == (2.0, 0.5)
     for _ in range(10):
         record_stop(topology, 1.0)
     assert raised_load(topology) == (RAISED_MAX, 1.0)
@@ -126,8 +133,8 @@ def test_further_stops_shrink_the_share_to_one_then_none_then_it_grows_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Stops shrink the next call's share: 7, then 1 (the cheapest share); a third stop leaves
-    none at eight times the load: that call is answered at once (no checkpoint made), which
-    halves the load back; then 1, 7 and 12, each valid."""
+    none at eight times the load: the next BACKOFF calls are answered at once (no checkpoint
+    made), the last of them halves the load back; then 1, 7 and 12, each valid."""
     state, clock = _frozen(monkeypatch)
     counts = []
     for stage in ["lanes", None, "program", None, "allocation"]:
@@ -140,10 +147,12 @@ def test_further_stops_shrink_the_share_to_one_then_none_then_it_grows_back(
     assert _raised(state) == 8.0
     clock.stage = None
     made = clock.made
-    refused = _planned(state)
-    assert refused.new_instances == () and clock.made == made
-    assert refused.missing == ("deadline_s: +12 prefill not planned (too short)",)
-    assert any("at 8x the recorded load" in n for n in refused.notes)
+    for _ in range(BACKOFF):
+        assert _raised(state) == 8.0
+        refused = _planned(state)
+        assert refused.new_instances == () and clock.made == made
+        assert refused.missing == ("deadline_s: +12 prefill not planned (too short)",)
+        assert any("at 8x the recorded load" in n for n in refused.notes)
     assert _raised(state) == 4.0
     counts = []
     for _ in range(3):

@@ -79,7 +79,8 @@ where none was measured yet."""
 
 BACKOFF = 4
 """A line that affords no new instance under a deadline answers at once; every BACKOFF-th such
-call plans anyway (:func:`retry_refused`)."""
+call plans anyway (:func:`retry_refused`), and every BACKOFF-th call that a load raised by stops
+refuses halves that load back (:func:`relax_load`)."""
 
 RAISED_MAX = 64.0
 """The most a run of stops raises the load the next calls plan for (:func:`record_stop`)."""
@@ -184,20 +185,31 @@ def record_stop(topology: Topology, seconds: float) -> None:
     new instance planned: the load the next calls under a deadline plan for doubles (at most
     :data:`RAISED_MAX` times the recorded one, :func:`raised_load`), so they plan the smaller
     share that load affords, not nothing (a call it affords none is answered at once); each
-    call that then fits, or is answered so, halves it back (:func:`relax_load`)."""
+    call that then fits, and every :data:`BACKOFF`-th call answered so, halves it back
+    (:func:`relax_load`)."""
     book = topology.memo.setdefault(_KEY, {})
     raised, _ = book.get("raised", (1.0, 0.0))
     book["raised"] = (min(RAISED_MAX, 2.0 * raised), seconds)
 
 
-def relax_load(topology: Topology) -> None:
+def relax_load(topology: Topology, *, refused: bool = False) -> None:
     """Record that a call under a deadline on ``topology`` planned new instances without a
-    recut and ended in time, or was answered at once because the raised load afforded none
-    (a load spike passes): the raised load (:func:`record_stop`) halves, back to none."""
+    recut and ended in time: the raised load (:func:`record_stop`) halves, back to none; with
+    ``refused``, that a call was answered at once because the raised load afforded none: every
+    :data:`BACKOFF`-th such call halves it (a load spike passes; the calls between try nothing
+    that would only stop again)."""
     book = topology.memo.get(_KEY, {})
-    raised, seconds = book.get("raised", (1.0, 0.0))
+    if "raised" not in book:
+        return
+    if refused:
+        count = int(book.get("raised_refused", 0)) + 1
+        book["raised_refused"] = 0 if count >= BACKOFF else count
+        if count < BACKOFF:
+            return
+    raised, seconds = book["raised"]
     if raised / 2.0 <= 1.0:
         book.pop("raised", None)
+        book.pop("raised_refused", None)
     else:
         book["raised"] = (raised / 2.0, seconds)
 

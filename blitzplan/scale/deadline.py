@@ -29,8 +29,9 @@ retry of a refused deadline when the plan of none recorded there would not fit i
 does not make the next calls answer at once: they plan for a raised load (twice the recorded
 one per stop: :func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the
 smaller share of the new instances that load affords (:mod:`.realize`), noted so. Only when it
-affords not even one is the call answered at once with nothing; each such answer, and each call
-that then fits, halves the raised load back.
+affords not even one is the call answered at once with nothing; each call that then fits, and
+every :data:`~blitzplan.multicast.planning_rate.BACKOFF`-th call answered so, halves the raised
+load back.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
         )
     raised, stopped = raised_load(topology)
     if raised > 1.0 and affordable(topology, 1, deadline, run.used(), load * raised) == 0:
-        relax_load(topology)  # each such answer halves it: a load spike passes
+        relax_load(topology, refused=True)  # every BACKOFF-th halves it: a spike passes
         return (
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster now (a call "
             f"under {stopped:g} s ran out of time here lately: at {raised:g}x the recorded load, "
