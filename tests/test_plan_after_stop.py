@@ -76,30 +76,54 @@ def _planned(state: ClusterState, count: int = 12) -> ScalePlan:
 
 
 def _raised(state: ClusterState) -> float:
-    return raised_load(at_efficiency(state, dict(LINK_EFFICIENCY)).topology)[0]
+    return raised_load(at_efficiency(state, dict(LINK_EFFICIENCY)).topology, DEADLINE)[0]
 
 
 def test_stops_double_the_load_planned_for_and_fits_halve_it_back() -> None:
+    """Stops double the load calls under a deadline no longer than the longest stopped one plan
+    for (a longer one: none raised, and its calls change nothing); fits halve it, refusals every
+    BACKOFF-th time."""
     topology = _fresh_topology("h200-8")
-    assert raised_load(topology) == (1.0, 0.0)
-    relax_load(topology)  # nothing raised: nothing to halve
-    assert raised_load(topology) == (1.0, 0.0)
+    assert raised_load(topology, 1.0) == (1.0, 0.0)
+    relax_load(topology, 1.0)  # nothing raised: nothing to halve
+    assert raised_load(topology, 1.0) == (1.0, 0.0)
     record_stop(topology, 1.0)
     record_stop(topology, 0.5)
-    assert raised_load(topology) == (4.0, 0.5)  # the latest stopped deadline, for the note
+    assert raised_load(topology, 0.2) == raised_load(topology, 1.0) == (4.0, 1.0)
+    assert raised_load(topology, 2.0) == (1.0, 1.0)
+    relax_load(topology, 2.0)
+    relax_load(topology, 2.0, refused=True)
+    assert raised_load(topology, 1.0) == (4.0, 1.0)
     for _ in range(BACKOFF - 1):
-        relax_load(topology, refused=True)
-    assert raised_load(topology) == (4.0, 0.5)
-    relax_load(topology, refused=True)
-    assert raised_load(topology) == (2.0, 0.5)
+        relax_load(topology, 1.0, refused=True)
+    assert raised_load(topology, 1.0) == (4.0, 1.0)
+    relax_load(topology, 1.0, refused=True)
+    assert raised_load(topology, 1.0) == (2.0, 1.0)
     for _ in range(10):
         record_stop(topology, 1.0)
-    assert raised_load(topology) == (RAISED_MAX, 1.0)
-    relax_load(topology)
-    assert raised_load(topology)[0] == RAISED_MAX / 2
+    assert raised_load(topology, 1.0) == (RAISED_MAX, 1.0)
+    relax_load(topology, 0.1)
+    assert raised_load(topology, 1.0)[0] == RAISED_MAX / 2
     for _ in range(10):
-        relax_load(topology)
-    assert raised_load(topology) == (1.0, 0.0)
+        relax_load(topology, 1.0)
+    assert raised_load(topology, 1.0) == (1.0, 0.0)
+    record_stop(topology, 0.5)  # a fresh episode: its own longest deadline
+    assert raised_load(topology, 1.0) == (1.0, 0.5)
+
+
+def test_a_stop_leaves_calls_under_a_longer_deadline_as_they_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop under DEADLINE: a call under 100 s plans all 12 and leaves the raised load as it is
+    (it says nothing of the shorter deadline); the next call under DEADLINE plans its share."""
+    state, clock = _frozen(monkeypatch)
+    clock.stage = "lanes"
+    _planned(state)
+    clock.stage = None
+    request = ScaleRequest("llama-3-8b", prefill=12, tp=1)
+    assert len(plan(state, request, deadline_s=100.0).new_instances) == 12
+    assert _raised(state) == 2.0
+    assert len(_planned(state).new_instances) == 7
 
 
 def test_after_a_stop_the_next_call_plans_a_valid_share_and_the_next_all(

@@ -26,8 +26,9 @@ the cluster, freeing the partial plan included
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
 A deadline no longer than that answer's time is answered at once, before any work; so is a
 retry of a refused deadline when the plan of none recorded there would not fit in it. A stop
-does not make the next calls answer at once: they plan for a raised load (twice the recorded
-one per stop: :func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the
+does not make the next calls answer at once: those under a deadline no longer than a stopped
+one plan for a raised load (twice the recorded one per stop:
+:func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the
 smaller share of the new instances that load affords (:mod:`.realize`), noted so. Only when it
 affords not even one is the call answered at once with nothing; each call that then fits, and
 every :data:`~blitzplan.multicast.planning_rate.BACKOFF`-th call answered so, halves the raised
@@ -88,9 +89,9 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
             f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
             "was planned"
         )
-    raised, stopped = raised_load(topology)
+    raised, stopped = raised_load(topology, deadline)
     if raised > 1.0 and affordable(topology, 1, deadline, run.used(), load * raised) == 0:
-        relax_load(topology, refused=True)  # every BACKOFF-th halves it: a spike passes
+        relax_load(topology, deadline, refused=True)  # every BACKOFF-th halves it: a spike passes
         return (
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster now (a call "
             f"under {stopped:g} s ran out of time here lately: at {raised:g}x the recorded load, "

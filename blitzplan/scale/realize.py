@@ -123,7 +123,7 @@ def realize(
         record_rate(state.topology, planned, run.used_cpu() - cpu_s, run.used() - wall_s)
         deadline = run.options.deadline_s
         if planned and deadline is not None and not recut and run.used() <= deadline:
-            relax_load(state.topology)  # a load raised by a stop comes back down
+            relax_load(state.topology, deadline)  # a load raised by a stop comes back down
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -299,7 +299,7 @@ def _after_stops(
     the line (with no line, the count over the factor), at least one (a call it affords none
     was answered at once: :mod:`.deadline`); noted when fewer."""
     asked, count = counts
-    raised, stopped = raised_load(topology)
+    raised, stopped = raised_load(topology, deadline)
     if raised <= 1.0:
         return count
     if planning_costs(topology) is None:
