@@ -13,11 +13,13 @@ the target; the other columns are of the median plan, ``ready s`` when all its i
 loaded. The deadline table times +64, +512 and +1,000 under 0.001-1 s: a deadline plans only the
 instances it affords on the CPU times the plans before recorded, at the wall-clock per CPU second
 they met, and once the multicast has laid its problem out asks again at the load the call met so
-far (``planned``: the range over the timed calls; the rest are in ``missing``); it skips the
-multicast's refinements; one shorter than any plan there returns a plan of nothing at once, and
-checkpoints in the greedy and the transfer program stop a call whose time runs out with the plan
-found so far, which loads no new instance (``stopped``: how many of the timed calls; up to the
-program's first step a call too slow plans afresh the share it affords instead). The last table
+far (``planned``: the least and the median over the timed calls, ``per call`` each timed call's
+count in order; the rest are in ``missing``); it skips the multicast's refinements; one shorter
+than any plan there returns a plan of nothing at once, and checkpoints in the greedy and the
+transfer program stop a call whose time runs out with the plan found so far, which loads no new
+instance (``stopped``: how many of the timed calls; up to the program's first step a call too
+slow plans afresh the share it affords instead; after a stop the next calls plan for twice the
+load, the smaller share it affords, halved back by each call that fits). The last table
 shows what the multicast's refinements gain and cost on the busy fleet and on small NVLink and
 PCIe clusters: ``refine_budget`` 0, the default and None side by side.
 
@@ -277,13 +279,15 @@ def deadline_table(busy: ClusterState, counts: tuple[int, ...] = (64, 512, 1000)
             stopped += k > 0 and any("ran out while planning" in n for n in made.notes)
             notes, made = made.notes, None  # keep no plan: a large heap slows the collector
         planned = sorted(counts[1:])
+        median = statistics.median_low(planned)
         wall, worst = statistics.median(walls[1:]) * 1e3, max(walls[1:]) * 1e3
         target = deadline * 1.1e3
         rows.append(
             [
                 f"+{count}",
                 f"{deadline:g}",
-                f"{planned[0]}-{planned[-1]}",
+                f"{planned[0]}/{median}",
+                _runs(counts[1:]),
                 f"{wall:.1f}",
                 f"{worst:.1f}",
                 f"{statistics.median(cpus[1:]) * 1e3:.1f}",
@@ -298,7 +302,8 @@ def deadline_table(busy: ClusterState, counts: tuple[int, ...] = (64, 512, 1000)
     headers = [
         "added",
         "deadline s",
-        "planned",
+        "planned min/med",
+        "per call",
         "median ms",
         "max ms",
         "cpu ms",
@@ -311,6 +316,17 @@ def deadline_table(busy: ClusterState, counts: tuple[int, ...] = (64, 512, 1000)
     ]
     title = f"plan(deadline_s=) on the busy fleet (load {os.getloadavg()[0]:.1f})\n"
     return title + format_table(headers, rows)
+
+
+def _runs(counts: list[int]) -> str:
+    """The timed calls' planned counts in order, a run of equal ones as ``count x times``."""
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return " ".join(f"{n}x{times}" if times > 1 else f"{n}" for n, times in runs)
 
 
 def replan_table(busy: ClusterState) -> str:

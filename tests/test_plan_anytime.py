@@ -11,7 +11,6 @@ import pytest
 from blitzplan.multicast import plan_multicast, validate_multicast
 from blitzplan.multicast.planning_rate import (
     ANSWER_S,
-    BACKOFF,
     DEADLINE_SHARE,
     DeadlinePassed,
     TooSlow,
@@ -301,40 +300,3 @@ def test_pairing_stops_at_the_checkpoints_point_and_keeps_the_plan(
         in out.notes
     )
     assert validate_plan(state, out) == ()
-
-
-def test_after_a_stop_the_next_calls_no_longer_answer_at_once_then_one_tries(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A call under 60 s stopped (injected at ``lanes``): the next BACKOFF calls under 60 s or
-    less answer the plan of nothing at once (no checkpoint made), noted; a longer deadline
-    plans (its checkpoints pass); after BACKOFF answers a call under 60 s tries again."""
-    state = _busy()
-    made: list[float | None] = []
-    live_checkpoint = Planning.checkpoint
-
-    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
-        made.append(self.options.deadline_s)
-        if self.options.deadline_s != 60.0:
-            return live_checkpoint(self, topology, recut=recut)
-
-        def check(at: str) -> None:
-            if at == "lanes":
-                raise DeadlinePassed(at)
-
-        return check
-
-    monkeypatch.setattr(Planning, "checkpoint", checkpoint)
-    request = ScaleRequest("llama-3-8b", prefill=4, tp=1)
-    assert plan(state, request, deadline_s=60.0).new_instances == ()
-    assert made == [60.0]
-    for deadline in [30.0] * (BACKOFF - 1) + [60.0]:
-        out = plan(state, request, deadline_s=deadline)
-        assert out.new_instances == () and out.missing == (
-            "deadline_s: +4 prefill not planned (too short)",
-        )
-        assert any("a call under 60 s ran out of time" in n for n in out.notes)
-    assert made == [60.0]  # none of them tried
-    assert len(plan(state, request, deadline_s=3600.0).new_instances) == 4
-    assert plan(state, request, deadline_s=60.0).new_instances == ()  # tries (and stops) again
-    assert made == [60.0, 3600.0, 60.0]

@@ -16,12 +16,12 @@ down by the machine still ends near its deadline. From there on the call is boun
 clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
 built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
 than the cheapest honest answer takes (a plan that loads nothing, :func:`answer_cost`), and
-the call returns that answer instead of overrunning (and the next :data:`BACKOFF` calls under a
-deadline no longer than it answer at once: :func:`record_stop`). Before that, checkpoints from
-the allocation to the transfer program's first step compare the call's own pace with the
-deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says are done
-there): a call that would end past it stops with :class:`TooSlow` and plans afresh the share of
-its instances the time left affords at that pace. The line is Siegel's repeated medians
+the call returns that answer instead of overrunning (and the next calls under a deadline no
+longer than it plan for a raised load, fewer instances: :func:`record_stop`). Before that,
+checkpoints from the allocation to the transfer program's first step compare the call's own
+pace with the deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says
+are done there): a call that would end past it stops with :class:`TooSlow` and plans afresh the
+share of its instances the time left affords at that pace. The line is Siegel's repeated medians
 (:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
 first on a cluster fills its route caches) moves it little. The first plan on a topology has no
 record: it plans everything, until its checkpoints find the time out.
@@ -39,6 +39,7 @@ __all__ = [
     "BACKOFF",
     "DEADLINE_SHARE",
     "KEPT",
+    "RAISED_MAX",
     "STAGE_DONE",
     "DeadlinePassed",
     "TooSlow",
@@ -49,15 +50,16 @@ __all__ = [
     "none_cost",
     "planning_costs",
     "planning_line",
+    "raised_load",
     "recent_load",
     "record_answer",
     "record_layout",
     "record_rate",
     "record_stop",
     "recut_share",
+    "relax_load",
     "retry_refused",
     "stop_at",
-    "stopped_before",
 ]
 
 DEADLINE_SHARE = 0.8
@@ -76,8 +78,12 @@ ANSWER_S = 0.001
 where none was measured yet."""
 
 BACKOFF = 4
-"""Calls answered at once after a call under a deadline at least as long was stopped with
-nothing planned; the next one tries again."""
+"""A line that affords no new instance under a deadline answers at once; every BACKOFF-th such
+call plans anyway (:func:`retry_refused`), and every BACKOFF-th call that a load raised by stops
+refuses halves that load back (:func:`relax_load`)."""
+
+RAISED_MAX = 64.0
+"""The most a run of stops raises the load the next calls plan for (:func:`record_stop`)."""
 
 _KEY = "planning_time"
 
@@ -175,12 +181,47 @@ def none_cost(topology: Topology) -> float | None:
 
 
 def record_stop(topology: Topology, seconds: float) -> None:
-    """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with
-    nothing planned: the next :data:`BACKOFF` calls under a deadline no longer than the longest
-    such answer at once (:func:`stopped_before`)."""
+    """Record that a call under a deadline of ``seconds`` on ``topology`` was stopped with no
+    new instance planned: the load the next calls under a deadline no longer than the longest
+    stopped one plan for doubles (at most :data:`RAISED_MAX` times the recorded one,
+    :func:`raised_load`), so they plan the smaller share that load affords, not nothing (a call
+    it affords none is answered at once); each such call that then fits, and every
+    :data:`BACKOFF`-th call answered so, halves it back (:func:`relax_load`)."""
     book = topology.memo.setdefault(_KEY, {})
-    longest = max(seconds, book.get("stopped", (0.0, 0))[0])
-    book["stopped"] = (longest, BACKOFF)
+    raised, longest = book.get("raised", (1.0, 0.0))
+    book["raised"] = (min(RAISED_MAX, 2.0 * raised), max(longest, seconds))
+
+
+def relax_load(topology: Topology, seconds: float, *, refused: bool = False) -> None:
+    """Record that a call under a deadline of ``seconds`` on ``topology`` planned new
+    instances without a recut and ended in time: the raised load (:func:`record_stop`) halves,
+    back to none; with ``refused``, that the call was answered at once because the raised load
+    afforded none: every :data:`BACKOFF`-th such call halves it (a load spike passes; the calls
+    between try nothing that would only stop again). A call under a deadline longer than any
+    stopped one changes nothing."""
+    book = topology.memo.get(_KEY, {})
+    if "raised" not in book or seconds > book["raised"][1]:
+        return
+    if refused:
+        count = int(book.get("raised_refused", 0)) + 1
+        book["raised_refused"] = 0 if count >= BACKOFF else count
+        if count < BACKOFF:
+            return
+    raised, longest = book["raised"]
+    if raised / 2.0 <= 1.0:
+        book.pop("raised", None)
+        book.pop("raised_refused", None)
+    else:
+        book["raised"] = (raised / 2.0, longest)
+
+
+def raised_load(topology: Topology, seconds: float) -> tuple[float, float]:
+    """The factor on the recorded load a call under a deadline of ``seconds`` on ``topology``
+    plans for (1: none; none when ``seconds`` is longer than every stopped call's deadline
+    since the load was last back to the recorded one) and the longest such deadline
+    (:func:`record_stop`)."""
+    raised, longest = topology.memo.get(_KEY, {}).get("raised", (1.0, 0.0))
+    return (1.0 if seconds > longest else float(raised)), float(longest)
 
 
 def retry_refused(topology: Topology) -> bool:
@@ -192,17 +233,6 @@ def retry_refused(topology: Topology) -> bool:
     refused = int(book.get("refused", 0)) + 1
     book["refused"] = 0 if refused >= BACKOFF else refused
     return refused >= BACKOFF
-
-
-def stopped_before(topology: Topology, seconds: float) -> float | None:
-    """The deadline of a recent stopped call (:func:`record_stop`) at least ``seconds`` long, if
-    fewer than :data:`BACKOFF` calls have answered at once since (this one counts); else None."""
-    book = topology.memo.get(_KEY, {})
-    longest, left = book.get("stopped", (0.0, 0))
-    if left <= 0 or seconds > longest:
-        return None
-    book["stopped"] = (longest, left - 1)
-    return float(longest)
 
 
 def answer_cost(topology: Topology) -> float:

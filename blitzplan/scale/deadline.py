@@ -26,8 +26,13 @@ the cluster, freeing the partial plan included
 (:func:`~blitzplan.multicast.planning_rate.record_answer`): the checkpoints keep that much time.
 A deadline no longer than that answer's time is answered at once, before any work; so is a
 retry of a refused deadline when the plan of none recorded there would not fit in it. A stop
-also makes the next few calls under a deadline no longer than its answer at once
-(:func:`~blitzplan.multicast.planning_rate.stopped_before`), noted so.
+does not make the next calls answer at once: those under a deadline no longer than a stopped
+one plan for a raised load (twice the recorded one per stop:
+:func:`~blitzplan.multicast.planning_rate.record_stop`), so they place the
+smaller share of the new instances that load affords (:mod:`.realize`), noted so. Only when it
+affords not even one is the call answered at once with nothing; each call that then fits, and
+every :data:`~blitzplan.multicast.planning_rate.BACKOFF`-th call answered so, halves the raised
+load back.
 """
 
 from __future__ import annotations
@@ -37,18 +42,18 @@ import time
 from blitzplan.cluster import ClusterState, Instance
 from blitzplan.models import ModelSpec
 from blitzplan.multicast.planning_rate import (
-    BACKOFF,
     DeadlinePassed,
     affordable,
     answer_cost,
     layout_cost,
     none_cost,
     planning_costs,
+    raised_load,
     recent_load,
     record_answer,
+    relax_load,
     retry_refused,
     stop_at,
-    stopped_before,
 )
 from blitzplan.scale.mutations import RoleChanges
 from blitzplan.scale.planning import Planning
@@ -60,9 +65,8 @@ __all__ = ["stopped_plan", "too_short", "too_short_plan"]
 
 def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str | None:
     """None when ``run``'s deadline may afford a new instance on ``state``'s cluster; else why
-    not (the plan's note): the line affords none, or a call under a deadline at least as long
-    was stopped there with nothing planned a few calls ago
-    (:func:`~blitzplan.multicast.planning_rate.stopped_before`)."""
+    not (the plan's note): the cheapest answer, the line (at the recorded load, or at the load
+    raised by recent stops) or the layout leaves no time for one."""
     deadline = run.options.deadline_s
     if deadline is None:
         return None
@@ -85,18 +89,21 @@ def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str 
             f"CPU time, {recent_load(topology):.1f} s of wall-clock per CPU second); nothing "
             "was planned"
         )
+    raised, stopped = raised_load(topology, deadline)
+    if raised > 1.0 and affordable(topology, 1, deadline, run.used(), load * raised) == 0:
+        relax_load(topology, deadline, refused=True)  # every BACKOFF-th halves it: a spike passes
+        return (
+            f"deadline_s: {deadline:g} s is too short for any plan on this cluster now (a call "
+            f"under {stopped:g} s ran out of time here lately: at {raised:g}x the recorded load, "
+            f"{load:.1f} s of wall-clock per CPU second, recent plans afford no new instance); "
+            "nothing was planned"
+        )
     layout = layout_cost(topology)
     if layout is not None and run.used() + layout * load > limit:
         return (
             f"deadline_s: {deadline:g} s is too short for any plan on this cluster (recent "
             f"calls spent at least {layout * 1e3:.1f} ms of CPU time before their first "
             f"checkpoint, {load:.1f} s of wall-clock per CPU second); nothing was planned"
-        )
-    stopped = stopped_before(topology, deadline)
-    if stopped is not None:
-        return (
-            f"deadline_s: {deadline:g} s is too short: a call under {stopped:g} s ran out of "
-            f"time on this cluster within the last {BACKOFF} calls; nothing was planned"
         )
     return None
 

@@ -96,8 +96,11 @@ def plan(
       longer before their first checkpoint, or the recorded planning times afford no new
       instance): nothing was planned: no role change, release or new instance;
     * at the start (placement): only the new instances the recorded times afford are placed,
-      the rest are ``missing``; once the multicast's problem is laid out it asks again at the
-      load the call met so far and may place fewer;
+      the rest are ``missing`` (after a call under a deadline at least as long was stopped
+      there: those they afford at twice the recorded load per stop, halved back by each call
+      that fits; a call that load affords none is answered at once with nothing); once the
+      multicast's problem is laid out it asks again at the load the call met so far and may
+      place fewer;
     * in the multicast greedy (its stages and each target node) or the transfer program,
       before a multicast plan is timed and its program built there is no partial transfer to
       keep (a plan's link shares and times hold only for all of its lanes): a stop keeps the

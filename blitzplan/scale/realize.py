@@ -25,8 +25,11 @@ from blitzplan.multicast.planning_rate import (
     TooSlow,
     afford_now,
     affordable,
+    planning_costs,
+    raised_load,
     recent_load,
     record_rate,
+    relax_load,
 )
 from blitzplan.multicast.refine_budget import RefineBudget
 from blitzplan.scale.delivered import Held
@@ -38,6 +41,7 @@ from blitzplan.scale.program import program
 from blitzplan.scale.releases import timed_releases
 from blitzplan.scale.transfer_steps import TransferStep
 from blitzplan.scale.types import NewInstanceInfo, Release, ScalePlan
+from blitzplan.topologies import Topology
 from blitzplan.topologies.links import derated_kept
 
 __all__ = ["Targets", "at_efficiency", "realize"]
@@ -95,7 +99,7 @@ def realize(
     relieved = {i.loading.relieves for i in state.instances if i.loading is not None}
     loaded = [i for i in staying if queues[i.id] and i.id not in relieved]  # pairable
     live = _live_counts(targets, loaded)
-    multicast, refined_s, steps = _transfers(
+    multicast, refined_s, steps, recut = _transfers(
         state, spec, tp, targets, run, sum(live), (notes, missing), held
     )
     roles = dict(targets.roles) if targets.roles else _roles(multicast, targets, live)
@@ -117,6 +121,9 @@ def realize(
         # attempt given up for a recut (recorded apart)
         cpu_s, wall_s = refined_s
         record_rate(state.topology, planned, run.used_cpu() - cpu_s, run.used() - wall_s)
+        deadline = run.options.deadline_s
+        if planned and deadline is not None and not recut and run.used() <= deadline:
+            relax_load(state.topology, deadline)  # a load raised by a stop comes back down
     return ScalePlan(
         model=spec.identity,
         spec=spec,
@@ -147,10 +154,10 @@ def _transfers(
     live_count: int,
     said: tuple[list[str], list[str]],
     held: Held | None,
-) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
+) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...], bool]:
     """:func:`_multicast`'s plan, the CPU and wall-clock seconds not in its planning time (its
-    refinements', an attempt given up), and its transfer program. Under a deadline
-    (planner-placed instances) both stop at the deadline's checkpoints
+    refinements', an attempt given up), its transfer program and whether it was recut. Under a
+    deadline (planner-placed instances) both stop at the deadline's checkpoints
     (:meth:`Planning.checkpoint`): one that finds the call too slow (TooSlow) has the share of
     the instances tried that the time left affords planned afresh (once, with a note); one that
     finds the time out has DeadlinePassed go on to the caller, which answers in time. Either
@@ -167,7 +174,8 @@ def _transfers(
     given_up = (0.0, 0.0)  # CPU and wall-clock seconds of the attempt given up for a recut
     try:
         try:
-            return attempt((run.checkpoint(state.topology) if targets.count else None, tried, None))
+            check = run.checkpoint(state.topology) if targets.count else None
+            return (*attempt((check, tried, None)), False)
         except TooSlow as slow:
             afresh = math.floor(tried[-1] * slow.share) if tried else 0
             if afresh < 1:
@@ -182,7 +190,7 @@ def _transfers(
             plan, (cpu_s, wall_s), steps = attempt(
                 (run.checkpoint(state.topology, recut=False), tried, afresh)
             )
-            return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps
+            return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps, True
     except DeadlinePassed:
         if tried and run.started is not None:
             cpu_s, wall_s = run.used_cpu() - given_up[0], run.used() - given_up[1]
@@ -217,7 +225,10 @@ def _multicast(
     if deadline is not None and count:  # anytime: what the time left affords
         topology = state.topology
         load = recent_load(topology)
-        count = affordable(topology, min(count, cap or count), deadline, run.used(), load)
+        asked = min(count, cap or count)
+        count = affordable(topology, asked, deadline, run.used(), load)
+        if cap is None and count:  # a recut's count already has the call's own pace
+            count = _after_stops(topology, (asked, count), deadline, run.used(), load, notes)
         live_count = min(live_count, count)
         tried.append(count)
     if not (explicit or count):
@@ -272,6 +283,37 @@ def _checkpoint(state: ClusterState, run: Planning, tried: list[int]) -> Callabl
         return left
 
     return afford
+
+
+def _after_stops(
+    topology: Topology,
+    counts: tuple[int, int],
+    deadline: float,
+    used_s: float,
+    load: float,
+    notes: list[str],
+) -> int:
+    """Of ``counts`` (new instances asked, and the at least one of them the recorded load
+    affords), how many to plan after stops on ``topology`` raised the load calls plan for
+    (:func:`~blitzplan.multicast.planning_rate.record_stop`): the share that load affords on
+    the line (with no line, the count over the factor), at least one (a call it affords none
+    was answered at once: :mod:`.deadline`); noted when fewer."""
+    asked, count = counts
+    raised, stopped = raised_load(topology, deadline)
+    if raised <= 1.0:
+        return count
+    if planning_costs(topology) is None:
+        share = math.floor(count / raised)
+    else:
+        share = affordable(topology, asked, deadline, used_s, load * raised)
+    share = max(1, min(count, share))
+    if share < count:
+        notes.append(
+            f"deadline_s: a call under {stopped:g} s ran out of time on this cluster lately; "
+            f"planned for {raised:g}x the recorded load: {share} of the {count} new instances "
+            "the recorded load affords"
+        )
+    return share
 
 
 def _left_out(asked: int, planned: int, notes: list[str], missing: list[str]) -> None:
