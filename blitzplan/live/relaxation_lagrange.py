@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import alone_chain_s
 
 __all__ = ["LAGRANGE_ITERATIONS", "lagrangian_bound"]
@@ -289,20 +290,14 @@ def lagrangian_bound(
     deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
     n, prices = instance.num_batches, _Prices(instance)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
-    best, step, stale = -math.inf, _STEP_START, 0
+    ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
     for _ in range(iterations):
         value, g = _solve_priced(instance, prices, target, deadline)
-        if value > best + 1e-12 * abs(value):
-            best, stale = value, 0
-        elif (stale := stale + 1) >= _PATIENCE:
-            step, stale = step / 2, 0
+        ascent.seen(value)
         if g is None or value >= target or math.isnan(value):
             break
-        aim = value + 0.05 * abs(value) + 1e-9
-        if math.isfinite(target):
-            aim = best + AIM_SHARE * (target - best)
-        prices.set(np.maximum(prices.mu + step * (aim - value) / float(np.sum(g * g)) * g, 0.0))
-    return best / n
+        prices.set(np.maximum(prices.mu + ascent.size(value, float(np.sum(g * g))) * g, 0.0))
+    return ascent.best / n
 
 
 def _solve_priced(
