@@ -68,8 +68,7 @@ class InstanceResult:
 @dataclass(frozen=True)
 class ProgramRun:
     """A run: ``plan_s`` the last predicted byte in; ``devices`` the processes by rank;
-    ``duplicate_bytes`` bytes a new GPU received twice; ``cpu_s`` the CPU seconds of every
-    device's process from the start to its transfers' end."""
+    ``duplicate_bytes`` bytes its lanes bring a checked GPU twice."""
 
     plan_id: str
     transport: str
@@ -78,7 +77,6 @@ class ProgramRun:
     steps: tuple[StepResult, ...]
     instances: tuple[InstanceResult, ...]
     duplicate_bytes: int
-    cpu_s: float
 
     @property
     def bit_exact(self) -> bool:
@@ -189,14 +187,17 @@ def run_program(
     finally:
         if workers is None:
             pool.close()
-    return summarize(parts, labels, reports, transport=transport)
+    return summarize(parts, jobs, reports, transport=transport)
 
 
 def summarize(
-    parts: list[Stage], devices: Sequence[str], reports: Mapping[int, DeviceReport], transport: str
+    parts: list[Stage],
+    jobs: Sequence[DeviceJob],
+    reports: Mapping[int, DeviceReport],
+    transport: str,
 ) -> ProgramRun:
-    """A ProgramRun from the devices' reports (ranks in ``devices`` order)."""
-    rank_of = {d: r for r, d in enumerate(devices)}
+    """A ProgramRun from the devices' reports (by rank)."""
+    rank_of = {job.label: job.rank for job in jobs}
     steps = []
     for k, part in enumerate(parts):
         for s in part.program.steps:
@@ -230,9 +231,8 @@ def summarize(
         parts[-1].program.plan_id,
         transport,
         max(p.at_s + s.end_s for p in parts for s in p.program.steps),
-        tuple(devices),
+        tuple(rank_of),
         tuple(steps),
         instances,
-        sum(reports[rank_of[g]].duplicate_bytes for g in checked),
-        sum(r.cpu_s for r in reports.values()),
+        sum(jobs[rank_of[g]].duplicate_bytes for g in checked),
     )

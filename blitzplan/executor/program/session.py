@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from blitzplan.executor.program.bytestore import ByteStore
 from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
@@ -42,31 +42,31 @@ WINDOW = 8
 class DeviceReport:
     """What a device measured, times from the shared start: per sent step its first byte out and
     its end, per received step its last byte in and its bytes; per unit when it was complete
-    (nan: never), per checked unit whether it is bit-exact; bytes that came twice; the CPU
-    seconds of its process from the start to its loop's end."""
+    (nan: never), per checked unit whether it is bit-exact."""
 
     rank: int
     received_bytes: dict[int, int]
     sent_start_s: dict[int, float] = field(default_factory=dict)
     sent_end_s: dict[int, float] = field(default_factory=dict)
     received_end_s: dict[int, float] = field(default_factory=dict)
-    complete_s: tuple[float, ...] = ()
+    complete_s: list[float] = field(default_factory=list)
     bit_exact: tuple[bool, ...] = ()
-    duplicate_bytes: int = 0
-    cpu_s: float = 0.0
 
 
 class ProgramSession:
-    """One device's arena, byte store and transport for one run; ``live``: it tells the parent
-    each unit as it completes (a ``unit`` event: live serving's coordinator computes on it)."""
+    """One device's arena and transport for one run; ``live``: it tells the parent each unit as
+    it completes (a ``unit`` event: live serving's coordinator computes on it) and another
+    thread may wait for a unit (:meth:`wait_unit`)."""
 
     def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
         self.ctx, self.job, self.live = ctx, job, live
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
-        self.store, self.units = ByteStore(job.sizes), range(len(job.sizes))
-        self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
-        self._left = dict(job.received)
-        self._unsent = {key: step.chunks for key, step in job.sends.items()}
+        self._left = Counter(c.step for lane in job.into for c in lane.chunks)
+        self._unsent = Counter(c.step for lane in job.out for c in lane.chunks)
+        self.measured = DeviceReport(job.rank, dict.fromkeys(self._left, 0))
+        self.measured.complete_s = [math.nan] * len(job.sizes)
+        self.whole = [threading.Event() for _ in job.sizes]
+        self.error: TransferError | None = None
         self._seen: set[tuple[int, int]] = set()
         self._threads: list[threading.Thread] = []
         self._free_s: dict[int, float] = {}  # per step begun: when its last write was due
@@ -74,10 +74,13 @@ class ProgramSession:
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
-        self._runs = {id(w): runs(w, "held") for w in writes(job.out)}
-        self._runs |= {id(w): runs(w, "lo") for w in writes(job.into)}
+        self._needs = {id(w): need for w, need in zip(writes(job.out), job.needs, strict=True)}
+        self._index = {id(w): k for k, w in enumerate(writes(job.into))}
+        self._runs = {id(w): runs(w, "lo") for w in writes(job.into)}
+        self._landed_s: dict[int, float] = {}  # per write received (by index): when it landed
+        self._missing = Counter(u for w in writes(job.into) for u, _, _ in self._runs[id(w)])
         self._fill()
-        checked = self.units if job.check else ()  # compared after the run (report)
+        checked = range(len(job.sizes)) if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
         self.transport = open_transport(
             job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
@@ -98,30 +101,38 @@ class ProgramSession:
         data = [lay.rank_buffer(unit, rank, self._full[unit]) for rank in ranks]
         return torch.from_numpy(np.concatenate(data))
 
-    def _put(self, unit: int, lo: int, data: torch.Tensor) -> None:
-        self.buffer(unit)[lo : lo + data.numel()].copy_(data)
-        self.store.arrived(unit, lo, lo + data.numel(), 0.0)
-
     def _fill(self) -> None:
         """All of the buffer, or its held bytes; then the packs of resharding steps."""
         job = self.job
         for unit in range(len(job.sizes)) if job.filled else ():
-            self._put(unit, 0, self.own(unit))
+            self.buffer(unit).copy_(self.own(unit))
         for unit, spans in job.held.items():
             for lo, hi in spans:
-                self._put(unit, lo, self.own(unit)[lo:hi])
+                self.buffer(unit)[lo:hi] = self.own(unit)[lo:hi]
         for unit, src, at, n in job.packs:
             self.arena[at : at + n] = self.buffer(unit)[src : src + n]
+        for unit, whole in enumerate(job.whole):
+            if whole and not self._missing[unit]:
+                self._complete(unit, 0.0)
+
+    def _complete(self, unit: int, at_s: float) -> None:
+        self.measured.complete_s[unit] = at_s
+        self.whole[unit].set()
+        if self.live:
+            self.ctx.emit("unit", (unit, at_s))
+
+    def wait_unit(self, unit: int, timeout_s: float) -> None:
+        """Wait until every byte of ``unit`` is here; raise the loop's failure or a timeout."""
+        if not self.whole[unit].wait(timeout_s):
+            raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
+        if math.isnan(self.measured.complete_s[unit]) and self.error is not None:
+            raise self.error
 
     # --- after the start --------------------------------------------------------------------
 
     def run(self) -> None:
         """The device's loop (module docstring), until every write has left and every chunk
-        has landed; live, units complete before the start are reported first."""
-        self.measured.cpu_s = -time.process_time()
-        for unit in range(len(self.job.sizes)):
-            if self.live and self.store.coverage[unit].complete_s is not None:
-                self.ctx.emit("unit", (unit, 0.0))
+        has landed."""
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)
@@ -139,7 +150,6 @@ class ProgramSession:
                 raise self.transport.stalled()
             longest = min(self.transport.idle_s, due_s - self.ctx.now())
             pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
-        self.measured.cpu_s += time.process_time()
 
     def _post_ready(self) -> tuple[bool, float]:
         """Post every write that may go now; whether one did, and when the next one is due
@@ -170,10 +180,9 @@ class ProgramSession:
             ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
             ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
             at_s = max([step.not_before_s, *ends])
-        early = step.pace_bytes_per_s is None and id(write) in self.transport.relayed
-        for unit, lo, hi in () if early else self._runs[id(write)]:
-            ready = self.store.coverage[unit].since(lo, hi)
-            at_s = max(at_s, math.inf if ready is None else ready)
+        if step.pace_bytes_per_s is not None or id(write) not in self.transport.relayed:
+            landed = self._landed_s.get
+            at_s = max([at_s, *(landed(k, math.inf) for k in self._needs[id(write)])])
         if at_s < math.inf:
             self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
         if step.pace_bytes_per_s is not None:
@@ -193,9 +202,11 @@ class ProgramSession:
 
     def _landed(self, write: Write, at_s: float) -> None:
         self._at(write)
+        self._landed_s[self._index[id(write)]] = at_s
         for unit, lo, hi in self._runs[id(write)]:
-            if self.store.arrived(unit, lo, hi, at_s) and self.live:
-                self.ctx.emit("unit", (unit, at_s))
+            self._missing[unit] -= 1
+            if not self._missing[unit] and self.job.whole[unit]:
+                self._complete(unit, at_s)
             self.measured.received_bytes[write[0].step] += hi - lo
         self._count(self._left, write, self.measured.received_end_s, at_s)
 
@@ -212,10 +223,11 @@ class ProgramSession:
         def run() -> None:
             try:
                 body()
-            except TransferError as exc:
-                self.store.fail(exc)
             except Exception as exc:
-                self.store.fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
+                failed = TransferError(Failure(f"{type(exc).__name__}: {exc}"))
+                self.error = self.error or (exc if isinstance(exc, TransferError) else failed)
+                for event in self.whole:  # wake every waiter with it
+                    event.set()
 
         self._threads.append(threading.Thread(target=run, name=name, daemon=True))
         self._threads[-1].start()
@@ -223,21 +235,18 @@ class ProgramSession:
     def join(self) -> None:
         """Wait for every thread; raise the first failure of this device, else close."""
         for thread in self._threads:
-            while thread.is_alive() and self.store.error is None:
+            while thread.is_alive() and self.error is None:
                 thread.join(0.05)
-        if self.store.error is not None:
-            raise self.store.error
+        if self.error is not None:
+            raise self.error
         self.transport.close()
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
-        units, found = self.units, self.measured
-        found.bit_exact = tuple(
+        self.measured.bit_exact = tuple(
             np.array_equal(self.buffer(u).cpu().numpy(), w) for u, w in enumerate(self._wanted)
         )
-        found.complete_s = tuple(self.store.complete_s(u) for u in units)
-        found.duplicate_bytes = sum(c.duplicate_bytes for c in self.store.coverage)
-        return found
+        return self.measured
 
 
 def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:

@@ -68,7 +68,7 @@ class _NewInstance:
         """The unit's tensors once the program has brought every byte of it (or its failure)."""
         if unit not in self.units:
             # twice the transfer timeout: a stalled peer is named by the transfer that times out
-            self.session.store.wait_unit(unit, 2 * self.ctx.timeout_s)
+            self.session.wait_unit(unit, 2 * self.ctx.timeout_s)
             buffer = self.session.buffer(unit)
             self.units[unit] = unit_from_buffer(self.dims, unit, buffer, self.ctx.device)
         return self.units[unit]
@@ -115,12 +115,12 @@ class _NewInstance:
 
     def next_run(self) -> tuple[int, int, int] | None:
         """The next run message, failing fast when the rank's transfer has failed."""
-        while self.session.store.error is None:
+        while self.session.error is None:
             try:
                 return self.runs.get(timeout=0.05)
             except queue.Empty:
                 continue
-        raise self.session.store.error
+        raise self.session.error
 
 
 def new_instance_job(ctx: RankContext, plan: tuple[Prompts, int, DeviceJob]) -> DeviceReport:

@@ -274,7 +274,7 @@ def serve_live(
         new_ops=tuple(sorted(coordinator.new_ops, key=lambda op: (op.start_s, op.batch))),
         old_ops=tuple(sorted(coordinator.old_ops, key=lambda op: (op.start_s, op.batch))),
         completion_s=tuple(coordinator.completion),
-        unit_arrival_s=results[new_rank].complete_s,
+        unit_arrival_s=tuple(results[new_rank].complete_s),
         logit_diff=diffs,
-        transfer=summarize(parts, labels, results, transport=transport),
+        transfer=summarize(parts, jobs, results, transport=transport),
     )
