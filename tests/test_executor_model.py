@@ -201,7 +201,7 @@ def test_a_corrupted_unit_is_refused_naming_it_before_any_process_starts(
 
 
 def test_fault_numbers_may_be_numpy_integers() -> None:
-    fault = InjectedFault(np.int64(1), np.int32(2), kind="stall")
+    fault = InjectedFault(np.int64(1), np.int32(2))
     assert (fault.rank, fault.layer) == (1, 2) and type(fault.layer) is int
     with pytest.raises(InvalidInputError, match="fault layer must be an integer >= 0, got True"):
         InjectedFault(1, True)
@@ -210,8 +210,6 @@ def test_fault_numbers_may_be_numpy_integers() -> None:
 def test_bad_options_name_the_argument() -> None:
     with pytest.raises(InvalidInputError, match="device must be one of cpu, cuda, got 'tpu'"):
         check_device("tpu", 2)
-    with pytest.raises(InvalidInputError, match="fault kind must be one of die, stall"):
-        InjectedFault(1, 2, kind="explode")
     with pytest.raises(InvalidInputError, match="timeout_s must be finite and > 0"):
         Workers(["a", "b"], timeout_s=0)
 

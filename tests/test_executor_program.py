@@ -414,7 +414,7 @@ def test_a_dead_peer_is_named_with_its_step_and_chunk(
     moves layer 2; the run stops naming the rank, the unit, the step and the chunk, and no
     process is left."""
     before = set(multiprocessing.active_children())
-    fault = InjectedFault(rank=rank, layer=2, kind="die")
+    fault = InjectedFault(rank=rank, layer=2)
     message = rf"rank {rank} \({label}\) died .* layer 2 \(step 0, chunk \[0, \d+\) of unit 2\)"
     with pytest.raises(RankFailedError, match=message) as caught:
         run_program(

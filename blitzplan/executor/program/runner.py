@@ -24,7 +24,7 @@ from blitzplan.executor.program.devices import DeviceJob, checked_gpus, device_j
 from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.session import DeviceReport, program_job
 from blitzplan.executor.runtime.failures import InjectedFault
-from blitzplan.executor.runtime.pool import Workers
+from blitzplan.executor.runtime.pool import Workers, run_jobs
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, check_identity, load_checkpoint
 from blitzplan.executor.transports import check_transport
 from blitzplan.wire.plan_program import plan_program_json
@@ -170,23 +170,22 @@ def run_program(
     """Run the transfer program of ``document`` with the weights of ``checkpoint`` (a Checkpoint
     or its directory); module docstring. ``transport``: ``torch`` or ``nixl``. ``paced``: each
     step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks
-    run the devices); otherwise one is started on ``device`` and ended. ``fault`` makes a device
-    die or stall (its rank is the device's index in the run, holders first)."""
+    run the devices); otherwise one is started on ``device`` and ended. ``fault`` kills a device
+    (its rank is the device's index in the run, holders first)."""
     parts, jobs = prepare(
         document, checkpoint, replan=replan, at_s=at_s, transport=transport, paced=paced
     )
     if fault is not None:
         check_fault(fault, jobs)
-    labels = [job.label for job in jobs]
-    pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
-    try:
-        launched = {job.rank: (program_job, job) for job in jobs}
-        layers = parts[0].program.spec.num_layers
-        pool.launch(launched, labels=labels, num_layers=layers, fault=fault)
-        reports = pool.collect([job.rank for job in jobs])
-    finally:
-        if workers is None:
-            pool.close()
+    reports = run_jobs(
+        {job.rank: (program_job, job) for job in jobs},
+        [job.label for job in jobs],
+        workers=workers,
+        device=device,
+        timeout_s=timeout_s,
+        num_layers=parts[0].program.spec.num_layers,
+        fault=fault,
+    )
     return summarize(parts, jobs, reports, transport=transport)
 
 

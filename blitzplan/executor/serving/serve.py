@@ -21,10 +21,10 @@ from typing import Any
 
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import BlitzplanError, InvalidInputError
-from blitzplan.executor.program.runner import Document, ProgramRun, check_fault, prepare, summarize
+from blitzplan.executor.program.runner import Document, ProgramRun, prepare, summarize
 from blitzplan.executor.program.session import program_job
-from blitzplan.executor.runtime.failures import Event, InjectedFault
-from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers
+from blitzplan.executor.runtime.failures import Event
+from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers, run_jobs
 from blitzplan.executor.serving.pair_jobs import new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
@@ -43,20 +43,19 @@ IDLE_WAKE_S = 0.1
 
 class Coordinator:
     """The relay state, the policy, and the two processes it drives (one new, one old) through
-    ``workers`` (a Workers pool, or anything with its ``timeout_s``, ``tell``, ``next_event`` and
-    ``fail_stalled``)."""
+    the ``workers`` it runs with (a Workers pool, or anything with its ``timeout_s``, ``tell``,
+    ``next_event`` and ``fail_stalled``)."""
 
     def __init__(
         self,
         policy: Policy,
         instance: LiveScalingInstance,
-        workers: Workers,
         ranks: tuple[int, int],
         old_order: str,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy, self.workers, self.clock = policy, workers, clock
+        self.policy, self.clock = policy, clock
         self.new_rank, self.old_rank = ranks
         self.relay = RelayState.from_instance(instance, old_order=old_order, record_ops=False)
         self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
@@ -77,16 +76,18 @@ class Coordinator:
     def now(self) -> float:
         return self.clock() - self.t0
 
-    def run(self, t0: float) -> None:
+    def run(self, workers: Workers, t0: float) -> None:
         """Until every batch is done: apply everything heard, then advance and decide, then
-        wait for the next event or the next thing due."""
-        self.t0 = t0
+        wait for the next event or the next thing due; then end both processes' jobs."""
+        self.workers, self.t0 = workers, t0
         heard = self.clock()
         while True:
             while (event := self.workers.next_event(0.0)) is not None:
                 heard = self.clock()
                 self.on_event(event)
             if self.relay.finished == self.relay.num_batches:
+                workers.tell(self.new_rank, ("end",))
+                workers.tell(self.old_rank, ("end",))
                 return
             now = self.now()
             self.advance(now)
@@ -222,7 +223,6 @@ def serve_live(
     device: str = "cpu",
     timeout_s: float = 30.0,
     workers: Workers | None = None,
-    fault: InjectedFault | None = None,
     seed: int = 0,
 ) -> LiveRun:
     """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
@@ -235,10 +235,8 @@ def serve_live(
     parts, jobs = prepare(document, checkpoint, transport=transport)
     program = parts[0].program
     chosen, new, tokens = _pair(program, pair, requests)
-    labels = [job.label for job in jobs]
-    new_rank, old_rank = labels.index(new.gpus[0]), len(jobs)
-    if fault is not None and fault.rank != old_rank:
-        check_fault(fault, jobs)
+    names = [*(job.label for job in jobs), f"old instance {chosen.old}"]
+    new_rank, old_rank = names.index(new.gpus[0]), len(jobs)
     queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
     instance = instance_from_queue(
         program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=handoff_bytes_per_s
@@ -248,19 +246,17 @@ def serve_live(
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, (prompts, old_rank, jobs[new_rank]))
     launched[old_rank] = (old_instance_job, (prompts, new_rank, checkpoint))
-    names = [*labels, f"old instance {chosen.old}"]
-    pool = workers or Workers(names, device=device, timeout_s=timeout_s)
-    try:
-        policy = POLICIES[chosen.policy]()
-        coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
-        layers = program.spec.num_layers
-        coordinator.run(pool.launch(launched, labels=names, num_layers=layers, fault=fault))
-        pool.tell(new_rank, ("end",))
-        pool.tell(old_rank, ("end",))
-        results = pool.collect(list(launched))
-    finally:
-        if workers is None:
-            pool.close()
+    policy = POLICIES[chosen.policy]()
+    coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
+    results = run_jobs(
+        launched,
+        names,
+        workers=workers,
+        device=device,
+        timeout_s=timeout_s,
+        num_layers=program.spec.num_layers,
+        drive=coordinator.run,
+    )
     reference = results.pop(old_rank)
     diffs = tuple(
         max(abs(a - b) for a, b in zip(coordinator.logits[i], ref, strict=True))
