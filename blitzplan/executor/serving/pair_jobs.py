@@ -144,7 +144,7 @@ def old_instance_job(
     """The old instance's worker (``plan``: the prompts, the new instance's rank, the weights):
     load the full model, compute the reference (returned), serve blocks."""
     token_ids, new, checkpoint = plan
-    dims = model_dims(checkpoint.spec())
+    dims = model_dims(checkpoint.spec)
     units = []
     for u in range(dims.spec.num_units):
         units.append({k: t.to(ctx.device) for k, t in load_unit(checkpoint, u).items()})
