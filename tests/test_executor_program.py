@@ -287,7 +287,7 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
 
     gpu = dropped["destination"]
     before = set(multiprocessing.active_children())
-    with pytest.raises(InvalidInputError, match=f"held says '{gpu}' has bytes .* never delivers"):
+    with pytest.raises(InvalidInputError, match=f"'{gpu}' would end without bytes .* of unit"):
         run_program(_edited(small.path.read_text(), drop), small.weights, replan=after, at_s=at_s)
     with pytest.raises(InvalidInputError, match="replan and at_s go together"):
         run_program(small.path, small.weights, replan=after)

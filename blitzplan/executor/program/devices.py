@@ -143,7 +143,8 @@ def device_jobs(
 def _link(job: DeviceJob) -> None:
     """Per write the device sends (in :func:`writes` order), the writes it receives (by index)
     that bring a byte of it the device lacks at the start; per unit whether what it holds and
-    receives makes all of it (``whole``); the bytes it receives twice."""
+    receives makes all of it (``whole``; InvalidInputError for a checked GPU where it does
+    not); the bytes it receives twice."""
     have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
     into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for k, write in enumerate(writes(job.into)):
@@ -157,9 +158,15 @@ def _link(job: DeviceJob) -> None:
         job.needs.append(tuple(found))
     for unit, size in enumerate(job.sizes):
         spans = [*have[unit], *((a, b) for a, b, _ in into[unit])]
-        present = sum(b - a for a, b in union(spans))
-        job.whole.append(present == size)
-        job.duplicate_bytes += sum(b - a for a, b in spans) - present
+        gaps = subtract((0, size), union(spans))
+        if gaps and job.check:
+            raise InvalidInputError(
+                f"{job.label!r} would end without bytes [{gaps[0][0]}, {gaps[0][1]}) of unit "
+                f"{unit}: it does not hold them and no step brings them (a replan's held claims "
+                "bytes the running program never delivers?); refusing a run that leaves a hole"
+            )
+        job.whole.append(not gaps)
+        job.duplicate_bytes += sum(b - a for a, b in spans) - size + sum(b - a for a, b in gaps)
 
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:

@@ -1,17 +1,15 @@
 """One device's part of a run: fill its arena, run its one loop over the transport, check.
 
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
-transport. After it, one loop (one thread) does everything: it polls the transport for writes
-that have left and writes that have landed, then posts on each outgoing lane every write that
-may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once its bytes are
-here (an unpaced relay the transport forwards: before; its step starts then), no faster than its
-step's pace (``chunk / pace`` seconds a chunk) and not before the step's gate: ``not_before_s``,
-the ends of the steps in ``after`` and, for store-and-forward, of every step feeding it. With
-nothing to do it waits in the poll, backing off from the transport's ``poll_s`` to its
-``idle_s`` (never past the next write due); with nothing due and nothing heard for the transfer
-timeout, the oldest open transfer is named. A device reports ``at`` (unit, step, chunk) as it
-starts each unit of a step, where an injected fault fires; a new GPU then compares every unit
-with its rank buffer.
+transport. After it, one loop polls the transport for writes that have left and landed, then
+posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW`` in flight
+per lane. A write may go once the writes that bring its bytes have landed (an unpaced relay the
+transport forwards: before), no faster than its step's pace and not before the step's gate:
+``not_before_s``, the ends of the steps in ``after`` and, for store-and-forward, of every step
+feeding it. Idle, it waits in the poll, backing off from the transport's ``poll_s`` to its
+``idle_s``; with nothing due or heard for the transfer timeout, the transport names the oldest
+open transfer. A device reports ``at`` (unit, step, chunk) as it starts each unit of a step, where
+an injected fault fires; a new GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -198,7 +196,7 @@ class ProgramSession:
 
     def _sent(self, write: Write, at_s: float) -> None:
         self._flying[self._peer[write[0].step]] -= 1
-        self._count(self._unsent, write, self.measured.sent_end_s, at_s)
+        self._done(self._unsent, write, self.measured.sent_end_s, at_s)
 
     def _landed(self, write: Write, at_s: float) -> None:
         self._at(write)
@@ -208,13 +206,14 @@ class ProgramSession:
             if not self._missing[unit] and self.job.whole[unit]:
                 self._complete(unit, at_s)
             self.measured.received_bytes[write[0].step] += hi - lo
-        self._count(self._left, write, self.measured.received_end_s, at_s)
+        self._done(self._left, write, self.measured.received_end_s, at_s)
 
-    def _count(self, left: dict[int, int], write: Write, ends: dict[int, float], at: float) -> None:
-        """``write``'s chunks done at ``at``: at its step's last, its end."""
+    @staticmethod
+    def _done(left: Counter[int], write: Write, ends: dict[int, float], at_s: float) -> None:
+        """``write``'s chunks done at ``at_s``: at its step's last, the step's end."""
         left[write[0].step] -= len(write)
         if left[write[0].step] == 0:
-            ends[write[0].step] = at
+            ends[write[0].step] = at_s
 
     def spawn(self, body: Callable[[], None], name: str) -> None:
         """Run ``body`` in a daemon thread of this device (live serving runs the loop beside its

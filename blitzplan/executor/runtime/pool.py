@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, NoReturn
 
 from blitzplan._checks import MAX_SECONDS, check_bounded
 from blitzplan.errors import InvalidInputError
@@ -167,8 +167,8 @@ class Workers:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
     def _fail(self, dead: int | None, report: Event | None) -> None:
-        """End every process and raise for the culprit: a dead process, else the peer a failed
-        transfer names, else the rank that failed."""
+        """Raise for the culprit: a dead process (waiting a moment for one), else the peer a
+        failed transfer names, else the rank that failed."""
         failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
@@ -180,17 +180,22 @@ class Workers:
         if dead is not None:
             code = self._procs[dead].exitcode
             what = f"died (exit code {code})" if code else "exited before its job ended"
-            error = self._error(dead, what, said, failure)
-        elif failure is not None and failure.peer is not None:
-            error = self._error(failure.peer, "stalled", said, failure)
-        else:  # the rank that reported
-            error = self._error(report.rank if report else 0, "failed", said, failure)
-        self.close()
-        raise error
+            self._raise(dead, what, said, failure)
+        if failure is not None and failure.peer is not None:
+            self._raise(failure.peer, "stalled", said, failure)
+        self._raise(report.rank if report else 0, "failed", said, failure)
 
-    def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
-        """The error naming ``rank`` and its last unit, step and chunk (in shared memory: -1
-        none), else the failure's."""
+    def fail_stalled(self, ranks: Sequence[int]) -> None:
+        """Raise for the one of ``ranks`` (silent) that got least far."""
+        slowest = min(ranks, key=lambda r: (self._where[4 * r], r))
+        names = ", ".join(str(r) for r in ranks)
+        said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
+        self._raise(slowest, "stalled", said, None)
+
+    def _raise(self, rank: int, what: str, said: str, failure: Failure | None) -> NoReturn:
+        """End every process; raise RankFailedError naming ``rank`` and its last unit, step and
+        chunk (in shared memory: -1 none), else the failure's."""
+        self.close()
         unit, step, lo, hi = self._where[4 * rank : 4 * rank + 4]
         unit, step = (None if v < 0 else v for v in (unit, step))
         at = Failure("", unit, rank, step, None if lo < 0 else (lo, hi))
@@ -201,16 +206,7 @@ class Workers:
             span = f", chunk [{at.chunk[0]}, {at.chunk[1]}) of unit {at.layer}" if at.chunk else ""
             where += f" (step {at.step}{span})"
         message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
-        return RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
-
-    def fail_stalled(self, ranks: Sequence[int]) -> None:
-        """End every process and raise for the one of ``ranks`` (silent) that got least far."""
-        slowest = min(ranks, key=lambda r: (self._where[4 * r], r))
-        names = ", ".join(str(r) for r in ranks)
-        said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
-        error = self._error(slowest, "stalled", said, None)
-        self.close()
-        raise error
+        raise RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
 
     def close(self) -> None:
         """End every process at once (SIGKILL: an idle worker holds nothing that needs an
