@@ -143,7 +143,8 @@ class ModelProcesses:
             clock = self.last_end[batch] = start + inst.new_layer_s[batch]
             self._emit(clock, Event(NEW_RANK, "op", (batch, layer, start, clock)))
         logits = (0.0,) if first + count - 1 == inst.num_layers else None
-        self._emit(clock, Event(NEW_RANK, "new_done", (batch, clock, logits)))
+        kept = b"" if logits is None else None
+        self._emit(clock, Event(NEW_RANK, "new_done", (batch, clock, logits, kept)))
 
     def _run_old(self, batch: int) -> None:
         assert self.coordinator is not None

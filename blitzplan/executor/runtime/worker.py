@@ -96,17 +96,20 @@ class RankContext:
         if fault is not None and fault.rank == self.rank and fault.layer == unit:
             signal.pthread_kill(threading.get_ident(), signal.SIGKILL)
 
-    def command(self) -> Any:
-        """The next message from the parent; the parent's death (or close) ends the process."""
+    def command(self, timeout_s: float | None = None) -> Any:
+        """The next message from the parent (None after ``timeout_s``, if given); the parent's
+        death (or close) ends the process."""
         parent = os.getppid()
         while True:
             try:
-                if self._conn.poll(0.5):
+                if self._conn.poll(0.5 if timeout_s is None else timeout_s):
                     return self._conn.recv()
             except (EOFError, OSError):
                 os._exit(1)
             if os.getppid() != parent:
                 os._exit(1)
+            if timeout_s is not None:
+                return None
 
     def ready(self) -> None:
         """Report ready, wait for the shared start time ``t0`` and sleep until it."""

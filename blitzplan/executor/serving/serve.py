@@ -61,6 +61,7 @@ class Coordinator:
         self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
         self.logits: dict[int, tuple[float, ...]] = {}
         self.new_ops: list[NewOp] = []
+        self.kept: dict[int, bytes] = {}  # per batch: the activation the new instance keeps
         self.old_ops: list[OldOp] = []
         self.t0 = 0.0
         self._changed = True  # the state changed (or is new) since the policy was last asked
@@ -122,9 +123,8 @@ class Coordinator:
         if op.on_new:
             self.workers.tell(self.new_rank, ("run", op.batch, op.first_layer, op.layers))
             return
-        if op.first_layer > 1:
-            self.workers.tell(self.new_rank, ("send", op.batch, op.first_layer - 1))
-        self.workers.tell(self.old_rank, ("run", op.batch, op.first_layer))
+        kept = self.kept.pop(op.batch) if op.first_layer > 1 else None
+        self.workers.tell(self.old_rank, ("run", op.batch, op.first_layer, kept))
 
     def on_event(self, event: Event) -> None:
         if event.kind == "unit" and event.rank == self.new_rank:
@@ -134,7 +134,9 @@ class Coordinator:
             batch, layer, start, end = event.data
             self.new_ops.append(NewOp(batch, layer, start, end, 0))
         elif event.kind == "new_done":
-            batch, end, logits = event.data
+            batch, end, logits, kept = event.data
+            if kept is not None:
+                self.kept[batch] = kept
             running = self.relay.running[0]
             if running is None or running[0] != batch:
                 raise BlitzplanError(f"the new instance finished batch {batch}, not running it")
@@ -244,8 +246,8 @@ def serve_live(
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
-    launched[new_rank] = (new_instance_job, (prompts, old_rank, jobs[new_rank]))
-    launched[old_rank] = (old_instance_job, (prompts, new_rank, checkpoint))
+    launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
+    launched[old_rank] = (old_instance_job, (prompts, checkpoint))
     policy = POLICIES[chosen.policy]()
     coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
     results = run_jobs(
