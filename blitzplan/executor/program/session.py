@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +53,8 @@ class DeviceReport:
 
 class ProgramSession:
     """One device's arena and transport for one run; ``live``: it tells the parent each unit as
-    it completes (a ``unit`` event: live serving's coordinator computes on it) and another
-    thread may wait for a unit (:meth:`wait_unit`)."""
+    it completes (a ``unit`` event: live serving's coordinator computes on it), its loop may run
+    on a thread of its own (:meth:`start`) and another may wait for a unit (:meth:`wait_unit`)."""
 
     def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
         self.ctx, self.job, self.live = ctx, job, live
@@ -64,9 +64,8 @@ class ProgramSession:
         self.measured = DeviceReport(job.rank, dict.fromkeys(self._left, 0))
         self.measured.complete_s = [math.nan] * len(job.sizes)
         self.whole = [threading.Event() for _ in job.sizes]
-        self.error: TransferError | None = None
+        self.loop: Future[None] | None = None
         self._seen: set[tuple[int, int]] = set()
-        self._threads: list[threading.Thread] = []
         self._free_s: dict[int, float] = {}  # per step begun: when its last write was due
         self._peer = {c.step: lane.peer for lane in job.out for c in lane.chunks}
         self._flying = {lane.peer: 0 for lane in job.out}
@@ -121,10 +120,11 @@ class ProgramSession:
 
     def wait_unit(self, unit: int, timeout_s: float) -> None:
         """Wait until every byte of ``unit`` is here; raise the loop's failure or a timeout."""
-        if not self.whole[unit].wait(timeout_s):
-            raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
-        if math.isnan(self.measured.complete_s[unit]) and self.error is not None:
-            raise self.error
+        deadline = time.monotonic() + timeout_s
+        while not self.whole[unit].wait(0.05):
+            self.check()
+            if time.monotonic() > deadline:
+                raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
 
     # --- after the start --------------------------------------------------------------------
 
@@ -215,30 +215,15 @@ class ProgramSession:
         if left[write[0].step] == 0:
             ends[write[0].step] = at_s
 
-    def spawn(self, body: Callable[[], None], name: str) -> None:
-        """Run ``body`` in a daemon thread of this device (live serving runs the loop beside its
-        compute); its failure stops the device."""
+    def start(self) -> Future[None]:
+        """Run the loop on a thread of its own (live serving computes beside it)."""
+        self.loop = ThreadPoolExecutor(1, thread_name_prefix="program").submit(self.run)
+        return self.loop
 
-        def run() -> None:
-            try:
-                body()
-            except Exception as exc:
-                failed = TransferError(Failure(f"{type(exc).__name__}: {exc}"))
-                self.error = self.error or (exc if isinstance(exc, TransferError) else failed)
-                for event in self.whole:  # wake every waiter with it
-                    event.set()
-
-        self._threads.append(threading.Thread(target=run, name=name, daemon=True))
-        self._threads[-1].start()
-
-    def join(self) -> None:
-        """Wait for every thread; raise the first failure of this device, else close."""
-        for thread in self._threads:
-            while thread.is_alive() and self.error is None:
-                thread.join(0.05)
-        if self.error is not None:
-            raise self.error
-        self.transport.close()
+    def check(self) -> None:
+        """Raise the loop's failure, if it has failed."""
+        if self.loop is not None and self.loop.done():
+            self.loop.result()
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""

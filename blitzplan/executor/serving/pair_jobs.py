@@ -98,8 +98,7 @@ class _NewInstance:
     def next_run(self) -> tuple[int, int, int] | None:
         """The next run (None at the end), failing fast when the rank's transfer has failed."""
         while (message := self.ctx.command(0.05)) is None:
-            if self.session.error is not None:
-                raise self.session.error
+            self.session.check()
         return None if message[0] == "end" else message[1:]
 
 
@@ -108,10 +107,11 @@ def new_instance_job(ctx: RankContext, plan: tuple[Prompts, DeviceJob]) -> Devic
     units, run what the coordinator says, report."""
     instance = _NewInstance(ctx, *plan)
     ctx.ready()
-    instance.session.spawn(instance.session.run, "program")
+    loop = instance.session.start()
     while (item := instance.next_run()) is not None:
         instance.run(*item)
-    instance.session.join()
+    loop.result()
+    instance.session.transport.close()
     return instance.session.report()
 
 
