@@ -6,9 +6,9 @@ batch (the embedding before layer 1, the head with layer ``L``), each once its l
 keeps the activation (its bytes go to the coordinator with the batch's end); ``("end",)`` ends.
 The *old instance* holds the full model from the checkpoint and runs ``("run", batch,
 first_layer, activation)``: from the activation the coordinator passes on (None at layer 1), the
-remaining layers and the head. Both report each operation's start and end and the logits of
-every batch they finish; the old instance returns every prompt's logits from the monolithic
-model, the reference.
+remaining layers and the head. Both report each operation's start and end (the new instance:
+each layer's) and the logits of every batch they finish; the old instance returns every
+prompt's logits from the monolithic model, the reference.
 :func:`measured_compute` times the decoder layers on the workers first.
 """
 
@@ -72,8 +72,7 @@ class _NewInstance:
         """Layers ``first..first + count - 1`` of ``batch``; the activation it keeps goes to
         the coordinator with the batch's end (the old instance may take the batch over)."""
         ctx, dims = self.ctx, self.dims
-        hidden = self.kept.pop(batch, None)
-        logits, end = None, ctx.now()
+        hidden, logits, ops = self.kept.pop(batch, None), None, []
         for layer in range(first, first + count):
             embedding = self.unit(0) if layer == 1 else None
             weights = self.unit(layer)
@@ -87,13 +86,12 @@ class _NewInstance:
             if head is not None:
                 logits = _logits(final_logits(dims, head, hidden))
             ctx.synchronize()
-            end = ctx.now()
-            ctx.emit("op", (batch, layer, start, end))
+            ops.append((layer, start, ctx.now()))
         kept = None
         if logits is None and hidden is not None:
             self.kept[batch] = hidden
             kept = hidden.cpu().contiguous().view(torch.uint8).numpy().tobytes()
-        ctx.emit("new_done", (batch, end, logits, kept))
+        ctx.emit("new_done", (batch, ops, logits, kept))
 
     def next_run(self) -> tuple[int, int, int] | None:
         """The next run (None at the end), failing fast when the rank's transfer has failed."""

@@ -130,18 +130,16 @@ class Coordinator:
         if event.kind == "unit" and event.rank == self.new_rank:
             unit, at_s = event.data
             self.arrival_s[unit] = at_s
-        elif event.kind == "op":
-            batch, layer, start, end = event.data
-            self.new_ops.append(NewOp(batch, layer, start, end, 0))
         elif event.kind == "new_done":
-            batch, end, logits, kept = event.data
+            batch, ops, logits, kept = event.data
+            self.new_ops += [NewOp(batch, layer, start, end, 0) for layer, start, end in ops]
             if kept is not None:
                 self.kept[batch] = kept
             running = self.relay.running[0]
             if running is None or running[0] != batch:
                 raise BlitzplanError(f"the new instance finished batch {batch}, not running it")
             self._changed = True
-            if self.relay.end_layers(0, at_s=end) == DONE:
+            if self.relay.end_layers(0, at_s=ops[-1][2]) == DONE:
                 self._logits(batch, logits)
         elif event.kind == "old_done":
             batch, start, end, logits = event.data
