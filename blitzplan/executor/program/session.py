@@ -217,7 +217,9 @@ class ProgramSession:
 
     def start(self) -> Future[None]:
         """Run the loop on a thread of its own (live serving computes beside it)."""
-        self.loop = ThreadPoolExecutor(1, thread_name_prefix="program").submit(self.run)
+        threads = ThreadPoolExecutor(1, thread_name_prefix="program")
+        self.loop = threads.submit(self.run)
+        threads.shutdown(wait=False)  # its thread ends with the loop
         return self.loop
 
     def check(self) -> None:
