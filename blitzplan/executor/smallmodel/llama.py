@@ -46,12 +46,15 @@ class Dims:
 
 def model_dims(spec: ModelSpec) -> Dims:
     """The executor's view of ``spec``; raises InvalidInputError for what it does not run."""
-    unsupported = [n for n in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm") if getattr(spec, n)]
-    unsupported += ["tie_word_embeddings"] * spec.tie_word_embeddings
-    unsupported += ["num_experts > 1"] * (spec.num_experts > 1)
-    unsupported += ["multi-head latent attention"] * (spec.mla is not None)
-    unsupported += ["quantization"] * (spec.quantization is not None)
-    unsupported += ["a vision tower"] * (spec.vision is not None)
+    flags = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings")
+    parts = {
+        "num_experts > 1": spec.num_experts > 1,
+        "multi-head latent attention": spec.mla is not None,
+        "quantization": spec.quantization is not None,
+        "a vision tower": spec.vision is not None,
+    }
+    unsupported = [name for name in flags if getattr(spec, name)]
+    unsupported += [name for name, used in parts.items() if used]
     if unsupported:
         raise InvalidInputError(
             f"model {spec.name!r} uses {', '.join(unsupported)}; the executor runs dense Llama "
