@@ -149,12 +149,11 @@ def _by_step(lane: Lane) -> list[list[Chunk]]:
     return list(steps.values())
 
 
-def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
+def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
     """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
     of a step's chunks (one notification), torch one send/recv of them (packed when not
     contiguous; packed and received into buffers made before the start, as the transport's); every
-    lane at once. Returns the first byte out and last byte in (nan where none), and the CPU
-    seconds of the process from the start to its threads' end."""
+    lane at once. Returns the first byte out and last byte in (nan where none)."""
     job = plan.job
     arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
     if plan.transport == "nixl":
@@ -164,7 +163,6 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
         packed, into = _buffers(job.out, ctx.device), _buffers(job.into, ctx.wire)
         raw = SimpleNamespace(arena=arena, groups=groups, packed=packed, into=into)
     ctx.ready()
-    cpu_s = -time.process_time()
     times: list[tuple[str, float]] = []
     bodies = [functools.partial(_raw_send, ctx, raw, lane) for lane in job.out]
     if plan.transport == "nixl" and job.into:
@@ -176,12 +174,11 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float, float]:
         thread.start()
     for thread in threads:
         thread.join()
-    cpu_s += time.process_time()
     if plan.transport == "nixl":
         raw.close()
     starts = [t for kind, t in times if kind == "send"]
     ends = [t for kind, t in times if kind == "recv"]
-    return (min(starts, default=float("nan")), max(ends, default=float("nan")), cpu_s)
+    return (min(starts, default=float("nan")), max(ends, default=float("nan")))
 
 
 def _buffers(lanes: list[Lane], device: torch.device) -> dict[int, list[torch.Tensor]]:
@@ -257,8 +254,8 @@ def throughput_section(pool: Workers, weights: Checkpoint) -> None:
             _, jobs = prepare(text, weights, transport=transport, paced=False)
             pool.launch({j.rank: (raw_job, RawPlan(j, transport)) for j in jobs})
             found = pool.collect([j.rank for j in jobs])
-            raw_s = max(e for _, e, _ in found.values() if e == e) - min(
-                s for s, _, _ in found.values() if s == s
+            raw_s = max(e for _, e in found.values() if e == e) - min(
+                s for s, _ in found.values() if s == s
             )
             rows.append(
                 [
@@ -270,17 +267,14 @@ def throughput_section(pool: Workers, weights: Checkpoint) -> None:
                     f"{raw_s * 1e3:.1f}",
                     f"{run.moved_bytes / raw_s / 1e6:.0f}",
                     f"{raw_s / run.wall_s:.2f}",
-                    f"{run.cpu_s:.2f}",
-                    f"{sum(c for _, _, c in found.values()):.2f}",
                     run.bit_exact,
                 ]
             )
     print(
-        "Throughput, unpaced: the program's steps vs the transport's raw transfer of the same "
-        "bytes (cpu s: every process's CPU seconds from the start to its transfers' end)"
+        "Throughput, unpaced: the program's steps vs the transport's raw transfer of the same bytes"
     )
     headers = ["transport", "processes", "bytes", "program ms", "MB/s", "raw ms", "raw MB/s"]
-    headers += ["ratio", "program cpu s", "raw cpu s", "bit-exact"]
+    headers += ["ratio", "bit-exact"]
     print(format_table(headers, rows), end="\n\n")
 
 

@@ -137,13 +137,14 @@ class ModelProcesses:
             self._run_old(message[1])
 
     def _run_new(self, batch: int, first: int, count: int) -> None:
-        clock, inst = self.now, self.inst
+        clock, inst, ops = self.now, self.inst, []
         for layer in range(first, first + count):
             start = max(clock, inst.usable_s[layer - 1], self.last_end[batch])
             clock = self.last_end[batch] = start + inst.new_layer_s[batch]
-            self._emit(clock, Event(NEW_RANK, "op", (batch, layer, start, clock)))
+            ops.append((layer, start, clock))
         logits = (0.0,) if first + count - 1 == inst.num_layers else None
-        self._emit(clock, Event(NEW_RANK, "new_done", (batch, clock, logits)))
+        kept = b"" if logits is None else None
+        self._emit(clock, Event(NEW_RANK, "new_done", (batch, ops, logits, kept)))
 
     def _run_old(self, batch: int) -> None:
         assert self.coordinator is not None
@@ -171,11 +172,9 @@ class ModelProcesses:
 
 def run_coordinator(policy: Policy, inst: LiveScalingInstance) -> Coordinator:
     processes = ModelProcesses(inst)
-    coordinator = Coordinator(
-        policy, inst, processes, (NEW_RANK, OLD_RANK), "free", clock=processes.clock
-    )
+    coordinator = Coordinator(policy, inst, (NEW_RANK, OLD_RANK), "free", clock=processes.clock)
     processes.coordinator = coordinator
-    coordinator.run(0.0)
+    coordinator.run(processes, 0.0)
     return coordinator
 
 

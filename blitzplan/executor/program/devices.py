@@ -1,4 +1,5 @@
-"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`)."""
+"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`),
+and what each write it sends waits for."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.bytestore import equal_chunks
 from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, gpu_ranks, step_base
-from blitzplan.executor.transports import Chunk, Lane
+from blitzplan.executor.transports import Chunk, Lane, runs, writes
 from blitzplan.models.layout import layout
-from blitzplan.wire.program_bytes import held_bytes
+from blitzplan.wire.program_bytes import held_bytes, subtract, union
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -29,13 +29,21 @@ BATCH = 32
 """Most chunks in one write of an unpaced step."""
 
 
+def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte): a
+    tiny last chunk right behind a full one would wait on TCP's small-segment rule (Nagle's
+    algorithm, which gloo leaves on) for the previous one's acknowledgement."""
+    size = hi - lo
+    count = max(0, -(-size // chunk_bytes))
+    return list(itertools.pairwise(lo + size * k // max(count, 1) for k in range(count + 1)))
+
+
 @dataclass(frozen=True)
 class SendStep:
-    """A step as its sender runs it: its ``chunks``, its pace (None: unpaced), and when it may
-    start (times from the run's start): not before ``not_before_s``, the end of the steps in
-    ``after`` and the end of the steps in ``waits_for`` (store-and-forward: those feeding it)."""
+    """A step as its sender runs it: its pace (None: unpaced), and when it may start (times
+    from the run's start): not before ``not_before_s``, the end of the steps in ``after`` and
+    the end of the steps in ``waits_for`` (store-and-forward: those feeding it)."""
 
-    chunks: int
     pace_bytes_per_s: float | None
     not_before_s: float
     after: tuple[int, ...] = ()
@@ -48,8 +56,8 @@ class DeviceJob:
     each; :data:`.jobs.Buffer`), filled before the start (``filled``) or with the byte ranges
     ``held`` of it (per unit), and then ``packs`` ``(unit, own offset, arena offset, length)``
     for its resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step
-    key) and receives on ``into`` (``received``: chunks per step key); ``check``: compare every
-    unit with its buffer at the end."""
+    key) and receives on ``into``; ``check``: compare every unit with its buffer at the end.
+    ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
     label: str
@@ -66,8 +74,10 @@ class DeviceJob:
     out: list[Lane] = field(default_factory=list)
     into: list[Lane] = field(default_factory=list)
     sends: dict[int, SendStep] = field(default_factory=dict)
-    received: dict[int, int] = field(default_factory=dict)
     arena_bytes: int = 0
+    needs: list[tuple[int, ...]] = field(default_factory=list)
+    whole: list[bool] = field(default_factory=list)
+    duplicate_bytes: int = 0
 
     def __post_init__(self) -> None:
         self.arena_bytes = self.arena_bytes or sum(self.sizes)
@@ -122,10 +132,41 @@ def device_jobs(
         lanes.items(), key=lambda kv: (jobs[kv[0][0]].rank, jobs[kv[0][1]].rank)
     ):
         chunks = [chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0])]
-        writes = _writes(chunks, jobs[src].sends)
-        jobs[src].out.append(Lane(jobs[dst].rank, writes))
-        jobs[dst].into.append(Lane(jobs[src].rank, writes))
+        cut = _writes(chunks, jobs[src].sends)
+        jobs[src].out.append(Lane(jobs[dst].rank, cut))
+        jobs[dst].into.append(Lane(jobs[src].rank, cut))
+    for job in jobs.values():
+        _link(job)
     return tuple(jobs.values())
+
+
+def _link(job: DeviceJob) -> None:
+    """Per write the device sends (in :func:`writes` order), the writes it receives (by index)
+    that bring a byte of it the device lacks at the start; per unit whether what it holds and
+    receives makes all of it (``whole``; InvalidInputError for a checked GPU where it does
+    not); the bytes it receives twice."""
+    have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
+    into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for k, write in enumerate(writes(job.into)):
+        for unit, lo, hi in runs(write, "lo"):
+            into[unit].append((lo, hi, k))
+    for write in writes(job.out):
+        found: set[int] = set()
+        for unit, lo, hi in runs(write, "held"):
+            if subtract((lo, hi), have[unit]):
+                found.update(k for a, b, k in into[unit] if a < hi and b > lo)
+        job.needs.append(tuple(found))
+    for unit, size in enumerate(job.sizes):
+        spans = [*have[unit], *((a, b) for a, b, _ in into[unit])]
+        gaps = subtract((0, size), union(spans))
+        if gaps and job.check:
+            raise InvalidInputError(
+                f"{job.label!r} would end without bytes [{gaps[0][0]}, {gaps[0][1]}) of unit "
+                f"{unit}: it does not hold them and no step brings them (a replan's held claims "
+                "bytes the running program never delivers?); refusing a run that leaves a hole"
+            )
+        job.whole.append(not gaps)
+        job.duplicate_bytes += sum(b - a for a, b in spans) - size + sum(b - a for a, b in gaps)
 
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
@@ -164,7 +205,6 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
             order = (begin_s + span_s * k / len(made), depth, key, k)
             lanes[(step.source, step.destination)].append((order, chunk))
         source.sends[key] = SendStep(
-            chunks=len(made),
             pace_bytes_per_s=step.pace_bytes_per_s if paced else None,
             not_before_s=part.at_s + step.not_before_s,
             after=tuple(part.offset + a for a in step.after if running[a]),
@@ -172,7 +212,6 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
                 part.offset + f for f in step.feeds if step.store_and_forward and running[f]
             ),
         )
-        destination.received[key] = len(made)
 
 
 def _starts(part: Stage) -> dict[int, tuple[float, int]]:

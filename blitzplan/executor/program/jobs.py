@@ -13,9 +13,10 @@ replan still loads delivers exactly the bytes ``held`` claims there (finishing t
 is behind its prediction) and nothing more; a step into an instance the plan had complete by
 ``at_s`` delivers everything; a step into anything else (a relay, a lost GPU) only what a
 continuing step forwards from there. Those bytes stay; the replan's steps start at ``at_s``
-(their times count from it) and send a byte once it is at their source. A replan whose ``held``
-claims a byte the running program never delivers is refused before any process starts, naming
-the GPU, the unit and the bytes.
+(their times count from it) and send a byte once it is at their source. A run that would leave
+a checked GPU without a byte (a replan whose ``held`` claims one the running program never
+delivers) is refused before any process starts, naming the GPU, the unit and the bytes
+(:mod:`.devices`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
+from blitzplan.wire.program_bytes import held_bytes, rank_base, union
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -152,7 +153,7 @@ def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> l
 
 
 def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
-    """Per old step, the bytes it still delivers (module docstring), checked against ``held``."""
+    """Per old step, the bytes it still delivers (module docstring)."""
     memory = memory_devices(old.steps)
     complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need = _held(new)
@@ -171,7 +172,6 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
                     for unit, off, n in now:
                         lo = step_base(old, step, unit, step.source, memory) + off
                         need[(step.source, unit)].append((lo, lo + n))
-    _check_held(old, new, kept, memory)
     return kept
 
 
@@ -192,25 +192,3 @@ def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) 
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:
                 yield unit, a - base, b - a
-
-
-def _check_held(
-    old: ScaleProgram, new: ScaleProgram, kept: Mapping[int, tuple[Piece, ...]], memory: set[str]
-) -> None:
-    """Refuse a replan whose ``held`` claims a byte that neither the running program's ``held``
-    nor a step it keeps delivers."""
-    delivered = _held(old)
-    for step in old.steps:
-        for unit, off, n in kept.get(step.id, ()):
-            lo = step_base(old, step, unit, step.destination, memory) + off
-            delivered[(step.destination, unit)].append((lo, lo + n))
-    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
-        for unit, spans in units.items():
-            have = union(delivered[(gpu, unit)])
-            if holes := [hole for want in spans for hole in subtract(want, have)]:
-                raise InvalidInputError(
-                    f"the replan's held says {gpu!r} has bytes [{holes[0][0]}, {holes[0][1]}) "
-                    f"of unit {unit}, "
-                    "which the running program never delivers to it; refusing a replan that "
-                    "would leave a hole"
-                )

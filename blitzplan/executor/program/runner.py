@@ -24,7 +24,7 @@ from blitzplan.executor.program.devices import DeviceJob, checked_gpus, device_j
 from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.session import DeviceReport, program_job
 from blitzplan.executor.runtime.failures import InjectedFault
-from blitzplan.executor.runtime.pool import Workers
+from blitzplan.executor.runtime.pool import Workers, run_jobs
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint, check_identity, load_checkpoint
 from blitzplan.executor.transports import check_transport
 from blitzplan.wire.plan_program import plan_program_json
@@ -68,8 +68,7 @@ class InstanceResult:
 @dataclass(frozen=True)
 class ProgramRun:
     """A run: ``plan_s`` the last predicted byte in; ``devices`` the processes by rank;
-    ``duplicate_bytes`` bytes a new GPU received twice; ``cpu_s`` the CPU seconds of every
-    device's process from the start to its transfers' end."""
+    ``duplicate_bytes`` bytes its lanes bring a checked GPU twice."""
 
     plan_id: str
     transport: str
@@ -78,7 +77,6 @@ class ProgramRun:
     steps: tuple[StepResult, ...]
     instances: tuple[InstanceResult, ...]
     duplicate_bytes: int
-    cpu_s: float
 
     @property
     def bit_exact(self) -> bool:
@@ -172,31 +170,33 @@ def run_program(
     """Run the transfer program of ``document`` with the weights of ``checkpoint`` (a Checkpoint
     or its directory); module docstring. ``transport``: ``torch`` or ``nixl``. ``paced``: each
     step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks
-    run the devices); otherwise one is started on ``device`` and ended. ``fault`` makes a device
-    die or stall (its rank is the device's index in the run, holders first)."""
+    run the devices); otherwise one is started on ``device`` and ended. ``fault`` kills a device
+    (its rank is the device's index in the run, holders first)."""
     parts, jobs = prepare(
         document, checkpoint, replan=replan, at_s=at_s, transport=transport, paced=paced
     )
     if fault is not None:
         check_fault(fault, jobs)
-    labels = [job.label for job in jobs]
-    pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
-    try:
-        launched = {job.rank: (program_job, job) for job in jobs}
-        layers = parts[0].program.spec.num_layers
-        pool.launch(launched, labels=labels, num_layers=layers, fault=fault)
-        reports = pool.collect([job.rank for job in jobs])
-    finally:
-        if workers is None:
-            pool.close()
-    return summarize(parts, labels, reports, transport=transport)
+    reports = run_jobs(
+        {job.rank: (program_job, job) for job in jobs},
+        [job.label for job in jobs],
+        workers=workers,
+        device=device,
+        timeout_s=timeout_s,
+        num_layers=parts[0].program.spec.num_layers,
+        fault=fault,
+    )
+    return summarize(parts, jobs, reports, transport=transport)
 
 
 def summarize(
-    parts: list[Stage], devices: Sequence[str], reports: Mapping[int, DeviceReport], transport: str
+    parts: list[Stage],
+    jobs: Sequence[DeviceJob],
+    reports: Mapping[int, DeviceReport],
+    transport: str,
 ) -> ProgramRun:
-    """A ProgramRun from the devices' reports (ranks in ``devices`` order)."""
-    rank_of = {d: r for r, d in enumerate(devices)}
+    """A ProgramRun from the devices' reports (by rank)."""
+    rank_of = {job.label: job.rank for job in jobs}
     steps = []
     for k, part in enumerate(parts):
         for s in part.program.steps:
@@ -230,9 +230,8 @@ def summarize(
         parts[-1].program.plan_id,
         transport,
         max(p.at_s + s.end_s for p in parts for s in p.program.steps),
-        tuple(devices),
+        tuple(rank_of),
         tuple(steps),
         instances,
-        sum(reports[rank_of[g]].duplicate_bytes for g in checked),
-        sum(r.cpu_s for r in reports.values()),
+        sum(jobs[rank_of[g]].duplicate_bytes for g in checked),
     )

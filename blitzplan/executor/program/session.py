@@ -1,17 +1,15 @@
 """One device's part of a run: fill its arena, run its one loop over the transport, check.
 
 Before the shared start the device fills its arena from the checkpoint and opens its end of the
-transport. After it, one loop (one thread) does everything: it polls the transport for writes
-that have left and writes that have landed, then posts on each outgoing lane every write that
-may go, in lane order, up to ``WINDOW`` in flight per lane. A write may go once its bytes are
-here (an unpaced relay the transport forwards: before; its step starts then), no faster than its
-step's pace (``chunk / pace`` seconds a chunk) and not before the step's gate: ``not_before_s``,
-the ends of the steps in ``after`` and, for store-and-forward, of every step feeding it. With
-nothing to do it waits in the poll, backing off from the transport's ``poll_s`` to its
-``idle_s`` (never past the next write due); with nothing due and nothing heard for the transfer
-timeout, the oldest open transfer is named. A device reports ``at`` (unit, step, chunk) as it
-starts each unit of a step, where an injected fault fires; a new GPU then compares every unit
-with its rank buffer.
+transport. After it, one loop polls the transport for writes that have left and landed, then
+posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW`` in flight
+per lane. A write may go once the writes that bring its bytes have landed (an unpaced relay the
+transport forwards: before), no faster than its step's pace and not before the step's gate:
+``not_before_s``, the ends of the steps in ``after`` and, for store-and-forward, of every step
+feeding it. Idle, it waits in the poll, backing off from the transport's ``poll_s`` to its
+``idle_s``; with nothing due or heard for the transfer timeout, the transport names the oldest
+open transfer. A device reports ``at`` (unit, step, chunk) as it starts each unit of a step, where
+an injected fault fires; a new GPU then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -19,14 +17,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from blitzplan.executor.program.bytestore import ByteStore
 from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
@@ -42,42 +40,44 @@ WINDOW = 8
 class DeviceReport:
     """What a device measured, times from the shared start: per sent step its first byte out and
     its end, per received step its last byte in and its bytes; per unit when it was complete
-    (nan: never), per checked unit whether it is bit-exact; bytes that came twice; the CPU
-    seconds of its process from the start to its loop's end."""
+    (nan: never), per checked unit whether it is bit-exact."""
 
     rank: int
     received_bytes: dict[int, int]
     sent_start_s: dict[int, float] = field(default_factory=dict)
     sent_end_s: dict[int, float] = field(default_factory=dict)
     received_end_s: dict[int, float] = field(default_factory=dict)
-    complete_s: tuple[float, ...] = ()
+    complete_s: list[float] = field(default_factory=list)
     bit_exact: tuple[bool, ...] = ()
-    duplicate_bytes: int = 0
-    cpu_s: float = 0.0
 
 
 class ProgramSession:
-    """One device's arena, byte store and transport for one run; ``live``: it tells the parent
-    each unit as it completes (a ``unit`` event: live serving's coordinator computes on it)."""
+    """One device's arena and transport for one run; ``live``: it tells the parent each unit as
+    it completes (a ``unit`` event: live serving's coordinator computes on it), its loop may run
+    on a thread of its own (:meth:`start`) and another may wait for a unit (:meth:`wait_unit`)."""
 
     def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
         self.ctx, self.job, self.live = ctx, job, live
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
-        self.store, self.units = ByteStore(job.sizes), range(len(job.sizes))
-        self.measured = DeviceReport(job.rank, dict.fromkeys(job.received, 0))
-        self._left = dict(job.received)
-        self._unsent = {key: step.chunks for key, step in job.sends.items()}
+        self._left = Counter(c.step for lane in job.into for c in lane.chunks)
+        self._unsent = Counter(c.step for lane in job.out for c in lane.chunks)
+        self.measured = DeviceReport(job.rank, dict.fromkeys(self._left, 0))
+        self.measured.complete_s = [math.nan] * len(job.sizes)
+        self.whole = [threading.Event() for _ in job.sizes]
+        self.loop: Future[None] | None = None
         self._seen: set[tuple[int, int]] = set()
-        self._threads: list[threading.Thread] = []
         self._free_s: dict[int, float] = {}  # per step begun: when its last write was due
         self._peer = {c.step: lane.peer for lane in job.out for c in lane.chunks}
         self._flying = {lane.peer: 0 for lane in job.out}
         self._next = {lane.peer: 0 for lane in job.out}
         self._full: dict[int, dict[str, Any]] = {}
-        self._runs = {id(w): runs(w, "held") for w in writes(job.out)}
-        self._runs |= {id(w): runs(w, "lo") for w in writes(job.into)}
+        self._needs = {id(w): need for w, need in zip(writes(job.out), job.needs, strict=True)}
+        self._index = {id(w): k for k, w in enumerate(writes(job.into))}
+        self._runs = {id(w): runs(w, "lo") for w in writes(job.into)}
+        self._landed_s: dict[int, float] = {}  # per write received (by index): when it landed
+        self._missing = Counter(u for w in writes(job.into) for u, _, _ in self._runs[id(w)])
         self._fill()
-        checked = self.units if job.check else ()  # compared after the run (report)
+        checked = range(len(job.sizes)) if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
         self.transport = open_transport(
             job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
@@ -98,30 +98,39 @@ class ProgramSession:
         data = [lay.rank_buffer(unit, rank, self._full[unit]) for rank in ranks]
         return torch.from_numpy(np.concatenate(data))
 
-    def _put(self, unit: int, lo: int, data: torch.Tensor) -> None:
-        self.buffer(unit)[lo : lo + data.numel()].copy_(data)
-        self.store.arrived(unit, lo, lo + data.numel(), 0.0)
-
     def _fill(self) -> None:
         """All of the buffer, or its held bytes; then the packs of resharding steps."""
         job = self.job
         for unit in range(len(job.sizes)) if job.filled else ():
-            self._put(unit, 0, self.own(unit))
+            self.buffer(unit).copy_(self.own(unit))
         for unit, spans in job.held.items():
             for lo, hi in spans:
-                self._put(unit, lo, self.own(unit)[lo:hi])
+                self.buffer(unit)[lo:hi] = self.own(unit)[lo:hi]
         for unit, src, at, n in job.packs:
             self.arena[at : at + n] = self.buffer(unit)[src : src + n]
+        for unit, whole in enumerate(job.whole):
+            if whole and not self._missing[unit]:
+                self._complete(unit, 0.0)
+
+    def _complete(self, unit: int, at_s: float) -> None:
+        self.measured.complete_s[unit] = at_s
+        self.whole[unit].set()
+        if self.live:
+            self.ctx.emit("unit", (unit, at_s))
+
+    def wait_unit(self, unit: int, timeout_s: float) -> None:
+        """Wait until every byte of ``unit`` is here; raise the loop's failure or a timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not self.whole[unit].wait(0.05):
+            self.check()
+            if time.monotonic() > deadline:
+                raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
 
     # --- after the start --------------------------------------------------------------------
 
     def run(self) -> None:
         """The device's loop (module docstring), until every write has left and every chunk
-        has landed; live, units complete before the start are reported first."""
-        self.measured.cpu_s = -time.process_time()
-        for unit in range(len(self.job.sizes)):
-            if self.live and self.store.coverage[unit].complete_s is not None:
-                self.ctx.emit("unit", (unit, 0.0))
+        has landed."""
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)
@@ -139,7 +148,6 @@ class ProgramSession:
                 raise self.transport.stalled()
             longest = min(self.transport.idle_s, due_s - self.ctx.now())
             pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
-        self.measured.cpu_s += time.process_time()
 
     def _post_ready(self) -> tuple[bool, float]:
         """Post every write that may go now; whether one did, and when the next one is due
@@ -170,10 +178,9 @@ class ProgramSession:
             ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
             ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
             at_s = max([step.not_before_s, *ends])
-        early = step.pace_bytes_per_s is None and id(write) in self.transport.relayed
-        for unit, lo, hi in () if early else self._runs[id(write)]:
-            ready = self.store.coverage[unit].since(lo, hi)
-            at_s = max(at_s, math.inf if ready is None else ready)
+        if step.pace_bytes_per_s is not None or id(write) not in self.transport.relayed:
+            landed = self._landed_s.get
+            at_s = max([at_s, *(landed(k, math.inf) for k in self._needs[id(write)])])
         if at_s < math.inf:
             self.measured.sent_start_s.setdefault(key, max(at_s, self.ctx.now()))
         if step.pace_bytes_per_s is not None:
@@ -189,55 +196,43 @@ class ProgramSession:
 
     def _sent(self, write: Write, at_s: float) -> None:
         self._flying[self._peer[write[0].step]] -= 1
-        self._count(self._unsent, write, self.measured.sent_end_s, at_s)
+        self._done(self._unsent, write, self.measured.sent_end_s, at_s)
 
     def _landed(self, write: Write, at_s: float) -> None:
         self._at(write)
+        self._landed_s[self._index[id(write)]] = at_s
         for unit, lo, hi in self._runs[id(write)]:
-            if self.store.arrived(unit, lo, hi, at_s) and self.live:
-                self.ctx.emit("unit", (unit, at_s))
+            self._missing[unit] -= 1
+            if not self._missing[unit] and self.job.whole[unit]:
+                self._complete(unit, at_s)
             self.measured.received_bytes[write[0].step] += hi - lo
-        self._count(self._left, write, self.measured.received_end_s, at_s)
+        self._done(self._left, write, self.measured.received_end_s, at_s)
 
-    def _count(self, left: dict[int, int], write: Write, ends: dict[int, float], at: float) -> None:
-        """``write``'s chunks done at ``at``: at its step's last, its end."""
+    @staticmethod
+    def _done(left: Counter[int], write: Write, ends: dict[int, float], at_s: float) -> None:
+        """``write``'s chunks done at ``at_s``: at its step's last, the step's end."""
         left[write[0].step] -= len(write)
         if left[write[0].step] == 0:
-            ends[write[0].step] = at
+            ends[write[0].step] = at_s
 
-    def spawn(self, body: Callable[[], None], name: str) -> None:
-        """Run ``body`` in a daemon thread of this device (live serving runs the loop beside its
-        compute); its failure stops the device."""
+    def start(self) -> Future[None]:
+        """Run the loop on a thread of its own (live serving computes beside it)."""
+        threads = ThreadPoolExecutor(1, thread_name_prefix="program")
+        self.loop = threads.submit(self.run)
+        threads.shutdown(wait=False)  # its thread ends with the loop
+        return self.loop
 
-        def run() -> None:
-            try:
-                body()
-            except TransferError as exc:
-                self.store.fail(exc)
-            except Exception as exc:
-                self.store.fail(TransferError(Failure(f"{type(exc).__name__}: {exc}")))
-
-        self._threads.append(threading.Thread(target=run, name=name, daemon=True))
-        self._threads[-1].start()
-
-    def join(self) -> None:
-        """Wait for every thread; raise the first failure of this device, else close."""
-        for thread in self._threads:
-            while thread.is_alive() and self.store.error is None:
-                thread.join(0.05)
-        if self.store.error is not None:
-            raise self.store.error
-        self.transport.close()
+    def check(self) -> None:
+        """Raise the loop's failure, if it has failed."""
+        if self.loop is not None and self.loop.done():
+            self.loop.result()
 
     def report(self) -> DeviceReport:
         """The measured times and, on a checked GPU, every unit compared with its buffer."""
-        units, found = self.units, self.measured
-        found.bit_exact = tuple(
+        self.measured.bit_exact = tuple(
             np.array_equal(self.buffer(u).cpu().numpy(), w) for u, w in enumerate(self._wanted)
         )
-        found.complete_s = tuple(self.store.complete_s(u) for u in units)
-        found.duplicate_bytes = sum(c.duplicate_bytes for c in self.store.coverage)
-        return found
+        return self.measured
 
 
 def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:

@@ -1,4 +1,4 @@
-"""Failures that name a rank, a unit, a step and a chunk; injected faults."""
+"""Failures that name a rank, a unit, a step and a chunk; injected faults (a killed process)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from blitzplan._checks import check_count
-from blitzplan.errors import BlitzplanError, InvalidInputError
-
-FAULT_KINDS = ("die", "stall")
-"""An injected fault kills the process (SIGKILL) or stops it (SIGSTOP: it holds its
-connections open)."""
+from blitzplan.errors import BlitzplanError
 
 
 def unit_name(unit: int | None, num_layers: int | None) -> str:
@@ -52,18 +48,12 @@ class RankFailedError(BlitzplanError):
 
 @dataclass(frozen=True)
 class InjectedFault:
-    """Make ``rank`` fail (``kind`` in FAULT_KINDS) where it first sends or receives a chunk of
-    unit ``layer`` (the old instance of a live run once it has loaded it)."""
+    """Kill ``rank`` (SIGKILL) where it first sends or receives a chunk of unit ``layer``."""
 
     rank: int
     layer: int
-    kind: str = "die"
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
-            raise InvalidInputError(
-                f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}"
-            )
         for key in ("rank", "layer"):
             object.__setattr__(
                 self, key, check_count(f"fault {key}", getattr(self, key), minimum=0)

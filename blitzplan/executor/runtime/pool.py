@@ -10,10 +10,10 @@ import contextlib
 import multiprocessing as mp
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, NoReturn
 
 from blitzplan._checks import MAX_SECONDS, check_bounded
 from blitzplan.errors import InvalidInputError
@@ -96,15 +96,11 @@ class Workers:
         fault: InjectedFault | None = None,
     ) -> float:
         """Submit one job per rank (``labels`` renames the first ranks), start them together
-        once all are ready; returns t0. A fault that could never fire is refused first."""
+        once all are ready; returns t0."""
         if len(labels) > len(self.labels):
             raise InvalidInputError(
                 f"workers must have at least {len(labels)} ranks, got {len(self.labels)}"
             )
-        if fault is not None and (
-            fault.rank not in jobs or num_layers is None or fault.layer > num_layers + 1
-        ):
-            raise InvalidInputError(f"fault {fault} names no job's rank or no unit of the model")
         self.labels[: len(labels)] = labels
         self.num_layers = num_layers
         self._where[:] = [-1] * len(self._where)
@@ -136,7 +132,12 @@ class Workers:
             if not self._pending:
                 self._receive(min(POLL_S, max(0.0, deadline - time.monotonic())))
             if self._pending:
-                return self._handle(self._pending.popleft())
+                event = self._pending.popleft()
+                if event.kind == "error":
+                    self._fail(None, event)
+                if event.kind == "result":
+                    self._results[event.rank] = event.data
+                return event
             if dead := self._dead():
                 self._fail(dead[0], None)
             if time.monotonic() >= deadline:
@@ -152,32 +153,22 @@ class Workers:
             except (EOFError, OSError):
                 conn.close()  # the worker exited
 
-    def _handle(self, event: Event) -> Event:
-        if event.kind == "error":
-            self._fail(None, event)
-        elif event.kind == "result":
-            self._results[event.rank] = event.data
-        return event
-
     def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
-        waiting, stash = set(ranks), []
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        """Wait for a ``kind`` event from each of ``ranks`` (no other comes before it)."""
+        waiting, deadline = set(ranks), time.monotonic() + STARTUP_TIMEOUT_S
         while waiting:
             event = self.next_event(max(0.0, deadline - time.monotonic()))
             if event is None:
                 self.fail_stalled(sorted(waiting))
-            elif event.kind == kind and event.rank in waiting:
+            elif event.kind == kind:
                 waiting.discard(event.rank)
-            else:
-                stash.append(event)
-        self._pending.extend(stash)
 
     def _dead(self) -> list[int]:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
     def _fail(self, dead: int | None, report: Event | None) -> None:
-        """End every process and raise for the culprit: a dead process, else the peer a failed
-        transfer names, else the rank that failed."""
+        """Raise for the culprit: a dead process (waiting a moment for one), else the peer a
+        failed transfer names, else the rank that failed."""
         failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
@@ -189,17 +180,22 @@ class Workers:
         if dead is not None:
             code = self._procs[dead].exitcode
             what = f"died (exit code {code})" if code else "exited before its job ended"
-            error = self._error(dead, what, said, failure)
-        elif failure is not None and failure.peer is not None:
-            error = self._error(failure.peer, "stalled", said, failure)
-        else:  # the rank that reported
-            error = self._error(report.rank if report else 0, "failed", said, failure)
-        self.close()
-        raise error
+            self._raise(dead, what, said, failure)
+        if failure is not None and failure.peer is not None:
+            self._raise(failure.peer, "stalled", said, failure)
+        self._raise(report.rank if report else 0, "failed", said, failure)
 
-    def _error(self, rank: int, what: str, said: str, failure: Failure | None) -> RankFailedError:
-        """The error naming ``rank`` and its last unit, step and chunk (in shared memory: -1
-        none), else the failure's."""
+    def fail_stalled(self, ranks: Sequence[int]) -> None:
+        """Raise for the one of ``ranks`` (silent) that got least far."""
+        slowest = min(ranks, key=lambda r: (self._where[4 * r], r))
+        names = ", ".join(str(r) for r in ranks)
+        said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
+        self._raise(slowest, "stalled", said, None)
+
+    def _raise(self, rank: int, what: str, said: str, failure: Failure | None) -> NoReturn:
+        """End every process; raise RankFailedError naming ``rank`` and its last unit, step and
+        chunk (in shared memory: -1 none), else the failure's."""
+        self.close()
         unit, step, lo, hi = self._where[4 * rank : 4 * rank + 4]
         unit, step = (None if v < 0 else v for v in (unit, step))
         at = Failure("", unit, rank, step, None if lo < 0 else (lo, hi))
@@ -210,20 +206,11 @@ class Workers:
             span = f", chunk [{at.chunk[0]}, {at.chunk[1]}) of unit {at.layer}" if at.chunk else ""
             where += f" (step {at.step}{span})"
         message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
-        return RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
-
-    def fail_stalled(self, ranks: Sequence[int]) -> None:
-        """End every process and raise for the one of ``ranks`` (silent) that got least far."""
-        slowest = min(ranks, key=lambda r: (self._where[4 * r], r))
-        names = ", ".join(str(r) for r in ranks)
-        said = f"; no event from rank(s) {names} for {WATCHDOG_FACTOR * self.timeout_s:g} s"
-        error = self._error(slowest, "stalled", said, None)
-        self.close()
-        raise error
+        raise RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
 
     def close(self) -> None:
         """End every process at once (SIGKILL: an idle worker holds nothing that needs an
-        orderly exit, and a stopped one ignores SIGTERM)."""
+        orderly exit)."""
         if self.closed:
             return
         self.closed = True
@@ -236,3 +223,28 @@ class Workers:
         for conn in self._conns:
             conn.close()
         del self._store
+
+
+def run_jobs(
+    jobs: Mapping[int, tuple[Job, Any]],
+    labels: Sequence[str],
+    *,
+    workers: Workers | None,
+    device: str,
+    timeout_s: float,
+    num_layers: int | None = None,
+    fault: InjectedFault | None = None,
+    drive: Callable[[Workers, float], None] | None = None,
+) -> dict[int, Any]:
+    """Run ``jobs`` on ``workers`` (else on a pool of ``labels`` started on ``device`` and ended
+    after): launch them, ``drive(pool, t0)`` while they run (live serving's coordinator), and
+    return their results by rank."""
+    pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
+    try:
+        t0 = pool.launch(jobs, labels=labels, num_layers=num_layers, fault=fault)
+        if drive is not None:
+            drive(pool, t0)
+        return pool.collect(list(jobs))
+    finally:
+        if workers is None:
+            pool.close()

@@ -94,20 +94,22 @@ class RankContext:
             self._where[4 * self.rank : 4 * self.rank + 4] = [unit, step, *chunk]
         fault = self.fault
         if fault is not None and fault.rank == self.rank and fault.layer == unit:
-            kind = signal.SIGKILL if fault.kind == "die" else signal.SIGSTOP
-            signal.pthread_kill(threading.get_ident(), kind)
+            signal.pthread_kill(threading.get_ident(), signal.SIGKILL)
 
-    def command(self) -> Any:
-        """The next message from the parent; the parent's death (or close) ends the process."""
+    def command(self, timeout_s: float | None = None) -> Any:
+        """The next message from the parent (None after ``timeout_s``, if given); the parent's
+        death (or close) ends the process."""
         parent = os.getppid()
         while True:
             try:
-                if self._conn.poll(0.5):
+                if self._conn.poll(0.5 if timeout_s is None else timeout_s):
                     return self._conn.recv()
             except (EOFError, OSError):
                 os._exit(1)
             if os.getppid() != parent:
                 os._exit(1)
+            if timeout_s is not None:
+                return None
 
     def ready(self) -> None:
         """Report ready, wait for the shared start time ``t0`` and sleep until it."""
@@ -175,13 +177,10 @@ def _serve(ctx: RankContext) -> None:
     while True:
         job, payload, ctx.fault, ctx.num_layers = ctx.command()
         try:
-            result = job(ctx, payload)
-        except TransferError as exc:
-            ctx.emit("error", exc.failure)
-            break
+            ctx.emit("result", job(ctx, payload))
         except Exception as exc:
-            ctx.emit("error", Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None)))
+            failure = Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None))
+            ctx.emit("error", exc.failure if isinstance(exc, TransferError) else failure)
             break
-        ctx.emit("result", result)
     while True:
         ctx.command()

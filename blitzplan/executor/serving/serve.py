@@ -21,10 +21,10 @@ from typing import Any
 
 from blitzplan.compute import ComputeModel
 from blitzplan.errors import BlitzplanError, InvalidInputError
-from blitzplan.executor.program.runner import Document, ProgramRun, check_fault, prepare, summarize
+from blitzplan.executor.program.runner import Document, ProgramRun, prepare, summarize
 from blitzplan.executor.program.session import program_job
-from blitzplan.executor.runtime.failures import Event, InjectedFault
-from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers
+from blitzplan.executor.runtime.failures import Event
+from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers, run_jobs
 from blitzplan.executor.serving.pair_jobs import new_instance_job, old_instance_job
 from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
@@ -43,25 +43,25 @@ IDLE_WAKE_S = 0.1
 
 class Coordinator:
     """The relay state, the policy, and the two processes it drives (one new, one old) through
-    ``workers`` (a Workers pool, or anything with its ``timeout_s``, ``tell``, ``next_event`` and
-    ``fail_stalled``)."""
+    the ``workers`` it runs with (a Workers pool, or anything with its ``timeout_s``, ``tell``,
+    ``next_event`` and ``fail_stalled``)."""
 
     def __init__(
         self,
         policy: Policy,
         instance: LiveScalingInstance,
-        workers: Workers,
         ranks: tuple[int, int],
         old_order: str,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy, self.workers, self.clock = policy, workers, clock
+        self.policy, self.clock = policy, clock
         self.new_rank, self.old_rank = ranks
         self.relay = RelayState.from_instance(instance, old_order=old_order, record_ops=False)
         self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
         self.logits: dict[int, tuple[float, ...]] = {}
         self.new_ops: list[NewOp] = []
+        self.kept: dict[int, bytes] = {}  # per batch: the activation the new instance keeps
         self.old_ops: list[OldOp] = []
         self.t0 = 0.0
         self._changed = True  # the state changed (or is new) since the policy was last asked
@@ -77,16 +77,18 @@ class Coordinator:
     def now(self) -> float:
         return self.clock() - self.t0
 
-    def run(self, t0: float) -> None:
+    def run(self, workers: Workers, t0: float) -> None:
         """Until every batch is done: apply everything heard, then advance and decide, then
-        wait for the next event or the next thing due."""
-        self.t0 = t0
+        wait for the next event or the next thing due; then end both processes' jobs."""
+        self.workers, self.t0 = workers, t0
         heard = self.clock()
         while True:
             while (event := self.workers.next_event(0.0)) is not None:
                 heard = self.clock()
                 self.on_event(event)
             if self.relay.finished == self.relay.num_batches:
+                workers.tell(self.new_rank, ("end",))
+                workers.tell(self.old_rank, ("end",))
                 return
             now = self.now()
             self.advance(now)
@@ -121,24 +123,23 @@ class Coordinator:
         if op.on_new:
             self.workers.tell(self.new_rank, ("run", op.batch, op.first_layer, op.layers))
             return
-        if op.first_layer > 1:
-            self.workers.tell(self.new_rank, ("send", op.batch, op.first_layer - 1))
-        self.workers.tell(self.old_rank, ("run", op.batch, op.first_layer))
+        kept = self.kept.pop(op.batch) if op.first_layer > 1 else None
+        self.workers.tell(self.old_rank, ("run", op.batch, op.first_layer, kept))
 
     def on_event(self, event: Event) -> None:
         if event.kind == "unit" and event.rank == self.new_rank:
             unit, at_s = event.data
             self.arrival_s[unit] = at_s
-        elif event.kind == "op":
-            batch, layer, start, end = event.data
-            self.new_ops.append(NewOp(batch, layer, start, end, 0))
         elif event.kind == "new_done":
-            batch, end, logits = event.data
+            batch, ops, logits, kept = event.data
+            self.new_ops += [NewOp(batch, layer, start, end, 0) for layer, start, end in ops]
+            if kept is not None:
+                self.kept[batch] = kept
             running = self.relay.running[0]
             if running is None or running[0] != batch:
                 raise BlitzplanError(f"the new instance finished batch {batch}, not running it")
             self._changed = True
-            if self.relay.end_layers(0, at_s=end) == DONE:
+            if self.relay.end_layers(0, at_s=ops[-1][2]) == DONE:
                 self._logits(batch, logits)
         elif event.kind == "old_done":
             batch, start, end, logits = event.data
@@ -222,7 +223,6 @@ def serve_live(
     device: str = "cpu",
     timeout_s: float = 30.0,
     workers: Workers | None = None,
-    fault: InjectedFault | None = None,
     seed: int = 0,
 ) -> LiveRun:
     """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
@@ -235,10 +235,8 @@ def serve_live(
     parts, jobs = prepare(document, checkpoint, transport=transport)
     program = parts[0].program
     chosen, new, tokens = _pair(program, pair, requests)
-    labels = [job.label for job in jobs]
-    new_rank, old_rank = labels.index(new.gpus[0]), len(jobs)
-    if fault is not None and fault.rank != old_rank:
-        check_fault(fault, jobs)
+    names = [*(job.label for job in jobs), f"old instance {chosen.old}"]
+    new_rank, old_rank = names.index(new.gpus[0]), len(jobs)
     queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
     instance = instance_from_queue(
         program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=handoff_bytes_per_s
@@ -246,21 +244,19 @@ def serve_live(
     rng = random.Random(seed)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
-    launched[new_rank] = (new_instance_job, (prompts, old_rank, jobs[new_rank]))
-    launched[old_rank] = (old_instance_job, (prompts, new_rank, checkpoint))
-    names = [*labels, f"old instance {chosen.old}"]
-    pool = workers or Workers(names, device=device, timeout_s=timeout_s)
-    try:
-        policy = POLICIES[chosen.policy]()
-        coordinator = Coordinator(policy, instance, pool, (new_rank, old_rank), "free")
-        layers = program.spec.num_layers
-        coordinator.run(pool.launch(launched, labels=names, num_layers=layers, fault=fault))
-        pool.tell(new_rank, ("end",))
-        pool.tell(old_rank, ("end",))
-        results = pool.collect(list(launched))
-    finally:
-        if workers is None:
-            pool.close()
+    launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
+    launched[old_rank] = (old_instance_job, (prompts, checkpoint))
+    policy = POLICIES[chosen.policy]()
+    coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
+    results = run_jobs(
+        launched,
+        names,
+        workers=workers,
+        device=device,
+        timeout_s=timeout_s,
+        num_layers=program.spec.num_layers,
+        drive=coordinator.run,
+    )
     reference = results.pop(old_rank)
     diffs = tuple(
         max(abs(a - b) for a, b in zip(coordinator.logits[i], ref, strict=True))
@@ -274,7 +270,7 @@ def serve_live(
         new_ops=tuple(sorted(coordinator.new_ops, key=lambda op: (op.start_s, op.batch))),
         old_ops=tuple(sorted(coordinator.old_ops, key=lambda op: (op.start_s, op.batch))),
         completion_s=tuple(coordinator.completion),
-        unit_arrival_s=results[new_rank].complete_s,
+        unit_arrival_s=tuple(results[new_rank].complete_s),
         logit_diff=diffs,
-        transfer=summarize(parts, labels, results, transport=transport),
+        transfer=summarize(parts, jobs, results, transport=transport),
     )

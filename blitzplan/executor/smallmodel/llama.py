@@ -46,21 +46,15 @@ class Dims:
 
 def model_dims(spec: ModelSpec) -> Dims:
     """The executor's view of ``spec``; raises InvalidInputError for what it does not run."""
-    unsupported = [
-        name
-        for name, flag in (
-            ("qkv_bias", spec.qkv_bias),
-            ("o_bias", spec.o_bias),
-            ("mlp_bias", spec.mlp_bias),
-            ("tie_word_embeddings", spec.tie_word_embeddings),
-            ("num_experts > 1", spec.num_experts > 1),
-            ("multi-head latent attention", spec.mla is not None),
-            ("qk norms", spec.qk_norm),
-            ("quantization", spec.quantization is not None),
-            ("a vision tower", spec.vision is not None),
-        )
-        if flag
-    ]
+    flags = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "tie_word_embeddings")
+    parts = {
+        "num_experts > 1": spec.num_experts > 1,
+        "multi-head latent attention": spec.mla is not None,
+        "quantization": spec.quantization is not None,
+        "a vision tower": spec.vision is not None,
+    }
+    unsupported = [name for name in flags if getattr(spec, name)]
+    unsupported += [name for name, used in parts.items() if used]
     if unsupported:
         raise InvalidInputError(
             f"model {spec.name!r} uses {', '.join(unsupported)}; the executor runs dense Llama "

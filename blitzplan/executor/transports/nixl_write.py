@@ -92,8 +92,6 @@ class NixlTransport:
             )
         self.flying: list[tuple[Any, int, Write, float]] = []
         """WRITEs in flight: handle, peer, chunks, when posted."""
-        self.heard: dict[int, float] = {}
-        """Per writer, when its last note came (from the first poll)."""
         self.expected = {_note(w): (lane.peer, w) for lane in into for w in lane.writes}
         self.writers = sorted({lane.peer for lane in into})
 
@@ -115,11 +113,9 @@ class NixlTransport:
 
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
         """Writes that have left (each WRITE's state checked), writes whose notes came; with
-        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open,
-        or a writer silent while chunks from it are due, for the transfer timeout fails."""
+        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open
+        for the transfer timeout fails (a silent writer: :meth:`stalled`)."""
         now, timeout_s = time.monotonic(), self.ctx.timeout_s
-        timeout = f"timed out after {timeout_s:g} s"
-        self.heard = self.heard or dict.fromkeys(self.writers, now)
         sent: list[tuple[Any, int, Write, float]] = []
         still: list[tuple[Any, int, Write, float]] = []
         for handle, peer, write, posted_s in self.flying:
@@ -130,7 +126,9 @@ class NixlTransport:
             except Exception as exc:
                 raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
             if state not in ("DONE", "PROC") or now - posted_s > timeout_s:
-                what = timeout if state == "PROC" else f"ended in state {state}"
+                what = (
+                    f"timed out after {timeout_s:g} s" if state == "PROC" else f"ended in {state}"
+                )
                 raise self._failed(write[0], peer, f"writing {what}")
             (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
         self.flying = still
@@ -139,19 +137,9 @@ class NixlTransport:
             for note in notes:
                 if (item := self.expected.pop(note, None)) is not None:
                     landed.append((item[1], at_s))
-                    self.heard[item[0]] = now
-        if late := [p for p, t in self.heard.items() if now - t > timeout_s and p in self.due()]:
-            raise self._failed(self.due()[late[0]], late[0], f"{timeout} waiting for a chunk")
         if not sent and not landed:
             time.sleep(wait_s)
         return [(write, at_s) for _, _, write, _ in sent], landed
-
-    def due(self) -> dict[int, Chunk]:
-        """Per writer, the first chunk still due from it."""
-        first: dict[int, Chunk] = {}
-        for peer, write in self.expected.values():
-            first.setdefault(peer, write[0])
-        return first
 
     def stalled(self) -> TransferError:
         """The oldest expected chunk (else write) timed out."""
