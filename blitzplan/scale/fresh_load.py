@@ -46,9 +46,13 @@ def fresh_ingress_s(inputs: dict[str, Any]) -> float:
     shard = sum(inputs["model"].shard(inputs["tp"]).unit_bytes)
     startup = inputs["startup_s"]
     ends = [0.0]
+    rates: dict[str, float] = topology.memo.setdefault("in_bytes_per_s", {})  # per GPU
     for name, group in zip(inputs["names"], inputs["targets"], strict=True):
         for gpu in group:
-            rate = sum(d["bytes_per_s"] for _, _, d in topology.graph.in_edges(gpu, data=True))
+            rate = rates.get(gpu)
+            if rate is None:
+                edges = topology.graph.in_edges(gpu, data=True)
+                rate = rates[gpu] = sum(d["bytes_per_s"] for _, _, d in edges)
             ends.append(startup.get(name, 0.0) + (shard / rate if rate > 0 else math.inf))
     return max(ends)
 

@@ -141,7 +141,7 @@ def program(
                 "end_s": end[1],
             }
         )
-    ordered = sorted(steps.values(), key=lambda s: s.id)
+    ordered = list(steps.values())  # in lane order: by id
     if len(steps) == len(plan.flows):
         return tuple(ordered)  # every lane is a step: no dependency to drop
     return tuple(_drop_missing(step, steps) for step in ordered)
@@ -309,12 +309,17 @@ def _lacked(
 ) -> list[tuple[int, int, int]]:
     """``(unit, offset, length)`` of the bytes of ``spans`` that ``have`` does not hold."""
     out = []
+    cuts: dict[tuple[int, int, int], list[tuple[int, int]]] = {}  # units of one size share both
     for unit, start, end in spans:
         held = have.get(unit)
         if not held:
             out.append((unit, start, end - start))
             continue
-        out.extend((unit, lo, hi - lo) for lo, hi in subtract((start, end), held))
+        key = (start, end, id(held))  # ``have`` holds its lists: an id stays its own
+        cut = cuts.get(key)
+        if cut is None:
+            cut = cuts[key] = subtract((start, end), held)
+        out += [(unit, lo, hi - lo) for lo, hi in cut]
     return out
 
 

@@ -272,7 +272,7 @@ def _targets(
 
     def done(info: NewInstanceInfo) -> tuple[bool, ...]:
         if not whole:  # complete at at_s (nothing ran on after it)
-            return tuple(t <= at_s for t in info.layer_ready_s)
+            return tuple([t <= at_s for t in info.layer_ready_s])
         return tuple(
             t <= at_s or (t <= now and all(u in whole.get(g, ()) for g in info.gpus))
             for u, t in enumerate(info.layer_ready_s)

@@ -20,7 +20,7 @@ class StepRouter:
     (node kinds, switch types and sender kinds looked up once each)."""
 
     def __init__(self, plan: MulticastPlan, topology: Topology) -> None:
-        self.plan, self.topology = plan, topology
+        self.plan, self.topology, self.flows = plan, topology, plan.flows
         self.kinds: dict[str, str] = topology.memo.setdefault("node_kinds", {})
         self.routes: dict[tuple[tuple[str, str], ...], tuple[str | None, str]]
         self.routes = topology.memo.setdefault("route_links", {})
@@ -36,8 +36,9 @@ class StepRouter:
         return found
 
     def __call__(self, lane: Lane) -> tuple[StepKind, str, str, str | None, str | None]:
-        edges = self.plan.flows[lane.flow].edges
-        source_kind = self.kinds.get(lane.holder) or self.kind(lane.holder)
+        edges = self.flows[lane.flow].edges
+        holder = lane.holder
+        source_kind = self.kinds.get(holder) or self.kind(holder)
         known = self.by_id.get(id(edges))
         if known is None or known[0] is not edges:  # the entry holds its edges: ids stay theirs
             if len(self.by_id) >= ROUTES_BY_ID_KEPT:  # plans read from documents bring new ones
@@ -45,8 +46,9 @@ class StepRouter:
             known = self.by_id[id(edges)] = (edges, *self.route(edges))
         _, nic, local = known
         relay = None
-        if lane.exit != lane.holder and lane.exit != nic and _crosses(edges, lane.exit):
-            relay = lane.exit
+        exit_ = lane.exit
+        if exit_ != holder and exit_ != nic and _crosses(edges, exit_):
+            relay = exit_
         if source_kind == "ssd":
             step, link = StepKind.DISK_TO_HOST, "pcie"
         elif lane.gather:
@@ -57,7 +59,10 @@ class StepRouter:
             step, link = StepKind.HOST_TO_DEVICE, "pcie"
         else:
             step, link = StepKind.DEVICE_TO_DEVICE, local
-        return step, self.holder(lane.sender, source_kind), link, nic, relay
+        what = self.holders.get((lane.sender, source_kind))
+        if what is None:
+            what = self.holder(lane.sender, source_kind)
+        return step, what, link, nic, relay
 
     def holder(self, sender: int, source_kind: str) -> str:
         """What a lane's source is (``TransferStep.holder``)."""

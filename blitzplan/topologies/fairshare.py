@@ -94,36 +94,52 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
     Flows that share no edge, directly or through other flows, are filled separately (the same
     result, found faster); a group whose caps fit on every edge it crosses is at its caps.
     """
-    load, links = _cap_load(flows, capacity)
-    over = {edge for edge, used in load.items() if used > capacity[edge] * (1 + _REL_TOL)}
+    load, owner, parent = _cap_load(flows, capacity)
+    over = [edge for edge, used in load.items() if used > capacity[edge] * (1 + _REL_TOL)]
     rates = [flow.max_bytes_per_s for flow in flows]
     if not over and all(rate != math.inf for rate in rates):
         return tuple(rates)  # every cap fits: nothing to share
-    for component in _components(len(flows), links):
+    # a group with an uncapped flow, or on an overloaded edge (it carries all of that edge's
+    # load: its caps do not fit), is filled; the others are at their caps
+    filled = {_root(parent, owner[edge]) for edge in over}
+    filled.update(_root(parent, i) for i, rate in enumerate(rates) if rate == math.inf)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(flows)):
+        root = _root(parent, i)
+        if root in filled:
+            groups.setdefault(root, []).append(i)  # each group in input order
+    for component in groups.values():
         group = [flows[i] for i in component]
-        # a group on an overloaded edge carries all of its load: its caps do not fit
-        if any(f.max_bytes_per_s == math.inf or not over.isdisjoint(f.edges) for f in group):
-            for i, rate in zip(component, _fill(group, capacity), strict=True):
-                rates[i] = rate
+        for i, rate in zip(component, _fill(group, capacity), strict=True):
+            rates[i] = rate
     return tuple(rates)
 
 
 def _cap_load(
     flows: Sequence[Flow], capacity: Mapping[Edge, float]
-) -> tuple[dict[Edge, float], list[tuple[int, int]]]:
-    """Per edge the flows cross, the sum of their caps, and the pairs ``(i, j)`` of flows
-    sharing an edge (``i`` the first flow on it); InvalidInputError for an edge that
-    ``capacity`` lacks or holds no finite positive capacity of."""
+) -> tuple[dict[Edge, float], dict[Edge, int], list[int]]:
+    """Per edge the flows cross, the sum of their caps and the first flow on it, and the
+    flows' groups (a union-find forest: flows sharing an edge, directly or through other flows,
+    share a root, :func:`_root`); InvalidInputError for an edge that ``capacity`` lacks or
+    holds no finite positive capacity of."""
     load: dict[Edge, float] = {}
     owner: dict[Edge, int] = {}
-    links: list[tuple[int, int]] = []
+    parent = list(range(len(flows)))
     for i, flow in enumerate(flows):
         cap = flow.max_bytes_per_s
         for edge in flow.edges:
-            first = owner.get(edge)
-            if first is not None:
+            a = owner.get(edge)
+            if a is not None:
                 load[edge] += cap
-                links.append((first, i))
+                b = i  # join the two flows' groups (find of both, inline, halving paths)
+                while parent[a] != a:
+                    parent[a] = parent[parent[a]]
+                    a = parent[a]
+                while parent[b] != b:
+                    parent[b] = parent[parent[b]]
+                    b = parent[b]
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
                 continue
             if edge not in capacity:
                 raise InvalidInputError(f"flow {flow.name!r} crosses unknown edge {edge!r}")
@@ -133,45 +149,33 @@ def _cap_load(
                 )
             load[edge] = cap
             owner[edge] = i
-    return load, links
+    return load, owner, parent
 
 
-def _components(count: int, links: Sequence[tuple[int, int]]) -> list[list[int]]:
-    """Groups of flows ``0 .. count - 1`` linked by ``links`` (union-find), each in input
-    order."""
-    parent = list(range(count))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for a, b in links:  # find() of both, inline (a pair per shared edge visit)
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    groups: dict[int, list[int]] = {}
-    for i in range(count):
-        groups.setdefault(find(i), []).append(i)
-    return list(groups.values())
+def _root(parent: list[int], i: int) -> int:
+    """The root of ``i``'s group (halving the path)."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
 
 
 def _fill(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> list[float]:
     """Progressive filling of one group of flows whose caps do not all fit."""
     rates = [0.0] * len(flows)
-    remaining = {edge: float(capacity[edge]) for flow in flows for edge in flow.edges}
+    remaining: dict[Edge, float] = {}
     active = set(range(len(flows)))
     while active:
         users: dict[Edge, list[int]] = {}
         for i in sorted(active):
             for edge in flows[i].edges:
-                users.setdefault(edge, []).append(i)
+                found = users.get(edge)
+                if found is None:
+                    users[edge] = [i]
+                else:
+                    found.append(i)
+        if not remaining:  # the first round: every edge of the group is in use
+            remaining = {edge: float(capacity[edge]) for edge in users}
         edge_share = {edge: remaining[edge] / len(ids) for edge, ids in users.items()}
         headroom = {i: flows[i].max_bytes_per_s - rates[i] for i in active}
         step = max(0.0, min(min(edge_share.values()), min(headroom.values())))

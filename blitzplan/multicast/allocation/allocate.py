@@ -325,15 +325,14 @@ def _fill(
     leaves = port.leaves_in(j)
     shares: list[tuple[int, float]] = []
     left = need
-    order = sorted(
-        budgets.network,
-        key=lambda s: (
-            not (port.leaves_out(s) & leaves),
-            s not in holders,
-            -budgets.network_left(s),
-            s,
-        ),
+    leaves_out, network_left = port.leaves_out, budgets.network_left
+    keyed = sorted(  # the keys end with the sender: no ties, a plain sort of the keys
+        [
+            (not (leaves_out(s) & leaves), s not in holders, -network_left(s), s)
+            for s in budgets.network
+        ]
     )
+    order = [key[-1] for key in keyed]
     for s in order:
         if left <= total * _SHARE_FLOOR:
             break

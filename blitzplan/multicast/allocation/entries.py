@@ -174,7 +174,11 @@ def _network_pieces(
     leaf = problem.topology.leaf_of(dst)
     nic = problem.topology.nic_of(dst)
     reach = [s for s, _ in network if port.reaches_nic(s, nic)] or [s for s, _ in network]
-    order = sorted(reach, key=lambda s: (leaf not in port.leaves_out(s), -budget[s]))
+    leaves_out = port.leaves_out
+    keyed = sorted(  # the position breaks ties as the stable sort did
+        [(leaf not in leaves_out(s), -budget[s], k, s) for k, s in enumerate(reach)]
+    )
+    order = [key[-1] for key in keyed]
     out: list[tuple[int, int, str, float, float]] = []
     at = lo
     for s in order:

@@ -8,9 +8,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from blitzplan._checks import MIN_BYTES_PER_S
+from blitzplan._checks import MAX_BYTES_PER_S, MIN_BYTES_PER_S
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.multicast.plan_types import AllGather, Hop, Lane, NewInstance, PlanNode, built
+from blitzplan.multicast.setup.node_memo import node_host
 from blitzplan.topologies import Edge, Flow, Topology
 from blitzplan.topologies.fairshare import quick_flow
 
@@ -21,7 +22,7 @@ def lane_edges(topology: Topology, holder: str, exit_: str, dst: str) -> tuple[E
     """The edges a lane crosses: from ``holder`` (over NVLink to ``exit_`` when it differs),
     out through the exit's NIC (or the host NIC ``exit_``), to ``dst``; inside one host, the
     host's own route from ``holder`` to ``dst``."""
-    local = topology.graph.nodes[holder]["host"] == topology.graph.nodes[dst]["host"]
+    local = node_host(topology, holder) == node_host(topology, dst)
     if local or exit_ == holder:
         return topology.path_edges(holder, dst)
     if topology.kind(exit_) == "nic":
@@ -38,7 +39,7 @@ def lane_route(
     key = (holder, exit_, dst)
     found = cache.get(key)
     if found is None:
-        if topology.graph.nodes[holder]["host"] == topology.graph.nodes[dst]["host"]:
+        if node_host(topology, holder) == node_host(topology, dst):
             exit_ = holder
         try:
             edges = lane_edges(topology, holder, exit_, dst)
@@ -51,6 +52,11 @@ def lane_route(
         found = (exit_, edges, sum(topology.latency_s(e) for e in edges))
         cache[key] = found
     return found
+
+
+_Route = tuple[str, tuple[Edge, ...], float, str, bool]
+"""A lane's exit, edges, latency, flow name and whether its edges are distinct."""
+_INF = math.inf
 
 
 @dataclass
@@ -70,6 +76,16 @@ class PlanBuilder:
     hop_specs: list[tuple[int, int, int, bool, tuple[int, ...]]] = field(default_factory=list)
     hop_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
     """Each hop's id by ``(sender, receiver, phase)``."""
+    _routes: dict[tuple[str, str, str], _Route] = field(init=False, repr=False)
+    """:meth:`_route` by ``(holder, exit, dst)``, kept on the topology."""
+
+    _hops: tuple[tuple[int, int], tuple[Hop, ...]] = field(
+        default=((-1, -1), ()), init=False, repr=False
+    )
+    """:meth:`hops` as last built, with the lane and hop counts it was built at."""
+
+    def __post_init__(self) -> None:
+        self._routes = self.topology.memo.setdefault("lane_flows", {})
 
     def add_node(self, node: PlanNode) -> int:
         """Add ``node`` with its position as its id (the node itself when that is its id: it
@@ -157,6 +173,57 @@ class PlanBuilder:
             pace=pace_bytes_per_s,
         )
 
+    def add_gathers(
+        self,
+        node: int,
+        holder: str,
+        peers: Sequence[str],
+        rank: int,
+        lo: float,
+        hi: float,
+        deps: list[int],
+        pace_bytes_per_s: float,
+    ) -> list[int]:
+        """:meth:`add_gather` to every GPU of ``peers`` but ``holder``, one pace and the same
+        ``deps``; the new lanes' ids."""
+        if pace_bytes_per_s < MIN_BYTES_PER_S:  # as :meth:`_flow` raises a sliver's pace
+            pace_bytes_per_s = MIN_BYTES_PER_S
+        pace = pace_bytes_per_s
+        quick = type(pace) is float and (pace <= MAX_BYTES_PER_S or pace == _INF)
+        routes, lanes, flows = self._routes, self.lanes, self.flows
+        out = []
+        for gpu in peers:
+            if gpu == holder:
+                continue
+            route = routes.get((holder, holder, gpu)) or self._route(holder, holder, gpu)
+            flow_id = len(lanes)
+            lane = object.__new__(Lane)  # as :meth:`_lane` makes it
+            lane.__dict__.update(
+                flow=flow_id,
+                sender=node,
+                receiver=node,
+                holder=holder,
+                exit=route[0],
+                dst=gpu,
+                rank=rank,
+                lo=lo,
+                hi=hi,
+                gather=True,
+            )
+            lanes.append(lane)
+            if quick and route[4]:  # as :meth:`_flow` makes it
+                flow = object.__new__(Flow)
+                flow.__dict__.update(edges=route[1], max_bytes_per_s=pace, name=route[3])
+            else:
+                flow = quick_flow(route[1], pace, route[3])
+            flows.append(flow)
+            self.flow_phase.append(0)
+            self.flow_latency_s.append(route[2])
+            self.hop_of_lane.append(-1)
+            self.deps.append(deps)
+            out.append(flow_id)
+        return out
+
     def _lane(
         self,
         sender: int,
@@ -171,17 +238,20 @@ class PlanBuilder:
         hi: float,
         *,
         gather: bool = False,
-        pace: float = math.inf,
+        pace: float | None = None,
         deps: list[int] | None = None,
     ) -> Lane:
-        exit_, edges, latency = lane_route(self.topology, holder, exit_, dst)
+        """A lane and (unless ``pace`` is None: the caller appends them) its flow and deps."""
+        route = self._routes.get((holder, exit_, dst))
+        if route is None:
+            route = self._route(holder, exit_, dst)
         lane = object.__new__(Lane)  # as built(Lane, ...) makes it, without its field check
         lane.__dict__.update(
             flow=len(self.lanes),
             sender=sender,
             receiver=receiver,
             holder=holder,
-            exit=exit_,
+            exit=route[0],
             dst=dst,
             rank=rank,
             lo=lo,
@@ -189,16 +259,44 @@ class PlanBuilder:
             gather=gather,
         )
         self.lanes.append(lane)
-        if pace < MIN_BYTES_PER_S:  # a sliver's pace: any cap above it is as good
-            pace = MIN_BYTES_PER_S
-        self.flows.append(quick_flow(edges, pace, f"{holder}->{dst}"))
         self.flow_phase.append(phase)
-        self.flow_latency_s.append(latency)
+        self.flow_latency_s.append(route[2])
         self.hop_of_lane.append(hop)
-        self.deps.append(deps)
+        if pace is not None:
+            self.flows.append(self._flow(route, pace))
+            self.deps.append(deps)
         return lane
 
+    def _route(self, holder: str, exit_: str, dst: str) -> _Route:
+        """:func:`lane_route` with the lane's flow name and whether its edges are distinct,
+        kept per topology (as the route is)."""
+        taken, edges, latency = lane_route(self.topology, holder, exit_, dst)
+        distinct = type(edges) is tuple and 0 < len(edges) == len(set(edges))
+        route = (taken, edges, latency, f"{holder}->{dst}", distinct)
+        self._routes[holder, exit_, dst] = route
+        return route
+
+    @staticmethod
+    def _flow(route: _Route, pace: float) -> Flow:
+        """The lane's flow: :func:`~blitzplan.topologies.fairshare.quick_flow` of the route's
+        edges and name at ``pace`` (raised to a sliver's), its edges' check done once."""
+        if pace < MIN_BYTES_PER_S:  # a sliver's pace: any cap above it is as good
+            pace = MIN_BYTES_PER_S
+        if route[4] and type(pace) is float and (pace <= MAX_BYTES_PER_S or pace == _INF):
+            flow = object.__new__(Flow)
+            flow.__dict__.update(edges=route[1], max_bytes_per_s=pace, name=route[3])
+            return flow
+        return quick_flow(route[1], pace, route[3])
+
     def hops(self) -> tuple[Hop, ...]:
+        """The hops with their lanes (kept until a lane or a hop is added: lanes and hops are
+        only ever appended)."""
+        size = (len(self.lanes), len(self.hop_specs))
+        if self._hops[0] != size:
+            self._hops = (size, self._grouped())
+        return self._hops[1]
+
+    def _grouped(self) -> tuple[Hop, ...]:
         grouped: list[list[Lane]] = [[] for _ in self.hop_specs]
         for lane, h in zip(self.lanes, self.hop_of_lane, strict=True):
             if h >= 0:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
+from blitzplan.multicast.setup.node_memo import node_edges, node_host
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.topologies import Topology
 
@@ -116,7 +117,7 @@ def ports(problem: Problem, nodes: Sequence[PlanNode]) -> Ports:
     hosts: dict[int, set[str]] = {}
     leaf_of: dict[str, str] = {}
     for node in nodes:
-        hosts[node.id] = {str(topo.graph.nodes[n]["host"]) for n in node.host_local_nodes}
+        hosts[node.id] = {str(node_host(topo, n)) for n in node.host_local_nodes}
         out[node.id] = _nic_ports(problem, node, leaf_of, outgoing=True)
         if node.kind is NodeKind.TARGET:
             into[node.id] = _nic_ports(problem, node, leaf_of, outgoing=False)
@@ -136,7 +137,8 @@ def ports(problem: Problem, nodes: Sequence[PlanNode]) -> Ports:
 
 
 def _in_capacity(problem: Problem, gpu: str) -> float:
-    return sum(problem.residual[(u, gpu)] for u in problem.topology.graph.predecessors(gpu))
+    residual = problem.residual
+    return sum([residual[e] for e in node_edges(problem.topology, gpu, out=False)])
 
 
 def _nic_ports(
@@ -194,15 +196,13 @@ def _port_route(
 
 def _local_routes(problem: Problem, nodes: Sequence[PlanNode], port: Ports) -> None:
     """Fill ``port.local`` and ``port.local_out`` for sender/target pairs sharing a host."""
-    topo = problem.topology
+    topo, residual = problem.topology, problem.residual
     targets = [n for n in nodes if n.kind is NodeKind.TARGET]
     for sender in nodes:
         if sender.kind not in (NodeKind.INSTANCE, NodeKind.HOST, NodeKind.TARGET):
             continue
         start = sender.memory or sender.gpus[0]
-        port.local_out[sender.id] = sum(
-            problem.residual[(start, v)] for v in topo.graph.successors(start)
-        )
+        port.local_out[sender.id] = sum([residual[e] for e in node_edges(topo, start, out=True)])
         if sender.memory:
             port.combined_out[sender.id] = problem.below_root(sender.memory)
         for target in targets:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 
 from blitzplan.multicast.allocation.allocate import Allocation
 from blitzplan.multicast.allocation.entries import MIN_PIECE, Piece, assign_pieces
@@ -32,6 +33,7 @@ from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.allocation.ports import Ports
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
 from blitzplan.multicast.setup.holdings import TOLERANCE, holder_segments, overlap
+from blitzplan.multicast.setup.node_memo import node_host
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.topologies import Edge, Topology
 from blitzplan.topologies.fairshare import quick_flow
@@ -200,7 +202,7 @@ def _lanes(
     topo = builder.topology
     size = (hi - lo) * carried
     pace = 1.0 / alloc.fluid_s if alloc.fluid_s > 0 else math.inf
-    local = topo.graph.nodes[holder]["host"] == topo.graph.nodes[dst]["host"]
+    local = node_host(topo, holder) == node_host(topo, dst)
     if local:
         lane = builder.add_lane(
             hop,
@@ -272,21 +274,13 @@ def _gathers(
         by_gpu: dict[str, list[tuple[float, float, int]]] = {}
         for gpu, lo, hi, lane in pieces:
             by_gpu.setdefault(gpu, []).append((lo, hi, lane))
+        into = out[rank]
         for holder, parts in by_gpu.items():
             for lo, hi, deps in _runs(parts):
-                for gpu in peers:
-                    if gpu != holder:
-                        gather = builder.add_gather(
-                            node.id,
-                            holder,
-                            gpu,
-                            rank,
-                            lo,
-                            hi,
-                            deps=deps,
-                            pace_bytes_per_s=(hi - lo) * pace,
-                        )
-                        out[rank].append((gpu, lo, hi, gather.flow))
+                flows = builder.add_gathers(
+                    node.id, holder, peers, rank, lo, hi, deps, (hi - lo) * pace
+                )
+                into.extend(zip([g for g in peers if g != holder], repeat(lo), repeat(hi), flows))
     return out
 
 
@@ -310,13 +304,15 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
     (module docstring, step 6). Every pace stays within what the links carry together, so the
     fair shares remain the paces."""
     load: dict[Edge, float] = {}
+    get = load.get
     for flow in builder.flows:
         pace = flow.max_bytes_per_s
         for edge in flow.edges:
-            load[edge] = load.get(edge, 0.0) + pace
-    flows, nodes, isfinite = builder.flows, builder.nodes, math.isfinite
+            load[edge] = get(edge, 0.0) + pace
+    flows, isfinite = builder.flows, math.isfinite
+    forwarding = {node.id for node in builder.nodes if node.kind is NodeKind.TARGET}
     for lane in builder.lanes:
-        if nodes[lane.sender].kind is not NodeKind.TARGET:
+        if lane.sender not in forwarding:
             continue
         flow = flows[lane.flow]
         pace = flow.max_bytes_per_s

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from blitzplan.multicast.bound.max_flow import FlowGraph, holder_nodes
+from blitzplan.multicast.setup.node_memo import node_edges, node_host
 from blitzplan.multicast.setup.problem import Problem
 
 __all__ = [
@@ -22,18 +23,15 @@ __all__ = [
 
 
 def cap_into(problem: Problem, region: set[str]) -> float:
-    topo = problem.topology
+    topo, residual = problem.topology, problem.residual
     return sum(
-        problem.residual[(u, v)]
-        for v in region
-        for u in topo.graph.predecessors(v)
-        if u not in region
+        [residual[e] for v in region for e in node_edges(topo, v, out=False) if e[0] not in region]
     )
 
 
 def _holder_hosts(problem: Problem) -> set[str]:
     topo = problem.topology
-    return {str(topo.graph.nodes[n]["host"]) for n in holder_nodes(problem)}
+    return {str(node_host(topo, n)) for n in holder_nodes(problem)}
 
 
 def missing_bytes(problem: Problem, name: str) -> float:

@@ -54,14 +54,18 @@ def held_interval(
     return float((lo - t_lo) * target_tp), float((hi - t_lo) * target_tp)
 
 
-@functools.lru_cache(maxsize=256)
 def reshardable(model: ModelSpec, target_tp: int, source_tp: int) -> bool:
     """Whether every rank of a ``source_tp``-way instance of ``model`` holds, byte for byte, the
     stripes :func:`held_interval` gives it of a ``target_tp``-way rank buffer (always for equal
     degrees; otherwise :meth:`~blitzplan.models.layout.Layout.exact_for`, and never for a model
     the layout cannot describe, such as a quantized one)."""
-    if source_tp == target_tp:
-        return True
+    # equal degrees first: no model hashed for the cache (a spec's hash walks all its fields)
+    return source_tp == target_tp or _reshardable(model, target_tp, source_tp)
+
+
+@functools.lru_cache(maxsize=256)
+def _reshardable(model: ModelSpec, target_tp: int, source_tp: int) -> bool:
+    """:func:`reshardable` of two different degrees."""
     try:
         return layout(model, target_tp).exact_for(source_tp)
     except InvalidInputError:

@@ -200,7 +200,10 @@ def residual_capacity(state: ClusterState) -> dict[Edge, float]:
     """Each edge's capacity minus what the state's background flows use of it.
 
     Background flows (KV caches) take their max-min fair rates among themselves first: weights
-    never slow serving traffic down; they use what is left."""
+    never slow serving traffic down; they use what is left. Without background flows, the
+    topology's own capacity table (shared: read only)."""
+    if not state.background_flows:
+        return state.topology.capacity
     return residual_after(state.background_flows, state.topology.capacity)
 
 

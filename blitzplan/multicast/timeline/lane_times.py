@@ -63,25 +63,28 @@ def lane_dependencies(
     known: Sequence[list[int] | None] = (),
 ) -> list[list[int]]:
     """For each lane, the lanes whose arrivals it waits for (see the module docstring); entries
-    of ``known`` that are not None are taken as given."""
+    of ``known`` that are not None are taken as given (the lists themselves: read only)."""
     waiting = {lane.flow for hop in hops if not hop.pipelined for lane in hop.lanes}
-    sources = {node.id for node in nodes if node.kind.value in _SOURCE_KINDS}
+    sources = {node.id for node in nodes if node.kind in _SOURCE_KINDS}
     arrivals: list[tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]] = []
     deps: list[list[int]] = []
+    given_count = len(known)
     for lane in lanes:
-        given = known[lane.flow] if lane.flow < len(known) else None
+        flow = lane.flow
         if lane.sender in sources:
             deps.append([])
-        elif given is not None and lane.flow not in waiting:
-            deps.append(list(given))
+            continue
+        given = known[flow] if flow < given_count else None
+        if given is not None and flow not in waiting:
+            deps.append(given)
+            continue
+        if not arrivals:  # what lands where, gathered once when first needed
+            arrivals.append(_arrivals(lanes))
+        into, into_node = arrivals[0]
+        if flow in waiting:
+            deps.append(list(into_node.get(lane.sender, [])))
         else:
-            if not arrivals:  # what lands where, gathered once when first needed
-                arrivals.append(_arrivals(lanes))
-            into, into_node = arrivals[0]
-            if lane.flow in waiting:
-                deps.append(list(into_node.get(lane.sender, [])))
-            else:
-                deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
+            deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
     return deps
 
 
