@@ -40,6 +40,7 @@ __all__ = [
     "DEADLINE_SHARE",
     "KEPT",
     "RAISED_MAX",
+    "RECUTS",
     "STAGE_DONE",
     "DeadlinePassed",
     "TooSlow",
@@ -85,14 +86,28 @@ refuses halves that load back (:func:`relax_load`)."""
 RAISED_MAX = 64.0
 """The most a run of stops raises the load the next calls plan for (:func:`record_stop`)."""
 
+RECUTS = 2
+"""At most this many times a call under a deadline gives its plan up for a fresh plan of fewer
+new instances (:class:`TooSlow`); the last attempt stops instead (:class:`DeadlinePassed`)."""
+
 _KEY = "planning_time"
 
 
-STAGE_DONE = {"allocation": 0.09, "paces": 0.24, "evaluated": 0.63, "program": 0.73}
+STAGE_DONE = {
+    "allocation": 0.09,
+    "paces": 0.28,
+    "evaluation": 0.35,
+    "rates": 0.48,
+    "evaluated": 0.62,
+    "program": 0.72,
+    "programmed": 0.9,
+}
 """The share of a plan's work after its problem is laid out (the greedy, the transfer program,
 the live pairs) done when the call first reaches each of these checkpoints (CPU time on the busy
-fleet from +64 to +1,000: 0.07-0.10, 0.23-0.27, 0.54-0.67 once the greedy's plan is timed,
-0.64-0.76 at the transfer program's first step)."""
+fleet, +64 / +512 / +1,000: the allocation 0.09-0.10 (its ports 0.04 and ``T*`` 0.05-0.06
+before it: too early a pace for a projection), the lanes 0.27-0.30, their paces 0.31-0.39, the
+fair-share rates 0.41-0.53, the timeline 0.54-0.68, the transfer program's first step
+0.65-0.75, the program built 0.84-0.94)."""
 
 
 class DeadlinePassed(Exception):

@@ -161,13 +161,13 @@ def build(
     check = check or _unchecked
     builder = base_builder(problem)
     forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
-    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding)
+    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding, check)
     check("allocation")
     build_lanes(problem, builder, ctx.port, alloc, check)
     check("paces")
     relax_paces(builder, problem.residual)
     check("evaluation")
-    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes))
+    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes), check)
     check("evaluated")
     return built
 

@@ -4,7 +4,7 @@ recurrence of :mod:`~blitzplan.multicast.timeline.lane_times`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.timeline.lane_times import Timeline, run_lanes
@@ -20,9 +20,14 @@ def evaluate(
     background: Sequence[Flow] = (),
     *,
     tp: int = 1,
+    check: Callable[[str], None] | None = None,
 ) -> Timeline:
-    """Fair-share rates per phase, then the recurrence over lanes in dependency order."""
+    """Fair-share rates per phase, then the recurrence over lanes in dependency order;
+    ``check`` (a deadline's checkpoint, which raises to stop the call) is called with ``rates``
+    once the rates are known and with ``timeline`` per level of the recurrence."""
     rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background)
+    if check is not None:
+        check("rates")
     hops = builder.hops()
     return run_lanes(
         builder.lanes,
@@ -35,6 +40,7 @@ def evaluate(
         chunk_bytes,
         tp=tp,
         known=builder.deps,
+        check=check,
     )
 
 
