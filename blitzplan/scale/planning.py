@@ -56,17 +56,19 @@ class Planning:
         before a step that cannot end in time). At the stages of
         :data:`~blitzplan.multicast.planning_rate.STAGE_DONE` (the first call of each) it
         projects the work since the greedy began (stage ``problem``) at its pace so far
-        (:func:`~blitzplan.multicast.planning_rate.recut_share`): work that would end past that
-        point is not gone on with: with ``recut``, the call stops with
+        (:func:`~blitzplan.multicast.planning_rate.recut_share`, a fresh plan's setup being what
+        this attempt spent before that stage): work that would end past that point is not gone
+        on with: with ``recut``, the call stops with
         :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
         affords follows), else with DeadlinePassed (None: no deadline or no clock)."""
         deadline, started = self.options.deadline_s, self.started
         if deadline is None or started is None:
             return None
         limit = stop_at(topology, deadline)
+        clock = time.monotonic
+        opened = clock() - started  # this attempt's layout (a recut's setup) starts here
         begun: list[float] = []
         last: dict[str, float] = {}
-        clock = time.monotonic
 
         def check(stage: str) -> None:
             now = clock() - started
@@ -81,7 +83,7 @@ class Planning:
             elif stage == "problem" and not begun:
                 begun.append(now)
             elif begun and stage in STAGE_DONE:
-                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0])
+                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0] - opened)
                 if share is not None:
                     raise TooSlow(stage, share) if recut else DeadlinePassed(stage)
 
