@@ -303,12 +303,19 @@ def _runs(parts: list[tuple[float, float, int]]) -> list[tuple[float, float, lis
 
 FORWARD_HEADROOM = 2.0
 """A forwarding or gathering lane may be paced up to this multiple of its planned rate."""
+CHECK_EVERY = 64
+"""Lanes between two calls of a deadline's checkpoint in :func:`relax_paces`."""
 
 
-def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
+def relax_paces(
+    builder: PlanBuilder,
+    residual: Mapping[Edge, float],
+    check: Callable[[str], None] | None = None,
+) -> None:
     """Raise the pace of every forwarding and gathering lane into the room its links have left
     (module docstring, step 6). Every pace stays within what the links carry together, so the
-    fair shares remain the paces."""
+    fair shares remain the paces. ``check`` (a deadline's checkpoint) is called every
+    :data:`CHECK_EVERY` lanes."""
     load: dict[Edge, float] = {}
     for flow in builder.flows:
         pace = flow.max_bytes_per_s
@@ -316,6 +323,8 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
             load[edge] = load.get(edge, 0.0) + pace
     flows, nodes, isfinite = builder.flows, builder.nodes, math.isfinite
     for lane in builder.lanes:
+        if check is not None and not lane.flow % CHECK_EVERY:
+            check("pacing")
         if nodes[lane.sender].kind is not NodeKind.TARGET:
             continue
         flow = flows[lane.flow]

@@ -61,10 +61,12 @@ class Context:
     targets: tuple[int, ...]
 
 
-def context(problem: Problem) -> Context:
+def context(problem: Problem, check: Callable[[str], None] | None = None) -> Context:
+    """The problem's plan nodes, their ports and the target nodes; ``check`` (a deadline's
+    checkpoint) is called per node as the ports are found."""
     nodes = tuple(base_builder(problem).nodes)
     targets = tuple(n.id for n in nodes[len(problem.sources) :])
-    return Context(nodes, ports(problem, nodes), targets)
+    return Context(nodes, ports(problem, nodes, check), targets)
 
 
 def live_names(problem: Problem, ctx: Context, live_nodes: Sequence[int]) -> tuple[str, ...]:
@@ -165,7 +167,7 @@ def build(
     check("allocation")
     build_lanes(problem, builder, ctx.port, alloc, check)
     check("paces")
-    relax_paces(builder, problem.residual)
+    relax_paces(builder, problem.residual, check)
     check("evaluation")
     built = run(problem, builder, live_names(problem, ctx, choice.live_nodes), check)
     check("evaluated")

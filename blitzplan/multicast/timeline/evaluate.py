@@ -25,7 +25,7 @@ def evaluate(
     """Fair-share rates per phase, then the recurrence over lanes in dependency order;
     ``check`` (a deadline's checkpoint, which raises to stop the call) is called with ``rates``
     once the rates are known and with ``timeline`` per level of the recurrence."""
-    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background)
+    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background, check)
     if check is not None:
         check("rates")
     hops = builder.hops()
@@ -45,12 +45,18 @@ def evaluate(
 
 
 def phase_rates(
-    topology: Topology, flows: Sequence[Flow], phases: Sequence[int], background: Sequence[Flow]
+    topology: Topology,
+    flows: Sequence[Flow],
+    phases: Sequence[int],
+    background: Sequence[Flow],
+    check: Callable[[str], None] | None = None,
 ) -> tuple[float, ...]:
+    """Each phase's flows' max-min fair rates after ``background``; ``check`` (a deadline's
+    checkpoint) is called per group of flows sharing links."""
     rates = [0.0] * len(flows)
     for phase in sorted(set(phases)):
         ids = [i for i, p in enumerate(phases) if p == phase]
-        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background)
+        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background, check)
         for i, rate in zip(ids, shared, strict=True):
             rates[i] = rate
     return tuple(rates)

@@ -133,7 +133,8 @@ def run_lanes(
     Lanes timed alike (:func:`_alike`: the gathers of one landed stripe, for one) run the
     recurrence once, on the first of them; the others take its times. The rest are evaluated
     level by level (a lane's level is one more than the deepest lane it waits for), every level
-    at once with numpy. ``check`` (a deadline's checkpoint) is called before each level."""
+    at once with numpy. ``check`` (a deadline's checkpoint) is called once the lanes timed alike are
+    known (``timing``) and before each level (``timeline``)."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
     after: list[list[int]] = [[] for _ in lanes]
@@ -146,6 +147,8 @@ def run_lanes(
             hop_of[lane.flow] = h
             saf[lane.flow] = not hop.pipelined
     same = _alike(lanes, deps, hop_of, rates, latency_s)
+    if check is not None:
+        check("timing")
     firsts = sorted(set(same))  # the lanes timed; row k of the arrays below is firsts[k]
     row = {f: k for k, f in enumerate(firsts)}
     timed = [lanes[f] for f in firsts]
