@@ -13,18 +13,22 @@ The checkpoint (:func:`afford_now`): once the multicast has laid its problem out
 again at the load it measured so far; when the time left no longer affords every instance it was
 given, the multicast plans fewer (the plan of that many, as if asked for them), so a call slowed
 down by the machine still ends near its deadline. From there on the call is bounded by the
-clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
-built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
-than the cheapest honest answer takes (a plan that loads nothing, :func:`answer_cost`), and
+clock (:func:`stop_at`): checkpoints in the greedy (per stage; per node as its ports are found,
+per target as it is allocated and its lanes are built, every 64 lanes as their paces are
+relaxed, per group of flows as their fair rates are filled, per level of the timeline) and in
+the transfer program (at its entry, per lane, once built) raise :class:`DeadlinePassed` once the
+time left is no more than the cheapest honest answer takes (a plan that loads nothing,
+:func:`answer_cost`), or, in a loop, would be by the end of a next step as long as the last, and
 the call returns that answer instead of overrunning (and the next calls under a deadline no
-longer than it plan for a raised load, fewer instances: :func:`record_stop`). Before that,
-checkpoints from the allocation to the transfer program's first step compare the call's own
-pace with the deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says
-are done there): a call that would end past it stops with :class:`TooSlow` and plans afresh the
-share of its instances the time left affords at that pace. The line is Siegel's repeated medians
-(:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
-first on a cluster fills its route caches) moves it little. The first plan on a topology has no
-record: it plans everything, until its checkpoints find the time out.
+longer than it plan for a raised load, fewer instances: :func:`record_stop`). At the
+checkpoints of :data:`STAGE_DONE`, from the allocation to the program built, the call also
+projects its own pace (:func:`recut_share`, at the shares of the work done there): work that
+would end past the stop point is not gone on with: the call stops with :class:`TooSlow` and
+plans afresh the share of its instances the time left affords at that pace (at most
+:data:`RECUTS` times; then it stops with :class:`DeadlinePassed`). The line is Siegel's
+repeated medians (:func:`planning_line`) through the fastest recent record of each size, so a
+slow plan (the first on a cluster fills its route caches) moves it little. The first plan on
+a topology has no record: it plans everything, until its checkpoints find the time out.
 """
 
 from __future__ import annotations

@@ -101,14 +101,16 @@ def plan(
       that fits; a call that load affords none is answered at once with nothing); once the
       multicast's problem is laid out it asks again at the load the call met so far and may
       place fewer;
-    * in the multicast greedy (its stages and each target node) or the transfer program,
-      before a multicast plan is timed and its program built there is no partial transfer to
-      keep (a plan's link shares and times hold only for all of its lanes): a stop keeps the
-      role changes that move no weights (rebalances in place) and the releases; every new
-      instance, and each mutation that waits for a new instance to replace it, is
-      ``missing``. Up to the program's first step a call whose own pace ends past the deadline
-      stops early and plans afresh the share of its new instances the time left affords (the
-      plan of that many, complete);
+    * in the multicast greedy (its stages, and its loops over nodes, lanes, groups of flows
+      and the timeline's levels) or the transfer program, before a multicast plan is timed and
+      its program built there is no partial transfer to keep (a plan's link shares and times
+      hold only for all of its lanes): a stop keeps the role changes that move no weights
+      (rebalances in place) and the releases; every new instance, and each mutation that
+      waits for a new instance to replace it, is ``missing``. A loop stops before a step as
+      long as its last would end past the stop point; from the allocation to the program
+      built, a call whose own pace ends past it does not go on: it plans afresh the share of
+      its new instances the time left affords (the plan of that many, complete; at most
+      twice, then it stops);
     * refinements: never run under a deadline; the greedy's plan is the plan (noted when it is
       more than 1 % above its bound);
     * live pairs: the pairs found by the stop point are kept, the other live instances load
