@@ -43,7 +43,7 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.planning_rate import DeadlinePassed, record_stop
 from blitzplan.scale.byte_checks import check_source_bytes
-from blitzplan.scale.deadline import stopped_plan, too_short, too_short_plan
+from blitzplan.scale.deadline import collect_due, stopped_plan, too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -116,7 +116,10 @@ def plan(
     * live pairs: the pairs found by the stop point are kept, the other live instances load
       without a pair (noted);
     * milestones and the document: not stopped (the stop point keeps the time the cheapest
-      answer takes).
+      answer takes);
+    * the garbage collector: paused inside; the pass the call's allocations made due runs
+      before it returns when the deadline's time left affords it, else at the caller's next
+      allocation.
     """
     if isinstance(request, Sequence) and not isinstance(request, str):
         from blitzplan.scale.multiplan import plan_requests
@@ -127,9 +130,14 @@ def plan(
         with collector_relaxed():
             return _planned(state, request, run)
     # under a deadline no collection inside: a pass over earlier calls' objects (8 ms after a
-    # +1,000 plan) is not this call's work; it runs at the caller's next allocation
-    with collector_paused():
-        return _planned(state, request, run)
+    # +1,000 plan) is not this call's work; the one its allocations made due runs in the time
+    # the deadline leaves, else at the caller's next allocation (often the next call's start)
+    paused = collector_paused()
+    with paused:
+        planned = _planned(state, request, run)
+        if paused.enabled:
+            collect_due(run)
+    return planned
 
 
 def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> ScalePlan:
