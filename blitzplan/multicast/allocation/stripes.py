@@ -24,13 +24,13 @@ The builder records, for every lane, the lanes that bring its bytes to its holde
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from blitzplan.multicast.allocation.allocate import Allocation
 from blitzplan.multicast.allocation.entries import MIN_PIECE, Piece, assign_pieces
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.allocation.ports import Ports
-from blitzplan.multicast.plan_types import NodeKind, PlanNode
+from blitzplan.multicast.plan_types import Lane, NodeKind, PlanNode
 from blitzplan.multicast.setup.holdings import TOLERANCE, holder_segments, overlap
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.topologies import Edge, Topology
@@ -322,9 +322,7 @@ def relax_paces(
         for edge in flow.edges:
             load[edge] = load.get(edge, 0.0) + pace
     flows, nodes, isfinite = builder.flows, builder.nodes, math.isfinite
-    for lane in builder.lanes:
-        if check is not None and not lane.flow % CHECK_EVERY:
-            check("pacing")
+    for lane in builder.lanes if check is None else _checked(builder.lanes, check):
         if nodes[lane.sender].kind is not NodeKind.TARGET:
             continue
         flow = flows[lane.flow]
@@ -341,3 +339,12 @@ def relax_paces(
         for edge in flow.edges:
             load[edge] += extra
         flows[lane.flow] = quick_flow(flow.edges, pace + extra, flow.name)
+
+
+def _checked(lanes: Sequence[Lane], check: Callable[[str], None]) -> Iterator[Lane]:
+    """``lanes``, ``check("pacing")`` called before every :data:`CHECK_EVERY`-th (a loop
+    without a deadline iterates the list itself: no test per lane)."""
+    for k, lane in enumerate(lanes):
+        if not k % CHECK_EVERY:
+            check("pacing")
+        yield lane

@@ -160,16 +160,16 @@ def build(
     """The plan of ``choice``: allocation, lanes, gathers, evaluated; ``check`` (a deadline's
     checkpoint, which raises to stop the call) is called between the stages and per target node
     as the lanes are built."""
-    check = check or _unchecked
+    loops, check = check, check or _unchecked  # the loops skip None without a call
     builder = base_builder(problem)
     forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
-    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding, check)
+    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding, loops)
     check("allocation")
-    build_lanes(problem, builder, ctx.port, alloc, check)
+    build_lanes(problem, builder, ctx.port, alloc, loops)
     check("paces")
-    relax_paces(builder, problem.residual, check)
+    relax_paces(builder, problem.residual, loops)
     check("evaluation")
-    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes), check)
+    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes), loops)
     check("evaluated")
     return built
 
