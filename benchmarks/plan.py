@@ -17,9 +17,9 @@ far (``planned``: the least and the median over the timed calls, ``per call`` ea
 count in order; the rest are in ``missing``); it skips the multicast's refinements; one shorter
 than any plan there returns a plan of nothing at once, and checkpoints in the greedy and the
 transfer program stop a call whose time runs out with the plan found so far, which loads no new
-instance (``stopped``: how many of the timed calls; up to the program's first step a call too
-slow plans afresh the share it affords instead; after a stop the next calls plan for twice the
-load, the smaller share it affords, halved back by each call that fits). The last table
+instance (``stopped``: how many of the timed calls; up to the program built a call too slow
+plans afresh the share it affords instead, at most twice; after a stop the next calls plan for
+twice the load, the smaller share it affords, halved back by each call that fits). The last table
 shows what the multicast's refinements gain and cost on the busy fleet and on small NVLink and
 PCIe clusters: ``refine_budget`` 0, the default and None side by side.
 

@@ -36,12 +36,12 @@ fill) it affords 20 new instances ((2.55 - 0.5) / 0.1 = 20.5), all 12 asked; at 
 
 class _Clock:
     """What the calls' checkpoints do: ``stage`` raises DeadlinePassed (a stop) there, ``slow``
-    raises TooSlow at ``evaluated`` (a recut to half), None lets them pass; ``made`` counts the
-    checkpoints made."""
+    raises TooSlow at ``evaluated`` (a recut to half) that many times, None lets them pass;
+    ``made`` counts the checkpoints made."""
 
     def __init__(self) -> None:
         self.stage: str | None = None
-        self.slow = False
+        self.slow = 0
         self.made = 0
 
 
@@ -63,6 +63,7 @@ def _frozen(monkeypatch: pytest.MonkeyPatch) -> tuple[ClusterState, _Clock]:
             if at == clock.stage:
                 raise DeadlinePassed(at)
             if recut and clock.slow and at == "evaluated":
+                clock.slow -= 1
                 raise TooSlow(at, 0.5)
 
         return check
@@ -213,10 +214,10 @@ def test_a_recut_plans_its_share_but_does_not_bring_the_load_back_down(
     state, clock = _frozen(monkeypatch)
     clock.stage = "lanes"
     _planned(state)
-    clock.stage, clock.slow = None, True
+    clock.stage, clock.slow = None, 1
     out = _planned(state)
     assert len(out.new_instances) == 3
     _round_trip(state, out)
     assert _raised(state) == 2.0
-    clock.slow = False
+    clock.slow = 0
     assert len(_planned(state).new_instances) == 7 and _raised(state) == 1.0

@@ -9,8 +9,11 @@ from __future__ import annotations
 import gc
 import time
 
+import pytest
+
 from blitzplan.multicast.planning_rate import BACKOFF, layout_cost, record_layout, record_rate
 from blitzplan.scale import ScaleRequest, plan, validate_plan
+from blitzplan.scale.deadline import collect_due, due_generation
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import at_efficiency
@@ -107,3 +110,43 @@ def test_every_backoff_th_call_the_line_refuses_plans_anyway() -> None:
     assert tried.new_instances == () and validate_plan(state, tried) == ()
     assert "deadline_s: 0 of 4 new instances planned" in tried.notes
     assert derated.memo["planning_time"]["none"] > 0
+
+
+def test_the_collection_a_call_makes_due_runs_inside_it_when_the_deadline_affords_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the youngest generation's threshold at 10 allocations every plan makes a
+    collection due: under an hour's deadline it runs before plan() returns (the count is back
+    under the threshold); without a deadline plan() runs none itself. A due pass whose cost the
+    time left does not afford (the call's clock at its deadline) is left for the caller's next
+    allocation; with time left it runs, and a run with no deadline runs none."""
+    before = gc.get_threshold()
+    ran: list[int] = []
+    real = gc.collect
+    monkeypatch.setattr(
+        gc, "collect", lambda generation=2: ran.append(generation) or real(generation)
+    )
+    request = ScaleRequest("llama-3-8b", prefill=2, tp=1)
+    try:
+        gc.set_threshold(10, 10, 10)
+        out = plan(_busy(), request, deadline_s=3600.0)
+        assert len(out.new_instances) == 2 and len(ran) == 1 and gc.get_count()[0] <= 10
+        plan(_busy(), request)
+        assert len(ran) == 1
+        gc.disable()  # no pass of its own while the due one is asked about
+        try:
+            kept = [{k} for k in range(200)]  # 200 tracked sets (no free list): a pass is due
+            assert due_generation() is not None and len(kept) == 200
+            run = Planning(PlanOptions(deadline_s=1.0), None, time.monotonic(), time.thread_time())
+            monkeypatch.setattr(Planning, "used", lambda self: 1.0)
+            collect_due(run)
+            assert len(ran) == 1
+            collect_due(Planning(PlanOptions(), None, time.monotonic(), time.thread_time()))
+            assert len(ran) == 1
+            monkeypatch.setattr(Planning, "used", lambda self: 0.0)
+            collect_due(run)
+            assert len(ran) == 2 and due_generation() is None
+        finally:
+            gc.enable()
+    finally:
+        gc.set_threshold(*before)

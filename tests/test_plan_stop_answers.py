@@ -4,7 +4,8 @@ the best plan found so far, valid and complete in what it plans, the rest in ``m
 A stop before a multicast plan is timed keeps the changes that move no weights (in-place
 rebalances, releases); a call found too slow once its greedy plan is timed (or at the transfer
 program's first step) plans afresh the share the time left affords; a retry is not made when
-the recorded plan of none does not fit; and the late recut is asked once per stage. Clocks and
+the recorded plan of none does not fit; the late recut is asked once per stage; and a loop's
+checkpoint stops before a step that cannot end in time. Clocks and
 checkpoints are injected: nothing here is timed."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from blitzplan.multicast.planning_rate import DeadlinePassed, TooSlow, record_rate
+from blitzplan.multicast.planning_rate import RECUTS, DeadlinePassed, TooSlow, record_rate
 from blitzplan.scale import ScalePlan, ScaleRequest, plan, validate_plan
 from blitzplan.scale import planning as planning_module
 from blitzplan.scale.plan_options import PlanOptions
@@ -101,17 +102,19 @@ def test_a_stop_keeps_the_releases_of_a_mixed_request(monkeypatch: pytest.Monkey
 def test_a_call_too_slow_at_a_late_checkpoint_plans_afresh_a_valid_share(
     monkeypatch: pytest.MonkeyPatch, stage: str
 ) -> None:
-    """Found too slow at ``stage`` (injected, half of its 12 instances affordable), up to the
-    transfer program's first step: a plan of 6 planned afresh, its program delivering every
-    byte of each of them (the byte certificate), the other 6 in ``missing``."""
+    """Found too slow at ``stage`` (injected in the first attempt, half of its 12 instances
+    affordable), up to the transfer program's first step: a plan of 6 planned afresh (its
+    checkpoints could recut again), its program delivering every byte of each of them (the
+    byte certificate), the other 6 in ``missing``."""
     state = _busy()
     attempts: list[bool] = []
 
     def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
         attempts.append(recut)
+        first = len(attempts) == 1
 
         def check(at: str) -> None:
-            if recut and at == stage:
+            if first and at == stage:
                 raise TooSlow(at, 0.5)
 
         return check
@@ -120,7 +123,7 @@ def test_a_call_too_slow_at_a_late_checkpoint_plans_afresh_a_valid_share(
     began = time.thread_time()
     out = plan(state, ScaleRequest("llama-3-8b", prefill=12, tp=1), deadline_s=60.0)
     call_s = time.thread_time() - began
-    assert attempts == [True, False] and len(out.new_instances) == 6
+    assert attempts == [True, RECUTS > 1] and len(out.new_instances) == 6
     assert "deadline_s: 6 new instances not planned" in out.missing
     assert any(
         f"a plan of 12 new instances ran slower than recorded ({stage}" in n for n in out.notes
@@ -149,28 +152,58 @@ def test_the_late_recut_is_asked_at_a_stage_s_first_checkpoint_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 1 s deadline (the stop point 1 s less the cheapest answer, 1 ms): the greedy begins
-    at 10 ms; at the program's first step, 0.5 s in, the work (0.49 s for 73 %) ends by 0.68 s:
-    no recut. Later steps of the program are further along than 73 %: no recut at 0.8 s,
-    though 73 % would project past the deadline; the stop point still stops the call."""
+    at 10 ms; at the program's first step, 0.5 s in, the work (0.49 s for 72 %) ends by 0.69 s:
+    no recut. Later steps of the program, 10 ms apart, are further along than 72 %: no recut up
+    to 0.98 s, though 72 % would project past the deadline; at 0.99 s a step as long as the
+    last would end past the stop point: the call stops there (not a recut). Without a recut
+    left, a projection past the stop point stops the call too."""
     clock = _Clock()
     monkeypatch.setattr(planning_module, "time", clock)
     run = Planning(PlanOptions(deadline_s=1.0), None, clock.now, clock.now)
     check = run.checkpoint(_fresh_topology("h200-8"))
     assert check is not None
-    for at, stage in [(0.01, "problem"), (0.5, "program"), (0.8, "program"), (0.99, "program")]:
-        clock.now = 100.0 + at
-        check(stage)
-    clock.now = 100.0 + 0.9995
+    clock.now = 100.01
+    check("problem")
+    for ms in range(500, 990, 10):
+        clock.now = 100.0 + ms / 1e3
+        check("program")
+    clock.now = 100.0 + 0.99
     with pytest.raises(DeadlinePassed) as stopped:
         check("program")
     assert not isinstance(stopped.value, TooSlow)
-    fresh = run.checkpoint(_fresh_topology("h200-8"))
-    assert fresh is not None
-    clock.now = 100.0 + 0.01
-    fresh("problem")
-    clock.now = 100.0 + 0.8  # first reached at 0.8 s: 1.09 s of work, past the deadline
-    with pytest.raises(TooSlow):
-        fresh("program")
+    for recut, raised in [(True, TooSlow), (False, DeadlinePassed)]:
+        fresh = run.checkpoint(_fresh_topology("h200-8"), recut=recut)
+        assert fresh is not None
+        clock.now = 100.0 + 0.01
+        fresh("problem")
+        clock.now = 100.0 + 0.8  # first reached at 0.8 s: 1.09 s of work, past the deadline
+        with pytest.raises(raised) as found:
+            fresh("program")
+        assert isinstance(found.value, TooSlow) == recut
+
+
+def test_a_loop_s_checkpoint_stops_before_a_step_that_cannot_end_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 1 s deadline: a loop's checkpoint (``lanes``, per target node) reached at 0.3 s and
+    0.6 s passes (the next step, 0.3 s long as the last, ends by 0.9 s); at 0.7 s the next
+    (0.1 s) would end at 0.8 s: it passes; another stage between does not count; at 0.95 s,
+    0.25 s after its last, the next would end at 1.2 s, past the stop point (0.999 s): the
+    loop stops there, though the stop point is not reached."""
+    clock = _Clock()
+    monkeypatch.setattr(planning_module, "time", clock)
+    run = Planning(PlanOptions(deadline_s=1.0), None, clock.now, clock.now)
+    check = run.checkpoint(_fresh_topology("h200-8"))
+    assert check is not None
+    for at in (0.3, 0.6, 0.7):
+        clock.now = 100.0 + at
+        check("lanes")
+    clock.now = 100.0 + 0.75
+    check("other")  # another stage's first step: nothing to go by
+    clock.now = 100.0 + 0.95  # the lanes' last step took 0.25 s: the next ends at 1.2 s
+    with pytest.raises(DeadlinePassed) as stopped:
+        check("lanes")
+    assert stopped.value.stage == "lanes"
 
 
 def test_no_retry_when_the_recorded_plan_of_none_does_not_fit(

@@ -55,7 +55,7 @@ def striped_plan(
     entered = time.perf_counter()
     if check is not None:
         check("problem")
-    ctx = context(problem)
+    ctx = context(problem, check)
     if check is not None:
         check("context")
     choice = first = greedy_choice(problem, ctx, objective)

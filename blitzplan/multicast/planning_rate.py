@@ -13,18 +13,22 @@ The checkpoint (:func:`afford_now`): once the multicast has laid its problem out
 again at the load it measured so far; when the time left no longer affords every instance it was
 given, the multicast plans fewer (the plan of that many, as if asked for them), so a call slowed
 down by the machine still ends near its deadline. From there on the call is bounded by the
-clock (:func:`stop_at`): checkpoints in the greedy (per stage, per target node as its lanes are
-built) and in the transfer program raise :class:`DeadlinePassed` once the time left is no more
-than the cheapest honest answer takes (a plan that loads nothing, :func:`answer_cost`), and
+clock (:func:`stop_at`): checkpoints in the greedy (per stage; per node as its ports are found,
+per target as it is allocated and its lanes are built, every 64 lanes as their paces are
+relaxed, per group of flows as their fair rates are filled, per level of the timeline) and in
+the transfer program (at its entry, per lane, once built) raise :class:`DeadlinePassed` once the
+time left is no more than the cheapest honest answer takes (a plan that loads nothing,
+:func:`answer_cost`), or, in a loop, would be by the end of a next step as long as the last, and
 the call returns that answer instead of overrunning (and the next calls under a deadline no
-longer than it plan for a raised load, fewer instances: :func:`record_stop`). Before that,
-checkpoints from the allocation to the transfer program's first step compare the call's own
-pace with the deadline (:func:`recut_share`, at the shares of the work :data:`STAGE_DONE` says
-are done there): a call that would end past it stops with :class:`TooSlow` and plans afresh the
-share of its instances the time left affords at that pace. The line is Siegel's repeated medians
-(:func:`planning_line`) through the fastest recent record of each size, so a slow plan (the
-first on a cluster fills its route caches) moves it little. The first plan on a topology has no
-record: it plans everything, until its checkpoints find the time out.
+longer than it plan for a raised load, fewer instances: :func:`record_stop`). At the
+checkpoints of :data:`STAGE_DONE`, from the allocation to the program built, the call also
+projects its own pace (:func:`recut_share`, at the shares of the work done there): work that
+would end past the stop point is not gone on with: the call stops with :class:`TooSlow` and
+plans afresh the share of its instances the time left affords at that pace (at most
+:data:`RECUTS` times; then it stops with :class:`DeadlinePassed`). The line is Siegel's
+repeated medians (:func:`planning_line`) through the fastest recent record of each size, so a
+slow plan (the first on a cluster fills its route caches) moves it little. The first plan on
+a topology has no record: it plans everything, until its checkpoints find the time out.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ __all__ = [
     "DEADLINE_SHARE",
     "KEPT",
     "RAISED_MAX",
+    "RECUTS",
     "STAGE_DONE",
     "DeadlinePassed",
     "TooSlow",
@@ -85,14 +90,28 @@ refuses halves that load back (:func:`relax_load`)."""
 RAISED_MAX = 64.0
 """The most a run of stops raises the load the next calls plan for (:func:`record_stop`)."""
 
+RECUTS = 2
+"""At most this many times a call under a deadline gives its plan up for a fresh plan of fewer
+new instances (:class:`TooSlow`); the last attempt stops instead (:class:`DeadlinePassed`)."""
+
 _KEY = "planning_time"
 
 
-STAGE_DONE = {"allocation": 0.09, "paces": 0.24, "evaluated": 0.63, "program": 0.73}
+STAGE_DONE = {
+    "allocation": 0.09,
+    "paces": 0.28,
+    "evaluation": 0.35,
+    "rates": 0.48,
+    "evaluated": 0.62,
+    "program": 0.72,
+    "programmed": 0.9,
+}
 """The share of a plan's work after its problem is laid out (the greedy, the transfer program,
 the live pairs) done when the call first reaches each of these checkpoints (CPU time on the busy
-fleet from +64 to +1,000: 0.07-0.10, 0.23-0.27, 0.54-0.67 once the greedy's plan is timed,
-0.64-0.76 at the transfer program's first step)."""
+fleet, +64 / +512 / +1,000: the allocation 0.09-0.10 (its ports 0.04 and ``T*`` 0.05-0.06
+before it: too early a pace for a projection), the lanes 0.27-0.30, their paces 0.31-0.39, the
+fair-share rates 0.41-0.53, the timeline 0.54-0.68, the transfer program's first step
+0.65-0.75, the program built 0.84-0.94)."""
 
 
 class DeadlinePassed(Exception):

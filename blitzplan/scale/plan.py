@@ -43,7 +43,7 @@ from blitzplan.models import ModelSpec, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.planning_rate import DeadlinePassed, record_stop
 from blitzplan.scale.byte_checks import check_source_bytes
-from blitzplan.scale.deadline import stopped_plan, too_short, too_short_plan
+from blitzplan.scale.deadline import collect_due, stopped_plan, too_short, too_short_plan
 from blitzplan.scale.mutations import RoleChanges, role_changes
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
@@ -101,20 +101,25 @@ def plan(
       that fits; a call that load affords none is answered at once with nothing); once the
       multicast's problem is laid out it asks again at the load the call met so far and may
       place fewer;
-    * in the multicast greedy (its stages and each target node) or the transfer program,
-      before a multicast plan is timed and its program built there is no partial transfer to
-      keep (a plan's link shares and times hold only for all of its lanes): a stop keeps the
-      role changes that move no weights (rebalances in place) and the releases; every new
-      instance, and each mutation that waits for a new instance to replace it, is
-      ``missing``. Up to the program's first step a call whose own pace ends past the deadline
-      stops early and plans afresh the share of its new instances the time left affords (the
-      plan of that many, complete);
+    * in the multicast greedy (its stages, and its loops over nodes, lanes, groups of flows
+      and the timeline's levels) or the transfer program, before a multicast plan is timed and
+      its program built there is no partial transfer to keep (a plan's link shares and times
+      hold only for all of its lanes): a stop keeps the role changes that move no weights
+      (rebalances in place) and the releases; every new instance, and each mutation that
+      waits for a new instance to replace it, is ``missing``. A loop stops before a step as
+      long as its last would end past the stop point; from the allocation to the program
+      built, a call whose own pace ends past it does not go on: it plans afresh the share of
+      its new instances the time left affords (the plan of that many, complete; at most
+      twice, then it stops);
     * refinements: never run under a deadline; the greedy's plan is the plan (noted when it is
       more than 1 % above its bound);
     * live pairs: the pairs found by the stop point are kept, the other live instances load
       without a pair (noted);
     * milestones and the document: not stopped (the stop point keeps the time the cheapest
-      answer takes).
+      answer takes);
+    * the garbage collector: paused inside; the pass the call's allocations made due runs
+      before it returns when the deadline's time left affords it, else at the caller's next
+      allocation.
     """
     if isinstance(request, Sequence) and not isinstance(request, str):
         from blitzplan.scale.multiplan import plan_requests
@@ -125,9 +130,14 @@ def plan(
         with collector_relaxed():
             return _planned(state, request, run)
     # under a deadline no collection inside: a pass over earlier calls' objects (8 ms after a
-    # +1,000 plan) is not this call's work; it runs at the caller's next allocation
-    with collector_paused():
-        return _planned(state, request, run)
+    # +1,000 plan) is not this call's work; the one its allocations made due runs in the time
+    # the deadline leaves, else at the caller's next allocation (often the next call's start)
+    paused = collector_paused()
+    with paused:
+        planned = _planned(state, request, run)
+        if paused.enabled:
+            collect_due(run)
+    return planned
 
 
 def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> ScalePlan:

@@ -51,31 +51,41 @@ class Planning:
     def checkpoint(self, topology: Topology, *, recut: bool = True) -> Callable[[str], None] | None:
         """Under a deadline, a checkpoint: called with the name of a stage, it raises
         :class:`~blitzplan.multicast.planning_rate.DeadlinePassed` once the call has reached
-        :func:`~blitzplan.multicast.planning_rate.stop_at`, and with ``recut``, at the stages
-        of :data:`~blitzplan.multicast.planning_rate.STAGE_DONE` (the first call of each),
-        :class:`~blitzplan.multicast.planning_rate.TooSlow` when the work since the greedy
-        began (stage ``problem``) would end past that point at its pace so far (None: no
-        deadline or no clock)."""
+        :func:`~blitzplan.multicast.planning_rate.stop_at`, or would by the time the stage's
+        next step ends (the step as long as its last one: a loop's checkpoint stops the loop
+        before a step that cannot end in time). At the stages of
+        :data:`~blitzplan.multicast.planning_rate.STAGE_DONE` (the first call of each) it
+        projects the work since the greedy began (stage ``problem``) at its pace so far
+        (:func:`~blitzplan.multicast.planning_rate.recut_share`, a fresh plan's setup being what
+        this attempt spent before that stage): work that would end past that point is not gone
+        on with: with ``recut``, the call stops with
+        :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
+        affords follows), else with DeadlinePassed (None: no deadline or no clock)."""
         deadline, started = self.options.deadline_s, self.started
         if deadline is None or started is None:
             return None
         limit = stop_at(topology, deadline)
+        clock = time.monotonic
+        opened = clock() - started  # this attempt's layout (a recut's setup) starts here
         begun: list[float] = []
-        seen: set[str] = set()
+        last: dict[str, float] = {}
 
         def check(stage: str) -> None:
-            now = time.monotonic() - started
+            now = clock() - started
+            before = last.get(stage)
+            last[stage] = now
+            if now >= limit or (before is not None and 2.0 * now - before >= limit):
+                raise DeadlinePassed(stage)
+            if before is not None:
+                return  # a loop's later steps: the stage's share of the work was projected
             if stage == "layout":  # the first checkpoint: no call under a deadline stops sooner
                 record_layout(topology, self.used_cpu())
-            if now >= limit:
-                raise DeadlinePassed(stage)
-            if stage == "problem" and not begun:
+            elif stage == "problem" and not begun:
                 begun.append(now)
-            elif recut and begun and stage in STAGE_DONE and stage not in seen:
-                seen.add(stage)  # a stage's share of the work is done when it is first reached
-                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0])
+            elif begun and stage in STAGE_DONE:
+                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0] - opened)
                 if share is not None:
-                    raise TooSlow(stage, share)
+                    raise TooSlow(stage, share) if recut else DeadlinePassed(stage)
 
         return check
 

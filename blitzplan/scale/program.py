@@ -55,7 +55,10 @@ def program(
 ) -> tuple[TransferStep, ...]:
     """The steps of ``plan`` on ``topology``, leaving out the bytes in ``held`` (a replan's:
     per GPU and unit, the bytes ``[round(lo * B), round(hi * B))`` of each interval);
-    ``check`` (a deadline's checkpoint, which raises to stop the call) is called per lane."""
+    ``check`` (a deadline's checkpoint, which raises to stop the call) is called once before
+    the steps are laid out (``programming``) and per lane (``program``)."""
+    if check is not None:
+        check("programming")
     have = _in_bytes(held or {}, plan.unit_bytes)
     snap = _snapper(plan)
     owner = {g: inst.name for inst in plan.instances for g in inst.gpus}

@@ -21,6 +21,7 @@ from blitzplan.models import ModelSpec
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
 from blitzplan.multicast.plan_types import MulticastPlan
 from blitzplan.multicast.planning_rate import (
+    RECUTS,
     DeadlinePassed,
     TooSlow,
     afford_now,
@@ -159,7 +160,8 @@ def _transfers(
     refinements', an attempt given up), its transfer program and whether it was recut. Under a
     deadline (planner-placed instances) both stop at the deadline's checkpoints
     (:meth:`Planning.checkpoint`): one that finds the call too slow (TooSlow) has the share of
-    the instances tried that the time left affords planned afresh (once, with a note); one that
+    the instances tried that the time left affords planned afresh (at most
+    :data:`~blitzplan.multicast.planning_rate.RECUTS` times, each with a note); one that
     finds the time out has DeadlinePassed go on to the caller, which answers in time. Either
     way the time spent on the instances tried (since the call began, or since the attempt given
     up) is recorded for them: at least what a plan of them costs, so the line learns."""
@@ -169,28 +171,33 @@ def _transfers(
         hooks: tuple[Callable[[str], None] | None, list[int], int | None],
     ) -> tuple[MulticastPlan | None, tuple[float, float], tuple[TransferStep, ...]]:
         plan, refined_s = _multicast(state, spec, tp, targets, run, live_count, said, hooks)
-        return plan, refined_s, program(plan, state.topology, held, hooks[0]) if plan else ()
+        steps = program(plan, state.topology, held, hooks[0]) if plan else ()
+        if hooks[0] is not None and plan is not None:
+            hooks[0]("programmed")  # what is left (pairs, milestones, the document) must fit
+        return plan, refined_s, steps
 
-    given_up = (0.0, 0.0)  # CPU and wall-clock seconds of the attempt given up for a recut
+    given_up = (0.0, 0.0)  # CPU and wall-clock seconds of the attempts given up for a recut
+    cap: int | None = None  # a recut's count
+    recuts = RECUTS
     try:
-        try:
-            check = run.checkpoint(state.topology) if targets.count else None
-            return (*attempt((check, tried, None)), False)
-        except TooSlow as slow:
-            afresh = math.floor(tried[-1] * slow.share) if tried else 0
-            if afresh < 1:
-                raise DeadlinePassed(slow.stage) from None
-            given_up = (run.used_cpu(), run.used())
+        while True:
+            check = run.checkpoint(state.topology, recut=recuts > 0) if targets.count else None
+            try:
+                plan, (cpu_s, wall_s), steps = attempt((check, tried, cap))
+                return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps, cap is not None
+            except TooSlow as slow:
+                cap, stage = (math.floor(tried[-1] * slow.share) if tried else 0), slow.stage
+                if cap < 1 or recuts < 1:
+                    raise DeadlinePassed(stage) from None
+            recuts -= 1
+            spent = (run.used_cpu() - given_up[0], run.used() - given_up[1])
             if run.started is not None:
-                record_rate(state.topology, tried[-1], *given_up)
+                record_rate(state.topology, tried[-1], *spent)
+            given_up = (run.used_cpu(), run.used())
             said[0].append(
                 f"deadline_s: a plan of {tried[-1]} new instances ran slower than recorded "
-                f"({slow.stage} checkpoint, {run.used() * 1e3:.1f} ms in); {afresh} planned afresh"
+                f"({stage} checkpoint, {run.used() * 1e3:.1f} ms in); {cap} planned afresh"
             )
-            plan, (cpu_s, wall_s), steps = attempt(
-                (run.checkpoint(state.topology, recut=False), tried, afresh)
-            )
-            return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps, True
     except DeadlinePassed:
         if tried and run.started is not None:
             cpu_s, wall_s = run.used_cpu() - given_up[0], run.used() - given_up[1]

@@ -8,7 +8,7 @@ own cap); the flows on a full edge freeze and the rest keep growing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from blitzplan._checks import MAX_BYTES_PER_S, MIN_BYTES_PER_S, is_number
@@ -86,8 +86,14 @@ def _distinct(edges: tuple[Edge, ...]) -> bool:
     return len(set(edges)) == n
 
 
-def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) -> tuple[float, ...]:
-    """Rates (bytes/s) of ``flows`` sharing the edges of ``capacity`` max-min fairly.
+def max_min_fair_share(
+    flows: Sequence[Flow],
+    capacity: Mapping[Edge, float],
+    check: Callable[[str], None] | None = None,
+) -> tuple[float, ...]:
+    """Rates (bytes/s) of ``flows`` sharing the edges of ``capacity`` max-min fairly; ``check``
+    (a planning deadline's checkpoint, which raises to stop) is called once the load is
+    summed and per group filled.
 
     Every returned rate is positive and finite, no edge carries more than its capacity, and every
     flow is either at its own cap or crosses a full edge on which no flow has a higher rate.
@@ -95,6 +101,8 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
     result, found faster); a group whose caps fit on every edge it crosses is at its caps.
     """
     load, owner, parent = _cap_load(flows, capacity)
+    if check is not None:
+        check("sharing")
     over = [edge for edge, used in load.items() if used > capacity[edge] * (1 + _REL_TOL)]
     rates = [flow.max_bytes_per_s for flow in flows]
     if not over and all(rate != math.inf for rate in rates):
@@ -110,6 +118,8 @@ def max_min_fair_share(flows: Sequence[Flow], capacity: Mapping[Edge, float]) ->
             groups.setdefault(root, []).append(i)  # each group in input order
     for component in groups.values():
         group = [flows[i] for i in component]
+        if check is not None:
+            check("sharing")
         for i, rate in zip(component, _fill(group, capacity), strict=True):
             rates[i] = rate
     return tuple(rates)
@@ -211,7 +221,10 @@ def residual_after(background: Sequence[Flow], capacity: Mapping[Edge, float]) -
 
 
 def fair_share_after(
-    flows: Sequence[Flow], capacity: Mapping[Edge, float], background: Sequence[Flow] = ()
+    flows: Sequence[Flow],
+    capacity: Mapping[Edge, float],
+    background: Sequence[Flow] = (),
+    check: Callable[[str], None] | None = None,
 ) -> tuple[float, ...]:
     """Rates of ``flows`` sharing what ``background`` leaves of ``capacity`` max-min fairly.
 
@@ -219,14 +232,14 @@ def fair_share_after(
     share the rest. A flow crossing an edge the background fills gets rate 0.
     """
     if not background:
-        return max_min_fair_share(flows, capacity)
+        return max_min_fair_share(flows, capacity, check)
     left = residual_after(background, capacity)
     blocked = [
         any(left.get(edge, 0.0) <= _BLOCKED * capacity.get(edge, 0.0) for edge in flow.edges)
         for flow in flows
     ]
     open_ids = [i for i, b in enumerate(blocked) if not b]
-    shared = max_min_fair_share([flows[i] for i in open_ids], left)
+    shared = max_min_fair_share([flows[i] for i in open_ids], left, check)
     rates = [0.0] * len(flows)
     for i, rate in zip(open_ids, shared, strict=True):
         rates[i] = rate

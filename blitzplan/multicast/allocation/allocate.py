@@ -16,7 +16,7 @@ with budget left achieves it (every later node can use every sender an earlier o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
@@ -87,6 +87,7 @@ def _fill_all(
     order: Sequence[int],
     forwarding: frozenset[int],
     window: float,
+    check: Callable[[str], None] | None = None,
 ) -> (
     tuple[dict[int, tuple[tuple[int, float], ...]], dict[int, tuple[tuple[int, float], ...]]] | None
 ):
@@ -99,6 +100,8 @@ def _fill_all(
     local: dict[int, tuple[tuple[int, float], ...]] = {}
     network: dict[int, tuple[tuple[int, float], ...]] = {}
     for j in order:
+        if check is not None:
+            check("allocating")
         total = port.need[j]
         need = total
         taken: list[tuple[int, float]] = []
@@ -226,11 +229,17 @@ def allocate(
     port: Ports,
     order: Sequence[int],
     forwarding: frozenset[int],
+    check: Callable[[str], None] | None = None,
 ) -> Allocation:
     """Fill the targets in ``order`` at ``T*``: each takes locally what it can, then from the
-    network senders it may use."""
+    network senders it may use; ``check`` (a deadline's checkpoint) is called with
+    ``fluid`` once ``T*`` is known and with ``allocating`` before each target."""
     fluid = fluid_time(problem, nodes, port, order, forwarding)
-    filled = _fill_all(nodes, port, order, forwarding, fluid) if math.isfinite(fluid) else None
+    if check is not None:
+        check("fluid")
+    filled = (
+        _fill_all(nodes, port, order, forwarding, fluid, check) if math.isfinite(fluid) else None
+    )
     if filled is None:
         cut = _unreached(nodes, port, order, forwarding)
         if cut:

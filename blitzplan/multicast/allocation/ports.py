@@ -13,7 +13,7 @@ local sender's own out-links cap what it serves.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from blitzplan.multicast.plan_types import NodeKind, PlanNode
@@ -109,14 +109,19 @@ def _rate(problem: Problem, edges: Sequence[tuple[str, str]]) -> float:
     return min((problem.residual.get(e, 0.0) for e in edges), default=math.inf)
 
 
-def ports(problem: Problem, nodes: Sequence[PlanNode]) -> Ports:
-    """The NIC ports and local routes of every source and target node (ids = positions)."""
+def ports(
+    problem: Problem, nodes: Sequence[PlanNode], check: Callable[[str], None] | None = None
+) -> Ports:
+    """The NIC ports and local routes of every source and target node (ids = positions);
+    ``check`` (a deadline's checkpoint) is called per node."""
     topo = problem.topology
     out: dict[int, dict[str, float]] = {}
     into: dict[int, dict[str, float]] = {}
     hosts: dict[int, set[str]] = {}
     leaf_of: dict[str, str] = {}
     for node in nodes:
+        if check is not None:
+            check("ports")
         hosts[node.id] = {str(node_host(topo, n)) for n in node.host_local_nodes}
         out[node.id] = _nic_ports(problem, node, leaf_of, outgoing=True)
         if node.kind is NodeKind.TARGET:

@@ -24,14 +24,14 @@ The builder records, for every lane, the lanes that bring its bytes to its holde
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import repeat
 
 from blitzplan.multicast.allocation.allocate import Allocation
 from blitzplan.multicast.allocation.entries import MIN_PIECE, Piece, assign_pieces
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.allocation.ports import Ports
-from blitzplan.multicast.plan_types import NodeKind, PlanNode
+from blitzplan.multicast.plan_types import Lane, NodeKind, PlanNode
 from blitzplan.multicast.setup.holdings import TOLERANCE, holder_segments, overlap
 from blitzplan.multicast.setup.node_memo import node_host
 from blitzplan.multicast.setup.problem import Problem
@@ -297,12 +297,19 @@ def _runs(parts: list[tuple[float, float, int]]) -> list[tuple[float, float, lis
 
 FORWARD_HEADROOM = 2.0
 """A forwarding or gathering lane may be paced up to this multiple of its planned rate."""
+CHECK_EVERY = 64
+"""Lanes between two calls of a deadline's checkpoint in :func:`relax_paces`."""
 
 
-def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
+def relax_paces(
+    builder: PlanBuilder,
+    residual: Mapping[Edge, float],
+    check: Callable[[str], None] | None = None,
+) -> None:
     """Raise the pace of every forwarding and gathering lane into the room its links have left
     (module docstring, step 6). Every pace stays within what the links carry together, so the
-    fair shares remain the paces."""
+    fair shares remain the paces. ``check`` (a deadline's checkpoint) is called every
+    :data:`CHECK_EVERY` lanes."""
     load: dict[Edge, float] = {}
     get = load.get
     for flow in builder.flows:
@@ -311,7 +318,7 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
             load[edge] = get(edge, 0.0) + pace
     flows, isfinite = builder.flows, math.isfinite
     forwarding = {node.id for node in builder.nodes if node.kind is NodeKind.TARGET}
-    for lane in builder.lanes:
+    for lane in builder.lanes if check is None else _checked(builder.lanes, check):
         if lane.sender not in forwarding:
             continue
         flow = flows[lane.flow]
@@ -328,3 +335,12 @@ def relax_paces(builder: PlanBuilder, residual: Mapping[Edge, float]) -> None:
         for edge in flow.edges:
             load[edge] += extra
         flows[lane.flow] = quick_flow(flow.edges, pace + extra, flow.name)
+
+
+def _checked(lanes: Sequence[Lane], check: Callable[[str], None]) -> Iterator[Lane]:
+    """``lanes``, ``check("pacing")`` called before every :data:`CHECK_EVERY`-th (a loop
+    without a deadline iterates the list itself: no test per lane)."""
+    for k, lane in enumerate(lanes):
+        if not k % CHECK_EVERY:
+            check("pacing")
+        yield lane

@@ -61,10 +61,12 @@ class Context:
     targets: tuple[int, ...]
 
 
-def context(problem: Problem) -> Context:
+def context(problem: Problem, check: Callable[[str], None] | None = None) -> Context:
+    """The problem's plan nodes, their ports and the target nodes; ``check`` (a deadline's
+    checkpoint) is called per node as the ports are found."""
     nodes = tuple(base_builder(problem).nodes)
     targets = tuple(n.id for n in nodes[len(problem.sources) :])
-    return Context(nodes, ports(problem, nodes), targets)
+    return Context(nodes, ports(problem, nodes, check), targets)
 
 
 def live_names(problem: Problem, ctx: Context, live_nodes: Sequence[int]) -> tuple[str, ...]:
@@ -158,16 +160,16 @@ def build(
     """The plan of ``choice``: allocation, lanes, gathers, evaluated; ``check`` (a deadline's
     checkpoint, which raises to stop the call) is called between the stages and per target node
     as the lanes are built."""
-    check = check or _unchecked
+    loops, check = check, check or _unchecked  # the loops skip None without a call
     builder = base_builder(problem)
     forwarding = frozenset(t for t in ctx.targets if t not in choice.live_nodes)
-    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding)
+    alloc = allocate(problem, builder.nodes, ctx.port, choice.order, forwarding, loops)
     check("allocation")
-    build_lanes(problem, builder, ctx.port, alloc, check)
+    build_lanes(problem, builder, ctx.port, alloc, loops)
     check("paces")
-    relax_paces(builder, problem.residual)
+    relax_paces(builder, problem.residual, loops)
     check("evaluation")
-    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes))
+    built = run(problem, builder, live_names(problem, ctx, choice.live_nodes), loops)
     check("evaluated")
     return built
 

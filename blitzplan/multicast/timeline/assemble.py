@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
@@ -43,14 +43,21 @@ def base_builder(problem: Problem) -> PlanBuilder:
     return builder
 
 
-def run(problem: Problem, builder: PlanBuilder, live: Sequence[str]) -> Built:
-    """Evaluate a built plan whose live instances are ``live``."""
+def run(
+    problem: Problem,
+    builder: PlanBuilder,
+    live: Sequence[str],
+    check: Callable[[str], None] | None = None,
+) -> Built:
+    """Evaluate a built plan whose live instances are ``live``; ``check`` (a deadline's
+    checkpoint) is called as :func:`~blitzplan.multicast.timeline.evaluate.evaluate` says."""
     timeline = evaluate(
         builder,
         problem.unit_bytes,
         problem.chunk_bytes,
         problem.state.background_flows,
         tp=problem.tp,
+        check=check,
     )
     ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
     return Built(builder, timeline, ready, tuple(live))

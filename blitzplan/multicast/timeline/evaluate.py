@@ -4,7 +4,7 @@ recurrence of :mod:`~blitzplan.multicast.timeline.lane_times`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.timeline.lane_times import Timeline, run_lanes
@@ -20,9 +20,14 @@ def evaluate(
     background: Sequence[Flow] = (),
     *,
     tp: int = 1,
+    check: Callable[[str], None] | None = None,
 ) -> Timeline:
-    """Fair-share rates per phase, then the recurrence over lanes in dependency order."""
-    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background)
+    """Fair-share rates per phase, then the recurrence over lanes in dependency order;
+    ``check`` (a deadline's checkpoint, which raises to stop the call) is called with ``rates``
+    once the rates are known and with ``timeline`` per level of the recurrence."""
+    rates = phase_rates(builder.topology, builder.flows, builder.flow_phase, background, check)
+    if check is not None:
+        check("rates")
     hops = builder.hops()
     return run_lanes(
         builder.lanes,
@@ -35,16 +40,23 @@ def evaluate(
         chunk_bytes,
         tp=tp,
         known=builder.deps,
+        check=check,
     )
 
 
 def phase_rates(
-    topology: Topology, flows: Sequence[Flow], phases: Sequence[int], background: Sequence[Flow]
+    topology: Topology,
+    flows: Sequence[Flow],
+    phases: Sequence[int],
+    background: Sequence[Flow],
+    check: Callable[[str], None] | None = None,
 ) -> tuple[float, ...]:
+    """Each phase's flows' max-min fair rates after ``background``; ``check`` (a deadline's
+    checkpoint) is called per group of flows sharing links."""
     rates = [0.0] * len(flows)
     for phase in sorted(set(phases)):
         ids = [i for i, p in enumerate(phases) if p == phase]
-        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background)
+        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background, check)
         for i, rate in zip(ids, shared, strict=True):
             rates[i] = rate
     return tuple(rates)

@@ -22,7 +22,7 @@ already has take no time and read 0. A GPU has unit ``u`` when every lane into i
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,13 +129,15 @@ def run_lanes(
     *,
     tp: int = 1,
     known: Sequence[list[int] | None] = (),
+    check: Callable[[str], None] | None = None,
 ) -> Timeline:
     """The recurrence of the module docstring for every lane, then per-instance readiness.
 
     Lanes timed alike (:func:`_alike`: the gathers of one landed stripe, for one) run the
     recurrence once, on the first of them; the others take its times. The rest are evaluated
     level by level (a lane's level is one more than the deepest lane it waits for), every level
-    at once with numpy."""
+    at once with numpy. ``check`` (a deadline's checkpoint) is called once the lanes timed alike are
+    known (``timing``) and before each level (``timeline``)."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
     after: list[list[int]] = [[] for _ in lanes]
@@ -148,6 +150,8 @@ def run_lanes(
             hop_of[lane.flow] = h
             saf[lane.flow] = not hop.pipelined
     same = _alike(lanes, deps, hop_of, rates, latency_s)
+    if check is not None:
+        check("timing")
     firsts = sorted(set(same))  # the lanes timed; row k of the arrays below is firsts[k]
     row = {f: k for k, f in enumerate(firsts)}
     timed = [lanes[f] for f in firsts]
@@ -166,6 +170,8 @@ def run_lanes(
     end = np.zeros(len(timed))
     starts = np.zeros(len(timed))
     for level in _levels(timed_deps, timed_after):
+        if check is not None:
+            check("timeline")
         avail, first_in, done_in = _gathered(level, timed_deps, arrival, first, end)
         after_end = np.zeros(len(level))
         if any(timed_after[f] for f in level):
