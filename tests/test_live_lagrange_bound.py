@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -110,8 +111,6 @@ def test_what_a_batch_pays_is_the_sum_over_its_counted_layers(
     """Property: for random multipliers, the tabulated price of ``k`` layers whose last ends
     by grid point ``J`` equals the multipliers summed over what :meth:`_Prices.used` counts
     (the tables are gathered from the counted pairs only)."""
-    import numpy as np
-
     prices = _Prices(instance)
     mu = np.random.default_rng(seed).random(prices.mu.shape)
     prices.set(mu)
