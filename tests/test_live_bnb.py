@@ -20,9 +20,15 @@ from hypothesis import strategies as st
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.exact.nmachine import NOp, overload, sequence
-from blitzplan.live.relaxation import Relaxation, Restriction, alone_chain_s
+from blitzplan.live.relaxation import (
+    Relaxation,
+    RelaxedPlan,
+    Restriction,
+    alone_chain_s,
+    repair,
+)
 from blitzplan.live.relaxation_dp import solve_relaxation
-from blitzplan.live.schedule import OBJECTIVES
+from blitzplan.live.schedule import OBJECTIVES, timetable
 from blitzplan.solvers import SolveStatus, available_backends
 from tests.test_live_properties import instances
 
@@ -31,6 +37,17 @@ REL = 1e-5  # OPTIMAL is proven within this relative gap
 
 def _op(release: float, due: float, length: float, batch: int, layer: int = 1) -> NOp:
     return NOp(release, due, length, batch, layer)
+
+
+def test_repair_runs_the_batches_that_end_on_n_shortest_first() -> None:
+    """Two layers usable at 0, batches of 3 s and 1 s a layer, both finishing on N: alone they
+    would end at 6 and 2, so each is as urgent as the other (no slack). Shortest first ends
+    them at 8 and 2 (sum 10); the long one first, at 6 and 8 (sum 14)."""
+    inst = LiveScalingInstance([0.0, 0.0], [0.0, 0.0], [3.0, 1.0], [3.0, 1.0], 0.0)
+    plan = RelaxedPlan((), (2, 2), 4.0, (math.inf, math.inf))
+    split, new, old = repair(inst, plan)
+    _, _, completion = timetable(inst, split, new, old)
+    assert completion == pytest.approx((8.0, 2.0))
 
 
 def test_overload_names_work_that_cannot_fit_even_preempted() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_dp import solve_relaxation
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.relaxation_lagrange import _Prices, lagrangian_bound, quick_free_step_s
 from tests.test_live_properties import instances
 
 
@@ -70,3 +71,52 @@ def test_the_lagrangian_bound_never_exceeds_the_enumerated_optimum(
     bound = lagrangian_bound(instance, old_order="fifo", upper_bound=upper, iterations=60)
     assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))
     assert bound >= _relaxed(instance) - 1e-9 * max(1.0, abs(bound))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(
+    instances(max_layers=4, max_batches=4),
+    st.sampled_from([0.25, 1.0, 3.0]),
+    st.sampled_from([None, 2.0]),
+)
+def test_rounding_o_free_time_down_keeps_the_bound_under_the_optimum(
+    instance: LiveScalingInstance, free_step_s: float, steered: float | None
+) -> None:
+    """Property: with O's free time rounded down to coarse steps (a quarter of a second to
+    three seconds, against batches of 0.25-2 s a layer) the Lagrangian bound, unsteered or
+    steered toward twice the optimum (so that nothing caps it at the optimum), is still never
+    above the exhaustive oracle's optimum."""
+    assume(count_schedules(instance, old_order="fifo") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
+    bound = lagrangian_bound(
+        instance,
+        old_order="fifo",
+        upper_bound=math.inf if steered is None else oracle.objective * steered,
+        iterations=30,
+        free_step_s=free_step_s,
+    )
+    assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))
+
+
+def test_the_quick_step_is_a_small_share_of_o_work() -> None:
+    inst = LiveScalingInstance([0.0, 1.0], [0.0, 0.0], 1.0, [1.0, 3.0], 0.0)
+    assert quick_free_step_s(inst) == pytest.approx(2e-4 * 2 * 4.0)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(instances(max_layers=6, max_batches=5), st.integers(0, 2**31))
+def test_what_a_batch_pays_is_the_sum_over_its_counted_layers(
+    instance: LiveScalingInstance, seed: int
+) -> None:
+    """Property: for random multipliers, the tabulated price of ``k`` layers whose last ends
+    by grid point ``J`` equals the multipliers summed over what :meth:`_Prices.used` counts
+    (the tables are gathered from the counted pairs only)."""
+    prices = _Prices(instance)
+    mu = np.random.default_rng(seed).random(prices.mu.shape)
+    prices.set(mu)
+    L, G = mu.shape
+    for i in range(instance.num_batches):
+        for k in range(L + 1):
+            for last in range(G + 1):
+                expected = float(np.sum(mu * prices.used(i, k, last)))
+                assert prices.pay[i][k, last] == pytest.approx(expected, rel=1e-9, abs=1e-12)

@@ -33,7 +33,10 @@ returns ``-inf`` there, and for an objective other than the mean latency.
 
 The multipliers come from a subgradient method with Polyak steps aimed part way toward a known
 schedule's value (:data:`AIM_SHARE`);
-any multipliers give a valid bound, so stopping early only weakens it.
+any multipliers give a valid bound, so stopping early only weakens it. A step's price tables
+sum, per batch, only the (grid point, earlier grid point) pairs where some layer is counted
+(1 ms against 19 ms on (80,16)); for a bound wanted quickly, the program may round O's free
+time down to a grid (:func:`quick_free_step_s`), which merges states and stays a bound.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import alone_chain_s
 
-__all__ = ["LAGRANGE_ITERATIONS", "lagrangian_bound"]
+__all__ = ["LAGRANGE_ITERATIONS", "QUICK_FREE_STEP_SHARE", "lagrangian_bound", "quick_free_step_s"]
 
 LAGRANGE_ITERATIONS = 200
 """The most subgradient steps (each solves the priced program once)."""
@@ -58,6 +61,18 @@ AIM_SHARE = 0.5
 is Polyak's rule; a heuristic's value lies well above the optimum, and in 0.25 s on (80,16)
 under FIFO 0.5 reaches 0.70 of the best schedule known where 1 reaches 0.67, worst 0.59 against
 0.46: docs/benchmarks.md, sixth session, helper h9)."""
+
+QUICK_FREE_STEP_SHARE = 2e-4
+"""The share of O's whole work (every batch's every layer on O) that :func:`quick_free_step_s`
+rounds O's free time to: about 2 ms on (80,16), where a priced program then takes a third to a
+half of the time for 0.1-0.6% less (seed 0 of benchmarks/partition.py, sixth priced step)."""
+
+
+def quick_free_step_s(instance: LiveScalingInstance) -> float:
+    """The ``free_step_s`` of a bound wanted within a heuristic's time (what ``plan()`` prints):
+    :data:`QUICK_FREE_STEP_SHARE` of O's whole work."""
+    return QUICK_FREE_STEP_SHARE * instance.num_layers * float(sum(instance.old_layer_s))
+
 
 _STEP_START = 1.0
 """The first Polyak step factor (halved after every few steps without a better bound)."""
@@ -111,6 +126,7 @@ class _Prices:
         self.mu = np.zeros((L, self.grid.size))
         self.batches = [_batch(instance, i) for i in range(instance.num_batches)]
         self.early = [self._early(b.p_new) for b in self.batches]
+        self.gathers = [self._gather(early) for early in self.early]
         self.pay: list[np.ndarray] = []
         self.set(self.mu)
 
@@ -124,6 +140,16 @@ class _Prices:
         done = np.floor(np.minimum(k - behind[None, :, :] - _COUNT_TOL, k))
         return np.asarray(np.clip(done, 0, L).astype(np.int16))
 
+    def _gather(self, early: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where ``early`` counts anything (``j < J``, some layer): per such pair, sorted by
+        ``J``, the flat index of ``own[early[k, J, j], j]`` for every ``k``; the first pair of
+        each ``J``; those ``J``. :meth:`set` sums only these (half the pairs or fewer)."""
+        G = self.grid.size
+        J, j = np.nonzero(early[-1])  # row-major: sorted by J; early[-1] > 0 only for j < J
+        index = early[:, J, j].astype(np.int64) * G + j[None, :]
+        first = np.flatnonzero(np.r_[True, J[1:] != J[:-1]]) if J.size else J
+        return index, first, J[first]
+
     def set(self, mu: np.ndarray) -> None:
         """Take multipliers ``mu`` (L x G) and tabulate, per batch, ``pay[k, J]``: what ``k``
         layers on N pay when the last ends by grid point ``J`` (``G``: past the grid, 0)."""
@@ -133,11 +159,12 @@ class _Prices:
         own[1:] = np.cumsum(np.cumsum(mu, axis=0), axis=0)
         suffix = np.zeros((L + 1, G + 1))
         suffix[:, :-1] = np.cumsum(own[:, ::-1], axis=1)[:, ::-1]
-        columns = np.arange(G)[None, None, :]
         self.pay = []
-        for b, early in zip(self.batches, self.early, strict=True):
+        flat = own.ravel()
+        for b, (index, first, J) in zip(self.batches, self.gathers, strict=True):
             partial = np.zeros((L + 1, G + 1))
-            partial[:, :G] = own[early, columns].sum(axis=2)
+            if J.size:
+                partial[:, J] = np.add.reduceat(flat[index], first, axis=1)
             self.pay.append(b.p_new * (suffix + partial))
 
     def used(self, i: int, k: int, last: int) -> np.ndarray:
@@ -228,13 +255,20 @@ def _pareto(free: np.ndarray, cost: np.ndarray) -> np.ndarray:
 
 
 def _fifo_program(
-    priced: _Priced, order: tuple[int, ...], b_old: float, ceiling: float, deadline_s: float
+    priced: _Priced,
+    order: tuple[int, ...],
+    b_old: float,
+    ceiling: float,
+    deadline_s: float,
+    free_step_s: float = 0.0,
 ) -> tuple[float, _Plan | None]:
     """The least priced total latency with O serving its batches in ``order``'s order, or
     ``ceiling`` when that is less, and the (split, grid point counted by) of each batch in a plan
     that reaches it (None when none is below ``ceiling``). A state whose cost plus the least
     each later batch can add reaches ``ceiling`` is dropped. Past ``deadline_s`` (read before
-    every batch) it gives up: (nan, None)."""
+    every batch) it gives up: (nan, None). With ``free_step_s`` O's free time after each batch
+    is rounded down to a multiple of it (still a bound: what the batches after it pay never
+    falls as O frees later), so that states close in time merge."""
     L = priced.prices.mu.shape[0]
     free, cost = np.asarray([b_old]), np.asarray([0.0])
     floors = [min(priced.on_new[i][0], float(priced.on_old(i, free)[1].min())) for i in order]
@@ -246,6 +280,8 @@ def _fifo_program(
         ends, values, counted = priced.on_old(i, free)
         stay, stay_j = priced.on_new[i]
         all_free = np.concatenate([free, ends.ravel()])
+        if free_step_s > 0:
+            all_free = np.floor(all_free / free_step_s) * free_step_s
         all_cost = np.concatenate([cost + stay, (cost[:, None] + values).ravel()])
         parent = np.concatenate([np.arange(free.size), np.repeat(np.arange(free.size), L)])
         split = np.concatenate([np.full(free.size, L), np.tile(np.arange(L), free.size)])
@@ -279,12 +315,15 @@ def lagrangian_bound(
     upper_bound: float = math.inf,
     time_limit_s: float | None = None,
     iterations: int = LAGRANGE_ITERATIONS,
+    free_step_s: float = 0.0,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
     latency. ``upper_bound`` (a known schedule's value) steers the multipliers and caps the
     answer; with ``time_limit_s`` the step under way when it runs out is dropped (it returns
-    ``-inf`` when even the first, the plain relaxation, does not finish)."""
+    ``-inf`` when even the first, the plain relaxation, does not finish). ``free_step_s`` > 0
+    rounds O's free time down to its multiples in the priced program: a weaker bound in less
+    time a step (:func:`quick_free_step_s`)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
     deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
@@ -292,7 +331,7 @@ def lagrangian_bound(
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
     for _ in range(iterations):
-        value, g = _solve_priced(instance, prices, target, deadline)
+        value, g = _solve_priced(instance, prices, target, deadline, free_step_s)
         ascent.seen(value)
         if g is None or value >= target or math.isnan(value):
             break
@@ -301,14 +340,23 @@ def lagrangian_bound(
 
 
 def _solve_priced(
-    instance: LiveScalingInstance, prices: _Prices, target: float, deadline_s: float
+    instance: LiveScalingInstance,
+    prices: _Prices,
+    target: float,
+    deadline_s: float,
+    free_step_s: float,
 ) -> tuple[float, np.ndarray | None]:
     """The priced program's value (at most ``target``; nan when ``deadline_s`` cut it) under the
     current multipliers, and a subgradient there (None when the value reached ``target``, the
     program was cut, or no constraint is violated or slack: the multipliers cannot move)."""
     constant = prices.constant()
     cost, plan = _fifo_program(
-        _Priced(prices), instance.fifo_order, instance.old_free_at_s, target + constant, deadline_s
+        _Priced(prices),
+        instance.fifo_order,
+        instance.old_free_at_s,
+        target + constant,
+        deadline_s,
+        free_step_s,
     )
     if plan is None:
         return cost - constant, None

@@ -136,7 +136,7 @@ def _relaxation_value(
     """The relaxation's bound, once per instance (a fleet of equal pairs asks once); under a
     FIFO order, raised by the Lagrangian bound in what is left of :data:`HEURISTIC_BOUND_S`."""
     from blitzplan.live.relaxation_dp import relaxation_bound
-    from blitzplan.live.relaxation_lagrange import lagrangian_bound
+    from blitzplan.live.relaxation_lagrange import lagrangian_bound, quick_free_step_s
 
     began = time.perf_counter()
     bound, _, _ = relaxation_bound(
@@ -154,6 +154,7 @@ def _relaxation_value(
             objective=objective,
             upper_bound=upper_bound,
             time_limit_s=left,
+            free_step_s=quick_free_step_s(instance),
         )
         bound = max(bound, priced)
     return bound

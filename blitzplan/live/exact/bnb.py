@@ -92,8 +92,8 @@ LAGRANGE_MIN_GAP = 0.01
 """Below this relative gap the search, not the Lagrangian bound, is left to close it."""
 
 LAGRANGE_MIN_S = 0.2
-"""A Lagrangian budget below this is not started (building its tables alone takes about 0.1 s
-at 80 layers and 16 batches)."""
+"""A Lagrangian budget below this is not started (a step takes 50-100 ms of CPU at 80 layers
+and 16 batches)."""
 
 SLOT_SHARE_OF_LIMIT = 0.4
 """The share of the time left after the local search that the slot bound gets (mean latency,
