@@ -13,7 +13,9 @@ plan is checked against the certified bounds like any other.
 
 The plan gives tree ``tau`` of rank ``r`` the interval share ``y_tau / sum_r y`` and paces every
 lane at ``y_tau``, so the max-min fair rates are exactly the packing's rates; the cost model then
-times it (chunks, latency, startup).
+times it (chunks, latency, startup). The exact method also re-shares its best packings by lag
+(:func:`_lag_shared`): a deep or slow tree ends later than its rate share says, so it gets a
+shorter stripe and every tree of a rank ends at about the same time.
 """
 
 from __future__ import annotations
@@ -113,10 +115,12 @@ def pack_trees(
     equal input gives an identical plan), the target nodes ``live`` holding the live
     instances; None when some instance GPU cannot be reached that way or those nodes cannot
     hold ``live`` instances. ``widths``: the tree counts per rank the final plans keep
-    (:func:`_subsets`; None, the exact method: every count, ranked two ways, and the best
-    three rebalanced by :func:`_balanced`). With a time limit, counts past it are skipped (the
-    first and the last still tried), and shapes after the first once it is spent; and once
-    a plan is ready by ``enough_s``, or none so far beats ``beat_s``, the shapes after it."""
+    (:func:`_subsets`; None, the exact method: every count, ranked two ways, the best three
+    re-shared by lag (:func:`_lag_shared`), then rebalanced by :func:`_balanced` and
+    re-shared). With a time limit, counts past it are skipped (the first and the last still
+    tried), and shapes after the first once it is spent (the best packing is still re-shared);
+    and once a plan is ready by ``enough_s``, or none so far beats ``beat_s``, the shapes after
+    it."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -214,7 +218,7 @@ Packed = tuple[float, list[Tree], np.ndarray, Built]
 LAGGED = 3
 """The exact method re-shares the stripes of this many of its best packings."""
 LAG_ROUNDS = 3
-"""... each this many times."""
+"""... in this many plans: by rate, then twice by the lags measured on the plan before."""
 _SCALE = 1e9
 """The master program's rates are in GB/s."""
 
@@ -232,11 +236,9 @@ def _lag_shared(
     shard = missing_bytes(problem, problem.instances[0].name)
     start = min(i.startup_s for i in problem.instances)
     shares = None
-    best: Packed | None = None
-    for _ in range(LAG_ROUNDS):
-        built = packing_plan(problem, overlay, trees, rates, live, shares)
-        if best is None or _value(built) < best[0]:
-            best = (_value(built), trees, rates, built)
+    built = packing_plan(problem, overlay, trees, rates, live)
+    best: Packed = (_value(built), trees, rates, built)
+    for _ in range(LAG_ROUNDS - 1):
         spans = tree_spans(trees, rates, problem.tp, shares)
         of_span = {(trees[t].rank, lo): t for t, (lo, _) in spans.items()}
         ends = np.zeros(len(trees))
@@ -247,6 +249,8 @@ def _lag_shared(
         shares = np.zeros(len(trees))
         for r in range(problem.tp):
             mine = [t for t in spans if trees[t].rank == r]
+            if not mine:
+                continue  # no tree of this rank has a rate: its lanes are none either way
             speed = {t: float(rates[t]) * _SCALE for t in mine}
             lag = {
                 t: max(0.0, ends[t] - start - (spans[t][1] - spans[t][0]) * shard / speed[t])
@@ -255,7 +259,9 @@ def _lag_shared(
             end = (shard + sum(speed[t] * lag[t] for t in mine)) / sum(speed.values())
             for t in mine:
                 shares[t] = max(0.0, speed[t] * (end - lag[t]))
-    assert best is not None
+        built = packing_plan(problem, overlay, trees, rates, live, shares)
+        if _value(built) < best[0]:
+            best = (_value(built), trees, rates, built)
     return best
 
 
