@@ -4,6 +4,7 @@ relies on (routes named by holder, exit and destination; phases apart on shared 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -12,8 +13,10 @@ from hypothesis import strategies as st
 
 from blitzplan import ClusterState, InfeasibleError, load_model
 from blitzplan.multicast import plan_multicast, validate_multicast
+from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.lower_bound import lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.bound.overlay_solve import COVER_LPS, live_covers
 from blitzplan.multicast.exact.tree_packing import pack_trees
 from blitzplan.multicast.setup.problem import prepare
 from blitzplan.multicast.timeline.assemble import finish
@@ -241,3 +244,64 @@ def test_a_packing_tree_may_start_at_several_holders() -> None:
     topo = state.topology
     assert all(topo.host_of(lane.holder) == topo.host_of(lane.dst) for lane in plan.lanes)
     assert strong.bound_s <= plan.objective_s <= strong.bound_s * 1.05
+
+
+def _cover_cases():
+    """The tiny cases and random three-target clusters with live choices to make."""
+    out = [(s, spec, o) for s, spec, o in tiny_cases() if o["live"]]
+    rng = random.Random(23)
+    spec = load_model(PROPERTY_MODEL)
+    for _ in range(6):
+        host = nvswitch_host(
+            "h100", gpus=2, nic_bytes_per_s=NIC, host_to_gpu_bytes_per_s=NIC, dram_bytes=64 * GIB
+        )
+        state = ClusterState(build_cluster(host, hosts=4, hosts_per_leaf=2), models=[spec])
+        state.add_instance(spec, gpus=["h0/gpu0"], role="decode")
+        a, b = rng.sample([f"h{h}/gpu{g}" for h in range(4) for g in range(2)], 2)
+        if a.split("/")[0] != b.split("/")[0]:
+            state.add_background_flow(a, b, max_bytes_per_s=rng.choice([2, 5, 8]) * GBPS)
+        targets = [["h1/gpu0"], ["h1/gpu1"], ["h2/gpu0"], ["h3/gpu1"]]
+        out.append((state, spec, {"targets": targets, "tp": 1, "live": rng.randint(1, 3)}))
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(_cover_cases())))
+def test_overlay_programs_per_live_choice_equal_the_mixed_integer_program(index: int) -> None:
+    """Independent check of the per-choice solve: the largest ``lam`` over the minimal live
+    choices, each a linear program, equals the mixed-integer program's optimum (both with the
+    same margin), and the live choice it reports is a minimal one."""
+    state, spec, options = _cover_cases()[index]
+    problem = _problem(state, spec, **options)
+    built = overlay_lp._build(problem)
+    assert built is not None
+    program, lam, binaries = built
+    covers = live_covers(problem, binaries)
+    assert covers
+    mixed = overlay_solve._solve(program, lam, 30.0)
+    each = overlay_solve._solve_covers(program, lam, binaries, covers, 30.0)
+    assert mixed is not None and each is not None
+    assert each[0] == pytest.approx(mixed[0], rel=1e-6)
+    chosen = frozenset(j for j, c in binaries.items() if each[1][c] > 0.5)
+    assert chosen in covers
+
+
+def test_live_covers_are_the_minimal_sets_found_by_brute_force() -> None:
+    """Against every subset: the minimal sets of target nodes holding ``live`` instances; None
+    when there are more than COVER_LPS of them."""
+    state, spec, options = _cover_cases()[-1]
+    for live in range(1, 5):
+        problem = _problem(state, spec, **(options | {"live": live}))
+        nodes = range(len(problem.targets))
+        count = [sum(1 for i in problem.instances if i.node == j) for j in nodes]
+        holds = [
+            frozenset(s)
+            for k in range(1, len(count) + 1)
+            for s in itertools.combinations(nodes, k)
+            if sum(count[j] for j in s) >= live
+        ]
+        minimal = [s for s in holds if not any(o < s for o in holds)]
+        got = live_covers(problem, dict.fromkeys(nodes, 0))
+        if len(minimal) > COVER_LPS:
+            assert got is None
+        else:
+            assert got is not None and sorted(map(sorted, got)) == sorted(map(sorted, minimal))

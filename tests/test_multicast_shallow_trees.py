@@ -10,9 +10,9 @@ import pytest
 
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.exact.overlay_arcs import Overlay
+from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan, tree_spans
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, _depth, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, _depth, _lag_shared, pack_trees
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _plan, _problem
 
@@ -103,3 +103,82 @@ def test_depth_one_trees_send_straight_from_the_holders() -> None:
         held = {g for s in problem.sources for g in (*s.gpus, s.memory) if g}
         assert all(lane.holder in held for lane in packed.builder.lanes)
     assert packed_any
+
+
+def _some_trees(problem, overlay: Overlay, count: int, seed: int) -> list[Tree]:
+    """Up to ``count`` distinct cheapest trees per rank under random prices (deep and shallow)."""
+    rng = np.random.default_rng(seed)
+    trees: list[Tree] = []
+    for rank in range(problem.tp):
+        graph = RankGraph(overlay, rank)
+        for k in range(count):
+            price = rng.uniform(0.1, 1.0, len(overlay.edges))
+            tree = cheapest_tree(overlay, graph, price, None if k % 2 else 2)
+            if tree is not None and tree not in trees:
+                trees.append(tree)
+    return trees
+
+
+def test_tree_spans_cut_each_rank_by_rate_or_by_share() -> None:
+    """Each rank's trees cover ``[0, 1)`` with consecutive intervals in tree order, sized by
+    rate without shares and by share with them; a tree of no rate or no share gets none."""
+    tp = 2
+    trees = [Tree(r, (), {}) for r in range(tp) for _ in range(3)]
+    rates = np.array([3.0, 1.0, 0.0] * tp)
+    cases = (
+        (None, [0.75, 0.25, None]),
+        (np.array([1.0, 3.0, 5.0] * tp), [0.25, 0.75, None]),
+        (np.array([1.0, 0.0, 5.0] * tp), [1.0, None, None]),
+    )
+    for shares, sizes in cases:
+        spans = tree_spans(trees, rates, tp, shares)
+        for r in range(tp):
+            mine = [spans.get(3 * r + k) for k in range(3)]
+            got = [None if s is None else s[1] - s[0] for s in mine]
+            assert got == [None if x is None else pytest.approx(x) for x in sizes]
+            kept = [s for s in mine if s is not None]
+            assert kept[0][0] == 0.0 and kept[-1][1] == 1.0
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(kept))
+
+
+@pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
+def test_lag_shares_never_lose_and_stay_valid(index: int) -> None:
+    """Re-sharing a packing's stripes by lag keeps its rates: the plan validates, is never
+    slower than the packing shared by rate (its first round) and never beats the overlay
+    bound."""
+    state, spec, options = tiny_cases()[index]
+    problem = _problem(state, spec, **options)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    overlay = Overlay(problem, strong.live_nodes)
+    trees = _some_trees(problem, overlay, 4, index)
+    solved = master(overlay, trees, problem.tp)
+    if solved is None:
+        pytest.skip("no packing of these trees")
+    plain = packing_plan(problem, overlay, trees, solved[1], strong.live_nodes)
+    value, kept, rates, shared = _lag_shared(problem, overlay, trees, solved[1], strong.live_nodes)
+    assert kept is trees and rates is solved[1]
+    assert value == max(shared.ready_at_s.values())
+    assert value <= max(plain.ready_at_s.values()) * (1 + 1e-12)
+    plan = _plan(problem, shared, strong.bound_s)
+    assert validate_multicast(state, plan) == ()
+    assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+def test_lag_shares_shorten_a_slow_trees_stripe() -> None:
+    """On tiny cases whose trees differ in depth, sharing by lag ends the plan earlier than
+    sharing by rate (the slower trees' stripes shrink) on at least one."""
+    gained = 0
+    for index in (15, 16, 17):
+        state, spec, options = tiny_cases()[index]
+        problem = _problem(state, spec, **options)
+        strong = overlay_bound(problem)
+        assert strong is not None
+        overlay = Overlay(problem, strong.live_nodes)
+        trees = _some_trees(problem, overlay, 4, index)
+        solved = master(overlay, trees, problem.tp)
+        assert solved is not None
+        plain = packing_plan(problem, overlay, trees, solved[1], strong.live_nodes)
+        value = _lag_shared(problem, overlay, trees, solved[1], strong.live_nodes)[0]
+        gained += value < max(plain.ready_at_s.values()) * (1 - 1e-6)
+    assert gained

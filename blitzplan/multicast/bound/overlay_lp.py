@@ -33,21 +33,22 @@ program, and ``T >= s0 + S / lam*``:
 Only duplication at GPUs and memory, never inside a switch, is what makes this bound tighter than
 the max-flow into one instance (where two GPUs behind one PCIe uplink share a single crossing of
 it). The additive pipeline terms (chunk and latency per hop) are left out, so the bound stays a
-bound. HiGHS solves it (:func:`scipy.optimize.milp`); ``lam`` is taken from its dual bound with a
-relative margin, so rounding cannot overstate it. Not used when earlier plans delivered units.
+bound. HiGHS solves it (:mod:`~blitzplan.multicast.bound.overlay_solve`: one linear program
+per minimal live choice when there are few, else the mixed-integer program); ``lam`` is taken
+from its proven bound with a relative margin, so rounding cannot overstate it. Not used when
+earlier plans delivered units.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.plan_builder import lane_route
 from blitzplan.multicast.bound.cuts import missing_bytes
+from blitzplan.multicast.bound.overlay_solve import Program, live_covers, solve
 from blitzplan.multicast.setup.holdings import holder_segments
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.topologies import Edge, Topology
@@ -67,35 +68,6 @@ OVERLAY_MAX_COLUMNS = 120_000
 """Beyond this many variables the program is not built (the other bounds stand)."""
 _SCALE = 1e9
 """Rates in GB/s inside the program."""
-_MARGIN = 1e-6
-"""Relative margin added to the solver's bound on ``lam`` (its tolerances)."""
-
-
-@dataclass
-class _Program:
-    """Columns and sparse rows of the program, collected as lists."""
-
-    upper: list[float] = field(default_factory=list)
-    integer: list[int] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)
-    cols: list[int] = field(default_factory=list)
-    vals: list[float] = field(default_factory=list)
-    row_lo: list[float] = field(default_factory=list)
-    row_hi: list[float] = field(default_factory=list)
-
-    def column(self, upper: float = math.inf, integer: bool = False) -> int:
-        self.upper.append(upper)
-        self.integer.append(int(integer))
-        return len(self.upper) - 1
-
-    def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
-        r = len(self.row_lo)
-        for c, v in terms.items():
-            self.rows.append(r)
-            self.cols.append(c)
-            self.vals.append(v)
-        self.row_lo.append(lo)
-        self.row_hi.append(hi)
 
 
 @dataclass(frozen=True)
@@ -132,7 +104,7 @@ def overlay_bound(problem: Problem, *, time_limit_s: float = 5.0) -> OverlayBoun
     if built is None:
         return None
     program, lam, binaries = built
-    solved = _solve(program, lam, time_limit_s)
+    solved = solve(program, lam, binaries, live_covers(problem, binaries), time_limit_s)
     if solved is None or solved[0] <= 0:
         return None
     upper, x = solved
@@ -179,11 +151,11 @@ def overlay_receivers(problem: Problem) -> dict[str, int | None]:
     return out
 
 
-def _build(problem: Problem) -> tuple[_Program, int, dict[int, int]] | None:
+def _build(problem: Problem) -> tuple[Program, int, dict[int, int]] | None:
     senders = overlay_senders(problem)
     receivers = overlay_receivers(problem)
     fixed, choose = live_nodes(problem)
-    p = _Program()
+    p = Program()
     lam = p.column()
     arcs = _arcs(problem, senders, receivers, p)
     if _too_big(problem, senders, receivers, arcs):
@@ -223,7 +195,7 @@ def _build(problem: Problem) -> tuple[_Program, int, dict[int, int]] | None:
 
 
 def _arcs(
-    problem: Problem, senders: list[Sender], receivers: dict[str, int | None], p: _Program
+    problem: Problem, senders: list[Sender], receivers: dict[str, int | None], p: Program
 ) -> dict[tuple[int, str, str], int]:
     """``x[r][a, b]`` columns: rank-``r`` bytes from a sender that may hold them to a GPU that
     may receive them (its rank-``r`` instance GPU or a relay)."""
@@ -281,7 +253,7 @@ def live_nodes(problem: Problem) -> tuple[set[int], list[int]]:
 
 
 def _live_rows(
-    p: _Program,
+    p: Program,
     problem: Problem,
     binaries: dict[int, int],
     remote: dict[int, dict[int, float]],
@@ -300,7 +272,7 @@ def _live_rows(
 
 
 def _target_flows(
-    p: _Program,
+    p: Program,
     problem: Problem,
     senders: list[Sender],
     receivers: dict[str, int | None],
@@ -330,32 +302,3 @@ def _target_flows(
                 p.row({**terms, lam: -1.0}, 0.0, 0.0)
             else:
                 p.row(terms, 0.0, 0.0)
-
-
-def _solve(p: _Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray | None] | None:
-    """The solver's proven upper bound on ``lam`` (with the margin) and its best solution."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_matrix
-
-    n = len(p.upper)
-    cost = np.zeros(n)
-    cost[lam] = -1.0
-    matrix = csr_matrix((p.vals, (p.rows, p.cols)), shape=(len(p.row_lo), n))
-    result = milp(
-        cost,
-        constraints=LinearConstraint(matrix, p.row_lo, p.row_hi),
-        bounds=Bounds(np.zeros(n), np.asarray(p.upper)),
-        integrality=np.asarray(p.integer),
-        options={"time_limit": time_limit_s, "disp": False},
-    )
-    dual = getattr(result, "mip_dual_bound", None)
-    found = None if result.x is None else np.asarray(result.x)
-    if result.status == 0 and result.fun is not None:
-        value = -float(result.fun)
-        if dual is not None and math.isfinite(dual):
-            value = max(value, -float(dual))
-    elif dual is not None and math.isfinite(dual):
-        value = -float(dual)
-    else:
-        return None
-    return value * (1 + _MARGIN) + 1e-9, found

@@ -26,7 +26,7 @@ from blitzplan.multicast.exact.steiner import FULL, Tree
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, base_builder, run
 
-__all__ = ["Overlay", "master", "packing_plan"]
+__all__ = ["Overlay", "master", "packing_plan", "tree_spans"]
 
 _SCALE = 1e9
 
@@ -117,39 +117,53 @@ def packing_plan(
     trees: list[Tree],
     rates: np.ndarray,
     live: frozenset[int],
+    shares: np.ndarray | None = None,
 ) -> Built:
-    """Lanes of every tree with a positive rate: its share of the rank's interval, paced at the
-    tree's rate."""
+    """Lanes of every tree with a positive rate: its interval of the rank (:func:`tree_spans`),
+    paced at the tree's rate."""
     builder = base_builder(problem)
     offset = len(problem.sources)
     node_of = _node_of(problem, overlay.senders)
-    for r in range(problem.tp):
-        mine = [(t, float(rates[t])) for t, tree in enumerate(trees) if tree.rank == r]
-        whole = sum(y for _, y in mine if y > 0)
-        used = [(t, y) for t, y in mine if y > 1e-6 * whole]  # no sliver stripes
-        total = sum(y for _, y in used)
-        lo = 0.0
-        for k, (t, y) in enumerate(used):
-            hi = 1.0 if k == len(used) - 1 else lo + y / total
-            for a in trees[t].arcs:
-                arc = overlay.arcs[a]
-                sender = overlay.senders[arc.sender]
-                receiver = offset + _target_of(problem, arc.dst)
-                source = node_of[sender.name]
-                pace = y * _SCALE * (1 - 1e-9)
-                if source == receiver:
-                    builder.add_gather(
-                        receiver, sender.name, arc.dst, r, lo, hi, pace_bytes_per_s=pace
-                    )
-                else:
-                    hop = builder.hop(source, receiver)
-                    builder.add_lane(
-                        hop, sender.name, arc.exit, arc.dst, r, lo, hi, pace_bytes_per_s=pace
-                    )
-            lo = hi
+    for t, (lo, hi) in tree_spans(trees, rates, problem.tp, shares).items():
+        y = float(rates[t])
+        r = trees[t].rank
+        for a in trees[t].arcs:
+            arc = overlay.arcs[a]
+            sender = overlay.senders[arc.sender]
+            receiver = offset + _target_of(problem, arc.dst)
+            source = node_of[sender.name]
+            pace = y * _SCALE * (1 - 1e-9)
+            if source == receiver:
+                builder.add_gather(receiver, sender.name, arc.dst, r, lo, hi, pace_bytes_per_s=pace)
+            else:
+                hop = builder.hop(source, receiver)
+                builder.add_lane(
+                    hop, sender.name, arc.exit, arc.dst, r, lo, hi, pace_bytes_per_s=pace
+                )
     names = [i.name for i in problem.instances if i.node in live]
     chosen = list(problem.live_names) or names[: problem.live]
     return run(problem, builder, chosen)
+
+
+def tree_spans(
+    trees: list[Tree], rates: np.ndarray, tp: int, shares: np.ndarray | None = None
+) -> dict[int, tuple[float, float]]:
+    """Per tree with a positive rate (none below 1e-6 of its rank's: no sliver stripes) and a
+    positive share, its interval ``[lo, hi)`` of its rank: consecutive, in tree order, sized by
+    ``shares`` (relative within the rank; None: by rate)."""
+    out: dict[int, tuple[float, float]] = {}
+    for r in range(tp):
+        mine = [(t, float(rates[t])) for t, tree in enumerate(trees) if tree.rank == r]
+        whole = sum(y for _, y in mine if y > 0)
+        part = {t: y if shares is None else float(shares[t]) for t, y in mine if y > 1e-6 * whole}
+        used = [t for t, w in part.items() if w > 0]
+        total = sum(part[t] for t in used)
+        lo = 0.0
+        for k, t in enumerate(used):
+            hi = 1.0 if k == len(used) - 1 else lo + part[t] / total
+            out[t] = (lo, hi)
+            lo = hi
+    return out
 
 
 def _node_of(problem: Problem, senders: Sequence[Sender]) -> dict[str, int]:

@@ -13,7 +13,9 @@ plan is checked against the certified bounds like any other.
 
 The plan gives tree ``tau`` of rank ``r`` the interval share ``y_tau / sum_r y`` and paces every
 lane at ``y_tau``, so the max-min fair rates are exactly the packing's rates; the cost model then
-times it (chunks, latency, startup).
+times it (chunks, latency, startup). The exact method also re-shares its best packings by lag
+(:func:`_lag_shared`): a deep or slow tree ends later than its rate share says, so it gets a
+shorter stripe and every tree of a rank ends at about the same time.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan
+from blitzplan.multicast.bound.cuts import missing_bytes
+from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan, tree_spans
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -32,6 +35,7 @@ from blitzplan.multicast.timeline.assemble import Built, score
 __all__ = [
     "EXACT_SHAPES",
     "GREEDY_SHAPES",
+    "LAGGED",
     "MAX_ROUNDS",
     "PACK_GAP",
     "PACK_ROUNDS",
@@ -111,10 +115,12 @@ def pack_trees(
     equal input gives an identical plan), the target nodes ``live`` holding the live
     instances; None when some instance GPU cannot be reached that way or those nodes cannot
     hold ``live`` instances. ``widths``: the tree counts per rank the final plans keep
-    (:func:`_subsets`; None, the exact method: every count, ranked two ways, and the best
-    three rebalanced by :func:`_balanced`). With a time limit, counts past it are skipped (the
-    first and the last still tried), and shapes after the first once it is spent; and once
-    a plan is ready by ``enough_s``, or none so far beats ``beat_s``, the shapes after it."""
+    (:func:`_subsets`; None, the exact method: every count, ranked two ways, the best three
+    re-shared by lag (:func:`_lag_shared`), then rebalanced by :func:`_balanced` and
+    re-shared). With a time limit, counts past it are skipped (the first and the last still
+    tried), and shapes after the first once it is spent (the best packing is still re-shared);
+    and once a plan is ready by ``enough_s``, or none so far beats ``beat_s``, the shapes after
+    it."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -185,21 +191,77 @@ def _pack(
         return None
     deadline = None if time_limit_s is None else began + time_limit_s
     rankings = [_by_rate] if widths is not None else [_by_rate, _by_rate_per_hop]
-    tried: list[tuple[float, list[Tree], Built]] = []
+    tried: list[Packed] = []
     for ranking in rankings:
         tried += _subsets(problem, overlay, trees, solution[1], live, ranking, widths, deadline)
     if not tried:
         return None
     tried.sort(key=lambda item: item[0])
-    best = tried[0][2]
-    if widths is None:  # the exact method: trade a little rate for fewer slow hops
-        for _, subset, _ in tried[:BALANCED]:
+    if widths is None:  # the exact method: shorter stripes on the slower trees, then
+        best = tried[:BALANCED]  # trade a little rate for fewer slow hops
+        for k, (_, subset, rates, _) in enumerate(tried[:LAGGED]):
+            if k and deadline is not None and time.perf_counter() > deadline:
+                break  # the best one even when late: three plans
+            tried.append(_lag_shared(problem, overlay, subset, rates, live))
+        for _, subset, _, _ in best:
             for give in GIVE:
                 if deadline is not None and time.perf_counter() > deadline:
-                    return best
-                built = _balanced(problem, overlay, subset, live, give)
-                if built is not None and _value(built) < _value(best):
-                    best = built
+                    return min(tried, key=lambda item: item[0])[3]
+                balanced = _balanced(problem, overlay, subset, live, give)
+                if balanced is not None:
+                    tried += [balanced, _lag_shared(problem, overlay, subset, balanced[2], live)]
+    return min(tried, key=lambda item: item[0])[3]
+
+
+Packed = tuple[float, list[Tree], np.ndarray, Built]
+"""A packing's plan: its value, trees, their rates, and the plan."""
+LAGGED = 3
+"""The exact method re-shares the stripes of this many of its best packings."""
+LAG_ROUNDS = 3
+"""... in this many plans: by rate, then twice by the lags measured on the plan before."""
+_SCALE = 1e9
+"""The master program's rates are in GB/s."""
+
+
+def _lag_shared(
+    problem: Problem, overlay: Overlay, trees: list[Tree], rates: np.ndarray, live: frozenset[int]
+) -> Packed:
+    """The packing at the same rates with each tree's stripe sized to its lag: the best plan of
+    :data:`LAG_ROUNDS` rounds. A tree's last lane ends its lag ``d`` after its stripe's bytes
+    would at its rate (each hop's chunk, the cost model's term the master leaves out), so a
+    tree of rate ``y`` and lag ``d`` gets the share ``y * (T - d)`` with ``T`` such that the
+    shares of a rank sum to its shard: every tree of it then ends at about ``T``, where
+    shares by rate end the plan at the largest lag. Each round measures the lags on the
+    previous round's plan."""
+    shard = missing_bytes(problem, problem.instances[0].name)
+    start = min(i.startup_s for i in problem.instances)
+    shares = None
+    built = packing_plan(problem, overlay, trees, rates, live)
+    best: Packed = (_value(built), trees, rates, built)
+    for _ in range(LAG_ROUNDS - 1):
+        spans = tree_spans(trees, rates, problem.tp, shares)
+        of_span = {(trees[t].rank, lo): t for t, (lo, _) in spans.items()}
+        ends = np.zeros(len(trees))
+        arrival = built.timeline.lane_arrival_s
+        for lane in built.builder.lanes:
+            t = of_span[(lane.rank, lane.lo)]
+            ends[t] = max(ends[t], float(arrival[lane.flow].max(initial=0.0)))
+        shares = np.zeros(len(trees))
+        for r in range(problem.tp):
+            mine = [t for t in spans if trees[t].rank == r]
+            if not mine:
+                continue  # no tree of this rank has a rate: its lanes are none either way
+            speed = {t: float(rates[t]) * _SCALE for t in mine}
+            lag = {
+                t: max(0.0, ends[t] - start - (spans[t][1] - spans[t][0]) * shard / speed[t])
+                for t in mine
+            }
+            end = (shard + sum(speed[t] * lag[t] for t in mine)) / sum(speed.values())
+            for t in mine:
+                shares[t] = max(0.0, speed[t] * (end - lag[t]))
+        built = packing_plan(problem, overlay, trees, rates, live, shares)
+        if _value(built) < best[0]:
+            best = (_value(built), trees, rates, built)
     return best
 
 
@@ -223,7 +285,7 @@ def _depth(overlay: Overlay, tree: Tree) -> int:
 
 def _balanced(
     problem: Problem, overlay: Overlay, trees: list[Tree], live: frozenset[int], give: float
-) -> Built | None:
+) -> Packed | None:
     """The packing of ``trees`` at ``1 - give`` of its best rate whose slowest tree per hop is
     fastest: a hop of a tree costs its lanes about a chunk at the tree's rate, which the master
     program leaves out (a linear program: maximise ``z`` with ``y_tau >= depth_tau * z``)."""
@@ -252,7 +314,9 @@ def _balanced(
     result = linprog(cost, A_ub=matrix, b_ub=bounds, bounds=(0, None), method="highs")
     if result.status != 0:
         return None
-    return packing_plan(problem, overlay, trees, np.asarray(result.x[1:]), live)
+    rates = np.asarray(result.x[1:])
+    built = packing_plan(problem, overlay, trees, rates, live)
+    return _value(built), trees, rates, built
 
 
 def _by_rate(tree: Tree, rate: float) -> float:
@@ -273,7 +337,7 @@ def _subsets(
     ranking: Callable[[Tree, float], float],
     widths: Sequence[int] | None,
     deadline: float | None,
-) -> list[tuple[float, list[Tree], Built]]:
+) -> list[Packed]:
     """Plans under the cost model of the packings of the first ``k`` trees per rank in
     ``ranking`` (the widest first: fewer, wider stripes lose less to each hop's chunk, which
     the program leaves out), ``k`` in ``widths`` (None: every count) and all of them, with each
@@ -295,7 +359,7 @@ def _subsets(
         if solved is None:
             continue
         built = packing_plan(problem, overlay, subset, solved[1], live)
-        out.append((_value(built), subset, built))
+        out.append((_value(built), subset, solved[1], built))
     return out
 
 
