@@ -125,7 +125,7 @@ class TorchTransport:
         """The lane's sender: start the posted writes in order up to a relay whose bytes have not
         landed, then wait for the oldest started; until closed with nothing left."""
         peer, group = lane.peer, self.groups.get((self.ctx.rank, lane.peer))
-        queued, flying, found = self.posted[peer], deque[tuple[Write, Any]](), [None]
+        queued, flying, found = self.posted[peer], deque[tuple[Write, Any]](), list[Write]()
         while found or flying or not self.closing:
             with self.wake[peer]:
                 found = []
