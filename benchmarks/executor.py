@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -53,7 +52,7 @@ from blitzplan.scale.scenarios import scenario_plan
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 SCENARIO = "small" if QUICK else "large"
 RUNS = 1 if QUICK else 3
-THROUGHPUT_RUNS = 1 if QUICK else 5
+THROUGHPUT_RUNS = 1 if QUICK else 7
 """Throughput varies most with the load of a shared machine: more runs for its median."""
 TRANSPORTS = ["torch"] + (["nixl"] if importlib.util.find_spec("nixl_cu12") else [])
 POLICIES = ["zigzag"] if QUICK else ["zigzag", "best_effort", "stop_the_world"]
@@ -150,28 +149,29 @@ def _by_step(lane: Lane) -> list[list[Chunk]]:
 
 
 def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
-    """The transport's own transfer of a device's step bytes, no runner: NIXL one WRITE of all
-    of a step's chunks (one notification), torch one send/recv of them (packed when not
-    contiguous; packed and received into buffers made before the start, as the transport's); every
-    lane at once. Returns the first byte out and last byte in (nan where none)."""
+    """The transport's own transfer of a device's bytes, no runner, each lane on a thread of its
+    own, made before the start: NIXL one WRITE of all of a step's chunks (one notification);
+    torch one send/recv of them (one message: fewer, larger ones were measured as fast or
+    faster than the program's writes), packed where not contiguous, received into the arena or
+    into a buffer unpacked into it; buffers made and receives posted before the start, as the
+    transport's are. Returns the first byte out and last byte in (nan where none)."""
     job = plan.job
     arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
     if plan.transport == "nixl":
         raw: Any = open_transport("nixl", ctx, arena, run=job.run + "raw", out=job.out, into=())
+        bodies: list[Callable[[], str]] = [functools.partial(_raw_send, raw, o) for o in job.out]
+        bodies += [functools.partial(_raw_notes, raw, tuple(job.into))] if job.into else []
     else:
         groups = pair_groups(ctx, job.out, job.into)
-        packed, into = _buffers(job.out, ctx.device), _buffers(job.into, ctx.wire)
-        raw = SimpleNamespace(arena=arena, groups=groups, packed=packed, into=into)
-    ctx.ready()
+        bodies = [_raw_isend(ctx, arena, groups, lane) for lane in job.out]
+        bodies += [_raw_irecv(ctx, arena, groups, lane) for lane in job.into]
     times: list[tuple[str, float]] = []
-    bodies = [functools.partial(_raw_send, ctx, raw, lane) for lane in job.out]
-    if plan.transport == "nixl" and job.into:
-        bodies.append(functools.partial(_raw_notes, raw, job.into))
-    elif plan.transport == "torch":
-        bodies += [functools.partial(_raw_recv, ctx, raw, lane) for lane in job.into]
-    threads = [threading.Thread(target=_timed(b, times, ctx)) for b in bodies]
+    go = threading.Event()
+    threads = [threading.Thread(target=_timed(b, times, ctx, go)) for b in bodies]
     for thread in threads:
         thread.start()
+    ctx.ready()
+    go.set()
     for thread in threads:
         thread.join()
     if plan.transport == "nixl":
@@ -181,21 +181,11 @@ def raw_job(ctx: RankContext, plan: RawPlan) -> tuple[float, float]:
     return (min(starts, default=float("nan")), max(ends, default=float("nan")))
 
 
-def _buffers(lanes: list[Lane], device: torch.device) -> dict[int, list[torch.Tensor]]:
-    """Per lane a buffer for each step's bytes, made (its pages touched) before the start."""
-    return {
-        lane.peer: [
-            torch.zeros(sum(c.nbytes for c in s), dtype=torch.uint8, device=device)
-            for s in _by_step(lane)
-        ]
-        for lane in lanes
-    }
-
-
 def _timed(
-    body: Callable[[], str], times: list[tuple[str, float]], ctx: RankContext
+    body: Callable[[], str], times: list[tuple[str, float]], ctx: RankContext, go: threading.Event
 ) -> Callable[[], None]:
     def run() -> None:
+        go.wait()
         start = ctx.now()
         kind = body()
         times.append(("send", start) if kind == "send" else ("recv", ctx.now()))
@@ -203,37 +193,71 @@ def _timed(
     return run
 
 
-def _raw_send(ctx: RankContext, transport: Any, lane: Lane) -> str:
-    if hasattr(transport, "agent"):
-        local, remote, index = transport.lanes[lane.peer]
-        handles = []
-        for chunks in _by_step(lane):
-            k = [index[(c.step, c.dst)] for c in chunks]
-            note = f"raw{chunks[0].step}".encode()
-            handles.append(transport.agent.make_prepped_xfer("WRITE", local, k, remote, k, note))
-            transport.agent.transfer(handles[-1])
-        for handle in handles:
-            while transport.agent.check_xfer_state(handle) == "PROC":
-                time.sleep(2e-5)
-            transport.agent.release_xfer_handle(handle)
+def _staged(arena: torch.Tensor, lane: Lane, end: str, wire: torch.device) -> list[Any]:
+    """Per message of ``lane`` its views of the arena at ``end`` and the tensor on the wire:
+    the one view, else a buffer made (its pages touched) now."""
+    staged = []
+    for chunks in _by_step(lane):
+        views = [arena[lo:hi] for _, lo, hi in runs(chunks, end)]
+        size = sum(v.numel() for v in views)
+        one = len(views) == 1 and arena.device == wire
+        staged.append(
+            (views, views[0] if one else torch.zeros(size, dtype=torch.uint8, device=wire))
+        )
+    return staged
+
+
+def _copy(views: list[torch.Tensor], data: torch.Tensor, *, pack: bool) -> None:
+    """Copy the arena's ``views`` into ``data`` one after the other (``pack``), or back."""
+    for view, part in zip(views, torch.split(data, [v.numel() for v in views]), strict=True):
+        (part if pack else view).copy_(view if pack else part)
+
+
+def _raw_isend(ctx: RankContext, arena: torch.Tensor, groups: Any, lane: Lane) -> Callable[[], str]:
+    """A lane's sends: pack and send each message, then wait for them in order."""
+    staged, group = _staged(arena, lane, "src", ctx.wire), groups.get((ctx.rank, lane.peer))
+
+    def body() -> str:
+        works: list[Any] = []
+        for views, data in staged:
+            if data is not views[0]:
+                _copy(views, data, pack=True)
+            works.append(dist.isend(data, dst=lane.peer, group=group))
+        for work in works:
+            work.wait()
         return "send"
-    group = transport.groups.get((ctx.rank, lane.peer))
-    works = []
-    for chunks, buffer in zip(_by_step(lane), transport.packed[lane.peer], strict=True):
-        views = [transport.arena[lo:hi] for _, lo, hi in runs(chunks, "src")]
-        data = views[0] if len(views) == 1 else torch.cat(views, out=buffer)
-        works.append(dist.isend(data.to(ctx.wire), dst=lane.peer, group=group))
-    for work in works:
-        work.wait()
+
+    return body
+
+
+def _raw_irecv(ctx: RankContext, arena: torch.Tensor, groups: Any, lane: Lane) -> Callable[[], str]:
+    """A lane's receives, posted now; the body waits for each in order and unpacks it."""
+    staged, group = _staged(arena, lane, "dst", ctx.wire), groups.get((lane.peer, ctx.rank))
+    works: list[Any] = [dist.irecv(data, src=lane.peer, group=group) for _, data in staged]
+
+    def body() -> str:
+        for (views, data), work in zip(staged, works, strict=True):
+            work.wait()
+            if data is not views[0]:
+                _copy(views, data, pack=False)
+        return "recv"
+
+    return body
+
+
+def _raw_send(transport: Any, lane: Lane) -> str:
+    local, remote, index = transport.lanes[lane.peer]
+    handles = []
+    for chunks in _by_step(lane):
+        k = [index[(c.step, c.dst)] for c in chunks]
+        note = f"raw{chunks[0].step}".encode()
+        handles.append(transport.agent.make_prepped_xfer("WRITE", local, k, remote, k, note))
+        transport.agent.transfer(handles[-1])
+    for handle in handles:
+        while transport.agent.check_xfer_state(handle) == "PROC":
+            time.sleep(2e-5)
+        transport.agent.release_xfer_handle(handle)
     return "send"
-
-
-def _raw_recv(ctx: RankContext, transport: Any, lane: Lane) -> str:
-    group = transport.groups.get((lane.peer, ctx.rank))
-    works = [dist.irecv(into, src=lane.peer, group=group) for into in transport.into[lane.peer]]
-    for work in works:
-        work.wait()
-    return "recv"
 
 
 def _raw_notes(transport: Any, lanes: tuple[Lane, ...]) -> str:
@@ -245,37 +269,50 @@ def _raw_notes(transport: Any, lanes: tuple[Lane, ...]) -> str:
     return "recv"
 
 
+def _raw_run(pool: Workers, text: str, weights: Checkpoint, transport: str) -> float:
+    """One raw transfer of the document's bytes (:func:`raw_job`): its first byte out to its last
+    byte in."""
+    _, jobs = prepare(text, weights, transport=transport, paced=False)
+    pool.launch({j.rank: (raw_job, RawPlan(j, transport)) for j in jobs})
+    found = pool.collect([j.rank for j in jobs]).values()
+    return max(e for _, e in found if e == e) - min(s for s, _ in found if s == s)
+
+
 def throughput_section(pool: Workers, weights: Checkpoint) -> None:
+    """Per transport, THROUGHPUT_RUNS pairs of a program run and a raw run, after one pair that
+    warms both up (not shown); which of the two goes first alternates."""
     _, text, _, _ = documents()[0]
-    rows = []
+    rows, medians = [], []
     for transport in TRANSPORTS:
-        for _ in range(THROUGHPUT_RUNS):
+        ratios = []
+        for k in range(THROUGHPUT_RUNS + 1):
+            if k % 2:
+                raw_s = _raw_run(pool, text, weights, transport)
             run = run_program(text, weights, transport=transport, workers=pool, paced=False)
-            _, jobs = prepare(text, weights, transport=transport, paced=False)
-            pool.launch({j.rank: (raw_job, RawPlan(j, transport)) for j in jobs})
-            found = pool.collect([j.rank for j in jobs])
-            raw_s = max(e for _, e in found.values() if e == e) - min(
-                s for s, _ in found.values() if s == s
-            )
+            if not k % 2:
+                raw_s = _raw_run(pool, text, weights, transport)
+            if k == 0:
+                continue
+            ratios.append(raw_s / run.wall_s)
             rows.append(
                 [
-                    transport,
-                    len(jobs),
-                    run.moved_bytes,
-                    f"{run.wall_s * 1e3:.1f}",
-                    f"{run.moved_bytes / run.wall_s / 1e6:.0f}",
-                    f"{raw_s * 1e3:.1f}",
-                    f"{run.moved_bytes / raw_s / 1e6:.0f}",
-                    f"{raw_s / run.wall_s:.2f}",
-                    run.bit_exact,
+                    *(transport, "raw" if k % 2 else "program", run.moved_bytes),
+                    *(f"{run.wall_s * 1e3:.1f}", f"{run.moved_bytes / run.wall_s / 1e6:.0f}"),
+                    *(f"{raw_s * 1e3:.1f}", f"{run.moved_bytes / raw_s / 1e6:.0f}"),
+                    *(f"{ratios[-1]:.2f}", run.bit_exact),
                 ]
             )
+        low, high = min(ratios), max(ratios)
+        medians.append(f"{transport} {statistics.median(ratios):.2f} ({low:.2f}-{high:.2f})")
     print(
-        "Throughput, unpaced: the program's steps vs the transport's raw transfer of the same bytes"
+        f"Throughput, unpaced ({len(devices_of([read_program(text)]))} processes): the program's "
+        "steps vs the transport's raw transfer of the same bytes, in pairs after one that warms "
+        "both up"
     )
-    headers = ["transport", "processes", "bytes", "program ms", "MB/s", "raw ms", "raw MB/s"]
+    headers = ["transport", "first", "bytes", "program ms", "MB/s", "raw ms", "raw MB/s"]
     headers += ["ratio", "bit-exact"]
-    print(format_table(headers, rows), end="\n\n")
+    print(format_table(headers, rows))
+    print(f"median ratio over {THROUGHPUT_RUNS} pairs: {', '.join(medians)}", end="\n\n")
 
 
 def live_section(pool: Workers, weights_dir: Path) -> None:
@@ -289,7 +326,8 @@ def live_section(pool: Workers, weights_dir: Path) -> None:
             state, doc = scenario_plan("live", compute=compute, live_method=policy)
             text = doc.to_json()
             requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
-            errors, diffs, violations, exact = [], [], 0, True
+            errors: list[float] = []
+            diffs, violations, exact = [], 0, True
             for _ in range(RUNS):
                 run = serve_live(
                     text,

@@ -6,13 +6,14 @@ NCCL has none). Under NCCL each direction of a pair has its own communicator (ma
 in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
 A receiver keeps ``WINDOW`` receives posted ahead on each lane.
 
-A lane's writes start in its order, each on the thread that makes it ready, with no hand-off (a
-wake-up, milliseconds on a loaded host): the loop as it posts it (gloo's ``isend`` copies into
-the socket while it has room), a relay (the bytes of a write received, in the same order; posted
-before they land) on the thread that receives them, from where they landed. gloo tells a
+Every lane has its own thread, made before the start, so that lanes move at once (gloo's
+``isend`` copies the message into the socket on the calling thread): a sender packs and starts
+the lane's writes in order as they are posted (a relay, posted before its bytes are here: once
+the write that brings them lands, sent from where they landed), then waits for the oldest; a
+receiver waits for its writes in order, wakes the lanes that relay one, unpacks it. gloo tells a
 transfer has completed only by a blocking ``wait`` (``is_completed`` stays False until then; a
-wait that times out breaks the pair), so each lane has a waiter: a thread that waits on its
-transfers in order, in C++ without the GIL, and queues each as it completes for :meth:`poll`.
+wait that times out breaks the pair), in C++ without the GIL; what completes is queued, timed,
+for :meth:`poll`.
 """
 
 from __future__ import annotations
@@ -40,20 +41,15 @@ WINDOW = 16
 (``session.WINDOW``), since gloo moves a message only once its receive is posted."""
 
 
-def pair_order(pair: tuple[int, int]) -> tuple[int, int, bool]:
-    """The global order in which ranks make the communicators of directed pairs: by the pair's
-    ranks, the lower rank's direction first."""
-    return min(pair), max(pair), pair[0] > pair[1]
-
-
 def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> dict[Any, Any]:
-    """Under NCCL, a communicator per direction of each pair of lanes (module docstring)."""
+    """Under NCCL, a communicator per direction of each pair of lanes (module docstring), made
+    in one global order: by the pair's ranks, the lower rank's direction first."""
     if ctx.backend != "nccl":
         return {}
     pairs = {(ctx.rank, o.peer) for o in out} | {(i.peer, ctx.rank) for i in into}
     return {
         pair: dist.new_group(sorted(pair), use_local_synchronization=True)
-        for pair in sorted(pairs, key=pair_order)
+        for pair in sorted(pairs, key=lambda p: (min(p), max(p), p[0] > p[1]))
     }
 
 
@@ -77,26 +73,20 @@ class TorchTransport:
         self.groups = pair_groups(ctx, out, into)
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
         self.relayed = relays(out, into)
-        self.landed: set[int] = set()
-        """The writes received here (by id)."""
+        self.landed: set[int] = {-1}
+        """The writes received here (by id; -1 stands for the bytes of a write not relayed)."""
         self.feeds: dict[int, set[int]] = {}
         """Per write received (by id), the lanes (by peer) with a relay of it."""
         for peer, write in ((o.peer, w) for o in out for w in o.writes):
             self.feeds.setdefault(self.relayed.get(id(write), -1), set()).add(peer)
         self.posted = {o.peer: deque[Write]() for o in out}
-        """Per lane, the writes posted, not started (a relay's bytes not here), in order."""
-        self.locks = {o.peer: threading.Lock() for o in out}
+        """Per lane, the writes posted, not started, in order; its sender waits on ``wake``."""
+        self.wake, self.closing = {o.peer: threading.Condition() for o in out}, False
         self.done: queue.SimpleQueue[tuple[str, Done] | TransferError] = queue.SimpleQueue()
-        self.started = {o.peer: queue.SimpleQueue[Any]() for o in out}
-        self.waiters = [
-            threading.Thread(target=self._waiting, args=(self._sends, o.peer)) for o in out
-        ]
-        self.waiters += [
-            threading.Thread(target=self._waiting, args=(self._receives, i)) for i in into
-        ]
-        for waiter in self.waiters:
-            waiter.daemon = True
-            waiter.start()
+        bodies = [(self._sends, o) for o in out] + [(self._receives, i) for i in into]
+        self.threads = [threading.Thread(target=self._waiting, args=b, daemon=True) for b in bodies]
+        for thread in self.threads:
+            thread.start()
 
     def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, int], Moved]:
         """Per write of ``lanes`` (by ``(end, id)``) its views of the arena at ``end`` and the
@@ -119,43 +109,45 @@ class TorchTransport:
         self.ctx.synchronize()
 
     def post(self, peer: int, write: Write) -> None:
-        """Start ``write`` (a relay: once its bytes land) after those posted before it."""
-        self.posted[peer].append(write)
-        self._start(peer)
-
-    def _start(self, peer: int) -> None:
-        """Start the lane's posted writes in order, up to a relay whose bytes have not landed;
-        hand each to the lane's waiter."""
-        with self.locks[peer]:
-            queued, group = self.posted[peer], self.groups.get((self.ctx.rank, peer))
-            while queued:
-                relay = self.relayed.get(id(queued[0]))
-                if relay is not None and relay not in self.landed:
-                    return
-                write = queued.popleft()
-                views, data = self.staged[("src", id(write))]
-                if relay is not None:
-                    data = self.staged[("dst", relay)][1]
-                elif data is not views[0]:
-                    self._move(views, data, pack=True)
-                try:
-                    self.started[peer].put((write, dist.isend(data, peer, group)))
-                except RuntimeError as exc:
-                    message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0]}"
-                    raise TransferError(write[0].failure(peer, message[:240])) from None
+        """Hand ``write`` to its lane's sender, after those posted before it."""
+        with self.wake[peer]:
+            self.posted[peer].append(write)
+            self.wake[peer].notify()
 
     def _waiting(self, body: Any, *args: Any) -> None:
-        """Run a waiter's ``body``, queueing its failure for :meth:`poll` to raise."""
+        """Run a thread's ``body``, queueing its failure for :meth:`poll` to raise."""
         try:
             body(*args)
         except TransferError as exc:
             self.done.put(exc)
 
-    def _sends(self, peer: int) -> None:
-        """The lane's waiter for its sends, in order."""
-        while (item := self.started[peer].get()) is not None:
-            self.ctx.wait(item[1], f"sending a chunk to rank {peer}", item[0][0].failure(peer))
-            self.done.put(("sent", (item[0], self.ctx.now())))
+    def _sends(self, lane: Lane) -> None:
+        """The lane's sender: start the posted writes in order up to a relay whose bytes have not
+        landed, then wait for the oldest started; until closed with nothing left."""
+        peer, group = lane.peer, self.groups.get((self.ctx.rank, lane.peer))
+        queued, flying, found = self.posted[peer], deque[tuple[Write, Any]](), list[Write]()
+        while found or flying or not self.closing:
+            with self.wake[peer]:
+                found = []
+                while queued and self.relayed.get(id(queued[0]), -1) in self.landed:
+                    found.append(queued.popleft())
+                if not found and not flying and not self.closing:
+                    self.wake[peer].wait()
+            for write in found:
+                views, data = self.staged[("src", id(write))]
+                if (relay := self.relayed.get(id(write))) is not None:
+                    data = self.staged[("dst", relay)][1]
+                elif data is not views[0]:
+                    self._move(views, data, pack=True)
+                try:
+                    flying.append((write, dist.isend(data, peer, group)))
+                except RuntimeError as exc:
+                    message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0]}"
+                    raise TransferError(write[0].failure(peer, message[:240])) from None
+            if flying:
+                write, work = flying.popleft()
+                self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
+                self.done.put(("sent", (write, self.ctx.now())))
 
     def _receives(self, lane: Lane) -> None:
         """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
@@ -177,7 +169,8 @@ class TorchTransport:
             self.ctx.wait(work, f"receiving a chunk from rank {lane.peer}", where)
             self.landed.add(id(write))
             for peer in self.feeds.get(id(write), ()):
-                self._start(peer)
+                with self.wake[peer]:
+                    self.wake[peer].notify()
             if view is not views[0]:
                 self._move(views, view, pack=False)
             self.done.put(("landed", (write, self.ctx.now())))
@@ -208,10 +201,13 @@ class TorchTransport:
         return TransferError(Failure(f"no transfer ended in {2 * self.ctx.timeout_s:g} s"))
 
     def close(self) -> None:
-        """End the waiters; destroy this run's NCCL communicators (the default group stays)."""
-        for started in self.started.values():
-            started.put(None)
-        for waiter in self.waiters:
-            waiter.join()
+        """End the lanes' threads; destroy this run's NCCL communicators (the default group
+        stays)."""
+        self.closing = True
+        for wake in self.wake.values():
+            with wake:
+                wake.notify()
+        for thread in self.threads:
+            thread.join()
         for group in self.groups.values():
             dist.destroy_process_group(group)
