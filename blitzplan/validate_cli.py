@@ -41,7 +41,12 @@ def add_validate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     cmd.add_argument("--plan", default=None, help="a ScalePlan JSON document to run")
     cmd.add_argument("--program", default=None, metavar="SCENARIO", help="small, large or live")
     cmd.add_argument("--plan-out", default=None, help="where --program writes its document")
-    cmd.add_argument("--checkpoint", default=None, help="the weights (--program writes them)")
+    cmd.add_argument(
+        "--checkpoint",
+        default=None,
+        help="the weights: a Hugging Face model directory, config.json and model.safetensors "
+        "(--program writes seeded ones)",
+    )
     cmd.add_argument("--replan", default=None, help="a replan document taking over at --at")
     cmd.add_argument("--at", type=float, default=None, help="seconds into the run (--replan)")
     cmd.add_argument("--transport", default="torch", help="torch (default) or nixl")
@@ -109,7 +114,6 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
     from blitzplan.executor.runtime.pool import Workers
     from blitzplan.executor.serving.pair_jobs import measured_compute
     from blitzplan.executor.serving.serve import serve_live
-    from blitzplan.executor.smallmodel.checkpoint import load_checkpoint
     from blitzplan.live.schedule_checks import measured_violations
     from blitzplan.scale.scenarios import scenario_plan
 
@@ -123,7 +127,7 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
         requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
         run = serve_live(
             made.to_json(),
-            load_checkpoint(weights),
+            weights,
             requests=requests,
             compute=compute,
             transport=args.transport,
@@ -144,9 +148,9 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
 
 def _seeded(spec: ModelSpec, weights: Path) -> None:
     """Seeded weights of ``spec`` in ``weights`` unless it has them."""
-    from blitzplan.executor.smallmodel.checkpoint import MANIFEST, save_checkpoint
+    from blitzplan.executor.smallmodel.checkpoint import CONFIG, save_checkpoint
 
-    if not (weights / MANIFEST).is_file():
+    if not (weights / CONFIG).is_file():
         save_checkpoint(spec, weights, seed=0)
 
 

@@ -25,7 +25,7 @@ from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.session import DeviceReport, program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers, run_jobs
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint, check_identity, load_checkpoint
+from blitzplan.executor.smallmodel.checkpoint import Checkpoint, open_checkpoint
 from blitzplan.executor.transports import check_transport
 from blitzplan.wire.plan_program import plan_program_json
 from blitzplan.wire.scaleprogram import ScaleProgram, read_program_json
@@ -142,8 +142,8 @@ def prepare(
         raise InvalidInputError(
             f"checkpoint must be a Checkpoint or a directory, got {type(checkpoint).__name__}"
         )
-    weights = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
-    check_identity(weights, program.model)
+    directory = checkpoint.directory if isinstance(checkpoint, Checkpoint) else checkpoint
+    weights = open_checkpoint(directory, program.spec)
     check_transport(transport)
     if (replan is None) != (at_s is None):
         raise InvalidInputError("replan and at_s go together: a replan takes over at at_s")

@@ -28,7 +28,8 @@ import torch
 from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
-from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
+from blitzplan.executor.smallmodel.checkpoint import load_unit
+from blitzplan.executor.smallmodel.llama import as_integers
 from blitzplan.executor.transports import Write, open_transport, runs, writes
 from blitzplan.models.layout import layout
 
@@ -91,7 +92,7 @@ class ProgramSession:
     def own(self, unit: int) -> torch.Tensor:
         """This device's buffer of ``unit`` (its job's ``buffer``), from the checkpoint."""
         if unit not in self._full:
-            self._full[unit] = checkpoint_tensors(self.job.checkpoint, unit)
+            self._full[unit] = as_integers(load_unit(self.job.checkpoint, unit))
         buffer, tp = self.job.buffer, self.job.tp
         lay = layout(self.job.spec, tp if buffer is None else buffer[0])
         ranks = range(tp) if buffer is None else (buffer[1],)

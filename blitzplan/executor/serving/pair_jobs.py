@@ -35,6 +35,7 @@ from blitzplan.executor.smallmodel.llama import (
     init_unit,
     model_dims,
     rope_tables,
+    short_name,
     unit_from_buffer,
 )
 from blitzplan.models import ModelSpec
@@ -123,7 +124,7 @@ def old_instance_job(
     dims = model_dims(checkpoint.spec)
     units = []
     for u in range(dims.spec.num_units):
-        units.append({k: t.to(ctx.device) for k, t in load_unit(checkpoint, u).items()})
+        units.append({short_name(k): t.to(ctx.device) for k, t in load_unit(checkpoint, u).items()})
     rope = rope_tables(dims, max_positions=max(map(len, token_ids)), device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in token_ids]
     reference = tuple(_logits(forward(dims, units, ids, rope)) for ids in prompts)

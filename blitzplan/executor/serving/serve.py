@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from blitzplan.compute import ComputeModel
@@ -213,7 +214,7 @@ def _pair(
 
 def serve_live(
     document: Document,
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint | str | Path,
     *,
     requests: Mapping[str, int],
     compute: ComputeModel,
@@ -245,7 +246,7 @@ def serve_live(
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
-    launched[old_rank] = (old_instance_job, (prompts, checkpoint))
+    launched[old_rank] = (old_instance_job, (prompts, jobs[0].checkpoint))
     policy = POLICIES[chosen.policy]()
     coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
     results = run_jobs(

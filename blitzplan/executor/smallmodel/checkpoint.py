@@ -1,32 +1,36 @@
-"""Seeded weights saved one safetensors file per unit, with a manifest, and loaded unit by unit.
+"""Weights as a Hugging Face model directory: ``config.json`` and one ``model.safetensors`` with
+every tensor under its Hugging Face name, read unit by unit (0 the embedding, ``1..L`` the
+decoder layers, ``L + 1`` the head). :func:`save_checkpoint` writes seeded weights so.
 
-``manifest.json`` holds the model's identity, config and seed; each unit's file names the model
-and the unit in its metadata, and :func:`load_unit` refuses one that names another (or is missing,
-or does not read: CorruptCheckpointError naming the unit).
+:func:`open_checkpoint` refuses, before any process starts, a directory whose config.json is not
+the plan's model's (InvalidInputError), and a weights file that does not read, lacks a unit's
+tensor or holds one in another shape or dtype (CorruptCheckpointError naming the unit).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from blitzplan._checks import check_count
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.smallmodel.llama import Weights, hf_arrays, init_unit, model_dims
-from blitzplan.models import ModelIdentity, ModelSpec
+from blitzplan.executor.smallmodel.llama import Weights, init_unit, model_dims, short_name
+from blitzplan.models import ModelSpec
+from blitzplan.models.identity import weights_hash
+from blitzplan.models.layout import layout
 
-MANIFEST = "manifest.json"
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+_STORED = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+"""How safetensors names the dtypes the executor runs."""
 
 
 class CorruptCheckpointError(InvalidInputError):
-    """A unit file is not what the checkpoint says. ``unit`` (also ``layer``, as in
+    """The weights file is not what the model needs. ``unit`` (also ``layer``, as in
     RankFailedError): 0 the embedding, ``1..L`` the decoder layers, ``L + 1`` the head."""
 
     def __init__(self, message: str, *, unit: int) -> None:
@@ -36,101 +40,70 @@ class CorruptCheckpointError(InvalidInputError):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint directory as its manifest describes it."""
+    """A checkpoint directory (module docstring) holding the weights of ``spec``."""
 
     directory: Path
-    identity: ModelIdentity
-    config: dict[str, object]
-    seed: int
-
-    @functools.cached_property
-    def spec(self) -> ModelSpec:
-        """The ModelSpec the weights were made for."""
-        return ModelSpec.from_config(
-            self.config, name=self.identity.name, revision=self.identity.revision
-        )
-
-    def metadata(self, unit: int) -> dict[str, str]:
-        """What unit ``unit``'s file says it is."""
-        return {**_named(self.identity), "unit": str(unit)}
-
-    def path(self, unit: int) -> Path:
-        return self.directory / f"unit-{unit:03d}.safetensors"
-
-
-def _named(identity: ModelIdentity) -> dict[str, str]:
-    return {k: str(v) for k, v in dataclasses.asdict(identity).items()}
+    spec: ModelSpec
 
 
 def save_checkpoint(spec: ModelSpec, directory: str | Path, *, seed: int = 0) -> Checkpoint:
-    """Write seeded weights for ``spec`` to ``directory`` (created), one file per unit."""
+    """Write seeded weights of ``spec`` (:func:`.llama.init_unit`) to ``directory`` (created)."""
     seed = check_count("seed", seed, minimum=0, maximum=2**63 - 1)
-    made = Checkpoint(Path(directory), spec.identity, dict(spec.config), seed)
-    made.directory.mkdir(parents=True, exist_ok=True)
-    for unit in range(spec.num_units):
-        weights = init_unit(model_dims(spec), unit, seed=seed)
-        save_file(weights, str(made.path(unit)), metadata=made.metadata(unit))
-    manifest = {"identity": _named(spec.identity), "config": made.config, "seed": seed}
-    (made.directory / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    return load_checkpoint(directory)
+    dims, path = model_dims(spec), Path(directory)
+    tensors: Weights = {}
+    for unit, record in enumerate(layout(spec, 1).units):
+        weights = init_unit(dims, unit, seed=seed)
+        tensors |= {t.name: weights[short_name(t.name)] for t in record.tensors}
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+    (path / CONFIG).write_text(json.dumps(dict(spec.config), indent=1, sort_keys=True))
+    return open_checkpoint(path, spec)
 
 
-def load_checkpoint(directory: str | Path) -> Checkpoint:
-    """Read a checkpoint's manifest (no weights are read); checks it is self-consistent."""
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        raise InvalidInputError(f"checkpoint {str(directory)!r} has no {MANIFEST}")
+def open_checkpoint(directory: str | Path, spec: ModelSpec) -> Checkpoint:
+    """The checkpoint in ``directory`` if it holds the weights of ``spec`` (module docstring):
+    its config.json (and, where ``spec`` names its weights by their hash, its weights file)
+    gives ``spec``'s identity under ``spec``'s name and revision, and its file has every tensor
+    of every unit. No weights are read but to hash them."""
+    path = Path(directory)
     try:
-        manifest = json.loads(path.read_text())
-        identity = ModelIdentity(**manifest["identity"])
-        checkpoint = Checkpoint(
-            Path(directory), identity, dict(manifest["config"]), manifest["seed"]
-        )
-        spec = checkpoint.spec
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise InvalidInputError(f"checkpoint manifest {str(path)!r} is malformed: {exc}") from exc
-    if spec.identity != identity:
+        config = json.loads((path / CONFIG).read_text())
+        hashed = weights_hash([path / WEIGHTS]) if spec.weights_hash else None
+        found = ModelSpec.from_config(
+            config, name=spec.name, revision=spec.revision, weights_hash=hashed
+        ).identity
+    except (OSError, ValueError, TypeError) as exc:
+        raise InvalidInputError(f"checkpoint {str(path)!r} does not read: {exc}") from None
+    if found != spec.identity:
         raise InvalidInputError(
-            f"checkpoint {str(directory)!r} names identity {identity}, but its config gives "
-            f"{spec.identity}"
+            f"checkpoint {str(directory)!r} holds model {found}, but the plan's model is "
+            f"{spec.identity}; refusing to mix weights of two models"
         )
+    checkpoint = Checkpoint(path, spec)
+    for unit in range(spec.num_units):
+        load_unit(checkpoint, unit, tensors=False)
     return checkpoint
 
 
-def check_identity(checkpoint: Checkpoint, identity: ModelIdentity) -> None:
-    """Raise InvalidInputError unless the checkpoint holds the model ``identity``, every unit's
-    file there and of it: a run never starts on weights it cannot send."""
-    if checkpoint.identity != identity:
-        raise InvalidInputError(
-            f"checkpoint {str(checkpoint.directory)!r} holds model {checkpoint.identity}, but the "
-            f"plan's model is {identity}; refusing to mix weights of two model versions"
-        )
-    for unit in range(checkpoint.spec.num_units):
-        load_unit(checkpoint, unit, tensors=False)
-
-
 def load_unit(checkpoint: Checkpoint, unit: int, *, tensors: bool = True) -> Weights:
-    """One unit's tensors (on the CPU; none unless ``tensors``), its file's metadata checked."""
-    if not 0 <= unit < checkpoint.spec.num_units:
-        raise InvalidInputError(f"unit must be in 0..{checkpoint.spec.num_units - 1}, got {unit!r}")
-    path = checkpoint.path(unit)
-    if not path.is_file():
-        raise CorruptCheckpointError(f"unit {unit} file {str(path)!r} is missing", unit=unit)
+    """Unit ``unit``'s tensors under their Hugging Face names, on the CPU (none unless
+    ``tensors``), each checked to be in the file in its shape and dtype."""
+    path, dtype = checkpoint.directory / WEIGHTS, _STORED[model_dims(checkpoint.spec).dtype]
+    found: Weights = {}
     try:
         with safe_open(str(path), framework="pt") as handle:
-            if (said := handle.metadata()) != checkpoint.metadata(unit):
-                raise CorruptCheckpointError(
-                    f"unit {unit} in {str(path)!r} says it is {said}, not unit {unit} of "
-                    f"{checkpoint.identity}",
-                    unit=unit,
-                )
-            names = list(handle.keys()) if tensors else []
-            return {name: handle.get_tensor(name) for name in names}
-    except (OSError, SafetensorError) as exc:
-        message = f"unit {unit} file {str(path)!r} does not read as safetensors: {exc}"
+            for tensor in layout(checkpoint.spec, 1).units[unit].tensors:
+                part = handle.get_slice(tensor.name)
+                stored = (part.get_dtype(), part.get_shape())
+                if stored != (dtype, list(tensor.shape)):
+                    raise CorruptCheckpointError(
+                        f"unit {unit}: tensor {tensor.name!r} of {str(path)!r} is {stored[0]} of "
+                        f"shape {stored[1]}, not {dtype} of shape {list(tensor.shape)}",
+                        unit=unit,
+                    )
+                if tensors:
+                    found[tensor.name] = handle.get_tensor(tensor.name)
+    except (OSError, SafetensorError) as exc:  # no file, not safetensors, a tensor missing
+        message = f"unit {unit}: {str(path)!r} does not hold its tensors: {exc}"
         raise CorruptCheckpointError(message, unit=unit) from None
-
-
-def checkpoint_tensors(checkpoint: Checkpoint, unit: int) -> dict[str, Any]:
-    """A unit as full tensors under their Hugging Face names (see :func:`.llama.hf_arrays`)."""
-    return hf_arrays(model_dims(checkpoint.spec), unit, load_unit(checkpoint, unit))
+    return found

@@ -94,14 +94,13 @@ def init_unit(dims: Dims, unit: int, *, seed: int) -> Weights:
     return weights
 
 
-def hf_arrays(dims: Dims, unit: int, weights: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """A unit's tensors under their Hugging Face names as numpy integers of the element width
-    (what :meth:`~blitzplan.models.layout.Layout.rank_buffer` packs: it moves bytes)."""
-    out = {}
-    for tensor in layout(dims.spec, 1).units[unit].tensors:
-        value = weights[short_name(tensor.name)].detach().cpu().contiguous()
-        out[tensor.name] = value.view(_INT_OF_WIDTH[value.element_size()]).numpy()
-    return out
+def as_integers(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """Tensors as numpy integers of their element width, under the same names (what
+    :meth:`~blitzplan.models.layout.Layout.rank_buffer` packs: it moves bytes)."""
+    return {
+        name: value.detach().cpu().contiguous().view(_INT_OF_WIDTH[value.element_size()]).numpy()
+        for name, value in tensors.items()
+    }
 
 
 def unit_from_buffer(dims: Dims, unit: int, buffer: torch.Tensor, device: torch.device) -> Weights:
