@@ -415,7 +415,7 @@ def test_a_dead_peer_is_named_with_its_step_and_chunk(
     process is left."""
     before = set(multiprocessing.active_children())
     fault = InjectedFault(rank=rank, layer=2)
-    message = rf"rank {rank} \({label}\) died .* layer 2 \(step 0, chunk \[0, \d+\) of unit 2\)"
+    message = rf"rank {rank} \({label}\) died .* at unit 2 \(step 0, chunk \[0, \d+\)\)"
     with pytest.raises(RankFailedError, match=message) as caught:
         run_program(
             _tiny_plan(small), small.weights, fault=fault, timeout_s=5.0, transport=transport

@@ -183,7 +183,6 @@ def run_program(
         workers=workers,
         device=device,
         timeout_s=timeout_s,
-        num_layers=parts[0].program.spec.num_layers,
         fault=fault,
     )
     return summarize(parts, jobs, reports, transport=transport)

@@ -22,7 +22,6 @@ from blitzplan.executor.runtime.failures import (
     Failure,
     InjectedFault,
     RankFailedError,
-    unit_name,
 )
 from blitzplan.executor.runtime.worker import (
     STARTUP_TIMEOUT_S,
@@ -51,7 +50,6 @@ class Workers:
             raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
         self.backend = check_device(device, len(labels))
         self.labels = list(labels)
-        self.num_layers: int | None = None
         self.closed = False
         """Whether the pool has been ended (by :meth:`close` or a failure)."""
         self._pending: deque[Event] = deque()
@@ -92,7 +90,6 @@ class Workers:
         jobs: Mapping[int, tuple[Job, Any]],
         *,
         labels: Sequence[str] = (),
-        num_layers: int | None = None,
         fault: InjectedFault | None = None,
     ) -> float:
         """Submit one job per rank (``labels`` renames the first ranks), start them together
@@ -102,11 +99,10 @@ class Workers:
                 f"workers must have at least {len(labels)} ranks, got {len(self.labels)}"
             )
         self.labels[: len(labels)] = labels
-        self.num_layers = num_layers
         self._where[:] = [-1] * len(self._where)
         for rank, (job, payload) in jobs.items():
             self._results.pop(rank, None)
-            self.tell(rank, (job, payload, fault, num_layers))
+            self.tell(rank, (job, payload, fault))
         self._wait_for("ready", jobs)
         t0 = time.monotonic() + 0.05
         for rank in jobs:
@@ -201,9 +197,9 @@ class Workers:
         at = Failure("", unit, rank, step, None if lo < 0 else (lo, hi))
         if failure is not None and failure.peer in (rank, None) and None in (step, unit):
             at = failure
-        where = unit_name(at.layer, self.num_layers)
-        if at.step is not None:  # `` (step 4, chunk [0, 32768) of unit 2)``
-            span = f", chunk [{at.chunk[0]}, {at.chunk[1]}) of unit {at.layer}" if at.chunk else ""
+        where = "an unknown unit" if at.layer is None else f"unit {at.layer}"
+        if at.step is not None:  # ``unit 2 (step 4, chunk [0, 32768))``
+            span = f", chunk [{at.chunk[0]}, {at.chunk[1]})" if at.chunk else ""
             where += f" (step {at.step}{span})"
         message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
         raise RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
@@ -232,7 +228,6 @@ def run_jobs(
     workers: Workers | None,
     device: str,
     timeout_s: float,
-    num_layers: int | None = None,
     fault: InjectedFault | None = None,
     drive: Callable[[Workers, float], None] | None = None,
 ) -> dict[int, Any]:
@@ -241,7 +236,7 @@ def run_jobs(
     return their results by rank."""
     pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
     try:
-        t0 = pool.launch(jobs, labels=labels, num_layers=num_layers, fault=fault)
+        t0 = pool.launch(jobs, labels=labels, fault=fault)
         if drive is not None:
             drive(pool, t0)
         return pool.collect(list(jobs))

@@ -72,7 +72,6 @@ class RankContext:
         self.store: Any = None
         """The group's TCPStore (a transport's rendezvous)."""
         self.fault: InjectedFault | None = None
-        self.num_layers: int | None = None
         self.t0 = time.monotonic()
         self._conn, self._lock, self._where = conn, threading.Lock(), where
 
@@ -175,7 +174,7 @@ def worker_main(boot: Boot, conn: Connection, where: Any) -> None:
 def _serve(ctx: RankContext) -> None:
     """Run jobs until one fails, then wait to be ended (the group is broken)."""
     while True:
-        job, payload, ctx.fault, ctx.num_layers = ctx.command()
+        job, payload, ctx.fault = ctx.command()
         try:
             ctx.emit("result", job(ctx, payload))
         except Exception as exc:

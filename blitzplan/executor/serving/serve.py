@@ -255,7 +255,6 @@ def serve_live(
         workers=workers,
         device=device,
         timeout_s=timeout_s,
-        num_layers=program.spec.num_layers,
         drive=coordinator.run,
     )
     reference = results.pop(old_rank)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
+from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.transports import Chunk, Done, Lane, Write
 
 if TYPE_CHECKING:
@@ -96,8 +96,7 @@ class NixlTransport:
         self.writers = sorted({lane.peer for lane in into})
 
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
-        where = unit_name(chunk.unit, self.ctx.num_layers)
-        return TransferError(chunk.failure(peer, f"{what} ({where}, rank {peer}, NIXL)"))
+        return TransferError(chunk.failure(peer, f"{what} (unit {chunk.unit}, rank {peer}, NIXL)"))
 
     def post(self, peer: int, write: Write) -> None:
         local, remote, index = self.lanes[peer]
