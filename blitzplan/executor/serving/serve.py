@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from blitzplan.compute import ComputeModel
-from blitzplan.errors import BlitzplanError, InvalidInputError
+from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.runner import Document, ProgramRun, prepare, summarize
 from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import Event
@@ -40,6 +40,8 @@ LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
 IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
+HANDOFF_BYTES_PER_S = 1e9
+"""How fast the prediction takes an activation to go from the new instance to the old."""
 
 
 class Coordinator:
@@ -136,23 +138,15 @@ class Coordinator:
             self.new_ops += [NewOp(batch, layer, start, end, 0) for layer, start, end in ops]
             if kept is not None:
                 self.kept[batch] = kept
-            running = self.relay.running[0]
-            if running is None or running[0] != batch:
-                raise BlitzplanError(f"the new instance finished batch {batch}, not running it")
             self._changed = True
             if self.relay.end_layers(0, at_s=ops[-1][2]) == DONE:
-                self._logits(batch, logits)
+                self.logits[batch] = logits
         elif event.kind == "old_done":
             batch, start, end, logits = event.data
             self.old_ops.append(OldOp(batch, self.relay.split[batch] + 1, start, end, 0))
             self._changed = True
             self.relay.end_block(0, at_s=end)
-            self._logits(batch, logits)
-
-    def _logits(self, batch: int, logits: tuple[float, ...] | None) -> None:
-        if logits is None:
-            raise BlitzplanError(f"batch {batch} finished without logits")
-        self.logits[batch] = logits
+            self.logits[batch] = logits
 
 
 @dataclass(frozen=True)
@@ -218,18 +212,17 @@ def serve_live(
     *,
     requests: Mapping[str, int],
     compute: ComputeModel,
-    handoff_bytes_per_s: float = 1e9,
     pair: int = 0,
     transport: str = "torch",
     device: str = "cpu",
     timeout_s: float = 30.0,
     workers: Workers | None = None,
-    seed: int = 0,
 ) -> LiveRun:
     """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
 
-    ``requests`` gives each queued request id its prompt length (seeded token ids are drawn);
-    ``compute`` the layer times the prediction uses. ``workers`` reuses a pool of at least the
+    ``requests`` gives each queued request id its prompt length (token ids are drawn, seeded);
+    ``compute`` the layer times the prediction uses (activations handed over at
+    HANDOFF_BYTES_PER_S). ``workers`` reuses a pool of at least the
     program's devices plus one (the old instance runs on the rank after them); otherwise one is
     started on ``device`` and ended. A rank that dies or stalls raises RankFailedError naming
     it, after every process has been ended."""
@@ -240,9 +233,9 @@ def serve_live(
     new_rank, old_rank = names.index(new.gpus[0]), len(jobs)
     queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
     instance = instance_from_queue(
-        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=handoff_bytes_per_s
+        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=HANDOFF_BYTES_PER_S
     )
-    rng = random.Random(seed)
+    rng = random.Random(0)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
