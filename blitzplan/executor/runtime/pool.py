@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -52,7 +51,6 @@ class Workers:
         self.labels = list(labels)
         self.closed = False
         """Whether the pool has been ended (by :meth:`close` or a failure)."""
-        self._pending: deque[Event] = deque()
         self._results: dict[int, Any] = {}
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
@@ -125,10 +123,14 @@ class Workers:
         """The next event within ``timeout_s`` (None if none); raises RankFailedError."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if not self._pending:
-                self._receive(min(POLL_S, max(0.0, deadline - time.monotonic())))
-            if self._pending:
-                event = self._pending.popleft()
+            open_ends = [conn for conn in self._conns if not conn.closed]
+            ready = wait(open_ends, min(POLL_S, max(0.0, deadline - time.monotonic())))
+            for conn in (conn for conn in open_ends if conn in ready):
+                try:
+                    event: Event = conn.recv()
+                except (EOFError, OSError):
+                    conn.close()  # the worker exited
+                    continue
                 if event.kind == "error":
                     self._fail(None, event)
                 if event.kind == "result":
@@ -138,16 +140,6 @@ class Workers:
                 self._fail(dead[0], None)
             if time.monotonic() >= deadline:
                 return None
-
-    def _receive(self, timeout_s: float) -> None:
-        open_ends = [conn for conn in self._conns if not conn.closed]
-        ready = wait(open_ends, timeout_s)
-        for conn in open_ends:
-            try:
-                while conn in ready and conn.poll():
-                    self._pending.append(conn.recv())
-            except (EOFError, OSError):
-                conn.close()  # the worker exited
 
     def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
         """Wait for a ``kind`` event from each of ``ranks`` (no other comes before it)."""
@@ -168,7 +160,7 @@ class Workers:
         failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
-            self._receive(POLL_S)
+            time.sleep(POLL_S)
             dead = next(iter(self._dead()), None)
         said = ""
         if report is not None and failure is not None:
