@@ -1,11 +1,8 @@
-"""The executor's decoder, checkpoints and boundaries, without starting any process."""
+"""The executor's decoder, seeded weights and boundaries, without starting any process."""
 
 from __future__ import annotations
 
 import multiprocessing
-import time
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,25 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
 
-from blitzplan import InvalidInputError, load_model  # noqa: E402
+import blitzplan  # noqa: E402
+from blitzplan import InvalidInputError, ScaleRequest, load_model  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.executor.program.runner import run_program  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.smallmodel import llama as m  # noqa: E402
-from blitzplan.executor.smallmodel.checkpoint import (  # noqa: E402
-    WEIGHTS,
-    Checkpoint,
-    CorruptCheckpointError,
-    load_unit,
-    open_checkpoint,
-    save_checkpoint,
-)
 from blitzplan.models.layout import layout  # noqa: E402
-from blitzplan.scale.scenarios import scenario_plan, small_config  # noqa: E402
+from blitzplan.scale.scenarios import scenario_state, small_config  # noqa: E402
 
 TINY = small_config(
     num_layers=3,
@@ -47,12 +36,8 @@ NO_GPU = not torch.cuda.is_available()
 def _buffer(dims: m.Dims, unit: int, weights: m.Weights) -> torch.Tensor:
     """The unit packed into its TP1 rank buffer (what the executor moves)."""
     return torch.from_numpy(
-        layout(dims.spec, 1).rank_buffer(unit, 0, m.as_integers(_hf_named(dims, unit, weights)))
+        layout(dims.spec, 1).rank_buffer(unit, 0, m.hf_arrays(dims, unit, weights))
     )
-
-
-def _hf_named(dims: m.Dims, unit: int, weights: m.Weights) -> m.Weights:
-    return {t.name: weights[m.short_name(t.name)] for t in layout(dims.spec, 1).units[unit].tensors}
 
 
 def _through_buffer(dims: m.Dims, unit: int, weights: m.Weights) -> m.Weights:
@@ -137,74 +122,14 @@ def test_unsupported_models_are_refused_by_name() -> None:
         m.model_dims(load_model({**TINY, "torch_dtype": "int8"}))
 
 
-def test_checkpoint_round_trip_and_identity(tmp_path: Path) -> None:
-    """A checkpoint is a Hugging Face directory: config.json and model.safetensors under the
-    model's tensor names; it reads back to the seeded weights; another config is refused."""
-    spec = load_model(TINY)
-    checkpoint = save_checkpoint(spec, tmp_path / "a", seed=3)
-    assert open_checkpoint(tmp_path / "a", spec) == checkpoint
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["config.json", WEIGHTS]
-    assert load_model(tmp_path / "a" / "config.json").config == spec.config
-    dims = m.model_dims(spec)
-    for unit in range(spec.num_units):
-        tensors = load_unit(checkpoint, unit)
-        assert {m.short_name(k) for k in tensors} == set(m.init_unit(dims, unit, seed=3))
-        assert torch.equal(
-            _buffer(dims, unit, {m.short_name(k): t for k, t in tensors.items()}),
-            _buffer(dims, unit, m.init_unit(dims, unit, seed=3)),
-        )
-    other = load_model({**TINY, "rope_theta": 500_000.0})
-    with pytest.raises(InvalidInputError, match=r"holds model .*, but the plan's model is .*mix"):
-        open_checkpoint(tmp_path / "a", other)
-    hashed = load_model(tmp_path / "a")  # a model named by its weights' hash
-    assert hashed.identity.hash_kind == "weights" and open_checkpoint(tmp_path / "a", hashed)
-    save_checkpoint(spec, tmp_path / "b", seed=4)
-    with pytest.raises(InvalidInputError, match="refusing to mix weights"):
-        open_checkpoint(tmp_path / "b", hashed)
-
-
-def test_weights_of_another_model_are_refused_before_any_process_starts(tmp_path: Path) -> None:
-    _, made = scenario_plan("small")
-    other = load_model({**made.spec.config, "rms_norm_eps": 1e-6})
-    checkpoint = save_checkpoint(other, tmp_path / "w")
-    started = time.monotonic()
-    with pytest.raises(InvalidInputError, match="refusing to mix weights"):
-        run_program(made.to_json(), checkpoint)
-    assert time.monotonic() - started < 5.0
+def test_a_model_the_executor_cannot_run_is_refused_before_any_process_starts() -> None:
+    spec = load_model({**TINY, "tie_word_embeddings": True})
+    state = scenario_state("small", spec)
+    request = ScaleRequest(spec, prefill=1, tp=1)
+    made = blitzplan.plan(state, request, method="allcache", link_efficiency=1.0)
+    with pytest.raises(InvalidInputError, match="uses tie_word_embeddings"):
+        run_program(made.to_json())
     assert multiprocessing.active_children() == []
-
-
-def _rewrite(checkpoint: Checkpoint, edit: Callable[[dict[str, torch.Tensor]], None]) -> None:
-    """The checkpoint's weights file written again with ``edit`` applied to its tensors."""
-    from safetensors.torch import load_file, save_file
-
-    tensors = load_file(str(checkpoint.directory / WEIGHTS))
-    edit(tensors)
-    save_file(tensors, str(checkpoint.directory / WEIGHTS))
-
-
-@pytest.mark.parametrize("unit", [0, 2, 5])  # the embedding, a layer, the head (L=4)
-def test_a_bad_weights_file_is_refused_naming_the_unit_before_any_process_starts(
-    tmp_path: Path, unit: int
-) -> None:
-    _, made = scenario_plan("small")
-    spec = made.spec
-    checkpoint = save_checkpoint(spec, tmp_path / "w")
-    name = layout(spec, 1).units[unit].tensors[-1].name
-    _rewrite(checkpoint, lambda t: t.update({name: t[name][:-1].clone()}))
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit}: tensor .* of shape") as info:
-        run_program(made.to_json(), checkpoint)
-    assert info.value.layer == info.value.unit == unit
-    assert multiprocessing.active_children() == []
-    _rewrite(checkpoint, lambda t: t.update({name: t[name].double()}))
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit}: tensor .* is F64 of shape"):
-        open_checkpoint(checkpoint.directory, spec)
-    _rewrite(checkpoint, lambda t: t.pop(name))
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit}: .* does not hold its tensors"):
-        open_checkpoint(checkpoint.directory, spec)
-    (checkpoint.directory / WEIGHTS).write_text("not safetensors")
-    with pytest.raises(CorruptCheckpointError, match=r"unit 0: .* does not hold its tensors"):
-        open_checkpoint(checkpoint.directory, spec)
 
 
 def test_fault_numbers_may_be_numpy_integers() -> None:
@@ -237,15 +162,16 @@ def test_validate_help_ends_with_an_example(capsys: pytest.CaptureFixture[str]) 
     assert lines[-2:] == ["example:", "  blitzplan validate --program small --transport nixl"]
 
 
-def test_checkpoint_tensors_pack_to_the_layouts_rank_buffers(tmp_path: Path) -> None:
-    """The executor fills buffers with ``Layout.rank_buffer`` of the checkpoint's tensors: TP1's
-    buffer is every TP2 rank's bytes, and every byte comes from the checkpoint."""
+def test_seeded_units_pack_to_the_layouts_rank_buffers() -> None:
+    """The executor fills buffers with ``Layout.rank_buffer`` of the seeded weights: TP1's
+    buffer is every TP2 rank's bytes; a unit is the same whenever it is made."""
     spec = load_model(TINY)
-    checkpoint = save_checkpoint(spec, tmp_path, seed=2)
-    for unit in range(spec.num_units):
-        tensors = m.as_integers(load_unit(checkpoint, unit))
+    dims = m.model_dims(spec)
+    for unit in reversed(range(spec.num_units)):
+        tensors = m.hf_arrays(dims, unit, m.init_unit(dims, unit))
         whole = layout(spec, 1).rank_buffer(unit, 0, tensors)
         assert whole.nbytes == spec.unit_bytes()[unit]
+        assert np.array_equal(_buffer(dims, unit, m.init_unit(dims, unit)).numpy(), whole)
         halves = [layout(spec, 2).rank_buffer(unit, r, tensors) for r in (0, 1)]
         assert sum(h.nbytes for h in halves) >= whole.nbytes  # replicated norms count twice
 

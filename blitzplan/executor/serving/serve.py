@@ -17,7 +17,6 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from blitzplan.compute import ComputeModel
@@ -27,7 +26,6 @@ from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import Event
 from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers, run_jobs
 from blitzplan.executor.serving.pair_jobs import new_instance_job, old_instance_job
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES, Policy
@@ -208,7 +206,6 @@ def _pair(
 
 def serve_live(
     document: Document,
-    checkpoint: Checkpoint | str | Path,
     *,
     requests: Mapping[str, int],
     compute: ComputeModel,
@@ -226,7 +223,7 @@ def serve_live(
     program's devices plus one (the old instance runs on the rank after them); otherwise one is
     started on ``device`` and ended. A rank that dies or stalls raises RankFailedError naming
     it, after every process has been ended."""
-    parts, jobs = prepare(document, checkpoint, transport=transport)
+    parts, jobs = prepare(document, transport=transport)
     program = parts[0].program
     chosen, new, tokens = _pair(program, pair, requests)
     names = [*(job.label for job in jobs), f"old instance {chosen.old}"]
@@ -239,7 +236,7 @@ def serve_live(
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
-    launched[old_rank] = (old_instance_job, (prompts, jobs[0].checkpoint))
+    launched[old_rank] = (old_instance_job, (prompts, program.spec))
     policy = POLICIES[chosen.policy]()
     coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
     results = run_jobs(
