@@ -30,8 +30,8 @@ from blitzplan.executor.transports import check_transport
 from blitzplan.wire.plan_program import plan_program_json
 from blitzplan.wire.scaleprogram import ScaleProgram, read_program_json
 
-Document = ScaleProgram | str | Path
-"""A ScalePlan or its program export: read, its JSON text or the path of its file."""
+Document = str | Path
+"""A ScalePlan or its program export: its JSON text or the path of its file."""
 _FULL = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleplan"')
 
 
@@ -101,15 +101,12 @@ def read_program(document: Document) -> ScaleProgram:
     """The checked program of a document that this executor can run. A full ScalePlan runs as
     its program export (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id
     checked), so both are read by one reader with the rules of ``ScalePlan.from_json``."""
-    if isinstance(document, ScaleProgram):
-        program = document
-    else:
-        text = str(document)
-        if isinstance(document, Path) or not text.lstrip().startswith("{"):
-            if not Path(text).is_file():
-                raise InvalidInputError(f"document {text!r} is not a file (nor JSON text)")
-            text = Path(text).read_text()
-        program = read_program_json(plan_program_json(text) if _FULL.search(text) else text)
+    text = str(document)
+    if isinstance(document, Path) or not text.lstrip().startswith("{"):
+        if not Path(text).is_file():
+            raise InvalidInputError(f"document {text!r} is not a file (nor JSON text)")
+        text = Path(text).read_text()
+    program = read_program_json(plan_program_json(text) if _FULL.search(text) else text)
     check_runnable(program)
     return program
 
