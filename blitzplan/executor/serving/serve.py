@@ -52,13 +52,12 @@ class Coordinator:
         policy: Policy,
         instance: LiveScalingInstance,
         ranks: tuple[int, int],
-        old_order: str,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy, self.clock = policy, clock
         self.new_rank, self.old_rank = ranks
-        self.relay = RelayState.from_instance(instance, old_order=old_order, record_ops=False)
+        self.relay = RelayState.from_instance(instance, record_ops=False)
         self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
         self.logits: dict[int, tuple[float, ...]] = {}
         self.new_ops: list[NewOp] = []
@@ -238,7 +237,7 @@ def serve_live(
     launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
     launched[old_rank] = (old_instance_job, (prompts, program.spec))
     policy = POLICIES[chosen.policy]()
-    coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
+    coordinator = Coordinator(policy, instance, (new_rank, old_rank))
     results = run_jobs(
         launched,
         names,
