@@ -159,9 +159,10 @@ def run_program(
 ) -> ProgramRun:
     """Run the transfer program of ``document`` with seeded weights of its model
     (:data:`~blitzplan.executor.smallmodel.llama.SEED`); module docstring. ``transport``:
-    ``torch`` or ``nixl``. ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks
-    run the devices); otherwise one is started on ``device`` and ended. ``fault`` kills a device
-    (its rank is the device's index in the run, holders first)."""
+    ``torch`` or ``nixl``. ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers``
+    reuses a running pool (its first ranks run the devices); otherwise one is started on
+    ``device`` and ended. ``fault`` kills a device (its rank is the device's index in the run,
+    holders first)."""
     parts, jobs = prepare(document, replan=replan, at_s=at_s, transport=transport, paced=paced)
     if fault is not None:
         check_fault(fault, jobs)
