@@ -22,13 +22,11 @@ import importlib.util
 import os
 import platform
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,7 +41,6 @@ from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint
 from blitzplan.executor.transports import Chunk, Lane, open_transport, runs
 from blitzplan.executor.transports.torch_p2p import pair_groups
 from blitzplan.live.schedule_checks import measured_violations
@@ -76,14 +73,12 @@ def documents() -> list[tuple[str, str, float | None, str | None]]:
     ]
 
 
-def program_section(pool: Workers, weights: Checkpoint) -> dict[str, list[ProgramRun]]:
+def program_section(pool: Workers) -> dict[str, list[ProgramRun]]:
     rows, plans = [], {}
     for transport in TRANSPORTS:
         for label, text, at_s, after in documents():
             runs = [
-                run_program(
-                    text, weights, replan=after, at_s=at_s, transport=transport, workers=pool
-                )
+                run_program(text, replan=after, at_s=at_s, transport=transport, workers=pool)
                 for _ in range(RUNS)
             ]
             start = [e for r in runs for e in r.errors_s("start")]
@@ -269,16 +264,16 @@ def _raw_notes(transport: Any, lanes: tuple[Lane, ...]) -> str:
     return "recv"
 
 
-def _raw_run(pool: Workers, text: str, weights: Checkpoint, transport: str) -> float:
+def _raw_run(pool: Workers, text: str, transport: str) -> float:
     """One raw transfer of the document's bytes (:func:`raw_job`): its first byte out to its last
     byte in."""
-    _, jobs = prepare(text, weights, transport=transport, paced=False)
+    _, jobs = prepare(text, transport=transport, paced=False)
     pool.launch({j.rank: (raw_job, RawPlan(j, transport)) for j in jobs})
     found = pool.collect([j.rank for j in jobs]).values()
     return max(e for _, e in found if e == e) - min(s for s, _ in found if s == s)
 
 
-def throughput_section(pool: Workers, weights: Checkpoint) -> None:
+def throughput_section(pool: Workers) -> None:
     """Per transport, THROUGHPUT_RUNS pairs of a program run and a raw run, after one pair that
     warms both up (not shown); which of the two goes first alternates."""
     _, text, _, _ = documents()[0]
@@ -287,10 +282,10 @@ def throughput_section(pool: Workers, weights: Checkpoint) -> None:
         ratios = []
         for k in range(THROUGHPUT_RUNS + 1):
             if k % 2:
-                raw_s = _raw_run(pool, text, weights, transport)
-            run = run_program(text, weights, transport=transport, workers=pool, paced=False)
+                raw_s = _raw_run(pool, text, transport)
+            run = run_program(text, transport=transport, workers=pool, paced=False)
             if not k % 2:
-                raw_s = _raw_run(pool, text, weights, transport)
+                raw_s = _raw_run(pool, text, transport)
             if k == 0:
                 continue
             ratios.append(raw_s / run.wall_s)
@@ -315,10 +310,9 @@ def throughput_section(pool: Workers, weights: Checkpoint) -> None:
     print(f"median ratio over {THROUGHPUT_RUNS} pairs: {', '.join(medians)}", end="\n\n")
 
 
-def live_section(pool: Workers, weights_dir: Path) -> None:
+def live_section(pool: Workers) -> None:
     _, made = scenario_plan("live")
-    weights = save_checkpoint(made.spec, weights_dir / "live", seed=1)
-    _, jobs = prepare(made.to_json(), weights)
+    _, jobs = prepare(made.to_json())
     compute = measured_compute(pool, made.spec, (0, len(jobs)))
     rows = []
     for policy in POLICIES:
@@ -331,7 +325,6 @@ def live_section(pool: Workers, weights_dir: Path) -> None:
             for _ in range(RUNS):
                 run = serve_live(
                     text,
-                    weights,
                     requests=requests,
                     compute=compute,
                     transport=transport,
@@ -366,17 +359,15 @@ def main() -> None:
         f"{torch.__version__}, transports {', '.join(TRANSPORTS)}\n"
     )
     started = time.monotonic()
-    _, made = scenario_plan(SCENARIO)
     size = max(
         len(devices_of([read_program(text), *([read_program(r)] if r else [])]))
         for _, text, _, r in documents()
     )
-    with tempfile.TemporaryDirectory() as tmp, Workers([f"rank{k}" for k in range(size)]) as pool:
-        weights = save_checkpoint(made.spec, Path(tmp) / "w", seed=1)
-        plans = program_section(pool, weights)
+    with Workers([f"rank{k}" for k in range(size)]) as pool:
+        plans = program_section(pool)
         step_section(plans)
-        throughput_section(pool, weights)
-        live_section(pool, Path(tmp))
+        throughput_section(pool)
+        live_section(pool)
     print(f"\n{time.monotonic() - started:.0f} s in all, with the startup of {size} processes")
 
 

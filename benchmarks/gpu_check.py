@@ -14,9 +14,7 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
@@ -27,7 +25,6 @@ from blitzplan.executor.program.runner import prepare, run_program
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
-from blitzplan.executor.smallmodel.checkpoint import save_checkpoint
 from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
@@ -60,22 +57,15 @@ def main() -> int:
     at_s = 0.5 * max(i.ready_at_s for i in made.new_instances)
     after = replan(made, state, at_s=at_s, failed=[state.instances[1].id]).to_json()
     rows, ok = [], True
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        Workers([f"r{k}" for k in range(8)], device="cuda") as pool,
-    ):
-        weights = save_checkpoint(made.spec, Path(tmp) / "small", seed=1)
+    with Workers([f"r{k}" for k in range(8)], device="cuda") as pool:
         for transport in transports:
             for check, extra in (("program", {}), ("replan", {"replan": after, "at_s": at_s})):
                 started = time.monotonic()
-                run = run_program(
-                    made.to_json(), weights, transport=transport, workers=pool, **extra
-                )  # type: ignore[arg-type]
+                run = run_program(made.to_json(), transport=transport, workers=pool, **extra)  # type: ignore[arg-type]
                 rows.append(_row(check, transport, pool.backend, run, time.monotonic() - started))
                 ok &= run.bit_exact
         _, live = scenario_plan("live")
-        live_weights = save_checkpoint(live.spec, Path(tmp) / "live", seed=1)
-        old_rank = len(prepare(live.to_json(), live_weights)[1])
+        old_rank = len(prepare(live.to_json())[1])
         compute: TableComputeModel = measured_compute(pool, live.spec, (0, old_rank))
         state, live = scenario_plan("live", compute=compute)
         requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
@@ -83,7 +73,6 @@ def main() -> int:
             started = time.monotonic()
             served = serve_live(
                 live.to_json(),
-                live_weights,
                 requests=requests,
                 compute=compute,
                 transport=transport,

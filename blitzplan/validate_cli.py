@@ -15,7 +15,6 @@ from blitzplan.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from blitzplan.executor.program.runner import ProgramRun
-    from blitzplan.models import ModelSpec
 
 __all__ = ["add_validate_command", "format_program_run", "program_summary"]
 
@@ -23,12 +22,12 @@ __all__ = ["add_validate_command", "format_program_run", "program_summary"]
 _VALIDATE_HELP = "run a ScalePlan document for real (the executor) beside its predictions"
 _VALIDATE_EPILOG = """\
 Runs a document's transfer program from its JSON alone: one process per device, over torch
-(gloo on the CPU, NCCL on GPUs) or nixl (one-sided WRITEs), every new GPU checked bit-exact,
-each step's measured first byte out and last byte in beside the document's. --replan with --at
-makes the replan take the running program over at that time. --program NAME (small, large,
-live) writes a built-in scenario's document and weights, then runs the file it wrote; live also
-serves its live pair (layer times measured on the workers first). Exits 1 when a byte (or a
-logit) differs.
+(gloo on the CPU, NCCL on GPUs) or nixl (one-sided WRITEs), moving seeded weights of the
+document's model (each process makes them alike), every new GPU checked bit-exact, each step's
+measured first byte out and last byte in beside the document's. --replan with --at makes the
+replan take the running program over at that time. --program NAME (small, large, live) writes a
+built-in scenario's document, then runs the file it wrote; live also serves its live pair
+(layer times measured on the workers first). Exits 1 when a byte (or a logit) differs.
 
 example:
   blitzplan validate --program small --transport nixl"""
@@ -41,7 +40,6 @@ def add_validate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     cmd.add_argument("--plan", default=None, help="a ScalePlan JSON document to run")
     cmd.add_argument("--program", default=None, metavar="SCENARIO", help="small, large or live")
     cmd.add_argument("--plan-out", default=None, help="where --program writes its document")
-    cmd.add_argument("--checkpoint", default=None, help="the weights (--program writes them)")
     cmd.add_argument("--replan", default=None, help="a replan document taking over at --at")
     cmd.add_argument("--at", type=float, default=None, help="seconds into the run (--replan)")
     cmd.add_argument("--transport", default="torch", help="torch (default) or nixl")
@@ -62,28 +60,23 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     if bool(args.plan) == bool(args.program):
         raise InvalidInputError("give one of --plan FILE and --program SCENARIO")
-    if args.plan and args.checkpoint is None:
-        raise InvalidInputError("--plan needs --checkpoint (the weights to send)")
+    if args.program == "live":
+        return _serve_live(args)
     with tempfile.TemporaryDirectory(prefix="blitzplan-") as tmp:
-        weights = Path(args.checkpoint or Path(tmp) / "weights")
-        if args.program == "live":
-            return _serve_live(args, weights)
         path = Path(args.plan) if args.plan else Path(args.plan_out or Path(tmp) / "plan.json")
         if args.program:
             _, made = scenario_plan(args.program)
             path.write_text(program_json(made))
-            _seeded(made.spec, weights)
-        return _run_document(args, path, weights)
+        return _run_document(args, path)
 
 
-def _run_document(args: argparse.Namespace, path: Path, weights: Path) -> int:
+def _run_document(args: argparse.Namespace, path: Path) -> int:
     import json
 
     from blitzplan.executor.program.runner import run_program
 
     run = run_program(
         path,
-        weights,
         replan=args.replan,
         at_s=args.at,
         transport=args.transport,
@@ -99,7 +92,7 @@ def _run_document(args: argparse.Namespace, path: Path, weights: Path) -> int:
     return 0 if run.bit_exact else 1
 
 
-def _serve_live(args: argparse.Namespace, weights: Path) -> int:
+def _serve_live(args: argparse.Namespace) -> int:
     """The live scenario: layer times measured on the workers, a plan made with them, its
     program run and its live pair served on the same processes."""
     import json
@@ -109,13 +102,11 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
     from blitzplan.executor.runtime.pool import Workers
     from blitzplan.executor.serving.pair_jobs import measured_compute
     from blitzplan.executor.serving.serve import serve_live
-    from blitzplan.executor.smallmodel.checkpoint import load_checkpoint
     from blitzplan.live.schedule_checks import measured_violations
     from blitzplan.scale.scenarios import scenario_plan
 
     state, made = scenario_plan("live")
-    _seeded(made.spec, weights)
-    _, jobs = prepare(made.to_json(), weights, transport=args.transport)
+    _, jobs = prepare(made.to_json(), transport=args.transport)
     names = [f"rank{k}" for k in range(len(jobs) + 1)]
     with Workers(names, device=args.device, timeout_s=args.timeout) as pool:
         compute = measured_compute(pool, made.spec, (0, len(jobs)))
@@ -123,7 +114,6 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
         requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
         run = serve_live(
             made.to_json(),
-            load_checkpoint(weights),
             requests=requests,
             compute=compute,
             transport=args.transport,
@@ -140,14 +130,6 @@ def _serve_live(args: argparse.Namespace, weights: Path) -> int:
     else:
         print(format_program_run(run.transfer), "\n", summary)
     return 0 if run.transfer.bit_exact and run.logits_match else 1
-
-
-def _seeded(spec: ModelSpec, weights: Path) -> None:
-    """Seeded weights of ``spec`` in ``weights`` unless it has them."""
-    from blitzplan.executor.smallmodel.checkpoint import MANIFEST, save_checkpoint
-
-    if not (weights / MANIFEST).is_file():
-        save_checkpoint(spec, weights, seed=0)
 
 
 def _finite(value: object) -> object:

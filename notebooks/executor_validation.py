@@ -21,7 +21,6 @@
 # %%
 import importlib.util
 import statistics
-import tempfile
 
 from blitzplan.validate_cli import format_program_run
 from blitzplan.executor.program.runner import prepare
@@ -30,12 +29,10 @@ from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
 from blitzplan.live.schedule_checks import measured_violations
-from blitzplan.executor.smallmodel.checkpoint import save_checkpoint
 
 transport = 'nixl' if importlib.util.find_spec('nixl_cu12') else 'torch'
 _, made = scenario_plan('live')
-weights = save_checkpoint(made.spec, tempfile.mkdtemp(), seed=0)
-_, jobs = prepare(made.to_json(), weights, transport=transport)
+_, jobs = prepare(made.to_json(), transport=transport)
 print(len(jobs), 'devices and the old instance, transport', transport)
 
 # %%
@@ -43,7 +40,7 @@ with Workers([f'rank{k}' for k in range(len(jobs) + 1)]) as pool:
     compute = measured_compute(pool, made.spec, (0, len(jobs)))
     state, made = scenario_plan('live', compute=compute)
     requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
-    run = serve_live(made.to_json(), weights, requests=requests, compute=compute,
+    run = serve_live(made.to_json(), requests=requests, compute=compute,
                      transport=transport, workers=pool)
 print(format_program_run(run.transfer))
 

@@ -1,10 +1,8 @@
-"""The executor's decoder, checkpoints and boundaries, without starting any process."""
+"""The executor's decoder, seeded weights and boundaries, without starting any process."""
 
 from __future__ import annotations
 
 import multiprocessing
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,25 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
 
-from blitzplan import InvalidInputError, load_model  # noqa: E402
+import blitzplan  # noqa: E402
+from blitzplan import InvalidInputError, ScaleRequest, load_model  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.executor.program.runner import run_program  # noqa: E402
 from blitzplan.executor.runtime.failures import InjectedFault  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.smallmodel import llama as m  # noqa: E402
-from blitzplan.executor.smallmodel.checkpoint import (  # noqa: E402
-    CorruptCheckpointError,
-    check_identity,
-    checkpoint_tensors,
-    load_checkpoint,
-    load_unit,
-    save_checkpoint,
-)
 from blitzplan.models.layout import layout  # noqa: E402
-from blitzplan.scale.scenarios import scenario_plan, small_config  # noqa: E402
+from blitzplan.scale.scenarios import scenario_state, small_config  # noqa: E402
 
 TINY = small_config(
     num_layers=3,
@@ -132,61 +122,14 @@ def test_unsupported_models_are_refused_by_name() -> None:
         m.model_dims(load_model({**TINY, "torch_dtype": "int8"}))
 
 
-def test_checkpoint_round_trip_and_identity(tmp_path: Path) -> None:
-    spec = load_model(TINY)
-    checkpoint = save_checkpoint(spec, tmp_path / "a", seed=3)
-    assert load_checkpoint(tmp_path / "a") == checkpoint
-    assert checkpoint.identity == spec.identity and checkpoint.spec == spec
-    dims = m.model_dims(spec)
-    for unit in range(spec.num_units):
-        assert torch.equal(
-            _buffer(dims, unit, load_unit(checkpoint, unit)),
-            _buffer(dims, unit, m.init_unit(dims, unit, seed=3)),
-        )
-    other = load_model(TINY, revision="v2")
-    with pytest.raises(InvalidInputError, match=r"holds model .*@main.*plan's model is .*@v2"):
-        check_identity(checkpoint, other.identity)
-
-
-def test_a_unit_of_another_version_is_refused(tmp_path: Path) -> None:
-    first = save_checkpoint(load_model(TINY), tmp_path / "a")
-    second = save_checkpoint(load_model(TINY, revision="v2"), tmp_path / "b")
-    first.path(1).write_bytes(second.path(1).read_bytes())
-    with pytest.raises(InvalidInputError, match="unit 1 in .* says it is .*'v2'.*, not unit 1 of"):
-        load_unit(first, 1)
-    load_unit(second, 1)
-
-
-def test_weights_of_another_model_are_refused_before_any_process_starts(tmp_path: Path) -> None:
-    _, made = scenario_plan("small")
-    other = load_model(dict(made.spec.config), revision="v2")
-    checkpoint = save_checkpoint(other, tmp_path / "w")
-    started = time.monotonic()
-    with pytest.raises(InvalidInputError, match="refusing to mix weights"):
-        run_program(made.to_json(), checkpoint)
-    assert time.monotonic() - started < 5.0
+def test_a_model_the_executor_cannot_run_is_refused_before_any_process_starts() -> None:
+    spec = load_model({**TINY, "tie_word_embeddings": True})
+    state = scenario_state("small", spec)
+    request = ScaleRequest(spec, prefill=1, tp=1)
+    made = blitzplan.plan(state, request, method="allcache", link_efficiency=1.0)
+    with pytest.raises(InvalidInputError, match="uses tie_word_embeddings"):
+        run_program(made.to_json())
     assert multiprocessing.active_children() == []
-
-
-@pytest.mark.parametrize("unit", [0, 2, 5])  # the embedding, a layer, the head (L=4)
-def test_a_bad_unit_file_is_refused_naming_it_before_any_process_starts(
-    tmp_path: Path, unit: int
-) -> None:
-    _, made = scenario_plan("small")
-    spec = made.spec
-    checkpoint = save_checkpoint(spec, tmp_path / "w")
-    other = save_checkpoint(load_model(dict(spec.config), revision="v2"), tmp_path / "v2")
-    checkpoint.path(unit).write_bytes(other.path(unit).read_bytes())
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} in .* says it is") as info:
-        run_program(made.to_json(), checkpoint)
-    assert info.value.layer == info.value.unit == unit
-    assert multiprocessing.active_children() == []
-    checkpoint.path(unit).write_text("not safetensors")
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* does not read"):
-        check_identity(checkpoint, spec.identity)
-    checkpoint.path(unit).unlink()
-    with pytest.raises(CorruptCheckpointError, match=rf"unit {unit} file .* is missing"):
-        check_identity(checkpoint, spec.identity)
 
 
 def test_fault_numbers_may_be_numpy_integers() -> None:
@@ -219,15 +162,16 @@ def test_validate_help_ends_with_an_example(capsys: pytest.CaptureFixture[str]) 
     assert lines[-2:] == ["example:", "  blitzplan validate --program small --transport nixl"]
 
 
-def test_checkpoint_tensors_pack_to_the_layouts_rank_buffers(tmp_path: Path) -> None:
-    """The executor fills buffers with ``Layout.rank_buffer`` of the checkpoint's tensors: TP1's
-    buffer is every TP2 rank's bytes, and every byte comes from the checkpoint."""
+def test_seeded_units_pack_to_the_layouts_rank_buffers() -> None:
+    """The executor fills buffers with ``Layout.rank_buffer`` of the seeded weights: TP1's
+    buffer is every TP2 rank's bytes; a unit is the same whenever it is made."""
     spec = load_model(TINY)
-    checkpoint = save_checkpoint(spec, tmp_path, seed=2)
-    for unit in range(spec.num_units):
-        tensors = checkpoint_tensors(checkpoint, unit)
+    dims = m.model_dims(spec)
+    for unit in reversed(range(spec.num_units)):
+        tensors = m.hf_arrays(dims, unit, m.init_unit(dims, unit))
         whole = layout(spec, 1).rank_buffer(unit, 0, tensors)
         assert whole.nbytes == spec.unit_bytes()[unit]
+        assert np.array_equal(_buffer(dims, unit, m.init_unit(dims, unit)).numpy(), whole)
         halves = [layout(spec, 2).rank_buffer(unit, r, tensors) for r in (0, 1)]
         assert sum(h.nbytes for h in halves) >= whole.nbytes  # replicated norms count twice
 

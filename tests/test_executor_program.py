@@ -24,7 +24,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
 
 import blitzplan  # noqa: E402
 from blitzplan import (  # noqa: E402
@@ -32,7 +31,6 @@ from blitzplan import (  # noqa: E402
     InvalidInputError,
     Role,
     ScaleRequest,
-    load_model,
     plan,
 )
 from blitzplan.cli import main  # noqa: E402
@@ -48,7 +46,6 @@ from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 from blitzplan.executor.transports import runs, writes  # noqa: E402
 from blitzplan.executor.transports.torch_p2p import relays  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
@@ -58,7 +55,6 @@ from blitzplan.scale.export import program_json  # noqa: E402
 from blitzplan.scale.scenarios import (  # noqa: E402
     scenario_plan,
     scenario_state,
-    small_config,
 )
 from blitzplan.wire.program_bytes import held_bytes  # noqa: E402
 
@@ -75,7 +71,6 @@ class Setup:
     state: ClusterState
     plan: ScalePlan
     path: Path
-    weights: Checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +79,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     root = tmp_path_factory.mktemp("program")
     path = root / "plan.json"
     path.write_text(made.to_json())
-    return Setup(state, made, path, save_checkpoint(made.spec, root / "weights", seed=1))
+    return Setup(state, made, path)
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +152,7 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     small: Setup, pool: Workers, transport: str
 ) -> None:
     text = small.path.read_text()
-    run = run_program(text, small.weights, workers=pool, transport=transport)
+    run = run_program(text, workers=pool, transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0 and run.transport == transport
     assert len(run.devices) == 8 and run.plan_id == small.plan.plan_id
     step = {s.id: s for s in read_program(text).steps}
@@ -165,7 +160,7 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
     _check_paced(run, text)
-    fast = run_program(text, small.weights, workers=pool, transport=transport, paced=False)
+    fast = run_program(text, workers=pool, transport=transport, paced=False)
     assert fast.bit_exact and fast.duplicate_bytes == 0
 
 
@@ -174,7 +169,7 @@ def test_a_lanes_writes_are_few_unpaced_and_single_chunks_paced(small: Setup) ->
     one chunk each; unpaced, a step's n chunks in ceil(n / BATCH) writes of equal sizes (to a
     chunk), and some unpaced write's chunks are not contiguous in the arena (packed)."""
     for paced in (True, False):
-        _, jobs = prepare(small.path, small.weights, paced=paced)
+        _, jobs = prepare(small.path, paced=paced)
         into = {(lane.peer, job.rank): lane for job in jobs for lane in job.into}
         sizes: dict[int, list[int]] = {}
         for job in jobs:
@@ -201,7 +196,7 @@ def test_a_relay_forwards_a_write_from_where_it_landed(small: Setup) -> None:
     """torch: a device's write that carries the bytes of a write it receives, in the same order,
     is sent from the buffer that one landed in (no packing): matched byte for byte, and the small
     scenario's forwarding GPUs have such writes of several runs (which would be packed)."""
-    _, jobs = prepare(small.path, small.weights, paced=False)
+    _, jobs = prepare(small.path, paced=False)
     packed = 0
     for job in jobs:
         landed, found = {id(w): w for w in writes(job.into)}, relays(job.out, job.into)
@@ -223,7 +218,7 @@ def test_a_colocated_plan_runs_bit_exact(small: Setup, pool: Workers, tmp_path: 
     request = ScaleRequest(small.plan.spec, colocated=3, tp=2)
     made = plan(state, request, link_efficiency=1.0, chunk_bytes=chunk)
     assert {i.role for i in made.new_instances} == {"colocated"}
-    run = run_program(made.to_json(), small.weights, workers=pool)
+    run = run_program(made.to_json(), workers=pool)
     assert run.bit_exact and run.duplicate_bytes == 0 and len(run.devices) == 8
     assert {i.name for i in run.instances} == {i.name for i in made.new_instances}
 
@@ -251,13 +246,11 @@ def test_a_running_program_takes_a_replan_and_ends_bit_exact(
         for lo, hi in spans
     )
     assert held > 0 and all(s.source != "h2/gpu3" for s in replan.steps)
-    _, jobs = prepare(small.path, small.weights, replan=after, at_s=at_s)
+    _, jobs = prepare(small.path, replan=after, at_s=at_s)
     lanes = {(job.rank, lane.peer): lane for job in jobs for lane in job.out}
     assert any(len({c.step for c in lane.chunks}) > 1 for lane in lanes.values())
     assert any((b, a) in lanes for a, b in lanes)  # a pair sending both ways
-    run = run_program(
-        small.path, small.weights, replan=after, at_s=at_s, workers=pool, transport=transport
-    )
+    run = run_program(small.path, replan=after, at_s=at_s, workers=pool, transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0
     gpus = [g for i in replan.new_instances for g in i.gpus]
     assert run.moved_bytes == len(gpus) * sum(replan.unit_bytes)  # every byte once
@@ -288,9 +281,9 @@ def test_a_replan_claiming_bytes_never_delivered_is_refused(small: Setup) -> Non
     gpu = dropped["destination"]
     before = set(multiprocessing.active_children())
     with pytest.raises(InvalidInputError, match=f"'{gpu}' would end without bytes .* of unit"):
-        run_program(_edited(small.path.read_text(), drop), small.weights, replan=after, at_s=at_s)
+        run_program(_edited(small.path.read_text(), drop), replan=after, at_s=at_s)
     with pytest.raises(InvalidInputError, match="replan and at_s go together"):
-        run_program(small.path, small.weights, replan=after)
+        run_program(small.path, replan=after)
     assert set(multiprocessing.active_children()) == before
 
 
@@ -306,7 +299,7 @@ def test_a_replan_that_changes_a_devices_buffer_is_refused(small: Setup) -> None
 
     message = r"replan loads '.*' as the buffer of \(tp, rank\) \(2, 0\), the running program as"
     with pytest.raises(InvalidInputError, match=message + r" .* \(1, 0\); a device keeps"):
-        prepare(small.path, small.weights, replan=_edited(after, relayout), at_s=at_s)
+        prepare(small.path, replan=_edited(after, relayout), at_s=at_s)
 
 
 def test_after_store_and_forward_and_startup_are_kept(small: Setup, pool: Workers) -> None:
@@ -316,7 +309,7 @@ def test_after_store_and_forward_and_startup_are_kept(small: Setup, pool: Worker
         steps[3]["store_and_forward"] = True  # fed by step 0
         steps[2]["not_before_s"] = 0.05
 
-    run = run_program(_edited(small.path.read_text(), edit), small.weights, workers=pool)
+    run = run_program(_edited(small.path.read_text(), edit), workers=pool)
     step = {s.id: s for s in run.steps}
     assert run.bit_exact
     assert step[1].start_s >= step[0].sent_s
@@ -341,7 +334,7 @@ def test_host_memory_and_disk_sources_hold_every_rank(
         chunk_bytes=32 * 1024,
     )
     assert any(s.rank == -1 and s.holder == "disk" for s in made.steps)
-    run = run_program(made.to_json(), small.weights, workers=pool, transport=transport)
+    run = run_program(made.to_json(), workers=pool, transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0
 
 
@@ -367,11 +360,9 @@ def test_a_live_pair_is_served_from_the_document(
     document = json.loads(made.to_json())
     assert any(s["instance"] is None for s in document["steps"])  # a relay stages a stripe
     assert document["live_pairs"][0]["new"] == "new0"
-    weights = save_checkpoint(made.spec, tmp_path, seed=1)
     requests = {q.id: q.prompt_tokens for i in state.instances for q in i.queue}
     run = serve_live(
         made.to_json(),
-        weights,
         requests=requests,
         compute=COMPUTE,
         workers=pool,
@@ -385,9 +376,8 @@ def test_a_live_pair_is_served_from_the_document(
 def test_a_live_pair_naming_no_new_instance_is_refused_by_the_reader(tmp_path: Path) -> None:
     _, made = scenario_plan("live", compute=COMPUTE)
     text = _edited(made.to_json(), lambda d: d["live_pairs"][0].update(new="new9"))
-    weights = save_checkpoint(made.spec, tmp_path, seed=1)
     with pytest.raises(InvalidInputError, match=r"live_pairs\[0\]\.new is 'new9', no live new"):
-        serve_live(text, weights, requests={}, compute=COMPUTE)
+        serve_live(text, requests={}, compute=COMPUTE)
 
 
 def _tiny_plan(small: Setup) -> str:
@@ -415,11 +405,9 @@ def test_a_dead_peer_is_named_with_its_step_and_chunk(
     process is left."""
     before = set(multiprocessing.active_children())
     fault = InjectedFault(rank=rank, layer=2)
-    message = rf"rank {rank} \({label}\) died .* layer 2 \(step 0, chunk \[0, \d+\) of unit 2\)"
+    message = rf"rank {rank} \({label}\) died .* at unit 2 \(step 0, chunk \[0, \d+\)\)"
     with pytest.raises(RankFailedError, match=message) as caught:
-        run_program(
-            _tiny_plan(small), small.weights, fault=fault, timeout_s=5.0, transport=transport
-        )
+        run_program(_tiny_plan(small), fault=fault, timeout_s=5.0, transport=transport)
     assert (caught.value.layer, caught.value.step) == (2, 0)
     assert set(multiprocessing.active_children()) == before
 
@@ -427,9 +415,9 @@ def test_a_dead_peer_is_named_with_its_step_and_chunk(
 def test_a_fault_that_could_never_fire_is_refused_before_the_run(small: Setup) -> None:
     before = set(multiprocessing.active_children())
     with pytest.raises(InvalidInputError, match="fault names rank 9, the run has 2 devices"):
-        run_program(_tiny_plan(small), small.weights, fault=InjectedFault(9, 1))
+        run_program(_tiny_plan(small), fault=InjectedFault(9, 1))
     with pytest.raises(InvalidInputError, match="never moves it .* the fault could never fire"):
-        run_program(_tiny_plan(small), small.weights, fault=InjectedFault(1, 99))
+        run_program(_tiny_plan(small), fault=InjectedFault(1, 99))
     assert set(multiprocessing.active_children()) == before
 
 
@@ -439,7 +427,7 @@ def test_the_command_runs_a_document_over_nixl(
     path = tmp_path / "tiny.json"
     path.write_text(_tiny_plan(small))
     transport = "nixl" if HAVE_NIXL else "torch"
-    argv = ["validate", "--plan", str(path), "--checkpoint", str(small.weights.directory)]
+    argv = ["validate", "--plan", str(path)]
     assert main([*argv, "--transport", transport, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["bit_exact"] is True and report["processes"] == 2
@@ -449,8 +437,8 @@ def test_the_command_runs_a_document_over_nixl(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--plan", "x.json"], "--plan needs --checkpoint"),
         (["--plan", "x.json", "--program", "small"], "give one of"),
+        (["--plan", "x.json"], "document 'x.json' is not a file"),
         (["--program", "huge"], "scenario must be one of small, large, live"),
         (["--program", "small", "--transport", "mpi"], "transport must be one of torch, nixl"),
     ],
@@ -464,7 +452,7 @@ def test_the_command_refuses_what_cannot_run(
     assert set(multiprocessing.active_children()) == before
 
 
-def _bad_cases(weights: Checkpoint, other: Checkpoint) -> dict[str, tuple[Any, ...]]:
+def _bad_cases() -> dict[str, tuple[Any, ...]]:
     def step(k: int, **fields: Any) -> Callable[[dict[str, Any]], None]:
         return lambda d: d["steps"][k].update(fields)
 
@@ -488,24 +476,8 @@ def _bad_cases(weights: Checkpoint, other: Checkpoint) -> dict[str, tuple[Any, .
         "unknown instance": (lambda t: _edited(t, step(0, instance="new9")), "'new9' is not a new"),
         "after": (lambda t: _edited(t, step(2, after=[0])), "after step 0 is not supported"),
         "no steps": (lambda t: _edited(t, lambda d: d.update(steps=[])), "nothing to run"),
-        "weights": (lambda t: t, "refusing to mix weights", other),
-        "device": (lambda t: t, "device must be one of", weights, "tpu"),
+        "device": (lambda t: t, "device must be one of", "tpu"),
     }
-
-
-@pytest.fixture(scope="module")
-def other_weights(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
-    spec = load_model(
-        small_config(
-            num_layers=2,
-            hidden_size=64,
-            intermediate_size=128,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=128,
-        )
-    )
-    return save_checkpoint(spec, tmp_path_factory.mktemp("other"), seed=1)
 
 
 @pytest.mark.parametrize(
@@ -520,19 +492,15 @@ def other_weights(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
         "unknown instance",
         "after",
         "no steps",
-        "weights",
         "device",
     ],
 )
-def test_a_bad_document_is_refused_before_anything_starts(
-    small: Setup, other_weights: Checkpoint, case: str
-) -> None:
-    edit, message, *rest = _bad_cases(small.weights, other_weights)[case]
-    weights = rest[0] if rest else small.weights
-    device = rest[1] if len(rest) > 1 else "cpu"
+def test_a_bad_document_is_refused_before_anything_starts(small: Setup, case: str) -> None:
+    edit, message, *rest = _bad_cases()[case]
+    device = rest[0] if rest else "cpu"
     before = set(multiprocessing.active_children())
     with pytest.raises(InvalidInputError, match=message):
-        run_program(edit(small.path.read_text()), weights, device=device)
+        run_program(edit(small.path.read_text()), device=device)
     assert set(multiprocessing.active_children()) == before
 
 
@@ -576,7 +544,7 @@ def test_the_executor_reads_only_the_json() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_the_program_runs_with_buffers_on_the_gpu(small: Setup, transport: str) -> None:
-    run = run_program(small.path, small.weights, device="cuda", transport=transport)
+    run = run_program(small.path, device="cuda", transport=transport)
     assert run.bit_exact and run.duplicate_bytes == 0
 
 
@@ -586,7 +554,7 @@ def test_a_forwarded_write_waits_for_the_writes_that_bring_its_bytes(small: Setu
     of the plan ends whole, with no byte twice; the small scenario forwards."""
     from blitzplan.wire.program_bytes import subtract, union
 
-    _, jobs = prepare(small.path, small.weights, paced=False)
+    _, jobs = prepare(small.path, paced=False)
     waiting = 0
     for job in jobs:
         received = [runs(w, "lo") for w in writes(job.into)]

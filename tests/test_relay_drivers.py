@@ -172,7 +172,7 @@ class ModelProcesses:
 
 def run_coordinator(policy: Policy, inst: LiveScalingInstance) -> Coordinator:
     processes = ModelProcesses(inst)
-    coordinator = Coordinator(policy, inst, (NEW_RANK, OLD_RANK), "free", clock=processes.clock)
+    coordinator = Coordinator(policy, inst, (NEW_RANK, OLD_RANK), clock=processes.clock)
     processes.coordinator = coordinator
     coordinator.run(processes, 0.0)
     return coordinator

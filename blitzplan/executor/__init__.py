@@ -10,14 +10,13 @@ from blitzplan.errors import SolverUnavailableError
 
 
 def require_torch() -> None:
-    """Raise SolverUnavailableError unless torch and safetensors can be imported."""
-    for name in ("torch", "safetensors"):
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise SolverUnavailableError(
-                f"blitzplan.executor needs {name}: pip install 'blitzplan[torch]'"
-            ) from exc
+    """Raise SolverUnavailableError unless torch can be imported."""
+    try:
+        importlib.import_module("torch")
+    except ImportError as exc:
+        raise SolverUnavailableError(
+            "blitzplan.executor needs torch: pip install 'blitzplan[torch]'"
+        ) from exc
 
 
 require_torch()
@@ -26,10 +25,8 @@ from blitzplan.executor.program.runner import ProgramRun, run_program  # noqa: E
 from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.serving.serve import LiveRun, serve_live  # noqa: E402
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 
 __all__ = [
-    "Checkpoint",
     "InjectedFault",
     "LiveRun",
     "ProgramRun",
@@ -37,6 +34,5 @@ __all__ = [
     "Workers",
     "require_torch",
     "run_program",
-    "save_checkpoint",
     "serve_live",
 ]

@@ -20,7 +20,6 @@ from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 if TYPE_CHECKING:
-    from blitzplan.executor.smallmodel.checkpoint import Checkpoint
     from blitzplan.models import ModelSpec
 
 Lanes = dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]]
@@ -63,7 +62,6 @@ class DeviceJob:
     label: str
     spec: ModelSpec = field(repr=False)
     tp: int
-    checkpoint: Checkpoint
     transport: str
     run: str
     buffer: Buffer
@@ -108,7 +106,7 @@ def checked_gpus(parts: list[Stage]) -> list[str]:
 
 
 def device_jobs(
-    parts: list[Stage], checkpoint: Checkpoint, *, transport: str, run: str, paced: bool
+    parts: list[Stage], *, transport: str, run: str, paced: bool
 ) -> tuple[DeviceJob, ...]:
     """One DeviceJob per device, ranked in :func:`.jobs.devices_of` order over the programs; the
     first program that names a device says whether it is filled (``held``: the first
@@ -120,7 +118,7 @@ def device_jobs(
         for name, (buffer, filled) in buffers(part.program).items():
             if name not in jobs:
                 jobs[name] = DeviceJob(
-                    *(len(jobs), name, first.spec, first.tp, checkpoint, transport, run, buffer),
+                    *(len(jobs), name, first.spec, first.tp, transport, run, buffer),
                     filled=filled,
                     check=name in checked,
                     held=held.get(name, {}),

@@ -25,13 +25,13 @@ from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.session import DeviceReport, program_job
 from blitzplan.executor.runtime.failures import InjectedFault
 from blitzplan.executor.runtime.pool import Workers, run_jobs
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint, check_identity, load_checkpoint
+from blitzplan.executor.smallmodel.llama import model_dims
 from blitzplan.executor.transports import check_transport
 from blitzplan.wire.plan_program import plan_program_json
 from blitzplan.wire.scaleprogram import ScaleProgram, read_program_json
 
-Document = ScaleProgram | str | Path
-"""A ScalePlan or its program export: read, its JSON text or the path of its file."""
+Document = str | Path
+"""A ScalePlan or its program export: its JSON text or the path of its file."""
 _FULL = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleplan"')
 
 
@@ -101,15 +101,12 @@ def read_program(document: Document) -> ScaleProgram:
     """The checked program of a document that this executor can run. A full ScalePlan runs as
     its program export (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id
     checked), so both are read by one reader with the rules of ``ScalePlan.from_json``."""
-    if isinstance(document, ScaleProgram):
-        program = document
-    else:
-        text = str(document)
-        if isinstance(document, Path) or not text.lstrip().startswith("{"):
-            if not Path(text).is_file():
-                raise InvalidInputError(f"document {text!r} is not a file (nor JSON text)")
-            text = Path(text).read_text()
-        program = read_program_json(plan_program_json(text) if _FULL.search(text) else text)
+    text = str(document)
+    if isinstance(document, Path) or not text.lstrip().startswith("{"):
+        if not Path(text).is_file():
+            raise InvalidInputError(f"document {text!r} is not a file (nor JSON text)")
+        text = Path(text).read_text()
+    program = read_program_json(plan_program_json(text) if _FULL.search(text) else text)
     check_runnable(program)
     return program
 
@@ -129,7 +126,6 @@ def check_fault(fault: InjectedFault, jobs: tuple[DeviceJob, ...]) -> None:
 
 def prepare(
     document: Document,
-    checkpoint: Checkpoint | str | Path,
     *,
     replan: Document | None = None,
     at_s: float | None = None,
@@ -138,12 +134,7 @@ def prepare(
 ) -> tuple[list[Stage], tuple[DeviceJob, ...]]:
     """Read and check everything; the run's stages and its device jobs."""
     program = read_program(document)
-    if not isinstance(checkpoint, Checkpoint | str | Path):
-        raise InvalidInputError(
-            f"checkpoint must be a Checkpoint or a directory, got {type(checkpoint).__name__}"
-        )
-    weights = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
-    check_identity(weights, program.model)
+    model_dims(program.spec)  # a model the executor runs
     check_transport(transport)
     if (replan is None) != (at_s is None):
         raise InvalidInputError("replan and at_s go together: a replan takes over at at_s")
@@ -151,12 +142,11 @@ def prepare(
         raise InvalidInputError(f"at_s must be a finite time >= 0, got {at_s!r}")
     parts = stages(program, read_program(replan) if replan is not None else None, at_s or 0.0)
     run = uuid.uuid4().hex[:12]
-    return parts, device_jobs(parts, weights, transport=transport, run=run, paced=paced)
+    return parts, device_jobs(parts, transport=transport, run=run, paced=paced)
 
 
 def run_program(
     document: Document,
-    checkpoint: Checkpoint | str | Path,
     *,
     replan: Document | None = None,
     at_s: float | None = None,
@@ -167,14 +157,13 @@ def run_program(
     workers: Workers | None = None,
     fault: InjectedFault | None = None,
 ) -> ProgramRun:
-    """Run the transfer program of ``document`` with the weights of ``checkpoint`` (a Checkpoint
-    or its directory); module docstring. ``transport``: ``torch`` or ``nixl``. ``paced``: each
-    step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks
-    run the devices); otherwise one is started on ``device`` and ended. ``fault`` kills a device
-    (its rank is the device's index in the run, holders first)."""
-    parts, jobs = prepare(
-        document, checkpoint, replan=replan, at_s=at_s, transport=transport, paced=paced
-    )
+    """Run the transfer program of ``document`` with seeded weights of its model
+    (:data:`~blitzplan.executor.smallmodel.llama.SEED`); module docstring. ``transport``:
+    ``torch`` or ``nixl``. ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers``
+    reuses a running pool (its first ranks run the devices); otherwise one is started on
+    ``device`` and ended. ``fault`` kills a device (its rank is the device's index in the run,
+    holders first)."""
+    parts, jobs = prepare(document, replan=replan, at_s=at_s, transport=transport, paced=paced)
     if fault is not None:
         check_fault(fault, jobs)
     reports = run_jobs(
@@ -183,7 +172,6 @@ def run_program(
         workers=workers,
         device=device,
         timeout_s=timeout_s,
-        num_layers=parts[0].program.spec.num_layers,
         fault=fault,
     )
     return summarize(parts, jobs, reports, transport=transport)

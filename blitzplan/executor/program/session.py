@@ -1,6 +1,7 @@
 """One device's part of a run: fill its arena, run its one loop over the transport, check.
 
-Before the shared start the device fills its arena from the checkpoint and opens its end of the
+Before the shared start the device fills its arena with its model's seeded weights and opens its
+end of the
 transport. After it, one loop polls the transport for writes that have left and landed, then
 posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW`` in flight
 per lane. A write may go once the writes that bring its bytes have landed (an unpaced relay the
@@ -28,7 +29,7 @@ import torch
 from blitzplan.executor.program.devices import DeviceJob
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
-from blitzplan.executor.smallmodel.checkpoint import checkpoint_tensors
+from blitzplan.executor.smallmodel.llama import hf_arrays, init_unit, model_dims
 from blitzplan.executor.transports import Write, open_transport, runs, writes
 from blitzplan.models.layout import layout
 
@@ -89,9 +90,10 @@ class ProgramSession:
         return self.arena[self.job.bases[unit] : self.job.bases[unit + 1]]
 
     def own(self, unit: int) -> torch.Tensor:
-        """This device's buffer of ``unit`` (its job's ``buffer``), from the checkpoint."""
+        """This device's buffer of ``unit`` (its job's ``buffer``) of the seeded weights."""
         if unit not in self._full:
-            self._full[unit] = checkpoint_tensors(self.job.checkpoint, unit)
+            dims = model_dims(self.job.spec)
+            self._full[unit] = hf_arrays(dims, unit, init_unit(dims, unit))
         buffer, tp = self.job.buffer, self.job.tp
         lay = layout(self.job.spec, tp if buffer is None else buffer[0])
         ranks = range(tp) if buffer is None else (buffer[1],)

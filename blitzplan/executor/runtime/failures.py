@@ -9,14 +9,6 @@ from blitzplan._checks import check_count
 from blitzplan.errors import BlitzplanError
 
 
-def unit_name(unit: int | None, num_layers: int | None) -> str:
-    """``layer 3``, ``the embedding (unit 0)`` or ``the head (unit L+1)``."""
-    if unit is None or num_layers is None:
-        return "an unknown layer" if unit is None else f"unit {unit}"
-    names = {0: "the embedding (unit 0)", num_layers + 1: f"the head (unit {unit})"}
-    return names.get(unit, f"layer {unit}")
-
-
 @dataclass(frozen=True)
 class Failure:
     """What a worker reports: what failed, the unit, the peer, the step and the chunk."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -22,7 +21,6 @@ from blitzplan.executor.runtime.failures import (
     Failure,
     InjectedFault,
     RankFailedError,
-    unit_name,
 )
 from blitzplan.executor.runtime.worker import (
     STARTUP_TIMEOUT_S,
@@ -51,10 +49,8 @@ class Workers:
             raise InvalidInputError(f"labels must name at least 2 ranks, got {list(labels)!r}")
         self.backend = check_device(device, len(labels))
         self.labels = list(labels)
-        self.num_layers: int | None = None
         self.closed = False
         """Whether the pool has been ended (by :meth:`close` or a failure)."""
-        self._pending: deque[Event] = deque()
         self._results: dict[int, Any] = {}
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
@@ -92,7 +88,6 @@ class Workers:
         jobs: Mapping[int, tuple[Job, Any]],
         *,
         labels: Sequence[str] = (),
-        num_layers: int | None = None,
         fault: InjectedFault | None = None,
     ) -> float:
         """Submit one job per rank (``labels`` renames the first ranks), start them together
@@ -102,11 +97,10 @@ class Workers:
                 f"workers must have at least {len(labels)} ranks, got {len(self.labels)}"
             )
         self.labels[: len(labels)] = labels
-        self.num_layers = num_layers
         self._where[:] = [-1] * len(self._where)
         for rank, (job, payload) in jobs.items():
             self._results.pop(rank, None)
-            self.tell(rank, (job, payload, fault, num_layers))
+            self.tell(rank, (job, payload, fault))
         self._wait_for("ready", jobs)
         t0 = time.monotonic() + 0.05
         for rank in jobs:
@@ -129,10 +123,14 @@ class Workers:
         """The next event within ``timeout_s`` (None if none); raises RankFailedError."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if not self._pending:
-                self._receive(min(POLL_S, max(0.0, deadline - time.monotonic())))
-            if self._pending:
-                event = self._pending.popleft()
+            open_ends = [conn for conn in self._conns if not conn.closed]
+            ready = wait(open_ends, min(POLL_S, max(0.0, deadline - time.monotonic())))
+            for conn in (conn for conn in open_ends if conn in ready):
+                try:
+                    event: Event = conn.recv()
+                except (EOFError, OSError):
+                    conn.close()  # the worker exited
+                    continue
                 if event.kind == "error":
                     self._fail(None, event)
                 if event.kind == "result":
@@ -142,16 +140,6 @@ class Workers:
                 self._fail(dead[0], None)
             if time.monotonic() >= deadline:
                 return None
-
-    def _receive(self, timeout_s: float) -> None:
-        open_ends = [conn for conn in self._conns if not conn.closed]
-        ready = wait(open_ends, timeout_s)
-        for conn in open_ends:
-            try:
-                while conn in ready and conn.poll():
-                    self._pending.append(conn.recv())
-            except (EOFError, OSError):
-                conn.close()  # the worker exited
 
     def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
         """Wait for a ``kind`` event from each of ``ranks`` (no other comes before it)."""
@@ -172,7 +160,7 @@ class Workers:
         failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
         while dead is None and time.monotonic() < deadline:
-            self._receive(POLL_S)
+            time.sleep(POLL_S)
             dead = next(iter(self._dead()), None)
         said = ""
         if report is not None and failure is not None:
@@ -201,9 +189,9 @@ class Workers:
         at = Failure("", unit, rank, step, None if lo < 0 else (lo, hi))
         if failure is not None and failure.peer in (rank, None) and None in (step, unit):
             at = failure
-        where = unit_name(at.layer, self.num_layers)
-        if at.step is not None:  # `` (step 4, chunk [0, 32768) of unit 2)``
-            span = f", chunk [{at.chunk[0]}, {at.chunk[1]}) of unit {at.layer}" if at.chunk else ""
+        where = "an unknown unit" if at.layer is None else f"unit {at.layer}"
+        if at.step is not None:  # ``unit 2 (step 4, chunk [0, 32768))``
+            span = f", chunk [{at.chunk[0]}, {at.chunk[1]})" if at.chunk else ""
             where += f" (step {at.step}{span})"
         message = f"rank {rank} ({self.labels[rank]}) {what} at {where}{said}"
         raise RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
@@ -232,7 +220,6 @@ def run_jobs(
     workers: Workers | None,
     device: str,
     timeout_s: float,
-    num_layers: int | None = None,
     fault: InjectedFault | None = None,
     drive: Callable[[Workers, float], None] | None = None,
 ) -> dict[int, Any]:
@@ -241,7 +228,7 @@ def run_jobs(
     return their results by rank."""
     pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
     try:
-        t0 = pool.launch(jobs, labels=labels, num_layers=num_layers, fault=fault)
+        t0 = pool.launch(jobs, labels=labels, fault=fault)
         if drive is not None:
             drive(pool, t0)
         return pool.collect(list(jobs))

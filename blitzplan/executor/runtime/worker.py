@@ -63,7 +63,7 @@ class Boot:
 class RankContext:
     """A worker's view of the run: its rank, its devices, the clock, messages and transfers."""
 
-    def __init__(self, boot: Boot, conn: Connection, where: Any = None) -> None:
+    def __init__(self, boot: Boot, conn: Connection, where: Any) -> None:
         self.rank, self.backend, self.timeout_s = boot.rank, boot.backend, boot.timeout_s
         count = torch.cuda.device_count() if boot.device == "cuda" else 0
         self.device = torch.device(f"cuda:{boot.rank % count}" if count else "cpu")
@@ -72,7 +72,6 @@ class RankContext:
         self.store: Any = None
         """The group's TCPStore (a transport's rendezvous)."""
         self.fault: InjectedFault | None = None
-        self.num_layers: int | None = None
         self.t0 = time.monotonic()
         self._conn, self._lock, self._where = conn, threading.Lock(), where
 
@@ -90,8 +89,7 @@ class RankContext:
         """Where this rank is: ``unit`` (of ``step``, bytes ``chunk``), in the parent's shared
         memory (a failure names it; no message, no syscall); the job's injected fault for
         ``unit`` fires here (on the calling thread)."""
-        if self._where is not None:
-            self._where[4 * self.rank : 4 * self.rank + 4] = [unit, step, *chunk]
+        self._where[4 * self.rank : 4 * self.rank + 4] = [unit, step, *chunk]
         fault = self.fault
         if fault is not None and fault.rank == self.rank and fault.layer == unit:
             signal.pthread_kill(threading.get_ident(), signal.SIGKILL)
@@ -175,7 +173,7 @@ def worker_main(boot: Boot, conn: Connection, where: Any) -> None:
 def _serve(ctx: RankContext) -> None:
     """Run jobs until one fails, then wait to be ended (the group is broken)."""
     while True:
-        job, payload, ctx.fault, ctx.num_layers = ctx.command()
+        job, payload, ctx.fault = ctx.command()
         try:
             ctx.emit("result", job(ctx, payload))
         except Exception as exc:

@@ -4,7 +4,7 @@ The *new instance* receives the model's units as its part of the transfer progra
 runs what the coordinator says: ``("run", batch, first_layer, count)`` runs that many layers of a
 batch (the embedding before layer 1, the head with layer ``L``), each once its layer is here, and
 keeps the activation (its bytes go to the coordinator with the batch's end); ``("end",)`` ends.
-The *old instance* holds the full model from the checkpoint and runs ``("run", batch,
+The *old instance* holds the full model (seeded) and runs ``("run", batch,
 first_layer, activation)``: from the activation the coordinator passes on (None at layer 1), the
 remaining layers and the head. Both report each operation's start and end (the new instance:
 each layer's) and the logits of every batch they finish; the old instance returns every
@@ -25,7 +25,6 @@ from blitzplan.executor.program.session import DeviceReport, ProgramSession
 from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint, load_unit
 from blitzplan.executor.smallmodel.llama import (
     Weights,
     decoder_layer,
@@ -114,16 +113,16 @@ def new_instance_job(ctx: RankContext, plan: tuple[Prompts, DeviceJob]) -> Devic
 
 
 def old_instance_job(
-    ctx: RankContext, plan: tuple[Prompts, Checkpoint]
+    ctx: RankContext, plan: tuple[Prompts, ModelSpec]
 ) -> tuple[tuple[float, ...], ...]:
-    """The old instance's worker (``plan``: the prompts, the weights): load the full model,
+    """The old instance's worker (``plan``: the prompts, the model): make the full model,
     compute the reference (returned), serve blocks (from the activation the coordinator
     passes on, unless at layer 1)."""
-    token_ids, checkpoint = plan
-    dims = model_dims(checkpoint.spec)
+    token_ids, spec = plan
+    dims = model_dims(spec)
     units = []
-    for u in range(dims.spec.num_units):
-        units.append({k: t.to(ctx.device) for k, t in load_unit(checkpoint, u).items()})
+    for u in range(spec.num_units):
+        units.append({k: t.to(ctx.device) for k, t in init_unit(dims, u).items()})
     rope = rope_tables(dims, max_positions=max(map(len, token_ids)), device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in token_ids]
     reference = tuple(_logits(forward(dims, units, ids, rope)) for ids in prompts)
@@ -153,7 +152,7 @@ def layer_times_job(
     spec, tokens, repeats = plan
     dims = model_dims(spec)
     layers = [
-        {k: v.to(ctx.device) for k, v in init_unit(dims, u, seed=0).items()}
+        {k: v.to(ctx.device) for k, v in init_unit(dims, u).items()}
         for u in range(1, dims.layers + 1)
     ]
     rope = rope_tables(dims, max_positions=max(tokens), device=ctx.device)

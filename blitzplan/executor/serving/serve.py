@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from blitzplan.compute import ComputeModel
-from blitzplan.errors import BlitzplanError, InvalidInputError
+from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.runner import Document, ProgramRun, prepare, summarize
 from blitzplan.executor.program.session import program_job
 from blitzplan.executor.runtime.failures import Event
 from blitzplan.executor.runtime.pool import WATCHDOG_FACTOR, Workers, run_jobs
 from blitzplan.executor.serving.pair_jobs import new_instance_job, old_instance_job
-from blitzplan.executor.smallmodel.checkpoint import Checkpoint
 from blitzplan.live.instance import LiveScalingInstance, instance_from_queue
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import POLICIES, Policy
@@ -39,6 +38,8 @@ LOGIT_TOLERANCE = 1e-5
 """Largest absolute logit difference from the monolithic model that counts as equal."""
 IDLE_WAKE_S = 0.1
 """With nothing due, the coordinator still looks at the processes this often."""
+HANDOFF_BYTES_PER_S = 1e9
+"""How fast the prediction takes an activation to go from the new instance to the old."""
 
 
 class Coordinator:
@@ -51,13 +52,12 @@ class Coordinator:
         policy: Policy,
         instance: LiveScalingInstance,
         ranks: tuple[int, int],
-        old_order: str,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy, self.clock = policy, clock
         self.new_rank, self.old_rank = ranks
-        self.relay = RelayState.from_instance(instance, old_order=old_order, record_ops=False)
+        self.relay = RelayState.from_instance(instance, record_ops=False)
         self.arrival_s: list[float | None] = [None] * (instance.num_layers + 2)
         self.logits: dict[int, tuple[float, ...]] = {}
         self.new_ops: list[NewOp] = []
@@ -135,23 +135,15 @@ class Coordinator:
             self.new_ops += [NewOp(batch, layer, start, end, 0) for layer, start, end in ops]
             if kept is not None:
                 self.kept[batch] = kept
-            running = self.relay.running[0]
-            if running is None or running[0] != batch:
-                raise BlitzplanError(f"the new instance finished batch {batch}, not running it")
             self._changed = True
             if self.relay.end_layers(0, at_s=ops[-1][2]) == DONE:
-                self._logits(batch, logits)
+                self.logits[batch] = logits
         elif event.kind == "old_done":
             batch, start, end, logits = event.data
             self.old_ops.append(OldOp(batch, self.relay.split[batch] + 1, start, end, 0))
             self._changed = True
             self.relay.end_block(0, at_s=end)
-            self._logits(batch, logits)
-
-    def _logits(self, batch: int, logits: tuple[float, ...] | None) -> None:
-        if logits is None:
-            raise BlitzplanError(f"batch {batch} finished without logits")
-        self.logits[batch] = logits
+            self.logits[batch] = logits
 
 
 @dataclass(frozen=True)
@@ -213,48 +205,45 @@ def _pair(
 
 def serve_live(
     document: Document,
-    checkpoint: Checkpoint,
     *,
     requests: Mapping[str, int],
     compute: ComputeModel,
-    handoff_bytes_per_s: float = 1e9,
     pair: int = 0,
     transport: str = "torch",
     device: str = "cpu",
     timeout_s: float = 30.0,
     workers: Workers | None = None,
-    seed: int = 0,
 ) -> LiveRun:
     """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
 
-    ``requests`` gives each queued request id its prompt length (seeded token ids are drawn);
-    ``compute`` the layer times the prediction uses. ``workers`` reuses a pool of at least the
+    ``requests`` gives each queued request id its prompt length (token ids are drawn, seeded);
+    ``compute`` the layer times the prediction uses (activations handed over at
+    HANDOFF_BYTES_PER_S). ``workers`` reuses a pool of at least the
     program's devices plus one (the old instance runs on the rank after them); otherwise one is
     started on ``device`` and ended. A rank that dies or stalls raises RankFailedError naming
     it, after every process has been ended."""
-    parts, jobs = prepare(document, checkpoint, transport=transport)
+    parts, jobs = prepare(document, transport=transport)
     program = parts[0].program
     chosen, new, tokens = _pair(program, pair, requests)
     names = [*(job.label for job in jobs), f"old instance {chosen.old}"]
     new_rank, old_rank = names.index(new.gpus[0]), len(jobs)
     queued = [(0.0, n) for n in tokens]  # one batch per request, all queued now
     instance = instance_from_queue(
-        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=handoff_bytes_per_s
+        program.spec, compute, new.layer_ready_s, queued, handoff_bytes_per_s=HANDOFF_BYTES_PER_S
     )
-    rng = random.Random(seed)
+    rng = random.Random(0)
     prompts = tuple(tuple(rng.randrange(program.spec.vocab_size) for _ in range(n)) for n in tokens)
     launched: dict[int, tuple[Any, Any]] = {job.rank: (program_job, job) for job in jobs}
     launched[new_rank] = (new_instance_job, (prompts, jobs[new_rank]))
-    launched[old_rank] = (old_instance_job, (prompts, checkpoint))
+    launched[old_rank] = (old_instance_job, (prompts, program.spec))
     policy = POLICIES[chosen.policy]()
-    coordinator = Coordinator(policy, instance, (new_rank, old_rank), "free")
+    coordinator = Coordinator(policy, instance, (new_rank, old_rank))
     results = run_jobs(
         launched,
         names,
         workers=workers,
         device=device,
         timeout_s=timeout_s,
-        num_layers=program.spec.num_layers,
         drive=coordinator.run,
     )
     reference = results.pop(old_rank)

@@ -1,1 +1,1 @@
-"""The small Llama-style model the executor moves and runs, and its checkpoints."""
+"""The small Llama-style model the executor moves and runs, with seeded weights."""

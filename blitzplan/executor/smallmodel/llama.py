@@ -29,6 +29,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 """The ``torch_dtype`` values the executor runs (float32 for bit-exact comparisons)."""
 INIT_STD = 0.02
 """Standard deviation of the seeded projection and embedding weights (as Llama's init)."""
+SEED = 0
+"""The seed of the weights the executor moves and computes with: every process makes the units
+it needs alike, from the document's model (no weights file is read)."""
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -82,7 +85,7 @@ def short_name(name: str) -> str:
     return re.sub(r"^model\.(layers\.\d+\.)?", "", name)
 
 
-def init_unit(dims: Dims, unit: int, *, seed: int) -> Weights:
+def init_unit(dims: Dims, unit: int, *, seed: int = SEED) -> Weights:
     """Seeded weights of one unit: normal(0, INIT_STD) matrices, norms near 1. The generator is
     seeded from ``(seed, unit)``, so any unit can be made alone, in any order."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + unit)

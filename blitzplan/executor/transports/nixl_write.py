@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from blitzplan.executor.runtime.failures import Failure, TransferError, unit_name
+from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.transports import Chunk, Done, Lane, Write
 
 if TYPE_CHECKING:
@@ -90,14 +90,13 @@ class NixlTransport:
                 self.agent.prep_xfer_dlist(name, remote, self.memory),
                 {(c.step, c.dst): k for k, c in enumerate(lane.chunks)},
             )
-        self.flying: list[tuple[Any, int, Write, float]] = []
-        """WRITEs in flight: handle, peer, chunks, when posted."""
+        self.flying: list[tuple[Any, int, Write]] = []
+        """WRITEs in flight: handle, peer, chunks."""
         self.expected = {_note(w): (lane.peer, w) for lane in into for w in lane.writes}
         self.writers = sorted({lane.peer for lane in into})
 
     def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
-        where = unit_name(chunk.unit, self.ctx.num_layers)
-        return TransferError(chunk.failure(peer, f"{what} ({where}, rank {peer}, NIXL)"))
+        return TransferError(chunk.failure(peer, f"{what} (unit {chunk.unit}, rank {peer}, NIXL)"))
 
     def post(self, peer: int, write: Write) -> None:
         local, remote, index = self.lanes[peer]
@@ -109,28 +108,25 @@ class NixlTransport:
             raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
         if state == "ERR":
             raise self._failed(write[0], peer, "writing ended in state ERR")
-        self.flying.append((handle, peer, write, time.monotonic()))
+        self.flying.append((handle, peer, write))
 
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
         """Writes that have left (each WRITE's state checked), writes whose notes came; with
-        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE open
-        for the transfer timeout fails (a silent writer: :meth:`stalled`)."""
-        now, timeout_s = time.monotonic(), self.ctx.timeout_s
-        sent: list[tuple[Any, int, Write, float]] = []
-        still: list[tuple[Any, int, Write, float]] = []
-        for handle, peer, write, posted_s in self.flying:
+        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE that
+        stays open is named by :meth:`stalled` once the device's loop has heard nothing for the
+        transfer timeout."""
+        sent: list[tuple[Any, int, Write]] = []
+        still: list[tuple[Any, int, Write]] = []
+        for handle, peer, write in self.flying:
             try:
                 state = self.agent.check_xfer_state(handle)
                 if state == "DONE":
                     self.agent.release_xfer_handle(handle)
             except Exception as exc:
                 raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
-            if state not in ("DONE", "PROC") or now - posted_s > timeout_s:
-                what = (
-                    f"timed out after {timeout_s:g} s" if state == "PROC" else f"ended in {state}"
-                )
-                raise self._failed(write[0], peer, f"writing {what}")
-            (sent if state == "DONE" else still).append((handle, peer, write, posted_s))
+            if state not in ("DONE", "PROC"):
+                raise self._failed(write[0], peer, f"writing ended in {state}")
+            (sent if state == "DONE" else still).append((handle, peer, write))
         self.flying = still
         landed, at_s = [], self.ctx.now()
         for notes in self.agent.get_new_notifs().values() if self.expected else ():
@@ -139,7 +135,7 @@ class NixlTransport:
                     landed.append((item[1], at_s))
         if not sent and not landed:
             time.sleep(wait_s)
-        return [(write, at_s) for _, _, write, _ in sent], landed
+        return [(write, at_s) for _, _, write in sent], landed
 
     def stalled(self) -> TransferError:
         """The oldest expected chunk (else write) timed out."""
@@ -148,7 +144,7 @@ class NixlTransport:
             peer, write = next(iter(self.expected.values()))
             return self._failed(write[0], peer, f"{timeout} waiting for a chunk")
         if self.flying:
-            _, peer, write, _ = self.flying[0]
+            _, peer, write = self.flying[0]
             return self._failed(write[0], peer, f"{timeout} writing")
         return TransferError(Failure(f"{timeout} with no transfer open"))
 
