@@ -22,10 +22,13 @@ time left is no more than the cheapest honest answer takes (a plan that loads no
 the call returns that answer instead of overrunning (and the next calls under a deadline no
 longer than it plan for a raised load, fewer instances: :func:`record_stop`). At the
 checkpoints of :data:`STAGE_DONE`, from the allocation to the program built, the call also
-projects its own pace (:func:`recut_share`, at the shares of the work done there): work that
-would end past the stop point is not gone on with: the call stops with :class:`TooSlow` and
-plans afresh the share of its instances the time left affords at that pace (at most
-:data:`RECUTS` times; then it stops with :class:`DeadlinePassed`). The line is Siegel's
+projects its own pace (:func:`recut_share`, at the shares of the work done there for a plan of
+its size, :func:`stage_share`): work that would end past the stop point is not gone on with:
+the call stops with :class:`TooSlow` and plans afresh the share of its instances the time left
+affords at that pace (at most :data:`RECUTS` times). The last attempt projects only once its
+program is built (what is left, the pairs, milestones and document, has no checkpoint): before,
+a projection could only stop it with nothing, and its clock checkpoints stop it in time anyway.
+The line is Siegel's
 repeated medians (:func:`planning_line`) through the fastest recent record of each size, so a
 slow plan (the first on a cluster fills its route caches) moves it little. The first plan on
 a topology has no record: it plans everything, until its checkpoints find the time out.
@@ -46,6 +49,8 @@ __all__ = [
     "RAISED_MAX",
     "RECUTS",
     "STAGE_DONE",
+    "STAGE_SIZES",
+    "TAIL",
     "DeadlinePassed",
     "TooSlow",
     "afford_now",
@@ -64,6 +69,7 @@ __all__ = [
     "recut_share",
     "relax_load",
     "retry_refused",
+    "stage_share",
     "stop_at",
 ]
 
@@ -97,21 +103,47 @@ new instances (:class:`TooSlow`); the last attempt stops instead (:class:`Deadli
 _KEY = "planning_time"
 
 
+STAGE_SIZES = (4, 64, 1000)
+"""The plan sizes (new instances) :data:`STAGE_DONE` gives the shares at."""
+
 STAGE_DONE = {
-    "allocation": 0.09,
-    "paces": 0.28,
-    "evaluation": 0.35,
-    "rates": 0.48,
-    "evaluated": 0.62,
-    "program": 0.72,
-    "programmed": 0.9,
+    "allocation": (0.21, 0.12, 0.08),
+    "paces": (0.29, 0.28, 0.23),
+    "evaluation": (0.32, 0.32, 0.34),
+    "rates": (0.36, 0.40, 0.46),
+    "evaluated": (0.52, 0.52, 0.58),
+    "program": (0.58, 0.58, 0.65),
 }
 """The share of a plan's work after its problem is laid out (the greedy, the transfer program,
-the live pairs) done when the call first reaches each of these checkpoints (CPU time on the busy
-fleet, +64 / +512 / +1,000: the allocation 0.09-0.10 (its ports 0.04 and ``T*`` 0.05-0.06
-before it: too early a pace for a projection), the lanes 0.27-0.30, their paces 0.31-0.39, the
-fair-share rates 0.41-0.53, the timeline 0.54-0.68, the transfer program's first step
-0.65-0.75, the program built 0.84-0.94)."""
+the live pairs, the milestones and the document) done when the call first reaches each of these
+checkpoints, at each of :data:`STAGE_SIZES` (:func:`stage_share` interpolates): medians of the
+calling thread's CPU time on the busy fleet at +4, +16, +32, +64, +128, +512 and +1,000, each
+rounded down a little (a projection errs long): the allocation 0.23, 0.20, 0.15, 0.13, 0.11,
+0.09, 0.08 of the work (its ports and ``T*`` before it: too early a pace for a projection); the
+lanes' paces 0.24-0.32, their evaluation 0.33-0.38, the fair-share rates 0.37-0.48, the timeline
+0.52-0.60, the transfer program's first step 0.59-0.68 (the program built: 0.79-0.87, but
+what is left then is :data:`TAIL`'s). A small plan spends a larger share laying out its
+allocation and a larger one after its program (pairs, milestones, the document)."""
+
+TAIL = 0.12
+"""The work after the transfer program is built but the live pairs (which stop themselves at
+the stop point): the milestones and the document, as a share of the work before it (since the
+greedy began), rounded up: 0.06-0.11 measured on the busy fleet from +8 to +1,000."""
+
+
+def stage_share(stage: str, count: int) -> float:
+    """The share of the work of a plan of ``count`` new instances done at ``stage``, a key of
+    :data:`STAGE_DONE`: interpolated on ``log(count)`` between :data:`STAGE_SIZES`, the nearest
+    end's share outside them."""
+    shares = STAGE_DONE[stage]
+    sizes = STAGE_SIZES
+    if count <= sizes[0]:
+        return shares[0]
+    for k in range(1, len(sizes)):
+        if count <= sizes[k]:
+            at = math.log(count / sizes[k - 1]) / math.log(sizes[k] / sizes[k - 1])
+            return shares[k - 1] + at * (shares[k] - shares[k - 1])
+    return shares[-1]
 
 
 class DeadlinePassed(Exception):

@@ -181,7 +181,11 @@ def _transfers(
     recuts = RECUTS
     try:
         while True:
-            check = run.checkpoint(state.topology, recut=recuts > 0) if targets.count else None
+            check = (
+                run.checkpoint(state.topology, recut=recuts > 0, sizes=tried)
+                if targets.count
+                else None
+            )
             try:
                 plan, (cpu_s, wall_s), steps = attempt((check, tried, cap))
                 return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps, cap is not None
