@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.planning_rate import RECUTS, STAGE_DONE, TAIL, TooSlow, stage_share
+from blitzplan.multicast.planning_rate import (
+    FIXED_WORK,
+    RECUTS,
+    STAGE_DONE,
+    TAIL,
+    TooSlow,
+    recut_share,
+    stage_share,
+)
 from blitzplan.scale import ScaleRequest, plan, validate_plan
 from blitzplan.scale import deadline as deadline_module
 from blitzplan.scale.deadline import OLDER_S, YOUNG_S, collect_cost, collect_due
@@ -121,3 +129,13 @@ def test_the_last_attempt_goes_on_past_a_projection_and_plans(
     out = plan(state, ScaleRequest("llama-3-8b", prefill=8, tp=1), deadline_s=60.0)
     assert attempts == [True] * RECUTS + [False]
     assert len(out.new_instances) == 8 // 2**RECUTS and validate_plan(state, out) == ()
+
+
+def test_a_recut_counts_the_work_every_plan_does() -> None:
+    """Hand-computed: 20 ms of work, a quarter done at 5 ms; 10 ms left to a 15 ms limit, 0.8
+    of it (DEADLINE_SHARE) is 40 % of the work; of 64 instances (64 + 16) * 0.4 - 16 = 16 fit
+    (FIXED_WORK 16): a quarter, not 40 %; of 4, none (the fixed work alone is 80 %)."""
+    assert FIXED_WORK == 16
+    assert recut_share(0.0, 0.005, 0.25, 0.015, 0.0) == pytest.approx(0.4)
+    assert recut_share(0.0, 0.005, 0.25, 0.015, 0.0, 64) == pytest.approx(0.25)
+    assert recut_share(0.0, 0.005, 0.25, 0.015, 0.0, 4) == 0.0

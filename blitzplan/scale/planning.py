@@ -66,9 +66,9 @@ class Planning:
         to the share of a plan of ``sizes[-1]`` new instances (the count the attempt plans,
         :func:`~blitzplan.multicast.planning_rate.stage_share`; :data:`DEFAULT_SIZE` when
         empty) (:func:`~blitzplan.multicast.planning_rate.recut_share`, a fresh plan's setup
-        being what this attempt spent before that stage): with ``recut``, work that would end
-        past that point is not gone on with: the call stops with
-        :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
+        being what this attempt spent before that stage, its fixed work counted): with
+        ``recut``, work that would end past that point is not gone on with: the call stops
+        with :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
         affords follows); without (the last attempt) there is no projection: it could only
         stop the call with nothing, and the clock stops it in time anyway. Once the program
         is built (``programmed``) what is left but the live pairs (they stop themselves),
@@ -100,8 +100,9 @@ class Planning:
                 if now + TAIL * (now - begun[0]) >= limit:
                     raise DeadlinePassed(stage)
             elif begun and recut and stage in STAGE_DONE:
-                done = stage_share(stage, sizes[-1] if sizes else DEFAULT_SIZE)
-                share = recut_share(begun[0], now, done, limit, begun[0] - opened)
+                size = sizes[-1] if sizes else DEFAULT_SIZE
+                done = stage_share(stage, size)
+                share = recut_share(begun[0], now, done, limit, begun[0] - opened, size)
                 if share is not None:
                     raise TooSlow(stage, share)
 
