@@ -158,11 +158,14 @@ class DeadlinePassed(Exception):
 
 class TooSlow(DeadlinePassed):
     """Raised at an early checkpoint when the call, at its own pace, would end past its
-    deadline: a fresh plan of ``share`` of its new instances still fits (:func:`recut_share`)."""
+    deadline: a fresh plan of ``share`` of its new instances still fits (:func:`recut_share`);
+    ``scale`` is the attempt's projected time over the time it spent (at least 1): what it
+    would have cost in all, for the record (:func:`record_rate`)."""
 
-    def __init__(self, stage: str, share: float) -> None:
+    def __init__(self, stage: str, share: float, scale: float = 1.0) -> None:
         super().__init__(stage)
         self.share = share
+        self.scale = max(1.0, scale)
 
 
 def recut_share(

@@ -3,6 +3,7 @@ model beside them, and its clocks for ``deadline_s``."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from blitzplan.multicast.planning_rate import (
     TAIL,
     DeadlinePassed,
     TooSlow,
+    planning_costs,
     record_layout,
+    record_rate,
     recut_share,
     stage_share,
     stop_at,
@@ -69,8 +72,9 @@ class Planning:
         being what this attempt spent before that stage, its fixed work counted): with
         ``recut``, work that would end past that point is not gone on with: the call stops
         with :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
-        affords follows); without (the last attempt) there is no projection: it could only
-        stop the call with nothing, and the clock stops it in time anyway. Once the program
+        affords follows) when that share is at least one instance; a projection never stops
+        a call with nothing (the clock stops it in time anyway), so without ``recut`` (the last
+        attempt) there is none. Once the program
         is built (``programmed``) what is left but the live pairs (they stop themselves),
         :data:`~blitzplan.multicast.planning_rate.TAIL` of the work so far, has no checkpoint:
         when it would end past the stop point the call stops with DeadlinePassed (None: no
@@ -103,10 +107,34 @@ class Planning:
                 size = sizes[-1] if sizes else DEFAULT_SIZE
                 done = stage_share(stage, size)
                 share = recut_share(begun[0], now, done, limit, begun[0] - opened, size)
-                if share is not None:
-                    raise TooSlow(stage, share)
+                if share is not None and math.floor(size * share) >= 1:
+                    # the attempt's projected time over its time so far, for the record
+                    scale = (begun[0] - opened + (now - begun[0]) / done) / max(now - opened, 1e-9)
+                    raise TooSlow(stage, share, scale)
 
         return check
+
+    def given_up(
+        self,
+        topology: Topology,
+        tried: Sequence[int],
+        since: tuple[float, float],
+        scale: float | None,
+    ) -> None:
+        """Record on ``topology`` the attempt of ``tried[-1]`` new instances given up (its CPU
+        and wall-clock time since ``since``, :meth:`used_cpu` and :meth:`used` then): times
+        ``scale``, its projected cost, when a projection gave it up; else (None: the clock
+        stopped it) its time so far only when that is more than the line expects of it (a lower
+        bound would otherwise pull the line down: it takes each size's fastest record)."""
+        if not tried or self.started is None:
+            return
+        cpu_s, wall_s = self.used_cpu() - since[0], self.used() - since[1]
+        if scale is None:
+            line = planning_costs(topology)
+            if line is not None and cpu_s <= line[0] + line[1] * tried[-1]:
+                return
+            scale = 1.0
+        record_rate(topology, tried[-1], cpu_s * scale, wall_s * scale)
 
     def bounded(self) -> bool:
         """Whether a deadline bounds the call."""
