@@ -86,10 +86,11 @@ __all__ = [
     "too_short_plan",
 ]
 
-YOUNG_S = 2.5e-7
-"""CPU seconds per young object a collection of the youngest generation is taken to cost
-before :func:`collect_due` has timed one in this process (measured after plans of the busy
-fleet: 50-200 ns per object counted, 0.3 ms after +64 to 27 ms after +1,000)."""
+YOUNG_S = 5e-7
+"""CPU seconds per young object a collection of the youngest generation is taken to cost at
+least (measured after plans of the busy fleet: 50-200 ns per object counted on a quiet core,
+0.3 ms after +64 to 27 ms after +1,000, up to about 350 ns on a loaded one: the objects' mix of
+references varies)."""
 
 OLDER_S = (0.025, 0.1)
 """CPU seconds a collection of the middle, then the oldest generation is taken to cost (beyond
