@@ -39,9 +39,9 @@ return (``gc.disable()``, the caller's setting restored on the way out, also on 
 pass over the caller's heap (a full one walks every live object: 38-100 ms of CPU after plans of
 the busy fleet) runs inside the call unbudgeted; the call's allocations still count. The pass
 they made due would run at the first allocation after the call, which in a tight loop is the
-start of the caller's next call. :func:`collect_due` runs it before the call returns when its
-cost, projected long (:func:`collect_cost`), fits in the time left to the deadline at the call's
-own load; when the due pass is of an older generation and does not fit, the youngest
+start of the caller's next call. :func:`collect_due` runs it before the call returns when twice
+its cost, projected long (:func:`collect_cost`), fits in the time left to the deadline at the
+call's own load; when the due pass is of an older generation and does not fit, the youngest
 generation's alone may (its cost is the call's own objects': 0.3 ms after +64, up to 27 ms
 after +1,000): it resets the count, so the older pass runs at a later allocation of the caller,
 with the collector on; else the pass is left as it was. A plan makes no cyclic garbage, so a
@@ -75,6 +75,7 @@ from blitzplan.scale.realize import Targets, at_efficiency, realize
 from blitzplan.scale.types import Release, ScalePlan, ScaleRequest
 
 __all__ = [
+    "COLLECT_MARGIN",
     "KEPT_PASSES",
     "OLDER_S",
     "YOUNG_S",
@@ -96,6 +97,11 @@ OLDER_S = (0.025, 0.1)
 """CPU seconds a collection of the middle, then the oldest generation is taken to cost (beyond
 its young objects') before :func:`collect_due` has timed one (measured after plans of the busy
 fleet: 0.1-21 ms; a full pass 38-100 ms, the caller's whole heap)."""
+
+COLLECT_MARGIN = 2.0
+"""A due pass runs inside a call only when this many times its projected cost fits: the young
+count undercounts the young objects when the call frees older ones (each free counts one
+down): passes of 2.9-3.5 ms ran where 500 ns per counted object projected under 2 ms."""
 
 KEPT_PASSES = 8
 """Recent collections :func:`collect_due` keeps the cost of, per generation."""
@@ -264,7 +270,8 @@ def collect_cost(generation: int, young: int) -> float:
 
 def collect_due(run: Planning) -> None:
     """Under ``run``'s deadline, with a collection due (:func:`due_generation`): run it now when
-    its cost (:func:`collect_cost`) at the call's load fits in the time left to the deadline;
+    :data:`COLLECT_MARGIN` times its cost (:func:`collect_cost`) at the call's load fits in the
+    time left to the deadline;
     else, for an older generation, the youngest's when that fits (its cost is the call's own
     objects'; the count it resets no longer makes the older pass run at the caller's next
     allocation, which may be the start of its next call: it runs at a later one); else leave
@@ -276,7 +283,7 @@ def collect_due(run: Planning) -> None:
     used, cpu, young = run.used(), run.used_cpu(), gc.get_count()[0]
     load = max(1.0, used / cpu) if cpu > 0 else 1.0
     for tried in dict.fromkeys((generation, 0)):
-        if used + collect_cost(tried, young) * load <= deadline:
+        if used + COLLECT_MARGIN * collect_cost(tried, young) * load <= deadline:
             break
     else:
         return
