@@ -21,13 +21,16 @@ time left is no more than the cheapest honest answer takes (a plan that loads no
 :func:`answer_cost`), or, in a loop, would be by the end of a next step as long as the last, and
 the call returns that answer instead of overrunning (and the next calls under a deadline no
 longer than it plan for a raised load, fewer instances: :func:`record_stop`). At the
-checkpoints of :data:`STAGE_DONE`, from the allocation to the program built, the call also
+checkpoints of :data:`STAGE_DONE`, from the allocation to the program's first step, the call also
 projects its own pace (:func:`recut_share`, at the shares of the work done there for a plan of
-its size, :func:`stage_share`): work that would end past the stop point is not gone on with:
-the call stops with :class:`TooSlow` and plans afresh the share of its instances the time left
-affords at that pace (at most :data:`RECUTS` times). The last attempt projects only once its
-program is built (what is left, the pairs, milestones and document, has no checkpoint): before,
-a projection could only stop it with nothing, and its clock checkpoints stop it in time anyway.
+its size, :func:`stage_share`, its :data:`FIXED_WORK` counted): work that would end past the
+stop point is not gone on with: the call stops with :class:`TooSlow` and plans afresh the share
+of its instances the time left affords at that pace, when that is at least one (at most
+:data:`RECUTS` times; the last attempt is not projected: a projection never stops a call with
+nothing, its clock checkpoints stop it in time). Once the program is built, a call whose
+milestones and document (:data:`TAIL`) would end past the stop point stops. An attempt given
+up is recorded at its projected cost (``TooSlow.scale``); one the clock stopped, only when its
+time so far is more than the line expects of it (a partial time would pull the line down).
 The line is Siegel's
 repeated medians (:func:`planning_line`) through the fastest recent record of each size, so a
 slow plan (the first on a cluster fills its route caches) moves it little. The first plan on
