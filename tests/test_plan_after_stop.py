@@ -56,7 +56,9 @@ def _frozen(monkeypatch: pytest.MonkeyPatch) -> tuple[ClusterState, _Clock]:
     monkeypatch.setattr(Planning, "used", lambda self: 0.0)
     monkeypatch.setattr(Planning, "used_cpu", lambda self: 0.0)
 
-    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+    def checkpoint(
+        self: Planning, topology: object, recut: bool = True, sizes: object = ()
+    ) -> object:
         clock.made += 1
 
         def check(at: str) -> None:

@@ -180,7 +180,9 @@ def test_a_checkpoint_that_finds_the_time_out_answers_with_the_plan_of_nothing(
     state = _busy()
     reached: list[str] = []
 
-    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+    def checkpoint(
+        self: Planning, topology: object, recut: bool = True, sizes: object = ()
+    ) -> object:
         def check(at: str) -> None:
             if not reached or reached[-1] != at:
                 reached.append(at)
@@ -227,7 +229,7 @@ def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(
     calls: list[str] = []
     live_checkpoint = Planning.checkpoint
 
-    def counted(self: Planning, topology: object, recut: bool = True) -> object:
+    def counted(self: Planning, topology: object, recut: bool = True, sizes: object = ()) -> object:
         check = live_checkpoint(self, topology, recut=recut)
         assert check is not None
 
@@ -239,7 +241,7 @@ def test_checkpoints_that_never_fire_leave_the_plan_as_it_is(
 
     monkeypatch.setattr(Planning, "checkpoint", counted)
     timed = plan(_busy(), request, deadline_s=3600.0)
-    monkeypatch.setattr(Planning, "checkpoint", lambda self, topology, recut=True: None)
+    monkeypatch.setattr(Planning, "checkpoint", lambda self, topology, recut=True, sizes=(): None)
     free = plan(_busy(), request, deadline_s=3600.0)
     assert len(calls) > len(STAGES) and set(calls) == set(STAGES)
     assert timed.plan_id == free.plan_id and len(timed.new_instances) == 10
@@ -267,7 +269,9 @@ def test_a_call_too_slow_at_an_early_checkpoint_plans_afresh_the_share_it_afford
     state = _busy()
     attempts: list[bool] = []
 
-    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+    def checkpoint(
+        self: Planning, topology: object, recut: bool = True, sizes: object = ()
+    ) -> object:
         attempts.append(recut)
 
         def check(at: str) -> None:

@@ -28,7 +28,9 @@ from tests.test_plan_deadline import _busy, _fresh_topology
 def _stopping_at(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     """Every checkpoint of the calls that follow finds the time out at ``stage``."""
 
-    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+    def checkpoint(
+        self: Planning, topology: object, recut: bool = True, sizes: object = ()
+    ) -> object:
         def check(at: str) -> None:
             if at == stage:
                 raise DeadlinePassed(at)
@@ -109,7 +111,9 @@ def test_a_call_too_slow_at_a_late_checkpoint_plans_afresh_a_valid_share(
     state = _busy()
     attempts: list[bool] = []
 
-    def checkpoint(self: Planning, topology: object, recut: bool = True) -> object:
+    def checkpoint(
+        self: Planning, topology: object, recut: bool = True, sizes: object = ()
+    ) -> object:
         attempts.append(recut)
         first = len(attempts) == 1
 
@@ -152,11 +156,14 @@ def test_the_late_recut_is_asked_at_a_stage_s_first_checkpoint_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 1 s deadline (the stop point 1 s less the cheapest answer, 1 ms): the greedy begins
-    at 10 ms; at the program's first step, 0.5 s in, the work (0.49 s for 72 %) ends by 0.69 s:
-    no recut. Later steps of the program, 10 ms apart, are further along than 72 %: no recut up
-    to 0.98 s, though 72 % would project past the deadline; at 0.99 s a step as long as the
-    last would end past the stop point: the call stops there (not a recut). Without a recut
-    left, a projection past the stop point stops the call too."""
+    at 10 ms; at the program's first step, 0.5 s in, the work (0.49 s for 58 %, a plan of 64)
+    ends by 0.86 s: no recut. Later steps of the program, 10 ms apart, are further along than
+    58 %: no recut up to 0.98 s, though 58 % would project past the deadline; at 0.99 s a step
+    as long as the last would end past the stop point: the call stops there (not a recut).
+    Reached first at 0.8 s, the program's first step projects past the stop point: a recut;
+    without a recut left the call goes on there (only its clock stops it). Once the program
+    is built, the rest but the pairs (12 % of the 0.84 s of work at 0.85 s: 0.95 s) ends by
+    the stop point: it goes on; reached first at 0.9 s (1.007 s) it stops."""
     clock = _Clock()
     monkeypatch.setattr(planning_module, "time", clock)
     run = Planning(PlanOptions(deadline_s=1.0), None, clock.now, clock.now)
@@ -176,9 +183,18 @@ def test_the_late_recut_is_asked_at_a_stage_s_first_checkpoint_only(
         assert fresh is not None
         clock.now = 100.0 + 0.01
         fresh("problem")
-        clock.now = 100.0 + 0.8  # first reached at 0.8 s: 1.09 s of work, past the deadline
+        clock.now = 100.0 + 0.8  # first reached at 0.8 s: 1.36 s of work, past the deadline
+        if not recut:
+            fresh("program")  # the last attempt does not project
+            clock.now = 100.0 + 0.85
+            fresh("programmed")
+            fresh = run.checkpoint(_fresh_topology("h200-8"), recut=recut)
+            assert fresh is not None
+            clock.now = 100.0 + 0.01
+            fresh("problem")
+            clock.now = 100.0 + 0.9
         with pytest.raises(raised) as found:
-            fresh("program")
+            fresh("program" if recut else "programmed")
         assert isinstance(found.value, TooSlow) == recut
 
 

@@ -21,11 +21,17 @@ time left is no more than the cheapest honest answer takes (a plan that loads no
 :func:`answer_cost`), or, in a loop, would be by the end of a next step as long as the last, and
 the call returns that answer instead of overrunning (and the next calls under a deadline no
 longer than it plan for a raised load, fewer instances: :func:`record_stop`). At the
-checkpoints of :data:`STAGE_DONE`, from the allocation to the program built, the call also
-projects its own pace (:func:`recut_share`, at the shares of the work done there): work that
-would end past the stop point is not gone on with: the call stops with :class:`TooSlow` and
-plans afresh the share of its instances the time left affords at that pace (at most
-:data:`RECUTS` times; then it stops with :class:`DeadlinePassed`). The line is Siegel's
+checkpoints of :data:`STAGE_DONE`, from the allocation to the program's first step, the call also
+projects its own pace (:func:`recut_share`, at the shares of the work done there for a plan of
+its size, :func:`stage_share`, its :data:`FIXED_WORK` counted): work that would end past the
+stop point is not gone on with: the call stops with :class:`TooSlow` and plans afresh the share
+of its instances the time left affords at that pace, when that is at least one (at most
+:data:`RECUTS` times; the last attempt is not projected: a projection never stops a call with
+nothing, its clock checkpoints stop it in time). Once the program is built, a call whose
+milestones and document (:data:`TAIL`) would end past the stop point stops. An attempt given
+up is recorded at its projected cost (``TooSlow.scale``); one the clock stopped, only when its
+time so far is more than the line expects of it (a partial time would pull the line down).
+The line is Siegel's
 repeated medians (:func:`planning_line`) through the fastest recent record of each size, so a
 slow plan (the first on a cluster fills its route caches) moves it little. The first plan on
 a topology has no record: it plans everything, until its checkpoints find the time out.
@@ -42,10 +48,13 @@ __all__ = [
     "ANSWER_S",
     "BACKOFF",
     "DEADLINE_SHARE",
+    "FIXED_WORK",
     "KEPT",
     "RAISED_MAX",
     "RECUTS",
     "STAGE_DONE",
+    "STAGE_SIZES",
+    "TAIL",
     "DeadlinePassed",
     "TooSlow",
     "afford_now",
@@ -64,6 +73,7 @@ __all__ = [
     "recut_share",
     "relax_load",
     "retry_refused",
+    "stage_share",
     "stop_at",
 ]
 
@@ -97,21 +107,47 @@ new instances (:class:`TooSlow`); the last attempt stops instead (:class:`Deadli
 _KEY = "planning_time"
 
 
+STAGE_SIZES = (4, 64, 1000)
+"""The plan sizes (new instances) :data:`STAGE_DONE` gives the shares at."""
+
 STAGE_DONE = {
-    "allocation": 0.09,
-    "paces": 0.28,
-    "evaluation": 0.35,
-    "rates": 0.48,
-    "evaluated": 0.62,
-    "program": 0.72,
-    "programmed": 0.9,
+    "allocation": (0.21, 0.12, 0.08),
+    "paces": (0.29, 0.28, 0.23),
+    "evaluation": (0.32, 0.32, 0.34),
+    "rates": (0.36, 0.40, 0.46),
+    "evaluated": (0.52, 0.52, 0.58),
+    "program": (0.58, 0.58, 0.65),
 }
 """The share of a plan's work after its problem is laid out (the greedy, the transfer program,
-the live pairs) done when the call first reaches each of these checkpoints (CPU time on the busy
-fleet, +64 / +512 / +1,000: the allocation 0.09-0.10 (its ports 0.04 and ``T*`` 0.05-0.06
-before it: too early a pace for a projection), the lanes 0.27-0.30, their paces 0.31-0.39, the
-fair-share rates 0.41-0.53, the timeline 0.54-0.68, the transfer program's first step
-0.65-0.75, the program built 0.84-0.94)."""
+the live pairs, the milestones and the document) done when the call first reaches each of these
+checkpoints, at each of :data:`STAGE_SIZES` (:func:`stage_share` interpolates): medians of the
+calling thread's CPU time on the busy fleet at +4, +16, +32, +64, +128, +512 and +1,000, each
+rounded down a little (a projection errs long): the allocation 0.23, 0.20, 0.15, 0.13, 0.11,
+0.09, 0.08 of the work (its ports and ``T*`` before it: too early a pace for a projection); the
+lanes' paces 0.24-0.32, their evaluation 0.33-0.38, the fair-share rates 0.37-0.48, the timeline
+0.52-0.60, the transfer program's first step 0.59-0.68 (the program built: 0.79-0.87, but
+what is left then is :data:`TAIL`'s). A small plan spends a larger share laying out its
+allocation and a larger one after its program (pairs, milestones, the document)."""
+
+TAIL = 0.12
+"""The work after the transfer program is built but the live pairs (which stop themselves at
+the stop point): the milestones and the document, as a share of the work before it (since the
+greedy began), rounded up: 0.06-0.11 measured on the busy fleet from +8 to +1,000."""
+
+
+def stage_share(stage: str, count: int) -> float:
+    """The share of the work of a plan of ``count`` new instances done at ``stage``, a key of
+    :data:`STAGE_DONE`: interpolated on ``log(count)`` between :data:`STAGE_SIZES`, the nearest
+    end's share outside them."""
+    shares = STAGE_DONE[stage]
+    sizes = STAGE_SIZES
+    if count <= sizes[0]:
+        return shares[0]
+    for k in range(1, len(sizes)):
+        if count <= sizes[k]:
+            at = math.log(count / sizes[k - 1]) / math.log(sizes[k] / sizes[k - 1])
+            return shares[k - 1] + at * (shares[k] - shares[k - 1])
+    return shares[-1]
 
 
 class DeadlinePassed(Exception):
@@ -125,22 +161,39 @@ class DeadlinePassed(Exception):
 
 class TooSlow(DeadlinePassed):
     """Raised at an early checkpoint when the call, at its own pace, would end past its
-    deadline: a fresh plan of ``share`` of its new instances still fits (:func:`recut_share`)."""
+    deadline: a fresh plan of ``share`` of its new instances still fits (:func:`recut_share`);
+    ``scale`` is the attempt's projected time over the time it spent (at least 1): what it
+    would have cost in all, for the record (:func:`record_rate`)."""
 
-    def __init__(self, stage: str, share: float) -> None:
+    def __init__(self, stage: str, share: float, scale: float = 1.0) -> None:
         super().__init__(stage)
         self.share = share
+        self.scale = max(1.0, scale)
 
 
-def recut_share(begun: float, now: float, done: float, limit: float, setup: float) -> float | None:
+def recut_share(
+    begun: float, now: float, done: float, limit: float, setup: float, count: int | None = None
+) -> float | None:
     """At a checkpoint at ``now`` (seconds into the call) with ``done`` of the work begun at
     ``begun`` done: None when the work, at its pace so far, ends by ``limit``; else the share
-    of its instances a fresh plan affords (:data:`DEADLINE_SHARE` of the time left, less
-    ``setup`` to lay the problem out again, over the whole work's projected time; at least 0)."""
+    of the work a fresh plan affords (:data:`DEADLINE_SHARE` of the time left, less ``setup``
+    to lay the problem out again, over the whole work's projected time; at least 0). With
+    ``count``, the new instances of the plan, the share of them: the work taken as
+    :data:`FIXED_WORK` plus one per instance, fewer than the work's share."""
     work = (now - begun) / done
     if begun + work <= limit:
         return None
-    return max(0.0, (DEADLINE_SHARE * (limit - now) - setup) / work)
+    share = max(0.0, (DEADLINE_SHARE * (limit - now) - setup) / work)
+    if count is None or count < 1:
+        return share
+    return max(0.0, ((count + FIXED_WORK) * share - FIXED_WORK) / count)
+
+
+FIXED_WORK = 16
+"""The work every plan does whatever its size, in new instances' worth: on the busy fleet the
+work after the problem is laid out is about 2.2 ms + 0.12 ms per new instance of CPU time up to
++64 (2.6 ms at +4, 9.8 ms at +64), so a plan of a quarter of the instances takes more than a
+quarter of the time (:func:`recut_share` with a count)."""
 
 
 def record_rate(

@@ -34,13 +34,18 @@ affords not even one is the call answered at once with nothing; each call that t
 every :data:`~blitzplan.multicast.planning_rate.BACKOFF`-th call answered so, halves the raised
 load back.
 
-The collector pass a call's allocations made due (the collector is paused inside the call) would
-run at the next allocation after it, often the start of the caller's next call, before that
-call's clock starts: 3-17 ms of CPU for the youngest generation after a plan of the busy fleet,
-45-70 ms for a full pass, several times that in wall-clock on a loaded machine.
-:func:`collect_due` runs it before the call returns when the time left to the deadline affords
-its cost (the last such pass's CPU time, :data:`COLLECT_S` before one ran, at the call's own
-load), so the next call does not start with it.
+The cyclic garbage collector: :func:`~blitzplan.plan` pauses it from its first line to its
+return (``gc.disable()``, the caller's setting restored on the way out, also on an error), so no
+pass over the caller's heap (a full one walks every live object: 38-100 ms of CPU after plans of
+the busy fleet) runs inside the call unbudgeted; the call's allocations still count. The pass
+they made due would run at the first allocation after the call, which in a tight loop is the
+start of the caller's next call. :func:`collect_due` runs it before the call returns when twice
+its cost, projected long (:func:`collect_cost`), fits in the time left to the deadline at the
+call's own load; when the due pass is of an older generation and does not fit, the youngest
+generation's alone may (its cost is the call's own objects': 0.3 ms after +64, up to 27 ms
+after +1,000): it resets the count, so the older pass runs at a later allocation of the caller,
+with the collector on; else the pass is left as it was. A plan makes no cyclic garbage, so a
+pass put off holds no memory of the call's.
 """
 
 from __future__ import annotations
@@ -70,7 +75,11 @@ from blitzplan.scale.realize import Targets, at_efficiency, realize
 from blitzplan.scale.types import Release, ScalePlan, ScaleRequest
 
 __all__ = [
-    "COLLECT_S",
+    "COLLECT_MARGIN",
+    "KEPT_PASSES",
+    "OLDER_S",
+    "YOUNG_S",
+    "collect_cost",
     "collect_due",
     "due_generation",
     "stopped_plan",
@@ -78,13 +87,29 @@ __all__ = [
     "too_short_plan",
 ]
 
-COLLECT_S = (0.005, 0.015, 0.1)
-"""CPU seconds a collection of each generation is taken to cost before :func:`collect_due` has
-timed one in this process (measured after plans of the busy fleet: 3-17, 2-12, 45-70 ms)."""
+YOUNG_S = 5e-7
+"""CPU seconds per young object a collection of the youngest generation is taken to cost at
+least (measured after plans of the busy fleet: 50-200 ns per object counted on a quiet core,
+0.3 ms after +64 to 27 ms after +1,000, up to about 350 ns on a loaded one: the objects' mix of
+references varies)."""
 
-_COLLECTED: dict[int, float] = {}
-"""Per generation, the CPU seconds of the last collection :func:`collect_due` ran (the collector
-is the process's: so is this record)."""
+OLDER_S = (0.025, 0.1)
+"""CPU seconds a collection of the middle, then the oldest generation is taken to cost (beyond
+its young objects') before :func:`collect_due` has timed one (measured after plans of the busy
+fleet: 0.1-21 ms; a full pass 38-100 ms, the caller's whole heap)."""
+
+COLLECT_MARGIN = 2.0
+"""A due pass runs inside a call only when this many times its projected cost fits: the young
+count undercounts the young objects when the call frees older ones (each free counts one
+down): passes of 2.9-3.5 ms ran where 500 ns per counted object projected under 2 ms."""
+
+KEPT_PASSES = 8
+"""Recent collections :func:`collect_due` keeps the cost of, per generation."""
+
+_PASSES: dict[int, list[float]] = {}
+"""Per generation, the recent collections :func:`collect_due` ran: CPU seconds per young object
+(the youngest), CPU seconds beyond the young objects' (the older two). The collector is the
+process's: so is this record."""
 
 
 def too_short(state: ClusterState, request: ScaleRequest, run: Planning) -> str | None:
@@ -231,18 +256,41 @@ def due_generation() -> int | None:
     return max(g for g in range(3) if g == 0 or counts[g] > limits[g])
 
 
+def collect_cost(generation: int, young: int) -> float:
+    """CPU seconds a collection of ``generation`` is taken to cost with ``young`` objects in the
+    youngest generation: the most per young object of the recent ones, at least
+    :data:`YOUNG_S`, times ``young``, and for an older generation the most the recent ones of it
+    took beyond that, at least its :data:`OLDER_S`: a projection errs long (the recent ones only
+    raise it, on a slower machine)."""
+    per = max([YOUNG_S, *_PASSES.get(0, [])])
+    if generation == 0:
+        return per * young
+    return per * young + max([OLDER_S[generation - 1], *_PASSES.get(generation, [])])
+
+
 def collect_due(run: Planning) -> None:
-    """Under ``run``'s deadline, run the collection due (:func:`due_generation`) now when the
-    time left affords its cost at the call's load (module docstring); else leave it. Called
-    with the collector paused, which it was on before (an allocation here must not start the
-    pass on its own)."""
+    """Under ``run``'s deadline, with a collection due (:func:`due_generation`): run it now when
+    :data:`COLLECT_MARGIN` times its cost (:func:`collect_cost`) at the call's load fits in the
+    time left to the deadline;
+    else, for an older generation, the youngest's when that fits (its cost is the call's own
+    objects'; the count it resets no longer makes the older pass run at the caller's next
+    allocation, which may be the start of its next call: it runs at a later one); else leave
+    it. Called with the collector paused, which it was on before (an allocation here must not
+    start a pass on its own)."""
     deadline, generation = run.options.deadline_s, due_generation()
     if deadline is None or generation is None or run.started is None:
         return
-    used, cpu = run.used(), run.used_cpu()
+    used, cpu, young = run.used(), run.used_cpu(), gc.get_count()[0]
     load = max(1.0, used / cpu) if cpu > 0 else 1.0
-    if used + _COLLECTED.get(generation, COLLECT_S[generation]) * load > deadline:
+    for tried in dict.fromkeys((generation, 0)):
+        if used + COLLECT_MARGIN * collect_cost(tried, young) * load <= deadline:
+            break
+    else:
         return
     began = time.thread_time()
-    gc.collect(generation)
-    _COLLECTED[generation] = time.thread_time() - began
+    gc.collect(tried)
+    spent = time.thread_time() - began
+    per = max([YOUNG_S, *_PASSES.get(0, [])])
+    kept = _PASSES.setdefault(tried, [])
+    kept.append(spent / max(young, 1) if tried == 0 else max(0.0, spent - per * young))
+    del kept[:-KEPT_PASSES]

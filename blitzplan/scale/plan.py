@@ -107,37 +107,40 @@ def plan(
       hold only for all of its lanes): a stop keeps the role changes that move no weights
       (rebalances in place) and the releases; every new instance, and each mutation that
       waits for a new instance to replace it, is ``missing``. A loop stops before a step as
-      long as its last would end past the stop point; from the allocation to the program
-      built, a call whose own pace ends past it does not go on: it plans afresh the share of
-      its new instances the time left affords (the plan of that many, complete; at most
-      twice, then it stops);
+      long as its last would end past the stop point; from the allocation to the program's
+      first step, a call whose own pace (at the shares of a plan of its size) ends past it
+      does not go on: it plans afresh the share of its new instances the time left affords
+      (the plan of that many, complete; at most twice: the last attempt goes on until its
+      clock stops it); once the program is built, a call whose milestones and document would
+      end past the stop point stops;
     * refinements: never run under a deadline; the greedy's plan is the plan (noted when it is
       more than 1 % above its bound);
     * live pairs: the pairs found by the stop point are kept, the other live instances load
       without a pair (noted);
     * milestones and the document: not stopped (the stop point keeps the time the cheapest
       answer takes);
-    * the garbage collector: paused inside; the pass the call's allocations made due runs
-      before it returns when the deadline's time left affords it, else at the caller's next
-      allocation.
+    * the cyclic garbage collector: paused from the call's first line to its return (the
+      caller's setting restored, also on an error); the pass the call's allocations made due
+      runs before it returns when the time left affords its cost projected long, else the
+      youngest generation's alone when that fits (the older pass then runs at a later
+      allocation of the caller's), else at the caller's next allocation.
     """
     if isinstance(request, Sequence) and not isinstance(request, str):
         from blitzplan.scale.multiplan import plan_requests
 
         return plan_requests(state, request, plan, options=options, compute=compute, **keywords)
-    run = Planning.timed(PlanOptions.of(options, **keywords), compute)
-    if not run.bounded():
-        with collector_relaxed():
-            return _planned(state, request, run)
-    # under a deadline no collection inside: a pass over earlier calls' objects (8 ms after a
-    # +1,000 plan) is not this call's work; the one its allocations made due runs in the time
-    # the deadline leaves, else at the caller's next allocation (often the next call's start)
+    # the collector is paused from the first line (reading the options allocates): under a
+    # deadline no pass runs inside the call but the one :func:`collect_due` affords
     paused = collector_paused()
     with paused:
-        planned = _planned(state, request, run)
-        if paused.enabled:
-            collect_due(run)
-    return planned
+        run = Planning.timed(PlanOptions.of(options, **keywords), compute)
+        if run.bounded():
+            planned = _planned(state, request, run)
+            if paused.enabled:
+                collect_due(run)
+            return planned
+    with collector_relaxed():
+        return _planned(state, request, run)
 
 
 def _planned(state: ClusterState, request: ScaleRequest, run: Planning) -> ScalePlan:

@@ -3,23 +3,31 @@ model beside them, and its clocks for ``deadline_s``."""
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blitzplan.compute import ComputeModel
 from blitzplan.multicast.planning_rate import (
     STAGE_DONE,
+    TAIL,
     DeadlinePassed,
     TooSlow,
+    planning_costs,
     record_layout,
+    record_rate,
     recut_share,
+    stage_share,
     stop_at,
 )
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.topologies import Topology
 
-__all__ = ["Planning"]
+__all__ = ["DEFAULT_SIZE", "Planning"]
+
+DEFAULT_SIZE = 64
+"""The plan size a checkpoint projects at when it is not told the count an attempt plans."""
 
 
 @dataclass(frozen=True)
@@ -48,19 +56,29 @@ class Planning:
         """CPU seconds this thread spent since the call started (0 without a clock)."""
         return 0.0 if self.started_cpu is None else time.thread_time() - self.started_cpu
 
-    def checkpoint(self, topology: Topology, *, recut: bool = True) -> Callable[[str], None] | None:
+    def checkpoint(
+        self, topology: Topology, *, recut: bool = True, sizes: Sequence[int] = ()
+    ) -> Callable[[str], None] | None:
         """Under a deadline, a checkpoint: called with the name of a stage, it raises
         :class:`~blitzplan.multicast.planning_rate.DeadlinePassed` once the call has reached
         :func:`~blitzplan.multicast.planning_rate.stop_at`, or would by the time the stage's
         next step ends (the step as long as its last one: a loop's checkpoint stops the loop
         before a step that cannot end in time). At the stages of
         :data:`~blitzplan.multicast.planning_rate.STAGE_DONE` (the first call of each) it
-        projects the work since the greedy began (stage ``problem``) at its pace so far
-        (:func:`~blitzplan.multicast.planning_rate.recut_share`, a fresh plan's setup being what
-        this attempt spent before that stage): work that would end past that point is not gone
-        on with: with ``recut``, the call stops with
-        :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
-        affords follows), else with DeadlinePassed (None: no deadline or no clock)."""
+        projects the work since the greedy began (stage ``problem``) at its pace so far, done
+        to the share of a plan of ``sizes[-1]`` new instances (the count the attempt plans,
+        :func:`~blitzplan.multicast.planning_rate.stage_share`; :data:`DEFAULT_SIZE` when
+        empty) (:func:`~blitzplan.multicast.planning_rate.recut_share`, a fresh plan's setup
+        being what this attempt spent before that stage, its fixed work counted): with
+        ``recut``, work that would end past that point is not gone on with: the call stops
+        with :class:`~blitzplan.multicast.planning_rate.TooSlow` (a fresh plan of the share it
+        affords follows) when that share is at least one instance; a projection never stops
+        a call with nothing (the clock stops it in time anyway), so without ``recut`` (the last
+        attempt) there is none. Once the program
+        is built (``programmed``) what is left but the live pairs (they stop themselves),
+        :data:`~blitzplan.multicast.planning_rate.TAIL` of the work so far, has no checkpoint:
+        when it would end past the stop point the call stops with DeadlinePassed (None: no
+        deadline or no clock)."""
         deadline, started = self.options.deadline_s, self.started
         if deadline is None or started is None:
             return None
@@ -82,12 +100,41 @@ class Planning:
                 record_layout(topology, self.used_cpu())
             elif stage == "problem" and not begun:
                 begun.append(now)
-            elif begun and stage in STAGE_DONE:
-                share = recut_share(begun[0], now, STAGE_DONE[stage], limit, begun[0] - opened)
-                if share is not None:
-                    raise TooSlow(stage, share) if recut else DeadlinePassed(stage)
+            elif begun and stage == "programmed":
+                if now + TAIL * (now - begun[0]) >= limit:
+                    raise DeadlinePassed(stage)
+            elif begun and recut and stage in STAGE_DONE:
+                size = sizes[-1] if sizes else DEFAULT_SIZE
+                done = stage_share(stage, size)
+                share = recut_share(begun[0], now, done, limit, begun[0] - opened, size)
+                if share is not None and math.floor(size * share) >= 1:
+                    # the attempt's projected time over its time so far, for the record
+                    scale = (begun[0] - opened + (now - begun[0]) / done) / max(now - opened, 1e-9)
+                    raise TooSlow(stage, share, scale)
 
         return check
+
+    def given_up(
+        self,
+        topology: Topology,
+        tried: Sequence[int],
+        since: tuple[float, float],
+        scale: float | None,
+    ) -> None:
+        """Record on ``topology`` the attempt of ``tried[-1]`` new instances given up (its CPU
+        and wall-clock time since ``since``, :meth:`used_cpu` and :meth:`used` then): times
+        ``scale``, its projected cost, when a projection gave it up; else (None: the clock
+        stopped it) its time so far only when that is more than the line expects of it (a lower
+        bound would otherwise pull the line down: it takes each size's fastest record)."""
+        if not tried or self.started is None:
+            return
+        cpu_s, wall_s = self.used_cpu() - since[0], self.used() - since[1]
+        if scale is None:
+            line = planning_costs(topology)
+            if line is not None and cpu_s <= line[0] + line[1] * tried[-1]:
+                return
+            scale = 1.0
+        record_rate(topology, tried[-1], cpu_s * scale, wall_s * scale)
 
     def bounded(self) -> bool:
         """Whether a deadline bounds the call."""

@@ -162,9 +162,10 @@ def _transfers(
     (:meth:`Planning.checkpoint`): one that finds the call too slow (TooSlow) has the share of
     the instances tried that the time left affords planned afresh (at most
     :data:`~blitzplan.multicast.planning_rate.RECUTS` times, each with a note); one that
-    finds the time out has DeadlinePassed go on to the caller, which answers in time. Either
-    way the time spent on the instances tried (since the call began, or since the attempt given
-    up) is recorded for them: at least what a plan of them costs, so the line learns."""
+    finds the time out has DeadlinePassed go on to the caller, which answers in time. An
+    attempt given up is recorded for the line (:meth:`Planning.given_up`): at its projected
+    cost when the projection gave it up, else its time so far when that is more than the line
+    expects of it."""
     tried: list[int] = []
 
     def attempt(
@@ -181,27 +182,27 @@ def _transfers(
     recuts = RECUTS
     try:
         while True:
-            check = run.checkpoint(state.topology, recut=recuts > 0) if targets.count else None
+            check = (
+                run.checkpoint(state.topology, recut=recuts > 0, sizes=tried)
+                if targets.count
+                else None
+            )
             try:
                 plan, (cpu_s, wall_s), steps = attempt((check, tried, cap))
                 return plan, (cpu_s + given_up[0], wall_s + given_up[1]), steps, cap is not None
             except TooSlow as slow:
+                run.given_up(state.topology, tried, given_up, slow.scale)
+                given_up = (run.used_cpu(), run.used())
                 cap, stage = (math.floor(tried[-1] * slow.share) if tried else 0), slow.stage
                 if cap < 1 or recuts < 1:
                     raise DeadlinePassed(stage) from None
             recuts -= 1
-            spent = (run.used_cpu() - given_up[0], run.used() - given_up[1])
-            if run.started is not None:
-                record_rate(state.topology, tried[-1], *spent)
-            given_up = (run.used_cpu(), run.used())
             said[0].append(
                 f"deadline_s: a plan of {tried[-1]} new instances ran slower than recorded "
                 f"({stage} checkpoint, {run.used() * 1e3:.1f} ms in); {cap} planned afresh"
             )
     except DeadlinePassed:
-        if tried and run.started is not None:
-            cpu_s, wall_s = run.used_cpu() - given_up[0], run.used() - given_up[1]
-            record_rate(state.topology, tried[-1], cpu_s, wall_s)
+        run.given_up(state.topology, tried, given_up, None)
         raise
 
 
