@@ -64,7 +64,8 @@ def unloadable_models(
     and ``after`` cannot: no host copy, none ``rebuilding``, no serving instance and no loading
     one with a record."""
     known = {c.identity for c in before.pool.host_copies}
-    known |= {i.identity for i in before.instances}
+    # the instances of one spec share its identity: each hashed once, not once per instance
+    known |= set({id(i.model): i.identity for i in before.instances}.values())
     coming = {c.identity for c in rebuilding}
     out = []
     for identity in sorted(known, key=str):

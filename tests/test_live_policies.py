@@ -174,3 +174,20 @@ def test_paper_toy_zigzag_beats_best_effort_and_exact_beats_both() -> None:
     assert exact.objective <= zigzag.objective < best_effort.objective
     mean = {m: schedule_live(inst, method=m).objective for m in ("best_effort", "zigzag")}
     assert mean["zigzag"] < mean["best_effort"]
+
+
+def test_schedule_live_answers_the_cached_schedule_with_every_field_and_its_own_time() -> None:
+    """schedule_live copies the (cached) heuristic's schedule with its own ``solve_s`` without
+    the frozen ``__init__``: the copy must equal ``dataclasses.replace`` field by field, which
+    holds only while Schedule has no ``__post_init__``."""
+    import dataclasses
+
+    from blitzplan.live.schedule import Schedule
+
+    inst, _ = _fleet_instance()
+    first = schedule_live(inst, method="zigzag")
+    again = schedule_live(inst, method="zigzag")
+    assert not hasattr(Schedule, "__post_init__")
+    assert type(again) is Schedule and again is not first
+    assert vars(again) == vars(dataclasses.replace(first, solve_s=again.solve_s))
+    assert again.solve_s >= 0.0

@@ -128,7 +128,7 @@ def instance_key(
     times (no int or bool that equals one), a list or tuple of QueuedRequest records (their
     arrival and prompt length: the ids do not matter) and an int or no ``max_batch_tokens``;
     else None."""
-    if any(type(c) is not RooflineComputeModel for c in computes):
+    if {*map(type, computes)} != {RooflineComputeModel}:  # no generator: one per pair
         return None
     if type(unit_ready_s) not in (tuple, list) or type(queue) not in (tuple, list):
         return None

@@ -219,7 +219,15 @@ def schedule_live(
             warm_start=warm_start,
             started_s=started,
         )
-    return replace(result, solve_s=time.perf_counter() - started)
+    return _timed(result, time.perf_counter() - started)
+
+
+def _timed(schedule: Schedule, solve_s: float) -> Schedule:
+    """``replace(schedule, solve_s=solve_s)`` without the frozen ``__init__`` (14 fields set
+    one by one: most of a cached heuristic's call); Schedule has no ``__post_init__``."""
+    timed = object.__new__(Schedule)
+    timed.__dict__.update(schedule.__dict__, solve_s=solve_s)
+    return timed
 
 
 def _exact(

@@ -60,6 +60,17 @@ class ModelIdentity:
                 f"hash_kind must be one of {HASH_KINDS}, got {self.hash_kind!r}"
             )
 
+    def __eq__(self, other: object) -> bool:
+        """Equal content hash and kind (name and revision do not count); one object is equal to
+        itself at once (the instances of one spec share its identity: planners compare it per
+        instance). The hash stays the generated one, of the same two fields."""
+        if other is self:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, ModelIdentity)
+        return self.content_hash == other.content_hash and self.hash_kind == other.hash_kind
+
     def __str__(self) -> str:
         return f"{self.name}@{self.revision}#{self.content_hash[:12]}"
 

@@ -55,16 +55,19 @@ def delivered(
         if gpu in wanted:
             for unit, spans in units.items():
                 found.setdefault(gpu, {}).setdefault(unit, []).extend(spans)
-    runs: dict[str, list[tuple[int, int, tuple[int, int]]]] = {}
+    # per GPU, the runs of its steps whose arrivals are a prefix (one list per stripe's ranges
+    # and prefix, shared by every GPU that received them), and the runs of the others
+    shared: dict[str, list[list[tuple[int, int, tuple[int, int]]]]] = {}
+    loose: dict[str, list[tuple[int, int, tuple[int, int]]]] = {}
     # per arrivals row (lanes timed alike share one) and per ranges object (the steps of one
     # stripe share theirs), by identity: each entry holds its object, so an id stays its own
     prefix: dict[int, tuple[Sequence[float], int | None]] = {}
     whole: dict[tuple[int, int], tuple[object, list[tuple[int, int, tuple[int, int]]]]] = {}
     for step in steps:
-        if step.destination not in wanted or step.instance is None:
+        dst = step.destination
+        if dst not in wanted or step.instance is None:
             continue
         arrived = unit_arrival_s[step.id]
-        got = runs.setdefault(step.destination, [])
         seen = prefix.get(id(arrived))
         if seen is None or seen[0] is not arrived:
             seen = prefix[id(arrived)] = (arrived, _prefix(arrived, at_s))
@@ -73,43 +76,69 @@ def delivered(
             made = whole.get((id(step.ranges), k))
             if made is None or made[0] is not step.ranges:
                 made = whole[id(step.ranges), k] = (step.ranges, _runs(step.ranges, k))
-            got.extend(made[1])
+            if made[1]:
+                shared.setdefault(dst, []).append(made[1])
             continue
+        got = loose.setdefault(dst, [])
         for r in step.ranges:
             span = (r.offset, r.offset + r.length)
             for first, end in _arrived(arrived, r.first_unit, r.last_unit + 1, at_s):
                 got.append((first, end, span))
     stripes: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]] = {}
+    # GPUs that had nothing before and received the same shared lists have the same bytes
+    alike: dict[tuple[int, ...], dict[int, tuple[tuple[float, float], ...]]] = {}
+    out: dict[str, dict[int, tuple[tuple[float, float], ...]]] = {}
+    for gpu in sorted(found.keys() | shared.keys() | {gpu for gpu, got in loose.items() if got}):
+        lists = shared.get(gpu, ())
+        if gpu in found or gpu in loose:
+            runs = [run for part in lists for run in part] + loose.get(gpu, [])
+            out[gpu] = _held_of(runs, found.get(gpu, {}), unit_bytes, stripes)
+            continue
+        key = tuple(sorted(map(id, lists)))  # ``whole`` holds the lists: ids stay theirs
+        into = alike.get(key)
+        if into is None:
+            runs = [run for part in lists for run in part]
+            into = alike[key] = _held_of(runs, {}, unit_bytes, stripes)
+        out[gpu] = dict(into)  # each GPU its own dict
+    return out
+
+
+def _held_of(
+    runs: list[tuple[int, int, tuple[int, int]]],
+    earlier: Mapping[int, Sequence[tuple[int, int]]],
+    unit_bytes: Sequence[int],
+    stripes: dict[tuple[tuple[tuple[int, int], ...], int], tuple[tuple[float, float], ...]],
+) -> dict[int, tuple[tuple[float, float], ...]]:
+    """Per unit, in unit order, the stripe intervals of one GPU: the bytes ``earlier`` (it had
+    before) and those of ``runs`` (units ``[a, b)`` that received a byte span); ``stripes``
+    keeps the intervals of each span list and unit size (units of one size often receive the
+    same ranges)."""
 
     def as_stripes(
         spans: Sequence[tuple[int, int]], nbytes: int
     ) -> tuple[tuple[float, float], ...]:
-        key = (tuple(spans), nbytes)  # units of one size often receive the same ranges
+        key = (tuple(spans), nbytes)
         if key not in stripes:
             stripes[key] = tuple(
                 (stripe_of(lo, nbytes), stripe_of(hi, nbytes)) for lo, hi in union(spans)
             )
         return stripes[key]
 
-    out: dict[str, dict[int, tuple[tuple[float, float], ...]]] = {}
-    for gpu in sorted(found.keys() | {gpu for gpu, got in runs.items() if got}):
-        earlier = found.get(gpu, {})
-        into: dict[int, tuple[tuple[float, float], ...]] = {}
-        for lo, hi, received in _segments(runs.get(gpu, [])):
-            by_size: dict[int, tuple[tuple[float, float], ...]] = {}
-            for unit in range(lo, hi):
-                nbytes = unit_bytes[unit]
-                if unit in earlier:
-                    into[unit] = as_stripes((*earlier[unit], *received), nbytes)
-                elif nbytes in by_size:
-                    into[unit] = by_size[nbytes]
-                else:
-                    into[unit] = by_size[nbytes] = as_stripes(received, nbytes)
-        for unit, spans in earlier.items():
-            if unit not in into:
-                into[unit] = as_stripes(spans, unit_bytes[unit])
-        out[gpu] = dict(sorted(into.items()))
-    return out
+    into: dict[int, tuple[tuple[float, float], ...]] = {}
+    for lo, hi, received in _segments(runs):
+        by_size: dict[int, tuple[tuple[float, float], ...]] = {}
+        for unit in range(lo, hi):
+            nbytes = unit_bytes[unit]
+            if unit in earlier:
+                into[unit] = as_stripes((*earlier[unit], *received), nbytes)
+            elif nbytes in by_size:
+                into[unit] = by_size[nbytes]
+            else:
+                into[unit] = by_size[nbytes] = as_stripes(received, nbytes)
+    for unit, spans in earlier.items():
+        if unit not in into:
+            into[unit] = as_stripes(spans, unit_bytes[unit])
+    return dict(sorted(into.items()))
 
 
 def _runs(ranges: Sequence[ByteRange], k: int) -> list[tuple[int, int, tuple[int, int]]]:

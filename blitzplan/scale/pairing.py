@@ -23,7 +23,7 @@ from blitzplan.live.queue_cache import batch_ids, batched
 from blitzplan.live.schedule import Schedule
 from blitzplan.live.solve import schedule_live
 from blitzplan.models import ModelSpec
-from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.multicast.plan_types import MulticastPlan, built
 from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.types import LivePair
@@ -149,7 +149,17 @@ def live_pairs(
         )
         batches = batch_ids(batched(queues[old.id], run.options.max_batch_tokens))
         method = run.options.live_method
-        pairs.append(LivePair(name, old.id, method, schedule, len(queues[old.id]), batches))
+        pairs.append(  # LivePair(...) without its frozen __init__: one per pair
+            built(
+                LivePair,
+                new=name,
+                old=old.id,
+                policy=method,
+                schedule=schedule,
+                queued_requests=len(queues[old.id]),
+                batches=batches,
+            )
+        )
         longest = max(longest, run.used() - began)
     return tuple(pairs), len(matched) - len(pairs)
 

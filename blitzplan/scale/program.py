@@ -69,7 +69,9 @@ def program(
     route = StepRouter(plan, topology)
     steps: dict[int, TransferStep] = {}
     same: dict[tuple[float, float, bool, int], _Stripe] = {}
-    lacking: dict[tuple[str, int], list[tuple[int, list[tuple[int, int]]]]] = {}
+    # per stripe and held row (GPUs that hold alike share a row): the stripe's ranges and total
+    # without the held bytes (both objects are held by ``same`` and ``have``: ids stay theirs)
+    cut: dict[tuple[int, int], tuple[tuple[ByteRange, ...], int]] = {}
     layouts: dict[tuple[int, int, str], tuple[int, int] | None] = {}
     kin: dict[int, int] = {}
     kinds: dict[tuple[int, tuple[bool, ...]], int] = {}
@@ -92,18 +94,16 @@ def program(
         if stripe is None:
             ends_at = (snap(lane.lo), snap(lane.hi))
             stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes, ends_at)
-        ranges, total = stripe.ranges, stripe.total
-        lacks = lacking.get((dst, to))
-        if lacks is None:  # per unit size, the held bytes of the units the receiver lacks
-            present = nodes[to].present
-            sized: dict[int, list[tuple[int, int]]] = {}
-            for u, spans in have.get(dst, {}).items():
-                if not (present and present[u]):
-                    sized.setdefault(plan.unit_bytes[u], []).extend(spans)
-            lacks = lacking[dst, to] = list(sized.items())
-        if lacks and _cut(stripe, lacks):
-            ranges = _grouped(_lacked(stripe.spans, have[dst]))
-            total = _total(ranges)
+        row = have.get(dst)
+        if row is None:
+            ranges, total = stripe.ranges, stripe.total
+        else:
+            found = cut.get((id(stripe), id(row)))
+            if found is None:
+                found = cut[id(stripe), id(row)] = _without(
+                    stripe, row, nodes[to].present, plan.unit_bytes
+                )
+            ranges, total = found
         if total == 0:
             continue  # the destination has every byte of it already
         flow = lane.flow
@@ -151,24 +151,50 @@ def program(
 
 
 _flow_of = operator.attrgetter("flow")
+_LO, _HI = operator.attrgetter("lo"), operator.attrgetter("hi")
 _UNKNOWN = (-1, -1)  # no source layout looked up yet (a real one is (tp, rank) of ranks >= 0)
 _INF = math.inf
 
 
 def _in_bytes(held: Held, unit_bytes: Sequence[int]) -> dict[str, dict[int, list[tuple[int, int]]]]:
     """:func:`~blitzplan.scale.delivered.held_bytes` of ``held``, each intervals object (a
-    replan's GPUs share them) converted once; the lists are shared, read only."""
+    replan's GPUs share them) converted once, and one row for the GPUs that hold the same
+    intervals objects for the same units; rows and lists are shared, read only."""
     converted: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    rows: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, list[tuple[int, int]]]] = {}
     out: dict[str, dict[int, list[tuple[int, int]]]] = {}
     for gpu, units in held.items():
-        row = out[gpu] = {}
-        for unit, intervals in units.items():
-            key = (id(intervals), unit_bytes[unit])  # ``held`` keeps the object alive
-            found = converted.get(key)
-            if found is None:
-                found = converted[key] = held_bytes({gpu: {unit: intervals}}, unit_bytes)[gpu][unit]
-            row[unit] = found
+        alike = (tuple(units), tuple(map(id, units.values())))  # ``held`` keeps them alive
+        row = rows.get(alike)
+        if row is None:
+            row = rows[alike] = {}
+            for unit, intervals in units.items():
+                key = (id(intervals), unit_bytes[unit])
+                found = converted.get(key)
+                if found is None:
+                    spans = held_bytes({gpu: {unit: intervals}}, unit_bytes)[gpu][unit]
+                    found = converted[key] = spans
+                row[unit] = found
+        out[gpu] = row
     return out
+
+
+def _without(
+    stripe: _Stripe,
+    row: Mapping[int, Sequence[tuple[int, int]]],
+    present: Sequence[bool],
+    unit_bytes: Sequence[int],
+) -> tuple[tuple[ByteRange, ...], int]:
+    """The ranges of ``stripe`` and their total, less the bytes ``row`` holds (per unit) of
+    the units a receiver with ``present`` lacks."""
+    sized: dict[int, list[tuple[int, int]]] = {}  # per unit size, the held bytes
+    for u, spans in row.items():
+        if not (present and present[u]):
+            sized.setdefault(unit_bytes[u], []).extend(spans)
+    if not (sized and _cut(stripe, list(sized.items()))):
+        return stripe.ranges, stripe.total
+    ranges = _grouped(_lacked(stripe.spans, row))
+    return ranges, _total(ranges)
 
 
 class _Maker:
@@ -233,7 +259,8 @@ def _snapper(plan: MulticastPlan) -> Callable[[float], float]:
     anchor when the cluster holds one (0, 1, or where a source rank's holdings end), else its
     first point. Anchors stay where they are, so a step never crosses its holder's bytes."""
     anchors = {0.0, 1.0} | _holding_bounds(plan)
-    points = sorted({x for lane in plan.lanes for x in (lane.lo, lane.hi)} | anchors)
+    lanes = plan.lanes
+    points = sorted({*map(_LO, lanes), *map(_HI, lanes), *anchors})
     clusters: list[list[float]] = []
     for x in points:
         if clusters and x - clusters[-1][-1] <= _SAME_POINT:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from blitzplan.cluster import ClusterState, Instance, Role
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import CLOSE_ENOUGH, plan_multicast
-from blitzplan.multicast.plan_types import MulticastPlan
+from blitzplan.multicast.plan_types import MulticastPlan, built
 from blitzplan.multicast.planning_rate import (
     RECUTS,
     DeadlinePassed,
@@ -384,7 +384,8 @@ def _infos(multicast: MulticastPlan | None, roles: dict[str, str]) -> tuple[NewI
     if multicast is None:
         return ()
     return tuple(
-        NewInstanceInfo(
+        built(  # NewInstanceInfo(...) without its frozen __init__: one per new instance
+            NewInstanceInfo,
             name=i.name,
             gpus=i.gpus,
             role=roles[i.name],

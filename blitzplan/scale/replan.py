@@ -271,7 +271,9 @@ def _targets(
     whole = _whole_units(plan, held) if now > at_s else {}
 
     def done(info: NewInstanceInfo) -> tuple[bool, ...]:
-        if not whole:  # complete at at_s (nothing ran on after it)
+        if not whole and type(at_s) is float:  # complete at at_s (nothing ran on after it)
+            return tuple(map(at_s.__ge__, info.layer_ready_s))  # each t <= at_s
+        if not whole:  # an int at_s: int.__ge__ does not compare with floats
             return tuple([t <= at_s for t in info.layer_ready_s])
         return tuple(
             t <= at_s or (t <= now and all(u in whole.get(g, ()) for g in info.gpus))

@@ -141,24 +141,19 @@ def prepare(
     holders = (
         eligible_holders(state, model, tp, excluded, allow_prefill_sources) if need_sources else []
     )
-    groups = target_gpu_groups(state, model, tp, count, targets, holders, placement)
+    free = frozenset(state.free_gpus())  # read by the checks and both node builders
+    groups = target_gpu_groups(state, model, tp, count, targets, holders, placement, free)
     reserved = {gpu for group in groups for gpu in group}
     names = _names(names, len(groups))
     live, live_names = _live(live, names)
     present = _delivered(delivered, names, model.num_units)
+    blocked = blocked_nics(state, allow_prefill_sources)
     instances, nodes = target_nodes(
-        state,
-        groups,
-        tp,
-        startup_s,
-        names,
-        present,
-        reserved | excluded,
-        blocked_nics(state, allow_prefill_sources),
+        state, groups, tp, startup_s, names, present, reserved | excluded, blocked, free
     )
     target_groups = {state.topology.nvlink_group_of(n.gpus[0]) for n in nodes}
     sources = source_nodes(
-        state, holders, excluded | reserved, allow_prefill_sources, target_groups
+        state, holders, excluded | reserved, allow_prefill_sources, target_groups, blocked, free
     )
     return Problem(
         state=state,

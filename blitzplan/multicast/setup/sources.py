@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 
 from blitzplan.cluster import ClusterState, Instance, Role, Source
 from blitzplan.errors import InfeasibleError, InvalidInputError
 from blitzplan.models import ModelSpec
-from blitzplan.multicast.plan_types import NodeKind, PlanNode
+from blitzplan.multicast.plan_types import NodeKind, PlanNode, built
 from blitzplan.multicast.setup.holdings import reshardable
 from blitzplan.topologies import Topology
 
@@ -100,12 +100,14 @@ def source_nodes(
     unavailable: set[str],
     allow_prefill: bool,
     target_groups: set[tuple[str, ...]],
+    blocked: Set[str],
+    free: Set[str],
 ) -> tuple[PlanNode, ...]:
     """Holders as nodes. An instance sends through its own GPUs (unless they carry its KV) and a
     share of the spare GPUs of its NVLink group when no new instance lands in that group (those
-    spares relay for the new instances instead)."""
+    spares relay for the new instances instead); ``blocked`` are :func:`blocked_nics`, ``free``
+    the state's free GPUs."""
     topo = state.topology
-    free = set(state.free_gpus())
     instances = [inst for inst, _ in holders if inst is not None]
     helpers: dict[str, list[str]] = {inst.id: [] for inst in instances}
     by_group: dict[tuple[str, ...], list[Instance]] = {}
@@ -117,7 +119,6 @@ def source_nodes(
         spare = [g for g in group if g in free and g not in unavailable]
         for j, gpu in enumerate(spare):
             helpers[members[j % len(members)].id].append(gpu)
-    blocked = blocked_nics(state, allow_prefill)
     nodes: list[PlanNode] = []
     for inst in instances:
         own: tuple[str, ...] = inst.gpus
@@ -131,14 +132,18 @@ def source_nodes(
             if wired(topo, topo.nic_of(g), blocked)
         )
         nodes.append(
-            PlanNode(
-                len(nodes),
-                NodeKind.INSTANCE,
-                f"{inst.id} ({inst.role.value})",
+            built(  # PlanNode(...) without its frozen __init__: one per serving instance
+                PlanNode,
+                id=len(nodes),
+                kind=NodeKind.INSTANCE,
+                label=f"{inst.id} ({inst.role.value})",
                 gpus=inst.gpus,
+                memory=None,
                 exits=exits,
+                relays=(),
                 instance_id=inst.id,
                 tp=inst.tp,
+                present=(),
                 ready_s=inst.loading.units_ready_s if inst.loading is not None else (),
             )
         )
@@ -161,7 +166,7 @@ def source_nodes(
     return tuple(nodes)
 
 
-def wired(topology: Topology, nic: str, blocked: set[str]) -> bool:
+def wired(topology: Topology, nic: str, blocked: Set[str]) -> bool:
     """Whether weights may leave by ``nic``: it reaches a leaf and carries no prefill KV."""
     return nic not in blocked and topology.leaf_of_nic(nic) is not None
 

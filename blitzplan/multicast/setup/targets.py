@@ -25,7 +25,10 @@ def target_gpu_groups(
     targets: Sequence[Sequence[str]] | None,
     holders: Sequence[tuple[Instance | None, str | None]],
     placement: str,
+    free: Set[str],
 ) -> list[tuple[str, ...]]:
+    """The GPU groups of the new instances: ``targets`` checked (on the state's ``free`` GPUs),
+    or ``count`` placed."""
     if (count is None) == (targets is None):
         raise InvalidInputError("give exactly one of count and targets")
     if targets is not None:
@@ -34,12 +37,15 @@ def target_gpu_groups(
         groups = [tuple(group) for group in targets]
         if not groups:
             raise InvalidInputError("targets must name at least one instance, got []")
-        _check_explicit_targets(state, groups, tp)
+        _check_explicit_targets(state, groups, tp, free)
+        misfits: dict[float, str | None] = {}  # per GPU memory size (a fleet has one or two)
         for group in groups:
             for gpu in group:
-                misfit = memory_misfit(model, tp, state.topology.gpu_spec(gpu).memory_bytes)
-                if misfit:
-                    raise InfeasibleError(f"targets group {list(group)!r}: {misfit}")
+                size = state.topology.gpu_spec(gpu).memory_bytes
+                if size not in misfits:
+                    misfits[size] = memory_misfit(model, tp, size)
+                if misfits[size]:
+                    raise InfeasibleError(f"targets group {list(group)!r}: {misfits[size]}")
         return groups
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInputError(f"count must be a positive integer, got {count!r}")
@@ -54,16 +60,17 @@ def target_gpu_groups(
     return place_targets(state, tp, count, prefer_leaves=leaves, placement=placement, model=model)
 
 
-def _check_explicit_targets(state: ClusterState, groups: list[tuple[str, ...]], tp: int) -> None:
+def _check_explicit_targets(
+    state: ClusterState, groups: list[tuple[str, ...]], tp: int, free: Set[str]
+) -> None:
     topo = state.topology
-    free = set(state.free_gpus())
-    known = set(topo.gpus())
+    known = topo.graph.nodes
     seen: set[str] = set()
     for group in groups:
         if len(group) != tp:
             raise InvalidInputError(f"targets group {list(group)!r} must have tp={tp} GPUs")
         for gpu in group:
-            if gpu not in known:
+            if gpu not in known or topo.kind(gpu) != "gpu":
                 raise InvalidInputError(
                     f"targets names {gpu!r}, which is not a GPU of the topology"
                 )
@@ -116,17 +123,18 @@ def target_nodes(
     names: list[str],
     present: Mapping[str, tuple[bool, ...]],
     unavailable: set[str],
-    blocked_nics: set[str],
+    blocked_nics: Set[str],
+    free: Set[str],
 ) -> tuple[tuple[NewInstance, ...], tuple[PlanNode, ...]]:
-    """One target node per NVLink group (and set of units already delivered). A GPU whose NIC
-    carries a prefill instance's KV caches receives but never forwards."""
+    """One target node per NVLink group (and set of units already delivered), with relays from
+    the state's ``free`` GPUs. A GPU whose NIC carries a prefill instance's KV caches receives
+    but never forwards."""
     topology = state.topology
     by_group: dict[tuple[tuple[str, ...], tuple[bool, ...]], list[int]] = {}
     for i, group in enumerate(groups):
         key = (topology.nvlink_group_of(group[0]), present[names[i]])
         by_group.setdefault(key, []).append(i)
     startups = _startups(startup_s, names)
-    free = set(state.free_gpus())
     pool = _pcie_relay_pools(
         topology, by_group, free - unavailable - {g for gr in groups for g in gr}
     )
