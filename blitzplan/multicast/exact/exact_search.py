@@ -208,7 +208,7 @@ def exact_plan(
         objective, built.ready_at_s, built.live
     ):
         built = packed
-    left = None if time_limit_s is None else limit - (time.perf_counter() - began)
+    left = None if time_limit_s is None else 0.95 * limit - (time.perf_counter() - began)
     built = sliced_refinement(problem, built, objective, left)
     bound = lower_bound(problem, objective)
     if strong is not None and strong.bound_s > bound:
