@@ -10,10 +10,10 @@ per-hop term that every plan must pay (see :mod:`~blitzplan.multicast.bound.lowe
 How: the stripe boundaries of all lanes (per rank; those of all-rank lanes in every rank) cut
 ``[0, 1)`` into atoms, and each lane's atoms are cut into ``phases`` equal parts; slice ``k`` holds
 part ``k`` of every atom, so a lane's slice is fed exactly by its feeders' slice ``k``. A lane
-becomes one lane per atom per slice, paced at its share of the lane's pace. Slice ``k`` of a hop
-starts once slice ``k - 1`` of every hop sharing a link with it has ended, so phases never stream
-over one link at once through hops. Gathers (NVLink copies inside a node) cannot wait for a hop;
-their slices may meet on a link, so the caller validates the result.
+becomes one lane per atom per slice, paced at its share of the lane's pace. A node's gathers
+(NVLink copies inside it, which cannot wait for a hop) become a hop of the node to itself. Slice
+``k`` of a hop starts once slice ``k - 1`` of every hop sharing a link with it has ended, so on
+every link the phases stream one after the other (:func:`phases_apart` checks it again).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def slice_phases(problem: Problem, built: Built, phases: int) -> Built:
         new.add_node(node)
     new.instances.extend(old.instances)
     cuts = _atom_cuts(old.lanes, problem.tp)
-    sharing = _sharing_hops(old)
+    groups, group_of = _groups(old)
+    sharing = _sharing(old, len(groups), group_of)
     previous: list[int] = []
     for k in range(phases):
         ids = [
@@ -63,35 +64,23 @@ def slice_phases(problem: Problem, built: Built, phases: int) -> Built:
                 receiver,
                 phase=k,
                 pipelined=pipelined,
-                after=[previous[j] for j in sharing[h]] if previous else (),
+                after=[previous[j] for j in sharing[g]] if previous else (),
             )
-            for h, (sender, receiver, _, pipelined, _) in enumerate(old.hop_specs)
+            for g, (sender, receiver, pipelined) in enumerate(groups)
         ]
         for lane in old.lanes:
             pace = old.flows[lane.flow].max_bytes_per_s
             for lo, hi, share in _slices(lane, cuts, k, phases):
-                if lane.gather:
-                    new.add_gather(
-                        lane.receiver,
-                        lane.holder,
-                        lane.dst,
-                        lane.rank,
-                        lo,
-                        hi,
-                        phase=k,
-                        pace_bytes_per_s=pace * share,
-                    )
-                else:
-                    new.add_lane(
-                        ids[old.hop_of_lane[lane.flow]],
-                        lane.holder,
-                        lane.exit,
-                        lane.dst,
-                        lane.rank,
-                        lo,
-                        hi,
-                        pace_bytes_per_s=pace * share,
-                    )
+                new.add_lane(
+                    ids[group_of[lane.flow]],
+                    lane.holder,
+                    lane.exit,
+                    lane.dst,
+                    lane.rank,
+                    lo,
+                    hi,
+                    pace_bytes_per_s=pace * share,
+                )
         previous = ids
     return run(problem, new, built.live)
 
@@ -130,12 +119,28 @@ def _slices(
     return out
 
 
-def _sharing_hops(builder: PlanBuilder) -> list[list[int]]:
-    """Per hop, the hops (itself included) whose lanes cross a link its lanes cross."""
-    edges: list[set[Edge]] = [set() for _ in builder.hop_specs]
+def _groups(builder: PlanBuilder) -> tuple[list[tuple[int, int, bool]], list[int]]:
+    """The plan's hops as ``(sender, receiver, pipelined)``, then one hop of each node to itself
+    for its gathers (a gather cannot wait; such a hop can), and each lane's group."""
+    groups = [
+        (sender, receiver, pipelined) for sender, receiver, _, pipelined, _ in builder.hop_specs
+    ]
+    own: dict[int, int] = {}
+    group_of = []
     for lane, h in zip(builder.lanes, builder.hop_of_lane, strict=True):
-        if h >= 0:
-            edges[h].update(builder.flows[lane.flow].edges)
+        if h < 0:
+            h = own.setdefault(lane.receiver, len(groups))
+            if h == len(groups):
+                groups.append((lane.receiver, lane.receiver, True))
+        group_of.append(h)
+    return groups, group_of
+
+
+def _sharing(builder: PlanBuilder, count: int, group_of: Sequence[int]) -> list[list[int]]:
+    """Per group, the groups (itself included) whose lanes cross a link its lanes cross."""
+    edges: list[set[Edge]] = [set() for _ in range(count)]
+    for lane, g in zip(builder.lanes, group_of, strict=True):
+        edges[g].update(builder.flows[lane.flow].edges)
     return [[j for j, other in enumerate(edges) if mine & other] for mine in edges]
 
 
