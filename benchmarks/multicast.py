@@ -23,7 +23,7 @@ from datetime import date
 
 from blitzplan import ClusterState, InfeasibleError, load_model, load_topology
 from blitzplan._table import format_table
-from blitzplan.multicast import MulticastPlan, plan_multicast
+from blitzplan.multicast import MulticastPlan, plan_multicast, validate_multicast
 from blitzplan.solvers import SolveStatus
 from blitzplan.topologies import Topology, build_cluster, nvswitch_host, pcie_host
 from blitzplan.units import GBPS, GIB
@@ -138,6 +138,8 @@ class Case:
     exact: MulticastPlan
     bound: float
     options: dict[str, object]
+    invalid: tuple[str, ...] = ()
+    """Rules either plan breaks (:func:`validate_multicast`; empty: both valid)."""
 
 
 def bound_rows(
@@ -166,7 +168,8 @@ def bound_rows(
             **options,  # type: ignore[arg-type]
         )
         best = max(greedy.lower_bound_s, exact.lower_bound_s)
-        cases.append(Case(k, greedy, exact, best, options))
+        broken = validate_multicast(state, greedy) + validate_multicast(state, exact)
+        cases.append(Case(k, greedy, exact, best, options, broken))
     rows = []
     for name in ("greedy", "exact"):
         plans = [c.greedy if name == "greedy" else c.exact for c in cases]
@@ -199,15 +202,23 @@ def bound_rows(
         f"{CASES if only is None else len(only)} cases: 1-8 new llama-3-8b instances of TP "
         f"1/2/4 on 2-6 random hosts, 0-4 "
         f"sources (decode, idle or prefill; else the host copy), 0-3 background KV flows; "
-        f"{refused} refused as infeasible (only prefill sources); exact limit {EXACT_LIMIT_S:.0f} s"
+        f"{refused} refused as infeasible (only prefill sources); exact limit "
+        f"{EXACT_LIMIT_S:.0f} s; {sum(bool(c.invalid) for c in cases)} cases with a plan "
+        f"failing validation; exact plans in time slices (several phases): "
+        f"{sum(_phases(c.exact) > 1 for c in cases)}"
     )
     return rows, note, cases
+
+
+def _phases(plan: MulticastPlan) -> int:
+    return len(set(plan.flow_phase))
 
 
 def worst_rows(cases: list[Case], count: int = 12, *, sort: bool = True) -> list[list[object]]:
     """The cases where greedy is furthest above the best bound: whose gap it is. The exact
     plan is a valid plan, so greedy / exact > 1 is the greedy's own loss; exact / bound is
-    what no plan found closes (the bound leaves out each hop's chunk)."""
+    what no plan found closes (no valid bound charges a hop its chunk: a plan sent in
+    time slices pays less, see ``multicast.bound.lower_bound``)."""
     rows: list[list[object]] = []
     ranked = sorted(cases, key=lambda c: -c.greedy.objective_s / c.bound) if sort else cases
     for c in ranked[:count]:
@@ -247,6 +258,8 @@ def case_records(cases: list[Case]) -> list[dict[str, object]]:
             "exact_status": c.exact.status.value,
             "greedy_plan_s": c.greedy.solve_s,
             "exact_plan_s": c.exact.solve_s,
+            "exact_phases": _phases(c.exact),
+            "invalid": list(c.invalid),
         }
         for c in cases
     ]

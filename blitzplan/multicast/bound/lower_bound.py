@@ -29,6 +29,20 @@ Every one of these lets a byte cross a shared link once for all the GPUs behind 
 method adds the overlay program (:mod:`~blitzplan.multicast.bound.overlay_lp`), where bytes are
 copied only at GPUs and memory, lanes follow their named routes and the live choice is part of
 the program: often much tighter, and too slow (0.1-3 s) for every greedy plan.
+
+**No per-hop term.** None of these charges a pipeline's fill or drain (a chunk per forwarding
+hop), and no such term is valid: the cost model charges a hop ``min(chunk, stripe of the unit) /
+rate``, not a chunk. Proof: take a chain holder -> a -> b, every link at rate ``R``, shard ``S``
+(the hop a -> b is forced when the holder's link must carry each byte once). Sent as ``m``
+slices of ``1/m`` of the stripe, slice ``k`` its own phase and waiting for slice ``k - 1`` of
+its hop (:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`), the first hop streams
+back to back and ends at ``S / R``; the second hop's slice ``k`` ends ``min(chunk, U_u / m) / R``
+(plus latency) after the first hop's, so the plan ends at ``S / R + max_u min(chunk, U_u / m) / R``
+plus latencies, which falls to the fluid value as ``m`` grows (the slices never meet on a link:
+each link carries one hop). ``tests/test_multicast_phase_slices.py`` validates such a plan less
+than half a chunk time above ``S / R``. A chunk per hop bounds only plans of one phase, where a
+lane holds its rate for the whole plan; with phases, what a hop must cost depends on which lanes
+meet on a link, which none of these cuts or programs model.
 """
 
 from __future__ import annotations

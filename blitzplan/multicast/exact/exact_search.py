@@ -27,6 +27,7 @@ from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.phase_slices import sliced_refinement
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
@@ -183,7 +184,9 @@ def exact_plan(
     of :data:`EXACT_SHAPES`
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the best plan
-    and the best bound."""
+    cut into time slices when that is faster
+    (:func:`~blitzplan.multicast.exact.phase_slices.sliced_refinement`, within the limit); the
+    best plan and the best bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
@@ -205,6 +208,8 @@ def exact_plan(
         objective, built.ready_at_s, built.live
     ):
         built = packed
+    left = None if time_limit_s is None else 0.95 * limit - (time.perf_counter() - began)
+    built = sliced_refinement(problem, built, objective, left)
     bound = lower_bound(problem, objective)
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)

@@ -1,0 +1,200 @@
+"""A one-phase plan cut into time slices: every stripe sent as ``phases`` thinner stripes, one
+after the other, each slice its own phase.
+
+Under the cost model a lane forwards unit ``u`` ``min(chunk, its stripe of u) / rate`` after its
+holder got it (:mod:`~blitzplan.multicast.timeline.lane_times`). A stripe cut into ``m`` slices
+sent in turn at the same rate pays ``1 / m`` of that per hop once the slices are thinner than a
+chunk, so a chain's per-hop cost falls towards its latency as ``m`` grows: the cost model has no
+per-hop term that every plan must pay (see :mod:`~blitzplan.multicast.bound.lower_bound`).
+
+How: the stripe boundaries of all lanes (per rank; those of all-rank lanes in every rank) cut
+``[0, 1)`` into atoms, and each lane's atoms are cut into ``phases`` equal parts; slice ``k`` holds
+part ``k`` of every atom, so a lane's slice is fed exactly by its feeders' slice ``k``. A lane
+becomes one lane per atom per slice, paced at its share of the lane's pace. A node's gathers
+(NVLink copies inside it, which cannot wait for a hop) become a hop of the node to itself. Slice
+``k`` of a hop starts once slice ``k - 1`` of every hop sharing a link with it has ended, so on
+every link the phases stream one after the other (:func:`phases_apart` checks it again).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+
+from blitzplan.errors import InvalidInputError
+from blitzplan.multicast.allocation.plan_builder import PlanBuilder
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane
+from blitzplan.multicast.setup.holdings import TOLERANCE
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built, run, score
+from blitzplan.topologies import Edge
+
+__all__ = ["SLICES", "SNAP", "phases_apart", "slice_phases", "sliced_refinement"]
+
+SNAP = TOLERANCE
+"""Stripe boundaries closer than this are one atom boundary (as for the holdings: closer
+points are one point)."""
+_APART = 1e-7
+"""Relative overlap of two phases' windows taken as float noise."""
+SLICES = (4, 8, 16)
+"""The slice counts :func:`sliced_refinement` tries, in turn."""
+
+
+def slice_phases(problem: Problem, built: Built, phases: int) -> Built:
+    """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
+    slices in turn (module docstring), evaluated under the cost model."""
+    if isinstance(phases, bool) or not isinstance(phases, int) or phases < 1:
+        raise InvalidInputError(f"phases must be a positive integer, got {phases!r}")
+    old = built.builder
+    if any(p != 0 for p in old.flow_phase) or any(spec[4] for spec in old.hop_specs):
+        raise InvalidInputError("slice_phases takes a plan of one phase whose hops wait for none")
+    new = PlanBuilder(old.topology)
+    for node in old.nodes:
+        new.add_node(node)
+    new.instances.extend(old.instances)
+    cuts = _atom_cuts(old.lanes, problem.tp)
+    groups, group_of = _groups(old)
+    sharing = _sharing(old, len(groups), group_of)
+    previous: list[int] = []
+    for k in range(phases):
+        ids = [
+            new.hop(
+                sender,
+                receiver,
+                phase=k,
+                pipelined=pipelined,
+                after=[previous[j] for j in sharing[g]] if previous else (),
+            )
+            for g, (sender, receiver, pipelined) in enumerate(groups)
+        ]
+        for lane in old.lanes:
+            pace = old.flows[lane.flow].max_bytes_per_s
+            for lo, hi, share in _slices(lane, cuts, k, phases):
+                new.add_lane(
+                    ids[group_of[lane.flow]],
+                    lane.holder,
+                    lane.exit,
+                    lane.dst,
+                    lane.rank,
+                    lo,
+                    hi,
+                    pace_bytes_per_s=pace * share,
+                )
+        previous = ids
+    return run(problem, new, built.live)
+
+
+def _atom_cuts(lanes: Sequence[Lane], tp: int) -> dict[int, list[float]]:
+    """Per rank (and :data:`ALL_RANKS`: every rank's), the sorted atom boundaries."""
+    points: dict[int, set[float]] = {r: set() for r in range(tp)}
+    for lane in lanes:
+        for r in range(tp) if lane.rank == ALL_RANKS else (lane.rank,):
+            points.setdefault(r, set()).update((lane.lo, lane.hi))
+    out = {r: _snapped(v) for r, v in points.items()}
+    out[ALL_RANKS] = _snapped(set().union(*points.values()))
+    return out
+
+
+def _snapped(values: set[float]) -> list[float]:
+    out: list[float] = []
+    for x in sorted(values):
+        if not out or x - out[-1] > SNAP:
+            out.append(x)
+    return out
+
+
+def _slices(
+    lane: Lane, cuts: dict[int, list[float]], k: int, phases: int
+) -> list[tuple[float, float, float]]:
+    """Part ``k`` of each atom of ``lane``'s stripe: ``(lo, hi, share of the lane)``."""
+    inner = [c for c in cuts[lane.rank] if lane.lo + SNAP < c < lane.hi - SNAP]
+    bounds = [lane.lo, *inner, lane.hi]
+    width = lane.hi - lane.lo
+    out = []
+    for a, b in itertools.pairwise(bounds):
+        step = (b - a) / phases
+        hi = b if k == phases - 1 else a + (k + 1) * step
+        out.append((a + k * step, hi, (b - a) / width))
+    return out
+
+
+def _groups(builder: PlanBuilder) -> tuple[list[tuple[int, int, bool]], list[int]]:
+    """The plan's hops as ``(sender, receiver, pipelined)``, then one hop of each node to itself
+    for its gathers (a gather cannot wait; such a hop can), and each lane's group."""
+    groups = [
+        (sender, receiver, pipelined) for sender, receiver, _, pipelined, _ in builder.hop_specs
+    ]
+    own: dict[int, int] = {}
+    group_of = []
+    for lane, h in zip(builder.lanes, builder.hop_of_lane, strict=True):
+        if h < 0:
+            h = own.setdefault(lane.receiver, len(groups))
+            if h == len(groups):
+                groups.append((lane.receiver, lane.receiver, True))
+        group_of.append(h)
+    return groups, group_of
+
+
+def _sharing(builder: PlanBuilder, count: int, group_of: Sequence[int]) -> list[list[int]]:
+    """Per group, the groups (itself included) whose lanes cross a link its lanes cross."""
+    edges: list[set[Edge]] = [set() for _ in range(count)]
+    for lane, g in zip(builder.lanes, group_of, strict=True):
+        edges[g].update(builder.flows[lane.flow].edges)
+    return [[j for j, other in enumerate(edges) if mine & other] for mine in edges]
+
+
+def phases_apart(problem: Problem, built: Built) -> bool:
+    """Whether lanes of different phases never stream over one link at once: on each link, a
+    phase streams from its lanes' earliest ``end - bytes / rate`` to their latest ``end``, and
+    those windows do not overlap by more than a tenth of the validator's tolerance (the rule it
+    checks, float noise of back-to-back slices aside)."""
+    b, t = built.builder, built.timeline
+    if len(set(b.flow_phase)) < 2:
+        return True
+    windows: dict[Edge, dict[int, list[float]]] = {}
+    shard = problem.unit_bytes
+    for lane in b.lanes:
+        f = lane.flow
+        node = b.nodes[lane.receiver]
+        carried = sum(u for i, u in enumerate(shard) if not node.has(i))
+        size = lane.fraction * (problem.tp if lane.rank == ALL_RANKS else 1) * carried
+        rate = t.rates[f]
+        if rate <= 0:
+            return False
+        end = float(t.lane_arrival_s[f].max()) if len(shard) else 0.0
+        begin = end - size / rate
+        for edge in b.flows[f].edges:
+            span = windows.setdefault(edge, {}).setdefault(b.flow_phase[f], [begin, end])
+            span[0], span[1] = min(span[0], begin), max(span[1], end)
+    for spans in windows.values():
+        ordered = sorted(spans.values())
+        for earlier, later in itertools.pairwise(ordered):
+            if later[0] < earlier[1] - _APART * max(1.0, earlier[1]):
+                return False
+    return True
+
+
+def sliced_refinement(
+    problem: Problem, built: Built, objective: str, time_left_s: float | None
+) -> Built:
+    """``built`` or the fastest of its slicings into :data:`SLICES` phases whose phases stay
+    apart on every link (:func:`phases_apart`); a slicing is not started when, at four times
+    the last one's time, it would not end within ``time_left_s`` (None: no clock, all tried).
+    Plans of several phases, or whose hops wait for others, are returned as they are."""
+    b = built.builder
+    if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
+        return built
+    best, value = built, score(objective, built.ready_at_s, built.live)
+    began, last = time.perf_counter(), 0.0
+    for phases in SLICES:
+        spent = time.perf_counter() - began
+        if time_left_s is not None and spent + 4 * last > time_left_s:
+            break
+        start = time.perf_counter()
+        trial = slice_phases(problem, built, phases)
+        last = time.perf_counter() - start
+        trial_value = score(objective, trial.ready_at_s, trial.live)
+        if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
+            best, value = trial, trial_value
+    return best
