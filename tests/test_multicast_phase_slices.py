@@ -8,10 +8,12 @@ import pytest
 from blitzplan import ClusterState, InvalidInputError, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
-from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.bound.overlay_lp import OverlayBound, overlay_bound
 from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases, sliced_refinement
 from blitzplan.multicast.exact.tree_packing import pack_trees
 from blitzplan.multicast.planners.baselines import BASELINES
+from blitzplan.multicast.setup.problem import Problem
+from blitzplan.multicast.timeline.assemble import Built
 from blitzplan.topologies import build_cluster, pcie_host
 from blitzplan.units import GBPS, GIB, MIB
 from tests.test_multicast import PROPERTY_MODEL, tiny_cases
@@ -78,18 +80,25 @@ def test_one_slice_is_the_plan_itself_and_bad_counts_are_refused() -> None:
         slice_phases(problem, slice_phases(problem, chain, 2), 2)
 
 
-@pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
-@pytest.mark.parametrize("phases", [2, 5])
-def test_sliced_packings_never_beat_the_bounds(index: int, phases: int) -> None:
-    """Every tiny case's tree packing cut into slices: the slices carry every byte once (the
-    stripe and holdings checks pass), and a sliced plan that validates never beats the
-    overlay bound or the cut bounds."""
+def _packed_case(index: int) -> tuple[ClusterState, Problem, OverlayBound, Built]:
+    """Tiny case ``index``: its state, problem, overlay bound and the tree packing on the
+    bound's live choice."""
     state, spec, options = tiny_cases()[index]
     problem = _problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     packed = pack_trees(problem, strong.live_nodes, max_rounds=20)
     assert packed is not None
+    return state, problem, strong, packed
+
+
+@pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
+@pytest.mark.parametrize("phases", [2, 5])
+def test_sliced_packings_never_beat_the_bounds(index: int, phases: int) -> None:
+    """Every tiny case's tree packing cut into slices: the slices carry every byte once (the
+    stripe and holdings checks pass), and a sliced plan that validates never beats the
+    overlay bound or the cut bounds."""
+    state, problem, strong, packed = _packed_case(index)
     bound = max(strong.bound_s, lower_bound(problem, "all_ready"))
     plan = _plan(problem, slice_phases(problem, packed, phases), bound)
     problems = validate_multicast(state, plan)
@@ -103,12 +112,7 @@ def test_phases_apart_agrees_with_the_validator_and_refinement_never_loses(index
     """The exact method's own check of the phase rule says apart exactly when the validator
     finds no phases meeting on a link (slicings of 2-9 phases, with gathers that may meet);
     the refinement keeps a plan that validates and is never slower than the packing."""
-    state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
-    strong = overlay_bound(problem)
-    assert strong is not None
-    packed = pack_trees(problem, strong.live_nodes, max_rounds=20)
-    assert packed is not None
+    state, problem, strong, packed = _packed_case(index)
     for phases in (2, 3, 9):
         sliced = slice_phases(problem, packed, phases)
         meets = [p for p in validate_multicast(state, _plan(problem, sliced, 0.0)) if p]
