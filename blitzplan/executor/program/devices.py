@@ -57,6 +57,7 @@ class DeviceJob:
     ``held`` of it (per unit), and then ``packs`` ``(unit, own offset, arena offset, length)``
     for its resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step
     key) and receives on ``into``; ``check``: compare every unit with its buffer at the end.
+    ``tells``: the steps it receives that a step of a third device waits for (``after``).
     ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
@@ -73,6 +74,7 @@ class DeviceJob:
     out: list[Lane] = field(default_factory=list)
     into: list[Lane] = field(default_factory=list)
     sends: dict[int, SendStep] = field(default_factory=dict)
+    tells: set[int] = field(default_factory=set)
     arena_bytes: int = 0
     needs: list[tuple[int, ...]] = field(default_factory=list)
     whole: list[bool] = field(default_factory=list)
@@ -192,6 +194,7 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
     program, memory = part.program, memory_devices(part.program.steps)
     starts = _starts(part)
     running = {s.id: part.pieces(s) for s in program.steps}
+    by_id = {s.id: s for s in program.steps}
     for step in program.steps:
         if not running[step.id]:
             continue
@@ -203,6 +206,9 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
         for k, chunk in enumerate(made):
             order = (begin_s + span_s * k / len(made), depth, key, k)
             lanes[(step.source, step.destination)].append((order, chunk))
+        for prior in (by_id[a] for a in step.after if running[a]):
+            if step.source not in (prior.source, prior.destination):
+                jobs[prior.destination].tells.add(part.offset + prior.id)
         source.sends[key] = SendStep(
             pace_bytes_per_s=step.pace_bytes_per_s if paced else None,
             not_before_s=part.at_s + step.not_before_s,

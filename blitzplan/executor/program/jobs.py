@@ -99,24 +99,15 @@ def _named(buffer: Buffer) -> str:
 
 def check_runnable(program: ScaleProgram) -> None:
     """What this executor refuses beyond the program rules: a program without steps, a source an
-    earlier plan is still loading, ``after`` across two sending devices (it orders a device's
-    own steps only), a serving GPU asked for two buffers (:func:`buffers`)."""
+    earlier plan is still loading, a serving GPU asked for two buffers (:func:`buffers`)."""
     if not program.steps:
         raise InvalidInputError("the document has no transfer steps: nothing to run")
-    by_id = {s.id: s for s in program.steps}
     for step in program.steps:
         if step.holder == "loading":
             raise InvalidInputError(
                 f"step {step.id}: holder 'loading' sends from an instance an earlier plan is "
                 "still loading; this executor runs one plan at a time (run the earlier one first)"
             )
-        for prior in step.after:
-            if by_id[prior].source != step.source:
-                raise InvalidInputError(
-                    f"step {step.id}: after step {prior} is not supported: step {prior} is sent "
-                    f"by {by_id[prior].source!r} and step {step.id} by {step.source!r}; the "
-                    "executor orders only steps of the same sending device"
-                )
     buffers(program)
 
 

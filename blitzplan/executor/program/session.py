@@ -1,16 +1,18 @@
 """One device's part of a run: fill its arena, run its one loop over the transport, check.
 
 Before the shared start the device fills its arena with its model's seeded weights and opens its
-end of the
-transport. After it, one loop polls the transport for writes that have left and landed, then
-posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW`` in flight
-per lane. A write may go once the writes that bring its bytes have landed (an unpaced relay the
-transport forwards: before), no faster than its step's pace and not before the step's gate:
-``not_before_s``, the ends of the steps in ``after`` and, for store-and-forward, of every step
-feeding it. Idle, it waits in the poll, backing off from the transport's ``poll_s`` to its
-``idle_s``; with nothing due or heard for the transfer timeout, the transport names the oldest
-open transfer. A device reports ``at`` (unit, step, chunk) as it starts each unit of a step, where
-an injected fault fires; a new GPU then compares every unit with its rank buffer.
+end of the transport. After it, one loop polls the transport for writes that have left and
+landed, then posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW``
+in flight per lane. A write may go once the writes that bring its bytes have landed (an unpaced
+relay the transport forwards: before), no faster than its step's pace and not before the step's
+gate: ``not_before_s``, the ends of the steps in ``after`` and, for store-and-forward, of every
+step feeding it. A step in ``after`` ends when its last write has left (one this device sends)
+or landed (one it receives); a step of two other devices when its destination, which saw its
+last write land, says so in the group's store (asked every ``ASK_S``). Idle, it waits in the
+poll, backing off from the transport's ``poll_s`` to its ``idle_s``; with nothing due or heard
+for the transfer timeout, the transport names the oldest open transfer. A device reports ``at``
+(unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new GPU
+then compares every unit with its rank buffer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from blitzplan.models.layout import layout
 
 WINDOW = 8
 """Writes a lane keeps in flight."""
+ASK_S = 1e-3
+"""How often a device asks the group's store whether another device's step it waits for ended."""
 
 
 @dataclass
@@ -75,6 +79,8 @@ class ProgramSession:
         self._needs = {id(w): need for w, need in zip(writes(job.out), job.needs, strict=True)}
         self._index = {id(w): k for k, w in enumerate(writes(job.into))}
         self._runs = {id(w): runs(w, "lo") for w in writes(job.into)}
+        self._told: dict[int, float] = {}  # per step of two other devices waited for: its end
+        self._asked_s: dict[int, float] = {}  # per such step waited for: when to ask again
         self._landed_s: dict[int, float] = {}  # per write received (by index): when it landed
         self._missing = Counter(u for w in writes(job.into) for u, _, _ in self._runs[id(w)])
         self._fill()
@@ -148,7 +154,8 @@ class ProgramSession:
                 heard = time.monotonic()
             elif time.monotonic() - heard > self.ctx.timeout_s:
                 raise self.transport.stalled()
-            longest = min(self.transport.idle_s, due_s - self.ctx.now())
+            asking = ASK_S if len(self._asked_s) > len(self._told) else math.inf
+            longest = min(self.transport.idle_s, due_s - self.ctx.now(), asking)
             pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
 
     def _post_ready(self) -> tuple[bool, float]:
@@ -177,7 +184,7 @@ class ProgramSession:
         step = self.job.sends[key]
         at_s = self._free_s.get(key)
         if at_s is None:  # the step's gate (module docstring): inf until those it waits for end
-            ends = [self.measured.sent_end_s.get(p, math.inf) for p in step.after]
+            ends = [self._end_s(p) for p in step.after]
             ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
             at_s = max([step.not_before_s, *ends])
         if step.pace_bytes_per_s is not None or id(write) not in self.transport.relayed:
@@ -188,6 +195,19 @@ class ProgramSession:
         if step.pace_bytes_per_s is not None:
             at_s += sum(chunk.nbytes for chunk in write) / step.pace_bytes_per_s
         return at_s
+
+    def _end_s(self, step: int) -> float:
+        """When a step in ``after`` ended (module docstring; inf: not yet)."""
+        if step in self._peer:
+            return self.measured.sent_end_s.get(step, math.inf)
+        if step in self._left:
+            return self.measured.received_end_s.get(step, math.inf)
+        key, now = f"after/{self.job.run}/{step}", self.ctx.now()
+        if step not in self._told and self._asked_s.get(step, -math.inf) <= now:
+            self._asked_s[step] = now + ASK_S
+            if self.ctx.store.check([key]):
+                self._told[step] = float(self.ctx.store.get(key))
+        return self._told.get(step, math.inf)
 
     def _at(self, write: Write) -> None:
         """Report the first chunk of each unit of each step, and fire a fault there."""
@@ -209,6 +229,8 @@ class ProgramSession:
                 self._complete(unit, at_s)
             self.measured.received_bytes[write[0].step] += hi - lo
         self._done(self._left, write, self.measured.received_end_s, at_s)
+        if write[0].step in self.job.tells and not self._left[write[0].step]:
+            self.ctx.store.set(f"after/{self.job.run}/{write[0].step}", repr(at_s))
 
     @staticmethod
     def _done(left: Counter[int], write: Write, ends: dict[int, float], at_s: float) -> None:
