@@ -114,7 +114,10 @@ def test_two_sources_four_targets_on_two_leaves_stay_under_their_leaf() -> None:
             state, spec, targets=targets, chunk_bytes=CHUNK, method=method, live=2
         )
         assert_valid(state, plan)
-        assert plan.objective_s == pytest.approx(expected, rel=1e-6)
+        if method == "greedy":
+            assert plan.objective_s == pytest.approx(expected, rel=1e-6)
+        else:  # time slices (staggered) may pay less than a chunk per hop
+            assert plan.lower_bound_s <= plan.objective_s <= expected * (1 + 1e-6)
         assert all("spine" not in {u for e in f.edges for u in e} for f in plan.flows)
         assert len(plan.live) == 2
         assert plan.status is SolveStatus.FEASIBLE  # one chunk above the bound: not proven

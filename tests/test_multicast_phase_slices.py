@@ -92,15 +92,36 @@ def _packed_case(index: int) -> tuple[ClusterState, Problem, OverlayBound, Built
     return state, problem, strong, packed
 
 
+def test_staggered_slices_follow_the_hop_depth() -> None:
+    """Staggered, the chain's second hop (its sender one hop from the source) sends slice ``k``
+    in phase ``k + 1``: ``m + 1`` phases, valid, and as fast as the plain slicing (its hops
+    share no link, so neither waits for the other)."""
+    state, problem = chain_case()
+    chain = BASELINES["ring"](problem)
+    plain = slice_phases(problem, chain, 8)
+    staggered = slice_phases(problem, chain, 8, staggered=True)
+    b = staggered.builder
+    assert sorted(set(b.flow_phase)) == list(range(9))
+    by_receiver: dict[int, set[int]] = {}
+    for lane, phase in zip(b.lanes, b.flow_phase, strict=True):
+        by_receiver.setdefault(lane.receiver, set()).add(phase)
+    assert sorted(map(sorted, by_receiver.values())) == [list(range(8)), list(range(1, 9))]
+    assert validate_multicast(state, _plan(problem, staggered, 0.0)) == ()
+    assert max(staggered.ready_at_s.values()) == pytest.approx(
+        max(plain.ready_at_s.values()), rel=1e-9
+    )
+
+
 @pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
-@pytest.mark.parametrize("phases", [2, 5])
-def test_sliced_packings_never_beat_the_bounds(index: int, phases: int) -> None:
-    """Every tiny case's tree packing cut into slices: the slices carry every byte once (the
-    stripe and holdings checks pass), and a sliced plan that validates never beats the
-    overlay bound or the cut bounds."""
+@pytest.mark.parametrize(("phases", "staggered"), [(2, False), (5, False), (3, True), (5, True)])
+def test_sliced_packings_never_beat_the_bounds(index: int, phases: int, staggered: bool) -> None:
+    """Every tiny case's tree packing cut into slices (plain or staggered by depth): the slices
+    carry every byte once (the stripe and holdings checks pass), and a sliced plan that
+    validates never beats the overlay bound or the cut bounds."""
     state, problem, strong, packed = _packed_case(index)
     bound = max(strong.bound_s, lower_bound(problem, "all_ready"))
-    plan = _plan(problem, slice_phases(problem, packed, phases), bound)
+    sliced = slice_phases(problem, packed, phases, staggered=staggered)
+    plan = _plan(problem, sliced, bound)
     problems = validate_multicast(state, plan)
     assert all("at the same time" in p for p in problems), problems
     if not problems:
@@ -110,11 +131,12 @@ def test_sliced_packings_never_beat_the_bounds(index: int, phases: int) -> None:
 @pytest.mark.parametrize("index", range(1, len(tiny_cases()), 2))
 def test_phases_apart_agrees_with_the_validator_and_refinement_never_loses(index: int) -> None:
     """The exact method's own check of the phase rule says apart exactly when the validator
-    finds no phases meeting on a link (slicings of 2-9 phases, with gathers that may meet);
-    the refinement keeps a plan that validates and is never slower than the packing."""
+    finds no phases meeting on a link (slicings of 2-9 phases, plain or staggered, with gathers
+    that may meet); the refinement keeps a plan that validates and is never slower than the
+    packing."""
     state, problem, strong, packed = _packed_case(index)
-    for phases in (2, 3, 9):
-        sliced = slice_phases(problem, packed, phases)
+    for phases, staggered in ((2, False), (3, False), (9, False), (3, True), (9, True)):
+        sliced = slice_phases(problem, packed, phases, staggered=staggered)
         meets = [p for p in validate_multicast(state, _plan(problem, sliced, 0.0)) if p]
         assert phases_apart(problem, sliced) == (not meets), meets
     best = sliced_refinement(problem, packed, "all_ready", None)

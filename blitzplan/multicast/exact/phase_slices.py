@@ -14,6 +14,11 @@ becomes one lane per atom per slice, paced at its share of the lane's pace. A no
 (NVLink copies inside it, which cannot wait for a hop) become a hop of the node to itself. Slice
 ``k`` of a hop starts once slice ``k - 1`` of every hop sharing a link with it has ended, so on
 every link the phases stream one after the other (:func:`phases_apart` checks it again).
+
+Staggered, a hop ``d`` hops deep sends slice ``k`` in phase ``k + d`` and waits, on every link it
+shares, for the latest slice of an earlier phase: a shallow hop sharing a link with a deep one
+no longer waits for the deep one's previous slice (which waits for its feeders' data), it
+streams beside the deep one's slice ``k - d``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, run, score
 from blitzplan.topologies import Edge
 
-__all__ = ["SLICES", "SNAP", "phases_apart", "slice_phases", "sliced_refinement"]
+__all__ = [
+    "SLICES",
+    "SNAP",
+    "STAGGERED_SLICES",
+    "phases_apart",
+    "slice_phases",
+    "sliced_refinement",
+]
 
 SNAP = TOLERANCE
 """Stripe boundaries closer than this are one atom boundary (as for the holdings: closer
@@ -39,11 +51,17 @@ _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
 SLICES = (4, 8, 16)
 """The slice counts :func:`sliced_refinement` tries, in turn."""
+STAGGERED_SLICES = (16, 32, 64)
+"""The staggered slice counts it tries then (a hop ``d`` deep ends ``d`` slices later, so
+staggering pays only once slices are thin)."""
 
 
-def slice_phases(problem: Problem, built: Built, phases: int) -> Built:
+def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool = False) -> Built:
     """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
-    slices in turn (module docstring), evaluated under the cost model."""
+    slices in turn (module docstring), evaluated under the cost model. ``staggered``: a hop
+    whose sender is ``d`` hops from the nearest node that receives nothing sends slice ``k`` in
+    phase ``k + d`` (a node's gathers: ``d`` of the node), so on a shared link a shallow hop's
+    slice ``k`` streams with a deep hop's slice ``k - d`` instead of waiting for its ``k - 1``."""
     if isinstance(phases, bool) or not isinstance(phases, int) or phases < 1:
         raise InvalidInputError(f"phases must be a positive integer, got {phases!r}")
     old = built.builder
@@ -56,33 +74,56 @@ def slice_phases(problem: Problem, built: Built, phases: int) -> Built:
     cuts = _atom_cuts(old.lanes, problem.tp)
     groups, group_of = _groups(old)
     sharing = _sharing(old, len(groups), group_of)
-    previous: list[int] = []
-    for k in range(phases):
-        ids = [
-            new.hop(
-                sender,
-                receiver,
-                phase=k,
-                pipelined=pipelined,
-                after=[previous[j] for j in sharing[g]] if previous else (),
-            )
-            for g, (sender, receiver, pipelined) in enumerate(groups)
-        ]
-        for lane in old.lanes:
-            pace = old.flows[lane.flow].max_bytes_per_s
-            for lo, hi, share in _slices(lane, cuts, k, phases):
-                new.add_lane(
-                    ids[group_of[lane.flow]],
-                    lane.holder,
-                    lane.exit,
-                    lane.dst,
-                    lane.rank,
-                    lo,
-                    hi,
-                    pace_bytes_per_s=pace * share,
-                )
-        previous = ids
+    offset = _depths(groups) if staggered else [0] * len(groups)
+    lanes_of: list[list[Lane]] = [[] for _ in groups]
+    for lane in old.lanes:
+        lanes_of[group_of[lane.flow]].append(lane)
+    ids: dict[tuple[int, int], int] = {}  # (group, phase) -> hop id
+    for phase in range(max(offset, default=0) + phases):
+        for g, (sender, receiver, pipelined) in enumerate(groups):
+            k = phase - offset[g]
+            if not 0 <= k < phases:
+                continue
+            after = []
+            for j in sharing[g]:  # each sharing hop's latest slice of an earlier phase
+                q = min(phase - 1, offset[j] + phases - 1)
+                if q >= offset[j]:
+                    after.append(ids[j, q])
+            hop = new.hop(sender, receiver, phase=phase, pipelined=pipelined, after=after)
+            ids[g, phase] = hop
+            for lane in lanes_of[g]:
+                pace = old.flows[lane.flow].max_bytes_per_s
+                for lo, hi, share in _slices(lane, cuts, k, phases):
+                    new.add_lane(
+                        hop,
+                        lane.holder,
+                        lane.exit,
+                        lane.dst,
+                        lane.rank,
+                        lo,
+                        hi,
+                        pace_bytes_per_s=pace * share,
+                    )
     return run(problem, new, built.live)
+
+
+def _depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:
+    """Per group, the hop count from the nearest node that receives nothing to its sender."""
+    into: dict[int, list[int]] = {}
+    for sender, receiver, _ in groups:
+        if sender != receiver:
+            into.setdefault(receiver, []).append(sender)
+    nodes = {n for s, r, _ in groups for n in (s, r)}
+    depth = {n: 0 for n in nodes if n not in into}
+    frontier = list(depth)
+    while frontier:
+        nxt = []
+        for sender, receiver, _ in groups:
+            if sender in frontier and receiver not in depth:
+                depth[receiver] = depth[sender] + 1
+                nxt.append(receiver)
+        frontier = nxt
+    return [depth.get(sender, 0) for sender, _, _ in groups]
 
 
 def _atom_cuts(lanes: Sequence[Lane], tp: int) -> dict[int, list[float]]:
@@ -178,22 +219,27 @@ def phases_apart(problem: Problem, built: Built) -> bool:
 def sliced_refinement(
     problem: Problem, built: Built, objective: str, time_left_s: float | None
 ) -> Built:
-    """``built`` or the fastest of its slicings into :data:`SLICES` phases whose phases stay
-    apart on every link (:func:`phases_apart`); a slicing is not started when, at four times
-    the last one's time, it would not end within ``time_left_s`` (None: no clock, all tried).
-    Plans of several phases, or whose hops wait for others, are returned as they are."""
+    """``built`` or the fastest of its slicings into :data:`SLICES` phases, then (where the
+    hops' depths differ) staggered into :data:`STAGGERED_SLICES`, whose phases stay apart on
+    every link (:func:`phases_apart`); a slicing is not started when, at four times the last
+    one's time (once for as many slices), it would not end within ``time_left_s`` (None: no
+    clock, all tried). Plans of several phases, or whose hops wait for others, are returned as
+    they are."""
     b = built.builder
     if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
         return built
     best, value = built, score(objective, built.ready_at_s, built.live)
-    began, last = time.perf_counter(), 0.0
-    for phases in SLICES:
+    began, last, size = time.perf_counter(), 0.0, 0
+    trials = [(m, False) for m in SLICES]
+    if len(set(_depths(_groups(b)[0]))) > 1:  # else staggered slices are the plain ones
+        trials += [(m, True) for m in STAGGERED_SLICES]
+    for phases, staggered in trials:
         spent = time.perf_counter() - began
-        if time_left_s is not None and spent + 4 * last > time_left_s:
+        if time_left_s is not None and spent + (4 if phases > size else 1) * last > time_left_s:
             break
         start = time.perf_counter()
-        trial = slice_phases(problem, built, phases)
-        last = time.perf_counter() - start
+        trial = slice_phases(problem, built, phases, staggered=staggered)
+        last, size = time.perf_counter() - start, phases
         trial_value = score(objective, trial.ready_at_s, trial.live)
         if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
             best, value = trial, trial_value
