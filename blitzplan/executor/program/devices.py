@@ -12,10 +12,10 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, gpu_ranks, step_base
+from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, complete_gpus, gpu_ranks
 from blitzplan.executor.transports import Chunk, Lane, runs, writes
 from blitzplan.models.layout import layout
-from blitzplan.wire.program_bytes import held_bytes, subtract, union
+from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
@@ -96,16 +96,10 @@ class DeviceJob:
 
 
 def checked_gpus(parts: list[Stage]) -> list[str]:
-    """The GPUs a run checks at the end: the last program's new GPUs and, when it is a replan,
-    those of the running program's instances complete by ``at_s`` (the surviving GPUs)."""
-    last = parts[-1]
-    done = [
-        g
-        for inst in parts[0].program.new_instances
-        if len(parts) > 1 and max(inst.layer_ready_s) <= last.at_s
-        for g in inst.gpus
-    ]
-    return list(dict.fromkeys([*gpu_ranks(last.program), *done]))
+    """The GPUs a run checks at the end: the last program's new GPUs and, after a replan, the
+    running program's GPUs complete by ``at_s`` (the surviving GPUs)."""
+    done = complete_gpus(parts[0].program, parts[-1].at_s) if len(parts) > 1 else []
+    return list(dict.fromkeys([*gpu_ranks(parts[-1].program), *done]))
 
 
 def device_jobs(
@@ -251,12 +245,13 @@ def _chunks(
     resharding source's bytes packed into its arena first (:func:`_pack`)."""
     program, key = part.program, part.offset + step.id
     reshards = step.source_layout not in (None, (program.tp, step.rank))
+    from_memory, to_memory = step.source in memory, step.destination in memory
     for unit, off, n in moved:
-        into = step_base(program, step, unit, step.destination, memory) + off
+        into = rank_base(program.unit_bytes, step.rank, unit, memory=to_memory) + off
         if reshards:
             held, src = None, _pack(program, step, source, unit, off, n)
         else:
-            held = step_base(program, step, unit, step.source, memory) + off
+            held = rank_base(program.unit_bytes, step.rank, unit, memory=from_memory) + off
             src = source.bases[unit] + held
         for a, b in equal_chunks(0, n, program.chunk_bytes):
             at = None if held is None else held + a

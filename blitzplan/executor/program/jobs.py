@@ -43,16 +43,13 @@ def pieces(step: StepRecord) -> list[Piece]:
     return sorted((u, off, n) for a, b, off, n in step.ranges for u in range(a, b + 1))
 
 
-def step_base(
-    program: ScaleProgram, step: StepRecord, unit: int, device: str, memory: set[str]
-) -> int:
-    """Where the step's rank's buffer of ``unit`` starts in ``device`` (its source or
-    destination)."""
-    return rank_base(program.unit_bytes, step.rank, unit, memory=device in memory)
-
-
 def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
     return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
+
+
+def complete_gpus(program: ScaleProgram, at_s: float) -> list[str]:
+    """The GPUs of ``program``'s new instances that are complete by ``at_s``."""
+    return [g for i in program.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
 
 
 def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
@@ -146,9 +143,8 @@ def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> l
 def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring)."""
     memory = memory_devices(old.steps)
-    complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
     need = _held(new)
-    for gpu in complete:
+    for gpu in complete_gpus(old, at_s):
         for unit, size in enumerate(old.unit_bytes):
             need[(gpu, unit)].append((0, size))
     kept: dict[int, tuple[Piece, ...]] = {}
@@ -160,8 +156,9 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
             if now != kept.get(step.id, ()):
                 kept[step.id], changed = now, True
                 if step.holder == "plan":
+                    relay = step.source in memory
                     for unit, off, n in now:
-                        lo = step_base(old, step, unit, step.source, memory) + off
+                        lo = rank_base(old.unit_bytes, step.rank, unit, memory=relay) + off
                         need[(step.source, unit)].append((lo, lo + n))
     return kept
 
@@ -178,7 +175,7 @@ def _held(program: ScaleProgram) -> Spans:
 def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
-        base = step_base(old, step, unit, step.destination, memory)
+        base = rank_base(old.unit_bytes, step.rank, unit, memory=step.destination in memory)
         for lo, hi in union(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:

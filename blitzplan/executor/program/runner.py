@@ -20,7 +20,7 @@ from pathlib import Path
 
 from blitzplan._checks import is_finite_number
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.devices import DeviceJob, checked_gpus, device_jobs
+from blitzplan.executor.program.devices import DeviceJob, device_jobs
 from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.session import DeviceReport, program_job
 from blitzplan.executor.runtime.failures import InjectedFault
@@ -201,7 +201,8 @@ def summarize(
                         out.sent_end_s.get(key, math.nan),
                     )
                 )
-    checked, units = set(checked_gpus(parts)), range(len(parts[0].program.unit_bytes))
+    checked = {job.label for job in jobs if job.check}
+    units = range(len(parts[0].program.unit_bytes))
     found = {i.name: (part, i) for part in parts for i in part.program.new_instances}
     instances = tuple(
         InstanceResult(
@@ -221,5 +222,5 @@ def summarize(
         tuple(rank_of),
         tuple(steps),
         instances,
-        sum(jobs[rank_of[g]].duplicate_bytes for g in checked),
+        sum(job.duplicate_bytes for job in jobs if job.check),
     )

@@ -51,7 +51,9 @@ class Workers:
         self.labels = list(labels)
         self.closed = False
         """Whether the pool has been ended (by :meth:`close` or a failure)."""
-        self._results: dict[int, Any] = {}
+        self._heard: dict[tuple[str, int], Any] = {}
+        """Per ``(kind, rank)`` of an ``up``, ``ready`` or ``result`` event not waited for yet, its
+        data."""
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
         self._conns: list[Connection] = []
@@ -72,7 +74,7 @@ class Workers:
                 theirs.close()  # only the worker holds its end: EOF when it exits
                 self._procs.append(proc)
                 self._conns.append(ours)
-            self._wait_for("up", range(len(labels)))
+            self._wait_for("up", range(len(labels)), STARTUP_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
@@ -99,9 +101,9 @@ class Workers:
         self.labels[: len(labels)] = labels
         self._where[:] = [-1] * len(self._where)
         for rank, (job, payload) in jobs.items():
-            self._results.pop(rank, None)
+            self._heard.pop(("result", rank), None)
             self.tell(rank, (job, payload, fault))
-        self._wait_for("ready", jobs)
+        self._wait_for("ready", list(jobs), STARTUP_TIMEOUT_S)
         t0 = time.monotonic() + 0.05
         for rank in jobs:
             self.tell(rank, ("go", t0))
@@ -114,10 +116,7 @@ class Workers:
 
     def collect(self, ranks: Sequence[int]) -> dict[int, Any]:
         """The results of the jobs on ``ranks``, waiting for those not in yet."""
-        while any(rank not in self._results for rank in ranks):
-            if self.next_event(WATCHDOG_FACTOR * self.timeout_s) is None:
-                self.fail_stalled([r for r in ranks if r not in self._results])
-        return {rank: self._results.pop(rank) for rank in ranks}
+        return self._wait_for("result", ranks, WATCHDOG_FACTOR * self.timeout_s)
 
     def next_event(self, timeout_s: float) -> Event | None:
         """The next event within ``timeout_s`` (None if none); raises RankFailedError."""
@@ -133,23 +132,21 @@ class Workers:
                     continue
                 if event.kind == "error":
                     self._fail(None, event)
-                if event.kind == "result":
-                    self._results[event.rank] = event.data
+                if event.kind in ("up", "ready", "result"):
+                    self._heard[(event.kind, event.rank)] = event.data
                 return event
             if dead := self._dead():
                 self._fail(dead[0], None)
             if time.monotonic() >= deadline:
                 return None
 
-    def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
-        """Wait for a ``kind`` event from each of ``ranks`` (no other comes before it)."""
-        waiting, deadline = set(ranks), time.monotonic() + STARTUP_TIMEOUT_S
-        while waiting:
-            event = self.next_event(max(0.0, deadline - time.monotonic()))
-            if event is None:
-                self.fail_stalled(sorted(waiting))
-            elif event.kind == kind:
-                waiting.discard(event.rank)
+    def _wait_for(self, kind: str, ranks: Sequence[int], timeout_s: float) -> dict[int, Any]:
+        """The data of a ``kind`` event from each of ``ranks``, each waited for ``timeout_s``
+        at the most after the last event."""
+        while missing := [rank for rank in ranks if (kind, rank) not in self._heard]:
+            if self.next_event(timeout_s) is None:
+                self.fail_stalled(missing)
+        return {rank: self._heard.pop((kind, rank)) for rank in ranks}
 
     def _dead(self) -> list[int]:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]

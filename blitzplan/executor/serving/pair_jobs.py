@@ -120,9 +120,7 @@ def old_instance_job(
     passes on, unless at layer 1)."""
     token_ids, spec = plan
     dims = model_dims(spec)
-    units = []
-    for u in range(spec.num_units):
-        units.append({k: t.to(ctx.device) for k, t in init_unit(dims, u).items()})
+    units = [init_unit(dims, u, device=ctx.device) for u in range(spec.num_units)]
     rope = rope_tables(dims, max_positions=max(map(len, token_ids)), device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in token_ids]
     reference = tuple(_logits(forward(dims, units, ids, rope)) for ids in prompts)
@@ -151,10 +149,7 @@ def layer_times_job(
     round-robin over the counts (so load elsewhere hits every size alike)."""
     spec, tokens, repeats = plan
     dims = model_dims(spec)
-    layers = [
-        {k: v.to(ctx.device) for k, v in init_unit(dims, u).items()}
-        for u in range(1, dims.layers + 1)
-    ]
+    layers = [init_unit(dims, u, device=ctx.device) for u in range(1, dims.layers + 1)]
     rope = rope_tables(dims, max_positions=max(tokens), device=ctx.device)
     generator = torch.Generator().manual_seed(0)
     hidden = [

@@ -85,15 +85,17 @@ def short_name(name: str) -> str:
     return re.sub(r"^model\.(layers\.\d+\.)?", "", name)
 
 
-def init_unit(dims: Dims, unit: int, *, seed: int = SEED) -> Weights:
-    """Seeded weights of one unit: normal(0, INIT_STD) matrices, norms near 1. The generator is
-    seeded from ``(seed, unit)``, so any unit can be made alone, in any order."""
+def init_unit(
+    dims: Dims, unit: int, *, seed: int = SEED, device: torch.device | str = "cpu"
+) -> Weights:
+    """Seeded weights of one unit (on ``device``): normal(0, INIT_STD) matrices, norms near 1.
+    The generator is seeded from ``(seed, unit)``, so any unit can be made alone, in any order."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + unit)
     weights: Weights = {}
     for tensor in layout(dims.spec, 1).units[unit].tensors:
         noise = torch.randn(tensor.shape, generator=generator)
         values = 1.0 + 0.1 * noise if len(tensor.shape) == 1 else INIT_STD * noise
-        weights[short_name(tensor.name)] = values.to(dims.dtype)
+        weights[short_name(tensor.name)] = values.to(dims.dtype).to(device)
     return weights
 
 

@@ -1,13 +1,10 @@
 """Transports: how the chunks of one step move from the source's arena into the destination's.
 
-Both ends of a pair of devices know every chunk between them in advance, in one order, and which
-chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
-:meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and those that have landed, each with when it did (waiting up to ``wait_s``
-for one). A write in :attr:`Transport.relayed` may be posted before its bytes are here: it leaves as
-the write that brings them lands. Nothing else blocks; the rest is the runner's (DESIGN.md
-section 8). A failing transport raises ``TransferError`` naming the peer, the step and the chunk;
-:meth:`Transport.stalled` names the oldest transfer still open.
+Both ends of a pair of devices know every chunk between them, in one order, and which chunks move
+together as one message (their :class:`Lane`'s writes). The device's loop posts writes and polls
+for those that have left and landed, with their times; a write in ``relayed`` may be posted before
+its bytes are here (it leaves as they land). A failing transport raises ``TransferError`` naming
+the peer, the step and the chunk (DESIGN.md section 8).
 """
 
 from __future__ import annotations
@@ -82,8 +79,8 @@ def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
 
 @dataclass(frozen=True)
 class Lane:
-    """Every chunk between this device and ``peer`` in one direction as ``writes``, in the order
-    both ends send and receive them."""
+    """Every chunk between this device and ``peer`` in one direction, as ``writes`` in the order
+    both ends follow."""
 
     peer: int
     writes: tuple[Write, ...]
@@ -98,8 +95,8 @@ def writes(lanes: Sequence[Lane]) -> list[Write]:
 
 
 class Transport(Protocol):
-    """What the program runner asks of a transport (module docstring); an idle loop's polls wait
-    from ``poll_s`` up to ``idle_s`` (both short where bytes move only while polled)."""
+    """What the program runner asks of a transport; an idle loop's polls wait from ``poll_s`` up
+    to ``idle_s``. ``stalled`` names the oldest transfer still open."""
 
     poll_s: float
     idle_s: float
@@ -137,9 +134,8 @@ def open_transport(
     out: Sequence[Lane],
     into: Sequence[Lane],
 ) -> Transport:
-    """This device's end of transport ``name`` for one run (``run`` names it, unique), with its
-    lanes ``out`` (it writes) and ``into`` (it receives). Every device of the run opens its end
-    at the same time (before the shared start)."""
+    """This device's end of transport ``name`` for run ``run`` (a unique name), writing on its
+    lanes ``out`` and receiving on ``into``; every device opens its end before the shared start."""
     if name == "nixl":
         from blitzplan.executor.transports.nixl_write import NixlTransport
 
