@@ -1,5 +1,10 @@
-"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`),
-and what each write it sends waits for."""
+"""One job per device of a run: its arena, what fills it, its lanes, what each write waits for.
+
+Every step is cut into chunks of the document's ``chunk_bytes`` (equal sizes, to a byte); the
+chunks between two devices in one direction form their *lane*, in one order both ends follow: by
+the chunk's predicted start (a step's chunks spread evenly over its time), the step's depth in
+``after`` chains, the step and the chunk.
+"""
 
 from __future__ import annotations
 
@@ -41,13 +46,12 @@ def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class SendStep:
     """A step as its sender runs it: its pace (None: unpaced), and when it may start (times
-    from the run's start): not before ``not_before_s``, the end of the steps in ``after`` and
-    the end of the steps in ``waits_for`` (store-and-forward: those feeding it)."""
+    from the run's start): not before ``not_before_s`` and the end of the steps in ``after``
+    (the step's own and, store-and-forward, the steps feeding it)."""
 
     pace_bytes_per_s: float | None
     not_before_s: float
-    after: tuple[int, ...] = ()
-    waits_for: tuple[int, ...] = ()
+    after: tuple[int, ...]
 
 
 @dataclass
@@ -95,20 +99,16 @@ class DeviceJob:
         return (0, *itertools.accumulate(self.sizes))
 
 
-def checked_gpus(parts: list[Stage]) -> list[str]:
-    """The GPUs a run checks at the end: the last program's new GPUs and, after a replan, the
-    running program's GPUs complete by ``at_s`` (the surviving GPUs)."""
-    done = complete_gpus(parts[0].program, parts[-1].at_s) if len(parts) > 1 else []
-    return list(dict.fromkeys([*gpu_ranks(parts[-1].program), *done]))
-
-
 def device_jobs(
     parts: list[Stage], *, transport: str, run: str, paced: bool
 ) -> tuple[DeviceJob, ...]:
     """One DeviceJob per device, ranked in :func:`.jobs.devices_of` order over the programs; the
     first program that names a device says whether it is filled (``held``: the first
-    program's; a replan's held bytes come from the program it takes over)."""
-    first, checked = parts[0].program, set(checked_gpus(parts))
+    program's). Checked: the last program's new GPUs and, after a replan, the running
+    program's GPUs complete by ``at_s`` (the surviving GPUs)."""
+    first, last = parts[0].program, parts[-1]
+    survivors = complete_gpus(first, last.at_s) if len(parts) > 1 else []
+    checked = {*gpu_ranks(last.program), *survivors}
     held = held_bytes(first.held, first.unit_bytes)
     jobs: dict[str, DeviceJob] = {}
     for part in parts:
@@ -184,7 +184,7 @@ def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chun
 
 def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: bool) -> None:
     """The chunks of every step of ``part`` on their lanes, each keyed by its place in the
-    lane's order (module docstring of :mod:`.jobs`), and what their devices do with them."""
+    lane's order, and what their devices do with them."""
     program, memory = part.program, memory_devices(part.program.steps)
     starts = _starts(part)
     running = {s.id: part.pieces(s) for s in program.steps}
@@ -200,16 +200,15 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
         for k, chunk in enumerate(made):
             order = (begin_s + span_s * k / len(made), depth, key, k)
             lanes[(step.source, step.destination)].append((order, chunk))
-        for prior in (by_id[a] for a in step.after if running[a]):
+        feeding = step.feeds if step.store_and_forward else ()
+        after = [a for a in (*step.after, *feeding) if running[a]]
+        for prior in (by_id[a] for a in after):
             if step.source not in (prior.source, prior.destination):
                 jobs[prior.destination].tells.add(part.offset + prior.id)
         source.sends[key] = SendStep(
             pace_bytes_per_s=step.pace_bytes_per_s if paced else None,
             not_before_s=part.at_s + step.not_before_s,
-            after=tuple(part.offset + a for a in step.after if running[a]),
-            waits_for=tuple(
-                part.offset + f for f in step.feeds if step.store_and_forward and running[f]
-            ),
+            after=tuple(part.offset + a for a in after),
         )
 
 

@@ -1,21 +1,12 @@
-"""From checked programs (and a replan taking one over) to one job per device.
-
-Every step is cut into chunks of the document's ``chunk_bytes`` (equal sizes, to a byte), and the
-chunks between two devices in one direction form their *lane*, in one order both ends follow:
-by the chunk's predicted start (a step's chunks spread evenly over its predicted time; a step
-starts no earlier than ``not_before_s`` and the ends of the steps in its ``after``), then the
-step's depth in ``after`` chains, the step and the chunk. Messages between two ranks then match
-by order alone (NCCL has no tags).
+"""A run's programs: what each device holds, and the stages of a program and its replan.
 
 **A replan taking over** (``replan`` with ``at_s``), the data plane's contract for failures: the
 running program's steps stop where the replan's ``held`` says they were. A step into a GPU the
 replan still loads delivers exactly the bytes ``held`` claims there (finishing them when the run
-is behind its prediction) and nothing more; a step into an instance the plan had complete by
-``at_s`` delivers everything; a step into anything else (a relay, a lost GPU) only what a
-continuing step forwards from there. Those bytes stay; the replan's steps start at ``at_s``
-(their times count from it) and send a byte once it is at their source. A run that would leave
-a checked GPU without a byte (a replan whose ``held`` claims one the running program never
-delivers) is refused before any process starts, naming the GPU, the unit and the bytes
+is behind) and nothing more; a step into an instance complete by ``at_s`` delivers everything; a
+step into anything else (a relay, a lost GPU) only what a continuing step forwards from there.
+Those bytes stay; the replan's steps start at ``at_s`` and send a byte once it is at their
+source. A run that would leave a checked GPU without a byte is refused before any process starts
 (:mod:`.devices`).
 """
 

@@ -1,12 +1,9 @@
 """Run a ScalePlan's transfer program for real, from its JSON alone (DESIGN.md section 8).
 
-:func:`run_program` reads the document (a ScalePlan or its program export), refuses what this
-executor cannot run before a process starts (InvalidInputError naming the field, step or device),
-builds one job per device (:mod:`.devices`), runs each on a :class:`Workers` process and returns
-what they measured beside what the documents predicted: times in seconds from the run's start, a
-step's start its first byte out and its end its last byte in, a unit ready on a new instance when
-every byte of it is on every GPU. ``relay``, ``nic`` and ``link`` have no counterpart on one
-machine: the step's pace stands for its route.
+:func:`run_program` refuses what this executor cannot run before a process starts, runs one job
+per device (:mod:`.devices`) on a :class:`Workers` process and returns what they measured beside
+the prediction, in seconds from the run's start. ``relay``, ``nic`` and ``link`` have no
+counterpart on one machine: the step's pace stands for its route.
 """
 
 from __future__ import annotations
@@ -37,8 +34,8 @@ _FULL = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleplan"')
 
 @dataclass(frozen=True)
 class StepResult:
-    """A step (``id`` in its document; ``program`` 1 for a replan's): predicted and measured
-    first byte out and last byte in, the bytes it moved, when its sender was done."""
+    """A step (``program`` 1 for a replan's): predicted and measured first byte out and last
+    byte in, the bytes it moved, when its sender was done."""
 
     program: int
     id: int
@@ -55,8 +52,8 @@ class StepResult:
 
 @dataclass(frozen=True)
 class InstanceResult:
-    """A new instance: per unit its predicted and measured ready time; per GPU per unit
-    whether its buffer is bit-exact."""
+    """A new instance: per unit its predicted and measured ready time (every byte on every GPU);
+    per GPU per unit whether its buffer is bit-exact."""
 
     name: str
     gpus: tuple[str, ...]
@@ -98,9 +95,8 @@ class ProgramRun:
 
 
 def read_program(document: Document) -> ScaleProgram:
-    """The checked program of a document that this executor can run. A full ScalePlan runs as
-    its program export (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id
-    checked), so both are read by one reader with the rules of ``ScalePlan.from_json``."""
+    """The checked program of a document this executor can run; a full ScalePlan is read as its
+    program export (:func:`~blitzplan.wire.plan_program.plan_program_json`)."""
     text = str(document)
     if isinstance(document, Path) or not text.lstrip().startswith("{"):
         if not Path(text).is_file():
@@ -157,12 +153,10 @@ def run_program(
     workers: Workers | None = None,
     fault: InjectedFault | None = None,
 ) -> ProgramRun:
-    """Run the transfer program of ``document`` with seeded weights of its model
-    (:data:`~blitzplan.executor.smallmodel.llama.SEED`); module docstring. ``transport``:
-    ``torch`` or ``nixl``. ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers``
-    reuses a running pool (its first ranks run the devices); otherwise one is started on
-    ``device`` and ended. ``fault`` kills a device (its rank is the device's index in the run,
-    holders first)."""
+    """Run the transfer program of ``document`` with seeded weights of its model (module
+    docstring). ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a
+    running pool (its first ranks run the devices); otherwise one is started on ``device`` and
+    ended. ``fault`` kills a device (rank: its index in the run, holders first)."""
     parts, jobs = prepare(document, replan=replan, at_s=at_s, transport=transport, paced=paced)
     if fault is not None:
         check_fault(fault, jobs)

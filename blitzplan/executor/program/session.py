@@ -1,18 +1,13 @@
 """One device's part of a run: fill its arena, run its one loop over the transport, check.
 
-Before the shared start the device fills its arena with its model's seeded weights and opens its
-end of the transport. After it, one loop polls the transport for writes that have left and
-landed, then posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW``
-in flight per lane. A write may go once the writes that bring its bytes have landed (an unpaced
-relay the transport forwards: before), no faster than its step's pace and not before the step's
-gate: ``not_before_s``, the ends of the steps in ``after`` and, for store-and-forward, of every
-step feeding it. A step in ``after`` ends when its last write has left (one this device sends)
-or landed (one it receives); a step of two other devices when its destination, which saw its
-last write land, says so in the group's store (asked every ``ASK_S``). Idle, it waits in the
-poll, backing off from the transport's ``poll_s`` to its ``idle_s``; with nothing due or heard
-for the transfer timeout, the transport names the oldest open transfer. A device reports ``at``
-(unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new GPU
-then compares every unit with its rank buffer.
+The loop polls the transport for writes that have left and landed, then posts on each lane every
+write that may go, in lane order, up to ``WINDOW`` in flight: once the writes that bring its bytes
+have landed (an unpaced relay the transport forwards: before), at its step's pace, after the
+step's ``not_before_s``, the steps in ``after`` and, store-and-forward, those feeding it. A step
+of two other devices ends when its destination says so in the group's store. Idle, the loop backs
+off from the transport's ``poll_s`` to its ``idle_s``; with nothing heard for the transfer timeout,
+the transport names the oldest open transfer. The device reports where it is (``ctx.at``: an
+injected fault fires there) as it starts each unit of a step.
 """
 
 from __future__ import annotations
@@ -43,9 +38,9 @@ ASK_S = 1e-3
 
 @dataclass
 class DeviceReport:
-    """What a device measured, times from the shared start: per sent step its first byte out and
-    its end, per received step its last byte in and its bytes; per unit when it was complete
-    (nan: never), per checked unit whether it is bit-exact."""
+    """What a device measured (times from the shared start): per step its first byte out, its
+    end at the sender and the receiver, the bytes received; per unit when it was complete (nan:
+    never) and, checked, whether it is bit-exact."""
 
     rank: int
     received_bytes: dict[int, int]
@@ -57,9 +52,8 @@ class DeviceReport:
 
 
 class ProgramSession:
-    """One device's arena and transport for one run; ``live``: it tells the parent each unit as
-    it completes (a ``unit`` event: live serving's coordinator computes on it), its loop may run
-    on a thread of its own (:meth:`start`) and another may wait for a unit (:meth:`wait_unit`)."""
+    """One device's arena and transport for one run; ``live``: each unit complete is a ``unit``
+    event for live serving's coordinator, and the loop may run on a thread (:meth:`start`)."""
 
     def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
         self.ctx, self.job, self.live = ctx, job, live
@@ -137,8 +131,7 @@ class ProgramSession:
     # --- after the start --------------------------------------------------------------------
 
     def run(self) -> None:
-        """The device's loop (module docstring), until every write has left and every chunk
-        has landed."""
+        """The device's loop, until every write has left and every chunk has landed."""
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)
@@ -159,8 +152,8 @@ class ProgramSession:
             pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
 
     def _post_ready(self) -> tuple[bool, float]:
-        """Post every write that may go now; whether one did, and when the next one is due
-        (inf: it waits for bytes or steps, or its lane's window is full)."""
+        """Post every write that may go now; whether one did, and when the next is due (inf: it
+        waits for bytes, steps or its lane's window)."""
         posted, due_s = False, math.inf
         for lane in self.job.out:
             while self._flying[lane.peer] < WINDOW and self._next[lane.peer] < len(lane.writes):
@@ -178,15 +171,13 @@ class ProgramSession:
         return posted, due_s
 
     def _due_s(self, write: Write) -> float:
-        """When the write may go: after its step's gate, its bytes and its pace (inf: a step it
-        waits for has not ended, or a byte is not here); the step's first write starts it."""
+        """When the write may go (inf: a step or a byte it waits for is not here yet); the step's
+        first write starts it."""
         key = write[0].step
         step = self.job.sends[key]
         at_s = self._free_s.get(key)
-        if at_s is None:  # the step's gate (module docstring): inf until those it waits for end
-            ends = [self._end_s(p) for p in step.after]
-            ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
-            at_s = max([step.not_before_s, *ends])
+        if at_s is None:  # the step's gate: inf until the steps it waits for end
+            at_s = max([step.not_before_s, *(self._end_s(p) for p in step.after)])
         if step.pace_bytes_per_s is not None or id(write) not in self.transport.relayed:
             landed = self._landed_s.get
             at_s = max([at_s, *(landed(k, math.inf) for k in self._needs[id(write)])])
@@ -197,7 +188,8 @@ class ProgramSession:
         return at_s
 
     def _end_s(self, step: int) -> float:
-        """When a step in ``after`` ended (module docstring; inf: not yet)."""
+        """When a step in ``after`` ended (inf: not yet): its last write out or in here, else as
+        its destination told the store (asked every ``ASK_S``)."""
         if step in self._peer:
             return self.measured.sent_end_s.get(step, math.inf)
         if step in self._left:
@@ -252,7 +244,7 @@ class ProgramSession:
             self.loop.result()
 
     def report(self) -> DeviceReport:
-        """The measured times and, on a checked GPU, every unit compared with its buffer."""
+        """The measured times and, on a checked GPU, each unit compared with its buffer."""
         self.measured.bit_exact = tuple(
             np.array_equal(self.buffer(u).cpu().numpy(), w) for u, w in enumerate(self._wanted)
         )

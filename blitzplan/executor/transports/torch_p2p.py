@@ -1,19 +1,15 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
-A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver, through buffers made before the start). Messages match by order alone (one tag:
-NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
-in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
-A receiver keeps ``WINDOW`` receives posted ahead on each lane.
+A write's chunks go as one message (packed and unpacked through buffers made before the start
+where they are not contiguous), matched by order alone (NCCL has no tags). Under NCCL each
+direction of a pair has its own communicator, so a pair sending both ways never waits on itself.
 
-Every lane has its own thread, made before the start, so that lanes move at once (gloo's
-``isend`` copies the message into the socket on the calling thread): a sender packs and starts
-the lane's writes in order as they are posted (a relay, posted before its bytes are here: once
-the write that brings them lands, sent from where they landed), then waits for the oldest; a
-receiver waits for its writes in order, wakes the lanes that relay one, unpacks it. gloo tells a
-transfer has completed only by a blocking ``wait`` (``is_completed`` stays False until then; a
-wait that times out breaks the pair), in C++ without the GIL; what completes is queued, timed,
-for :meth:`poll`.
+Every lane has a thread of its own, so that lanes move at once (gloo's ``isend`` copies into the
+socket on the calling thread, and tells a transfer has completed only by a blocking ``wait``,
+which releases the GIL): a sender starts the lane's writes in order as they are posted (a relay
+once the write that brings its bytes lands, sent from where they landed) and waits for the
+oldest; a receiver keeps ``WINDOW`` receives posted, waits for them in order, wakes the lanes
+that relay one and unpacks it. What completes is queued, timed, for :meth:`poll`.
 """
 
 from __future__ import annotations
@@ -37,13 +33,12 @@ if TYPE_CHECKING:
 Moved = tuple[list[torch.Tensor], torch.Tensor]
 """A write's views of the arena and the tensor it is sent from or received into."""
 WINDOW = 16
-"""Receives a receiver keeps posted ahead on each lane: more writes than a sender keeps in flight
-(``session.WINDOW``), since gloo moves a message only once its receive is posted."""
+"""Receives posted ahead on each lane: more than a sender keeps in flight (``session.WINDOW``)."""
 
 
 def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> dict[Any, Any]:
-    """Under NCCL, a communicator per direction of each pair of lanes (module docstring), made
-    in one global order: by the pair's ranks, the lower rank's direction first."""
+    """Under NCCL, a communicator per direction of each pair, made in one global order (by the
+    pair's ranks, the lower rank's direction first) and destroyed at the end."""
     if ctx.backend != "nccl":
         return {}
     pairs = {(ctx.rank, o.peer) for o in out} | {(i.peer, ctx.rank) for i in into}
@@ -90,8 +85,7 @@ class TorchTransport:
 
     def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, int], Moved]:
         """Per write of ``lanes`` (by ``(end, id)``) its views of the arena at ``end`` and the
-        tensor on the wire: the one view where it is one view of the arena there, else its part
-        of one buffer made (and its pages touched) before the start, packed or unpacked."""
+        tensor on the wire: its one view, else its part of one buffer made now."""
         views = {id(w): [self.arena[lo:hi] for _, lo, hi in runs(w, end)] for w in writes(lanes)}
         staged = [k for k, v in views.items() if self.arena.device != self.ctx.wire or len(v) > 1]
         sizes = [sum(v.numel() for v in views[k]) for k in staged]
@@ -122,8 +116,7 @@ class TorchTransport:
             self.done.put(exc)
 
     def _sends(self, lane: Lane) -> None:
-        """The lane's sender: start the posted writes in order up to a relay whose bytes have not
-        landed, then wait for the oldest started; until closed with nothing left."""
+        """The lane's sender (module docstring), until closed with nothing left."""
         peer, group = lane.peer, self.groups.get((self.ctx.rank, lane.peer))
         queued, flying, found = self.posted[peer], deque[tuple[Write, Any]](), list[Write]()
         while found or flying or not self.closing:
@@ -150,8 +143,7 @@ class TorchTransport:
                 self.done.put(("sent", (write, self.ctx.now())))
 
     def _receives(self, lane: Lane) -> None:
-        """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
-        each in order, unpack a staged one into its places."""
+        """The lane's receiver (module docstring)."""
         group, ahead = self.groups.get((lane.peer, self.ctx.rank)), iter(lane.writes)
         posted: deque[tuple[Write, Any, list[torch.Tensor], torch.Tensor]] = deque()
 
@@ -177,8 +169,7 @@ class TorchTransport:
             post()
 
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
-        """What the waiters queued (timed as they saw it), waiting up to ``wait_s`` for the first
-        of it."""
+        """What the threads queued, waiting up to ``wait_s`` for the first of it."""
         found: dict[str, list[Done]] = {"sent": [], "landed": []}
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
@@ -201,8 +192,7 @@ class TorchTransport:
         return TransferError(Failure(f"no transfer ended in {2 * self.ctx.timeout_s:g} s"))
 
     def close(self) -> None:
-        """End the lanes' threads; destroy this run's NCCL communicators (the default group
-        stays)."""
+        """End the lanes' threads; destroy this run's NCCL communicators."""
         self.closing = True
         for wake in self.wake.values():
             with wake:
