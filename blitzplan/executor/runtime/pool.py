@@ -16,12 +16,7 @@ from typing import Any, NoReturn
 
 from blitzplan._checks import MAX_SECONDS, check_bounded
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.runtime.failures import (
-    Event,
-    Failure,
-    InjectedFault,
-    RankFailedError,
-)
+from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, RankFailedError
 from blitzplan.executor.runtime.worker import (
     STARTUP_TIMEOUT_S,
     Boot,

@@ -1,15 +1,11 @@
 """Live serving's worker jobs: the pair's two instances, and the layer times it is planned with.
 
-The *new instance* receives the model's units as its part of the transfer program lands them and
-runs what the coordinator says: ``("run", batch, first_layer, count)`` runs that many layers of a
-batch (the embedding before layer 1, the head with layer ``L``), each once its layer is here, and
-keeps the activation (its bytes go to the coordinator with the batch's end); ``("end",)`` ends.
-The *old instance* holds the full model (seeded) and runs ``("run", batch,
-first_layer, activation)``: from the activation the coordinator passes on (None at layer 1), the
-remaining layers and the head. Both report each operation's start and end (the new instance:
-each layer's) and the logits of every batch they finish; the old instance returns every
-prompt's logits from the monolithic model, the reference.
-:func:`measured_compute` times the decoder layers on the workers first.
+The *new instance* runs ``("run", batch, first_layer, count)``: that many layers of a batch (the
+embedding before layer 1, the head with layer ``L``), each once the program has landed it, keeping
+the activation; ``("end",)`` ends. The *old instance* holds the whole model (seeded) and runs
+``("run", batch, first_layer, activation)``: the remaining layers and the head. Both report each
+operation's times and the logits of every batch they finish; the old instance returns the
+monolithic model's logits, the reference.
 """
 
 from __future__ import annotations
@@ -92,21 +88,17 @@ class _NewInstance:
             kept = hidden.cpu().contiguous().view(torch.uint8).numpy().tobytes()
         ctx.emit("new_done", (batch, ops, logits, kept))
 
-    def next_run(self) -> tuple[int, int, int] | None:
-        """The next run (None at the end), failing fast when the rank's transfer has failed."""
-        while (message := self.ctx.command(0.05)) is None:
-            self.session.check()
-        return None if message[0] == "end" else message[1:]
-
 
 def new_instance_job(ctx: RankContext, plan: tuple[Prompts, DeviceJob]) -> DeviceReport:
-    """The new instance's worker (``plan``: the prompts, its part of the program): receive
-    units, run what the coordinator says, report."""
+    """The new instance's worker (``plan``: the prompts, its part of the program)."""
     instance = _NewInstance(ctx, *plan)
     ctx.ready()
     loop = instance.session.start()
-    while (item := instance.next_run()) is not None:
-        instance.run(*item)
+    while (message := ctx.command(0.05)) is None or message[0] == "run":
+        if message is None:
+            instance.session.check()  # fail fast when the rank's transfer has failed
+        else:
+            instance.run(*message[1:])
     loop.result()
     instance.session.transport.close()
     return instance.session.report()
@@ -115,9 +107,7 @@ def new_instance_job(ctx: RankContext, plan: tuple[Prompts, DeviceJob]) -> Devic
 def old_instance_job(
     ctx: RankContext, plan: tuple[Prompts, ModelSpec]
 ) -> tuple[tuple[float, ...], ...]:
-    """The old instance's worker (``plan``: the prompts, the model): make the full model,
-    compute the reference (returned), serve blocks (from the activation the coordinator
-    passes on, unless at layer 1)."""
+    """The old instance's worker (``plan``: the prompts, the model); returns the reference."""
     token_ids, spec = plan
     dims = model_dims(spec)
     units = [init_unit(dims, u, device=ctx.device) for u in range(spec.num_units)]

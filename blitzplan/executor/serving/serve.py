@@ -2,12 +2,9 @@
 
 :func:`serve_live` runs the document's transfer program and, beside it, the pair: its new TP1
 instance computes on layers as they land, its old instance is one more process with the whole
-model (:mod:`.pair_jobs`). A :class:`Coordinator` drives them as the offline loop and the
-simulator drive theirs: it holds a :class:`~blitzplan.live.relay.RelayState`, asks the policy
-what each idle instance runs next and feeds the state what the processes measure. It asks only
-where the loop would (the state changed or something fell due), so that a time-dependent rule
-decides on the protocol, not on the polling period. Every batch's logits are compared with the
-monolithic model's.
+model (:mod:`.pair_jobs`). A :class:`Coordinator` drives them as the offline loop drives its
+:class:`~blitzplan.live.relay.RelayState`, with measured times: it asks the policy only where the
+loop would (the state changed or something fell due), not every polling period.
 """
 
 from __future__ import annotations
@@ -148,12 +145,10 @@ class Coordinator:
 
 @dataclass(frozen=True)
 class LiveRun:
-    """What one live run measured (seconds from the common start) beside the document.
-
-    ``split``, ``new_ops``, ``old_ops`` and ``completion_s`` as in a Schedule, measured;
-    ``predicted_s`` the document's predicted completion per batch; ``unit_arrival_s`` when each
-    unit was complete on the new instance; ``logit_diff[i]`` the largest absolute difference
-    between batch ``i``'s logits and the monolithic model's; ``transfer`` the program's run."""
+    """What one live run measured (seconds from the common start) beside the prediction:
+    ``split``, ``new_ops``, ``old_ops`` and ``completion_s`` as in a Schedule; ``unit_arrival_s``
+    per unit on the new instance; per batch the largest absolute logit difference from the
+    monolithic model's; ``transfer`` the program's run."""
 
     policy: str
     release_s: tuple[float, ...]
@@ -217,11 +212,9 @@ def serve_live(
     """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
 
     ``requests`` gives each queued request id its prompt length (token ids are drawn, seeded);
-    ``compute`` the layer times the prediction uses (activations handed over at
-    HANDOFF_BYTES_PER_S). ``workers`` reuses a pool of at least the
-    program's devices plus one (the old instance runs on the rank after them); otherwise one is
-    started on ``device`` and ended. A rank that dies or stalls raises RankFailedError naming
-    it, after every process has been ended."""
+    ``compute`` the layer times the prediction uses. ``workers`` reuses a pool of at least the
+    program's devices plus one (the old instance's); otherwise one is started on ``device``. A
+    rank that dies or stalls raises RankFailedError naming it, every process ended."""
     parts, jobs = prepare(document, transport=transport)
     program = parts[0].program
     chosen, new, tokens = _pair(program, pair, requests)
@@ -239,12 +232,7 @@ def serve_live(
     policy = POLICIES[chosen.policy]()
     coordinator = Coordinator(policy, instance, (new_rank, old_rank))
     results = run_jobs(
-        launched,
-        names,
-        workers=workers,
-        device=device,
-        timeout_s=timeout_s,
-        drive=coordinator.run,
+        launched, names, workers=workers, device=device, timeout_s=timeout_s, drive=coordinator.run
     )
     reference = results.pop(old_rank)
     diffs = tuple(
