@@ -57,11 +57,10 @@ class SendStep:
 @dataclass
 class DeviceJob:
     """Everything one device does. Its arena holds its ``buffer`` of each unit (``sizes`` bytes
-    each; :data:`.jobs.Buffer`), filled before the start (``filled``) or with the byte ranges
-    ``held`` of it (per unit), and then ``packs`` ``(unit, own offset, arena offset, length)``
-    for its resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step
-    key) and receives on ``into``; ``check``: compare every unit with its buffer at the end.
-    ``tells``: the steps it receives that a step of a third device waits for (``after``).
+    each), all of it before the start (``filled``) or the ranges ``held``, then ``packs``
+    ``(unit, own offset, arena offset, length)`` for its resharding steps. It sends on ``out``
+    (``sends`` by step key), receives on ``into``, tells the store when the steps in ``tells``
+    end (a third device's step waits for them); ``check``: compare every unit at the end.
     ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
@@ -213,9 +212,8 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
 
 
 def _starts(part: Stage) -> dict[int, tuple[float, int]]:
-    """Per step: the predicted start its chunks are ordered from (no earlier than
-    ``not_before_s`` and the predicted ends of the steps in ``after``) and its depth in
-    ``after`` chains."""
+    """Per step: the predicted start its chunks are ordered from (after ``not_before_s`` and the
+    predicted ends of the steps in ``after``) and its depth in ``after`` chains."""
     by_id = {s.id: s for s in part.program.steps}
 
     @functools.cache

@@ -168,14 +168,11 @@ def run_program(
         timeout_s=timeout_s,
         fault=fault,
     )
-    return summarize(parts, jobs, reports, transport=transport)
+    return summarize(parts, jobs, reports)
 
 
 def summarize(
-    parts: list[Stage],
-    jobs: Sequence[DeviceJob],
-    reports: Mapping[int, DeviceReport],
-    transport: str,
+    parts: list[Stage], jobs: Sequence[DeviceJob], reports: Mapping[int, DeviceReport]
 ) -> ProgramRun:
     """A ProgramRun from the devices' reports (by rank)."""
     rank_of = {job.label: job.rank for job in jobs}
@@ -211,7 +208,7 @@ def summarize(
     )
     return ProgramRun(
         parts[-1].program.plan_id,
-        transport,
+        jobs[0].transport,
         max(p.at_s + s.end_s for p in parts for s in p.program.steps),
         tuple(rank_of),
         tuple(steps),

@@ -36,6 +36,9 @@ from blitzplan.models import ModelSpec
 
 Prompts = tuple[tuple[int, ...], ...]
 """Every batch's token ids (one request per batch)."""
+PROBE_TOKENS, PROBE_ROUNDS = (1, 64, 128, 192, 256), 5
+"""The token counts :func:`measured_compute` times a decoder layer at, the rounds it takes the
+median of."""
 
 
 def _logits(logits: torch.Tensor) -> tuple[float, ...]:
@@ -132,13 +135,10 @@ def old_instance_job(
     return reference
 
 
-def layer_times_job(
-    ctx: RankContext, plan: tuple[ModelSpec, tuple[int, ...], int]
-) -> tuple[float, ...]:
-    """Median seconds of one decoder layer at each token count of ``(spec, tokens, repeats)``,
-    round-robin over the counts (so load elsewhere hits every size alike)."""
-    spec, tokens, repeats = plan
-    dims = model_dims(spec)
+def layer_times_job(ctx: RankContext, spec: ModelSpec) -> tuple[float, ...]:
+    """Median seconds of one decoder layer at each of PROBE_TOKENS, round-robin over them (so
+    load elsewhere hits every size alike)."""
+    dims, tokens = model_dims(spec), PROBE_TOKENS
     layers = [init_unit(dims, u, device=ctx.device) for u in range(1, dims.layers + 1)]
     rope = rope_tables(dims, max_positions=max(tokens), device=ctx.device)
     generator = torch.Generator().manual_seed(0)
@@ -147,7 +147,7 @@ def layer_times_job(
     ]
     ctx.ready()
     times: list[list[float]] = [[] for _ in tokens]
-    for round_ in range(repeats + 1):  # the first round warms up
+    for round_ in range(PROBE_ROUNDS + 1):  # the first round warms up
         for k, h in enumerate(hidden):
             start = time.monotonic()
             decoder_layer(dims, layers[(round_ + k) % len(layers)], h, rope)
@@ -158,21 +158,16 @@ def layer_times_job(
 
 
 def measured_compute(
-    workers: Workers,
-    spec: ModelSpec,
-    ranks: tuple[int, int],
-    *,
-    tokens: tuple[int, ...] = (1, 64, 128, 192, 256),
-    repeats: int = 5,
+    workers: Workers, spec: ModelSpec, ranks: tuple[int, int]
 ) -> TableComputeModel:
     """Layer times on ``ranks`` at once as a table model: the slower rank's medians, never faster
     with more tokens (decode taken as a one-token prefill, the head as free)."""
-    workers.launch({rank: (layer_times_job, (spec, tokens, repeats)) for rank in ranks})
+    workers.launch({rank: (layer_times_job, spec) for rank in ranks})
     found = workers.collect(list(ranks))
-    layer_s = [max(found[r][k] for r in ranks) for k in range(len(tokens))]
+    layer_s = [max(found[r][k] for r in ranks) for k in range(len(PROBE_TOKENS))]
     layer_s = [max(layer_s[: k + 1]) for k in range(len(layer_s))]
     return TableComputeModel(
-        prefill_tokens=list(tokens),
+        prefill_tokens=list(PROBE_TOKENS),
         prefill_s=layer_s,
         decode_batch_sizes=[1],
         decode_context_lens=[0],

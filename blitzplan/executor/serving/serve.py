@@ -249,5 +249,5 @@ def serve_live(
         completion_s=tuple(coordinator.completion),
         unit_arrival_s=tuple(results[new_rank].complete_s),
         logit_diff=diffs,
-        transfer=summarize(parts, jobs, results, transport=transport),
+        transfer=summarize(parts, jobs, results),
     )

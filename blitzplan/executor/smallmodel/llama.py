@@ -132,10 +132,6 @@ def rope_tables(dims: Dims, *, max_positions: int, device: torch.device | None =
     return both.cos().to(device), both.sin().to(device)
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.rms_norm(x, weight.shape, weight, eps)
-
-
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Apply the rotary embedding to ``x`` of shape (heads, tokens, head_dim)."""
     first, second = x.chunk(2, dim=-1)
@@ -164,17 +160,17 @@ def decoder_layer(
     dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor, rope: Rope
 ) -> torch.Tensor:
     """One pre-norm decoder layer over a request's hidden states (tokens, hidden)."""
-    eps = dims.rms_norm_eps
-    x = _rms_norm(hidden, w["input_layernorm.weight"], eps)
+    shape, eps = (dims.hidden,), dims.rms_norm_eps
+    x = F.rms_norm(hidden, shape, w["input_layernorm.weight"], eps)
     hidden = hidden + _attention(dims, w, x, rope)
-    x = _rms_norm(hidden, w["post_attention_layernorm.weight"], eps)
+    x = F.rms_norm(hidden, shape, w["post_attention_layernorm.weight"], eps)
     gate = F.silu(F.linear(x, w["mlp.gate_proj.weight"])) * F.linear(x, w["mlp.up_proj.weight"])
     return hidden + F.linear(gate, w["mlp.down_proj.weight"])
 
 
 def final_logits(dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
     """Logits (vocab,) of the request's last position: final norm, then the lm_head."""
-    last = _rms_norm(hidden[-1:], w["norm.weight"], dims.rms_norm_eps)
+    last = F.rms_norm(hidden[-1:], (dims.hidden,), w["norm.weight"], dims.rms_norm_eps)
     return F.linear(last, w["lm_head.weight"])[0]
 
 

@@ -32,10 +32,9 @@ TRANSPORTS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Chunk:
-    """Bytes ``[lo, hi)`` of ``unit``'s buffer at the receiver, moved by ``step`` (a key unique in
-    the run) from offset ``src`` of the sender's arena to ``dst`` of the receiver's. ``held`` is
-    where the bytes sit in the sender's own unit buffer (it sends them once they are there), None
-    when they were packed into the arena before the start."""
+    """Bytes ``[lo, hi)`` of ``unit``'s buffer at the receiver, moved by ``step`` (unique in the
+    run) from offset ``src`` of the sender's arena to ``dst`` of the receiver's; ``held``: where
+    they sit in the sender's unit buffer (None: packed into the arena before the start)."""
 
     step: int
     unit: int
