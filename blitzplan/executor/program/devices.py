@@ -35,9 +35,8 @@ one write a step beat two on the 2-core machine, relays forwarding whole writes 
 
 
 def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte): a
-    tiny last chunk right behind a full one would wait on TCP's small-segment rule (Nagle's
-    algorithm, which gloo leaves on) for the previous one's acknowledgement."""
+    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte): a tiny
+    last chunk would wait on TCP's Nagle rule (gloo leaves it on) for the previous one's ack."""
     size = hi - lo
     count = max(0, -(-size // chunk_bytes))
     return list(itertools.pairwise(lo + size * k // max(count, 1) for k in range(count + 1)))
@@ -135,10 +134,9 @@ def device_jobs(
 
 
 def _link(job: DeviceJob) -> None:
-    """Per write the device sends (in :func:`writes` order), the writes it receives (by index)
-    that bring a byte of it the device lacks at the start; per unit whether what it holds and
-    receives makes all of it (``whole``; InvalidInputError for a checked GPU where it does
-    not); the bytes it receives twice."""
+    """Per write the device sends, the writes it receives (by index) that bring a byte of it the
+    device lacks at the start; per unit whether it ends whole (InvalidInputError for a checked
+    GPU that does not); the bytes it receives twice."""
     have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
     into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for k, write in enumerate(writes(job.into)):
@@ -165,8 +163,7 @@ def _link(job: DeviceJob) -> None:
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
     """A lane's chunks cut into writes, in the order of their first chunks: a paced step's one
-    chunk each, an unpaced step's as few equal writes of at most BATCH chunks in a row as it
-    takes (a message costs the same whatever its size: fewer and larger ones move more)."""
+    chunk each, an unpaced step's as few equal writes of at most BATCH chunks as it takes."""
     count = Counter(chunk.step for chunk in chunks)
     size = {k: -(-n // -(-n // BATCH)) for k, n in count.items()}
     size |= {k: 1 for k in count if sends[k].pace_bytes_per_s is not None}
@@ -260,9 +257,8 @@ def _chunks(
 def _pack(
     program: ScaleProgram, step: StepRecord, source: DeviceJob, unit: int, offset: int, n: int
 ) -> int:
-    """Where in the source's arena a piece resharded from the source's own buffer (another TP
-    degree's) is packed, its copies added to the source's packs; InvalidInputError when the
-    source is loaded by the running program or lacks a byte it would send."""
+    """Where in the source's arena a piece resharded from its own buffer (another TP degree's) is
+    packed, its copies added to the source's packs; InvalidInputError where it cannot be."""
     if not source.filled or step.source_layout is None:
         raise InvalidInputError(
             f"{step.source!r} reshards its buffer for the replan, but the running program loads it"

@@ -44,9 +44,8 @@ def complete_gpus(program: ScaleProgram, at_s: float) -> list[str]:
 
 
 def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
-    """Every device of the programs, in rank order: holders first (those with weights before
-    the start), then every other source and destination in step order, then new GPUs no step
-    names."""
+    """Every device of the programs, in rank order: holders first (weights before the start),
+    then every other source and destination in step order, then new GPUs no step names."""
     found: list[str] = []
     for program in programs:
         found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
@@ -57,9 +56,8 @@ def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
 
 def buffers(program: ScaleProgram) -> dict[str, tuple[Buffer, bool]]:
     """Per device of ``program``, in rank order: its buffer, and whether all of it is there
-    before the start (a serving GPU, host memory or a disk). A serving GPU holds one buffer: of
-    its own TP degree when ``source_layout`` is set, else the new instances' at the step's
-    rank; a new GPU its rank's; host memory, disks and relays every rank's."""
+    before the start. A serving GPU holds one buffer (its ``source_layout``, else the step's
+    rank's); a new GPU its rank's; host memory, disks and relays every rank's."""
     memory, ranks = memory_devices(program.steps), gpu_ranks(program)
     serving: dict[str, tuple[int, int]] = {}
     for step in program.steps:

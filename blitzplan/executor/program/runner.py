@@ -153,10 +153,9 @@ def run_program(
     workers: Workers | None = None,
     fault: InjectedFault | None = None,
 ) -> ProgramRun:
-    """Run the transfer program of ``document`` with seeded weights of its model (module
-    docstring). ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers`` reuses a
-    running pool (its first ranks run the devices); otherwise one is started on ``device`` and
-    ended. ``fault`` kills a device (rank: its index in the run, holders first)."""
+    """Run the transfer program of ``document`` (module docstring). ``paced``: each step keeps to
+    its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks run the devices);
+    else one runs on ``device``. ``fault`` kills a device (rank: its index, holders first)."""
     parts, jobs = prepare(document, replan=replan, at_s=at_s, transport=transport, paced=paced)
     if fault is not None:
         check_fault(fault, jobs)

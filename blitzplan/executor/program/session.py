@@ -38,9 +38,8 @@ ASK_S = 1e-3
 
 @dataclass
 class DeviceReport:
-    """What a device measured (times from the shared start): per step its first byte out, its
-    end at the sender and the receiver, the bytes received; per unit when it was complete (nan:
-    never) and, checked, whether it is bit-exact."""
+    """What a device measured (times from the shared start): per step its first byte out, ends
+    and bytes; per unit when it was complete (nan: never) and, checked, whether bit-exact."""
 
     rank: int
     received_bytes: dict[int, int]

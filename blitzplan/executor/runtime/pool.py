@@ -56,8 +56,7 @@ class Workers:
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["__main__", worker_main.__module__])
         self._where: Any = context.Array("q", [-1] * (4 * len(labels)), lock=False)
-        """Per rank its last unit, step and chunk ``[lo, hi)`` (-1: none), written by the rank
-        in shared memory (:meth:`RankContext.at`): still there when it dies."""
+        """Per rank its last unit, step and chunk ``[lo, hi)`` (-1: none), kept when it dies."""
         try:
             for rank in range(len(labels)):
                 boot = Boot(rank, len(labels), self._store.port, device, self.backend, timeout_s)
@@ -215,9 +214,8 @@ def run_jobs(
     fault: InjectedFault | None = None,
     drive: Callable[[Workers, float], None] | None = None,
 ) -> dict[int, Any]:
-    """Run ``jobs`` on ``workers`` (else on a pool of ``labels`` started on ``device`` and ended
-    after): launch them, ``drive(pool, t0)`` while they run (live serving's coordinator), and
-    return their results by rank."""
+    """Run ``jobs`` on ``workers`` (else on a pool of ``labels`` started on ``device``), calling
+    ``drive(pool, t0)`` while they run (live serving's coordinator); their results by rank."""
     pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
     try:
         t0 = pool.launch(jobs, labels=labels, fault=fault)

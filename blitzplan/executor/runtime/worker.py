@@ -86,9 +86,8 @@ class RankContext:
                 os._exit(1)  # the parent has gone
 
     def at(self, unit: int, step: int = -1, chunk: tuple[int, int] = (-1, -1)) -> None:
-        """Where this rank is: ``unit`` (of ``step``, bytes ``chunk``), in the parent's shared
-        memory (a failure names it; no message, no syscall); the job's injected fault for
-        ``unit`` fires here (on the calling thread)."""
+        """Where this rank is (``unit``, ``step``, ``chunk``), in the parent's shared memory (no
+        message, no syscall); the job's injected fault for ``unit`` fires here."""
         self._where[4 * self.rank : 4 * self.rank + 4] = [unit, step, *chunk]
         fault = self.fault
         if fault is not None and fault.rank == self.rank and fault.layer == unit:

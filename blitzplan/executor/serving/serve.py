@@ -40,9 +40,8 @@ HANDOFF_BYTES_PER_S = 1e9
 
 
 class Coordinator:
-    """The relay state, the policy, and the two processes it drives (one new, one old) through
-    the ``workers`` it runs with (a Workers pool, or anything with its ``timeout_s``, ``tell``,
-    ``next_event`` and ``fail_stalled``)."""
+    """The relay state, the policy and the two processes it drives through ``workers`` (a pool,
+    or anything with its ``timeout_s``, ``tell``, ``next_event`` and ``fail_stalled``)."""
 
     def __init__(
         self,
@@ -145,10 +144,9 @@ class Coordinator:
 
 @dataclass(frozen=True)
 class LiveRun:
-    """What one live run measured (seconds from the common start) beside the prediction:
-    ``split``, ``new_ops``, ``old_ops`` and ``completion_s`` as in a Schedule; ``unit_arrival_s``
-    per unit on the new instance; per batch the largest absolute logit difference from the
-    monolithic model's; ``transfer`` the program's run."""
+    """What one live run measured beside the prediction: ``split``, ``new_ops``, ``old_ops`` and
+    ``completion_s`` as in a Schedule; ``unit_arrival_s`` per unit on the new instance; per batch
+    the largest absolute logit difference from the monolithic model's."""
 
     policy: str
     release_s: tuple[float, ...]
@@ -179,9 +177,8 @@ class LiveRun:
 def _pair(
     program: ScaleProgram, index: int, requests: Mapping[str, int]
 ) -> tuple[PairRecord, NewInstanceInfo, list[int]]:
-    """Live pair ``index`` of the document, its new instance and its requests' prompt lengths, if
-    the executor serves it: TP1, one request per batch, every request's length given, a known
-    policy."""
+    """Live pair ``index``, its new instance and its requests' prompt lengths, if the executor
+    serves it: TP1, one request per batch, every request's length given, a known policy."""
     pairs = program.live_pairs
     if not 0 <= index < len(pairs):
         raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")

@@ -61,9 +61,8 @@ Done = tuple[Write, float]
 
 def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
     """The chunks' bytes as runs ``(unit, lo, hi)`` of contiguous chunks at ``end``: ``src`` or
-    ``dst``, offsets in the sender's or the receiver's arena (a run may span units; its first
-    unit); ``lo`` or ``held``, offsets in the unit's buffer at the receiver or the sender (none
-    where the bytes were packed before the start)."""
+    ``dst`` in the sender's or receiver's arena (a run may span units), ``lo`` or ``held`` in the
+    unit's buffer at the receiver or the sender (none where packed before the start)."""
     found: list[tuple[int, int, int]] = []
     for chunk in chunks:
         if (lo := getattr(chunk, end)) is None:
