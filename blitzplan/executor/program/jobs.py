@@ -23,7 +23,8 @@ from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 Piece = tuple[int, int, int]
 """``(unit, offset, length)``: bytes of the unit's rank buffer a step moves."""
-Spans = dict[tuple[str, int], list[tuple[int, int]]]
+Spans = defaultdict[tuple[str, int], list[tuple[int, int]]]
+"""Per (device, unit) byte ranges of its buffer."""
 Buffer = tuple[int, int] | None
 """The ``(tp, rank)`` of the rank buffer a device holds of each unit; None: every rank's buffer
 of the program's layout, back to back (rank ``r`` at ``r * B_u``)."""
@@ -132,7 +133,10 @@ def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> l
 def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring)."""
     memory = memory_devices(old.steps)
-    need = _held(new)
+    need: Spans = defaultdict(list)
+    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
+        for unit, spans in units.items():
+            need[(gpu, unit)] += spans
     for gpu in complete_gpus(old, at_s):
         for unit, size in enumerate(old.unit_bytes):
             need[(gpu, unit)].append((0, size))
@@ -150,15 +154,6 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
                         lo = rank_base(old.unit_bytes, step.rank, unit, memory=relay) + off
                         need[(step.source, unit)].append((lo, lo + n))
     return kept
-
-
-def _held(program: ScaleProgram) -> Spans:
-    """The bytes ``held`` says each GPU has, per (GPU, unit)."""
-    found: Spans = defaultdict(list)
-    for gpu, units in held_bytes(program.held, program.unit_bytes).items():
-        for unit, spans in units.items():
-            found[(gpu, unit)] += spans
-    return found
 
 
 def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:

@@ -1,8 +1,6 @@
-"""Worker processes in one torch.distributed group, run from the parent (DESIGN.md, executor).
-
-One forkserver process per rank, one duplex pipe each, a TCPStore the parent owns. A failure ends
-every process and raises RankFailedError naming the rank, its unit, step and chunk.
-"""
+"""Worker processes in one torch.distributed group: one forkserver process per rank, one duplex
+pipe each, a TCPStore the parent owns. A failure ends every process and raises RankFailedError
+naming the rank, its unit, step and chunk."""
 
 from __future__ import annotations
 
@@ -47,8 +45,7 @@ class Workers:
         self.closed = False
         """Whether the pool has been ended (by :meth:`close` or a failure)."""
         self._heard: dict[tuple[str, int], Any] = {}
-        """Per ``(kind, rank)`` of an ``up``, ``ready`` or ``result`` event not waited for yet, its
-        data."""
+        """The data of ``up``, ``ready`` and ``result`` events not waited for yet."""
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
         self._conns: list[Connection] = []

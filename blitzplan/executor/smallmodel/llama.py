@@ -1,9 +1,8 @@
-"""A small Llama-style decoder in plain torch, as functions over dicts of weights.
+"""A small Llama-style decoder in plain torch, as functions over dicts of weights, prefill only.
 
 RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, shaped by a
-:class:`~blitzplan.models.ModelSpec` and cut into the planner's units: 0 the embedding, ``1..L``
-the decoder layers, ``L + 1`` the final norm and the lm_head. A unit's tensors are those of its TP1
-rank buffer (:func:`blitzplan.layout`), keyed by :func:`short_name`. Prefill only.
+:class:`~blitzplan.models.ModelSpec` and cut into the planner's units (0 the embedding, ``1..L``
+the layers, ``L + 1`` the final norm and the lm_head), each keyed by :func:`short_name`.
 """
 
 from __future__ import annotations
