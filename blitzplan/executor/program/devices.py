@@ -27,8 +27,8 @@ from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
 
-Lanes = dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]]
-"""Per (source, destination) its chunks, each keyed by its place in the lane's order."""
+Lanes = dict[tuple[int, int], list[tuple[tuple[float, int, int, int], Chunk]]]
+"""Per (source, destination) rank its chunks, each keyed by its place in the lane's order."""
 BATCH = 64
 """Most chunks in one write of an unpaced step (each message costs a wake-up on both ends:
 one write a step beat two on the 2-core machine, relays forwarding whole writes included)."""
@@ -121,13 +121,11 @@ def device_jobs(
     lanes: Lanes = defaultdict(list)
     for part in parts:
         _add_stage(part, jobs, lanes, paced=paced)
-    for (src, dst), keyed in sorted(
-        lanes.items(), key=lambda kv: (jobs[kv[0][0]].rank, jobs[kv[0][1]].rank)
-    ):
-        chunks = [chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0])]
-        cut = _writes(chunks, jobs[src].sends)
-        jobs[src].out.append(Lane(jobs[dst].rank, cut))
-        jobs[dst].into.append(Lane(jobs[src].rank, cut))
+    ranked = list(jobs.values())
+    for (src, dst), keyed in sorted(lanes.items()):
+        cut = _writes([chunk for _, chunk in sorted(keyed)], ranked[src].sends)
+        ranked[src].out.append(Lane(dst, cut))
+        ranked[dst].into.append(Lane(src, cut))
     for job in jobs.values():
         _link(job)
     return tuple(jobs.values())
@@ -195,7 +193,7 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
         span_s = max(0.0, step.end_s - step.start_s)
         for k, chunk in enumerate(made):
             order = (begin_s + span_s * k / len(made), depth, key, k)
-            lanes[(step.source, step.destination)].append((order, chunk))
+            lanes[(source.rank, destination.rank)].append((order, chunk))
         feeding = step.feeds if step.store_and_forward else ()
         after = [a for a in (*step.after, *feeding) if running[a]]
         for prior in (by_id[a] for a in after):

@@ -83,8 +83,6 @@ class ProgramSession:
             job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
         )
 
-    # --- before the start -------------------------------------------------------------------
-
     def buffer(self, unit: int) -> torch.Tensor:
         return self.arena[self.job.bases[unit] : self.job.bases[unit + 1]]
 
@@ -127,10 +125,9 @@ class ProgramSession:
             if time.monotonic() > deadline:
                 raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
 
-    # --- after the start --------------------------------------------------------------------
-
     def run(self) -> None:
-        """The device's loop, until every write has left and every chunk has landed."""
+        """The device's loop (after the shared start), until every write has left and every
+        chunk has landed."""
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)

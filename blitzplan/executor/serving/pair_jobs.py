@@ -52,8 +52,7 @@ class _NewInstance:
         self.ctx, self.prompts = ctx, prompts
         self.dims = model_dims(transfer.spec)
         self.session = ProgramSession(ctx, transfer, live=True)
-        longest = max(len(p) for p in prompts)
-        self.rope = rope_tables(self.dims, max_positions=longest, device=ctx.device)
+        self.rope = rope_tables(self.dims, max_positions=max(map(len, prompts)), device=ctx.device)
         self.units: dict[int, Weights] = {}
         self.kept: dict[int, torch.Tensor] = {}
 

@@ -69,8 +69,7 @@ class NixlTransport:
         )
         self.names: dict[int, str] = {}
         self.lanes: dict[int, tuple[Any, Any, dict[tuple[int, int], int]]] = {}
-        """Per rank written to: the prepared local and remote descriptors, and each chunk's
-        index in them by ``(step, dst)``."""
+        """Per rank written to: the prepared descriptors, each chunk's index by ``(step, dst)``."""
         for lane in out:
             metadata, peer_base, peer_gpu = pickle.loads(ctx.store.get(key + str(lane.peer)))
             name = self.agent.add_remote_agent(metadata)

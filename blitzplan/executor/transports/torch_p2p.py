@@ -1,15 +1,13 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
 A write's chunks go as one message (packed and unpacked through buffers made before the start
-where they are not contiguous), matched by order alone (NCCL has no tags). Under NCCL each
-direction of a pair has its own communicator, so a pair sending both ways never waits on itself.
-
-Every lane has a thread of its own, so that lanes move at once (gloo's ``isend`` copies into the
-socket on the calling thread, and tells a transfer has completed only by a blocking ``wait``,
-which releases the GIL): a sender starts the lane's writes in order as they are posted (a relay
-once the write that brings its bytes lands, sent from where they landed) and waits for the
-oldest; a receiver keeps ``WINDOW`` receives posted, waits for them in order, wakes the lanes
-that relay one and unpacks it. What completes is queued, timed, for :meth:`poll`.
+where they are not contiguous), matched by order alone (NCCL has no tags). Every lane has a thread
+of its own, so that lanes move at once (gloo's ``isend`` copies into the socket on the calling
+thread, and tells a transfer has completed only by a blocking ``wait``): a sender starts the
+lane's writes in order as they are posted (a relay once the write that brings its bytes lands,
+sent from where they landed) and waits for the oldest; a receiver keeps ``WINDOW`` receives
+posted, waits for them in order, wakes the lanes that relay one and unpacks it. What completes is
+queued, timed, for :meth:`poll`.
 """
 
 from __future__ import annotations
