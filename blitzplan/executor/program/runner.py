@@ -1,9 +1,7 @@
-"""Run a ScalePlan's transfer program for real, from its JSON alone (DESIGN.md section 8).
-
-:func:`run_program` refuses what this executor cannot run before a process starts, runs one job
-per device (:mod:`.devices`) on a :class:`Workers` process and returns what they measured beside
-the prediction, in seconds from the run's start. ``relay``, ``nic`` and ``link`` have no
-counterpart on one machine: the step's pace stands for its route.
+"""Run a ScalePlan's transfer program for real, from its JSON alone (DESIGN.md section 8):
+refuse what this executor cannot run before a process starts, run one job per device
+(:mod:`.devices`) on a :class:`Workers` process, return what they measured beside the prediction
+(seconds from the run's start). A step's pace stands for its ``relay``, ``nic`` and ``link``.
 """
 
 from __future__ import annotations

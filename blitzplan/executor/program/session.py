@@ -41,7 +41,6 @@ class DeviceReport:
     """What a device measured (times from the shared start): per step its first byte out, ends
     and bytes; per unit when it was complete (nan: never) and, checked, whether bit-exact."""
 
-    rank: int
     received_bytes: dict[int, int]
     sent_start_s: dict[int, float] = field(default_factory=dict)
     sent_end_s: dict[int, float] = field(default_factory=dict)
@@ -59,7 +58,7 @@ class ProgramSession:
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self._left = Counter(c.step for lane in job.into for c in lane.chunks)
         self._unsent = Counter(c.step for lane in job.out for c in lane.chunks)
-        self.measured = DeviceReport(job.rank, dict.fromkeys(self._left, 0))
+        self.measured = DeviceReport(dict.fromkeys(self._left, 0))
         self.measured.complete_s = [math.nan] * len(job.sizes)
         self.whole = [threading.Event() for _ in job.sizes]
         self.loop: Future[None] | None = None

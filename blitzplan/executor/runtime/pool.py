@@ -122,12 +122,12 @@ class Workers:
                     conn.close()  # the worker exited
                     continue
                 if event.kind == "error":
-                    self._fail(None, event)
+                    self._fail(event)
                 if event.kind in ("up", "ready", "result"):
                     self._heard[(event.kind, event.rank)] = event.data
                 return event
-            if dead := self._dead():
-                self._fail(dead[0], None)
+            if self._dead():
+                self._fail(None)
             if time.monotonic() >= deadline:
                 return None
 
@@ -142,14 +142,14 @@ class Workers:
     def _dead(self) -> list[int]:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
-    def _fail(self, dead: int | None, report: Event | None) -> None:
-        """Raise for the culprit: a dead process (waiting a moment for one), else the peer a
-        failed transfer names, else the rank that failed."""
+    def _fail(self, report: Event | None) -> None:
+        """Raise for the culprit: a dead process (after a failed transfer, waiting a moment for
+        one), else the peer the ``report`` names, else the rank that failed."""
         failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
-        while dead is None and time.monotonic() < deadline:
+        while not self._dead() and time.monotonic() < deadline:
             time.sleep(POLL_S)
-            dead = next(iter(self._dead()), None)
+        dead = next(iter(self._dead()), None)
         said = ""
         if report is not None and failure is not None:
             said = f"; rank {report.rank} ({self.labels[report.rank]}) reported: {failure.message}"

@@ -176,7 +176,7 @@ def _serve(ctx: RankContext) -> None:
         try:
             ctx.emit("result", job(ctx, payload))
         except Exception as exc:
-            failure = Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None))
+            failure = Failure(f"{type(exc).__name__}: {exc}")
             ctx.emit("error", exc.failure if isinstance(exc, TransferError) else failure)
             break
     while True:

@@ -1,8 +1,6 @@
-"""A document's live pair served for real, driven by the relay state machine.
-
-:func:`serve_live` runs the document's transfer program and, beside it, the pair: its new TP1
-instance computes on layers as they land, its old instance is one more process with the whole
-model (:mod:`.pair_jobs`). A :class:`Coordinator` drives them as the offline loop drives its
+"""A document's live pair served for real: :func:`serve_live` runs the document's program and,
+beside it, the pair (:mod:`.pair_jobs`), its new TP1 instance computing on layers as they land. A
+:class:`Coordinator` drives the two as the offline loop drives its
 :class:`~blitzplan.live.relay.RelayState`, with measured times: it asks the policy only where the
 loop would (the state changed or something fell due), not every polling period.
 """
