@@ -3,11 +3,9 @@
 The loop polls the transport for writes that have left and landed, then posts on each lane every
 write that may go, in lane order, up to ``WINDOW`` in flight: once the writes that bring its bytes
 have landed (an unpaced relay the transport forwards: before), at its step's pace, after the
-step's ``not_before_s``, the steps in ``after`` and, store-and-forward, those feeding it. A step
-of two other devices ends when its destination says so in the group's store. Idle, the loop backs
-off from the transport's ``poll_s`` to its ``idle_s``; with nothing heard for the transfer timeout,
-the transport names the oldest open transfer. The device reports where it is (``ctx.at``: an
-injected fault fires there) as it starts each unit of a step.
+step's ``not_before_s`` and the steps in its ``after``. Idle, the loop backs off from the
+transport's ``poll_s`` to its ``idle_s``; with nothing heard for the transfer timeout, the
+transport names the oldest open transfer.
 """
 
 from __future__ import annotations

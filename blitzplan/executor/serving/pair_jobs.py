@@ -4,8 +4,7 @@ The *new instance* runs ``("run", batch, first_layer, count)``: that many layers
 embedding before layer 1, the head with layer ``L``), each once the program has landed it, keeping
 the activation; ``("end",)`` ends. The *old instance* holds the whole model (seeded) and runs
 ``("run", batch, first_layer, activation)``: the remaining layers and the head. Both report each
-operation's times and the logits of every batch they finish; the old instance returns the
-monolithic model's logits, the reference.
+operation's times and a finished batch's logits; the old instance returns the reference logits.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 Both ends of a pair of devices know every chunk between them, in one order, and which chunks move
 together as one message (their :class:`Lane`'s writes). The device's loop posts writes and polls
-for those that have left and landed, with their times; a write in ``relayed`` may be posted before
-its bytes are here (it leaves as they land). A failing transport raises ``TransferError`` naming
-the peer, the step and the chunk (DESIGN.md section 8).
+for those that have left and landed; a write in ``relayed`` may be posted before its bytes are
+here. A failing transport raises ``TransferError`` naming the peer, the step and the chunk.
 """
 
 from __future__ import annotations
@@ -102,11 +101,8 @@ class Transport(Protocol):
     """Per relay sent (by id), the write received here that brings its bytes (by id)."""
 
     def post(self, peer: int, write: Write) -> None: ...
-
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]: ...
-
     def stalled(self) -> TransferError: ...
-
     def close(self) -> None: ...
 
 

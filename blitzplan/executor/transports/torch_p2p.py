@@ -12,7 +12,6 @@ queued, timed, for :meth:`poll`.
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 from collections import deque
@@ -88,15 +87,13 @@ class TorchTransport:
         staged = [k for k, v in views.items() if self.arena.device != self.ctx.wire or len(v) > 1]
         sizes = [sum(v.numel() for v in views[k]) for k in staged]
         whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
-        edges = itertools.pairwise(itertools.accumulate(sizes, initial=0))
-        wire = {k: whole[lo:hi] for k, (lo, hi) in zip(staged, edges, strict=True)}
+        wire = dict(zip(staged, torch.split(whole, sizes), strict=True))
         return {(end, k): (v, wire.get(k, v[0])) for k, v in views.items()}
 
     def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
         """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
-        at = itertools.accumulate((v.numel() for v in views), initial=0)
-        for view, lo in zip(views, at, strict=False):
-            part = staged[lo : lo + view.numel()]
+        parts = torch.split(staged, [view.numel() for view in views])
+        for view, part in zip(views, parts, strict=True):
             (part if pack else view).copy_(view if pack else part)
         self.ctx.synchronize()
 
@@ -180,13 +177,11 @@ class TorchTransport:
             return found["sent"], found["landed"]
 
     def stalled(self) -> TransferError:
-        """A waiter names its stalled transfer when its own wait times out."""
+        """A lane's thread names its stalled transfer when its own wait times out."""
         try:
-            item = self.done.get(timeout=self.ctx.timeout_s)
-        except queue.Empty:
-            item = None
-        if isinstance(item, TransferError):
-            return item
+            self.poll(self.ctx.timeout_s)  # raises the failure a thread queued
+        except TransferError as exc:
+            return exc
         return TransferError(Failure(f"no transfer ended in {2 * self.ctx.timeout_s:g} s"))
 
     def close(self) -> None:
