@@ -157,13 +157,10 @@ def run_program(
     parts, jobs = prepare(document, replan=replan, at_s=at_s, transport=transport, paced=paced)
     if fault is not None:
         check_fault(fault, jobs)
+    launched = {job.rank: (program_job, job) for job in jobs}
+    labels = [job.label for job in jobs]
     reports = run_jobs(
-        {job.rank: (program_job, job) for job in jobs},
-        [job.label for job in jobs],
-        workers=workers,
-        device=device,
-        timeout_s=timeout_s,
-        fault=fault,
+        launched, labels, workers=workers, device=device, timeout_s=timeout_s, fault=fault
     )
     return summarize(parts, jobs, reports)
 

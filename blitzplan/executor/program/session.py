@@ -202,27 +202,27 @@ class ProgramSession:
                 self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
     def _sent(self, write: Write, at_s: float) -> None:
-        self._flying[self._peer[write[0].step]] -= 1
-        self._done(self._unsent, write, self.measured.sent_end_s, at_s)
+        step = write[0].step
+        self._flying[self._peer[step]] -= 1
+        self._unsent[step] -= len(write)
+        if not self._unsent[step]:
+            self.measured.sent_end_s[step] = at_s
 
     def _landed(self, write: Write, at_s: float) -> None:
+        """``write`` landed at ``at_s``; its step's end goes to the store for a third device."""
+        step = write[0].step
         self._at(write)
         self._landed_s[self._index[id(write)]] = at_s
         for unit, lo, hi in self._runs[id(write)]:
             self._missing[unit] -= 1
             if not self._missing[unit] and self.job.whole[unit]:
                 self._complete(unit, at_s)
-            self.measured.received_bytes[write[0].step] += hi - lo
-        self._done(self._left, write, self.measured.received_end_s, at_s)
-        if write[0].step in self.job.tells and not self._left[write[0].step]:
-            self.ctx.store.set(f"after/{self.job.run}/{write[0].step}", repr(at_s))
-
-    @staticmethod
-    def _done(left: Counter[int], write: Write, ends: dict[int, float], at_s: float) -> None:
-        """``write``'s chunks done at ``at_s``: at its step's last, the step's end."""
-        left[write[0].step] -= len(write)
-        if left[write[0].step] == 0:
-            ends[write[0].step] = at_s
+            self.measured.received_bytes[step] += hi - lo
+        self._left[step] -= len(write)
+        if not self._left[step]:
+            self.measured.received_end_s[step] = at_s
+            if step in self.job.tells:
+                self.ctx.store.set(f"after/{self.job.run}/{step}", repr(at_s))
 
     def start(self) -> Future[None]:
         """Run the loop on a thread of its own (live serving computes beside it)."""
