@@ -30,8 +30,7 @@ if TYPE_CHECKING:
 Lanes = dict[tuple[int, int], list[tuple[tuple[float, int, int, int], Chunk]]]
 """Per (source, destination) rank its chunks, each keyed by its place in the lane's order."""
 BATCH = 64
-"""Most chunks in one write of an unpaced step (each message costs a wake-up on both ends:
-one write a step beat two on the 2-core machine, relays forwarding whole writes included)."""
+"""Most chunks in one write of an unpaced step (each message costs a wake-up on both ends)."""
 
 
 def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:

@@ -145,8 +145,7 @@ class ProgramSession:
             pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
 
     def _post_ready(self) -> tuple[bool, float]:
-        """Post every write that may go now; whether one did, and when the next is due (inf: it
-        waits for bytes, steps or its lane's window)."""
+        """Post every write that may go now; whether one did, when the next is due (inf: none)."""
         posted, due_s = False, math.inf
         for lane in self.job.out:
             while self._flying[lane.peer] < WINDOW and self._next[lane.peer] < len(lane.writes):
@@ -164,8 +163,7 @@ class ProgramSession:
         return posted, due_s
 
     def _due_s(self, write: Write) -> float:
-        """When the write may go (inf: a step or a byte it waits for is not here yet); the step's
-        first write starts it."""
+        """When the write may go (inf: not known yet); the step's first write starts it."""
         key = write[0].step
         step = self.job.sends[key]
         at_s = self._free_s.get(key)

@@ -132,8 +132,7 @@ class Workers:
                 return None
 
     def _wait_for(self, kind: str, ranks: Sequence[int], timeout_s: float) -> dict[int, Any]:
-        """The data of a ``kind`` event from each of ``ranks``, each waited for ``timeout_s``
-        at the most after the last event."""
+        """The data of a ``kind`` event from each of ``ranks``, ``timeout_s`` after one another."""
         while missing := [rank for rank in ranks if (kind, rank) not in self._heard]:
             if self.next_event(timeout_s) is None:
                 self.fail_stalled(missing)
@@ -185,8 +184,7 @@ class Workers:
         raise RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
 
     def close(self) -> None:
-        """End every process at once (SIGKILL: an idle worker holds nothing that needs an
-        orderly exit)."""
+        """End every process at once (SIGKILL: an idle worker holds nothing to save)."""
         if self.closed:
             return
         self.closed = True

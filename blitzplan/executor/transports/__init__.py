@@ -107,9 +107,8 @@ class Transport(Protocol):
 
 
 def check_transport(name: str) -> str:
-    """``name`` if it is a transport that runs here; InvalidInputError or SolverUnavailableError
-    (with the install line) otherwise. NIXL is looked for, not imported: only the workers load
-    it (its bundled abseil and protobuf would clash with OR-Tools' in the caller's process)."""
+    """``name`` if it is a transport that runs here. NIXL is looked for, not imported: only the
+    workers load it (its bundled abseil and protobuf would clash with OR-Tools' in the caller)."""
     if name not in TRANSPORTS:
         raise InvalidInputError(f"transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
     if name == "nixl" and importlib.util.find_spec("nixl_cu12") is None:
