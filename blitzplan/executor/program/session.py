@@ -235,7 +235,8 @@ class ProgramSession:
             self.loop.result()
 
     def report(self) -> DeviceReport:
-        """The measured times and, on a checked GPU, each unit compared with its buffer."""
+        """Close the transport; the times and, on a checked GPU, whether each unit is bit-exact."""
+        self.transport.close()
         self.measured.bit_exact = tuple(
             np.array_equal(self.buffer(u).cpu().numpy(), w) for u, w in enumerate(self._wanted)
         )
@@ -247,5 +248,4 @@ def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:
     session = ProgramSession(ctx, job)
     ctx.ready()
     session.run()
-    session.transport.close()
     return session.report()

@@ -26,7 +26,7 @@ from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, T
 DEVICES = ("cpu", "cuda")
 """Where a run's buffers live (default ``cpu``)."""
 STARTUP_TIMEOUT_S = 180.0
-"""Seconds allowed for every rank to join the group."""
+"""Seconds allowed for every rank to join the group, and to get ready for a job."""
 SWITCH_INTERVAL_S = 1e-4
 """GIL switch interval in the workers: transfer threads must not wait for a compute thread."""
 TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported

@@ -101,7 +101,6 @@ def new_instance_job(ctx: RankContext, plan: tuple[Prompts, DeviceJob]) -> Devic
         else:
             instance.run(*message[1:])
     loop.result()
-    instance.session.transport.close()
     return instance.session.report()
 
 
