@@ -79,8 +79,7 @@ class RankContext:
         """Tell the parent now, from whichever thread has it."""
         with self._lock:
             try:
-                # plain pickle: Connection.send makes a ForkingPickler (a copy of every
-                # reducer torch registers) per message
+                # plain pickle: Connection.send makes a ForkingPickler per message (slow)
                 self._conn.send_bytes(pickle.dumps(Event(self.rank, kind, data)))
             except OSError:
                 os._exit(1)  # the parent has gone
