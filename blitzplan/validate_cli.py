@@ -50,11 +50,9 @@ def add_validate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from blitzplan.executor import require_torch
-
-    require_torch()
     import tempfile
 
+    import blitzplan.executor  # noqa: F401  (SolverUnavailableError without torch)
     from blitzplan.scale.export import program_json
     from blitzplan.scale.scenarios import scenario_plan
 

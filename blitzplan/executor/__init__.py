@@ -4,27 +4,19 @@ parts :mod:`.program`, :mod:`.transports`, :mod:`.runtime`, :mod:`.serving`, :mo
 
 from __future__ import annotations
 
-import importlib
-
 from blitzplan.errors import SolverUnavailableError
 
+try:
+    import torch  # noqa: F401
+except ImportError as exc:
+    raise SolverUnavailableError(
+        "blitzplan.executor needs torch: pip install 'blitzplan[torch]'"
+    ) from exc
 
-def require_torch() -> None:
-    """Raise SolverUnavailableError unless torch can be imported."""
-    try:
-        importlib.import_module("torch")
-    except ImportError as exc:
-        raise SolverUnavailableError(
-            "blitzplan.executor needs torch: pip install 'blitzplan[torch]'"
-        ) from exc
-
-
-require_torch()
-
-from blitzplan.executor.program.runner import ProgramRun, run_program  # noqa: E402
-from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  # noqa: E402
-from blitzplan.executor.runtime.pool import Workers  # noqa: E402
-from blitzplan.executor.serving.serve import LiveRun, serve_live  # noqa: E402
+from blitzplan.executor.program.runner import ProgramRun, run_program
+from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError
+from blitzplan.executor.runtime.pool import Workers
+from blitzplan.executor.serving.serve import LiveRun, serve_live
 
 __all__ = [
     "InjectedFault",
@@ -32,7 +24,6 @@ __all__ = [
     "ProgramRun",
     "RankFailedError",
     "Workers",
-    "require_torch",
     "run_program",
     "serve_live",
 ]

@@ -1,5 +1,10 @@
-"""One job per device of a run: its arena, what fills it, its lanes of chunks (see :mod:`.jobs`),
-and what each write it sends waits for."""
+"""One job per device of a run: its arena, what fills it, its lanes, what each write waits for.
+
+Every step is cut into chunks of the document's ``chunk_bytes`` (equal sizes, to a byte); the
+chunks between two devices in one direction form their *lane*, in one order both ends follow: by
+the chunk's predicted start (a step's chunks spread evenly over its time), the step's depth in
+``after`` chains, the step and the chunk.
+"""
 
 from __future__ import annotations
 
@@ -12,27 +17,25 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, gpu_ranks, step_base
+from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, complete_gpus, gpu_ranks
 from blitzplan.executor.transports import Chunk, Lane, runs, writes
 from blitzplan.models.layout import layout
-from blitzplan.wire.program_bytes import held_bytes, subtract, union
+from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
 from blitzplan.wire.program_rules import memory_devices
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
 
-Lanes = dict[tuple[str, str], list[tuple[tuple[float, int, int, int], Chunk]]]
-"""Per (source, destination) its chunks, each keyed by its place in the lane's order."""
+Lanes = dict[tuple[int, int], list[tuple[tuple[float, int, int, int], Chunk]]]
+"""Per (source, destination) rank its chunks, each keyed by its place in the lane's order."""
 BATCH = 64
-"""Most chunks in one write of an unpaced step (each message costs a wake-up on both ends:
-one write a step beat two on the 2-core machine, relays forwarding whole writes included)."""
+"""Most chunks in one write of an unpaced step (each message costs a wake-up on both ends)."""
 
 
 def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte): a
-    tiny last chunk right behind a full one would wait on TCP's small-segment rule (Nagle's
-    algorithm, which gloo leaves on) for the previous one's acknowledgement."""
+    """``[lo, hi)`` cut into ``ceil(bytes / chunk_bytes)`` chunks of equal size (to a byte): a tiny
+    last chunk would wait on TCP's Nagle rule (gloo leaves it on) for the previous one's ack."""
     size = hi - lo
     count = max(0, -(-size // chunk_bytes))
     return list(itertools.pairwise(lo + size * k // max(count, 1) for k in range(count + 1)))
@@ -41,23 +44,21 @@ def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class SendStep:
     """A step as its sender runs it: its pace (None: unpaced), and when it may start (times
-    from the run's start): not before ``not_before_s``, the end of the steps in ``after`` and
-    the end of the steps in ``waits_for`` (store-and-forward: those feeding it)."""
+    from the run's start): not before ``not_before_s`` and the end of the steps in ``after``
+    (the step's own and, store-and-forward, the steps feeding it)."""
 
     pace_bytes_per_s: float | None
     not_before_s: float
-    after: tuple[int, ...] = ()
-    waits_for: tuple[int, ...] = ()
+    after: tuple[int, ...]
 
 
 @dataclass
 class DeviceJob:
     """Everything one device does. Its arena holds its ``buffer`` of each unit (``sizes`` bytes
-    each; :data:`.jobs.Buffer`), filled before the start (``filled``) or with the byte ranges
-    ``held`` of it (per unit), and then ``packs`` ``(unit, own offset, arena offset, length)``
-    for its resharding steps (``arena_bytes`` in all). It sends on ``out`` (``sends`` by step
-    key) and receives on ``into``; ``check``: compare every unit with its buffer at the end.
-    ``tells``: the steps it receives that a step of a third device waits for (``after``).
+    each), all of it before the start (``filled``) or the ranges ``held``, then ``packs``
+    ``(unit, own offset, arena offset, length)`` for its resharding steps. It sends on ``out``
+    (``sends`` by step key), receives on ``into``, tells the store when the steps in ``tells``
+    end (a third device's step waits for them); ``check``: compare every unit at the end.
     ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
@@ -95,26 +96,16 @@ class DeviceJob:
         return (0, *itertools.accumulate(self.sizes))
 
 
-def checked_gpus(parts: list[Stage]) -> list[str]:
-    """The GPUs a run checks at the end: the last program's new GPUs and, when it is a replan,
-    those of the running program's instances complete by ``at_s`` (the surviving GPUs)."""
-    last = parts[-1]
-    done = [
-        g
-        for inst in parts[0].program.new_instances
-        if len(parts) > 1 and max(inst.layer_ready_s) <= last.at_s
-        for g in inst.gpus
-    ]
-    return list(dict.fromkeys([*gpu_ranks(last.program), *done]))
-
-
 def device_jobs(
     parts: list[Stage], *, transport: str, run: str, paced: bool
 ) -> tuple[DeviceJob, ...]:
     """One DeviceJob per device, ranked in :func:`.jobs.devices_of` order over the programs; the
     first program that names a device says whether it is filled (``held``: the first
-    program's; a replan's held bytes come from the program it takes over)."""
-    first, checked = parts[0].program, set(checked_gpus(parts))
+    program's). Checked: the last program's new GPUs and, after a replan, the running
+    program's GPUs complete by ``at_s`` (the surviving GPUs)."""
+    first, last = parts[0].program, parts[-1]
+    survivors = complete_gpus(first, last.at_s) if len(parts) > 1 else []
+    checked = {*gpu_ranks(last.program), *survivors}
     held = held_bytes(first.held, first.unit_bytes)
     jobs: dict[str, DeviceJob] = {}
     for part in parts:
@@ -129,23 +120,20 @@ def device_jobs(
     lanes: Lanes = defaultdict(list)
     for part in parts:
         _add_stage(part, jobs, lanes, paced=paced)
-    for (src, dst), keyed in sorted(
-        lanes.items(), key=lambda kv: (jobs[kv[0][0]].rank, jobs[kv[0][1]].rank)
-    ):
-        chunks = [chunk for _, chunk in sorted(keyed, key=lambda kc: kc[0])]
-        cut = _writes(chunks, jobs[src].sends)
-        jobs[src].out.append(Lane(jobs[dst].rank, cut))
-        jobs[dst].into.append(Lane(jobs[src].rank, cut))
+    ranked = list(jobs.values())
+    for (src, dst), keyed in sorted(lanes.items()):
+        cut = _writes([chunk for _, chunk in sorted(keyed)], ranked[src].sends)
+        ranked[src].out.append(Lane(dst, cut))
+        ranked[dst].into.append(Lane(src, cut))
     for job in jobs.values():
         _link(job)
     return tuple(jobs.values())
 
 
 def _link(job: DeviceJob) -> None:
-    """Per write the device sends (in :func:`writes` order), the writes it receives (by index)
-    that bring a byte of it the device lacks at the start; per unit whether what it holds and
-    receives makes all of it (``whole``; InvalidInputError for a checked GPU where it does
-    not); the bytes it receives twice."""
+    """Per write the device sends, the writes it receives (by index) that bring a byte of it the
+    device lacks at the start; per unit whether it ends whole (InvalidInputError for a checked
+    GPU that does not); the bytes it receives twice."""
     have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
     into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for k, write in enumerate(writes(job.into)):
@@ -172,8 +160,7 @@ def _link(job: DeviceJob) -> None:
 
 def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chunk, ...], ...]:
     """A lane's chunks cut into writes, in the order of their first chunks: a paced step's one
-    chunk each, an unpaced step's as few equal writes of at most BATCH chunks in a row as it
-    takes (a message costs the same whatever its size: fewer and larger ones move more)."""
+    chunk each, an unpaced step's as few equal writes of at most BATCH chunks as it takes."""
     count = Counter(chunk.step for chunk in chunks)
     size = {k: -(-n // -(-n // BATCH)) for k, n in count.items()}
     size |= {k: 1 for k in count if sends[k].pace_bytes_per_s is not None}
@@ -190,7 +177,7 @@ def _writes(chunks: list[Chunk], sends: dict[int, SendStep]) -> tuple[tuple[Chun
 
 def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: bool) -> None:
     """The chunks of every step of ``part`` on their lanes, each keyed by its place in the
-    lane's order (module docstring of :mod:`.jobs`), and what their devices do with them."""
+    lane's order, and what their devices do with them."""
     program, memory = part.program, memory_devices(part.program.steps)
     starts = _starts(part)
     running = {s.id: part.pieces(s) for s in program.steps}
@@ -205,24 +192,22 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
         span_s = max(0.0, step.end_s - step.start_s)
         for k, chunk in enumerate(made):
             order = (begin_s + span_s * k / len(made), depth, key, k)
-            lanes[(step.source, step.destination)].append((order, chunk))
-        for prior in (by_id[a] for a in step.after if running[a]):
+            lanes[(source.rank, destination.rank)].append((order, chunk))
+        feeding = step.feeds if step.store_and_forward else ()
+        after = [a for a in (*step.after, *feeding) if running[a]]
+        for prior in (by_id[a] for a in after):
             if step.source not in (prior.source, prior.destination):
                 jobs[prior.destination].tells.add(part.offset + prior.id)
         source.sends[key] = SendStep(
             pace_bytes_per_s=step.pace_bytes_per_s if paced else None,
             not_before_s=part.at_s + step.not_before_s,
-            after=tuple(part.offset + a for a in step.after if running[a]),
-            waits_for=tuple(
-                part.offset + f for f in step.feeds if step.store_and_forward and running[f]
-            ),
+            after=tuple(part.offset + a for a in after),
         )
 
 
 def _starts(part: Stage) -> dict[int, tuple[float, int]]:
-    """Per step: the predicted start its chunks are ordered from (no earlier than
-    ``not_before_s`` and the predicted ends of the steps in ``after``) and its depth in
-    ``after`` chains."""
+    """Per step: the predicted start its chunks are ordered from (after ``not_before_s`` and the
+    predicted ends of the steps in ``after``) and its depth in ``after`` chains."""
     by_id = {s.id: s for s in part.program.steps}
 
     @functools.cache
@@ -251,12 +236,13 @@ def _chunks(
     resharding source's bytes packed into its arena first (:func:`_pack`)."""
     program, key = part.program, part.offset + step.id
     reshards = step.source_layout not in (None, (program.tp, step.rank))
+    from_memory, to_memory = step.source in memory, step.destination in memory
     for unit, off, n in moved:
-        into = step_base(program, step, unit, step.destination, memory) + off
+        into = rank_base(program.unit_bytes, step.rank, unit, memory=to_memory) + off
         if reshards:
             held, src = None, _pack(program, step, source, unit, off, n)
         else:
-            held = step_base(program, step, unit, step.source, memory) + off
+            held = rank_base(program.unit_bytes, step.rank, unit, memory=from_memory) + off
             src = source.bases[unit] + held
         for a, b in equal_chunks(0, n, program.chunk_bytes):
             at = None if held is None else held + a
@@ -268,9 +254,8 @@ def _chunks(
 def _pack(
     program: ScaleProgram, step: StepRecord, source: DeviceJob, unit: int, offset: int, n: int
 ) -> int:
-    """Where in the source's arena a piece resharded from the source's own buffer (another TP
-    degree's) is packed, its copies added to the source's packs; InvalidInputError when the
-    source is loaded by the running program or lacks a byte it would send."""
+    """Where in the source's arena a piece resharded from its own buffer (another TP degree's) is
+    packed, its copies added to the source's packs; InvalidInputError where it cannot be."""
     if not source.filled or step.source_layout is None:
         raise InvalidInputError(
             f"{step.source!r} reshards its buffer for the replan, but the running program loads it"

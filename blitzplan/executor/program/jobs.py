@@ -1,21 +1,12 @@
-"""From checked programs (and a replan taking one over) to one job per device.
-
-Every step is cut into chunks of the document's ``chunk_bytes`` (equal sizes, to a byte), and the
-chunks between two devices in one direction form their *lane*, in one order both ends follow:
-by the chunk's predicted start (a step's chunks spread evenly over its predicted time; a step
-starts no earlier than ``not_before_s`` and the ends of the steps in its ``after``), then the
-step's depth in ``after`` chains, the step and the chunk. Messages between two ranks then match
-by order alone (NCCL has no tags).
+"""A run's programs: what each device holds, and the stages of a program and its replan.
 
 **A replan taking over** (``replan`` with ``at_s``), the data plane's contract for failures: the
 running program's steps stop where the replan's ``held`` says they were. A step into a GPU the
 replan still loads delivers exactly the bytes ``held`` claims there (finishing them when the run
-is behind its prediction) and nothing more; a step into an instance the plan had complete by
-``at_s`` delivers everything; a step into anything else (a relay, a lost GPU) only what a
-continuing step forwards from there. Those bytes stay; the replan's steps start at ``at_s``
-(their times count from it) and send a byte once it is at their source. A run that would leave
-a checked GPU without a byte (a replan whose ``held`` claims one the running program never
-delivers) is refused before any process starts, naming the GPU, the unit and the bytes
+is behind) and nothing more; a step into an instance complete by ``at_s`` delivers everything; a
+step into anything else (a relay, a lost GPU) only what a continuing step forwards from there.
+Those bytes stay; the replan's steps start at ``at_s`` and send a byte once it is at their
+source. A run that would leave a checked GPU without a byte is refused before any process starts
 (:mod:`.devices`).
 """
 
@@ -32,7 +23,8 @@ from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 Piece = tuple[int, int, int]
 """``(unit, offset, length)``: bytes of the unit's rank buffer a step moves."""
-Spans = dict[tuple[str, int], list[tuple[int, int]]]
+Spans = defaultdict[tuple[str, int], list[tuple[int, int]]]
+"""Per (device, unit) byte ranges of its buffer."""
 Buffer = tuple[int, int] | None
 """The ``(tp, rank)`` of the rank buffer a device holds of each unit; None: every rank's buffer
 of the program's layout, back to back (rank ``r`` at ``r * B_u``)."""
@@ -43,22 +35,18 @@ def pieces(step: StepRecord) -> list[Piece]:
     return sorted((u, off, n) for a, b, off, n in step.ranges for u in range(a, b + 1))
 
 
-def step_base(
-    program: ScaleProgram, step: StepRecord, unit: int, device: str, memory: set[str]
-) -> int:
-    """Where the step's rank's buffer of ``unit`` starts in ``device`` (its source or
-    destination)."""
-    return rank_base(program.unit_bytes, step.rank, unit, memory=device in memory)
-
-
 def gpu_ranks(program: ScaleProgram) -> dict[str, int]:
     return {g: r for inst in program.new_instances for r, g in enumerate(inst.gpus)}
 
 
+def complete_gpus(program: ScaleProgram, at_s: float) -> list[str]:
+    """The GPUs of ``program``'s new instances that are complete by ``at_s``."""
+    return [g for i in program.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
+
+
 def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
-    """Every device of the programs, in rank order: holders first (those with weights before
-    the start), then every other source and destination in step order, then new GPUs no step
-    names."""
+    """Every device of the programs, in rank order: holders first (weights before the start),
+    then every other source and destination in step order, then new GPUs no step names."""
     found: list[str] = []
     for program in programs:
         found += [s.source for s in program.steps if s.holder in ("instance", "memory", "disk")]
@@ -69,9 +57,8 @@ def devices_of(programs: Iterable[ScaleProgram]) -> list[str]:
 
 def buffers(program: ScaleProgram) -> dict[str, tuple[Buffer, bool]]:
     """Per device of ``program``, in rank order: its buffer, and whether all of it is there
-    before the start (a serving GPU, host memory or a disk). A serving GPU holds one buffer: of
-    its own TP degree when ``source_layout`` is set, else the new instances' at the step's
-    rank; a new GPU its rank's; host memory, disks and relays every rank's."""
+    before the start. A serving GPU holds one buffer (its ``source_layout``, else the step's
+    rank's); a new GPU its rank's; host memory, disks and relays every rank's."""
     memory, ranks = memory_devices(program.steps), gpu_ranks(program)
     serving: dict[str, tuple[int, int]] = {}
     for step in program.steps:
@@ -146,9 +133,11 @@ def stages(program: ScaleProgram, replan: ScaleProgram | None, at_s: float) -> l
 def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[Piece, ...]]:
     """Per old step, the bytes it still delivers (module docstring)."""
     memory = memory_devices(old.steps)
-    complete = [g for i in old.new_instances if max(i.layer_ready_s) <= at_s for g in i.gpus]
-    need = _held(new)
-    for gpu in complete:
+    need: Spans = defaultdict(list)
+    for gpu, units in held_bytes(new.held, new.unit_bytes).items():
+        for unit, spans in units.items():
+            need[(gpu, unit)] += spans
+    for gpu in complete_gpus(old, at_s):
         for unit, size in enumerate(old.unit_bytes):
             need[(gpu, unit)].append((0, size))
     kept: dict[int, tuple[Piece, ...]] = {}
@@ -160,25 +149,17 @@ def _kept(old: ScaleProgram, new: ScaleProgram, at_s: float) -> dict[int, tuple[
             if now != kept.get(step.id, ()):
                 kept[step.id], changed = now, True
                 if step.holder == "plan":
+                    relay = step.source in memory
                     for unit, off, n in now:
-                        lo = step_base(old, step, unit, step.source, memory) + off
+                        lo = rank_base(old.unit_bytes, step.rank, unit, memory=relay) + off
                         need[(step.source, unit)].append((lo, lo + n))
     return kept
-
-
-def _held(program: ScaleProgram) -> Spans:
-    """The bytes ``held`` says each GPU has, per (GPU, unit)."""
-    found: Spans = defaultdict(list)
-    for gpu, units in held_bytes(program.held, program.unit_bytes).items():
-        for unit, spans in units.items():
-            found[(gpu, unit)] += spans
-    return found
 
 
 def _within(old: ScaleProgram, step: StepRecord, need: Spans, memory: set[str]) -> Iterable[Piece]:
     """The parts of ``step``'s pieces whose destination bytes are in ``need``."""
     for unit, off, n in pieces(step):
-        base = step_base(old, step, unit, step.destination, memory)
+        base = rank_base(old.unit_bytes, step.rank, unit, memory=step.destination in memory)
         for lo, hi in union(need.get((step.destination, unit), [])):
             a, b = max(lo, base + off), min(hi, base + off + n)
             if a < b:

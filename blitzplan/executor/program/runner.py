@@ -1,12 +1,7 @@
-"""Run a ScalePlan's transfer program for real, from its JSON alone (DESIGN.md section 8).
-
-:func:`run_program` reads the document (a ScalePlan or its program export), refuses what this
-executor cannot run before a process starts (InvalidInputError naming the field, step or device),
-builds one job per device (:mod:`.devices`), runs each on a :class:`Workers` process and returns
-what they measured beside what the documents predicted: times in seconds from the run's start, a
-step's start its first byte out and its end its last byte in, a unit ready on a new instance when
-every byte of it is on every GPU. ``relay``, ``nic`` and ``link`` have no counterpart on one
-machine: the step's pace stands for its route.
+"""Run a ScalePlan's transfer program for real, from its JSON alone (DESIGN.md section 8):
+refuse what this executor cannot run before a process starts, run one job per device
+(:mod:`.devices`) on a :class:`Workers` process, return what they measured beside the prediction
+(seconds from the run's start). A step's pace stands for its ``relay``, ``nic`` and ``link``.
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ from pathlib import Path
 
 from blitzplan._checks import is_finite_number
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.program.devices import DeviceJob, checked_gpus, device_jobs
+from blitzplan.executor.program.devices import DeviceJob, device_jobs
 from blitzplan.executor.program.jobs import Stage, check_runnable, stages
 from blitzplan.executor.program.session import DeviceReport, program_job
 from blitzplan.executor.runtime.failures import InjectedFault
@@ -37,8 +32,8 @@ _FULL = re.compile(r'"schema"\s*:\s*"blitzplan\.scaleplan"')
 
 @dataclass(frozen=True)
 class StepResult:
-    """A step (``id`` in its document; ``program`` 1 for a replan's): predicted and measured
-    first byte out and last byte in, the bytes it moved, when its sender was done."""
+    """A step (``program`` 1 for a replan's): predicted and measured first byte out and last
+    byte in, the bytes it moved, when its sender was done."""
 
     program: int
     id: int
@@ -55,8 +50,8 @@ class StepResult:
 
 @dataclass(frozen=True)
 class InstanceResult:
-    """A new instance: per unit its predicted and measured ready time; per GPU per unit
-    whether its buffer is bit-exact."""
+    """A new instance: per unit its predicted and measured ready time (every byte on every GPU);
+    per GPU per unit whether its buffer is bit-exact."""
 
     name: str
     gpus: tuple[str, ...]
@@ -98,9 +93,8 @@ class ProgramRun:
 
 
 def read_program(document: Document) -> ScaleProgram:
-    """The checked program of a document that this executor can run. A full ScalePlan runs as
-    its program export (:func:`~blitzplan.wire.plan_program.plan_program_json`: its plan_id
-    checked), so both are read by one reader with the rules of ``ScalePlan.from_json``."""
+    """The checked program of a document this executor can run; a full ScalePlan is read as its
+    program export (:func:`~blitzplan.wire.plan_program.plan_program_json`)."""
     text = str(document)
     if isinstance(document, Path) or not text.lstrip().startswith("{"):
         if not Path(text).is_file():
@@ -157,31 +151,22 @@ def run_program(
     workers: Workers | None = None,
     fault: InjectedFault | None = None,
 ) -> ProgramRun:
-    """Run the transfer program of ``document`` with seeded weights of its model
-    (:data:`~blitzplan.executor.smallmodel.llama.SEED`); module docstring. ``transport``:
-    ``torch`` or ``nixl``. ``paced``: each step keeps to its ``pace_bytes_per_s``. ``workers``
-    reuses a running pool (its first ranks run the devices); otherwise one is started on
-    ``device`` and ended. ``fault`` kills a device (its rank is the device's index in the run,
-    holders first)."""
+    """Run the transfer program of ``document`` (module docstring). ``paced``: each step keeps to
+    its ``pace_bytes_per_s``. ``workers`` reuses a running pool (its first ranks run the devices);
+    else one runs on ``device``. ``fault`` kills a device (rank: its index, holders first)."""
     parts, jobs = prepare(document, replan=replan, at_s=at_s, transport=transport, paced=paced)
     if fault is not None:
         check_fault(fault, jobs)
+    launched = {job.rank: (program_job, job) for job in jobs}
+    labels = [job.label for job in jobs]
     reports = run_jobs(
-        {job.rank: (program_job, job) for job in jobs},
-        [job.label for job in jobs],
-        workers=workers,
-        device=device,
-        timeout_s=timeout_s,
-        fault=fault,
+        launched, labels, workers=workers, device=device, timeout_s=timeout_s, fault=fault
     )
-    return summarize(parts, jobs, reports, transport=transport)
+    return summarize(parts, jobs, reports)
 
 
 def summarize(
-    parts: list[Stage],
-    jobs: Sequence[DeviceJob],
-    reports: Mapping[int, DeviceReport],
-    transport: str,
+    parts: list[Stage], jobs: Sequence[DeviceJob], reports: Mapping[int, DeviceReport]
 ) -> ProgramRun:
     """A ProgramRun from the devices' reports (by rank)."""
     rank_of = {job.label: job.rank for job in jobs}
@@ -201,7 +186,8 @@ def summarize(
                         out.sent_end_s.get(key, math.nan),
                     )
                 )
-    checked, units = set(checked_gpus(parts)), range(len(parts[0].program.unit_bytes))
+    checked = {job.label for job in jobs if job.check}
+    units = range(len(parts[0].program.unit_bytes))
     found = {i.name: (part, i) for part in parts for i in part.program.new_instances}
     instances = tuple(
         InstanceResult(
@@ -216,10 +202,10 @@ def summarize(
     )
     return ProgramRun(
         parts[-1].program.plan_id,
-        transport,
+        jobs[0].transport,
         max(p.at_s + s.end_s for p in parts for s in p.program.steps),
         tuple(rank_of),
         tuple(steps),
         instances,
-        sum(jobs[rank_of[g]].duplicate_bytes for g in checked),
+        sum(job.duplicate_bytes for job in jobs if job.check),
     )

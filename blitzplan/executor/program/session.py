@@ -1,18 +1,11 @@
 """One device's part of a run: fill its arena, run its one loop over the transport, check.
 
-Before the shared start the device fills its arena with its model's seeded weights and opens its
-end of the transport. After it, one loop polls the transport for writes that have left and
-landed, then posts on each outgoing lane every write that may go, in lane order, up to ``WINDOW``
-in flight per lane. A write may go once the writes that bring its bytes have landed (an unpaced
-relay the transport forwards: before), no faster than its step's pace and not before the step's
-gate: ``not_before_s``, the ends of the steps in ``after`` and, for store-and-forward, of every
-step feeding it. A step in ``after`` ends when its last write has left (one this device sends)
-or landed (one it receives); a step of two other devices when its destination, which saw its
-last write land, says so in the group's store (asked every ``ASK_S``). Idle, it waits in the
-poll, backing off from the transport's ``poll_s`` to its ``idle_s``; with nothing due or heard
-for the transfer timeout, the transport names the oldest open transfer. A device reports ``at``
-(unit, step, chunk) as it starts each unit of a step, where an injected fault fires; a new GPU
-then compares every unit with its rank buffer.
+The loop polls the transport for writes that have left and landed, then posts on each lane every
+write that may go, in lane order, up to ``WINDOW`` in flight: once the writes that bring its bytes
+have landed (an unpaced relay the transport forwards: before), at its step's pace, after the
+step's ``not_before_s`` and the steps in its ``after``. Idle, the loop backs off from the
+transport's ``poll_s`` to its ``idle_s``; with nothing heard for the transfer timeout, the
+transport names the oldest open transfer.
 """
 
 from __future__ import annotations
@@ -43,11 +36,9 @@ ASK_S = 1e-3
 
 @dataclass
 class DeviceReport:
-    """What a device measured, times from the shared start: per sent step its first byte out and
-    its end, per received step its last byte in and its bytes; per unit when it was complete
-    (nan: never), per checked unit whether it is bit-exact."""
+    """What a device measured (times from the shared start): per step its first byte out, ends
+    and bytes; per unit when it was complete (nan: never) and, checked, whether bit-exact."""
 
-    rank: int
     received_bytes: dict[int, int]
     sent_start_s: dict[int, float] = field(default_factory=dict)
     sent_end_s: dict[int, float] = field(default_factory=dict)
@@ -57,16 +48,15 @@ class DeviceReport:
 
 
 class ProgramSession:
-    """One device's arena and transport for one run; ``live``: it tells the parent each unit as
-    it completes (a ``unit`` event: live serving's coordinator computes on it), its loop may run
-    on a thread of its own (:meth:`start`) and another may wait for a unit (:meth:`wait_unit`)."""
+    """One device's arena and transport for one run; ``live``: each unit complete is a ``unit``
+    event for live serving's coordinator, and the loop may run on a thread (:meth:`start`)."""
 
     def __init__(self, ctx: RankContext, job: DeviceJob, *, live: bool = False) -> None:
         self.ctx, self.job, self.live = ctx, job, live
         self.arena = torch.zeros(job.arena_bytes, dtype=torch.uint8, device=ctx.device)
         self._left = Counter(c.step for lane in job.into for c in lane.chunks)
         self._unsent = Counter(c.step for lane in job.out for c in lane.chunks)
-        self.measured = DeviceReport(job.rank, dict.fromkeys(self._left, 0))
+        self.measured = DeviceReport(dict.fromkeys(self._left, 0))
         self.measured.complete_s = [math.nan] * len(job.sizes)
         self.whole = [threading.Event() for _ in job.sizes]
         self.loop: Future[None] | None = None
@@ -89,8 +79,6 @@ class ProgramSession:
         self.transport = open_transport(
             job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
         )
-
-    # --- before the start -------------------------------------------------------------------
 
     def buffer(self, unit: int) -> torch.Tensor:
         return self.arena[self.job.bases[unit] : self.job.bases[unit + 1]]
@@ -134,11 +122,9 @@ class ProgramSession:
             if time.monotonic() > deadline:
                 raise TransferError(Failure(f"timed out waiting for unit {unit}", unit))
 
-    # --- after the start --------------------------------------------------------------------
-
     def run(self) -> None:
-        """The device's loop (module docstring), until every write has left and every chunk
-        has landed."""
+        """The device's loop (after the shared start), until every write has left and every
+        chunk has landed."""
         heard, pause = time.monotonic(), 0.0
         while any(self._left.values()) or any(self._unsent.values()):
             sent, landed = self.transport.poll(pause)
@@ -159,8 +145,7 @@ class ProgramSession:
             pause = max(0.0, min(max(2 * pause, self.transport.poll_s), longest))
 
     def _post_ready(self) -> tuple[bool, float]:
-        """Post every write that may go now; whether one did, and when the next one is due
-        (inf: it waits for bytes or steps, or its lane's window is full)."""
+        """Post every write that may go now; whether one did, when the next is due (inf: none)."""
         posted, due_s = False, math.inf
         for lane in self.job.out:
             while self._flying[lane.peer] < WINDOW and self._next[lane.peer] < len(lane.writes):
@@ -178,15 +163,12 @@ class ProgramSession:
         return posted, due_s
 
     def _due_s(self, write: Write) -> float:
-        """When the write may go: after its step's gate, its bytes and its pace (inf: a step it
-        waits for has not ended, or a byte is not here); the step's first write starts it."""
+        """When the write may go (inf: not known yet); the step's first write starts it."""
         key = write[0].step
         step = self.job.sends[key]
         at_s = self._free_s.get(key)
-        if at_s is None:  # the step's gate (module docstring): inf until those it waits for end
-            ends = [self._end_s(p) for p in step.after]
-            ends += [self.measured.received_end_s.get(p, math.inf) for p in step.waits_for]
-            at_s = max([step.not_before_s, *ends])
+        if at_s is None:  # the step's gate: inf until the steps it waits for end
+            at_s = max([step.not_before_s, *(self._end_s(p) for p in step.after)])
         if step.pace_bytes_per_s is not None or id(write) not in self.transport.relayed:
             landed = self._landed_s.get
             at_s = max([at_s, *(landed(k, math.inf) for k in self._needs[id(write)])])
@@ -197,7 +179,8 @@ class ProgramSession:
         return at_s
 
     def _end_s(self, step: int) -> float:
-        """When a step in ``after`` ended (module docstring; inf: not yet)."""
+        """When a step in ``after`` ended (inf: not yet): its last write out or in here, else as
+        its destination told the store (asked every ``ASK_S``)."""
         if step in self._peer:
             return self.measured.sent_end_s.get(step, math.inf)
         if step in self._left:
@@ -217,27 +200,27 @@ class ProgramSession:
                 self.ctx.at(chunk.unit, chunk.step, (chunk.lo, chunk.hi))
 
     def _sent(self, write: Write, at_s: float) -> None:
-        self._flying[self._peer[write[0].step]] -= 1
-        self._done(self._unsent, write, self.measured.sent_end_s, at_s)
+        step = write[0].step
+        self._flying[self._peer[step]] -= 1
+        self._unsent[step] -= len(write)
+        if not self._unsent[step]:
+            self.measured.sent_end_s[step] = at_s
 
     def _landed(self, write: Write, at_s: float) -> None:
+        """``write`` landed at ``at_s``; its step's end goes to the store for a third device."""
+        step = write[0].step
         self._at(write)
         self._landed_s[self._index[id(write)]] = at_s
         for unit, lo, hi in self._runs[id(write)]:
             self._missing[unit] -= 1
             if not self._missing[unit] and self.job.whole[unit]:
                 self._complete(unit, at_s)
-            self.measured.received_bytes[write[0].step] += hi - lo
-        self._done(self._left, write, self.measured.received_end_s, at_s)
-        if write[0].step in self.job.tells and not self._left[write[0].step]:
-            self.ctx.store.set(f"after/{self.job.run}/{write[0].step}", repr(at_s))
-
-    @staticmethod
-    def _done(left: Counter[int], write: Write, ends: dict[int, float], at_s: float) -> None:
-        """``write``'s chunks done at ``at_s``: at its step's last, the step's end."""
-        left[write[0].step] -= len(write)
-        if left[write[0].step] == 0:
-            ends[write[0].step] = at_s
+            self.measured.received_bytes[step] += hi - lo
+        self._left[step] -= len(write)
+        if not self._left[step]:
+            self.measured.received_end_s[step] = at_s
+            if step in self.job.tells:
+                self.ctx.store.set(f"after/{self.job.run}/{step}", repr(at_s))
 
     def start(self) -> Future[None]:
         """Run the loop on a thread of its own (live serving computes beside it)."""
@@ -252,7 +235,8 @@ class ProgramSession:
             self.loop.result()
 
     def report(self) -> DeviceReport:
-        """The measured times and, on a checked GPU, every unit compared with its buffer."""
+        """Close the transport; the times and, on a checked GPU, whether each unit is bit-exact."""
+        self.transport.close()
         self.measured.bit_exact = tuple(
             np.array_equal(self.buffer(u).cpu().numpy(), w) for u, w in enumerate(self._wanted)
         )
@@ -264,5 +248,4 @@ def program_job(ctx: RankContext, job: DeviceJob) -> DeviceReport:
     session = ProgramSession(ctx, job)
     ctx.ready()
     session.run()
-    session.transport.close()
     return session.report()

@@ -46,10 +46,8 @@ class InjectedFault:
     layer: int
 
     def __post_init__(self) -> None:
-        for key in ("rank", "layer"):
-            object.__setattr__(
-                self, key, check_count(f"fault {key}", getattr(self, key), minimum=0)
-            )
+        object.__setattr__(self, "rank", check_count("fault rank", self.rank, minimum=0))
+        object.__setattr__(self, "layer", check_count("fault layer", self.layer, minimum=0))
 
 
 class Event(NamedTuple):

@@ -1,8 +1,6 @@
-"""Worker processes in one torch.distributed group, run from the parent (DESIGN.md, executor).
-
-One forkserver process per rank, one duplex pipe each, a TCPStore the parent owns. A failure ends
-every process and raises RankFailedError naming the rank, its unit, step and chunk.
-"""
+"""Worker processes in one torch.distributed group: one forkserver process per rank, one duplex
+pipe each, a TCPStore the parent owns. A failure ends every process and raises RankFailedError
+naming the rank, its unit, step and chunk."""
 
 from __future__ import annotations
 
@@ -16,12 +14,7 @@ from typing import Any, NoReturn
 
 from blitzplan._checks import MAX_SECONDS, check_bounded
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.runtime.failures import (
-    Event,
-    Failure,
-    InjectedFault,
-    RankFailedError,
-)
+from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, RankFailedError
 from blitzplan.executor.runtime.worker import (
     STARTUP_TIMEOUT_S,
     Boot,
@@ -51,7 +44,8 @@ class Workers:
         self.labels = list(labels)
         self.closed = False
         """Whether the pool has been ended (by :meth:`close` or a failure)."""
-        self._results: dict[int, Any] = {}
+        self._heard: dict[tuple[str, int], Any] = {}
+        """The data of ``up``, ``ready`` and ``result`` events not waited for yet."""
         timeout = timedelta(seconds=STARTUP_TIMEOUT_S)
         self._store = TCPStore("127.0.0.1", 0, None, True, timeout=timeout, wait_for_workers=False)
         self._conns: list[Connection] = []
@@ -59,8 +53,7 @@ class Workers:
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["__main__", worker_main.__module__])
         self._where: Any = context.Array("q", [-1] * (4 * len(labels)), lock=False)
-        """Per rank its last unit, step and chunk ``[lo, hi)`` (-1: none), written by the rank
-        in shared memory (:meth:`RankContext.at`): still there when it dies."""
+        """Per rank its last unit, step and chunk ``[lo, hi)`` (-1: none), kept when it dies."""
         try:
             for rank in range(len(labels)):
                 boot = Boot(rank, len(labels), self._store.port, device, self.backend, timeout_s)
@@ -72,7 +65,7 @@ class Workers:
                 theirs.close()  # only the worker holds its end: EOF when it exits
                 self._procs.append(proc)
                 self._conns.append(ours)
-            self._wait_for("up", range(len(labels)))
+            self._wait_for("up", range(len(labels)), STARTUP_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
@@ -99,9 +92,9 @@ class Workers:
         self.labels[: len(labels)] = labels
         self._where[:] = [-1] * len(self._where)
         for rank, (job, payload) in jobs.items():
-            self._results.pop(rank, None)
+            self._heard.pop(("result", rank), None)
             self.tell(rank, (job, payload, fault))
-        self._wait_for("ready", jobs)
+        self._wait_for("ready", list(jobs), STARTUP_TIMEOUT_S)
         t0 = time.monotonic() + 0.05
         for rank in jobs:
             self.tell(rank, ("go", t0))
@@ -114,10 +107,7 @@ class Workers:
 
     def collect(self, ranks: Sequence[int]) -> dict[int, Any]:
         """The results of the jobs on ``ranks``, waiting for those not in yet."""
-        while any(rank not in self._results for rank in ranks):
-            if self.next_event(WATCHDOG_FACTOR * self.timeout_s) is None:
-                self.fail_stalled([r for r in ranks if r not in self._results])
-        return {rank: self._results.pop(rank) for rank in ranks}
+        return self._wait_for("result", ranks, WATCHDOG_FACTOR * self.timeout_s)
 
     def next_event(self, timeout_s: float) -> Event | None:
         """The next event within ``timeout_s`` (None if none); raises RankFailedError."""
@@ -132,36 +122,33 @@ class Workers:
                     conn.close()  # the worker exited
                     continue
                 if event.kind == "error":
-                    self._fail(None, event)
-                if event.kind == "result":
-                    self._results[event.rank] = event.data
+                    self._fail(event)
+                if event.kind in ("up", "ready", "result"):
+                    self._heard[(event.kind, event.rank)] = event.data
                 return event
-            if dead := self._dead():
-                self._fail(dead[0], None)
+            if self._dead():
+                self._fail(None)
             if time.monotonic() >= deadline:
                 return None
 
-    def _wait_for(self, kind: str, ranks: Sequence[int] | Mapping[int, Any]) -> None:
-        """Wait for a ``kind`` event from each of ``ranks`` (no other comes before it)."""
-        waiting, deadline = set(ranks), time.monotonic() + STARTUP_TIMEOUT_S
-        while waiting:
-            event = self.next_event(max(0.0, deadline - time.monotonic()))
-            if event is None:
-                self.fail_stalled(sorted(waiting))
-            elif event.kind == kind:
-                waiting.discard(event.rank)
+    def _wait_for(self, kind: str, ranks: Sequence[int], timeout_s: float) -> dict[int, Any]:
+        """The data of a ``kind`` event from each of ``ranks``, ``timeout_s`` after one another."""
+        while missing := [rank for rank in ranks if (kind, rank) not in self._heard]:
+            if self.next_event(timeout_s) is None:
+                self.fail_stalled(missing)
+        return {rank: self._heard.pop((kind, rank)) for rank in ranks}
 
     def _dead(self) -> list[int]:
         return [rank for rank, proc in enumerate(self._procs) if proc.exitcode is not None]
 
-    def _fail(self, dead: int | None, report: Event | None) -> None:
-        """Raise for the culprit: a dead process (waiting a moment for one), else the peer a
-        failed transfer names, else the rank that failed."""
+    def _fail(self, report: Event | None) -> None:
+        """Raise for the culprit: a dead process (after a failed transfer, waiting a moment for
+        one), else the peer the ``report`` names, else the rank that failed."""
         failure: Failure | None = None if report is None else report.data
         deadline = time.monotonic() + GRACE_S
-        while dead is None and time.monotonic() < deadline:
+        while not self._dead() and time.monotonic() < deadline:
             time.sleep(POLL_S)
-            dead = next(iter(self._dead()), None)
+        dead = next(iter(self._dead()), None)
         said = ""
         if report is not None and failure is not None:
             said = f"; rank {report.rank} ({self.labels[report.rank]}) reported: {failure.message}"
@@ -197,8 +184,7 @@ class Workers:
         raise RankFailedError(message, rank=rank, label=self.labels[rank], at=at)
 
     def close(self) -> None:
-        """End every process at once (SIGKILL: an idle worker holds nothing that needs an
-        orderly exit)."""
+        """End every process at once (SIGKILL: an idle worker holds nothing to save)."""
         if self.closed:
             return
         self.closed = True
@@ -223,9 +209,8 @@ def run_jobs(
     fault: InjectedFault | None = None,
     drive: Callable[[Workers, float], None] | None = None,
 ) -> dict[int, Any]:
-    """Run ``jobs`` on ``workers`` (else on a pool of ``labels`` started on ``device`` and ended
-    after): launch them, ``drive(pool, t0)`` while they run (live serving's coordinator), and
-    return their results by rank."""
+    """Run ``jobs`` on ``workers`` (else on a pool of ``labels`` started on ``device``), calling
+    ``drive(pool, t0)`` while they run (live serving's coordinator); their results by rank."""
     pool = workers or Workers(labels, device=device, timeout_s=timeout_s)
     try:
         t0 = pool.launch(jobs, labels=labels, fault=fault)

@@ -26,7 +26,7 @@ from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, T
 DEVICES = ("cpu", "cuda")
 """Where a run's buffers live (default ``cpu``)."""
 STARTUP_TIMEOUT_S = 180.0
-"""Seconds allowed for every rank to join the group."""
+"""Seconds allowed for every rank to join the group, and to get ready for a job."""
 SWITCH_INTERVAL_S = 1e-4
 """GIL switch interval in the workers: transfer threads must not wait for a compute thread."""
 TCPStore: Any = dist.TCPStore  # type: ignore[attr-defined]  # public, but not re-exported
@@ -79,16 +79,14 @@ class RankContext:
         """Tell the parent now, from whichever thread has it."""
         with self._lock:
             try:
-                # plain pickle: Connection.send makes a ForkingPickler (a copy of every
-                # reducer torch registers) per message
+                # plain pickle: Connection.send makes a ForkingPickler per message (slow)
                 self._conn.send_bytes(pickle.dumps(Event(self.rank, kind, data)))
             except OSError:
                 os._exit(1)  # the parent has gone
 
     def at(self, unit: int, step: int = -1, chunk: tuple[int, int] = (-1, -1)) -> None:
-        """Where this rank is: ``unit`` (of ``step``, bytes ``chunk``), in the parent's shared
-        memory (a failure names it; no message, no syscall); the job's injected fault for
-        ``unit`` fires here (on the calling thread)."""
+        """Where this rank is (``unit``, ``step``, ``chunk``), in the parent's shared memory (no
+        message, no syscall); the job's injected fault for ``unit`` fires here."""
         self._where[4 * self.rank : 4 * self.rank + 4] = [unit, step, *chunk]
         fault = self.fault
         if fault is not None and fault.rank == self.rank and fault.layer == unit:
@@ -177,7 +175,7 @@ def _serve(ctx: RankContext) -> None:
         try:
             ctx.emit("result", job(ctx, payload))
         except Exception as exc:
-            failure = Failure(f"{type(exc).__name__}: {exc}", getattr(exc, "unit", None))
+            failure = Failure(f"{type(exc).__name__}: {exc}")
             ctx.emit("error", exc.failure if isinstance(exc, TransferError) else failure)
             break
     while True:

@@ -1,15 +1,10 @@
 """Live serving's worker jobs: the pair's two instances, and the layer times it is planned with.
 
-The *new instance* receives the model's units as its part of the transfer program lands them and
-runs what the coordinator says: ``("run", batch, first_layer, count)`` runs that many layers of a
-batch (the embedding before layer 1, the head with layer ``L``), each once its layer is here, and
-keeps the activation (its bytes go to the coordinator with the batch's end); ``("end",)`` ends.
-The *old instance* holds the full model (seeded) and runs ``("run", batch,
-first_layer, activation)``: from the activation the coordinator passes on (None at layer 1), the
-remaining layers and the head. Both report each operation's start and end (the new instance:
-each layer's) and the logits of every batch they finish; the old instance returns every
-prompt's logits from the monolithic model, the reference.
-:func:`measured_compute` times the decoder layers on the workers first.
+The *new instance* runs ``("run", batch, first_layer, count)``: that many layers of a batch (the
+embedding before layer 1, the head with layer ``L``), each once the program has landed it, keeping
+the activation; ``("end",)`` ends. The *old instance* holds the whole model (seeded) and runs
+``("run", batch, first_layer, activation)``: the remaining layers and the head. Both report each
+operation's times and a finished batch's logits; the old instance returns the reference logits.
 """
 
 from __future__ import annotations
@@ -40,6 +35,9 @@ from blitzplan.models import ModelSpec
 
 Prompts = tuple[tuple[int, ...], ...]
 """Every batch's token ids (one request per batch)."""
+PROBE_TOKENS, PROBE_ROUNDS = (1, 64, 128, 192, 256), 5
+"""The token counts :func:`measured_compute` times a decoder layer at, the rounds it takes the
+median of."""
 
 
 def _logits(logits: torch.Tensor) -> tuple[float, ...]:
@@ -53,8 +51,7 @@ class _NewInstance:
         self.ctx, self.prompts = ctx, prompts
         self.dims = model_dims(transfer.spec)
         self.session = ProgramSession(ctx, transfer, live=True)
-        longest = max(len(p) for p in prompts)
-        self.rope = rope_tables(self.dims, max_positions=longest, device=ctx.device)
+        self.rope = rope_tables(self.dims, max_positions=max(map(len, prompts)), device=ctx.device)
         self.units: dict[int, Weights] = {}
         self.kept: dict[int, torch.Tensor] = {}
 
@@ -92,37 +89,28 @@ class _NewInstance:
             kept = hidden.cpu().contiguous().view(torch.uint8).numpy().tobytes()
         ctx.emit("new_done", (batch, ops, logits, kept))
 
-    def next_run(self) -> tuple[int, int, int] | None:
-        """The next run (None at the end), failing fast when the rank's transfer has failed."""
-        while (message := self.ctx.command(0.05)) is None:
-            self.session.check()
-        return None if message[0] == "end" else message[1:]
-
 
 def new_instance_job(ctx: RankContext, plan: tuple[Prompts, DeviceJob]) -> DeviceReport:
-    """The new instance's worker (``plan``: the prompts, its part of the program): receive
-    units, run what the coordinator says, report."""
+    """The new instance's worker (``plan``: the prompts, its part of the program)."""
     instance = _NewInstance(ctx, *plan)
     ctx.ready()
     loop = instance.session.start()
-    while (item := instance.next_run()) is not None:
-        instance.run(*item)
+    while (message := ctx.command(0.05)) is None or message[0] == "run":
+        if message is None:
+            instance.session.check()  # fail fast when the rank's transfer has failed
+        else:
+            instance.run(*message[1:])
     loop.result()
-    instance.session.transport.close()
     return instance.session.report()
 
 
 def old_instance_job(
     ctx: RankContext, plan: tuple[Prompts, ModelSpec]
 ) -> tuple[tuple[float, ...], ...]:
-    """The old instance's worker (``plan``: the prompts, the model): make the full model,
-    compute the reference (returned), serve blocks (from the activation the coordinator
-    passes on, unless at layer 1)."""
+    """The old instance's worker (``plan``: the prompts, the model); returns the reference."""
     token_ids, spec = plan
     dims = model_dims(spec)
-    units = []
-    for u in range(spec.num_units):
-        units.append({k: t.to(ctx.device) for k, t in init_unit(dims, u).items()})
+    units = [init_unit(dims, u, device=ctx.device) for u in range(spec.num_units)]
     rope = rope_tables(dims, max_positions=max(map(len, token_ids)), device=ctx.device)
     prompts = [torch.tensor(ids, device=ctx.device) for ids in token_ids]
     reference = tuple(_logits(forward(dims, units, ids, rope)) for ids in prompts)
@@ -144,17 +132,11 @@ def old_instance_job(
     return reference
 
 
-def layer_times_job(
-    ctx: RankContext, plan: tuple[ModelSpec, tuple[int, ...], int]
-) -> tuple[float, ...]:
-    """Median seconds of one decoder layer at each token count of ``(spec, tokens, repeats)``,
-    round-robin over the counts (so load elsewhere hits every size alike)."""
-    spec, tokens, repeats = plan
-    dims = model_dims(spec)
-    layers = [
-        {k: v.to(ctx.device) for k, v in init_unit(dims, u).items()}
-        for u in range(1, dims.layers + 1)
-    ]
+def layer_times_job(ctx: RankContext, spec: ModelSpec) -> tuple[float, ...]:
+    """Median seconds of one decoder layer at each of PROBE_TOKENS, round-robin over them (so
+    load elsewhere hits every size alike)."""
+    dims, tokens = model_dims(spec), PROBE_TOKENS
+    layers = [init_unit(dims, u, device=ctx.device) for u in range(1, dims.layers + 1)]
     rope = rope_tables(dims, max_positions=max(tokens), device=ctx.device)
     generator = torch.Generator().manual_seed(0)
     hidden = [
@@ -162,7 +144,7 @@ def layer_times_job(
     ]
     ctx.ready()
     times: list[list[float]] = [[] for _ in tokens]
-    for round_ in range(repeats + 1):  # the first round warms up
+    for round_ in range(PROBE_ROUNDS + 1):  # the first round warms up
         for k, h in enumerate(hidden):
             start = time.monotonic()
             decoder_layer(dims, layers[(round_ + k) % len(layers)], h, rope)
@@ -173,21 +155,16 @@ def layer_times_job(
 
 
 def measured_compute(
-    workers: Workers,
-    spec: ModelSpec,
-    ranks: tuple[int, int],
-    *,
-    tokens: tuple[int, ...] = (1, 64, 128, 192, 256),
-    repeats: int = 5,
+    workers: Workers, spec: ModelSpec, ranks: tuple[int, int]
 ) -> TableComputeModel:
     """Layer times on ``ranks`` at once as a table model: the slower rank's medians, never faster
     with more tokens (decode taken as a one-token prefill, the head as free)."""
-    workers.launch({rank: (layer_times_job, (spec, tokens, repeats)) for rank in ranks})
+    workers.launch({rank: (layer_times_job, spec) for rank in ranks})
     found = workers.collect(list(ranks))
-    layer_s = [max(found[r][k] for r in ranks) for k in range(len(tokens))]
+    layer_s = [max(found[r][k] for r in ranks) for k in range(len(PROBE_TOKENS))]
     layer_s = [max(layer_s[: k + 1]) for k in range(len(layer_s))]
     return TableComputeModel(
-        prefill_tokens=list(tokens),
+        prefill_tokens=list(PROBE_TOKENS),
         prefill_s=layer_s,
         decode_batch_sizes=[1],
         decode_context_lens=[0],

@@ -1,13 +1,8 @@
-"""A document's live pair served for real, driven by the relay state machine.
-
-:func:`serve_live` runs the document's transfer program and, beside it, the pair: its new TP1
-instance computes on layers as they land, its old instance is one more process with the whole
-model (:mod:`.pair_jobs`). A :class:`Coordinator` drives them as the offline loop and the
-simulator drive theirs: it holds a :class:`~blitzplan.live.relay.RelayState`, asks the policy
-what each idle instance runs next and feeds the state what the processes measure. It asks only
-where the loop would (the state changed or something fell due), so that a time-dependent rule
-decides on the protocol, not on the polling period. Every batch's logits are compared with the
-monolithic model's.
+"""A document's live pair served for real: :func:`serve_live` runs the document's program and,
+beside it, the pair (:mod:`.pair_jobs`), its new TP1 instance computing on layers as they land. A
+:class:`Coordinator` drives the two as the offline loop drives its
+:class:`~blitzplan.live.relay.RelayState`, with measured times: it asks the policy only where the
+loop would (the state changed or something fell due), not every polling period.
 """
 
 from __future__ import annotations
@@ -43,9 +38,8 @@ HANDOFF_BYTES_PER_S = 1e9
 
 
 class Coordinator:
-    """The relay state, the policy, and the two processes it drives (one new, one old) through
-    the ``workers`` it runs with (a Workers pool, or anything with its ``timeout_s``, ``tell``,
-    ``next_event`` and ``fail_stalled``)."""
+    """The relay state, the policy and the two processes it drives through ``workers`` (a pool,
+    or anything with its ``timeout_s``, ``tell``, ``next_event`` and ``fail_stalled``)."""
 
     def __init__(
         self,
@@ -148,12 +142,9 @@ class Coordinator:
 
 @dataclass(frozen=True)
 class LiveRun:
-    """What one live run measured (seconds from the common start) beside the document.
-
-    ``split``, ``new_ops``, ``old_ops`` and ``completion_s`` as in a Schedule, measured;
-    ``predicted_s`` the document's predicted completion per batch; ``unit_arrival_s`` when each
-    unit was complete on the new instance; ``logit_diff[i]`` the largest absolute difference
-    between batch ``i``'s logits and the monolithic model's; ``transfer`` the program's run."""
+    """What one live run measured beside the prediction: ``split``, ``new_ops``, ``old_ops`` and
+    ``completion_s`` as in a Schedule; ``unit_arrival_s`` per unit on the new instance; per batch
+    the largest absolute logit difference from the monolithic model's."""
 
     policy: str
     release_s: tuple[float, ...]
@@ -184,9 +175,8 @@ class LiveRun:
 def _pair(
     program: ScaleProgram, index: int, requests: Mapping[str, int]
 ) -> tuple[PairRecord, NewInstanceInfo, list[int]]:
-    """Live pair ``index`` of the document, its new instance and its requests' prompt lengths, if
-    the executor serves it: TP1, one request per batch, every request's length given, a known
-    policy."""
+    """Live pair ``index``, its new instance and its requests' prompt lengths, if the executor
+    serves it: TP1, one request per batch, every request's length given, a known policy."""
     pairs = program.live_pairs
     if not 0 <= index < len(pairs):
         raise InvalidInputError(f"pair must be in 0..{len(pairs) - 1}, got {index!r}")
@@ -217,11 +207,9 @@ def serve_live(
     """Run ``document``'s program and serve its live pair ``pair`` (module docstring).
 
     ``requests`` gives each queued request id its prompt length (token ids are drawn, seeded);
-    ``compute`` the layer times the prediction uses (activations handed over at
-    HANDOFF_BYTES_PER_S). ``workers`` reuses a pool of at least the
-    program's devices plus one (the old instance runs on the rank after them); otherwise one is
-    started on ``device`` and ended. A rank that dies or stalls raises RankFailedError naming
-    it, after every process has been ended."""
+    ``compute`` the layer times the prediction uses. ``workers`` reuses a pool of at least the
+    program's devices plus one (the old instance's); otherwise one is started on ``device``. A
+    rank that dies or stalls raises RankFailedError naming it, every process ended."""
     parts, jobs = prepare(document, transport=transport)
     program = parts[0].program
     chosen, new, tokens = _pair(program, pair, requests)
@@ -239,12 +227,7 @@ def serve_live(
     policy = POLICIES[chosen.policy]()
     coordinator = Coordinator(policy, instance, (new_rank, old_rank))
     results = run_jobs(
-        launched,
-        names,
-        workers=workers,
-        device=device,
-        timeout_s=timeout_s,
-        drive=coordinator.run,
+        launched, names, workers=workers, device=device, timeout_s=timeout_s, drive=coordinator.run
     )
     reference = results.pop(old_rank)
     diffs = tuple(
@@ -261,5 +244,5 @@ def serve_live(
         completion_s=tuple(coordinator.completion),
         unit_arrival_s=tuple(results[new_rank].complete_s),
         logit_diff=diffs,
-        transfer=summarize(parts, jobs, results, transport=transport),
+        transfer=summarize(parts, jobs, results),
     )

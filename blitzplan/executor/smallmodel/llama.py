@@ -1,9 +1,8 @@
-"""A small Llama-style decoder in plain torch, as functions over dicts of weights.
+"""A small Llama-style decoder in plain torch, as functions over dicts of weights, prefill only.
 
 RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP, shaped by a
-:class:`~blitzplan.models.ModelSpec` and cut into the planner's units: 0 the embedding, ``1..L``
-the decoder layers, ``L + 1`` the final norm and the lm_head. A unit's tensors are those of its TP1
-rank buffer (:func:`blitzplan.layout`), keyed by :func:`short_name`. Prefill only.
+:class:`~blitzplan.models.ModelSpec` and cut into the planner's units (0 the embedding, ``1..L``
+the layers, ``L + 1`` the final norm and the lm_head), each keyed by :func:`short_name`.
 """
 
 from __future__ import annotations
@@ -85,15 +84,17 @@ def short_name(name: str) -> str:
     return re.sub(r"^model\.(layers\.\d+\.)?", "", name)
 
 
-def init_unit(dims: Dims, unit: int, *, seed: int = SEED) -> Weights:
-    """Seeded weights of one unit: normal(0, INIT_STD) matrices, norms near 1. The generator is
-    seeded from ``(seed, unit)``, so any unit can be made alone, in any order."""
+def init_unit(
+    dims: Dims, unit: int, *, seed: int = SEED, device: torch.device | str = "cpu"
+) -> Weights:
+    """Seeded weights of one unit (on ``device``): normal(0, INIT_STD) matrices, norms near 1.
+    The generator is seeded from ``(seed, unit)``, so any unit can be made alone, in any order."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + unit)
     weights: Weights = {}
     for tensor in layout(dims.spec, 1).units[unit].tensors:
         noise = torch.randn(tensor.shape, generator=generator)
         values = 1.0 + 0.1 * noise if len(tensor.shape) == 1 else INIT_STD * noise
-        weights[short_name(tensor.name)] = values.to(dims.dtype)
+        weights[short_name(tensor.name)] = values.to(dims.dtype).to(device)
     return weights
 
 
@@ -130,10 +131,6 @@ def rope_tables(dims: Dims, *, max_positions: int, device: torch.device | None =
     return both.cos().to(device), both.sin().to(device)
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.rms_norm(x, weight.shape, weight, eps)
-
-
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Apply the rotary embedding to ``x`` of shape (heads, tokens, head_dim)."""
     first, second = x.chunk(2, dim=-1)
@@ -162,17 +159,17 @@ def decoder_layer(
     dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor, rope: Rope
 ) -> torch.Tensor:
     """One pre-norm decoder layer over a request's hidden states (tokens, hidden)."""
-    eps = dims.rms_norm_eps
-    x = _rms_norm(hidden, w["input_layernorm.weight"], eps)
+    shape, eps = (dims.hidden,), dims.rms_norm_eps
+    x = F.rms_norm(hidden, shape, w["input_layernorm.weight"], eps)
     hidden = hidden + _attention(dims, w, x, rope)
-    x = _rms_norm(hidden, w["post_attention_layernorm.weight"], eps)
+    x = F.rms_norm(hidden, shape, w["post_attention_layernorm.weight"], eps)
     gate = F.silu(F.linear(x, w["mlp.gate_proj.weight"])) * F.linear(x, w["mlp.up_proj.weight"])
     return hidden + F.linear(gate, w["mlp.down_proj.weight"])
 
 
 def final_logits(dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
     """Logits (vocab,) of the request's last position: final norm, then the lm_head."""
-    last = _rms_norm(hidden[-1:], w["norm.weight"], dims.rms_norm_eps)
+    last = F.rms_norm(hidden[-1:], (dims.hidden,), w["norm.weight"], dims.rms_norm_eps)
     return F.linear(last, w["lm_head.weight"])[0]
 
 

@@ -1,13 +1,9 @@
 """Transports: how the chunks of one step move from the source's arena into the destination's.
 
-Both ends of a pair of devices know every chunk between them in advance, in one order, and which
-chunks move together as one message (their :class:`Lane`'s writes). The device's one loop calls
-:meth:`Transport.post` to start a write and :meth:`Transport.poll` for what happened since: the
-writes that have left and those that have landed, each with when it did (waiting up to ``wait_s``
-for one). A write in :attr:`Transport.relayed` may be posted before its bytes are here: it leaves as
-the write that brings them lands. Nothing else blocks; the rest is the runner's (DESIGN.md
-section 8). A failing transport raises ``TransferError`` naming the peer, the step and the chunk;
-:meth:`Transport.stalled` names the oldest transfer still open.
+Both ends of a pair of devices know every chunk between them, in one order, and which chunks move
+together as one message (their :class:`Lane`'s writes). The device's loop posts writes and polls
+for those that have left and landed; a write in ``relayed`` may be posted before its bytes are
+here. A failing transport raises ``TransferError`` naming the peer, the step and the chunk.
 """
 
 from __future__ import annotations
@@ -35,10 +31,9 @@ TRANSPORTS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Chunk:
-    """Bytes ``[lo, hi)`` of ``unit``'s buffer at the receiver, moved by ``step`` (a key unique in
-    the run) from offset ``src`` of the sender's arena to ``dst`` of the receiver's. ``held`` is
-    where the bytes sit in the sender's own unit buffer (it sends them once they are there), None
-    when they were packed into the arena before the start."""
+    """Bytes ``[lo, hi)`` of ``unit``'s buffer at the receiver, moved by ``step`` (unique in the
+    run) from offset ``src`` of the sender's arena to ``dst`` of the receiver's; ``held``: where
+    they sit in the sender's unit buffer (None: packed into the arena before the start)."""
 
     step: int
     unit: int
@@ -65,9 +60,8 @@ Done = tuple[Write, float]
 
 def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
     """The chunks' bytes as runs ``(unit, lo, hi)`` of contiguous chunks at ``end``: ``src`` or
-    ``dst``, offsets in the sender's or the receiver's arena (a run may span units; its first
-    unit); ``lo`` or ``held``, offsets in the unit's buffer at the receiver or the sender (none
-    where the bytes were packed before the start)."""
+    ``dst`` in the sender's or receiver's arena (a run may span units), ``lo`` or ``held`` in the
+    unit's buffer at the receiver or the sender (none where packed before the start)."""
     found: list[tuple[int, int, int]] = []
     for chunk in chunks:
         if (lo := getattr(chunk, end)) is None:
@@ -82,8 +76,8 @@ def runs(chunks: Sequence[Chunk], end: str) -> list[tuple[int, int, int]]:
 
 @dataclass(frozen=True)
 class Lane:
-    """Every chunk between this device and ``peer`` in one direction as ``writes``, in the order
-    both ends send and receive them."""
+    """Every chunk between this device and ``peer`` in one direction, as ``writes`` in the order
+    both ends follow."""
 
     peer: int
     writes: tuple[Write, ...]
@@ -98,8 +92,8 @@ def writes(lanes: Sequence[Lane]) -> list[Write]:
 
 
 class Transport(Protocol):
-    """What the program runner asks of a transport (module docstring); an idle loop's polls wait
-    from ``poll_s`` up to ``idle_s`` (both short where bytes move only while polled)."""
+    """What the program runner asks of a transport; an idle loop's polls wait from ``poll_s`` up
+    to ``idle_s``. ``stalled`` names the oldest transfer still open."""
 
     poll_s: float
     idle_s: float
@@ -107,18 +101,14 @@ class Transport(Protocol):
     """Per relay sent (by id), the write received here that brings its bytes (by id)."""
 
     def post(self, peer: int, write: Write) -> None: ...
-
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]: ...
-
     def stalled(self) -> TransferError: ...
-
     def close(self) -> None: ...
 
 
 def check_transport(name: str) -> str:
-    """``name`` if it is a transport that runs here; InvalidInputError or SolverUnavailableError
-    (with the install line) otherwise. NIXL is looked for, not imported: only the workers load
-    it (its bundled abseil and protobuf would clash with OR-Tools' in the caller's process)."""
+    """``name`` if it is a transport that runs here. NIXL is looked for, not imported: only the
+    workers load it (its bundled abseil and protobuf would clash with OR-Tools' in the caller)."""
     if name not in TRANSPORTS:
         raise InvalidInputError(f"transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
     if name == "nixl" and importlib.util.find_spec("nixl_cu12") is None:
@@ -137,9 +127,8 @@ def open_transport(
     out: Sequence[Lane],
     into: Sequence[Lane],
 ) -> Transport:
-    """This device's end of transport ``name`` for one run (``run`` names it, unique), with its
-    lanes ``out`` (it writes) and ``into`` (it receives). Every device of the run opens its end
-    at the same time (before the shared start)."""
+    """This device's end of transport ``name`` for run ``run`` (a unique name), writing on its
+    lanes ``out`` and receiving on ``into``; every device opens its end before the shared start."""
     if name == "nixl":
         from blitzplan.executor.transports.nixl_write import NixlTransport
 

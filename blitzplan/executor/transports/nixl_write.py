@@ -2,11 +2,9 @@
 
 Every device makes a UCX-backed NIXL agent without a progress thread (it spins a core; polls
 drive progress) or metadata listener (it binds every interface), registers its arena (DRAM or
-VRAM) and publishes its metadata in the group's TCPStore. A sender prepares every chunk's
-descriptors per lane before the start; a write is one prepared WRITE with one notification,
-``b"<step>:<dst>"`` of each of its chunks joined by ``;``. UCX stays on loopback (and TCP on the
-CPU) unless ``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise; ``add_remote_agent``'s bytes are
-decoded.
+VRAM) and publishes its metadata in the group's TCPStore; a sender prepares its lanes'
+descriptors before the start. UCX stays on loopback (and TCP on the CPU) unless
+``UCX_NET_DEVICES`` / ``UCX_TLS`` say otherwise.
 """
 
 from __future__ import annotations
@@ -27,15 +25,6 @@ if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
 
 
-def loopback_ucx(device: str) -> None:
-    """Keep UCX on this host (the loopback interface) and, on the CPU, on TCP; NIXL's log to
-    warnings (it logs every agent it makes); a value the environment already sets stays."""
-    os.environ.setdefault("UCX_NET_DEVICES", "lo")
-    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
-    if device == "cpu":
-        os.environ.setdefault("UCX_TLS", "tcp")
-
-
 def _note(write: Write) -> bytes:
     """The notification of a write: ``<step>:<dst>`` of each of its chunks, joined by ``;``."""
     return b";".join(f"{chunk.step}:{chunk.dst}".encode() for chunk in write)
@@ -45,7 +34,7 @@ class NixlTransport:
     """One device's end of a NIXL run (see the module docstring)."""
 
     poll_s, idle_s = 2e-5, 1e-3
-    """Polls drive NIXL's progress: from 20 us apart to one a millisecond."""
+    """Polls drive NIXL's progress: 20 us apart, idle one a millisecond."""
 
     def __init__(
         self,
@@ -56,7 +45,10 @@ class NixlTransport:
         out: Sequence[Lane],
         into: Sequence[Lane],
     ) -> None:
-        loopback_ucx(ctx.device.type)
+        os.environ.setdefault("UCX_NET_DEVICES", "lo")
+        os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # not every agent made
+        if ctx.device.type == "cpu":
+            os.environ.setdefault("UCX_TLS", "tcp")
         from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
 
         self.ctx = ctx
@@ -77,8 +69,7 @@ class NixlTransport:
         )
         self.names: dict[int, str] = {}
         self.lanes: dict[int, tuple[Any, Any, dict[tuple[int, int], int]]] = {}
-        """Per rank written to: the prepared local and remote descriptors, and each chunk's
-        index in them by ``(step, dst)``."""
+        """Per rank written to: the prepared descriptors, each chunk's index by ``(step, dst)``."""
         for lane in out:
             metadata, peer_base, peer_gpu = pickle.loads(ctx.store.get(key + str(lane.peer)))
             name = self.agent.add_remote_agent(metadata)
@@ -112,9 +103,7 @@ class NixlTransport:
 
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
         """Writes that have left (each WRITE's state checked), writes whose notes came; with
-        neither, sleep ``wait_s`` (NIXL drives its progress only in these calls). A WRITE that
-        stays open is named by :meth:`stalled` once the device's loop has heard nothing for the
-        transfer timeout."""
+        neither, sleep ``wait_s``."""
         sent: list[tuple[Any, int, Write]] = []
         still: list[tuple[Any, int, Write]] = []
         for handle, peer, write in self.flying:

@@ -1,24 +1,17 @@
 """The ``torch`` transport: one torch.distributed ``isend``/``irecv`` per write, in lane order.
 
-A write's chunks go as one message (packed when they are not contiguous in the arena, unpacked
-at the receiver, through buffers made before the start). Messages match by order alone (one tag:
-NCCL has none). Under NCCL each direction of a pair has its own communicator (made by every rank
-in one global order, destroyed at the end), so a pair sending both ways never waits on itself.
-A receiver keeps ``WINDOW`` receives posted ahead on each lane.
-
-Every lane has its own thread, made before the start, so that lanes move at once (gloo's
-``isend`` copies the message into the socket on the calling thread): a sender packs and starts
-the lane's writes in order as they are posted (a relay, posted before its bytes are here: once
-the write that brings them lands, sent from where they landed), then waits for the oldest; a
-receiver waits for its writes in order, wakes the lanes that relay one, unpacks it. gloo tells a
-transfer has completed only by a blocking ``wait`` (``is_completed`` stays False until then; a
-wait that times out breaks the pair), in C++ without the GIL; what completes is queued, timed,
-for :meth:`poll`.
+A write's chunks go as one message (packed and unpacked through buffers made before the start
+where they are not contiguous), matched by order alone (NCCL has no tags). Every lane has a thread
+of its own, so that lanes move at once (gloo's ``isend`` copies into the socket on the calling
+thread, and tells a transfer has completed only by a blocking ``wait``): a sender starts the
+lane's writes in order as they are posted (a relay once the write that brings its bytes lands,
+sent from where they landed) and waits for the oldest; a receiver keeps ``WINDOW`` receives
+posted, waits for them in order, wakes the lanes that relay one and unpacks it. What completes is
+queued, timed, for :meth:`poll`.
 """
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 from collections import deque
@@ -37,13 +30,12 @@ if TYPE_CHECKING:
 Moved = tuple[list[torch.Tensor], torch.Tensor]
 """A write's views of the arena and the tensor it is sent from or received into."""
 WINDOW = 16
-"""Receives a receiver keeps posted ahead on each lane: more writes than a sender keeps in flight
-(``session.WINDOW``), since gloo moves a message only once its receive is posted."""
+"""Receives posted ahead on each lane: more than a sender keeps in flight (``session.WINDOW``)."""
 
 
 def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> dict[Any, Any]:
-    """Under NCCL, a communicator per direction of each pair of lanes (module docstring), made
-    in one global order: by the pair's ranks, the lower rank's direction first."""
+    """Under NCCL, a communicator per direction of each pair, made in one global order (by the
+    pair's ranks, the lower rank's direction first) and destroyed at the end."""
     if ctx.backend != "nccl":
         return {}
     pairs = {(ctx.rank, o.peer) for o in out} | {(i.peer, ctx.rank) for i in into}
@@ -90,21 +82,18 @@ class TorchTransport:
 
     def _staging(self, lanes: Sequence[Lane], end: str) -> dict[tuple[str, int], Moved]:
         """Per write of ``lanes`` (by ``(end, id)``) its views of the arena at ``end`` and the
-        tensor on the wire: the one view where it is one view of the arena there, else its part
-        of one buffer made (and its pages touched) before the start, packed or unpacked."""
+        tensor on the wire: its one view, else its part of one buffer made now."""
         views = {id(w): [self.arena[lo:hi] for _, lo, hi in runs(w, end)] for w in writes(lanes)}
         staged = [k for k, v in views.items() if self.arena.device != self.ctx.wire or len(v) > 1]
         sizes = [sum(v.numel() for v in views[k]) for k in staged]
         whole = torch.zeros(sum(sizes), dtype=torch.uint8, device=self.ctx.wire)
-        edges = itertools.pairwise(itertools.accumulate(sizes, initial=0))
-        wire = {k: whole[lo:hi] for k, (lo, hi) in zip(staged, edges, strict=True)}
+        wire = dict(zip(staged, torch.split(whole, sizes), strict=True))
         return {(end, k): (v, wire.get(k, v[0])) for k, v in views.items()}
 
     def _move(self, views: list[torch.Tensor], staged: torch.Tensor, *, pack: bool) -> None:
         """Copy the arena's ``views`` into ``staged`` one after the other (``pack``), or back."""
-        at = itertools.accumulate((v.numel() for v in views), initial=0)
-        for view, lo in zip(views, at, strict=False):
-            part = staged[lo : lo + view.numel()]
+        parts = torch.split(staged, [view.numel() for view in views])
+        for view, part in zip(views, parts, strict=True):
             (part if pack else view).copy_(view if pack else part)
         self.ctx.synchronize()
 
@@ -122,8 +111,7 @@ class TorchTransport:
             self.done.put(exc)
 
     def _sends(self, lane: Lane) -> None:
-        """The lane's sender: start the posted writes in order up to a relay whose bytes have not
-        landed, then wait for the oldest started; until closed with nothing left."""
+        """The lane's sender (module docstring), until closed with nothing left."""
         peer, group = lane.peer, self.groups.get((self.ctx.rank, lane.peer))
         queued, flying, found = self.posted[peer], deque[tuple[Write, Any]](), list[Write]()
         while found or flying or not self.closing:
@@ -150,8 +138,7 @@ class TorchTransport:
                 self.done.put(("sent", (write, self.ctx.now())))
 
     def _receives(self, lane: Lane) -> None:
-        """Keep ``WINDOW`` receives posted ahead (into the arena itself when they can), wait for
-        each in order, unpack a staged one into its places."""
+        """The lane's receiver (module docstring)."""
         group, ahead = self.groups.get((lane.peer, self.ctx.rank)), iter(lane.writes)
         posted: deque[tuple[Write, Any, list[torch.Tensor], torch.Tensor]] = deque()
 
@@ -177,8 +164,7 @@ class TorchTransport:
             post()
 
     def poll(self, wait_s: float) -> tuple[list[Done], list[Done]]:
-        """What the waiters queued (timed as they saw it), waiting up to ``wait_s`` for the first
-        of it."""
+        """What the threads queued, waiting up to ``wait_s`` for the first of it."""
         found: dict[str, list[Done]] = {"sent": [], "landed": []}
         try:
             item = self.done.get(timeout=wait_s) if wait_s > 0 else self.done.get_nowait()
@@ -191,18 +177,15 @@ class TorchTransport:
             return found["sent"], found["landed"]
 
     def stalled(self) -> TransferError:
-        """A waiter names its stalled transfer when its own wait times out."""
+        """A lane's thread names its stalled transfer when its own wait times out."""
         try:
-            item = self.done.get(timeout=self.ctx.timeout_s)
-        except queue.Empty:
-            item = None
-        if isinstance(item, TransferError):
-            return item
+            self.poll(self.ctx.timeout_s)  # raises the failure a thread queued
+        except TransferError as exc:
+            return exc
         return TransferError(Failure(f"no transfer ended in {2 * self.ctx.timeout_s:g} s"))
 
     def close(self) -> None:
-        """End the lanes' threads; destroy this run's NCCL communicators (the default group
-        stays)."""
+        """End the lanes' threads; destroy this run's NCCL communicators."""
         self.closing = True
         for wake in self.wake.values():
             with wake:
