@@ -11,11 +11,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
 from blitzplan.live.relaxation import Restriction
-from blitzplan.live.relaxation_slots import slot_bound
-from blitzplan.live.schedule import lower_bound
+from blitzplan.live.relaxation_slots import priced_orders, slot_bound
+from blitzplan.live.schedule import build_schedule, lower_bound
+from blitzplan.live.slot_prices import SlotPath
+from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 
 
@@ -124,3 +126,45 @@ def _timed(
         start = max(clock, instance.release_s[batch], handed)
         clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
     return completion
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4))
+def test_priced_choices_make_valid_schedules_no_better_than_the_optimum(
+    instance: LiveScalingInstance,
+) -> None:
+    """Property: every step's priced choices, made a schedule by ``priced_orders``, pass the
+    checker, keep each batch's priced split, and serve O in the order of the priced starts;
+    none beats the exhaustive oracle, and the bound, its steps aimed at the best of them, stays
+    at most the oracle's optimum."""
+    assume(count_schedules(instance, old_order="free") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate")
+    values: list[float] = []
+
+    def on_paths(paths: list[SlotPath]) -> float:
+        split, new_sequence, old_sequence = priced_orders(instance, paths)
+        schedule = build_schedule(
+            instance,
+            split,
+            new_sequence,
+            old_sequence,
+            objective="mean_latency",
+            method="exact",
+            backend="bnb",
+            old_order="free",
+            status=SolveStatus.UNKNOWN,
+            solve_s=0.0,
+        )
+        report = validate_schedule(instance, schedule)
+        assert report.ok, report.violations
+        L = instance.num_layers
+        assert split == tuple(L if p.old_start is None else p.split for p in paths)
+        starts = [paths[i].old_start for i in old_sequence]
+        assert starts == sorted(starts)  # type: ignore[type-var]
+        assert schedule.objective >= oracle.objective - _tolerance(oracle.objective)
+        values.append(schedule.objective)
+        return min(values)
+
+    bound, _ = slot_bound(instance, iterations=40, on_paths=on_paths)
+    assert values
+    assert bound <= oracle.objective + _tolerance(oracle.objective)

@@ -48,9 +48,10 @@ from blitzplan.live.relaxation import (
 )
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
-from blitzplan.live.relaxation_slots import slot_bound
+from blitzplan.live.relaxation_slots import priced_orders, slot_bound
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
+from blitzplan.live.slot_prices import SlotPath
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
 __all__ = [
@@ -202,7 +203,10 @@ class _Search:
         start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
         if start.proven():
             return
+        found = start.incumbent
         self._slots()
+        if start.incumbent is not found:  # the priced choices gave a better schedule: polish it
+            start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
         if start.proven():
             return
         budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
@@ -236,17 +240,26 @@ class _Search:
         """The slot bound (mean latency, O's order free) from the incumbent's completions and
         value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left. It bounds every order, so
         under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
-        the free order): it is not run there."""
+        the free order): it is not run there. Every step's priced choices are offered as a
+        schedule (:func:`~blitzplan.live.relaxation_slots.priced_orders`); the steps aim at
+        the best known, and a better schedule so found is polished after."""
         start, best = self.start, self.start.incumbent
         budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
         wanted = start.objective == "mean_latency" and start.old_order == "free"
         if not wanted or not best.has_ops or budget < SLOT_MIN_S:
             return
+        args = (start.objective, start.old_order, start.backend)
+
+        def offer(paths: list[SlotPath]) -> float:
+            start.offer(decode(start.instance, *priced_orders(start.instance, paths), *args))
+            return start.incumbent.objective
+
         bound, _ = slot_bound(
             start.instance,
             upper_bound=best.objective,
             time_limit_s=budget,
             completion_s=best.completion_s,
+            on_paths=offer,
         )
         start.raise_bound(bound)
 
