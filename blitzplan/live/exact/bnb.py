@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
-from blitzplan.live.improve import polish
+from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import (
     OptionsCache,
@@ -49,10 +49,8 @@ from blitzplan.live.relaxation import (
 )
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
-from blitzplan.live.relaxation_slots import priced_orders, slot_bound
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
-from blitzplan.live.slot_prices import SlotPath
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
 __all__ = [
@@ -239,43 +237,15 @@ class _Search:
         value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left. It bounds every order, so
         under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
         the free order): it is not run there. Every step's priced choices are offered as a
-        schedule (:func:`~blitzplan.live.relaxation_slots.priced_orders`) and the steps aim
-        at the best known; the best of them is then polished, better than the incumbent or
-        not (on (80,16) seed 0 from 1.687 to 1.532 in 3 s, where the incumbent was 1.542)."""
+        schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
         start, best = self.start, self.start.incumbent
         budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
         wanted = start.objective == "mean_latency" and start.old_order == "free"
         if not wanted or not best.has_ops or budget < SLOT_MIN_S:
             return
-        args = (start.objective, start.old_order, start.backend)
-        priced = [best]
-
-        def offer(paths: list[SlotPath]) -> float:
-            schedule = decode(start.instance, *priced_orders(start.instance, paths), *args)
-            if priced[0] is best or schedule.objective < priced[0].objective:
-                priced[0] = schedule
-            start.offer(schedule)
-            return start.incumbent.objective
-
-        bound, _ = slot_bound(
-            start.instance,
-            upper_bound=best.objective,
-            time_limit_s=budget,
-            completion_s=best.completion_s,
-            on_paths=offer,
+        priced_search(
+            start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES
         )
-        start.raise_bound(bound)
-        if priced[0] is not best and not start.proven():  # worse or not, a start of its own
-            found = polish(
-                start.instance,
-                priced[0],
-                objective=start.objective,
-                old_order=start.old_order,
-                deadline_s=time.perf_counter() + POLISH_SHARE_OF_LIMIT * start.left_s(),
-                bound=start.bound,
-                max_moves=POLISH_MOVES,
-            )
-            start.offer(decode(start.instance, found.split, found.new, found.old, *args))
 
     def _offer(self, plan: RelaxedPlan, ops: list[NOp], fits_preemptive: bool) -> None:
         """Offer the plan as a schedule: N's order from the sequencer when preemptive N can
