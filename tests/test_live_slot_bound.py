@@ -1,6 +1,7 @@
 """The slot bound (:mod:`blitzplan.live.relaxation_slots`): a small case where it counts both
 instances' capacity, and the bound held against the exhaustive oracle on random tiny instances
-(any O order: it bounds the free order, so FIFO too), with and without a restriction."""
+(any O order: it bounds the free order, so FIFO too), with and without a restriction; the
+schedules its priced choices make (``priced_orders``, ``bnb``'s priced search) are valid."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
+from blitzplan.live.exact.common import finish, start_point
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
+from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
-from blitzplan.live.relaxation_slots import slot_bound
-from blitzplan.live.schedule import lower_bound
+from blitzplan.live.relaxation_slots import priced_orders, slot_bound
+from blitzplan.live.schedule import build_schedule, lower_bound
+from blitzplan.live.slot_prices import SlotPath
+from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 
 
@@ -124,3 +129,71 @@ def _timed(
         start = max(clock, instance.release_s[batch], handed)
         clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
     return completion
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4))
+def test_priced_choices_make_valid_schedules_no_better_than_the_optimum(
+    instance: LiveScalingInstance,
+) -> None:
+    """Property: every step's priced choices, made a schedule by ``priced_orders``, pass the
+    checker, keep each batch's priced split, and serve O in the order of the priced starts;
+    none beats the exhaustive oracle, and the bound, its steps aimed at the best of them, stays
+    at most the oracle's optimum."""
+    assume(count_schedules(instance, old_order="free") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate")
+    values: list[float] = []
+
+    def on_paths(paths: list[SlotPath]) -> float:
+        split, new_sequence, old_sequence = priced_orders(instance, paths)
+        schedule = build_schedule(
+            instance,
+            split,
+            new_sequence,
+            old_sequence,
+            objective="mean_latency",
+            method="exact",
+            backend="bnb",
+            old_order="free",
+            status=SolveStatus.UNKNOWN,
+            solve_s=0.0,
+        )
+        report = validate_schedule(instance, schedule)
+        assert report.ok, report.violations
+        L = instance.num_layers
+        assert split == tuple(L if p.old_start is None else p.split for p in paths)
+        starts = [paths[i].old_start for i in old_sequence]
+        assert starts == sorted(starts)  # type: ignore[type-var]
+        assert schedule.objective >= oracle.objective - _tolerance(oracle.objective)
+        values.append(schedule.objective)
+        return min(values)
+
+    bound, _ = slot_bound(instance, iterations=40, on_paths=on_paths)
+    assert values
+    assert bound <= oracle.objective + _tolerance(oracle.objective)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(instances(max_layers=3, max_batches=4))
+def test_the_priced_search_keeps_a_valid_schedule_and_bound(instance: LiveScalingInstance) -> None:
+    """Property: ``bnb``'s priced search (slot bound, priced schedules, polish) leaves an
+    incumbent that the checker passes and no better than the oracle's optimum, and a bound no
+    higher than it."""
+    assume(count_schedules(instance, old_order="free") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate")
+    start = start_point(
+        instance,
+        objective="mean_latency",
+        old_order="free",
+        backend="bnb",
+        time_limit_s=None,
+        hint=schedule_live(instance, method="zigzag"),
+        relax=False,
+    )
+    priced_search(start, budget_s=0.5, polish_share=0.5, moves=200)
+    found = finish(start)
+    report = validate_schedule(instance, found)
+    assert report.ok, report.violations
+    tolerance = _tolerance(oracle.objective)
+    assert oracle.objective - tolerance <= found.objective
+    assert start.bound <= oracle.objective + tolerance

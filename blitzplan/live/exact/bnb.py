@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
+from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import (
     OptionsCache,
@@ -48,7 +49,6 @@ from blitzplan.live.relaxation import (
 )
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
-from blitzplan.live.relaxation_slots import slot_bound
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
@@ -236,19 +236,16 @@ class _Search:
         """The slot bound (mean latency, O's order free) from the incumbent's completions and
         value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left. It bounds every order, so
         under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
-        the free order): it is not run there."""
+        the free order): it is not run there. Every step's priced choices are offered as a
+        schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
         start, best = self.start, self.start.incumbent
         budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
         wanted = start.objective == "mean_latency" and start.old_order == "free"
         if not wanted or not best.has_ops or budget < SLOT_MIN_S:
             return
-        bound, _ = slot_bound(
-            start.instance,
-            upper_bound=best.objective,
-            time_limit_s=budget,
-            completion_s=best.completion_s,
+        priced_search(
+            start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES
         )
-        start.raise_bound(bound)
 
     def _offer(self, plan: RelaxedPlan, ops: list[NOp], fits_preemptive: bool) -> None:
         """Offer the plan as a schedule: N's order from the sequencer when preemptive N can
