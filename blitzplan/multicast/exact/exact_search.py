@@ -205,7 +205,7 @@ def exact_plan(
     left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
     searched = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
-    left = None if time_limit_s is None else 0.95 * limit - (time.perf_counter() - began)
+    left = None if time_limit_s is None else 0.92 * limit - (time.perf_counter() - began)
     built = sliced_refinement(problem, plans, objective, left)
     bound = lower_bound(problem, objective)
     if strong is not None and strong.bound_s > bound:

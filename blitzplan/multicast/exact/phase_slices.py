@@ -51,6 +51,8 @@ _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
 SLICES = (4, 8, 16, 32)
 """The slice counts :func:`sliced_refinement` tries, in turn."""
+_MARGIN = 1.5
+"""A slicing's predicted time: this many times the slowest per lane and slice so far."""
 STAGGERED_SLICES = (16, 32, 64, 128)
 """The staggered slice counts it tries then (a hop ``d`` deep ends ``d`` slices later, so
 staggering pays only once slices are thin)."""
@@ -228,9 +230,9 @@ def sliced_refinement(
     link (:func:`phases_apart`). Each count is tried on every candidate before the next count:
     the plan that times fastest in one phase is often not the one that slices best (it may
     have more hops, or hops of mixed depths on one link). A slicing is not started when, at
-    its predicted time (a candidate's last slicing scaled by the slice count), it would not end
-    within ``time_left_s`` (None: no clock, all tried); one whose waits form a cycle is
-    skipped. Plans of several phases, or whose hops wait for others, are not sliced."""
+    its predicted time (:data:`_MARGIN` times the slowest time per lane and slice so far), it
+    would not end within ``time_left_s`` (None: no clock, all tried); one whose waits form a
+    cycle is skipped. Plans of several phases, or whose hops wait for others, are not sliced."""
     best = min(candidates, key=lambda p: score(objective, p.ready_at_s, p.live))
     value = score(objective, best.ready_at_s, best.live)
     began = time.perf_counter()
@@ -245,20 +247,21 @@ def sliced_refinement(
     mixed = [len(set(_depths(_groups(p.builder)[0]))) > 1 for p in plans]
     trials = [(m, False, j) for m in SLICES for j in range(len(plans))]
     trials += [(m, True, j) for m in STAGGERED_SLICES for j in range(len(plans)) if mixed[j]]
-    per_phase = [0.0] * len(plans)  # seconds per slice of each plan's last slicing
+    rate = 0.0  # the most seconds per lane and slice of any slicing so far
     for phases, staggered, j in trials:
         spent = time.perf_counter() - began
-        guess = per_phase[j] * phases if per_phase[j] else max(per_phase, default=0.0) * phases
+        guess = _MARGIN * rate * len(plans[j].builder.lanes) * phases
         if time_left_s is not None and spent + guess > time_left_s:
             continue
         start = time.perf_counter()
         try:
-            trial = slice_phases(problem, plans[j], phases, staggered=staggered)
+            trial: Built | None = slice_phases(problem, plans[j], phases, staggered=staggered)
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
-            continue
-        finally:
-            per_phase[j] = max(per_phase[j], (time.perf_counter() - start) / phases)
-        trial_value = score(objective, trial.ready_at_s, trial.live)
-        if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
-            best, value = trial, trial_value
+            trial = None
+        if trial is not None:
+            trial_value = score(objective, trial.ready_at_s, trial.live)
+            if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
+                best, value = trial, trial_value
+        took = time.perf_counter() - start
+        rate = max(rate, took / (max(1, len(plans[j].builder.lanes)) * phases))
     return best
