@@ -139,8 +139,30 @@ def test_phases_apart_agrees_with_the_validator_and_refinement_never_loses(index
         sliced = slice_phases(problem, packed, phases, staggered=staggered)
         meets = [p for p in validate_multicast(state, _plan(problem, sliced, 0.0)) if p]
         assert phases_apart(problem, sliced) == (not meets), meets
-    best = sliced_refinement(problem, packed, "all_ready", None)
+    best = sliced_refinement(problem, [packed], "all_ready", None)
     assert max(best.ready_at_s.values()) <= max(packed.ready_at_s.values())
     assert validate_multicast(state, _plan(problem, best, strong.bound_s)) == ()
-    again = sliced_refinement(problem, slice_phases(problem, packed, 2), "all_ready", None)
+    again = sliced_refinement(problem, [slice_phases(problem, packed, 2)], "all_ready", None)
     assert len(set(again.builder.flow_phase)) == 2  # several phases: returned as they are
+
+
+def test_refinement_slices_every_candidate() -> None:
+    """Given the chain's ring cut into 16 slices (the fastest plan given, but of several
+    phases, so it is not cut further) and the ring itself, the refinement answers the ring's
+    finer slicing: it slices every candidate, not only the fastest (which fails it), keeps the
+    fastest, and its answer validates and never beats the bounds."""
+    state, problem = chain_case()
+    strong = overlay_bound(problem)
+    assert strong is not None
+    ring = BASELINES["ring"](problem)
+    coarse = slice_phases(problem, ring, 16)
+    assert max(coarse.ready_at_s.values()) < max(ring.ready_at_s.values())
+    both = sliced_refinement(problem, [coarse, ring], "all_ready", None)
+    alone = sliced_refinement(problem, [ring], "all_ready", None)
+    value = max(both.ready_at_s.values())
+    assert value < max(coarse.ready_at_s.values())
+    assert value == pytest.approx(max(alone.ready_at_s.values()), rel=1e-12)
+    assert sliced_refinement(problem, [coarse], "all_ready", None) is coarse
+    bound = max(strong.bound_s, lower_bound(problem, "all_ready"))
+    assert validate_multicast(state, _plan(problem, both, bound)) == ()
+    assert value >= bound * (1 - 1e-9)

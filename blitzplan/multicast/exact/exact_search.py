@@ -183,8 +183,8 @@ def exact_plan(
     on its live choice (the greedy's when the program found none in its time) in every shape
     of :data:`EXACT_SHAPES`
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
-    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the best plan
-    cut into time slices when that is faster
+    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
+    of the search's, the packing's and the greedy's plans and of their cuts into time slices
     (:func:`~blitzplan.multicast.exact.phase_slices.sliced_refinement`, within the limit); the
     best plan and the best bound."""
     began = time.perf_counter()
@@ -203,13 +203,10 @@ def exact_plan(
         )
     spent = time.perf_counter() - began
     left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
-    built = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
-    if packed is not None and score(objective, packed.ready_at_s, packed.live) < score(
-        objective, built.ready_at_s, built.live
-    ):
-        built = packed
-    left = None if time_limit_s is None else 0.95 * limit - (time.perf_counter() - began)
-    built = sliced_refinement(problem, built, objective, left)
+    searched = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
+    plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
+    left = None if time_limit_s is None else 0.92 * limit - (time.perf_counter() - began)
+    built = sliced_refinement(problem, plans, objective, left)
     bound = lower_bound(problem, objective)
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)

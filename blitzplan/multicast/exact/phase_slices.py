@@ -49,11 +49,13 @@ SNAP = TOLERANCE
 points are one point)."""
 _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
-SLICES = (4, 8, 16)
+SLICES = (4, 8, 16, 32)
 """The slice counts :func:`sliced_refinement` tries, in turn."""
-STAGGERED_SLICES = (16, 32, 64)
+_MARGIN = 1.5
+"""A slicing's predicted time: this many times the slowest per lane and slice so far."""
+STAGGERED_SLICES = (64, 128, 256)
 """The staggered slice counts it tries then (a hop ``d`` deep ends ``d`` slices later, so
-staggering pays only once slices are thin)."""
+staggering pays only once slices are thin: 16 and 32, tried before, were rarely the fastest)."""
 
 
 def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool = False) -> Built:
@@ -217,30 +219,49 @@ def phases_apart(problem: Problem, built: Built) -> bool:
 
 
 def sliced_refinement(
-    problem: Problem, built: Built, objective: str, time_left_s: float | None
+    problem: Problem,
+    candidates: Sequence[Built],
+    objective: str,
+    time_left_s: float | None,
 ) -> Built:
-    """``built`` or the fastest of its slicings into :data:`SLICES` phases, then (where the
-    hops' depths differ) staggered into :data:`STAGGERED_SLICES`, whose phases stay apart on
-    every link (:func:`phases_apart`); a slicing is not started when, at four times the last
-    one's time (once for as many slices), it would not end within ``time_left_s`` (None: no
-    clock, all tried). Plans of several phases, or whose hops wait for others, are returned as
-    they are."""
-    b = built.builder
-    if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
-        return built
-    best, value = built, score(objective, built.ready_at_s, built.live)
-    began, last, size = time.perf_counter(), 0.0, 0
-    trials = [(m, False) for m in SLICES]
-    if len(set(_depths(_groups(b)[0]))) > 1:  # else staggered slices are the plain ones
-        trials += [(m, True) for m in STAGGERED_SLICES]
-    for phases, staggered in trials:
+    """The fastest of ``candidates`` (the first of the fastest when no slicing beats them) and
+    of their slicings into :data:`SLICES` phases, then (where a plan's hops'
+    depths differ) staggered into :data:`STAGGERED_SLICES`, whose phases stay apart on every
+    link (:func:`phases_apart`). Each count is tried on every candidate before the next count:
+    the plan that times fastest in one phase is often not the one that slices best (it may
+    have more hops, or hops of mixed depths on one link). A slicing is not started when, at
+    its predicted time (:data:`_MARGIN` times the slowest time per lane and slice so far), it
+    would not end within ``time_left_s`` (None: no clock, all tried); one whose waits form a
+    cycle is skipped. Plans of several phases, or whose hops wait for others, are not sliced."""
+    best = min(candidates, key=lambda p: score(objective, p.ready_at_s, p.live))
+    value = score(objective, best.ready_at_s, best.live)
+    began = time.perf_counter()
+    plans: list[Built] = []
+    for plan in candidates:
+        b = plan.builder
+        if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
+            continue
+        v = score(objective, plan.ready_at_s, plan.live)
+        if not any(abs(v - score(objective, o.ready_at_s, o.live)) <= 1e-12 * v for o in plans):
+            plans.append(plan)
+    mixed = [len(set(_depths(_groups(p.builder)[0]))) > 1 for p in plans]
+    trials = [(m, False, j) for m in SLICES for j in range(len(plans))]
+    trials += [(m, True, j) for m in STAGGERED_SLICES for j in range(len(plans)) if mixed[j]]
+    rate = 0.0  # the most seconds per lane and slice of any slicing so far
+    for phases, staggered, j in trials:
         spent = time.perf_counter() - began
-        if time_left_s is not None and spent + (4 if phases > size else 1) * last > time_left_s:
-            break
+        guess = _MARGIN * rate * len(plans[j].builder.lanes) * phases
+        if time_left_s is not None and spent + guess > time_left_s:
+            continue
         start = time.perf_counter()
-        trial = slice_phases(problem, built, phases, staggered=staggered)
-        last, size = time.perf_counter() - start, phases
-        trial_value = score(objective, trial.ready_at_s, trial.live)
-        if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
-            best, value = trial, trial_value
+        try:
+            trial: Built | None = slice_phases(problem, plans[j], phases, staggered=staggered)
+        except InvalidInputError:  # its waits form a cycle: this slicing cannot run
+            trial = None
+        if trial is not None:
+            trial_value = score(objective, trial.ready_at_s, trial.live)
+            if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
+                best, value = trial, trial_value
+        took = time.perf_counter() - start
+        rate = max(rate, took / (max(1, len(plans[j].builder.lanes)) * phases))
     return best

@@ -21,6 +21,8 @@ already has take no time and read 0. A GPU has unit ``u`` when every lane into i
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,11 +31,14 @@ import numpy as np
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, PlanNode
-from blitzplan.multicast.setup.holdings import overlap
+from blitzplan.multicast.setup.holdings import TOLERANCE, overlap
 
 __all__ = ["Timeline", "lane_dependencies", "run_lanes"]
 
 _SOURCE_KINDS = ("instance", "host", "cache")
+_Arrived = tuple[list[Lane], list[float], float]
+"""Lanes into one ``(node, GPU)`` sorted by ``lo``, their ``lo`` values and their widest stripe."""
+_NONE: _Arrived = ([], [], 0.0)
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def lane_dependencies(
     of ``known`` that are not None are taken as given (the lists themselves: read only)."""
     waiting = {lane.flow for hop in hops if not hop.pipelined for lane in hop.lanes}
     sources = {node.id for node in nodes if node.kind in _SOURCE_KINDS}
-    arrivals: list[tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]] = []
+    arrivals: list[tuple[dict[tuple[int, str], _Arrived], dict[int, list[int]]]] = []
     deps: list[list[int]] = []
     given_count = len(known)
     for lane in lanes:
@@ -84,28 +89,35 @@ def lane_dependencies(
         if flow in waiting:
             deps.append(list(into_node.get(lane.sender, [])))
         else:
-            deps.append(_feeding(into.get((lane.sender, lane.holder), []), lane))
+            deps.append(_feeding(into.get((lane.sender, lane.holder), _NONE), lane))
     return deps
 
 
 def _arrivals(
     lanes: Sequence[Lane],
-) -> tuple[dict[tuple[int, str], list[Lane]], dict[int, list[int]]]:
+) -> tuple[dict[tuple[int, str], _Arrived], dict[int, list[int]]]:
     """The lanes into each ``(node, GPU)`` (by ``lo``), and the lane ids into each node."""
-    into: dict[tuple[int, str], list[Lane]] = {}
+    grouped: dict[tuple[int, str], list[Lane]] = {}
     into_node: dict[int, list[int]] = {}
     for lane in lanes:
-        into.setdefault((lane.receiver, lane.dst), []).append(lane)
+        grouped.setdefault((lane.receiver, lane.dst), []).append(lane)
         into_node.setdefault(lane.receiver, []).append(lane.flow)
-    for arrived in into.values():
+    into = {}
+    for key, arrived in grouped.items():
         arrived.sort(key=lambda x: x.lo)
+        widest = max(x.hi - x.lo for x in arrived)
+        into[key] = (arrived, [x.lo for x in arrived], widest)
     return into, into_node
 
 
-def _feeding(arrived: Sequence[Lane], lane: Lane) -> list[int]:
-    """Lanes among ``arrived`` (sorted by ``lo``) carrying some of ``lane``'s stripe."""
+def _feeding(arrived: _Arrived, lane: Lane) -> list[int]:
+    """Lanes among ``arrived`` carrying some of ``lane``'s stripe. Those starting at least the
+    widest stripe (and the tolerance) before ``lane.lo`` end before it: skipped by bisection
+    (a plan in time slices has many thin lanes into one GPU)."""
+    lanes, los, widest = arrived
     out = []
-    for other in arrived:
+    first = bisect.bisect_right(los, lane.lo - widest - TOLERANCE)
+    for other in itertools.islice(lanes, first, None):
         if other.lo >= lane.hi:
             break
         if (
