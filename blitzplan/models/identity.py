@@ -66,9 +66,8 @@ class ModelIdentity:
         instance). The hash stays the generated one, of the same two fields."""
         if other is self:
             return True
-        if other.__class__ is not self.__class__:
+        if not isinstance(other, ModelIdentity) or other.__class__ is not self.__class__:
             return NotImplemented
-        assert isinstance(other, ModelIdentity)
         return self.content_hash == other.content_hash and self.hash_kind == other.hash_kind
 
     def __str__(self) -> str:
