@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from blitzplan._checks import check_count, is_finite_number
 from blitzplan.errors import InvalidInputError
+from blitzplan.models import resharding
 from blitzplan.models.identity import ModelIdentity
 from blitzplan.models.layout_tensors import (
     TensorLayout,
@@ -172,13 +173,9 @@ class Layout:
         source_record = self._source(source, unit)
         source_rank = source._rank("source_rank", source_rank)
         begin, length = self.stripe_bytes(unit, lo, hi)
-        copies: list[Copy] = []
-        for ours, theirs in zip(record.tensors, source_record.tensors, strict=True):
-            for dest, global_byte, size in self._runs(record, ours, rank, begin, begin + length):
-                copies += source._copies(
-                    source_record, theirs, source_rank, (dest, global_byte, size), partial
-                )
-        return _merged(copies)
+        return resharding.copies(
+            (self, record, rank), (source, source_record, source_rank), begin, length, partial
+        )
 
     def shape_key(self, unit: int) -> tuple[tuple[tuple[int, ...], str, int], ...]:
         """Equal for two units laid out alike (the layers of a dense model): byte ranges of
@@ -202,15 +199,8 @@ class Layout:
         m = max(1, source_tp // self.tp)
         if self.grid % m:
             return False
-        source = layout(self.spec, source_tp)
         distinct = {_shape_key(u): u.unit for u in self.units}.values()
-        return all(
-            _serves(self.units[u].tensors, source.units[u].tensors, r, (j, m), server)
-            for u in distinct
-            for r in range(self.tp)
-            for j in range(m)
-            for server in [r * m + j if source_tp > self.tp else r * source_tp // self.tp]
-        )
+        return resharding.serves_on_grid(self, layout(self.spec, source_tp), distinct)
 
     def to_dict(self) -> dict[str, object]:
         """Plain types for JSON: the model's identity, tp, grid, element width and every unit."""
@@ -269,42 +259,6 @@ class Layout:
                 f"source is a layout of {source.model.name!r}, not of {self.model.name!r}"
             )
         return source.units[unit]
-
-    def _runs(
-        self, record: UnitLayout, tensor: TensorLayout, rank: int, begin: int, end: int
-    ) -> Iterator[Copy]:
-        """(dest offset, global byte, length) of ``tensor``'s bytes inside ``[begin, end)``;
-        a global byte counts along the whole tensor's rows (``global_rows * row_bytes``)."""
-        width, step = tensor.nbytes // self.grid, record.slice_bytes
-        first = max(0, (begin - tensor.slice_offset - width) // step + 1)
-        last = min(self.grid - 1, (end - tensor.slice_offset - 1) // step)
-        base = tensor.rank_starts[rank] * tensor.row_bytes
-        for k in range(first, last + 1):
-            start = k * step + tensor.slice_offset
-            low, high = max(begin, start), min(end, start + width)
-            if low < high:
-                yield low, base + k * width + low - start, high - low
-
-    def _copies(
-        self, record: UnitLayout, tensor: TensorLayout, rank: int, run: Copy, partial: bool
-    ) -> Iterator[Copy]:
-        """Copies out of this layout's rank ``rank`` of the global bytes of ``run``."""
-        dest, low, high = run[0], run[1], run[1] + run[2]
-        held_start, held_stop = (row * tensor.row_bytes for row in tensor.held_rows(rank))
-        high = min(high, tensor.global_rows * tensor.row_bytes)  # padding is not copied
-        if not partial and low < high and not held_start <= low < high <= held_stop:
-            raise InvalidInputError(
-                f"source rank {rank} of tp={self.tp} does not hold bytes [{low}, {high}) of "
-                f"{tensor.name} (it holds [{held_start}, {held_stop}))"
-            )
-        dest += max(0, held_start - low)
-        low, high = max(low, held_start), min(high, held_stop)
-        width, local = tensor.nbytes // self.grid, low - tensor.rank_starts[rank] * tensor.row_bytes
-        while low < high:
-            k, within = divmod(local, width)
-            size = min(high - low, width - within)
-            yield k * record.slice_bytes + tensor.slice_offset + within, dest, size
-            low, local, dest = low + size, local + size, dest + size
 
 
 def layout(model: ModelSpec | str, tp: int) -> Layout:
@@ -365,37 +319,5 @@ def _bytes_of(
     return raw
 
 
-def _merged(copies: list[Copy]) -> list[Copy]:
-    """Sorted by destination; a copy continuing the previous one in both buffers joins it."""
-    merged: list[Copy] = []
-    for src, dest, size in sorted(copies, key=lambda c: c[1]):
-        last_src, last_dest, last_size = merged[-1] if merged else (-1, -1, 0)
-        if last_src + last_size == src and last_dest + last_size == dest:
-            merged[-1] = (last_src, last_dest, last_size + size)
-        else:
-            merged.append((src, dest, size))
-    return merged
-
-
 def _shape_key(unit: UnitLayout) -> tuple[tuple[tuple[int, ...], str, int], ...]:
     return tuple((t.shape, t.split, t.rows) for t in unit.tensors)
-
-
-def _serves(
-    ours: tuple[TensorLayout, ...],
-    theirs: tuple[TensorLayout, ...],
-    rank: int,
-    part: tuple[int, int],
-    source_rank: int,
-) -> bool:
-    """Whether ``source_rank`` holds on-grid stripe ``[j / m, (j + 1) / m)`` of ``rank``
-    (``part = (j, m)``), padding aside."""
-    j, m = part
-    for target, source in zip(ours, theirs, strict=True):
-        start = target.rank_starts[rank]
-        low = start + j * target.rows // m
-        high = min(start + (j + 1) * target.rows // m, target.global_rows)
-        held_low, held_high = source.held_rows(source_rank)
-        if low < high and not held_low <= low < high <= held_high:
-            return False
-    return True
