@@ -24,9 +24,10 @@ bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root 
 the search stops once the incumbent meets them). Nodes are explored best bound first;
 a node is bounded when it is made and checked against N when it is taken to be branched (the
 root at once): then its relaxed plan, repaired when N cannot carry it, offers the incumbent a
-schedule (kept only when the independent checker passes it). When the root is not solved and was quick to bound,
-the search runs first for a share of the time (on small instances it ends there); then a local
-search from the incumbent and those bounds get their shares, and the search resumes.
+schedule (kept only when the independent checker passes it). When the root is not solved and
+was quick to bound, the search runs first for a share of the time (on small instances it ends
+there); then a local search from the incumbent and those bounds get their shares, and the search
+resumes.
 """
 
 from __future__ import annotations
