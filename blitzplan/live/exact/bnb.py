@@ -65,6 +65,7 @@ __all__ = [
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
     "SLOT_SHARE_OF_LIMIT",
+    "WORST_OVERLOAD",
     "solve_bnb",
 ]
 
@@ -116,6 +117,12 @@ EARLY_SEARCH_MAX_S = 1.0
 EARLY_SEARCH_MIN_NODES = 10
 """The first share is skipped when it could not bound this many nodes, each taking as long as
 the root did (on large instances the search alone does not end, and the bounds need the time)."""
+
+WORST_OVERLOAD = True
+"""Branch on the overload of the operation that preemptive N ends latest past its due time
+(:func:`~blitzplan.live.exact.nmachine.overload`), not the first found: its "late" children
+shift a batch by the largest excess. On 47 crowded tiny instances the searches branch 490
+nodes against 1,338 (free order) and 395 against 1,287 (FIFO)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -203,7 +210,7 @@ class _Search:
         check and offer took 3/4 of a child's time."""
         if node.ops is None:
             node.ops = plan_ops(node.relax, node.plan)
-            node.found = overload(node.ops)
+            node.found = overload(node.ops, worst=WORST_OVERLOAD)
             self._offer(node.plan, node.ops, node.found is None)
         if self.upper_cost() <= node.bound * (1 + 1e-12) + 1e-15:
             self.floor = min(self.floor, node.bound)  # solved: the incumbent meets its bound
