@@ -22,12 +22,12 @@ the slot bound's,
 :func:`~blitzplan.live.relaxation_dp.capacity_bound`, and under a FIFO order the Lagrangian
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved:
 the search stops once the incumbent meets them). Nodes are explored best bound first;
-a node is bounded when it is made and checked against N when it is taken to be branched (the
-root at once): then its relaxed plan, repaired when N cannot carry it, offers the incumbent a
-schedule (kept only when the independent checker passes it). When the root is not solved and
-was quick to bound, the search runs first for a share of the time (on small instances it ends
-there); then a local search from the incumbent and those bounds get their shares, and the search
-resumes.
+each relaxed plan, repaired, offers the incumbent a schedule when its node is bounded, and
+sequenced, when preemptive N can carry it out, when its node is taken to be branched (the root's
+at once); a schedule is kept only when the independent checker passes it. When the root is not
+solved and was quick to bound, the search runs first for a share of the time (on small instances
+it ends there); then a local search from the incumbent and those bounds get their shares, and
+the search resumes.
 """
 
 from __future__ import annotations
@@ -193,25 +193,31 @@ class _Search:
         )
         if parent is not None:
             bound = max(bound, parent.bound)
-        if sequence_ is None or not complete or self.prunable(bound):
+        plan = None if sequence_ is None else relax.plan(sequence_)
+        if plan is not None:  # repaired, the relaxed plan is a schedule
+            self._offer(plan)
+        if plan is None or not complete or self.prunable(bound):
             self.floor = min(self.floor, bound)  # a valid bound of everything below it
             return
-        node = _Node(bound, -next(self.ranks), restriction, relax, relax.plan(sequence_))
+        node = _Node(bound, -next(self.ranks), restriction, relax, plan)
         if parent is None and self.settle(node):
             return
         heapq.heappush(self.open, node)
 
     def settle(self, node: _Node) -> bool:
-        """Check the node's relaxed plan against N and offer it (repaired or sequenced) as a
-        schedule; True when that solved the node (its bound, then set aside, is met).
+        """Check the node's relaxed plan against N and, when preemptive N can carry it out,
+        offer it as a schedule with the sequencer's order; True when the node is solved (the
+        incumbent meets its bound; it is then set aside).
 
-        Children are settled when they are taken to be branched, not when bounded: most
-        bounded nodes are never taken (left open or pruned), and on (40,12) under FIFO this
-        check and offer took 3/4 of a child's time."""
+        Children are settled when they are taken to be branched, not when bounded (then only
+        their repaired plans are offered): most bounded nodes are never taken (left open or
+        pruned), and on (40,12) under FIFO the check and the sequencer took half of a child's
+        time."""
         if node.ops is None:
             node.ops = plan_ops(node.relax, node.plan)
             node.found = overload(node.ops, worst=WORST_OVERLOAD)
-            self._offer(node.plan, node.ops, node.found is None)
+            if node.found is None:
+                self._offer_sequenced(node.plan, node.ops)
         if self.upper_cost() <= node.bound * (1 + 1e-12) + 1e-15:
             self.floor = min(self.floor, node.bound)  # solved: the incumbent meets its bound
             return True
@@ -267,20 +273,24 @@ class _Search:
             start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES
         )
 
-    def _offer(self, plan: RelaxedPlan, ops: list[NOp], fits_preemptive: bool) -> None:
-        """Offer the plan as a schedule: N's order from the sequencer when preemptive N can
-        carry it out and the sequencer finds one, else the repaired plan."""
+    def _offer(self, plan: RelaxedPlan) -> None:
+        """Offer the plan, repaired (N list-scheduled against it), as a schedule."""
         start = self.start
-        order = None
-        self.offers += 1
-        if fits_preemptive and self.offers % self.sequence_every == 0:
-            order, proven = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
-            self._back_off(order is not None, proven)
         args = (start.objective, start.old_order, start.backend)
+        start.offer(decode(start.instance, *repair(start.instance, plan), *args))
+
+    def _offer_sequenced(self, plan: RelaxedPlan, ops: list[NOp]) -> None:
+        """Offer the plan as a schedule with N's order from the sequencer, if it finds one
+        (preemptive N can carry the plan out)."""
+        start = self.start
+        self.offers += 1
+        if self.offers % self.sequence_every:
+            return
+        order, proven = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+        self._back_off(order is not None, proven)
         if order is not None:
+            args = (start.objective, start.old_order, start.backend)
             start.offer(decode(start.instance, plan.split, order, plan.old_sequence, *args))
-        else:
-            start.offer(decode(start.instance, *repair(start.instance, plan), *args))
 
     def _back_off(self, found: bool, proven: bool) -> None:
         """The sequencer runs on every plan while it finds orders, and on ever fewer (every
