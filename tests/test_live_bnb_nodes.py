@@ -60,6 +60,7 @@ def _watched(
     with (
         mock.patch.object(bnb._Search, "settle", settle),
         mock.patch.object(bnb, "WORST_OVERLOAD", worst),
+        mock.patch.object(bnb, "FIRST_OVERLOAD_EARLY", not worst),
     ):
         found = schedule_live(instance, method="exact", backend="bnb", old_order=old_order)
     branched = int(found.message.split(" node(s) branched")[0].split()[-1])
