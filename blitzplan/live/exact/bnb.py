@@ -123,7 +123,7 @@ WORST_OVERLOAD = True
 """After the early share of the search, branch on the overload of the operation that
 preemptive N ends latest past its due time (:func:`~blitzplan.live.exact.nmachine.overload`),
 not the first found: its "late" children shift a batch by the largest excess. On 47 crowded
-tiny instances the searches branch 490 nodes against 1,338 (free order) and 395 against 1,287
+tiny instances the searches branch 489 nodes against 1,319 (free order) and 394 against 1,280
 (FIFO); on (40,12) FIFO seed 0 of ``benchmarks/partition.py`` the search's own bound reaches
 0.8284 against 0.8269 in 10 s."""
 
