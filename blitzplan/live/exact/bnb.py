@@ -38,6 +38,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from blitzplan.live.exact.branching import node_children
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.exact.priced import priced_search
@@ -347,7 +348,9 @@ class _Search:
                 self.floor = min(self.floor, node.bound)
                 continue
             self.nodes += 1
-            children = _children(node)
+            children = node_children(
+                node.restriction, node.found, node.ops or [], node.relax.instance.num_layers
+            )
             if not children:  # nothing to branch on: keep its bound, leave it
                 self.floor = min(self.floor, node.bound)
             for child in children:
@@ -357,55 +360,6 @@ class _Search:
                 began = time.perf_counter()
                 self.add(child, node)
                 self.add_s = max(self.add_s, time.perf_counter() - began)
-
-
-def _children(node: _Node) -> list[Restriction]:
-    """Restrictions that exclude the node's relaxed plan and cover all its schedules."""
-    if node.found is not None:
-        return _overload_children(node.restriction, node.found, node.relax.instance.num_layers)
-    return _pair_children(node, node.ops or [])
-
-
-def _overload_children(restriction: Restriction, found: Overload, layers: int) -> list[Restriction]:
-    last: dict[int, int] = {}
-    for op in found.ops:
-        last[op.batch] = max(last.get(op.batch, 0), op.layer)
-    children = []
-    ends_by = found.start_s + found.work_s
-    for batch, layer in sorted(last.items()):
-        length = next(op.length_s for op in found.ops if op.batch == batch)
-        late = restriction.at_least(batch, layer)
-        children.append(late.starting_after(batch, layer, ends_by - length, layers))
-    fewer = restriction
-    for batch, layer in sorted(last.items()):
-        children.append(fewer.at_most(batch, layer - 1))
-        fewer = fewer.at_least(batch, layer)
-    return children
-
-
-def _pair_children(node: _Node, ops: list[NOp]) -> list[Restriction]:
-    """Two operations of different batches that overlap when each runs at its release: one
-    runs before the other, or one of them is not run."""
-    layers = node.relax.instance.num_layers
-    by_release = sorted(ops)
-    for a, x in enumerate(by_release):
-        for y in by_release[a + 1 :]:
-            if y.release_s >= x.release_s + x.length_s:
-                break
-            if y.batch == x.batch:
-                continue
-            r = node.restriction
-            return [
-                r.at_least(x.batch, x.layer).starting_after(
-                    y.batch, y.layer, x.release_s + x.length_s, layers
-                ),
-                r.at_least(y.batch, y.layer).starting_after(
-                    x.batch, x.layer, y.release_s + y.length_s, layers
-                ),
-                r.at_most(x.batch, x.layer - 1),
-                r.at_least(x.batch, x.layer).at_most(y.batch, y.layer - 1),
-            ]
-    return []
 
 
 def solve_bnb(
