@@ -72,15 +72,20 @@ def plan_ops(relax: Relaxation, plan: RelaxedPlan) -> list[NOp]:
     return ops
 
 
-def overload(ops: Sequence[NOp], *, from_s: float = -math.inf) -> Overload | None:
+def overload(
+    ops: Sequence[NOp], *, from_s: float = -math.inf, worst: bool = False
+) -> Overload | None:
     """A set of operations that cannot fit their windows even with preemption (none of them
-    starting before ``from_s``), or None."""
+    starting before ``from_s``), or None: the first found, or with ``worst`` the one of the
+    operation that preemptive earliest-due-first ends latest past its due time (its excess
+    of work over the interval is the largest of all such sets)."""
     by_release = sorted(ops, key=lambda op: max(op.release_s, from_s))
     release = [max(op.release_s, from_s) for op in by_release]
     ready: list[tuple[float, int]] = []  # (due, index into by_release)
     left = [op.length_s for op in by_release]
     segments: list[tuple[float, float, float]] = []  # (start, end, due of what ran)
     clock, nxt = -math.inf, 0
+    latest = (-math.inf, 0, 0.0)  # (lateness, segments until then, due) of the latest so far
     while nxt < len(by_release) or ready:
         if not ready:
             clock = max(clock, release[nxt])
@@ -95,7 +100,12 @@ def overload(ops: Sequence[NOp], *, from_s: float = -math.inf) -> Overload | Non
         if left[index] <= 0.0:
             heapq.heappop(ready)
             if _late(clock, due):
-                return _overloaded(by_release, release, segments, due)
+                if not worst:
+                    return _overloaded(by_release, release, segments, due)
+                if clock - due > latest[0]:
+                    latest = (clock - due, len(segments), due)
+    if latest[1]:
+        return _overloaded(by_release, release, segments[: latest[1]], latest[2])
     return None
 
 
