@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_slots import priced_orders, slot_bound
 from blitzplan.live.schedule import build_schedule, lower_bound
-from blitzplan.live.slot_prices import SlotPath
+from blitzplan.live.slot_prices import SlotPath, slot_usage, solve_batches
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 
@@ -197,3 +198,41 @@ def test_the_priced_search_keeps_a_valid_schedule_and_bound(instance: LiveScalin
     tolerance = _tolerance(oracle.objective)
     assert oracle.objective - tolerance <= found.objective
     assert start.bound <= oracle.objective + tolerance
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.floats(0.0, 3.0), st.floats(0.0, 3.0))
+def test_a_choice_costs_its_value_less_its_prices_at_any_prices(
+    instance: LiveScalingInstance, scale_new: float, scale_old: float
+) -> None:
+    """Each choice's ``value`` is its batch's share of the priced total, and what it costs
+    without its prices does not depend on them: under other prices the batch's least value is
+    at most that cost plus the new prices of the same slot time (what a column of the slot
+    LP in ``benchmarks/slot_dual.py`` is)."""
+    _, prices = slot_bound(instance, upper_bound=math.inf, iterations=10)
+    assert prices is not None
+    total, paths = solve_batches(prices, None, paths=True)
+    assert sum(path.value for path in paths) == pytest.approx(total, rel=1e-9, abs=1e-12)
+    L = instance.num_layers
+
+    def use(i: int, path: SlotPath) -> tuple[np.ndarray, np.ndarray]:
+        old = [] if path.old_start is None else [path.old_start]
+        block = (L - path.split) * instance.old_layer_s[i]
+        new_use = slot_usage(
+            prices.new, list(path.new_starts), [instance.new_layer_s[i]] * len(path.new_starts)
+        )
+        old_use = slot_usage(prices.old, old, [block] * len(old))
+        return new_use + prices.new.width, old_use + prices.old.width
+
+    lam, mu = prices.lam, prices.mu
+    columns = []
+    for i, path in enumerate(paths):
+        new_use, old_use = use(i, path)
+        columns.append((path.value - float(lam @ new_use + mu @ old_use), new_use, old_use))
+    lam2 = lam * scale_new + 0.5 * (1 - scale_new / 3)
+    mu2 = mu * scale_old + 0.5 * (1 - scale_old / 3)
+    prices.set(lam2, mu2)
+    _, others = solve_batches(prices, None, paths=True)
+    for (cost, new_use, old_use), path in zip(columns, others, strict=True):
+        price = float(lam2 @ new_use + mu2 @ old_use)
+        assert path.value <= cost + price + 1e-9 * max(1.0, abs(cost + price))

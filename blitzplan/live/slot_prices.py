@@ -56,11 +56,13 @@ class _Slots:
 
 @dataclass(frozen=True)
 class SlotPath:
-    """A batch's priced choice: its split, its layers' starts on N, its block's start on O."""
+    """A batch's priced choice: its split, its layers' starts on N, its block's start on O,
+    and what the program charges for it (its latency, rounded down, plus its prices)."""
 
     split: int
     new_starts: tuple[float, ...]
     old_start: float | None
+    value: float
 
 
 class SlotPrices:
@@ -232,25 +234,33 @@ def solve_batches(
         return total, []
     runs.reverse()
     stops.reverse()  # [layer - 1]: where layer ``layer`` runs best, or whether stopping is
-    return total, [_path(prices, i, zero[i] <= cost[i, 0], runs, stops) for i in range(n)]
+    return total, [
+        _path(prices, i, zero[i] <= cost[i, 0], float(totals[i]), runs, stops) for i in range(n)
+    ]
 
 
 def _path(
-    prices: SlotPrices, i: int, on_old: bool, runs: list[np.ndarray], stops: list[np.ndarray]
+    prices: SlotPrices,
+    i: int,
+    on_old: bool,
+    value: float,
+    runs: list[np.ndarray],
+    stops: list[np.ndarray],
 ) -> SlotPath:
-    """Batch ``i``'s choice, traced through the program's tables."""
+    """Batch ``i``'s choice (its program value ``value``), traced through the program's tables."""
     L, size = prices.instance.num_layers, prices.size
     if on_old:
-        return SlotPath(0, (), _old_start(prices, i, 0, int(prices.slot0[i])))
+        return SlotPath(0, (), _old_start(prices, i, 0, int(prices.slot0[i])), value)
     a, starts = 0, list[float]()
     for layer in range(1, L + 1):
         if layer >= 2 and stops[layer - 1][i, a]:
             slot = int(prices.handed[i, a] - i * L * (prices.old.count + 1))
-            return SlotPath(layer - 1, tuple(starts), _old_start(prices, i, layer - 1, slot))
+            old = _old_start(prices, i, layer - 1, slot)
+            return SlotPath(layer - 1, tuple(starts), old, value)
         b = int(runs[layer - 1][i, a])
         starts.append(float(prices.run_at[i, b]))
         a = int(prices.shift[i * size + b] - i * size)
-    return SlotPath(L, tuple(starts), None)
+    return SlotPath(L, tuple(starts), None, value)
 
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
