@@ -36,17 +36,22 @@ def _compare(problem: Problem, built: Built) -> tuple[int, int]:
     answered = 0
     for phases, staggered in SLICINGS:
         offsets = _depths(groups) if staggered else [0] * len(groups)
-        ready = sliced_ready(problem, built, phases, (groups, group_of, offsets, sharing), cuts)
+        found = sliced_ready(problem, built, phases, (groups, group_of, offsets, sharing), cuts)
         try:
-            full = slice_phases(problem, built, phases, staggered=staggered).ready_at_s
+            sliced = slice_phases(problem, built, phases, staggered=staggered)
         except InvalidInputError:  # the full slicing's waits form a cycle
-            assert ready is None
+            assert found is None
             continue
-        if ready is not None:
+        if found is not None:
             answered += 1
+            ready, feeders = found
+            full = sliced.ready_at_s
             assert ready.keys() == full.keys()
             for name, at in full.items():
                 assert ready[name] == pytest.approx(at, rel=1e-9, abs=1e-12), (phases, staggered)
+            given = slice_phases(problem, built, phases, staggered=staggered, feeders=feeders)
+            assert given.timeline.lane_feeds == sliced.timeline.lane_feeds
+            assert given.ready_at_s == sliced.ready_at_s
     return answered, len(SLICINGS)
 
 

@@ -59,12 +59,23 @@ STAGGERED_SLICES = (64, 128, 256)
 staggering pays only once slices are thin: 16 and 32, tried before, were rarely the fastest)."""
 
 
-def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool = False) -> Built:
+def slice_phases(
+    problem: Problem,
+    built: Built,
+    phases: int,
+    *,
+    staggered: bool = False,
+    feeders: Sequence[Sequence[int]] | None = None,
+) -> Built:
     """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
     slices in turn (module docstring), evaluated under the cost model. ``staggered``: a hop
     whose sender is ``d`` hops from the nearest node that receives nothing sends slice ``k`` in
     phase ``k + d`` (a node's gathers: ``d`` of the node), so on a shared link a shallow hop's
-    slice ``k`` streams with a deep hop's slice ``k - d`` instead of waiting for its ``k - 1``."""
+    slice ``k`` streams with a deep hop's slice ``k - d`` instead of waiting for its ``k - 1``.
+    ``feeders``: the pattern's feeders of this slicing as
+    :func:`~blitzplan.multicast.exact.slice_timing.sliced_ready` found them (each lane of a
+    slice is fed by those lanes' same slice), given to the timeline instead of its search of
+    every slice's lanes for overlapping stripes."""
     if isinstance(phases, bool) or not isinstance(phases, int) or phases < 1:
         raise InvalidInputError(f"phases must be a positive integer, got {phases!r}")
     old = built.builder
@@ -79,9 +90,14 @@ def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool
     sharing = _sharing(old, len(groups), group_of)
     offset = _depths(groups) if staggered else [0] * len(groups)
     lanes_of: list[list[Lane]] = [[] for _ in groups]
+    atoms = {lane.flow: atoms_of(lane, cuts) for lane in old.lanes}
     for lane in old.lanes:
         lanes_of[group_of[lane.flow]].append(lane)
     ids: dict[tuple[int, int], int] = {}  # (group, phase) -> hop id
+    first = [0]  # per group, its first lane of the pattern (one slice's lanes)
+    for g in range(len(groups)):
+        first.append(first[-1] + sum(len(atoms[lane.flow]) for lane in lanes_of[g]))
+    made: dict[tuple[int, int], int] = {}  # (slice, lane of the pattern) -> lane id
     for phase in range(max(offset, default=0) + phases):
         for g, (sender, receiver, pipelined) in enumerate(groups):
             k = phase - offset[g]
@@ -94,9 +110,12 @@ def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool
                     after.append(ids[j, q])
             hop = new.hop(sender, receiver, phase=phase, pipelined=pipelined, after=after)
             ids[g, phase] = hop
+            at = first[g]
             for lane in lanes_of[g]:
                 pace = old.flows[lane.flow].max_bytes_per_s
-                for lo, hi, share in _slices(lane, cuts, k, phases):
+                for lo, hi, share in _slices(lane, atoms[lane.flow], k, phases):
+                    made[k, at] = len(new.lanes)
+                    at += 1
                     new.add_lane(
                         hop,
                         lane.holder,
@@ -107,6 +126,9 @@ def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool
                         hi,
                         pace_bytes_per_s=pace * share,
                     )
+    if feeders is not None:
+        for (k, f), flow in made.items():
+            new.deps[flow] = [made[k, d] for d in feeders[f]]
     return run(problem, new, built.live)
 
 
@@ -149,12 +171,12 @@ def _snapped(values: set[float]) -> list[float]:
 
 
 def _slices(
-    lane: Lane, cuts: dict[int, list[float]], k: int, phases: int
+    lane: Lane, atoms: list[tuple[float, float]], k: int, phases: int
 ) -> list[tuple[float, float, float]]:
-    """Part ``k`` of each atom of ``lane``'s stripe: ``(lo, hi, share of the lane)``."""
+    """Part ``k`` of each of ``lane``'s ``atoms``: ``(lo, hi, share of the lane)``."""
     width = lane.hi - lane.lo
     out = []
-    for a, b in atoms_of(lane, cuts):
+    for a, b in atoms:
         step = (b - a) / phases
         hi = b if k == phases - 1 else a + (k + 1) * step
         out.append((a + k * step, hi, (b - a) / width))
@@ -196,15 +218,19 @@ def phases_apart(problem: Problem, built: Built) -> bool:
         return True
     windows: dict[Edge, dict[int, list[float]]] = {}
     shard = problem.unit_bytes
+    carried: dict[int, int] = {}  # per receiver, the bytes of the units it lacks
+    for node in b.nodes:
+        carried[node.id] = sum(u for i, u in enumerate(shard) if not node.has(i))
+    ends = t.lane_arrival_s.max(axis=1).tolist() if len(shard) else [0.0] * len(b.lanes)
     for lane in b.lanes:
         f = lane.flow
-        node = b.nodes[lane.receiver]
-        carried = sum(u for i, u in enumerate(shard) if not node.has(i))
-        size = lane.fraction * (problem.tp if lane.rank == ALL_RANKS else 1) * carried
+        size = (
+            lane.fraction * (problem.tp if lane.rank == ALL_RANKS else 1) * carried[lane.receiver]
+        )
         rate = t.rates[f]
         if rate <= 0:
             return False
-        end = float(t.lane_arrival_s[f].max()) if len(shard) else 0.0
+        end = ends[f]
         begin = end - size / rate
         for edge in b.flows[f].edges:
             span = windows.setdefault(edge, {}).setdefault(b.flow_phase[f], [begin, end])
@@ -250,23 +276,24 @@ def sliced_refinement(
     shapes = [_shape(problem, p) for p in plans]
     trials = [(m, False, j) for m in SLICES for j in range(len(plans))]
     trials += [(m, True, j) for m in STAGGERED_SLICES for j in range(len(plans)) if shapes[j][3]]
-    timed: list[tuple[float, int, bool, int]] = []
+    timed: list[tuple[float, int, bool, int, list[list[int]]]] = []
     full: list[tuple[int, bool, int]] = []
     for phases, staggered, j in trials:
         size = shapes[j][4] * phases
         if not clock.fits("pattern", size):
             continue
         with clock.timing("pattern", size):
-            ready = _pattern_ready(problem, plans[j], phases, staggered, shapes[j])
-        if ready is None:
+            found = _pattern_ready(problem, plans[j], phases, staggered, shapes[j])
+        if found is None:
             full.append((phases, staggered, j))
         else:
-            timed.append((score(objective, ready, plans[j].live), phases, staggered, j))
-    timed.sort()
-    for v, phases, staggered, j in timed:
+            v = score(objective, found[0], plans[j].live)
+            timed.append((v, phases, staggered, j, found[1]))
+    timed.sort(key=lambda t: t[:4])
+    for v, phases, staggered, j, feeders in timed:
         if v >= value * (1 - 1e-9):
             break
-        trial = _full(problem, plans[j], phases, staggered, clock, shapes[j][4])
+        trial = _full(problem, plans[j], phases, staggered, clock, shapes[j][4], feeders)
         if trial is not None and phases_apart(problem, trial):
             best, value = trial, score(objective, trial.ready_at_s, trial.live)
             break
@@ -296,7 +323,7 @@ def _shape(problem: Problem, plan: Built) -> _Shape:
 
 def _pattern_ready(
     problem: Problem, plan: Built, phases: int, staggered: bool, shape: _Shape
-) -> dict[str, float] | None:
+) -> tuple[dict[str, float], list[list[int]]] | None:
     groups, group_of, sharing, _, _ = shape
     offsets = _depths(groups) if staggered else [0] * len(groups)
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
@@ -304,7 +331,13 @@ def _pattern_ready(
 
 
 def _full(
-    problem: Problem, plan: Built, phases: int, staggered: bool, clock: _Clock, atoms: int
+    problem: Problem,
+    plan: Built,
+    phases: int,
+    staggered: bool,
+    clock: _Clock,
+    atoms: int,
+    feeders: list[list[int]] | None = None,
 ) -> Built | None:
     """The slicing built and evaluated (None: no time for it, or its waits form a cycle)."""
     size = atoms * phases
@@ -312,7 +345,7 @@ def _full(
         return None
     with clock.timing("full", size):
         try:
-            return slice_phases(problem, plan, phases, staggered=staggered)
+            return slice_phases(problem, plan, phases, staggered=staggered, feeders=feeders)
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
             return None
 

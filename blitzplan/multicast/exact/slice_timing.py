@@ -65,11 +65,13 @@ def sliced_ready(
     phases: int,
     slicing: tuple[Groups, Sequence[int], Sequence[int], Sequence[Sequence[int]]],
     cuts: dict[int, list[float]],
-) -> dict[str, float] | None:
+) -> tuple[dict[str, float], list[list[int]]] | None:
     """Each new instance's ready time in ``built`` cut into ``phases`` slices as
     :func:`~blitzplan.multicast.exact.phase_slices.slice_phases` cuts it, ``slicing`` being its
-    ``(groups, group of each lane, offset of each group, groups sharing a link with each)``;
-    None where the pattern may not be the full plan's (module docstring)."""
+    ``(groups, group of each lane, offset of each group, groups sharing a link with each)``,
+    and the pattern's feeders: per lane of one slice (in that function's order: by group, lane,
+    atom), the lanes of the same slice that feed it; None where the pattern may not be the
+    full plan's (module docstring)."""
     groups, group_of, offsets, sharing = slicing
     old = built.builder
     if any(lane.rank == ALL_RANKS for lane in old.lanes) or not all(g[2] for g in groups):
@@ -106,7 +108,7 @@ def sliced_ready(
                 )
                 owner.append(g)
     lanes = pattern.lanes
-    deps = lane_dependencies(lanes, pattern.nodes, pattern.hops())
+    deps = [list(d) for d in lane_dependencies(lanes, pattern.nodes, pattern.hops())]
     for f, fed in enumerate(deps):
         for d in fed:
             if abs(lanes[d].lo - lanes[f].lo) + abs(lanes[d].hi - lanes[f].hi) > _SAME:
@@ -115,7 +117,7 @@ def sliced_ready(
     if order is None:
         return None
     run = _Pattern(problem, pattern, np.asarray(widths, dtype=float).T, deps, owner, offsets)
-    return run.ready(*order, sharing)
+    return run.ready(*order, sharing), deps
 
 
 def _order(

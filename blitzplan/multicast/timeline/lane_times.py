@@ -152,13 +152,10 @@ def run_lanes(
     known (``timing``) and before each level (``timeline``)."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
-    after: list[list[int]] = [[] for _ in lanes]
     hop_of = [-1] * len(lanes)
     saf = np.zeros(len(lanes), dtype=bool)
     for h, hop in enumerate(hops):
-        waited = [x.flow for k in hop.after for x in hops[k].lanes]
         for lane in hop.lanes:
-            after[lane.flow] = waited
             hop_of[lane.flow] = h
             saf[lane.flow] = not hop.pipelined
     same = _alike(lanes, deps, hop_of, rates, latency_s)
@@ -168,7 +165,13 @@ def run_lanes(
     row = {f: k for k, f in enumerate(firsts)}
     timed = [lanes[f] for f in firsts]
     timed_deps = [[row[same[d]] for d in deps[f]] for f in firsts]
-    timed_after = [[row[same[x]] for x in after[f]] for f in firsts]
+    # a hop waited for is a node of its own after the timed lanes: it ends with its last lane
+    waited = sorted({k for hop in hops for k in hop.after})
+    node_of = {h: len(timed) + i for i, h in enumerate(waited)}
+    hop_rows = [sorted({row[same[x.flow]] for x in hops[h].lanes}) for h in waited]
+    timed_after = [
+        [node_of[k] for k in hops[hop_of[f]].after] if hop_of[f] >= 0 else [] for f in firsts
+    ]
     need = _need_matrix(timed, nodes, unit_bytes, tp)
     held, held_first = _held_from(timed, nodes, need)
     startup = _startup_by_node(instances)
@@ -180,15 +183,23 @@ def run_lanes(
     arrival = np.zeros((len(timed), units))
     first = np.zeros(len(timed))
     end = np.zeros(len(timed))
+    hop_end = np.zeros(len(waited))
     starts = np.zeros(len(timed))
-    for level in _levels(timed_deps, timed_after):
+    for level in _levels(timed_deps + hop_rows, timed_after + [[] for _ in waited]):
         if check is not None:
             check("timeline")
+        cut = bisect.bisect_left(level, len(timed))  # the level's lanes, then its hops
+        for node in level[cut:]:
+            rows_of = hop_rows[node - len(timed)]
+            hop_end[node - len(timed)] = end[rows_of].max() if rows_of else 0.0
+        level = level[:cut]
+        if not level:
+            continue
         avail, first_in, done_in = _gathered(level, timed_deps, arrival, first, end)
         after_end = np.zeros(len(level))
         if any(timed_after[f] for f in level):
             after_end = np.array(
-                [max((end[x] for x in timed_after[f]), default=0.0) for f in level]
+                [max((hop_end[x - len(timed)] for x in timed_after[f]), default=0.0) for f in level]
             )
         idx = np.asarray(level)
         sf = saf[idx]
