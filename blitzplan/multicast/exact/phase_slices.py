@@ -23,40 +23,25 @@ streams beside the deep one's slice ``k - d``.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
-from blitzplan.multicast.exact.slice_timing import SNAP, atoms_of, sliced_ready
+from blitzplan.multicast.exact.slice_timing import SNAP, atoms_of
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane
 from blitzplan.multicast.setup.problem import Problem
-from blitzplan.multicast.timeline.assemble import Built, run, score
+from blitzplan.multicast.timeline.assemble import Built, run
 from blitzplan.topologies import Edge
 
 __all__ = [
-    "SLICES",
     "SNAP",
-    "STAGGERED_SLICES",
     "phases_apart",
     "slice_phases",
-    "sliced_refinement",
 ]
 
 _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
-SLICES = (4, 8, 16, 32)
-"""The slice counts :func:`sliced_refinement` tries, in turn."""
-_MARGIN = 1.5
-"""A step's predicted time: this many times the slowest per lane and slice so far."""
-_FULL_PRIOR_S = 100e-6
-"""Before any slicing was built in full, its predicted seconds per lane and slice (about what
-it takes on one loaded core of a 2-core x86_64)."""
-STAGGERED_SLICES = (64, 128, 256)
-"""The staggered slice counts it tries then (a hop ``d`` deep ends ``d`` slices later, so
-staggering pays only once slices are thin: 16 and 32, tried before, were rarely the fastest)."""
 
 
 def slice_phases(
@@ -241,134 +226,3 @@ def phases_apart(problem: Problem, built: Built) -> bool:
             if later[0] < earlier[1] - _APART * max(1.0, earlier[1]):
                 return False
     return True
-
-
-def sliced_refinement(
-    problem: Problem,
-    candidates: Sequence[Built],
-    objective: str,
-    time_left_s: float | None,
-) -> Built:
-    """The fastest of ``candidates`` (the first of the fastest when no slicing beats them) and
-    of their slicings into :data:`SLICES` phases, then (where a plan's hops' depths differ)
-    staggered into :data:`STAGGERED_SLICES`, whose phases stay apart on every link
-    (:func:`phases_apart`). Each slicing is first timed from its pattern
-    (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
-    without building it); then the fastest of them is built and evaluated in full, the next
-    fastest if its phases overlap, and the slicings the pattern could not time are built and
-    evaluated in full, fastest count first. Each count is tried on every candidate: the plan
-    that times fastest in one phase is often not the one that slices best. A step is not started
-    when, at its predicted time (:data:`_MARGIN` times the slowest time per lane and slice so
-    far of its kind), it would not end within ``time_left_s`` (None: no clock, all tried); a
-    slicing whose waits form a cycle is skipped. Plans of several phases, or whose hops wait
-    for others, are not sliced."""
-    best = min(candidates, key=lambda p: score(objective, p.ready_at_s, p.live))
-    value = score(objective, best.ready_at_s, best.live)
-    clock = _Clock(time_left_s)
-    plans: list[Built] = []
-    for plan in candidates:
-        b = plan.builder
-        if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
-            continue
-        v = score(objective, plan.ready_at_s, plan.live)
-        if not any(abs(v - score(objective, o.ready_at_s, o.live)) <= 1e-12 * v for o in plans):
-            plans.append(plan)
-    shapes = [_shape(problem, p) for p in plans]
-    trials = [(m, False, j) for m in SLICES for j in range(len(plans))]
-    trials += [(m, True, j) for m in STAGGERED_SLICES for j in range(len(plans)) if shapes[j][3]]
-    timed: list[tuple[float, int, bool, int, list[list[int]]]] = []
-    full: list[tuple[int, bool, int]] = []
-    for phases, staggered, j in trials:
-        size = shapes[j][4] * phases
-        if not clock.fits("pattern", size):
-            continue
-        with clock.timing("pattern", size):
-            found = _pattern_ready(problem, plans[j], phases, staggered, shapes[j])
-        if found is None:
-            full.append((phases, staggered, j))
-        else:
-            v = score(objective, found[0], plans[j].live)
-            timed.append((v, phases, staggered, j, found[1]))
-    timed.sort(key=lambda t: t[:4])
-    for v, phases, staggered, j, feeders in timed:
-        if v >= value * (1 - 1e-9):
-            break
-        trial = _full(problem, plans[j], phases, staggered, clock, shapes[j][4], feeders)
-        if trial is not None and phases_apart(problem, trial):
-            best, value = trial, score(objective, trial.ready_at_s, trial.live)
-            break
-    for phases, staggered, j in full:
-        trial = _full(problem, plans[j], phases, staggered, clock, shapes[j][4])
-        if trial is None:
-            continue
-        trial_value = score(objective, trial.ready_at_s, trial.live)
-        if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
-            best, value = trial, trial_value
-    return best
-
-
-_Shape = tuple[list[tuple[int, int, bool]], list[int], list[list[int]], bool, int]
-
-
-def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's groups, each lane's group, the groups sharing a link with each, whether its
-    hops' depths differ (else staggering changes nothing) and its lanes' atoms (the lanes of
-    one slice)."""
-    groups, group_of = _groups(plan.builder)
-    sharing = _sharing(plan.builder, len(groups), group_of)
-    cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
-    return groups, group_of, sharing, len(set(_depths(groups))) > 1, max(1, atoms)
-
-
-def _pattern_ready(
-    problem: Problem, plan: Built, phases: int, staggered: bool, shape: _Shape
-) -> tuple[dict[str, float], list[list[int]]] | None:
-    groups, group_of, sharing, _, _ = shape
-    offsets = _depths(groups) if staggered else [0] * len(groups)
-    cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    return sliced_ready(problem, plan, phases, (groups, group_of, offsets, sharing), cuts)
-
-
-def _full(
-    problem: Problem,
-    plan: Built,
-    phases: int,
-    staggered: bool,
-    clock: _Clock,
-    atoms: int,
-    feeders: list[list[int]] | None = None,
-) -> Built | None:
-    """The slicing built and evaluated (None: no time for it, or its waits form a cycle)."""
-    size = atoms * phases
-    if not clock.fits("full", size):
-        return None
-    with clock.timing("full", size):
-        try:
-            return slice_phases(problem, plan, phases, staggered=staggered, feeders=feeders)
-        except InvalidInputError:  # its waits form a cycle: this slicing cannot run
-            return None
-
-
-class _Clock:
-    """The time left and, per kind of step, the most seconds per lane and slice so far."""
-
-    def __init__(self, time_left_s: float | None) -> None:
-        self.began = time.perf_counter()
-        self.left = time_left_s
-        self.rate = {"pattern": 0.0, "full": _FULL_PRIOR_S}
-
-    def fits(self, kind: str, size: int) -> bool:
-        if self.left is None:
-            return True
-        spent = time.perf_counter() - self.began
-        return spent + _MARGIN * self.rate[kind] * size <= self.left
-
-    @contextlib.contextmanager
-    def timing(self, kind: str, size: int) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            took = time.perf_counter() - start
-            self.rate[kind] = max(self.rate[kind], took / size)

@@ -11,9 +11,9 @@ set of sending hops, and runs the recurrence of
 arrays: the same arithmetic on the same inputs, without building ``m`` times the lanes.
 
 It answers None (the caller evaluates the full slicing) wherever the pattern's feeders might not
-be the full plan's: a lane of all ranks, a hop that stores and forwards, two lanes overlapping on
-atoms that differ, slices thinner than a few times the holdings' tolerance, a feeder in a later
-phase than the lane it feeds, or lanes of one phase feeding each other in a cycle.
+be the full plan's: a lane of all ranks, a hop that stores and forwards, two atoms overlapping
+but apart by so much that a slice of one overlaps two slices of the other, slices thinner than a
+few times the holdings' tolerance, or waits that no order of rounds meets (:func:`_order`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,6 @@ points are one point)."""
 _THIN = 4 * TOLERANCE
 """Slices narrower than this: no answer (which slices feed them is a matter of tolerance)."""
 
-_SAME = TOLERANCE / 4
-"""Atoms whose ends differ by less than this in all are one: slice ``k`` of one overlaps only
-slice ``k`` of the other by more than the tolerance (the others by at most twice this)."""
 
 Groups = Sequence[tuple[int, int, bool]]
 
@@ -81,7 +78,7 @@ def sliced_ready(
         pattern.add_node(node)
     pattern.instances.extend(old.instances)
     owner: list[int] = []  # per pattern lane (one per atom of a lane), its group
-    widths: list[list[float]] = []  # per pattern lane, each slice's width
+    cuts_of: list[list[float]] = []  # per pattern lane, its slices' boundaries
     by_group: list[list[Lane]] = [[] for _ in groups]
     for lane in old.lanes:
         by_group[group_of[lane.flow]].append(lane)
@@ -93,8 +90,7 @@ def sliced_ready(
                 step = (b - a) / phases
                 if step < _THIN:
                     return None
-                bounds = [a + k * step for k in range(phases)] + [b]
-                widths.append([hi - lo for lo, hi in itertools.pairwise(bounds)])
+                cuts_of.append([a + k * step for k in range(phases)] + [b])
                 share = (b - a) / (lane.hi - lane.lo)
                 pattern.add_lane(
                     hop,
@@ -109,15 +105,31 @@ def sliced_ready(
                 owner.append(g)
     lanes = pattern.lanes
     deps = [list(d) for d in lane_dependencies(lanes, pattern.nodes, pattern.hops())]
+    bounds = np.asarray(cuts_of, dtype=float)  # lanes x (slices + 1)
     for f, fed in enumerate(deps):
         for d in fed:
-            if abs(lanes[d].lo - lanes[f].lo) + abs(lanes[d].hi - lanes[f].hi) > _SAME:
+            same = (lanes[d].lo, lanes[d].hi) == (lanes[f].lo, lanes[f].hi)
+            if not same and not _slice_fed(bounds[f], bounds[d]):
                 return None
     order = _order(deps, owner, offsets, sharing)
     if order is None:
         return None
-    run = _Pattern(problem, pattern, np.asarray(widths, dtype=float).T, deps, owner, offsets)
+    width = np.diff(bounds, axis=1).T  # slices x lanes
+    run = _Pattern(problem, pattern, width, deps, owner, offsets)
     return run.ready(*order, sharing), deps
+
+
+def _slice_fed(mine: np.ndarray, other: np.ndarray) -> bool:
+    """Whether, of two atoms that overlap (by more than the tolerance) but differ, each slice
+    ``k`` of the first overlaps slice ``k`` of the second and no other, as the timeline's
+    search of overlapping stripes finds them (:func:`~blitzplan.multicast.setup.holdings.overlap`
+    on the same boundaries; the next and the previous slice are the only others that could)."""
+    lo, hi, olo, ohi = mine[:-1], mine[1:], other[:-1], other[1:]
+    if not np.all(np.minimum(hi, ohi) - np.maximum(lo, olo) > TOLERANCE):
+        return False
+    later = np.minimum(hi[:-1], ohi[1:]) - np.maximum(lo[:-1], olo[1:])
+    earlier = np.minimum(hi[1:], ohi[:-1]) - np.maximum(lo[1:], olo[:-1])
+    return bool(np.all(later <= TOLERANCE) and np.all(earlier <= TOLERANCE))
 
 
 def _order(

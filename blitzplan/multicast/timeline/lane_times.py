@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ import numpy as np
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, PlanNode
 from blitzplan.multicast.setup.holdings import TOLERANCE, overlap
+from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 
 __all__ = ["Timeline", "lane_dependencies", "run_lanes"]
 
@@ -148,7 +148,8 @@ def run_lanes(
     Lanes timed alike (:func:`_alike`: the gathers of one landed stripe, for one) run the
     recurrence once, on the first of them; the others take its times. The rest are evaluated
     level by level (a lane's level is one more than the deepest lane it waits for), every level
-    at once with numpy. ``check`` (a deadline's checkpoint) is called once the lanes timed alike are
+    at once with numpy. A hop that other hops wait for is a node of its own between its lanes
+    and theirs (it ends with its last lane), so a wait costs one edge, not one per lane. ``check`` (a deadline's checkpoint) is called once the lanes timed alike are
     known (``timing``) and before each level (``timeline``)."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
@@ -217,8 +218,8 @@ def run_lanes(
     return Timeline(
         tuple(rates),
         every,
-        _hop_arrival(hops, every),
-        _ready(lanes, nodes, instances, every),
+        hop_arrival(hops, every),
+        instance_ready(lanes, nodes, instances, every),
         starts[rows],
         tuple(map(feeds.__getitem__, same)),
         arrival,
@@ -242,18 +243,6 @@ def _alike(
         key = (lane.sender, lane.receiver, lane.lo, lane.hi, lane.rank, h, r, lat, *d)
         out.append(first.setdefault(key, lane.flow))
     return out
-
-
-def _hop_arrival(hops: Sequence[Hop], arrival: np.ndarray) -> tuple[tuple[float, ...], ...]:
-    """Per hop: the latest arrival of each unit over its lanes (``()`` for a hop without
-    lanes), every hop in one ``reduceat``."""
-    sent = [hop for hop in hops if hop.lanes]
-    if not sent:
-        return tuple(() for _ in hops)
-    flat = np.fromiter((lane.flow for hop in sent for lane in hop.lanes), dtype=np.intp)
-    starts = np.cumsum([0] + [len(hop.lanes) for hop in sent[:-1]])
-    latest = iter(np.maximum.reduceat(arrival[flat], starts, axis=0).tolist())
-    return tuple(tuple(next(latest)) if hop.lanes else () for hop in hops)
 
 
 def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
@@ -369,40 +358,3 @@ def _scan(
     lead_chunk = c[np.arange(len(need)), np.argmax(carried, axis=1)]
     first = np.where(blocked, np.inf, start + lead_chunk + latency)
     return times, first
-
-
-def _ready(
-    lanes: Sequence[Lane],
-    nodes: Sequence[PlanNode],
-    instances: Sequence[NewInstance],
-    arrival: np.ndarray,
-) -> dict[str, tuple[float, ...]]:
-    """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
-    units = arrival.shape[1]
-    slot: dict[str, tuple[int, int]] = {}  # instance GPU -> (its row, its rank)
-    masks: list[tuple[bool, ...]] = []  # per instance GPU, the units its node had before
-    nothing = (False,) * units
-    for inst in instances:
-        mask = nodes[inst.node].present or nothing
-        for rank, gpu in enumerate(inst.gpus):
-            slot[gpu] = (len(slot), rank)
-            masks.append(mask)
-    present = np.array(masks, dtype=bool).reshape(len(masks), units)
-    into = [  # (GPU row, lane) of every lane into an instance GPU of its rank
-        (found[0], lane.flow)
-        for lane in lanes
-        if (found := slot.get(lane.dst)) is not None and lane.rank in (found[1], ALL_RANKS)
-    ]
-    keys, rows = zip(*into, strict=True) if into else ((), ())
-    got = np.zeros(present.shape)
-    if rows:
-        order = np.argsort(keys, kind="stable")
-        key, row = np.asarray(keys)[order], np.asarray(rows)[order]
-        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        got[key[first]] = np.maximum.reduceat(arrival[row], first, axis=0)
-    done = np.where(present, 0.0, np.where(got > 0, got, math.inf))
-    if not instances:
-        return {}
-    starts = np.cumsum([0] + [len(inst.gpus) for inst in instances[:-1]])
-    latest = np.maximum.reduceat(done, starts, axis=0).tolist()  # per instance, over its GPUs
-    return {inst.name: tuple(row) for inst, row in zip(instances, latest, strict=True)}
