@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,15 +45,34 @@ def _compare(problem: Problem, built: Built) -> tuple[int, int]:
             continue
         if found is not None:
             answered += 1
-            ready, feeders = found
             full = sliced.ready_at_s
-            assert ready.keys() == full.keys()
+            assert found.ready_at_s.keys() == full.keys()
             for name, at in full.items():
-                assert ready[name] == pytest.approx(at, rel=1e-9, abs=1e-12), (phases, staggered)
-            given = slice_phases(problem, built, phases, staggered=staggered, feeders=feeders)
-            assert given.timeline.lane_feeds == sliced.timeline.lane_feeds
-            assert given.ready_at_s == sliced.ready_at_s
+                assert found.ready_at_s[name] == pytest.approx(at, rel=1e-9, abs=1e-12)
+            _same_plan(
+                slice_phases(problem, built, phases, staggered=staggered, timed=found), sliced
+            )
     return answered, len(SLICINGS)
+
+
+def _same_plan(given: Built, full: Built) -> None:
+    """The slicing with its pattern's times put in place is the slicing evaluated lane by
+    lane: the same lanes, and the same rates, arrivals, starts, feeders and readiness."""
+    assert given.builder.lanes == full.builder.lanes
+    assert given.builder.flows == full.builder.flows
+    a, b = given.timeline, full.timeline
+    assert a.rates == pytest.approx(b.rates, rel=1e-12)
+    assert np.allclose(a.lane_arrival_s, b.lane_arrival_s, rtol=1e-12, atol=0.0)
+    assert a.lane_start_s is not None and b.lane_start_s is not None
+    assert np.allclose(a.lane_start_s, b.lane_start_s, rtol=1e-12, atol=0.0)
+    assert a.lane_feeds == b.lane_feeds
+    assert len(a.hop_arrival_s) == len(b.hop_arrival_s)
+    for mine, theirs in zip(a.hop_arrival_s, b.hop_arrival_s, strict=True):
+        assert mine == pytest.approx(theirs, rel=1e-12)
+    assert a.layer_ready_s.keys() == b.layer_ready_s.keys()
+    for name, times in b.layer_ready_s.items():
+        assert a.layer_ready_s[name] == pytest.approx(times, rel=1e-12)
+    assert given.ready_at_s == pytest.approx(full.ready_at_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("index", range(len(tiny_cases())))

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
-from blitzplan.multicast.exact.slice_timing import SNAP, atoms_of
+from blitzplan.multicast.exact.slice_timing import SNAP, SlicedTimes, atoms_of
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, run
@@ -50,17 +50,16 @@ def slice_phases(
     phases: int,
     *,
     staggered: bool = False,
-    feeders: Sequence[Sequence[int]] | None = None,
+    timed: SlicedTimes | None = None,
 ) -> Built:
     """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
     slices in turn (module docstring), evaluated under the cost model. ``staggered``: a hop
     whose sender is ``d`` hops from the nearest node that receives nothing sends slice ``k`` in
     phase ``k + d`` (a node's gathers: ``d`` of the node), so on a shared link a shallow hop's
     slice ``k`` streams with a deep hop's slice ``k - d`` instead of waiting for its ``k - 1``.
-    ``feeders``: the pattern's feeders of this slicing as
-    :func:`~blitzplan.multicast.exact.slice_timing.sliced_ready` found them (each lane of a
-    slice is fed by those lanes' same slice), given to the timeline instead of its search of
-    every slice's lanes for overlapping stripes."""
+    ``timed``: this slicing's times from its pattern
+    (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`, the same rates, arrivals,
+    starts and feeders), put in place of evaluating the plan lane by lane."""
     if isinstance(phases, bool) or not isinstance(phases, int) or phases < 1:
         raise InvalidInputError(f"phases must be a positive integer, got {phases!r}")
     old = built.builder
@@ -111,10 +110,13 @@ def slice_phases(
                         hi,
                         pace_bytes_per_s=pace * share,
                     )
-    if feeders is not None:
-        for (k, f), flow in made.items():
-            new.deps[flow] = [made[k, d] for d in feeders[f]]
-    return run(problem, new, built.live)
+    if timed is None:
+        return run(problem, new, built.live)
+    for (k, f), flow in made.items():
+        new.deps[flow] = [made[k, d] for d in timed.feeders[f]]
+    timeline = timed.timeline(new, made)
+    ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
+    return Built(new, timeline, ready, built.live)
 
 
 def _depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:

@@ -29,7 +29,7 @@ from blitzplan.multicast.exact.phase_slices import (
     phases_apart,
     slice_phases,
 )
-from blitzplan.multicast.exact.slice_timing import atoms_of, sliced_ready
+from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
 
@@ -42,9 +42,10 @@ STAGGERED_SLICES = (64, 128, 256)
 staggering pays only once slices are thin: 16 and 32 were rarely the fastest)."""
 _MARGIN = 1.5
 """A step's predicted time: this many times the slowest per lane and slice so far."""
-_FULL_PRIOR_S = 100e-6
-"""Before any slicing was built in full, its predicted seconds per lane and slice (about what
-it takes on one loaded core of a 2-core x86_64)."""
+_FULL_PRIOR_S = 50e-6
+"""Before any slicing was built in full, its predicted seconds per lane and slice: the pattern
+again, the plan built with those times and its phases checked (40-55 us on a 2-core x86_64
+shared by about 7 busy processes, 15-20 us quiet)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
 
@@ -61,7 +62,7 @@ class SliceSearch:
         self.problem, self.objective = problem, objective
         self.plans: list[Built] = []
         self.shapes: list[_Shape] = []
-        self.timed: list[tuple[float, int, bool, int, list[list[int]]]] = []
+        self.timed: list[tuple[float, int, bool, int]] = []
         self.untimed: list[tuple[int, bool, int]] = []  # slicings the pattern could not time
         self.target = math.inf  # the fastest timed slicing that could be built in time
         self.reserve_s = 0.0  # ... its predicted time to build in full
@@ -98,8 +99,8 @@ class SliceSearch:
             if found is None:
                 self.untimed.append((phases, staggered, j))
                 continue
-            v = score(self.objective, found[0], self.plans[j].live)
-            self.timed.append((v, phases, staggered, j, found[1]))
+            v = score(self.objective, found.ready_at_s, self.plans[j].live)
+            self.timed.append((v, phases, staggered, j))
             if v < self.target * _BETTER and self._fits("full", size, deadline):
                 self.target, self.reserve_s = v, self._predict("full", size)
         self.pattern_s += time.perf_counter() - began
@@ -111,15 +112,15 @@ class SliceSearch:
         allows."""
         best = min(candidates, key=self._value)
         value = self._value(best)
-        for v, phases, staggered, j, feeders in sorted(self.timed, key=lambda t: t[:4]):
+        for v, phases, staggered, j in sorted(self.timed):
             if v >= value * _BETTER:
                 break
-            trial = self._full(j, phases, staggered, deadline, feeders)
+            trial = self._full(j, phases, staggered, deadline, timed=True)
             if trial is not None:
                 best, value = trial, self._value(trial)
                 break
         for phases, staggered, j in self.untimed:
-            trial = self._full(j, phases, staggered, deadline, None)
+            trial = self._full(j, phases, staggered, deadline, timed=False)
             if trial is not None and self._value(trial) < value * _BETTER:
                 best, value = trial, self._value(trial)
         return best
@@ -133,18 +134,20 @@ class SliceSearch:
         phases: int,
         staggered: bool,
         deadline: float | None,
-        feeders: list[list[int]] | None,
+        *,
+        timed: bool,
     ) -> Built | None:
-        """Plan ``j`` sliced, built and evaluated, if its phases stay apart on every link
-        (None: no time for it, its waits form a cycle, or its phases meet)."""
+        """Plan ``j`` sliced, built and evaluated (``timed``: its times from its pattern, put
+        in place), if its phases stay apart on every link (None: no time for it, its waits form
+        a cycle, or its phases meet)."""
         size = self.shapes[j][4] * phases
         if not self._fits("full", size, deadline):
             return None
         with self._timing("full", size):
+            plan, shape = self.plans[j], self.shapes[j]
+            times = _pattern_ready(self.problem, plan, phases, staggered, shape) if timed else None
             try:
-                trial = slice_phases(
-                    self.problem, self.plans[j], phases, staggered=staggered, feeders=feeders
-                )
+                trial = slice_phases(self.problem, plan, phases, staggered=staggered, timed=times)
             except InvalidInputError:  # its waits form a cycle: this slicing cannot run
                 return None
             return trial if phases_apart(self.problem, trial) else None
@@ -194,7 +197,7 @@ def _shape(problem: Problem, plan: Built) -> _Shape:
 
 def _pattern_ready(
     problem: Problem, plan: Built, phases: int, staggered: bool, shape: _Shape
-) -> tuple[dict[str, float], list[list[int]]] | None:
+) -> SlicedTimes | None:
     groups, group_of, sharing, _, _ = shape
     offsets = _depths(groups) if staggered else [0] * len(groups)
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,15 +31,17 @@ from blitzplan.multicast.setup.holdings import TOLERANCE
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
 from blitzplan.multicast.timeline.lane_times import (
+    Timeline,
     _held_from,
     _need_matrix,
     _scan,
     _startup_by_node,
     lane_dependencies,
 )
+from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 from blitzplan.topologies import fair_share_after
 
-__all__ = ["atoms_of", "sliced_ready"]
+__all__ = ["SlicedTimes", "atoms_of", "sliced_ready"]
 
 SNAP = TOLERANCE
 """Stripe boundaries closer than this are one atom boundary (as for the holdings: closer
@@ -62,13 +65,11 @@ def sliced_ready(
     phases: int,
     slicing: tuple[Groups, Sequence[int], Sequence[int], Sequence[Sequence[int]]],
     cuts: dict[int, list[float]],
-) -> tuple[dict[str, float], list[list[int]]] | None:
-    """Each new instance's ready time in ``built`` cut into ``phases`` slices as
+) -> SlicedTimes | None:
+    """The times of ``built`` cut into ``phases`` slices as
     :func:`~blitzplan.multicast.exact.phase_slices.slice_phases` cuts it, ``slicing`` being its
-    ``(groups, group of each lane, offset of each group, groups sharing a link with each)``,
-    and the pattern's feeders: per lane of one slice (in that function's order: by group, lane,
-    atom), the lanes of the same slice that feed it; None where the pattern may not be the
-    full plan's (module docstring)."""
+    ``(groups, group of each lane, offset of each group, groups sharing a link with each)``;
+    None where the pattern may not be the full plan's (module docstring)."""
     groups, group_of, offsets, sharing = slicing
     old = built.builder
     if any(lane.rank == ALL_RANKS for lane in old.lanes) or not all(g[2] for g in groups):
@@ -116,7 +117,40 @@ def sliced_ready(
         return None
     width = np.diff(bounds, axis=1).T  # slices x lanes
     run = _Pattern(problem, pattern, width, deps, owner, offsets)
-    return run.ready(*order, sharing), deps
+    return SlicedTimes(run.ready(*order, sharing), deps, run)
+
+
+@dataclass(frozen=True)
+class SlicedTimes:
+    """A slicing's times from its pattern."""
+
+    ready_at_s: dict[str, float]
+    """Each new instance's ready time."""
+    feeders: list[list[int]]
+    """Per lane of one slice (in the order slice_phases adds them: by group, lane, atom), the
+    lanes of the same slice that feed it."""
+    run: _Pattern
+    """Every slice's rates and times."""
+
+    def timeline(self, builder: PlanBuilder, made: dict[tuple[int, int], int]) -> Timeline:
+        """The timeline of the full slicing ``builder``, whose lane ``made[k, f]`` is slice
+        ``k`` of the pattern's lane ``f`` (every lane, in the order of its ids): the pattern's
+        rates, arrivals, starts and feeders put in place, then each hop's arrivals and each
+        instance's readiness as the timeline computes them."""
+        run = self.run
+        keys = np.array(list(made), dtype=np.intp).reshape(-1, 2)
+        k, f = keys[:, 0], keys[:, 1]
+        every = run.arrival[k, f]
+        rates = run.rates[run.phase_class[k + run.off[f]], f]
+        feeds = tuple(tuple(made[s, d] for d in self.feeders[p]) for s, p in made)
+        return Timeline(
+            tuple(rates.tolist()),
+            every,
+            hop_arrival(builder.hops(), every),
+            instance_ready(builder.lanes, builder.nodes, builder.instances, every),
+            run.start[k, f],
+            feeds,
+        )
 
 
 def _slice_fed(mine: np.ndarray, other: np.ndarray) -> bool:
@@ -228,6 +262,7 @@ class _Pattern:
         self.arrival = np.zeros((phases, count, units))
         self.first = np.zeros((phases, count))
         self.end = np.zeros((phases, count))
+        self.start = np.zeros((phases, count))
         self.hop_end = np.zeros((phases, len(offsets)))
 
     def ready(
@@ -296,6 +331,7 @@ class _Pattern:
         times, first = _scan(need, avail, rate, self.latency[idx], chunk, start)
         self.arrival[k, idx] = times
         self.first[k, idx] = first
+        self.start[k, idx] = start
         self.end[k, idx] = times.max(axis=1) if units else start
         np.maximum.at(self.hop_end, (k, self.owner[idx]), self.end[k, idx])
 

@@ -149,8 +149,9 @@ def run_lanes(
     recurrence once, on the first of them; the others take its times. The rest are evaluated
     level by level (a lane's level is one more than the deepest lane it waits for), every level
     at once with numpy. A hop that other hops wait for is a node of its own between its lanes
-    and theirs (it ends with its last lane), so a wait costs one edge, not one per lane. ``check`` (a deadline's checkpoint) is called once the lanes timed alike are
-    known (``timing``) and before each level (``timeline``)."""
+    and theirs (it ends with its last lane), so a wait costs one edge, not one per lane.
+    ``check`` (a deadline's checkpoint) is called once the lanes timed alike are known
+    (``timing``) and before each level (``timeline``)."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
     hop_of = [-1] * len(lanes)
