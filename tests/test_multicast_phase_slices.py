@@ -9,7 +9,8 @@ from blitzplan import ClusterState, InvalidInputError, load_model
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
 from blitzplan.multicast.bound.overlay_lp import OverlayBound, overlay_bound
-from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases, sliced_refinement
+from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases
+from blitzplan.multicast.exact.slice_search import sliced_refinement
 from blitzplan.multicast.exact.tree_packing import pack_trees
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.setup.problem import Problem

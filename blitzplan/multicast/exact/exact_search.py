@@ -27,7 +27,7 @@ from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.exact.phase_slices import sliced_refinement
+from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
@@ -49,6 +49,14 @@ MAX_CHOICES = 50_000
 MAX_EVALUATIONS = 400
 """At most this many candidates are built and evaluated in full (each with both allocations)."""
 _EPS = 1e-9
+TIMED_BY = 0.7
+"""Under a time limit, the slicings of the packing's and the greedy's plans are timed from
+their patterns by this share of it (after the packing, before the search)."""
+SEARCHED_BY = 0.85
+"""The search ends by this share of the limit, earlier when building the fastest slicing
+timed (and timing the search's own plan's) needs the time."""
+SLICED_BY = 0.92
+"""The slicings are timed and the fastest built by this share of the limit."""
 
 
 @dataclass(frozen=True)
@@ -185,8 +193,9 @@ def exact_plan(
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
-    (:func:`~blitzplan.multicast.exact.phase_slices.sliced_refinement`, within the limit); the
-    best plan and the best bound."""
+    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
+    before the search, which then leaves the time to build the fastest; within the limit);
+    the best plan and the best bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
@@ -201,12 +210,19 @@ def exact_plan(
             widths=None,
             shapes=EXACT_SHAPES,
         )
-    spent = time.perf_counter() - began
-    left = None if time_limit_s is None else max(0.05 * limit, 0.85 * limit - spent)
+    slicing = SliceSearch(problem, objective)
+    end = None if time_limit_s is None else began + SLICED_BY * limit
+    first = [p for p in (packed, incumbent[1]) if p is not None]
+    slicing.time(first, None if end is None else began + TIMED_BY * limit)
+    left = None
+    if end is not None:  # the search ends in time to build the fastest slicing and time its own
+        per_plan = slicing.pattern_s / max(1, len(first))
+        stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.reserve_s - per_plan)
+        left = max(0.05 * limit, stop - (time.perf_counter() - began))
     searched = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
-    left = None if time_limit_s is None else 0.92 * limit - (time.perf_counter() - began)
-    built = sliced_refinement(problem, plans, objective, left)
+    slicing.time([searched], end)
+    built = slicing.best(plans, end)
     bound = lower_bound(problem, objective)
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)

@@ -24,46 +24,42 @@ streams beside the deep one's slice ``k - d``.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
+from blitzplan.multicast.exact.slice_timing import SNAP, SlicedTimes, atoms_of
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane
-from blitzplan.multicast.setup.holdings import TOLERANCE
 from blitzplan.multicast.setup.problem import Problem
-from blitzplan.multicast.timeline.assemble import Built, run, score
+from blitzplan.multicast.timeline.assemble import Built, run
 from blitzplan.topologies import Edge
 
 __all__ = [
-    "SLICES",
     "SNAP",
-    "STAGGERED_SLICES",
     "phases_apart",
     "slice_phases",
-    "sliced_refinement",
 ]
 
-SNAP = TOLERANCE
-"""Stripe boundaries closer than this are one atom boundary (as for the holdings: closer
-points are one point)."""
 _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
-SLICES = (4, 8, 16, 32)
-"""The slice counts :func:`sliced_refinement` tries, in turn."""
-_MARGIN = 1.5
-"""A slicing's predicted time: this many times the slowest per lane and slice so far."""
-STAGGERED_SLICES = (64, 128, 256)
-"""The staggered slice counts it tries then (a hop ``d`` deep ends ``d`` slices later, so
-staggering pays only once slices are thin: 16 and 32, tried before, were rarely the fastest)."""
 
 
-def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool = False) -> Built:
+def slice_phases(
+    problem: Problem,
+    built: Built,
+    phases: int,
+    *,
+    staggered: bool = False,
+    timed: SlicedTimes | None = None,
+) -> Built:
     """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
     slices in turn (module docstring), evaluated under the cost model. ``staggered``: a hop
     whose sender is ``d`` hops from the nearest node that receives nothing sends slice ``k`` in
     phase ``k + d`` (a node's gathers: ``d`` of the node), so on a shared link a shallow hop's
-    slice ``k`` streams with a deep hop's slice ``k - d`` instead of waiting for its ``k - 1``."""
+    slice ``k`` streams with a deep hop's slice ``k - d`` instead of waiting for its ``k - 1``.
+    ``timed``: this slicing's times from its pattern
+    (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`, the same rates, arrivals,
+    starts and feeders), put in place of evaluating the plan lane by lane."""
     if isinstance(phases, bool) or not isinstance(phases, int) or phases < 1:
         raise InvalidInputError(f"phases must be a positive integer, got {phases!r}")
     old = built.builder
@@ -78,9 +74,14 @@ def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool
     sharing = _sharing(old, len(groups), group_of)
     offset = _depths(groups) if staggered else [0] * len(groups)
     lanes_of: list[list[Lane]] = [[] for _ in groups]
+    atoms = {lane.flow: atoms_of(lane, cuts) for lane in old.lanes}
     for lane in old.lanes:
         lanes_of[group_of[lane.flow]].append(lane)
     ids: dict[tuple[int, int], int] = {}  # (group, phase) -> hop id
+    first = [0]  # per group, its first lane of the pattern (one slice's lanes)
+    for g in range(len(groups)):
+        first.append(first[-1] + sum(len(atoms[lane.flow]) for lane in lanes_of[g]))
+    made: dict[tuple[int, int], int] = {}  # (slice, lane of the pattern) -> lane id
     for phase in range(max(offset, default=0) + phases):
         for g, (sender, receiver, pipelined) in enumerate(groups):
             k = phase - offset[g]
@@ -93,9 +94,12 @@ def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool
                     after.append(ids[j, q])
             hop = new.hop(sender, receiver, phase=phase, pipelined=pipelined, after=after)
             ids[g, phase] = hop
+            at = first[g]
             for lane in lanes_of[g]:
                 pace = old.flows[lane.flow].max_bytes_per_s
-                for lo, hi, share in _slices(lane, cuts, k, phases):
+                for lo, hi, share in _slices(lane, atoms[lane.flow], k, phases):
+                    made[k, at] = len(new.lanes)
+                    at += 1
                     new.add_lane(
                         hop,
                         lane.holder,
@@ -106,7 +110,13 @@ def slice_phases(problem: Problem, built: Built, phases: int, *, staggered: bool
                         hi,
                         pace_bytes_per_s=pace * share,
                     )
-    return run(problem, new, built.live)
+    if timed is None:
+        return run(problem, new, built.live)
+    for (k, f), flow in made.items():
+        new.deps[flow] = [made[k, d] for d in timed.feeders[f]]
+    timeline = timed.timeline(new, made)
+    ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
+    return Built(new, timeline, ready, built.live)
 
 
 def _depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:
@@ -148,14 +158,12 @@ def _snapped(values: set[float]) -> list[float]:
 
 
 def _slices(
-    lane: Lane, cuts: dict[int, list[float]], k: int, phases: int
+    lane: Lane, atoms: list[tuple[float, float]], k: int, phases: int
 ) -> list[tuple[float, float, float]]:
-    """Part ``k`` of each atom of ``lane``'s stripe: ``(lo, hi, share of the lane)``."""
-    inner = [c for c in cuts[lane.rank] if lane.lo + SNAP < c < lane.hi - SNAP]
-    bounds = [lane.lo, *inner, lane.hi]
+    """Part ``k`` of each of ``lane``'s ``atoms``: ``(lo, hi, share of the lane)``."""
     width = lane.hi - lane.lo
     out = []
-    for a, b in itertools.pairwise(bounds):
+    for a, b in atoms:
         step = (b - a) / phases
         hi = b if k == phases - 1 else a + (k + 1) * step
         out.append((a + k * step, hi, (b - a) / width))
@@ -197,15 +205,19 @@ def phases_apart(problem: Problem, built: Built) -> bool:
         return True
     windows: dict[Edge, dict[int, list[float]]] = {}
     shard = problem.unit_bytes
+    carried: dict[int, int] = {}  # per receiver, the bytes of the units it lacks
+    for node in b.nodes:
+        carried[node.id] = sum(u for i, u in enumerate(shard) if not node.has(i))
+    ends = t.lane_arrival_s.max(axis=1).tolist() if len(shard) else [0.0] * len(b.lanes)
     for lane in b.lanes:
         f = lane.flow
-        node = b.nodes[lane.receiver]
-        carried = sum(u for i, u in enumerate(shard) if not node.has(i))
-        size = lane.fraction * (problem.tp if lane.rank == ALL_RANKS else 1) * carried
+        size = (
+            lane.fraction * (problem.tp if lane.rank == ALL_RANKS else 1) * carried[lane.receiver]
+        )
         rate = t.rates[f]
         if rate <= 0:
             return False
-        end = float(t.lane_arrival_s[f].max()) if len(shard) else 0.0
+        end = ends[f]
         begin = end - size / rate
         for edge in b.flows[f].edges:
             span = windows.setdefault(edge, {}).setdefault(b.flow_phase[f], [begin, end])
@@ -216,52 +228,3 @@ def phases_apart(problem: Problem, built: Built) -> bool:
             if later[0] < earlier[1] - _APART * max(1.0, earlier[1]):
                 return False
     return True
-
-
-def sliced_refinement(
-    problem: Problem,
-    candidates: Sequence[Built],
-    objective: str,
-    time_left_s: float | None,
-) -> Built:
-    """The fastest of ``candidates`` (the first of the fastest when no slicing beats them) and
-    of their slicings into :data:`SLICES` phases, then (where a plan's hops'
-    depths differ) staggered into :data:`STAGGERED_SLICES`, whose phases stay apart on every
-    link (:func:`phases_apart`). Each count is tried on every candidate before the next count:
-    the plan that times fastest in one phase is often not the one that slices best (it may
-    have more hops, or hops of mixed depths on one link). A slicing is not started when, at
-    its predicted time (:data:`_MARGIN` times the slowest time per lane and slice so far), it
-    would not end within ``time_left_s`` (None: no clock, all tried); one whose waits form a
-    cycle is skipped. Plans of several phases, or whose hops wait for others, are not sliced."""
-    best = min(candidates, key=lambda p: score(objective, p.ready_at_s, p.live))
-    value = score(objective, best.ready_at_s, best.live)
-    began = time.perf_counter()
-    plans: list[Built] = []
-    for plan in candidates:
-        b = plan.builder
-        if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
-            continue
-        v = score(objective, plan.ready_at_s, plan.live)
-        if not any(abs(v - score(objective, o.ready_at_s, o.live)) <= 1e-12 * v for o in plans):
-            plans.append(plan)
-    mixed = [len(set(_depths(_groups(p.builder)[0]))) > 1 for p in plans]
-    trials = [(m, False, j) for m in SLICES for j in range(len(plans))]
-    trials += [(m, True, j) for m in STAGGERED_SLICES for j in range(len(plans)) if mixed[j]]
-    rate = 0.0  # the most seconds per lane and slice of any slicing so far
-    for phases, staggered, j in trials:
-        spent = time.perf_counter() - began
-        guess = _MARGIN * rate * len(plans[j].builder.lanes) * phases
-        if time_left_s is not None and spent + guess > time_left_s:
-            continue
-        start = time.perf_counter()
-        try:
-            trial: Built | None = slice_phases(problem, plans[j], phases, staggered=staggered)
-        except InvalidInputError:  # its waits form a cycle: this slicing cannot run
-            trial = None
-        if trial is not None:
-            trial_value = score(objective, trial.ready_at_s, trial.live)
-            if trial_value < value * (1 - 1e-9) and phases_apart(problem, trial):
-                best, value = trial, trial_value
-        took = time.perf_counter() - start
-        rate = max(rate, took / (max(1, len(plans[j].builder.lanes)) * phases))
-    return best

@@ -52,11 +52,20 @@ def phase_rates(
     check: Callable[[str], None] | None = None,
 ) -> tuple[float, ...]:
     """Each phase's flows' max-min fair rates after ``background``; ``check`` (a deadline's
-    checkpoint) is called per group of flows sharing links."""
+    checkpoint) is called per group of flows sharing links. Phases of the same flows in the
+    same order (the middle phases of a plan in time slices) share one computation: the rates
+    are a function of those flows."""
     rates = [0.0] * len(flows)
-    for phase in sorted(set(phases)):
-        ids = [i for i, p in enumerate(phases) if p == phase]
-        shared = fair_share_after([flows[i] for i in ids], topology.capacity, background, check)
+    by_phase: dict[int, list[int]] = {}
+    for i, p in enumerate(phases):
+        by_phase.setdefault(p, []).append(i)
+    known: dict[tuple[Flow, ...], tuple[float, ...]] = {}
+    for phase in sorted(by_phase):
+        ids = by_phase[phase]
+        these = tuple(flows[i] for i in ids)
+        shared = known.get(these)
+        if shared is None:
+            shared = known[these] = fair_share_after(these, topology.capacity, background, check)
         for i, rate in zip(ids, shared, strict=True):
             rates[i] = rate
     return tuple(rates)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ import numpy as np
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, PlanNode
 from blitzplan.multicast.setup.holdings import TOLERANCE, overlap
+from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 
 __all__ = ["Timeline", "lane_dependencies", "run_lanes"]
 
@@ -148,17 +148,16 @@ def run_lanes(
     Lanes timed alike (:func:`_alike`: the gathers of one landed stripe, for one) run the
     recurrence once, on the first of them; the others take its times. The rest are evaluated
     level by level (a lane's level is one more than the deepest lane it waits for), every level
-    at once with numpy. ``check`` (a deadline's checkpoint) is called once the lanes timed alike are
-    known (``timing``) and before each level (``timeline``)."""
+    at once with numpy. A hop that other hops wait for is a node of its own between its lanes
+    and theirs (it ends with its last lane), so a wait costs one edge, not one per lane.
+    ``check`` (a deadline's checkpoint) is called once the lanes timed alike are known
+    (``timing``) and before each level (``timeline``)."""
     units = len(unit_bytes)
     deps = lane_dependencies(lanes, nodes, hops, known)
-    after: list[list[int]] = [[] for _ in lanes]
     hop_of = [-1] * len(lanes)
     saf = np.zeros(len(lanes), dtype=bool)
     for h, hop in enumerate(hops):
-        waited = [x.flow for k in hop.after for x in hops[k].lanes]
         for lane in hop.lanes:
-            after[lane.flow] = waited
             hop_of[lane.flow] = h
             saf[lane.flow] = not hop.pipelined
     same = _alike(lanes, deps, hop_of, rates, latency_s)
@@ -168,7 +167,13 @@ def run_lanes(
     row = {f: k for k, f in enumerate(firsts)}
     timed = [lanes[f] for f in firsts]
     timed_deps = [[row[same[d]] for d in deps[f]] for f in firsts]
-    timed_after = [[row[same[x]] for x in after[f]] for f in firsts]
+    # a hop waited for is a node of its own after the timed lanes: it ends with its last lane
+    waited = sorted({k for hop in hops for k in hop.after})
+    node_of = {h: len(timed) + i for i, h in enumerate(waited)}
+    hop_rows = [sorted({row[same[x.flow]] for x in hops[h].lanes}) for h in waited]
+    timed_after = [
+        [node_of[k] for k in hops[hop_of[f]].after] if hop_of[f] >= 0 else [] for f in firsts
+    ]
     need = _need_matrix(timed, nodes, unit_bytes, tp)
     held, held_first = _held_from(timed, nodes, need)
     startup = _startup_by_node(instances)
@@ -180,15 +185,23 @@ def run_lanes(
     arrival = np.zeros((len(timed), units))
     first = np.zeros(len(timed))
     end = np.zeros(len(timed))
+    hop_end = np.zeros(len(waited))
     starts = np.zeros(len(timed))
-    for level in _levels(timed_deps, timed_after):
+    for level in _levels(timed_deps + hop_rows, timed_after + [[] for _ in waited]):
         if check is not None:
             check("timeline")
+        cut = bisect.bisect_left(level, len(timed))  # the level's lanes, then its hops
+        for node in level[cut:]:
+            rows_of = hop_rows[node - len(timed)]
+            hop_end[node - len(timed)] = end[rows_of].max() if rows_of else 0.0
+        level = level[:cut]
+        if not level:
+            continue
         avail, first_in, done_in = _gathered(level, timed_deps, arrival, first, end)
         after_end = np.zeros(len(level))
         if any(timed_after[f] for f in level):
             after_end = np.array(
-                [max((end[x] for x in timed_after[f]), default=0.0) for f in level]
+                [max((hop_end[x - len(timed)] for x in timed_after[f]), default=0.0) for f in level]
             )
         idx = np.asarray(level)
         sf = saf[idx]
@@ -206,8 +219,8 @@ def run_lanes(
     return Timeline(
         tuple(rates),
         every,
-        _hop_arrival(hops, every),
-        _ready(lanes, nodes, instances, every),
+        hop_arrival(hops, every),
+        instance_ready(lanes, nodes, instances, every),
         starts[rows],
         tuple(map(feeds.__getitem__, same)),
         arrival,
@@ -231,18 +244,6 @@ def _alike(
         key = (lane.sender, lane.receiver, lane.lo, lane.hi, lane.rank, h, r, lat, *d)
         out.append(first.setdefault(key, lane.flow))
     return out
-
-
-def _hop_arrival(hops: Sequence[Hop], arrival: np.ndarray) -> tuple[tuple[float, ...], ...]:
-    """Per hop: the latest arrival of each unit over its lanes (``()`` for a hop without
-    lanes), every hop in one ``reduceat``."""
-    sent = [hop for hop in hops if hop.lanes]
-    if not sent:
-        return tuple(() for _ in hops)
-    flat = np.fromiter((lane.flow for hop in sent for lane in hop.lanes), dtype=np.intp)
-    starts = np.cumsum([0] + [len(hop.lanes) for hop in sent[:-1]])
-    latest = iter(np.maximum.reduceat(arrival[flat], starts, axis=0).tolist())
-    return tuple(tuple(next(latest)) if hop.lanes else () for hop in hops)
 
 
 def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
@@ -358,40 +359,3 @@ def _scan(
     lead_chunk = c[np.arange(len(need)), np.argmax(carried, axis=1)]
     first = np.where(blocked, np.inf, start + lead_chunk + latency)
     return times, first
-
-
-def _ready(
-    lanes: Sequence[Lane],
-    nodes: Sequence[PlanNode],
-    instances: Sequence[NewInstance],
-    arrival: np.ndarray,
-) -> dict[str, tuple[float, ...]]:
-    """Per new instance: when each unit is complete on all its GPUs (inf if never)."""
-    units = arrival.shape[1]
-    slot: dict[str, tuple[int, int]] = {}  # instance GPU -> (its row, its rank)
-    masks: list[tuple[bool, ...]] = []  # per instance GPU, the units its node had before
-    nothing = (False,) * units
-    for inst in instances:
-        mask = nodes[inst.node].present or nothing
-        for rank, gpu in enumerate(inst.gpus):
-            slot[gpu] = (len(slot), rank)
-            masks.append(mask)
-    present = np.array(masks, dtype=bool).reshape(len(masks), units)
-    into = [  # (GPU row, lane) of every lane into an instance GPU of its rank
-        (found[0], lane.flow)
-        for lane in lanes
-        if (found := slot.get(lane.dst)) is not None and lane.rank in (found[1], ALL_RANKS)
-    ]
-    keys, rows = zip(*into, strict=True) if into else ((), ())
-    got = np.zeros(present.shape)
-    if rows:
-        order = np.argsort(keys, kind="stable")
-        key, row = np.asarray(keys)[order], np.asarray(rows)[order]
-        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        got[key[first]] = np.maximum.reduceat(arrival[row], first, axis=0)
-    done = np.where(present, 0.0, np.where(got > 0, got, math.inf))
-    if not instances:
-        return {}
-    starts = np.cumsum([0] + [len(inst.gpus) for inst in instances[:-1]])
-    latest = np.maximum.reduceat(done, starts, axis=0).tolist()  # per instance, over its GPUs
-    return {inst.name: tuple(row) for inst, row in zip(instances, latest, strict=True)}

@@ -22,6 +22,7 @@ from collections import defaultdict
 from blitzplan.cluster import ClusterState, Role
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
 from blitzplan.multicast.validation.holdings_check import check_holdings
+from blitzplan.multicast.validation.lane_waits import lane_waits, waited_lanes
 from blitzplan.multicast.validation.route_check import check_phases, check_routes
 from blitzplan.topologies import fair_share_after
 
@@ -261,7 +262,7 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
     startup: dict[int, float] = defaultdict(float)
     for inst in plan.instances:
         startup[inst.node] = max(startup[inst.node], inst.startup_s)
-    waits = _waits(plan, lanes, hop_of)
+    waits = lane_waits(plan, lanes, hop_of)
     if waits is None:
         return ["the plan's lanes wait for each other in a cycle"]
     order, feeds = waits
@@ -277,7 +278,8 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
         latency = sum(topo.latency_s(e) for e in plan.flows[f].edges)
         rate = plan.rates[f]
         hop = plan.hops[hop_of[f]] if f in hop_of else None
-        begin = max([startup[lane.receiver], *(max(arrive[x]) for x in _after(plan, hop))])
+        waited = waited_lanes(plan, hop_of.get(f))
+        begin = max([startup[lane.receiver], *(max(arrive[x]) for x in waited)])
         if feeds[f] and hop is not None and not hop.pipelined:
             done = max(max(arrive[x]) for x in feeds[f])
             avail, begin = [done] * units, max(begin, done)
@@ -306,51 +308,6 @@ def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
         if not _close(arrive[f], plan.lane_arrival_s[f])
     ]
     return problems or _check_ready(plan, lanes, arrive, units)
-
-
-def _after(plan: MulticastPlan, hop: object) -> list[int]:
-    if hop is None:
-        return []
-    return [lane.flow for h in hop.after for lane in plan.hops[h].lanes]  # type: ignore[attr-defined]
-
-
-def _waits(
-    plan: MulticastPlan, lanes: list[Lane], hop_of: dict[int, int]
-) -> tuple[list[int], list[list[int]]] | None:
-    """Which lanes feed each lane's holder, and an order respecting them (None on a cycle)."""
-    sources = (NodeKind.INSTANCE, NodeKind.HOST, NodeKind.CACHE)
-    feeds: list[list[int]] = []
-    for lane in lanes:
-        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
-        if plan.nodes[lane.sender].kind in sources:
-            feeds.append([])
-        elif hop is not None and not hop.pipelined:
-            feeds.append([x.flow for x in lanes if x.receiver == lane.sender])
-        else:
-            feeds.append(
-                [
-                    x.flow
-                    for x in lanes
-                    if x.receiver == lane.sender
-                    and x.dst == lane.holder
-                    and x.flow != lane.flow
-                    and (x.rank == lane.rank or ALL_RANKS in (x.rank, lane.rank))
-                    and min(x.hi, lane.hi) - max(x.lo, lane.lo) > _COORD
-                ]
-            )
-    needs = [
-        set(feeds[f]) | set(_after(plan, plan.hops[hop_of[f]] if f in hop_of else None))
-        for f in range(len(lanes))
-    ]
-    order: list[int] = []
-    placed: set[int] = set()
-    while len(order) < len(lanes):
-        ready = [f for f in range(len(lanes)) if f not in placed and needs[f] <= placed]
-        if not ready:
-            return None
-        order += ready
-        placed |= set(ready)
-    return order, feeds
 
 
 def _check_ready(

@@ -1,0 +1,78 @@
+"""Which lanes each lane of a plan waits for, and an order of the lanes that respects them, as
+the certificate checker (:mod:`~blitzplan.multicast.validation.validate`) derives them from the
+plan alone: a lane sent by a source waits for none; one of a hop that stores and forwards waits
+for every lane into its sender; any other for the lanes landing on its holder, of its rank (or
+of all ranks), whose stripe overlaps its own; and every lane for the lanes of the hops its hop
+waits for.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+
+__all__ = ["lane_waits", "waited_lanes"]
+
+_COORD = 1e-9
+_SOURCES = (NodeKind.INSTANCE, NodeKind.HOST, NodeKind.CACHE)
+
+
+def lane_waits(
+    plan: MulticastPlan, lanes: list[Lane], hop_of: dict[int, int]
+) -> tuple[list[int], list[list[int]]] | None:
+    """Which lanes feed each lane's holder, and an order respecting every wait (None on a
+    cycle). Lanes landing on one GPU are kept by ``lo``: one starting more than the widest
+    stripe there before a lane ends before it, so only those after it are compared."""
+    into: dict[int, list[Lane]] = defaultdict(list)  # lanes by receiver, in lane order
+    landed: dict[tuple[int, str], list[Lane]] = defaultdict(list)  # ... by GPU, then by lo
+    for x in lanes:
+        into[x.receiver].append(x)
+        landed[x.receiver, x.dst].append(x)
+    for group in landed.values():
+        group.sort(key=lambda x: x.lo)
+    los = {key: [x.lo for x in group] for key, group in landed.items()}
+    widest = {key: max(x.hi - x.lo for x in group) for key, group in landed.items()}
+    feeds: list[list[int]] = []
+    for lane in lanes:
+        hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
+        if plan.nodes[lane.sender].kind in _SOURCES:
+            feeds.append([])
+        elif hop is not None and not hop.pipelined:
+            feeds.append([x.flow for x in into[lane.sender]])
+        else:
+            key = (lane.sender, lane.holder)
+            at = los.get(key, [])
+            lo = bisect.bisect_left(at, lane.lo - widest.get(key, 0.0) - _COORD)
+            hi = bisect.bisect_left(at, lane.hi)
+            near = landed[key][lo:hi] if key in landed else []
+            feeds.append(
+                sorted(
+                    x.flow
+                    for x in near
+                    if x.flow != lane.flow
+                    and (x.rank == lane.rank or ALL_RANKS in (x.rank, lane.rank))
+                    and min(x.hi, lane.hi) - max(x.lo, lane.lo) > _COORD
+                )
+            )
+    needs = [set(feeds[f]) | set(waited_lanes(plan, hop_of.get(f))) for f in range(len(lanes))]
+    users: dict[int, list[int]] = defaultdict(list)
+    for f, need in enumerate(needs):
+        for d in need:
+            users[d].append(f)
+    left = [len(need) for need in needs]
+    order = [f for f in range(len(lanes)) if not left[f]]
+    for f in order:  # grows as lanes become ready: every lane after all it needs
+        for u in users[f]:
+            left[u] -= 1
+            if not left[u]:
+                order.append(u)
+    return (order, feeds) if len(order) == len(lanes) else None
+
+
+def waited_lanes(plan: MulticastPlan, hop: int | None) -> list[int]:
+    """The lanes of the hops hop ``hop`` waits for (none for a gather)."""
+    if hop is None:
+        return []
+    return [lane.flow for h in plan.hops[hop].after for lane in plan.hops[h].lanes]
