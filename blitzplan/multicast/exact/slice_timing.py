@@ -37,6 +37,7 @@ from blitzplan.multicast.timeline.lane_times import (
     _scan,
     _startup_by_node,
     lane_dependencies,
+    lane_levels,
 )
 from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 from blitzplan.topologies import fair_share_after
@@ -208,29 +209,8 @@ def _order(
         before[f].update(d for d in deps[f] if shift[d] == shift[f])
         for j in sharing[owner[f]]:
             before[f].update(v for v in members[j] if x[v] == x[f] + 1)
-    levels = _levels(before)
+    levels = lane_levels(before)
     return (shift, levels) if levels is not None else None
-
-
-def _levels(before: Sequence[set[int]]) -> list[list[int]] | None:
-    """Lanes by level over ``before`` (each lane's predecessors); None on a cycle."""
-    count = [len(b) for b in before]
-    users: dict[int, list[int]] = {}
-    for f, b in enumerate(before):
-        for d in b:
-            users.setdefault(d, []).append(f)
-    level = [f for f, c in enumerate(count) if c == 0]
-    out = []
-    while level:
-        out.append(level)
-        nxt = []
-        for f in level:
-            for u in users.get(f, ()):
-                count[u] -= 1
-                if count[u] == 0:
-                    nxt.append(u)
-        level = sorted(nxt)
-    return out if sum(map(len, out)) == len(before) else None
 
 
 class _Pattern:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +33,7 @@ from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, Pl
 from blitzplan.multicast.setup.holdings import TOLERANCE, overlap
 from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 
-__all__ = ["Timeline", "lane_dependencies", "run_lanes"]
+__all__ = ["Timeline", "lane_dependencies", "lane_levels", "run_lanes"]
 
 _SOURCE_KINDS = ("instance", "host", "cache")
 _Arrived = tuple[list[Lane], list[float], float]
@@ -254,14 +254,21 @@ def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
 
 
 def _levels(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Lanes by level over what each waits for (its ``deps`` and ``after``); raises on a cycle."""
+    needed = [set(d).union(a) if a or len(d) > 1 else d for d, a in zip(deps, after, strict=True)]
+    grouped = lane_levels(needed)
+    if grouped is None:
+        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
+    return grouped
+
+
+def lane_levels(needed: Sequence[Collection[int]]) -> list[list[int]] | None:
     """Lanes by level, each in lane order: a lane's level is one more than the deepest lane it
-    waits for (0: it waits for none); raises on a cycle."""
-    count = [0] * len(deps)
+    waits for (``needed[lane]``; 0: it waits for none); None on a cycle."""
+    count = [len(n) for n in needed]
     users: dict[int, list[int]] = {}
-    for lane, (d, a) in enumerate(zip(deps, after, strict=True)):
-        needed = set(d).union(a) if a or len(d) > 1 else d
-        count[lane] = len(needed)
-        for other in needed:
+    for lane, wanted in enumerate(needed):
+        for other in wanted:
             users.setdefault(other, []).append(lane)
     level = [lane for lane, c in enumerate(count) if c == 0]
     grouped: list[list[int]] = []
@@ -274,9 +281,7 @@ def _levels(deps: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> li
                 if count[user] == 0:
                     released.append(user)
         level = sorted(released)
-    if sum(len(g) for g in grouped) != len(deps):
-        raise InvalidInputError("the plan's lanes wait for each other in a cycle")
-    return grouped
+    return grouped if sum(len(g) for g in grouped) == len(needed) else None
 
 
 def _need_matrix(
