@@ -32,12 +32,12 @@ from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
 from blitzplan.multicast.timeline.lane_times import (
     Timeline,
-    _held_from,
-    _need_matrix,
-    _scan,
-    _startup_by_node,
+    held_from,
     lane_dependencies,
     lane_levels,
+    lane_scan,
+    need_matrix,
+    startup_by_node,
 )
 from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 from blitzplan.topologies import fair_share_after
@@ -228,11 +228,11 @@ class _Pattern:
         lanes = pattern.lanes
         self.problem, self.pattern, self.deps = problem, pattern, deps
         self.width = width  # slices x lanes
-        carried = _need_matrix(lanes, pattern.nodes, problem.unit_bytes, problem.tp) > 0
+        carried = need_matrix(lanes, pattern.nodes, problem.unit_bytes, problem.tp) > 0
         shard = np.asarray(problem.unit_bytes, dtype=float)
         self.shard = np.where(carried, shard[None, :], 0.0)
-        self.held, self.held_first = _held_from(lanes, pattern.nodes, carried.astype(float))
-        startup = _startup_by_node(pattern.instances)
+        self.held, self.held_first = held_from(lanes, pattern.nodes, carried.astype(float))
+        startup = startup_by_node(pattern.instances)
         self.begin = np.array([startup.get(lane.receiver, 0.0) for lane in lanes])
         self.latency = np.asarray(pattern.flow_latency_s, dtype=float)
         self.owner = np.asarray(owner, dtype=np.intp)
@@ -308,7 +308,7 @@ class _Pattern:
         need = self.width[k, idx][:, None] * self.shard[idx]
         rate = self.rates[self.phase_class[phase], idx]
         chunk = self.problem.chunk_bytes
-        times, first = _scan(need, avail, rate, self.latency[idx], chunk, start)
+        times, first = lane_scan(need, avail, rate, self.latency[idx], chunk, start)
         self.arrival[k, idx] = times
         self.first[k, idx] = first
         self.start[k, idx] = start

@@ -33,7 +33,16 @@ from blitzplan.multicast.plan_types import ALL_RANKS, Hop, Lane, NewInstance, Pl
 from blitzplan.multicast.setup.holdings import TOLERANCE, overlap
 from blitzplan.multicast.timeline.readiness import hop_arrival, instance_ready
 
-__all__ = ["Timeline", "lane_dependencies", "lane_levels", "run_lanes"]
+__all__ = [
+    "Timeline",
+    "held_from",
+    "lane_dependencies",
+    "lane_levels",
+    "lane_scan",
+    "need_matrix",
+    "run_lanes",
+    "startup_by_node",
+]
 
 _SOURCE_KINDS = ("instance", "host", "cache")
 _Arrived = tuple[list[Lane], list[float], float]
@@ -174,9 +183,9 @@ def run_lanes(
     timed_after = [
         [node_of[k] for k in hops[hop_of[f]].after] if hop_of[f] >= 0 else [] for f in firsts
     ]
-    need = _need_matrix(timed, nodes, unit_bytes, tp)
-    held, held_first = _held_from(timed, nodes, need)
-    startup = _startup_by_node(instances)
+    need = need_matrix(timed, nodes, unit_bytes, tp)
+    held, held_first = held_from(timed, nodes, need)
+    startup = startup_by_node(instances)
     begin = np.array([startup.get(lane.receiver, 0.0) for lane in timed])
     take = np.asarray(firsts, dtype=np.intp)
     saf = saf[take]
@@ -210,7 +219,7 @@ def run_lanes(
             [begin[idx], np.where(sf, done_in, first_in), after_end, held_first[idx]]
         )
         starts[idx] = start
-        times, first[idx] = _scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
+        times, first[idx] = lane_scan(need[idx], avail, rate[idx], latency[idx], chunk_bytes, start)
         arrival[idx] = times
         end[idx] = times.max(axis=1) if units else start
     rows = np.fromiter((row[f] for f in same), dtype=np.intp, count=len(same))
@@ -246,7 +255,7 @@ def _alike(
     return out
 
 
-def _startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
+def startup_by_node(instances: Sequence[NewInstance]) -> dict[int, float]:
     startup: dict[int, float] = {}
     for inst in instances:
         startup[inst.node] = max(startup.get(inst.node, 0.0), inst.startup_s)
@@ -284,7 +293,7 @@ def lane_levels(needed: Sequence[Collection[int]]) -> list[list[int]] | None:
     return grouped if sum(len(g) for g in grouped) == len(needed) else None
 
 
-def _need_matrix(
+def need_matrix(
     lanes: Sequence[Lane], nodes: Sequence[PlanNode], unit_bytes: Sequence[int], tp: int
 ) -> np.ndarray:
     """Bytes of each unit each lane carries (0 for units its receiver already has)."""
@@ -303,7 +312,7 @@ def _need_matrix(
     return need
 
 
-def _held_from(
+def held_from(
     lanes: Sequence[Lane], nodes: Sequence[PlanNode], need: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per lane: when its sender holds each unit (a loading source's ``ready_s``, else 0), and
@@ -343,7 +352,7 @@ def _gathered(
     return avail, first_in, done_in
 
 
-def _scan(
+def lane_scan(
     need: np.ndarray,
     avail: np.ndarray,
     rate: np.ndarray,
