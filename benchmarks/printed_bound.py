@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--limit", type=float, default=1.0 if QUICK else 8.0, help="bnb's s")
     parser.add_argument("--best-known", default="/tmp/blitzplan_best_known.json")
+    parser.add_argument("--detail", action="store_true", help="each instance's ratios too")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:  # a tree's process: cold calls on the keys given, JSON rows out
@@ -119,6 +120,9 @@ def main() -> None:
                 ratios = [float(r["bound"]) / known[str(r["key"])][order] for r in rows]  # type: ignore[arg-type]
                 cpu = statistics.median(1e3 * float(r["cpu_s"]) for r in rows)  # type: ignore[arg-type]
                 cells.append(f"{statistics.fmean(ratios):.3f} / {min(ratios):.3f} / {cpu:.0f}")
+                if args.detail:
+                    each = " ".join(f"{r:.3f}" for r in ratios)
+                    print(f"  {c} {order} {Path(tree).name}: {each}", file=sys.stderr)
             print(" | ".join(cells), flush=True)
 
 

@@ -22,6 +22,7 @@ subgradient steps that choose the prices.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +34,14 @@ from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import RelaxedPlan, repair
 from blitzplan.live.slot_prices import SlotPath, SlotPrices, slot_usage, solve_batches
 
-__all__ = ["SLOT_ITERATIONS", "SlotPrices", "priced_orders", "quick_slot_bound", "slot_bound"]
+__all__ = [
+    "SLOT_ITERATIONS",
+    "SlotPrices",
+    "priced_orders",
+    "quick_slot_bound",
+    "quick_steps_s",
+    "slot_bound",
+]
 
 SLOT_ITERATIONS = 300
 """The most subgradient steps of :func:`slot_bound`."""
@@ -60,6 +68,14 @@ QUICK_SLOTS = 160
 (80,16) of ``benchmarks/partition.py``, 130-250 slots reach the most (a finer grid with fewer
 steps beats a coarser one with more: 60 slots 0.88-0.92 of the best known on (32,16), 160
 slots 0.91-0.95); a coarse grid first, its prices passed on to a finer one, did no better."""
+
+QUICK_STEPS = 16
+"""The steps :func:`quick_slot_bound` needs to pay (about: on (32,16) 0.91-0.95 of the best
+known in 20-35 steps); see :func:`quick_steps_s`."""
+
+STEP_S_PER_CELL = 5e-8
+"""A step's CPU seconds per layer, batch and slot (about: 2-core x86_64, loaded; (32,16) and
+(80,16) at 160 slots took 5.6 and 13 ms a step)."""
 
 QUICK_RISE = 0.1
 """:func:`quick_slot_bound`'s steps aim this share above the best bound so far (halved after
@@ -179,20 +195,22 @@ def quick_slot_bound(
     completion_s: Sequence[float],
     time_limit_s: float,
     floor: float = -math.inf,
+    steps: int | None = None,
 ) -> float:
     """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
     (wall clock; the first step always runs): from the prices a known schedule suggests
     (``completion_s``, value ``upper_bound``; :func:`_first_prices`), subgradient steps on
     :data:`QUICK_SLOTS` slots, each aimed :data:`QUICK_RISE` above the best of its bounds and
     ``floor`` (another bound known). Every step's value is a bound (its program is solved
-    exactly, from below); the answer is the best, capped at ``upper_bound``."""
+    exactly, from below); the answer is the best, capped at ``upper_bound``. ``steps``: the
+    most steps (a test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
     prices = SlotPrices(instance, HORIZON_PAST_LAST * max(completion_s), QUICK_SLOTS)
     _first_prices(prices, completion_s)
     target = upper_bound * n
     ascent = PolyakSteps(target, AIM_SHARE, QUICK_PATIENCE, rise=QUICK_RISE, floor=floor * n)
-    while True:
+    for _ in itertools.count() if steps is None else range(steps):
         total, paths = solve_batches(prices, None, paths=True)
         value = total - prices.constant()
         ascent.seen(value)
@@ -201,6 +219,12 @@ def quick_slot_bound(
         if not _move(prices, paths, ascent, value):
             break
     return min(ascent.best, target) / n
+
+
+def quick_steps_s(instance: LiveScalingInstance) -> float:
+    """About how long :data:`QUICK_STEPS` steps of :func:`quick_slot_bound` take."""
+    cells = instance.num_layers * instance.num_batches * QUICK_SLOTS
+    return QUICK_STEPS * STEP_S_PER_CELL * cells
 
 
 def priced_orders(

@@ -276,7 +276,7 @@ def _restricts(restriction: Restriction, L: int) -> bool:
 
 def _first_after(prices: SlotPrices, restriction: Restriction) -> np.ndarray:
     """The step each layer may start from, per batch, with ``restriction``'s start limits."""
-    first = prices.first.copy()
+    first: np.ndarray = prices.first.copy()
     for i, after in enumerate(restriction.start_after_s):
         if after:
             later = np.floor((np.asarray(after) - prices.t0[i]) / prices.delta[i] + 1e-9)
