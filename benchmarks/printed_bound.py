@@ -5,13 +5,14 @@ A cold call is ``schedule_live(inst, method="zigzag", old_order=order)`` with th
 caches cleared (what ``plan()`` pays once per distinct live pair, the bound included). The best
 schedule known per instance is the better of ``exact`` (``bnb``, ``--limit`` s) and ``improve``
 (1 s), under the free order also the FIFO ones (a FIFO schedule is a free one); it is computed
-once and kept in ``--best-known`` (JSON). Few are proven, so most ratios are against a schedule,
-not the optimum: a conservative ratio. Nothing is asserted.
+once per run, or kept in and read back from ``--best-known`` (JSON). Few are proven, so most
+ratios are against a schedule, not the optimum: a conservative ratio. Nothing is asserted.
 
 Run: .venv/bin/python benchmarks/printed_bound.py [--trees /path/base /path/branch]
 [--classes 32x16 80x16] [--orders free fifo] [--seeds 0 1 2 3 4] [--rounds 2]
-[--best-known /tmp/best_known.json] (``BLITZPLAN_QUICK=1``: one class, two seeds, 1 s runs).
-Each tree runs in its own process (``PYTHONPATH``), alternated class by class and round by round.
+[--best-known /tmp/best_known.json] [--detail] (``BLITZPLAN_QUICK=1``: one class, two seeds, 1 s
+runs). Each tree runs in its own process (``PYTHONPATH``), alternated class by class and round
+by round; the CPU column is the median over the calls of each row (seeds and rounds).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from blitzplan._table import format_table
 
 HERE = Path(__file__).resolve().parent
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
@@ -85,7 +88,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--limit", type=float, default=1.0 if QUICK else 8.0, help="bnb's s")
-    parser.add_argument("--best-known", default="/tmp/blitzplan_best_known.json")
+    parser.add_argument("--best-known", help="a JSON file keeping the best known (reused)")
     parser.add_argument("--detail", action="store_true", help="each instance's ratios too")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -93,12 +96,13 @@ def main() -> None:
         print(json.dumps(cold_calls(args.worker, args.orders)))
         return
     keys = [f"{c}x{s}" for c in args.classes for s in args.seeds]
-    path = Path(args.best_known)
-    known = json.loads(path.read_text()) if path.is_file() else {}
+    path = Path(args.best_known) if args.best_known else None
+    known = json.loads(path.read_text()) if path is not None and path.is_file() else {}
     missing = [k for k in keys if k not in known]
     if missing:
         known |= best_known(missing, args.limit)
-        path.write_text(json.dumps(known, indent=1))
+        if path is not None:
+            path.write_text(json.dumps(known, indent=1))
     results: dict[str, list[dict[str, object]]] = {tree: [] for tree in args.trees}
     for round_ in range(args.rounds):
         for c in args.classes:
@@ -109,21 +113,22 @@ def main() -> None:
                 command += [f"{c}x{s}" for s in args.seeds]
                 out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
                 results[tree] += json.loads(out.stdout)
-    head = ["class", "order", *(f"{Path(t).name} mean / worst / cpu ms med" for t in args.trees)]
-    print(" | ".join(head))
+    head = ["class", "order", *(f"{Path(t).name}: mean / worst / cpu ms" for t in args.trees)]
+    rows = []
     for c in args.classes:
         for order in args.orders:
             cells = [f"({c.replace('x', ',')})", order]
             for tree in args.trees:
-                rows = [r for r in results[tree] if r["order"] == order]
-                rows = [r for r in rows if str(r["key"]).startswith(c + "x")]
-                ratios = [float(r["bound"]) / known[str(r["key"])][order] for r in rows]  # type: ignore[arg-type]
-                cpu = statistics.median(1e3 * float(r["cpu_s"]) for r in rows)  # type: ignore[arg-type]
+                runs = [r for r in results[tree] if r["order"] == order]
+                runs = [r for r in runs if str(r["key"]).startswith(c + "x")]
+                ratios = [float(r["bound"]) / known[str(r["key"])][order] for r in runs]  # type: ignore[arg-type]
+                cpu = statistics.median(1e3 * float(r["cpu_s"]) for r in runs)  # type: ignore[arg-type]
                 cells.append(f"{statistics.fmean(ratios):.3f} / {min(ratios):.3f} / {cpu:.0f}")
                 if args.detail:
                     each = " ".join(f"{r:.3f}" for r in ratios)
-                    print(f"  {c} {order} {Path(tree).name}: {each}", file=sys.stderr)
-            print(" | ".join(cells), flush=True)
+                    print(f"{c} {order} {Path(tree).name}: {each}")
+            rows.append(cells)
+    print(format_table(head, rows))
 
 
 if __name__ == "__main__":
