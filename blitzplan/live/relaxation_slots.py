@@ -17,7 +17,9 @@ order. It pays under the free order on congested pairs (docs/benchmarks.md, sixt
 under FIFO, whose optimum lies well above the free one, the FIFO bounds do better.
 
 The priced problem and its dynamic program are in :mod:`blitzplan.live.slot_prices`; here the
-subgradient steps that choose the prices.
+subgradient steps that choose the prices: :func:`slot_bound` (``bnb``'s, 250 slots, steps aimed
+at a known schedule's value) and :func:`quick_slot_bound` (the bound printed beside a heuristic:
+160 slots, steps aimed a little above the best bound so far).
 """
 
 from __future__ import annotations
