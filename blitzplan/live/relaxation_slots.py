@@ -17,11 +17,14 @@ order. It pays under the free order on congested pairs (docs/benchmarks.md, sixt
 under FIFO, whose optimum lies well above the free one, the FIFO bounds do better.
 
 The priced problem and its dynamic program are in :mod:`blitzplan.live.slot_prices`; here the
-subgradient steps that choose the prices.
+subgradient steps that choose the prices: :func:`slot_bound` (``bnb``'s, 250 slots, steps aimed
+at a known schedule's value) and :func:`quick_slot_bound` (the bound printed beside a heuristic:
+160 slots, steps aimed a little above the best bound so far).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +36,14 @@ from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import RelaxedPlan, repair
 from blitzplan.live.slot_prices import SlotPath, SlotPrices, slot_usage, solve_batches
 
-__all__ = ["SLOT_ITERATIONS", "SlotPrices", "priced_orders", "slot_bound"]
+__all__ = [
+    "SLOT_ITERATIONS",
+    "SlotPrices",
+    "priced_orders",
+    "quick_slot_bound",
+    "quick_steps_s",
+    "slot_bound",
+]
 
 SLOT_ITERATIONS = 300
 """The most subgradient steps of :func:`slot_bound`."""
@@ -55,6 +65,27 @@ is Polyak's rule; against ZigZag's value on (32,16), 0.25-0.5 climb faster)."""
 _STEP_START = 1.0
 _PATIENCE = 6
 
+QUICK_SLOTS = 160
+"""Slots per machine of :func:`quick_slot_bound`'s grid. In 0.2 s of CPU, on (32,16) and
+(80,16) of ``benchmarks/partition.py``, 130-250 slots reach the most (a finer grid with fewer
+steps beats a coarser one with more: 60 slots 0.88-0.92 of the best known on (32,16), 160
+slots 0.91-0.95); a coarse grid first, its prices passed on to a finer one, did no better."""
+
+QUICK_STEPS = 16
+"""The steps :func:`quick_slot_bound` needs to pay (about: on (32,16) 0.91-0.95 of the best
+known in 20-35 steps); see :func:`quick_steps_s`."""
+
+STEP_S_PER_CELL = 5e-8
+"""A step's CPU seconds per layer, batch and slot (about: 2-core x86_64, loaded; (32,16) and
+(80,16) at 160 slots took 5.6 and 13 ms a step)."""
+
+QUICK_RISE = 0.1
+""":func:`quick_slot_bound`'s steps aim this share above the best bound so far (halved after
+:data:`QUICK_PATIENCE` steps without a better one): a heuristic's value, the other aim, lies
+far above the optimum on crowded pairs (ZigZag 1.5-2x the best known on (32,16) and (80,16))."""
+
+QUICK_PATIENCE = 4
+
 
 def _subgradient(prices: SlotPrices, paths: list[SlotPath]) -> tuple[np.ndarray, np.ndarray]:
     inst, L = prices.instance, prices.instance.num_layers
@@ -66,6 +97,20 @@ def _subgradient(prices: SlotPrices, paths: list[SlotPath]) -> tuple[np.ndarray,
             old_s.append(path.old_start)
             old_len.append((L - path.split) * inst.old_layer_s[i])
     return slot_usage(prices.new, new_s, new_len), slot_usage(prices.old, old_s, old_len)
+
+
+def _move(prices: SlotPrices, paths: list[SlotPath], ascent: PolyakSteps, value: float) -> bool:
+    """One subgradient step from the prices that gave ``value`` and ``paths`` (projected on
+    the prices >= 0); False when the subgradient is zero there (nothing to move along)."""
+    g_new, g_old = _subgradient(prices, paths)
+    g_new = np.where((prices.lam <= 0) & (g_new < 0), 0.0, g_new)
+    g_old = np.where((prices.mu <= 0) & (g_old < 0), 0.0, g_old)
+    norm = float(np.sum(g_new * g_new) + np.sum(g_old * g_old))
+    if norm <= 0:
+        return False
+    t = ascent.size(value, norm)
+    prices.set(np.maximum(prices.lam + t * g_new, 0.0), np.maximum(prices.mu + t * g_old, 0.0))
+    return True
 
 
 def default_horizon_s(instance: LiveScalingInstance) -> float:
@@ -139,16 +184,49 @@ def slot_bound(
             break
         if iteration == 0 and began + min_steps * (now - began) > deadline:
             break
-        g_new, g_old = _subgradient(prices, paths)
-        g_new = np.where((prices.lam <= 0) & (g_new < 0), 0.0, g_new)
-        g_old = np.where((prices.mu <= 0) & (g_old < 0), 0.0, g_old)
-        norm = float(np.sum(g_new * g_new) + np.sum(g_old * g_old))
-        if norm <= 0:
+        if not _move(prices, paths, ascent, value):
             break
-        t = ascent.size(value, norm)
-        prices.set(np.maximum(prices.lam + t * g_new, 0.0), np.maximum(prices.mu + t * g_old, 0.0))
     prices.set(*best_prices)
     return min(ascent.best, target) / n, prices
+
+
+def quick_slot_bound(
+    instance: LiveScalingInstance,
+    *,
+    upper_bound: float,
+    completion_s: Sequence[float],
+    time_limit_s: float,
+    floor: float = -math.inf,
+    steps: int | None = None,
+) -> float:
+    """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
+    (wall clock; the first step always runs): from the prices a known schedule suggests
+    (``completion_s``, value ``upper_bound``; :func:`_first_prices`), subgradient steps on
+    :data:`QUICK_SLOTS` slots, each aimed :data:`QUICK_RISE` above the best of its bounds and
+    ``floor`` (another bound known). Every step's value is a bound (its program is solved
+    exactly, from below); the answer is the best, capped at ``upper_bound``. ``steps``: the
+    most steps (a test's clock-free run)."""
+    deadline = time.perf_counter() + time_limit_s
+    n = instance.num_batches
+    prices = SlotPrices(instance, HORIZON_PAST_LAST * max(completion_s), QUICK_SLOTS)
+    _first_prices(prices, completion_s)
+    target = upper_bound * n
+    ascent = PolyakSteps(target, AIM_SHARE, QUICK_PATIENCE, rise=QUICK_RISE, floor=floor * n)
+    for _ in itertools.count() if steps is None else range(steps):
+        total, paths = solve_batches(prices, None, paths=True)
+        value = total - prices.constant()
+        ascent.seen(value)
+        if value >= target or not paths or time.perf_counter() > deadline:
+            break
+        if not _move(prices, paths, ascent, value):
+            break
+    return min(ascent.best, target) / n
+
+
+def quick_steps_s(instance: LiveScalingInstance) -> float:
+    """About how long :data:`QUICK_STEPS` steps of :func:`quick_slot_bound` take."""
+    cells = instance.num_layers * instance.num_batches * QUICK_SLOTS
+    return QUICK_STEPS * STEP_S_PER_CELL * cells
 
 
 def priced_orders(

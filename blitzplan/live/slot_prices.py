@@ -66,15 +66,18 @@ class SlotPath:
 
 
 class SlotPrices:
-    """An instance's grids, the current prices and what they charge; :meth:`bound`."""
+    """An instance's grids (``slots`` per machine up to ``horizon_s``, default
+    :data:`SLOTS`), the current prices and what they charge; :meth:`bound`."""
 
-    def __init__(self, instance: LiveScalingInstance, horizon_s: float) -> None:
+    def __init__(
+        self, instance: LiveScalingInstance, horizon_s: float, slots: int | None = None
+    ) -> None:
         inst, L, n = instance, instance.num_layers, instance.num_batches
         self.instance = inst
         p_new, p_old = np.asarray(inst.new_layer_s), np.asarray(inst.old_layer_s)
         a1, b_old = inst.usable_s[0], inst.old_free_at_s
         horizon = max(horizon_s, a1, b_old) + 1e-9
-        width = (horizon - min(a1, b_old)) / SLOTS
+        width = (horizon - min(a1, b_old)) / (SLOTS if slots is None else slots)
         self.new, self.old = _slots(a1, horizon, width), _slots(b_old, horizon, width)
         self.release = np.asarray(inst.release_s)
         self.p_new, self.handoff = p_new, np.asarray(inst.handoff_s)
@@ -92,7 +95,8 @@ class SlotPrices:
             size - 1,
         ).astype(np.int64)
         rows = np.arange(n)[:, None]
-        self.shift = (rows * size + np.minimum(np.arange(size) + steps[:, None], size - 1)).ravel()
+        # [i, b]: where in the (n, size) table batch i's chain may go on from after a layer in b
+        self.shift = rows * size + np.minimum(np.arange(size) + steps[:, None], size - 1)
         self.q = (L - np.arange(L))[None, :] * p_old[:, None]  # (n, k): O's run per split
         self.tail = _tail(p_new, p_old, self.handoff, L)
         handed = np.floor((self.times + self.handoff[:, None] - b_old) / width)
@@ -100,6 +104,11 @@ class SlotPrices:
         self.handed = rows * (L * stride) + np.clip(handed, 0, self.old.count).astype(np.int64)
         slot0 = np.floor((np.maximum(self.release, b_old) - b_old) / width)
         self.slot0 = np.clip(slot0, 0, self.old.count).astype(np.int64)  # k = 0: O from here
+        self.end_tail = (self.times[:, -1] - self.release)[:, None] + self.tail
+        # [l - 1, i, b]: layer l may not start in step b (before it arrives)
+        self.masks = np.arange(size)[None, None, :] < self.first.T[:, :, None]
+        self._old_cells = _block_cells(self.q, width, self.old.count)
+        self._tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.set(np.zeros(self.new.count), np.zeros(self.old.count))
 
     def set(self, lam: np.ndarray, mu: np.ndarray) -> None:
@@ -110,9 +119,19 @@ class SlotPrices:
         self.run_price, self.run_at = _least_in_step(
             self.new, self.cum_new, self.times, self.delta[:, None], self.p_new[:, None]
         )
-        self.old_value = _old_rows(self.old, self.cum_old, self.q[:, :, None])
+        self.old_value = _old_rows(self.old, self.cum_old, self.q, *self._old_cells)
         suffix = np.minimum.accumulate(self.old_value[:, :, ::-1], axis=2)[:, :, ::-1]
-        self.old_suffix = suffix.ravel()
+        # the least completion from each O slot on, less the batch's release (flat)
+        self.old_suffix = np.subtract(suffix, self.release[:, None, None]).ravel()
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The program's work space, kept between calls: per layer its runs, their suffix
+        least and its stops, and two rows of costs."""
+        if self._tables is None:
+            L, n = self.instance.num_layers, self.instance.num_batches
+            space = np.empty((3 * L + 2, n, self.size))
+            self._tables = (space[:L], space[L : 2 * L], space[2 * L : 3 * L], space[3 * L :])
+        return self._tables
 
     def constant(self) -> float:
         """What the prices give back: each slot's price times its width."""
@@ -163,26 +182,35 @@ def _least_in_step(
     return best, at
 
 
-def _old_rows(slots: _Slots, cum: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Per block length in ``q`` (a last axis of 1) and O slot ``c`` (and one past the last,
-    where nothing is priced): the least priced completion of the block started in slot ``c``,
-    counted from the slot's start (a lower value). In a slot the start's own price is linear;
-    the end crosses at most one boundary (at ``g_c + (1 - f) w`` for ``q = (j + f) w``): the
-    least is at an end of the slot or there (:func:`_old_start` picks among the same)."""
-    C, w, g = slots.count, slots.width, slots.edges
-    j = np.floor(q / w).astype(np.int64)
-    f = q / w - j
-    pad = np.concatenate([cum, np.full(int(j.max()) + 3, cum[-1])])
-    c = np.arange(C)
-    a0, a1, a2 = (pad[c + j + x] for x in range(3))
-    here, there = cum[:-1], cum[1:]
-    price = np.minimum(
-        np.minimum(a0 + f * (a1 - a0) - here, a1 + f * (a2 - a1) - there),
-        a1 - here - (1 - f) * (there - here),
-    )
+def _block_cells(q: np.ndarray, width: float, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block length ``q = (j + f) w``: where the cumulative prices ``A_c`` of
+    :func:`_old_rows` are read (``j + c``, c = 0..count + 1) and ``f``."""
+    j = np.floor(q / width).astype(np.int64)
+    return j[..., None] + np.arange(count + 2), (q / width - j)[..., None]
+
+
+def _old_rows(
+    slots: _Slots, cum: np.ndarray, q: np.ndarray, cells: np.ndarray, f: np.ndarray
+) -> np.ndarray:
+    """Per block length in ``q`` (``(j + f) w``, :func:`_block_cells`) and O slot ``c`` (and
+    one past the last, where nothing is priced): the least priced completion of the block
+    started in slot ``c``, counted from the slot's start (a lower value). In a slot the start's
+    own price is linear; the end crosses at most one boundary (at ``g_c + (1 - f) w``): the
+    least is at an end of the slot or there (:func:`_old_start` picks among the same). With
+    ``A_c`` the cumulative price at ``g_c + j w`` (``cells``), ``D_c = A_c+1 - A_c`` and
+    ``H_c = A_c - cum_c``, the three prices are ``G_c = H_c + f D_c``, ``G_c+1`` and ``H_c +
+    D_c - (1 - f) (cum_c+1 - cum_c)``."""
+    C, g = slots.count, slots.edges
+    windows = np.take(cum, cells, mode="clip")  # past the last edge the price stays
+    step = np.diff(windows)  # D_c, c = 0..C
+    here = windows[..., : C + 1] - cum  # H_c
+    ends = here + f * step  # G_c
+    price = np.minimum(ends[..., :C], ends[..., 1:])
+    third = here[..., :C] + step[..., :C] - (1 - f) * np.diff(cum)
+    np.minimum(price, third, out=price)
     value = np.empty((*price.shape[:-1], C + 1))
-    value[..., :C] = g[:-1] + q + price
-    value[..., C] = g[-1] + q[..., 0]
+    np.add(price, g[:-1] + q[..., None], out=value[..., :C])
+    value[..., C] = g[-1] + q
     return value
 
 
@@ -191,76 +219,118 @@ def solve_batches(
 ) -> tuple[float, list[SlotPath]]:
     """The least priced total latency (before :meth:`SlotPrices.constant`) and, with ``paths``,
     each batch's choice: per batch, a dynamic program from the last layer down over the step
-    the chain may start from (see the module docstring)."""
+    the chain may start from (see the module docstring), all batches at once."""
     inst = prices.instance
     L, n, size = inst.num_layers, inst.num_batches, prices.size
-    bounds = Restriction.none(inst) if restriction is None else restriction
-    low, high = np.asarray(bounds.split_min), np.asarray(bounds.split_max)
-    first = prices.first
-    if any(bounds.start_after_s):
-        first = first.copy()
-        for i, after in enumerate(bounds.start_after_s):
-            if after:
-                later = np.floor((np.asarray(after) - prices.t0[i]) / prices.delta[i] + 1e-9)
-                first[i] = np.maximum(first[i], np.clip(later, 0, size - 1).astype(np.int64))
-    release = prices.release[:, None]
-    steps = np.arange(size)[None, :]
     stride = prices.old.count + 1
-    cost = np.where((high == L)[:, None], prices.times - release, math.inf)  # L layers done
-    end = prices.times[:, -1] - prices.release
-    runs, stops = [], []
+    masks: np.ndarray | None = prices.masks
+    low = high = first = None
+    if restriction is not None and _restricts(restriction, L):
+        low, high = np.asarray(restriction.split_min), np.asarray(restriction.split_max)
+        first, masks = _first_after(prices, restriction), None
+    steps = np.arange(size)
+    runs, bests, stops, costs = prices.tables()
+    cost = np.subtract(prices.times, prices.release[:, None], out=costs[0])  # L layers done
+    if high is not None:
+        cost[high < L] = math.inf
+    suffix = prices.old_suffix
     for layer in range(L, 0, -1):  # cost: the least from here on with ``layer`` layers done
         # at the grid's end nothing is priced: what is left takes at least its unpriced time
-        cost[:, -1] = np.maximum(cost[:, -1], end + prices.tail[:, layer])
-        run = prices.run_price + cost.ravel()[prices.shift].reshape(n, size)
-        run[(steps < first[:, layer - 1][:, None]) | (high < layer)[:, None]] = math.inf
-        best = np.minimum.accumulate(run[:, ::-1], axis=1)[:, ::-1]
+        np.maximum(cost[:, -1], prices.end_tail[:, layer], out=cost[:, -1])
+        run = np.take(cost, prices.shift, out=runs[layer - 1])
+        run += prices.run_price
+        if masks is not None:
+            np.copyto(run, math.inf, where=masks[layer - 1])
+        else:
+            assert first is not None and high is not None
+            limit = (steps < first[:, layer - 1][:, None]) | (high < layer)[:, None]
+            np.copyto(run, math.inf, where=limit)
+        best = bests[layer - 1]
+        np.minimum.accumulate(run[:, ::-1], axis=1, out=best[:, ::-1])
         k = layer - 1  # or stop after k layers
         if k >= 1:
-            stop = prices.old_suffix[prices.handed + k * stride] - release
-            stop[(low > k) | (high < k)] = math.inf
-            cost = np.minimum(best, stop)
+            stop = np.take(suffix, prices.handed + k * stride, out=stops[layer - 1])
+            if low is not None and high is not None:
+                stop[(low > k) | (high < k)] = math.inf
+            cost = np.minimum(best, stop, out=costs[layer % 2])
         else:
-            cost, stop = best, best
-        if paths:  # per step, the step from there on where the best run starts
-            at = np.where(run == best, steps, size)
-            runs.append(np.minimum.accumulate(at[:, ::-1], axis=1)[:, ::-1])
-            stops.append(stop <= best)
-    zero = prices.old_suffix[np.arange(n) * (L * stride) + prices.slot0] - prices.release
-    zero[low > 0] = math.inf
+            cost = best
+    zero = suffix[np.arange(n) * (L * stride) + prices.slot0]
+    if low is not None:
+        zero[low > 0] = math.inf
     totals = np.minimum(zero, cost[:, 0])
     total = float(totals.sum())
     if not paths or not math.isfinite(total):
         return total, []
-    runs.reverse()
-    stops.reverse()  # [layer - 1]: where layer ``layer`` runs best, or whether stopping is
-    return total, [
-        _path(prices, i, zero[i] <= cost[i, 0], float(totals[i]), runs, stops) for i in range(n)
-    ]
+    return total, _paths(prices, zero <= cost[:, 0], totals, (runs, bests, stops))
 
 
-def _path(
+def _restricts(restriction: Restriction, L: int) -> bool:
+    """Whether ``restriction`` narrows anything."""
+    return (
+        any(restriction.split_min)
+        or any(high < L for high in restriction.split_max)
+        or any(restriction.start_after_s)
+    )
+
+
+def _first_after(prices: SlotPrices, restriction: Restriction) -> np.ndarray:
+    """The step each layer may start from, per batch, with ``restriction``'s start limits."""
+    first: np.ndarray = prices.first.copy()
+    for i, after in enumerate(restriction.start_after_s):
+        if after:
+            later = np.floor((np.asarray(after) - prices.t0[i]) / prices.delta[i] + 1e-9)
+            first[i] = np.maximum(first[i], np.clip(later, 0, prices.size - 1).astype(np.int64))
+    return first
+
+
+def _paths(
     prices: SlotPrices,
-    i: int,
-    on_old: bool,
-    value: float,
-    runs: list[np.ndarray],
-    stops: list[np.ndarray],
-) -> SlotPath:
-    """Batch ``i``'s choice (its program value ``value``), traced through the program's tables."""
+    on_old: np.ndarray,
+    totals: np.ndarray,
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> list[SlotPath]:
+    """Every batch's choice, traced through the program's tables layer by layer (all batches
+    at once): from the step its chain may start from, it stops when stopping there is no
+    dearer than running on, else its layer runs at the first step that pays the least."""
     L, size = prices.instance.num_layers, prices.size
-    if on_old:
-        return SlotPath(0, (), _old_start(prices, i, 0, int(prices.slot0[i])), value)
-    a, starts = 0, list[float]()
-    for layer in range(1, L + 1):
-        if layer >= 2 and stops[layer - 1][i, a]:
-            slot = int(prices.handed[i, a] - i * L * (prices.old.count + 1))
-            old = _old_start(prices, i, layer - 1, slot)
-            return SlotPath(layer - 1, tuple(starts), old, value)
-        b = int(runs[layer - 1][i, a])
-        starts.append(float(prices.run_at[i, b]))
-        a = int(prices.shift[i * size + b] - i * size)
-    return SlotPath(L, tuple(starts), None, value)
+    n = on_old.size
+    rows, steps = np.arange(n), np.arange(size)
+    split = np.where(on_old, 0, L)
+    active = ~on_old
+    at = np.zeros(n, dtype=np.int64)  # the step the chain may start from
+    stopped_at = np.zeros(n, dtype=np.int64)
+    starts = np.full((n, L), math.nan)
+    runs, bests, stops = tables  # [layer - 1]: that layer's runs, their suffix least, stops
+    offsets = rows * size
+    run_at, shift = prices.run_at.ravel(), prices.shift.ravel()
+    for layer in range(1, L + 1 if active.any() else 1):
+        if layer >= 2:  # (a stopped batch's row goes on being traced: it is not read)
+            here = offsets + at
+            stop, best = stops[layer - 1].ravel(), bests[layer - 1].ravel()
+            stopping = active & (stop.take(here) <= best.take(here))
+            if stopping.any():
+                split[stopping], stopped_at[stopping] = layer - 1, at[stopping]
+                active &= ~stopping
+                if not active.any():
+                    break
+        b = offsets + np.where(steps[None, :] >= at[:, None], runs[layer - 1], math.inf).argmin(1)
+        starts[:, layer - 1] = run_at.take(b)
+        at = shift.take(b) - offsets
+    stride = prices.old.count + 1
+    out = []
+    for i in range(n):
+        k = int(split[i])
+        if k == L:
+            out.append(SlotPath(L, tuple(starts[i].tolist()), None, float(totals[i])))
+            continue
+        if k == 0:
+            slot = int(prices.slot0[i])
+        else:
+            slot = int(prices.handed[i, stopped_at[i]] - i * L * stride)
+        old = _old_start(prices, i, k, slot)
+        out.append(SlotPath(k, tuple(starts[i, :k].tolist()), old, float(totals[i])))
+    return out
 
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:

@@ -13,7 +13,15 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, ZigZag
-from blitzplan.live.schedule import Schedule, check_objective, empty_schedule, relative_gap
+from blitzplan.live.relaxation import RelaxedPlan
+from blitzplan.live.schedule import (
+    Schedule,
+    check_objective,
+    empty_schedule,
+    evaluate_objective,
+    relative_gap,
+    timetable,
+)
 from blitzplan.solvers.backends import BACKENDS, OPTIMALITY_REL_GAP, SolveStatus, load_backend
 
 __all__ = [
@@ -50,9 +58,26 @@ back and re-timing it). Measured, not asserted: ``benchmarks/limits.py``."""
 HEURISTIC_BOUND_S = 0.25
 """The most time the relaxation's bound beside a heuristic's schedule may take (the value
 ``plan()`` prints next to a live pair's objective), once per distinct instance; under a FIFO
-order the Lagrangian bound gets what the relaxation leaves of it. On light instances the
-relaxation is solved in milliseconds and is the optimum or close to it; stopped by this limit
-its bound is weaker but still valid."""
+order the Lagrangian bound gets what the relaxation leaves of it, under the free order the
+slot bound (when :data:`SLOT_GAP` is open). On light instances the relaxation is solved in
+milliseconds and is the optimum or close to it; stopped by this limit its bound is weaker but
+still valid."""
+
+SLOT_GAP = 0.1
+"""Under the free order (mean latency) the slot bound runs beside a heuristic only when the
+relaxation's bound is more than this share below the best schedule known (the heuristic's or
+the relaxation's plan repaired): within it the printed bound is already that close to the
+optimum."""
+
+_MIN_SLOT_S = 0.02
+"""The least time left worth starting the slot bound with (a step takes 2-15 ms)."""
+
+FREE_RELAXATION_SHARE = 0.4
+"""Under the free order (mean latency), when the slot bound's steps fit (:func:`_slots_fit`),
+the relaxation gets this share of :data:`HEURISTIC_BOUND_S` and the slot bound what it leaves
+(on (32,16) the relaxation's search otherwise takes all of it on a loaded machine; it proves
+its own optimum there in 0.05-0.5 s of wall clock, or stops with a weak bound). 0.5 and 0.6
+did no better on (32,16); a seed whose relaxation completes in 0.1-0.25 s loses 1-3 points."""
 
 _MIN_LEFT_S = 1e-3
 """What a solver is given when the hint took the whole limit (it then keeps the hint)."""
@@ -133,31 +158,74 @@ def _settle(schedule: Schedule) -> Schedule:
 def _relaxation_value(
     instance: LiveScalingInstance, objective: str, old_order: str, upper_bound: float
 ) -> float:
-    """The relaxation's bound, once per instance (a fleet of equal pairs asks once); under a
-    FIFO order, raised by the Lagrangian bound in what is left of :data:`HEURISTIC_BOUND_S`."""
+    """The relaxation's bound, once per instance (a fleet of equal pairs asks once), raised in
+    what is left of :data:`HEURISTIC_BOUND_S`: under a FIFO order by the Lagrangian bound,
+    under the free order by the slot bound (:func:`_slot_value`)."""
     from blitzplan.live.relaxation_dp import relaxation_bound
     from blitzplan.live.relaxation_lagrange import lagrangian_bound, quick_free_step_s
 
     began = time.perf_counter()
-    bound, _, _ = relaxation_bound(
+    share = FREE_RELAXATION_SHARE if _slots_fit(instance, objective, old_order) else 1.0
+    bound, plan, _ = relaxation_bound(
         instance,
         objective=objective,
         old_order=old_order,
         upper_bound=upper_bound,
-        time_limit_s=HEURISTIC_BOUND_S,
+        time_limit_s=share * HEURISTIC_BOUND_S,
     )
     left = HEURISTIC_BOUND_S - (time.perf_counter() - began)
-    if left > 0 and upper_bound - bound > OPTIMALITY_REL_GAP * abs(upper_bound):
-        priced = lagrangian_bound(
-            instance,
-            old_order=old_order,
-            objective=objective,
-            upper_bound=upper_bound,
-            time_limit_s=left,
-            free_step_s=quick_free_step_s(instance),
-        )
-        bound = max(bound, priced)
-    return bound
+    if left <= 0 or upper_bound - bound <= OPTIMALITY_REL_GAP * abs(upper_bound):
+        return bound
+    if old_order == "free":
+        if share == 1.0:
+            return bound
+        return max(bound, _slot_value(instance, objective, upper_bound, plan, bound, left))
+    priced = lagrangian_bound(
+        instance,
+        old_order=old_order,
+        objective=objective,
+        upper_bound=upper_bound,
+        time_limit_s=left,
+        free_step_s=quick_free_step_s(instance),
+    )
+    return max(bound, priced)
+
+
+def _slots_fit(instance: LiveScalingInstance, objective: str, old_order: str) -> bool:
+    """Whether the slot bound may follow the relaxation: mean latency, the free order, and
+    enough steps fit in what the relaxation leaves (on (80,16) they do not: with 0.1-0.15 s
+    the slot bound did not pass the relaxation's bound, which then lost its time)."""
+    from blitzplan.live.relaxation_slots import quick_steps_s
+
+    if (old_order, objective) != ("free", "mean_latency"):
+        return False
+    return quick_steps_s(instance) <= (1 - FREE_RELAXATION_SHARE) * HEURISTIC_BOUND_S
+
+
+def _slot_value(
+    instance: LiveScalingInstance,
+    objective: str,
+    upper_bound: float,
+    plan: RelaxedPlan,
+    bound: float,
+    left_s: float,
+) -> float:
+    """The slot bound (mean latency; it bounds every O order) in ``left_s``, from the better of
+    the heuristic's value ``upper_bound`` and the relaxation's ``plan`` repaired (whose
+    completions set its slots and first prices); ``-inf`` when :data:`SLOT_GAP` is closed,
+    the time too short or the objective another."""
+    from blitzplan.live.relaxation import repair
+    from blitzplan.live.relaxation_slots import quick_slot_bound
+
+    if objective != "mean_latency" or left_s < _MIN_SLOT_S:
+        return -math.inf
+    _, _, completion = timetable(instance, *repair(instance, plan))
+    known = min(upper_bound, evaluate_objective(instance, completion, objective))
+    if bound >= (1 - SLOT_GAP) * known:
+        return -math.inf
+    return quick_slot_bound(
+        instance, upper_bound=known, completion_s=completion, time_limit_s=left_s, floor=bound
+    )
 
 
 def schedule_live(
