@@ -19,7 +19,15 @@ from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solv
 from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
-from blitzplan.live.relaxation_slots import priced_orders, quick_slot_bound, slot_bound
+from blitzplan.live.relaxation_slots import (
+    FIRST_PRICES,
+    QUICK_STEPS,
+    priced_orders,
+    quick_slot_bound,
+    quick_step_count,
+    quick_steps_s,
+    slot_bound,
+)
 from blitzplan.live.schedule import build_schedule, lower_bound
 from blitzplan.live.slot_prices import SlotPath, slot_usage, solve_batches
 from blitzplan.solvers.backends import SolveStatus
@@ -292,3 +300,35 @@ def test_the_printed_bound_takes_the_slot_bound_on_a_crowded_pair() -> None:
         steps=40,
     )
     assert 3.3 < steps <= oracle.objective + _tolerance(oracle.objective)
+
+
+def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
+    """The printed bound's slot steps are counted from the instance's size, not the clock (so
+    a plan that prints it has the same id on every run that is not slowed past the estimate):
+    the count and the first prices' trials fit in the budget by the estimate, fewer on a bigger
+    pair, never none; and the same count gives the same bound on every call."""
+    small, big = (
+        _crowded(),
+        LiveScalingInstance(
+            [0.1] * 8, [0.0] * 6, [0.2] * 6, [0.3] * 6, [0.05] * 6, old_free_at_s=0.5
+        ),
+    )
+    for instance in (small, big):
+        per_step = quick_steps_s(instance) / QUICK_STEPS
+        count = quick_step_count(instance, 0.15)
+        assert count >= 1
+        assert (count + len(FIRST_PRICES)) * per_step <= 0.15
+    assert quick_step_count(big, 0.15) < quick_step_count(small, 0.15)
+    assert quick_step_count(big, 1e-9) == 1
+    oracle = schedule_live(small, method="exact", backend="enumerate")
+    values = {
+        quick_slot_bound(
+            small,
+            upper_bound=3.83,
+            completion_s=oracle.completion_s,
+            time_limit_s=60.0,
+            steps=quick_step_count(small, 0.15),
+        )
+        for _ in range(2)
+    }
+    assert len(values) == 1

@@ -41,6 +41,7 @@ __all__ = [
     "SlotPrices",
     "priced_orders",
     "quick_slot_bound",
+    "quick_step_count",
     "quick_steps_s",
     "slot_bound",
 ]
@@ -78,6 +79,16 @@ known in 20-35 steps); see :func:`quick_steps_s`."""
 STEP_S_PER_CELL = 5e-8
 """A step's CPU seconds per layer, batch and slot (about: 2-core x86_64, loaded; (32,16) and
 (80,16) at 160 slots took 5.6 and 13 ms a step)."""
+
+COUNTED_SHARE = 0.6
+"""The share of its budget :func:`quick_step_count` counts steps for (the first prices' trials
+counted as steps): a step takes 1.0-1.4x :func:`quick_steps_s`'s estimate (CPU, loaded 2-core
+x86_64; (32,8) to (40,24)); the rest is the margin that keeps the count, not the clock, the one
+that stops."""
+
+STEP_S_FIXED = 1e-3
+"""A step's CPU seconds on any grid (a pair of one layer and three batches takes 1 ms a
+step)."""
 
 QUICK_RISE = 0.1
 """:func:`quick_slot_bound`'s steps aim this share above the best bound so far (halved after
@@ -225,8 +236,20 @@ def quick_slot_bound(
 
 def quick_steps_s(instance: LiveScalingInstance) -> float:
     """About how long :data:`QUICK_STEPS` steps of :func:`quick_slot_bound` take."""
+    return QUICK_STEPS * _step_s(instance)
+
+
+def quick_step_count(instance: LiveScalingInstance, budget_s: float) -> int:
+    """How many steps of :func:`quick_slot_bound` about ``budget_s`` holds by the estimate, not
+    the clock (at least one), so that its bound, and a plan that prints it, is the same on
+    every run where the steps take no longer than estimated; a slower machine is stopped by the
+    time limit instead."""
+    return max(1, int(COUNTED_SHARE * budget_s / _step_s(instance)) - len(FIRST_PRICES))
+
+
+def _step_s(instance: LiveScalingInstance) -> float:
     cells = instance.num_layers * instance.num_batches * QUICK_SLOTS
-    return QUICK_STEPS * STEP_S_PER_CELL * cells
+    return STEP_S_FIXED + STEP_S_PER_CELL * cells
 
 
 def priced_orders(

@@ -215,7 +215,7 @@ def _slot_value(
     completions set its slots and first prices); ``-inf`` when :data:`SLOT_GAP` is closed,
     the time too short or the objective another."""
     from blitzplan.live.relaxation import repair
-    from blitzplan.live.relaxation_slots import quick_slot_bound
+    from blitzplan.live.relaxation_slots import quick_slot_bound, quick_step_count
 
     if objective != "mean_latency" or left_s < _MIN_SLOT_S:
         return -math.inf
@@ -224,7 +224,12 @@ def _slot_value(
     if bound >= (1 - SLOT_GAP) * known:
         return -math.inf
     return quick_slot_bound(
-        instance, upper_bound=known, completion_s=completion, time_limit_s=left_s, floor=bound
+        instance,
+        upper_bound=known,
+        completion_s=completion,
+        time_limit_s=left_s,
+        floor=bound,
+        steps=quick_step_count(instance, (1 - FREE_RELAXATION_SHARE) * HEURISTIC_BOUND_S),
     )
 
 
