@@ -36,6 +36,8 @@ LAG_ROUNDS = 3
 plan before."""
 LAG_SOLVES = 3
 """:func:`lag_repack` solves its program at most this many times."""
+NODES = 200
+"""Without a clock, a solve of :func:`lag_repack` explores at most this many nodes."""
 _SCALE = 1e9
 """The master program's rates are in GB/s."""
 
@@ -130,21 +132,22 @@ def lag_repack(
     pool: list[Tree],
     live: frozenset[int],
     incumbent: float,
-    deadline: float | None,
+    clock: tuple[float, float] | None,
 ) -> Packed | None:
     """The best plan of :func:`lag_shared` (fast forwarding lanes) on the packings of the trees
     ``pool`` that end first counting each tree's lag bytes once (module docstring), the program
     solved first at ``incumbent`` (the best plan's value) with every tree's lag bytes a chunk
     per forwarding hop, then at each plan's value with the lag bytes measured on it (until the
-    trees repeat); at most :data:`LAG_SOLVES` solves, each within the time left to ``deadline``
-    (None: no clock, so equal input gives an identical plan); None when none found a packing."""
+    trees repeat); at most :data:`LAG_SOLVES` solves, each within ``clock``'s seconds per solve
+    and its deadline (None: no clock but :data:`NODES` branch-and-bound nodes a solve, so equal
+    input gives an identical plan); None when none found a packing."""
     start = min(i.startup_s for i in problem.instances)
     lags = np.array([max(depth(overlay, t) - 1, 0) * problem.chunk_bytes for t in pool]) / _SCALE
     best: Packed | None = None
     span = incumbent - start
     chosen: list[frozenset[int]] = []
     for _ in range(LAG_SOLVES):
-        left = None if deadline is None else deadline - time.perf_counter()
+        left = None if clock is None else min(clock[1], clock[0] - time.perf_counter())
         if span <= 0 or (left is not None and left <= 0):
             break
         used = _fixed_charge(overlay, pool, problem.tp, lags / span, left)
@@ -168,7 +171,7 @@ def _fixed_charge(
     """``{tree: rate}`` of the trees used by the best solution of: maximise ``lam`` with
     ``sum_{tau of r} (y_tau - charge_tau * z_tau) >= lam`` per rank, the trees' loads within
     each edge's capacity, ``y_tau <= z_tau * cap_tau`` (its least capacity per load), ``z``
-    binary; None when none was found in ``time_limit_s`` (None: no limit)."""
+    binary; None when none was found in ``time_limit_s`` (None: in :data:`NODES` nodes)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix
 
@@ -192,7 +195,9 @@ def _fixed_charge(
     cost = np.zeros(1 + 2 * n)
     cost[0] = -1.0
     options: dict[str, float] = {"mip_rel_gap": 1e-4}
-    if time_limit_s is not None:
+    if time_limit_s is None:
+        options["node_limit"] = NODES
+    else:
         options["time_limit"] = time_limit_s
     result = milp(
         cost,

@@ -66,9 +66,11 @@ GREEDY_SHAPES: tuple[Shape, ...] = ((3, 4), (4, 4), (None, 4))
 above its bound)."""
 EXACT_SHAPES: tuple[Shape, ...] = ((None, 1), (None, 4), (3, 4), (4, 4), (2, 4))
 """The exact method's packings, each with an equal share of the time left."""
-SHAPES_SHARE = 0.75
+SHAPES_SHARE = 0.85
 """The exact method's shapes take this share of its time limit, the choice for lags the rest
-(and what the shapes leave)."""
+(and what the shapes leave), at most :data:`LAG_SOLVE_SHARE` of it a solve."""
+LAG_SOLVE_SHARE = 0.05
+"""The most of the exact method's time limit one solve of the choice for lags may take."""
 
 
 def repack(
@@ -126,10 +128,10 @@ def pack_trees(
     rebalanced by :func:`_balanced` and re-shared, every plan with fast forwarding lanes; then
     the trees of every shape chosen again for their lags by
     :func:`~blitzplan.multicast.exact.lag_packing.lag_repack`, the shapes taking
-    :data:`SHAPES_SHARE` of the time limit and it the rest). With a time limit, counts past it
-    are skipped (the first and the last still tried), and shapes after the first once it is
-    spent (the best packing is still re-shared); and once a plan is ready by ``enough_s``, or
-    none so far beats ``beat_s``, the shapes after it."""
+    :data:`SHAPES_SHARE` of the time limit and it at most the rest). With a time limit, counts
+    past it are skipped (the first and the last still tried), and shapes after the first once
+    it is spent (the best packing is still re-shared); and once a plan is ready by
+    ``enough_s``, or none so far beats ``beat_s``, the shapes after it."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -154,8 +156,10 @@ def pack_trees(
         if best is None or not enough_s < _value(best) < beat_s:
             break
     if widths is None and best is not None:  # the exact method: the trees chosen for their lags
-        deadline = None if time_limit_s is None else began + time_limit_s
-        again = lag_repack(problem, overlay, list(pool.values()), live, _value(best), deadline)
+        clock = None
+        if time_limit_s is not None:
+            clock = (began + time_limit_s, LAG_SOLVE_SHARE * time_limit_s)
+        again = lag_repack(problem, overlay, list(pool.values()), live, _value(best), clock)
         if again is not None and again[0] < _value(best):
             best = again[3]
     return best
