@@ -18,6 +18,7 @@ hop, from a holder, costs none), whatever its rate.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -133,6 +134,7 @@ def lag_repack(
     live: frozenset[int],
     incumbent: float,
     clock: tuple[float, float] | None,
+    more: Callable[[np.ndarray], list[Tree]] | None = None,
 ) -> Packed | None:
     """The best plan of :func:`lag_shared` (fast forwarding lanes) on the packings of the trees
     ``pool`` that end first counting each tree's lag bytes once (module docstring), the program
@@ -140,8 +142,12 @@ def lag_repack(
     per forwarding hop, then at each plan's value with the lag bytes measured on it (until the
     trees repeat); at most :data:`LAG_SOLVES` solves, each within ``clock``'s seconds per solve
     and its deadline (None: no clock but :data:`NODES` branch-and-bound nodes a solve, so equal
-    input gives an identical plan); None when none found a packing."""
+    input gives an identical plan); None when none found a packing. ``more``: trees of least
+    total price per rank (the pricing) for each solve's slack: priced at one over what each
+    link leaves, they fit where the chosen packing has room and join the pool."""
     start = min(i.startup_s for i in problem.instances)
+    pool = list(pool)
+    known = {(t.rank, t.arcs) for t in pool}
     lags = np.array([max(depth(overlay, t) - 1, 0) * problem.chunk_bytes for t in pool]) / _SCALE
     best: Packed | None = None
     span = incumbent - start
@@ -162,6 +168,20 @@ def lag_repack(
             if k in measured:
                 lags[t] = measured[k] * float(rates[k])
         span = packed[0] - start
+        if more is not None:
+            slack = overlay.capacity.copy()
+            for t, y in used.items():
+                for e, count in pool[t].load.items():
+                    slack[e] -= count * y
+            fresh = [
+                t
+                for t in more(1.0 / np.maximum(slack, 1e-3 * overlay.capacity + 1e-9))
+                if (t.rank, t.arcs) not in known
+            ]
+            known.update((t.rank, t.arcs) for t in fresh)
+            pool += fresh
+            extra = [max(depth(overlay, t) - 1, 0) * problem.chunk_bytes / _SCALE for t in fresh]
+            lags = np.concatenate([lags, extra])
     return best
 
 

@@ -69,7 +69,9 @@ EXACT_SHAPES: tuple[Shape, ...] = ((None, 1), (None, 4), (3, 4), (4, 4), (2, 4))
 SHAPES_SHARE = 0.85
 """The exact method's shapes take this share of its time limit, the choice for lags the rest
 (and what the shapes leave), at most :data:`LAG_SOLVE_SHARE` of it a solve."""
-LAG_SOLVE_SHARE = 0.05
+MORE_DEPTHS = (2, 3, None)
+"""The depths of the trees priced by slack between the lag choice's solves."""
+LAG_SOLVE_SHARE = 0.075
 """The most of the exact method's time limit one solve of the choice for lags may take."""
 
 
@@ -159,7 +161,13 @@ def pack_trees(
         clock = None
         if time_limit_s is not None:
             clock = (began + time_limit_s, LAG_SOLVE_SHARE * time_limit_s)
-        again = lag_repack(problem, overlay, list(pool.values()), live, _value(best), clock)
+
+        def more(price: np.ndarray) -> list[Tree]:
+            found = (cheapest_tree(overlay, g, price, d) for g in graphs for d in MORE_DEPTHS)
+            return [t for t in found if t is not None]
+
+        trees = list(pool.values())
+        again = lag_repack(problem, overlay, trees, live, _value(best), clock, more)
         if again is not None and again[0] < _value(best):
             best = again[3]
     return best
