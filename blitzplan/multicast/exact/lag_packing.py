@@ -152,7 +152,7 @@ def lag_repack(
     best: Packed | None = None
     span = incumbent - start
     chosen: list[frozenset[int]] = []
-    for _ in range(LAG_SOLVES):
+    for solve in range(LAG_SOLVES):
         left = None if clock is None else min(clock[1], clock[0] - time.perf_counter())
         if span <= 0 or (left is not None and left <= 0):
             break
@@ -168,7 +168,8 @@ def lag_repack(
             if k in measured:
                 lags[t] = measured[k] * float(rates[k])
         span = packed[0] - start
-        if more is not None:
+        late = clock is not None and time.perf_counter() > clock[0]
+        if more is not None and solve < LAG_SOLVES - 1 and not late:
             slack = overlay.capacity.copy()
             for t, y in used.items():
                 for e, count in pool[t].load.items():
