@@ -223,9 +223,10 @@ def test_every_optimal_exact_plan_meets_an_independent_check(index: int) -> None
 
 
 def test_a_packing_tree_may_start_at_several_holders() -> None:
-    """Two hosts, each with its own decode source and one new GPU: every stripe reaches each new
-    GPU from the source of its own host over NVLink (a forest), never over the NICs, within 5%
-    of the overlay bound (one tree from one holder would cross a 12.5 GB/s NIC)."""
+    """Two hosts, each with its own decode source and one new GPU: the stripes reach each new
+    GPU from the source of its own host over NVLink (a forest), but for at most 5% of the shard
+    over a NIC (the lag choice adds a NIC tree's 12.5 GB/s to NVLink's), within 5% of the
+    overlay bound (one tree from one holder would cross a 12.5 GB/s NIC)."""
     spec = load_model(PROPERTY_MODEL)
     host = nvswitch_host(
         "h100", gpus=2, nic_bytes_per_s=NIC, host_to_gpu_bytes_per_s=NIC, dram_bytes=64 * GIB
@@ -241,8 +242,10 @@ def test_a_packing_tree_may_start_at_several_holders() -> None:
     assert packed is not None
     plan = _plan(problem, packed, strong.bound_s)
     assert validate_multicast(state, plan) == ()
-    topo = state.topology
-    assert all(topo.host_of(lane.holder) == topo.host_of(lane.dst) for lane in plan.lanes)
+    for gpu in ("h0/gpu0", "h1/gpu0"):  # holders: GPUs and host memory, named by their host
+        own = [lane for lane in plan.lanes if lane.dst == gpu]
+        inside = sum(lane.fraction for lane in own if lane.holder.split("/")[0] == gpu[:2])
+        assert inside >= 0.95
     assert strong.bound_s <= plan.objective_s <= strong.bound_s * 1.05
 
 

@@ -10,9 +10,11 @@ import pytest
 
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.lag_packing import depth as _depth
+from blitzplan.multicast.exact.lag_packing import lag_shared as _lag_shared
 from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan, tree_spans
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, _depth, _lag_shared, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _plan, _problem
 

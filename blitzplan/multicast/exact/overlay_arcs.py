@@ -118,13 +118,17 @@ def packing_plan(
     rates: np.ndarray,
     live: frozenset[int],
     shares: np.ndarray | None = None,
+    fast: bool = False,
 ) -> Built:
     """Lanes of every tree with a positive rate: its interval of the rank (:func:`tree_spans`),
-    paced at the tree's rate."""
+    paced at the tree's rate; with ``fast``, a forwarding lane faster by what its links leave
+    (:func:`forward_boosts`)."""
     builder = base_builder(problem)
     offset = len(problem.sources)
     node_of = _node_of(problem, overlay.senders)
-    for t, (lo, hi) in tree_spans(trees, rates, problem.tp, shares).items():
+    spans = tree_spans(trees, rates, problem.tp, shares)
+    boost = forward_boosts(overlay, trees, rates, spans) if fast else {}
+    for t, (lo, hi) in spans.items():
         y = float(rates[t])
         r = trees[t].rank
         for a in trees[t].arcs:
@@ -132,7 +136,7 @@ def packing_plan(
             sender = overlay.senders[arc.sender]
             receiver = offset + _target_of(problem, arc.dst)
             source = node_of[sender.name]
-            pace = y * _SCALE * (1 - 1e-9)
+            pace = (y + boost.get((t, a), 0.0)) * _SCALE * (1 - 1e-9)
             if source == receiver:
                 builder.add_gather(receiver, sender.name, arc.dst, r, lo, hi, pace_bytes_per_s=pace)
             else:
@@ -143,6 +147,31 @@ def packing_plan(
     names = [i.name for i in problem.instances if i.node in live]
     chosen = list(problem.live_names) or names[: problem.live]
     return run(problem, builder, chosen)
+
+
+def forward_boosts(
+    overlay: Overlay, trees: list[Tree], rates: np.ndarray, spans: dict[int, tuple[float, float]]
+) -> dict[tuple[int, int], float]:
+    """Per forwarding arc ``(tree, arc)`` of the trees with a span, the rate its route's links
+    leave it above its tree's: each link's slack (its capacity less every spanned tree's load)
+    in equal parts among the forwarding arcs crossing it, the least part on the route. A hop
+    costs its lane a chunk at its own rate (the cost model's per-hop term), so a faster
+    forwarding lane ends nearer its feeder; the paces still fit every link."""
+    slack = overlay.capacity.copy()
+    crossing = np.zeros(len(slack))
+    forwarding = []
+    for t in spans:
+        for e, count in trees[t].load.items():
+            slack[e] -= count * float(rates[t])
+        for a in trees[t].arcs:
+            if overlay.senders[overlay.arcs[a].sender].node is not None:
+                forwarding.append((t, a))
+                np.add.at(crossing, overlay.arcs[a].edges, 1.0)
+    part = np.maximum(slack, 0.0) / np.maximum(crossing, 1.0)
+    return {
+        (t, a): float(part[overlay.arcs[a].edges].min()) if len(overlay.arcs[a].edges) else 0.0
+        for t, a in forwarding
+    }
 
 
 def tree_spans(

@@ -13,9 +13,10 @@ plan is checked against the certified bounds like any other.
 
 The plan gives tree ``tau`` of rank ``r`` the interval share ``y_tau / sum_r y`` and paces every
 lane at ``y_tau``, so the max-min fair rates are exactly the packing's rates; the cost model then
-times it (chunks, latency, startup). The exact method also re-shares its best packings by lag
-(:func:`_lag_shared`): a deep or slow tree ends later than its rate share says, so it gets a
-shorter stripe and every tree of a rank ends at about the same time.
+times it (chunks, latency, startup). The exact method also paces forwarding lanes faster where
+their links leave room (a hop costs a chunk at the lane's own rate), re-shares its best packings
+by lag and chooses the trees of every shape again for their lags
+(:mod:`~blitzplan.multicast.exact.lag_packing`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from blitzplan.multicast.bound.cuts import missing_bytes
-from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan, tree_spans
+from blitzplan.multicast.exact.lag_packing import Packed, lag_repack, lag_shared
+from blitzplan.multicast.exact.lag_packing import depth as tree_depth
+from blitzplan.multicast.exact.lag_packing import value as _value
+from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
 from blitzplan.multicast.setup.problem import Problem
-from blitzplan.multicast.timeline.assemble import Built, score
+from blitzplan.multicast.timeline.assemble import Built
 
 __all__ = [
     "EXACT_SHAPES",
@@ -63,6 +66,13 @@ GREEDY_SHAPES: tuple[Shape, ...] = ((3, 4), (4, 4), (None, 4))
 above its bound)."""
 EXACT_SHAPES: tuple[Shape, ...] = ((None, 1), (None, 4), (3, 4), (4, 4), (2, 4))
 """The exact method's packings, each with an equal share of the time left."""
+SHAPES_SHARE = 0.85
+"""The exact method's shapes take this share of its time limit, the choice for lags the rest
+(and what the shapes leave), at most :data:`LAG_SOLVE_SHARE` of it a solve."""
+MORE_DEPTHS = (2, 3, None)
+"""The depths of the trees priced by slack between the lag choice's solves."""
+LAG_SOLVE_SHARE = 0.075
+"""The most of the exact method's time limit one solve of the choice for lags may take."""
 
 
 def repack(
@@ -116,11 +126,14 @@ def pack_trees(
     instances; None when some instance GPU cannot be reached that way or those nodes cannot
     hold ``live`` instances. ``widths``: the tree counts per rank the final plans keep
     (:func:`_subsets`; None, the exact method: every count, ranked two ways, the best three
-    re-shared by lag (:func:`_lag_shared`), then rebalanced by :func:`_balanced` and
-    re-shared). With a time limit, counts past it are skipped (the first and the last still
-    tried), and shapes after the first once it is spent (the best packing is still re-shared);
-    and once a plan is ready by ``enough_s``, or none so far beats ``beat_s``, the shapes after
-    it."""
+    re-shared by lag (:func:`~blitzplan.multicast.exact.lag_packing.lag_shared`), then
+    rebalanced by :func:`_balanced` and re-shared, every plan with fast forwarding lanes; then
+    the trees of every shape chosen again for their lags by
+    :func:`~blitzplan.multicast.exact.lag_packing.lag_repack`, the shapes taking
+    :data:`SHAPES_SHARE` of the time limit and it at most the rest). With a time limit, counts
+    past it are skipped (the first and the last still tried), and shapes after the first once
+    it is spent (the best packing is still re-shared); and once a plan is ready by
+    ``enough_s``, or none so far beats ``beat_s``, the shapes after it."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -129,17 +142,34 @@ def pack_trees(
     overlay = Overlay(problem, live)
     graphs = [RankGraph(overlay, r) for r in range(problem.tp)]
     best: Built | None = None
+    pool: dict[tuple[int, tuple[int, ...]], Tree] = {}
+    limit = time_limit_s
+    if limit is not None and widths is None:
+        limit *= SHAPES_SHARE
     for k, shape in enumerate(shapes):
         share = None
-        if time_limit_s is not None:
-            share = (began + time_limit_s - time.perf_counter()) / (len(shapes) - k)
+        if limit is not None:
+            share = (began + limit - time.perf_counter()) / (len(shapes) - k)
             if k and share <= 0:
                 break
-        packed = _pack(problem, overlay, graphs, live, shape, (share, max_rounds, widths))
+        packed = _pack(problem, overlay, graphs, live, shape, (share, max_rounds, widths), pool)
         if packed is not None and (best is None or _value(packed) < _value(best)):
             best = packed
         if best is None or not enough_s < _value(best) < beat_s:
             break
+    if widths is None and best is not None:  # the exact method: the trees chosen for their lags
+        clock = None
+        if time_limit_s is not None:
+            clock = (began + time_limit_s, LAG_SOLVE_SHARE * time_limit_s)
+
+        def more(price: np.ndarray) -> list[Tree]:
+            found = (cheapest_tree(overlay, g, price, d) for g in graphs for d in MORE_DEPTHS)
+            return [t for t in found if t is not None]
+
+        trees = list(pool.values())
+        again = lag_repack(problem, overlay, trees, live, _value(best), clock, more)
+        if again is not None and again[0] < _value(best):
+            best = again[3]
     return best
 
 
@@ -150,8 +180,10 @@ def _pack(
     live: frozenset[int],
     shape: Shape,
     limits: tuple[float | None, int, Sequence[int] | None],
+    pool: dict[tuple[int, tuple[int, ...]], Tree],
 ) -> Built | None:
-    """The best plan of one shape's column generation (:func:`pack_trees`)."""
+    """The best plan of one shape's column generation (:func:`pack_trees`); its trees join
+    ``pool`` (by rank and arcs)."""
     time_limit_s, max_rounds, widths = limits
     depth, per_round = shape
     began = time.perf_counter()
@@ -185,15 +217,19 @@ def _pack(
                     price[e] += bump
         if not added or (time_limit_s is not None and time.perf_counter() - began > time_limit_s):
             break
+    pool.update(((t.rank, t.arcs), t) for t in trees)
     if solution is None or len(solution[1]) < len(trees):  # columns added since: solve again
         solution = master(overlay, trees, problem.tp)
     if solution is None:
         return None
     deadline = None if time_limit_s is None else began + time_limit_s
+    fast = widths is None  # the exact method: forwarding lanes faster where links leave room
     rankings = [_by_rate] if widths is not None else [_by_rate, _by_rate_per_hop]
     tried: list[Packed] = []
     for ranking in rankings:
-        tried += _subsets(problem, overlay, trees, solution[1], live, ranking, widths, deadline)
+        tried += _subsets(
+            problem, overlay, trees, solution[1], live, ranking, (widths, deadline, fast)
+        )
     if not tried:
         return None
     tried.sort(key=lambda item: item[0])
@@ -202,67 +238,20 @@ def _pack(
         for k, (_, subset, rates, _) in enumerate(tried[:LAGGED]):
             if k and deadline is not None and time.perf_counter() > deadline:
                 break  # the best one even when late: three plans
-            tried.append(_lag_shared(problem, overlay, subset, rates, live))
+            tried.append(lag_shared(problem, overlay, subset, rates, live, fast))
         for _, subset, _, _ in best:
             for give in GIVE:
                 if deadline is not None and time.perf_counter() > deadline:
                     return min(tried, key=lambda item: item[0])[3]
-                balanced = _balanced(problem, overlay, subset, live, give)
+                balanced = _balanced(problem, overlay, subset, live, give, fast)
                 if balanced is not None:
-                    tried += [balanced, _lag_shared(problem, overlay, subset, balanced[2], live)]
+                    again = lag_shared(problem, overlay, subset, balanced[2], live, fast)
+                    tried += [balanced, again]
     return min(tried, key=lambda item: item[0])[3]
 
 
-Packed = tuple[float, list[Tree], np.ndarray, Built]
-"""A packing's plan: its value, trees, their rates, and the plan."""
 LAGGED = 3
 """The exact method re-shares the stripes of this many of its best packings."""
-LAG_ROUNDS = 3
-"""... in this many plans: by rate, then twice by the lags measured on the plan before."""
-_SCALE = 1e9
-"""The master program's rates are in GB/s."""
-
-
-def _lag_shared(
-    problem: Problem, overlay: Overlay, trees: list[Tree], rates: np.ndarray, live: frozenset[int]
-) -> Packed:
-    """The packing at the same rates with each tree's stripe sized to its lag: the best plan of
-    :data:`LAG_ROUNDS` rounds. A tree's last lane ends its lag ``d`` after its stripe's bytes
-    would at its rate (each hop's chunk, the cost model's term the master leaves out), so a
-    tree of rate ``y`` and lag ``d`` gets the share ``y * (T - d)`` with ``T`` such that the
-    shares of a rank sum to its shard: every tree of it then ends at about ``T``, where
-    shares by rate end the plan at the largest lag. Each round measures the lags on the
-    previous round's plan."""
-    shard = missing_bytes(problem, problem.instances[0].name)
-    start = min(i.startup_s for i in problem.instances)
-    shares = None
-    built = packing_plan(problem, overlay, trees, rates, live)
-    best: Packed = (_value(built), trees, rates, built)
-    for _ in range(LAG_ROUNDS - 1):
-        spans = tree_spans(trees, rates, problem.tp, shares)
-        of_span = {(trees[t].rank, lo): t for t, (lo, _) in spans.items()}
-        ends = np.zeros(len(trees))
-        arrival = built.timeline.lane_arrival_s
-        for lane in built.builder.lanes:
-            t = of_span[(lane.rank, lane.lo)]
-            ends[t] = max(ends[t], float(arrival[lane.flow].max(initial=0.0)))
-        shares = np.zeros(len(trees))
-        for r in range(problem.tp):
-            mine = [t for t in spans if trees[t].rank == r]
-            if not mine:
-                continue  # no tree of this rank has a rate: its lanes are none either way
-            speed = {t: float(rates[t]) * _SCALE for t in mine}
-            lag = {
-                t: max(0.0, ends[t] - start - (spans[t][1] - spans[t][0]) * shard / speed[t])
-                for t in mine
-            }
-            end = (shard + sum(speed[t] * lag[t] for t in mine)) / sum(speed.values())
-            for t in mine:
-                shares[t] = max(0.0, speed[t] * (end - lag[t]))
-        built = packing_plan(problem, overlay, trees, rates, live, shares)
-        if _value(built) < best[0]:
-            best = (_value(built), trees, rates, built)
-    return best
 
 
 BALANCED = 3
@@ -271,20 +260,13 @@ GIVE = (0.0, 0.005, 0.02, 0.05)
 """Fractions of the packing's rate the rebalanced packings give up for their slowest tree."""
 
 
-def _depth(overlay: Overlay, tree: Tree) -> int:
-    """The most lanes a byte of the tree crosses from its holder to an instance GPU."""
-    parent = {overlay.arcs[a].dst: overlay.senders[overlay.arcs[a].sender].name for a in tree.arcs}
-    deepest = 0
-    for node in parent:
-        hops, at = 0, node
-        while at in parent and hops <= len(parent):
-            at, hops = parent[at], hops + 1
-        deepest = max(deepest, hops)
-    return deepest
-
-
 def _balanced(
-    problem: Problem, overlay: Overlay, trees: list[Tree], live: frozenset[int], give: float
+    problem: Problem,
+    overlay: Overlay,
+    trees: list[Tree],
+    live: frozenset[int],
+    give: float,
+    fast: bool = False,
 ) -> Packed | None:
     """The packing of ``trees`` at ``1 - give`` of its best rate whose slowest tree per hop is
     fastest: a hop of a tree costs its lanes about a chunk at the tree's rate, which the master
@@ -301,7 +283,7 @@ def _balanced(
     for t, tree in enumerate(trees):
         rows += [tree.rank, tp + len(overlay.edges) + t, tp + len(overlay.edges) + t]
         cols += [t + 1, t + 1, 0]
-        vals += [-1.0, -1.0, float(_depth(overlay, tree))]
+        vals += [-1.0, -1.0, float(tree_depth(overlay, tree))]
         for e, count in tree.load.items():
             rows.append(tp + e)
             cols.append(t + 1)
@@ -315,7 +297,7 @@ def _balanced(
     if result.status != 0:
         return None
     rates = np.asarray(result.x[1:])
-    built = packing_plan(problem, overlay, trees, rates, live)
+    built = packing_plan(problem, overlay, trees, rates, live, fast=fast)
     return _value(built), trees, rates, built
 
 
@@ -335,13 +317,14 @@ def _subsets(
     rates: np.ndarray,
     live: frozenset[int],
     ranking: Callable[[Tree, float], float],
-    widths: Sequence[int] | None,
-    deadline: float | None,
+    limits: tuple[Sequence[int] | None, float | None, bool],
 ) -> list[Packed]:
     """Plans under the cost model of the packings of the first ``k`` trees per rank in
     ``ranking`` (the widest first: fewer, wider stripes lose less to each hop's chunk, which
     the program leaves out), ``k`` in ``widths`` (None: every count) and all of them, with each
-    plan's value and trees. After ``deadline``, only the first and the last count are tried."""
+    plan's value and trees. After ``deadline``, only the first and the last count are tried;
+    ``fast``: forwarding lanes faster where their links leave room."""
+    widths, deadline, fast = limits
     by_rank: list[list[int]] = [[] for _ in range(problem.tp)]
     for t in sorted(range(len(trees)), key=lambda t: ranking(trees[t], float(rates[t]))):
         if rates[t] > 1e-9:
@@ -358,10 +341,6 @@ def _subsets(
         solved = master(overlay, subset, problem.tp)
         if solved is None:
             continue
-        built = packing_plan(problem, overlay, subset, solved[1], live)
+        built = packing_plan(problem, overlay, subset, solved[1], live, fast=fast)
         out.append((_value(built), subset, solved[1], built))
     return out
-
-
-def _value(built: Built) -> float:
-    return score("all_ready", built.ready_at_s, built.live)

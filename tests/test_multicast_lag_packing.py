@@ -1,0 +1,163 @@
+"""The tree packing's per-hop lag: measured as the cost model charges it, forwarding lanes paced
+faster within what their links leave, and packings chosen for it that end when they claim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from blitzplan.multicast import validate_multicast
+from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.lag_packing import (
+    _fixed_charge,
+    depth,
+    lag_repack,
+    lag_shared,
+    tree_lags,
+    value,
+)
+from blitzplan.multicast.exact.overlay_arcs import (
+    Overlay,
+    forward_boosts,
+    master,
+    packing_plan,
+    tree_spans,
+)
+from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from tests.test_multicast import tiny_cases
+from tests.test_multicast_overlay import _plan, _problem
+from tests.test_multicast_phase_slices import LINK, chain_case
+from tests.test_multicast_shallow_trees import _some_trees
+
+
+def _chain_pool():
+    """The chain case's trees: both instance GPUs fed from h0 (depth 1, h0's NIC twice) and
+    every tree through one of them (depth 2)."""
+    state, problem = chain_case()
+    overlay = Overlay(problem, frozenset())
+    graph = RankGraph(overlay, 0)
+    rng = np.random.default_rng(0)
+    pool = []
+    for k in range(30):
+        price = rng.uniform(0.1, 1.0, len(overlay.edges))
+        tree = cheapest_tree(overlay, graph, price, 1 if k % 3 == 0 else None)
+        if tree is not None and tree not in pool:
+            pool.append(tree)
+    assert {depth(overlay, t) for t in pool} == {1, 2}
+    return state, problem, overlay, pool
+
+
+def test_a_forwarding_hop_lags_its_tree_by_a_chunk_of_the_largest_unit() -> None:
+    """Each tree of the chain alone: a depth-1 tree lags by (about) nothing, a depth-2 tree by
+    ``min(chunk, largest unit)`` at its rate (the cost model's per-hop term), latency aside."""
+    _, problem, overlay, pool = _chain_pool()
+    hop_bytes = min(problem.chunk_bytes, max(problem.unit_bytes))
+    for tree in pool:
+        solved = master(overlay, [tree], 1)
+        assert solved is not None
+        built = packing_plan(problem, overlay, [tree], solved[1], frozenset())
+        lag = tree_lags(problem, [tree], solved[1], None, built)[0]
+        lag_bytes = lag * float(solved[1][0]) * 1e9
+        expected = (depth(overlay, tree) - 1) * hop_bytes
+        assert lag_bytes == pytest.approx(expected, abs=0.02 * hop_bytes)
+
+
+def test_the_lag_choice_ends_when_its_program_says_on_the_chain() -> None:
+    """On the chain, charging each tree its lag bytes once picks the chain through one host (a
+    chunk late at the full link) over the direct trees (h0's NIC twice, half the rate): the
+    plan is valid, ends at ``(S + chunk) / LINK`` as the program counts it, and no bound of
+    the library is above it."""
+    state, problem, overlay, pool = _chain_pool()
+    shard = sum(problem.unit_bytes)
+    hop_bytes = min(problem.chunk_bytes, max(problem.unit_bytes))
+    packed = lag_repack(problem, overlay, pool, frozenset(), 2 * shard / LINK, None)
+    assert packed is not None
+    ends, trees, rates, built = packed
+    assert [depth(overlay, t) for t in trees] == [2]
+    assert float(rates.sum()) * 1e9 == pytest.approx(LINK, rel=1e-6)
+    assert ends == pytest.approx((shard + hop_bytes) / LINK, rel=2e-3)
+    plan = _plan(problem, built, overlay_bound(problem).bound_s)
+    assert validate_multicast(state, plan) == ()
+    assert plan.objective_s == ends
+    assert plan.objective_s >= overlay_bound(problem).bound_s
+
+
+def test_no_charge_is_the_master_program_and_a_large_one_takes_fewer_trees() -> None:
+    """Uncharged, the fixed-charge program's rate is the master program's over the same trees;
+    charged more than a tree's rate is worth, it uses one tree per rank."""
+    _, _, overlay, pool = _chain_pool()
+    solved = master(overlay, pool, 1)
+    assert solved is not None
+    free = _fixed_charge(overlay, pool, 1, np.zeros(len(pool)), None)
+    assert free is not None
+    assert sum(free.values()) == pytest.approx(solved[0], rel=1e-6)
+    dear = _fixed_charge(overlay, pool, 1, np.full(len(pool), 0.4 * solved[0]), None)
+    assert dear is not None and len(dear) == 1
+
+
+@pytest.mark.parametrize("index", range(len(tiny_cases())))
+def test_fast_forwarding_lanes_get_their_pace_and_never_end_later(index: int) -> None:
+    """Forwarding lanes paced faster by what their links leave: every lane runs at its pace
+    (they all fit, at the master's rates and at half of them, where every link has room),
+    only forwarding lanes are faster than their tree, the plan validates and ends no later
+    than at the trees' rates (and no earlier than the overlay bound)."""
+    state, spec, options = tiny_cases()[index]
+    problem = _problem(state, spec, **options)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    overlay = Overlay(problem, strong.live_nodes)
+    trees = _some_trees(problem, overlay, 4, index)
+    solved = master(overlay, trees, problem.tp)
+    if solved is None:
+        pytest.skip("no packing of these trees")
+    for scale in (1.0, 0.5):
+        rates = solved[1] * scale
+        plain = packing_plan(problem, overlay, trees, rates, strong.live_nodes)
+        fast = packing_plan(problem, overlay, trees, rates, strong.live_nodes, fast=True)
+        boosts = forward_boosts(overlay, trees, rates, tree_spans(trees, rates, problem.tp))
+        assert all(b >= 0 for b in boosts.values())
+        assert all(overlay.senders[overlay.arcs[a].sender].node is not None for _, a in boosts)
+        for lane in fast.builder.lanes:
+            pace = fast.builder.flows[lane.flow].max_bytes_per_s
+            assert fast.timeline.rates[lane.flow] == pytest.approx(pace, rel=1e-6)
+        assert value(fast) <= value(plain) * (1 + 1e-12)
+        plan = _plan(problem, fast, strong.bound_s)
+        assert validate_multicast(state, plan) == ()
+        assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+def test_fast_forwarding_lanes_gain_somewhere() -> None:
+    """On the tiny cases, fast forwarding lanes end some packing strictly earlier (a hop's
+    chunk at a faster rate), and lag shares with them never lose to those without."""
+    gained = 0
+    for index in range(0, len(tiny_cases()), 2):
+        state, spec, options = tiny_cases()[index]
+        problem = _problem(state, spec, **options)
+        strong = overlay_bound(problem)
+        assert strong is not None
+        overlay = Overlay(problem, strong.live_nodes)
+        trees = _some_trees(problem, overlay, 4, index)
+        solved = master(overlay, trees, problem.tp)
+        if solved is None:
+            continue
+        slow = lag_shared(problem, overlay, trees, solved[1], strong.live_nodes)
+        quick = lag_shared(problem, overlay, trees, solved[1], strong.live_nodes, fast=True)
+        assert quick[0] <= slow[0] * (1 + 1e-12)
+        gained += quick[0] < slow[0] * (1 - 1e-6)
+    assert gained
+
+
+@pytest.mark.parametrize("index", range(1, len(tiny_cases()), 3))
+def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: int) -> None:
+    """The exact method's packing (every shape, every width, the lag choice) validates and
+    does not beat the overlay bound."""
+    state, spec, options = tiny_cases()[index]
+    problem = _problem(state, spec, **options)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    packed = pack_trees(problem, strong.live_nodes, max_rounds=40, widths=None, shapes=EXACT_SHAPES)
+    assert packed is not None
+    plan = _plan(problem, packed, strong.bound_s)
+    assert validate_multicast(state, plan) == ()
+    assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
