@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -89,8 +89,9 @@ def sliced_until(
     """:func:`slice_phases` of a plan it takes, or None as soon as the build, at the pace of
     its lanes so far (once an eighth of them are made), would not end by ``deadline`` (a
     :func:`time.perf_counter` value; None: no clock): lanes left, then :data:`_TAIL` times
-    the lanes' time for the timeline and the phases check (``timed`` only: evaluating an
-    untimed slicing in full is not projected)."""
+    the lanes' time for the timeline and the phases check. An untimed slicing (evaluated
+    lane by lane, at a pace not known before) stops once its deadline has passed, between
+    phases of lanes made or levels of lanes evaluated."""
     with _collector_paused():
         return _sliced(problem, built, phases, staggered, timed, deadline)
 
@@ -139,9 +140,10 @@ def _sliced(
     total = made.size * (1 + _TAIL)
     for phase in range(max(offset, default=0) + phases):
         done = len(new.lanes)
-        if deadline is not None and timed is not None and 8 * done >= made.size:
+        if deadline is not None and (timed is None or 8 * done >= made.size):
             now = time.perf_counter()
-            if began + (now - began) * total / done > deadline:
+            projected = began + (now - began) * total / done if timed is not None else now
+            if now > deadline or projected > deadline:
                 return None
         for g, (sender, receiver, pipelined) in enumerate(groups):
             k = phase - offset[g]
@@ -171,11 +173,29 @@ def _sliced(
                         pace_bytes_per_s=pace * share,
                     )
     if timed is None:
-        return run(problem, new, built.live)
+        try:
+            return run(problem, new, built.live, None if deadline is None else _by(deadline))
+        except _Late:
+            return None
     timeline = timed.timeline(new, made)
     new.deps = [list(feeds) for feeds in timeline.lane_feeds]
     ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
     return Built(new, timeline, ready, built.live)
+
+
+class _Late(Exception):
+    """An untimed slicing's evaluation passed its deadline."""
+
+
+def _by(deadline: float) -> Callable[[str], None]:
+    """The evaluation's checkpoint (called per level of lanes): :class:`_Late` past
+    ``deadline``."""
+
+    def check(_: str) -> None:
+        if time.perf_counter() > deadline:
+            raise _Late
+
+    return check
 
 
 def _depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:
