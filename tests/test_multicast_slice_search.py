@@ -90,18 +90,25 @@ def test_a_build_stops_once_its_pace_misses_the_deadline() -> None:
     assert built.builder.lanes == full.builder.lanes
 
 
-def test_slicings_left_for_lack_of_time_are_kept_for_later() -> None:
-    """A second plan whose patterns cannot be timed by its deadline: its slicings wait
-    (their predicted patterns and the build of the largest counted in the time needed), and
-    the next call times them first."""
-    search, _ = _timed_ring()
-    other = BASELINES["serverlessllm"](search.problem)
-    before = len(search.timed)
-    search.time([other], time.perf_counter() - 1.0)
-    assert search.pending and len(search.timed) == before
+def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count() -> None:
+    """The ring's slicings, with no time to time them, wait and count in the time the
+    search leaves (the ring leads); the next call times them. A slower plan's waiting
+    slicings do not count while the ring leads."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    other = BASELINES["serverlessllm"](problem)
+    search = SliceSearch(problem, "all_ready")
+    search.time([ring], time.perf_counter() - 1.0)
+    assert search.pending and not search.timed
     waiting = list(search.pending)
+    search.pattern_rate[0] = 1e-3  # as if a pattern had been measured at 1 ms per lane-slice
     assert search.needed_s() > search.reserve_s
     search.time([], None)
     assert not search.pending
-    timed = {t[1:] for t in search.timed} | set(search.untimed)
-    assert set(waiting) <= timed
+    assert set(waiting) <= {t[1:] for t in search.timed} | set(search.untimed)
+    slower = SliceSearch(problem, "all_ready")
+    slower.time([ring], None)
+    slower.time([other], time.perf_counter() - 1.0)
+    assert slower.pending and all(j == 1 for _, _, j in slower.pending)
+    assert slower._leader() == 0
+    assert slower.needed_s() == slower.reserve_s  # the ring leads: the other's do not count

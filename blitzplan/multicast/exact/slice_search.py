@@ -101,9 +101,11 @@ class SliceSearch:
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
 
     def needed_s(self) -> float:
-        """The time to keep for what is left: timing the slicings waiting for time and
-        building the largest of them or the fastest timed, at the rates measured."""
-        sizes = [(self.shapes[j][4] * m, j) for m, _, j in self.pending]
+        """The time to keep for what is left: timing the slicings of the leading plan (whose
+        own or sliced time is the fastest so far) waiting for time and building the largest of
+        them or the fastest timed, at the rates measured."""
+        lead = self._leader()
+        sizes = [(self.shapes[j][4] * m, j) for m, _, j in self.pending if j == lead]
         patterns = sum(self._pattern_predicted(j, size) for size, j in sizes)
         slowest = max((self._pattern_predicted(j, size) for size, j in sizes), default=0.0)
         return patterns + max(self.reserve_s, _MARGIN * self.per_pattern * slowest)
@@ -114,7 +116,8 @@ class SliceSearch:
         """Add ``candidates`` (those of one phase whose hops wait for none, and not timed as
         one added before) and time their slicings from their patterns by ``deadline`` (a
         :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
-        (None: ``deadline``)."""
+        (None: ``deadline``). The slicings an earlier call had no time for come first when
+        they are of the leading plan (:meth:`needed_s`), last otherwise."""
         build_by = deadline if build_by is None else build_by
         added = len(self.plans)
         for plan in candidates:
@@ -129,8 +132,8 @@ class SliceSearch:
             self.target = min(self.target, v)
         new = range(added, len(self.plans))
         began = time.perf_counter()
-        waiting, self.pending = self.pending, []
-        self._patterns(waiting, deadline, build_by)
+        lead, waiting, self.pending = self._leader(), self.pending, []
+        self._patterns([key for key in waiting if key[2] == lead], deadline, build_by)
         self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
@@ -138,7 +141,14 @@ class SliceSearch:
         ranked = sorted((j for j in new if self.shapes[j][3]), key=fastest.__getitem__)
         staggered = [(m, True, j) for m in sorted(STAGGERED_SLICES, reverse=True) for j in ranked]
         self._patterns(staggered, deadline, build_by)
+        self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
+
+    def _leader(self) -> int:
+        """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""
+        values = [(self._value(p), j) for j, p in enumerate(self.plans)]
+        values += [(v, j) for v, _, _, j in self.timed]
+        return min(values, default=(0.0, -1))[1]
 
     def _patterns(
         self, trials: Sequence[_Key], deadline: float | None, build_by: float | None
