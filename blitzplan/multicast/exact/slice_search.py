@@ -99,16 +99,19 @@ class SliceSearch:
         self.took: dict[_Key, float] = {}  # each timed slicing's pattern's seconds
         self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
+        self.build_by: float | None = None  # the last call's build deadline
 
     def needed_s(self) -> float:
-        """The time to keep for what is left: timing the slicings of the leading plan (whose
-        own or sliced time is the fastest so far) waiting for time and building the largest of
-        them or the fastest timed, at the rates measured."""
+        """The time to keep for what is left: building the fastest slicing timed, and, where
+        it still fits by the last call's build deadline, timing the slicings of the leading
+        plan (whose own or sliced time is the fastest so far) waiting for time and building
+        the largest of them, at the rates measured."""
         lead = self._leader()
         sizes = [(self.shapes[j][4] * m, j) for m, _, j in self.pending if j == lead]
         patterns = sum(self._pattern_predicted(j, size) for size, j in sizes)
         slowest = max((self._pattern_predicted(j, size) for size, j in sizes), default=0.0)
-        return patterns + max(self.reserve_s, _MARGIN * self.per_pattern * slowest)
+        needed = patterns + max(self.reserve_s, _MARGIN * self.per_pattern * slowest)
+        return needed if _fits(needed, self.build_by) else self.reserve_s
 
     def time(
         self, candidates: Sequence[Built], deadline: float | None, build_by: float | None = None
@@ -119,6 +122,7 @@ class SliceSearch:
         (None: ``deadline``). The slicings an earlier call had no time for come first when
         they are of the leading plan (:meth:`needed_s`), last otherwise."""
         build_by = deadline if build_by is None else build_by
+        self.build_by = build_by
         added = len(self.plans)
         for plan in candidates:
             b = plan.builder
