@@ -38,9 +38,9 @@ SLICES = (4, 8, 16, 32)
 """The plain slice counts tried, in turn."""
 STAGGERED_SLICES = (64, 128, 256)
 """The staggered slice counts tried then (a hop ``d`` deep ends ``d`` slices later, so
-staggering pays only once slices are thin: 16 and 32 were rarely the fastest), the most
-first (the fastest where the time allows; a pattern's time grows with its slices) and, for
-one count, the plan fastest so far first."""
+staggering pays only once slices are thin: 16 and 32 were rarely the fastest), for one count
+the plan fastest so far first. Those of the leading plan left for lack of time are timed
+after the search, the most slices first (:meth:`SliceSearch.time`)."""
 _MARGIN = 1.5
 """The time kept for building the fastest slicing: this many times the rate measured (seconds
 per lane and slice)."""
@@ -119,8 +119,9 @@ class SliceSearch:
         """Add ``candidates`` (those of one phase whose hops wait for none, and not timed as
         one added before) and time their slicings from their patterns by ``deadline`` (a
         :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
-        (None: ``deadline``). The slicings an earlier call had no time for come first when
-        they are of the leading plan (:meth:`needed_s`), last otherwise."""
+        (None: ``deadline``). The slicings an earlier call had no time for come first, the
+        most slices first, when they are of the leading plan (:meth:`needed_s`), last
+        otherwise."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
         added = len(self.plans)
@@ -137,13 +138,14 @@ class SliceSearch:
         new = range(added, len(self.plans))
         began = time.perf_counter()
         lead, waiting, self.pending = self._leader(), self.pending, []
-        self._patterns([key for key in waiting if key[2] == lead], deadline, build_by)
+        first = sorted((key for key in waiting if key[2] == lead), reverse=True)  # most first
+        self._patterns(first, deadline, build_by)
         self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
         ranked = sorted((j for j in new if self.shapes[j][3]), key=fastest.__getitem__)
-        staggered = [(m, True, j) for m in sorted(STAGGERED_SLICES, reverse=True) for j in ranked]
+        staggered = [(m, True, j) for m in STAGGERED_SLICES for j in ranked]
         self._patterns(staggered, deadline, build_by)
         self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
