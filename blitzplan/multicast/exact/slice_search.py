@@ -92,7 +92,7 @@ class SliceSearch:
         self.reserve_s = 0.0  # ... its predicted time to build in full
         self.pattern_s = 0.0  # the time spent timing patterns
         self.pattern_rate: dict[int, float] = {}  # per candidate: its largest pattern's rate
-        self.largest: dict[int, int] = {}  # ... and that pattern's size
+        self.sizes: dict[int, list[tuple[int, float]]] = {}  # ... its patterns' sizes, seconds
         self.untimed_rate = _UNTIMED_PRIOR_S  # a build of an untimed slicing per lane-slice
         self.per_pattern = _BUILD_PER_PATTERN  # a timed slicing's build per its pattern's time
         self.measured_build = False  # whether a timed slicing was built (its ratio measured)
@@ -102,16 +102,18 @@ class SliceSearch:
         self.build_by: float | None = None  # the last call's build deadline
 
     def needed_s(self) -> float:
-        """The time to keep for what is left: building the fastest slicing timed, and, where
-        it still fits by the last call's build deadline, timing the slicings of the leading
-        plan (whose own or sliced time is the fastest so far) waiting for time and building
-        the largest of them, at the rates measured."""
+        """The time to keep for what is left: building the fastest slicing timed, or timing
+        the most sliced of the leading plan's (whose own or sliced time is the fastest so far)
+        slicings waiting for time that fits by the last call's build deadline and building it,
+        predicted without margins (each step is checked again, and a build stops itself, when
+        it comes)."""
         lead = self._leader()
-        sizes = [(self.shapes[j][4] * m, j) for m, _, j in self.pending if j == lead]
-        patterns = sum(self._pattern_predicted(j, size) for size, j in sizes)
-        slowest = max((self._pattern_predicted(j, size) for size, j in sizes), default=0.0)
-        needed = patterns + max(self.reserve_s, _MARGIN * self.per_pattern * slowest)
-        return needed if _fits(needed, self.build_by) else self.reserve_s
+        for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
+            pattern = self._pattern_predicted(j, self.shapes[j][4] * m, 1.0)
+            needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
+            if _fits(needed, self.build_by):
+                return needed
+        return self.reserve_s
 
     def time(
         self, candidates: Sequence[Built], deadline: float | None, build_by: float | None = None
@@ -169,8 +171,9 @@ class SliceSearch:
             start = time.perf_counter()
             found = _pattern_ready(self.problem, self.plans[j], phases, staggered, self.shapes[j])
             took = time.perf_counter() - start
-            if size >= self.largest.get(j, 0):
-                self.largest[j], self.pattern_rate[j] = size, took / size
+            self.sizes.setdefault(j, []).append((size, took))
+            if size >= max(self.sizes[j])[0]:
+                self.pattern_rate[j] = took / size
             if found is None:
                 self.untimed.append((phases, staggered, j))
                 continue
@@ -208,12 +211,19 @@ class SliceSearch:
     def _value(self, plan: Built) -> float:
         return score(self.objective, plan.ready_at_s, plan.live)
 
-    def _pattern_predicted(self, j: int, size: int) -> float:
-        """Plan ``j``'s pattern of ``size`` lanes and slices: its rate on its largest pattern
-        (a pattern's time grows less than its size: a fixed part per plan), else the slowest
-        plan's."""
-        rate = self.pattern_rate.get(j, max(self.pattern_rate.values(), default=0.0))
-        return _PATTERN_MARGIN * rate * size
+    def _pattern_predicted(self, j: int, size: int, margin: float = _PATTERN_MARGIN) -> float:
+        """Plan ``j``'s pattern of ``size`` lanes and slices, ``margin`` times: beyond its
+        largest pattern, that one's time and the growth per lane-slice from the one before
+        (a pattern's time is a fixed part per plan and a part per slice), else that rate; a
+        plan without a pattern timed, at the slowest plan's rate."""
+        points = sorted(self.sizes.get(j, []))
+        if not points:
+            return margin * max(self.pattern_rate.values(), default=0.0) * size
+        last, took = points[-1]
+        if size <= last or len(points) < 2 or points[-2][1] >= took:
+            return margin * took * size / last
+        growth = (took - points[-2][1]) / (last - points[-2][0])
+        return margin * (took + growth * (size - last))
 
     def _full(self, key: _Key, deadline: float | None, *, timed: bool) -> Built | None:
         """Slicing ``key`` built and evaluated (``timed``: its times from its pattern, put in
