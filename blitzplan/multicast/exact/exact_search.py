@@ -213,11 +213,12 @@ def exact_plan(
     slicing = SliceSearch(problem, objective)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
-    slicing.time(first, None if end is None else began + TIMED_BY * limit)
+    timed_by = None if end is None else began + TIMED_BY * limit
+    slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(first))
-        stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.reserve_s - per_plan)
+        stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.needed_s() - per_plan)
         left = max(0.05 * limit, stop - (time.perf_counter() - began))
     searched = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]

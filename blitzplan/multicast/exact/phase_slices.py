@@ -23,8 +23,12 @@ streams beside the deep one's slice ``k - d``.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
+import contextlib
+import gc
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
@@ -38,10 +42,14 @@ __all__ = [
     "SNAP",
     "phases_apart",
     "slice_phases",
+    "sliced_until",
 ]
 
 _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
+_TAIL = 0.6
+"""A timed slicing's timeline and phases check take about this share of the time its lanes
+take to make (0.5 measured on a 68 k-lane slicing)."""
 
 
 def slice_phases(
@@ -65,6 +73,53 @@ def slice_phases(
     old = built.builder
     if any(p != 0 for p in old.flow_phase) or any(spec[4] for spec in old.hop_specs):
         raise InvalidInputError("slice_phases takes a plan of one phase whose hops wait for none")
+    sliced = sliced_until(problem, built, phases, staggered, timed, None)
+    assert sliced is not None  # no deadline: always built
+    return sliced
+
+
+def sliced_until(
+    problem: Problem,
+    built: Built,
+    phases: int,
+    staggered: bool,
+    timed: SlicedTimes | None,
+    deadline: float | None,
+) -> Built | None:
+    """:func:`slice_phases` of a plan it takes, or None as soon as the build, at the pace of
+    its lanes so far (once an eighth of them are made), would not end by ``deadline`` (a
+    :func:`time.perf_counter` value; None: no clock): lanes left, then :data:`_TAIL` times
+    the lanes' time for the timeline and the phases check. An untimed slicing (evaluated
+    lane by lane, at a pace not known before) stops once its deadline has passed, between
+    phases of lanes made or levels of lanes evaluated."""
+    with _collector_paused():
+        return _sliced(problem, built, phases, staggered, timed, deadline)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (as it was after): a slicing makes
+    tens of thousands of lanes, flows and lists, none in a cycle, and the collections their
+    allocations set off took half of the build (68 k lanes: 1.3-1.7 s, 0.6-0.85 s without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _sliced(
+    problem: Problem,
+    built: Built,
+    phases: int,
+    staggered: bool,
+    timed: SlicedTimes | None,
+    deadline: float | None,
+) -> Built | None:
+    began = time.perf_counter()
+    old = built.builder
     new = PlanBuilder(old.topology)
     for node in old.nodes:
         new.add_node(node)
@@ -81,8 +136,15 @@ def slice_phases(
     first = [0]  # per group, its first lane of the pattern (one slice's lanes)
     for g in range(len(groups)):
         first.append(first[-1] + sum(len(atoms[lane.flow]) for lane in lanes_of[g]))
-    made: dict[tuple[int, int], int] = {}  # (slice, lane of the pattern) -> lane id
+    made = np.zeros((phases, first[-1]), dtype=np.intp)  # [slice, lane of the pattern]
+    total = made.size * (1 + _TAIL)
     for phase in range(max(offset, default=0) + phases):
+        done = len(new.lanes)
+        if deadline is not None and (timed is None or 8 * done >= made.size):
+            now = time.perf_counter()
+            projected = began + (now - began) * total / done if timed is not None else now
+            if now > deadline or projected > deadline:
+                return None
         for g, (sender, receiver, pipelined) in enumerate(groups):
             k = phase - offset[g]
             if not 0 <= k < phases:
@@ -111,12 +173,29 @@ def slice_phases(
                         pace_bytes_per_s=pace * share,
                     )
     if timed is None:
-        return run(problem, new, built.live)
-    for (k, f), flow in made.items():
-        new.deps[flow] = [made[k, d] for d in timed.feeders[f]]
+        try:
+            return run(problem, new, built.live, None if deadline is None else _by(deadline))
+        except _Late:
+            return None
     timeline = timed.timeline(new, made)
+    new.deps = [list(feeds) for feeds in timeline.lane_feeds]
     ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
     return Built(new, timeline, ready, built.live)
+
+
+class _Late(Exception):
+    """An untimed slicing's evaluation passed its deadline."""
+
+
+def _by(deadline: float) -> Callable[[str], None]:
+    """The evaluation's checkpoint (called per level of lanes): :class:`_Late` past
+    ``deadline``."""
+
+    def check(_: str) -> None:
+        if time.perf_counter() > deadline:
+            raise _Late
+
+    return check
 
 
 def _depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:
@@ -198,33 +277,67 @@ def _sharing(builder: PlanBuilder, count: int, group_of: Sequence[int]) -> list[
 def phases_apart(problem: Problem, built: Built) -> bool:
     """Whether lanes of different phases never stream over one link at once: on each link, a
     phase streams from its lanes' earliest ``end - bytes / rate`` to their latest ``end``, and
-    those windows do not overlap by more than a tenth of the validator's tolerance (the rule it
-    checks, float noise of back-to-back slices aside)."""
+    those windows, in order of their starts, do not overlap by more than a tenth of the
+    validator's tolerance (the rule it checks, float noise of back-to-back slices aside). The
+    lanes of one route and phase are one window first (their links are the route's), then
+    each route's windows are spread over its links, as arrays."""
+    with _collector_paused():
+        return _apart(problem, built)
+
+
+def _apart(problem: Problem, built: Built) -> bool:
+    """:func:`phases_apart`."""
     b, t = built.builder, built.timeline
     if len(set(b.flow_phase)) < 2:
         return True
-    windows: dict[Edge, dict[int, list[float]]] = {}
+    rates = np.asarray(t.rates, dtype=float)
+    if len(rates) and rates.min() <= 0:
+        return False
     shard = problem.unit_bytes
-    carried: dict[int, int] = {}  # per receiver, the bytes of the units it lacks
+    carried = {}  # per receiver, the bytes of the units it lacks
     for node in b.nodes:
         carried[node.id] = sum(u for i, u in enumerate(shard) if not node.has(i))
-    ends = t.lane_arrival_s.max(axis=1).tolist() if len(shard) else [0.0] * len(b.lanes)
-    for lane in b.lanes:
-        f = lane.flow
-        size = (
-            lane.fraction * (problem.tp if lane.rank == ALL_RANKS else 1) * carried[lane.receiver]
-        )
-        rate = t.rates[f]
-        if rate <= 0:
-            return False
-        end = ends[f]
-        begin = end - size / rate
-        for edge in b.flows[f].edges:
-            span = windows.setdefault(edge, {}).setdefault(b.flow_phase[f], [begin, end])
-            span[0], span[1] = min(span[0], begin), max(span[1], end)
-    for spans in windows.values():
-        ordered = sorted(spans.values())
-        for earlier, later in itertools.pairwise(ordered):
-            if later[0] < earlier[1] - _APART * max(1.0, earlier[1]):
-                return False
-    return True
+    tp = problem.tp
+    size = np.array(
+        [
+            (lane.hi - lane.lo) * (tp if lane.rank == ALL_RANKS else 1) * carried[lane.receiver]
+            for lane in b.lanes
+        ],
+        dtype=float,
+    )
+    ends = t.lane_arrival_s.max(axis=1) if len(shard) else np.zeros(len(b.lanes))
+    begins = ends - size / rates
+    routes: dict[int, int] = {}  # id of a flow's edges -> its route
+    links: list[tuple[Edge, ...]] = []
+    route = np.empty(len(b.lanes), dtype=np.intp)
+    for f, flow in enumerate(b.flows):
+        r = routes.setdefault(id(flow.edges), len(routes))
+        if r == len(links):
+            links.append(tuple(flow.edges))
+        route[f] = r
+    phase = np.asarray(b.flow_phase, dtype=np.intp)
+    # one window per route and phase ...
+    key, inverse = np.unique(route * (int(phase.max()) + 1) + phase, return_inverse=True)
+    lo = np.full(len(key), np.inf)
+    hi = np.full(len(key), -np.inf)
+    np.minimum.at(lo, inverse, begins)
+    np.maximum.at(hi, inverse, ends)
+    span = int(phase.max()) + 1
+    # ... spread over the route's links, one window per link and phase
+    edge_ids: dict[Edge, int] = {}
+    per_route = [[edge_ids.setdefault(e, len(edge_ids)) for e in edges] for edges in links]
+    rows = [(e, i) for i, k in enumerate(key.tolist()) for e in per_route[k // span]]
+    if not rows:
+        return True
+    edge, window = np.asarray(rows, dtype=np.intp).T
+    link_key, link_of = np.unique(edge * span + key[window] % span, return_inverse=True)
+    begin = np.full(len(link_key), np.inf)
+    end = np.full(len(link_key), -np.inf)
+    np.minimum.at(begin, link_of, lo[window])
+    np.maximum.at(end, link_of, hi[window])
+    link = link_key // span
+    order = np.lexsort((end, begin, link))
+    link, begin, end = link[order], begin[order], end[order]
+    same = link[1:] == link[:-1]
+    overlap = begin[1:] < end[:-1] - _APART * np.maximum(1.0, end[:-1])
+    return not bool(np.any(same & overlap))

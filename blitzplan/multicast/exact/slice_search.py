@@ -15,10 +15,9 @@ search's time to building the fastest of them.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import (
@@ -27,7 +26,7 @@ from blitzplan.multicast.exact.phase_slices import (
     _groups,
     _sharing,
     phases_apart,
-    slice_phases,
+    sliced_until,
 )
 from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
 from blitzplan.multicast.setup.problem import Problem
@@ -39,40 +38,94 @@ SLICES = (4, 8, 16, 32)
 """The plain slice counts tried, in turn."""
 STAGGERED_SLICES = (64, 128, 256)
 """The staggered slice counts tried then (a hop ``d`` deep ends ``d`` slices later, so
-staggering pays only once slices are thin: 16 and 32 were rarely the fastest)."""
+staggering pays only once slices are thin: 16 and 32 were rarely the fastest), for one count
+the plan fastest so far first. Those of the leading plan left for lack of time are timed
+after the search, the most slices first (:meth:`SliceSearch.time`)."""
 _MARGIN = 1.5
-"""A step's predicted time: this many times the slowest per lane and slice so far."""
-_FULL_PRIOR_S = 50e-6
-"""Before any slicing was built in full, its predicted seconds per lane and slice: the pattern
-again, the plan built with those times and its phases checked (40-55 us on a 2-core x86_64
-shared by about 7 busy processes, 15-20 us quiet)."""
+"""The time kept for building the fastest slicing: this many times the rate measured (seconds
+per lane and slice)."""
+_PATTERN_MARGIN = 1.25
+"""A pattern's predicted time: this many times its plan's rate measured (a pattern's time
+grows with its slices at about one rate per plan; a late pattern only shortens the build,
+which stops itself in time)."""
+_BUILD_PER_PATTERN = 2.0
+"""Before this run built a slicing timed from its pattern, its predicted build time (the lanes
+made, the pattern's times put in place, the phases checked; the pattern itself kept from its
+timing): this many times the time its pattern took in this run, so the prediction follows
+the machine's load. Measured on 68 k-lane slicings on a 2-core x86_64 at load 2-5: 1.2-3.5,
+median 2. Each build measures the ratio again (the first replaces this, the largest so far is
+used) and stops as soon as its own pace says it would not end by its deadline
+(:func:`~blitzplan.multicast.exact.phase_slices.sliced_until`)."""
+_UNTIMED_PRIOR_S = 50e-6
+"""The same for a slicing the pattern could not time (built and evaluated lane by lane)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
 
 _Shape = tuple[list[tuple[int, int, bool]], list[int], list[list[int]], bool, int]
+_Key = tuple[int, bool, int]  # (slices, staggered, candidate)
+_KEPT = 3
+"""The times of this many of the fastest slicings timed are kept for their builds (the
+fallbacks of the fastest too: its phases may meet, its build may not fit)."""
+
+
+def _first(item: tuple[float, _Key, SlicedTimes]) -> float:
+    return item[0]
 
 
 class SliceSearch:
     """Slicings of candidate plans timed from their patterns (:meth:`time`), then the fastest
-    built in full (:meth:`best`); each step only when, at its predicted time (:data:`_MARGIN`
-    times the slowest time per lane and slice so far of its kind), it ends by the deadline
-    given (None: no clock) with time left to build the fastest slicing timed so far."""
+    built in full (:meth:`best`). A pattern is timed only when, at its predicted time
+    (:data:`_PATTERN_MARGIN` times its plan's rate measured on its largest pattern so far, the
+    slowest of any plan before its first), it ends by the deadline given with time left to build the
+    fastest slicing timed so far; that slicing is the one to build only when its predicted build
+    (:data:`_MARGIN` times this run's rate) ends by the build deadline. A build starts when it
+    would end by its deadline at the rate measured, and stops once its own pace says it would
+    not."""
 
     def __init__(self, problem: Problem, objective: str) -> None:
         self.problem, self.objective = problem, objective
         self.plans: list[Built] = []
         self.shapes: list[_Shape] = []
         self.timed: list[tuple[float, int, bool, int]] = []
-        self.untimed: list[tuple[int, bool, int]] = []  # slicings the pattern could not time
+        self.untimed: list[_Key] = []  # slicings the pattern could not time
         self.target = math.inf  # the fastest timed slicing that could be built in time
         self.reserve_s = 0.0  # ... its predicted time to build in full
         self.pattern_s = 0.0  # the time spent timing patterns
-        self.rate = {"pattern": 0.0, "full": _FULL_PRIOR_S}
+        self.pattern_rate: dict[int, float] = {}  # per candidate: its largest pattern's rate
+        self.sizes: dict[int, list[tuple[int, float]]] = {}  # ... its patterns' sizes, seconds
+        self.untimed_rate = _UNTIMED_PRIOR_S  # a build of an untimed slicing per lane-slice
+        self.per_pattern = _BUILD_PER_PATTERN  # a timed slicing's build per its pattern's time
+        self.measured_build = False  # whether a timed slicing was built (its ratio measured)
+        self.took: dict[_Key, float] = {}  # each timed slicing's pattern's seconds
+        self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
+        self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
+        self.build_by: float | None = None  # the last call's build deadline
 
-    def time(self, candidates: Sequence[Built], deadline: float | None) -> None:
+    def needed_s(self) -> float:
+        """The time to keep for what is left: building the fastest slicing timed, or timing
+        the most sliced of the leading plan's (whose own or sliced time is the fastest so far)
+        slicings waiting for time that fits by the last call's build deadline and building it,
+        predicted without margins (each step is checked again, and a build stops itself, when
+        it comes)."""
+        lead = self._leader()
+        for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
+            pattern = self._pattern_predicted(j, self.shapes[j][4] * m, 1.0)
+            needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
+            if _fits(needed, self.build_by):
+                return needed
+        return self.reserve_s
+
+    def time(
+        self, candidates: Sequence[Built], deadline: float | None, build_by: float | None = None
+    ) -> None:
         """Add ``candidates`` (those of one phase whose hops wait for none, and not timed as
-        one added before) and time their slicings from their patterns, by ``deadline`` (a
-        :func:`time.perf_counter` value)."""
+        one added before) and time their slicings from their patterns by ``deadline`` (a
+        :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
+        (None: ``deadline``). The slicings an earlier call had no time for come first, the
+        most slices first, when they are of the leading plan (:meth:`needed_s`), last
+        otherwise."""
+        build_by = deadline if build_by is None else build_by
+        self.build_by = build_by
         added = len(self.plans)
         for plan in candidates:
             b = plan.builder
@@ -85,25 +138,55 @@ class SliceSearch:
             self.shapes.append(_shape(self.problem, plan))
             self.target = min(self.target, v)
         new = range(added, len(self.plans))
-        trials = [(m, False, j) for m in SLICES for j in new]
-        trials += [(m, True, j) for m in STAGGERED_SLICES for j in new if self.shapes[j][3]]
         began = time.perf_counter()
+        lead, waiting, self.pending = self._leader(), self.pending, []
+        first = sorted((key for key in waiting if key[2] == lead), reverse=True)  # most first
+        self._patterns(first, deadline, build_by)
+        self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
+        fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
+        for v, _, _, j in self.timed:
+            fastest[j] = min(fastest.get(j, v), v)
+        ranked = sorted((j for j in new if self.shapes[j][3]), key=fastest.__getitem__)
+        staggered = [(m, True, j) for m in STAGGERED_SLICES for j in ranked]
+        self._patterns(staggered, deadline, build_by)
+        self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
+        self.pattern_s += time.perf_counter() - began
+
+    def _leader(self) -> int:
+        """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""
+        values = [(self._value(p), j) for j, p in enumerate(self.plans)]
+        values += [(v, j) for v, _, _, j in self.timed]
+        return min(values, default=(0.0, -1))[1]
+
+    def _patterns(
+        self, trials: Sequence[_Key], deadline: float | None, build_by: float | None
+    ) -> None:
+        """Each slicing of ``trials`` timed from its pattern when it fits (:meth:`time`)."""
         for phases, staggered, j in trials:
             size = self.shapes[j][4] * phases
-            if not self._fits("pattern", size, deadline, self.reserve_s):
+            predicted = self._pattern_predicted(j, size)
+            if not (_fits(predicted, deadline) and _fits(predicted + self.reserve_s, build_by)):
+                self.pending.append((phases, staggered, j))
                 continue
-            with self._timing("pattern", size):
-                found = _pattern_ready(
-                    self.problem, self.plans[j], phases, staggered, self.shapes[j]
-                )
+            start = time.perf_counter()
+            found = _pattern_ready(self.problem, self.plans[j], phases, staggered, self.shapes[j])
+            took = time.perf_counter() - start
+            self.sizes.setdefault(j, []).append((size, took))
+            if size >= max(self.sizes[j])[0]:
+                self.pattern_rate[j] = took / size
             if found is None:
                 self.untimed.append((phases, staggered, j))
                 continue
             v = score(self.objective, found.ready_at_s, self.plans[j].live)
             self.timed.append((v, phases, staggered, j))
-            if v < self.target * _BETTER and self._fits("full", size, deadline):
-                self.target, self.reserve_s = v, self._predict("full", size)
-        self.pattern_s += time.perf_counter() - began
+            self.took[phases, staggered, j] = took
+            self.kept = sorted([*self.kept, (v, (phases, staggered, j), found)], key=_first)
+            del self.kept[_KEPT:]
+            build = self.per_pattern * took
+            if v < self.target * _BETTER:  # with the margin if it fits, else as predicted
+                fitting = [r for r in (_MARGIN * build, build) if _fits(r, build_by)]
+                if fitting:
+                    self.target, self.reserve_s = v, fitting[0]
 
     def best(self, candidates: Sequence[Built], deadline: float | None) -> Built:
         """The fastest of ``candidates`` (the first of the fastest when no slicing beats them)
@@ -115,12 +198,12 @@ class SliceSearch:
         for v, phases, staggered, j in sorted(self.timed):
             if v >= value * _BETTER:
                 break
-            trial = self._full(j, phases, staggered, deadline, timed=True)
+            trial = self._full((phases, staggered, j), deadline, timed=True)
             if trial is not None:
                 best, value = trial, self._value(trial)
                 break
-        for phases, staggered, j in self.untimed:
-            trial = self._full(j, phases, staggered, deadline, timed=False)
+        for key in self.untimed:
+            trial = self._full(key, deadline, timed=False)
             if trial is not None and self._value(trial) < value * _BETTER:
                 best, value = trial, self._value(trial)
         return best
@@ -128,46 +211,59 @@ class SliceSearch:
     def _value(self, plan: Built) -> float:
         return score(self.objective, plan.ready_at_s, plan.live)
 
-    def _full(
-        self,
-        j: int,
-        phases: int,
-        staggered: bool,
-        deadline: float | None,
-        *,
-        timed: bool,
-    ) -> Built | None:
-        """Plan ``j`` sliced, built and evaluated (``timed``: its times from its pattern, put
-        in place), if its phases stay apart on every link (None: no time for it, its waits form
+    def _pattern_predicted(self, j: int, size: int, margin: float = _PATTERN_MARGIN) -> float:
+        """Plan ``j``'s pattern of ``size`` lanes and slices, ``margin`` times: beyond its
+        largest pattern, that one's time and the growth per lane-slice from the one before
+        (a pattern's time is a fixed part per plan and a part per slice), else that rate; a
+        plan without a pattern timed, at the slowest plan's rate."""
+        points = sorted(self.sizes.get(j, []))
+        if not points:
+            return margin * max(self.pattern_rate.values(), default=0.0) * size
+        last, took = points[-1]
+        if size <= last or len(points) < 2 or points[-2][1] >= took:
+            return margin * took * size / last
+        growth = (took - points[-2][1]) / (last - points[-2][0])
+        return margin * (took + growth * (size - last))
+
+    def _full(self, key: _Key, deadline: float | None, *, timed: bool) -> Built | None:
+        """Slicing ``key`` built and evaluated (``timed``: its times from its pattern, put in
+        place), if its phases stay apart on every link (None: no time for it, its waits form
         a cycle, or its phases meet)."""
+        phases, staggered, j = key
         size = self.shapes[j][4] * phases
-        if not self._fits("full", size, deadline):
+        times = next((found for _, at, found in self.kept if at == key), None)
+        if not timed:
+            predicted = self.untimed_rate * size
+        elif times is None:  # its pattern again, then the build
+            predicted = (1 + self.per_pattern) * self.took[key]
+        else:
+            predicted = self.per_pattern * self.took[key]
+        if not _fits(predicted, deadline):
             return None
-        with self._timing("full", size):
-            plan, shape = self.plans[j], self.shapes[j]
-            times = _pattern_ready(self.problem, plan, phases, staggered, shape) if timed else None
-            try:
-                trial = slice_phases(self.problem, plan, phases, staggered=staggered, timed=times)
-            except InvalidInputError:  # its waits form a cycle: this slicing cannot run
-                return None
-            return trial if phases_apart(self.problem, trial) else None
-
-    def _predict(self, kind: str, size: int) -> float:
-        return _MARGIN * self.rate[kind] * size
-
-    def _fits(self, kind: str, size: int, deadline: float | None, reserve: float = 0.0) -> bool:
-        if deadline is None:
-            return True
-        return time.perf_counter() + self._predict(kind, size) + reserve <= deadline
-
-    @contextlib.contextmanager
-    def _timing(self, kind: str, size: int) -> Iterator[None]:
+        plan, shape = self.plans[j], self.shapes[j]
+        if timed and times is None:
+            times = _pattern_ready(self.problem, plan, phases, staggered, shape)
         start = time.perf_counter()
         try:
-            yield
-        finally:
-            took = time.perf_counter() - start
-            self.rate[kind] = max(self.rate[kind], took / size)
+            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline)
+        except InvalidInputError:  # its waits form a cycle: this slicing cannot run
+            return None
+        if trial is None:  # it would not end in time
+            return None
+        apart = phases_apart(self.problem, trial)
+        took = time.perf_counter() - start
+        if not timed:
+            self.untimed_rate = max(self.untimed_rate, took / size)
+        elif self.measured_build:
+            self.per_pattern = max(self.per_pattern, took / self.took[key])
+        else:  # the first measured replaces the prior
+            self.per_pattern, self.measured_build = took / self.took[key], True
+        return trial if apart else None
+
+
+def _fits(seconds: float, deadline: float | None) -> bool:
+    """Whether ``seconds`` from now ends by ``deadline`` (None: no clock)."""
+    return deadline is None or time.perf_counter() + seconds <= deadline
 
 
 def sliced_refinement(

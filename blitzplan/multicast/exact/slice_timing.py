@@ -133,24 +133,29 @@ class SlicedTimes:
     run: _Pattern
     """Every slice's rates and times."""
 
-    def timeline(self, builder: PlanBuilder, made: dict[tuple[int, int], int]) -> Timeline:
+    def timeline(self, builder: PlanBuilder, made: np.ndarray) -> Timeline:
         """The timeline of the full slicing ``builder``, whose lane ``made[k, f]`` is slice
-        ``k`` of the pattern's lane ``f`` (every lane, in the order of its ids): the pattern's
-        rates, arrivals, starts and feeders put in place, then each hop's arrivals and each
-        instance's readiness as the timeline computes them."""
+        ``k`` of the pattern's lane ``f`` (every lane once): the pattern's rates, arrivals,
+        starts and feeders put in place, then each hop's arrivals and each instance's
+        readiness as the timeline computes them."""
         run = self.run
-        keys = np.array(list(made), dtype=np.intp).reshape(-1, 2)
-        k, f = keys[:, 0], keys[:, 1]
+        slot = np.empty(made.size, dtype=np.intp)  # per lane id, its [slice, pattern lane]
+        slot[made.ravel()] = np.arange(made.size)
+        k, f = np.divmod(slot, made.shape[1])
         every = run.arrival[k, f]
         rates = run.rates[run.phase_class[k + run.off[f]], f]
-        feeds = tuple(tuple(made[s, d] for d in self.feeders[p]) for s, p in made)
+        feeds: list[tuple[int, ...]] = [()] * made.size
+        for p, fed in enumerate(self.feeders):
+            if fed:
+                for lane, row in zip(made[:, p].tolist(), made[:, fed].tolist(), strict=True):
+                    feeds[lane] = tuple(row)
         return Timeline(
             tuple(rates.tolist()),
             every,
             hop_arrival(builder.hops(), every),
             instance_ready(builder.lanes, builder.nodes, builder.instances, every),
             run.start[k, f],
-            feeds,
+            tuple(feeds),
         )
 
 

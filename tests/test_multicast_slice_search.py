@@ -1,0 +1,116 @@
+"""The slice search's clock: what it predicts before a build, what a build measures, when a
+build stops, and the slicings left for lack of time (no timing asserted: only the decisions
+the predictions and measurements make)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import blitzplan.multicast.exact.slice_search as slice_search
+from blitzplan.multicast.exact.phase_slices import slice_phases, sliced_until
+from blitzplan.multicast.exact.slice_search import SliceSearch
+from blitzplan.multicast.planners.baselines import BASELINES
+from blitzplan.multicast.timeline.assemble import Built
+from tests.test_multicast_phase_slices import chain_case
+
+
+def _timed_ring() -> tuple[SliceSearch, Built]:
+    """The chain's ring with every slicing timed from its pattern (no clock)."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    search = SliceSearch(problem, "all_ready")
+    search.time([ring], None)
+    assert search.timed and not search.pending
+    return search, ring
+
+
+def test_a_build_predicted_past_the_deadline_is_not_started(monkeypatch) -> None:
+    """Every slicing's build predicted at 1000 s with 10 s left: none is started and the ring
+    itself is the answer; predicted at a millionth of its pattern's time, the fastest is
+    built."""
+    search, ring = _timed_ring()
+    started = []
+
+    def counted(*args, **kwargs):
+        started.append(args[2])
+        return sliced_until(*args, **kwargs)
+
+    monkeypatch.setattr(slice_search, "sliced_until", counted)
+    search.per_pattern = 1000 / min(search.took.values())
+    search.untimed_rate = 1000.0
+    assert search.best([ring], time.perf_counter() + 10) is ring
+    assert started == []
+    search.per_pattern = 1e-6
+    best = search.best([ring], time.perf_counter() + 60)
+    fastest = min(search.timed)
+    assert started[0] == fastest[1]
+    assert max(best.ready_at_s.values()) == pytest.approx(fastest[0], rel=1e-9)
+
+
+def test_a_measured_build_sets_the_estimate_and_never_lowers_it(monkeypatch) -> None:
+    """The first build measured replaces the prior ratio (a build slowed by 50 ms: the ratio
+    is at least 50 ms over its pattern's time, whatever the prior); a later, faster build
+    leaves it as it is."""
+    search, _ = _timed_ring()
+
+    def slowed(*args, **kwargs):
+        time.sleep(0.05)
+        return sliced_until(*args, **kwargs)
+
+    monkeypatch.setattr(slice_search, "sliced_until", slowed)
+    search.per_pattern = 1e-6  # a prior far below any real build
+    fastest = min(search.timed)
+    key = fastest[1:]
+    assert search._full(key, None, timed=True) is not None
+    assert search.measured_build
+    first = search.per_pattern
+    assert first >= 0.05 / search.took[key]
+    monkeypatch.setattr(slice_search, "sliced_until", sliced_until)
+    other = next(t[1:] for t in sorted(search.timed) if t[1:] != key)
+    search._full(other, None, timed=True)
+    assert search.per_pattern >= first
+
+
+def test_a_build_stops_once_its_pace_misses_the_deadline() -> None:
+    """With its deadline passed, a timed slicing's build stops (None) once an eighth of its
+    lanes are made, an untimed one's at once; without one it is the slicing itself."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    shape = slice_search._shape(problem, ring)
+    times = slice_search._pattern_ready(problem, ring, 64, True, shape)
+    assert times is not None
+    assert sliced_until(problem, ring, 64, True, times, time.perf_counter() - 1.0) is None
+    assert sliced_until(problem, ring, 64, True, None, time.perf_counter() - 1.0) is None
+    built = sliced_until(problem, ring, 64, True, times, None)
+    assert built is not None
+    full = slice_phases(problem, ring, 64, staggered=True)
+    assert built.ready_at_s == pytest.approx(full.ready_at_s, rel=1e-9)
+    assert built.builder.lanes == full.builder.lanes
+
+
+def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count() -> None:
+    """The ring's slicings, with no time to time them, wait and count in the time the
+    search leaves (the ring leads) where they fit by the build deadline; the next call times
+    them. A slower plan's waiting slicings do not count while the ring leads."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    other = BASELINES["serverlessllm"](problem)
+    search = SliceSearch(problem, "all_ready")
+    search.time([ring], time.perf_counter() - 1.0)
+    assert search.pending and not search.timed
+    waiting = list(search.pending)
+    search.pattern_rate[0] = 1e-3  # as if a pattern had been measured at 1 ms per lane-slice
+    assert search.needed_s() == search.reserve_s  # they cannot fit by the deadline given
+    search.build_by = time.perf_counter() + 60.0
+    assert search.needed_s() > search.reserve_s  # they can
+    search.time([], None)
+    assert not search.pending
+    assert set(waiting) <= {t[1:] for t in search.timed} | set(search.untimed)
+    slower = SliceSearch(problem, "all_ready")
+    slower.time([ring], None)
+    slower.time([other], time.perf_counter() - 1.0)
+    assert slower.pending and all(j == 1 for _, _, j in slower.pending)
+    assert slower._leader() == 0
+    assert slower.needed_s() == slower.reserve_s  # the ring leads: the other's do not count
