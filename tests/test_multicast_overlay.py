@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -53,7 +54,7 @@ def _plan(problem, built, bound):
         objective="all_ready",
         status=SolveStatus.FEASIBLE,
         lower_bound_s=min(bound, max(built.ready_at_s.values())),
-        solve_s=0.0,
+        started_s=time.perf_counter(),
     )
 
 

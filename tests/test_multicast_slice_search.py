@@ -49,6 +49,28 @@ def test_a_build_predicted_past_the_deadline_is_not_started(monkeypatch) -> None
     assert max(best.ready_at_s.values()) == pytest.approx(fastest[0], rel=1e-9)
 
 
+def test_the_finished_plans_making_is_kept_time_for(monkeypatch) -> None:
+    """A build predicted instantly but whose plan takes 1000 s a lane to make is not started
+    with 10 s left (the caller waits for the plan made from it); at no cost per lane, the
+    fastest is built."""
+    search, ring = _timed_ring()
+    started = []
+
+    def counted(*args, **kwargs):
+        started.append(args[2])
+        return sliced_until(*args, **kwargs)
+
+    monkeypatch.setattr(slice_search, "sliced_until", counted)
+    search.per_pattern = 1e-6
+    search.untimed_rate = 1e-6
+    monkeypatch.setattr(slice_search, "PACK_S_PER_LANE", 1000.0)
+    assert search.best([ring], time.perf_counter() + 10) is ring
+    assert started == []
+    monkeypatch.setattr(slice_search, "PACK_S_PER_LANE", 0.0)
+    search.best([ring], time.perf_counter() + 60)
+    assert started and started[0] == min(search.timed)[1]
+
+
 def test_a_measured_build_sets_the_estimate_and_never_lowers_it(monkeypatch) -> None:
     """The first build measured replaces the prior ratio (a build slowed by 50 ms: the ratio
     is at least 50 ms over its pattern's time, whatever the prior); a later, faster build

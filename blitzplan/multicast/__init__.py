@@ -218,7 +218,7 @@ def _solve(
         objective=objective,
         status=status,
         lower_bound_s=bound,
-        solve_s=time.perf_counter() - started,
+        started_s=started,
     )
 
 

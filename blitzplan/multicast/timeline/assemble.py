@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -87,9 +88,14 @@ def finish(
     objective: str,
     status: SolveStatus,
     lower_bound_s: float,
-    solve_s: float,
+    started_s: float,
 ) -> MulticastPlan:
+    """The plan ``built`` makes, its ``solve_s`` counted from ``started_s`` (``perf_counter``)
+    to when it is made: making the plan's tuples is part of what a caller waits for (0.3-0.8 s
+    on a plan of 68 k lanes)."""
     b, t = built.builder, built.timeline
+    hops, allgathers, arrivals = b.hops(), b.allgathers(), _arrival_rows(t)
+    starts = tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else ()
     return MulticastPlan(
         model=problem.model.identity,
         method=method,
@@ -97,20 +103,20 @@ def finish(
         status=status,
         objective_s=score(objective, built.ready_at_s, built.live),
         lower_bound_s=float(lower_bound_s),
-        solve_s=solve_s,
+        solve_s=time.perf_counter() - started_s,
         unit_bytes=problem.unit_bytes,
         chunk_bytes=problem.chunk_bytes,
         nodes=tuple(b.nodes),
         instances=tuple(b.instances),
-        hops=b.hops(),
-        allgathers=b.allgathers(),
+        hops=hops,
+        allgathers=allgathers,
         flows=tuple(b.flows),
         flow_phase=tuple(b.flow_phase),
         rates=t.rates,
         background=problem.state.background_flows,
         arrival_s=t.hop_arrival_s,
-        lane_arrival_s=_arrival_rows(t),
-        lane_start_s=tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else (),
+        lane_arrival_s=arrivals,
+        lane_start_s=starts,
         lane_feeds=t.lane_feeds,
         layer_ready_s=dict(t.layer_ready_s),
         ready_at_s=dict(built.ready_at_s),
