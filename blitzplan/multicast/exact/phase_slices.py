@@ -23,13 +23,12 @@ streams beside the deep one's slice ``k - d``.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.exact.slice_timing import SNAP, SlicedTimes, atoms_of
@@ -92,22 +91,10 @@ def sliced_until(
     the lanes' time for the timeline and the phases check. An untimed slicing (evaluated
     lane by lane, at a pace not known before) stops once its deadline has passed, between
     phases of lanes made or levels of lanes evaluated."""
-    with _collector_paused():
+    with collector_paused():  # tens of thousands of lanes, flows and lists, none in a cycle:
+        # the collections their allocations set off took half of the build (68 k lanes:
+        # 1.3-1.7 s, 0.6-0.85 s without)
         return _sliced(problem, built, phases, staggered, timed, deadline)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block (as it was after): a slicing makes
-    tens of thousands of lanes, flows and lists, none in a cycle, and the collections their
-    allocations set off took half of the build (68 k lanes: 1.3-1.7 s, 0.6-0.85 s without)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _sliced(
@@ -281,7 +268,7 @@ def phases_apart(problem: Problem, built: Built) -> bool:
     validator's tolerance (the rule it checks, float noise of back-to-back slices aside). The
     lanes of one route and phase are one window first (their links are the route's), then
     each route's windows are spread over its links, as arrays."""
-    with _collector_paused():
+    with collector_paused():
         return _apart(problem, built)
 
 
