@@ -76,9 +76,11 @@ QUICK_STEPS = 16
 """The steps :func:`quick_slot_bound` needs to pay (about: on (32,16) 0.91-0.95 of the best
 known in 20-35 steps); see :func:`quick_steps_s`."""
 
-STEP_S_PER_CELL = 5e-8
-"""A step's CPU seconds per layer, batch and slot (about: 2-core x86_64, loaded; (32,16) and
-(80,16) at 160 slots took 5.6 and 13 ms a step)."""
+STEP_S_PER_CELL = 7e-8
+"""A step's CPU seconds per layer, batch and slot (2-core x86_64, loaded: 50-100 ns measured
+from (32,8) to (40,24) at 160 slots; the upper part, so that the count, not the clock, stops
+the steps: at 5e-8 the paper's (40,24) colocated pair was stopped by the clock and printed a
+bound that changed from run to run)."""
 
 COUNTED_SHARE = 0.6
 """The share of its budget :func:`quick_step_count` counts steps for (the first prices' trials
