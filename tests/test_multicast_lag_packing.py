@@ -28,7 +28,7 @@ from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _plan, _problem
 from tests.test_multicast_phase_slices import LINK, chain_case
-from tests.test_multicast_shallow_trees import _some_trees
+from tests.test_multicast_shallow_trees import packed_tiny
 
 
 def _chain_pool():
@@ -102,13 +102,7 @@ def test_fast_forwarding_lanes_get_their_pace_and_never_end_later(index: int) ->
     (they all fit, at the master's rates and at half of them, where every link has room),
     only forwarding lanes are faster than their tree, the plan validates and ends no later
     than at the trees' rates (and no earlier than the overlay bound)."""
-    state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
-    strong = overlay_bound(problem)
-    assert strong is not None
-    overlay = Overlay(problem, strong.live_nodes)
-    trees = _some_trees(problem, overlay, 4, index)
-    solved = master(overlay, trees, problem.tp)
+    state, problem, strong, overlay, trees, solved = packed_tiny(index)
     if solved is None:
         pytest.skip("no packing of these trees")
     for scale in (1.0, 0.5):
@@ -132,13 +126,7 @@ def test_fast_forwarding_lanes_gain_somewhere() -> None:
     chunk at a faster rate), and lag shares with them never lose to those without."""
     gained = 0
     for index in range(0, len(tiny_cases()), 2):
-        state, spec, options = tiny_cases()[index]
-        problem = _problem(state, spec, **options)
-        strong = overlay_bound(problem)
-        assert strong is not None
-        overlay = Overlay(problem, strong.live_nodes)
-        trees = _some_trees(problem, overlay, 4, index)
-        solved = master(overlay, trees, problem.tp)
+        _, problem, strong, overlay, trees, solved = packed_tiny(index)
         if solved is None:
             continue
         slow = lag_shared(problem, overlay, trees, solved[1], strong.live_nodes)

@@ -143,18 +143,25 @@ def test_tree_spans_cut_each_rank_by_rate_or_by_share() -> None:
             assert all(a[1] == b[0] for a, b in itertools.pairwise(kept))
 
 
-@pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
-def test_lag_shares_never_lose_and_stay_valid(index: int) -> None:
-    """Re-sharing a packing's stripes by lag keeps its rates: the plan validates, is never
-    slower than the packing shared by rate (its first round) and never beats the overlay
-    bound."""
+def packed_tiny(index: int):
+    """Tiny case ``index`` with its overlay bound, overlay, up to four trees per rank and their
+    master program's rates: (state, problem, bound, overlay, trees, solved); ``solved`` None
+    when those trees pack nothing."""
     state, spec, options = tiny_cases()[index]
     problem = _problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     overlay = Overlay(problem, strong.live_nodes)
     trees = _some_trees(problem, overlay, 4, index)
-    solved = master(overlay, trees, problem.tp)
+    return state, problem, strong, overlay, trees, master(overlay, trees, problem.tp)
+
+
+@pytest.mark.parametrize("index", range(0, len(tiny_cases()), 2))
+def test_lag_shares_never_lose_and_stay_valid(index: int) -> None:
+    """Re-sharing a packing's stripes by lag keeps its rates: the plan validates, is never
+    slower than the packing shared by rate (its first round) and never beats the overlay
+    bound."""
+    state, problem, strong, overlay, trees, solved = packed_tiny(index)
     if solved is None:
         pytest.skip("no packing of these trees")
     plain = packing_plan(problem, overlay, trees, solved[1], strong.live_nodes)

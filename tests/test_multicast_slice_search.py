@@ -26,18 +26,24 @@ def _timed_ring() -> tuple[SliceSearch, Built]:
     return search, ring
 
 
-def test_a_build_predicted_past_the_deadline_is_not_started(monkeypatch) -> None:
-    """Every slicing's build predicted at 1000 s with 10 s left: none is started and the ring
-    itself is the answer; predicted at a millionth of its pattern's time, the fastest is
-    built."""
-    search, ring = _timed_ring()
-    started = []
+def _builds_counted(monkeypatch) -> list[int]:
+    """The slice counts of the builds started from now on, in order."""
+    started: list[int] = []
 
     def counted(*args, **kwargs):
         started.append(args[2])
         return sliced_until(*args, **kwargs)
 
     monkeypatch.setattr(slice_search, "sliced_until", counted)
+    return started
+
+
+def test_a_build_predicted_past_the_deadline_is_not_started(monkeypatch) -> None:
+    """Every slicing's build predicted at 1000 s with 10 s left: none is started and the ring
+    itself is the answer; predicted at a millionth of its pattern's time, the fastest is
+    built."""
+    search, ring = _timed_ring()
+    started = _builds_counted(monkeypatch)
     search.per_pattern = 1000 / min(search.took.values())
     search.untimed_rate = 1000.0
     assert search.best([ring], time.perf_counter() + 10) is ring
@@ -54,13 +60,7 @@ def test_the_finished_plans_making_is_kept_time_for(monkeypatch) -> None:
     with 10 s left (the caller waits for the plan made from it); at no cost per lane, the
     fastest is built."""
     search, ring = _timed_ring()
-    started = []
-
-    def counted(*args, **kwargs):
-        started.append(args[2])
-        return sliced_until(*args, **kwargs)
-
-    monkeypatch.setattr(slice_search, "sliced_until", counted)
+    started = _builds_counted(monkeypatch)
     search.per_pattern = 1e-6
     search.untimed_rate = 1e-6
     monkeypatch.setattr(slice_search, "PACK_S_PER_LANE", 1000.0)
