@@ -60,10 +60,11 @@ _UNTIMED_PRIOR_S = 50e-6
 """The same for a slicing the pattern could not time (built and evaluated lane by lane)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
-PACK_S_PER_LANE = 1e-5
+PACK_S_PER_LANE = 4e-6
 """The time kept, per lane of a slicing, for making the finished plan from it (its tuples of
-arrivals and starts: 6.5 us a lane on a quiet 2-core x86_64, 68 k lanes in 0.44 s), which the
-caller waits for too: a slicing is built only when it and this end by the deadline."""
+arrivals and starts: 1.7-2.5 us a lane on a 2-core x86_64 with the collector paused, 31-34 k
+lanes), which the caller waits for too: a slicing is built only when it and this end by the
+deadline."""
 
 _Shape = tuple[list[tuple[int, int, bool]], list[int], list[list[int]], bool, int]
 _Key = tuple[int, bool, int]  # (slices, staggered, candidate)
