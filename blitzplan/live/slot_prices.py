@@ -223,26 +223,25 @@ def solve_batches(
     inst = prices.instance
     L, n, size = inst.num_layers, inst.num_batches, prices.size
     stride = prices.old.count + 1
-    masks: np.ndarray | None = prices.masks
-    low = high = first = None
+    bounds = None  # the restriction's (least split, most split, first start step per layer)
     if restriction is not None and _restricts(restriction, L):
         low, high = np.asarray(restriction.split_min), np.asarray(restriction.split_max)
-        first, masks = _first_after(prices, restriction), None
+        bounds = (low, high, _first_after(prices, restriction))
     steps = np.arange(size)
     runs, bests, stops, costs = prices.tables()
     cost = np.subtract(prices.times, prices.release[:, None], out=costs[0])  # L layers done
-    if high is not None:
-        cost[high < L] = math.inf
+    if bounds is not None:
+        cost[bounds[1] < L] = math.inf
     suffix = prices.old_suffix
     for layer in range(L, 0, -1):  # cost: the least from here on with ``layer`` layers done
         # at the grid's end nothing is priced: what is left takes at least its unpriced time
         np.maximum(cost[:, -1], prices.end_tail[:, layer], out=cost[:, -1])
         run = np.take(cost, prices.shift, out=runs[layer - 1])
         run += prices.run_price
-        if masks is not None:
-            np.copyto(run, math.inf, where=masks[layer - 1])
+        if bounds is None:
+            np.copyto(run, math.inf, where=prices.masks[layer - 1])
         else:
-            assert first is not None and high is not None
+            low, high, first = bounds
             limit = (steps < first[:, layer - 1][:, None]) | (high < layer)[:, None]
             np.copyto(run, math.inf, where=limit)
         best = bests[layer - 1]
@@ -250,14 +249,14 @@ def solve_batches(
         k = layer - 1  # or stop after k layers
         if k >= 1:
             stop = np.take(suffix, prices.handed + k * stride, out=stops[layer - 1])
-            if low is not None and high is not None:
-                stop[(low > k) | (high < k)] = math.inf
+            if bounds is not None:
+                stop[(bounds[0] > k) | (bounds[1] < k)] = math.inf
             cost = np.minimum(best, stop, out=costs[layer % 2])
         else:
             cost = best
     zero = suffix[np.arange(n) * (L * stride) + prices.slot0]
-    if low is not None:
-        zero[low > 0] = math.inf
+    if bounds is not None:
+        zero[bounds[0] > 0] = math.inf
     totals = np.minimum(zero, cost[:, 0])
     total = float(totals.sum())
     if not paths or not math.isfinite(total):
