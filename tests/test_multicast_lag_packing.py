@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from blitzplan.multicast import validate_multicast
+from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.exact.lag_packing import (
     _fixed_charge,
@@ -26,7 +27,7 @@ from blitzplan.multicast.exact.overlay_arcs import (
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from tests.test_multicast import tiny_cases
-from tests.test_multicast_overlay import _plan, _problem
+from tests.test_multicast_overlay import _cover_cases, _plan, _problem
 from tests.test_multicast_phase_slices import LINK, chain_case
 from tests.test_multicast_shallow_trees import packed_tiny
 
@@ -149,3 +150,29 @@ def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: i
     plan = _plan(problem, packed, strong.bound_s)
     assert validate_multicast(state, plan) == ()
     assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:
+    """HiGHS 1.12 (inside SciPy 1.17's ``milp``) prints a debug line on file descriptor 1 on
+    some programs, past ``disp=False``; both programs of the exact method silence it there. The
+    solver is stood in for by one that writes that line, then solves as before."""
+    import os
+
+    import scipy.optimize
+
+    real, calls = scipy.optimize.milp, []
+
+    def noisy(*args, **kwargs):
+        calls.append(1)
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "milp", noisy)
+    _, _, overlay, pool = _chain_pool()
+    assert _fixed_charge(overlay, pool, 1, np.zeros(len(pool)), None) is not None
+    state, spec, options = _cover_cases()[0]
+    built = overlay_lp._build(_problem(state, spec, **options))
+    assert built is not None
+    assert overlay_solve._solve(built[0], built[1], 30.0) is not None
+    assert len(calls) == 2
+    assert "HighsMipSolverData" not in capfd.readouterr().out

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blitzplan.multicast.setup.problem import Problem
+from blitzplan.solvers.backends import quiet_stdout
 
 __all__ = ["COVER_LPS", "COVER_SEARCH", "Program", "live_covers", "solve"]
 
@@ -80,13 +81,14 @@ def _solve(p: Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray
     cost = np.zeros(n)
     cost[lam] = -1.0
     matrix = csr_matrix((p.vals, (p.rows, p.cols)), shape=(len(p.row_lo), n))
-    result = milp(
-        cost,
-        constraints=LinearConstraint(matrix, p.row_lo, p.row_hi),
-        bounds=Bounds(np.zeros(n), np.asarray(p.upper)),
-        integrality=np.asarray(p.integer),
-        options={"time_limit": time_limit_s, "disp": False},
-    )
+    with quiet_stdout():  # HiGHS 1.12 (SciPy 1.17) prints a debug line on some programs
+        result = milp(
+            cost,
+            constraints=LinearConstraint(matrix, p.row_lo, p.row_hi),
+            bounds=Bounds(np.zeros(n), np.asarray(p.upper)),
+            integrality=np.asarray(p.integer),
+            options={"time_limit": time_limit_s, "disp": False},
+        )
     dual = getattr(result, "mip_dual_bound", None)
     found = None if result.x is None else np.asarray(result.x)
     if result.status == 0 and result.fun is not None:

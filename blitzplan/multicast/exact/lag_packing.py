@@ -27,6 +27,7 @@ from blitzplan.multicast.exact.overlay_arcs import Overlay, packing_plan, tree_s
 from blitzplan.multicast.exact.steiner import Tree
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
+from blitzplan.solvers.backends import quiet_stdout
 
 __all__ = ["LAG_ROUNDS", "LAG_SOLVES", "Packed", "depth", "lag_repack", "lag_shared", "tree_lags"]
 
@@ -220,13 +221,14 @@ def _fixed_charge(
         options["node_limit"] = NODES
     else:
         options["time_limit"] = time_limit_s
-    result = milp(
-        cost,
-        constraints=LinearConstraint(matrix, -np.inf, upper),
-        integrality=np.concatenate([np.zeros(1 + n), np.ones(n)]),
-        bounds=Bounds(np.zeros(1 + 2 * n), np.concatenate([[np.inf], cap, np.ones(n)])),
-        options=options,
-    )
+    with quiet_stdout():  # HiGHS 1.12 (SciPy 1.17) prints a debug line on some programs
+        result = milp(
+            cost,
+            constraints=LinearConstraint(matrix, -np.inf, upper),
+            integrality=np.concatenate([np.zeros(1 + n), np.ones(n)]),
+            bounds=Bounds(np.zeros(1 + 2 * n), np.concatenate([[np.inf], cap, np.ones(n)])),
+            options=options,
+        )
     if result.x is None or result.x[0] <= 0:
         return None
     rates, used = result.x[1 : 1 + n], result.x[1 + n :] > 0.5
