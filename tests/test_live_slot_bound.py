@@ -29,7 +29,7 @@ from blitzplan.live.relaxation_slots import (
     slot_bound,
 )
 from blitzplan.live.schedule import build_schedule, lower_bound
-from blitzplan.live.slot_prices import SlotPath, slot_usage, solve_batches
+from blitzplan.live.slot_prices import SlotPath, SlotPrices, slot_usage, solve_batches
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 
@@ -268,6 +268,40 @@ def test_the_quick_slot_bound_never_exceeds_the_enumerated_optimum(
         steps=30,
     )
     assert bound <= oracle.objective + _tolerance(oracle.objective)
+
+
+def test_the_latency_floor_counts_a_chain_shorter_than_a_step() -> None:
+    """Four layers of 0.1 s on N, all usable at 0, one batch, O 50 s a layer: the optimum ends
+    at 0.4 on N. On a grid whose steps (0.625 s) are longer than a layer the chain advances no
+    step a layer, so the plain program ends it at 0; the latency floor gives the 0.4 back, and
+    no more."""
+    inst = LiveScalingInstance([0.0] * 4, [0.0], 0.1, 50.0, 0.0)
+    plain = SlotPrices(inst, 10.0, 4)
+    floored = SlotPrices(inst, 10.0, 4, latency_floor=True)
+    assert plain.bound() < 0.1
+    assert floored.bound() == pytest.approx(0.4)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.integers(2, 12), st.floats(0.0, 3.0))
+def test_the_latency_floor_bounds_the_optimum_at_any_prices(
+    instance: LiveScalingInstance, slots: int, scale: float
+) -> None:
+    """Property: with the latency floor, the program at any prices (here a ramp of ``scale``
+    on both machines, on a coarse grid, where chains lose the most to the rounding) stays at
+    most the exhaustive oracle's optimum, and at least the plain program's value."""
+    assume(count_schedules(instance, old_order="free") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate")
+    horizon = max(oracle.completion_s)
+    values = []
+    for floor in (False, True):
+        prices = SlotPrices(instance, horizon, slots, latency_floor=floor)
+        lam = scale * np.linspace(1.0, 0.0, prices.new.count)
+        mu = scale * np.linspace(0.5, 0.0, prices.old.count)
+        prices.set(lam, mu)
+        values.append(prices.bound())
+    assert values[0] <= values[1] + _tolerance(values[1])
+    assert values[1] <= oracle.objective + _tolerance(oracle.objective)
 
 
 def _crowded() -> LiveScalingInstance:

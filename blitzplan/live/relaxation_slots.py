@@ -221,7 +221,8 @@ def quick_slot_bound(
     most steps (a test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
-    prices = SlotPrices(instance, HORIZON_PAST_LAST * max(completion_s), QUICK_SLOTS)
+    horizon = HORIZON_PAST_LAST * max(completion_s)
+    prices = SlotPrices(instance, horizon, QUICK_SLOTS, latency_floor=True)
     _first_prices(prices, completion_s)
     target = upper_bound * n
     ascent = PolyakSteps(target, AIM_SHARE, QUICK_PATIENCE, rise=QUICK_RISE, floor=floor * n)

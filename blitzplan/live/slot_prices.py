@@ -14,6 +14,14 @@ past the last slot nothing is priced, and at the grid's end a batch still needs 
 remaining time. The prices come from subgradient steps toward a known schedule's value; any
 prices give a valid bound, so stopping early only weakens it.
 
+With ``latency_floor`` (the printed bound's grid) every state's value is also held at least
+the batch's unpriced latency from there (the step's time, less its release, plus the least time
+the rest of it takes: the prices are >= 0, so that is a lower bound on every continuation too).
+It counts again the time a chain of layers shorter than a step loses to the rounding (such a
+chain advances no step a layer); the program is then no longer a least of costs linear in the
+prices, so a choice's ``value`` may exceed its priced cost (no column for
+``benchmarks/slot_dual.py``) and its slot time is a subgradient only where the floor is loose.
+
 A :class:`~blitzplan.live.relaxation.Restriction` (split ranges, starts after given times)
 narrows each batch's problem: with the whole problem's prices :meth:`SlotPrices.bound` holds
 for every schedule that keeps it (pricing the exact search's nodes so changed no final bound).
@@ -67,10 +75,17 @@ class SlotPath:
 
 class SlotPrices:
     """An instance's grids (``slots`` per machine up to ``horizon_s``, default
-    :data:`SLOTS`), the current prices and what they charge; :meth:`bound`."""
+    :data:`SLOTS`), the current prices and what they charge; :meth:`bound`. With
+    ``latency_floor`` the program holds every state at least its unpriced latency (see the
+    module docstring)."""
 
     def __init__(
-        self, instance: LiveScalingInstance, horizon_s: float, slots: int | None = None
+        self,
+        instance: LiveScalingInstance,
+        horizon_s: float,
+        slots: int | None = None,
+        *,
+        latency_floor: bool = False,
     ) -> None:
         inst, L, n = instance, instance.num_layers, instance.num_batches
         self.instance = inst
@@ -105,6 +120,12 @@ class SlotPrices:
         slot0 = np.floor((np.maximum(self.release, b_old) - b_old) / width)
         self.slot0 = np.clip(slot0, 0, self.old.count).astype(np.int64)  # k = 0: O from here
         self.end_tail = (self.times[:, -1] - self.release)[:, None] + self.tail
+        # [l, i, b]: batch i's least unpriced latency with l layers done from step b (or None)
+        self.floor = (
+            (self.times - self.release[:, None])[None, :, :] + self.tail.T[:, :, None]
+            if latency_floor
+            else None
+        )
         # [l - 1, i, b]: layer l may not start in step b (before it arrives)
         self.masks = np.arange(size)[None, None, :] < self.first.T[:, :, None]
         self._old_cells = _block_cells(self.q, width, self.old.count)
@@ -252,8 +273,10 @@ def solve_batches(
             if bounds is not None:
                 stop[(bounds[0] > k) | (bounds[1] < k)] = math.inf
             cost = np.minimum(best, stop, out=costs[layer % 2])
+            if prices.floor is not None:
+                np.maximum(cost, prices.floor[k], out=cost)
         else:
-            cost = best
+            cost = best if prices.floor is None else np.maximum(best, prices.floor[0])
     zero = suffix[np.arange(n) * (L * stride) + prices.slot0]
     if bounds is not None:
         zero[bounds[0] > 0] = math.inf
