@@ -20,7 +20,7 @@ from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_slots import (
-    FIRST_PRICES,
+    QUICK_FIRST_PRICES,
     QUICK_STEPS,
     priced_orders,
     quick_slot_bound,
@@ -351,7 +351,7 @@ def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
         per_step = quick_steps_s(instance) / QUICK_STEPS
         count = quick_step_count(instance, 0.15)
         assert count >= 1
-        assert (count + len(FIRST_PRICES)) * per_step <= 0.15
+        assert (count + len(QUICK_FIRST_PRICES)) * per_step <= 0.15
     assert quick_step_count(big, 0.15) < quick_step_count(small, 0.15)
     assert quick_step_count(big, 1e-9) == 1
     oracle = schedule_live(small, method="exact", backend="enumerate")
