@@ -317,7 +317,7 @@ def _paths(
     dearer than running on, else its layer runs at the first step that pays the least."""
     L, size = prices.instance.num_layers, prices.size
     n = on_old.size
-    rows, steps = np.arange(n), np.arange(size)
+    rows = np.arange(n)
     split = np.where(on_old, 0, L)
     active = ~on_old
     at = np.zeros(n, dtype=np.int64)  # the step the chain may start from
@@ -336,7 +336,7 @@ def _paths(
                 active &= ~stopping
                 if not active.any():
                     break
-        b = offsets + np.where(steps[None, :] >= at[:, None], runs[layer - 1], math.inf).argmin(1)
+        b = _first_least(runs[layer - 1], bests[layer - 1], at, offsets)
         starts[:, layer - 1] = run_at.take(b)
         at = shift.take(b) - offsets
     stride = prices.old.count + 1
@@ -353,6 +353,31 @@ def _paths(
         old = _old_start(prices, i, k, slot)
         out.append(SlotPath(k, tuple(starts[i, :k].tolist()), old, float(totals[i])))
     return out
+
+
+_WINDOW = 16
+""":func:`_first_least` looks this many steps past where a chain may start before it scans
+the rest of the row."""
+
+
+def _first_least(
+    run: np.ndarray, best: np.ndarray, at: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """Per row of ``run``, the first step from ``at`` on that pays the row's least from there
+    (``best``, the suffix least, read at ``at``), as an index into the flat table: found
+    within :data:`_WINDOW` steps of ``at`` for most rows (a chain mostly runs on at once), in
+    the whole row for the others."""
+    n, size = run.shape
+    flat = run.ravel()
+    window = flat.take(offsets[:, None] + np.minimum(at[:, None] + np.arange(_WINDOW), size - 1))
+    j = window.argmin(1)
+    b: np.ndarray = offsets + np.minimum(at + j, size - 1)
+    missed = np.flatnonzero(window[np.arange(n), j] > best.ravel().take(offsets + at))
+    if missed.size:
+        steps = np.arange(size)[None, :]
+        rows = np.where(steps >= at[missed, None], run[missed], math.inf)
+        b[missed] = offsets[missed] + rows.argmin(1)
+    return b
 
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
