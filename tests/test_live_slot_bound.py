@@ -29,7 +29,13 @@ from blitzplan.live.relaxation_slots import (
     slot_bound,
 )
 from blitzplan.live.schedule import build_schedule, lower_bound
-from blitzplan.live.slot_prices import SlotPath, SlotPrices, slot_usage, solve_batches
+from blitzplan.live.slot_prices import (
+    SlotPath,
+    SlotPrices,
+    _first_least,
+    slot_usage,
+    solve_batches,
+)
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 
@@ -302,6 +308,25 @@ def test_the_latency_floor_bounds_the_optimum_at_any_prices(
         values.append(prices.bound())
     assert values[0] <= values[1] + _tolerance(values[1])
     assert values[1] <= oracle.objective + _tolerance(oracle.objective)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 6), st.integers(1, 60), st.integers(0, 2**32 - 1))
+def test_the_trace_finds_the_first_least_step_past_its_window(
+    rows: int, size: int, seed: int
+) -> None:
+    """The trace's search (a window of steps first, the whole row where the least lies
+    past it) picks, per row, the first step from ``at`` on that pays the row's least from
+    there, as a plain scan does: on rows of few distinct values (ties) and infinities."""
+    rng = np.random.default_rng(seed)
+    run = rng.integers(0, 4, (rows, size)).astype(float)
+    run[rng.random((rows, size)) < 0.3] = math.inf
+    run[:, -1] = rng.integers(0, 4, rows)  # every row pays something at its last step
+    best = np.minimum.accumulate(run[:, ::-1], axis=1)[:, ::-1]
+    at = rng.integers(0, size, rows)
+    offsets = np.arange(rows) * size
+    plain = np.where(np.arange(size)[None, :] >= at[:, None], run, math.inf).argmin(1)
+    assert (_first_least(run, best, at, offsets) == offsets + plain).all()
 
 
 def _crowded() -> LiveScalingInstance:
