@@ -19,7 +19,7 @@ under FIFO, whose optimum lies well above the free one, the FIFO bounds do bette
 The priced problem and its dynamic program are in :mod:`blitzplan.live.slot_prices`; here the
 subgradient steps that choose the prices: :func:`slot_bound` (``bnb``'s, 250 slots, steps aimed
 at a known schedule's value) and :func:`quick_slot_bound` (the bound printed beside a heuristic:
-160 slots, steps aimed a little above the best bound so far).
+160 slots, the program's latency floor, steps aimed a little above the best bound so far).
 """
 
 from __future__ import annotations
@@ -224,11 +224,12 @@ def quick_slot_bound(
 ) -> float:
     """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
     (wall clock; the first step always runs): from the prices a known schedule suggests
-    (``completion_s``, value ``upper_bound``; :func:`_first_prices`), subgradient steps on
-    :data:`QUICK_SLOTS` slots, each aimed :data:`QUICK_RISE` above the best of its bounds and
-    ``floor`` (another bound known). Every step's value is a bound (its program is solved
-    exactly, from below); the answer is the best, capped at ``upper_bound``. ``steps``: the
-    most steps (a test's clock-free run)."""
+    (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial), subgradient
+    steps on :data:`QUICK_SLOTS` slots with the program's latency floor (on (32,16) and (80,16)
+    of ``benchmarks/partition.py`` 1-11 points more in the first 10 steps), each aimed
+    :data:`QUICK_RISE` above the best of its bounds and ``floor`` (another bound known). Every
+    step's value is a bound (its program is solved exactly, from below); the answer is the
+    best, capped at ``upper_bound``. ``steps``: the most steps (a test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
     horizon = HORIZON_PAST_LAST * max(completion_s)
