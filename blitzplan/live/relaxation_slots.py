@@ -225,8 +225,9 @@ def quick_slot_bound(
     """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
     (wall clock; the first step always runs): from the prices a known schedule suggests
     (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial), subgradient
-    steps on :data:`QUICK_SLOTS` slots with the program's latency floor (on (32,16) and (80,16)
-    of ``benchmarks/partition.py`` 1-11 points more in the first 10 steps), each aimed
+    steps on :data:`QUICK_SLOTS` slots with the program's latency floor (after 10 steps, of the
+    best known on ``benchmarks/partition.py``'s seeds 0-4: (80,16) +0 to +11 points, (32,16)
+    -1 to +4), each aimed
     :data:`QUICK_RISE` above the best of its bounds and ``floor`` (another bound known). Every
     step's value is a bound (its program is solved exactly, from below); the answer is the
     best, capped at ``upper_bound``. ``steps``: the most steps (a test's clock-free run)."""
