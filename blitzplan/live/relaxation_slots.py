@@ -227,10 +227,10 @@ def quick_slot_bound(
     (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial), subgradient
     steps on :data:`QUICK_SLOTS` slots with the program's latency floor (after 10 steps, of the
     best known on ``benchmarks/partition.py``'s seeds 0-4: (80,16) +0 to +11 points, (32,16)
-    -1 to +4), each aimed
-    :data:`QUICK_RISE` above the best of its bounds and ``floor`` (another bound known). Every
-    step's value is a bound (its program is solved exactly, from below); the answer is the
-    best, capped at ``upper_bound``. ``steps``: the most steps (a test's clock-free run)."""
+    -1 to +4), each aimed :data:`QUICK_RISE` above the best of its bounds and ``floor``
+    (another bound known). Every step's value is a bound (its program is solved exactly, from
+    below); the answer is the best, capped at ``upper_bound``. ``steps``: the most steps (a
+    test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
     horizon = HORIZON_PAST_LAST * max(completion_s)
