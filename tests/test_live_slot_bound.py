@@ -20,7 +20,7 @@ from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_slots import (
-    FIRST_PRICES,
+    QUICK_FIRST_PRICES,
     QUICK_STEPS,
     priced_orders,
     quick_slot_bound,
@@ -29,7 +29,13 @@ from blitzplan.live.relaxation_slots import (
     slot_bound,
 )
 from blitzplan.live.schedule import build_schedule, lower_bound
-from blitzplan.live.slot_prices import SlotPath, slot_usage, solve_batches
+from blitzplan.live.slot_prices import (
+    SlotPath,
+    SlotPrices,
+    _first_least,
+    slot_usage,
+    solve_batches,
+)
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 
@@ -270,6 +276,59 @@ def test_the_quick_slot_bound_never_exceeds_the_enumerated_optimum(
     assert bound <= oracle.objective + _tolerance(oracle.objective)
 
 
+def test_the_latency_floor_counts_a_chain_shorter_than_a_step() -> None:
+    """Four layers of 0.1 s on N, all usable at 0, one batch, O 50 s a layer: the optimum ends
+    at 0.4 on N. On a grid whose steps (0.625 s) are longer than a layer the chain advances no
+    step a layer, so the plain program ends it at 0; the latency floor gives the 0.4 back, and
+    no more."""
+    inst = LiveScalingInstance([0.0] * 4, [0.0], 0.1, 50.0, 0.0)
+    plain = SlotPrices(inst, 10.0, 4)
+    floored = SlotPrices(inst, 10.0, 4, latency_floor=True)
+    assert plain.bound() < 0.1
+    assert floored.bound() == pytest.approx(0.4)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.integers(2, 12), st.floats(0.0, 3.0))
+def test_the_latency_floor_bounds_the_optimum_at_any_prices(
+    instance: LiveScalingInstance, slots: int, scale: float
+) -> None:
+    """Property: with the latency floor, the program at any prices (here a ramp of ``scale``
+    on both machines, on a coarse grid, where chains lose the most to the rounding) stays at
+    most the exhaustive oracle's optimum, and at least the plain program's value."""
+    assume(count_schedules(instance, old_order="free") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate")
+    horizon = max(oracle.completion_s)
+    values = []
+    for floor in (False, True):
+        prices = SlotPrices(instance, horizon, slots, latency_floor=floor)
+        lam = scale * np.linspace(1.0, 0.0, prices.new.count)
+        mu = scale * np.linspace(0.5, 0.0, prices.old.count)
+        prices.set(lam, mu)
+        values.append(prices.bound())
+    assert values[0] <= values[1] + _tolerance(values[1])
+    assert values[1] <= oracle.objective + _tolerance(oracle.objective)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 6), st.integers(1, 60), st.integers(0, 2**32 - 1))
+def test_the_trace_finds_the_first_least_step_past_its_window(
+    rows: int, size: int, seed: int
+) -> None:
+    """The trace's search (a window of steps first, the whole row where the least lies
+    past it) picks, per row, the first step from ``at`` on that pays the row's least from
+    there, as a plain scan does: on rows of few distinct values (ties) and infinities."""
+    rng = np.random.default_rng(seed)
+    run = rng.integers(0, 4, (rows, size)).astype(float)
+    run[rng.random((rows, size)) < 0.3] = math.inf
+    run[:, -1] = rng.integers(0, 4, rows)  # every row pays something at its last step
+    best = np.minimum.accumulate(run[:, ::-1], axis=1)[:, ::-1]
+    at = rng.integers(0, size, rows)
+    offsets = np.arange(rows) * size
+    plain = np.where(np.arange(size)[None, :] >= at[:, None], run, math.inf).argmin(1)
+    assert (_first_least(run, best, at, offsets) == offsets + plain).all()
+
+
 def _crowded() -> LiveScalingInstance:
     """One layer arriving at 1.5, three batches of 1.5-2 s a layer on either machine, O busy
     until 2: the relaxation (O's order exact, N's capacity dropped) is 17% under the best
@@ -317,7 +376,7 @@ def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
         per_step = quick_steps_s(instance) / QUICK_STEPS
         count = quick_step_count(instance, 0.15)
         assert count >= 1
-        assert (count + len(FIRST_PRICES)) * per_step <= 0.15
+        assert (count + len(QUICK_FIRST_PRICES)) * per_step <= 0.15
     assert quick_step_count(big, 0.15) < quick_step_count(small, 0.15)
     assert quick_step_count(big, 1e-9) == 1
     oracle = schedule_live(small, method="exact", backend="enumerate")

@@ -19,7 +19,7 @@ under FIFO, whose optimum lies well above the free one, the FIFO bounds do bette
 The priced problem and its dynamic program are in :mod:`blitzplan.live.slot_prices`; here the
 subgradient steps that choose the prices: :func:`slot_bound` (``bnb``'s, 250 slots, steps aimed
 at a known schedule's value) and :func:`quick_slot_bound` (the bound printed beside a heuristic:
-160 slots, steps aimed a little above the best bound so far).
+160 slots, the program's latency floor, steps aimed a little above the best bound so far).
 """
 
 from __future__ import annotations
@@ -99,6 +99,11 @@ far above the optimum on crowded pairs (ZigZag 1.5-2x the best known on (32,16) 
 
 QUICK_PATIENCE = 4
 
+QUICK_FIRST_PRICES = ((0.3, 0.5),)
+""":func:`quick_slot_bound`'s first prices: one trial, as two more steps did better than the
+other two trials of :data:`FIRST_PRICES` on (32,16) of ``benchmarks/partition.py`` (seeds 0-2:
+0.905 / 0.884 / 0.906 -> 0.919 / 0.900 / 0.913 of the best known in the same time)."""
+
 
 def _subgradient(prices: SlotPrices, paths: list[SlotPath]) -> tuple[np.ndarray, np.ndarray]:
     inst, L = prices.instance, prices.instance.num_layers
@@ -135,15 +140,20 @@ def default_horizon_s(instance: LiveScalingInstance) -> float:
     return max(instance.head_ready_s, instance.old_free_at_s, max(instance.release_s)) + work
 
 
-def _first_prices(prices: SlotPrices, completion_s: Sequence[float]) -> None:
+def _first_prices(
+    prices: SlotPrices,
+    completion_s: Sequence[float],
+    trials: Sequence[tuple[float, float]] = FIRST_PRICES,
+) -> None:
     """Start from the prices a known schedule suggests: a unit of delay at ``t`` costs about
-    the number of batches not yet complete then, shared between the two machines
-    (:data:`FIRST_PRICES`, each a share of N's and a scale; the best of them is kept)."""
+    the number of batches not yet complete then, shared between the two machines (``trials``,
+    each a share of N's and a scale, :data:`FIRST_PRICES`; the best of them is kept, each
+    costs a step's program)."""
     done = np.asarray(completion_s)
     waiting_new = (done[None, :] > prices.new.edges[:-1, None]).sum(axis=1).astype(float)
     waiting_old = (done[None, :] > prices.old.edges[:-1, None]).sum(axis=1).astype(float)
     best, chosen = -math.inf, (prices.lam, prices.mu)
-    for share, scale in FIRST_PRICES:
+    for share, scale in trials:
         lam, mu = share * scale * waiting_new, (1 - share) * scale * waiting_old
         prices.set(lam, mu)
         total, _ = solve_batches(prices, None, paths=False)
@@ -214,15 +224,18 @@ def quick_slot_bound(
 ) -> float:
     """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
     (wall clock; the first step always runs): from the prices a known schedule suggests
-    (``completion_s``, value ``upper_bound``; :func:`_first_prices`), subgradient steps on
-    :data:`QUICK_SLOTS` slots, each aimed :data:`QUICK_RISE` above the best of its bounds and
-    ``floor`` (another bound known). Every step's value is a bound (its program is solved
-    exactly, from below); the answer is the best, capped at ``upper_bound``. ``steps``: the
-    most steps (a test's clock-free run)."""
+    (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial), subgradient
+    steps on :data:`QUICK_SLOTS` slots with the program's latency floor (after 10 steps, of the
+    best known on ``benchmarks/partition.py``'s seeds 0-4: (80,16) +0 to +11 points, (32,16)
+    -1 to +4), each aimed :data:`QUICK_RISE` above the best of its bounds and ``floor``
+    (another bound known). Every step's value is a bound (its program is solved exactly, from
+    below); the answer is the best, capped at ``upper_bound``. ``steps``: the most steps (a
+    test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
-    prices = SlotPrices(instance, HORIZON_PAST_LAST * max(completion_s), QUICK_SLOTS)
-    _first_prices(prices, completion_s)
+    horizon = HORIZON_PAST_LAST * max(completion_s)
+    prices = SlotPrices(instance, horizon, QUICK_SLOTS, latency_floor=True)
+    _first_prices(prices, completion_s, QUICK_FIRST_PRICES)
     target = upper_bound * n
     ascent = PolyakSteps(target, AIM_SHARE, QUICK_PATIENCE, rise=QUICK_RISE, floor=floor * n)
     for _ in itertools.count() if steps is None else range(steps):
@@ -246,7 +259,7 @@ def quick_step_count(instance: LiveScalingInstance, budget_s: float) -> int:
     the clock (at least one), so that its bound, and a plan that prints it, is the same on
     every run where the steps take no longer than estimated; a slower machine is stopped by the
     time limit instead."""
-    return max(1, int(COUNTED_SHARE * budget_s / _step_s(instance)) - len(FIRST_PRICES))
+    return max(1, int(COUNTED_SHARE * budget_s / _step_s(instance)) - len(QUICK_FIRST_PRICES))
 
 
 def _step_s(instance: LiveScalingInstance) -> float:

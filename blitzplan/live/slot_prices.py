@@ -14,6 +14,14 @@ past the last slot nothing is priced, and at the grid's end a batch still needs 
 remaining time. The prices come from subgradient steps toward a known schedule's value; any
 prices give a valid bound, so stopping early only weakens it.
 
+With ``latency_floor`` (the printed bound's grid) every state's value is also held at least
+the batch's unpriced latency from there (the step's time, less its release, plus the least time
+the rest of it takes: the prices are >= 0, so that is a lower bound on every continuation too).
+It counts again the time a chain of layers shorter than a step loses to the rounding (such a
+chain advances no step a layer); the program is then no longer a least of costs linear in the
+prices, so a choice's ``value`` may exceed its priced cost (no column for
+``benchmarks/slot_dual.py``) and its slot time is a subgradient only where the floor is loose.
+
 A :class:`~blitzplan.live.relaxation.Restriction` (split ranges, starts after given times)
 narrows each batch's problem: with the whole problem's prices :meth:`SlotPrices.bound` holds
 for every schedule that keeps it (pricing the exact search's nodes so changed no final bound).
@@ -67,10 +75,17 @@ class SlotPath:
 
 class SlotPrices:
     """An instance's grids (``slots`` per machine up to ``horizon_s``, default
-    :data:`SLOTS`), the current prices and what they charge; :meth:`bound`."""
+    :data:`SLOTS`), the current prices and what they charge; :meth:`bound`. With
+    ``latency_floor`` the program holds every state at least its unpriced latency (see the
+    module docstring)."""
 
     def __init__(
-        self, instance: LiveScalingInstance, horizon_s: float, slots: int | None = None
+        self,
+        instance: LiveScalingInstance,
+        horizon_s: float,
+        slots: int | None = None,
+        *,
+        latency_floor: bool = False,
     ) -> None:
         inst, L, n = instance, instance.num_layers, instance.num_batches
         self.instance = inst
@@ -105,6 +120,12 @@ class SlotPrices:
         slot0 = np.floor((np.maximum(self.release, b_old) - b_old) / width)
         self.slot0 = np.clip(slot0, 0, self.old.count).astype(np.int64)  # k = 0: O from here
         self.end_tail = (self.times[:, -1] - self.release)[:, None] + self.tail
+        # [l, i, b]: batch i's least unpriced latency with l layers done from step b (or None)
+        self.floor = (
+            (self.times - self.release[:, None])[None, :, :] + self.tail.T[:, :, None]
+            if latency_floor
+            else None
+        )
         # [l - 1, i, b]: layer l may not start in step b (before it arrives)
         self.masks = np.arange(size)[None, None, :] < self.first.T[:, :, None]
         self._old_cells = _block_cells(self.q, width, self.old.count)
@@ -252,8 +273,10 @@ def solve_batches(
             if bounds is not None:
                 stop[(bounds[0] > k) | (bounds[1] < k)] = math.inf
             cost = np.minimum(best, stop, out=costs[layer % 2])
+            if prices.floor is not None:
+                np.maximum(cost, prices.floor[k], out=cost)
         else:
-            cost = best
+            cost = best if prices.floor is None else np.maximum(best, prices.floor[0])
     zero = suffix[np.arange(n) * (L * stride) + prices.slot0]
     if bounds is not None:
         zero[bounds[0] > 0] = math.inf
@@ -294,7 +317,7 @@ def _paths(
     dearer than running on, else its layer runs at the first step that pays the least."""
     L, size = prices.instance.num_layers, prices.size
     n = on_old.size
-    rows, steps = np.arange(n), np.arange(size)
+    rows = np.arange(n)
     split = np.where(on_old, 0, L)
     active = ~on_old
     at = np.zeros(n, dtype=np.int64)  # the step the chain may start from
@@ -313,7 +336,7 @@ def _paths(
                 active &= ~stopping
                 if not active.any():
                     break
-        b = offsets + np.where(steps[None, :] >= at[:, None], runs[layer - 1], math.inf).argmin(1)
+        b = _first_least(runs[layer - 1], bests[layer - 1], at, offsets)
         starts[:, layer - 1] = run_at.take(b)
         at = shift.take(b) - offsets
     stride = prices.old.count + 1
@@ -330,6 +353,31 @@ def _paths(
         old = _old_start(prices, i, k, slot)
         out.append(SlotPath(k, tuple(starts[i, :k].tolist()), old, float(totals[i])))
     return out
+
+
+_WINDOW = 16
+""":func:`_first_least` looks this many steps past where a chain may start before it scans
+the rest of the row."""
+
+
+def _first_least(
+    run: np.ndarray, best: np.ndarray, at: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """Per row of ``run``, the first step from ``at`` on that pays the row's least from there
+    (``best``, the suffix least, read at ``at``), as an index into the flat table: found
+    within :data:`_WINDOW` steps of ``at`` for most rows (a chain mostly runs on at once), in
+    the whole row for the others."""
+    n, size = run.shape
+    flat = run.ravel()
+    window = flat.take(offsets[:, None] + np.minimum(at[:, None] + np.arange(_WINDOW), size - 1))
+    j = window.argmin(1)
+    b: np.ndarray = offsets + np.minimum(at + j, size - 1)
+    missed = np.flatnonzero(window[np.arange(n), j] > best.ravel().take(offsets + at))
+    if missed.size:
+        steps = np.arange(size)[None, :]
+        rows = np.where(steps >= at[missed, None], run[missed], math.inf)
+        b[missed] = offsets[missed] + rows.argmin(1)
+    return b
 
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
