@@ -1,5 +1,5 @@
-"""The slot relaxation's master LP with floors and clique cuts
-(:mod:`blitzplan.live.relaxation_master`): every cut and floor holds for every schedule, and
+"""The slot relaxation's master LP with exact block values and clique cuts
+(:mod:`blitzplan.live.relaxation_master`): every cut and block value holds for every schedule, and
 the bound never exceeds the exhaustive oracle's optimum."""
 
 from __future__ import annotations
@@ -10,10 +10,17 @@ import math
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules
-from blitzplan.live.relaxation_master import Cut, _Priced, floors, master_bound
+from blitzplan.live.relaxation_master import (
+    Cut,
+    _Priced,
+    block_values,
+    earliest_starts,
+    master_bound,
+)
 from blitzplan.live.relaxation_slots import default_horizon_s
 from blitzplan.live.schedule import timetable
 from tests.test_live_properties import instances
@@ -51,7 +58,7 @@ def _slots_of(prices: _Priced, start_s: float) -> list[int]:
 
 
 def _grid(instance: LiveScalingInstance) -> _Priced:
-    return _Priced(instance, default_horizon_s(instance), GRID_SLOTS, with_floors=True)
+    return _Priced(instance, default_horizon_s(instance), GRID_SLOTS, exact_blocks=True)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -81,22 +88,24 @@ def test_every_schedule_keeps_every_clique_cut(instance: LiveScalingInstance) ->
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(instances(max_layers=3, max_batches=3))
-def test_no_block_completes_before_its_floor(instance: LiveScalingInstance) -> None:
-    """Property: in every semi-active schedule, a batch whose block starts in O slot ``c``
-    completes no earlier than the slot's start plus the block plus its floor."""
+@given(instances(max_layers=3, max_batches=3), st.integers(0, 2**31 - 1))
+def test_no_block_pays_less_than_its_slots_value(instance: LiveScalingInstance, seed: int) -> None:
+    """Property: at random prices on O's slots, in every semi-active schedule, a batch whose
+    block starts in O slot ``c`` pays its prices plus its completion at least
+    :func:`block_values` of that slot (what the master's pricing charges)."""
     assume(count_schedules(instance, old_order="free") <= 3_000)
     prices = _grid(instance)
-    lifted = floors(prices)
-    L = instance.num_layers
+    rng = np.random.default_rng(seed)
+    prices.set(np.zeros(prices.new.count), rng.exponential(1.0, prices.old.count))
+    table = block_values(prices, earliest_starts(instance))
+    edges, cum, L = prices.old.edges, prices.cum_old, instance.num_layers
     for split, starts, completion in _schedules(instance):
         for i, start in enumerate(starts):
             if split[i] == L:
                 continue
+            paid = np.interp(completion[i], edges, cum) - np.interp(start, edges, cum)
             for c in _slots_of(prices, start):
-                edge = prices.old.edges[min(c, prices.old.count)]
-                counted = edge + prices.q[i, split[i]] + lifted[i, split[i], c]
-                assert counted <= completion[i] + 1e-9
+                assert table[i, split[i], c] <= paid + completion[i] + 1e-9
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -104,7 +113,7 @@ def test_no_block_completes_before_its_floor(instance: LiveScalingInstance) -> N
 def test_the_master_bound_never_exceeds_the_enumerated_optimum(
     instance: LiveScalingInstance,
 ) -> None:
-    """Property: with floors and cuts, on a coarse and a fine grid, no schedule (the
+    """Property: with exact blocks and cuts, on a coarse and a fine grid, no schedule (the
     exhaustive oracle, free order) beats the bound; the master, when column generation ends
     by itself, meets the bound."""
     assume(count_schedules(instance, old_order="free") <= 3_000)
@@ -132,12 +141,12 @@ def test_four_unit_batches_are_bounded_near_their_optimum() -> None:
     assert 1.485 < found.bound <= 1.5 + 1e-12
 
 
-def test_the_cuts_and_floors_lift_a_crowded_pair() -> None:
+def test_exact_blocks_and_cuts_lift_a_crowded_pair() -> None:
     """On a pair where O's blocks crowd (four batches of two layers, one usable late), the
-    floors and cuts give more than the plain master, and neither passes the optimum."""
+    exact blocks and cuts give more than the plain master, and neither passes the optimum."""
     inst = LiveScalingInstance([0.0, 3.0], [0.0, 0.0, 0.5, 1.0], 1.0, 1.0, 0.5, old_free_at_s=0.5)
     oracle = schedule_live(inst, method="exact", backend="enumerate")
     args = {"completion_s": oracle.completion_s, "upper_bound": oracle.objective}
-    plain = master_bound(inst, **args, time_limit_s=60.0, slots=20, cuts=False, with_floors=False)
+    plain = master_bound(inst, **args, time_limit_s=60.0, slots=20, cuts=False, exact_blocks=False)
     lifted = master_bound(inst, **args, time_limit_s=60.0, slots=20)
     assert plain.bound < lifted.bound <= oracle.objective * (1 + 1e-9)

@@ -1,16 +1,20 @@
-"""The slot relaxation's master LP, with completion floors and clique cuts on O's blocks.
+"""The slot relaxation's master LP, with exact block completions and clique cuts on O's blocks.
 
 The slot bound (:mod:`blitzplan.live.relaxation_slots`) prices each slot's capacity on N and on
 O; its Lagrangian dual is the time-indexed master LP, a convex mix of each batch's priced
 choices ("paths": a split, N's layer starts, O's block start). Here that LP is solved by column
 generation, the per-batch dynamic program (:func:`~blitzplan.live.slot_prices.solve_batches`)
 pricing, in HiGHS (one thread; ``highspy``, the ``exact`` extra, is imported when called), with
-two strengthenings, each valid for every schedule:
+two strengthenings, each valid for every schedule (``exact_blocks``, ``cuts``):
 
-- **Completion floors.** The program counts a block's completion from the start of its O slot.
-  No block of split ``k`` starts before its batch's alone chain of ``k`` layers and hand-off
-  (:func:`~blitzplan.live.relaxation.alone_chain_s`), nor before O is free: the completion
-  counted is at least that start plus the block (:func:`floors`).
+- **Blocks counted from their start, after their floor** (:func:`block_values`). The program
+  counts a block's completion from the start of its O slot, and prices it at the start in the
+  slot that pays least, up to a slot later. Here a block started in slot ``c`` is charged the
+  least over starts ``s`` in the slot of its price plus ``max(s, e) + q`` (``q`` the block,
+  ``e`` its floor, :func:`earliest_starts`: no block of split ``k`` starts before its batch's
+  alone chain of ``k`` layers and hand-off, :func:`~blitzplan.live.relaxation.alone_chain_s`,
+  nor before O is free); the least is at one of four starts. Every schedule's block pays at
+  least that, so the bound stays valid.
 - **Clique cuts** (Sousa and Wolsey's, for time-indexed single-machine scheduling). For a window
   ``W = [t1, t2)`` of O's slot edges and a batch ``l``, every schedule keeps::
 
@@ -25,9 +29,11 @@ At any prices (``lam``, ``mu`` on the slots, ``sigma`` on the cuts, all ``>= 0``
 least priced values, less the prices' right-hand sides, bound every schedule's total latency
 (weak duality); the bound returned is the best of them. Cuts violated by the master's optimum
 are added when column generation has stalled for the cuts already in. Measured on (32,16) of
-``benchmarks/partition.py`` (docs/benchmarks.md, twelfth session): the cuts add 0.1-0.3% at
-100-250 slots, the floors 0.3-1.3%, and the master takes 3-100+ s of CPU: a research bound,
-not ``bnb``'s.
+``benchmarks/partition.py`` (docs/benchmarks.md, twelfth session): the cuts add 0.0-0.2% of
+the best known schedule's value, the exact blocks 0.4-1.5%, and the master takes 1-20 s at 100
+slots and minutes at 250: a research bound, not ``bnb``'s. The same block values in the slot
+bound's subgradient steps (:mod:`blitzplan.live.relaxation_slots`) would carry the second
+gain there.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.slot_prices import SlotPath, SlotPrices, solve_batches
 
-__all__ = ["MasterBound", "floors", "master_bound"]
+__all__ = ["MasterBound", "block_values", "earliest_starts", "master_bound"]
 
 SMOOTHING = 0.8
 """Wentges' rule: the prices tried are this share of the best so far, the rest the master's."""
@@ -83,24 +89,20 @@ class Cut:
     b: int
 
 
-def floors(prices: SlotPrices) -> np.ndarray:
-    """``[i, k, c]``: how much later than the program counts (its O slot ``c``'s start plus the
-    block) a block of batch ``i``, split ``k``, started in slot ``c`` completes at least: it
-    starts no earlier than its alone chain of ``k`` layers and the hand-off allow (``k = 0``:
-    its release), nor before O is free. ``c`` runs to one past the last slot."""
-    inst, L = prices.instance, prices.instance.num_layers
-    out = np.zeros((inst.num_batches, L, prices.old.count + 1))
-    for i in range(inst.num_batches):
-        chain = alone_chain_s(inst, i)
-        for k in range(L):
-            ready = inst.release_s[i] if k == 0 else chain[k] + inst.handoff_s[i]
-            start = max(ready, inst.old_free_at_s)
-            out[i, k] = np.maximum(0.0, start - prices.old.edges)
+def earliest_starts(instance: LiveScalingInstance) -> np.ndarray:
+    """``[i, k]``: the earliest batch ``i``'s block of split ``k`` may start on O: after its
+    alone chain of ``k`` layers and the hand-off (``k = 0``: its release), and once O is free."""
+    L = instance.num_layers
+    out = np.zeros((instance.num_batches, L))
+    for i in range(instance.num_batches):
+        chain = alone_chain_s(instance, i)
+        ready = [instance.release_s[i], *(chain[k] + instance.handoff_s[i] for k in range(1, L))]
+        out[i] = np.maximum(ready, instance.old_free_at_s)
     return out
 
 
 class _Priced(SlotPrices):
-    """Slot prices plus the floors and the cuts' prices, charged to O's blocks per (batch,
+    """Slot prices, exact block values and the cuts' prices, charged to O's blocks per (batch,
     split, O slot) in the program's table of blocks (``old_value``, ``old_suffix``)."""
 
     def __init__(
@@ -109,16 +111,16 @@ class _Priced(SlotPrices):
         horizon_s: float,
         slots: int | None,
         *,
-        with_floors: bool,
+        exact_blocks: bool,
     ) -> None:
         self.cuts: list[Cut] = []
         self.sigma = np.zeros(0)
-        self._floors: np.ndarray | None = None
+        self.earliest: np.ndarray | None = None
         self._cut_tables: dict[Cut, np.ndarray] = {}
         super().__init__(instance, horizon_s, slots)
         self.ends = self.q / self.old.width  # [i, k]: a block's length in slots
-        if with_floors:
-            self._floors = floors(self)
+        if exact_blocks:
+            self.earliest = earliest_starts(instance)
             self.set(self.lam, self.mu)
 
     def set_all(self, lam: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> None:
@@ -127,10 +129,10 @@ class _Priced(SlotPrices):
 
     def set(self, lam: np.ndarray, mu: np.ndarray) -> None:
         super().set(lam, mu)
-        if self._floors is None and not np.any(self.sigma > 0):
+        if self.earliest is None and not np.any(self.sigma > 0):
             return
-        if self._floors is not None:
-            self.old_value += self._floors
+        if self.earliest is not None:
+            self.old_value = block_values(self, self.earliest)
         for cut, price in zip(self.cuts, self.sigma, strict=True):
             if price > 0:
                 self.old_value += price * self.coefficients(cut)
@@ -161,13 +163,14 @@ def master_bound(
     time_limit_s: float,
     slots: int | None = None,
     cuts: bool = True,
-    with_floors: bool = True,
+    exact_blocks: bool = True,
 ) -> MasterBound:
     """A lower bound on the mean latency by column generation on the slot relaxation's master
-    LP (``slots`` per machine, default the slot bound's), with the floors and clique cuts (see
-    the module docstring) when asked; the slots end a little past the last of ``completion_s``
-    (a known schedule's, of value ``upper_bound``). Stops after ``time_limit_s`` (wall clock;
-    the bound so far is valid) or when the master and the best priced value meet."""
+    LP (``slots`` per machine, default the slot bound's), with exact block values and clique
+    cuts (see the module docstring) when asked; the slots end a little past the last of
+    ``completion_s`` (a known schedule's, of value ``upper_bound``). Stops after
+    ``time_limit_s`` (wall clock; the bound so far is valid) or when the master and the best
+    priced value meet."""
     import highspy
 
     from blitzplan.live.relaxation_slots import HORIZON_PAST_LAST, _first_prices
@@ -175,7 +178,7 @@ def master_bound(
     began = time.perf_counter()
     n = instance.num_batches
     prices = _Priced(
-        instance, HORIZON_PAST_LAST * max(completion_s), slots, with_floors=with_floors
+        instance, HORIZON_PAST_LAST * max(completion_s), slots, exact_blocks=exact_blocks
     )
     _first_prices(prices, completion_s)
     master = _Master(highspy, prices, upper_bound)
@@ -241,13 +244,17 @@ class _Master:
 
     def add_paths(self, paths: list[SlotPath], duals: tuple[np.ndarray, ...] | None) -> int:
         """Add each path whose reduced cost under ``duals`` is negative; how many. A column's
-        cost is what the program charged for the path less its prices."""
+        cost is what the program charged for the path less its prices; with exact blocks, a
+        block's is its completion as :func:`block_values` counts it, less the release."""
         prices, added = self.prices, 0
         n, cn = prices.instance.num_batches, prices.new.count
         for i, path in enumerate(paths):
-            new, old, slot = _use(prices, i, path)
+            new, old, slot, start = _use(prices, i, path)
             in_cuts = self._in_cuts(i, path.split, slot)
             cost = path.value - float(prices.lam @ new + prices.mu @ old + prices.sigma @ in_cuts)
+            if prices.earliest is not None and slot >= 0:
+                ready = max(start, float(prices.earliest[i, path.split]))
+                cost = ready + float(prices.q[i, path.split]) - float(prices.release[i])
             if duals is not None:
                 pi, lam, mu, sigma = duals
                 reduced = cost + float(lam @ new + mu @ old + sigma @ in_cuts) - pi[i]
@@ -320,9 +327,10 @@ def _violated(prices: _Priced, cols: list[tuple[int, int, int]], y: np.ndarray) 
     return out
 
 
-def _use(prices: SlotPrices, i: int, path: SlotPath) -> tuple[np.ndarray, np.ndarray, int]:
-    """The time batch ``i``'s path spends in each N slot and each O slot, and the O slot its
-    block is charged in (-1 without a block)."""
+def _use(prices: _Priced, i: int, path: SlotPath) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """The time batch ``i``'s path spends in each N slot and each O slot, the O slot its block
+    is charged in and its start (-1, nan without a block). With exact blocks, the block starts
+    where :func:`block_values` found its least in that slot."""
     inst, L = prices.instance, prices.instance.num_layers
 
     def use(edges: np.ndarray, starts: Sequence[float], length: float) -> np.ndarray:
@@ -333,17 +341,61 @@ def _use(prices: SlotPrices, i: int, path: SlotPath) -> tuple[np.ndarray, np.nda
 
     new = use(prices.new.edges, path.new_starts, inst.new_layer_s[i])
     if path.old_start is None:
-        return new, np.zeros(prices.old.count), -1
-    old = use(prices.old.edges, [path.old_start], (L - path.split) * inst.old_layer_s[i])
-    return new, old, _charged_slot(prices, i, path.split, path.old_start)
+        return new, np.zeros(prices.old.count), -1, math.nan
+    k = path.split
+    charged = path.value - float(prices.lam @ new) + float(prices.release[i])
+    slot = _charged_slot(prices, i, k, path.old_start, charged)
+    start = path.old_start
+    if prices.earliest is not None and slot < prices.old.count:
+        start = _least_start(prices, float(prices.earliest[i, k]), i, k, slot)
+    return new, use(prices.old.edges, [start], (L - k) * inst.old_layer_s[i]), slot, start
 
 
-def _charged_slot(prices: SlotPrices, i: int, k: int, start_s: float) -> int:
-    """The O slot the program charged a block starting at ``start_s`` in: the start's own, or
-    the one before when the start is that slot's right edge and the table says so."""
+def _least_start(prices: SlotPrices, floor_s: float, i: int, k: int, slot: int) -> float:
+    """Where in O slot ``slot`` batch ``i``'s block of split ``k``, starting no earlier than
+    ``floor_s``, pays :func:`block_values`' least (the same candidates)."""
+    edges, cum, w = prices.old.edges, prices.cum_old, prices.old.width
+    low, high, q = float(edges[slot]), float(edges[slot + 1]), float(prices.q[i, k])
+    kink = low + (1 - (q / w) % 1.0) * w
+    candidates = (low, high, kink, min(max(floor_s, low), high))
+
+    def paid(start: float) -> float:
+        price = np.interp(start + q, edges, cum) - np.interp(start, edges, cum)
+        return float(price) + max(start, floor_s)
+
+    return min(candidates, key=paid)
+
+
+def _charged_slot(prices: SlotPrices, i: int, k: int, start_s: float, charged: float) -> int:
+    """The O slot the program charged a block starting at ``start_s`` in (``charged``, its
+    table's value there): the start's own, or, when the start is a slot edge, the slot before
+    if that is the one whose value it charged."""
     at = (start_s - float(prices.old.edges[0])) / prices.old.width
     slot = min(math.floor(at + 1e-9), prices.old.count)
     if slot == 0 or abs(at - round(at)) > 1e-9:
         return slot
     values = prices.old_value[i, k]
-    return slot - 1 if values[slot - 1] <= values[slot] else slot
+    before = abs(values[slot - 1] - charged) <= abs(values[slot] - charged)
+    return slot - 1 if before else slot
+
+
+def block_values(prices: SlotPrices, earliest_s: np.ndarray) -> np.ndarray:
+    """``[i, k, c]``: the least priced completion of batch ``i``'s block of split ``k``
+    started in O slot ``c`` (closed; ``c = C``: from the last edge on, unpriced), counted from
+    the start itself, not the slot's (as the program's own table does), and no earlier than
+    ``earliest_s[i, k]`` plus the block. The price plus ``max(start, earliest)`` is piecewise
+    linear in the start, with kinks where the block's end crosses a slot edge (once a slot) and
+    at ``earliest``: its least is at one of those or an end of the slot."""
+    edges, cum, w = prices.old.edges, prices.cum_old, prices.old.width
+    q, C = prices.q[:, :, None], prices.old.count
+    low, high = edges[None, None, :-1], edges[None, None, 1:]
+    f = (q / w) % 1.0
+    floor_s = earliest_s[:, :, None]
+    best = np.full((*prices.q.shape, C), math.inf)
+    for start in (low, high, low + (1 - f) * w, np.clip(floor_s, low, high)):
+        start = np.broadcast_to(start, best.shape)
+        price = np.interp(start + q, edges, cum) - np.interp(start, edges, cum)
+        np.minimum(best, price + np.maximum(start, floor_s), out=best)
+    last = np.maximum(edges[-1], earliest_s)[:, :, None]
+    out: np.ndarray = np.concatenate([best, last], axis=2) + q
+    return out
