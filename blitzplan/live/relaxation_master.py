@@ -48,7 +48,7 @@ import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import alone_chain_s
-from blitzplan.live.slot_prices import SlotPath, SlotPrices, solve_batches
+from blitzplan.live.slot_prices import SlotPath, SlotPrices, _block_cells, solve_batches
 
 __all__ = ["MasterBound", "block_values", "earliest_starts", "master_bound"]
 
@@ -386,16 +386,22 @@ def block_values(prices: SlotPrices, earliest_s: np.ndarray) -> np.ndarray:
     ``earliest_s[i, k]`` plus the block. The price plus ``max(start, earliest)`` is piecewise
     linear in the start, with kinks where the block's end crosses a slot edge (once a slot) and
     at ``earliest``: its least is at one of those or an end of the slot."""
-    edges, cum, w = prices.old.edges, prices.cum_old, prices.old.width
-    q, C = prices.q[:, :, None], prices.old.count
-    low, high = edges[None, None, :-1], edges[None, None, 1:]
-    f = (q / w) % 1.0
-    floor_s = earliest_s[:, :, None]
-    best = np.full((*prices.q.shape, C), math.inf)
-    for start in (low, high, low + (1 - f) * w, np.clip(floor_s, low, high)):
-        start = np.broadcast_to(start, best.shape)
-        price = np.interp(start + q, edges, cum) - np.interp(start, edges, cum)
-        np.minimum(best, price + np.maximum(start, floor_s), out=best)
-    last = np.maximum(edges[-1], earliest_s)[:, :, None]
+    edges, cum, w, C = prices.old.edges, prices.cum_old, prices.old.width, prices.old.count
+    q, floor_s = prices.q[:, :, None], earliest_s[:, :, None]
+    cells, f = _block_cells(prices.q, w, C)  # as the program's own table reads the prices
+    windows = np.take(cum, cells, mode="clip")  # past the last edge the price stays
+    step, here = np.diff(windows), windows[..., : C + 1] - cum
+    at_edge = here + f * step  # the price of a start at each edge
+    kink = here[..., :C] + step[..., :C] - (1 - f) * np.diff(cum)  # at edge + (1 - f) w
+    best = at_edge[..., :C] + np.maximum(edges[:-1], floor_s)
+    np.minimum(best, at_edge[..., 1:] + np.maximum(edges[1:], floor_s), out=best)
+    np.minimum(best, kink + np.maximum(edges[:-1] + (1 - f) * w, floor_s), out=best)
+    inside = np.floor((earliest_s - edges[0]) / w).astype(np.int64)  # the floor's own slot
+    i, k = np.nonzero((inside >= 0) & (inside < C))
+    start = earliest_s[i, k]
+    price = np.interp(start + prices.q[i, k], edges, cum) - np.interp(start, edges, cum)
+    c = inside[i, k]
+    best[i, k, c] = np.minimum(best[i, k, c], price + start)
+    last = np.maximum(edges[-1], floor_s)
     out: np.ndarray = np.concatenate([best, last], axis=2) + q
     return out
