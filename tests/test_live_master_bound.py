@@ -58,7 +58,7 @@ def _slots_of(prices: _Priced, start_s: float) -> list[int]:
 
 
 def _grid(instance: LiveScalingInstance) -> _Priced:
-    return _Priced(instance, default_horizon_s(instance), GRID_SLOTS, exact_blocks=True)
+    return _Priced(instance, default_horizon_s(instance), GRID_SLOTS, exact=True)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

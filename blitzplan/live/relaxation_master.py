@@ -28,12 +28,11 @@ two strengthenings, each valid for every schedule (``exact_blocks``, ``cuts``):
 At any prices (``lam``, ``mu`` on the slots, ``sigma`` on the cuts, all ``>= 0``) the batches'
 least priced values, less the prices' right-hand sides, bound every schedule's total latency
 (weak duality); the bound returned is the best of them. Cuts violated by the master's optimum
-are added when column generation has stalled for the cuts already in. Measured on (32,16) of
-``benchmarks/partition.py`` (docs/benchmarks.md, twelfth session): the cuts add 0.0-0.2% of
-the best known schedule's value, the exact blocks 0.4-1.5%, and the master takes 1-20 s at 100
-slots and minutes at 250: a research bound, not ``bnb``'s. The same block values in the slot
-bound's subgradient steps (:mod:`blitzplan.live.relaxation_slots`) would carry the second
-gain there.
+are added when column generation has stalled for the cuts already in. On (32,16) of
+``benchmarks/partition.py`` (docs/benchmarks.md, twelfth session) the cuts add 0.0-0.3% of the
+best known value and the exact blocks 2.3-3.1% at 100 slots (0.8-1.5% to the subgradient slot
+bound at 250); the master takes 1-25 s at 100 slots, minutes at 250: a research bound, not
+``bnb``'s.
 """
 
 from __future__ import annotations
@@ -106,12 +105,7 @@ class _Priced(SlotPrices):
     split, O slot) in the program's table of blocks (``old_value``, ``old_suffix``)."""
 
     def __init__(
-        self,
-        instance: LiveScalingInstance,
-        horizon_s: float,
-        slots: int | None,
-        *,
-        exact_blocks: bool,
+        self, instance: LiveScalingInstance, horizon_s: float, slots: int | None, *, exact: bool
     ) -> None:
         self.cuts: list[Cut] = []
         self.sigma = np.zeros(0)
@@ -119,7 +113,7 @@ class _Priced(SlotPrices):
         self._cut_tables: dict[Cut, np.ndarray] = {}
         super().__init__(instance, horizon_s, slots)
         self.ends = self.q / self.old.width  # [i, k]: a block's length in slots
-        if exact_blocks:
+        if exact:
             self.earliest = earliest_starts(instance)
             self.set(self.lam, self.mu)
 
@@ -177,9 +171,8 @@ def master_bound(
 
     began = time.perf_counter()
     n = instance.num_batches
-    prices = _Priced(
-        instance, HORIZON_PAST_LAST * max(completion_s), slots, exact_blocks=exact_blocks
-    )
+    horizon_s = HORIZON_PAST_LAST * max(completion_s)
+    prices = _Priced(instance, horizon_s, slots, exact=exact_blocks)
     _first_prices(prices, completion_s)
     master = _Master(highspy, prices, upper_bound)
     best, center = -math.inf, (prices.lam, prices.mu, prices.sigma)
