@@ -1,0 +1,42 @@
+"""A node's capacity bound in the exact search (:mod:`blitzplan.live.exact.bnb`).
+
+A node's own bound is the N-capacity relaxation of its restriction: it sees the restriction
+(split ranges, start limits on N) but not N's capacity. The capacity bound
+(:func:`~blitzplan.live.relaxation_dp.capacity_bound`) sees N's capacity; computed once at the
+root, it is a bound of every node, but does not rise as the search restricts. Here the two
+meet: the subset program with the capacity conditions
+(:class:`~blitzplan.live.relaxation_capacity.Capacity`) runs on the node's restricted
+relaxation, so each batch's options and alone chain are the node's, the shared-work condition
+takes ``x = sum k pO`` only over the node's split ranges, and the crowding condition counts the
+N work that the node's least splits force. Every condition holds for every schedule that keeps
+the restriction, so the program's value is a bound of the node.
+
+The program runs against one target, the incumbent's cost: a search that ends without reaching
+it proves the node cannot beat the incumbent (it is pruned), one that reaches it has found the
+program's optimum, and one cut short by the clock still bounds its open states.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_subsets import subset_search
+
+__all__ = ["NODE_CAPACITY_MAX_S", "node_capacity"]
+
+NODE_CAPACITY_MAX_S = 0.5
+"""The most time one node's capacity program gets (cut short, its bound is weaker but valid)."""
+
+
+def node_capacity(relax: Relaxation, *, old_order: str, upper_cost: float, until_s: float) -> float:
+    """A bound, in cost units, on every schedule that keeps ``relax``'s restriction: the subset
+    program with the capacity conditions on it (see the module docstring), at most
+    ``upper_cost`` (a known schedule's cost), by ``until_s`` (a ``time.perf_counter()``
+    instant) or :data:`NODE_CAPACITY_MAX_S` from now."""
+    until = min(until_s, time.perf_counter() + NODE_CAPACITY_MAX_S)
+    cost, _, _ = subset_search(
+        relax, upper_cost, until, until, capacity=True, fifo=old_order == "fifo"
+    )
+    return cost if not math.isnan(cost) else -math.inf
