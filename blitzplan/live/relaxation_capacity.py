@@ -32,8 +32,7 @@ class Capacity:
     ``P`` on it (``sum k_i pN_i``) from ``a_1`` before O starts ``j``, which then runs at least
     one layer (``pO_j``). With ``x = sum k_i pO_i`` and ``rho = min pN / pO``:
     ``C_j >= max(a_1 + rho x + pO_j, b_O + sum L pO_i - x)``, so ``C_j`` is at least the least
-    of that maximum over the ``x`` the splits allow: between ``sum k_min,i pO_i`` and ``sum
-    k_max,i pO_i`` (the restriction's split range, ``k < L`` for a batch O serves).
+    over ``x >= 0`` of that maximum.
 
     *Left on N.* Among the batches ``F`` that finish on N, the ``m``-th to complete has, with
     the ``m - 1`` before it, run layers ``l..L`` on N after ``a_l``: it completes at least
@@ -45,13 +44,7 @@ class Capacity:
     against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the
     layers from ``l`` on of the batches left on N and of the served ones, and the second grow
     as O's last block ends earlier (O runs less of the served work). So either the last batch
-    left on N or O's last block ends later than the plan says (:meth:`extra_s`). A served batch
-    runs at least its ``k_min`` layers on N, so at least ``sum pN_i (k_min,i - l + 1)^+`` of
-    the served work from ``l`` on is N's, however early O's last block ends.
-
-    The split range and the start limits come from the relaxation's
-    :class:`~blitzplan.live.relaxation.Restriction` (a node of the exact search): the conditions
-    then hold for every schedule that keeps it.
+    left on N or O's last block ends later than the plan says (:meth:`extra_s`).
     """
 
     def __init__(self, relax: Relaxation, table: _Table) -> None:
@@ -72,26 +65,17 @@ class Capacity:
         self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
-        low = np.asarray(relax.restriction.split_min, dtype=float)
-        high = np.minimum(np.asarray(relax.restriction.split_max, dtype=float), L - 1)
-        self.low_old, self.high_old = low * p_old, high * p_old
-        """Per batch served by O: the least and the most of ``k pO`` its split range allows."""
-        self.forced = [np.maximum(low - below, 0.0) * p_new for _, below in self.arrivals]
-        """Per layer ``l`` of the grid: each batch's forced N work from ``l`` on (``k_min``)."""
 
     def served(self, mask: np.ndarray) -> np.ndarray:
-        """Per state (rows), of the batches O has served: their whole work on O, and the least
-        and the most of ``sum k pO`` (columns)."""
-        placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
-        return np.asarray(placed @ np.stack([self.whole, self.low_old, self.high_old], axis=1))
+        """Per state, the whole work (on O) of the batches O has served."""
+        placed = (mask[:, None] & self.table.bits[None, :]) != 0
+        return np.asarray(placed.astype(float) @ self.whole)
 
     def shared(self, served: np.ndarray, i: int) -> np.ndarray:
         """Per state, the least completion of batch ``i`` served next on O (shared work)."""
-        total = served[:, 0] + self.whole[i]
+        total = served + self.whole[i]
         x = (self.b_old + total - self.a1 - self.p_old[i]) / (1 + self.ratio)
-        x = np.clip(x, served[:, 1] + self.low_old[i], served[:, 2] + self.high_old[i])
-        on_new = self.a1 + self.ratio * x + self.p_old[i]
-        return np.asarray(np.maximum(self.b_old + total - x, on_new))
+        return np.asarray(self.b_old + total - np.maximum(x, 0.0))
 
     def left_on_new(self, unplaced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per state, a bound on the total latency of the unplaced batches, all left on N, and
@@ -118,11 +102,9 @@ class Capacity:
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
         extra = np.zeros(free.shape)
-        for (usable, below), forced in zip(self.arrivals, self.forced, strict=True):
+        for usable, below in self.arrivals:
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            least = self.extra_s(
-                free, last, total, below * sigma, work, ready, alone == 0, placed @ forced
-            )
+            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0)
             extra = np.maximum(extra, least)
         return np.where(mask == 0, 0.0, extra)
 
@@ -135,7 +117,6 @@ class Capacity:
         work: np.ndarray,
         ready: np.ndarray,
         none_left: np.ndarray,
-        forced: np.ndarray | float = 0.0,
     ) -> np.ndarray:
         """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
         and last N-only completion ``c >= last`` (arrays, one entry per state).

@@ -6,10 +6,13 @@ A node's own bound is the N-capacity relaxation of its restriction: it sees the 
 root, it is a bound of every node, but does not rise as the search restricts. Here the two
 meet: the subset program with the capacity conditions
 (:class:`~blitzplan.live.relaxation_capacity.Capacity`) runs on the node's restricted
-relaxation, so each batch's options and alone chain are the node's, the shared-work condition
-takes ``x = sum k pO`` only over the node's split ranges, and the crowding condition counts the
-N work that the node's least splits force. Every condition holds for every schedule that keeps
-the restriction, so the program's value is a bound of the node.
+relaxation, so each batch's options on O (its split range, its starts after the node's start
+limits on N) and its alone chain are the node's. The capacity conditions hold for every
+schedule, the restricted options for every schedule that keeps the restriction, so the
+program's value is a bound of the node. (The capacity conditions themselves could take the
+node's split range: ``x = sum k pO`` of the shared-work condition kept within the ranges, and
+the N work the least splits force in the crowding condition. Both were tried and lifted no
+node of (40,12) and (80,8) above the program without them: not kept.)
 
 The program runs against one target, the incumbent's cost: a search that ends without reaching
 it proves the node cannot beat the incumbent (it is pruned), one that reaches it has found the
