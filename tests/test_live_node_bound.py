@@ -63,17 +63,18 @@ def _value(inst: LiveScalingInstance, r: Restriction, combo: tuple, objective: s
 
 def _bound(inst: LiveScalingInstance, r: Restriction, objective: str, old_order: str) -> float:
     relax = Relaxation(inst, objective, r)
-    cost = node_capacity(relax, old_order=old_order, upper_cost=math.inf, until_s=math.inf)
+    cost = node_capacity(relax, -math.inf, old_order, math.inf, math.inf)
     return relax.obj.final(cost)
 
 
 def _deep(seed: int) -> LiveScalingInstance:
-    """Two batches of 4-6 layers (wider split ranges than :func:`_crowded`'s)."""
+    """Two batches of 4-6 layers (wider split ranges than :func:`_crowded`'s), the first
+    layer landing at 0-3 s (O may be done with a batch before N can run any)."""
     rng = random.Random(f"deep-{seed}")
-    L = rng.choice([4, 5, 6])
+    L, first = rng.choice([4, 5, 6]), rng.choice([0.0, 1.0, 3.0])
     p_new = [rng.choice([0.25, 0.5, 1.0]) for _ in range(2)]
     return LiveScalingInstance(
-        sorted(rng.choice([0.0, 0.25, 0.5, 1.0]) for _ in range(L)),
+        sorted(first + rng.choice([0.0, 0.25, 0.5, 1.0]) for _ in range(L)),
         [rng.choice([0.0, 0.0, 0.5]) for _ in range(2)],
         p_new,
         [p * rng.choice([0.5, 1.0, 2.0]) for p in p_new],
@@ -105,9 +106,9 @@ def _searched_restrictions(
     seen: list[Restriction] = []
     real = bnb.node_capacity
 
-    def watched(relax: Relaxation, **kw: object) -> float:
+    def watched(relax: Relaxation, *args: object) -> float:
         seen.append(relax.restriction)
-        return real(relax, **kw)  # type: ignore[arg-type]
+        return real(relax, *args)  # type: ignore[arg-type]
 
     with (
         mock.patch.object(bnb, "node_capacity", watched),

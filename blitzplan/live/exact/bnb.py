@@ -67,7 +67,6 @@ __all__ = [
     "FIRST_OVERLOAD_EARLY",
     "LAGRANGE_SHARE_OF_LIMIT",
     "NODE_CAPACITY",
-    "NODE_CAPACITY_GAP",
     "POLISH_SHARE_OF_LIMIT",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
@@ -140,14 +139,8 @@ they found 1.5168 there; branching on the worst overload from the start, 1.5753)
 
 NODE_CAPACITY = True
 """After the early share of the search, a node taken to be branched first gets the capacity
-bound of its restriction (:mod:`blitzplan.live.exact.node_bound`); lifted, it goes back among
-the open nodes. Its children start from that bound."""
-
-NODE_CAPACITY_GAP = 0.03
-"""A node whose bound lies more than this (relatively) below the incumbent is not given its
-capacity bound: that lifted nodes 0.3-0.7% on (40,12) FIFO and 0.5-2.6% under the free order
-(10th-90th percentiles), at 10-20 times the cost of the node's own bound, so it could not
-prune them; their children are bounded (and their plans offered) sooner without it."""
+bound of its restriction (:func:`~blitzplan.live.exact.node_bound.node_capacity`); lifted, it
+goes back among the open nodes. Its children start from that bound."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -254,21 +247,12 @@ class _Search:
             return True
         return False
 
-    def _worth(self, node: _Node) -> bool:
-        """Whether the node's capacity bound might prune it (see :data:`NODE_CAPACITY_GAP`)."""
-        upper = self.upper_cost()
-        return math.isinf(upper) or node.bound >= upper - NODE_CAPACITY_GAP * abs(upper)
-
     def _lifted(self, node: _Node, until_s: float) -> bool:
         """Give ``node`` its capacity bound; True when that lifted it (it is then set aside
         when prunable, else back among the open nodes, to be taken in its new place)."""
         node.strong = True
-        bound = node_capacity(
-            node.relax,
-            old_order=self.start.old_order,
-            upper_cost=self.upper_cost(),
-            until_s=until_s,
-        )
+        args = (self.start.old_order, self.upper_cost(), until_s)
+        bound = node_capacity(node.relax, node.bound, *args)
         if bound <= node.bound:
             return False
         node.bound = bound
@@ -386,12 +370,7 @@ class _Search:
             if self.prunable(node.bound):
                 self.floor = min(self.floor, node.bound)
                 continue
-            if (
-                self.strong
-                and not node.strong
-                and self._worth(node)
-                and self._lifted(node, until_s)
-            ):
+            if self.strong and not node.strong and self._lifted(node, until_s):
                 continue
             if self.settle(node):
                 continue
