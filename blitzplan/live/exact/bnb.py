@@ -153,7 +153,8 @@ offered, and the node is set aside when CP-SAT solved it or showed it cannot bea
 incumbent, else it keeps CP-SAT's bound and branches."""
 
 NODE_CPSAT_MAX_S = 1.0
-"""The most time one node gets on CP-SAT (on (40,12) FIFO seed 0 such nodes took 0.35-0.44 s)."""
+"""The most time one node gets on CP-SAT, the model's making included (and at most half the
+time left): on (40,12) FIFO seed 0 such nodes took 0.35-0.44 s."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -285,7 +286,7 @@ class _Search:
         node.whole = True
         if node.found is not None or node.ops is None:
             return False
-        limit = min(NODE_CPSAT_MAX_S, until_s - time.perf_counter())
+        limit = min(NODE_CPSAT_MAX_S, 0.5 * (until_s - time.perf_counter()))
         cap = self.start.incumbent.objective
         solved = node_cpsat(self.start, node.restriction, cap, limit)
         if solved is None:

@@ -22,6 +22,7 @@ than the schedule's, so a schedule at or under the cap is a solution of the capp
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from blitzplan.live.exact.common import OutOfTime, Start, decode
@@ -29,7 +30,10 @@ from blitzplan.live.exact.cpsat import _Model
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.schedule import Schedule
 
-__all__ = ["NODE_CPSAT_OBJECTIVES", "NodeSolved", "node_cpsat"]
+__all__ = ["MIN_SOLVE_S", "NODE_CPSAT_OBJECTIVES", "NodeSolved", "node_cpsat"]
+
+MIN_SOLVE_S = 0.05
+"""CP-SAT is not started with less than this left after the model is made."""
 
 NODE_CPSAT_OBJECTIVES = ("mean_latency", "makespan")
 """The objectives the node's cap is written for (the others keep the node's own bound)."""
@@ -50,11 +54,12 @@ def node_cpsat(
     start: Start, restriction: Restriction, cap: float, time_limit_s: float
 ) -> NodeSolved | None:
     """The node of ``restriction`` on CP-SAT (one worker), its objective capped at ``cap`` (a
-    known schedule's value), for at most ``time_limit_s``; None when the objective has no cap
-    here, the time is too short to build the model, or CP-SAT gives no answer."""
+    known schedule's value), in at most about ``time_limit_s`` with the model's making; None
+    when the objective has no cap here, the time is too short, or CP-SAT gives no answer."""
     if start.objective not in NODE_CPSAT_OBJECTIVES or not math.isfinite(cap):
         return None
-    if time_limit_s <= 0:
+    began = time.perf_counter()
+    if time_limit_s < MIN_SOLVE_S:
         return None
     from ortools.sat.python import cp_model
 
@@ -71,7 +76,10 @@ def node_cpsat(
     model.m.Add(model.goal <= cap_ticks)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit_s
+    left = time_limit_s - (time.perf_counter() - began)
+    if left < MIN_SOLVE_S:
+        return None
+    solver.parameters.max_time_in_seconds = left
     status = solver.Solve(model.m)
     if status == cp_model.INFEASIBLE:
         return NodeSolved(cap, True, None)
