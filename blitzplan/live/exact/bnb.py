@@ -24,6 +24,8 @@ bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root 
 the search stops once the incumbent meets them). Nodes are explored best bound first; after the
 first share of the search a node taken is first given the capacity bound of its restriction
 (:mod:`blitzplan.live.exact.node_bound`), and goes back among the open nodes when that lifts it;
+one whose relaxed plan fits N only with preemption is then solved whole on CP-SAT under the
+incumbent's value (:mod:`blitzplan.live.exact.node_cpsat`);
 each relaxed plan, repaired, offers the incumbent a schedule when its node is bounded, and
 sequenced, when preemptive N can carry it out, when its node is taken to be branched (the root's
 at once); a schedule is kept only when the independent checker passes it. When the root is not
