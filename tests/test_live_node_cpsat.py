@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from unittest import mock
 
 import pytest
@@ -126,3 +127,25 @@ def test_the_search_with_whole_nodes_on_cpsat_stays_optimal(old_order: str) -> N
         assert found.status is SolveStatus.OPTIMAL, (seed, found.message)
         assert found.objective == pytest.approx(best, rel=REL, abs=1e-9), seed
     assert given >= 5, given
+
+
+def test_without_ortools_a_node_keeps_its_bound_and_the_search_still_proves() -> None:
+    """OR-Tools is optional (the ``exact`` extra): without it no node goes to CP-SAT and the
+    search answers as before."""
+    inst = _crowded(3)
+    start = start_point(
+        inst,
+        objective="mean_latency",
+        old_order="free",
+        backend="bnb",
+        time_limit_s=None,
+        hint=None,
+        relax=False,
+        warm=False,
+    )
+    with mock.patch.dict(sys.modules, {"ortools.sat.python": None}):
+        assert node_cpsat(start, Restriction.none(inst), 100.0, 10.0) is None
+        found = schedule_live(inst, method="exact", backend="bnb", old_order="free")
+    oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")
+    assert found.status is SolveStatus.OPTIMAL
+    assert found.objective == pytest.approx(oracle.objective, rel=REL, abs=1e-9)

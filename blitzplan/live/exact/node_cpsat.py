@@ -55,13 +55,17 @@ def node_cpsat(
 ) -> NodeSolved | None:
     """The node of ``restriction`` on CP-SAT (one worker), its objective capped at ``cap`` (a
     known schedule's value), in at most about ``time_limit_s`` with the model's making; None
-    when the objective has no cap here, the time is too short, or CP-SAT gives no answer."""
+    when the objective has no cap here, the time is too short, OR-Tools is not installed, or
+    CP-SAT gives no answer."""
     if start.objective not in NODE_CPSAT_OBJECTIVES or not math.isfinite(cap):
         return None
     began = time.perf_counter()
     if time_limit_s < MIN_SOLVE_S:
         return None
-    from ortools.sat.python import cp_model
+    try:  # OR-Tools comes with the ``exact`` extra: without it the node keeps its bound
+        from ortools.sat.python import cp_model
+    except ImportError:
+        return None
 
     try:
         model = _NodeModel(cp_model, start, use_cut=False)
