@@ -21,7 +21,11 @@ the slot bound's,
 :mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
 :func:`~blitzplan.live.relaxation_dp.capacity_bound`, and under a FIFO order the Lagrangian
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved:
-the search stops once the incumbent meets them). Nodes are explored best bound first;
+the search stops once the incumbent meets them). Nodes are explored best bound first; after the
+first share of the search a node taken is first given the capacity bound of its restriction
+(:mod:`blitzplan.live.exact.node_bound`), and goes back among the open nodes when that lifts it;
+one whose relaxed plan fits N only with preemption is then solved whole on CP-SAT under the
+incumbent's value (:mod:`blitzplan.live.exact.node_cpsat`);
 each relaxed plan, repaired, offers the incumbent a schedule when its node is bounded, and
 sequenced, when preemptive N can carry it out, when its node is taken to be branched (the root's
 at once); a schedule is kept only when the independent checker passes it. When the root is not
@@ -41,6 +45,8 @@ from dataclasses import dataclass, field
 from blitzplan.live.exact.branching import node_children
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
+from blitzplan.live.exact.node_bound import node_capacity
+from blitzplan.live.exact.node_cpsat import node_cpsat
 from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import (
@@ -63,6 +69,9 @@ __all__ = [
     "EARLY_SEARCH_SHARE",
     "FIRST_OVERLOAD_EARLY",
     "LAGRANGE_SHARE_OF_LIMIT",
+    "NODE_CAPACITY",
+    "NODE_CPSAT",
+    "NODE_CPSAT_MAX_S",
     "POLISH_SHARE_OF_LIMIT",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
@@ -133,6 +142,22 @@ FIRST_OVERLOAD_EARLY = True
 little, so their relaxed plans, repaired, stay close to good schedules (on (80,8) FIFO seed 9
 they found 1.5168 there; branching on the worst overload from the start, 1.5753)."""
 
+NODE_CAPACITY = True
+"""After the early share of the search, a node taken to be branched first gets the capacity
+bound of its restriction (:func:`~blitzplan.live.exact.node_bound.node_capacity`); lifted, it
+goes back among the open nodes. Its children start from that bound."""
+
+NODE_CPSAT = True
+"""After the early share of the search, a node taken whose relaxed plan fits N with preemption
+but was not carried out (the sequencer found no order) is solved whole on CP-SAT under the
+incumbent's value (:func:`~blitzplan.live.exact.node_cpsat.node_cpsat`): its schedule is
+offered, and the node is set aside when CP-SAT solved it or showed it cannot beat the
+incumbent, else it keeps CP-SAT's bound and branches."""
+
+NODE_CPSAT_MAX_S = 1.0
+"""The most time one node gets on CP-SAT, the model's making included (and at most half the
+time left): on (40,12) FIFO seed 0 such nodes took 0.35-0.44 s."""
+
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
 
@@ -150,6 +175,10 @@ class _Node:
     settled, see :meth:`_Search.settle`)."""
     found: Overload | None = field(default=None, compare=False)
     """What preemptive N cannot fit of them, if anything."""
+    strong: bool = field(default=False, compare=False)
+    """Whether ``bound`` counts the node's capacity bound (:mod:`.node_bound`)."""
+    whole: bool = field(default=False, compare=False)
+    """Whether the node has been given to CP-SAT whole (:mod:`.node_cpsat`)."""
 
 
 class _Search:
@@ -173,6 +202,10 @@ class _Search:
         """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
         self.worst = WORST_OVERLOAD and not FIRST_OVERLOAD_EARLY
         """Whether nodes branch on the worst overload (see :data:`WORST_OVERLOAD`)."""
+        self.strong = False
+        """Whether a node taken gets its capacity bound first (after the early share)."""
+        self.whole = False
+        """Whether a node whose plan fits only with preemption goes to CP-SAT (likewise)."""
 
     def upper_cost(self) -> float:
         return self.obj.scaled(self.start.incumbent.objective)
@@ -233,6 +266,44 @@ class _Search:
             self.floor = min(self.floor, node.bound)  # solved: the incumbent meets its bound
             return True
         return False
+
+    def _lifted(self, node: _Node, until_s: float) -> bool:
+        """Give ``node`` its capacity bound; True when that lifted it (it is then set aside
+        when prunable, else back among the open nodes, to be taken in its new place)."""
+        node.strong = True
+        args = (self.start.old_order, self.upper_cost(), until_s)
+        bound = node_capacity(node.relax, node.bound, *args)
+        if bound <= node.bound:
+            return False
+        node.bound = bound
+        if self.prunable(bound):
+            self.floor = min(self.floor, bound)
+        else:
+            heapq.heappush(self.open, node)
+        return True
+
+    def _solved_whole(self, node: _Node, until_s: float) -> bool:
+        """Give a node whose plan fits N only with preemption to CP-SAT; True when that settled
+        it (set aside) or lifted it (back among the open nodes)."""
+        node.whole = True
+        if node.found is not None or node.ops is None:
+            return False
+        limit = min(NODE_CPSAT_MAX_S, 0.5 * (until_s - time.perf_counter()))
+        cap = self.start.incumbent.objective
+        solved = node_cpsat(self.start, node.restriction, cap, limit)
+        if solved is None:
+            return False
+        if solved.schedule is not None:
+            self.start.offer(solved.schedule)
+        bound = max(node.bound, self.obj.scaled(solved.bound))
+        if solved.closed or self.prunable(bound):
+            self.floor = min(self.floor, bound)
+            return True
+        if bound <= node.bound:
+            return False
+        node.bound = bound
+        heapq.heappush(self.open, node)
+        return True
 
     def _strengthen(self) -> None:
         start = self.start
@@ -325,7 +396,7 @@ class _Search:
             early_s = min(EARLY_SEARCH_SHARE * start.left_s(), EARLY_SEARCH_MAX_S)
             if root_s * EARLY_SEARCH_MIN_NODES <= early_s:
                 self._search(time.perf_counter() + early_s)
-            self.worst = WORST_OVERLOAD
+            self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 self._strengthen()
         self._search(start.deadline_s)
@@ -342,10 +413,14 @@ class _Search:
             if self.prunable(node.bound):
                 self.floor = min(self.floor, node.bound)
                 continue
+            if self.strong and not node.strong and self._lifted(node, until_s):
+                continue
             if self.settle(node):
                 continue
             if self.prunable(node.bound):  # the offer lowered the incumbent near its bound
                 self.floor = min(self.floor, node.bound)
+                continue
+            if self.whole and not node.whole and self._solved_whole(node, until_s):
                 continue
             self.nodes += 1
             children = node_children(

@@ -1,0 +1,119 @@
+"""A node of the exact search (:mod:`blitzplan.live.exact.bnb`) solved whole on CP-SAT.
+
+Deep in the search the nodes that hold the bound have relaxed plans that fit N with preemption
+but in no order of N's layers (on (40,12) FIFO seeds 0 and 9 of ``benchmarks/partition.py``
+CP-SAT proves that in 0.01 s where the sequencer gives up after 200,000 steps), and branching
+on one pair of N's layers at a time leaves a child at the node's bound. There the node's own
+problem is small: its restriction fixes most of each batch's split. The model of
+:mod:`blitzplan.live.exact.cpsat` (floored data, which relaxes the problem) gets the node's
+restriction (each batch's split range; each layer's start limit, floored, when the layer runs on
+N) and a cap on the objective: no more than the incumbent. On (40,12) FIFO seed 0 it solved such
+nodes in 0.35-0.44 s, to a schedule of 0.83065 where the incumbent was 0.83314.
+
+What it proves, for every schedule that keeps the restriction (the floored starts and
+completions of such a schedule are a solution of the floored model, at an objective no larger
+than the schedule's, so a schedule at or under the cap is a solution of the capped model):
+
+- INFEASIBLE: no such schedule is at or under the cap;
+- OPTIMAL: none is below the model's optimum, scaled back;
+- otherwise (out of time): none is below the least of the model's best bound and the cap.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from blitzplan.live.exact.common import OutOfTime, Start, decode
+from blitzplan.live.exact.cpsat import _Model
+from blitzplan.live.relaxation import Restriction
+from blitzplan.live.schedule import Schedule
+
+__all__ = ["MIN_SOLVE_S", "NODE_CPSAT_OBJECTIVES", "NodeSolved", "node_cpsat"]
+
+MIN_SOLVE_S = 0.05
+"""CP-SAT is not started with less than this left after the model is made."""
+
+NODE_CPSAT_OBJECTIVES = ("mean_latency", "makespan")
+"""The objectives the node's cap is written for (the others keep the node's own bound)."""
+
+
+@dataclass(frozen=True)
+class NodeSolved:
+    """What CP-SAT proved about one node: ``bound`` (objective units) holds for every schedule
+    that keeps the node's restriction; ``closed`` when nothing below it is left to look for
+    (the model was solved or shown empty under the cap); ``schedule``, one it found."""
+
+    bound: float
+    closed: bool
+    schedule: Schedule | None
+
+
+def node_cpsat(
+    start: Start, restriction: Restriction, cap: float, time_limit_s: float
+) -> NodeSolved | None:
+    """The node of ``restriction`` on CP-SAT (one worker), its objective capped at ``cap`` (a
+    known schedule's value), in at most about ``time_limit_s`` with the model's making; None
+    when the objective has no cap here, the time is too short, OR-Tools is not installed, or
+    CP-SAT gives no answer."""
+    if start.objective not in NODE_CPSAT_OBJECTIVES or not math.isfinite(cap):
+        return None
+    began = time.perf_counter()
+    if time_limit_s < MIN_SOLVE_S:
+        return None
+    try:  # OR-Tools comes with the ``exact`` extra: without it the node keeps its bound
+        from ortools.sat.python import cp_model
+    except ImportError:
+        return None
+
+    try:
+        model = _NodeModel(cp_model, start, use_cut=False)
+    except OutOfTime:
+        return None
+    _restrict(model, restriction)
+    inst, n = start.instance, start.instance.num_batches
+    if start.objective == "mean_latency":
+        cap_ticks = math.ceil((cap * n + sum(inst.release_s)) / model.tick) + n
+    else:
+        cap_ticks = math.ceil(cap / model.tick) + 1
+    model.m.Add(model.goal <= cap_ticks)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    left = time_limit_s - (time.perf_counter() - began)
+    if left < MIN_SOLVE_S:
+        return None
+    solver.parameters.max_time_in_seconds = left
+    status = solver.Solve(model.m)
+    if status == cp_model.INFEASIBLE:
+        return NodeSolved(cap, True, None)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    split, new_order, old_order, _ = model.read(solver)
+    found = decode(inst, split, new_order, old_order, start.objective, start.old_order, "bnb")
+    proven = model.true_bound(solver.BestObjectiveBound())
+    if status == cp_model.OPTIMAL:
+        return NodeSolved(proven, True, found)
+    return NodeSolved(min(proven, cap), False, found)
+
+
+class _NodeModel(_Model):
+    """The model without its symmetry constraints: identical batches are not alike under a
+    restriction that treats them differently, so swapping them may leave the node."""
+
+    def _symmetry(self) -> None:
+        return None
+
+
+def _restrict(model: _Model, restriction: Restriction) -> None:
+    """Each batch's split range, and each layer's start limit when it runs on N (floored)."""
+    m, L = model.m, model.L
+    for i in range(model.n):
+        low, high = restriction.split_min[i], restriction.split_max[i]
+        if low >= 1:
+            m.Add(model.x[i, low] == 1)
+        if high < L:
+            m.Add(model.x[i, high + 1] == 0)
+        for layer, after in enumerate(restriction.start_after_s[i], start=1):
+            if after > 0:
+                m.Add(model.s[i, layer] >= model._floor(after)).OnlyEnforceIf(model.x[i, layer])
