@@ -242,7 +242,7 @@ def test_a_tiny_limit_on_a_hard_instance_is_kept_loosely(backend: str) -> None:
 
 def test_the_default_exact_backend_needs_no_solver_library() -> None:
     """With PuLP, HiGHS and OR-Tools blocked, ``method="exact"`` still proves an optimum (the
-    branch and bound is pure Python) and never imports them."""
+    branch and bound needs none; OR-Tools only helps it on deep nodes) and never imports them."""
     from tests.test_import import _BLOCK
 
     code = _BLOCK + (

@@ -50,7 +50,12 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("bnb", None, "branch and bound over the N-capacity relaxation (pure Python)"),
+        Backend(
+            "bnb",
+            None,
+            "branch and bound over the N-capacity relaxation (no extra; CP-SAT on deep nodes "
+            "when OR-Tools is installed)",
+        ),
         Backend("highs", "highspy", "MILP through PuLP on HiGHS (highspy)", ("pulp", "highspy")),
         Backend("cbc", "pulp", "MILP through PuLP on its bundled CBC", ("pulp",)),
         Backend(
