@@ -22,10 +22,8 @@ from collections.abc import Sequence
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import (
     _atom_cuts,
-    _depths,
-    _groups,
-    _sharing,
     phases_apart,
+    slice_layout,
     sliced_until,
 )
 from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
@@ -66,7 +64,8 @@ arrivals and starts: 1.7-2.5 us a lane on a 2-core x86_64 with the collector pau
 lanes), which the caller waits for too: a slicing is built only when it and this end by the
 deadline."""
 
-_Shape = tuple[list[tuple[int, int, bool]], list[int], list[list[int]], bool, int]
+_Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
+_Shape = tuple[_Layout, _Layout | None, int]
 _Key = tuple[int, bool, int]  # (slices, staggered, candidate)
 _KEPT = 3
 """The times of this many of the fastest slicings timed are kept for their builds (the
@@ -114,7 +113,7 @@ class SliceSearch:
         it comes)."""
         lead = self._leader()
         for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
-            pattern = self._pattern_predicted(j, self.shapes[j][4] * m, 1.0)
+            pattern = self._pattern_predicted(j, self.shapes[j][2] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
                 return needed
@@ -151,7 +150,7 @@ class SliceSearch:
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
-        ranked = sorted((j for j in new if self.shapes[j][3]), key=fastest.__getitem__)
+        ranked = sorted((j for j in new if self.shapes[j][1]), key=fastest.__getitem__)
         staggered = [(m, True, j) for m in STAGGERED_SLICES for j in ranked]
         self._patterns(staggered, deadline, build_by)
         self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
@@ -168,7 +167,7 @@ class SliceSearch:
     ) -> None:
         """Each slicing of ``trials`` timed from its pattern when it fits (:meth:`time`)."""
         for phases, staggered, j in trials:
-            size = self.shapes[j][4] * phases
+            size = self.shapes[j][2] * phases
             predicted = self._pattern_predicted(j, size)
             if not (_fits(predicted, deadline) and _fits(predicted + self.reserve_s, build_by)):
                 self.pending.append((phases, staggered, j))
@@ -235,7 +234,7 @@ class SliceSearch:
         place), if its phases stay apart on every link (None: no time for it, its waits form
         a cycle, or its phases meet)."""
         phases, staggered, j = key
-        size = self.shapes[j][4] * phases
+        size = self.shapes[j][2] * phases
         times = next((found for _, at, found in self.kept if at == key), None)
         if not timed:
             predicted = self.untimed_rate * size
@@ -289,20 +288,20 @@ def sliced_refinement(
 
 
 def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's groups, each lane's group, the groups sharing a link with each, whether its
-    hops' depths differ (else staggering changes nothing) and its lanes' atoms (the lanes of
-    one slice)."""
-    groups, group_of = _groups(plan.builder)
-    sharing = _sharing(plan.builder, len(groups), group_of)
+    """A plan's plain and staggered layouts (:func:`slice_layout`; the staggered one None
+    when its offsets are all equal: staggering changes nothing) and its lanes' atoms (the
+    lanes of one slice)."""
+    staggered: _Layout | None = slice_layout(plan, True)
+    if staggered is not None and len(set(staggered[2])) < 2:
+        staggered = None
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
-    return groups, group_of, sharing, len(set(_depths(groups))) > 1, max(1, atoms)
+    return slice_layout(plan, False), staggered, max(1, atoms)
 
 
 def _pattern_ready(
     problem: Problem, plan: Built, phases: int, staggered: bool, shape: _Shape
 ) -> SlicedTimes | None:
-    groups, group_of, sharing, _, _ = shape
-    offsets = _depths(groups) if staggered else [0] * len(groups)
+    layout = shape[1] if staggered and shape[1] is not None else shape[0]
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    return sliced_ready(problem, plan, phases, (groups, group_of, offsets, sharing), cuts)
+    return sliced_ready(problem, plan, phases, layout, cuts)
