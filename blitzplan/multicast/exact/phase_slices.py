@@ -43,6 +43,8 @@ from blitzplan.multicast.timeline.assemble import Built, run
 from blitzplan.topologies import Edge
 
 __all__ = [
+    "BY_LANE",
+    "BY_SENDER",
     "SNAP",
     "phases_apart",
     "slice_layout",
@@ -62,13 +64,14 @@ def slice_phases(
     built: Built,
     phases: int,
     *,
-    staggered: bool = False,
+    staggered: int = False,
     timed: SlicedTimes | None = None,
 ) -> Built:
     """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
-    slices in turn (module docstring), evaluated under the cost model. ``staggered``: a lane
-    whose bytes crossed ``d`` lanes before it sends slice ``k`` in phase ``k + d``
-    (:func:`slice_layout`), so on a shared link a shallow lane's slice ``k`` streams with a
+    slices in turn (module docstring), evaluated under the cost model. ``staggered`` (True or
+    :data:`BY_LANE`): a lane whose bytes crossed ``d`` lanes before it sends slice ``k`` in
+    phase ``k + d`` (:data:`BY_SENDER`: ``d`` its sender's distance from the holders;
+    :func:`slice_layout`), so on a shared link a shallow lane's slice ``k`` streams with a
     deep lane's slice ``k - d`` instead of waiting for its ``k - 1``.
     ``timed``: this slicing's times from its pattern
     (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`, the same rates, arrivals,
@@ -86,7 +89,7 @@ def sliced_until(
     problem: Problem,
     built: Built,
     phases: int,
-    staggered: bool,
+    staggered: int,
     timed: SlicedTimes | None,
     deadline: float | None,
 ) -> Built | None:
@@ -107,7 +110,7 @@ def _sliced(
     problem: Problem,
     built: Built,
     phases: int,
-    staggered: bool,
+    staggered: int,
     timed: SlicedTimes | None,
     deadline: float | None,
 ) -> Built:
@@ -221,16 +224,28 @@ def _slices(
     return out
 
 
+BY_LANE = 1
+"""``staggered`` of :func:`slice_layout`: offsets by the depth of each lane's bytes."""
+BY_SENDER = 2
+"""... by its sender's distance from the nearest node that receives nothing (one group per
+hop): where a node forwards bytes of several depths, the deeper ones' forwards wait for their
+feeders (case 193: 1.9x), but the slicing ends fewer slices after its last (a few cases)."""
+
+
 def slice_layout(
-    built: Built, staggered: bool
+    built: Built, staggered: int
 ) -> tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]:
     """How ``built`` is cut: its groups ``(sender, receiver, pipelined)`` (its hops, then one
     hop of each node to itself for its gathers, which cannot wait; such a hop can), each lane's
     group, each group's phase offset and the groups sharing a link with each (itself
-    included). Plain: one group per hop, offsets 0. ``staggered``: one group per hop and depth
-    of its lanes' bytes (the lanes before each on its longest chain of feeders, the plan's
-    timeline's), offset by that depth; groups of one hop share links with the same groups
-    (the union of theirs), so they wait for the same hops (module docstring)."""
+    included). Plain (``staggered`` 0 or False): one group per hop, offsets 0.
+    :data:`BY_LANE` (or True): one group per hop and depth of its lanes' bytes (the lanes
+    before each on its longest chain of feeders, the plan's timeline's), offset by that depth;
+    groups of one hop share links with the same groups (the union of theirs), so they wait for
+    the same hops (module docstring). :data:`BY_SENDER`: one group per hop, offset by its
+    sender's distance from the nearest node that receives nothing."""
+    if staggered not in (0, BY_LANE, BY_SENDER):
+        raise InvalidInputError(f"staggered must be 0, 1 or 2, got {staggered!r}")
     builder = built.builder
     hops = [(spec[0], spec[1], spec[3]) for spec in builder.hop_specs]
     own: dict[int, int] = {}  # a node's gathers -> their hop of the node to itself
@@ -241,7 +256,8 @@ def slice_layout(
             if h == len(hops):
                 hops.append((lane.receiver, lane.receiver, True))
         hop_of.append(h)
-    depth = _lane_depths(built.timeline.lane_feeds) if staggered else [0] * len(hop_of)
+    by_lane = staggered == BY_LANE
+    depth = _lane_depths(built.timeline.lane_feeds) if by_lane else [0] * len(hop_of)
     laneless = set(range(len(hops))) - set(hop_of)
     found = sorted(set(zip(hop_of, depth, strict=True)) | {(h, 0) for h in laneless})
     index = {part: g for g, part in enumerate(found)}
@@ -254,7 +270,28 @@ def slice_layout(
         of_hop[h].append(g)
     meets = [[j for j, other in enumerate(edges) if mine & other] for mine in edges]
     sharing = [[g for j in meets[h] for g in of_hop[j]] for h, _ in found]
-    return [hops[h] for h, _ in found], group_of, [d for _, d in found], sharing
+    groups = [hops[h] for h, _ in found]
+    offsets = _sender_depths(groups) if staggered == BY_SENDER else [d for _, d in found]
+    return groups, group_of, offsets, sharing
+
+
+def _sender_depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:
+    """Per group, the hop count from the nearest node that receives nothing to its sender."""
+    into: dict[int, list[int]] = {}
+    for sender, receiver, _ in groups:
+        if sender != receiver:
+            into.setdefault(receiver, []).append(sender)
+    nodes = {n for s, r, _ in groups for n in (s, r)}
+    depth = {n: 0 for n in nodes if n not in into}
+    frontier = list(depth)
+    while frontier:
+        nxt = []
+        for sender, receiver, _ in groups:
+            if sender in frontier and receiver not in depth:
+                depth[receiver] = depth[sender] + 1
+                nxt.append(receiver)
+        frontier = nxt
+    return [depth.get(sender, 0) for sender, _, _ in groups]
 
 
 def _lane_depths(feeds: Sequence[Sequence[int]]) -> list[int]:

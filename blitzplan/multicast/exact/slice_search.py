@@ -1,10 +1,11 @@
 """Which plan to cut into time slices, and into how many: the exact method's last step.
 
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
-plain and :data:`STAGGERED_SLICES` staggered slices
-(:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`), each count on every candidate
-before the next count: the plan that times fastest in one phase is often not the one that
-slices best. Each slicing is first timed from its pattern
+plain and :data:`STAGGERED_SLICES` staggered slices, staggered by lane depth and, where that
+differs, by sender (:func:`~blitzplan.multicast.exact.phase_slices.slice_layout`: neither wins
+everywhere), by :func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
+every candidate before the next count: the plan that times fastest in one phase is often not
+the one that slices best. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
 without building it, in a fraction of the time); only the fastest is then built and evaluated
 in full (the next fastest if its phases meet on a link), and the slicings the pattern cannot
@@ -21,6 +22,8 @@ from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import (
+    BY_LANE,
+    BY_SENDER,
     _atom_cuts,
     phases_apart,
     slice_layout,
@@ -65,8 +68,8 @@ lanes), which the caller waits for too: a slicing is built only when it and this
 deadline."""
 
 _Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
-_Shape = tuple[_Layout, _Layout | None, int]
-_Key = tuple[int, bool, int]  # (slices, staggered, candidate)
+_Shape = tuple[dict[int, _Layout], int]
+_Key = tuple[int, int, int]  # (slices, staggered: 0, BY_LANE or BY_SENDER, candidate)
 _KEPT = 3
 """The times of this many of the fastest slicings timed are kept for their builds (the
 fallbacks of the fastest too: its phases may meet, its build may not fit)."""
@@ -90,7 +93,7 @@ class SliceSearch:
         self.problem, self.objective = problem, objective
         self.plans: list[Built] = []
         self.shapes: list[_Shape] = []
-        self.timed: list[tuple[float, int, bool, int]] = []
+        self.timed: list[tuple[float, int, int, int]] = []
         self.untimed: list[_Key] = []  # slicings the pattern could not time
         self.target = math.inf  # the fastest timed slicing that could be built in time
         self.reserve_s = 0.0  # ... its predicted time to build in full
@@ -113,7 +116,7 @@ class SliceSearch:
         it comes)."""
         lead = self._leader()
         for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
-            pattern = self._pattern_predicted(j, self.shapes[j][2] * m, 1.0)
+            pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
                 return needed
@@ -150,8 +153,14 @@ class SliceSearch:
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
-        ranked = sorted((j for j in new if self.shapes[j][1]), key=fastest.__getitem__)
-        staggered = [(m, True, j) for m in STAGGERED_SLICES for j in ranked]
+        ranked = sorted(new, key=fastest.__getitem__)
+        staggered = [
+            (m, by, j)
+            for m in STAGGERED_SLICES
+            for j in ranked
+            for by in (BY_LANE, BY_SENDER)
+            if by in self.shapes[j][0]
+        ]
         self._patterns(staggered, deadline, build_by)
         self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
@@ -167,7 +176,7 @@ class SliceSearch:
     ) -> None:
         """Each slicing of ``trials`` timed from its pattern when it fits (:meth:`time`)."""
         for phases, staggered, j in trials:
-            size = self.shapes[j][2] * phases
+            size = self.shapes[j][1] * phases
             predicted = self._pattern_predicted(j, size)
             if not (_fits(predicted, deadline) and _fits(predicted + self.reserve_s, build_by)):
                 self.pending.append((phases, staggered, j))
@@ -224,7 +233,7 @@ class SliceSearch:
         if not points:
             return margin * max(self.pattern_rate.values(), default=0.0) * size
         last, took = points[-1]
-        if size <= last or len(points) < 2 or points[-2][1] >= took:
+        if size <= last or len(points) < 2 or points[-2][0] >= last or points[-2][1] >= took:
             return margin * took * size / last
         growth = (took - points[-2][1]) / (last - points[-2][0])
         return margin * (took + growth * (size - last))
@@ -234,7 +243,7 @@ class SliceSearch:
         place), if its phases stay apart on every link (None: no time for it, its waits form
         a cycle, or its phases meet)."""
         phases, staggered, j = key
-        size = self.shapes[j][2] * phases
+        size = self.shapes[j][1] * phases
         times = next((found for _, at, found in self.kept if at == key), None)
         if not timed:
             predicted = self.untimed_rate * size
@@ -288,20 +297,22 @@ def sliced_refinement(
 
 
 def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's plain and staggered layouts (:func:`slice_layout`; the staggered one None
-    when its offsets are all equal: staggering changes nothing) and its lanes' atoms (the
-    lanes of one slice)."""
-    staggered: _Layout | None = slice_layout(plan, True)
-    if staggered is not None and len(set(staggered[2])) < 2:
-        staggered = None
+    """A plan's layouts (:func:`slice_layout`) by ``staggered`` (0, :data:`BY_LANE`,
+    :data:`BY_SENDER`), a staggered one only where its offsets differ (else staggering changes
+    nothing) and it is not the one before it; and its lanes' atoms (the lanes of one slice)."""
+    layouts = {0: slice_layout(plan, 0)}
+    for by in (BY_LANE, BY_SENDER):
+        layout = slice_layout(plan, by)
+        if len(set(layout[2])) > 1 and layout not in layouts.values():
+            layouts[by] = layout
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
-    return slice_layout(plan, False), staggered, max(1, atoms)
+    return layouts, max(1, atoms)
 
 
 def _pattern_ready(
-    problem: Problem, plan: Built, phases: int, staggered: bool, shape: _Shape
+    problem: Problem, plan: Built, phases: int, staggered: int, shape: _Shape
 ) -> SlicedTimes | None:
-    layout = shape[1] if staggered and shape[1] is not None else shape[0]
+    layout = shape[0].get(staggered, shape[0][0])
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     return sliced_ready(problem, plan, phases, layout, cuts)
