@@ -15,15 +15,18 @@ from blitzplan.multicast.exact.phase_slices import (
     phases_apart,
     slice_layout,
     slice_phases,
+    staggering,
 )
 from blitzplan.multicast.exact.slice_search import sliced_refinement
 from blitzplan.multicast.exact.slice_timing import sliced_ready
+from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, base_builder, run, score
 from blitzplan.topologies import build_cluster, pcie_host
 from blitzplan.units import GBPS, GIB, MIB
 from tests.test_multicast import PROPERTY_MODEL
 from tests.test_multicast_overlay import _plan, _problem
+from tests.test_multicast_phase_slices import chain_case
 
 LINK = 25 * GBPS
 CHUNK = 4 * MIB
@@ -124,3 +127,15 @@ def test_the_slice_search_picks_the_lane_staggered_slicing_on_the_mixed_case() -
     best = sliced_refinement(problem, [one], "all_ready", None)
     assert _value(best) <= _value(slice_phases(problem, one, SLICES, staggered=True)) * (1 + 1e-9)
     assert len(set(best.builder.flow_phase)) > 1
+
+
+def test_staggering_by_sender_is_kept_where_no_lane_precedes_its_feeder() -> None:
+    """The slice search staggers by lane depth only where a lane would be in an earlier phase
+    than one of its feeders by sender: the mixed case (h2 -> h3 carries bytes three lanes
+    deep), not the chain, whose offsets are equal either way."""
+    _, _, one = mixed_case()
+    assert staggering(one) == BY_LANE
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    assert staggering(ring) == BY_SENDER
+    assert slice_layout(ring, BY_SENDER)[2] == slice_layout(ring, BY_LANE)[2]

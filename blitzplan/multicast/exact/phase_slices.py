@@ -50,6 +50,7 @@ __all__ = [
     "slice_layout",
     "slice_phases",
     "sliced_until",
+    "staggering",
 ]
 
 _APART = 1e-7
@@ -229,7 +230,8 @@ BY_LANE = 1
 BY_SENDER = 2
 """... by its sender's distance from the nearest node that receives nothing (one group per
 hop): where a node forwards bytes of several depths, the deeper ones' forwards wait for their
-feeders (case 193: 1.9x), but the slicing ends fewer slices after its last (a few cases)."""
+feeders (case 193: 1.9x), elsewhere the slicing may end fewer slices after its last
+(:func:`staggering` chooses)."""
 
 
 def slice_layout(
@@ -273,6 +275,18 @@ def slice_layout(
     groups = [hops[h] for h, _ in found]
     offsets = _sender_depths(groups) if staggered == BY_SENDER else [d for _, d in found]
     return groups, group_of, offsets, sharing
+
+
+def staggering(built: Built) -> int:
+    """The staggering for ``built``: :data:`BY_SENDER` when no lane of it is in an earlier phase
+    than one of its feeders (none then waits for a feeder's later phase, and its deepest offset
+    is at most the lanes' deepest), else :data:`BY_LANE` (a node forwarding bytes that reached
+    it deeper than its distance from the holders: case 193)."""
+    _, group_of, offsets, _ = slice_layout(built, BY_SENDER)
+    for f, fed in enumerate(built.timeline.lane_feeds):
+        if any(offsets[group_of[f]] < offsets[group_of[d]] for d in fed):
+            return BY_LANE
+    return BY_SENDER
 
 
 def _sender_depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:

@@ -1,9 +1,10 @@
 """Which plan to cut into time slices, and into how many: the exact method's last step.
 
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
-plain and :data:`STAGGERED_SLICES` staggered slices, staggered by lane depth and, where that
-differs, by sender (:func:`~blitzplan.multicast.exact.phase_slices.slice_layout`: neither wins
-everywhere), by :func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
+plain and :data:`STAGGERED_SLICES` staggered slices (by sender, or by lane depth where a lane
+would be in an earlier phase than its feeder:
+:func:`~blitzplan.multicast.exact.phase_slices.staggering`), by
+:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
 every candidate before the next count: the plan that times fastest in one phase is often not
 the one that slices best. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
@@ -28,6 +29,7 @@ from blitzplan.multicast.exact.phase_slices import (
     phases_apart,
     slice_layout,
     sliced_until,
+    staggering,
 )
 from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
 from blitzplan.multicast.setup.problem import Problem
@@ -297,14 +299,14 @@ def sliced_refinement(
 
 
 def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's layouts (:func:`slice_layout`) by ``staggered`` (0, :data:`BY_LANE`,
-    :data:`BY_SENDER`), a staggered one only where its offsets differ (else staggering changes
-    nothing) and it is not the one before it; and its lanes' atoms (the lanes of one slice)."""
+    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered as
+    :func:`staggering` chooses (:data:`BY_LANE` or :data:`BY_SENDER`) where its offsets differ
+    (else staggering changes nothing); and its lanes' atoms (the lanes of one slice)."""
     layouts = {0: slice_layout(plan, 0)}
-    for by in (BY_LANE, BY_SENDER):
-        layout = slice_layout(plan, by)
-        if len(set(layout[2])) > 1 and layout not in layouts.values():
-            layouts[by] = layout
+    by = staggering(plan)
+    layout = slice_layout(plan, by)
+    if len(set(layout[2])) > 1:
+        layouts[by] = layout
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
     return layouts, max(1, atoms)
