@@ -10,13 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import InfeasibleError, InvalidInputError
-from blitzplan.multicast.exact.phase_slices import (
-    _atom_cuts,
-    _depths,
-    _groups,
-    _sharing,
-    slice_phases,
-)
+from blitzplan.multicast.exact.phase_slices import _atom_cuts, slice_layout, slice_phases
 from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.greedy import build, context, greedy_choice
 from blitzplan.multicast.setup.problem import Problem
@@ -31,13 +25,10 @@ SLICINGS = ((1, False), (2, False), (3, False), (7, False), (2, True), (3, True)
 def _compare(problem: Problem, built: Built) -> tuple[int, int]:
     """Every slicing of ``SLICINGS``: the pattern's ready times are the full plan's (or the
     pattern declines); ``(slicings the pattern timed, slicings tried)``."""
-    groups, group_of = _groups(built.builder)
-    sharing = _sharing(built.builder, len(groups), group_of)
     cuts = _atom_cuts(built.builder.lanes, problem.tp)
     answered = 0
     for phases, staggered in SLICINGS:
-        offsets = _depths(groups) if staggered else [0] * len(groups)
-        found = sliced_ready(problem, built, phases, (groups, group_of, offsets, sharing), cuts)
+        found = sliced_ready(problem, built, phases, slice_layout(built, staggered), cuts)
         try:
             sliced = slice_phases(problem, built, phases, staggered=staggered)
         except InvalidInputError:  # the full slicing's waits form a cycle

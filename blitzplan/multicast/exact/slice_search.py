@@ -1,10 +1,12 @@
 """Which plan to cut into time slices, and into how many: the exact method's last step.
 
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
-plain and :data:`STAGGERED_SLICES` staggered slices
-(:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`), each count on every candidate
-before the next count: the plan that times fastest in one phase is often not the one that
-slices best. Each slicing is first timed from its pattern
+plain and :data:`STAGGERED_SLICES` staggered slices (by sender, or by lane depth where a lane
+would be in an earlier phase than its feeder:
+:func:`~blitzplan.multicast.exact.phase_slices.staggering`), by
+:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
+every candidate before the next count: the plan that times fastest in one phase is often not
+the one that slices best. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
 without building it, in a fraction of the time); only the fastest is then built and evaluated
 in full (the next fastest if its phases meet on a link), and the slicings the pattern cannot
@@ -21,12 +23,13 @@ from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import (
+    BY_LANE,
+    BY_SENDER,
     _atom_cuts,
-    _depths,
-    _groups,
-    _sharing,
     phases_apart,
+    slice_layout,
     sliced_until,
+    staggering,
 )
 from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
 from blitzplan.multicast.setup.problem import Problem
@@ -66,8 +69,9 @@ arrivals and starts: 1.7-2.5 us a lane on a 2-core x86_64 with the collector pau
 lanes), which the caller waits for too: a slicing is built only when it and this end by the
 deadline."""
 
-_Shape = tuple[list[tuple[int, int, bool]], list[int], list[list[int]], bool, int]
-_Key = tuple[int, bool, int]  # (slices, staggered, candidate)
+_Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
+_Shape = tuple[dict[int, _Layout], int]
+_Key = tuple[int, int, int]  # (slices, staggered: 0, BY_LANE or BY_SENDER, candidate)
 _KEPT = 3
 """The times of this many of the fastest slicings timed are kept for their builds (the
 fallbacks of the fastest too: its phases may meet, its build may not fit)."""
@@ -91,7 +95,7 @@ class SliceSearch:
         self.problem, self.objective = problem, objective
         self.plans: list[Built] = []
         self.shapes: list[_Shape] = []
-        self.timed: list[tuple[float, int, bool, int]] = []
+        self.timed: list[tuple[float, int, int, int]] = []
         self.untimed: list[_Key] = []  # slicings the pattern could not time
         self.target = math.inf  # the fastest timed slicing that could be built in time
         self.reserve_s = 0.0  # ... its predicted time to build in full
@@ -114,7 +118,7 @@ class SliceSearch:
         it comes)."""
         lead = self._leader()
         for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
-            pattern = self._pattern_predicted(j, self.shapes[j][4] * m, 1.0)
+            pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
                 return needed
@@ -151,8 +155,14 @@ class SliceSearch:
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
-        ranked = sorted((j for j in new if self.shapes[j][3]), key=fastest.__getitem__)
-        staggered = [(m, True, j) for m in STAGGERED_SLICES for j in ranked]
+        ranked = sorted(new, key=fastest.__getitem__)
+        staggered = [
+            (m, by, j)
+            for m in STAGGERED_SLICES
+            for j in ranked
+            for by in (BY_LANE, BY_SENDER)
+            if by in self.shapes[j][0]
+        ]
         self._patterns(staggered, deadline, build_by)
         self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
@@ -168,7 +178,7 @@ class SliceSearch:
     ) -> None:
         """Each slicing of ``trials`` timed from its pattern when it fits (:meth:`time`)."""
         for phases, staggered, j in trials:
-            size = self.shapes[j][4] * phases
+            size = self.shapes[j][1] * phases
             predicted = self._pattern_predicted(j, size)
             if not (_fits(predicted, deadline) and _fits(predicted + self.reserve_s, build_by)):
                 self.pending.append((phases, staggered, j))
@@ -225,7 +235,7 @@ class SliceSearch:
         if not points:
             return margin * max(self.pattern_rate.values(), default=0.0) * size
         last, took = points[-1]
-        if size <= last or len(points) < 2 or points[-2][1] >= took:
+        if size <= last or len(points) < 2 or points[-2][0] >= last or points[-2][1] >= took:
             return margin * took * size / last
         growth = (took - points[-2][1]) / (last - points[-2][0])
         return margin * (took + growth * (size - last))
@@ -235,7 +245,7 @@ class SliceSearch:
         place), if its phases stay apart on every link (None: no time for it, its waits form
         a cycle, or its phases meet)."""
         phases, staggered, j = key
-        size = self.shapes[j][4] * phases
+        size = self.shapes[j][1] * phases
         times = next((found for _, at, found in self.kept if at == key), None)
         if not timed:
             predicted = self.untimed_rate * size
@@ -289,20 +299,22 @@ def sliced_refinement(
 
 
 def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's groups, each lane's group, the groups sharing a link with each, whether its
-    hops' depths differ (else staggering changes nothing) and its lanes' atoms (the lanes of
-    one slice)."""
-    groups, group_of = _groups(plan.builder)
-    sharing = _sharing(plan.builder, len(groups), group_of)
+    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered as
+    :func:`staggering` chooses (:data:`BY_LANE` or :data:`BY_SENDER`) where its offsets differ
+    (else staggering changes nothing); and its lanes' atoms (the lanes of one slice)."""
+    layouts = {0: slice_layout(plan, 0)}
+    by = staggering(plan)
+    layout = slice_layout(plan, by)
+    if len(set(layout[2])) > 1:
+        layouts[by] = layout
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
-    return groups, group_of, sharing, len(set(_depths(groups))) > 1, max(1, atoms)
+    return layouts, max(1, atoms)
 
 
 def _pattern_ready(
-    problem: Problem, plan: Built, phases: int, staggered: bool, shape: _Shape
+    problem: Problem, plan: Built, phases: int, staggered: int, shape: _Shape
 ) -> SlicedTimes | None:
-    groups, group_of, sharing, _, _ = shape
-    offsets = _depths(groups) if staggered else [0] * len(groups)
+    layout = shape[0].get(staggered, shape[0][0])
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    return sliced_ready(problem, plan, phases, (groups, group_of, offsets, sharing), cuts)
+    return sliced_ready(problem, plan, phases, layout, cuts)
