@@ -37,7 +37,7 @@ import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Restriction
-from blitzplan.live.slot_blocks import block_cells, block_values, earliest_starts, least_start
+from blitzplan.live.slot_blocks import BlockTable, earliest_starts, least_start
 
 __all__ = ["SLOTS", "SlotPath", "SlotPrices", "slot_usage", "solve_batches"]
 
@@ -131,7 +131,7 @@ class SlotPrices:
         # [l - 1, i, b]: layer l may not start in step b (before it arrives)
         self.masks = np.arange(size)[None, None, :] < self.first.T[:, :, None]
         self.earliest = earliest_starts(inst)  # [i, k]: no block of split k starts before
-        self._old_cells = block_cells(self.q, width, self.old.count)
+        self.blocks = BlockTable(self.old.edges, self.q, self.earliest)
         self._tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.set(np.zeros(self.new.count), np.zeros(self.old.count))
 
@@ -143,9 +143,7 @@ class SlotPrices:
         self.run_price, self.run_at = _least_in_step(
             self.new, self.cum_new, self.times, self.delta[:, None], self.p_new[:, None]
         )
-        self.old_value = block_values(
-            self.old.edges, self.cum_old, self.q, self.earliest, self._old_cells
-        )
+        self.old_value = self.blocks.values(self.cum_old)
         suffix = np.minimum.accumulate(self.old_value[:, :, ::-1], axis=2)[:, :, ::-1]
         # the least completion from each O slot on, less the batch's release (flat)
         self.old_suffix = np.subtract(suffix, self.release[:, None, None]).ravel()
