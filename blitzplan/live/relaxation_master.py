@@ -1,20 +1,14 @@
-"""The slot relaxation's master LP, with exact block completions and clique cuts on O's blocks.
+"""The slot relaxation's master LP, with clique cuts on O's blocks.
 
 The slot bound (:mod:`blitzplan.live.relaxation_slots`) prices each slot's capacity on N and on
 O; its Lagrangian dual is the time-indexed master LP, a convex mix of each batch's priced
 choices ("paths": a split, N's layer starts, O's block start). Here that LP is solved by column
 generation, the per-batch dynamic program (:func:`~blitzplan.live.slot_prices.solve_batches`)
-pricing, in HiGHS (one thread; ``highspy``, the ``exact`` extra, is imported when called), with
-two strengthenings, each valid for every schedule (``exact_blocks``, ``cuts``):
+pricing, in HiGHS (one thread; ``highspy``, the ``exact`` extra, is imported when called). O's
+blocks are charged as the program charges them (:mod:`blitzplan.live.slot_blocks`: from their
+own start, after their floor); a column's block starts where its value was found. With
+``cuts``, a strengthening valid for every schedule:
 
-- **Blocks counted from their start, after their floor** (:func:`block_values`). The program
-  counts a block's completion from the start of its O slot, and prices it at the start in the
-  slot that pays least, up to a slot later. Here a block started in slot ``c`` is charged the
-  least over starts ``s`` in the slot of its price plus ``max(s, e) + q`` (``q`` the block,
-  ``e`` its floor, :func:`earliest_starts`: no block of split ``k`` starts before its batch's
-  alone chain of ``k`` layers and hand-off, :func:`~blitzplan.live.relaxation.alone_chain_s`,
-  nor before O is free); the least is at one of four starts. Every schedule's block pays at
-  least that, so the bound stays valid.
 - **Clique cuts** (Sousa and Wolsey's, for time-indexed single-machine scheduling). For a window
   ``W = [t1, t2)`` of O's slot edges and a batch ``l``, every schedule keeps::
 
@@ -30,8 +24,8 @@ least priced values, less the prices' right-hand sides, bound every schedule's t
 (weak duality); the bound returned is the best of them. Cuts violated by the master's optimum
 are added when column generation has stalled for the cuts already in. On (32,16) of
 ``benchmarks/partition.py`` (docs/benchmarks.md, twelfth session) the cuts add 0.0-0.3% of the
-best known value and the exact blocks 2.3-3.1% at 100 slots (0.8-1.5% to the subgradient slot
-bound at 250); the master takes 1-25 s at 100 slots, minutes at 250: a research bound, not
+best known value and the exact blocks (since then the program's own) 2.3-3.1% at 100 slots;
+the master takes 1-25 s at 100 slots, minutes at 250: a research bound, not
 ``bnb``'s.
 """
 
@@ -46,10 +40,10 @@ from typing import Any
 import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import alone_chain_s
-from blitzplan.live.slot_prices import SlotPath, SlotPrices, _block_cells, solve_batches
+from blitzplan.live.slot_blocks import least_start
+from blitzplan.live.slot_prices import SlotPath, SlotPrices, solve_batches
 
-__all__ = ["MasterBound", "block_values", "earliest_starts", "master_bound"]
+__all__ = ["MasterBound", "master_bound"]
 
 SMOOTHING = 0.8
 """Wentges' rule: the prices tried are this share of the best so far, the rest the master's."""
@@ -88,34 +82,16 @@ class Cut:
     b: int
 
 
-def earliest_starts(instance: LiveScalingInstance) -> np.ndarray:
-    """``[i, k]``: the earliest batch ``i``'s block of split ``k`` may start on O: after its
-    alone chain of ``k`` layers and the hand-off (``k = 0``: its release), and once O is free."""
-    L = instance.num_layers
-    out = np.zeros((instance.num_batches, L))
-    for i in range(instance.num_batches):
-        chain = alone_chain_s(instance, i)
-        ready = [instance.release_s[i], *(chain[k] + instance.handoff_s[i] for k in range(1, L))]
-        out[i] = np.maximum(ready, instance.old_free_at_s)
-    return out
-
-
 class _Priced(SlotPrices):
-    """Slot prices, exact block values and the cuts' prices, charged to O's blocks per (batch,
-    split, O slot) in the program's table of blocks (``old_value``, ``old_suffix``)."""
+    """Slot prices and the cuts' prices, charged to O's blocks per (batch, split, O slot) in
+    the program's table of blocks (``old_value``, ``old_suffix``)."""
 
-    def __init__(
-        self, instance: LiveScalingInstance, horizon_s: float, slots: int | None, *, exact: bool
-    ) -> None:
+    def __init__(self, instance: LiveScalingInstance, horizon_s: float, slots: int | None) -> None:
         self.cuts: list[Cut] = []
         self.sigma = np.zeros(0)
-        self.earliest: np.ndarray | None = None
         self._cut_tables: dict[Cut, np.ndarray] = {}
         super().__init__(instance, horizon_s, slots)
         self.ends = self.q / self.old.width  # [i, k]: a block's length in slots
-        if exact:
-            self.earliest = earliest_starts(instance)
-            self.set(self.lam, self.mu)
 
     def set_all(self, lam: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> None:
         self.sigma = sigma
@@ -123,10 +99,8 @@ class _Priced(SlotPrices):
 
     def set(self, lam: np.ndarray, mu: np.ndarray) -> None:
         super().set(lam, mu)
-        if self.earliest is None and not np.any(self.sigma > 0):
+        if not np.any(self.sigma > 0):
             return
-        if self.earliest is not None:
-            self.old_value = block_values(self, self.earliest)
         for cut, price in zip(self.cuts, self.sigma, strict=True):
             if price > 0:
                 self.old_value += price * self.coefficients(cut)
@@ -157,11 +131,10 @@ def master_bound(
     time_limit_s: float,
     slots: int | None = None,
     cuts: bool = True,
-    exact_blocks: bool = True,
 ) -> MasterBound:
     """A lower bound on the mean latency by column generation on the slot relaxation's master
-    LP (``slots`` per machine, default the slot bound's), with exact block values and clique
-    cuts (see the module docstring) when asked; the slots end a little past the last of
+    LP (``slots`` per machine, default the slot bound's), with clique cuts (see the module
+    docstring) when asked; the slots end a little past the last of
     ``completion_s`` (a known schedule's, of value ``upper_bound``). Stops after
     ``time_limit_s`` (wall clock; the bound so far is valid) or when the master and the best
     priced value meet."""
@@ -172,7 +145,7 @@ def master_bound(
     began = time.perf_counter()
     n = instance.num_batches
     horizon_s = HORIZON_PAST_LAST * max(completion_s)
-    prices = _Priced(instance, horizon_s, slots, exact=exact_blocks)
+    prices = _Priced(instance, horizon_s, slots)
     _first_prices(prices, completion_s)
     master = _Master(highspy, prices, upper_bound)
     best, center = -math.inf, (prices.lam, prices.mu, prices.sigma)
@@ -237,15 +210,15 @@ class _Master:
 
     def add_paths(self, paths: list[SlotPath], duals: tuple[np.ndarray, ...] | None) -> int:
         """Add each path whose reduced cost under ``duals`` is negative; how many. A column's
-        cost is what the program charged for the path less its prices; with exact blocks, a
-        block's is its completion as :func:`block_values` counts it, less the release."""
+        cost is what the program charged for the path less its prices; a block's is its
+        completion from where its value was found, less the release."""
         prices, added = self.prices, 0
         n, cn = prices.instance.num_batches, prices.new.count
         for i, path in enumerate(paths):
             new, old, slot, start = _use(prices, i, path)
             in_cuts = self._in_cuts(i, path.split, slot)
             cost = path.value - float(prices.lam @ new + prices.mu @ old + prices.sigma @ in_cuts)
-            if prices.earliest is not None and slot >= 0:
+            if slot >= 0:
                 ready = max(start, float(prices.earliest[i, path.split]))
                 cost = ready + float(prices.q[i, path.split]) - float(prices.release[i])
             if duals is not None:
@@ -322,8 +295,8 @@ def _violated(prices: _Priced, cols: list[tuple[int, int, int]], y: np.ndarray) 
 
 def _use(prices: _Priced, i: int, path: SlotPath) -> tuple[np.ndarray, np.ndarray, int, float]:
     """The time batch ``i``'s path spends in each N slot and each O slot, the O slot its block
-    is charged in and its start (-1, nan without a block). With exact blocks, the block starts
-    where :func:`block_values` found its least in that slot."""
+    is charged in and its start (-1, nan without a block): where the program's table found
+    its least in that slot."""
     inst, L = prices.instance, prices.instance.num_layers
 
     def use(edges: np.ndarray, starts: Sequence[float], length: float) -> np.ndarray:
@@ -338,25 +311,9 @@ def _use(prices: _Priced, i: int, path: SlotPath) -> tuple[np.ndarray, np.ndarra
     k = path.split
     charged = path.value - float(prices.lam @ new) + float(prices.release[i])
     slot = _charged_slot(prices, i, k, path.old_start, charged)
-    start = path.old_start
-    if prices.earliest is not None and slot < prices.old.count:
-        start = _least_start(prices, float(prices.earliest[i, k]), i, k, slot)
+    q, floor_s = float(prices.q[i, k]), float(prices.earliest[i, k])
+    start = least_start(prices.old.edges, prices.cum_old, q, floor_s, slot)
     return new, use(prices.old.edges, [start], (L - k) * inst.old_layer_s[i]), slot, start
-
-
-def _least_start(prices: SlotPrices, floor_s: float, i: int, k: int, slot: int) -> float:
-    """Where in O slot ``slot`` batch ``i``'s block of split ``k``, starting no earlier than
-    ``floor_s``, pays :func:`block_values`' least (the same candidates)."""
-    edges, cum, w = prices.old.edges, prices.cum_old, prices.old.width
-    low, high, q = float(edges[slot]), float(edges[slot + 1]), float(prices.q[i, k])
-    kink = low + (1 - (q / w) % 1.0) * w
-    candidates = (low, high, kink, min(max(floor_s, low), high))
-
-    def paid(start: float) -> float:
-        price = np.interp(start + q, edges, cum) - np.interp(start, edges, cum)
-        return float(price) + max(start, floor_s)
-
-    return min(candidates, key=paid)
 
 
 def _charged_slot(prices: SlotPrices, i: int, k: int, start_s: float, charged: float) -> int:
@@ -370,31 +327,3 @@ def _charged_slot(prices: SlotPrices, i: int, k: int, start_s: float, charged: f
     values = prices.old_value[i, k]
     before = abs(values[slot - 1] - charged) <= abs(values[slot] - charged)
     return slot - 1 if before else slot
-
-
-def block_values(prices: SlotPrices, earliest_s: np.ndarray) -> np.ndarray:
-    """``[i, k, c]``: the least priced completion of batch ``i``'s block of split ``k``
-    started in O slot ``c`` (closed; ``c = C``: from the last edge on, unpriced), counted from
-    the start itself, not the slot's (as the program's own table does), and no earlier than
-    ``earliest_s[i, k]`` plus the block. The price plus ``max(start, earliest)`` is piecewise
-    linear in the start, with kinks where the block's end crosses a slot edge (once a slot) and
-    at ``earliest``: its least is at one of those or an end of the slot."""
-    edges, cum, w, C = prices.old.edges, prices.cum_old, prices.old.width, prices.old.count
-    q, floor_s = prices.q[:, :, None], earliest_s[:, :, None]
-    cells, f = _block_cells(prices.q, w, C)  # as the program's own table reads the prices
-    windows = np.take(cum, cells, mode="clip")  # past the last edge the price stays
-    step, here = np.diff(windows), windows[..., : C + 1] - cum
-    at_edge = here + f * step  # the price of a start at each edge
-    kink = here[..., :C] + step[..., :C] - (1 - f) * np.diff(cum)  # at edge + (1 - f) w
-    best = at_edge[..., :C] + np.maximum(edges[:-1], floor_s)
-    np.minimum(best, at_edge[..., 1:] + np.maximum(edges[1:], floor_s), out=best)
-    np.minimum(best, kink + np.maximum(edges[:-1] + (1 - f) * w, floor_s), out=best)
-    inside = np.floor((earliest_s - edges[0]) / w).astype(np.int64)  # the floor's own slot
-    i, k = np.nonzero((inside >= 0) & (inside < C))
-    start = earliest_s[i, k]
-    price = np.interp(start + prices.q[i, k], edges, cum) - np.interp(start, edges, cum)
-    c = inside[i, k]
-    best[i, k, c] = np.minimum(best[i, k, c], price + start)
-    last = np.maximum(edges[-1], floor_s)
-    out: np.ndarray = np.concatenate([best, last], axis=2) + q
-    return out

@@ -8,7 +8,8 @@ state is the next layer and the step the chain may start from; a layer started a
 step ``b`` is charged the least price any start in that step pays (exact: the price is
 piecewise linear in the start, its least value in a step is at an end or at a slot boundary),
 and the next layer may start from step ``b + m``, no later than the real chain allows. O's
-block started in a slot is charged likewise and its completion counted from the slot's start.
+block started in a slot is charged the least, over its starts in the slot, of its price plus its
+completion, no earlier than its batch could hand it over (:mod:`blitzplan.live.slot_blocks`).
 Every rounding lowers the cost, so the program's value is at most the batch's priced optimum;
 past the last slot nothing is priced, and at the grid's end a batch still needs its unpriced
 remaining time. The prices come from subgradient steps toward a known schedule's value; any
@@ -36,6 +37,7 @@ import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Restriction
+from blitzplan.live.slot_blocks import BlockTable, earliest_starts, least_start
 
 __all__ = ["SLOTS", "SlotPath", "SlotPrices", "slot_usage", "solve_batches"]
 
@@ -128,7 +130,8 @@ class SlotPrices:
         )
         # [l - 1, i, b]: layer l may not start in step b (before it arrives)
         self.masks = np.arange(size)[None, None, :] < self.first.T[:, :, None]
-        self._old_cells = _block_cells(self.q, width, self.old.count)
+        self.earliest = earliest_starts(inst)  # [i, k]: no block of split k starts before
+        self.blocks = BlockTable(self.old.edges, self.q, self.earliest)
         self._tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.set(np.zeros(self.new.count), np.zeros(self.old.count))
 
@@ -140,7 +143,7 @@ class SlotPrices:
         self.run_price, self.run_at = _least_in_step(
             self.new, self.cum_new, self.times, self.delta[:, None], self.p_new[:, None]
         )
-        self.old_value = _old_rows(self.old, self.cum_old, self.q, *self._old_cells)
+        self.old_value = self.blocks.values(self.cum_old)
         suffix = np.minimum.accumulate(self.old_value[:, :, ::-1], axis=2)[:, :, ::-1]
         # the least completion from each O slot on, less the batch's release (flat)
         self.old_suffix = np.subtract(suffix, self.release[:, None, None]).ravel()
@@ -201,38 +204,6 @@ def _least_in_step(
         better = price < best
         best, at = np.where(better, price, best), np.where(better, s, at)
     return best, at
-
-
-def _block_cells(q: np.ndarray, width: float, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per block length ``q = (j + f) w``: where the cumulative prices ``A_c`` of
-    :func:`_old_rows` are read (``j + c``, c = 0..count + 1) and ``f``."""
-    j = np.floor(q / width).astype(np.int64)
-    return j[..., None] + np.arange(count + 2), (q / width - j)[..., None]
-
-
-def _old_rows(
-    slots: _Slots, cum: np.ndarray, q: np.ndarray, cells: np.ndarray, f: np.ndarray
-) -> np.ndarray:
-    """Per block length in ``q`` (``(j + f) w``, :func:`_block_cells`) and O slot ``c`` (and
-    one past the last, where nothing is priced): the least priced completion of the block
-    started in slot ``c``, counted from the slot's start (a lower value). In a slot the start's
-    own price is linear; the end crosses at most one boundary (at ``g_c + (1 - f) w``): the
-    least is at an end of the slot or there (:func:`_old_start` picks among the same). With
-    ``A_c`` the cumulative price at ``g_c + j w`` (``cells``), ``D_c = A_c+1 - A_c`` and
-    ``H_c = A_c - cum_c``, the three prices are ``G_c = H_c + f D_c``, ``G_c+1`` and ``H_c +
-    D_c - (1 - f) (cum_c+1 - cum_c)``."""
-    C, g = slots.count, slots.edges
-    windows = np.take(cum, cells, mode="clip")  # past the last edge the price stays
-    step = np.diff(windows)  # D_c, c = 0..C
-    here = windows[..., : C + 1] - cum  # H_c
-    ends = here + f * step  # G_c
-    price = np.minimum(ends[..., :C], ends[..., 1:])
-    third = here[..., :C] + step[..., :C] - (1 - f) * np.diff(cum)
-    np.minimum(price, third, out=price)
-    value = np.empty((*price.shape[:-1], C + 1))
-    np.add(price, g[:-1] + q[..., None], out=value[..., :C])
-    value[..., C] = g[-1] + q
-    return value
 
 
 def solve_batches(
@@ -382,22 +353,10 @@ def _first_least(
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
     """Where batch ``i``'s block (split ``k``) starts in the least priced choice from
-    ``slot`` on: the best slot from the table, then the best of its three candidates."""
-    C, w, cum = prices.old.count, prices.old.width, prices.cum_old
+    ``slot`` on: the best slot from the table, then where in it its value was found."""
     c = slot + int(np.argmin(prices.old_value[i, k, slot:]))
-    if c >= C:
-        return float(prices.old.edges[-1])
-    q = float(prices.q[i, k])
-    j = math.floor(q / w)
-    f = q / w - j
-    a0, a1, a2 = (float(cum[min(c + j + x, C)]) for x in range(3))
-    here, there = float(cum[c]), float(cum[c + 1])
-    candidates = (
-        (a0 + f * (a1 - a0) - here, 0.0),
-        (a1 + f * (a2 - a1) - there, 1.0),
-        (a1 - here - (1 - f) * (there - here), 1 - f),
-    )
-    return float(prices.old.edges[c]) + min(candidates)[1] * w
+    edges, cum, floor_s = prices.old.edges, prices.cum_old, float(prices.earliest[i, k])
+    return least_start(edges, cum, float(prices.q[i, k]), floor_s, c)
 
 
 def slot_usage(slots: _Slots, starts: list[float], lengths: list[float]) -> np.ndarray:
