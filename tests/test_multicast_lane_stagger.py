@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from blitzplan import ClusterState, load_model
+from blitzplan import ClusterState
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
 from blitzplan.multicast.exact.phase_slices import (
@@ -22,14 +22,9 @@ from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, base_builder, run, score
-from blitzplan.topologies import build_cluster, pcie_host
-from blitzplan.units import GBPS, GIB, MIB
-from tests.test_multicast import PROPERTY_MODEL
 from tests.test_multicast_overlay import _plan, _problem
-from tests.test_multicast_phase_slices import chain_case
+from tests.test_multicast_phase_slices import CHUNK, LINK, chain_case, one_gpu_hosts
 
-LINK = 25 * GBPS
-CHUNK = 4 * MIB
 SLICES = 16
 
 
@@ -40,17 +35,7 @@ def mixed_case() -> tuple[ClusterState, Problem, Built]:
     h0 -> h2 -> h3 -> h1 -> h4. h2 holds the second half straight from the holder and the first
     three lanes from it, so its lanes to h3 are of two depths (as the relays of case 193 of
     the benchmark), and h1 forwards both halves, at depths 1 and 3."""
-    spec = load_model(PROPERTY_MODEL)
-    host = pcie_host(
-        "a100-pcie",
-        gpus=1,
-        nic_bytes_per_s=LINK,
-        host_to_gpu_bytes_per_s=LINK / 2,
-        dram_bytes=64 * GIB,
-        gpus_per_pcie_switch=1,
-    )
-    state = ClusterState(build_cluster(host, hosts=5), models=[spec])
-    state.add_instance(spec, gpus=["h0/gpu0"], role="decode")
+    state, spec = one_gpu_hosts(5)
     problem = _problem(
         state,
         spec,

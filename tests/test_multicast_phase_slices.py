@@ -24,10 +24,8 @@ LINK = 25 * GBPS
 CHUNK = 4 * MIB
 
 
-def chain_case():
-    """Three one-GPU hosts: a decode source on h0 (its NIC the only way out), new instances on
-    h1 and h2, every NIC at ``LINK``. Any plan ready by ``S / LINK`` sends each byte out of h0
-    once, so h1 forwards to h2 (or h2 to h1): a forced hop."""
+def one_gpu_hosts(hosts: int):
+    """``hosts`` one-GPU PCIe hosts, every NIC at ``LINK``, a decode source on h0."""
     spec = load_model(PROPERTY_MODEL)
     host = pcie_host(
         "a100-pcie",
@@ -37,8 +35,16 @@ def chain_case():
         dram_bytes=64 * GIB,
         gpus_per_pcie_switch=1,
     )
-    state = ClusterState(build_cluster(host, hosts=3), models=[spec])
+    state = ClusterState(build_cluster(host, hosts=hosts), models=[spec])
     state.add_instance(spec, gpus=["h0/gpu0"], role="decode")
+    return state, spec
+
+
+def chain_case():
+    """Three one-GPU hosts: a decode source on h0 (its NIC the only way out), new instances on
+    h1 and h2, every NIC at ``LINK``. Any plan ready by ``S / LINK`` sends each byte out of h0
+    once, so h1 forwards to h2 (or h2 to h1): a forced hop."""
+    state, spec = one_gpu_hosts(3)
     problem = _problem(
         state, spec, targets=[["h1/gpu0"], ["h2/gpu0"]], tp=1, live=0, chunk_bytes=CHUNK
     )
