@@ -20,9 +20,10 @@ relaxation's, :mod:`blitzplan.live.relaxation_work`, for the mean latency under 
 the slot bound's,
 :mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
 :func:`~blitzplan.live.relaxation_dp.capacity_bound`, and under a FIFO order the Lagrangian
-bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved:
-the search stops once the incumbent meets them). Nodes are explored best bound first; after the
-first share of the search a node taken is first given the capacity bound of its restriction
+bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved,
+:mod:`blitzplan.live.exact.root_bounds`: the search stops once the incumbent meets them).
+Nodes are explored best bound first; after the first share of the search a node taken is first
+given the capacity bound of its restriction
 (:mod:`blitzplan.live.exact.node_bound`), and goes back among the open nodes when that lifts it;
 one whose relaxed plan fits N only with preemption is then solved whole on CP-SAT under the
 incumbent's value (:mod:`blitzplan.live.exact.node_cpsat`);
@@ -47,7 +48,7 @@ from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.exact.node_bound import node_capacity
 from blitzplan.live.exact.node_cpsat import node_cpsat
-from blitzplan.live.exact.priced import priced_search
+from blitzplan.live.exact.root_bounds import strengthen
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import (
     OptionsCache,
@@ -56,26 +57,21 @@ from blitzplan.live.relaxation import (
     Restriction,
     repair,
 )
-from blitzplan.live.relaxation_dp import GREEDY_MAX_S, capacity_bound, solve_relaxation
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
 __all__ = [
-    "CAPACITY_SHARE_OF_LIMIT",
     "EARLY_SEARCH_MAX_S",
     "EARLY_SEARCH_MIN_NODES",
     "EARLY_SEARCH_SHARE",
     "FIRST_OVERLOAD_EARLY",
-    "LAGRANGE_SHARE_OF_LIMIT",
     "NODE_CAPACITY",
     "NODE_CPSAT",
     "NODE_CPSAT_MAX_S",
-    "POLISH_SHARE_OF_LIMIT",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
-    "SLOT_SHARE_OF_LIMIT",
     "WORST_OVERLOAD",
     "solve_bnb",
 ]
@@ -85,38 +81,6 @@ SEQUENCE_STEPS = 500
 
 SEQUENCE_BACK_OFF = 64
 """While the sequencer keeps giving up, it runs on one relaxed plan in at most this many."""
-
-POLISH_SHARE_OF_LIMIT = 0.2
-"""The share of the time left after the root that a local search from the incumbent gets."""
-
-POLISH_MOVES = 20_000
-"""The most moves that local search tries (a fixed budget: without a time limit, runs repeat)."""
-
-CAPACITY_SHARE_OF_LIMIT = 0.25
-"""The share of the time left after the local search that the capacity bound gets."""
-
-CAPACITY_MAX_S = 10.0
-"""The capacity bound's budget without a time limit (cut short, it is weaker but valid)."""
-
-LAGRANGE_SHARE_OF_LIMIT = 0.15
-"""The share of the time left after the capacity bound that the Lagrangian bound gets (O in
-FIFO order, mean latency), when the gap is still at least :data:`LAGRANGE_MIN_GAP`."""
-
-LAGRANGE_MIN_GAP = 0.01
-"""Below this relative gap the search, not the Lagrangian bound, is left to close it."""
-
-LAGRANGE_MIN_S = 0.2
-"""A Lagrangian budget below this is not started (a step takes 50-100 ms of CPU at 80 layers
-and 16 batches)."""
-
-SLOT_SHARE_OF_LIMIT = 0.4
-"""The share of the time left after the local search that the slot bound gets (mean latency,
-free order; :mod:`blitzplan.live.relaxation_slots`), before the capacity bound. On (80,16) it
-is the final bound and rises with its steps (0.5 against 0.25: gaps 22.3 / 18.6 / 27.2% ->
-19.6 / 18.1 / 18.2% on three instances); on (32,16) the bounds were equal or higher."""
-
-SLOT_MIN_S = 0.1
-"""A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
 
 EARLY_SEARCH_SHARE = 0.1
 """The share of the time left after the root that the search gets before the local search and
@@ -306,54 +270,8 @@ class _Search:
         return True
 
     def _strengthen(self) -> None:
-        start = self.start
-        start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
-        if start.proven():
-            return
-        self._slots()
-        if start.proven():
-            return
-        budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
         root = min([self.floor, *(node.bound for node in self.open)])
-        bound = capacity_bound(
-            start.instance,
-            objective=start.objective,
-            old_order=start.old_order,
-            lower_bound=max(self.obj.final(root), start.bound),
-            upper_bound=start.incumbent.objective,
-            time_limit_s=budget,
-        )
-        start.raise_bound(bound)
-        upper = start.incumbent.objective
-        if start.proven() or upper - start.bound < LAGRANGE_MIN_GAP * abs(upper):
-            return
-        budget = min(LAGRANGE_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
-        if budget < LAGRANGE_MIN_S:
-            return
-        start.raise_bound(
-            lagrangian_bound(
-                start.instance,
-                old_order=start.old_order,
-                objective=start.objective,
-                upper_bound=upper,
-                time_limit_s=budget,
-            )
-        )
-
-    def _slots(self) -> None:
-        """The slot bound (mean latency, O's order free) from the incumbent's completions and
-        value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left. It bounds every order, so
-        under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
-        the free order): it is not run there. Every step's priced choices are offered as a
-        schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
-        start, best = self.start, self.start.incumbent
-        budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
-        wanted = start.objective == "mean_latency" and start.old_order == "free"
-        if not wanted or not best.has_ops or budget < SLOT_MIN_S:
-            return
-        priced_search(
-            start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES
-        )
+        strengthen(self.start, self.obj.final(root))
 
     def _offer(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule."""

@@ -1,0 +1,107 @@
+"""The bounds the exact search (:mod:`blitzplan.live.exact.bnb`) computes once, at a root its
+first share of search did not settle: a local search from the incumbent, then under mean
+latency and a free O order the slot bound (its priced choices offered as schedules,
+:mod:`blitzplan.live.exact.priced`), the capacity bound
+(:func:`~blitzplan.live.relaxation_dp.capacity_bound`) and, while the gap is still at least
+:data:`LAGRANGE_MIN_GAP`, the Lagrangian bound
+(:func:`~blitzplan.live.relaxation_lagrange.lagrangian_bound`), each in its share of the time
+left; each stops once the incumbent meets the bound so far."""
+
+from __future__ import annotations
+
+import math
+
+from blitzplan.live.exact.common import Start
+from blitzplan.live.exact.priced import priced_search
+from blitzplan.live.relaxation_dp import capacity_bound
+from blitzplan.live.relaxation_lagrange import lagrangian_bound
+
+__all__ = [
+    "CAPACITY_SHARE_OF_LIMIT",
+    "LAGRANGE_SHARE_OF_LIMIT",
+    "POLISH_SHARE_OF_LIMIT",
+    "SLOT_SHARE_OF_LIMIT",
+    "strengthen",
+]
+
+POLISH_SHARE_OF_LIMIT = 0.2
+"""The share of the time left after the root that a local search from the incumbent gets."""
+
+POLISH_MOVES = 20_000
+"""The most moves that local search tries (a fixed budget: without a time limit, runs repeat)."""
+
+CAPACITY_SHARE_OF_LIMIT = 0.25
+"""The share of the time left after the local search that the capacity bound gets."""
+
+CAPACITY_MAX_S = 10.0
+"""The capacity bound's budget without a time limit (cut short, it is weaker but valid)."""
+
+LAGRANGE_SHARE_OF_LIMIT = 0.15
+"""The share of the time left after the capacity bound that the Lagrangian bound gets (O in
+FIFO order, mean latency), when the gap is still at least :data:`LAGRANGE_MIN_GAP`."""
+
+LAGRANGE_MIN_GAP = 0.01
+"""Below this relative gap the search, not the Lagrangian bound, is left to close it."""
+
+LAGRANGE_MIN_S = 0.2
+"""A Lagrangian budget below this is not started (a step takes 50-100 ms of CPU at 80 layers
+and 16 batches)."""
+
+SLOT_SHARE_OF_LIMIT = 0.4
+"""The share of the time left after the local search that the slot bound gets (mean latency,
+free order; :mod:`blitzplan.live.relaxation_slots`), before the capacity bound. On (80,16) it
+is the final bound and rises with its steps (0.5 against 0.25: gaps 22.3 / 18.6 / 27.2% ->
+19.6 / 18.1 / 18.2% on three instances); on (32,16) the bounds were equal or higher."""
+
+SLOT_MIN_S = 0.1
+"""A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
+
+
+def strengthen(start: Start, root_bound: float) -> None:
+    """Polish ``start``'s incumbent and raise its bound; ``root_bound`` is the search's least
+    open bound so far (objective units), the capacity bound's floor."""
+    start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
+    if start.proven():
+        return
+    _slot_bound(start)
+    if start.proven():
+        return
+    budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    bound = capacity_bound(
+        start.instance,
+        objective=start.objective,
+        old_order=start.old_order,
+        lower_bound=max(root_bound, start.bound),
+        upper_bound=start.incumbent.objective,
+        time_limit_s=budget,
+    )
+    start.raise_bound(bound)
+    upper = start.incumbent.objective
+    if start.proven() or upper - start.bound < LAGRANGE_MIN_GAP * abs(upper):
+        return
+    budget = min(LAGRANGE_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    if budget < LAGRANGE_MIN_S:
+        return
+    start.raise_bound(
+        lagrangian_bound(
+            start.instance,
+            old_order=start.old_order,
+            objective=start.objective,
+            upper_bound=upper,
+            time_limit_s=budget,
+        )
+    )
+
+
+def _slot_bound(start: Start) -> None:
+    """The slot bound (mean latency, O's order free) from the incumbent's completions and
+    value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left. It bounds every order, so
+    under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
+    the free order): it is not run there. Every step's priced choices are offered as a
+    schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
+    best = start.incumbent
+    budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    wanted = start.objective == "mean_latency" and start.old_order == "free"
+    if not wanted or not best.has_ops or budget < SLOT_MIN_S:
+        return
+    priced_search(start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES)
