@@ -1,0 +1,153 @@
+"""The printed bound limited by counted work (:mod:`blitzplan.live.work_meter`): the same on a
+slowed clock, and valid however early its budget or a safety net stops it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live import solve
+from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.loop import simulate
+from blitzplan.live.policies import ZigZag
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_dp import relaxation_bound
+from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.relaxation_subsets import subset_search
+from blitzplan.live.work_meter import WorkMeter
+from tests.test_live_properties import instances
+
+BUDGET_S = 0.004
+"""A counted budget that cuts the work on :func:`_queue` (it needs 6-10 ms of it)."""
+
+
+def _queue(seed: int, n: int = 16, layers: int = 16) -> LiveScalingInstance:
+    """Half the batches queued, the rest arriving at twice O's rate, layers arriving over one
+    and a half batch-times, O busy for up to one (as ``benchmarks/partition.py`` draws)."""
+    rng = random.Random(seed)
+    p_new = [rng.choice([0.01, 0.02, 0.04, 0.08]) for _ in range(n)]
+    batch_s = layers * sum(p_new) / n
+    release, clock = [], 0.0
+    for i in range(n):
+        if i >= n // 2:
+            clock += rng.expovariate(2.0 / batch_s)
+        release.append(clock)
+    arrivals = [1.5 * batch_s * (k + 1) / layers for k in range(layers)]
+    return LiveScalingInstance(
+        arrivals, release, p_new, p_new, [0.001] * n, old_free_at_s=rng.uniform(0, batch_s)
+    )
+
+
+def _slowed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of the wall clock and of the CPU clock 10 ms after the last: a machine that
+    looks far slower or far more loaded than any (a clocked search stops at once)."""
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.01 * next(ticks))
+    monkeypatch.setattr(time, "thread_time", lambda: 0.01 * next(ticks))
+
+
+@pytest.mark.parametrize(("old_order", "budget_s"), [("free", 0.25), ("fifo", BUDGET_S)])
+def test_the_printed_bound_is_the_same_on_a_slowed_clock(
+    monkeypatch: pytest.MonkeyPatch, old_order: str, budget_s: float
+) -> None:
+    """The printed bound is the same on a clock slowed far past its budget (the safety nets
+    moved out of the way): under the free order the relaxation and then the slot bound's
+    counted steps, under FIFO the Lagrangian's steps cut by a small budget. The clocked search
+    it replaced stops at once there and prints a weaker bound."""
+    monkeypatch.setattr(solve, "HEURISTIC_BOUND_S", budget_s)
+    monkeypatch.setattr(solve, "BOUND_SAFETY", 1e9)
+    monkeypatch.setattr(solve, "BOUND_WALL_SAFETY", 1e9)
+    instance = _queue(0)
+    upper = simulate(ZigZag(), instance, objective="mean_latency", old_order=old_order).objective
+    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    counted = value(instance, "mean_latency", old_order, upper)
+    _slowed_clock(monkeypatch)
+    assert value(instance, "mean_latency", old_order, upper) == counted
+    if old_order == "free":  # the relaxation stopped at once, no time left for the slot bound
+        clocked, _, _ = relaxation_bound(instance, upper_bound=upper, time_limit_s=budget_s)
+    else:
+        clocked = lagrangian_bound(
+            instance, old_order="fifo", upper_bound=upper, time_limit_s=budget_s
+        )
+    assert clocked < counted
+
+
+@pytest.mark.parametrize("old_order", ["free", "fifo"])
+def test_a_safety_net_stops_the_printed_bound_with_a_valid_bound(
+    monkeypatch: pytest.MonkeyPatch, old_order: str
+) -> None:
+    """With both safety nets already passed, the printed bound stops at once: weaker than the
+    counted one, never above ZigZag's value (the relaxation's first plan still bounds)."""
+    instance = _queue(1)
+    upper = simulate(ZigZag(), instance, objective="mean_latency", old_order=old_order).objective
+    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    monkeypatch.setattr(solve, "HEURISTIC_BOUND_S", BUDGET_S)
+    counted = value(instance, "mean_latency", old_order, upper)
+    monkeypatch.setattr(solve, "BOUND_SAFETY", 0.0)
+    monkeypatch.setattr(solve, "BOUND_WALL_SAFETY", 0.0)
+    _slowed_clock(monkeypatch)
+    netted = value(instance, "mean_latency", old_order, upper)
+    assert netted <= counted <= upper
+
+
+def _tiny(instance: LiveScalingInstance, old_order: str) -> bool:
+    return count_schedules(instance, old_order=old_order) <= 3_000
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    instances(max_layers=3, max_batches=4),
+    st.sampled_from(["free", "fifo"]),
+    st.sampled_from([0.0, 1e-5, 1e-4, 1.0]),
+    st.booleans(),
+)
+def test_a_counted_bound_never_exceeds_the_enumerated_optimum(
+    instance: LiveScalingInstance, old_order: str, budget_s: float, netted: bool
+) -> None:
+    """Property: the relaxation's bound and the Lagrangian bound stopped by a counted budget
+    (none, a few chunks or steps, all they need) or by a passed safety net never exceed the
+    optimum that enumerating every schedule finds."""
+    if not _tiny(instance, old_order):
+        return
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order=old_order)
+    tol = 1e-9 * max(1.0, abs(oracle.objective))
+
+    def meter() -> WorkMeter:
+        return WorkMeter(cpu_by_s=-math.inf) if netted else WorkMeter()
+
+    relaxed, _, _ = relaxation_bound(
+        instance, old_order=old_order, time_limit_s=budget_s, meter=meter()
+    )
+    assert relaxed <= oracle.objective + tol
+    priced = lagrangian_bound(
+        instance,
+        old_order=old_order,
+        upper_bound=oracle.objective,
+        time_limit_s=budget_s,
+        meter=meter(),
+    )
+    assert priced <= oracle.objective + tol
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(instances(max_layers=3, max_batches=4), st.sampled_from(["mean_latency", "makespan"]))
+def test_a_subset_search_stopped_by_its_count_still_bounds(instance, objective: str) -> None:
+    """Property: the subset search stopped by its counted work at once (its open states' cost
+    and floor) or past its safety net (their cost alone) bounds the relaxation's optimum, the
+    value of the search that ran to its end."""
+    relax = Relaxation(instance, objective)
+    optimum, _, complete = subset_search(relax, math.inf, math.inf, math.inf)
+    assert complete
+    stopped, _, finished = subset_search(relax, math.inf, -1.0, math.inf, meter=WorkMeter())
+    netted, _, _ = subset_search(
+        relax, math.inf, math.inf, math.inf, meter=WorkMeter(wall_by_s=-math.inf)
+    )
+    assert not finished
+    assert netted <= stopped + 1e-12 <= optimum + 2e-12
