@@ -24,24 +24,21 @@ from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.live.work_meter import WorkMeter
 from tests.test_live_properties import instances
 
-BUDGET_S = 0.004
-"""A counted budget that cuts the work on :func:`_queue` (it needs 6-10 ms of it)."""
+BUDGET_S = 0.03
+"""A counted budget that cuts the Lagrangian's steps on :func:`_queue` (which still lift the
+bound past the relaxation's: 2.55 against 2.24 on seed 0)."""
 
 
 def _queue(seed: int, n: int = 16, layers: int = 16) -> LiveScalingInstance:
-    """Half the batches queued, the rest arriving at twice O's rate, layers arriving over one
-    and a half batch-times, O busy for up to one (as ``benchmarks/partition.py`` draws)."""
+    """Every batch queued, layers arriving over three batch-times, O busy for up to one (as
+    ``benchmarks/partition.py`` draws, slower links): the relaxation's search and the
+    Lagrangian's steps both run into a budget of a few milliseconds."""
     rng = random.Random(seed)
     p_new = [rng.choice([0.01, 0.02, 0.04, 0.08]) for _ in range(n)]
     batch_s = layers * sum(p_new) / n
-    release, clock = [], 0.0
-    for i in range(n):
-        if i >= n // 2:
-            clock += rng.expovariate(2.0 / batch_s)
-        release.append(clock)
-    arrivals = [1.5 * batch_s * (k + 1) / layers for k in range(layers)]
+    arrivals = [3 * batch_s * (k + 1) / layers for k in range(layers)]
     return LiveScalingInstance(
-        arrivals, release, p_new, p_new, [0.001] * n, old_free_at_s=rng.uniform(0, batch_s)
+        arrivals, [0.0] * n, p_new, p_new, [0.001] * n, old_free_at_s=rng.uniform(0, batch_s)
     )
 
 
@@ -70,12 +67,14 @@ def test_the_printed_bound_is_the_same_on_a_slowed_clock(
     counted = value(instance, "mean_latency", old_order, upper)
     _slowed_clock(monkeypatch)
     assert value(instance, "mean_latency", old_order, upper) == counted
-    if old_order == "free":  # the relaxation stopped at once, no time left for the slot bound
-        clocked, _, _ = relaxation_bound(instance, upper_bound=upper, time_limit_s=budget_s)
-    else:
-        clocked = lagrangian_bound(
+    clocked, _, _ = relaxation_bound(  # stopped at once, no time left for the slot bound
+        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s
+    )
+    if old_order == "fifo":  # the relaxation is exact; the Lagrangian stopped at once
+        priced = lagrangian_bound(
             instance, old_order="fifo", upper_bound=upper, time_limit_s=budget_s
         )
+        clocked = max(clocked, priced)
     assert clocked < counted
 
 
