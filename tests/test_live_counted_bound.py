@@ -8,6 +8,7 @@ import math
 import random
 import statistics
 import time
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -147,29 +148,34 @@ def _tiny(instance: LiveScalingInstance, old_order: str) -> bool:
 def test_a_counted_bound_never_exceeds_the_enumerated_optimum(
     instance: LiveScalingInstance, old_order: str, budget_s: float, netted: bool
 ) -> None:
-    """Property: the relaxation's bound and the Lagrangian bound stopped by a counted budget
-    (none, a few chunks or steps, all they need) or by a passed safety net never exceed the
-    optimum that enumerating every schedule finds."""
+    """Property: the printed bound, and the relaxation's and the Lagrangian bound in it, stopped
+    by a counted budget (none, a few chunks or steps, all they need) or by a passed safety net
+    never exceed the optimum that enumerating every schedule finds (each steered by ZigZag's
+    value, as printed)."""
     if not _tiny(instance, old_order):
         return
     oracle = schedule_live(instance, method="exact", backend="enumerate", old_order=old_order)
     tol = 1e-9 * max(1.0, abs(oracle.objective))
+    upper = simulate(ZigZag(), instance, objective="mean_latency", old_order=old_order).objective
 
     def meter() -> WorkMeter:
         return WorkMeter(cpu_by_s=-math.inf) if netted else WorkMeter()
 
     relaxed, _, _ = relaxation_bound(
-        instance, old_order=old_order, time_limit_s=budget_s, meter=meter()
+        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, meter=meter()
     )
     assert relaxed <= oracle.objective + tol
     priced = lagrangian_bound(
-        instance,
-        old_order=old_order,
-        upper_bound=oracle.objective,
-        time_limit_s=budget_s,
-        meter=meter(),
+        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, meter=meter()
     )
     assert priced <= oracle.objective + tol
+    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    net = 0.0 if netted else solve.BOUND_SAFETY
+    with (
+        mock.patch.object(solve, "HEURISTIC_BOUND_S", budget_s),
+        mock.patch.object(solve, "BOUND_SAFETY", net),
+    ):
+        assert value(instance, "mean_latency", old_order, upper) <= oracle.objective + tol
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
