@@ -54,16 +54,7 @@ from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.work_meter import WorkMeter, now_s, passed
 
-__all__ = [
-    "BATCH_S_FIXED",
-    "LAGRANGE_ITERATIONS",
-    "OPTION_S",
-    "PRICES_S_PER_CELL",
-    "QUICK_FREE_STEP_SHARE",
-    "STEP_S_PER_CELL",
-    "lagrangian_bound",
-    "quick_free_step_s",
-]
+__all__ = ["LAGRANGE_ITERATIONS", "QUICK_FREE_STEP_SHARE", "lagrangian_bound", "quick_free_step_s"]
 
 LAGRANGE_ITERATIONS = 200
 """The most subgradient steps (each solves the priced program once)."""
@@ -81,19 +72,13 @@ half of the time for 0.1-0.6% less (seed 0 of benchmarks/partition.py, sixth pri
 
 
 STEP_S_PER_CELL = 7.5e-8
-"""A step's counted seconds per layer, batch and grid point (its price tables, every batch's
-priced options, the subgradient)."""
-
+"""A step's counted seconds per layer, batch and grid point (price tables, options, subgradient)."""
 BATCH_S_FIXED = 1.2e-4
 """The counted seconds of one batch of the priced program, whatever its states."""
-
 OPTION_S = 1e-7
 """The counted seconds of one option of the priced program (a state times a split)."""
-
-
 PRICES_S_PER_CELL = 5e-9
-"""The counted seconds of the tables the steps start from (once), per batch, layer and pair of
-grid points."""
+"""The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
 
 def quick_free_step_s(instance: LiveScalingInstance) -> float:
