@@ -38,8 +38,8 @@ sum, per batch, only the (grid point, earlier grid point) pairs where some layer
 (1 ms against 19 ms on (80,16)); for a bound wanted quickly, the program may round O's free
 time down to a grid (:func:`quick_free_step_s`), which merges states and stays a bound. Given a
 :class:`~blitzplan.live.work_meter.WorkMeter`, the time limit is counted work (each step's
-tables and each batch of its program priced by :data:`STEP_S_PER_CELL`,
-:data:`BATCH_S_FIXED` and :data:`OPTION_S`), so the bound is the same on every run.
+tables and each batch of its program priced by :data:`BATCH_S_FIXED`, :data:`LAYER_S` and
+:data:`OPTION_S`), so the bound is the same on every run.
 """
 
 from __future__ import annotations
@@ -71,12 +71,13 @@ rounds O's free time to: about 2 ms on (80,16), where a priced program then take
 half of the time for 0.1-0.6% less (seed 0 of benchmarks/partition.py, sixth priced step)."""
 
 
-STEP_S_PER_CELL = 7.5e-8
-"""A step's counted seconds per layer, batch and grid point (price tables, options, subgradient)."""
-BATCH_S_FIXED = 1.2e-4
-"""The counted seconds of one batch of the priced program, whatever its states."""
-OPTION_S = 1e-7
-"""The counted seconds of one option of the priced program (a state times a split)."""
+BATCH_S_FIXED = 1.1e-4
+"""A step's counted seconds per batch, whatever its states (with its price tables, its options
+and its subgradient: a least-squares fit over (32,8) to (80,16) of benchmarks/partition.py)."""
+LAYER_S = 3e-6
+"""A step's counted seconds per batch and layer."""
+OPTION_S = 8e-8
+"""A step's counted seconds per option of the priced program (a state times a split)."""
 PRICES_S_PER_CELL = 5e-9
 """The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
@@ -293,7 +294,7 @@ def _fifo_program(
         if passed(meter, deadline_s):
             return math.nan, None
         if meter is not None:
-            meter.spend(BATCH_S_FIXED + OPTION_S * free.size * (L + 1))
+            meter.spend(BATCH_S_FIXED + LAYER_S * L + OPTION_S * free.size * (L + 1))
         ends, values, counted = priced.on_old(i, free)
         stay, stay_j = priced.on_new[i]
         all_free = np.concatenate([free, ends.ravel()])
@@ -347,14 +348,11 @@ def lagrangian_bound(
         return -math.inf
     deadline = math.inf if time_limit_s is None else now_s(meter) + time_limit_s
     n, prices = instance.num_batches, _Prices(instance)
-    cells = instance.num_layers * n * prices.grid.size
     if meter is not None:
-        meter.spend(PRICES_S_PER_CELL * cells * prices.grid.size)
+        meter.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
     for _ in range(iterations):
-        if meter is not None:
-            meter.spend(STEP_S_PER_CELL * cells)
         value, g = _solve_priced(instance, prices, target, deadline, free_step_s, meter)
         ascent.seen(value)
         if g is None or value >= target or math.isnan(value):
