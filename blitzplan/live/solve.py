@@ -62,8 +62,9 @@ HEURISTIC_BOUND_S = 0.25
 """The budget of the relaxation's bound beside a heuristic's schedule (the value ``plan()``
 prints next to a live pair's objective), once per distinct instance, in *counted* seconds
 (:mod:`~blitzplan.live.work_meter`): the states the relaxation merges and searches, its local
-search's moves and the Lagrangian's steps are each priced by a calibrated estimate of their
-time on a quiet 2-core x86_64 machine, and the bound stops when their sum reaches this budget,
+search's moves and the Lagrangian's steps are each priced by an estimate of their CPU time on a
+2-core x86_64 machine (fitted to measured CPU time), and the bound stops when their sum reaches
+this budget, taking about what the clocked budget took on a quiet machine,
 so the same instance gives the same bound, and a plan the same ``plan_id``, on every run,
 however loaded the machine. Under a FIFO order the Lagrangian bound gets what the relaxation
 leaves of it, under the free order the slot bound (when :data:`SLOT_GAP` is open; its steps
@@ -76,12 +77,13 @@ BOUND_SAFETY = 4.0
 """The printed bound's safety net on the calling thread's CPU time, as a multiple of
 :data:`HEURISTIC_BOUND_S` (1 s): a bound still running then (on a machine more than 4x slower
 than the calibration) stops at once, weaker, still valid, and then may differ from run to run.
-Under the counted budget a bound takes 0.25 s of CPU or less on the paper's sizes."""
+Under the counted budget a bound takes about 0.25 s of CPU on the paper's sizes (medians per
+class 0.19-0.26 s measured on a loaded 2-core x86_64, up to 0.46 s there at load 9)."""
 
 BOUND_WALL_SAFETY = 16.0
 """The printed bound's safety net on the wall clock, as a multiple of :data:`HEURISTIC_BOUND_S`
 (4 s): far out, because load stretches the wall time of the same work (on a 2-core machine at
-load 5 with two more busy processes, a bound's process got a fifth to an eighth of a core: a
+load 5 with two more busy processes, a bound's process got a quarter to an eighth of a core: a
 wall net of 4x stopped most FIFO bounds there, and their plans changed from run to run)."""
 
 SLOT_GAP = 0.1
