@@ -65,9 +65,10 @@ prints next to a live pair's objective), once per distinct instance, in *counted
 search's moves and the Lagrangian's steps are each priced by an estimate of their CPU time on a
 2-core x86_64 machine (fitted to measured CPU time), and the bound stops when their sum reaches
 this budget (about what the clocked budget took on a quiet machine): the same instance gives
-the same bound, and a plan the same ``plan_id``, on every run, however loaded the machine. Under a FIFO order the Lagrangian bound gets what the relaxation
-leaves of it, under the free order the slot bound (when :data:`SLOT_GAP` is open; its steps
-counted by :func:`~blitzplan.live.relaxation_slots.quick_step_count`). On light instances the
+the same bound, and a plan the same ``plan_id``, on every run, however loaded the machine.
+Under a FIFO order the Lagrangian bound gets what the relaxation leaves of it, under the free
+order the slot bound (when :data:`SLOT_GAP` is open; its steps counted by
+:func:`~blitzplan.live.relaxation_slots.quick_step_count`). On light instances the
 relaxation is solved in milliseconds and is the optimum or close to it; stopped by the budget
 its bound is weaker but still valid. Real clocks are only safety nets: :data:`BOUND_SAFETY`
 times this on the thread's CPU time, :data:`BOUND_WALL_SAFETY` times it on the wall clock."""
