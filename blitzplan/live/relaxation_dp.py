@@ -5,7 +5,9 @@ set, the Pareto front of (O free time, cost) and prunes states that cannot beat 
 cost (:mod:`blitzplan.live.relaxation_subsets`); under ``old_order="fifo"`` O's order is fixed
 and the program is linear in the batches (each batch goes on O, in release order, or stays on
 N). Stopped by the clock, the search still
-returns a valid bound: the least any state it left open could reach.
+returns a valid bound: the least any state it left open could reach. Given a
+:class:`~blitzplan.live.work_meter.WorkMeter`, the clock is its counted work (the wall clock
+only its safety net), so the bound is the same on every run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from blitzplan.live.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.work_meter import WorkMeter, now_s, passed
 
 __all__ = [
     "GREEDY_MAX_S",
@@ -35,6 +38,13 @@ the states it left open."""
 
 GREEDY_MAX_S = 0.05
 """The most time the greedy start of ``relaxation_bound`` gets (a quarter of a shorter limit)."""
+
+EVALUATE_S_PER_BATCH = 7e-7
+"""An evaluation of the local search's counted seconds per batch of the instance."""
+
+SETUP_S_PER_CELL = 2.5e-6
+"""The counted seconds per layer and batch of what ``relaxation_bound`` does before its search
+(the options, the first relaxed plan and its repair)."""
 
 _State = tuple[float, float, tuple[int, ...]]
 """(O free time, cost so far, batches on O in order)."""
@@ -54,15 +64,21 @@ def relaxed_greedy(
     return relax.plan(_local_search(relax, time.perf_counter() + time_limit_s))
 
 
-def _local_search(relax: Relaxation, deadline_s: float) -> list[int]:
+def _local_search(
+    relax: Relaxation, deadline_s: float, meter: WorkMeter | None = None
+) -> list[int]:
+    """Swaps and moves while they help, until ``deadline_s`` (on ``meter`` when given: every
+    evaluation counts :data:`EVALUATE_S_PER_BATCH` a batch)."""
     sequence = _earliest_completion_first(relax)
     best = relax.evaluate(sequence)
-    improved = True
+    improved, n = True, relax.instance.num_batches
     while improved:
         improved = False
-        for candidate in _neighbours(sequence, relax.instance.num_batches):
-            if time.perf_counter() > deadline_s:
+        for candidate in _neighbours(sequence, n):
+            if passed(meter, deadline_s):
                 return sequence
+            if meter is not None:
+                meter.spend(EVALUATE_S_PER_BATCH * n)
             value = relax.evaluate(candidate)
             if value < best - 1e-12:
                 sequence, best, improved = candidate, value, True
@@ -136,6 +152,7 @@ def solve_relaxation(
     deadline_s: float = math.inf,
     greedy_s: float = 0.0,
     candidates: tuple[tuple[int, ...], ...] = (),
+    meter: WorkMeter | None = None,
 ) -> tuple[float, tuple[int, ...] | None, bool]:
     """(bound, best O sequence found, finished) of the relaxation, in cost units.
 
@@ -145,19 +162,19 @@ def solve_relaxation(
     bound is at least ``min(optimum, upper_cost)``. The sequence is None only when no relaxed
     plan exists (a restriction leaves some batch nowhere to go). The subset search stops at
     ``search_until_s`` and bounds its open states until ``deadline_s`` (both
-    ``time.perf_counter()`` instants).
+    ``time.perf_counter()`` instants, or counted seconds on ``meter`` when one is given).
     """
     if old_order == "fifo":
         cost, seq = _fifo_best(relax)
         return cost, tuple(seq) if math.isfinite(cost) else None, True
     seeds = [tuple(_earliest_completion_first(relax)), *candidates]
     if greedy_s > 0:
-        until = min(time.perf_counter() + greedy_s, search_until_s)
-        seeds.append(tuple(_local_search(relax, until)))
+        until = min(now_s(meter) + greedy_s, search_until_s)
+        seeds.append(tuple(_local_search(relax, until, meter)))
     best = min(seeds, key=relax.evaluate)
     seeded = relax.evaluate(best)
     cost, found, complete = subset_search(
-        relax, min(seeded, upper_cost), search_until_s, deadline_s
+        relax, min(seeded, upper_cost), search_until_s, deadline_s, meter=meter
     )
     if found is None and math.isfinite(seeded):
         found = best
@@ -171,6 +188,7 @@ def relaxation_bound(
     old_order: str = "free",
     upper_bound: float = math.inf,
     time_limit_s: float | None = None,
+    meter: WorkMeter | None = None,
 ) -> tuple[float, RelaxedPlan, bool]:
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
@@ -181,9 +199,13 @@ def relaxation_bound(
     first relaxed plan, repaired into a schedule, prune the search; with ``time_limit_s`` the
     search stops early (after ``SEARCH_SHARE`` of it) and the bound is the least over the
     states it had not expanded (still valid, weaker). The call returns within about
-    ``time_limit_s``: the clock is read before every group of states.
+    ``time_limit_s``: the clock is read before every group of states. With ``meter``,
+    ``time_limit_s`` is counted seconds on it (:mod:`~blitzplan.live.work_meter`; its wall
+    clock only a safety net): the same input gives the same answer on every run.
     """
-    started = time.perf_counter()
+    started = now_s(meter)
+    if meter is not None:
+        meter.spend(SETUP_S_PER_CELL * instance.num_layers * instance.num_batches)
     relax = Relaxation(instance, objective)
     deadline = math.inf if time_limit_s is None else started + time_limit_s
     search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
@@ -196,6 +218,7 @@ def relaxation_bound(
         search_until_s=search_until,
         deadline_s=deadline,
         greedy_s=GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4),
+        meter=meter,
     )
     best = tuple(first) if sequence is None else sequence
     bound = max(relax.obj.final(min(cost, relax.evaluate(best))), work_bound(instance, objective))

@@ -36,13 +36,15 @@ schedule's value (:data:`AIM_SHARE`);
 any multipliers give a valid bound, so stopping early only weakens it. A step's price tables
 sum, per batch, only the (grid point, earlier grid point) pairs where some layer is counted
 (1 ms against 19 ms on (80,16)); for a bound wanted quickly, the program may round O's free
-time down to a grid (:func:`quick_free_step_s`), which merges states and stays a bound.
+time down to a grid (:func:`quick_free_step_s`), which merges states and stays a bound. Given a
+:class:`~blitzplan.live.work_meter.WorkMeter`, the time limit is counted work (each step's
+tables and each batch of its program priced by :data:`BATCH_S_FIXED`, :data:`LAYER_S` and
+:data:`OPTION_S`), so the bound is the same on every run.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +52,7 @@ import numpy as np
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import alone_chain_s
+from blitzplan.live.work_meter import WorkMeter, now_s, passed
 
 __all__ = ["LAGRANGE_ITERATIONS", "QUICK_FREE_STEP_SHARE", "lagrangian_bound", "quick_free_step_s"]
 
@@ -66,6 +69,17 @@ QUICK_FREE_STEP_SHARE = 2e-4
 """The share of O's whole work (every batch's every layer on O) that :func:`quick_free_step_s`
 rounds O's free time to: about 2 ms on (80,16), where a priced program then takes a third to a
 half of the time for 0.1-0.6% less (seed 0 of benchmarks/partition.py, sixth priced step)."""
+
+
+BATCH_S_FIXED = 1.1e-4
+"""A step's counted seconds per batch, whatever its states (with its price tables, its options
+and its subgradient: a least-squares fit over (32,8) to (80,16) of benchmarks/partition.py)."""
+LAYER_S = 3e-6
+"""A step's counted seconds per batch and layer."""
+OPTION_S = 8e-8
+"""A step's counted seconds per option of the priced program (a state times a split)."""
+PRICES_S_PER_CELL = 5e-9
+"""The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
 
 def quick_free_step_s(instance: LiveScalingInstance) -> float:
@@ -261,22 +275,26 @@ def _fifo_program(
     ceiling: float,
     deadline_s: float,
     free_step_s: float = 0.0,
+    meter: WorkMeter | None = None,
 ) -> tuple[float, _Plan | None]:
     """The least priced total latency with O serving its batches in ``order``'s order, or
     ``ceiling`` when that is less, and the (split, grid point counted by) of each batch in a plan
     that reaches it (None when none is below ``ceiling``). A state whose cost plus the least
     each later batch can add reaches ``ceiling`` is dropped. Past ``deadline_s`` (read before
-    every batch) it gives up: (nan, None). With ``free_step_s`` O's free time after each batch
-    is rounded down to a multiple of it (still a bound: what the batches after it pay never
-    falls as O frees later), so that states close in time merge."""
+    every batch; counted seconds on ``meter`` when given) it gives up: (nan, None). With
+    ``free_step_s`` O's free time after each batch is rounded down to a multiple of it (still a
+    bound: what the batches after it pay never falls as O frees later), so that states close in
+    time merge."""
     L = priced.prices.mu.shape[0]
     free, cost = np.asarray([b_old]), np.asarray([0.0])
     floors = [min(priced.on_new[i][0], float(priced.on_old(i, free)[1].min())) for i in order]
     rest = np.cumsum([0.0, *floors[::-1]])[::-1][1:]  # what the batches after each add, at least
     history = []
     for step, i in enumerate(order):
-        if time.perf_counter() > deadline_s:
+        if passed(meter, deadline_s):
             return math.nan, None
+        if meter is not None:
+            meter.spend(BATCH_S_FIXED + LAYER_S * L + OPTION_S * free.size * (L + 1))
         ends, values, counted = priced.on_old(i, free)
         stay, stay_j = priced.on_new[i]
         all_free = np.concatenate([free, ends.ravel()])
@@ -316,6 +334,7 @@ def lagrangian_bound(
     time_limit_s: float | None = None,
     iterations: int = LAGRANGE_ITERATIONS,
     free_step_s: float = 0.0,
+    meter: WorkMeter | None = None,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
@@ -323,15 +342,18 @@ def lagrangian_bound(
     answer; with ``time_limit_s`` the step under way when it runs out is dropped (it returns
     ``-inf`` when even the first, the plain relaxation, does not finish). ``free_step_s`` > 0
     rounds O's free time down to its multiples in the priced program: a weaker bound in less
-    time a step (:func:`quick_free_step_s`)."""
+    time a step (:func:`quick_free_step_s`). With ``meter``, ``time_limit_s`` is counted
+    seconds on it (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
-    deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
+    deadline = math.inf if time_limit_s is None else now_s(meter) + time_limit_s
     n, prices = instance.num_batches, _Prices(instance)
+    if meter is not None:
+        meter.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
     for _ in range(iterations):
-        value, g = _solve_priced(instance, prices, target, deadline, free_step_s)
+        value, g = _solve_priced(instance, prices, target, deadline, free_step_s, meter)
         ascent.seen(value)
         if g is None or value >= target or math.isnan(value):
             break
@@ -345,6 +367,7 @@ def _solve_priced(
     target: float,
     deadline_s: float,
     free_step_s: float,
+    meter: WorkMeter | None,
 ) -> tuple[float, np.ndarray | None]:
     """The priced program's value (at most ``target``; nan when ``deadline_s`` cut it) under the
     current multipliers, and a subgradient there (None when the value reached ``target``, the
@@ -357,6 +380,7 @@ def _solve_priced(
         target + constant,
         deadline_s,
         free_step_s,
+        meter,
     )
     if plan is None:
         return cost - constant, None

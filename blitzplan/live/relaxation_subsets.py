@@ -8,7 +8,11 @@ whose own bound cannot. Each state also completes the relaxation by leaving ever
 batch on N (a candidate for the best cost). The children of a level are merged, per set, to
 their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of states at a
 time; the clock is read before every chunk and every merge (a merge is not started when the
-last large merge's time per state says it would end past the time allowed).
+last large merge's time per state says it would end past the time allowed). Given a
+:class:`~blitzplan.live.work_meter.WorkMeter`, the clock is the meter's: every chunk and merge
+counts its estimated seconds (:data:`CHUNK_S_PER_BATCH`, :data:`STATE_S_PER_BATCH`,
+:data:`MERGE_S_PER_STATE`) and a merge is not started when its estimate would end past the
+counted time allowed, so the search does the same work on every run.
 
 With ``capacity``, rules the N-capacity relaxation drops are put back as necessary conditions
 (:class:`~blitzplan.live.relaxation_capacity.Capacity`), giving a stronger bound (not the
@@ -27,8 +31,16 @@ import numpy as np
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.schedule import SLO_TOL_S
+from blitzplan.live.work_meter import WorkMeter, passed
 
-__all__ = ["CHUNK_STATES", "MEASURED_MERGE_STATES", "subset_search"]
+__all__ = [
+    "CHUNK_STATES",
+    "CHUNK_S_PER_BATCH",
+    "MEASURED_MERGE_STATES",
+    "MERGE_S_PER_STATE",
+    "STATE_S_PER_BATCH",
+    "subset_search",
+]
 
 CHUNK_STATES = 4_000
 """States bounded and expanded together (one read of the clock per chunk)."""
@@ -36,6 +48,19 @@ CHUNK_STATES = 4_000
 MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
 (smaller ones are mostly fixed costs)."""
+
+CHUNK_S_PER_BATCH = 4e-5
+"""A chunk's counted seconds per batch of the instance, whatever its size (numpy calls per
+batch)."""
+
+STATE_S_PER_BATCH = 5e-8
+"""A chunk's (or an open state's bound's) counted seconds per state and batch."""
+
+MERGE_S_PER_STATE = 2.5e-7
+"""A merge's counted seconds per state merged."""
+
+MERGE_S_FIXED = 5e-5
+"""A merge's counted seconds whatever its size."""
 
 
 _Arrays = dict[str, np.ndarray]
@@ -138,8 +163,11 @@ def subset_search(
     *,
     capacity: bool = False,
     fifo: bool = False,
+    meter: WorkMeter | None = None,
 ) -> tuple[float, tuple[int, ...] | None, bool]:
-    """(bound, best O sequence found, finished), in cost units; see the module docstring."""
+    """(bound, best O sequence found, finished), in cost units; see the module docstring.
+    ``search_until`` and ``deadline`` are ``time.perf_counter()`` instants, or counted seconds
+    on ``meter`` when one is given."""
     table = _Table(relax, capacity=capacity, fifo=fifo)
     level: _Arrays = {
         "mask": np.zeros(1, dtype=np.int64),
@@ -155,9 +183,10 @@ def subset_search(
         history.append(level)
         grown: list[_Arrays] = []
         for begin in range(0, level["cost"].size, CHUNK_STATES):
-            if time.perf_counter() > search_until:
-                bound = _open_bound(table, level, begin, grown, best_cost, deadline)
+            if passed(meter, search_until):
+                bound = _open_bound(table, level, begin, grown, best_cost, deadline, meter)
                 return bound, _sequence(history, best_ref), False
+            _count(meter, table.n, min(CHUNK_STATES, level["cost"].size - begin))
             found = _expand(table, level, begin, best_cost, grown)
             if found is not None:
                 best_cost, best_ref = found[0], (depth, found[1])
@@ -165,14 +194,26 @@ def subset_search(
             break
         size = sum(part["cost"].size for part in grown)
         began = time.perf_counter()
-        if began + merge_s_per_state * size > search_until:  # no time to merge: bound them
+        if meter is None:
+            late = began + merge_s_per_state * size > search_until
+        else:
+            merge_s = MERGE_S_FIXED + MERGE_S_PER_STATE * size
+            late = meter.past(search_until - merge_s)
+            meter.spend(0.0 if late else merge_s)
+        if late:  # no time to merge: bound them
             empty = {key: value[:0] for key, value in level.items()}
-            bound = _open_bound(table, empty, 0, grown, best_cost, deadline)
+            bound = _open_bound(table, empty, 0, grown, best_cost, deadline, meter)
             return bound, _sequence(history, best_ref), False
         level = _pareto(grown)
         if size >= MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
+
+
+def _count(meter: WorkMeter | None, batches: int, states: int) -> None:
+    """Count a chunk of ``states`` states on ``meter`` (when given)."""
+    if meter is not None:
+        meter.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
 
 
 def _chunk(level: _Arrays, begin: int) -> _Arrays:
@@ -246,6 +287,7 @@ def _open_bound(
     grown: list[_Arrays],
     best_cost: float,
     deadline: float,
+    meter: WorkMeter | None = None,
 ) -> float:
     """The least cost any open state could reach: its cost and floor until ``deadline``, its
     cost alone after it (values are never negative, so still a bound)."""
@@ -256,9 +298,10 @@ def _open_bound(
         cost = part["cost"]
         if not cost.size:
             continue
-        if time.perf_counter() > deadline:
+        if passed(meter, deadline):
             bound = min(bound, float(cost.min()))
             continue
+        _count(meter, table.n, cost.size)
         unplaced = (part["mask"][:, None] & table.bits[None, :]) == 0
         ends = table.ends(part["free"], part["mask"])
         floors = np.minimum(table.values(ends), table.on_new[None, :])

@@ -22,9 +22,12 @@ from blitzplan.live.schedule import (
     relative_gap,
     timetable,
 )
+from blitzplan.live.work_meter import WorkMeter
 from blitzplan.solvers.backends import BACKENDS, OPTIMALITY_REL_GAP, SolveStatus, load_backend
 
 __all__ = [
+    "BOUND_SAFETY",
+    "BOUND_WALL_SAFETY",
     "DEFAULT_BACKEND",
     "DEFAULT_IMPROVE_S",
     "HEURISTIC_BOUND_S",
@@ -56,12 +59,32 @@ back and re-timing it). Measured, not asserted: ``benchmarks/limits.py``."""
 
 
 HEURISTIC_BOUND_S = 0.25
-"""The most time the relaxation's bound beside a heuristic's schedule may take (the value
-``plan()`` prints next to a live pair's objective), once per distinct instance; under a FIFO
-order the Lagrangian bound gets what the relaxation leaves of it, under the free order the
-slot bound (when :data:`SLOT_GAP` is open). On light instances the relaxation is solved in
-milliseconds and is the optimum or close to it; stopped by this limit its bound is weaker but
-still valid."""
+"""The budget of the relaxation's bound beside a heuristic's schedule (the value ``plan()``
+prints next to a live pair's objective), once per distinct instance, in *counted* seconds
+(:mod:`~blitzplan.live.work_meter`): the states the relaxation merges and searches, its local
+search's moves and the Lagrangian's steps are each priced by an estimate of their CPU time on a
+2-core x86_64 machine (fitted to measured CPU time), and the bound stops when their sum reaches
+this budget (about what the clocked budget took on a quiet machine): the same instance gives
+the same bound, and a plan the same ``plan_id``, on every run, however loaded the machine.
+Under a FIFO order the Lagrangian bound gets what the relaxation leaves of it, under the free
+order the slot bound (when :data:`SLOT_GAP` is open; its steps counted by
+:func:`~blitzplan.live.relaxation_slots.quick_step_count`). On light instances the
+relaxation is solved in milliseconds and is the optimum or close to it; stopped by the budget
+its bound is weaker but still valid. Real clocks are only safety nets: :data:`BOUND_SAFETY`
+times this on the thread's CPU time, :data:`BOUND_WALL_SAFETY` times it on the wall clock."""
+
+BOUND_SAFETY = 4.0
+"""The printed bound's safety net on the calling thread's CPU time, as a multiple of
+:data:`HEURISTIC_BOUND_S` (1 s): a bound still running then (on a machine more than 4x slower
+than the calibration) stops at once, weaker, still valid, and then may differ from run to run.
+Under the counted budget a bound takes about 0.25 s of CPU on the paper's sizes (medians per
+class 0.19-0.26 s measured on a loaded 2-core x86_64, up to 0.46 s there at load 9)."""
+
+BOUND_WALL_SAFETY = 16.0
+"""The printed bound's safety net on the wall clock, as a multiple of :data:`HEURISTIC_BOUND_S`
+(4 s): far out, because load stretches the wall time of the same work (on a 2-core machine at
+load 5 with two more busy processes, a bound's process got a quarter to an eighth of a core: a
+wall net of 4x stopped most FIFO bounds there, and their plans changed from run to run)."""
 
 SLOT_GAP = 0.1
 """Under the free order (mean latency) the slot bound runs beside a heuristic only when the
@@ -70,7 +93,7 @@ the relaxation's plan repaired): within it the printed bound is already that clo
 optimum."""
 
 _MIN_SLOT_S = 0.02
-"""The least time left worth starting the slot bound with (a step takes 2-15 ms)."""
+"""The least counted time left worth starting the slot bound with (a step takes 2-15 ms)."""
 
 FREE_RELAXATION_SHARE = 0.4
 """Under the free order (mean latency), when the slot bound's steps fit (:func:`_slots_fit`),
@@ -159,12 +182,15 @@ def _relaxation_value(
     instance: LiveScalingInstance, objective: str, old_order: str, upper_bound: float
 ) -> float:
     """The relaxation's bound, once per instance (a fleet of equal pairs asks once), raised in
-    what is left of :data:`HEURISTIC_BOUND_S`: under a FIFO order by the Lagrangian bound,
-    under the free order by the slot bound (:func:`_slot_value`)."""
+    what is left of :data:`HEURISTIC_BOUND_S` (counted work; real clocks only safety nets,
+    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound, under the free
+    order by the slot bound (:func:`_slot_value`)."""
     from blitzplan.live.relaxation_dp import relaxation_bound
     from blitzplan.live.relaxation_lagrange import lagrangian_bound, quick_free_step_s
 
-    began = time.perf_counter()
+    meter = WorkMeter.with_safety(
+        cpu_s=BOUND_SAFETY * HEURISTIC_BOUND_S, wall_s=BOUND_WALL_SAFETY * HEURISTIC_BOUND_S
+    )
     share = FREE_RELAXATION_SHARE if _slots_fit(instance, objective, old_order) else 1.0
     bound, plan, _ = relaxation_bound(
         instance,
@@ -172,14 +198,16 @@ def _relaxation_value(
         old_order=old_order,
         upper_bound=upper_bound,
         time_limit_s=share * HEURISTIC_BOUND_S,
+        meter=meter,
     )
-    left = HEURISTIC_BOUND_S - (time.perf_counter() - began)
-    if left <= 0 or upper_bound - bound <= OPTIMALITY_REL_GAP * abs(upper_bound):
+    left = HEURISTIC_BOUND_S - meter.spent_s
+    closed = upper_bound - bound <= OPTIMALITY_REL_GAP * abs(upper_bound)
+    if left <= 0 or closed or meter.unsafe():
         return bound
     if old_order == "free":
         if share == 1.0:
             return bound
-        return max(bound, _slot_value(instance, objective, upper_bound, plan, bound, left))
+        return max(bound, _slot_value(instance, objective, upper_bound, plan, bound, meter))
     priced = lagrangian_bound(
         instance,
         old_order=old_order,
@@ -187,6 +215,7 @@ def _relaxation_value(
         upper_bound=upper_bound,
         time_limit_s=left,
         free_step_s=quick_free_step_s(instance),
+        meter=meter,
     )
     return max(bound, priced)
 
@@ -208,16 +237,17 @@ def _slot_value(
     upper_bound: float,
     plan: RelaxedPlan,
     bound: float,
-    left_s: float,
+    meter: WorkMeter,
 ) -> float:
-    """The slot bound (mean latency; it bounds every O order) in ``left_s``, from the better of
-    the heuristic's value ``upper_bound`` and the relaxation's ``plan`` repaired (whose
-    completions set its slots and first prices); ``-inf`` when :data:`SLOT_GAP` is closed,
-    the time too short or the objective another."""
+    """The slot bound (mean latency; it bounds every O order) in its counted steps (the wall
+    clock left to ``meter``'s safety net its limit), from the better of the heuristic's value
+    ``upper_bound`` and the relaxation's ``plan`` repaired (whose completions set its slots
+    and first prices); ``-inf`` when :data:`SLOT_GAP` is closed, the counted time ``meter``
+    leaves of :data:`HEURISTIC_BOUND_S` too short or the objective another."""
     from blitzplan.live.relaxation import repair
     from blitzplan.live.relaxation_slots import quick_slot_bound, quick_step_count
 
-    if objective != "mean_latency" or left_s < _MIN_SLOT_S:
+    if objective != "mean_latency" or HEURISTIC_BOUND_S - meter.spent_s < _MIN_SLOT_S:
         return -math.inf
     _, _, completion = timetable(instance, *repair(instance, plan))
     known = min(upper_bound, evaluate_objective(instance, completion, objective))
@@ -227,7 +257,7 @@ def _slot_value(
         instance,
         upper_bound=known,
         completion_s=completion,
-        time_limit_s=left_s,
+        time_limit_s=max(meter.wall_left_s(), _MIN_LEFT_S),
         floor=bound,
         steps=quick_step_count(instance, (1 - FREE_RELAXATION_SHARE) * HEURISTIC_BOUND_S),
     )
@@ -260,9 +290,10 @@ def schedule_live(
     heuristics ignore it. ``old_order="fifo"`` makes O run blocks in release order. An SLO no
     schedule can meet under ``objective="hard_slo"`` gives status INFEASIBLE; bad arguments
     raise InvalidInputError, a missing backend SolverUnavailableError. ``bound=False`` (a
-    deadline's) gives a heuristic's schedule without the relaxation's bound, which may take up
-    to :data:`HEURISTIC_BOUND_S` per distinct instance: its status says only what the policy
-    proved.
+    deadline's) gives a heuristic's schedule without the relaxation's bound, which takes
+    :data:`HEURISTIC_BOUND_S` of counted work per distinct instance (about that much CPU time;
+    the wall time it takes grows with the machine's load): its status says only what the
+    policy proved.
     """
     if not isinstance(instance, LiveScalingInstance):
         raise InvalidInputError(
