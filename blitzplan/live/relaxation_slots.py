@@ -19,7 +19,7 @@ under FIFO, whose optimum lies well above the free one, the FIFO bounds do bette
 The priced problem and its dynamic program are in :mod:`blitzplan.live.slot_prices`; here the
 subgradient steps that choose the prices: :func:`slot_bound` (``bnb``'s, 250 slots, steps aimed
 at a known schedule's value) and :func:`quick_slot_bound` (the bound printed beside a heuristic:
-160 slots, the program's latency floor, steps aimed a little above the best bound so far).
+40 slots, the program's latency floor, steps aimed a little above the best bound so far).
 """
 
 from __future__ import annotations
@@ -66,31 +66,44 @@ is Polyak's rule; against ZigZag's value on (32,16), 0.25-0.5 climb faster)."""
 _STEP_START = 1.0
 _PATIENCE = 6
 
-QUICK_SLOTS = 160
-"""Slots per machine of :func:`quick_slot_bound`'s grid. In 0.2 s of CPU, on (32,16) and
-(80,16) of ``benchmarks/partition.py``, 130-250 slots reach the most (a finer grid with fewer
-steps beats a coarser one with more: 60 slots 0.88-0.92 of the best known on (32,16), 160
-slots 0.91-0.95); a coarse grid first, its prices passed on to a finer one, did no better."""
+QUICK_SLOTS = 40
+"""Slots per machine of :func:`quick_slot_bound`'s grid. With N's chains counted from their
+layers (:mod:`blitzplan.live.slot_chains`) a coarse grid loses little and its steps are cheap:
+in the steps :func:`quick_step_count` gives 0.15 s, from the relaxation's plan (0.5 s), mean
+of the best known on seeds 0-4 of ``benchmarks/partition.py``, 30 / 40 / 60 / 160 slots:
+(80,16) 0.830 / 0.830 / 0.812 / 0.778 (10 / 9 / 7 / 3 steps), (32,16) 0.924 / 0.927 / 0.924
+/ 0.920, (40,12) 0.963 / 0.965 / 0.964 / 0.963. (Before, a chain of layers shorter than a
+step ran in no time and 130-250 slots did best: 60 slots 0.88-0.92 on (32,16), (80,16) no
+higher than the relaxation.)"""
 
 QUICK_STEPS = 16
 """The steps :func:`quick_slot_bound` needs to pay (about: on (32,16) 0.91-0.95 of the best
 known in 20-35 steps); see :func:`quick_steps_s`."""
 
 STEP_S_PER_CELL = 7e-8
-"""A step's CPU seconds per layer, batch and slot (2-core x86_64, loaded: 50-100 ns measured
-from (32,8) to (40,24) at 160 slots; the upper part, so that the count, not the clock, stops
-the steps: at 5e-8 the paper's (40,24) colocated pair was stopped by the clock and printed a
-bound that changed from run to run)."""
+"""A step's CPU seconds per layer, batch and slot beyond :data:`STEP_S_PER_ROW` (2-core
+x86_64, loaded: 50-100 ns measured from (32,8) to (40,24) at 160 slots before N's chains were
+counted from their layers, about 66 ns after, load 7; the upper part, so that the count, not
+the clock, stops the steps: at 5e-8 the paper's (40,24) colocated pair was stopped by the
+clock and printed a bound that changed from run to run)."""
 
-COUNTED_SHARE = 0.6
+COUNTED_SHARE = 1.0
 """The share of its budget :func:`quick_step_count` counts steps for (the first prices' trials
-counted as steps): a step takes 1.0-1.4x :func:`quick_steps_s`'s estimate (CPU, loaded 2-core
-x86_64; (32,8) to (40,24)); the rest is the margin that keeps the count, not the clock, the one
-that stops."""
+counted as steps). It was 0.6, a margin that kept the count, not the wall clock, the one that
+stopped the steps; the printed bound's clocks are now only far safety nets
+(``solve.BOUND_SAFETY``), and a step at 40 slots takes 0.7-1.1x :func:`quick_steps_s`'s
+estimate (CPU, loaded 2-core x86_64, (32,8) to (40,24)), so the steps take the share the
+budget gives them: clock-free, of the best known, (80,16) 0.830 -> 0.856 (9 -> 16 steps),
+(32,16) 0.927 -> 0.938, (40,12) 0.965 -> 0.969."""
 
 STEP_S_FIXED = 1e-3
 """A step's CPU seconds on any grid (a pair of one layer and three batches takes 1 ms a
 step)."""
+
+STEP_S_PER_ROW = 3e-6
+"""A step's CPU seconds per layer and batch, whatever the slots (O's blocks per split, the
+trace's calls per layer): at 60 slots it is most of a step (loaded 2-core x86_64, load 7,
+(32,8) to (40,24): 2.9-9.6 ms a step against 2.1-6.4 estimated without it)."""
 
 QUICK_RISE = 0.1
 """:func:`quick_slot_bound`'s steps aim this share above the best bound so far (halved after
@@ -263,8 +276,8 @@ def quick_step_count(instance: LiveScalingInstance, budget_s: float) -> int:
 
 
 def _step_s(instance: LiveScalingInstance) -> float:
-    cells = instance.num_layers * instance.num_batches * QUICK_SLOTS
-    return STEP_S_FIXED + STEP_S_PER_CELL * cells
+    rows = instance.num_layers * instance.num_batches
+    return STEP_S_FIXED + STEP_S_PER_ROW * rows + STEP_S_PER_CELL * rows * QUICK_SLOTS
 
 
 def priced_orders(

@@ -1,25 +1,24 @@
 """The slot bound's priced problem (:mod:`blitzplan.live.relaxation_slots`): its slots, the
 prices on them and each batch's least priced choice under them.
 
-Each batch's problem is solved from below by a dynamic program over its own time grid of step
-``delta`` (about half a slot; ``pN_i / m`` when that is not too fine, so that a layer's length
-is ``m`` whole steps, else a layer advances the chain by its whole steps, rounded down): the
-state is the next layer and the step the chain may start from; a layer started anywhere in
-step ``b`` is charged the least price any start in that step pays (exact: the price is
-piecewise linear in the start, its least value in a step is at an end or at a slot boundary),
-and the next layer may start from step ``b + m``, no later than the real chain allows. O's
-block started in a slot is charged the least, over its starts in the slot, of its price plus its
-completion, no earlier than its batch could hand it over (:mod:`blitzplan.live.slot_blocks`).
-Every rounding lowers the cost, so the program's value is at most the batch's priced optimum;
-past the last slot nothing is priced, and at the grid's end a batch still needs its unpriced
-remaining time. The prices come from subgradient steps toward a known schedule's value; any
-prices give a valid bound, so stopping early only weakens it.
+Each batch's problem is solved from below by a dynamic program over its own time grid (about
+half a slot a step): the state is the next layer and the step of the chain's position counted
+without its layers' own time, so that a layer leaves the chain where it was (exact however
+short the layer; :mod:`blitzplan.live.slot_chains`); a layer is charged the least price a start
+in its window pays (the price is piecewise linear in the start: its least value in a window is
+at an end or where the operation's start or end crosses a slot boundary). O's block started in
+a slot is charged the least, over its starts in the slot, of its price plus its completion, no
+earlier than its batch could hand it over (:mod:`blitzplan.live.slot_blocks`). Every rounding
+lowers the cost, so the program's value is at most the batch's priced optimum; past the last
+slot nothing is priced, and at the grid's end a batch still needs its unpriced remaining time.
+The prices come from subgradient steps toward a known schedule's value; any prices give a valid
+bound, so stopping early only weakens it.
 
 With ``latency_floor`` (the printed bound's grid) every state's value is also held at least
 the batch's unpriced latency from there (the step's time, less its release, plus the least time
 the rest of it takes: the prices are >= 0, so that is a lower bound on every continuation too).
-It counts again the time a chain of layers shorter than a step loses to the rounding (such a
-chain advances no step a layer); the program is then no longer a least of costs linear in the
+It counts the time a chain loses to the grid when its layers wait (a start within a step);
+the program is then no longer a least of costs linear in the
 prices, so a choice's ``value`` may exceed its priced cost (no column for
 ``benchmarks/slot_dual.py``) and its slot time is a subgradient only where the floor is loose.
 
@@ -38,6 +37,7 @@ import numpy as np
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.slot_blocks import BlockTable, earliest_starts, least_start
+from blitzplan.live.slot_chains import ChainGrid, grid_steps
 
 __all__ = ["SLOTS", "SlotPath", "SlotPrices", "slot_usage", "solve_batches"]
 
@@ -45,11 +45,11 @@ SLOTS = 250
 """Slots per machine up to the horizon (on (32,16), 60 steps with 150 / 250 / 400 slots: 0.883
 / 0.893 / 0.896 of a known schedule's value in 0.5 / 0.7 / 1.3 s of CPU)."""
 
-_STEPS_PER_SLOT = 2
-"""A batch's grid steps are about this many to a slot (a whole number of them to its layer)."""
-
-_FINEST_STEP = 2
-"""No grid step is finer than a slot over ``_STEPS_PER_SLOT * _FINEST_STEP``."""
+STEPS_PER_SLOT = 2
+"""The steps of every batch's grid (:mod:`blitzplan.live.slot_chains`) to a slot. On (80,16)
+of ``benchmarks/partition.py`` with the printed bound's 160 slots, after 12 / 24 steps, of the
+best known: 2 (a step 13 ms) 0.833 / 0.877, 1 (10.4 ms) 0.811 / 0.857, 4 (17.5 ms) 0.843 after
+12; on (32,16) 0.903 / 0.934 (5.8 ms), 0.895 / 0.923 (4.4 ms), 0.907 after 12 (7.4 ms)."""
 
 
 @dataclass(frozen=True)
@@ -98,38 +98,29 @@ class SlotPrices:
         self.new, self.old = _slots(a1, horizon, width), _slots(b_old, horizon, width)
         self.release = np.asarray(inst.release_s)
         self.p_new, self.handoff = p_new, np.asarray(inst.handoff_s)
-        target = width / _STEPS_PER_SLOT
-        per_layer = np.maximum(1, np.round(p_new / target))
-        self.delta = np.maximum(p_new / per_layer, target / _FINEST_STEP)
-        steps = np.floor(p_new / self.delta + 1e-9).astype(np.int64)  # per layer, rounded down
         self.t0 = np.maximum(self.release, a1)
-        size = self.size = int(np.max(np.ceil((horizon - self.t0) / self.delta))) + 2
-        self.times = self.t0[:, None] + self.delta[:, None] * np.arange(size)[None, :]
-        usable = np.asarray(inst.usable_s)
-        self.first = np.clip(  # the step each layer's arrival falls in, per batch and layer
-            np.floor((usable[None, :] - self.t0[:, None]) / self.delta[:, None] + 1e-9),
-            0,
-            size - 1,
-        ).astype(np.int64)
+        step_s = grid_steps(p_new, width / STEPS_PER_SLOT)
+        chains = self.chains = ChainGrid(
+            self.t0, step_s, p_new, np.asarray(inst.usable_s), self.new.edges
+        )
+        self.size, self.times = chains.size, chains.times
         rows = np.arange(n)[:, None]
-        # [i, b]: where in the (n, size) table batch i's chain may go on from after a layer in b
-        self.shift = rows * size + np.minimum(np.arange(size) + steps[:, None], size - 1)
         self.q = (L - np.arange(L))[None, :] * p_old[:, None]  # (n, k): O's run per split
         self.tail = _tail(p_new, p_old, self.handoff, L)
-        handed = np.floor((self.times + self.handoff[:, None] - b_old) / width)
         stride = self.old.count + 1
-        self.handed = rows * (L * stride) + np.clip(handed, 0, self.old.count).astype(np.int64)
+        # [k, i, b]: the O slot (flat, in ``old_suffix``) batch i hands split k over from
+        ends = self.times[None, :, :] + chains.done_s.T[:L, :, None] + self.handoff[None, :, None]
+        handed = np.clip(np.floor((ends - b_old) / width), 0, self.old.count).astype(np.int64)
+        self.handed = handed + (rows * L + np.arange(L)[:, None, None]) * stride
         slot0 = np.floor((np.maximum(self.release, b_old) - b_old) / width)
         self.slot0 = np.clip(slot0, 0, self.old.count).astype(np.int64)  # k = 0: O from here
-        self.end_tail = (self.times[:, -1] - self.release)[:, None] + self.tail
-        # [l, i, b]: batch i's least unpriced latency with l layers done from step b (or None)
-        self.floor = (
-            (self.times - self.release[:, None])[None, :, :] + self.tail.T[:, :, None]
-            if latency_floor
-            else None
-        )
-        # [l - 1, i, b]: layer l may not start in step b (before it arrives)
-        self.masks = np.arange(size)[None, None, :] < self.first.T[:, :, None]
+        # [l, i, b]: batch i's least unpriced latency with l layers done from step b
+        latency = (self.times - self.release[:, None])[None, :, :] + (chains.done_s + self.tail).T[
+            :, :, None
+        ]
+        self.end_tail = latency[:, :, -1].T  # [i, l]: the same at the grid's last step
+        self.done = latency[-1]  # [i, b]: all L layers done
+        self.floor = latency if latency_floor else None
         self.earliest = earliest_starts(inst)  # [i, k]: no block of split k starts before
         self.blocks = BlockTable(self.old.edges, self.q, self.earliest)
         self._tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -140,9 +131,7 @@ class SlotPrices:
         self.lam, self.mu = lam, mu
         self.cum_new = np.concatenate([[0.0], np.cumsum(lam) * self.new.width])
         self.cum_old = np.concatenate([[0.0], np.cumsum(mu) * self.old.width])
-        self.run_price, self.run_at = _least_in_step(
-            self.new, self.cum_new, self.times, self.delta[:, None], self.p_new[:, None]
-        )
+        self.run_price, self.run_at = self.chains.charges(self.new.edges, self.cum_new)
         self.old_value = self.blocks.values(self.cum_old)
         suffix = np.minimum.accumulate(self.old_value[:, :, ::-1], axis=2)[:, :, ::-1]
         # the least completion from each O slot on, less the batch's release (flat)
@@ -186,26 +175,6 @@ def _tail(p_new: np.ndarray, p_old: np.ndarray, handoff: np.ndarray, L: int) -> 
     return np.asarray(np.where(left > 0, least, 0.0))
 
 
-def _least_in_step(
-    slots: _Slots, cum: np.ndarray, start: np.ndarray, step: np.ndarray, length: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(least price, a start that pays it) of an operation of ``length`` started anywhere in
-    ``[start, start + step]`` (arrays that broadcast): the price is piecewise linear in the
-    start, with kinks where the start or the end crosses a slot boundary; every step is at
-    most a slot wide, so it holds at most one kink of each kind."""
-    edges, w, base = slots.edges, slots.width, slots.edges[0]
-    up = base + (np.floor((start - base) / w) + 1) * w  # the next boundary after the start
-    up_end = base + (np.floor((start + length - base) / w) + 1) * w - length
-    stop = start + step
-    best = np.full(np.broadcast(start, length).shape, math.inf)
-    at = np.zeros_like(best)
-    for s in (start, stop, np.minimum(up, stop), np.minimum(np.maximum(up_end, start), stop)):
-        price = np.interp(s + length, edges, cum) - np.interp(s, edges, cum)
-        better = price < best
-        best, at = np.where(better, price, best), np.where(better, s, at)
-    return best, at
-
-
 def solve_batches(
     prices: SlotPrices, restriction: Restriction | None, *, paths: bool
 ) -> tuple[float, list[SlotPath]]:
@@ -221,18 +190,17 @@ def solve_batches(
         bounds = (low, high, _first_after(prices, restriction))
     steps = np.arange(size)
     runs, bests, stops, costs = prices.tables()
-    cost = np.subtract(prices.times, prices.release[:, None], out=costs[0])  # L layers done
+    cost = costs[0]
+    cost[...] = prices.done  # L layers done
     if bounds is not None:
         cost[bounds[1] < L] = math.inf
     suffix = prices.old_suffix
     for layer in range(L, 0, -1):  # cost: the least from here on with ``layer`` layers done
         # at the grid's end nothing is priced: what is left takes at least its unpriced time
         np.maximum(cost[:, -1], prices.end_tail[:, layer], out=cost[:, -1])
-        run = np.take(cost, prices.shift, out=runs[layer - 1])
-        run += prices.run_price
-        if bounds is None:
-            np.copyto(run, math.inf, where=prices.masks[layer - 1])
-        else:
+        run = np.take(prices.run_price, prices.chains.charge_at[layer - 1], out=runs[layer - 1])
+        run += cost  # (a step before the layer may start is charged inf)
+        if bounds is not None:
             low, high, first = bounds
             limit = (steps < first[:, layer - 1][:, None]) | (high < layer)[:, None]
             np.copyto(run, math.inf, where=limit)
@@ -240,7 +208,7 @@ def solve_batches(
         np.minimum.accumulate(run[:, ::-1], axis=1, out=best[:, ::-1])
         k = layer - 1  # or stop after k layers
         if k >= 1:
-            stop = np.take(suffix, prices.handed + k * stride, out=stops[layer - 1])
+            stop = np.take(suffix, prices.handed[k], out=stops[layer - 1])
             if bounds is not None:
                 stop[(bounds[0] > k) | (bounds[1] < k)] = math.inf
             cost = np.minimum(best, stop, out=costs[layer % 2])
@@ -269,11 +237,12 @@ def _restricts(restriction: Restriction, L: int) -> bool:
 
 def _first_after(prices: SlotPrices, restriction: Restriction) -> np.ndarray:
     """The step each layer may start from, per batch, with ``restriction``'s start limits."""
-    first: np.ndarray = prices.first.copy()
+    first: np.ndarray = prices.chains.first.copy()
+    offset_s = np.arange(prices.instance.num_layers) * prices.p_new[:, None]
     for i, after in enumerate(restriction.start_after_s):
         if after:
-            later = np.floor((np.asarray(after) - prices.t0[i]) / prices.delta[i] + 1e-9)
-            first[i] = np.maximum(first[i], np.clip(later, 0, prices.size - 1).astype(np.int64))
+            later = prices.chains.step_of(i, np.asarray(after) - offset_s[i])
+            first[i] = np.maximum(first[i], later)
     return first
 
 
@@ -296,7 +265,7 @@ def _paths(
     starts = np.full((n, L), math.nan)
     runs, bests, stops = tables  # [layer - 1]: that layer's runs, their suffix least, stops
     offsets = rows * size
-    run_at, shift = prices.run_at.ravel(), prices.shift.ravel()
+    run_at, charge_at = prices.run_at, prices.chains.charge_at
     for layer in range(1, L + 1 if active.any() else 1):
         if layer >= 2:  # (a stopped batch's row goes on being traced: it is not read)
             here = offsets + at
@@ -308,8 +277,8 @@ def _paths(
                 if not active.any():
                     break
         b = _first_least(runs[layer - 1], bests[layer - 1], at, offsets)
-        starts[:, layer - 1] = run_at.take(b)
-        at = shift.take(b) - offsets
+        starts[:, layer - 1] = run_at.take(charge_at[layer - 1].ravel().take(b))
+        at = b - offsets  # the chain goes on from the same step of ``u``
     stride = prices.old.count + 1
     out = []
     for i in range(n):
@@ -320,7 +289,7 @@ def _paths(
         if k == 0:
             slot = int(prices.slot0[i])
         else:
-            slot = int(prices.handed[i, stopped_at[i]] - i * L * stride)
+            slot = int(prices.handed[k, i, stopped_at[i]] - (i * L + k) * stride)
         old = _old_start(prices, i, k, slot)
         out.append(SlotPath(k, tuple(starts[i, :k].tolist()), old, float(totals[i])))
     return out
