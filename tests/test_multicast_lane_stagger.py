@@ -8,13 +8,12 @@ import pytest
 from blitzplan import ClusterState
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
-from blitzplan.multicast.exact.phase_slices import (
+from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases
+from blitzplan.multicast.exact.slice_layout import (
     BY_LANE,
     BY_SENDER,
     _atom_cuts,
-    phases_apart,
     slice_layout,
-    slice_phases,
     staggering,
 )
 from blitzplan.multicast.exact.slice_search import sliced_refinement

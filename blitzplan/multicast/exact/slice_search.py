@@ -3,7 +3,7 @@
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
 plain and :data:`STAGGERED_SLICES` staggered slices (by sender, or by lane depth where a lane
 would be in an earlier phase than its feeder:
-:func:`~blitzplan.multicast.exact.phase_slices.staggering`), by
+:func:`~blitzplan.multicast.exact.slice_layout.staggering`), by
 :func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
 every candidate before the next count: the plan that times fastest in one phase is often not
 the one that slices best. Each slicing is first timed from its pattern
@@ -22,13 +22,12 @@ import time
 from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.exact.phase_slices import (
+from blitzplan.multicast.exact.phase_slices import BuildPace, sliced_until
+from blitzplan.multicast.exact.slice_layout import (
     BY_LANE,
     BY_SENDER,
     _atom_cuts,
-    phases_apart,
     slice_layout,
-    sliced_until,
     staggering,
 )
 from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
@@ -51,24 +50,20 @@ _PATTERN_MARGIN = 1.25
 """A pattern's predicted time: this many times its plan's rate measured (a pattern's time
 grows with its slices at about one rate per plan; a late pattern only shortens the build,
 which stops itself in time)."""
-_BUILD_PER_PATTERN = 2.0
+_BUILD_PER_PATTERN = 2.5
 """Before this run built a slicing timed from its pattern, its predicted build time (the lanes
-made, the pattern's times put in place, the phases checked; the pattern itself kept from its
-timing): this many times the time its pattern took in this run, so the prediction follows
-the machine's load. Measured on 68 k-lane slicings on a 2-core x86_64 at load 2-5: 1.2-3.5,
-median 2. Each build measures the ratio again (the first replaces this, the largest so far is
-used) and stops as soon as its own pace says it would not end by its deadline
+made, the pattern's times put in place, the phases checked, the finished plan's tuples made;
+the pattern itself kept from its timing): this many times the time its pattern took in this
+run, so the prediction follows the machine's load. Measured on a 2-core x86_64: 1.2-3.5,
+median 2, on 68 k-lane slicings at load 2-5 before the plan's tuples were made in the build;
+1.6-3.0, median 2.1, with them, on 6-29 k lanes at load 5-6. Each build measures the ratio
+again (the first replaces this, the largest so far is used) and stops as soon as its own
+pace says it would not end by its deadline
 (:func:`~blitzplan.multicast.exact.phase_slices.sliced_until`)."""
 _UNTIMED_PRIOR_S = 50e-6
 """The same for a slicing the pattern could not time (built and evaluated lane by lane)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
-PACK_S_PER_LANE = 4e-6
-"""The time kept, per lane of a slicing, for making the finished plan from it (its tuples of
-arrivals and starts: 1.7-2.5 us a lane on a 2-core x86_64 with the collector paused, 31-34 k
-lanes), which the caller waits for too: a slicing is built only when it and this end by the
-deadline."""
-
 _Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
 _Shape = tuple[dict[int, _Layout], int]
 _Key = tuple[int, int, int]  # (slices, staggered: 0, BY_LANE or BY_SENDER, candidate)
@@ -109,6 +104,7 @@ class SliceSearch:
         self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
         self.build_by: float | None = None  # the last call's build deadline
+        self.pace = BuildPace()  # a build's parts after its lanes, as measured in this run
 
     def needed_s(self) -> float:
         """The time to keep for what is left: building the fastest slicing timed, or timing
@@ -253,30 +249,26 @@ class SliceSearch:
             predicted = (1 + self.per_pattern) * self.took[key]
         else:
             predicted = self.per_pattern * self.took[key]
-        pack = PACK_S_PER_LANE * size
-        if not _fits(predicted + pack, deadline):
+        if not _fits(predicted, deadline):
             return None
-        if deadline is not None:
-            deadline -= pack
         plan, shape = self.plans[j], self.shapes[j]
         if timed and times is None:
             times = _pattern_ready(self.problem, plan, phases, staggered, shape)
         start = time.perf_counter()
         try:
-            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline)
+            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline, self.pace)
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
             return None
-        if trial is None:  # it would not end in time
-            return None
-        apart = phases_apart(self.problem, trial)
         took = time.perf_counter() - start
+        if trial is None:  # it would not end in time, or its phases meet
+            return None
         if not timed:
             self.untimed_rate = max(self.untimed_rate, took / size)
         elif self.measured_build:
             self.per_pattern = max(self.per_pattern, took / self.took[key])
         else:  # the first measured replaces the prior
             self.per_pattern, self.measured_build = took / self.took[key], True
-        return trial if apart else None
+        return trial
 
 
 def _fits(seconds: float, deadline: float | None) -> bool:
