@@ -211,16 +211,11 @@ def exact_plan(
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     packed = None
-    if objective == "all_ready":  # on the program's live choice, else on the greedy's
+    spent = time.perf_counter() - began  # at least a share, unless the program took the rest
+    share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
+    if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        share = 0.6 * limit - (time.perf_counter() - began)
-        packed = pack_trees(
-            problem,
-            live,
-            time_limit_s=max(0.05 * limit, share),
-            widths=None,
-            shapes=EXACT_SHAPES,
-        )
+        packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
     slicing = SliceSearch(problem, objective)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
