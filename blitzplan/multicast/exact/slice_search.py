@@ -1,12 +1,12 @@
 """Which plan to cut into time slices, and into how many: the exact method's last step.
 
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
-plain and :data:`STAGGERED_SLICES` staggered slices (by sender, or by lane depth where a lane
-would be in an earlier phase than its feeder:
-:func:`~blitzplan.multicast.exact.slice_layout.staggering`), by
-:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
-every candidate before the next count: the plan that times fastest in one phase is often not
-the one that slices best. Each slicing is first timed from its pattern
+plain and :data:`STAGGERED_SLICES` staggered slices (plans of few atoms also
+:data:`FINE_SLICES`), by :func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each
+count on every candidate before the next count: the plan that times fastest in one phase is
+often not the one that slices best. Staggered by sender and by lane depth
+(:mod:`~blitzplan.multicast.exact.slice_layout`) are both timed at the smallest staggered
+count, and the faster is the plan's staggering past it. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
 without building it, in a fraction of the time); only the fastest is then built and evaluated
 in full (the next fastest if its phases meet on a link), and the slicings the pattern cannot
@@ -34,7 +34,7 @@ from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
 
-__all__ = ["SLICES", "STAGGERED_SLICES", "SliceSearch", "sliced_refinement"]
+__all__ = ["FINE_SLICES", "SLICES", "STAGGERED_SLICES", "SliceSearch", "sliced_refinement"]
 
 SLICES = (4, 8, 16, 32)
 """The plain slice counts tried, in turn."""
@@ -43,6 +43,13 @@ STAGGERED_SLICES = (64, 128, 256)
 staggering pays only once slices are thin: 16 and 32 were rarely the fastest), for one count
 the plan fastest so far first. Those of the leading plan left for lack of time are timed
 after the search, the most slices first (:meth:`SliceSearch.time`)."""
+FINE_SLICES = 512
+"""Staggered slices tried last, on plans of few atoms only (:data:`FINE_MAX_ATOMS`): a plan
+sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
+(case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
+FINE_MAX_ATOMS = 256
+"""... at most this many atoms (lanes of one slice): 131 k lanes at 512 slices, about a 256
+slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s)."""
 _MARGIN = 1.5
 """The time kept for building the fastest slicing: this many times the rate measured (seconds
 per lane and slice)."""
@@ -152,16 +159,28 @@ class SliceSearch:
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
         ranked = sorted(new, key=fastest.__getitem__)
-        staggered = [
-            (m, by, j)
-            for m in STAGGERED_SLICES
-            for j in ranked
-            for by in (BY_LANE, BY_SENDER)
-            if by in self.shapes[j][0]
-        ]
-        self._patterns(staggered, deadline, build_by)
+        smallest, *more = STAGGERED_SLICES
+        both = [(smallest, by, j) for j in ranked for by in self.shapes[j][0] if by]
+        self._patterns(both, deadline, build_by)
+        chosen = [(m, self._staggering(j), j) for m in (*more, FINE_SLICES) for j in ranked]
+        self._patterns([key for key in chosen if key[1] and self._tried(key)], deadline, build_by)
         self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
+
+    def _staggering(self, j: int) -> int:
+        """Plan ``j``'s staggering past the smallest staggered count: the faster of its two
+        timed at that count (they order its lanes differently, and which slices faster is
+        the plan's: case 76's search plan 1.0806 by lane depth against 1.097 by sender at 64
+        slices), else :func:`staggering`'s (0: no staggered layout)."""
+        keys = [by for by in self.shapes[j][0] if by]
+        smallest = STAGGERED_SLICES[0]
+        timed = [(v, by) for v, m, by, i in self.timed if i == j and m == smallest and by]
+        return min(timed)[1] if timed else (keys[0] if keys else 0)
+
+    def _tried(self, key: _Key) -> bool:
+        """Whether slicing ``key`` is tried: every count up to :data:`STAGGERED_SLICES`'s last,
+        :data:`FINE_SLICES` only for plans of at most :data:`FINE_MAX_ATOMS` atoms."""
+        return key[0] != FINE_SLICES or self.shapes[key[2]][1] <= FINE_MAX_ATOMS
 
     def _leader(self) -> int:
         """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""
@@ -291,14 +310,19 @@ def sliced_refinement(
 
 
 def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered as
-    :func:`staggering` chooses (:data:`BY_LANE` or :data:`BY_SENDER`) where its offsets differ
-    (else staggering changes nothing); and its lanes' atoms (the lanes of one slice)."""
+    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered
+    (:data:`BY_LANE`, :data:`BY_SENDER`; :func:`staggering`'s choice first) where its offsets
+    differ (else staggering changes nothing) and put some lane in another phase than the
+    other staggering does; and its lanes' atoms (the lanes of one slice)."""
     layouts = {0: slice_layout(plan, 0)}
-    by = staggering(plan)
-    layout = slice_layout(plan, by)
-    if len(set(layout[2])) > 1:
-        layouts[by] = layout
+    first = staggering(plan)
+    seen: list[list[int]] = []
+    for by in (first, BY_SENDER if first == BY_LANE else BY_LANE):
+        layout = slice_layout(plan, by)
+        offsets = [layout[2][g] for g in layout[1]]  # each lane's
+        if len(set(layout[2])) > 1 and offsets not in seen:
+            layouts[by] = layout
+            seen.append(offsets)
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
     return layouts, max(1, atoms)
