@@ -67,11 +67,12 @@ def striped_plan(
     if method == "greedy" and value <= cheap * (1 + CLOSE_ENOUGH):
         return built, cheap
     budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
+    lanes = len(built.builder.lanes)
+    if budget > 0 and refine_budget is not None and not refine_budget.worth(lanes, value - cheap):
+        budget = 0  # they could gain less than they would cost: the greedy's plan
+    if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # once per process: not the
+        import scipy.optimize  # noqa: F401  (refinements' time, nor one evaluation's)
     if refine_budget is not None:
-        if budget > 0 and not refine_budget.worth(len(built.builder.lanes), value - cheap):
-            budget = 0  # they could gain less than they would cost: the greedy's plan
-        if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
-            import scipy.optimize  # noqa: F401  (once per process: not the refinements' time)
         refine_budget.start()
     choice, built = polish(
         problem, ctx, choice, built, objective, max_evaluations=budget, budget=refine_budget
