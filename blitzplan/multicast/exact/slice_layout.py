@@ -105,7 +105,9 @@ def staggering(built: Built) -> int:
     """The staggering for ``built``: :data:`BY_SENDER` when no lane of it is in an earlier phase
     than one of its feeders (none then waits for a feeder's later phase, and its deepest offset
     is at most the lanes' deepest), else :data:`BY_LANE` (a node forwarding bytes that reached
-    it deeper than its distance from the holders: case 193)."""
+    it deeper than its distance from the holders: case 193). The slice search times both
+    where they differ and keeps the faster; this one is tried first and decides where
+    neither could be timed."""
     _, group_of, offsets, _ = slice_layout(built, BY_SENDER)
     for f, fed in enumerate(built.timeline.lane_feeds):
         if any(offsets[group_of[f]] < offsets[group_of[d]] for d in fed):
