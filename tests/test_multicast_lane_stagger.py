@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+import blitzplan.multicast.exact.slice_search as slice_search
 from blitzplan import ClusterState
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
-from blitzplan.multicast.exact.phase_slices import (
+from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases
+from blitzplan.multicast.exact.slice_layout import (
     BY_LANE,
     BY_SENDER,
     _atom_cuts,
-    phases_apart,
     slice_layout,
-    slice_phases,
     staggering,
 )
-from blitzplan.multicast.exact.slice_search import sliced_refinement
+from blitzplan.multicast.exact.slice_search import FINE_SLICES, SliceSearch, sliced_refinement
 from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.setup.problem import Problem
@@ -124,3 +124,24 @@ def test_staggering_by_sender_is_kept_where_no_lane_precedes_its_feeder() -> Non
     ring = BASELINES["ring"](problem)
     assert staggering(ring) == BY_SENDER
     assert slice_layout(ring, BY_SENDER)[2] == slice_layout(ring, BY_LANE)[2]
+
+
+def test_the_staggering_past_the_smallest_count_is_the_faster_timed(monkeypatch) -> None:
+    """With the chooser's pick made the slower one (by sender, 1.48x slower on the mixed
+    case), the search still times both staggerings at 64 slices and slices the plan past 64
+    (and at 512: two atoms a lane) only by the faster, lane depth; so its answer is as fast as
+    that staggering's 16 slices. A plan of more atoms than ``FINE_MAX_ATOMS`` gets no 512."""
+    _, problem, one = mixed_case()
+    monkeypatch.setattr(slice_search, "staggering", lambda built: BY_SENDER)
+    search = SliceSearch(problem, "all_ready")
+    search.time([one], None)
+    at = {(m, by): v for v, m, by, _ in search.timed}
+    assert at[64, BY_LANE] < at[64, BY_SENDER]
+    past = {(m, by) for m, by in at if m > 64}
+    assert past == {(128, BY_LANE), (256, BY_LANE), (FINE_SLICES, BY_LANE)}
+    best = search.best([one], None)
+    assert _value(best) <= _value(slice_phases(problem, one, SLICES, staggered=True)) * (1 + 1e-9)
+    monkeypatch.setattr(slice_search, "FINE_MAX_ATOMS", 0)
+    few = SliceSearch(problem, "all_ready")
+    few.time([one], None)
+    assert all(m < FINE_SLICES for _, m, _, _ in few.timed)

@@ -9,11 +9,20 @@ import time
 import pytest
 
 import blitzplan.multicast.exact.slice_search as slice_search
-from blitzplan.multicast.exact.phase_slices import slice_phases, sliced_until
+from blitzplan.multicast.exact.phase_slices import BuildPace, slice_phases, sliced_until
 from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.planners.baselines import BASELINES
-from blitzplan.multicast.timeline.assemble import Built
+from blitzplan.multicast.timeline.assemble import Built, finish
+from blitzplan.solvers import SolveStatus
 from tests.test_multicast_phase_slices import chain_case
+
+_FINISH = {
+    "method": "exact",
+    "objective": "all_ready",
+    "status": SolveStatus.FEASIBLE,
+    "lower_bound_s": 0.0,
+    "started_s": 0.0,
+}
 
 
 def _timed_ring() -> tuple[SliceSearch, Built]:
@@ -55,20 +64,30 @@ def test_a_build_predicted_past_the_deadline_is_not_started(monkeypatch) -> None
     assert max(best.ready_at_s.values()) == pytest.approx(fastest[0], rel=1e-9)
 
 
-def test_the_finished_plans_making_is_kept_time_for(monkeypatch) -> None:
-    """A build predicted instantly but whose plan takes 1000 s a lane to make is not started
-    with 10 s left (the caller waits for the plan made from it); at no cost per lane, the
-    fastest is built."""
-    search, ring = _timed_ring()
-    started = _builds_counted(monkeypatch)
-    search.per_pattern = 1e-6
-    search.untimed_rate = 1e-6
-    monkeypatch.setattr(slice_search, "PACK_S_PER_LANE", 1000.0)
-    assert search.best([ring], time.perf_counter() + 10) is ring
-    assert started == []
-    monkeypatch.setattr(slice_search, "PACK_S_PER_LANE", 0.0)
-    search.best([ring], time.perf_counter() + 60)
-    assert started and started[0] == min(search.timed)[1]
+def test_a_build_keeps_the_time_of_its_parts_after_the_lanes() -> None:
+    """A build whose parts after its lanes (the times put in place, the phases checked, the
+    finished plan's tuples made) take a million times its lanes' time stops (None) with 10 s
+    left, timed or untimed, and leaves the measured shares as they were; at no cost it is
+    built with its finished plan's tuples made, which the plan made from it then holds."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    shape = slice_search._shape(problem, ring)
+    times = slice_search._pattern_ready(problem, ring, 64, True, shape)
+    assert times is not None
+    for timed in (times, None):
+        slow = BuildPace(1e6, 1e6, measured=True)
+        assert sliced_until(problem, ring, 64, True, timed, time.perf_counter() + 10, slow) is None
+        assert (slow.timeline, slow.rest) == (1e6, 1e6)
+        free = BuildPace(0.0, 0.0, measured=True)
+        built = sliced_until(problem, ring, 64, True, timed, time.perf_counter() + 60, free)
+        assert built is not None and built.frozen is not None
+        assert free.rest > 0.0  # measured
+        plan = finish(problem, built, **_FINISH)
+        assert plan.lane_arrival_s is built.frozen.lane_arrival_s
+        again = finish(
+            problem, Built(built.builder, built.timeline, built.ready_at_s, ()), **_FINISH
+        )
+        assert again.lane_arrival_s == plan.lane_arrival_s and again.hops == plan.hops
 
 
 def test_a_measured_build_sets_the_estimate_and_never_lowers_it(monkeypatch) -> None:

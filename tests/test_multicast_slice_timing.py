@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import InfeasibleError, InvalidInputError
-from blitzplan.multicast.exact.phase_slices import _atom_cuts, slice_layout, slice_phases
+from blitzplan.multicast.exact.phase_slices import slice_phases
+from blitzplan.multicast.exact.slice_layout import _atom_cuts, slice_layout
 from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.greedy import build, context, greedy_choice
 from blitzplan.multicast.setup.problem import Problem

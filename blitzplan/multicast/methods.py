@@ -59,23 +59,28 @@ def striped_plan(
     if check is not None:
         check("context")
     choice = first = greedy_choice(problem, ctx, objective)
+    began = time.perf_counter()
     built = build(problem, ctx, choice, check)
+    evaluation_s = time.perf_counter() - began  # one choice built, in this run (and its LP's)
     cheap = lower_bound(problem, objective, cheap=True)
     value = score(objective, built.ready_at_s, built.live)
     if method == "greedy" and value <= cheap * (1 + CLOSE_ENOUGH):
         return built, cheap
     budget = _polish_budget(ctx, built) if polish_evaluations is None else polish_evaluations
+    lanes = len(built.builder.lanes)
+    if budget > 0 and refine_budget is not None and not refine_budget.worth(lanes, value - cheap):
+        budget = 0  # they could gain less than they would cost: the greedy's plan
+    if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # once per process: not the
+        import scipy.optimize  # noqa: F401  (refinements' time, nor one evaluation's)
     if refine_budget is not None:
-        if budget > 0 and not refine_budget.worth(len(built.builder.lanes), value - cheap):
-            budget = 0  # they could gain less than they would cost: the greedy's plan
-        if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:
-            import scipy.optimize  # noqa: F401  (once per process: not the refinements' time)
         refine_budget.start()
     choice, built = polish(
         problem, ctx, choice, built, objective, max_evaluations=budget, budget=refine_budget
     )
     if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # 0: no refinement at all
+        began = time.perf_counter()
         refined = build_lp(problem, ctx, choice, refine_budget)
+        evaluation_s += time.perf_counter() - began
         if refined is not None and score(objective, refined.ready_at_s, refined.live) < score(
             objective, built.ready_at_s, built.live
         ):
@@ -92,7 +97,9 @@ def striped_plan(
         built = repack(problem, lives, built, bound, left)
     if method == "exact":  # from the greedy's plan (never worse), in the time left
         left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - entered)
-        return exact_plan(problem, ctx, objective, (choice, built), left)
+        return exact_plan(
+            problem, ctx, objective, (choice, built), left, bound=bound, evaluation_s=evaluation_s
+        )
     return built, bound
 
 

@@ -42,6 +42,7 @@ earlier plans delivered units.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -100,11 +101,14 @@ def overlay_bound(problem: Problem, *, time_limit_s: float = 5.0) -> OverlayBoun
     shard = missing_bytes(problem, problem.instances[0].name)
     if shard <= 0:
         return None
+    began = time.perf_counter()
     built = _build(problem)
     if built is None:
         return None
     program, lam, binaries = built
-    solved = solve(program, lam, binaries, live_covers(problem, binaries), time_limit_s)
+    covers = live_covers(problem, binaries)
+    left = time_limit_s - (time.perf_counter() - began)  # the program's making counts too
+    solved = solve(program, lam, binaries, covers, left) if left > 0 else None
     if solved is None or solved[0] <= 0:
         return None
     upper, x = solved

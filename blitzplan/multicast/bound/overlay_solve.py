@@ -73,7 +73,9 @@ def solve(
 
 
 def _solve(p: Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray | None] | None:
-    """The solver's proven upper bound on ``lam`` (with the margin) and its best solution."""
+    """The solver's proven upper bound on ``lam`` (with the margin) and its best solution,
+    within ``time_limit_s`` from the call (the matrix's making counted)."""
+    deadline = time.perf_counter() + time_limit_s
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_matrix
 
@@ -81,6 +83,9 @@ def _solve(p: Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray
     cost = np.zeros(n)
     cost[lam] = -1.0
     matrix = csr_matrix((p.vals, (p.rows, p.cols)), shape=(len(p.row_lo), n))
+    time_limit_s = deadline - time.perf_counter()
+    if time_limit_s <= 0:
+        return None
     with quiet_stdout():  # HiGHS 1.12 (SciPy 1.17) prints a debug line on some programs
         result = milp(
             cost,
@@ -142,6 +147,7 @@ def _solve_covers(
     of them does not finish. The mixed-integer program has the same optimum: a solution's
     live set holds a minimal choice, and marking the other nodes not live only lifts limits
     (a live node's remote lanes are zero), so the solution is one of that choice's program."""
+    deadline = time.perf_counter() + time_limit_s  # the matrices' making counted
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, vstack
 
@@ -154,7 +160,6 @@ def _solve_covers(
     above, below = np.isfinite(hi) & ~same, np.isfinite(lo) & ~same
     a_ub = vstack([matrix[above], -matrix[below]])
     b_ub = np.concatenate([hi[above], -lo[below]])
-    deadline = time.perf_counter() + time_limit_s
     best: tuple[float, np.ndarray] | None = None
     for cover in covers:
         lower, upper = np.zeros(n), np.asarray(p.upper, dtype=float).copy()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.allocate import fluid_time
-from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
+from blitzplan.multicast.bound.lower_bound import Bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
@@ -142,8 +142,12 @@ def exact_search(
     incumbent: tuple[Choice, Built],
     *,
     time_limit_s: float | None,
+    evaluation_s: float = 0.0,
 ) -> ExactResult:
-    """Enumerate choices, evaluate the promising ones, keep the best (module docstring)."""
+    """Enumerate choices, evaluate the promising ones, keep the best (module docstring). Under
+    a time limit an evaluation starts only when it ends in time at the slowest evaluation
+    measured in this run (``evaluation_s``, the incumbent's own build and linear program, before
+    the first), so a loaded machine stops the search earlier instead of after its limit."""
     deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
     labels = _types(problem, ctx)
     ranked: list[tuple[float, Choice]] = []
@@ -164,7 +168,7 @@ def exact_search(
     evaluated = 0
     limit = ranked[0][0] * (1 + FLUID_WINDOW) if ranked else math.inf
     for value, choice in ranked:
-        if value > limit or time.perf_counter() > deadline:
+        if value > limit or time.perf_counter() + evaluation_s > deadline:
             finished = finished and value > limit
             break
         if choice == best_choice:
@@ -173,10 +177,12 @@ def exact_search(
             finished = False
             break
         evaluated += 1
+        began = time.perf_counter()
         for built in _builds(problem, ctx, choice):
             trial = score(objective, built.ready_at_s, built.live)
             if trial < best_value * (1 - _EPS):
                 best, best_value, best_choice = built, trial, choice
+        evaluation_s = max(evaluation_s, time.perf_counter() - began)
     return ExactResult(best, best_choice, len(ranked), evaluated, finished)
 
 
@@ -186,6 +192,9 @@ def exact_plan(
     objective: str,
     incumbent: tuple[Choice, Built],
     time_limit_s: float | None,
+    *,
+    bound: Bound,
+    evaluation_s: float,
 ) -> tuple[Built, Bound]:
     """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
     on its live choice (the greedy's when the program found none in its time) in every shape
@@ -195,21 +204,18 @@ def exact_plan(
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
     (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
     before the search, which then leaves the time to build the fastest; within the limit);
-    the best plan and the best bound."""
+    the best plan and the better of ``bound`` (the certified bound, the caller's) and the
+    program's. ``evaluation_s``: the time one choice took to build and allocate by linear
+    program in this run (the search's first prediction, :func:`exact_search`)."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     packed = None
-    if objective == "all_ready":  # on the program's live choice, else on the greedy's
+    spent = time.perf_counter() - began  # at least a share, unless the program took the rest
+    share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
+    if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        share = 0.6 * limit - (time.perf_counter() - began)
-        packed = pack_trees(
-            problem,
-            live,
-            time_limit_s=max(0.05 * limit, share),
-            widths=None,
-            shapes=EXACT_SHAPES,
-        )
+        packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
     slicing = SliceSearch(problem, objective)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
@@ -219,12 +225,14 @@ def exact_plan(
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(first))
         stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.needed_s() - per_plan)
-        left = max(0.05 * limit, stop - (time.perf_counter() - began))
-    searched = exact_search(problem, ctx, objective, incumbent, time_limit_s=left).best
+        spent = time.perf_counter() - began
+        left = min(max(0.05 * limit, stop - spent), SLICED_BY * limit - spent)
+    searched = exact_search(
+        problem, ctx, objective, incumbent, time_limit_s=left, evaluation_s=evaluation_s
+    ).best
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
     slicing.time([searched], end)
     built = slicing.best(plans, end)
-    bound = lower_bound(problem, objective)
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
     return built, bound

@@ -15,49 +15,63 @@ becomes one lane per atom per slice, paced at its share of the lane's pace. A no
 ``k`` of a hop starts once slice ``k - 1`` of every hop sharing a link with it has ended, so on
 every link the phases stream one after the other (:func:`phases_apart` checks it again).
 
-Staggered, a lane whose bytes crossed ``d`` lanes before it (its longest chain of feeders; a
-gather counted as a lane) sends slice ``k`` in phase ``k + d`` and waits, on every link it
-shares, for the latest slice of an earlier phase: a shallow lane sharing a link with a deep one
-no longer waits for the deep one's previous slice (which waits for its feeders' data), it
-streams beside the deep one's slice ``k - d``. A hop whose lanes carry bytes of different
-depths (a node fed both by a holder and by a relay) is cut into one group per depth, each in
-its own phases (a hop's depth by its node's distance from the holders made the relay's part
-wait a slice per hop it lacks: case 193 of the benchmark, 2.1x its plan in one phase); the
-groups of one hop wait for the same hops, since they make one hop per phase.
+Staggered (:mod:`~blitzplan.multicast.exact.slice_layout`: which lanes form a group, each
+group's phase offset and the groups it shares links with), a lane whose bytes crossed ``d``
+lanes sends slice ``k`` in phase ``k + d``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
-from blitzplan.multicast.exact.slice_timing import SNAP, SlicedTimes, atoms_of
+from blitzplan.multicast.exact.slice_layout import _atom_cuts, slice_layout
+from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane
 from blitzplan.multicast.setup.problem import Problem
-from blitzplan.multicast.timeline.assemble import Built, run
+from blitzplan.multicast.timeline.assemble import Built, freeze, run
 from blitzplan.topologies import Edge
 
-__all__ = [
-    "BY_LANE",
-    "BY_SENDER",
-    "SNAP",
-    "phases_apart",
-    "slice_layout",
-    "slice_phases",
-    "sliced_until",
-    "staggering",
-]
+__all__ = ["BuildPace", "phases_apart", "slice_phases", "sliced_until"]
 
 _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
-_TAIL = 0.6
-"""A timed slicing's timeline and phases check take about this share of the time its lanes
-take to make (0.5 measured on a 68 k-lane slicing)."""
+_TIMELINE_PRIOR = 1.0
+"""Before this run measured a build, a timed slicing's times put in place are predicted at this
+share of the time its lanes took to make (:class:`BuildPace`)."""
+_REST_PRIOR = 2.0
+"""... and its phases checked and its finished plan's tuples made at this share (measured on
+timed slicings of 6-29 k lanes on a 2-core x86_64 at load 5-6: 0.57-0.98 and 1.18-1.95; the
+0.6 for both that this replaces let a build start that ended after its deadline)."""
+
+
+@dataclass
+class BuildPace:
+    """How long a slicing's build takes after its lanes are made, as shares of the time they
+    took, measured in this run: ``timeline`` (a timed slicing's times put in place) and
+    ``rest`` (the phases checked apart and the finished plan's tuples made,
+    :func:`~blitzplan.multicast.timeline.assemble.freeze`). The lanes' pace is measured as they
+    are made, so the prediction follows the machine's load; the first build measured replaces
+    the priors, later ones only raise them."""
+
+    timeline: float = _TIMELINE_PRIOR
+    rest: float = _REST_PRIOR
+    measured: bool = False
+
+    def update(self, timeline: float | None, rest: float) -> None:
+        """One build's shares measured (``timeline`` None: an untimed slicing's)."""
+        if not self.measured:
+            self.timeline = self.timeline if timeline is None else timeline
+            self.rest, self.measured = rest, True
+            return
+        self.timeline = max(self.timeline, timeline or 0.0)
+        self.rest = max(self.rest, rest)
 
 
 def slice_phases(
@@ -69,12 +83,12 @@ def slice_phases(
     timed: SlicedTimes | None = None,
 ) -> Built:
     """``built`` (one phase, no hop waiting for another) with every stripe sent as ``phases``
-    slices in turn (module docstring), evaluated under the cost model. ``staggered`` (True or
-    :data:`BY_LANE`): a lane whose bytes crossed ``d`` lanes before it sends slice ``k`` in
-    phase ``k + d`` (:data:`BY_SENDER`: ``d`` its sender's distance from the holders;
-    :func:`slice_layout`), so on a shared link a shallow lane's slice ``k`` streams with a
-    deep lane's slice ``k - d`` instead of waiting for its ``k - 1``.
-    ``timed``: this slicing's times from its pattern
+    slices in turn (module docstring), evaluated under the cost model. ``staggered``: plain (0,
+    False) or as :func:`~blitzplan.multicast.exact.slice_layout.slice_layout` lays it out
+    (True or ``BY_LANE``: a lane whose bytes crossed ``d`` lanes before it sends slice ``k``
+    in phase ``k + d``; ``BY_SENDER``: ``d`` its sender's distance from the holders), so on a
+    shared link a shallow lane's slice ``k`` streams with a deep lane's slice ``k - d``
+    instead of waiting for its ``k - 1``. ``timed``: this slicing's times from its pattern
     (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`, the same rates, arrivals,
     starts and feeders), put in place of evaluating the plan lane by lane."""
     if isinstance(phases, bool) or not isinstance(phases, int) or phases < 1:
@@ -83,7 +97,8 @@ def slice_phases(
     if any(p != 0 for p in old.flow_phase) or any(spec[4] for spec in old.hop_specs):
         raise InvalidInputError("slice_phases takes a plan of one phase whose hops wait for none")
     with collector_paused():
-        return _sliced(problem, built, phases, staggered, timed, None)
+        new, slot = _lanes(problem, built, phases, staggered, None)
+        return _evaluated(problem, built, new, slot, timed, None)
 
 
 def sliced_until(
@@ -93,31 +108,54 @@ def sliced_until(
     staggered: int,
     timed: SlicedTimes | None,
     deadline: float | None,
+    pace: BuildPace | None = None,
 ) -> Built | None:
-    """:func:`slice_phases` of a plan it takes, or None as soon as the build, at the pace of
-    its lanes so far (once an eighth of them are made), would not end by ``deadline`` (a
-    :func:`time.perf_counter` value; None: no clock): lanes left, then :data:`_TAIL` times
-    the lanes' time for the timeline and the phases check. An untimed slicing (evaluated
-    lane by lane, at a pace not known before) stops once its deadline has passed, between
-    phases of lanes made or levels of lanes evaluated."""
+    """:func:`slice_phases` of a plan it takes, its phases checked apart
+    (:func:`phases_apart`) and its finished plan's tuples made (``Built.frozen``), or None
+    where its phases meet or as soon as the build would not end by ``deadline`` (a
+    :func:`time.perf_counter` value; None: no clock) at ``pace`` (this run's, updated with
+    what this build measures; None: the priors): a timed slicing's lanes, once an eighth of
+    them are made, at their pace so far and the parts after them at ``pace``'s shares of the
+    lanes' time; an untimed slicing's lanes (evaluated lane by lane, at a pace not known
+    before) until the deadline, its evaluation (checked per level of lanes) until ``pace``'s
+    rest would no longer fit."""
+    pace = BuildPace() if pace is None else pace
+    began = time.perf_counter()
     try:
         with collector_paused():
-            return _sliced(problem, built, phases, staggered, timed, deadline)
+            share = None if timed is None else pace.timeline + pace.rest
+            new, slot = _lanes(problem, built, phases, staggered, deadline, share)
+            lanes_at = time.perf_counter()
+            rest = pace.rest * (lanes_at - began)  # what follows the evaluation
+            sliced = _evaluated(problem, built, new, slot, timed, deadline, rest)
+            evaluated_at = time.perf_counter()
+            if deadline is not None and evaluated_at + rest > deadline:
+                return None
+        if not phases_apart(problem, sliced):
+            return None
+        frozen = replace(sliced, frozen=freeze(sliced))
     except _Late:
         return None
+    lanes_s = max(lanes_at - began, 1e-9)
+    timeline = None if timed is None else (evaluated_at - lanes_at) / lanes_s
+    pace.update(timeline, (time.perf_counter() - evaluated_at) / lanes_s)
+    return frozen
 
 
-def _sliced(
+def _lanes(
     problem: Problem,
     built: Built,
     phases: int,
     staggered: int,
-    timed: SlicedTimes | None,
     deadline: float | None,
-) -> Built:
-    """The slicing built (:class:`_Late` as soon as ``deadline`` is missed). Run with the
-    collector paused: tens of thousands of lanes, flows and lists, none in a cycle, whose
-    collections took half of the build (68 k lanes: 1.3-1.7 s, 0.6-0.85 s without)."""
+    share: float | None = None,
+) -> tuple[PlanBuilder, np.ndarray]:
+    """The slicing's lanes made, and per ``[slice, lane of the pattern]`` its lane id
+    (:class:`_Late` as soon as ``deadline`` is missed: past it; with ``share``, the time after
+    the lanes as a share of theirs, once an eighth of them are made, at their pace so far).
+    Run with the collector paused: tens of thousands of lanes, flows and lists, none in a
+    cycle, whose collections took half of the build (68 k lanes: 1.3-1.7 s, 0.6-0.85 s
+    without)."""
     began = time.perf_counter()
     old = built.builder
     new = PlanBuilder(old.topology)
@@ -135,12 +173,12 @@ def _sliced(
     for g in range(len(groups)):
         first.append(first[-1] + sum(len(atoms[lane.flow]) for lane in lanes_of[g]))
     made = np.zeros((phases, first[-1]), dtype=np.intp)  # [slice, lane of the pattern]
-    total = made.size * (1 + _TAIL)
+    total = made.size * (1 + (share or 0.0))
     for phase in range(max(offset, default=0) + phases):
         done = len(new.lanes)
-        if deadline is not None and (timed is None or 8 * done >= made.size):
+        if deadline is not None and (share is None or 8 * done >= made.size):
             now = time.perf_counter()
-            projected = began + (now - began) * total / done if timed is not None else now
+            projected = began + (now - began) * total / done if share is not None else now
             if now > deadline or projected > deadline:
                 raise _Late
         for g, (sender, receiver, pipelined) in enumerate(groups):
@@ -157,7 +195,7 @@ def _sliced(
             at = first[g]
             for lane in lanes_of[g]:
                 pace = old.flows[lane.flow].max_bytes_per_s
-                for lo, hi, share in _slices(lane, atoms[lane.flow], k, phases):
+                for lo, hi, share_of in _slices(lane, atoms[lane.flow], k, phases):
                     made[k, at] = len(new.lanes)
                     at += 1
                     new.add_lane(
@@ -168,10 +206,26 @@ def _sliced(
                         lane.rank,
                         lo,
                         hi,
-                        pace_bytes_per_s=pace * share,
+                        pace_bytes_per_s=pace * share_of,
                     )
+    return new, made
+
+
+def _evaluated(
+    problem: Problem,
+    built: Built,
+    new: PlanBuilder,
+    made: np.ndarray,
+    timed: SlicedTimes | None,
+    deadline: float | None,
+    rest: float = 0.0,
+) -> Built:
+    """The slicing ``new`` of ``built`` evaluated: ``timed``'s times put in place, else lane by
+    lane (:class:`_Late` once ``rest`` seconds from a level of lanes end after
+    ``deadline``)."""
     if timed is None:
-        return run(problem, new, built.live, None if deadline is None else _by(deadline))
+        check = None if deadline is None else _by(deadline - rest)
+        return run(problem, new, built.live, check)
     timeline = timed.timeline(new, made)
     new.deps = [list(feeds) for feeds in timeline.lane_feeds]
     ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
@@ -193,25 +247,6 @@ def _by(deadline: float) -> Callable[[str], None]:
     return check
 
 
-def _atom_cuts(lanes: Sequence[Lane], tp: int) -> dict[int, list[float]]:
-    """Per rank (and :data:`ALL_RANKS`: every rank's), the sorted atom boundaries."""
-    points: dict[int, set[float]] = {r: set() for r in range(tp)}
-    for lane in lanes:
-        for r in range(tp) if lane.rank == ALL_RANKS else (lane.rank,):
-            points.setdefault(r, set()).update((lane.lo, lane.hi))
-    out = {r: _snapped(v) for r, v in points.items()}
-    out[ALL_RANKS] = _snapped(set().union(*points.values()))
-    return out
-
-
-def _snapped(values: set[float]) -> list[float]:
-    out: list[float] = []
-    for x in sorted(values):
-        if not out or x - out[-1] > SNAP:
-            out.append(x)
-    return out
-
-
 def _slices(
     lane: Lane, atoms: list[tuple[float, float]], k: int, phases: int
 ) -> list[tuple[float, float, float]]:
@@ -223,112 +258,6 @@ def _slices(
         hi = b if k == phases - 1 else a + (k + 1) * step
         out.append((a + k * step, hi, (b - a) / width))
     return out
-
-
-BY_LANE = 1
-"""``staggered`` of :func:`slice_layout`: offsets by the depth of each lane's bytes."""
-BY_SENDER = 2
-"""... by its sender's distance from the nearest node that receives nothing (one group per
-hop): where a node forwards bytes of several depths, the deeper ones' forwards wait for their
-feeders (case 193: 1.9x), elsewhere the slicing may end fewer slices after its last
-(:func:`staggering` chooses)."""
-
-
-def slice_layout(
-    built: Built, staggered: int
-) -> tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]:
-    """How ``built`` is cut: its groups ``(sender, receiver, pipelined)`` (its hops, then one
-    hop of each node to itself for its gathers, which cannot wait; such a hop can), each lane's
-    group, each group's phase offset and the groups sharing a link with each (itself
-    included). Plain (``staggered`` 0 or False): one group per hop, offsets 0.
-    :data:`BY_LANE` (or True): one group per hop and depth of its lanes' bytes (the lanes
-    before each on its longest chain of feeders, the plan's timeline's), offset by that depth;
-    groups of one hop share links with the same groups (the union of theirs), so they wait for
-    the same hops (module docstring). :data:`BY_SENDER`: one group per hop, offset by its
-    sender's distance from the nearest node that receives nothing."""
-    if staggered not in (0, BY_LANE, BY_SENDER):
-        raise InvalidInputError(f"staggered must be 0, 1 or 2, got {staggered!r}")
-    builder = built.builder
-    hops = [(spec[0], spec[1], spec[3]) for spec in builder.hop_specs]
-    own: dict[int, int] = {}  # a node's gathers -> their hop of the node to itself
-    hop_of = []
-    for lane, h in zip(builder.lanes, builder.hop_of_lane, strict=True):
-        if h < 0:
-            h = own.setdefault(lane.receiver, len(hops))
-            if h == len(hops):
-                hops.append((lane.receiver, lane.receiver, True))
-        hop_of.append(h)
-    by_lane = staggered == BY_LANE
-    depth = _lane_depths(built.timeline.lane_feeds) if by_lane else [0] * len(hop_of)
-    laneless = set(range(len(hops))) - set(hop_of)
-    found = sorted(set(zip(hop_of, depth, strict=True)) | {(h, 0) for h in laneless})
-    index = {part: g for g, part in enumerate(found)}
-    group_of = [index[part] for part in zip(hop_of, depth, strict=True)]
-    edges: list[set[Edge]] = [set() for _ in hops]
-    for lane, h in zip(builder.lanes, hop_of, strict=True):
-        edges[h].update(builder.flows[lane.flow].edges)
-    of_hop: list[list[int]] = [[] for _ in hops]
-    for g, (h, _) in enumerate(found):
-        of_hop[h].append(g)
-    meets = [[j for j, other in enumerate(edges) if mine & other] for mine in edges]
-    sharing = [[g for j in meets[h] for g in of_hop[j]] for h, _ in found]
-    groups = [hops[h] for h, _ in found]
-    offsets = _sender_depths(groups) if staggered == BY_SENDER else [d for _, d in found]
-    return groups, group_of, offsets, sharing
-
-
-def staggering(built: Built) -> int:
-    """The staggering for ``built``: :data:`BY_SENDER` when no lane of it is in an earlier phase
-    than one of its feeders (none then waits for a feeder's later phase, and its deepest offset
-    is at most the lanes' deepest), else :data:`BY_LANE` (a node forwarding bytes that reached
-    it deeper than its distance from the holders: case 193)."""
-    _, group_of, offsets, _ = slice_layout(built, BY_SENDER)
-    for f, fed in enumerate(built.timeline.lane_feeds):
-        if any(offsets[group_of[f]] < offsets[group_of[d]] for d in fed):
-            return BY_LANE
-    return BY_SENDER
-
-
-def _sender_depths(groups: Sequence[tuple[int, int, bool]]) -> list[int]:
-    """Per group, the hop count from the nearest node that receives nothing to its sender."""
-    into: dict[int, list[int]] = {}
-    for sender, receiver, _ in groups:
-        if sender != receiver:
-            into.setdefault(receiver, []).append(sender)
-    nodes = {n for s, r, _ in groups for n in (s, r)}
-    depth = {n: 0 for n in nodes if n not in into}
-    frontier = list(depth)
-    while frontier:
-        nxt = []
-        for sender, receiver, _ in groups:
-            if sender in frontier and receiver not in depth:
-                depth[receiver] = depth[sender] + 1
-                nxt.append(receiver)
-        frontier = nxt
-    return [depth.get(sender, 0) for sender, _, _ in groups]
-
-
-def _lane_depths(feeds: Sequence[Sequence[int]]) -> list[int]:
-    """Per lane, how many lanes its bytes crossed before it: 0 from a holder, else one more
-    than its deepest feeder's (``feeds``: per lane, the lanes it waits for)."""
-    depth = [-1] * len(feeds)
-    for start in range(len(feeds)):
-        stack = [start]
-        while stack:
-            f = stack[-1]
-            if depth[f] >= 0:
-                stack.pop()
-                continue
-            waiting = [d for d in feeds[f] if depth[d] < 0]
-            if waiting:
-                depth[f] = -2 if depth[f] == -1 else depth[f]
-                if any(depth[d] == -2 for d in waiting):
-                    raise InvalidInputError("the plan's lanes feed each other in a cycle")
-                stack.extend(waiting)
-                continue
-            depth[f] = 1 + max((depth[d] for d in feeds[f]), default=-1)
-            stack.pop()
-    return depth
 
 
 def phases_apart(problem: Problem, built: Built) -> bool:

@@ -1,12 +1,12 @@
 """Which plan to cut into time slices, and into how many: the exact method's last step.
 
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
-plain and :data:`STAGGERED_SLICES` staggered slices (by sender, or by lane depth where a lane
-would be in an earlier phase than its feeder:
-:func:`~blitzplan.multicast.exact.phase_slices.staggering`), by
-:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on
-every candidate before the next count: the plan that times fastest in one phase is often not
-the one that slices best. Each slicing is first timed from its pattern
+plain and :data:`STAGGERED_SLICES` staggered slices (plans of few atoms also
+:data:`FINE_SLICES`), by :func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each
+count on every candidate before the next count: the plan that times fastest in one phase is
+often not the one that slices best. Staggered by sender and by lane depth
+(:mod:`~blitzplan.multicast.exact.slice_layout`) are both timed at the smallest staggered
+count, and the faster is the plan's staggering past it. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
 without building it, in a fraction of the time); only the fastest is then built and evaluated
 in full (the next fastest if its phases meet on a link), and the slicings the pattern cannot
@@ -22,20 +22,19 @@ import time
 from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.exact.phase_slices import (
+from blitzplan.multicast.exact.phase_slices import BuildPace, sliced_until
+from blitzplan.multicast.exact.slice_layout import (
     BY_LANE,
     BY_SENDER,
     _atom_cuts,
-    phases_apart,
     slice_layout,
-    sliced_until,
     staggering,
 )
 from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
 
-__all__ = ["SLICES", "STAGGERED_SLICES", "SliceSearch", "sliced_refinement"]
+__all__ = ["FINE_SLICES", "SLICES", "STAGGERED_SLICES", "SliceSearch", "sliced_refinement"]
 
 SLICES = (4, 8, 16, 32)
 """The plain slice counts tried, in turn."""
@@ -44,6 +43,13 @@ STAGGERED_SLICES = (64, 128, 256)
 staggering pays only once slices are thin: 16 and 32 were rarely the fastest), for one count
 the plan fastest so far first. Those of the leading plan left for lack of time are timed
 after the search, the most slices first (:meth:`SliceSearch.time`)."""
+FINE_SLICES = 512
+"""Staggered slices tried last, on plans of few atoms only (:data:`FINE_MAX_ATOMS`): a plan
+sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
+(case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
+FINE_MAX_ATOMS = 256
+"""... at most this many atoms (lanes of one slice): 131 k lanes at 512 slices, about a 256
+slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s)."""
 _MARGIN = 1.5
 """The time kept for building the fastest slicing: this many times the rate measured (seconds
 per lane and slice)."""
@@ -51,24 +57,20 @@ _PATTERN_MARGIN = 1.25
 """A pattern's predicted time: this many times its plan's rate measured (a pattern's time
 grows with its slices at about one rate per plan; a late pattern only shortens the build,
 which stops itself in time)."""
-_BUILD_PER_PATTERN = 2.0
+_BUILD_PER_PATTERN = 2.5
 """Before this run built a slicing timed from its pattern, its predicted build time (the lanes
-made, the pattern's times put in place, the phases checked; the pattern itself kept from its
-timing): this many times the time its pattern took in this run, so the prediction follows
-the machine's load. Measured on 68 k-lane slicings on a 2-core x86_64 at load 2-5: 1.2-3.5,
-median 2. Each build measures the ratio again (the first replaces this, the largest so far is
-used) and stops as soon as its own pace says it would not end by its deadline
+made, the pattern's times put in place, the phases checked, the finished plan's tuples made;
+the pattern itself kept from its timing): this many times the time its pattern took in this
+run, so the prediction follows the machine's load. Measured on a 2-core x86_64: 1.2-3.5,
+median 2, on 68 k-lane slicings at load 2-5 before the plan's tuples were made in the build;
+1.6-3.0, median 2.1, with them, on 6-29 k lanes at load 5-6. Each build measures the ratio
+again (the first replaces this, the largest so far is used) and stops as soon as its own
+pace says it would not end by its deadline
 (:func:`~blitzplan.multicast.exact.phase_slices.sliced_until`)."""
 _UNTIMED_PRIOR_S = 50e-6
 """The same for a slicing the pattern could not time (built and evaluated lane by lane)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
-PACK_S_PER_LANE = 4e-6
-"""The time kept, per lane of a slicing, for making the finished plan from it (its tuples of
-arrivals and starts: 1.7-2.5 us a lane on a 2-core x86_64 with the collector paused, 31-34 k
-lanes), which the caller waits for too: a slicing is built only when it and this end by the
-deadline."""
-
 _Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
 _Shape = tuple[dict[int, _Layout], int]
 _Key = tuple[int, int, int]  # (slices, staggered: 0, BY_LANE or BY_SENDER, candidate)
@@ -109,6 +111,7 @@ class SliceSearch:
         self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
         self.build_by: float | None = None  # the last call's build deadline
+        self.pace = BuildPace()  # a build's parts after its lanes, as measured in this run
 
     def needed_s(self) -> float:
         """The time to keep for what is left: building the fastest slicing timed, or timing
@@ -156,16 +159,28 @@ class SliceSearch:
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
         ranked = sorted(new, key=fastest.__getitem__)
-        staggered = [
-            (m, by, j)
-            for m in STAGGERED_SLICES
-            for j in ranked
-            for by in (BY_LANE, BY_SENDER)
-            if by in self.shapes[j][0]
-        ]
-        self._patterns(staggered, deadline, build_by)
+        smallest, *more = STAGGERED_SLICES
+        both = [(smallest, by, j) for j in ranked for by in self.shapes[j][0] if by]
+        self._patterns(both, deadline, build_by)
+        chosen = [(m, self._staggering(j), j) for m in (*more, FINE_SLICES) for j in ranked]
+        self._patterns([key for key in chosen if key[1] and self._tried(key)], deadline, build_by)
         self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
+
+    def _staggering(self, j: int) -> int:
+        """Plan ``j``'s staggering past the smallest staggered count: the faster of its two
+        timed at that count (they order its lanes differently, and which slices faster is
+        the plan's: case 76's search plan 1.0806 by lane depth against 1.097 by sender at 64
+        slices), else :func:`staggering`'s (0: no staggered layout)."""
+        keys = [by for by in self.shapes[j][0] if by]
+        smallest = STAGGERED_SLICES[0]
+        timed = [(v, by) for v, m, by, i in self.timed if i == j and m == smallest and by]
+        return min(timed)[1] if timed else (keys[0] if keys else 0)
+
+    def _tried(self, key: _Key) -> bool:
+        """Whether slicing ``key`` is tried: every count up to :data:`STAGGERED_SLICES`'s last,
+        :data:`FINE_SLICES` only for plans of at most :data:`FINE_MAX_ATOMS` atoms."""
+        return key[0] != FINE_SLICES or self.shapes[key[2]][1] <= FINE_MAX_ATOMS
 
     def _leader(self) -> int:
         """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""
@@ -253,30 +268,26 @@ class SliceSearch:
             predicted = (1 + self.per_pattern) * self.took[key]
         else:
             predicted = self.per_pattern * self.took[key]
-        pack = PACK_S_PER_LANE * size
-        if not _fits(predicted + pack, deadline):
+        if not _fits(predicted, deadline):
             return None
-        if deadline is not None:
-            deadline -= pack
         plan, shape = self.plans[j], self.shapes[j]
         if timed and times is None:
             times = _pattern_ready(self.problem, plan, phases, staggered, shape)
         start = time.perf_counter()
         try:
-            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline)
+            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline, self.pace)
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
             return None
-        if trial is None:  # it would not end in time
-            return None
-        apart = phases_apart(self.problem, trial)
         took = time.perf_counter() - start
+        if trial is None:  # it would not end in time, or its phases meet
+            return None
         if not timed:
             self.untimed_rate = max(self.untimed_rate, took / size)
         elif self.measured_build:
             self.per_pattern = max(self.per_pattern, took / self.took[key])
         else:  # the first measured replaces the prior
             self.per_pattern, self.measured_build = took / self.took[key], True
-        return trial if apart else None
+        return trial
 
 
 def _fits(seconds: float, deadline: float | None) -> bool:
@@ -299,14 +310,19 @@ def sliced_refinement(
 
 
 def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered as
-    :func:`staggering` chooses (:data:`BY_LANE` or :data:`BY_SENDER`) where its offsets differ
-    (else staggering changes nothing); and its lanes' atoms (the lanes of one slice)."""
+    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered
+    (:data:`BY_LANE`, :data:`BY_SENDER`; :func:`staggering`'s choice first) where its offsets
+    differ (else staggering changes nothing) and put some lane in another phase than the
+    other staggering does; and its lanes' atoms (the lanes of one slice)."""
     layouts = {0: slice_layout(plan, 0)}
-    by = staggering(plan)
-    layout = slice_layout(plan, by)
-    if len(set(layout[2])) > 1:
-        layouts[by] = layout
+    first = staggering(plan)
+    seen: list[list[int]] = []
+    for by in (first, BY_SENDER if first == BY_LANE else BY_LANE):
+        layout = slice_layout(plan, by)
+        offsets = [layout[2][g] for g in layout[1]]  # each lane's
+        if len(set(layout[2])) > 1 and offsets not in seen:
+            layouts[by] = layout
+            seen.append(offsets)
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
     atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
     return layouts, max(1, atoms)

@@ -5,21 +5,32 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from blitzplan._collector import collector_paused
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
-from blitzplan.multicast.plan_types import MulticastPlan, NewInstance
+from blitzplan.multicast.plan_types import AllGather, Hop, MulticastPlan, NewInstance
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.evaluate import evaluate
 from blitzplan.multicast.timeline.lane_times import Timeline
 from blitzplan.solvers import SolveStatus
 
-__all__ = ["OBJECTIVES", "Built", "base_builder", "finish", "run", "score"]
+__all__ = ["OBJECTIVES", "Built", "Frozen", "base_builder", "finish", "freeze", "run", "score"]
 
 OBJECTIVES = ("all_ready", "sum_ready", "live_ready")
 """all_ready: every new instance complete; sum_ready: sum of ready times; live_ready: the live
 instances complete."""
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """The finished plan's tuples of a built plan (:func:`freeze`)."""
+
+    hops: tuple[Hop, ...]
+    allgathers: tuple[AllGather, ...]
+    lane_arrival_s: tuple[tuple[float, ...], ...]
+    lane_start_s: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,10 @@ class Built:
     timeline: Timeline
     ready_at_s: dict[str, float]
     live: tuple[str, ...]
+    frozen: Frozen | None = field(default=None, compare=False)
+    """Its finished plan's tuples when they were made ahead (:func:`freeze`): a step with a
+    deadline makes them in its own time (a plan of 10^5 lanes: tenths of a second, more on a
+    loaded machine), so that :func:`finish` only puts them in place."""
 
 
 def base_builder(problem: Problem) -> PlanBuilder:
@@ -81,6 +96,17 @@ def _arrival_rows(t: Timeline) -> tuple[tuple[float, ...], ...]:
     return tuple(map(rows.__getitem__, t.lane_row.tolist()))
 
 
+def freeze(built: Built) -> Frozen:
+    """The tuples the finished plan of ``built`` holds, made with the collector paused: tuples
+    of floats by the hundred thousand, none in a cycle, whose collections took 2-4x the making
+    itself (34 k lanes: 0.1-0.33 s, 0.06-0.09 s paused, the pass they earn after included)."""
+    b, t = built.builder, built.timeline
+    with collector_paused():
+        hops, allgathers, arrivals = b.hops(), b.allgathers(), _arrival_rows(t)
+        starts = tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else ()
+    return Frozen(hops, allgathers, arrivals, starts)
+
+
 def finish(
     problem: Problem,
     built: Built,
@@ -92,35 +118,31 @@ def finish(
     started_s: float,
 ) -> MulticastPlan:
     """The plan ``built`` makes, its ``solve_s`` counted from ``started_s`` (``perf_counter``)
-    to when it is made: making the plan's tuples is part of what a caller waits for (about 2 us
-    a lane)."""
+    to when it is made: making the plan's tuples (:func:`freeze`, unless ``built`` has them) is
+    part of what a caller waits for (about 2 us a lane)."""
     b, t = built.builder, built.timeline
-    with collector_paused():  # tuples of floats by the hundred thousand, none in a cycle: the
-        # collections they set off took 2-4x the making itself (34 k lanes: 0.1-0.33 s, 0.06-0.09
-        # s paused, the pass they earn after included)
-        hops, allgathers, arrivals = b.hops(), b.allgathers(), _arrival_rows(t)
-        starts = tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else ()
-    return MulticastPlan(
+    parts = built.frozen or freeze(built)
+    values: dict[str, Any] = dict(
         model=problem.model.identity,
         method=method,
         objective=objective,
         status=status,
         objective_s=score(objective, built.ready_at_s, built.live),
         lower_bound_s=float(lower_bound_s),
-        solve_s=time.perf_counter() - started_s,
+        solve_s=0.0,  # below: the plan's time to the end of its making
         unit_bytes=problem.unit_bytes,
         chunk_bytes=problem.chunk_bytes,
         nodes=tuple(b.nodes),
         instances=tuple(b.instances),
-        hops=hops,
-        allgathers=allgathers,
+        hops=parts.hops,
+        allgathers=parts.allgathers,
         flows=tuple(b.flows),
         flow_phase=tuple(b.flow_phase),
         rates=t.rates,
         background=problem.state.background_flows,
         arrival_s=t.hop_arrival_s,
-        lane_arrival_s=arrivals,
-        lane_start_s=starts,
+        lane_arrival_s=parts.lane_arrival_s,
+        lane_start_s=parts.lane_start_s,
         lane_feeds=t.lane_feeds,
         layer_ready_s=dict(t.layer_ready_s),
         ready_at_s=dict(built.ready_at_s),
@@ -129,3 +151,5 @@ def finish(
         delivered=dict(problem.delivered),
         bound_kind=getattr(lower_bound_s, "kind", ""),
     )
+    values["solve_s"] = time.perf_counter() - started_s
+    return MulticastPlan(**values)
