@@ -17,6 +17,14 @@ than the schedule's, so a schedule at or under the cap is a solution of the capp
 - INFEASIBLE: no such schedule is at or under the cap;
 - OPTIMAL: none is below the model's optimum, scaled back;
 - otherwise (out of time): none is below the least of the model's best bound and the cap.
+
+CP-SAT runs without its LP (``linearization_level`` 0) and without looking for symmetries
+(``symmetry_level`` 0; the node's model has no symmetry constraints either). Its LP bound lies
+far below such nodes' values (0.54 at a node of 0.8305), and on the 19 nodes (40,12) FIFO seed
+2 gave CP-SAT in a 20 s run, the default left the first two open after 2 s each where without
+the LP all 19 closed (0.03 units of deterministic time for each of those two; 0.23 in all
+against 0.52 for the default, which closed 17); without the symmetry search they took 3.3-3.8
+s of CPU in all against 4.2-4.8 s (three runs each, loaded).
 """
 
 from __future__ import annotations
@@ -80,6 +88,8 @@ def node_cpsat(
     model.m.Add(model.goal <= cap_ticks)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
+    solver.parameters.linearization_level = 0  # see the module docstring
+    solver.parameters.symmetry_level = 0
     left = time_limit_s - (time.perf_counter() - began)
     if left < MIN_SOLVE_S:
         return None
