@@ -28,7 +28,7 @@ from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.exact.slice_search import SliceSearch
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from blitzplan.multicast.exact.tree_packing import exact_packings
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -193,26 +193,22 @@ def exact_plan(
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
-    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
-    before the search, which then leaves the time to build the fastest; within the limit);
-    the best plan and the best bound."""
+    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's, the greedy's and the
+    packing's trees striped by rate, the one to slice, timed before the search, which then
+    leaves the time to build the fastest; within the limit); the best plan and the best
+    bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
-    packed = None
+    packed = by_rate = None
     if objective == "all_ready":  # on the program's live choice, else on the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         share = 0.6 * limit - (time.perf_counter() - began)
-        packed = pack_trees(
-            problem,
-            live,
-            time_limit_s=max(0.05 * limit, share),
-            widths=None,
-            shapes=EXACT_SHAPES,
-        )
+        found = exact_packings(problem, live, time_limit_s=max(0.05 * limit, share))
+        packed, by_rate = (None, None) if found is None else found
     slicing = SliceSearch(problem, objective)
     end = None if time_limit_s is None else began + SLICED_BY * limit
-    first = [p for p in (packed, incumbent[1]) if p is not None]
+    first = [p for p in (packed, incumbent[1], by_rate) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
     left = None
