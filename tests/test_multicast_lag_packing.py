@@ -9,6 +9,7 @@ import pytest
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.exact_search import sliced_estimate
 from blitzplan.multicast.exact.lag_packing import (
     _fixed_charge,
     depth,
@@ -24,6 +25,9 @@ from blitzplan.multicast.exact.overlay_arcs import (
     packing_plan,
     tree_spans,
 )
+from blitzplan.multicast.exact.phase_slices import _atom_cuts, slice_layout, staggering
+from blitzplan.multicast.exact.slice_search import STAGGERED_SLICES
+from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, exact_packings, pack_trees
 from tests.test_multicast import tiny_cases
@@ -214,3 +218,35 @@ def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) 
     assert overlay_solve._solve(built[0], built[1], 30.0) is not None
     assert len(calls) == 2
     assert "HighsMipSolverData" not in capfd.readouterr().out
+
+
+def test_the_sliced_estimate_never_passes_the_slicing_it_estimates() -> None:
+    """``sliced_estimate`` decides whether the exact method times a by-rate packing's
+    slicings: it must not be above what the slicing (the most staggered count, the
+    staggering the slicing search takes) times where every lane sits in a later phase than
+    its feeders, or a slicing that wins would be skipped; there it is within 2% of it
+    (the slicing ends about a slice per offset later)."""
+    checked = 0
+    for index in range(0, len(tiny_cases()), 2):
+        state, spec, options = tiny_cases()[index]
+        problem = _problem(state, spec, **options)
+        strong = overlay_bound(problem)
+        assert strong is not None
+        found = exact_packings(problem, strong.live_nodes)
+        assert found is not None
+        by_rate = found[1]
+        _, group_of, offsets, _ = layout = slice_layout(by_rate, staggering(by_rate))
+        feeds = by_rate.timeline.lane_feeds
+        if any(
+            offsets[group_of[f]] <= offsets[group_of[d]] for f, ds in enumerate(feeds) for d in ds
+        ):
+            continue
+        cuts = _atom_cuts(by_rate.builder.lanes, problem.tp)
+        times = sliced_ready(problem, by_rate, max(STAGGERED_SLICES), layout, cuts)
+        assert times is not None
+        sliced = max(times.ready_at_s.values())
+        estimate = sliced_estimate(problem, by_rate)
+        assert estimate <= sliced * (1 + 1e-6)
+        assert estimate >= sliced * (1 - 0.02)
+        checked += 1
+    assert checked >= 5
