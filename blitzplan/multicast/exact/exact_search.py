@@ -198,8 +198,8 @@ def exact_plan(
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
     (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's, the greedy's and the
     packing's trees striped by rate, the one to slice, when :func:`sliced_estimate` says its
-    slicing could win, timed before the search, which then leaves the time to build the
-    fastest; within the limit); the best plan and the best bound."""
+    slicing could win, timed before the search, the last, which then leaves the time to
+    build the fastest; within the limit); the best plan and the best bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
@@ -214,9 +214,11 @@ def exact_plan(
             by_rate = by_rate if sliced_estimate(problem, by_rate) < beat else None
     slicing = SliceSearch(problem, objective)
     end = None if time_limit_s is None else began + SLICED_BY * limit
-    first = [p for p in (packed, incumbent[1], by_rate) if p is not None]
+    first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
+    if by_rate is not None:  # after theirs: its slicings in the time theirs leave
+        slicing.time([by_rate], timed_by, None if end is None else end - 0.05 * limit)
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(first))
