@@ -9,7 +9,6 @@ import pytest
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.exact.exact_search import sliced_estimate
 from blitzplan.multicast.exact.lag_packing import (
     _fixed_charge,
     depth,
@@ -25,11 +24,8 @@ from blitzplan.multicast.exact.overlay_arcs import (
     packing_plan,
     tree_spans,
 )
-from blitzplan.multicast.exact.phase_slices import _atom_cuts, slice_layout, staggering
-from blitzplan.multicast.exact.slice_search import STAGGERED_SLICES
-from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, exact_packings, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _plan, _problem
 from tests.test_multicast_phase_slices import LINK, chain_case
@@ -156,44 +152,6 @@ def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: i
     assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
 
 
-def _stripe_times(built) -> list[float]:
-    """Per stripe of a packing's plan (one per tree), its width over its tree's rate (its
-    slowest lane's pace: a forwarding lane may be faster), ranks together."""
-    paces: dict[tuple[int, float, float], float] = {}
-    for lane in built.builder.lanes:
-        key = (lane.rank, lane.lo, lane.hi)
-        pace = built.builder.flows[lane.flow].max_bytes_per_s
-        paces[key] = min(paces.get(key, pace), pace)
-    return [(hi - lo) / pace for (_, lo, hi), pace in paces.items()]
-
-
-@pytest.mark.parametrize("index", [1, 10, 14, 17])
-def test_the_exact_packing_by_rate_gives_every_tree_its_rate_s_part(index: int) -> None:
-    """``exact_packings``: its first plan is ``pack_trees``' (every shape, the lag choice),
-    its stripes sized to each tree's lag; the second has the same trees with stripes by rate
-    (the plan to cut into time slices, where the lag all but vanishes), so every tree's
-    stripe takes it equally long at its rate. Both validate and stay above the overlay
-    bound; on cases 10, 14 and 17 the lag shares differ from the rates (so the check has
-    something to tell apart)."""
-    state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
-    strong = overlay_bound(problem)
-    assert strong is not None
-    found = exact_packings(problem, strong.live_nodes)
-    assert found is not None
-    packed, by_rate = found
-    again = pack_trees(problem, strong.live_nodes, widths=None, shapes=EXACT_SHAPES)
-    assert again is not None and value(packed) == pytest.approx(value(again), rel=1e-12)
-    for built in found:
-        plan = _plan(problem, built, strong.bound_s)
-        assert validate_multicast(state, plan) == ()
-        assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
-    striped = _stripe_times(by_rate)
-    assert max(striped) / min(striped) == pytest.approx(1.0, abs=1e-6)
-    shared = _stripe_times(packed)
-    assert max(shared) / min(shared) > 1 + 1e-4 or index == 1
-
-
 def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:
     """HiGHS 1.12 (inside SciPy 1.17's ``milp``) prints a debug line on file descriptor 1 on
     some programs, past ``disp=False``; both programs of the exact method silence it there. The
@@ -218,35 +176,3 @@ def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) 
     assert overlay_solve._solve(built[0], built[1], 30.0) is not None
     assert len(calls) == 2
     assert "HighsMipSolverData" not in capfd.readouterr().out
-
-
-def test_the_sliced_estimate_never_passes_the_slicing_it_estimates() -> None:
-    """``sliced_estimate`` decides whether the exact method times a by-rate packing's
-    slicings: it must not be above what the slicing (the most staggered count, the
-    staggering the slicing search takes) times where every lane sits in a later phase than
-    its feeders, or a slicing that wins would be skipped; there it is within 2% of it
-    (the slicing ends about a slice per offset later)."""
-    checked = 0
-    for index in range(0, len(tiny_cases()), 2):
-        state, spec, options = tiny_cases()[index]
-        problem = _problem(state, spec, **options)
-        strong = overlay_bound(problem)
-        assert strong is not None
-        found = exact_packings(problem, strong.live_nodes)
-        assert found is not None
-        by_rate = found[1]
-        _, group_of, offsets, _ = layout = slice_layout(by_rate, staggering(by_rate))
-        feeds = by_rate.timeline.lane_feeds
-        if any(
-            offsets[group_of[f]] <= offsets[group_of[d]] for f, ds in enumerate(feeds) for d in ds
-        ):
-            continue
-        cuts = _atom_cuts(by_rate.builder.lanes, problem.tp)
-        times = sliced_ready(problem, by_rate, max(STAGGERED_SLICES), layout, cuts)
-        assert times is not None
-        sliced = max(times.ready_at_s.values())
-        estimate = sliced_estimate(problem, by_rate)
-        assert estimate <= sliced * (1 + 1e-6)
-        assert estimate >= sliced * (1 - 0.02)
-        checked += 1
-    assert checked >= 5

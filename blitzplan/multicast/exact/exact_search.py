@@ -25,12 +25,10 @@ from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
 from blitzplan.multicast.allocation.allocate import fluid_time
-from blitzplan.multicast.bound.cuts import missing_bytes
 from blitzplan.multicast.bound.lower_bound import Bound, lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.exact.phase_slices import slice_layout, staggering
 from blitzplan.multicast.exact.slice_search import SliceSearch
-from blitzplan.multicast.exact.tree_packing import exact_packings
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -42,7 +40,6 @@ __all__ = [
     "ExactResult",
     "exact_plan",
     "exact_search",
-    "sliced_estimate",
 ]
 
 FLUID_WINDOW = 0.02
@@ -196,29 +193,28 @@ def exact_plan(
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
-    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's, the greedy's and the
-    packing's trees striped by rate, the one to slice, when :func:`sliced_estimate` says its
-    slicing could win, timed before the search, the last, which then leaves the time to
-    build the fastest; within the limit); the best plan and the best bound."""
+    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
+    before the search, which then leaves the time to build the fastest; within the limit);
+    the best plan and the best bound."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
-    packed = by_rate = None
+    packed = None
     if objective == "all_ready":  # on the program's live choice, else on the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         share = 0.6 * limit - (time.perf_counter() - began)
-        found = exact_packings(problem, live, time_limit_s=max(0.05 * limit, share))
-        packed, by_rate = (None, None) if found is None else found
-        if packed is not None and by_rate is not None:
-            beat = min(score(objective, p.ready_at_s, p.live) for p in (packed, incumbent[1]))
-            by_rate = by_rate if sliced_estimate(problem, by_rate) < beat else None
+        packed = pack_trees(
+            problem,
+            live,
+            time_limit_s=max(0.05 * limit, share),
+            widths=None,
+            shapes=EXACT_SHAPES,
+        )
     slicing = SliceSearch(problem, objective)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
-    if by_rate is not None:  # after theirs: its slicings in the time theirs leave
-        slicing.time([by_rate], timed_by, None if end is None else end - 0.05 * limit)
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(first))
@@ -232,34 +228,6 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
     return built, bound
-
-
-def sliced_estimate(problem: Problem, plan: Built) -> float:
-    """At least when ``plan`` (a packing striped by rate) would end cut into staggered slices
-    where every lane sits in a later phase than its feeders (the exact method times its
-    slicings only when this beats the plans it has, which saves their time where they could
-    not win): its stripes' time at their trees' rates, ``start + S / sum y``, which every
-    slicing's first lanes take (a hop then lags by a slice's chunk, next to nothing; the
-    plan ends about ``D / m`` of that later, ``D`` its deepest offset, less where forwarding
-    lanes run faster than their trees). Where the staggering the slicing takes
-    (:func:`~blitzplan.multicast.exact.phase_slices.staggering`) puts a lane in the phase of
-    a lane feeding it, that hop's lag at the slice's scale comes back in every phase: the
-    largest unit's share of the shard more (6.5% for llama-3-8b; an estimate, the
-    slicing's own timing decides)."""
-    by = staggering(plan)
-    _, group_of, offsets, _ = slice_layout(plan, by)
-    feeds = plan.timeline.lane_feeds
-    meets = any(
-        offsets[group_of[f]] <= offsets[group_of[d]] for f, fed in enumerate(feeds) for d in fed
-    )
-    paces: dict[tuple[int, float, float], float] = {}
-    for lane in plan.builder.lanes:
-        key, pace = (lane.rank, lane.lo, lane.hi), plan.builder.flows[lane.flow].max_bytes_per_s
-        paces[key] = min(paces.get(key, pace), pace)
-    shard = missing_bytes(problem, problem.instances[0].name)
-    streams = max((hi - lo) * shard / pace for (_, lo, hi), pace in paces.items())
-    lag = max(problem.unit_bytes) / sum(problem.unit_bytes) if meets else 0.0
-    return min(i.startup_s for i in problem.instances) + streams * (1 + lag)
 
 
 def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:
