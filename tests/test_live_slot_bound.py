@@ -33,6 +33,7 @@ from blitzplan.live.slot_prices import (
     SlotPath,
     SlotPrices,
     _first_least,
+    _least_cells,
     slot_usage,
     solve_batches,
 )
@@ -312,11 +313,11 @@ def test_the_latency_floor_bounds_the_optimum_at_any_prices(
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(1, 6), st.integers(1, 60), st.integers(0, 2**32 - 1))
-def test_the_trace_finds_the_first_least_step_past_its_window(
+def test_the_trace_finds_the_first_least_step_from_where_it_is(
     rows: int, size: int, seed: int
 ) -> None:
-    """The trace's search (a window of steps first, the whole row where the least lies
-    past it) picks, per row, the first step from ``at`` on that pays the row's least from
+    """The trace's search (the first cell at or after ``at`` where the run meets its suffix
+    least) picks, per row, the first step from ``at`` on that pays the row's least from
     there, as a plain scan does: on rows of few distinct values (ties) and infinities."""
     rng = np.random.default_rng(seed)
     run = rng.integers(0, 4, (rows, size)).astype(float)
@@ -326,7 +327,7 @@ def test_the_trace_finds_the_first_least_step_past_its_window(
     at = rng.integers(0, size, rows)
     offsets = np.arange(rows) * size
     plain = np.where(np.arange(size)[None, :] >= at[:, None], run, math.inf).argmin(1)
-    assert (_first_least(run, best, at, offsets) == offsets + plain).all()
+    assert (_first_least(_least_cells(run, best), offsets + at) == offsets + plain).all()
 
 
 def _crowded() -> LiveScalingInstance:
