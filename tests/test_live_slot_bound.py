@@ -20,7 +20,7 @@ from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_slots import (
-    QUICK_FIRST_PRICES,
+    QUICK_SETUP_STEPS,
     QUICK_STEPS,
     priced_orders,
     quick_slot_bound,
@@ -365,8 +365,9 @@ def test_the_printed_bound_takes_the_slot_bound_on_a_crowded_pair() -> None:
 def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
     """The printed bound's slot steps are counted from the instance's size, not the clock (so
     a plan that prints it has the same id on every run that is not slowed past the estimate):
-    the count and the first prices' trials fit in the budget by the estimate, fewer on a bigger
-    pair, never none; and the same count gives the same bound on every call."""
+    the count and the set-up (the grids, the first prices' trial) fit in the budget by the
+    estimate, fewer on a bigger pair, never none; and the same count gives the same bound on
+    every call."""
     small, big = (
         _crowded(),
         LiveScalingInstance(
@@ -377,7 +378,7 @@ def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
         per_step = quick_steps_s(instance) / QUICK_STEPS
         count = quick_step_count(instance, 0.15)
         assert count >= 1
-        assert (count + len(QUICK_FIRST_PRICES)) * per_step <= 0.15
+        assert (count + QUICK_SETUP_STEPS) * per_step <= 0.15
     assert quick_step_count(big, 0.15) < quick_step_count(small, 0.15)
     assert quick_step_count(big, 1e-9) == 1
     oracle = schedule_live(small, method="exact", backend="enumerate")
