@@ -259,7 +259,7 @@ def _slot_value(
         completion_s=completion,
         time_limit_s=max(meter.wall_left_s(), _MIN_LEFT_S),
         floor=bound,
-        steps=quick_step_count(instance, (1 - FREE_RELAXATION_SHARE) * HEURISTIC_BOUND_S),
+        steps=quick_step_count(instance, HEURISTIC_BOUND_S - meter.spent_s),
     )
 
 
