@@ -54,9 +54,10 @@ MEASURED_MERGE_STATES = 1_000
 CHUNK_S_PER_BATCH = 2.4e-5
 """A chunk's counted seconds per batch of the instance, whatever its size (numpy calls per
 batch). This and the following were least-squares fitted to thread CPU time per chunk and per
-merge on 37 pairs (``benchmarks/partition.py``'s five classes, seeds 0-4, and 18 paper pairs of
-equal and mixed queues; load 6): the pairs' CPU per counted second of the relaxation 0.51-0.89
-before, 0.87-1.35 after (above 1.1 only on pairs the search completes in under 30 ms)."""
+merge on 43 pairs (``benchmarks/partition.py``'s five classes, seeds 0-4, free order, and 18
+paper pairs of equal and mixed queues; load 6): the pairs' CPU per counted second of the
+relaxation 0.51-0.89 before, 0.87-1.35 after (above 1.1 only on pairs the search completes in
+under 30 ms)."""
 
 STATE_S_PER_BATCH = 3.5e-8
 """A chunk's (or an open state's bound's) counted seconds per state and batch."""
