@@ -193,3 +193,25 @@ def test_a_subset_search_stopped_by_its_count_still_bounds(instance, objective: 
     )
     assert not finished
     assert netted <= stopped + 1e-12 <= optimum + 2e-12
+
+
+def test_a_merge_is_counted_by_its_states_and_how_many_costs_differ() -> None:
+    """A merge's counted seconds: its states at ``MERGE_S_PER_STATE``, and its sort at
+    ``MERGE_S_PER_DISTINCT`` times the share of distinct costs (the sample's), so that states
+    of equal costs (equal batches) are counted near the first, all distinct at both; the same
+    states in the same parts are counted the same on every call."""
+    import numpy as np
+
+    from blitzplan.live import relaxation_subsets as subsets
+
+    size = 8_000
+    equal = [{"cost": np.full(size // 2, 1.5)}, {"cost": np.full(size // 2, 1.5)}]
+    distinct = [{"cost": np.arange(size, dtype=float)}]
+    per_state = subsets.MERGE_S_PER_STATE
+    low = subsets.MERGE_S_FIXED + size * per_state
+    high = low + size * subsets.MERGE_S_PER_DISTINCT
+    assert subsets._merge_s(equal, size) == pytest.approx(low, rel=1e-2)
+    assert subsets._merge_s(distinct, size) == pytest.approx(high)
+    few = [{"cost": (np.arange(size) % 500).astype(float)}]
+    assert low < subsets._merge_s(few, size) < high
+    assert len({subsets._merge_s(few, size) for _ in range(3)}) == 1

@@ -20,7 +20,7 @@ from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_slots import (
-    QUICK_FIRST_PRICES,
+    QUICK_SETUP_STEPS,
     QUICK_STEPS,
     priced_orders,
     quick_slot_bound,
@@ -33,6 +33,7 @@ from blitzplan.live.slot_prices import (
     SlotPath,
     SlotPrices,
     _first_least,
+    _least_cells,
     slot_usage,
     solve_batches,
 )
@@ -312,11 +313,11 @@ def test_the_latency_floor_bounds_the_optimum_at_any_prices(
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(1, 6), st.integers(1, 60), st.integers(0, 2**32 - 1))
-def test_the_trace_finds_the_first_least_step_past_its_window(
+def test_the_trace_finds_the_first_least_step_from_where_it_is(
     rows: int, size: int, seed: int
 ) -> None:
-    """The trace's search (a window of steps first, the whole row where the least lies
-    past it) picks, per row, the first step from ``at`` on that pays the row's least from
+    """The trace's search (the first cell at or after ``at`` where the run meets its suffix
+    least) picks, per row, the first step from ``at`` on that pays the row's least from
     there, as a plain scan does: on rows of few distinct values (ties) and infinities."""
     rng = np.random.default_rng(seed)
     run = rng.integers(0, 4, (rows, size)).astype(float)
@@ -326,7 +327,7 @@ def test_the_trace_finds_the_first_least_step_past_its_window(
     at = rng.integers(0, size, rows)
     offsets = np.arange(rows) * size
     plain = np.where(np.arange(size)[None, :] >= at[:, None], run, math.inf).argmin(1)
-    assert (_first_least(run, best, at, offsets) == offsets + plain).all()
+    assert (_first_least(_least_cells(run, best), offsets + at) == offsets + plain).all()
 
 
 def _crowded() -> LiveScalingInstance:
@@ -364,8 +365,9 @@ def test_the_printed_bound_takes_the_slot_bound_on_a_crowded_pair() -> None:
 def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
     """The printed bound's slot steps are counted from the instance's size, not the clock (so
     a plan that prints it has the same id on every run that is not slowed past the estimate):
-    the count and the first prices' trials fit in the budget by the estimate, fewer on a bigger
-    pair, never none; and the same count gives the same bound on every call."""
+    the count and the set-up (the grids, the first prices' trial) fit in the budget by the
+    estimate, fewer on a bigger pair, never none; and the same count gives the same bound on
+    every call."""
     small, big = (
         _crowded(),
         LiveScalingInstance(
@@ -376,7 +378,7 @@ def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
         per_step = quick_steps_s(instance) / QUICK_STEPS
         count = quick_step_count(instance, 0.15)
         assert count >= 1
-        assert (count + len(QUICK_FIRST_PRICES)) * per_step <= 0.15
+        assert (count + QUICK_SETUP_STEPS) * per_step <= 0.15
     assert quick_step_count(big, 0.15) < quick_step_count(small, 0.15)
     assert quick_step_count(big, 1e-9) == 1
     oracle = schedule_live(small, method="exact", backend="enumerate")

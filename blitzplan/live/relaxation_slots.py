@@ -80,30 +80,34 @@ QUICK_STEPS = 16
 """The steps :func:`quick_slot_bound` needs to pay (about: on (32,16) 0.91-0.95 of the best
 known in 20-35 steps); see :func:`quick_steps_s`."""
 
-STEP_S_PER_CELL = 7e-8
-"""A step's CPU seconds per layer, batch and slot beyond :data:`STEP_S_PER_ROW` (2-core
-x86_64, loaded: 50-100 ns measured from (32,8) to (40,24) at 160 slots before N's chains were
-counted from their layers, about 66 ns after, load 7; the upper part, so that the count, not
-the clock, stops the steps: at 5e-8 the paper's (40,24) colocated pair was stopped by the
-clock and printed a bound that changed from run to run)."""
+STEP_S_PER_CELL = 6e-8
+"""A step's CPU seconds per layer, batch and slot beyond :data:`STEP_S_PER_ROW`. This and the
+next two were least-squares fitted to the thread CPU time of 16 steps (the program, its
+choices, the next prices) on seeds 0-2 of ``benchmarks/partition.py``'s (32,8) to (40,24) at 40
+and 80 slots (2-core x86_64, load 5-6.5: measured / fitted 0.87-1.09), then raised 1.2x, the
+median measured / fitted over a wider set at 40 slots (those classes and nine paper pairs of
+8-16 equal or mixed queued batches, load 6.5: 1.02-1.33, mixed queues and one (80,16) seed up to
+1.7-2.3)."""
 
 COUNTED_SHARE = 1.0
-"""The share of its budget :func:`quick_step_count` counts steps for (the first prices' trials
-counted as steps). It was 0.6, a margin that kept the count, not the wall clock, the one that
-stopped the steps; the printed bound's clocks are now only far safety nets
-(``solve.BOUND_SAFETY``), and a step at 40 slots takes 0.7-1.1x :func:`quick_steps_s`'s
-estimate (CPU, loaded 2-core x86_64, (32,8) to (40,24)), so the steps take the share the
+"""The share of its budget :func:`quick_step_count` counts steps for. It was 0.6, a margin
+that kept the count, not the wall clock, the one that stopped the steps; the printed bound's
+clocks are now only far safety nets (``solve.BOUND_SAFETY``), so the steps take the share the
 budget gives them: clock-free, of the best known, (80,16) 0.830 -> 0.856 (9 -> 16 steps),
 (32,16) 0.927 -> 0.938, (40,12) 0.965 -> 0.969."""
 
-STEP_S_FIXED = 1e-3
-"""A step's CPU seconds on any grid (a pair of one layer and three batches takes 1 ms a
-step)."""
+STEP_S_FIXED = 5e-4
+"""A step's CPU seconds on any grid."""
 
-STEP_S_PER_ROW = 3e-6
-"""A step's CPU seconds per layer and batch, whatever the slots (O's blocks per split, the
-trace's calls per layer): at 60 slots it is most of a step (loaded 2-core x86_64, load 7,
-(32,8) to (40,24): 2.9-9.6 ms a step against 2.1-6.4 estimated without it)."""
+STEP_S_PER_ROW = 6e-7
+"""A step's CPU seconds per layer and batch, whatever the slots (the program's calls per layer,
+the trace's search per layer, O's blocks per split). Each layer's charges read in one take and
+the trace's step found by one search made a step on (80,16) at 40 slots 5.6 -> 3.5-4.0 ms;
+before, this was 3e-6 (with 1e-3 fixed and 7e-8 a cell: 8.4 ms estimated there)."""
+
+QUICK_SETUP_STEPS = 2.5
+"""What :func:`quick_slot_bound` does before its steps (its grids and its first prices' trial),
+in steps (measured 2.2-2.8 steps at 40 slots, 2.1-3.2 at 80)."""
 
 QUICK_RISE = 0.1
 """:func:`quick_slot_bound`'s steps aim this share above the best bound so far (halved after
@@ -272,7 +276,7 @@ def quick_step_count(instance: LiveScalingInstance, budget_s: float) -> int:
     the clock (at least one), so that its bound, and a plan that prints it, is the same on
     every run where the steps take no longer than estimated; a slower machine is stopped by the
     time limit instead."""
-    return max(1, int(COUNTED_SHARE * budget_s / _step_s(instance)) - len(QUICK_FIRST_PRICES))
+    return max(1, int(COUNTED_SHARE * budget_s / _step_s(instance) - QUICK_SETUP_STEPS))
 
 
 def _step_s(instance: LiveScalingInstance) -> float:

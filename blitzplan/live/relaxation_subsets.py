@@ -10,9 +10,10 @@ their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of 
 time; the clock is read before every chunk and every merge (a merge is not started when the
 last large merge's time per state says it would end past the time allowed). Given a
 :class:`~blitzplan.live.work_meter.WorkMeter`, the clock is the meter's: every chunk and merge
-counts its estimated seconds (:data:`CHUNK_S_PER_BATCH`, :data:`STATE_S_PER_BATCH`,
-:data:`MERGE_S_PER_STATE`) and a merge is not started when its estimate would end past the
-counted time allowed, so the search does the same work on every run.
+counts its estimated seconds (:data:`CHUNK_S_PER_BATCH`, :data:`STATE_S_PER_BATCH`, and
+:func:`_merge_s`: per state, more when their costs differ) and a merge is not started when
+its estimate would end past the counted time allowed, so the search does the same work on
+every run.
 
 With ``capacity``, rules the N-capacity relaxation drops are put back as necessary conditions
 (:class:`~blitzplan.live.relaxation_capacity.Capacity`), giving a stronger bound (not the
@@ -37,6 +38,7 @@ __all__ = [
     "CHUNK_STATES",
     "CHUNK_S_PER_BATCH",
     "MEASURED_MERGE_STATES",
+    "MERGE_S_PER_DISTINCT",
     "MERGE_S_PER_STATE",
     "STATE_S_PER_BATCH",
     "subset_search",
@@ -49,18 +51,31 @@ MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
 (smaller ones are mostly fixed costs)."""
 
-CHUNK_S_PER_BATCH = 4e-5
+CHUNK_S_PER_BATCH = 2.4e-5
 """A chunk's counted seconds per batch of the instance, whatever its size (numpy calls per
-batch)."""
+batch). This and the following were least-squares fitted to thread CPU time per chunk and per
+merge on 43 pairs (``benchmarks/partition.py``'s five classes, seeds 0-4, free order, and 18
+paper pairs of equal and mixed queues; load 6): the pairs' CPU per counted second of the
+relaxation 0.51-0.89 before, 0.87-1.35 after (above 1.1 only on pairs the search completes in
+under 30 ms)."""
 
-STATE_S_PER_BATCH = 5e-8
+STATE_S_PER_BATCH = 3.5e-8
 """A chunk's (or an open state's bound's) counted seconds per state and batch."""
 
-MERGE_S_PER_STATE = 2.5e-7
-"""A merge's counted seconds per state merged."""
+MERGE_S_PER_STATE = 6.6e-8
+"""A merge's counted seconds per state merged, whatever their costs."""
 
-MERGE_S_FIXED = 5e-5
+MERGE_S_PER_DISTINCT = 1.6e-7
+"""A merge's counted seconds per state merged, times the share of distinct costs among them
+(:func:`_distinct_share`): the sort is most of a merge, and equal costs sort at once. On equal
+batches every state of a level has the same cost (16 equal 512-token batches: 40-70 ns a
+state, counted 250 ns before), on the benchmark's classes all differ (180-380 ns)."""
+
+MERGE_S_FIXED = 4.3e-5
 """A merge's counted seconds whatever its size."""
+
+DISTINCT_SAMPLE = 1_000
+"""The states :func:`_distinct_share` samples."""
 
 
 _Arrays = dict[str, np.ndarray]
@@ -197,7 +212,7 @@ def subset_search(
         if meter is None:
             late = began + merge_s_per_state * size > search_until
         else:
-            merge_s = MERGE_S_FIXED + MERGE_S_PER_STATE * size
+            merge_s = _merge_s(grown, size)
             late = meter.past(search_until - merge_s)
             meter.spend(0.0 if late else merge_s)
         if late:  # no time to merge: bound them
@@ -208,6 +223,22 @@ def subset_search(
         if size >= MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
+
+
+def _merge_s(grown: list[_Arrays], size: int) -> float:
+    """A merge's counted seconds (:data:`MERGE_S_FIXED`, :data:`MERGE_S_PER_STATE`,
+    :data:`MERGE_S_PER_DISTINCT`)."""
+    return MERGE_S_FIXED + size * (
+        MERGE_S_PER_STATE + MERGE_S_PER_DISTINCT * _distinct_share(grown)
+    )
+
+
+def _distinct_share(grown: list[_Arrays]) -> float:
+    """The share of distinct costs among up to :data:`DISTINCT_SAMPLE` of the states to merge,
+    taken evenly through them (the same on every run): what their sort costs depends on it."""
+    cost = np.concatenate([part["cost"] for part in grown])
+    sample = cost[:: max(1, cost.size // DISTINCT_SAMPLE)]
+    return float(np.unique(sample).size / sample.size)
 
 
 def _count(meter: WorkMeter | None, batches: int, states: int) -> None:

@@ -180,45 +180,32 @@ def solve_batches(
 ) -> tuple[float, list[SlotPath]]:
     """The least priced total latency (before :meth:`SlotPrices.constant`) and, with ``paths``,
     each batch's choice: per batch, a dynamic program from the last layer down over the step
-    the chain may start from (see the module docstring), all batches at once."""
+    the chain may start from (see the module docstring), all batches at once. Every layer's
+    charges and stops are read in one take before it, so that a layer costs the program three
+    or four calls on ``(batches, steps)`` rows (the suffix least the dearest)."""
     inst = prices.instance
-    L, n, size = inst.num_layers, inst.num_batches, prices.size
-    stride = prices.old.count + 1
-    bounds = None  # the restriction's (least split, most split, first start step per layer)
-    if restriction is not None and _restricts(restriction, L):
-        low, high = np.asarray(restriction.split_min), np.asarray(restriction.split_max)
-        bounds = (low, high, _first_after(prices, restriction))
-    steps = np.arange(size)
+    L, n = inst.num_layers, inst.num_batches
     runs, bests, stops, costs = prices.tables()
+    np.take(prices.run_price, prices.chains.charge_at, out=runs)  # [l - 1]: layer l's charges
+    np.take(prices.old_suffix, prices.handed, out=stops)  # [k]: stop after k layers (k >= 1)
     cost = costs[0]
     cost[...] = prices.done  # L layers done
-    if bounds is not None:
-        cost[bounds[1] < L] = math.inf
-    suffix = prices.old_suffix
+    zero = prices.old_suffix[np.arange(n) * (L * (prices.old.count + 1)) + prices.slot0]
+    if restriction is not None and _restricts(restriction, L):
+        zero = _restrict(prices, restriction, (runs, stops, cost), zero)
+    floor = prices.floor
     for layer in range(L, 0, -1):  # cost: the least from here on with ``layer`` layers done
-        # at the grid's end nothing is priced: what is left takes at least its unpriced time
-        np.maximum(cost[:, -1], prices.end_tail[:, layer], out=cost[:, -1])
-        run = np.take(prices.run_price, prices.chains.charge_at[layer - 1], out=runs[layer - 1])
+        if floor is None:  # (with the floor every state is held at least that already)
+            # at the grid's end nothing is priced: what is left takes at least its unpriced time
+            np.maximum(cost[:, -1], prices.end_tail[:, layer], out=cost[:, -1])
+        run = runs[layer - 1]
         run += cost  # (a step before the layer may start is charged inf)
-        if bounds is not None:
-            low, high, first = bounds
-            limit = (steps < first[:, layer - 1][:, None]) | (high < layer)[:, None]
-            np.copyto(run, math.inf, where=limit)
         best = bests[layer - 1]
         np.minimum.accumulate(run[:, ::-1], axis=1, out=best[:, ::-1])
         k = layer - 1  # or stop after k layers
-        if k >= 1:
-            stop = np.take(suffix, prices.handed[k], out=stops[layer - 1])
-            if bounds is not None:
-                stop[(bounds[0] > k) | (bounds[1] < k)] = math.inf
-            cost = np.minimum(best, stop, out=costs[layer % 2])
-            if prices.floor is not None:
-                np.maximum(cost, prices.floor[k], out=cost)
-        else:
-            cost = best if prices.floor is None else np.maximum(best, prices.floor[0])
-    zero = suffix[np.arange(n) * (L * stride) + prices.slot0]
-    if bounds is not None:
-        zero[bounds[0] > 0] = math.inf
+        cost = np.minimum(best, stops[k], out=costs[layer % 2]) if k >= 1 else best
+        if floor is not None:
+            cost = np.maximum(cost, floor[k], out=costs[layer % 2])
     totals = np.minimum(zero, cost[:, 0])
     total = float(totals.sum())
     if not paths or not math.isfinite(total):
@@ -233,6 +220,27 @@ def _restricts(restriction: Restriction, L: int) -> bool:
         or any(high < L for high in restriction.split_max)
         or any(restriction.start_after_s)
     )
+
+
+def _restrict(
+    prices: SlotPrices,
+    restriction: Restriction,
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray],
+    zero: np.ndarray,
+) -> np.ndarray:
+    """Charge ``inf`` for what ``restriction`` forbids, in the program's tables (every layer's
+    runs and stops, the cost with all layers done); the cost of no layer on N, ``zero``, so
+    charged."""
+    runs, stops, cost = tables
+    L, size = prices.instance.num_layers, prices.size
+    low, high = np.asarray(restriction.split_min), np.asarray(restriction.split_max)
+    layers = np.arange(L + 1)[:, None]  # [l]: l layers done, l from 1 run as the l-th
+    first = _first_after(prices, restriction).T[:, :, None]  # [l - 1, i, 1]
+    limit = (np.arange(size) < first) | (high[None, :] < layers[1:])[:, :, None]
+    np.copyto(runs, math.inf, where=limit)
+    stops[(low[None, :] > layers[:L]) | (high[None, :] < layers[:L])] = math.inf
+    cost[high < L] = math.inf
+    return np.asarray(np.where(low > 0, math.inf, zero))
 
 
 def _first_after(prices: SlotPrices, restriction: Restriction) -> np.ndarray:
@@ -254,34 +262,62 @@ def _paths(
 ) -> list[SlotPath]:
     """Every batch's choice, traced through the program's tables layer by layer (all batches
     at once): from the step its chain may start from, it stops when stopping there is no
-    dearer than running on, else its layer runs at the first step that pays the least."""
+    dearer than running on, else its layer runs at the first step that pays the least from
+    there (the first step on whose run the suffix least is met: the cells where it is are
+    listed once, flat, and each layer's step is found by one search in that list)."""
     L, size = prices.instance.num_layers, prices.size
     n = on_old.size
-    rows = np.arange(n)
-    split = np.where(on_old, 0, L)
-    active = ~on_old
-    at = np.zeros(n, dtype=np.int64)  # the step the chain may start from
-    stopped_at = np.zeros(n, dtype=np.int64)
-    starts = np.full((n, L), math.nan)
     runs, bests, stops = tables  # [layer - 1]: that layer's runs, their suffix least, stops
-    offsets = rows * size
-    run_at, charge_at = prices.run_at, prices.chains.charge_at
-    for layer in range(1, L + 1 if active.any() else 1):
-        if layer >= 2:  # (a stopped batch's row goes on being traced: it is not read)
-            here = offsets + at
-            stop, best = stops[layer - 1].ravel(), bests[layer - 1].ravel()
-            stopping = active & (stop.take(here) <= best.take(here))
-            if stopping.any():
-                split[stopping], stopped_at[stopping] = layer - 1, at[stopping]
-                active &= ~stopping
-                if not active.any():
-                    break
-        b = _first_least(runs[layer - 1], bests[layer - 1], at, offsets)
-        starts[:, layer - 1] = run_at.take(charge_at[layer - 1].ravel().take(b))
-        at = b - offsets  # the chain goes on from the same step of ``u``
+    block = n * size  # one layer's cells, flat
+    least = _least_cells(runs, bests)
+    picked = np.empty((L, n), dtype=np.int64)  # [l - 1]: the flat cell layer l runs from
+    here = np.arange(n) * size  # the cell the chain may start from (step 0)
+    for layer in range(L):
+        chosen = _first_least(least, here)
+        picked[layer] = chosen
+        here = chosen + block  # the chain goes on from the same step of ``u``
+    # [k, i]: whether batch i stops after k layers (stopping no dearer than running on)
+    reached = np.concatenate([np.arange(n)[None, :] * size, picked[:-1] + block])
+    stop_flat, best_flat = stops.ravel(), bests.ravel()
+    stopping = stop_flat.take(reached) <= best_flat.take(reached)
+    stopping[0] = False  # (no layer on N: ``on_old``, decided before)
+    stops_at = np.where(stopping.any(0), stopping.argmax(0), L)
+    split = np.where(on_old, 0, stops_at)
+    rows = np.arange(n)
+    stopped_at = reached[np.minimum(stops_at, L - 1), rows] % size
+    starts = prices.run_at.take(prices.chains.charge_at.ravel().take(picked)).T
+    return _choices(prices, split, stopped_at, starts, totals)
+
+
+def _least_cells(run: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """The flat cells, ascending, whose ``run`` meets ``best``, its row's suffix least (every
+    row's last: its suffix least is its run)."""
+    met = run == best
+    met[..., -1] = True
+    return np.flatnonzero(met)
+
+
+def _first_least(least: np.ndarray, here: np.ndarray) -> np.ndarray:
+    """Per flat cell of ``here``, the first step from it on, in its row, that pays the row's
+    least from there (a flat cell): the first of :func:`_least_cells` ``least`` at or after it
+    (on such a step the suffix least is its run and stays what it was at ``here``, as the
+    steps between pay more)."""
+    return np.asarray(least.take(least.searchsorted(here)))
+
+
+def _choices(
+    prices: SlotPrices,
+    split: np.ndarray,
+    stopped_at: np.ndarray,
+    starts: np.ndarray,
+    totals: np.ndarray,
+) -> list[SlotPath]:
+    """The batches' :class:`SlotPath` from their traced splits, the steps their chains
+    stopped at and their layers' starts."""
+    L = prices.instance.num_layers
     stride = prices.old.count + 1
     out = []
-    for i in range(n):
+    for i in range(split.size):
         k = int(split[i])
         if k == L:
             out.append(SlotPath(L, tuple(starts[i].tolist()), None, float(totals[i])))
@@ -293,31 +329,6 @@ def _paths(
         old = _old_start(prices, i, k, slot)
         out.append(SlotPath(k, tuple(starts[i, :k].tolist()), old, float(totals[i])))
     return out
-
-
-_WINDOW = 16
-""":func:`_first_least` looks this many steps past where a chain may start before it scans
-the rest of the row."""
-
-
-def _first_least(
-    run: np.ndarray, best: np.ndarray, at: np.ndarray, offsets: np.ndarray
-) -> np.ndarray:
-    """Per row of ``run``, the first step from ``at`` on that pays the row's least from there
-    (``best``, the suffix least, read at ``at``), as an index into the flat table: found
-    within :data:`_WINDOW` steps of ``at`` for most rows (a chain mostly runs on at once), in
-    the whole row for the others."""
-    n, size = run.shape
-    flat = run.ravel()
-    window = flat.take(offsets[:, None] + np.minimum(at[:, None] + np.arange(_WINDOW), size - 1))
-    j = window.argmin(1)
-    b: np.ndarray = offsets + np.minimum(at + j, size - 1)
-    missed = np.flatnonzero(window[np.arange(n), j] > best.ravel().take(offsets + at))
-    if missed.size:
-        steps = np.arange(size)[None, :]
-        rows = np.where(steps >= at[missed, None], run[missed], math.inf)
-        b[missed] = offsets[missed] + rows.argmin(1)
-    return b
 
 
 def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:

@@ -95,12 +95,16 @@ optimum."""
 _MIN_SLOT_S = 0.02
 """The least counted time left worth starting the slot bound with (a step takes 2-15 ms)."""
 
-FREE_RELAXATION_SHARE = 0.4
+FREE_RELAXATION_SHARE = 0.5
 """Under the free order (mean latency), when the slot bound's steps fit (:func:`_slots_fit`),
 the relaxation gets this share of :data:`HEURISTIC_BOUND_S` and the slot bound what it leaves
-(on (32,16) the relaxation's search otherwise takes all of it on a loaded machine; it proves
-its own optimum there in 0.05-0.5 s of wall clock, or stops with a weak bound). 0.5 and 0.6
-did no better on (32,16); a seed whose relaxation completes in 0.1-0.25 s loses 1-3 points."""
+(on (32,16) the relaxation's search otherwise takes all of it; it proves its own optimum there
+or stops with a weak bound). It was 0.4 while a slot step cost twice as much. With the steps of
+s14-h2, 0.4 / 0.5 / 0.6 print the same means on ``benchmarks/partition.py``'s (32,16), (40,12)
+and (80,16) (seeds 0-4; per seed within 0.003); from 0.5 the relaxation of 16 equal 512-token
+batches (40 layers) completes (prints 0.420 / 0.451 / 0.451 of ZigZag's 0.454), while the
+demo cluster's pairs of ``benchmarks/plan_ids.py`` lose up to 0.9% at 0.5 and 2.3% at 0.6 (their
+slot steps); at 0.8 (80,16)'s steps no longer fit."""
 
 _MIN_LEFT_S = 1e-3
 """What a solver is given when the hint took the whole limit (it then keeps the hint)."""
@@ -259,7 +263,7 @@ def _slot_value(
         completion_s=completion,
         time_limit_s=max(meter.wall_left_s(), _MIN_LEFT_S),
         floor=bound,
-        steps=quick_step_count(instance, (1 - FREE_RELAXATION_SHARE) * HEURISTIC_BOUND_S),
+        steps=quick_step_count(instance, HEURISTIC_BOUND_S - meter.spent_s),
     )
 
 
