@@ -101,12 +101,34 @@ class Capacity:
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
+        leads = self.leads(mask, placed, free, total)
         extra = np.zeros(free.shape)
         for usable, below in self.arrivals:
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0)
+            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0, leads)
             extra = np.maximum(extra, least)
         return np.where(mask == 0, 0.0, extra)
+
+    def leads(
+        self, mask: np.ndarray, placed: np.ndarray, free: np.ndarray, total: np.ndarray
+    ) -> np.ndarray:
+        """(states x columns): ``B_t - E_t`` per served batch ``t`` whose completion the
+        program charges ``E_t`` and whose O block ends at least ``B_t - x`` when N runs ``x``
+        (in O's time) of the served batches: ``B_t = b_O + sum L pO`` over ``t`` and the
+        batches O serves before it. Under FIFO every served batch, its ``E_t`` replayed in
+        release order as the program placed it; under the free order, where the program's
+        sequence is not the state's, only the last (``B - free``). Unserved: -inf."""
+        if self.table.fifo_rank is None:
+            return np.asarray((total - free)[:, None])
+        out = np.full(placed.shape, -math.inf)
+        at, served = np.full(free.shape, self.b_old), np.zeros(free.shape)
+        for i in self.table.relax.instance.fifo_order:
+            rows = placed[:, i] > 0
+            end = self.table.end(i, at, served)
+            at = np.where(rows, end, at)
+            served = served + np.where(rows, self.whole[i], 0.0)
+            out[:, i] = np.where(rows, self.b_old + served - end, -math.inf)
+        return out
 
     def extra_s(
         self,
@@ -117,32 +139,45 @@ class Capacity:
         work: np.ndarray,
         ready: np.ndarray,
         none_left: np.ndarray,
+        leads: np.ndarray,
     ) -> np.ndarray:
-        """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
-        and last N-only completion ``c >= last`` (arrays, one entry per state).
+        """The least the real completions add to the program's (arrays, one entry per state),
+        over the work ``x = sum k pO`` N runs of the served batches (in O's time).
 
-        After ``u_l`` N runs the N-only batches' layers from ``l`` on (``work`` is ``u_l`` plus
-        them) and the served batches' layers from ``l`` on, at least ``rho (B - T) - below``
-        with ``B = total = b_O + sum L pO`` (O ran the rest by ``T``) and ``below = (l - 1)
-        sigma`` (the layers under ``l``). When that is work at all, N is busy until ``Z(T) =
-        work + max(0, rho (B - T) - below)`` or later, and a served batch's N layers end by
-        ``T - ready`` (the least ``pO`` plus the least hand-off among them: the last block on O
-        runs a layer). So either ``c >= Z(T)`` (the least is at ``free`` or a kink of ``(T -
-        free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``; without N-only batches
-        (``none_left``) also any ``T`` past the kink, where N's share is 0.
+        *O's side.* O ran the rest of the served work before each served batch ``t``
+        completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
+        ``O(x) = sum_t (B_t - E_t - x)^+``; the last, ``T >= max(free, B - x)`` with ``B =
+        total``. *N's side.* After ``u_l`` N runs the N-only batches' layers from ``l`` on
+        (``work`` is ``u_l`` plus them) and at least ``rho x - below`` of the served batches'
+        (``below = (l - 1) sigma``, the layers under ``l``), so its last operation ends at
+        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That
+        operation is an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a
+        served batch's, whose block and every block after it on O come later (``T >= Z +
+        ready``, ``ready`` the least ``pO`` plus the least hand-off among them: ``+ (Z + ready
+        - max(B - x, free))^+``), or, without N-only batches (``none_left``) and ``rho x <=
+        below``, there may be none (``+ 0``). Each case is piecewise linear in ``x``, growing
+        past its kinks, so its least over ``x >= 0`` is at ``0`` or a kink: the leads, the
+        kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0.
         """
         rho = self.ratio
-        kink = total - below / rho  # where N's share of the served work reaches 0
-
-        def over(at: np.ndarray) -> np.ndarray:
-            busy = work + np.maximum(0.0, rho * (total - at) - below)
-            return np.asarray((at - free) + np.maximum(0.0, busy - last))
-
-        meets = total - (last - work + below) / rho  # where Z(T) = last, sloped part
-        least = over(free)
-        for at in (kink, meets):
-            least = np.minimum(least, over(np.maximum(at, free)))
-        crossing = (work + ready + rho * total - below) / (1 + rho)  # T - ready = Z(T)
-        fixed = np.where(work + ready >= kink, work + ready, crossing)
-        fixed = np.where(none_left, np.minimum(kink, crossing), fixed)
-        return np.asarray(np.maximum(0.0, np.minimum(least, np.maximum(fixed, free) - free)))
+        kink = below / rho  # where N's share of the served work starts to count
+        fixed = [
+            np.zeros(free.shape),
+            kink,
+            total - free,
+            (last - work + below) / rho,  # Z(x) = last, sloped part
+            total - work - ready,  # Z(x) + ready = B - x, flat part
+            (total - work + below - ready) / (1 + rho),  # the same, sloped part
+            (free - ready - work + below) / rho,  # Z(x) + ready = free, sloped part
+        ]
+        at = np.maximum(np.concatenate([np.stack(fixed, axis=1), leads], axis=1), 0.0)
+        at = np.where(np.isfinite(at), at, 0.0)
+        on_old = np.maximum(leads[:, None, :] - at[:, :, None], 0.0).sum(axis=2)
+        busy = work[:, None] + np.maximum(0.0, rho * at - below[:, None])
+        on_new = np.maximum(0.0, busy - last[:, None])
+        late = np.maximum(total[:, None] - at, free[:, None])
+        served_last = np.maximum(0.0, busy + ready[:, None] - late)
+        least = on_old + np.minimum(on_new, served_last)
+        idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
+        least = np.minimum(least.min(axis=1), np.where(none_left, idle, math.inf))
+        return np.asarray(np.maximum(least, 0.0))

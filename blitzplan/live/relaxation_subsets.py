@@ -95,15 +95,20 @@ class _Table:
         out = np.empty((free.size, self.n))
         served = None if self.capacity is None else self.capacity.served(mask)
         for i in range(self.n):
-            j = np.searchsorted(self.rho[i], free, side="right") - 1
-            best = self.best[i][j + 1]
-            if self.q[i].size:
-                alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
-                best = np.minimum(best, alt)
-            out[:, i] = best
-            if self.capacity is not None and served is not None:
-                out[:, i] = np.maximum(best, self.capacity.shared(served, i))
+            out[:, i] = self.end(i, free, served)
         return out
+
+    def end(self, i: int, free: np.ndarray, served: np.ndarray | None) -> np.ndarray:
+        """When batch ``i`` completes placed next on O, O free at ``free`` having served work
+        ``served`` (:meth:`Capacity.served`; None without the capacity conditions)."""
+        j = np.searchsorted(self.rho[i], free, side="right") - 1
+        best = self.best[i][j + 1]
+        if self.q[i].size:
+            alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
+            best = np.minimum(best, alt)
+        if self.capacity is not None and served is not None:
+            best = np.maximum(best, self.capacity.shared(served, i))
+        return np.asarray(best)
 
     def done(
         self, cost: np.ndarray, unplaced: np.ndarray, free: np.ndarray, mask: np.ndarray
