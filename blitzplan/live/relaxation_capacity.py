@@ -91,17 +91,27 @@ class Capacity:
         return np.asarray(total), np.asarray(ends[:, -1])
 
     def crowded(
-        self, mask: np.ndarray, free: np.ndarray, unplaced: np.ndarray, last: np.ndarray
+        self,
+        mask: np.ndarray,
+        free: np.ndarray,
+        unplaced: np.ndarray,
+        last: np.ndarray,
+        *,
+        every_block: bool = False,
     ) -> np.ndarray:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
-        adds to that bound's total: :meth:`extra_s` at every layer of the grid."""
+        adds to that bound's total: :meth:`extra_s` at every layer of the grid, counting O's
+        last block (or, with ``every_block``, every served block: :meth:`leads`)."""
         placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
         total, sigma = self.b_old + placed @ self.whole, placed @ self.p_new
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
-        leads = self.leads(mask, placed, free, total)
+        if every_block:
+            leads = self.leads(mask, placed, free, total)
+        else:
+            leads = np.asarray((total - free)[:, None])
         extra = np.zeros(free.shape)
         for usable, below in self.arrivals:
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
@@ -115,11 +125,9 @@ class Capacity:
         """(states x columns): ``B_t - E_t`` per served batch ``t`` whose completion the
         program charges ``E_t`` and whose O block ends at least ``B_t - x`` when N runs ``x``
         (in O's time) of the served batches: ``B_t = b_O + sum L pO`` over ``t`` and the
-        batches O serves before it. Under FIFO every served batch, its ``E_t`` replayed in
-        release order as the program placed it; under the free order, where the program's
-        sequence is not the state's, only the last (``B - free``). Unserved: -inf."""
-        if self.table.fifo_rank is None:
-            return np.asarray((total - free)[:, None])
+        batches O serves before it. Under FIFO only (where a state's sequence is its set in
+        release order): ``E_t`` replayed as the program placed them. Unserved: -inf. (Under
+        the free order only the last block counts, ``B - free``: :meth:`crowded`.)"""
         out = np.full(placed.shape, -math.inf)
         at, served = np.full(free.shape, self.b_old), np.zeros(free.shape)
         for i in self.table.relax.instance.fifo_order:
