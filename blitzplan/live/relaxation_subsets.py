@@ -127,8 +127,9 @@ class _Table:
         total, last = self.capacity.left_on_new(unplaced)
         base = cost + np.maximum(alone, total)
         out = base + self.capacity.crowded(mask, free, unplaced, last)
-        rows = np.flatnonzero(out < best_cost) if self.fifo_rank is not None else []
-        if len(rows):
+        fifo = self.fifo_rank is not None
+        rows = np.flatnonzero(out < best_cost) if fifo else np.zeros(0, dtype=np.int64)
+        if rows.size:
             args = (mask[rows], free[rows], unplaced[rows], last[rows])
             out[rows] = base[rows] + self.capacity.crowded(*args, every_block=True)
         return np.asarray(out)
