@@ -43,8 +43,14 @@ class Capacity:
     *Crowding.* Those two count N's work apart: the batches left on N, and the served batches
     against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the
     layers from ``l`` on of the batches left on N and of the served ones, and the second grow
-    as O's last block ends earlier (O runs less of the served work). So either the last batch
-    left on N or O's last block ends later than the plan says (:meth:`extra_s`).
+    as O's blocks end earlier (O runs less of the served work). So either the last batch
+    left on N or O's last block ends later than the plan says, and under FIFO every served
+    block whose O work, with that before it, the plan's N share does not leave room for
+    (:meth:`extra_s`). (The *left on N* order statistics already count the batches the
+    program finishes on N together, for the set each state chooses; on (80,8) FIFO seed 7 of
+    ``benchmarks/partition.py`` the program's best state finishes one batch on N and serves
+    one of 20.85 ms a layer with 49 layers on N: what it misses there is N's crowding by the
+    served batches, which this counts.)
     """
 
     def __init__(self, relax: Relaxation, table: _Table) -> None:
