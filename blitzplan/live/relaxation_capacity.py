@@ -118,10 +118,12 @@ class Capacity:
             leads = self.leads(mask, placed, free, total)
         else:
             leads = np.asarray((total - free)[:, None])
+        at_leads = _at(leads)
+        paid = (leads, at_leads, _on_old(leads, at_leads))  # the leads' kinks, once
         extra = np.zeros(free.shape)
         for usable, below in self.arrivals:
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0, leads)
+            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0, paid)
             extra = np.maximum(extra, least)
         return np.where(mask == 0, 0.0, extra)
 
@@ -153,7 +155,7 @@ class Capacity:
         work: np.ndarray,
         ready: np.ndarray,
         none_left: np.ndarray,
-        leads: np.ndarray,
+        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> np.ndarray:
         """The least the real completions add to the program's (arrays, one entry per state),
         over the work ``x = sum k pO`` N runs of the served batches (in O's time).
@@ -171,7 +173,8 @@ class Capacity:
         - max(B - x, free))^+``), or, without N-only batches (``none_left``) and ``rho x <=
         below``, there may be none (``+ 0``). Each case is piecewise linear in ``x``, growing
         past its kinks, so its least over ``x >= 0`` is at ``0`` or a kink: the leads, the
-        kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0.
+        kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
+        leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
         """
         rho = self.ratio
         kink = below / rho  # where N's share of the served work starts to count
@@ -184,9 +187,10 @@ class Capacity:
             (total - work + below - ready) / (1 + rho),  # the same, sloped part
             (free - ready - work + below) / rho,  # Z(x) + ready = free, sloped part
         ]
-        at = np.maximum(np.concatenate([np.stack(fixed, axis=1), leads], axis=1), 0.0)
-        at = np.where(np.isfinite(at), at, 0.0)
-        on_old = np.maximum(leads[:, None, :] - at[:, :, None], 0.0).sum(axis=2)
+        leads, at_leads, on_leads = paid
+        at_fixed = _at(np.stack(fixed, axis=1))
+        at = np.concatenate([at_fixed, at_leads], axis=1)
+        on_old = np.concatenate([_on_old(leads, at_fixed), on_leads], axis=1)
         busy = work[:, None] + np.maximum(0.0, rho * at - below[:, None])
         on_new = np.maximum(0.0, busy - last[:, None])
         late = np.maximum(total[:, None] - at, free[:, None])
@@ -195,3 +199,13 @@ class Capacity:
         idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
         least = np.minimum(least.min(axis=1), np.where(none_left, idle, math.inf))
         return np.asarray(np.maximum(least, 0.0))
+
+
+def _at(x: np.ndarray) -> np.ndarray:
+    """Candidate shares ``x``: at least 0, 0 where not finite (unserved columns)."""
+    return np.asarray(np.where(np.isfinite(x), np.maximum(x, 0.0), 0.0))
+
+
+def _on_old(leads: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """(states x candidates): ``O(x) = sum_t (lead_t - x)^+`` at every candidate ``x``."""
+    return np.asarray(np.maximum(leads[:, None, :] - at[:, :, None], 0.0).sum(axis=2))
