@@ -1,7 +1,8 @@
-"""The capacity program's crowding term counts every served batch's block on O, not only the
-last (:meth:`~blitzplan.live.relaxation_capacity.Capacity.leads`): held against the exhaustive
-oracle on crowded tiny instances, for the whole problem and for random nodes of the search,
-and shown to raise the bound where O's earlier blocks pay for N's crowding."""
+"""The capacity program's crowding term under FIFO counts every served batch's block on O,
+not only the last (:meth:`~blitzplan.live.relaxation_capacity.Capacity.leads`), and O's last
+block's own share of N apart (:meth:`~blitzplan.live.relaxation_capacity.Capacity.
+last_block`): held against the exhaustive oracle on crowded tiny instances, for the whole
+problem and for random nodes of the search, and shown to raise the bound (a known answer)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ from tests.test_live_node_bound import _bound, _combinations, _value
 REL = 1e-9
 
 
-def _last_only(
-    self: Capacity, mask: np.ndarray, placed: np.ndarray, free: np.ndarray, total: np.ndarray
-) -> np.ndarray:
+_CROWDED = Capacity.crowded
+
+
+def _last_only(self: Capacity, *args: np.ndarray, **_: bool) -> np.ndarray:
     """The crowding term before: only the last served block (``B - free``) pays."""
-    return np.asarray((total - free)[:, None])
+    return _CROWDED(self, *args)
 
 
 def _checked_leads(
@@ -65,7 +67,7 @@ def test_the_earlier_blocks_pay_for_the_crowding_and_meet_the_optimum() -> None:
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")
     assert oracle.objective == pytest.approx(3.125)
     assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.125)
-    with mock.patch.object(Capacity, "leads", _last_only):
+    with mock.patch.object(Capacity, "crowded", _last_only):
         assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.09375)
 
 
@@ -86,7 +88,7 @@ def test_the_served_blocks_never_lift_the_bound_past_the_optimum() -> None:
             with mock.patch.object(Capacity, "leads", checked):
                 bound = capacity_bound(inst, old_order=order)
             assert bound <= oracle.objective + REL * max(1.0, oracle.objective)
-            with mock.patch.object(Capacity, "leads", _last_only):
+            with mock.patch.object(Capacity, "crowded", _last_only):
                 before = capacity_bound(inst, old_order=order)
             assert bound >= before - REL * max(1.0, bound)
     assert tried >= 120, tried
@@ -123,7 +125,7 @@ def test_the_served_blocks_never_lift_a_node_past_its_optimum() -> None:
                 continue
             bound = _bound(inst, r, "mean_latency", "fifo")
             assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
-            with mock.patch.object(Capacity, "leads", _last_only):
+            with mock.patch.object(Capacity, "crowded", _last_only):
                 before = _bound(inst, r, "mean_latency", "fifo")
             checked += 1
             raised += bound > before + 1e-9

@@ -71,6 +71,9 @@ class Capacity:
         self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
+        most = np.minimum(np.asarray(relax.restriction.split_max), L - 1)
+        self.most_share = np.maximum(most, 0) * p_old
+        """Per batch, the most of it N runs when O serves it (in O's time)."""
 
     def served(self, mask: np.ndarray) -> np.ndarray:
         """Per state, the whole work (on O) of the batches O has served."""
@@ -114,8 +117,10 @@ class Capacity:
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
+        tail = None
         if every_block:
             leads = self.leads(mask, placed, free, total)
+            tail = self.last_block(placed, free, total)
         else:
             leads = np.asarray((total - free)[:, None])
         at_leads = _at(leads)
@@ -123,9 +128,28 @@ class Capacity:
         extra = np.zeros(free.shape)
         for usable, below in self.arrivals:
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0, paid)
-            extra = np.maximum(extra, least)
+            args = (free, last, total, below * sigma, work, ready, alone == 0, paid)
+            extra = np.maximum(extra, self.extra_s(*args, tail=tail))
         return np.where(mask == 0, 0.0, extra)
+
+    def last_block(
+        self, placed: np.ndarray, free: np.ndarray, total: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per state under FIFO, of O's last served batch ``m``: ``L pO_m + ready*`` (with
+        ``ready*`` the least of ``d_m`` and ``d_t + pO_t`` over the served ``t`` before it)
+        less ``(1 - rho)^+`` times its most share ``x_m``; that share; and its lead ``B -
+        free`` (:meth:`extra_s`)."""
+        order = self.table.fifo_rank
+        if order is None:
+            raise ValueError("last_block needs O in FIFO order")
+        rank = np.where(placed > 0, order[None, :], -1)
+        m = rank.argmax(axis=1)
+        rows = np.arange(m.size)
+        after = np.where(placed > 0, self.handoff + self.p_old, math.inf)
+        after[rows, m] = self.handoff[m]
+        cap = self.most_share[m]
+        base = self.whole[m] + after.min(axis=1) - max(0.0, 1.0 - self.ratio) * cap
+        return np.asarray(base), np.asarray(cap), np.asarray(total - free)
 
     def leads(
         self, mask: np.ndarray, placed: np.ndarray, free: np.ndarray, total: np.ndarray
@@ -156,6 +180,8 @@ class Capacity:
         ready: np.ndarray,
         none_left: np.ndarray,
         paid: tuple[np.ndarray, np.ndarray, np.ndarray],
+        *,
+        tail: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """The least the real completions add to the program's (arrays, one entry per state),
         over the work ``x = sum k pO`` N runs of the served batches (in O's time).
@@ -195,10 +221,42 @@ class Capacity:
         on_new = np.maximum(0.0, busy - last[:, None])
         late = np.maximum(total[:, None] - at, free[:, None])
         served_last = np.maximum(0.0, busy + ready[:, None] - late)
-        least = on_old + np.minimum(on_new, served_last)
+        new_last = (on_old + on_new).min(axis=1)
+        old_last = (on_old + served_last).min(axis=1)
+        if tail is not None:
+            old_last = np.maximum(old_last, self._last_share(free, total, below, work, paid, tail))
         idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
-        least = np.minimum(least.min(axis=1), np.where(none_left, idle, math.inf))
+        least = np.minimum(new_last, old_last)
+        least = np.minimum(least, np.where(none_left, idle, math.inf))
         return np.asarray(np.maximum(least, 0.0))
+
+    def _last_share(
+        self,
+        free: np.ndarray,
+        total: np.ndarray,
+        below: np.ndarray,
+        work: np.ndarray,
+        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
+        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> np.ndarray:
+        """The served-batch case of :meth:`extra_s` under FIFO, with O's last block's own share
+        ``x_m`` apart: ``w = x - x_m`` is what N runs of the earlier ones, so ``C_t >= B_t -
+        w`` for ``t < m``. N's last operation, a served batch's, ends at ``Z >= work + rho (w
+        + x_m) - below``; the block of its batch (``m``, after ``d_m``, or an earlier one,
+        after ``d_t + pO_t``) and then ``m``'s, ``L pO_m - x_m``, follow: ``T >= Z + ready* +
+        L pO_m - x_m >= work - below + rho w + base`` (``tail[0]``, ``x_m`` at most its most
+        share ``tail[1]``), and ``T >= B - w - x_m``. Convex in ``w``: least at a kink."""
+        rho = self.ratio
+        base, cap, lead_m = tail
+        leads, at_leads, on_leads = paid
+        g = work - below + base
+        fixed = [np.zeros(free.shape), (total - cap - g) / (1 + rho), total - cap - free]
+        at_fixed = _at(np.stack([*fixed, (free - g) / rho], axis=1))
+        at = np.concatenate([at_fixed, at_leads], axis=1)
+        on_old = np.concatenate([_on_old(leads, at_fixed), on_leads], axis=1)
+        earlier = on_old - np.maximum(lead_m[:, None] - at, 0.0)  # the blocks before m
+        late = np.maximum(total[:, None] - cap[:, None] - at, g[:, None] + rho * at)
+        return np.asarray((np.maximum(late - free[:, None], 0.0) + earlier).min(axis=1))
 
 
 def _at(x: np.ndarray) -> np.ndarray:
