@@ -111,25 +111,27 @@ class Capacity:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
         adds to that bound's total: :meth:`extra_s` at every layer of the grid, counting O's
-        last block (or, with ``every_block``, every served block: :meth:`leads`)."""
+        last block; with ``every_block`` also, at the layer where that is largest (each layer
+        is valid alone), every served block (:meth:`leads`, :meth:`last_block`)."""
         placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
         total, sigma = self.b_old + placed @ self.whole, placed @ self.p_new
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
-        tail = None
-        if every_block:
-            leads = self.leads(mask, placed, free, total)
-            tail = self.last_block(placed, free, total)
-        else:
-            leads = np.asarray((total - free)[:, None])
-        at_leads = _at(leads)
-        paid = (leads, at_leads, _on_old(leads, at_leads))  # the leads' kinks, once
-        extra = np.zeros(free.shape)
-        for usable, below in self.arrivals:
+        grid = np.asarray(self.arrivals).T
+        extras = []
+        for usable, below in zip(*grid, strict=True):
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
+            extras.append(self.extra_s(free, last, total, below * sigma, work, ready, alone == 0))
+        extra = np.max(extras, axis=0)
+        if every_block:
+            usable, below = grid[:, np.argmax(extras, axis=0)]
+            work = usable + (self.layers - below) * alone
+            leads = self.leads(mask, placed, free, total)
+            paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
             args = (free, last, total, below * sigma, work, ready, alone == 0, paid)
-            extra = np.maximum(extra, self.extra_s(*args, tail=tail))
+            tail = self.last_block(placed, free, total)
+            extra = np.maximum(extra, self.served_extra_s(*args, tail))
         return np.where(mask == 0, 0.0, extra)
 
     def last_block(
@@ -179,12 +181,52 @@ class Capacity:
         work: np.ndarray,
         ready: np.ndarray,
         none_left: np.ndarray,
-        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
-        *,
-        tail: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
-        """The least the real completions add to the program's (arrays, one entry per state),
-        over the work ``x = sum k pO`` N runs of the served batches (in O's time).
+        """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
+        and last N-only completion ``c >= last`` (arrays, one entry per state).
+
+        After ``u_l`` N runs the N-only batches' layers from ``l`` on (``work`` is ``u_l`` plus
+        them) and the served batches' layers from ``l`` on, at least ``rho (B - T) - below``
+        with ``B = total = b_O + sum L pO`` (O ran the rest by ``T``) and ``below = (l - 1)
+        sigma`` (the layers under ``l``). When that is work at all, N is busy until ``Z(T) =
+        work + max(0, rho (B - T) - below)`` or later, and a served batch's N layers end by
+        ``T - ready`` (the least ``pO`` plus the least hand-off among them: the last block on O
+        runs a layer). So either ``c >= Z(T)`` (the least is at ``free`` or a kink of ``(T -
+        free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``; without N-only batches
+        (``none_left``) also any ``T`` past the kink, where N's share is 0.
+        """
+        rho = self.ratio
+        kink = total - below / rho  # where N's share of the served work reaches 0
+
+        def over(at: np.ndarray) -> np.ndarray:
+            busy = work + np.maximum(0.0, rho * (total - at) - below)
+            return np.asarray((at - free) + np.maximum(0.0, busy - last))
+
+        meets = total - (last - work + below) / rho  # where Z(T) = last, sloped part
+        least = over(free)
+        for at in (kink, meets):
+            least = np.minimum(least, over(np.maximum(at, free)))
+        crossing = (work + ready + rho * total - below) / (1 + rho)  # T - ready = Z(T)
+        fixed = np.where(work + ready >= kink, work + ready, crossing)
+        fixed = np.where(none_left, np.minimum(kink, crossing), fixed)
+        return np.asarray(np.maximum(0.0, np.minimum(least, np.maximum(fixed, free) - free)))
+
+    def served_extra_s(
+        self,
+        free: np.ndarray,
+        last: np.ndarray,
+        total: np.ndarray,
+        below: np.ndarray,
+        work: np.ndarray,
+        ready: np.ndarray,
+        none_left: np.ndarray,
+        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
+        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> np.ndarray:
+        """:meth:`extra_s` under FIFO with every served block counted (arrays, one entry per
+        state): the least the real completions add to the program's over the work ``x = sum
+        k pO`` N runs of the served batches (in O's time). (With the last block alone, ``x =
+        B - T``, this is :meth:`extra_s`, which is cheaper and runs first on every state.)
 
         *O's side.* O ran the rest of the served work before each served batch ``t``
         completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
@@ -223,8 +265,7 @@ class Capacity:
         served_last = np.maximum(0.0, busy + ready[:, None] - late)
         new_last = (on_old + on_new).min(axis=1)
         old_last = (on_old + served_last).min(axis=1)
-        if tail is not None:
-            old_last = np.maximum(old_last, self._last_share(free, total, below, work, paid, tail))
+        old_last = np.maximum(old_last, self._last_share(free, total, below, work, paid, tail))
         idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
         least = np.minimum(new_last, old_last)
         least = np.minimum(least, np.where(none_left, idle, math.inf))
