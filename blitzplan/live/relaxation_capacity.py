@@ -239,7 +239,8 @@ class Capacity:
         served batch's, whose block and every block after it on O come later (``T >= Z +
         ready``, ``ready`` the least ``pO`` plus the least hand-off among them: ``+ (Z + ready
         - max(B - x, free))^+``), or, without N-only batches (``none_left``) and ``rho x <=
-        below``, there may be none (``+ 0``). Each case is piecewise linear in ``x``, growing
+        below``, there may be none (``+ 0``). The served-batch case is also bounded by
+        :meth:`_last_share` (the larger counts). Each case is piecewise linear in ``x``, growing
         past its kinks, so its least over ``x >= 0`` is at ``0`` or a kink: the leads, the
         kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
         leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
@@ -263,12 +264,11 @@ class Capacity:
         on_new = np.maximum(0.0, busy - last[:, None])
         late = np.maximum(total[:, None] - at, free[:, None])
         served_last = np.maximum(0.0, busy + ready[:, None] - late)
-        new_last = (on_old + on_new).min(axis=1)
-        old_last = (on_old + served_last).min(axis=1)
-        old_last = np.maximum(old_last, self._last_share(free, total, below, work, paid, tail))
+        n_only = (on_old + on_new).min(axis=1)  # N's last operation an N-only batch's
+        served = (on_old + served_last).min(axis=1)  # a served batch's: two valid bounds
+        served = np.maximum(served, self._last_share(free, total, below, work, paid, tail))
         idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
-        least = np.minimum(new_last, old_last)
-        least = np.minimum(least, np.where(none_left, idle, math.inf))
+        least = np.minimum(n_only, np.where(none_left, np.minimum(served, idle), served))
         return np.asarray(np.maximum(least, 0.0))
 
     def _last_share(
