@@ -25,7 +25,7 @@ from tests.test_live_node_bound import _bound, _combinations, _value
 REL = 1e-9
 
 
-_CROWDED = Capacity.crowded
+_CROWDED, _LEADS = Capacity.crowded, Capacity.leads
 
 
 def _last_only(self: Capacity, *args: np.ndarray, **_: bool) -> np.ndarray:
@@ -37,7 +37,7 @@ def _checked_leads(
     self: Capacity, mask: np.ndarray, placed: np.ndarray, free: np.ndarray, total: np.ndarray
 ) -> np.ndarray:
     """The leads, with the replay checked: the last served batch's lead is ``B - free``."""
-    out = Capacity.leads.__wrapped__(self, mask, placed, free, total)  # type: ignore[attr-defined]
+    out = _LEADS(self, mask, placed, free, total)
     if self.table.fifo_rank is not None:
         rank = np.where(placed > 0, self.table.fifo_rank[None, :], -1)
         rows = np.flatnonzero(mask != 0)
@@ -83,9 +83,7 @@ def test_the_served_blocks_never_lift_the_bound_past_the_optimum() -> None:
                 continue
             tried += 1
             oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
-            checked = _checked_leads
-            checked.__wrapped__ = Capacity.leads  # type: ignore[attr-defined]
-            with mock.patch.object(Capacity, "leads", checked):
+            with mock.patch.object(Capacity, "leads", _checked_leads):
                 bound = capacity_bound(inst, old_order=order)
             assert bound <= oracle.objective + REL * max(1.0, oracle.objective)
             with mock.patch.object(Capacity, "crowded", _last_only):
