@@ -91,13 +91,18 @@ def test_a_batch_left_on_new_shares_new_with_the_served_prefix() -> None:
     1)``: either
     the batch on N ends at ``c >= 2 + (4 - T)`` or ``T - 1 >= 2 + (4 - T)``, ``T >= 3.5``.
     The least added is 0.5: 5.5 in all, mean 2.75. The optimum is 3 (N runs 3 layers, O one,
-    or N two and O two)."""
+    or N two and O two). Under FIFO the served batch's own block is counted apart
+    (:meth:`~blitzplan.live.relaxation_capacity.Capacity.last_block`): when N's last layer is
+    the served batch's, at ``Z >= 2 + x``, its block of ``2 - x`` follows, ``T >= 4``: the
+    bound is the optimum, 3."""
     inst = LiveScalingInstance([0.0, 0.0], [0.0, 0.0], 1.0, 1.0, 0.0, old_free_at_s=2.0)
     plain, _, _ = solve_relaxation(Relaxation(inst, "mean_latency"), old_order="free")
     assert plain / 2 == pytest.approx(2.0)
+    assert capacity_bound(inst, old_order="free") == pytest.approx(2.75)
+    assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.0)
     for order in ("free", "fifo"):
-        assert capacity_bound(inst, old_order=order) == pytest.approx(2.75)
-    assert schedule_live(inst, method="exact", backend="enumerate").objective == pytest.approx(3)
+        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
+        assert oracle.objective == pytest.approx(3)
 
 
 def _crowded(rng: random.Random) -> LiveScalingInstance:
@@ -136,7 +141,7 @@ def test_crowding_raises_the_bound_and_never_past_the_optimum(
             oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
             bound = capacity_bound(inst, old_order=order)
             assert bound <= oracle.objective + 1e-9 * max(1.0, oracle.objective)
-            monkeypatch.setattr(Capacity, "crowded", lambda self, *a: np.zeros(a[1].shape))
+            monkeypatch.setattr(Capacity, "crowded", lambda self, *a, **k: np.zeros(a[1].shape))
             without = capacity_bound(inst, old_order=order)
             monkeypatch.setattr(Capacity, "crowded", crowded)
             raised += bound > without + 1e-9

@@ -43,8 +43,14 @@ class Capacity:
     *Crowding.* Those two count N's work apart: the batches left on N, and the served batches
     against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the
     layers from ``l`` on of the batches left on N and of the served ones, and the second grow
-    as O's last block ends earlier (O runs less of the served work). So either the last batch
-    left on N or O's last block ends later than the plan says (:meth:`extra_s`).
+    as O's blocks end earlier (O runs less of the served work). So either the last batch
+    left on N or O's last block ends later than the plan says, and under FIFO every served
+    block whose O work, with that before it, the plan's N share does not leave room for
+    (:meth:`extra_s`). (The *left on N* order statistics already count the batches the
+    program finishes on N together, for the set each state chooses; on (80,8) FIFO seed 7 of
+    ``benchmarks/partition.py`` the program's best state finishes one batch on N and serves
+    one of 20.85 ms a layer with 49 layers on N: what it misses there is N's crowding by the
+    served batches, which this counts.)
     """
 
     def __init__(self, relax: Relaxation, table: _Table) -> None:
@@ -65,6 +71,9 @@ class Capacity:
         self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
+        most = np.minimum(np.asarray(relax.restriction.split_max), L - 1)
+        self.most_share = np.maximum(most, 0) * p_old
+        """Per batch, the most of it N runs when O serves it (in O's time)."""
 
     def served(self, mask: np.ndarray) -> np.ndarray:
         """Per state, the whole work (on O) of the batches O has served."""
@@ -91,22 +100,77 @@ class Capacity:
         return np.asarray(total), np.asarray(ends[:, -1])
 
     def crowded(
-        self, mask: np.ndarray, free: np.ndarray, unplaced: np.ndarray, last: np.ndarray
+        self,
+        mask: np.ndarray,
+        free: np.ndarray,
+        unplaced: np.ndarray,
+        last: np.ndarray,
+        *,
+        every_block: bool = False,
     ) -> np.ndarray:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
-        adds to that bound's total: :meth:`extra_s` at every layer of the grid."""
+        adds to that bound's total: :meth:`extra_s` at every layer of the grid, counting O's
+        last block; with ``every_block`` also, at the layer where that is largest (each layer
+        is valid alone), every served block (:meth:`leads`, :meth:`last_block`)."""
         placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
         total, sigma = self.b_old + placed @ self.whole, placed @ self.p_new
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
-        extra = np.zeros(free.shape)
-        for usable, below in self.arrivals:
+        grid = np.asarray(self.arrivals).T
+        extras = []
+        for usable, below in zip(*grid, strict=True):
             work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            least = self.extra_s(free, last, total, below * sigma, work, ready, alone == 0)
-            extra = np.maximum(extra, least)
+            extras.append(self.extra_s(free, last, total, below * sigma, work, ready, alone == 0))
+        extra = np.max(extras, axis=0)
+        if every_block:
+            usable, below = grid[:, np.argmax(extras, axis=0)]
+            work = usable + (self.layers - below) * alone
+            leads = self.leads(mask, placed, free, total)
+            paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
+            args = (free, last, total, below * sigma, work, ready, alone == 0, paid)
+            tail = self.last_block(placed, free, total)
+            extra = np.maximum(extra, self.served_extra_s(*args, tail))
         return np.where(mask == 0, 0.0, extra)
+
+    def last_block(
+        self, placed: np.ndarray, free: np.ndarray, total: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per state under FIFO, of O's last served batch ``m``: ``L pO_m + ready*`` (with
+        ``ready*`` the least of ``d_m`` and ``d_t + pO_t`` over the served ``t`` before it)
+        less ``(1 - rho)^+`` times its most share ``x_m``; that share; and its lead ``B -
+        free`` (:meth:`extra_s`)."""
+        order = self.table.fifo_rank
+        if order is None:
+            raise ValueError("last_block needs O in FIFO order")
+        rank = np.where(placed > 0, order[None, :], -1)
+        m = rank.argmax(axis=1)
+        rows = np.arange(m.size)
+        after = np.where(placed > 0, self.handoff + self.p_old, math.inf)
+        after[rows, m] = self.handoff[m]
+        cap = self.most_share[m]
+        base = self.whole[m] + after.min(axis=1) - max(0.0, 1.0 - self.ratio) * cap
+        return np.asarray(base), np.asarray(cap), np.asarray(total - free)
+
+    def leads(
+        self, mask: np.ndarray, placed: np.ndarray, free: np.ndarray, total: np.ndarray
+    ) -> np.ndarray:
+        """(states x columns): ``B_t - E_t`` per served batch ``t`` whose completion the
+        program charges ``E_t`` and whose O block ends at least ``B_t - x`` when N runs ``x``
+        (in O's time) of the served batches: ``B_t = b_O + sum L pO`` over ``t`` and the
+        batches O serves before it. Under FIFO only (where a state's sequence is its set in
+        release order): ``E_t`` replayed as the program placed them. Unserved: -inf. (Under
+        the free order only the last block counts, ``B - free``: :meth:`crowded`.)"""
+        out = np.full(placed.shape, -math.inf)
+        at, served = np.full(free.shape, self.b_old), np.zeros(free.shape)
+        for i in self.table.relax.instance.fifo_order:
+            rows = placed[:, i] > 0
+            end = self.table.end(i, at, served)
+            at = np.where(rows, end, at)
+            served = served + np.where(rows, self.whole[i], 0.0)
+            out[:, i] = np.where(rows, self.b_old + served - end, -math.inf)
+        return out
 
     def extra_s(
         self,
@@ -146,3 +210,101 @@ class Capacity:
         fixed = np.where(work + ready >= kink, work + ready, crossing)
         fixed = np.where(none_left, np.minimum(kink, crossing), fixed)
         return np.asarray(np.maximum(0.0, np.minimum(least, np.maximum(fixed, free) - free)))
+
+    def served_extra_s(
+        self,
+        free: np.ndarray,
+        last: np.ndarray,
+        total: np.ndarray,
+        below: np.ndarray,
+        work: np.ndarray,
+        ready: np.ndarray,
+        none_left: np.ndarray,
+        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
+        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> np.ndarray:
+        """:meth:`extra_s` under FIFO with every served block counted (arrays, one entry per
+        state): the least the real completions add to the program's over the work ``x = sum
+        k pO`` N runs of the served batches (in O's time). (With the last block alone, ``x =
+        B - T``, this is :meth:`extra_s`, which is cheaper and runs first on every state.)
+
+        *O's side.* O ran the rest of the served work before each served batch ``t``
+        completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
+        ``O(x) = sum_t (B_t - E_t - x)^+``; the last, ``T >= max(free, B - x)`` with ``B =
+        total``. *N's side.* After ``u_l`` N runs the N-only batches' layers from ``l`` on
+        (``work`` is ``u_l`` plus them) and at least ``rho x - below`` of the served batches'
+        (``below = (l - 1) sigma``, the layers under ``l``), so its last operation ends at
+        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That
+        operation is an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a
+        served batch's, whose block and every block after it on O come later (``T >= Z +
+        ready``, ``ready`` the least ``pO`` plus the least hand-off among them: ``+ (Z + ready
+        - max(B - x, free))^+``), or, without N-only batches (``none_left``) and ``rho x <=
+        below``, there may be none (``+ 0``). The served-batch case is also bounded by
+        :meth:`_last_share` (the larger counts). Each case is piecewise linear in ``x``, growing
+        past its kinks, so its least over ``x >= 0`` is at ``0`` or a kink: the leads, the
+        kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
+        leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
+        """
+        rho = self.ratio
+        kink = below / rho  # where N's share of the served work starts to count
+        fixed = [
+            np.zeros(free.shape),
+            kink,
+            total - free,
+            (last - work + below) / rho,  # Z(x) = last, sloped part
+            total - work - ready,  # Z(x) + ready = B - x, flat part
+            (total - work + below - ready) / (1 + rho),  # the same, sloped part
+            (free - ready - work + below) / rho,  # Z(x) + ready = free, sloped part
+        ]
+        leads, at_leads, on_leads = paid
+        at_fixed = _at(np.stack(fixed, axis=1))
+        at = np.concatenate([at_fixed, at_leads], axis=1)
+        on_old = np.concatenate([_on_old(leads, at_fixed), on_leads], axis=1)
+        busy = work[:, None] + np.maximum(0.0, rho * at - below[:, None])
+        on_new = np.maximum(0.0, busy - last[:, None])
+        late = np.maximum(total[:, None] - at, free[:, None])
+        served_last = np.maximum(0.0, busy + ready[:, None] - late)
+        n_only = (on_old + on_new).min(axis=1)  # N's last operation an N-only batch's
+        served = (on_old + served_last).min(axis=1)  # a served batch's: two valid bounds
+        served = np.maximum(served, self._last_share(free, total, below, work, paid, tail))
+        idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
+        least = np.minimum(n_only, np.where(none_left, np.minimum(served, idle), served))
+        return np.asarray(np.maximum(least, 0.0))
+
+    def _last_share(
+        self,
+        free: np.ndarray,
+        total: np.ndarray,
+        below: np.ndarray,
+        work: np.ndarray,
+        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
+        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> np.ndarray:
+        """The served-batch case of :meth:`extra_s` under FIFO, with O's last block's own share
+        ``x_m`` apart: ``w = x - x_m`` is what N runs of the earlier ones, so ``C_t >= B_t -
+        w`` for ``t < m``. N's last operation, a served batch's, ends at ``Z >= work + rho (w
+        + x_m) - below``; the block of its batch (``m``, after ``d_m``, or an earlier one,
+        after ``d_t + pO_t``) and then ``m``'s, ``L pO_m - x_m``, follow: ``T >= Z + ready* +
+        L pO_m - x_m >= work - below + rho w + base`` (``tail[0]``, ``x_m`` at most its most
+        share ``tail[1]``), and ``T >= B - w - x_m``. Convex in ``w``: least at a kink."""
+        rho = self.ratio
+        base, cap, lead_m = tail
+        leads, at_leads, on_leads = paid
+        g = work - below + base
+        fixed = [np.zeros(free.shape), (total - cap - g) / (1 + rho), total - cap - free]
+        at_fixed = _at(np.stack([*fixed, (free - g) / rho], axis=1))
+        at = np.concatenate([at_fixed, at_leads], axis=1)
+        on_old = np.concatenate([_on_old(leads, at_fixed), on_leads], axis=1)
+        earlier = on_old - np.maximum(lead_m[:, None] - at, 0.0)  # the blocks before m
+        late = np.maximum(total[:, None] - cap[:, None] - at, g[:, None] + rho * at)
+        return np.asarray((np.maximum(late - free[:, None], 0.0) + earlier).min(axis=1))
+
+
+def _at(x: np.ndarray) -> np.ndarray:
+    """Candidate shares ``x``: at least 0, 0 where not finite (unserved columns)."""
+    return np.asarray(np.where(np.isfinite(x), np.maximum(x, 0.0), 0.0))
+
+
+def _on_old(leads: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """(states x candidates): ``O(x) = sum_t (lead_t - x)^+`` at every candidate ``x``."""
+    return np.asarray(np.maximum(leads[:, None, :] - at[:, :, None], 0.0).sum(axis=2))

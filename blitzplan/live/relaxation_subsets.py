@@ -110,26 +110,44 @@ class _Table:
         out = np.empty((free.size, self.n))
         served = None if self.capacity is None else self.capacity.served(mask)
         for i in range(self.n):
-            j = np.searchsorted(self.rho[i], free, side="right") - 1
-            best = self.best[i][j + 1]
-            if self.q[i].size:
-                alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
-                best = np.minimum(best, alt)
-            out[:, i] = best
-            if self.capacity is not None and served is not None:
-                out[:, i] = np.maximum(best, self.capacity.shared(served, i))
+            out[:, i] = self.end(i, free, served)
         return out
 
+    def end(self, i: int, free: np.ndarray, served: np.ndarray | None) -> np.ndarray:
+        """When batch ``i`` completes placed next on O, O free at ``free`` having served work
+        ``served`` (:meth:`Capacity.served`; None without the capacity conditions)."""
+        j = np.searchsorted(self.rho[i], free, side="right") - 1
+        best = self.best[i][j + 1]
+        if self.q[i].size:
+            alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
+            best = np.minimum(best, alt)
+        if self.capacity is not None and served is not None:
+            best = np.maximum(best, self.capacity.shared(served, i))
+        return np.asarray(best)
+
     def done(
-        self, cost: np.ndarray, unplaced: np.ndarray, free: np.ndarray, mask: np.ndarray
+        self,
+        cost: np.ndarray,
+        unplaced: np.ndarray,
+        free: np.ndarray,
+        mask: np.ndarray,
+        best_cost: float = math.inf,
     ) -> np.ndarray:
-        """Each state completed by leaving every unplaced batch on N."""
+        """Each state completed by leaving every unplaced batch on N. Under FIFO the crowding
+        term counts every served block only where the state could still beat ``best_cost``
+        (elsewhere the last block's alone, a lower but valid bound, settles it)."""
         alone = self.fold(np.broadcast_to(self.on_new, unplaced.shape), unplaced)
         if self.capacity is None or not self.sums:
             return self.combine(cost, alone)
         total, last = self.capacity.left_on_new(unplaced)
-        extra = self.capacity.crowded(mask, free, unplaced, last)
-        return np.asarray(cost + np.maximum(alone, total) + extra)
+        base = cost + np.maximum(alone, total)
+        out = base + self.capacity.crowded(mask, free, unplaced, last)
+        fifo = self.fifo_rank is not None
+        rows = np.flatnonzero(out < best_cost) if fifo else np.zeros(0, dtype=np.int64)
+        if rows.size:
+            args = (mask[rows], free[rows], unplaced[rows], last[rows])
+            out[rows] = base[rows] + self.capacity.crowded(*args, every_block=True)
+        return np.asarray(out)
 
     def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
         """Whether batch ``i`` may follow ``last`` on O (always, unless O keeps FIFO order)."""
@@ -269,7 +287,7 @@ def _expand_chunk(
     values = table.values(ends)
     floors = np.minimum(values, table.on_new[None, :])
     floor = table.fold(floors, unplaced)
-    done = table.done(cost, unplaced, free, mask)
+    done = table.done(cost, unplaced, free, mask, best_cost)
     better = None
     if done.size and done.min() < best_cost:
         index = int(done.argmin())
