@@ -1,7 +1,7 @@
 """The overlay program solved on growing sets of instances: every set's answer bounds the whole
 program's (its rows are a subset), so the bound never passes the whole mixed-integer program's,
-solved independently; a solve the deadline cuts short keeps what it knew; and the exact method's
-steps before its own get a share of its limit. No wall-clock asserts."""
+solved independently; and a solve the deadline cuts short keeps what it knew. No wall-clock
+asserts."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import time
 
 import pytest
 
-from blitzplan.multicast import methods, plan_multicast
 from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.refine_budget import RefineBudget
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _problem, one_slow_rank_case
 
@@ -79,36 +77,3 @@ def test_a_solve_past_its_deadline_keeps_what_it_knew() -> None:
     assert overlay_solve.solve(program, lam, binaries, need, past, known) == known
     assert overlay_solve.solve(program, lam, binaries, need, past) is None
     assert overlay_bound(problem, time_limit_s=0.0) is None
-
-
-def test_a_limit_caps_the_refinements_allowance() -> None:
-    """``limit_s`` alone sets the allowance; with a factor the smaller of the two."""
-    alone = RefineBudget(None, clock=lambda: 10.0, limit_s=2.0)
-    alone.start()
-    assert alone.left() == 2.0
-    both = RefineBudget(100.0, clock=lambda: 10.0, limit_s=2.0)
-    assert both.worth(1, 1.0)
-    both.start()
-    assert both.left() == 2.0
-    assert RefineBudget(None).left() is None
-
-
-def test_the_exact_methods_refinements_get_a_share_of_its_limit(monkeypatch) -> None:
-    """Under ``method="exact"`` with a limit, the greedy's local search and linear program get
-    a budget of at most EXACT_REFINE_SHARE of it (they ran unclocked); the greedy without a
-    limit keeps none."""
-    seen: list[float | None] = []
-    real = methods.polish
-
-    def spy(*args, **kwargs):
-        budget = kwargs.get("budget")
-        seen.append(None if budget is None else budget.left())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(methods, "polish", spy)
-    state, spec, options = tiny_cases()[-1]
-    plan_multicast(state, spec, **options, method="exact", time_limit_s=5.0)
-    plan_multicast(state, spec, **options)
-    assert len(seen) == 2
-    assert seen[0] is not None and seen[0] <= methods.EXACT_REFINE_SHARE * 5.0
-    assert seen[1] is None

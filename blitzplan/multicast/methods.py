@@ -26,9 +26,6 @@ CLOSE_ENOUGH = 0.01
 EXACT_REPACK_SHARE = 0.3
 """Under ``method="exact"`` with a time limit, the greedy's tree packing ends by this share of
 it (the exact method's own packings and search take the rest)."""
-EXACT_REFINE_SHARE = 0.12
-"""... and its local search and linear program (the greedy's own refinements) by this share
-(they ran unclocked: 6.7 s together for a case at load 9-10)."""
 LP_MAX_NODES = 16
 """The greedy re-allocates its final order by linear program up to this many target nodes."""
 POLISH_MAX_EVALUATIONS = 60
@@ -75,9 +72,6 @@ def striped_plan(
         budget = 0  # they could gain less than they would cost: the greedy's plan
     if budget > 0 and len(ctx.targets) <= LP_MAX_NODES:  # once per process: not the
         import scipy.optimize  # noqa: F401  (refinements' time, nor one evaluation's)
-    if method == "exact" and time_limit_s is not None and refine_budget is None:
-        spent = time.perf_counter() - entered
-        refine_budget = RefineBudget(None, limit_s=EXACT_REFINE_SHARE * time_limit_s - spent)
     if refine_budget is not None:
         refine_budget.start()
     choice, built = polish(

@@ -34,8 +34,7 @@ refinement: 5-15 ms of linear program on an 8-GPU host)."""
 
 class RefineBudget:
     """At most ``factor`` times the refinements' possible gain for them, at least ``floor_s``
-    seconds (None: no limit; 0: none), and never more than ``limit_s`` (a caller's deadline:
-    the exact method's share of its limit); ``clock`` gives seconds (tests pass a fake one).
+    seconds (None: no limit; 0: none); ``clock`` gives seconds (tests pass a fake one).
     ``cut`` tells afterwards whether a refinement stopped for the budget, ``skipped`` whether
     none ran because the gain could not pay for them."""
 
@@ -44,8 +43,6 @@ class RefineBudget:
         factor: float | None,
         clock: Callable[[], float] = time.perf_counter,
         floor_s: float = REFINE_MIN_S,
-        *,
-        limit_s: float | None = None,
     ) -> None:
         if factor is not None and (
             isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 0
@@ -54,7 +51,6 @@ class RefineBudget:
         self.factor = factor
         self.clock = clock
         self.floor_s = floor_s
-        self.limit_s = limit_s
         self.gain_s = 0.0
         self.until: float | None = None
         self.begun: float | None = None
@@ -79,11 +75,8 @@ class RefineBudget:
         """The refinements start now: their clock and allowance, ``factor`` times the gain
         given to :meth:`worth`, at least ``floor_s`` (0 with ``factor`` 0), begin."""
         self.begun, self.begun_cpu = self.clock(), time.thread_time()
-        allowed = None if self.limit_s is None else max(0.0, self.limit_s)
         if self.factor is not None:
-            gain = max(self.factor * self.gain_s, self.floor_s) if self.factor > 0 else 0.0
-            allowed = gain if allowed is None else min(allowed, gain)
-        if allowed is not None:
+            allowed = max(self.factor * self.gain_s, self.floor_s) if self.factor > 0 else 0.0
             self.until = self.begun + allowed
 
     def refining_s(self) -> float:
