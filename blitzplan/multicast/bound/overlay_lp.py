@@ -34,8 +34,10 @@ Only duplication at GPUs and memory, never inside a switch, is what makes this b
 the max-flow into one instance (where two GPUs behind one PCIe uplink share a single crossing of
 it). The additive pipeline terms (chunk and latency per hop) are left out, so the bound stays a
 bound. HiGHS solves it (:mod:`~blitzplan.multicast.bound.overlay_solve`: one linear program
-per minimal live choice when there are few, else the mixed-integer program); ``lam`` is taken
-from its proven bound with a relative margin, so rounding cannot overstate it. Not used when
+per minimal live choice when there are few, else the mixed-integer program), first with the
+flows of a few instances only (fewer rows: a larger ``lam``, still a bound), then more;
+``lam`` is taken from its proven bound with a relative margin, so rounding cannot overstate
+it. Not used when
 earlier plans delivered units.
 """
 
