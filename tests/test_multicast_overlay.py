@@ -273,20 +273,25 @@ def _cover_cases():
 def test_overlay_programs_per_live_choice_equal_the_mixed_integer_program(index: int) -> None:
     """Independent check of the per-choice solve: the largest ``lam`` over the minimal live
     choices, each a linear program, equals the mixed-integer program's optimum (both with the
-    same margin), and the live choice it reports is a minimal one."""
+    same margin), with and without the linear relaxation first, and the live choice it reports
+    is a minimal one that reaches it."""
     state, spec, options = _cover_cases()[index]
     problem = _problem(state, spec, **options)
     built = overlay_lp._build(problem)
     assert built is not None
     program, lam, binaries = built
-    covers = live_covers(problem, binaries)
-    assert covers
+    need = overlay_lp._need(problem, binaries)
+    assert need.covers
     mixed = overlay_solve._solve(program, lam, 30.0)
-    each = overlay_solve._solve_covers(program, lam, binaries, covers, 30.0)
-    assert mixed is not None and each is not None
-    assert each[0] == pytest.approx(mixed[0], rel=1e-6)
-    chosen = frozenset(j for j, c in binaries.items() if each[1][c] > 0.5)
-    assert chosen in covers
+    assert mixed is not None
+    for few in (0, len(need.covers)):  # the relaxation first, or every choice straight away
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(overlay_solve, "FEW_COVERS", few)
+            each = overlay_solve.solve(program, lam, binaries, need, time.perf_counter() + 30)
+        assert each is not None
+        assert each.upper == pytest.approx(mixed[0], rel=1e-6)
+        assert each.chosen in need.covers
+        assert each.values.get(each.chosen, each.upper) == pytest.approx(each.upper, rel=1e-6)
 
 
 def test_live_covers_are_the_minimal_sets_found_by_brute_force() -> None:

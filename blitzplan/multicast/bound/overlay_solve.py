@@ -1,5 +1,7 @@
-"""The overlay program's rows and columns, and how it is solved (HiGHS through SciPy): as one
-linear program per minimal live choice when there are few, else as one mixed-integer program.
+"""The overlay program's rows and columns, and how it is solved (HiGHS through SciPy): its
+linear relaxation (or a bound already known), then one linear program per minimal live choice,
+the most promising first, until one reaches that bound; with too many choices, the mixed-integer
+program.
 
 Either way the value returned is an upper bound on ``lam`` (the solver's proven bound, with a
 relative margin for its tolerances), so ``s0 + S / lam`` stays a lower bound on ``all_ready``
@@ -11,23 +13,33 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.solvers.backends import quiet_stdout
 
-__all__ = ["COVER_LPS", "COVER_SEARCH", "Program", "live_covers", "solve"]
+__all__ = ["COVER_LPS", "COVER_SEARCH", "Need", "Program", "Solved", "live_covers", "solve"]
 
-COVER_LPS = 4
+COVER_LPS = 32
 """With at most this many minimal live choices, the program is solved as one linear program per
-choice (its binaries fixed) instead of one mixed-integer program: the same value, and on the
-programs measured 3-10x less CPU (the solver's root takes most of it)."""
+choice (its binaries fixed) instead of one mixed-integer program: the same value; the first
+choice tried most often reaches the bound known and ends it (case 147's 12 choices: one)."""
 COVER_SEARCH = 5_000
 """... and at most this many candidate sets are looked at to find them."""
 _MARGIN = 1e-6
 """Relative margin added to the solver's bound on ``lam`` (its tolerances)."""
+FEW_COVERS = 4
+"""With at most this many minimal live choices and no bound known, they are all solved with no
+linear relaxation first (it takes two to four times as long as one of them)."""
+_HIGHS_SHARE = 0.9
+"""HiGHS gets this share of the time left (it passes its limit by a little, more under load)."""
+_PRIMAL = 4
+"""HiGHS's primal simplex (``simplex_strategy``): on the random cases' programs 2-19x faster
+than its dual simplex, the default."""
 
 
 @dataclass
@@ -57,19 +69,154 @@ class Program:
         self.row_hi.append(hi)
 
 
+@dataclass(frozen=True)
+class Need:
+    """What the live choice must hold: instances per choosable node, how many must be live,
+    and the minimal choices (:func:`live_covers`; None: too many to solve one by one)."""
+
+    count: dict[int, int]
+    live: int
+    covers: list[frozenset[int]] | None
+
+
+@dataclass(frozen=True)
+class Solved:
+    """An upper bound on ``lam`` (with the margin), a live choice that reaches or nears it, and
+    the value of each minimal live choice solved on the way."""
+
+    upper: float
+    chosen: frozenset[int]
+    values: dict[frozenset[int], float]
+
+
 def solve(
     p: Program,
     lam: int,
     binaries: dict[int, int],
-    covers: list[frozenset[int]] | None,
-    time_limit_s: float,
-) -> tuple[float, np.ndarray | None] | None:
-    """The proven upper bound on ``lam`` (with the margin) and the solution that reaches it:
-    per minimal live choice (``covers``, :func:`live_covers`), else (None: too many) the
-    mixed-integer program; None when the solver fails or finds no bound in time."""
-    if covers is not None:
-        return _solve_covers(p, lam, binaries, covers, time_limit_s)
-    return _solve(p, lam, time_limit_s)
+    need: Need,
+    deadline: float,
+    known: Solved | None = None,
+) -> Solved | None:
+    """An upper bound on ``lam`` by ``deadline`` (a ``time.perf_counter()`` value), no larger
+    than ``known``'s (a relaxation's answer: the program with fewer rows); None when nothing
+    ends in time and nothing is known.
+
+    Without ``known``, the linear relaxation (binaries in ``[0, 1]``) comes first (unless there
+    are :data:`FEW_COVERS` live choices or fewer): its value bounds every live choice. Then the
+    minimal live choices one by one (the most live in the relaxation, or the best in
+    ``known``, first) until one reaches the bound (else the largest of them all); with too
+    many, the mixed-integer program. What the deadline cuts short leaves the bound it had."""
+    matrices = _Matrices.of(p, lam)
+    if not binaries:
+        got = matrices.run({}, deadline)
+        if got is None:
+            return known
+        return Solved(min(got[0], math.inf if known is None else known.upper), frozenset(), {})
+    if known is None and need.covers is not None and len(need.covers) <= FEW_COVERS:
+        known = Solved(math.inf, need.covers[0], {})  # no relaxation: all of them
+        rank = dict.fromkeys(need.covers, 0.0)
+    elif known is None:
+        relaxed = matrices.run({}, deadline)
+        if relaxed is None:
+            return None
+        upper, x = relaxed
+        known = Solved(upper, _rounded(binaries, x, need), {})
+        rank = {c: sum(x[binaries[j]] for j in c) for c in need.covers or ()}
+    else:
+        rank = {c: known.values.get(c, math.inf) for c in need.covers or ()}
+    if need.covers is None:
+        return _mixed(p, lam, binaries, known, deadline)
+    values: dict[frozenset[int], float] = {}
+    for cover in sorted(need.covers, key=lambda c: (-rank[c], sorted(c))):
+        got = matrices.run({c: float(j in cover) for j, c in binaries.items()}, deadline)
+        if got is None:
+            if math.isinf(known.upper):
+                return None
+            return Solved(known.upper, known.chosen, known.values | values)
+        values[cover] = got[0]
+        if got[0] >= known.upper * (1 - 1e-9):
+            return Solved(known.upper, cover, values)
+    best = max(values, key=lambda c: values[c])
+    return Solved(min(known.upper, values[best]), best, values)
+
+
+def _mixed(
+    p: Program, lam: int, binaries: dict[int, int], known: Solved, deadline: float
+) -> Solved:
+    """The mixed-integer program's bound where it is below ``known``'s."""
+    mixed = _solve(p, lam, _HIGHS_SHARE * (deadline - time.perf_counter()))
+    if mixed is None or mixed[0] >= known.upper:
+        return known
+    if mixed[1] is None:
+        return Solved(mixed[0], known.chosen, known.values)
+    x = mixed[1]
+    return Solved(mixed[0], frozenset(j for j, c in binaries.items() if x[c] > 0.5), {})
+
+
+def _rounded(binaries: dict[int, int], x: np.ndarray, need: Need) -> frozenset[int]:
+    """The nodes most live in a relaxed solution, until they hold ``live`` instances."""
+    out: set[int] = set()
+    for j in sorted(binaries, key=lambda j: (-x[binaries[j]], j)):
+        if sum(need.count[i] for i in out) >= need.live:
+            break
+        out.add(j)
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class _Matrices:
+    """The program as :func:`scipy.optimize.linprog` takes it (made once, solved many times)."""
+
+    cost: np.ndarray
+    a_ub: Any
+    b_ub: np.ndarray
+    a_eq: Any
+    b_eq: np.ndarray
+    upper: np.ndarray
+
+    @staticmethod
+    def of(p: Program, lam: int) -> _Matrices:
+        from scipy.sparse import csr_matrix, vstack
+
+        n = len(p.upper)
+        cost = np.zeros(n)
+        cost[lam] = -1.0
+        matrix = csr_matrix((p.vals, (p.rows, p.cols)), shape=(len(p.row_lo), n))
+        lo, hi = np.asarray(p.row_lo), np.asarray(p.row_hi)
+        same = lo == hi
+        above, below = np.isfinite(hi) & ~same, np.isfinite(lo) & ~same
+        a_ub = vstack([matrix[above], -matrix[below]])
+        b_ub = np.concatenate([hi[above], -lo[below]])
+        upper = np.asarray(p.upper, dtype=float)
+        return _Matrices(cost, a_ub, b_ub, matrix[same], lo[same], upper)
+
+    def run(self, fixed: dict[int, float], deadline: float) -> tuple[float, np.ndarray] | None:
+        """The largest ``lam`` (with the margin) with the columns in ``fixed`` fixed and the
+        other binaries in ``[0, 1]``; None when the solver does not prove it by
+        ``deadline``."""
+        from scipy.optimize import OptimizeWarning, linprog
+
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        lower, upper = np.zeros(len(self.upper)), self.upper.copy()
+        for c, v in fixed.items():
+            lower[c] = upper[c] = v
+        with warnings.catch_warnings():  # HiGHS's own option, passed through
+            warnings.simplefilter("ignore", OptimizeWarning)
+            result = linprog(
+                self.cost,
+                A_ub=self.a_ub,
+                b_ub=self.b_ub,
+                A_eq=self.a_eq,
+                b_eq=self.b_eq,
+                bounds=np.column_stack([lower, upper]),
+                method="highs-ds",
+                options={"time_limit": _HIGHS_SHARE * left, "simplex_strategy": _PRIMAL},
+            )
+        if result.status != 0 or result.fun is None:
+            return None
+        return -float(result.fun) * (1 + _MARGIN) + 1e-9, np.asarray(result.x)
 
 
 def _solve(p: Program, lam: int, time_limit_s: float) -> tuple[float, np.ndarray | None] | None:
@@ -133,55 +280,3 @@ def live_covers(problem: Problem, binaries: dict[int, int]) -> list[frozenset[in
                 if len(out) > COVER_LPS:
                     return None
     return out
-
-
-def _solve_covers(
-    p: Program,
-    lam: int,
-    binaries: dict[int, int],
-    covers: list[frozenset[int]],
-    time_limit_s: float,
-) -> tuple[float, np.ndarray] | None:
-    """The largest ``lam`` over the minimal live choices, each a linear program with the
-    binaries fixed (the chosen nodes live, the others not), with the margin; None when one
-    of them does not finish. The mixed-integer program has the same optimum: a solution's
-    live set holds a minimal choice, and marking the other nodes not live only lifts limits
-    (a live node's remote lanes are zero), so the solution is one of that choice's program."""
-    deadline = time.perf_counter() + time_limit_s  # the matrices' making counted
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix, vstack
-
-    n = len(p.upper)
-    cost = np.zeros(n)
-    cost[lam] = -1.0
-    matrix = csr_matrix((p.vals, (p.rows, p.cols)), shape=(len(p.row_lo), n))
-    lo, hi = np.asarray(p.row_lo), np.asarray(p.row_hi)
-    same = lo == hi
-    above, below = np.isfinite(hi) & ~same, np.isfinite(lo) & ~same
-    a_ub = vstack([matrix[above], -matrix[below]])
-    b_ub = np.concatenate([hi[above], -lo[below]])
-    best: tuple[float, np.ndarray] | None = None
-    for cover in covers:
-        lower, upper = np.zeros(n), np.asarray(p.upper, dtype=float).copy()
-        for j, c in binaries.items():
-            lower[c] = upper[c] = 1.0 if j in cover else 0.0
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return None
-        result = linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=b_ub,
-            A_eq=matrix[same],
-            b_eq=lo[same],
-            bounds=np.column_stack([lower, upper]),
-            method="highs-ds",
-            options={"time_limit": left},
-        )
-        if result.status != 0 or result.fun is None:
-            return None
-        if best is None or -float(result.fun) > best[0]:
-            best = (-float(result.fun), np.asarray(result.x))
-    if best is None:
-        return None
-    return best[0] * (1 + _MARGIN) + 1e-9, best[1]
