@@ -25,7 +25,7 @@ from blitzplan.multicast.exact.overlay_arcs import (
     tree_spans,
 )
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, exact_packings, pack_trees
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _plan, _problem
 from tests.test_multicast_phase_slices import LINK, chain_case
@@ -150,6 +150,44 @@ def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: i
     plan = _plan(problem, packed, strong.bound_s)
     assert validate_multicast(state, plan) == ()
     assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+
+
+def _stripe_times(built) -> list[float]:
+    """Per stripe of a packing's plan (one per tree), its width over its tree's rate (its
+    slowest lane's pace: a forwarding lane may be faster), ranks together."""
+    paces: dict[tuple[int, float, float], float] = {}
+    for lane in built.builder.lanes:
+        key = (lane.rank, lane.lo, lane.hi)
+        pace = built.builder.flows[lane.flow].max_bytes_per_s
+        paces[key] = min(paces.get(key, pace), pace)
+    return [(hi - lo) / pace for (_, lo, hi), pace in paces.items()]
+
+
+@pytest.mark.parametrize("index", [1, 10, 14, 17])
+def test_the_exact_packing_by_rate_gives_every_tree_its_rate_s_part(index: int) -> None:
+    """``exact_packings``: its first plan is ``pack_trees``' (every shape, the lag choice),
+    its stripes sized to each tree's lag; the second has the same trees with stripes by rate
+    (the plan to cut into time slices, where the lag all but vanishes), so every tree's
+    stripe takes it equally long at its rate. Both validate and stay above the overlay
+    bound; on cases 10, 14 and 17 the lag shares differ from the rates (so the check has
+    something to tell apart)."""
+    state, spec, options = tiny_cases()[index]
+    problem = _problem(state, spec, **options)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    found = exact_packings(problem, strong.live_nodes)
+    assert found is not None
+    packed, by_rate = found
+    again = pack_trees(problem, strong.live_nodes, widths=None, shapes=EXACT_SHAPES)
+    assert again is not None and value(packed) == pytest.approx(value(again), rel=1e-12)
+    for built in found:
+        plan = _plan(problem, built, strong.bound_s)
+        assert validate_multicast(state, plan) == ()
+        assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
+    striped = _stripe_times(by_rate)
+    assert max(striped) / min(striped) == pytest.approx(1.0, abs=1e-6)
+    shared = _stripe_times(packed)
+    assert max(shared) / min(shared) > 1 + 1e-4 or index == 1
 
 
 def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:

@@ -28,7 +28,7 @@ from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.exact.slice_search import SliceSearch
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from blitzplan.multicast.exact.tree_packing import exact_packings
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -40,6 +40,7 @@ __all__ = [
     "ExactResult",
     "exact_plan",
     "exact_search",
+    "stream_floor_s",
 ]
 
 FLUID_WINDOW = 0.02
@@ -49,6 +50,7 @@ MAX_CHOICES = 50_000
 MAX_EVALUATIONS = 400
 """At most this many candidates are built and evaluated in full (each with both allocations)."""
 _EPS = 1e-9
+_BETTER = 1 - _EPS
 TIMED_BY = 0.7
 """Under a time limit, the slicings of the packing's and the greedy's plans are timed from
 their patterns by this share of it (after the packing, before the search)."""
@@ -210,17 +212,24 @@ def exact_plan(
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
-    packed = None
+    if strong is not None and strong.bound_s > bound:
+        bound = Bound(strong.bound_s, strong.kind)
+    packed = by_rate = None
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
-    slicing = SliceSearch(problem, objective)
+        found = exact_packings(problem, live, time_limit_s=share)
+        packed, by_rate = (None, None) if found is None else found
+    slicing = SliceSearch(problem, objective, bound_s=bound)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
-    slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
+    build_by = None if end is None else end - 0.05 * limit  # the search's least
+    beat = min((score(objective, p.ready_at_s, p.live) for p in first), default=math.inf)
+    if by_rate is not None and stream_floor_s(problem, by_rate) < beat * _BETTER:
+        slicing.time_thin(by_rate, timed_by, build_by)  # first, when it can win: the likeliest
+    slicing.time(first, timed_by, build_by)
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(first))
@@ -232,10 +241,27 @@ def exact_plan(
     ).best
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
     slicing.time([searched], end)
-    built = slicing.best(plans, end)
-    if strong is not None and strong.bound_s > bound:
-        bound = Bound(strong.bound_s, strong.kind)
-    return built, bound
+    return slicing.best(plans, end), bound
+
+
+def stream_floor_s(problem: Problem, plan: Built) -> float:
+    """A floor under ``plan``'s time and every slicing's of it (they keep its lanes and their
+    paces): no lane starts before the first instance's startup and none carries its stripe
+    faster than its pace. For the tree packing striped by rate (nothing delivered before, so
+    every rank's shard is all the units) it is ``start + S / sum y``, which its slicings
+    staggered by lane depth approach as ``(1 + D / m)`` times it (``D`` its deepest offset,
+    ``m`` the slices); the exact method times them only when this beats the fastest plan or
+    slicing it has (the gate costs one pass over the lanes)."""
+    shard = float(sum(problem.unit_bytes))
+    start = min((i.startup_s for i in problem.instances), default=0.0)
+    flows = plan.builder.flows
+    return start + max(
+        (
+            (lane.hi - lane.lo) * shard / flows[lane.flow].max_bytes_per_s
+            for lane in plan.builder.lanes
+        ),
+        default=0.0,
+    )
 
 
 def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:
