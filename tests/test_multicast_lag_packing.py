@@ -9,6 +9,7 @@ import pytest
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from blitzplan.multicast.exact.exact_search import stream_floor_s
 from blitzplan.multicast.exact.lag_packing import (
     _fixed_charge,
     depth,
@@ -24,6 +25,8 @@ from blitzplan.multicast.exact.overlay_arcs import (
     packing_plan,
     tree_spans,
 )
+from blitzplan.multicast.exact.slice_layout import BY_LANE, BY_SENDER, _atom_cuts, slice_layout
+from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, exact_packings, pack_trees
 from tests.test_multicast import tiny_cases
@@ -188,6 +191,32 @@ def test_the_exact_packing_by_rate_gives_every_tree_its_rate_s_part(index: int) 
     assert max(striped) / min(striped) == pytest.approx(1.0, abs=1e-6)
     shared = _stripe_times(packed)
     assert max(shared) / min(shared) > 1 + 1e-4 or index == 1
+
+
+def test_the_stream_floor_never_passes_a_slicing_of_the_packing_by_rate() -> None:
+    """``stream_floor_s`` gates the by-rate packing's slicings in the exact method: it must
+    never be above the plan's own time nor any slicing's (plain 32, staggered by lane depth
+    and by sender at 64-512 slices), or a slicing that wins would be skipped; on some case its
+    512 slicing by lane depth is within 1% of it (so a floor 1% higher would fail)."""
+    tight = 0
+    for index in range(0, len(tiny_cases()), 3):
+        state, spec, options = tiny_cases()[index]
+        problem = _problem(state, spec, **options)
+        strong = overlay_bound(problem)
+        assert strong is not None
+        found = exact_packings(problem, strong.live_nodes)
+        assert found is not None
+        by_rate = found[1]
+        floor = stream_floor_s(problem, by_rate)
+        assert floor <= value(by_rate) * (1 + 1e-9)
+        cuts = _atom_cuts(by_rate.builder.lanes, problem.tp)
+        for by, counts in ((0, (32,)), (BY_LANE, (64, 256, 512)), (BY_SENDER, (64, 512))):
+            for m in counts:
+                times = sliced_ready(problem, by_rate, m, slice_layout(by_rate, by), cuts)
+                if times is not None:
+                    assert floor <= max(times.ready_at_s.values()) * (1 + 1e-9)
+                    tight += by == BY_LANE and max(times.ready_at_s.values()) < floor * 1.01
+    assert tight >= 1
 
 
 def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:

@@ -205,10 +205,14 @@ def exact_plan(
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
     (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
-    before the search, which then leaves the time to build the fastest; within the limit);
-    the best plan and the better of ``bound`` (the certified bound, the caller's) and the
-    program's. ``evaluation_s``: the time one choice took to build and allocate by linear
-    program in this run (the search's first prediction, :func:`exact_search`)."""
+    before the search, which then leaves the time to build the fastest; within the limit;
+    first, when its :func:`stream_floor_s` beats them, the packing's trees striped by rate,
+    cut thin and staggered by lane depth, :meth:`SliceSearch.time_thin`); the best plan and
+    the better of ``bound`` (the certified bound, the caller's) and the program's, which
+    also tells the slicings when 512 slices need no trying
+    (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time one
+    choice took to build and allocate by linear program in this run (the search's first prediction,
+    :func:`exact_search`)."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None

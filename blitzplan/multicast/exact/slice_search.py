@@ -2,15 +2,18 @@
 
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
 plain and :data:`STAGGERED_SLICES` staggered slices (plans of few atoms also
-:data:`FINE_SLICES`), by :func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each
-count on every candidate before the next count: the plan that times fastest in one phase is
+:data:`FINE_SLICES`, while none is within :data:`FINE_ABOVE` of the bound), by
+:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on every candidate before
+the next count: the plan that times fastest in one phase is
 often not the one that slices best. Staggered by sender and by lane depth
 (:mod:`~blitzplan.multicast.exact.slice_layout`) are both timed at the smallest staggered
 count, and the faster is the plan's staggering past it. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
 without building it, in a fraction of the time); only the fastest is then built and evaluated
 in full (the next fastest if its phases meet on a link), and the slicings the pattern cannot
-time are built in full after it, as time allows. :class:`SliceSearch` does this in two calls,
+time are built in full after it, as time allows. A plan made to be sliced thin (the tree
+packing striped by rate) is timed only by lane depth at the finest counts
+(:meth:`SliceSearch.time_thin`). :class:`SliceSearch` does this in two calls,
 so the exact method can time the slicings of the plans it has before its search and leave the
 search's time to building the fastest of them.
 """
