@@ -125,17 +125,20 @@ class SliceSearch:
         self.took: dict[_Key, float] = {}  # each timed slicing's pattern's seconds
         self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
+        self.thin: list[int] = []  # the plans made to be sliced thin (:meth:`time_thin`)
         self.build_by: float | None = None  # the last call's build deadline
         self.pace = BuildPace()  # a build's parts after its lanes, as measured in this run
 
     def needed_s(self) -> float:
         """The time to keep for what is left: building the fastest slicing timed, or timing
         the most sliced of the leading plan's (whose own or sliced time is the fastest so far)
+        or a thin one's (:meth:`time_thin`)
         slicings waiting for time that fits by the last call's build deadline and building it,
         predicted without margins (each step is checked again, and a build stops itself, when
         it comes)."""
         lead = self._leader()
-        for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
+        ahead = {lead, *self.thin}
+        for m, _, j in sorted((key for key in self.pending if key[2] in ahead), reverse=True):
             pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
@@ -149,14 +152,15 @@ class SliceSearch:
         one added before) and time their slicings from their patterns by ``deadline`` (a
         :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
         (None: ``deadline``). The slicings an earlier call had no time for come first, the
-        most slices first, when they are of the leading plan (:meth:`needed_s`), last
-        otherwise."""
+        most slices first, when they are of the leading plan (:meth:`needed_s`) or one made
+        to be sliced thin, last otherwise."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
         new = self._add(candidates)
         began = time.perf_counter()
         lead, waiting, self.pending = self._leader(), self.pending, []
-        first = sorted((key for key in waiting if key[2] == lead), reverse=True)  # most first
+        ahead = {lead, *self.thin}
+        first = sorted((key for key in waiting if key[2] in ahead), reverse=True)  # most first
         self._patterns(first, deadline, build_by)
         self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
@@ -170,7 +174,7 @@ class SliceSearch:
         self._patterns([key for key in chosen if key[1]], deadline, build_by)
         fine = [(FINE_SLICES, self._staggering(j), j) for j in ranked]
         self._patterns([key for key in fine if key[1] and self._tried(key)], deadline, build_by)
-        self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
+        self._patterns([key for key in waiting if key[2] not in ahead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
 
     def time_thin(self, plan: Built, deadline: float | None, build_by: float | None = None) -> None:
@@ -184,6 +188,7 @@ class SliceSearch:
         self.build_by = build_by
         began = time.perf_counter()
         for j in self._add([plan]):
+            self.thin.append(j)
             by = BY_LANE if BY_LANE in self.shapes[j][0] else self._staggering(j)
             keys = [(STAGGERED_SLICES[-1], by, j), (FINE_SLICES, by, j)]
             self._patterns([key for key in keys if self._tried(key)], deadline, build_by)
