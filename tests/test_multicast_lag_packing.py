@@ -9,7 +9,6 @@ import pytest
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
-from blitzplan.multicast.exact.exact_search import stream_floor_s
 from blitzplan.multicast.exact.lag_packing import (
     _fixed_charge,
     depth,
@@ -25,10 +24,8 @@ from blitzplan.multicast.exact.overlay_arcs import (
     packing_plan,
     tree_spans,
 )
-from blitzplan.multicast.exact.slice_layout import BY_LANE, BY_SENDER, _atom_cuts, slice_layout
-from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, exact_packings, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _plan, _problem
 from tests.test_multicast_phase_slices import LINK, chain_case
@@ -153,70 +150,6 @@ def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: i
     plan = _plan(problem, packed, strong.bound_s)
     assert validate_multicast(state, plan) == ()
     assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
-
-
-def _stripe_times(built) -> list[float]:
-    """Per stripe of a packing's plan (one per tree), its width over its tree's rate (its
-    slowest lane's pace: a forwarding lane may be faster), ranks together."""
-    paces: dict[tuple[int, float, float], float] = {}
-    for lane in built.builder.lanes:
-        key = (lane.rank, lane.lo, lane.hi)
-        pace = built.builder.flows[lane.flow].max_bytes_per_s
-        paces[key] = min(paces.get(key, pace), pace)
-    return [(hi - lo) / pace for (_, lo, hi), pace in paces.items()]
-
-
-@pytest.mark.parametrize("index", [1, 10, 14, 17])
-def test_the_exact_packing_by_rate_gives_every_tree_its_rate_s_part(index: int) -> None:
-    """``exact_packings``: its first plan is ``pack_trees``' (every shape, the lag choice),
-    its stripes sized to each tree's lag; the second has the same trees with stripes by rate
-    (the plan to cut into time slices, where the lag all but vanishes), so every tree's
-    stripe takes it equally long at its rate. Both validate and stay above the overlay
-    bound; on cases 10, 14 and 17 the lag shares differ from the rates (so the check has
-    something to tell apart)."""
-    state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
-    strong = overlay_bound(problem)
-    assert strong is not None
-    found = exact_packings(problem, strong.live_nodes)
-    assert found is not None
-    packed, by_rate = found
-    again = pack_trees(problem, strong.live_nodes, widths=None, shapes=EXACT_SHAPES)
-    assert again is not None and value(packed) == pytest.approx(value(again), rel=1e-12)
-    for built in found:
-        plan = _plan(problem, built, strong.bound_s)
-        assert validate_multicast(state, plan) == ()
-        assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
-    striped = _stripe_times(by_rate)
-    assert max(striped) / min(striped) == pytest.approx(1.0, abs=1e-6)
-    shared = _stripe_times(packed)
-    assert max(shared) / min(shared) > 1 + 1e-4 or index == 1
-
-
-def test_the_stream_floor_never_passes_a_slicing_of_the_packing_by_rate() -> None:
-    """``stream_floor_s`` gates the by-rate packing's slicings in the exact method: it must
-    never be above the plan's own time nor any slicing's (plain 32, staggered by lane depth
-    and by sender at 64-512 slices), or a slicing that wins would be skipped; on some case its
-    512 slicing by lane depth is within 1% of it (so a floor 1% higher would fail)."""
-    tight = 0
-    for index in range(0, len(tiny_cases()), 3):
-        state, spec, options = tiny_cases()[index]
-        problem = _problem(state, spec, **options)
-        strong = overlay_bound(problem)
-        assert strong is not None
-        found = exact_packings(problem, strong.live_nodes)
-        assert found is not None
-        by_rate = found[1]
-        floor = stream_floor_s(problem, by_rate)
-        assert floor <= value(by_rate) * (1 + 1e-9)
-        cuts = _atom_cuts(by_rate.builder.lanes, problem.tp)
-        for by, counts in ((0, (32,)), (BY_LANE, (64, 256, 512)), (BY_SENDER, (64, 512))):
-            for m in counts:
-                times = sliced_ready(problem, by_rate, m, slice_layout(by_rate, by), cuts)
-                if times is not None:
-                    assert floor <= max(times.ready_at_s.values()) * (1 + 1e-9)
-                    tight += by == BY_LANE and max(times.ready_at_s.values()) < floor * 1.01
-    assert tight >= 1
 
 
 def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:

@@ -168,25 +168,3 @@ def test_fine_slices_are_timed_only_while_no_slicing_is_within_fine_above_of_the
         assert {k: v for k, v in at.items() if k[0] <= 256} == {
             (m, by): v for v, m, by, _ in search.timed if m <= 256
         }
-
-
-def test_a_thin_candidate_is_timed_only_by_lane_depth_at_the_finest_counts() -> None:
-    """``SliceSearch.time_thin``: a plan made to be sliced thin (the packing striped by rate)
-    is timed only staggered by lane depth, at the last staggered count and at 512 slices
-    (while none is within ``FINE_ABOVE`` of the bound), each the value :meth:`time` finds for
-    that slicing; ``best`` then builds the fastest, which validates."""
-    state, problem, one = mixed_case()
-    full = SliceSearch(problem, "all_ready")
-    full.time([one], None)
-    at = {(m, by): v for v, m, by, _ in full.timed}
-    thin = SliceSearch(problem, "all_ready")
-    thin.time_thin(one, None)
-    timed = {(m, by): v for v, m, by, _ in thin.timed}
-    assert set(timed) == {(256, BY_LANE), (FINE_SLICES, BY_LANE)}
-    assert all(v == pytest.approx(at[k], rel=1e-12) for k, v in timed.items())
-    best = thin.best([one], None)
-    assert _value(best) == pytest.approx(at[FINE_SLICES, BY_LANE], rel=1e-9)
-    assert validate_multicast(state, _plan(problem, best, lower_bound(problem, "all_ready"))) == ()
-    near = SliceSearch(problem, "all_ready", bound_s=at[256, BY_LANE] / 1.005)
-    near.time_thin(one, None)
-    assert {(m, by) for _, m, by, _ in near.timed} == {(256, BY_LANE)}

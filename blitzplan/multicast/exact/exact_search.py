@@ -28,7 +28,7 @@ from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.exact.slice_search import SliceSearch
-from blitzplan.multicast.exact.tree_packing import exact_packings
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -40,7 +40,6 @@ __all__ = [
     "ExactResult",
     "exact_plan",
     "exact_search",
-    "stream_floor_s",
 ]
 
 FLUID_WINDOW = 0.02
@@ -50,7 +49,6 @@ MAX_CHOICES = 50_000
 MAX_EVALUATIONS = 400
 """At most this many candidates are built and evaluated in full (each with both allocations)."""
 _EPS = 1e-9
-_BETTER = 1 - _EPS
 TIMED_BY = 0.7
 """Under a time limit, the slicings of the packing's and the greedy's plans are timed from
 their patterns by this share of it (after the packing, before the search)."""
@@ -205,40 +203,28 @@ def exact_plan(
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
     (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
-    before the search, which then leaves the time to build the fastest; within the limit;
-    first, when its :func:`stream_floor_s` beats them and they are all more than
-    :data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE` above the bound, the packing's
-    trees striped by rate, cut thin and staggered by lane depth,
-    :meth:`SliceSearch.time_thin`); the best plan and
-    the better of ``bound`` (the certified bound, the caller's) and the program's, which
-    also tells the slicings when 512 slices need no trying
-    (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time one
-    choice took to build and allocate by linear program in this run (the search's first prediction,
-    :func:`exact_search`)."""
+    before the search, which then leaves the time to build the fastest; within the limit);
+    the best plan and the better of ``bound`` (the certified bound, the caller's) and the
+    program's, which also tells the slicings when 512 slices need no trying
+    (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time
+    one choice took to build and allocate by linear program in this run (the search's first
+    prediction, :func:`exact_search`)."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
-    packed = by_rate = None
+    packed = None
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        found = exact_packings(problem, live, time_limit_s=share)
-        packed, by_rate = (None, None) if found is None else found
+        packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
     slicing = SliceSearch(problem, objective, bound_s=bound)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
-    build_by = None if end is None else end - 0.05 * limit  # the search's least
-    beat = min((score(objective, p.ready_at_s, p.live) for p in first), default=math.inf)
-    # first, the likeliest to win, when it can, and only where no plan is within FINE_ABOVE:
-    # its build is of the largest (case 180: 1.9 s at 256 slices for 1.0002 -> 1.0001)
-    can_win = by_rate is not None and stream_floor_s(problem, by_rate) < beat * _BETTER
-    if by_rate is not None and can_win and beat > slicing.fine_above:
-        slicing.time_thin(by_rate, timed_by, build_by)
-    slicing.time(first, timed_by, build_by)
+    slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(first))
@@ -251,26 +237,6 @@ def exact_plan(
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
     slicing.time([searched], end)
     return slicing.best(plans, end), bound
-
-
-def stream_floor_s(problem: Problem, plan: Built) -> float:
-    """A floor under ``plan``'s time and every slicing's of it (they keep its lanes and their
-    paces): no lane starts before the first instance's startup and none carries its stripe
-    faster than its pace. For the tree packing striped by rate (nothing delivered before, so
-    every rank's shard is all the units) it is ``start + S / sum y``, which its slicings
-    staggered by lane depth approach as ``(1 + D / m)`` times it (``D`` its deepest offset,
-    ``m`` the slices); the exact method times them only when this beats the fastest plan or
-    slicing it has (the gate costs one pass over the lanes)."""
-    shard = float(sum(problem.unit_bytes))
-    start = min((i.startup_s for i in problem.instances), default=0.0)
-    flows = plan.builder.flows
-    return start + max(
-        (
-            (lane.hi - lane.lo) * shard / flows[lane.flow].max_bytes_per_s
-            for lane in plan.builder.lanes
-        ),
-        default=0.0,
-    )
 
 
 def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:

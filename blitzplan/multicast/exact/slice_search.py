@@ -3,17 +3,15 @@
 Every candidate plan (of one phase, its hops waiting for none) is cut into :data:`SLICES`
 plain and :data:`STAGGERED_SLICES` staggered slices (plans of few atoms also
 :data:`FINE_SLICES`, while none is within :data:`FINE_ABOVE` of the bound), by
-:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on every candidate before
-the next count: the plan that times fastest in one phase is
+:func:`~blitzplan.multicast.exact.phase_slices.slice_phases`, each count on every candidate
+before the next count: the plan that times fastest in one phase is
 often not the one that slices best. Staggered by sender and by lane depth
 (:mod:`~blitzplan.multicast.exact.slice_layout`) are both timed at the smallest staggered
 count, and the faster is the plan's staggering past it. Each slicing is first timed from its pattern
 (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`: the full plan's ready times
 without building it, in a fraction of the time); only the fastest is then built and evaluated
 in full (the next fastest if its phases meet on a link), and the slicings the pattern cannot
-time are built in full after it, as time allows. A plan made to be sliced thin (the tree
-packing striped by rate) is timed only by lane depth at the finest counts
-(:meth:`SliceSearch.time_thin`). :class:`SliceSearch` does this in two calls,
+time are built in full after it, as time allows. :class:`SliceSearch` does this in two calls,
 so the exact method can time the slicings of the plans it has before its search and leave the
 search's time to building the fastest of them.
 """
@@ -63,7 +61,8 @@ slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s
 FINE_ABOVE = 0.01
 """... and only while the fastest plan or slicing timed is more than this fraction above the
 bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
-on the 197 random cases from 1.45 to 2.36 s, for gains mostly in the fourth decimal."""
+on the 197 random cases from 1.45 to 2.36 s, for gains mostly in the fourth decimal, and a
+plan already within this of the bound is within the exact method's target."""
 _MARGIN = 1.5
 """The time kept for building the fastest slicing: this many times the rate measured (seconds
 per lane and slice)."""
@@ -125,20 +124,17 @@ class SliceSearch:
         self.took: dict[_Key, float] = {}  # each timed slicing's pattern's seconds
         self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
-        self.thin: list[int] = []  # the plans made to be sliced thin (:meth:`time_thin`)
         self.build_by: float | None = None  # the last call's build deadline
         self.pace = BuildPace()  # a build's parts after its lanes, as measured in this run
 
     def needed_s(self) -> float:
         """The time to keep for what is left: building the fastest slicing timed, or timing
         the most sliced of the leading plan's (whose own or sliced time is the fastest so far)
-        or a thin one's (:meth:`time_thin`)
         slicings waiting for time that fits by the last call's build deadline and building it,
         predicted without margins (each step is checked again, and a build stops itself, when
         it comes)."""
         lead = self._leader()
-        ahead = {lead, *self.thin}
-        for m, _, j in sorted((key for key in self.pending if key[2] in ahead), reverse=True):
+        for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
             pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
@@ -152,15 +148,25 @@ class SliceSearch:
         one added before) and time their slicings from their patterns by ``deadline`` (a
         :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
         (None: ``deadline``). The slicings an earlier call had no time for come first, the
-        most slices first, when they are of the leading plan (:meth:`needed_s`) or one made
-        to be sliced thin, last otherwise."""
+        most slices first, when they are of the leading plan (:meth:`needed_s`), last
+        otherwise."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
-        new = self._add(candidates)
+        added = len(self.plans)
+        for plan in candidates:
+            b = plan.builder
+            if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
+                continue
+            v = self._value(plan)
+            if any(abs(v - self._value(o)) <= 1e-12 * v for o in self.plans):
+                continue
+            self.plans.append(plan)
+            self.shapes.append(_shape(self.problem, plan))
+            self.target = min(self.target, v)
+        new = range(added, len(self.plans))
         began = time.perf_counter()
         lead, waiting, self.pending = self._leader(), self.pending, []
-        ahead = {lead, *self.thin}
-        first = sorted((key for key in waiting if key[2] in ahead), reverse=True)  # most first
+        first = sorted((key for key in waiting if key[2] == lead), reverse=True)  # most first
         self._patterns(first, deadline, build_by)
         self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
@@ -174,40 +180,8 @@ class SliceSearch:
         self._patterns([key for key in chosen if key[1]], deadline, build_by)
         fine = [(FINE_SLICES, self._staggering(j), j) for j in ranked]
         self._patterns([key for key in fine if key[1] and self._tried(key)], deadline, build_by)
-        self._patterns([key for key in waiting if key[2] not in ahead], deadline, build_by)
+        self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
-
-    def time_thin(self, plan: Built, deadline: float | None, build_by: float | None = None) -> None:
-        """Add ``plan``, one made to be cut into thin slices (the tree packing striped by rate:
-        its slicings staggered by lane depth end about ``(1 + D / m)`` times its stripes'
-        time, ``D`` its deepest offset), and time only those: at the last of
-        :data:`STAGGERED_SLICES`, then at :data:`FINE_SLICES` when :meth:`_tried` (its other
-        counts and staggering by sender slice it worse: a hop's lag in every phase), as
-        :meth:`time` does."""
-        build_by = deadline if build_by is None else build_by
-        self.build_by = build_by
-        began = time.perf_counter()
-        for j in self._add([plan]):
-            self.thin.append(j)
-            by = BY_LANE if BY_LANE in self.shapes[j][0] else self._staggering(j)
-            keys = [(STAGGERED_SLICES[-1], by, j), (FINE_SLICES, by, j)]
-            self._patterns([key for key in keys if self._tried(key)], deadline, build_by)
-        self.pattern_s += time.perf_counter() - began
-
-    def _add(self, candidates: Sequence[Built]) -> range:
-        """The indices of ``candidates`` added (:meth:`time`)."""
-        added = len(self.plans)
-        for plan in candidates:
-            b = plan.builder
-            if any(p != 0 for p in b.flow_phase) or any(spec[4] for spec in b.hop_specs):
-                continue
-            v = self._value(plan)
-            if any(abs(v - self._value(o)) <= 1e-12 * v for o in self.plans):
-                continue
-            self.plans.append(plan)
-            self.shapes.append(_shape(self.problem, plan))
-            self.target = min(self.target, v)
-        return range(added, len(self.plans))
 
     def _staggering(self, j: int) -> int:
         """Plan ``j``'s staggering past the smallest staggered count: the faster of its two
@@ -223,7 +197,7 @@ class SliceSearch:
         """Whether slicing ``key`` is tried: every count up to :data:`STAGGERED_SLICES`'s last,
         :data:`FINE_SLICES` only for plans of at most :data:`FINE_MAX_ATOMS` atoms while no
         plan or slicing timed is within :data:`FINE_ABOVE` of the bound given (checked again
-        as each is timed, :meth:`_patterns`)."""
+        as each is timed, :meth:`_patterns`: after every plan's 256 slices)."""
         return key[0] != FINE_SLICES or (
             self.shapes[key[2]][1] <= FINE_MAX_ATOMS and self._fastest() > self.fine_above
         )

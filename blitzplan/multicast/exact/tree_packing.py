@@ -43,7 +43,6 @@ __all__ = [
     "PACK_GAP",
     "PACK_ROUNDS",
     "Shape",
-    "exact_packings",
     "pack_trees",
     "repack",
 ]
@@ -135,40 +134,6 @@ def pack_trees(
     past it are skipped (the first and the last still tried), and shapes after the first once
     it is spent (the best packing is still re-shared); and once a plan is ready by
     ``enough_s``, or none so far beats ``beat_s``, the shapes after it."""
-    found = _search(problem, live, time_limit_s, max_rounds, widths, shapes, (enough_s, beat_s))
-    return None if found is None else found[0][3]
-
-
-def exact_packings(
-    problem: Problem, live: frozenset[int], *, time_limit_s: float | None = None
-) -> tuple[Built, Built] | None:
-    """The exact method's packing (:func:`pack_trees` with ``widths=None`` and
-    :data:`EXACT_SHAPES`) and its trees again with stripes by rate, the plan to cut into time
-    slices; None as :func:`pack_trees`. The first is the fastest in one phase: its stripes
-    are sized to each tree's per-hop lag, so a shallow tree carries more than its rate's part
-    and every tree ends with the deepest. Sliced, the lag (a chunk per hop, at the slice's
-    scale) all but vanishes and those shares end the plan at the one-phase time less the
-    shallowest lag; by rate, every tree ends at ``S / sum y``, the bound's time when the
-    trees reach its rate, plus the slicing's fill and drain."""
-    found = _search(problem, live, time_limit_s, MAX_ROUNDS, None, EXACT_SHAPES, (0.0, math.inf))
-    if found is None:
-        return None
-    (_, trees, rates, built), overlay = found
-    return built, packing_plan(problem, overlay, trees, rates, live, fast=True)
-
-
-def _search(
-    problem: Problem,
-    live: frozenset[int],
-    time_limit_s: float | None,
-    max_rounds: int,
-    widths: Sequence[int] | None,
-    shapes: Sequence[Shape],
-    stops: tuple[float, float],
-) -> tuple[Packed, Overlay] | None:
-    """:func:`pack_trees`' search: its best packing and the overlay of its trees (``stops``:
-    ``enough_s`` and ``beat_s``)."""
-    enough_s, beat_s = stops
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -176,7 +141,7 @@ def _search(
     began = time.perf_counter()
     overlay = Overlay(problem, live)
     graphs = [RankGraph(overlay, r) for r in range(problem.tp)]
-    best: Packed | None = None
+    best: Built | None = None
     pool: dict[tuple[int, tuple[int, ...]], Tree] = {}
     limit = time_limit_s
     if limit is not None and widths is None:
@@ -188,9 +153,9 @@ def _search(
             if k and share <= 0:
                 break
         packed = _pack(problem, overlay, graphs, live, shape, (share, max_rounds, widths), pool)
-        if packed is not None and (best is None or packed[0] < best[0]):
+        if packed is not None and (best is None or _value(packed) < _value(best)):
             best = packed
-        if best is None or not enough_s < best[0] < beat_s:
+        if best is None or not enough_s < _value(best) < beat_s:
             break
     if widths is None and best is not None:  # the exact method: the trees chosen for their lags
         clock = None
@@ -202,10 +167,10 @@ def _search(
             return [t for t in found if t is not None]
 
         trees = list(pool.values())
-        again = lag_repack(problem, overlay, trees, live, best[0], clock, more)
-        if again is not None and again[0] < best[0]:
-            best = again
-    return None if best is None else (best, overlay)
+        again = lag_repack(problem, overlay, trees, live, _value(best), clock, more)
+        if again is not None and again[0] < _value(best):
+            best = again[3]
+    return best
 
 
 def _pack(
@@ -216,8 +181,8 @@ def _pack(
     shape: Shape,
     limits: tuple[float | None, int, Sequence[int] | None],
     pool: dict[tuple[int, tuple[int, ...]], Tree],
-) -> Packed | None:
-    """The best packing of one shape's column generation (:func:`pack_trees`); its trees join
+) -> Built | None:
+    """The best plan of one shape's column generation (:func:`pack_trees`); its trees join
     ``pool`` (by rank and arcs)."""
     time_limit_s, max_rounds, widths = limits
     depth, per_round = shape
@@ -277,12 +242,12 @@ def _pack(
         for _, subset, _, _ in best:
             for give in GIVE:
                 if deadline is not None and time.perf_counter() > deadline:
-                    return min(tried, key=lambda item: item[0])
+                    return min(tried, key=lambda item: item[0])[3]
                 balanced = _balanced(problem, overlay, subset, live, give, fast)
                 if balanced is not None:
                     again = lag_shared(problem, overlay, subset, balanced[2], live, fast)
                     tried += [balanced, again]
-    return min(tried, key=lambda item: item[0])
+    return min(tried, key=lambda item: item[0])[3]
 
 
 LAGGED = 3
