@@ -196,16 +196,12 @@ class SliceSearch:
     def _tried(self, key: _Key) -> bool:
         """Whether slicing ``key`` is tried: every count up to :data:`STAGGERED_SLICES`'s last,
         :data:`FINE_SLICES` only for plans of at most :data:`FINE_MAX_ATOMS` atoms while no
-        plan or slicing timed is within :data:`FINE_ABOVE` of the bound given (checked again
-        as each is timed, :meth:`_patterns`: after every plan's 256 slices)."""
+        plan, nor slicing timed whose build was predicted to fit (``target``), is within
+        :data:`FINE_ABOVE` of the bound given (checked again as each is timed,
+        :meth:`_patterns`: after every plan's 256 slices)."""
         return key[0] != FINE_SLICES or (
-            self.shapes[key[2]][1] <= FINE_MAX_ATOMS and self._fastest() > self.fine_above
+            self.shapes[key[2]][1] <= FINE_MAX_ATOMS and self.target > self.fine_above
         )
-
-    def _fastest(self) -> float:
-        """The fastest plan's or timed slicing's value so far."""
-        values = [self._value(p) for p in self.plans] + [v for v, _, _, _ in self.timed]
-        return min(values, default=math.inf)
 
     def _leader(self) -> int:
         """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""
