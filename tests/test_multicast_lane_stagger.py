@@ -145,3 +145,26 @@ def test_the_staggering_past_the_smallest_count_is_the_faster_timed(monkeypatch)
     few = SliceSearch(problem, "all_ready")
     few.time([one], None)
     assert all(m < FINE_SLICES for _, m, _, _ in few.timed)
+
+
+def test_fine_slices_are_timed_only_while_no_slicing_is_within_fine_above_of_the_bound() -> None:
+    """``SliceSearch(bound_s=)``: 512 slices (:data:`FINE_SLICES`) only while the fastest plan
+    or slicing timed is more than ``FINE_ABOVE`` above the bound: with a bound just under the
+    plan's 256-slice time (0.5% under) no 512 is timed, with one 2% under (and none, as
+    before) it is, and its 512 slicing is faster than its 256 (so the gate costs time for
+    something: the mixed case's lane depths slice finer)."""
+    _, problem, one = mixed_case()
+    free = SliceSearch(problem, "all_ready")
+    free.time([one], None)
+    at = {(m, by): v for v, m, by, _ in free.timed}
+    assert (FINE_SLICES, BY_LANE) in at
+    assert at[FINE_SLICES, BY_LANE] < at[256, BY_LANE]
+    fastest_at_256 = min(v for (m, _), v in at.items() if m <= 256)
+    assert slice_search.FINE_ABOVE == 0.01
+    for below, fine in ((1.005, False), (1.02, True)):
+        search = SliceSearch(problem, "all_ready", bound_s=fastest_at_256 / below)
+        search.time([one], None)
+        assert any(m == FINE_SLICES for _, m, _, _ in search.timed) is fine
+        assert {k: v for k, v in at.items() if k[0] <= 256} == {
+            (m, by): v for v, m, by, _ in search.timed if m <= 256
+        }

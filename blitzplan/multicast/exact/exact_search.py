@@ -205,18 +205,22 @@ def exact_plan(
     (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
     before the search, which then leaves the time to build the fastest; within the limit);
     the best plan and the better of ``bound`` (the certified bound, the caller's) and the
-    program's. ``evaluation_s``: the time one choice took to build and allocate by linear
-    program in this run (the search's first prediction, :func:`exact_search`)."""
+    program's, which also tells the slicings when 512 slices need no trying
+    (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time
+    one choice took to build and allocate by linear program in this run (the search's first
+    prediction, :func:`exact_search`)."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
+    if strong is not None and strong.bound_s > bound:
+        bound = Bound(strong.bound_s, strong.kind)
     packed = None
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
-    slicing = SliceSearch(problem, objective)
+    slicing = SliceSearch(problem, objective, bound_s=bound)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
@@ -232,10 +236,7 @@ def exact_plan(
     ).best
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
     slicing.time([searched], end)
-    built = slicing.best(plans, end)
-    if strong is not None and strong.bound_s > bound:
-        bound = Bound(strong.bound_s, strong.kind)
-    return built, bound
+    return slicing.best(plans, end), bound
 
 
 def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:
