@@ -22,6 +22,7 @@ from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_slots import (
     MIN_STEPS,
+    QUICK_FAR,
     QUICK_HORIZONS,
     QUICK_SETUP_STEPS,
     QUICK_STEPS,
@@ -404,7 +405,9 @@ def test_the_printed_slot_bound_pays_its_horizons_from_its_count(
     """The printed bound's slot steps try horizons (:data:`QUICK_HORIZONS`, nearer while the
     first prices' bound gains): each after the first is paid from the counted steps
     (:data:`QUICK_SETUP_STEPS`), and none is tried when fewer than :data:`MIN_STEPS` would be
-    left. On the crowded pair from ZigZag's schedule all four are tried in 40 steps; in 21, one."""
+    left, and only when the known schedule is far (its ``floor`` under :data:`QUICK_FAR` of its
+    value). On the crowded pair from ZigZag's schedule all four are tried in 40 steps; in 21,
+    or with the relaxation's bound as the floor (0.83 of ZigZag's value), one."""
     solved = {True: 0, False: 0}
 
     def counting(prices: SlotPrices, restriction: None, *, paths: bool) -> object:
@@ -414,13 +417,17 @@ def test_the_printed_slot_bound_pays_its_horizons_from_its_count(
     monkeypatch.setattr(relaxation_slots, "solve_batches", counting)
     instance = _crowded()
     zigzag = schedule_live(instance, bound=False)
-    for steps, horizons in ((40, len(QUICK_HORIZONS)), (MIN_STEPS + 1, 1)):
+    relaxed, _, _ = relaxation_bound(instance, old_order="free", upper_bound=zigzag.objective)
+    assert relaxed > QUICK_FAR * zigzag.objective
+    runs = ((40, -math.inf, len(QUICK_HORIZONS)), (MIN_STEPS + 1, -math.inf, 1), (40, relaxed, 1))
+    for steps, floor, horizons in runs:
         solved[True] = solved[False] = 0
         value = quick_slot_bound(
             instance,
             upper_bound=zigzag.objective,
             completion_s=zigzag.completion_s,
             time_limit_s=60.0,
+            floor=floor,
             steps=steps,
         )
         assert solved[False] == horizons  # each horizon's first prices: one program

@@ -116,10 +116,9 @@ QUICK_RISE = 0.1
 :data:`QUICK_PATIENCE` steps without a better one): a heuristic's value, the other aim, lies
 far above the optimum on crowded pairs (ZigZag 1.5-2x the best known on (32,16) and (80,16))."""
 
-QUICK_PATIENCE = 2
-"""Steps without a better bound after which :func:`quick_slot_bound` halves its rise (was 4: in
-the counted steps, with the horizons of :data:`QUICK_HORIZONS`, (80,16) 0.900 -> 0.903 of the
-best known, (32,16) and (40,12) within 0.001)."""
+QUICK_PATIENCE = 4
+"""Steps without a better bound after which :func:`quick_slot_bound` halves its rise (see
+:data:`QUICK_FAR_PATIENCE`)."""
 
 QUICK_HORIZONS = (HORIZON_PAST_LAST, 0.85, 0.72, 0.6)
 """Where :func:`quick_slot_bound`'s slots may end, as shares of the known schedule's last
@@ -129,7 +128,20 @@ the relaxation's repaired) ends late on crowded pairs: on (80,16) of
 ``benchmarks/partition.py`` one horizon for all, 1.02 / 0.85 / 0.7 / 0.6 / 0.5 / 0.4, gave 0.893
 / 0.896 / 0.899 / 0.904 / 0.902 / 0.872 of the best known (mean, seeds 0-4, the counted steps),
 but 0.7 / 0.6 cost (32,16)'s seed 0 0.970 -> 0.950 / 0.911; the first prices' bound falls there
-too, so it chooses."""
+too, so it chooses (only when the known schedule is far, :data:`QUICK_FAR`)."""
+
+QUICK_FAR = 0.65
+""":func:`quick_slot_bound` tries nearer horizons (:data:`QUICK_HORIZONS`) and halves its rise
+sooner (:data:`QUICK_FAR_PATIENCE`) when its ``floor`` is below this share of the known
+schedule's value: that schedule is then far from the optimum and ends late (on (80,16) of
+``benchmarks/partition.py`` the relaxation's bound is 0.43-0.60 of it, on (32,16) 0.57-0.85).
+On the paper's pairs (mistral-small-24b TP2 on paper-a800-32, 8-16 queued batches of 512-4,096
+tokens; 0.78-0.87 there) both lowered the printed bound: 12 x 2,048 tokens 0.935 -> 0.915 with
+the horizons, 0.911 with patience 2; 16 x 2,048 1.124 -> 1.084."""
+
+QUICK_FAR_PATIENCE = 2
+""":data:`QUICK_PATIENCE` when the known schedule is far (:data:`QUICK_FAR`): on (80,16), with
+the horizons, of the best known 0.900 -> 0.903 (mean), (32,16) and (40,12) within 0.001."""
 
 QUICK_HORIZON_GAIN = 0.02
 """:func:`_quick_grid` goes on to the next horizon while its first prices bound this share more
@@ -262,18 +274,21 @@ def quick_slot_bound(
     """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
     (wall clock; the first step always runs): from the prices a known schedule suggests
     (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial per horizon of
-    :func:`_quick_grid`), subgradient steps on :data:`QUICK_SLOTS` slots with the program's
-    latency floor (after 10 steps, of the best known on ``benchmarks/partition.py``'s seeds
-    0-4: (80,16) +0 to +11 points, (32,16) -1 to +4), each aimed :data:`QUICK_RISE` above the
-    best of its bounds and ``floor`` (another bound known). Every step's value is a bound (its
-    program is solved exactly, from below); the answer is the best, capped at
-    ``upper_bound``. ``steps``: the most steps, the horizons' trials included (a test's
-    clock-free run)."""
+    :func:`_quick_grid`, more than one when that schedule is far, :data:`QUICK_FAR`),
+    subgradient steps on :data:`QUICK_SLOTS` slots with the program's latency floor (after 10
+    steps, of the best known on ``benchmarks/partition.py``'s seeds 0-4: (80,16) +0 to +11
+    points, (32,16) -1 to +4), each aimed :data:`QUICK_RISE` above the best of its bounds and
+    ``floor`` (another bound known). Every step's value is a bound (its program is solved
+    exactly, from below); the answer is the best, capped at ``upper_bound``. ``steps``: the
+    most steps, the horizons' trials included (a test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
-    prices, steps = _quick_grid(instance, completion_s, steps)
+    far = floor < QUICK_FAR * upper_bound
+    horizons = QUICK_HORIZONS if far else QUICK_HORIZONS[:1]
+    patience = QUICK_FAR_PATIENCE if far else QUICK_PATIENCE
+    prices, steps = _quick_grid(instance, completion_s, steps, horizons)
     target = upper_bound * n
-    ascent = PolyakSteps(target, AIM_SHARE, QUICK_PATIENCE, rise=QUICK_RISE, floor=floor * n)
+    ascent = PolyakSteps(target, AIM_SHARE, patience, rise=QUICK_RISE, floor=floor * n)
     for _ in itertools.count() if steps is None else range(steps):
         total, paths = solve_batches(prices, None, paths=True)
         value = total - prices.constant()
@@ -286,7 +301,10 @@ def quick_slot_bound(
 
 
 def _quick_grid(
-    instance: LiveScalingInstance, completion_s: Sequence[float], steps: int | None
+    instance: LiveScalingInstance,
+    completion_s: Sequence[float],
+    steps: int | None,
+    horizons: Sequence[float],
 ) -> tuple[SlotPrices, int | None]:
     """The grid and first prices of :func:`quick_slot_bound` and the steps left after them: the
     horizons :data:`QUICK_HORIZONS` tried in turn while each one's first prices bound
@@ -294,7 +312,7 @@ def _quick_grid(
     :data:`QUICK_SETUP_STEPS` of ``steps``; none when fewer than :data:`MIN_STEPS` are left)."""
     last = max(completion_s)
     kept, best = None, -math.inf
-    for trial, share in enumerate(QUICK_HORIZONS):
+    for trial, share in enumerate(horizons):
         if trial and steps is not None:
             if steps - QUICK_SETUP_STEPS < MIN_STEPS:
                 break
