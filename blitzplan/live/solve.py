@@ -190,7 +190,11 @@ def _relaxation_value(
     :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound, under the free
     order by the slot bound (:func:`_slot_value`)."""
     from blitzplan.live.relaxation_dp import relaxation_bound
-    from blitzplan.live.relaxation_lagrange import lagrangian_bound, quick_free_step_s
+    from blitzplan.live.relaxation_lagrange import (
+        QUICK_GRID_POINTS,
+        lagrangian_bound,
+        quick_free_step_s,
+    )
 
     meter = WorkMeter.with_safety(
         cpu_s=BOUND_SAFETY * HEURISTIC_BOUND_S, wall_s=BOUND_WALL_SAFETY * HEURISTIC_BOUND_S
@@ -220,6 +224,7 @@ def _relaxation_value(
         time_limit_s=left,
         free_step_s=quick_free_step_s(instance),
         meter=meter,
+        grid_points=QUICK_GRID_POINTS,
     )
     return max(bound, priced)
 
