@@ -112,7 +112,10 @@ as many points, more of them past the arrivals, where O's blocks of a crowded pa
 counted budget, of the best known on ``benchmarks/partition.py`` (seeds 0-4), (80,16) 0.868 /
 0.805 -> 0.881 / 0.829 (mean / worst), (32,16) 0.963 / 0.927 -> 0.967 / 0.936, the other
 classes equal; (40, 48) gave 0.881 / 0.833 at 30-45% more CPU a counted second (a step's
-tables grow with the grid; its counted price does not), (24, 32) 0.880, (16, 40) 0.882."""
+tables grow with the grid; its counted price does not), (24, 32) 0.880, (16, 40) 0.882. Only
+on pairs whose relaxation's bound is under ``relaxation_slots.QUICK_FAR`` of the heuristic's
+value (0.45-0.58 on (80,16)): on the paper's 12 x 2,048-token pair (0.88) it printed 0.9192 ->
+0.9077."""
 
 _COUNT_TOL = 1e-9
 """Layers whose latest end is this close to a grid point are not counted by it (counting fewer
