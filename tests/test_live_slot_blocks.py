@@ -16,7 +16,7 @@ from blitzplan.live.exact.enumerate import _interleavings, count_schedules
 from blitzplan.live.relaxation_slots import default_horizon_s
 from blitzplan.live.schedule import timetable
 from blitzplan.live.slot_blocks import least_start
-from blitzplan.live.slot_prices import SlotPrices
+from blitzplan.live.slot_prices import SlotPrices, solve_batches
 from tests.test_live_properties import instances
 
 GRID_SLOTS = 12
@@ -93,3 +93,18 @@ def test_the_traced_start_pays_its_slots_value(instance: LiveScalingInstance, se
         assert paid + max(start, floor_s) + q == pytest.approx(
             prices.old_value[i, k, c], rel=1e-9, abs=1e-12
         )
+
+
+def test_a_block_waits_for_its_hand_off_in_the_slot_it_is_handed_over_in() -> None:
+    """One batch, two layers of 1 s on N (the second usable at 10), 2 s a layer on O, a 1 s
+    hand-off; on 4 slots of 2.5 s, N's and O's first slots priced 10. Its chain runs layer 1
+    from 1.25 (a start at 2.5 pays nothing), so the hand-off ends at 3.25 at the earliest,
+    in O's slot [2.5, 5]: the block completes at 5.25, not at 4.5 from the slot's start
+    (``handover``). No schedule pays less than 6.5 (layer 1 at 2.5, or O from 2.5)."""
+    inst = LiveScalingInstance([0.0, 10.0], [0.0], 1.0, 2.0, 1.0)
+    totals = []
+    for handover in (False, True):
+        prices = SlotPrices(inst, 10.0, 4, handover=handover)
+        prices.set(np.array([10.0, 0.0, 0.0, 0.0]), np.array([10.0, 0.0, 0.0, 0.0]))
+        totals.append(solve_batches(prices, None, paths=False)[0])
+    assert totals == pytest.approx([4.5, 5.25])

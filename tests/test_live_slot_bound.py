@@ -14,12 +14,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
+from blitzplan.live import relaxation_slots
 from blitzplan.live.exact.common import finish, start_point
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
 from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_slots import (
+    MIN_STEPS,
+    QUICK_FAR,
+    QUICK_HORIZONS,
     QUICK_SETUP_STEPS,
     QUICK_STEPS,
     priced_orders,
@@ -393,3 +397,39 @@ def test_the_printed_slot_bound_counts_its_steps_by_the_estimate() -> None:
         for _ in range(2)
     }
     assert len(values) == 1
+
+
+def test_the_printed_slot_bound_pays_its_horizons_from_its_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The printed bound's slot steps try horizons (:data:`QUICK_HORIZONS`, nearer while the
+    first prices' bound gains): each after the first is paid from the counted steps
+    (:data:`QUICK_SETUP_STEPS`), and none is tried when fewer than :data:`MIN_STEPS` would be
+    left, and only when the known schedule is far (its ``floor`` under :data:`QUICK_FAR` of its
+    value). On the crowded pair from ZigZag's schedule all four are tried in 40 steps; in 21,
+    or with the relaxation's bound as the floor (0.83 of ZigZag's value), one."""
+    solved = {True: 0, False: 0}
+
+    def counting(prices: SlotPrices, restriction: None, *, paths: bool) -> object:
+        solved[paths] += 1
+        return solve_batches(prices, restriction, paths=paths)
+
+    monkeypatch.setattr(relaxation_slots, "solve_batches", counting)
+    instance = _crowded()
+    zigzag = schedule_live(instance, bound=False)
+    relaxed, _, _ = relaxation_bound(instance, old_order="free", upper_bound=zigzag.objective)
+    assert relaxed > QUICK_FAR * zigzag.objective
+    runs = ((40, -math.inf, len(QUICK_HORIZONS)), (MIN_STEPS + 1, -math.inf, 1), (40, relaxed, 1))
+    for steps, floor, horizons in runs:
+        solved[True] = solved[False] = 0
+        value = quick_slot_bound(
+            instance,
+            upper_bound=zigzag.objective,
+            completion_s=zigzag.completion_s,
+            time_limit_s=60.0,
+            floor=floor,
+            steps=steps,
+        )
+        assert solved[False] == horizons  # each horizon's first prices: one program
+        assert solved[True] + QUICK_SETUP_STEPS * (horizons - 1) <= steps
+        assert value <= 3.5 + _tolerance(3.5)

@@ -54,7 +54,14 @@ from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.work_meter import WorkMeter, now_s, passed
 
-__all__ = ["LAGRANGE_ITERATIONS", "QUICK_FREE_STEP_SHARE", "lagrangian_bound", "quick_free_step_s"]
+__all__ = [
+    "GRID_POINTS",
+    "LAGRANGE_ITERATIONS",
+    "QUICK_FREE_STEP_SHARE",
+    "QUICK_GRID_POINTS",
+    "lagrangian_bound",
+    "quick_free_step_s",
+]
 
 LAGRANGE_ITERATIONS = 200
 """The most subgradient steps (each solves the priced program once)."""
@@ -94,12 +101,21 @@ _STEP_START = 1.0
 _PATIENCE = 5
 """Steps without a better bound before the step factor is halved."""
 
-_GRID_ARRIVALS = 40
-"""The most layer arrivals on the grid (evenly picked; any grid keeps the bound valid)."""
+GRID_POINTS = (40, 16)
+"""The multipliers' grid: the most layer arrivals on it (evenly picked) and its points after
+the last arrival, evenly up to the larger of the arrivals' span and half of the batches' whole
+work on N. Any grid keeps the bound valid."""
 
-_TAIL_POINTS = 16
-"""Grid points after the last layer's arrival, evenly up to the larger of the arrivals' span
-and half of the batches' whole work on N."""
+QUICK_GRID_POINTS = (20, 36)
+""":data:`GRID_POINTS` of the bound printed beside a heuristic (``solve._relaxation_value``):
+as many points, more of them past the arrivals, where O's blocks of a crowded pair end. In its
+counted budget, of the best known on ``benchmarks/partition.py`` (seeds 0-4), (80,16) 0.868 /
+0.805 -> 0.881 / 0.829 (mean / worst), (32,16) 0.963 / 0.927 -> 0.967 / 0.936, the other
+classes equal; (40, 48) gave 0.881 / 0.833 at 30-45% more CPU a counted second (a step's
+tables grow with the grid; its counted price does not), (24, 32) 0.880, (16, 40) 0.882. Only
+on pairs whose relaxation's bound is under ``relaxation_slots.QUICK_FAR`` of the heuristic's
+value (0.45-0.58 on (80,16)): on the paper's 12 x 2,048-token pair (0.88) it printed 0.9192 ->
+0.9077."""
 
 _COUNT_TOL = 1e-9
 """Layers whose latest end is this close to a grid point are not counted by it (counting fewer
@@ -128,13 +144,15 @@ class _Batch:
 class _Prices:
     """The grid of times, the multipliers, and what each option pays under them."""
 
-    def __init__(self, instance: LiveScalingInstance) -> None:
-        L = instance.num_layers
+    def __init__(
+        self, instance: LiveScalingInstance, grid_points: tuple[int, int] = GRID_POINTS
+    ) -> None:
+        L, (most, tail) = instance.num_layers, grid_points
         self.usable = np.asarray(instance.usable_s)
         work = L * float(np.sum(instance.new_layer_s))  # all of it on N: N is done by then
         span = max(self.usable[-1] - self.usable[0], work / 2, 1e-9)
-        after = self.usable[-1] + span * np.arange(1, _TAIL_POINTS + 1) / _TAIL_POINTS
-        arrivals = self.usable[np.linspace(0, L - 1, min(L, _GRID_ARRIVALS)).astype(int)]
+        after = self.usable[-1] + span * np.arange(1, tail + 1) / tail
+        arrivals = self.usable[np.linspace(0, L - 1, min(L, most)).astype(int)]
         self.grid = np.unique(np.concatenate([arrivals, after]))
         self.slack = np.maximum(self.grid[None, :] - self.usable[:, None], 0.0)  # (L, G)
         self.mu = np.zeros((L, self.grid.size))
@@ -335,6 +353,7 @@ def lagrangian_bound(
     iterations: int = LAGRANGE_ITERATIONS,
     free_step_s: float = 0.0,
     meter: WorkMeter | None = None,
+    grid_points: tuple[int, int] = GRID_POINTS,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
@@ -343,11 +362,12 @@ def lagrangian_bound(
     ``-inf`` when even the first, the plain relaxation, does not finish). ``free_step_s`` > 0
     rounds O's free time down to its multiples in the priced program: a weaker bound in less
     time a step (:func:`quick_free_step_s`). With ``meter``, ``time_limit_s`` is counted
-    seconds on it (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net)."""
+    seconds on it (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net).
+    ``grid_points``: the multipliers' grid (:data:`GRID_POINTS`)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
     deadline = math.inf if time_limit_s is None else now_s(meter) + time_limit_s
-    n, prices = instance.num_batches, _Prices(instance)
+    n, prices = instance.num_batches, _Prices(instance, grid_points)
     if meter is not None:
         meter.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf

@@ -90,7 +90,7 @@ class _Priced(SlotPrices):
         self.cuts: list[Cut] = []
         self.sigma = np.zeros(0)
         self._cut_tables: dict[Cut, np.ndarray] = {}
-        super().__init__(instance, horizon_s, slots)
+        super().__init__(instance, horizon_s, slots, handover=False)
         self.ends = self.q / self.old.width  # [i, k]: a block's length in slots
 
     def set_all(self, lam: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> None:

@@ -80,8 +80,10 @@ QUICK_STEPS = 16
 """The steps :func:`quick_slot_bound` needs to pay (about: on (32,16) 0.91-0.95 of the best
 known in 20-35 steps); see :func:`quick_steps_s`."""
 
-STEP_S_PER_CELL = 6e-8
-"""A step's CPU seconds per layer, batch and slot beyond :data:`STEP_S_PER_ROW`. This and the
+STEP_S_PER_CELL = 6.7e-8
+"""A step's CPU seconds per layer, batch and slot beyond :data:`STEP_S_PER_ROW`: 6e-8 until the
+hand-over slot was counted (:meth:`~blitzplan.live.slot_prices.SlotPrices._stops`, 5-9 ns a
+cell measured on the five classes at 40 slots, load 9; raised by 7 ns). This and the
 next two were least-squares fitted to the thread CPU time of 16 steps (the program, its
 choices, the next prices) on seeds 0-2 of ``benchmarks/partition.py``'s (32,8) to (40,24) at 40
 and 80 slots (2-core x86_64, load 5-6.5: measured / fitted 0.87-1.09), then raised 1.2x, the
@@ -115,6 +117,35 @@ QUICK_RISE = 0.1
 far above the optimum on crowded pairs (ZigZag 1.5-2x the best known on (32,16) and (80,16))."""
 
 QUICK_PATIENCE = 4
+"""Steps without a better bound after which :func:`quick_slot_bound` halves its rise (see
+:data:`QUICK_FAR_PATIENCE`)."""
+
+QUICK_HORIZONS = (HORIZON_PAST_LAST, 0.85, 0.72, 0.6)
+"""Where :func:`quick_slot_bound`'s slots may end, as shares of the known schedule's last
+completion, tried in turn (:func:`_quick_grid`). Any horizon gives a bound; a nearer one gives
+the crowded start finer slots and leaves the tail unpriced. The known schedule (ZigZag's or
+the relaxation's repaired) ends late on crowded pairs: on (80,16) of
+``benchmarks/partition.py`` one horizon for all, 1.02 / 0.85 / 0.7 / 0.6 / 0.5 / 0.4, gave 0.893
+/ 0.896 / 0.899 / 0.904 / 0.902 / 0.872 of the best known (mean, seeds 0-4, the counted steps),
+but 0.7 / 0.6 cost (32,16)'s seed 0 0.970 -> 0.950 / 0.911; the first prices' bound falls there
+too, so it chooses (only when the known schedule is far, :data:`QUICK_FAR`)."""
+
+QUICK_FAR = 0.65
+""":func:`quick_slot_bound` tries nearer horizons (:data:`QUICK_HORIZONS`) and halves its rise
+sooner (:data:`QUICK_FAR_PATIENCE`) when its ``floor`` is below this share of the known
+schedule's value: that schedule is then far from the optimum and ends late (on (80,16) of
+``benchmarks/partition.py`` the relaxation's bound is 0.43-0.60 of it, on (32,16) 0.57-0.85).
+On the paper's pairs (mistral-small-24b TP2 on paper-a800-32, 8-16 queued batches of 512-4,096
+tokens; 0.78-0.87 there) both lowered the printed bound: 12 x 2,048 tokens 0.935 -> 0.915 with
+the horizons, 0.911 with patience 2; 16 x 2,048 1.124 -> 1.084."""
+
+QUICK_FAR_PATIENCE = 2
+""":data:`QUICK_PATIENCE` when the known schedule is far (:data:`QUICK_FAR`): on (80,16), with
+the horizons, of the best known 0.900 -> 0.903 (mean), (32,16) and (40,12) within 0.001."""
+
+QUICK_HORIZON_GAIN = 0.02
+""":func:`_quick_grid` goes on to the next horizon while its first prices bound this share more
+than the last kept (0.01 / 0.02 / 0.04: (32,16) 0.952 / 0.956 / 0.955, (80,16) 0.903 all)."""
 
 QUICK_FIRST_PRICES = ((0.3, 0.5),)
 """:func:`quick_slot_bound`'s first prices: one trial, as two more steps did better than the
@@ -161,7 +192,7 @@ def _first_prices(
     prices: SlotPrices,
     completion_s: Sequence[float],
     trials: Sequence[tuple[float, float]] = FIRST_PRICES,
-) -> None:
+) -> float:
     """Start from the prices a known schedule suggests: a unit of delay at ``t`` costs about
     the number of batches not yet complete then, shared between the two machines (``trials``,
     each a share of N's and a scale, :data:`FIRST_PRICES`; the best of them is kept, each
@@ -177,6 +208,7 @@ def _first_prices(
         if total - prices.constant() > best:
             best, chosen = total - prices.constant(), (lam, mu)
     prices.set(*chosen)
+    return best
 
 
 def slot_bound(
@@ -241,20 +273,22 @@ def quick_slot_bound(
 ) -> float:
     """A lower bound on the mean latency from slot prices found within about ``time_limit_s``
     (wall clock; the first step always runs): from the prices a known schedule suggests
-    (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial), subgradient
-    steps on :data:`QUICK_SLOTS` slots with the program's latency floor (after 10 steps, of the
-    best known on ``benchmarks/partition.py``'s seeds 0-4: (80,16) +0 to +11 points, (32,16)
-    -1 to +4), each aimed :data:`QUICK_RISE` above the best of its bounds and ``floor``
-    (another bound known). Every step's value is a bound (its program is solved exactly, from
-    below); the answer is the best, capped at ``upper_bound``. ``steps``: the most steps (a
-    test's clock-free run)."""
+    (``completion_s``, value ``upper_bound``; :func:`_first_prices`, one trial per horizon of
+    :func:`_quick_grid`, more than one when that schedule is far, :data:`QUICK_FAR`),
+    subgradient steps on :data:`QUICK_SLOTS` slots with the program's latency floor (after 10
+    steps, of the best known on ``benchmarks/partition.py``'s seeds 0-4: (80,16) +0 to +11
+    points, (32,16) -1 to +4), each aimed :data:`QUICK_RISE` above the best of its bounds and
+    ``floor`` (another bound known). Every step's value is a bound (its program is solved
+    exactly, from below); the answer is the best, capped at ``upper_bound``. ``steps``: the
+    most steps, the horizons' trials included (a test's clock-free run)."""
     deadline = time.perf_counter() + time_limit_s
     n = instance.num_batches
-    horizon = HORIZON_PAST_LAST * max(completion_s)
-    prices = SlotPrices(instance, horizon, QUICK_SLOTS, latency_floor=True)
-    _first_prices(prices, completion_s, QUICK_FIRST_PRICES)
+    far = floor < QUICK_FAR * upper_bound
+    horizons = QUICK_HORIZONS if far else QUICK_HORIZONS[:1]
+    patience = QUICK_FAR_PATIENCE if far else QUICK_PATIENCE
+    prices, steps = _quick_grid(instance, completion_s, steps, horizons)
     target = upper_bound * n
-    ascent = PolyakSteps(target, AIM_SHARE, QUICK_PATIENCE, rise=QUICK_RISE, floor=floor * n)
+    ascent = PolyakSteps(target, AIM_SHARE, patience, rise=QUICK_RISE, floor=floor * n)
     for _ in itertools.count() if steps is None else range(steps):
         total, paths = solve_batches(prices, None, paths=True)
         value = total - prices.constant()
@@ -264,6 +298,32 @@ def quick_slot_bound(
         if not _move(prices, paths, ascent, value):
             break
     return min(ascent.best, target) / n
+
+
+def _quick_grid(
+    instance: LiveScalingInstance,
+    completion_s: Sequence[float],
+    steps: int | None,
+    horizons: Sequence[float],
+) -> tuple[SlotPrices, int | None]:
+    """The grid and first prices of :func:`quick_slot_bound` and the steps left after them: the
+    horizons :data:`QUICK_HORIZONS` tried in turn while each one's first prices bound
+    :data:`QUICK_HORIZON_GAIN` more than the last kept (each trial after the first costs
+    :data:`QUICK_SETUP_STEPS` of ``steps``; none when fewer than :data:`MIN_STEPS` are left)."""
+    last = max(completion_s)
+    kept, best = None, -math.inf
+    for trial, share in enumerate(horizons):
+        if trial and steps is not None:
+            if steps - QUICK_SETUP_STEPS < MIN_STEPS:
+                break
+            steps = int(steps - QUICK_SETUP_STEPS)
+        prices = SlotPrices(instance, share * last, QUICK_SLOTS, latency_floor=True)
+        value = _first_prices(prices, completion_s, QUICK_FIRST_PRICES)
+        if kept is not None and value - best <= QUICK_HORIZON_GAIN * abs(best):
+            break
+        kept, best = prices, value
+    assert kept is not None
+    return kept, steps
 
 
 def quick_steps_s(instance: LiveScalingInstance) -> float:

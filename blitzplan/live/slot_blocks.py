@@ -59,19 +59,22 @@ class BlockTable:
         self.floor_at = np.nonzero((inside >= 0) & (inside < C))
         self.floor_slot = inside[self.floor_at]
 
-    def values(self, cum: np.ndarray) -> np.ndarray:
+    def values(self, cum: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``[i, k, c]``: the least priced completion of batch ``i``'s block of split ``k``
         started in O slot ``c`` (closed; ``c = C``: from the last edge on, unpriced), no
         earlier than its floor (see the module docstring), under the cumulative prices ``cum``
         at the edges. With ``A_c`` the cumulative price at ``g_c + j w``, ``D_c = A_c+1 - A_c``
         and ``H_c = A_c - cum_c``, a start at edge ``c`` pays ``H_c + f D_c`` and one at the
-        end's kink ``H_c + D_c - (1 - f) (cum_c+1 - cum_c)``."""
+        end's kink ``H_c + D_c - (1 - f) (cum_c+1 - cum_c)``. Beside it, ``[i, k, c]``: the least
+        price alone of such a block started anywhere in slot ``c`` (0 from the last edge on)."""
         edges, f, C = self.edges, self.f, self.edges.size - 1
         windows = np.take(cum, self.cells, mode="clip")  # past the last edge the price stays
         step, here = np.diff(windows), windows[..., : C + 1] - cum
         at_edge = here + f * step  # the price of a start at each edge
         kink = here[..., :C] + step[..., :C] - (1 - f) * np.diff(cum)
-        out = np.empty((*self.q.shape, C + 1))
+        out, least = np.empty((*self.q.shape, C + 1)), np.zeros((*self.q.shape, C + 1))
+        np.minimum(at_edge[..., :C], at_edge[..., 1:], out=least[..., :C])
+        np.minimum(least[..., :C], kink, out=least[..., :C])
         best = out[..., :C]
         np.add(at_edge[..., :C], self.at_low, out=best)
         np.minimum(best, at_edge[..., 1:] + self.at_high, out=best)
@@ -82,7 +85,7 @@ class BlockTable:
         c = self.floor_slot
         best[i, k, c] = np.minimum(best[i, k, c], price + start + q)
         out[..., C] = self.last[..., 0]
-        return out
+        return out, least
 
 
 def least_start(edges: np.ndarray, cum: np.ndarray, q: float, floor_s: float, slot: int) -> float:

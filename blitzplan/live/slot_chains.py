@@ -57,10 +57,11 @@ class ChainGrid:
         new_edges: np.ndarray,
     ) -> None:
         L, n, end = usable_s.size, t0.size, float(new_edges[-1])
-        self.t0, self.delta_s, self.p_new = t0, delta_s, p_new
-        size = self.size = int(np.max(np.ceil((end - t0) / delta_s))) + 2
+        self.t0, self.delta_s, self.p_new, self.usable_s = t0, delta_s, p_new, usable_s
+        # (a batch released past the horizon: its grid still has steps, none priced)
+        size = self.size = int(max(np.max(np.ceil((end - t0) / delta_s)), 0)) + 2
         self.times = t0[:, None] + delta_s[:, None] * np.arange(size)[None, :]
-        offset_s = np.arange(L)[None, :] * p_new[:, None]  # [i, l - 1]: (l - 1) pN
+        offset_s = self.offset_s = np.arange(L)[None, :] * p_new[:, None]  # [i, l - 1]
         self.first = self.step_of(slice(None), usable_s[None, :] - offset_s)  # [i, l - 1]
         self.done_s = np.arange(L + 1)[None, :] * p_new[:, None]  # [i, k]: k pN
         cell_s = self.cell_s = delta_s / CELLS_PER_STEP
@@ -68,14 +69,22 @@ class ChainGrid:
         whole = np.floor(cells + 1e-9)
         wide = (cells - whole > 1e-9).astype(np.int64)  # [i, l - 1]: not aligned
         # every cell from the last on starts past N's last edge, where nothing is priced
-        count = self.cell_count = int(np.max(np.ceil((end - t0) / cell_s))) + 1
+        count = self.cell_count = int(max(np.max(np.ceil((end - t0) / cell_s)), 0)) + 1
         self.cell_starts = t0[:, None] + cell_s[:, None] * np.arange(count + CELLS_PER_STEP + 1)
         steps = np.arange(size)[None, None, :]
         first_cell = steps * CELLS_PER_STEP + whole.T.astype(np.int64)[:, :, None]
         index = (np.arange(n)[None, :, None] * 2 + wide.T[:, :, None]) * count
         index = index + np.minimum(first_cell, count - 1)
         # [l - 1, i, b]: where layer l's charge from step b is (2 n count: infinite)
-        self.charge_at = np.where(steps < self.first.T[:, :, None], 2 * n * count, index)
+        charge_at = np.where(steps < self.first.T[:, :, None], 2 * n * count, index)
+        self.charge_at = np.ascontiguousarray(charge_at)
+
+    def least_u(self) -> np.ndarray:
+        """``[i, k]``: the least ``u`` of batch ``i``'s chain with ``k`` layers done (``k =
+        0..L``): its first possible start, and each of those layers' arrival less its offset
+        (``u_l >= a_l - (l - 1) pN``, ``u`` non-decreasing)."""
+        arrived = np.maximum.accumulate(self.usable_s[None, :] - self.offset_s, axis=1)
+        return np.concatenate([self.t0[:, None], np.maximum(arrived, self.t0[:, None])], axis=1)
 
     def step_of(self, rows: int | slice, time_s: np.ndarray) -> np.ndarray:
         """The step of ``u`` each ``time_s`` falls in (rows ``rows`` of the batches, which

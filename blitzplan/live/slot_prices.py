@@ -8,7 +8,12 @@ short the layer; :mod:`blitzplan.live.slot_chains`); a layer is charged the leas
 in its window pays (the price is piecewise linear in the start: its least value in a window is
 at an end or where the operation's start or end crosses a slot boundary). O's block started in
 a slot is charged the least, over its starts in the slot, of its price plus its completion, no
-earlier than its batch could hand it over (:mod:`blitzplan.live.slot_blocks`). Every rounding
+earlier than its batch could hand it over (:mod:`blitzplan.live.slot_blocks`); in the O slot
+the chain hands it over in, no earlier than the chain's counted end and the hand-off either
+(``handover``: its completion at least that plus its run, its price at least the slot's least;
+on (80,16) of ``benchmarks/partition.py`` the block could start up to a slot before its hand-off).
+A chain's counted end is also no earlier than its layers' arrivals allow (the least ``u`` after
+``k`` layers, :meth:`~blitzplan.live.slot_chains.ChainGrid.least_u`). Every rounding
 lowers the cost, so the program's value is at most the batch's priced optimum; past the last
 slot nothing is priced, and at the grid's end a batch still needs its unpriced remaining time.
 The prices come from subgradient steps toward a known schedule's value; any prices give a valid
@@ -78,8 +83,9 @@ class SlotPath:
 class SlotPrices:
     """An instance's grids (``slots`` per machine up to ``horizon_s``, default
     :data:`SLOTS`), the current prices and what they charge; :meth:`bound`. With
-    ``latency_floor`` the program holds every state at least its unpriced latency (see the
-    module docstring)."""
+    ``latency_floor`` the program holds every state at least its unpriced latency, with
+    ``handover`` a block in the O slot its batch is handed over in starts no earlier than the
+    hand-off (see the module docstring; the master LP's columns are priced without it)."""
 
     def __init__(
         self,
@@ -88,6 +94,7 @@ class SlotPrices:
         slots: int | None = None,
         *,
         latency_floor: bool = False,
+        handover: bool = True,
     ) -> None:
         inst, L, n = instance, instance.num_layers, instance.num_batches
         self.instance = inst
@@ -108,16 +115,21 @@ class SlotPrices:
         self.q = (L - np.arange(L))[None, :] * p_old[:, None]  # (n, k): O's run per split
         self.tail = _tail(p_new, p_old, self.handoff, L)
         stride = self.old.count + 1
+        # [k, i, b]: the least u with k layers done in step b (its arrivals' or the step's)
+        at = np.maximum(self.times[None, :, :], chains.least_u().T[:, :, None])
         # [k, i, b]: the O slot (flat, in ``old_suffix``) batch i hands split k over from
-        ends = self.times[None, :, :] + chains.done_s.T[:L, :, None] + self.handoff[None, :, None]
+        ends = at[:L] + chains.done_s.T[:L, :, None] + self.handoff[None, :, None]
         handed = np.clip(np.floor((ends - b_old) / width), 0, self.old.count).astype(np.int64)
         self.handed = handed + (rows * L + np.arange(L)[:, None, None]) * stride
+        # [k, i, b]: the least completion of a block handed over so, less the release
+        done = ends + self.q.T[:, :, None] - self.release[None, :, None]
+        self.handed_done = np.ascontiguousarray(done)
+        self.handover = handover
+        self._stop_space = np.empty((2, *self.handed.shape)) if handover else None
         slot0 = np.floor((np.maximum(self.release, b_old) - b_old) / width)
         self.slot0 = np.clip(slot0, 0, self.old.count).astype(np.int64)  # k = 0: O from here
         # [l, i, b]: batch i's least unpriced latency with l layers done from step b
-        latency = (self.times - self.release[:, None])[None, :, :] + (chains.done_s + self.tail).T[
-            :, :, None
-        ]
+        latency = at - self.release[None, :, None] + (chains.done_s + self.tail).T[:, :, None]
         self.end_tail = latency[:, :, -1].T  # [i, l]: the same at the grid's last step
         self.done = latency[-1]  # [i, b]: all L layers done
         self.floor = latency if latency_floor else None
@@ -132,10 +144,28 @@ class SlotPrices:
         self.cum_new = np.concatenate([[0.0], np.cumsum(lam) * self.new.width])
         self.cum_old = np.concatenate([[0.0], np.cumsum(mu) * self.old.width])
         self.run_price, self.run_at = self.chains.charges(self.new.edges, self.cum_new)
-        self.old_value = self.blocks.values(self.cum_old)
+        self.old_value, self.old_price = self.blocks.values(self.cum_old)
         suffix = np.minimum.accumulate(self.old_value[:, :, ::-1], axis=2)[:, :, ::-1]
         # the least completion from each O slot on, less the batch's release (flat)
         self.old_suffix = np.subtract(suffix, self.release[:, None, None]).ravel()
+        self.stop_table = self._stops(suffix) if self.handover else None
+
+    def _stops(self, suffix: np.ndarray) -> np.ndarray:
+        """``[k, i, b]``: the least priced completion, less the release, of batch ``i``'s block
+        of split ``k`` handed over after its chain from step ``b``: from a later O slot, or from
+        the slot it is handed over in, where it starts no earlier than the hand-off (its price
+        at least the slot's least, its completion at least the hand-off plus its run)."""
+        assert self._stop_space is not None
+        release, (here, other) = self.release[:, None, None], self._stop_space
+        later = np.empty_like(suffix)
+        later[..., :-1], later[..., -1] = suffix[..., 1:], math.inf
+        # (mode="clip": the indices are in range, and "raise" copies through a buffer)
+        np.subtract(self.old_value, release).take(self.handed, out=here, mode="clip")
+        self.old_price.take(self.handed, out=other, mode="clip")
+        np.maximum(here, np.add(other, self.handed_done, out=other), out=here)
+        np.subtract(later, release).take(self.handed, out=other, mode="clip")
+        stops: np.ndarray = np.minimum(here, other, out=here)
+        return stops
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The program's work space, kept between calls: per layer its runs, their suffix
@@ -186,8 +216,12 @@ def solve_batches(
     inst = prices.instance
     L, n = inst.num_layers, inst.num_batches
     runs, bests, stops, costs = prices.tables()
-    np.take(prices.run_price, prices.chains.charge_at, out=runs)  # [l - 1]: layer l's charges
-    np.take(prices.old_suffix, prices.handed, out=stops)  # [k]: stop after k layers (k >= 1)
+    # [l - 1]: layer l's charges (mode="clip": the indices are in range, "raise" buffers)
+    prices.run_price.take(prices.chains.charge_at, out=runs, mode="clip")
+    if prices.stop_table is None:  # [k]: stop after k layers (k >= 1)
+        prices.old_suffix.take(prices.handed, out=stops, mode="clip")
+    else:
+        np.copyto(stops, prices.stop_table)
     cost = costs[0]
     cost[...] = prices.done  # L layers done
     zero = prices.old_suffix[np.arange(n) * (L * (prices.old.count + 1)) + prices.slot0]
@@ -322,21 +356,33 @@ def _choices(
         if k == L:
             out.append(SlotPath(L, tuple(starts[i].tolist()), None, float(totals[i])))
             continue
+        ready_s = None
         if k == 0:
             slot = int(prices.slot0[i])
         else:
-            slot = int(prices.handed[k, i, stopped_at[i]] - (i * L + k) * stride)
-        old = _old_start(prices, i, k, slot)
+            b = int(stopped_at[i])
+            slot = int(prices.handed[k, i, b] - (i * L + k) * stride)
+            if prices.handover:
+                ready_s = float(prices.handed_done[k, i, b] + prices.release[i] - prices.q[i, k])
+        old = _old_start(prices, i, k, slot, ready_s)
         out.append(SlotPath(k, tuple(starts[i, :k].tolist()), old, float(totals[i])))
     return out
 
 
-def _old_start(prices: SlotPrices, i: int, k: int, slot: int) -> float:
+def _old_start(prices: SlotPrices, i: int, k: int, slot: int, ready_s: float | None) -> float:
     """Where batch ``i``'s block (split ``k``) starts in the least priced choice from
-    ``slot`` on: the best slot from the table, then where in it its value was found."""
-    c = slot + int(np.argmin(prices.old_value[i, k, slot:]))
+    ``slot`` on: the best slot from the table, then where in it its value was found; handed
+    over at ``ready_s`` (in ``slot``), no earlier in that slot (:meth:`SlotPrices._stops`)."""
+    values, q = prices.old_value[i, k], float(prices.q[i, k])
     edges, cum, floor_s = prices.old.edges, prices.cum_old, float(prices.earliest[i, k])
-    return least_start(edges, cum, float(prices.q[i, k]), floor_s, c)
+    if ready_s is None:
+        c = slot + int(np.argmin(values[slot:]))
+    else:
+        here = max(values[slot], prices.old_price[i, k, slot] + ready_s + q)
+        c = slot + 1 + int(np.argmin(values[slot + 1 :])) if slot + 1 < values.size else slot
+        if c == slot or here <= values[c]:
+            c, floor_s = slot, max(floor_s, ready_s)
+    return least_start(edges, cum, q, floor_s, c)
 
 
 def slot_usage(slots: _Slots, starts: list[float], lengths: list[float]) -> np.ndarray:

@@ -187,10 +187,17 @@ def _relaxation_value(
 ) -> float:
     """The relaxation's bound, once per instance (a fleet of equal pairs asks once), raised in
     what is left of :data:`HEURISTIC_BOUND_S` (counted work; real clocks only safety nets,
-    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound, under the free
-    order by the slot bound (:func:`_slot_value`)."""
+    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound (on
+    ``QUICK_GRID_POINTS`` when the relaxation's bound is under ``QUICK_FAR`` of the heuristic's
+    value), under the free order by the slot bound (:func:`_slot_value`)."""
     from blitzplan.live.relaxation_dp import relaxation_bound
-    from blitzplan.live.relaxation_lagrange import lagrangian_bound, quick_free_step_s
+    from blitzplan.live.relaxation_lagrange import (
+        GRID_POINTS,
+        QUICK_GRID_POINTS,
+        lagrangian_bound,
+        quick_free_step_s,
+    )
+    from blitzplan.live.relaxation_slots import QUICK_FAR
 
     meter = WorkMeter.with_safety(
         cpu_s=BOUND_SAFETY * HEURISTIC_BOUND_S, wall_s=BOUND_WALL_SAFETY * HEURISTIC_BOUND_S
@@ -220,6 +227,7 @@ def _relaxation_value(
         time_limit_s=left,
         free_step_s=quick_free_step_s(instance),
         meter=meter,
+        grid_points=QUICK_GRID_POINTS if bound < QUICK_FAR * upper_bound else GRID_POINTS,
     )
     return max(bound, priced)
 
