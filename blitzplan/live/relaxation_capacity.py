@@ -8,6 +8,7 @@ every schedule meets them, so the program's optimum under them is still a lower 
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING
 
@@ -63,8 +64,13 @@ class Capacity:
         self.whole, self.p_new, self.layers = L * p_old, p_new, L
         self.handoff = np.asarray(inst.handoff_s)
         grid = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
-        self.arrivals = [(inst.usable_s[j], float(j)) for j in grid]
-        """(``u_l``, ``l - 1``) for the layers ``l`` the crowding bound is taken at."""
+        points = [(inst.usable_s[j], j) for j in grid]
+        usable, release = inst.usable_s, np.asarray(inst.release_s)
+        points += [(r, bisect.bisect_left(usable, r)) for r in inst.release_s]
+        self.points = [(at, float(below), release < at) for at, below in sorted(set(points))]
+        """(``s``, ``l - 1``, which batches are released before ``s``) for the times the
+        crowding bound is taken at: the grid's layer arrivals ``s = u_l`` and every release
+        (``l`` the first layer usable from ``s`` on)."""
         self.by_new = np.argsort(p_new, kind="stable")
         self.sorted_new = p_new[self.by_new]
         picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
@@ -114,22 +120,30 @@ class Capacity:
         last block; with ``every_block`` also, at the layer where that is largest (each layer
         is valid alone), every served block (:meth:`leads`, :meth:`last_block`)."""
         placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
-        total, sigma = self.b_old + placed @ self.whole, placed @ self.p_new
+        total = self.b_old + placed @ self.whole
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
-        alone = np.asarray(unplaced.astype(float) @ self.p_new)
-        grid = np.asarray(self.arrivals).T
-        extras = []
-        for usable, below in zip(*grid, strict=True):
-            work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            extras.append(self.extra_s(free, last, total, below * sigma, work, ready, alone == 0))
+        left = unplaced.astype(float)
+        none_left = ~unplaced.any(axis=1)
+        works, belows, extras = [], [], []
+        for at, layers, early in self.points:
+            new_early = np.where(early, self.p_new, 0.0)
+            # after s N runs the N-only batches' layers from l on, all of those released
+            # from s on, and the served batches' from l on (all of those released from s on)
+            work = at + (self.layers - layers) * (left @ new_early)
+            work += self.layers * (left @ (self.p_new - new_early))
+            below = layers * (placed @ new_early)
+            works.append(work)
+            belows.append(below)
+            extras.append(self.extra_s(free, last, total, below, work, ready, none_left))
         extra = np.max(extras, axis=0)
         if every_block:
-            usable, below = grid[:, np.argmax(extras, axis=0)]
-            work = usable + (self.layers - below) * alone
+            pick = np.argmax(extras, axis=0)[None, :]
+            work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
+            below = np.take_along_axis(np.asarray(belows), pick, axis=0)[0]
             leads = self.leads(mask, placed, free, total)
             paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
-            args = (free, last, total, below * sigma, work, ready, alone == 0, paid)
+            args = (free, last, total, below, work, ready, none_left, paid)
             tail = self.last_block(placed, free, total)
             extra = np.maximum(extra, self.served_extra_s(*args, tail))
         return np.where(mask == 0, 0.0, extra)
