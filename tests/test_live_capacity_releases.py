@@ -27,13 +27,12 @@ _INIT = Capacity.__init__
 
 
 def _arrivals_only(self: Capacity, *args: object, **kwargs: object) -> None:
-    """The crowding term before: taken at the grid's layer arrivals only, every batch counted
-    as released before them."""
+    """The crowding term before: taken at the grid's layer arrivals only, each batch's layers
+    from the arrived one on counted after it."""
     _INIT(self, *args, **kwargs)  # type: ignore[arg-type]
     inst = self.table.relax.instance
     grid = sorted({int(x) for x in np.linspace(0, inst.num_layers - 1, CAPACITY_THRESHOLDS)})
-    everyone = np.ones(inst.num_batches, dtype=bool)
-    self.points = [(inst.usable_s[j], float(j), everyone) for j in grid]
+    self.points = [(inst.usable_s[j], j * self.p_new) for j in grid]
 
 
 def _staggered(rng: random.Random) -> LiveScalingInstance:
@@ -119,9 +118,10 @@ def test_the_releases_never_lift_a_node_past_its_optimum() -> None:
 
 
 def test_the_points_count_every_release() -> None:
-    """The crowding term is taken at every distinct release, with the first layer usable
-    from it and the batches released before it."""
+    """The crowding term is taken at every release, each batch's layers that may start on N
+    before it counted apart: at 1.5 on :func:`_late_pair`, batch 0's first layer (from 0.5),
+    none of batch 1's."""
     inst = _late_pair()
     cap = Capacity(Relaxation(inst, "mean_latency"), mock.Mock(on_new=np.zeros(2)))
-    at_release = [(below, list(early)) for at, below, early in cap.points if at == 1.5]
-    assert at_release == [(1.0, [True, False])]
+    assert [at for at, _ in cap.points] == [0.0, 0.5, 1.5]
+    assert list(cap.points[-1][1]) == [2.0, 0.0]

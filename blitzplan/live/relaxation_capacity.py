@@ -8,7 +8,6 @@ every schedule meets them, so the program's optimum under them is still a lower 
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import TYPE_CHECKING
 
@@ -64,13 +63,14 @@ class Capacity:
         self.whole, self.p_new, self.layers = L * p_old, p_new, L
         self.handoff = np.asarray(inst.handoff_s)
         grid = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
-        points = [(inst.usable_s[j], j) for j in grid]
-        usable, release = inst.usable_s, np.asarray(inst.release_s)
-        points += [(r, bisect.bisect_left(usable, r)) for r in inst.release_s]
-        self.points = [(at, float(below), release < at) for at, below in sorted(set(points))]
-        """(``s``, ``l - 1``, which batches are released before ``s``) for the times the
-        crowding bound is taken at: the grid's layer arrivals ``s = u_l`` and every release
-        (``l`` the first layer usable from ``s`` on)."""
+        starts = np.asarray([o.chain_end[1:] for o in relax.options]) - p_new[:, None]
+        times = sorted({inst.usable_s[j] for j in grid} | set(inst.release_s))
+        self.points = [(at, (starts < at).sum(axis=1) * p_new) for at in times]
+        """(``s``, per batch ``pN`` times its layers that may start on N before ``s``) for the
+        times the crowding bound is taken at: the grid's layer arrivals and every release.
+        A layer starts no earlier than its batch's alone chain lets it (its release, the
+        layers' arrivals, the node's start limits, its earlier layers), so every other layer
+        runs on N after ``s``."""
         self.by_new = np.argsort(p_new, kind="stable")
         self.sorted_new = p_new[self.by_new]
         picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
@@ -126,13 +126,9 @@ class Capacity:
         left = unplaced.astype(float)
         none_left = ~unplaced.any(axis=1)
         works, belows, extras = [], [], []
-        for at, layers, early in self.points:
-            new_early = np.where(early, self.p_new, 0.0)
-            # after s N runs the N-only batches' layers from l on, all of those released
-            # from s on, and the served batches' from l on (all of those released from s on)
-            work = at + (self.layers - layers) * (left @ new_early)
-            work += self.layers * (left @ (self.p_new - new_early))
-            below = layers * (placed @ new_early)
+        for at, early in self.points:  # after s N runs the layers that cannot start before
+            work = at + left @ (self.layers * self.p_new - early)
+            below = placed @ early  # the served batches' layers that may run before s
             works.append(work)
             belows.append(below)
             extras.append(self.extra_s(free, last, total, below, work, ready, none_left))
