@@ -33,6 +33,7 @@ def _arrivals_only(self: Capacity, *args: object, **kwargs: object) -> None:
     inst = self.table.relax.instance
     grid = sorted({int(x) for x in np.linspace(0, inst.num_layers - 1, CAPACITY_THRESHOLDS)})
     self.points = [(inst.usable_s[j], j * self.p_new) for j in grid]
+    self.groups = [np.arange(len(grid))]
 
 
 def _staggered(rng: random.Random) -> LiveScalingInstance:
@@ -118,10 +119,11 @@ def test_the_releases_never_lift_a_node_past_its_optimum() -> None:
 
 
 def test_the_points_count_every_release() -> None:
-    """The crowding term is taken at every release, each batch's layers that may start on N
-    before it counted apart: at 1.5 on :func:`_late_pair`, batch 0's first layer (from 0.5),
-    none of batch 1's."""
+    """The crowding term is taken at the arrivals (the layers under each, as before) and at
+    the arrivals and releases again, each batch's layers that may start on N before the point
+    counted apart: at 1.5 on :func:`_late_pair`, the layer under layer 2 of both batches, then
+    batch 0's first layer (from 0.5) and none of batch 1's (released at 1.5)."""
     inst = _late_pair()
     cap = Capacity(Relaxation(inst, "mean_latency"), mock.Mock(on_new=np.zeros(2)))
-    assert [at for at, _ in cap.points] == [0.0, 0.5, 1.5]
-    assert list(cap.points[-1][1]) == [2.0, 0.0]
+    assert [at for at, _ in cap.points] == [0.0, 1.5, 0.0, 0.5, 1.5]
+    assert [list(layers) for _, layers in cap.points[1::3]] == [[2.0, 2.0], [2.0, 0.0]]

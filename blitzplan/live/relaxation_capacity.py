@@ -63,14 +63,18 @@ class Capacity:
         self.whole, self.p_new, self.layers = L * p_old, p_new, L
         self.handoff = np.asarray(inst.handoff_s)
         grid = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
+        self.points = [(inst.usable_s[j], j * p_new) for j in grid]
         starts = np.asarray([o.chain_end[1:] for o in relax.options]) - p_new[:, None]
         times = sorted({inst.usable_s[j] for j in grid} | set(inst.release_s))
-        self.points = [(at, (starts < at).sum(axis=1) * p_new) for at in times]
+        self.points += [(at, (starts < at).sum(axis=1) * p_new) for at in times]
         """(``s``, per batch ``pN`` times its layers that may start on N before ``s``) for the
-        times the crowding bound is taken at: the grid's layer arrivals and every release.
-        A layer starts no earlier than its batch's alone chain lets it (its release, the
-        layers' arrivals, the node's start limits, its earlier layers), so every other layer
-        runs on N after ``s``."""
+        times the crowding bound is taken at: the grid's layer arrivals ``u_l`` (the layers
+        under ``l``), then those and every release again, with the layers each batch's alone
+        chain lets start before ``s`` (its release, the arrivals, a node's start limits and
+        its earlier layers keep the others after it: at most the layers under ``l``)."""
+        self.groups = [np.arange(len(grid)), np.arange(len(grid), len(self.points))]
+        """The arrivals' points and the chains': the every-block term is taken at each group's
+        best (the first alone would pick the point it picked before these were counted)."""
         self.by_new = np.argsort(p_new, kind="stable")
         self.sorted_new = p_new[self.by_new]
         picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
@@ -134,14 +138,16 @@ class Capacity:
             extras.append(self.extra_s(free, last, total, below, work, ready, none_left))
         extra = np.max(extras, axis=0)
         if every_block:
-            pick = np.argmax(extras, axis=0)[None, :]
-            work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
-            below = np.take_along_axis(np.asarray(belows), pick, axis=0)[0]
             leads = self.leads(mask, placed, free, total)
             paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
-            args = (free, last, total, below, work, ready, none_left, paid)
             tail = self.last_block(placed, free, total)
-            extra = np.maximum(extra, self.served_extra_s(*args, tail))
+            for group in self.groups:  # the arrivals' best point, the releases' best point
+                got = np.asarray(extras)[group]
+                pick = group[np.argmax(got, axis=0)][None, :]
+                work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
+                below = np.take_along_axis(np.asarray(belows), pick, axis=0)[0]
+                args = (free, last, total, below, work, ready, none_left, paid)
+                extra = np.maximum(extra, self.served_extra_s(*args, tail))
         return np.where(mask == 0, 0.0, extra)
 
     def last_block(
