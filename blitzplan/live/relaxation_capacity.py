@@ -42,7 +42,9 @@ class Capacity:
 
     *Crowding.* Those two count N's work apart: the batches left on N, and the served batches
     against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the
-    layers from ``l`` on of the batches left on N and of the served ones, and the second grow
+    layers from ``l`` on of the batches left on N and of the served ones (after a release
+    ``r``, every layer of the batches released from ``r`` on, and of each other batch the
+    layers its alone chain cannot start before ``r``), and the second grow
     as O's blocks end earlier (O runs less of the served work). So either the last batch
     left on N or O's last block ends later than the plan says, and under FIFO every served
     block whose O work, with that before it, the plan's N share does not leave room for
@@ -117,22 +119,25 @@ class Capacity:
         last: np.ndarray,
         *,
         every_block: bool = False,
+        chains: bool = False,
     ) -> np.ndarray:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
-        adds to that bound's total: :meth:`extra_s` at every layer of the grid, counting O's
-        last block; with ``every_block`` also, at the layer where that is largest (each layer
-        is valid alone), every served block (:meth:`leads`, :meth:`last_block`)."""
+        adds to that bound's total: :meth:`extra_s` at the arrivals' points (with ``chains``
+        at every point, :attr:`points`), counting O's last block; with ``every_block`` also,
+        at the point of each group where that is largest (each point is valid alone), every
+        served block (:meth:`leads`, :meth:`last_block`)."""
         placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
         total = self.b_old + placed @ self.whole
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         left = unplaced.astype(float)
-        none_left = ~unplaced.any(axis=1)
+        none_left = np.asarray(~unplaced.any(axis=1))
         works, belows, extras = [], [], []
-        for at, early in self.points:  # after s N runs the layers that cannot start before
-            work = at + left @ (self.layers * self.p_new - early)
-            below = placed @ early  # the served batches' layers that may run before s
+        points = self.points if chains else self.points[: self.groups[0].size]
+        for at, under in points:  # after s N runs the layers that cannot start before
+            work = at + left @ (self.layers * self.p_new - under)
+            below = placed @ under  # the served batches' layers that may run before s
             works.append(work)
             belows.append(below)
             extras.append(self.extra_s(free, last, total, below, work, ready, none_left))
@@ -141,7 +146,7 @@ class Capacity:
             leads = self.leads(mask, placed, free, total)
             paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
             tail = self.last_block(placed, free, total)
-            for group in self.groups:  # the arrivals' best point, the releases' best point
+            for group in self.groups[: 2 if chains else 1]:  # each group's best point
                 got = np.asarray(extras)[group]
                 pick = group[np.argmax(got, axis=0)][None, :]
                 work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
@@ -201,14 +206,15 @@ class Capacity:
         """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
         and last N-only completion ``c >= last`` (arrays, one entry per state).
 
-        After ``u_l`` N runs the N-only batches' layers from ``l`` on (``work`` is ``u_l`` plus
-        them) and the served batches' layers from ``l`` on, at least ``rho (B - T) - below``
-        with ``B = total = b_O + sum L pO`` (O ran the rest by ``T``) and ``below = (l - 1)
-        sigma`` (the layers under ``l``). When that is work at all, N is busy until ``Z(T) =
-        work + max(0, rho (B - T) - below)`` or later, and a served batch's N layers end by
-        ``T - ready`` (the least ``pO`` plus the least hand-off among them: the last block on O
-        runs a layer). So either ``c >= Z(T)`` (the least is at ``free`` or a kink of ``(T -
-        free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``; without N-only batches
+        After a point ``s`` (:attr:`points`) N runs the N-only batches' layers that cannot
+        start before it (``work`` is ``s`` plus them) and the served batches', at least ``rho
+        (B - T) - below`` with ``B = total = b_O + sum L pO`` (O ran the rest by ``T``) and
+        ``below`` the served batches' work that may run before ``s``. When that is work at
+        all, N is busy until ``Z(T) = work + max(0, rho (B - T) - below)`` or later, and a
+        served batch's N layers end by ``T - ready`` (the least ``pO`` plus the least hand-off
+        among them: the last block on O runs a layer). So either ``c >= Z(T)`` (the least is
+        at ``free`` or a kink of ``(T - free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``;
+        without N-only batches
         (``none_left``) also any ``T`` past the kink, where N's share is 0.
         """
         rho = self.ratio
@@ -247,10 +253,11 @@ class Capacity:
         *O's side.* O ran the rest of the served work before each served batch ``t``
         completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
         ``O(x) = sum_t (B_t - E_t - x)^+``; the last, ``T >= max(free, B - x)`` with ``B =
-        total``. *N's side.* After ``u_l`` N runs the N-only batches' layers from ``l`` on
-        (``work`` is ``u_l`` plus them) and at least ``rho x - below`` of the served batches'
-        (``below = (l - 1) sigma``, the layers under ``l``), so its last operation ends at
-        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That
+        total``. *N's side.* After a point ``s`` N runs the N-only batches' layers that cannot
+        start before it (``work`` is ``s`` plus them) and at least ``rho x - below`` of the
+        served batches' (``below``, their work that may run before ``s``), so its last
+        operation ends at ``Z(x) = work + max(0, rho x - below)`` or later when that is work
+        at all. That
         operation is an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a
         served batch's, whose block and every block after it on O come later (``T >= Z +
         ready``, ``ready`` the least ``pO`` plus the least hand-off among them: ``+ (Z + ready
