@@ -41,18 +41,17 @@ class Capacity:
     Summed, this bounds their total latency whichever batch completes when.
 
     *Crowding.* Those two count N's work apart: the batches left on N, and the served batches
-    against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the
-    layers from ``l`` on of the batches left on N and of the served ones (after a release
-    ``r``, every layer of the batches released from ``r`` on, and of each other batch the
-    layers its alone chain cannot start before ``r``), and the second grow
-    as O's blocks end earlier (O runs less of the served work). So either the last batch
-    left on N or O's last block ends later than the plan says, and under FIFO every served
-    block whose O work, with that before it, the plan's N share does not leave room for
-    (:meth:`extra_s`). (The *left on N* order statistics already count the batches the
-    program finishes on N together, for the set each state chooses; on (80,8) FIFO seed 7 of
-    ``benchmarks/partition.py`` the program's best state finishes one batch on N and serves
-    one of 20.85 ms a layer with 49 layers on N: what it misses there is N's crowding by the
-    served batches, which this counts.)
+    against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the layers from
+    ``l`` on of the batches left on N and of the served ones (after a release ``r``, every layer of
+    the batches released from ``r`` on, and of each other batch the layers its alone chain cannot
+    start before ``r``), and the second grow as O's blocks end earlier (O runs less of the served
+    work). So either the last batch left on N or O's last block ends later than the plan says, and
+    under FIFO every served block whose O work, with that before it, the plan's N share does not
+    leave room for (:meth:`extra_s`). (The *left on N* order statistics already count the batches
+    the program finishes on N together, for the set each state chooses; on (80,8) FIFO seed 7 of
+    ``benchmarks/partition.py`` the program's best state finishes one batch on N and serves one of
+    20.85 ms a layer with 49 layers on N: what it misses there is N's crowding by the served
+    batches, which this counts.)
     """
 
     def __init__(self, relax: Relaxation, table: _Table) -> None:
@@ -214,8 +213,8 @@ class Capacity:
         served batch's N layers end by ``T - ready`` (the least ``pO`` plus the least hand-off
         among them: the last block on O runs a layer). So either ``c >= Z(T)`` (the least is
         at ``free`` or a kink of ``(T - free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``;
-        without N-only batches
-        (``none_left``) also any ``T`` past the kink, where N's share is 0.
+        without N-only batches (``none_left``) also any ``T`` past the kink, where N's share
+        is 0.
         """
         rho = self.ratio
         kink = total - below / rho  # where N's share of the served work reaches 0
@@ -253,18 +252,17 @@ class Capacity:
         *O's side.* O ran the rest of the served work before each served batch ``t``
         completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
         ``O(x) = sum_t (B_t - E_t - x)^+``; the last, ``T >= max(free, B - x)`` with ``B =
-        total``. *N's side.* After a point ``s`` N runs the N-only batches' layers that cannot
-        start before it (``work`` is ``s`` plus them) and at least ``rho x - below`` of the
-        served batches' (``below``, their work that may run before ``s``), so its last
-        operation ends at ``Z(x) = work + max(0, rho x - below)`` or later when that is work
-        at all. That
-        operation is an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a
-        served batch's, whose block and every block after it on O come later (``T >= Z +
-        ready``, ``ready`` the least ``pO`` plus the least hand-off among them: ``+ (Z + ready
-        - max(B - x, free))^+``), or, without N-only batches (``none_left``) and ``rho x <=
-        below``, there may be none (``+ 0``). The served-batch case is also bounded by
-        :meth:`_last_share` (the larger counts). Each case is piecewise linear in ``x``, growing
-        past its kinks, so its least over ``x >= 0`` is at ``0`` or a kink: the leads, the
+        total``. *N's side.* After a point ``s`` N runs the N-only batches' layers that cannot start
+        before it (``work`` is ``s`` plus them) and at least ``rho x - below`` of the served
+        batches' (``below``, their work that may run before ``s``), so its last operation ends at
+        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That operation is
+        an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a served batch's,
+        whose block and every block after it on O come later (``T >= Z + ready``, ``ready`` the
+        least ``pO`` plus the least hand-off among them: ``+ (Z + ready - max(B - x, free))^+``),
+        or, without N-only batches (``none_left``) and ``rho x <= below``, there may be none (``+
+        0``). The served-batch case is also bounded by :meth:`_last_share` (the larger counts). Each
+        case is piecewise linear in ``x``, growing past its kinks, so its least over ``x >= 0`` is
+        at ``0`` or a kink: the leads, the
         kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
         leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
         """
