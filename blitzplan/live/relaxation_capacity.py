@@ -41,16 +41,17 @@ class Capacity:
     Summed, this bounds their total latency whichever batch completes when.
 
     *Crowding.* Those two count N's work apart: the batches left on N, and the served batches
-    against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the
-    layers from ``l`` on of the batches left on N and of the served ones, and the second grow
-    as O's blocks end earlier (O runs less of the served work). So either the last batch
-    left on N or O's last block ends later than the plan says, and under FIFO every served
-    block whose O work, with that before it, the plan's N share does not leave room for
-    (:meth:`extra_s`). (The *left on N* order statistics already count the batches the
-    program finishes on N together, for the set each state chooses; on (80,8) FIFO seed 7 of
-    ``benchmarks/partition.py`` the program's best state finishes one batch on N and serves
-    one of 20.85 ms a layer with 49 layers on N: what it misses there is N's crowding by the
-    served batches, which this counts.)
+    against O. A complete plan also pays for both on N at once: after ``a_l`` N runs the layers from
+    ``l`` on of the batches left on N and of the served ones (after a release ``r``, every layer of
+    the batches released from ``r`` on, and of each other batch the layers its alone chain cannot
+    start before ``r``), and the second grow as O's blocks end earlier (O runs less of the served
+    work). So either the last batch left on N or O's last block ends later than the plan says, and
+    under FIFO every served block whose O work, with that before it, the plan's N share does not
+    leave room for (:meth:`extra_s`). (The *left on N* order statistics already count the batches
+    the program finishes on N together, for the set each state chooses; on (80,8) FIFO seed 7 of
+    ``benchmarks/partition.py`` the program's best state finishes one batch on N and serves one of
+    20.85 ms a layer with 49 layers on N: what it misses there is N's crowding by the served
+    batches, which this counts.)
     """
 
     def __init__(self, relax: Relaxation, table: _Table) -> None:
@@ -63,8 +64,18 @@ class Capacity:
         self.whole, self.p_new, self.layers = L * p_old, p_new, L
         self.handoff = np.asarray(inst.handoff_s)
         grid = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
-        self.arrivals = [(inst.usable_s[j], float(j)) for j in grid]
-        """(``u_l``, ``l - 1``) for the layers ``l`` the crowding bound is taken at."""
+        self.points = [(inst.usable_s[j], j * p_new) for j in grid]
+        starts = np.asarray([o.chain_end[1:] for o in relax.options]) - p_new[:, None]
+        times = sorted({inst.usable_s[j] for j in grid} | set(inst.release_s))
+        self.points += [(at, (starts < at).sum(axis=1) * p_new) for at in times]
+        """(``s``, per batch ``pN`` times its layers that may start on N before ``s``) for the
+        times the crowding bound is taken at: the grid's layer arrivals ``u_l`` (the layers
+        under ``l``), then those and every release again, with the layers each batch's alone
+        chain lets start before ``s`` (its release, the arrivals, a node's start limits and
+        its earlier layers keep the others after it: at most the layers under ``l``)."""
+        self.groups = [np.arange(len(grid)), np.arange(len(grid), len(self.points))]
+        """The arrivals' points and the chains': the every-block term is taken at each group's
+        best (the first alone would pick the point it picked before these were counted)."""
         self.by_new = np.argsort(p_new, kind="stable")
         self.sorted_new = p_new[self.by_new]
         picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
@@ -107,31 +118,40 @@ class Capacity:
         last: np.ndarray,
         *,
         every_block: bool = False,
+        chains: bool = False,
     ) -> np.ndarray:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
-        adds to that bound's total: :meth:`extra_s` at every layer of the grid, counting O's
-        last block; with ``every_block`` also, at the layer where that is largest (each layer
-        is valid alone), every served block (:meth:`leads`, :meth:`last_block`)."""
+        adds to that bound's total: :meth:`extra_s` at the arrivals' points (with ``chains``
+        at every point, :attr:`points`), counting O's last block; with ``every_block`` also,
+        at the point of each group where that is largest (each point is valid alone), every
+        served block (:meth:`leads`, :meth:`last_block`)."""
         placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
-        total, sigma = self.b_old + placed @ self.whole, placed @ self.p_new
+        total = self.b_old + placed @ self.whole
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
-        alone = np.asarray(unplaced.astype(float) @ self.p_new)
-        grid = np.asarray(self.arrivals).T
-        extras = []
-        for usable, below in zip(*grid, strict=True):
-            work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            extras.append(self.extra_s(free, last, total, below * sigma, work, ready, alone == 0))
+        left = unplaced.astype(float)
+        none_left = np.asarray(~unplaced.any(axis=1))
+        works, belows, extras = [], [], []
+        points = self.points if chains else self.points[: self.groups[0].size]
+        for at, under in points:  # after s N runs the layers that cannot start before
+            work = at + left @ (self.layers * self.p_new - under)
+            below = placed @ under  # the served batches' layers that may run before s
+            works.append(work)
+            belows.append(below)
+            extras.append(self.extra_s(free, last, total, below, work, ready, none_left))
         extra = np.max(extras, axis=0)
         if every_block:
-            usable, below = grid[:, np.argmax(extras, axis=0)]
-            work = usable + (self.layers - below) * alone
             leads = self.leads(mask, placed, free, total)
             paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
-            args = (free, last, total, below * sigma, work, ready, alone == 0, paid)
             tail = self.last_block(placed, free, total)
-            extra = np.maximum(extra, self.served_extra_s(*args, tail))
+            for group in self.groups[: 2 if chains else 1]:  # each group's best point
+                got = np.asarray(extras)[group]
+                pick = group[np.argmax(got, axis=0)][None, :]
+                work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
+                below = np.take_along_axis(np.asarray(belows), pick, axis=0)[0]
+                args = (free, last, total, below, work, ready, none_left, paid)
+                extra = np.maximum(extra, self.served_extra_s(*args, tail))
         return np.where(mask == 0, 0.0, extra)
 
     def last_block(
@@ -185,15 +205,16 @@ class Capacity:
         """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
         and last N-only completion ``c >= last`` (arrays, one entry per state).
 
-        After ``u_l`` N runs the N-only batches' layers from ``l`` on (``work`` is ``u_l`` plus
-        them) and the served batches' layers from ``l`` on, at least ``rho (B - T) - below``
-        with ``B = total = b_O + sum L pO`` (O ran the rest by ``T``) and ``below = (l - 1)
-        sigma`` (the layers under ``l``). When that is work at all, N is busy until ``Z(T) =
-        work + max(0, rho (B - T) - below)`` or later, and a served batch's N layers end by
-        ``T - ready`` (the least ``pO`` plus the least hand-off among them: the last block on O
-        runs a layer). So either ``c >= Z(T)`` (the least is at ``free`` or a kink of ``(T -
-        free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``; without N-only batches
-        (``none_left``) also any ``T`` past the kink, where N's share is 0.
+        After a point ``s`` (:attr:`points`) N runs the N-only batches' layers that cannot
+        start before it (``work`` is ``s`` plus them) and the served batches', at least ``rho
+        (B - T) - below`` with ``B = total = b_O + sum L pO`` (O ran the rest by ``T``) and
+        ``below`` the served batches' work that may run before ``s``. When that is work at
+        all, N is busy until ``Z(T) = work + max(0, rho (B - T) - below)`` or later, and a
+        served batch's N layers end by ``T - ready`` (the least ``pO`` plus the least hand-off
+        among them: the last block on O runs a layer). So either ``c >= Z(T)`` (the least is
+        at ``free`` or a kink of ``(T - free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``;
+        without N-only batches (``none_left``) also any ``T`` past the kink, where N's share
+        is 0.
         """
         rho = self.ratio
         kink = total - below / rho  # where N's share of the served work reaches 0
@@ -231,17 +252,17 @@ class Capacity:
         *O's side.* O ran the rest of the served work before each served batch ``t``
         completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
         ``O(x) = sum_t (B_t - E_t - x)^+``; the last, ``T >= max(free, B - x)`` with ``B =
-        total``. *N's side.* After ``u_l`` N runs the N-only batches' layers from ``l`` on
-        (``work`` is ``u_l`` plus them) and at least ``rho x - below`` of the served batches'
-        (``below = (l - 1) sigma``, the layers under ``l``), so its last operation ends at
-        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That
-        operation is an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a
-        served batch's, whose block and every block after it on O come later (``T >= Z +
-        ready``, ``ready`` the least ``pO`` plus the least hand-off among them: ``+ (Z + ready
-        - max(B - x, free))^+``), or, without N-only batches (``none_left``) and ``rho x <=
-        below``, there may be none (``+ 0``). The served-batch case is also bounded by
-        :meth:`_last_share` (the larger counts). Each case is piecewise linear in ``x``, growing
-        past its kinks, so its least over ``x >= 0`` is at ``0`` or a kink: the leads, the
+        total``. *N's side.* After a point ``s`` N runs the N-only batches' layers that cannot start
+        before it (``work`` is ``s`` plus them) and at least ``rho x - below`` of the served
+        batches' (``below``, their work that may run before ``s``), so its last operation ends at
+        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That operation is
+        an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a served batch's,
+        whose block and every block after it on O come later (``T >= Z + ready``, ``ready`` the
+        least ``pO`` plus the least hand-off among them: ``+ (Z + ready - max(B - x, free))^+``),
+        or, without N-only batches (``none_left``) and ``rho x <= below``, there may be none (``+
+        0``). The served-batch case is also bounded by :meth:`_last_share` (the larger counts). Each
+        case is piecewise linear in ``x``, growing past its kinks, so its least over ``x >= 0`` is
+        at ``0`` or a kink: the leads, the
         kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
         leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
         """

@@ -133,20 +133,21 @@ class _Table:
         mask: np.ndarray,
         best_cost: float = math.inf,
     ) -> np.ndarray:
-        """Each state completed by leaving every unplaced batch on N. Under FIFO the crowding
-        term counts every served block only where the state could still beat ``best_cost``
-        (elsewhere the last block's alone, a lower but valid bound, settles it)."""
+        """Each state completed by leaving every unplaced batch on N. The crowding term is
+        taken at the chains' points too (and under FIFO counts every served block) only where
+        the state could still beat ``best_cost`` (elsewhere the arrivals' points and the last
+        block alone, a lower but valid bound, settle it)."""
         alone = self.fold(np.broadcast_to(self.on_new, unplaced.shape), unplaced)
         if self.capacity is None or not self.sums:
             return self.combine(cost, alone)
         total, last = self.capacity.left_on_new(unplaced)
         base = cost + np.maximum(alone, total)
         out = base + self.capacity.crowded(mask, free, unplaced, last)
-        fifo = self.fifo_rank is not None
-        rows = np.flatnonzero(out < best_cost) if fifo else np.zeros(0, dtype=np.int64)
+        rows = np.flatnonzero(out < best_cost)
         if rows.size:
             args = (mask[rows], free[rows], unplaced[rows], last[rows])
-            out[rows] = base[rows] + self.capacity.crowded(*args, every_block=True)
+            fifo = self.fifo_rank is not None
+            out[rows] = base[rows] + self.capacity.crowded(*args, every_block=fifo, chains=True)
         return np.asarray(out)
 
     def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
