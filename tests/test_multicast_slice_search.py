@@ -5,6 +5,7 @@ the predictions and measurements make)."""
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 
@@ -155,3 +156,43 @@ def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count() -> No
     assert slower.pending and all(j == 1 for _, _, j in slower.pending)
     assert slower._leader() == 0
     assert slower.needed_s() == slower.reserve_s  # the ring leads: the other's do not count
+
+
+def test_a_pattern_is_timed_only_when_its_own_build_could_follow() -> None:
+    """Patterns predicted at a microsecond per lane-slice with a minute left: with a build
+    predicted at a billion times its pattern, none is timed (each waits: it could never be
+    built, so timing it would only take the time of the builds that can); at a millionth,
+    every one is."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    for per_pattern, timed in ((1e9, False), (1e-6, True)):
+        search = SliceSearch(problem, "all_ready")
+        search.pattern_rate[0] = 1e-6  # as if measured: every plan's pattern predicted so
+        search.per_pattern = per_pattern
+        search.time([ring], time.perf_counter() + 60.0)
+        assert bool(search.timed) == timed
+        assert bool(search.pending) != timed
+
+
+def test_an_untimed_build_cut_short_keeps_its_pace_for_the_next(monkeypatch) -> None:
+    """A slicing the pattern cannot time, built lane by lane: a build that took 5 s (on a
+    stand-in clock) and was cut short (None) still sets the pace, so the next one of that size
+    is not started with 4 s left; before, only a finished build did, and every later one was
+    started at the prior pace and ran to its deadline."""
+    search, _ = _timed_ring()
+    clock = types.SimpleNamespace(now=100.0)
+    monkeypatch.setattr(slice_search, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    started: list[int] = []
+
+    def cut_short(*args, **kwargs):
+        started.append(args[2])
+        clock.now += 5.0
+        return None
+
+    monkeypatch.setattr(slice_search, "sliced_until", cut_short)
+    key = (4, False, 0)
+    size = search.shapes[0][1] * 4
+    assert search._full(key, clock.now + 100.0, timed=False) is None
+    assert search.untimed_rate == pytest.approx(5.0 / size)
+    assert search._full(key, clock.now + 4.0, timed=False) is None
+    assert started == [4]

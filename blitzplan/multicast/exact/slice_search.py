@@ -218,7 +218,8 @@ class SliceSearch:
                 continue
             size = self.shapes[j][1] * phases
             predicted = self._pattern_predicted(j, size)
-            if not (_fits(predicted, deadline) and _fits(predicted + self.reserve_s, build_by)):
+            kept = max(self.reserve_s, self.per_pattern * predicted)  # the target's or its own
+            if not (_fits(predicted, deadline) and _fits(predicted + kept, build_by)):
                 self.pending.append((phases, staggered, j))
                 continue
             start = time.perf_counter()
@@ -302,11 +303,11 @@ class SliceSearch:
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
             return None
         took = time.perf_counter() - start
-        if trial is None:  # it would not end in time, or its phases meet
-            return None
-        if not timed:
+        if not timed:  # built or cut short (then its time is a floor of its rate)
             self.untimed_rate = max(self.untimed_rate, took / size)
-        elif self.measured_build:
+        if trial is None or not timed:  # None: it would not end in time, or its phases meet
+            return trial
+        if self.measured_build:
             self.per_pattern = max(self.per_pattern, took / self.took[key])
         else:  # the first measured replaces the prior
             self.per_pattern, self.measured_build = took / self.took[key], True
