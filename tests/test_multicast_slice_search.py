@@ -11,6 +11,7 @@ import pytest
 
 import blitzplan.multicast.exact.slice_search as slice_search
 from blitzplan.multicast.exact.phase_slices import BuildPace, slice_phases, sliced_until
+from blitzplan.multicast.exact.slice_layout import BY_LANE, BY_SENDER
 from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.timeline.assemble import Built, finish
@@ -196,3 +197,22 @@ def test_an_untimed_build_cut_short_keeps_its_pace_for_the_next(monkeypatch) -> 
     assert search.untimed_rate == pytest.approx(5.0 / size)
     assert search._full(key, clock.now + 4.0, timed=False) is None
     assert started == [4]
+
+
+@pytest.mark.parametrize("preferred", [BY_LANE, BY_SENDER])
+def test_the_leading_plans_waiting_slicings_come_in_its_staggering_first(
+    monkeypatch, preferred: int
+) -> None:
+    """The leading plan's slicings left for lack of time are tried again the most slices
+    first and, at one count, in the plan's staggering first (case 193: its 64 slices by lane
+    depth, 1.0475 of the bound, waited behind its 64 by sender, 2.08x, and the time ran out
+    between them); before, the staggering's number decided."""
+    search, _ = _timed_ring()
+    waiting = [(64, BY_SENDER, 0), (64, BY_LANE, 0), (128, BY_SENDER, 0), (128, BY_LANE, 0)]
+    search.pending = list(waiting)
+    other = BY_SENDER if preferred == BY_LANE else BY_LANE
+    monkeypatch.setattr(search, "_staggering", lambda j: preferred)
+    tried: list[list[tuple[int, int, int]]] = []
+    monkeypatch.setattr(search, "_patterns", lambda trials, *args: tried.append(list(trials)))
+    search.time([], None)
+    assert tried[0] == [(128, preferred, 0), (128, other, 0), (64, preferred, 0), (64, other, 0)]
