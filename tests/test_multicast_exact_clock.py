@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
+import blitzplan.multicast as multicast_package
 import blitzplan.multicast.exact.exact_search as exact_search_module
+import blitzplan.multicast.methods as methods
+from blitzplan.multicast import plan_multicast
 from blitzplan.multicast.exact.exact_search import exact_search
+from blitzplan.multicast.methods import EXACT_REFINE_SHARE
 from blitzplan.multicast.planners.greedy import build, context, greedy_choice
+from blitzplan.multicast.refine_budget import RefineBudget
 from tests.test_multicast_overlay import _problem
 from tests.test_multicast_phase_slices import CHUNK, one_gpu_hosts
 
@@ -89,3 +96,75 @@ def test_without_a_limit_every_candidate_is_evaluated(monkeypatch) -> None:
     result = exact_search(problem, ctx, "all_ready", incumbent, time_limit_s=None)
     assert result.finished
     assert len(ended) == result.evaluated >= 23
+
+
+class _Stop(Exception):
+    """Ends a call once what the test looks at is seen."""
+
+
+def test_the_exact_methods_limit_counts_from_the_call(monkeypatch) -> None:
+    """A layout that takes 3 s (on a stand-in clock) leaves the planning 7 s of a 10 s limit;
+    before, the planning got all 10 s and the plan's time, counted from the call, could pass
+    its limit by the layout's."""
+    state, spec = one_gpu_hosts(3)
+    clock = _Clock()
+    monkeypatch.setattr(
+        multicast_package, "time", types.SimpleNamespace(perf_counter=clock.perf_counter)
+    )
+    laid_out = multicast_package._afforded
+
+    def slow_layout(*args):
+        clock.now += 3.0
+        return laid_out(*args)
+
+    given: list[float] = []
+
+    def planned(problem, method, objective, polish, limit, *rest):
+        given.append(limit)
+        raise _Stop
+
+    monkeypatch.setattr(multicast_package, "_afforded", slow_layout)
+    monkeypatch.setattr(multicast_package, "striped_plan", planned)
+    with pytest.raises(_Stop):
+        plan_multicast(
+            state, spec, targets=[["h1/gpu0"], ["h2/gpu0"]], method="exact", time_limit_s=10.0
+        )
+    assert given == [pytest.approx(7.0)]
+
+
+def test_the_clocked_exact_method_bounds_the_greedys_refinements(monkeypatch) -> None:
+    """Under ``method="exact"`` with a 10 s limit, the greedy's local search and linear program
+    get a budget that ends by EXACT_REFINE_SHARE of it from the call, and the greedy's tree
+    packing does not run (the exact method packs trees itself); without a limit, no budget
+    and the packing runs. The exact method itself is stubbed out (what comes before it is
+    tested)."""
+    clock = types.SimpleNamespace(perf_counter=lambda: 100.0)
+    monkeypatch.setattr(multicast_package, "time", clock)
+    monkeypatch.setattr(methods, "time", clock)
+    budgets: list[object] = []
+    packed: list[object] = []
+    polished = methods.polish
+
+    def polish(*args, **kwargs):
+        budgets.append(kwargs["budget"])
+        return polished(*args, **kwargs)
+
+    def repack(problem, lives, built, bound, left):
+        packed.append(left)
+        return built
+
+    def exact_plan(problem, ctx, objective, incumbent, left, *, bound, evaluation_s):
+        return incumbent[1], bound
+
+    monkeypatch.setattr(methods, "polish", polish)
+    monkeypatch.setattr(methods, "repack", repack)
+    monkeypatch.setattr(methods, "exact_plan", exact_plan)
+    state, spec = one_gpu_hosts(5)
+    targets = [[f"h{k}/gpu0"] for k in range(1, 5)]
+    plan_multicast(state, spec, targets=targets, method="exact", time_limit_s=10.0)
+    (budget,) = budgets
+    assert isinstance(budget, RefineBudget)
+    assert budget.deadline == pytest.approx(100.0 + EXACT_REFINE_SHARE * 10.0)
+    assert packed == []
+    plan_multicast(state, spec, targets=targets, method="exact")
+    assert budgets[1] is None and packed == [None]

@@ -5,11 +5,13 @@ the predictions and measurements make)."""
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 
 import blitzplan.multicast.exact.slice_search as slice_search
 from blitzplan.multicast.exact.phase_slices import BuildPace, slice_phases, sliced_until
+from blitzplan.multicast.exact.slice_layout import BY_LANE, BY_SENDER
 from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.timeline.assemble import Built, finish
@@ -155,3 +157,62 @@ def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count() -> No
     assert slower.pending and all(j == 1 for _, _, j in slower.pending)
     assert slower._leader() == 0
     assert slower.needed_s() == slower.reserve_s  # the ring leads: the other's do not count
+
+
+def test_a_pattern_is_timed_only_when_its_own_build_could_follow() -> None:
+    """Patterns predicted at a microsecond per lane-slice with a minute left: with a build
+    predicted at a billion times its pattern, none is timed (each waits: it could never be
+    built, so timing it would only take the time of the builds that can); at a millionth,
+    every one is."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    for per_pattern, timed in ((1e9, False), (1e-6, True)):
+        search = SliceSearch(problem, "all_ready")
+        search.pattern_rate[0] = 1e-6  # as if measured: every plan's pattern predicted so
+        search.per_pattern = per_pattern
+        search.time([ring], time.perf_counter() + 60.0)
+        assert bool(search.timed) == timed
+        assert bool(search.pending) != timed
+
+
+def test_an_untimed_build_cut_short_keeps_its_pace_for_the_next(monkeypatch) -> None:
+    """A slicing the pattern cannot time, built lane by lane: a build that took 5 s (on a
+    stand-in clock) and was cut short (None) still sets the pace, so the next one of that size
+    is not started with 4 s left; before, only a finished build did, and every later one was
+    started at the prior pace and ran to its deadline."""
+    search, _ = _timed_ring()
+    clock = types.SimpleNamespace(now=100.0)
+    monkeypatch.setattr(slice_search, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    started: list[int] = []
+
+    def cut_short(*args, **kwargs):
+        started.append(args[2])
+        clock.now += 5.0
+        return None
+
+    monkeypatch.setattr(slice_search, "sliced_until", cut_short)
+    key = (4, False, 0)
+    size = search.shapes[0][1] * 4
+    assert search._full(key, clock.now + 100.0, timed=False) is None
+    assert search.untimed_rate == pytest.approx(5.0 / size)
+    assert search._full(key, clock.now + 4.0, timed=False) is None
+    assert started == [4]
+
+
+@pytest.mark.parametrize("preferred", [BY_LANE, BY_SENDER])
+def test_the_leading_plans_waiting_slicings_come_in_its_staggering_first(
+    monkeypatch, preferred: int
+) -> None:
+    """The leading plan's slicings left for lack of time are tried again the most slices
+    first and, at one count, in the plan's staggering first (case 193: its 64 slices by lane
+    depth, 1.0475 of the bound, waited behind its 64 by sender, 2.08x, and the time ran out
+    between them); before, the staggering's number decided."""
+    search, _ = _timed_ring()
+    waiting = [(64, BY_SENDER, 0), (64, BY_LANE, 0), (128, BY_SENDER, 0), (128, BY_LANE, 0)]
+    search.pending = list(waiting)
+    other = BY_SENDER if preferred == BY_LANE else BY_LANE
+    monkeypatch.setattr(search, "_staggering", lambda j: preferred)
+    tried: list[list[tuple[int, int, int]]] = []
+    monkeypatch.setattr(search, "_patterns", lambda trials, *args: tried.append(list(trials)))
+    search.time([], None)
+    assert tried[0] == [(128, preferred, 0), (128, other, 0), (64, preferred, 0), (64, other, 0)]

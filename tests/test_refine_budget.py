@@ -107,3 +107,18 @@ def test_the_refinements_time_is_kept_apart_from_the_greedys() -> None:
     budget.start()  # reads 10.0
     assert budget.refining_s() == 0.0  # reads 10.0
     assert budget.refining_s() == 3.5  # reads 13.5
+
+
+def test_a_deadline_ends_the_allowance_when_earlier() -> None:
+    """A 2x allowance of a 1 s gain from 5.0 ends at 7.0, or at a deadline of 5.5; without a
+    factor the deadline alone ends it (2 s left at 5.0), and a deadline past the allowance
+    changes nothing."""
+    for deadline, until in ((5.5, 5.5), (9.0, 7.0), (None, 7.0)):
+        budget = RefineBudget(2.0, clock=lambda: 5.0, floor_s=0.0, deadline=deadline)
+        assert budget.worth(0, 1.0)
+        budget.start()
+        assert budget.until == until
+    budget = RefineBudget(None, clock=lambda: 5.0, deadline=7.0)
+    budget.start()
+    assert budget.left() == 2.0 and not budget.spent()
+    assert RefineBudget(None, clock=lambda: 8.0, deadline=7.0).spent()

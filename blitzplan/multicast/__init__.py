@@ -201,9 +201,10 @@ def _solve(
     if method in BASELINES:
         built = BASELINES[method](problem)
         bound = lower_bound(unwaited, objective, local_copies=local)
-    else:
+    else:  # the time limit counts from the call (the layout too)
+        limit = None if time_limit_s is None else time_limit_s - (time.perf_counter() - started)
         built, bound = striped_plan(
-            problem, method, objective, polish_evaluations, time_limit_s, refine_budget, check
+            problem, method, objective, polish_evaluations, limit, refine_budget, check
         )
         if unwaited is not problem:
             bound = lower_bound(unwaited, objective)

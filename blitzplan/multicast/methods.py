@@ -23,9 +23,11 @@ from blitzplan.multicast.timeline.assemble import Built, score
 
 CLOSE_ENOUGH = 0.01
 """A greedy plan this close to the per-instance cuts (relative) skips its refinements."""
-EXACT_REPACK_SHARE = 0.3
-"""Under ``method="exact"`` with a time limit, the greedy's tree packing ends by this share of
-it (the exact method's own packings and search take the rest)."""
+EXACT_REFINE_SHARE = 0.3
+"""Under ``method="exact"`` with a time limit (and no ``refine_budget``), the greedy's local
+search and linear program end by this share of it, counted from the call: a guard, not a
+budget (on the 2-core machine they took 0.2-1.7 s at load 9, but 6.7 s at load 9-10 once), so
+a loaded machine still leaves the exact method the rest."""
 LP_MAX_NODES = 16
 """The greedy re-allocates its final order by linear program up to this many target nodes."""
 POLISH_MAX_EVALUATIONS = 60
@@ -51,8 +53,14 @@ def striped_plan(
     program, no max-flow bound (each could gain less than that). ``refine_budget`` skips the
     refinements when the most they could gain (the plan's time above those cuts) pays for no
     more plan and bounds their time by it; ``check`` is the deadline's checkpoint
-    (:func:`~blitzplan.multicast.plan_multicast`)."""
+    (:func:`~blitzplan.multicast.plan_multicast`). The exact method with ``time_limit_s`` (the
+    time left of the call's limit) ends the greedy's local search and linear program by
+    :data:`EXACT_REFINE_SHARE` of it and leaves the tree packing to its own, on the overlay
+    program's live choice (the greedy's packing took 0.3-2.7 s of its 10 s at load 7-9, and in
+    eight traced cases its plan was never the exact method's answer)."""
     entered = time.perf_counter()
+    if method == "exact" and time_limit_s is not None and refine_budget is None:
+        refine_budget = RefineBudget(None, deadline=entered + EXACT_REFINE_SHARE * time_limit_s)
     if check is not None:
         check("problem")
     ctx = context(problem, check)
@@ -88,12 +96,10 @@ def striped_plan(
     if budget == 0 and method != "exact":  # no refinement: no max-flow bound (fast, no SciPy)
         return built, cheap
     bound = lower_bound(problem, objective)
-    if budget > 0 and objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES:
+    packs = budget > 0 and objective == "all_ready" and len(ctx.targets) <= POLISH_MAX_NODES
+    if packs and not (method == "exact" and time_limit_s is not None):  # (it packs them later)
         lives = [frozenset(n - len(problem.sources) for n in c.live_nodes) for c in (first, choice)]
         left = None if refine_budget is None else refine_budget.left()
-        if method == "exact" and time_limit_s is not None:  # the exact method packs later too
-            spent = time.perf_counter() - entered
-            left = max(0.0, EXACT_REPACK_SHARE * time_limit_s - spent)
         built = repack(problem, lives, built, bound, left)
     if method == "exact":  # from the greedy's plan (never worse), in the time left
         left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - entered)

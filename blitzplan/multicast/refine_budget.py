@@ -16,6 +16,7 @@ identical plan.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -34,7 +35,8 @@ refinement: 5-15 ms of linear program on an 8-GPU host)."""
 
 class RefineBudget:
     """At most ``factor`` times the refinements' possible gain for them, at least ``floor_s``
-    seconds (None: no limit; 0: none); ``clock`` gives seconds (tests pass a fake one).
+    seconds (None: no limit; 0: none), and none past ``deadline`` (a ``clock`` reading; None:
+    none); ``clock`` gives seconds (tests pass a fake one).
     ``cut`` tells afterwards whether a refinement stopped for the budget, ``skipped`` whether
     none ran because the gain could not pay for them."""
 
@@ -43,16 +45,19 @@ class RefineBudget:
         factor: float | None,
         clock: Callable[[], float] = time.perf_counter,
         floor_s: float = REFINE_MIN_S,
+        *,
+        deadline: float | None = None,
     ) -> None:
         if factor is not None and (
             isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 0
         ):
             raise InvalidInputError(f"refine_budget must be a number >= 0 or None, got {factor!r}")
         self.factor = factor
+        self.deadline = math.inf if deadline is None else deadline
         self.clock = clock
         self.floor_s = floor_s
         self.gain_s = 0.0
-        self.until: float | None = None
+        self.until: float | None = deadline
         self.begun: float | None = None
         self.begun_cpu: float | None = None
         self.cut = False
@@ -73,11 +78,12 @@ class RefineBudget:
 
     def start(self) -> None:
         """The refinements start now: their clock and allowance, ``factor`` times the gain
-        given to :meth:`worth`, at least ``floor_s`` (0 with ``factor`` 0), begin."""
+        given to :meth:`worth`, at least ``floor_s`` (0 with ``factor`` 0), begin; it ends by
+        the ``deadline`` given, if earlier."""
         self.begun, self.begun_cpu = self.clock(), time.thread_time()
         if self.factor is not None:
             allowed = max(self.factor * self.gain_s, self.floor_s) if self.factor > 0 else 0.0
-            self.until = self.begun + allowed
+            self.until = min(self.begun + allowed, self.deadline)
 
     def refining_s(self) -> float:
         """Seconds since the refinements started (0 when they never did): what a plan took

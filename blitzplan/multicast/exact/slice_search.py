@@ -148,8 +148,8 @@ class SliceSearch:
         one added before) and time their slicings from their patterns by ``deadline`` (a
         :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
         (None: ``deadline``). The slicings an earlier call had no time for come first, the
-        most slices first, when they are of the leading plan (:meth:`needed_s`), last
-        otherwise."""
+        most slices first (at one count, the plan's staggering, :meth:`_staggering`, first),
+        when they are of the leading plan (:meth:`needed_s`), last otherwise."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
         added = len(self.plans)
@@ -166,7 +166,11 @@ class SliceSearch:
         new = range(added, len(self.plans))
         began = time.perf_counter()
         lead, waiting, self.pending = self._leader(), self.pending, []
-        first = sorted((key for key in waiting if key[2] == lead), reverse=True)  # most first
+        first = sorted(  # the most slices first, the plan's staggering first at a count
+            (key for key in waiting if key[2] == lead),
+            key=lambda key: (key[0], key[1] == self._staggering(lead)),
+            reverse=True,
+        )
         self._patterns(first, deadline, build_by)
         self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
@@ -218,7 +222,8 @@ class SliceSearch:
                 continue
             size = self.shapes[j][1] * phases
             predicted = self._pattern_predicted(j, size)
-            if not (_fits(predicted, deadline) and _fits(predicted + self.reserve_s, build_by)):
+            kept = max(self.reserve_s, self.per_pattern * predicted)  # the target's or its own
+            if not (_fits(predicted, deadline) and _fits(predicted + kept, build_by)):
                 self.pending.append((phases, staggered, j))
                 continue
             start = time.perf_counter()
@@ -302,11 +307,11 @@ class SliceSearch:
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
             return None
         took = time.perf_counter() - start
-        if trial is None:  # it would not end in time, or its phases meet
-            return None
-        if not timed:
+        if not timed:  # built or cut short (then its time is a floor of its rate)
             self.untimed_rate = max(self.untimed_rate, took / size)
-        elif self.measured_build:
+        if trial is None or not timed:  # None: it would not end in time, or its phases meet
+            return trial
+        if self.measured_build:
             self.per_pattern = max(self.per_pattern, took / self.took[key])
         else:  # the first measured replaces the prior
             self.per_pattern, self.measured_build = took / self.took[key], True
