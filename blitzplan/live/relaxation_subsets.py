@@ -104,6 +104,8 @@ class _Table:
         rank = np.empty(self.n, dtype=np.int64)
         rank[list(relax.instance.fifo_order)] = np.arange(self.n)
         self.fifo_rank = rank if fifo else None
+        self.relative = capacity and self.sums and not fifo
+        """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
 
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O."""
@@ -237,7 +239,7 @@ def subset_search(
             empty = {key: value[:0] for key, value in level.items()}
             bound = _open_bound(table, empty, 0, grown, best_cost, deadline, meter)
             return bound, _sequence(history, best_ref), False
-        level = _pareto(grown)
+        level = _pareto(grown, relative=table.relative)
         if size >= MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
@@ -310,12 +312,22 @@ def _expand_chunk(
     return better
 
 
-def _pareto(grown: list[_Arrays]) -> _Arrays:
-    """Per set, the states no other state of the set beats on both O free time and cost."""
+def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
+    """Per set, the states no other state of the set beats on both O free time and cost (with
+    ``relative``, on O free time and ``cost - free``, which implies cost).
+
+    The capacity conditions' crowding term charges a complete state ``(T - free) + ...`` over
+    the real last O completion ``T >= free``: that is ``cost - free`` plus a term that does
+    not fall as ``free`` grows, so a state beaten on free time and cost alone may complete
+    lower than the state that beats it (the other blocks' latencies, ``cost - free``, are
+    what its real schedule pays). Under a free order, mean latency, the merge must keep it:
+    beaten on ``free`` and ``cost - free`` it is not (a child's ``cost - free`` is its
+    parent's cost less the child's release, so the order carries to children)."""
     merged = {key: np.concatenate([g[key] for g in grown]) for key in grown[0]}
-    order = np.lexsort((merged["cost"], merged["free"], merged["mask"]))
+    rank = merged["cost"] - merged["free"] if relative else merged["cost"]
+    order = np.lexsort((rank, merged["free"], merged["mask"]))
     merged = {key: value[order] for key, value in merged.items()}
-    mask, cost = merged["mask"], merged["cost"]
+    mask, cost = merged["mask"], rank[order]
     before = np.full(cost.size, math.inf)  # least cost earlier in the same set
     before[1:] = np.where(mask[1:] == mask[:-1], cost[:-1], math.inf)
     starts = np.flatnonzero(np.r_[True, mask[1:] != mask[:-1], True])
