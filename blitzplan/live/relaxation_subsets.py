@@ -124,7 +124,7 @@ class _Table:
             alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
             best = np.minimum(best, alt)
         if self.capacity is not None and served is not None:
-            best = np.maximum(best, self.capacity.shared(served, i))
+            best = np.maximum(best, self.capacity.shared(served, i, free))
         return np.asarray(best)
 
     def done(
