@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_subsets
+from blitzplan.live import relaxation_capacity, relaxation_subsets
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation, Restriction
 from blitzplan.live.relaxation_capacity import Capacity
@@ -92,34 +92,57 @@ def _checked(inst: LiveScalingInstance, r: Restriction, old_order: str) -> tuple
     return checked, raised
 
 
+def _handed_off(rng: random.Random) -> LiveScalingInstance:
+    """A tiny instance whose hand-offs may outlast a layer on O (which batch N ran last
+    matters), with unequal layer times on the two instances."""
+    layers, n = rng.randint(2, 3), rng.randint(2, 3)
+    p_new = [rng.choice([0.25, 0.5, 1.0]) for _ in range(n)]
+    return LiveScalingInstance(
+        sorted(rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(layers)),
+        [rng.choice([0.0, 0.0, 0.5]) for _ in range(n)],
+        p_new,
+        [p * rng.choice([0.5, 1.0, 2.0]) for p in p_new],
+        [rng.choice([0.0, 0.5, 1.0, 1.5]) for _ in range(n)],
+        old_free_at_s=rng.choice([0.0, 1.0, 2.0]),
+    )
+
+
+@pytest.mark.parametrize("groups", [1, 8])
 @pytest.mark.parametrize("old_order", ["free", "fifo"])
-def test_no_schedule_completes_a_served_batch_before_the_condition(old_order: str) -> None:
-    """Property: on crowded tiny instances and :func:`_late_layer`, every schedule (every
-    split, N order and O order), timed as early as it can be, completes each served batch no
-    earlier than the condition with its split apart, and that rises above shared work alone
-    on some of them."""
+def test_no_schedule_completes_a_served_batch_before_the_condition(
+    old_order: str, groups: int
+) -> None:
+    """Property: on crowded tiny instances, :func:`_handed_off` ones and :func:`_late_layer`,
+    every schedule (every split, N order and O order), timed as early as it can be, completes
+    each served batch no earlier than the condition with its split apart, and that rises
+    above shared work alone on some of them. With one group (every split but 0 together) the
+    groups' own bounds are checked too (with eight, on these sizes, each split is alone)."""
     rng = random.Random(1517)
     cases = [_crowded(rng) for _ in range(40)] + [_nodes_crowded(s) for s in range(20)]
+    cases += [_handed_off(rng) for _ in range(30)]
     checked = raised = 0
-    for inst in [*cases, _late_layer()]:
-        if count_schedules(inst, old_order=old_order) > 20_000:
-            continue
-        got = _checked(inst, Restriction.none(inst), old_order)
-        checked, raised = checked + got[0], raised + got[1]
+    with mock.patch.object(relaxation_capacity, "SPLIT_GROUPS", groups):
+        for inst in [*cases, _late_layer()]:
+            if count_schedules(inst, old_order=old_order) > 20_000:
+                continue
+            got = _checked(inst, Restriction.none(inst), old_order)
+            checked, raised = checked + got[0], raised + got[1]
     assert checked >= 10_000 and raised >= 100, (checked, raised)
 
 
-def test_no_schedule_of_a_node_completes_a_served_batch_before_the_condition() -> None:
+@pytest.mark.parametrize("groups", [1, 8])
+def test_no_schedule_of_a_node_completes_a_served_batch_before_the_condition(groups: int) -> None:
     """Property: the same on random nodes (narrowed split ranges, start limits on N), whose
     split groups and alone chains are the node's."""
     rng, checked, raised = random.Random(2315), 0, 0
-    for seed in range(30):
-        inst = _nodes_crowded(seed)
-        if count_schedules(inst, old_order="free") > 20_000:
-            continue
-        for _ in range(3):
-            got = _checked(inst, _restriction(inst, rng), "free")
-            checked, raised = checked + got[0], raised + got[1]
+    with mock.patch.object(relaxation_capacity, "SPLIT_GROUPS", groups):
+        for seed in range(30):
+            inst = _nodes_crowded(seed)
+            if count_schedules(inst, old_order="free") > 20_000:
+                continue
+            for _ in range(3):
+                got = _checked(inst, _restriction(inst, rng), "free")
+                checked, raised = checked + got[0], raised + got[1]
     assert checked >= 5_000 and raised >= 20, (checked, raised)
 
 
