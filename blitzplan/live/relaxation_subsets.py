@@ -6,9 +6,11 @@ cost plus, for each batch not yet placed, the least of its value placed next on 
 on N alone; a state whose bound cannot beat the best known cost is dropped, and so is a child
 whose own bound cannot. Each state also completes the relaxation by leaving every unplaced
 batch on N (a candidate for the best cost). The children of a level are merged, per set, to
-their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of states at a
-time; the clock is read before every chunk and every merge (a merge is not started when the
-last large merge's time per state says it would end past the time allowed). Given a
+their Pareto front of (O free time, cost) (with the capacity conditions under a free order,
+mean latency: of O free time and ``cost - free``, :func:`_pareto`). All of it runs on
+arrays, a chunk of states at a time; the clock is read before every chunk and every merge (a
+merge is not started when the last large merge's time per state says it would end past the
+time allowed). Given a
 :class:`~blitzplan.live.work_meter.WorkMeter`, the clock is the meter's: every chunk and merge
 counts its estimated seconds (:data:`CHUNK_S_PER_BATCH`, :data:`STATE_S_PER_BATCH`, and
 :func:`_merge_s`: per state, more when their costs differ) and a merge is not started when
