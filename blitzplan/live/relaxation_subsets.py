@@ -47,7 +47,11 @@ __all__ = [
 ]
 
 CHUNK_STATES = 4_000
-"""States bounded and expanded together (one read of the clock per chunk)."""
+"""States bounded and expanded together (one read of the clock per chunk); half as many with
+the capacity conditions, whose chunks take twice as long per state (on (32,16) of
+``benchmarks/partition.py``, up to 90 ms for 4,000 states against 40 ms without the split
+apart of :meth:`~blitzplan.live.relaxation_capacity.Capacity.shared`): a time limit is
+overrun by at most one chunk."""
 
 MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
@@ -106,6 +110,8 @@ class _Table:
         rank = np.empty(self.n, dtype=np.int64)
         rank[list(relax.instance.fifo_order)] = np.arange(self.n)
         self.fifo_rank = rank if fifo else None
+        self.chunk = CHUNK_STATES // 2 if capacity else CHUNK_STATES
+        """States per chunk (:data:`CHUNK_STATES`)."""
         self.relative = capacity and self.sums and not fifo
         """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
 
@@ -219,11 +225,11 @@ def subset_search(
     for depth in range(table.n + 1):
         history.append(level)
         grown: list[_Arrays] = []
-        for begin in range(0, level["cost"].size, CHUNK_STATES):
+        for begin in range(0, level["cost"].size, table.chunk):
             if passed(meter, search_until):
                 bound = _open_bound(table, level, begin, grown, best_cost, deadline, meter)
                 return bound, _sequence(history, best_ref), False
-            _count(meter, table.n, min(CHUNK_STATES, level["cost"].size - begin))
+            _count(meter, table.n, min(table.chunk, level["cost"].size - begin))
             found = _expand(table, level, begin, best_cost, grown)
             if found is not None:
                 best_cost, best_ref = found[0], (depth, found[1])
@@ -269,15 +275,15 @@ def _count(meter: WorkMeter | None, batches: int, states: int) -> None:
         meter.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
 
 
-def _chunk(level: _Arrays, begin: int) -> _Arrays:
-    return {key: value[begin : begin + CHUNK_STATES] for key, value in level.items()}
+def _chunk(level: _Arrays, begin: int, size: int) -> _Arrays:
+    return {key: value[begin : begin + size] for key, value in level.items()}
 
 
 def _expand(
     table: _Table, level: _Arrays, begin: int, best_cost: float, grown: list[_Arrays]
 ) -> tuple[float, int] | None:
     """Bound and expand one chunk; returns (cost, index) of a better complete relaxed plan."""
-    part = _chunk(level, begin)
+    part = _chunk(level, begin, table.chunk)
     with np.errstate(invalid="ignore"):  # inf - inf in rows already out of the running
         return _expand_chunk(table, part, begin, best_cost, grown)
 
@@ -354,7 +360,8 @@ def _open_bound(
 ) -> float:
     """The least cost any open state could reach: its cost and floor until ``deadline``, its
     cost alone after it (values are never negative, so still a bound)."""
-    parts = [_chunk(level, b) for b in range(begin, level["cost"].size, CHUNK_STATES)]
+    size = table.chunk
+    parts = [_chunk(level, b, size) for b in range(begin, level["cost"].size, size)]
     parts += grown
     bound = best_cost
     for part in parts:
