@@ -48,10 +48,10 @@ __all__ = [
 
 CHUNK_STATES = 4_000
 """States bounded and expanded together (one read of the clock per chunk); half as many with
-the capacity conditions, whose chunks take twice as long per state (on (32,16) of
-``benchmarks/partition.py``, up to 90 ms for 4,000 states against 40 ms without the split
-apart of :meth:`~blitzplan.live.relaxation_capacity.Capacity.shared`): a time limit is
-overrun by at most one chunk."""
+the capacity conditions under a free order, whose chunks take twice as long per state (on
+(32,16) of ``benchmarks/partition.py``, up to 90 ms for 4,000 states against 40 ms without
+the split apart of :meth:`~blitzplan.live.relaxation_capacity.Capacity.shared`): a time
+limit is overrun by at most one chunk."""
 
 MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
@@ -104,13 +104,13 @@ class _Table:
         self.release = np.asarray(relax.instance.release_s, dtype=float)
         self.slo = np.asarray(relax.obj.slo, dtype=float)
         self.bits = np.int64(1) << np.arange(self.n, dtype=np.int64)
-        self.capacity = Capacity(relax, self) if capacity else None
         self.sums = relax.obj.name == "mean_latency"
         """Whether the bound on the batches left on N applies (a total latency)."""
         rank = np.empty(self.n, dtype=np.int64)
         rank[list(relax.instance.fifo_order)] = np.arange(self.n)
         self.fifo_rank = rank if fifo else None
-        self.chunk = CHUNK_STATES // 2 if capacity else CHUNK_STATES
+        self.capacity = Capacity(relax, self, split_apart=not fifo) if capacity else None
+        self.chunk = CHUNK_STATES // 2 if capacity and not fifo else CHUNK_STATES
         """States per chunk (:data:`CHUNK_STATES`)."""
         self.relative = capacity and self.sums and not fifo
         """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
