@@ -29,7 +29,7 @@ grouping is valid, each group bounded by its least). Finer groups bound higher a
 the free order's root capacity bound on (40,12) seed 0 of ``benchmarks/partition.py`` is
 0.64332 without the split apart, 0.64707 / 0.64897 / 0.64992 with 8 / 16 / 80 groups (CPU
 0.04 / 0.06 / 0.06 / 0.15 s); on (32,16) seed 7 0.45599 / 0.45691 / 0.45691 / 0.45698 (CPU
-1.6 / 2.0 / 2.2 / 2.8 s)."""
+0.9 / 2.0 / 2.2 / 2.8 s, the first at another load)."""
 
 
 class Capacity:
