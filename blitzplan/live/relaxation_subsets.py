@@ -6,9 +6,11 @@ cost plus, for each batch not yet placed, the least of its value placed next on 
 on N alone; a state whose bound cannot beat the best known cost is dropped, and so is a child
 whose own bound cannot. Each state also completes the relaxation by leaving every unplaced
 batch on N (a candidate for the best cost). The children of a level are merged, per set, to
-their Pareto front of (O free time, cost). All of it runs on arrays, a chunk of states at a
-time; the clock is read before every chunk and every merge (a merge is not started when the
-last large merge's time per state says it would end past the time allowed). Given a
+their Pareto front of (O free time, cost) (with the capacity conditions under a free order,
+mean latency: of O free time and ``cost - free``, :func:`_pareto`). All of it runs on
+arrays, a chunk of states at a time; the clock is read before every chunk and every merge (a
+merge is not started when the last large merge's time per state says it would end past the
+time allowed). Given a
 :class:`~blitzplan.live.work_meter.WorkMeter`, the clock is the meter's: every chunk and merge
 counts its estimated seconds (:data:`CHUNK_S_PER_BATCH`, :data:`STATE_S_PER_BATCH`, and
 :func:`_merge_s`: per state, more when their costs differ) and a merge is not started when
@@ -45,7 +47,11 @@ __all__ = [
 ]
 
 CHUNK_STATES = 4_000
-"""States bounded and expanded together (one read of the clock per chunk)."""
+"""States bounded and expanded together (one read of the clock per chunk); half as many with
+the capacity conditions under a free order, whose chunks take twice as long per state (on
+(32,16) of ``benchmarks/partition.py``, up to 90 ms for 4,000 states against 40 ms without
+the split apart of :meth:`~blitzplan.live.relaxation_capacity.Capacity.shared`): a time
+limit is overrun by at most one chunk."""
 
 MEASURED_MERGE_STATES = 1_000
 """Merges of at least this many states set the time per state the next merge is judged by
@@ -98,12 +104,16 @@ class _Table:
         self.release = np.asarray(relax.instance.release_s, dtype=float)
         self.slo = np.asarray(relax.obj.slo, dtype=float)
         self.bits = np.int64(1) << np.arange(self.n, dtype=np.int64)
-        self.capacity = Capacity(relax, self) if capacity else None
         self.sums = relax.obj.name == "mean_latency"
         """Whether the bound on the batches left on N applies (a total latency)."""
         rank = np.empty(self.n, dtype=np.int64)
         rank[list(relax.instance.fifo_order)] = np.arange(self.n)
         self.fifo_rank = rank if fifo else None
+        self.capacity = Capacity(relax, self, split_apart=not fifo) if capacity else None
+        self.chunk = CHUNK_STATES // 2 if capacity and not fifo else CHUNK_STATES
+        """States per chunk (:data:`CHUNK_STATES`)."""
+        self.relative = capacity and self.sums and not fifo
+        """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
 
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O."""
@@ -122,7 +132,7 @@ class _Table:
             alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
             best = np.minimum(best, alt)
         if self.capacity is not None and served is not None:
-            best = np.maximum(best, self.capacity.shared(served, i))
+            best = np.maximum(best, self.capacity.shared(served, i, free))
         return np.asarray(best)
 
     def done(
@@ -216,11 +226,11 @@ def subset_search(
     for depth in range(table.n + 1):
         history.append(level)
         grown: list[_Arrays] = []
-        for begin in range(0, level["cost"].size, CHUNK_STATES):
+        for begin in range(0, level["cost"].size, table.chunk):
             if passed(meter, search_until):
                 bound = _open_bound(table, level, begin, grown, best_cost, deadline, meter)
                 return bound, _sequence(history, best_ref), False
-            _count(meter, table.n, min(CHUNK_STATES, level["cost"].size - begin))
+            _count(meter, table.n, min(table.chunk, level["cost"].size - begin))
             found = _expand(table, level, begin, best_cost, grown)
             if found is not None:
                 best_cost, best_ref = found[0], (depth, found[1])
@@ -238,7 +248,7 @@ def subset_search(
             empty = {key: value[:0] for key, value in level.items()}
             bound = _open_bound(table, empty, 0, grown, best_cost, deadline, meter)
             return bound, _sequence(history, best_ref), False
-        level = _pareto(grown)
+        level = _pareto(grown, relative=table.relative)
         if size >= MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
@@ -266,15 +276,15 @@ def _count(meter: WorkMeter | None, batches: int, states: int) -> None:
         meter.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
 
 
-def _chunk(level: _Arrays, begin: int) -> _Arrays:
-    return {key: value[begin : begin + CHUNK_STATES] for key, value in level.items()}
+def _chunk(level: _Arrays, begin: int, size: int) -> _Arrays:
+    return {key: value[begin : begin + size] for key, value in level.items()}
 
 
 def _expand(
     table: _Table, level: _Arrays, begin: int, best_cost: float, grown: list[_Arrays]
 ) -> tuple[float, int] | None:
     """Bound and expand one chunk; returns (cost, index) of a better complete relaxed plan."""
-    part = _chunk(level, begin)
+    part = _chunk(level, begin, table.chunk)
     with np.errstate(invalid="ignore"):  # inf - inf in rows already out of the running
         return _expand_chunk(table, part, begin, best_cost, grown)
 
@@ -311,12 +321,22 @@ def _expand_chunk(
     return better
 
 
-def _pareto(grown: list[_Arrays]) -> _Arrays:
-    """Per set, the states no other state of the set beats on both O free time and cost."""
+def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
+    """Per set, the states no other state of the set beats on both O free time and cost (with
+    ``relative``, on O free time and ``cost - free``, which implies cost).
+
+    The capacity conditions' crowding term charges a complete state ``(T - free) + ...`` over
+    the real last O completion ``T >= free``: that is ``cost - free`` plus a term that does
+    not fall as ``free`` grows, so a state beaten on free time and cost alone may complete
+    lower than the state that beats it (the other blocks' latencies, ``cost - free``, are
+    what its real schedule pays). Under a free order, mean latency, the merge must keep it:
+    beaten on ``free`` and ``cost - free`` it is not (a child's ``cost - free`` is its
+    parent's cost less the child's release, so the order carries to children)."""
     merged = {key: np.concatenate([g[key] for g in grown]) for key in grown[0]}
-    order = np.lexsort((merged["cost"], merged["free"], merged["mask"]))
+    rank = merged["cost"] - merged["free"] if relative else merged["cost"]
+    order = np.lexsort((rank, merged["free"], merged["mask"]))
     merged = {key: value[order] for key, value in merged.items()}
-    mask, cost = merged["mask"], merged["cost"]
+    mask, cost = merged["mask"], rank[order]
     before = np.full(cost.size, math.inf)  # least cost earlier in the same set
     before[1:] = np.where(mask[1:] == mask[:-1], cost[:-1], math.inf)
     starts = np.flatnonzero(np.r_[True, mask[1:] != mask[:-1], True])
@@ -341,7 +361,8 @@ def _open_bound(
 ) -> float:
     """The least cost any open state could reach: its cost and floor until ``deadline``, its
     cost alone after it (values are never negative, so still a bound)."""
-    parts = [_chunk(level, b) for b in range(begin, level["cost"].size, CHUNK_STATES)]
+    size = table.chunk
+    parts = [_chunk(level, b, size) for b in range(begin, level["cost"].size, size)]
     parts += grown
     bound = best_cost
     for part in parts:
