@@ -82,7 +82,7 @@ class Capacity:
         under ``l``), then those and every release again, with the layers each batch's alone
         chain lets start before ``s`` (its release, the arrivals, a node's start limits and
         its earlier layers keep the others after it: at most the layers under ``l``)."""
-        self.groups = [np.arange(len(grid)), np.arange(len(grid), len(self.points))]
+        self.point_groups = [np.arange(len(grid)), np.arange(len(grid), len(self.points))]
         """The arrivals' points and the chains': the every-block term is taken at each group's
         best (the first alone would pick the point it picked before these were counted)."""
         self.by_new = np.argsort(p_new, kind="stable")
@@ -180,7 +180,7 @@ class Capacity:
         left = unplaced.astype(float)
         none_left = np.asarray(~unplaced.any(axis=1))
         works, belows, extras = [], [], []
-        points = self.points if chains else self.points[: self.groups[0].size]
+        points = self.points if chains else self.points[: self.point_groups[0].size]
         for at, under in points:  # after s N runs the layers that cannot start before
             work = at + left @ (self.layers * self.p_new - under)
             below = placed @ under  # the served batches' layers that may run before s
@@ -192,7 +192,7 @@ class Capacity:
             leads = self.leads(mask, placed, free, total)
             paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
             tail = self.last_block(placed, free, total)
-            for group in self.groups[: 2 if chains else 1]:  # each group's best point
+            for group in self.point_groups[: 2 if chains else 1]:  # each group's best point
                 got = np.asarray(extras)[group]
                 pick = group[np.argmax(got, axis=0)][None, :]
                 work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
