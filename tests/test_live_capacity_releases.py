@@ -33,7 +33,7 @@ def _arrivals_only(self: Capacity, *args: object, **kwargs: object) -> None:
     inst = self.table.relax.instance
     grid = sorted({int(x) for x in np.linspace(0, inst.num_layers - 1, CAPACITY_THRESHOLDS)})
     self.points = [(inst.usable_s[j], j * self.p_new) for j in grid]
-    self.groups = [np.arange(len(grid))]
+    self.point_groups = [np.arange(len(grid))]
 
 
 def _staggered(rng: random.Random) -> LiveScalingInstance:
