@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 
 import numpy as np
 
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.schedule import SLO_TOL_S
-from blitzplan.live.work_meter import WorkMeter, passed
+from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
     "CHUNK_STATES",
@@ -196,11 +197,11 @@ def subset_search(
     *,
     capacity: bool = False,
     fifo: bool = False,
-    meter: WorkMeter | None = None,
+    clock: Clock = WALL_CLOCK,
 ) -> tuple[float, tuple[int, ...] | None, bool]:
     """(bound, best O sequence found, finished), in cost units; see the module docstring.
-    ``search_until`` and ``deadline`` are ``time.perf_counter()`` instants, or counted seconds
-    on ``meter`` when one is given."""
+    ``search_until`` and ``deadline`` are instants on ``clock`` (``time.perf_counter()``
+    values, or counted seconds on a meter)."""
     table = _Table(relax, capacity=capacity, fifo=fifo)
     level: _Arrays = {
         "mask": np.zeros(1, dtype=np.int64),
@@ -216,10 +217,10 @@ def subset_search(
         history.append(level)
         grown: list[_Arrays] = []
         for begin in range(0, level["cost"].size, CHUNK_STATES):
-            if passed(meter, search_until):
-                bound = _open_bound(table, level, begin, grown, best_cost, deadline, meter)
+            if clock.passed(search_until):
+                bound = _open_bound(table, level, begin, grown, best_cost, deadline, clock)
                 return bound, _sequence(history, best_ref), False
-            _count(meter, table.n, min(CHUNK_STATES, level["cost"].size - begin))
+            _count(clock, table.n, min(CHUNK_STATES, level["cost"].size - begin))
             found = _expand(table, level, begin, best_cost, grown)
             if found is not None:
                 best_cost, best_ref = found[0], (depth, found[1])
@@ -227,16 +228,12 @@ def subset_search(
             break
         size = sum(part["cost"].size for part in grown)
         began = time.perf_counter()
-        if meter is None:
-            late = began + merge_s_per_state * size > search_until
-        else:
-            merge_s = _merge_s(grown, size)
-            late = meter.past(search_until - merge_s)
-            meter.spend(0.0 if late else merge_s)
-        if late:  # no time to merge: bound them
+        merge_s = clock.step_s(partial(_merge_s, grown, size), merge_s_per_state * size)
+        if clock.passed(search_until - merge_s):  # no time to merge: bound them
             empty = {key: value[:0] for key, value in level.items()}
-            bound = _open_bound(table, empty, 0, grown, best_cost, deadline, meter)
+            bound = _open_bound(table, empty, 0, grown, best_cost, deadline, clock)
             return bound, _sequence(history, best_ref), False
+        clock.spend(merge_s)
         level = _pareto(grown)
         if size >= MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
@@ -259,10 +256,9 @@ def _distinct_share(grown: list[_Arrays]) -> float:
     return float(np.unique(sample).size / sample.size)
 
 
-def _count(meter: WorkMeter | None, batches: int, states: int) -> None:
-    """Count a chunk of ``states`` states on ``meter`` (when given)."""
-    if meter is not None:
-        meter.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
+def _count(clock: Clock, batches: int, states: int) -> None:
+    """Count a chunk of ``states`` states on ``clock``."""
+    clock.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
 
 
 def _chunk(level: _Arrays, begin: int) -> _Arrays:
@@ -336,7 +332,7 @@ def _open_bound(
     grown: list[_Arrays],
     best_cost: float,
     deadline: float,
-    meter: WorkMeter | None = None,
+    clock: Clock,
 ) -> float:
     """The least cost any open state could reach: its cost and floor until ``deadline``, its
     cost alone after it (values are never negative, so still a bound)."""
@@ -347,10 +343,10 @@ def _open_bound(
         cost = part["cost"]
         if not cost.size:
             continue
-        if passed(meter, deadline):
+        if clock.passed(deadline):
             bound = min(bound, float(cost.min()))
             continue
-        _count(meter, table.n, cost.size)
+        _count(clock, table.n, cost.size)
         unplaced = (part["mask"][:, None] & table.bits[None, :]) == 0
         ends = table.ends(part["free"], part["mask"])
         floors = np.minimum(table.values(ends), table.on_new[None, :])
