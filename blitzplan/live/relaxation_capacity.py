@@ -9,7 +9,7 @@ every schedule meets them, so the program's optimum under them is still a lower 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -18,10 +18,45 @@ from blitzplan.live.relaxation import Relaxation
 if TYPE_CHECKING:
     from blitzplan.live.relaxation_subsets import _Table
 
-__all__ = ["CAPACITY_THRESHOLDS", "Capacity"]
+__all__ = ["CAPACITY_THRESHOLDS", "Capacity", "Crowding", "Layer"]
 
 CAPACITY_THRESHOLDS = 12
 """Layer arrivals the bound on the batches left on N is taken at (any subset is valid)."""
+
+
+class Layer(NamedTuple):
+    """Per state, the terms of :meth:`Capacity.extra_s` (and :meth:`Capacity.served_extra_s`)
+    at one layer ``l`` of the grid."""
+
+    free: np.ndarray  # O's last completion in the program
+    last: np.ndarray  # the last completion of the batches left on N in the program
+    total: np.ndarray  # B = b_O + sum L pO over the served batches
+    below: np.ndarray  # (l - 1) sigma: the served batches' layers under l, on N
+    work: np.ndarray  # u_l plus the layers from l on of the batches left on N
+    ready: np.ndarray  # the least pO plus the least hand-off among the served batches
+    none_left: np.ndarray  # whether no batch is left on N
+
+
+class _Terms(NamedTuple):
+    """Per state, what the :class:`Layer` at any layer is made of (:meth:`Capacity._layer`)."""
+
+    mask: np.ndarray
+    placed: np.ndarray  # (states x batches): 1.0 where O served the batch
+    free: np.ndarray
+    last: np.ndarray
+    total: np.ndarray
+    sigma: np.ndarray  # sum pN over the served batches
+    ready: np.ndarray
+    alone: np.ndarray  # sum pN over the batches left on N
+
+
+class Crowding(NamedTuple):
+    """Per state, :meth:`Capacity.crowded`'s term (0 where O served none), the index in the
+    grid of the layer where it is largest, and the terms it was made of."""
+
+    extra: np.ndarray
+    top: np.ndarray
+    terms: _Terms
 
 
 class Capacity:
@@ -67,8 +102,7 @@ class Capacity:
         """(``u_l``, ``l - 1``) for the layers ``l`` the crowding bound is taken at."""
         self.by_new = np.argsort(p_new, kind="stable")
         self.sorted_new = p_new[self.by_new]
-        picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
-        self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
+        self.thresholds = [(inst.usable_s[j], float(L - j)) for j in grid]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
         most = np.minimum(np.asarray(relax.restriction.split_max), L - 1)
@@ -100,39 +134,39 @@ class Capacity:
         return np.asarray(total), np.asarray(ends[:, -1])
 
     def crowded(
-        self,
-        mask: np.ndarray,
-        free: np.ndarray,
-        unplaced: np.ndarray,
-        last: np.ndarray,
-        *,
-        every_block: bool = False,
-    ) -> np.ndarray:
+        self, mask: np.ndarray, free: np.ndarray, unplaced: np.ndarray, last: np.ndarray
+    ) -> Crowding:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
         adds to that bound's total: :meth:`extra_s` at every layer of the grid, counting O's
-        last block; with ``every_block`` also, at the layer where that is largest (each layer
-        is valid alone), every served block (:meth:`leads`, :meth:`last_block`)."""
-        placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
+        last block, its largest, and the layer where it is largest (:meth:`every_block`)."""
+        placed = (~unplaced).astype(float)
         total, sigma = self.b_old + placed @ self.whole, placed @ self.p_new
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
         alone = np.asarray(unplaced.astype(float) @ self.p_new)
-        grid = np.asarray(self.arrivals).T
-        extras = []
-        for usable, below in zip(*grid, strict=True):
-            work = usable + (self.layers - below) * alone  # the N-only layers from l on
-            extras.append(self.extra_s(free, last, total, below * sigma, work, ready, alone == 0))
-        extra = np.max(extras, axis=0)
-        if every_block:
-            usable, below = grid[:, np.argmax(extras, axis=0)]
-            work = usable + (self.layers - below) * alone
-            leads = self.leads(mask, placed, free, total)
-            paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
-            args = (free, last, total, below * sigma, work, ready, alone == 0, paid)
-            tail = self.last_block(placed, free, total)
-            extra = np.maximum(extra, self.served_extra_s(*args, tail))
-        return np.where(mask == 0, 0.0, extra)
+        terms = _Terms(mask, placed, free, last, total, sigma, ready, alone)
+        extras = np.asarray([self.extra_s(self._layer(terms, *at)) for at in self.arrivals])
+        extra = np.where(mask == 0, 0.0, extras.max(axis=0))
+        return Crowding(extra, extras.argmax(axis=0), terms)
+
+    def every_block(self, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+        """Under FIFO, the crowding term of the states ``rows`` of ``crowd`` that also counts
+        every served block (:meth:`served_extra_s`, :meth:`leads`, :meth:`last_block`), at
+        the layer where O's last block alone counts most (each layer is valid alone)."""
+        t = _Terms(*(value[rows] for value in crowd.terms))
+        usable, below = np.asarray(self.arrivals).T[:, crowd.top[rows]]
+        leads = self.leads(t.mask, t.placed, t.free, t.total)
+        paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
+        tail = self.last_block(t.placed, t.free, t.total)
+        served = self.served_extra_s(self._layer(t, usable, below), paid, tail)
+        return np.where(t.mask == 0, 0.0, np.maximum(crowd.extra[rows], served))
+
+    def _layer(self, t: _Terms, usable: np.ndarray | float, below: np.ndarray | float) -> Layer:
+        """The terms of :meth:`extra_s` at the layer ``l`` usable at ``usable`` with ``below``
+        layers under it (per state, or one for all)."""
+        work = usable + (self.layers - below) * t.alone  # the N-only layers from l on
+        return Layer(t.free, t.last, t.total, below * t.sigma, work, t.ready, t.alone == 0)
 
     def last_block(
         self, placed: np.ndarray, free: np.ndarray, total: np.ndarray
@@ -172,16 +206,7 @@ class Capacity:
             out[:, i] = np.where(rows, self.b_old + served - end, -math.inf)
         return out
 
-    def extra_s(
-        self,
-        free: np.ndarray,
-        last: np.ndarray,
-        total: np.ndarray,
-        below: np.ndarray,
-        work: np.ndarray,
-        ready: np.ndarray,
-        none_left: np.ndarray,
-    ) -> np.ndarray:
+    def extra_s(self, layer: Layer) -> np.ndarray:
         """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
         and last N-only completion ``c >= last`` (arrays, one entry per state).
 
@@ -195,6 +220,7 @@ class Capacity:
         free) + (Z(T) - last)^+``), or ``T - ready >= Z(T)``; without N-only batches
         (``none_left``) also any ``T`` past the kink, where N's share is 0.
         """
+        free, last, total, below, work, ready, none_left = layer
         rho = self.ratio
         kink = total - below / rho  # where N's share of the served work reaches 0
 
@@ -213,13 +239,7 @@ class Capacity:
 
     def served_extra_s(
         self,
-        free: np.ndarray,
-        last: np.ndarray,
-        total: np.ndarray,
-        below: np.ndarray,
-        work: np.ndarray,
-        ready: np.ndarray,
-        none_left: np.ndarray,
+        layer: Layer,
         paid: tuple[np.ndarray, np.ndarray, np.ndarray],
         tail: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> np.ndarray:
@@ -245,6 +265,7 @@ class Capacity:
         kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
         leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
         """
+        free, last, total, below, work, ready, none_left = layer
         rho = self.ratio
         kink = below / rho  # where N's share of the served work starts to count
         fixed = [
@@ -266,17 +287,14 @@ class Capacity:
         served_last = np.maximum(0.0, busy + ready[:, None] - late)
         n_only = (on_old + on_new).min(axis=1)  # N's last operation an N-only batch's
         served = (on_old + served_last).min(axis=1)  # a served batch's: two valid bounds
-        served = np.maximum(served, self._last_share(free, total, below, work, paid, tail))
+        served = np.maximum(served, self._last_share(layer, paid, tail))
         idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
         least = np.minimum(n_only, np.where(none_left, np.minimum(served, idle), served))
         return np.asarray(np.maximum(least, 0.0))
 
     def _last_share(
         self,
-        free: np.ndarray,
-        total: np.ndarray,
-        below: np.ndarray,
-        work: np.ndarray,
+        layer: Layer,
         paid: tuple[np.ndarray, np.ndarray, np.ndarray],
         tail: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> np.ndarray:
@@ -287,6 +305,7 @@ class Capacity:
         after ``d_t + pO_t``) and then ``m``'s, ``L pO_m - x_m``, follow: ``T >= Z + ready* +
         L pO_m - x_m >= work - below + rho w + base`` (``tail[0]``, ``x_m`` at most its most
         share ``tail[1]``), and ``T >= B - w - x_m``. Convex in ``w``: least at a kink."""
+        free, total, below, work = layer.free, layer.total, layer.below, layer.work
         rho = self.ratio
         base, cap, lead_m = tail
         leads, at_leads, on_leads = paid

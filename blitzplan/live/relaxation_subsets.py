@@ -142,12 +142,12 @@ class _Table:
             return self.combine(cost, alone)
         total, last = self.capacity.left_on_new(unplaced)
         base = cost + np.maximum(alone, total)
-        out = base + self.capacity.crowded(mask, free, unplaced, last)
+        crowd = self.capacity.crowded(mask, free, unplaced, last)
+        out = base + crowd.extra
         fifo = self.fifo_rank is not None
         rows = np.flatnonzero(out < best_cost) if fifo else np.zeros(0, dtype=np.int64)
         if rows.size:
-            args = (mask[rows], free[rows], unplaced[rows], last[rows])
-            out[rows] = base[rows] + self.capacity.crowded(*args, every_block=True)
+            out[rows] = base[rows] + self.capacity.every_block(crowd, rows)
         return np.asarray(out)
 
     def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
