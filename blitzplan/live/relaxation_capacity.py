@@ -59,6 +59,13 @@ class Crowding(NamedTuple):
     terms: _Terms
 
 
+_Paid = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""The leads (:meth:`Capacity.leads`), and at each lead's kink the share ``x`` and ``O(x)``."""
+
+_Tail = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""O's last served block (:meth:`Capacity.last_block`): its base, its most share, its lead."""
+
+
 class Capacity:
     """Necessary conditions on completions that count the capacity of both instances.
 
@@ -168,9 +175,7 @@ class Capacity:
         work = usable + (self.layers - below) * t.alone  # the N-only layers from l on
         return Layer(t.free, t.last, t.total, below * t.sigma, work, t.ready, t.alone == 0)
 
-    def last_block(
-        self, placed: np.ndarray, free: np.ndarray, total: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def last_block(self, placed: np.ndarray, free: np.ndarray, total: np.ndarray) -> _Tail:
         """Per state under FIFO, of O's last served batch ``m``: ``L pO_m + ready*`` (with
         ``ready*`` the least of ``d_m`` and ``d_t + pO_t`` over the served ``t`` before it)
         less ``(1 - rho)^+`` times its most share ``x_m``; that share; and its lead ``B -
@@ -237,12 +242,7 @@ class Capacity:
         fixed = np.where(none_left, np.minimum(kink, crossing), fixed)
         return np.asarray(np.maximum(0.0, np.minimum(least, np.maximum(fixed, free) - free)))
 
-    def served_extra_s(
-        self,
-        layer: Layer,
-        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
-        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> np.ndarray:
+    def served_extra_s(self, layer: Layer, paid: _Paid, tail: _Tail) -> np.ndarray:
         """:meth:`extra_s` under FIFO with every served block counted (arrays, one entry per
         state): the least the real completions add to the program's over the work ``x = sum
         k pO`` N runs of the served batches (in O's time). (With the last block alone, ``x =
@@ -292,12 +292,7 @@ class Capacity:
         least = np.minimum(n_only, np.where(none_left, np.minimum(served, idle), served))
         return np.asarray(np.maximum(least, 0.0))
 
-    def _last_share(
-        self,
-        layer: Layer,
-        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
-        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> np.ndarray:
+    def _last_share(self, layer: Layer, paid: _Paid, tail: _Tail) -> np.ndarray:
         """The served-batch case of :meth:`extra_s` under FIFO, with O's last block's own share
         ``x_m`` apart: ``w = x - x_m`` is what N runs of the earlier ones, so ``C_t >= B_t -
         w`` for ``t < m``. N's last operation, a served batch's, ends at ``Z >= work + rho (w
