@@ -118,7 +118,7 @@ class Capacity:
 
     def served(self, mask: np.ndarray) -> np.ndarray:
         """Per state, the whole work (on O) of the batches O has served."""
-        placed = (mask[:, None] & self.table.bits[None, :]) != 0
+        placed = ~self.table.unplaced(mask)
         return np.asarray(placed.astype(float) @ self.whole)
 
     def shared(self, served: np.ndarray, i: int) -> np.ndarray:

@@ -203,8 +203,7 @@ def relaxation_bound(
     started = clock.now_s()
     clock.spend(SETUP_S_PER_CELL * instance.num_layers * instance.num_batches)
     relax = Relaxation(instance, objective)
-    deadline = math.inf if time_limit_s is None else started + time_limit_s
-    search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    search_until, deadline = _search_instants(started, time_limit_s)
     first = _earliest_completion_first(relax)
     upper = min(upper_bound, _repaired_value(instance, relax.plan(first), objective))
     cost, sequence, complete = solve_relaxation(
@@ -247,8 +246,7 @@ def capacity_bound(
     """
     started = time.perf_counter()
     relax = Relaxation(instance, objective)
-    deadline = math.inf if time_limit_s is None else started + time_limit_s
-    until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    until, deadline = _search_instants(started, time_limit_s)
     if lower_bound is None:
         proven, _, _ = solve_relaxation(relax, old_order=old_order)
     else:
@@ -263,6 +261,14 @@ def capacity_bound(
             return relax.obj.final(max(proven, cost))
         proven, step = target, 2 * step
     return relax.obj.final(min(proven, upper))
+
+
+def _search_instants(started: float, time_limit_s: float | None) -> tuple[float, float]:
+    """Until when the subset search searches and until when it bounds the states it left open:
+    :data:`SEARCH_SHARE` of ``time_limit_s`` from ``started``, and all of it."""
+    if time_limit_s is None:
+        return math.inf, math.inf
+    return started + SEARCH_SHARE * time_limit_s, started + time_limit_s
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:

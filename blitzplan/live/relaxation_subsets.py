@@ -106,6 +106,10 @@ class _Table:
         rank[list(relax.instance.fifo_order)] = np.arange(self.n)
         self.fifo_rank = rank if fifo else None
 
+    def unplaced(self, mask: np.ndarray) -> np.ndarray:
+        """(states x batches): whether each batch is outside each state's set ``mask``."""
+        return np.asarray((mask[:, None] & self.bits[None, :]) == 0)
+
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O."""
         out = np.empty((free.size, self.n))
@@ -278,7 +282,7 @@ def _expand_chunk(
     table: _Table, part: _Arrays, begin: int, best_cost: float, grown: list[_Arrays]
 ) -> tuple[float, int] | None:
     mask, free, cost = part["mask"], part["free"], part["cost"]
-    unplaced = (mask[:, None] & table.bits[None, :]) == 0
+    unplaced = table.unplaced(mask)
     ends = table.ends(free, mask)
     values = table.values(ends)
     floors = np.minimum(values, table.on_new[None, :])
@@ -347,7 +351,7 @@ def _open_bound(
             bound = min(bound, float(cost.min()))
             continue
         _count(clock, table.n, cost.size)
-        unplaced = (part["mask"][:, None] & table.bits[None, :]) == 0
+        unplaced = table.unplaced(part["mask"])
         ends = table.ends(part["free"], part["mask"])
         floors = np.minimum(table.values(ends), table.on_new[None, :])
         bound = min(bound, float(table.combine(cost, table.fold(floors, unplaced)).min()))
