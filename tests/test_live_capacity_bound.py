@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from unittest import mock
 
 import numpy as np
@@ -125,12 +125,15 @@ def _crowded(rng: random.Random) -> LiveScalingInstance:
     )
 
 
-def crowded_cases(seed: int, count: int) -> Iterator[tuple[LiveScalingInstance, str, Schedule]]:
-    """``count`` crowded tiny instances (:func:`_crowded`, drawn from ``seed``), each in both
-    orders where it has at most 3,000 schedules, with its enumerated optimum."""
+def crowded_cases(
+    seed: int, count: int, draw: Callable[[random.Random], LiveScalingInstance] = _crowded
+) -> Iterator[tuple[LiveScalingInstance, str, Schedule]]:
+    """``count`` tiny instances (``draw``, crowded by default: :func:`_crowded`, drawn from
+    ``seed``), each in both orders where it has at most 3,000 schedules, with its enumerated
+    optimum."""
     rng = random.Random(seed)
     for _ in range(count):
-        inst = _crowded(rng)
+        inst = draw(rng)
         for order in ("free", "fifo"):
             if count_schedules(inst, old_order=order) <= 3_000:
                 oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)

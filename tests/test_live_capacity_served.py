@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable, Iterator
 from unittest import mock
 
 import numpy as np
@@ -101,6 +102,23 @@ def _restriction(inst: object, rng: random.Random) -> Restriction:
     return r
 
 
+def node_cases(
+    rng: random.Random, cases: Iterable[tuple[LiveScalingInstance, int]], most: int
+) -> Iterator[tuple[LiveScalingInstance, Restriction, float]]:
+    """Per instance of ``cases`` with at most ``most`` FIFO schedules, its count of random
+    restrictions (:func:`_restriction`, from ``rng``; ``cases`` is read as the nodes are
+    drawn), each with its optimum (every schedule it allows, mean latency) where finite."""
+    for inst, nodes in cases:
+        if count_schedules(inst, old_order="fifo") > most:
+            continue
+        combos = list(_combinations(inst, "fifo"))
+        for _ in range(nodes):
+            r = _restriction(inst, rng)
+            best = min(_value(inst, r, c, "mean_latency") for c in combos)
+            if not math.isinf(best):
+                yield inst, r, best
+
+
 def test_the_served_blocks_never_lift_a_node_past_its_optimum() -> None:
     """Property: on crowded tiny instances under FIFO (four random restrictions each) and on
     :func:`_two_long` (twenty), the node's capacity bound is at most the node's optimum
@@ -108,19 +126,11 @@ def test_the_served_blocks_never_lift_a_node_past_its_optimum() -> None:
     of :func:`_two_long`'s nodes."""
     rng, checked, raised = random.Random(2314), 0, 0
     cases = [(_nodes_crowded(seed), 4) for seed in range(40)] + [(_two_long(), 20)]
-    for inst, nodes in cases:
-        if count_schedules(inst, old_order="fifo") > 8_000:
-            continue
-        combos = list(_combinations(inst, "fifo"))
-        for _ in range(nodes):
-            r = _restriction(inst, rng)
-            best = min(_value(inst, r, c, "mean_latency") for c in combos)
-            if math.isinf(best):
-                continue
-            bound = _bound(inst, r, "mean_latency", "fifo")
-            assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
-            with mock.patch.object(Capacity, "refined", _last_only):
-                before = _bound(inst, r, "mean_latency", "fifo")
-            checked += 1
-            raised += bound > before + 1e-9
+    for inst, r, best in node_cases(rng, cases, 8_000):
+        bound = _bound(inst, r, "mean_latency", "fifo")
+        assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
+        with mock.patch.object(Capacity, "refined", _last_only):
+            before = _bound(inst, r, "mean_latency", "fifo")
+        checked += 1
+        raised += bound > before + 1e-9
     assert checked >= 80 and raised >= 2, (checked, raised)
