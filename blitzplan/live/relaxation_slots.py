@@ -322,7 +322,8 @@ def _quick_grid(
         if kept is not None and value - best <= QUICK_HORIZON_GAIN * abs(best):
             break
         kept, best = prices, value
-    assert kept is not None
+    if kept is None:  # the loop above prices at least one horizon
+        raise RuntimeError("no slot horizon was priced")
     return kept, steps
 
 

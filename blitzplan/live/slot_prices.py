@@ -155,7 +155,8 @@ class SlotPrices:
         of split ``k`` handed over after its chain from step ``b``: from a later O slot, or from
         the slot it is handed over in, where it starts no earlier than the hand-off (its price
         at least the slot's least, its completion at least the hand-off plus its run)."""
-        assert self._stop_space is not None
+        if self._stop_space is None:  # set with the hand-over, before the stops are taken
+            raise RuntimeError("the hand-over's stop space is not set")
         release, (here, other) = self.release[:, None, None], self._stop_space
         later = np.empty_like(suffix)
         later[..., :-1], later[..., -1] = suffix[..., 1:], math.inf
