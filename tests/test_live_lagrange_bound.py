@@ -108,7 +108,7 @@ def test_rounding_o_free_time_down_keeps_the_bound_under_the_optimum(
 
 def test_the_quick_step_is_a_small_share_of_o_work() -> None:
     inst = LiveScalingInstance([0.0, 1.0], [0.0, 0.0], 1.0, [1.0, 3.0], 0.0)
-    assert quick_free_step_s(inst) == pytest.approx(2e-4 * 2 * 4.0)
+    assert quick_free_step_s(inst) == pytest.approx(1e-4 * 2 * 4.0)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
