@@ -162,7 +162,7 @@ def test_the_delay_dominance_keeps_the_fifo_programs_value(
     assert pruned == pytest.approx(plain, rel=1e-9, abs=1e-9)
 
 
-def test_the_delay_dominance_drops_states_on_a_queue() -> None:
+def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
     """One layer usable at 1.5, batches of 1.5, 1 and 0.5 s released at 0.5, 0 and 0, a hand-off
     of 0.5 s, O free at 0: of the plain front's nine states over the three batches the
     dominance keeps seven (the program's value unchanged, the property above)."""
