@@ -6,6 +6,7 @@ it is never below the relaxation (its first step, with every multiplier 0)."""
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -13,10 +14,17 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live import relaxation_lagrange
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_dp import solve_relaxation
-from blitzplan.live.relaxation_lagrange import _Prices, lagrangian_bound, quick_free_step_s
+from blitzplan.live.relaxation_lagrange import (
+    _fifo_program,
+    _Priced,
+    _Prices,
+    lagrangian_bound,
+    quick_free_step_s,
+)
 from tests.test_live_properties import instances
 
 
@@ -100,7 +108,7 @@ def test_rounding_o_free_time_down_keeps_the_bound_under_the_optimum(
 
 def test_the_quick_step_is_a_small_share_of_o_work() -> None:
     inst = LiveScalingInstance([0.0, 1.0], [0.0, 0.0], 1.0, [1.0, 3.0], 0.0)
-    assert quick_free_step_s(inst) == pytest.approx(2e-4 * 2 * 4.0)
+    assert quick_free_step_s(inst) == pytest.approx(1e-4 * 2 * 4.0)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -120,3 +128,60 @@ def test_what_a_batch_pays_is_the_sum_over_its_counted_layers(
             for last in range(G + 1):
                 expected = float(np.sum(mu * prices.used(i, k, last)))
                 assert prices.pay[i][k, last] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def _plain_pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) -> np.ndarray:
+    """The program's merge without the delay dominance (no later batch to cost anything)."""
+    return _PARETO(free, cost, 0, free_step_s)
+
+
+_PARETO = relaxation_lagrange._pareto
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    instances(max_layers=6, max_batches=7),
+    st.integers(0, 2**31),
+    st.sampled_from([0.0, 0.05, 0.5]),
+    st.sampled_from([0.0, 0.3, 3.0]),
+)
+def test_the_delay_dominance_keeps_the_fifo_programs_value(
+    instance: LiveScalingInstance, seed: int, free_step_s: float, scale: float
+) -> None:
+    """Property: at random multipliers (none, small, large), with O's free time rounded or not,
+    the FIFO program that also drops the states a later-freeing state beats by more than the
+    delay can cost the batches after them (``relaxation_lagrange._pareto``) gives the value of
+    the program that keeps every state off the plain Pareto front (to rounding)."""
+    prices = _Prices(instance)
+    rng = np.random.default_rng(seed)
+    prices.set(scale * rng.random(prices.mu.shape) * (rng.random(prices.mu.shape) < 0.5))
+    args = (instance.fifo_order, instance.old_free_at_s, math.inf, math.inf, free_step_s)
+    pruned, _ = _fifo_program(_Priced(prices), *args)
+    with mock.patch.object(relaxation_lagrange, "_pareto", _plain_pareto):
+        plain, _ = _fifo_program(_Priced(prices), *args)
+    assert pruned == pytest.approx(plain, rel=1e-9, abs=1e-9)
+
+
+def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
+    """One layer usable at 1.5, batches of 1.5, 1 and 0.5 s released at 0.5, 0 and 0, a hand-off
+    of 0.5 s, O free at 0: of the plain front's nine states over the three batches the
+    dominance keeps seven (the program's value unchanged, the property above)."""
+    inst = LiveScalingInstance([1.5], [0.5, 0.0, 0.0], [1.5, 1.0, 0.5], [1.5, 1.0, 0.5], 0.5)
+    sizes: dict[str, int] = {"pruned": 0, "plain": 0}
+
+    def counted(name: str, merge):  # type: ignore[no-untyped-def]
+        def run(free: np.ndarray, cost: np.ndarray, later: int, step: float) -> np.ndarray:
+            kept = merge(free, cost, later, step)
+            sizes[name] += kept.size
+            return kept
+
+        return run
+
+    prices = _Prices(inst)
+    args = (inst.fifo_order, inst.old_free_at_s, math.inf, math.inf, 0.0)
+    with mock.patch.object(relaxation_lagrange, "_pareto", counted("pruned", _PARETO)):
+        pruned, _ = _fifo_program(_Priced(prices), *args)
+    with mock.patch.object(relaxation_lagrange, "_pareto", counted("plain", _plain_pareto)):
+        plain, _ = _fifo_program(_Priced(prices), *args)
+    assert pruned == pytest.approx(plain, rel=1e-12)
+    assert (sizes["pruned"], sizes["plain"]) == (7, 9)

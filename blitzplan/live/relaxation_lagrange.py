@@ -21,25 +21,22 @@ free at ``T`` may start later than it could (any start ``S >= max(T, rho_k)``, `
 its priced value is nondecreasing in ``T``. The program over O's batch sequence keeps, per split
 ``k``, O's earliest next free time beside the least priced value over the starts (each a lower
 bound of what that split can give), so the Pareto merge of (free time, value) stays a
-relaxation.
+relaxation; so does dropping a state that one freeing O later beats by more than the delay
+can cost the batches after it (:func:`_pareto`: on (80,16) 35-70% fewer states a step).
 
 It is written for ``old_order="fifo"``, where O's order is fixed and the program is linear in
-the batches (per batch, the Pareto front of the states times the ``L + 1`` splits). Under
-``"free"`` the same pricing would multiply the subset program's children by ``L``; a variant
-with one child per batch (earliest free time and least price over the splits, taken apart),
-priced by the FIFO program's multipliers, measured below the plain relaxation (0.62 and 0.76
-against 0.74 and 0.83 of the best known schedule on two (32,16) instances) in 25-120 s. It
-returns ``-inf`` there, and for an objective other than the mean latency.
+the batches (per batch, the Pareto front of the states times the ``L + 1`` splits); under
+``"free"`` (a variant measured below the plain relaxation, docs/benchmarks.md) and for an
+objective other than the mean latency it returns ``-inf``.
 
 The multipliers come from a subgradient method with Polyak steps aimed part way toward a known
-schedule's value (:data:`AIM_SHARE`);
-any multipliers give a valid bound, so stopping early only weakens it. A step's price tables
-sum, per batch, only the (grid point, earlier grid point) pairs where some layer is counted
-(1 ms against 19 ms on (80,16)); for a bound wanted quickly, the program may round O's free
-time down to a grid (:func:`quick_free_step_s`), which merges states and stays a bound. Given a
-:class:`~blitzplan.live.work_meter.WorkMeter`, the time limit is counted work (each step's
-tables and each batch of its program priced by :data:`BATCH_S_FIXED`, :data:`LAYER_S` and
-:data:`OPTION_S`), so the bound is the same on every run.
+schedule's value (:data:`AIM_SHARE`); any multipliers give a valid bound, so stopping early
+only weakens it. A step's price tables sum, per batch, only the (grid point, earlier grid
+point) pairs where some layer is counted (1 ms against 19 ms on (80,16)); for a bound wanted
+quickly, the program may round O's free time down to a grid (:func:`quick_free_step_s`),
+which merges states and stays a bound. Given a :class:`~blitzplan.live.work_meter.WorkMeter`,
+the time limit is counted work (each step's tables and each batch of its program priced by
+:data:`BATCH_S_FIXED`, :data:`LAYER_S` and :data:`OPTION_S`): the same bound on every run.
 """
 
 from __future__ import annotations
@@ -68,15 +65,13 @@ LAGRANGE_ITERATIONS = 200
 
 AIM_SHARE = 0.5
 """Each step aims this share of the way from the best bound to the known schedule's value (1
-is Polyak's rule; a heuristic's value lies well above the optimum, and in 0.25 s on (80,16)
-under FIFO 0.5 reaches 0.70 of the best schedule known where 1 reaches 0.67, worst 0.59 against
-0.46: docs/benchmarks.md, sixth session, helper h9)."""
+is Polyak's rule; on (80,16) under FIFO 0.5 did better: docs/benchmarks.md, sixth session)."""
 
-QUICK_FREE_STEP_SHARE = 2e-4
+QUICK_FREE_STEP_SHARE = 1e-4
 """The share of O's whole work (every batch's every layer on O) that :func:`quick_free_step_s`
-rounds O's free time to: about 2 ms on (80,16), where a priced program then takes a third to a
-half of the time for 0.1-0.6% less (seed 0 of benchmarks/partition.py, sixth priced step)."""
-
+rounds O's free time to: about 1 ms on (80,16). It was 2e-4; with the states :func:`_pareto`
+drops, the finer rounding pays: the printed bound on (80,16), of the best known, 0.886 / 0.829
+-> 0.895 / 0.849 (mean / worst; without that merge 0.881 / 0.829 -> 0.878 / 0.830)."""
 
 BATCH_S_FIXED = 1.1e-4
 """A step's counted seconds per batch, whatever its states (with its price tables, its options
@@ -108,14 +103,10 @@ work on N. Any grid keeps the bound valid."""
 
 QUICK_GRID_POINTS = (20, 36)
 """:data:`GRID_POINTS` of the bound printed beside a heuristic (``solve._relaxation_value``):
-as many points, more of them past the arrivals, where O's blocks of a crowded pair end. In its
-counted budget, of the best known on ``benchmarks/partition.py`` (seeds 0-4), (80,16) 0.868 /
-0.805 -> 0.881 / 0.829 (mean / worst), (32,16) 0.963 / 0.927 -> 0.967 / 0.936, the other
-classes equal; (40, 48) gave 0.881 / 0.833 at 30-45% more CPU a counted second (a step's
-tables grow with the grid; its counted price does not), (24, 32) 0.880, (16, 40) 0.882. Only
-on pairs whose relaxation's bound is under ``relaxation_slots.QUICK_FAR`` of the heuristic's
-value (0.45-0.58 on (80,16)): on the paper's 12 x 2,048-token pair (0.88) it printed 0.9192 ->
-0.9077."""
+more points past the arrivals, where O's blocks of a crowded pair end ((80,16) 0.868 -> 0.881
+of the best known, mean; docs/benchmarks.md, s15-h3). Only on pairs whose relaxation's bound
+is under ``relaxation_slots.QUICK_FAR`` of the heuristic's value (on the paper's 12 x
+2,048-token pair it printed 0.9192 -> 0.9077)."""
 
 _COUNT_TOL = 1e-9
 """Layers whose latest end is this close to a grid point are not counted by it (counting fewer
@@ -277,13 +268,26 @@ class _Priced:
         return start + b.q[None, :], value, counted
 
 
-def _pareto(free: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """Indices of the states no other beats on both O free time and cost."""
+def _pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) -> np.ndarray:
+    """Indices of the states no other beats on both O free time and cost, less those one
+    freeing O ``Delta`` later beats by more than ``later Delta + free_step_s later (later - 1) /
+    2``: a batch's priced value and O's next free time grow by at most what O's free time does
+    (the price only falls as the start grows), a rounding down to ``free_step_s`` widens the
+    delay by less than a step, so the ``later`` batches cost at most that much more."""
     order = np.argsort(free, kind="stable")  # equal free times: both may stay (harmless)
     running = np.minimum.accumulate(cost[order])
     keep = np.ones(order.size, dtype=bool)
     keep[1:] = cost[order][1:] < running[:-1]
-    return order[keep]
+    order = order[keep]
+    if order.size < 2 or later == 0:
+        return order
+    reach = cost[order] + later * free[order]  # cost plus what its delay may cost the rest
+    beaten = np.empty(order.size)
+    beaten[-1] = math.inf
+    beaten[:-1] = np.minimum.accumulate(reach[::-1])[::-1][1:]  # the least of later states
+    slack = free_step_s * later * (later - 1) / 2 + 1e-9 * (1.0 + np.abs(reach))
+    kept: np.ndarray = order[reach < beaten + slack]
+    return kept
 
 
 def _fifo_program(
@@ -297,12 +301,10 @@ def _fifo_program(
 ) -> tuple[float, _Plan | None]:
     """The least priced total latency with O serving its batches in ``order``'s order, or
     ``ceiling`` when that is less, and the (split, grid point counted by) of each batch in a plan
-    that reaches it (None when none is below ``ceiling``). A state whose cost plus the least
-    each later batch can add reaches ``ceiling`` is dropped. Past ``deadline_s`` (read before
-    every batch; an instant on ``clock``) it gives up: (nan, None). With
-    ``free_step_s`` O's free time after each batch is rounded down to a multiple of it (still a
-    bound: what the batches after it pay never falls as O frees later), so that states close in
-    time merge."""
+    that reaches it (None when none is below ``ceiling``); a state whose cost plus the least
+    each later batch can add reaches ``ceiling`` is dropped. Past ``deadline_s`` (an instant on
+    ``clock``) it gives up: (nan, None). With ``free_step_s`` O's free time is rounded down to
+    its multiples (still a bound), so that states close in time merge."""
     L = priced.prices.mu.shape[0]
     free, cost = np.asarray([b_old]), np.asarray([0.0])
     floors = [min(priced.on_new[i][0], float(priced.on_old(i, free)[1].min())) for i in order]
@@ -324,7 +326,8 @@ def _fifo_program(
         alive = np.flatnonzero(all_cost + rest[step] < ceiling)
         if not alive.size:
             return ceiling, None
-        keep = alive[_pareto(all_free[alive], all_cost[alive])]
+        later = len(order) - step - 1  # batches after this one
+        keep = alive[_pareto(all_free[alive], all_cost[alive], later, free_step_s)]
         free, cost = all_free[keep], all_cost[keep]
         history.append((i, parent[keep], split[keep], first[keep]))
     index = int(np.argmin(cost))
