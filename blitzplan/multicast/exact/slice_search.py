@@ -161,9 +161,11 @@ class SliceSearch:
         (None: ``deadline``). The slicings an earlier call had no time for come first, the
         most slices first (at one count, the plan's staggering, :meth:`_staggering`, first),
         when they are the leading plan's staggered ones (:meth:`needed_s`), last otherwise.
-        ``staggered_first``: the new plans' plain slicings after their staggered ones (the exact
-        method's first call, on the greedy's plan alone in a short window: its staggered
-        slicings are the ones that get near the bound, case 193's 64 by lane depth 1.0475
+        ``staggered_first``: the new plans' plain slicings after their staggered ones, but for
+        the fewest, still first (a plan's first pattern is timed unpredicted, and a staggered
+        one of thousands of atoms can take seconds; that one's time predicts the rest). The
+        exact method's first call, on the greedy's plan alone in a short window: its staggered
+        slicings are the ones that get near the bound (case 193's 64 by lane depth 1.0475
         against 1.1005 at 32 plain)."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
@@ -188,7 +190,10 @@ class SliceSearch:
         )
         self._patterns(first, deadline, build_by)
         plain = [(m, False, j) for m in SLICES for j in new]
-        if not staggered_first:
+        if staggered_first:  # the fewest plain slices still first: the pace of the rest
+            self._patterns(plain[: len(new)], deadline, build_by)
+            del plain[: len(new)]
+        else:
             self._patterns(plain, deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
