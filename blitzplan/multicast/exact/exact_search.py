@@ -207,7 +207,9 @@ def exact_plan(
     bound: Bound,
     evaluation_s: float,
 ) -> tuple[Built, Bound]:
-    """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
+    """The exact method: under a limit, the greedy's plan's slicings timed first when it is
+    near the bound (:data:`EARLY_BY`, :data:`EARLY_ABOVE`); for ``all_ready``, the overlay
+    program's bound and the tree packing
     on its live choice (the greedy's when the program found none in its time) in every shape
     of :data:`EXACT_SHAPES`
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
