@@ -259,3 +259,18 @@ def test_the_leading_plans_waiting_plain_slicings_come_last_and_keep_no_time() -
     search.pattern_rate[0] = 1e-3
     search.build_by = time.perf_counter() + 60.0
     assert search.needed_s() == search.reserve_s
+
+
+def test_the_slicings_the_pattern_cannot_time_are_built_the_fewest_slices_first(
+    monkeypatch,
+) -> None:
+    """The untimed slicings are built the fewest slices first, whatever order they were found
+    in (``staggered_first`` finds a plan's staggered ones before its plain ones: case 10 then
+    built 64 staggered slices lane by lane and had no time left for its 32 plain)."""
+    search, ring = _timed_ring()
+    search.timed = []
+    search.untimed = [(64, BY_LANE, 0), (4, False, 0), (32, False, 0), (8, False, 0)]
+    built: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(search, "_full", lambda key, *args, **kwargs: built.append(key))
+    assert search.best([ring], None) is ring
+    assert built == [(4, False, 0), (8, False, 0), (32, False, 0), (64, BY_LANE, 0)]
