@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Iterator
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,9 +17,10 @@ from hypothesis import strategies as st
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_capacity import Layer
 from blitzplan.live.relaxation_dp import capacity_bound, solve_relaxation
 from blitzplan.live.relaxation_work import work_bound
-from blitzplan.live.schedule import OBJECTIVES
+from blitzplan.live.schedule import OBJECTIVES, Schedule
 from tests.test_live_properties import instances
 
 
@@ -122,27 +125,39 @@ def _crowded(rng: random.Random) -> LiveScalingInstance:
     )
 
 
-def test_crowding_raises_the_bound_and_never_past_the_optimum(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def crowded_cases(
+    seed: int, count: int, draw: Callable[[random.Random], LiveScalingInstance] = _crowded
+) -> Iterator[tuple[LiveScalingInstance, str, Schedule]]:
+    """``count`` tiny instances (``draw``, crowded by default: :func:`_crowded`, drawn from
+    ``seed``), each in both orders where it has at most 3,000 schedules, with its enumerated
+    optimum."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        inst = draw(rng)
+        for order in ("free", "fifo"):
+            if count_schedules(inst, old_order=order) <= 3_000:
+                oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
+                yield inst, order, oracle
+
+
+def test_crowding_raises_the_bound_and_never_past_the_optimum() -> None:
     """On 80 crowded tiny instances, in both orders: the bound never exceeds the enumerated
     optimum, and the crowding term (the batches left on N against the served batches' layers
     on N) raises it on some of them."""
     from blitzplan.live.relaxation_capacity import Capacity
 
-    rng, raised, tried = random.Random(23), 0, 0
-    crowded = Capacity.crowded
-    for _ in range(80):
-        inst = _crowded(rng)
-        for order in ("free", "fifo"):
-            if count_schedules(inst, old_order=order) > 3_000:
-                continue
-            tried += 1
-            oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
-            bound = capacity_bound(inst, old_order=order)
-            assert bound <= oracle.objective + 1e-9 * max(1.0, oracle.objective)
-            monkeypatch.setattr(Capacity, "crowded", lambda self, *a, **k: np.zeros(a[1].shape))
+    def uncrowded(self: Capacity, layer: Layer, *_: object) -> np.ndarray:
+        return np.zeros(layer.free.shape)
+
+    raised, tried = 0, 0
+    for inst, order, oracle in crowded_cases(23, 80):
+        tried += 1
+        bound = capacity_bound(inst, old_order=order)
+        assert bound <= oracle.objective + 1e-9 * max(1.0, oracle.objective)
+        with (
+            mock.patch.object(Capacity, "extra_s", uncrowded),
+            mock.patch.object(Capacity, "served_extra_s", uncrowded),
+        ):
             without = capacity_bound(inst, old_order=order)
-            monkeypatch.setattr(Capacity, "crowded", crowded)
-            raised += bound > without + 1e-9
+        raised += bound > without + 1e-9
     assert tried >= 80 and raised >= 5

@@ -6,7 +6,6 @@ oracle on tiny instances whose batches arrive while the layers do, for the whole
 
 from __future__ import annotations
 
-import math
 import random
 from unittest import mock
 
@@ -14,12 +13,12 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_capacity import CAPACITY_THRESHOLDS, Capacity
 from blitzplan.live.relaxation_dp import capacity_bound
-from tests.test_live_capacity_served import _restriction
-from tests.test_live_node_bound import _bound, _combinations, _value
+from tests.test_live_capacity_bound import crowded_cases
+from tests.test_live_capacity_served import node_cases
+from tests.test_live_node_bound import _bound
 
 REL = 1e-9
 
@@ -77,20 +76,15 @@ def test_the_releases_never_lift_the_bound_past_the_optimum() -> None:
     """Property: on 150 staggered tiny instances, in both orders (mean latency), the capacity
     bound is at most the enumerated optimum and at least the bound taken at the arrivals
     alone; it is higher on some."""
-    rng, tried, raised = random.Random(1502), 0, 0
-    for _ in range(150):
-        inst = _staggered(rng)
-        for order in ("free", "fifo"):
-            if count_schedules(inst, old_order=order) > 3_000:
-                continue
-            tried += 1
-            oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
-            bound = capacity_bound(inst, old_order=order)
-            assert bound <= oracle.objective + REL * max(1.0, oracle.objective), (inst, order)
-            with mock.patch.object(Capacity, "__init__", _arrivals_only):
-                before = capacity_bound(inst, old_order=order)
-            assert bound >= before - REL * max(1.0, bound)
-            raised += bound > before + 1e-9
+    tried, raised = 0, 0
+    for inst, order, oracle in crowded_cases(1502, 150, _staggered):
+        tried += 1
+        bound = capacity_bound(inst, old_order=order)
+        assert bound <= oracle.objective + REL * max(1.0, oracle.objective), (inst, order)
+        with mock.patch.object(Capacity, "__init__", _arrivals_only):
+            before = capacity_bound(inst, old_order=order)
+        assert bound >= before - REL * max(1.0, bound)
+        raised += bound > before + 1e-9
     assert tried >= 150 and raised >= 5, (tried, raised)
 
 
@@ -100,21 +94,12 @@ def test_the_releases_never_lift_a_node_past_its_optimum() -> None:
     (every schedule the restriction allows), and higher than taken at the arrivals alone on
     some."""
     rng, checked, raised = random.Random(1503), 0, 0
-    for _ in range(60):
-        inst = _staggered(rng)
-        if count_schedules(inst, old_order="fifo") > 3_000:
-            continue
-        combos = list(_combinations(inst, "fifo"))
-        for _ in range(4):
-            r = _restriction(inst, rng)
-            best = min(_value(inst, r, c, "mean_latency") for c in combos)
-            if math.isinf(best):
-                continue
-            bound = _bound(inst, r, "mean_latency", "fifo")
-            assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
-            with mock.patch.object(Capacity, "__init__", _arrivals_only):
-                raised += bound > _bound(inst, r, "mean_latency", "fifo") + 1e-9
-            checked += 1
+    for inst, r, best in node_cases(rng, ((_staggered(rng), 4) for _ in range(60)), 3_000):
+        bound = _bound(inst, r, "mean_latency", "fifo")
+        assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
+        with mock.patch.object(Capacity, "__init__", _arrivals_only):
+            raised += bound > _bound(inst, r, "mean_latency", "fifo") + 1e-9
+        checked += 1
     assert checked >= 100 and raised >= 3, (checked, raised)
 
 

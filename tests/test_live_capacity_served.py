@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable, Iterator
 from unittest import mock
 
 import numpy as np
@@ -16,21 +17,22 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Restriction
-from blitzplan.live.relaxation_capacity import Capacity
+from blitzplan.live.relaxation_capacity import Capacity, Crowding
 from blitzplan.live.relaxation_dp import capacity_bound
 from tests.test_live_bnb_nodes import _crowded as _nodes_crowded
-from tests.test_live_capacity_bound import _crowded
+from tests.test_live_capacity_bound import crowded_cases
 from tests.test_live_node_bound import _bound, _combinations, _value
 
 REL = 1e-9
 
 
-_CROWDED, _LEADS = Capacity.crowded, Capacity.leads
+_LEADS = Capacity.leads
 
 
-def _last_only(self: Capacity, *args: np.ndarray, **_: bool) -> np.ndarray:
-    """The crowding term before: only the last served block (``B - free``) pays."""
-    return _CROWDED(self, *args)
+def _last_only(self: Capacity, crowd: Crowding, rows: np.ndarray, **_: bool) -> np.ndarray:
+    """The crowding term before: only the last served block (``B - free``) pays (at the
+    arrivals' points)."""
+    return crowd.extra[rows]
 
 
 def _checked_leads(
@@ -67,7 +69,7 @@ def test_the_earlier_blocks_pay_for_the_crowding_and_meet_the_optimum() -> None:
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")
     assert oracle.objective == pytest.approx(3.125)
     assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.125)
-    with mock.patch.object(Capacity, "crowded", _last_only):
+    with mock.patch.object(Capacity, "refined", _last_only):
         assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.09375)
 
 
@@ -75,20 +77,15 @@ def test_the_served_blocks_never_lift_the_bound_past_the_optimum() -> None:
     """Property: on 120 crowded tiny instances, in both orders (mean latency), the capacity
     bound is at most the enumerated optimum and at least the bound charging the last block
     alone; under FIFO the replayed completions meet the program's."""
-    rng, tried = random.Random(1423), 0
-    for _ in range(120):
-        inst = _crowded(rng)
-        for order in ("free", "fifo"):
-            if count_schedules(inst, old_order=order) > 3_000:
-                continue
-            tried += 1
-            oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
-            with mock.patch.object(Capacity, "leads", _checked_leads):
-                bound = capacity_bound(inst, old_order=order)
-            assert bound <= oracle.objective + REL * max(1.0, oracle.objective)
-            with mock.patch.object(Capacity, "crowded", _last_only):
-                before = capacity_bound(inst, old_order=order)
-            assert bound >= before - REL * max(1.0, bound)
+    tried = 0
+    for inst, order, oracle in crowded_cases(1423, 120):
+        tried += 1
+        with mock.patch.object(Capacity, "leads", _checked_leads):
+            bound = capacity_bound(inst, old_order=order)
+        assert bound <= oracle.objective + REL * max(1.0, oracle.objective)
+        with mock.patch.object(Capacity, "refined", _last_only):
+            before = capacity_bound(inst, old_order=order)
+        assert bound >= before - REL * max(1.0, bound)
     assert tried >= 120, tried
 
 
@@ -105,6 +102,23 @@ def _restriction(inst: object, rng: random.Random) -> Restriction:
     return r
 
 
+def node_cases(
+    rng: random.Random, cases: Iterable[tuple[LiveScalingInstance, int]], most: int
+) -> Iterator[tuple[LiveScalingInstance, Restriction, float]]:
+    """Per instance of ``cases`` with at most ``most`` FIFO schedules, its count of random
+    restrictions (:func:`_restriction`, from ``rng``; ``cases`` is read as the nodes are
+    drawn), each with its optimum (every schedule it allows, mean latency) where finite."""
+    for inst, nodes in cases:
+        if count_schedules(inst, old_order="fifo") > most:
+            continue
+        combos = list(_combinations(inst, "fifo"))
+        for _ in range(nodes):
+            r = _restriction(inst, rng)
+            best = min(_value(inst, r, c, "mean_latency") for c in combos)
+            if not math.isinf(best):
+                yield inst, r, best
+
+
 def test_the_served_blocks_never_lift_a_node_past_its_optimum() -> None:
     """Property: on crowded tiny instances under FIFO (four random restrictions each) and on
     :func:`_two_long` (twenty), the node's capacity bound is at most the node's optimum
@@ -112,19 +126,11 @@ def test_the_served_blocks_never_lift_a_node_past_its_optimum() -> None:
     of :func:`_two_long`'s nodes."""
     rng, checked, raised = random.Random(2314), 0, 0
     cases = [(_nodes_crowded(seed), 4) for seed in range(40)] + [(_two_long(), 20)]
-    for inst, nodes in cases:
-        if count_schedules(inst, old_order="fifo") > 8_000:
-            continue
-        combos = list(_combinations(inst, "fifo"))
-        for _ in range(nodes):
-            r = _restriction(inst, rng)
-            best = min(_value(inst, r, c, "mean_latency") for c in combos)
-            if math.isinf(best):
-                continue
-            bound = _bound(inst, r, "mean_latency", "fifo")
-            assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
-            with mock.patch.object(Capacity, "crowded", _last_only):
-                before = _bound(inst, r, "mean_latency", "fifo")
-            checked += 1
-            raised += bound > before + 1e-9
+    for inst, r, best in node_cases(rng, cases, 8_000):
+        bound = _bound(inst, r, "mean_latency", "fifo")
+        assert bound <= best * (1 + REL) + 1e-9, (inst, r, bound, best)
+        with mock.patch.object(Capacity, "refined", _last_only):
+            before = _bound(inst, r, "mean_latency", "fifo")
+        checked += 1
+        raised += bound > before + 1e-9
     assert checked >= 80 and raised >= 2, (checked, raised)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_capacity, relaxation_subsets
+from blitzplan.live import relaxation_splits, relaxation_subsets
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation, Restriction
 from blitzplan.live.relaxation_capacity import Capacity
@@ -121,7 +121,7 @@ def test_no_schedule_completes_a_served_batch_before_the_condition(
     cases = [_crowded(rng) for _ in range(40)] + [_nodes_crowded(s) for s in range(20)]
     cases += [_handed_off(rng) for _ in range(30)]
     checked = raised = 0
-    with mock.patch.object(relaxation_capacity, "SPLIT_GROUPS", groups):
+    with mock.patch.object(relaxation_splits, "SPLIT_GROUPS", groups):
         for inst in [*cases, _late_layer()]:
             if count_schedules(inst, old_order=old_order) > 20_000:
                 continue
@@ -135,7 +135,7 @@ def test_no_schedule_of_a_node_completes_a_served_batch_before_the_condition(gro
     """Property: the same on random nodes (narrowed split ranges, start limits on N), whose
     split groups and alone chains are the node's."""
     rng, checked, raised = random.Random(2315), 0, 0
-    with mock.patch.object(relaxation_capacity, "SPLIT_GROUPS", groups):
+    with mock.patch.object(relaxation_splits, "SPLIT_GROUPS", groups):
         for seed in range(30):
             inst = _nodes_crowded(seed)
             if count_schedules(inst, old_order="free") > 20_000:

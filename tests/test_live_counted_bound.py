@@ -162,11 +162,11 @@ def test_a_counted_bound_never_exceeds_the_enumerated_optimum(
         return WorkMeter(cpu_by_s=-math.inf) if netted else WorkMeter()
 
     relaxed, _, _ = relaxation_bound(
-        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, meter=meter()
+        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, clock=meter()
     )
     assert relaxed <= oracle.objective + tol
     priced = lagrangian_bound(
-        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, meter=meter()
+        instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, clock=meter()
     )
     assert priced <= oracle.objective + tol
     value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
@@ -187,9 +187,9 @@ def test_a_subset_search_stopped_by_its_count_still_bounds(instance, objective: 
     relax = Relaxation(instance, objective)
     optimum, _, complete = subset_search(relax, math.inf, math.inf, math.inf)
     assert complete
-    stopped, _, finished = subset_search(relax, math.inf, -1.0, math.inf, meter=WorkMeter())
+    stopped, _, finished = subset_search(relax, math.inf, -1.0, math.inf, clock=WorkMeter())
     netted, _, _ = subset_search(
-        relax, math.inf, math.inf, math.inf, meter=WorkMeter(wall_by_s=-math.inf)
+        relax, math.inf, math.inf, math.inf, clock=WorkMeter(wall_by_s=-math.inf)
     )
     assert not finished
     assert netted <= stopped + 1e-12 <= optimum + 2e-12

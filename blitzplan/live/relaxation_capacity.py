@@ -9,27 +9,55 @@ every schedule meets them, so the program's optimum under them is still a lower 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_splits import split_groups
 
 if TYPE_CHECKING:
     from blitzplan.live.relaxation_subsets import _Table
 
-__all__ = ["CAPACITY_THRESHOLDS", "Capacity"]
+__all__ = ["CAPACITY_THRESHOLDS", "Capacity", "Crowding", "Layer"]
 
 CAPACITY_THRESHOLDS = 12
 """Layer arrivals the bound on the batches left on N is taken at (any subset is valid)."""
 
-SPLIT_GROUPS = 16
-"""Groups of a batch's splits its own share is counted over (:meth:`Capacity.shared`; any
-grouping is valid, each group bounded by its least). Finer groups bound higher and cost more:
-the free order's root capacity bound on (40,12) seed 0 of ``benchmarks/partition.py`` is
-0.64332 without the split apart, 0.64707 / 0.64897 / 0.64992 with 8 / 16 / 80 groups (CPU
-0.04 / 0.06 / 0.06 / 0.15 s); on (32,16) seed 7 0.45599 / 0.45691 / 0.45691 / 0.45698 (CPU
-0.9 / 2.0 / 2.2 / 2.8 s, the first at another load)."""
+
+class Layer(NamedTuple):
+    """Per state, the terms of :meth:`Capacity.extra_s` (and :meth:`Capacity.served_extra_s`)
+    at one point ``s`` (:attr:`Capacity.points`)."""
+
+    free: np.ndarray  # O's last completion in the program
+    last: np.ndarray  # the last completion of the batches left on N in the program
+    total: np.ndarray  # B = b_O + sum L pO over the served batches
+    below: np.ndarray  # the served batches' work on N that may run before s
+    work: np.ndarray  # s plus the layers of the batches left on N that cannot start before s
+    ready: np.ndarray  # the least pO plus the least hand-off among the served batches
+    none_left: np.ndarray  # whether no batch is left on N
+
+
+class Crowding(NamedTuple):
+    """Per state, :meth:`Capacity.crowded`'s term (0 where O served none), at each of the
+    arrivals' points (states x points) :meth:`Capacity.extra_s`, ``work`` and ``below``, and
+    the terms the :class:`Layer` at any point is made of (:meth:`Capacity.refined`)."""
+
+    layer: Layer  # below and work: 0 (they depend on the point)
+    extra: np.ndarray
+    extras: np.ndarray
+    works: np.ndarray
+    belows: np.ndarray
+    mask: np.ndarray
+    placed: np.ndarray  # (states x batches): 1.0 where O served the batch
+    left: np.ndarray  # (states x batches): 1.0 where the batch is left on N
+
+
+_Paid = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""The leads (:meth:`Capacity.leads`), and at each lead's kink the share ``x`` and ``O(x)``."""
+
+_Tail = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""O's last served block (:meth:`Capacity.last_block`): its base, its most share, its lead."""
 
 
 class Capacity:
@@ -87,8 +115,7 @@ class Capacity:
         best (the first alone would pick the point it picked before these were counted)."""
         self.by_new = np.argsort(p_new, kind="stable")
         self.sorted_new = p_new[self.by_new]
-        picks = sorted({int(x) for x in np.linspace(0, L - 1, CAPACITY_THRESHOLDS)})
-        self.thresholds = [(inst.usable_s[j], float(L - j)) for j in picks]
+        self.thresholds = [(inst.usable_s[j], float(L - j)) for j in grid]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
         most = np.minimum(np.asarray(relax.restriction.split_max), L - 1)
@@ -99,7 +126,7 @@ class Capacity:
         before a later block on O may start."""
         none = (np.zeros(0, dtype=bool), *(np.zeros(0) for _ in range(4)))
         self.groups = [
-            _split_groups(relax, i) if split_apart else none for i in range(inst.num_batches)
+            split_groups(relax, i) if split_apart else none for i in range(inst.num_batches)
         ]
         """Per batch, its groups of splits (:meth:`shared`); none without ``split_apart``.
         Under FIFO the program does without: on ``benchmarks/partition.py``'s (32,16),
@@ -109,7 +136,7 @@ class Capacity:
     def served(self, mask: np.ndarray) -> np.ndarray:
         """(2 x states): the whole work (on O) of the batches O has served, and the least
         ``d_t + pO_t`` among them (inf when none)."""
-        placed = (mask[:, None] & self.table.bits[None, :]) != 0
+        placed = ~self.table.unplaced(mask)
         work = placed.astype(float) @ self.whole
         return np.stack([work, np.where(placed, self.after, math.inf).min(axis=1)])
 
@@ -125,9 +152,10 @@ class Capacity:
         k (pN_i - pO_i)``; and O ran the rest, ``C_i >= B - k pO_i - w``, so ``C_i`` is at
         least ``A_k``, the least over ``w >= 0`` of the larger (without N work, ``k = w = 0``:
         ``B``). Also ``C_i >= max(free, start_k) + (L - k) pO_i`` (``start_k`` its alone
-        chain's ``k``-th end plus ``d_i``). Each group of splits (:func:`_split_groups`) is
-        bounded by its least ``P_k``, ``B - k pO_i``, ``start_k + (L - k) pO_i`` and ``L - k``;
-        ``C_i`` is at least the least over the groups."""
+        chain's ``k``-th end plus ``d_i``). Each group of splits
+        (:func:`~blitzplan.live.relaxation_splits.split_groups`) is bounded by its least
+        ``P_k``, ``B - k pO_i``, ``start_k + (L - k) pO_i`` and ``L - k``; ``C_i`` is at least
+        the least over the groups."""
         work, prior = served
         total = self.b_old + work + self.whole[i]
         x = (total - self.a1 - self.p_old[i]) / (1 + self.ratio)
@@ -158,52 +186,59 @@ class Capacity:
         return np.asarray(total), np.asarray(ends[:, -1])
 
     def crowded(
-        self,
-        mask: np.ndarray,
-        free: np.ndarray,
-        unplaced: np.ndarray,
-        last: np.ndarray,
-        *,
-        every_block: bool = False,
-        chains: bool = False,
-    ) -> np.ndarray:
+        self, mask: np.ndarray, free: np.ndarray, unplaced: np.ndarray, last: np.ndarray
+    ) -> Crowding:
         """Per complete state (O served ``mask``, its last completion at least ``free``; the
         unplaced batches on N, the last of them done at least at ``last``), what N's capacity
-        adds to that bound's total: :meth:`extra_s` at the arrivals' points (with ``chains``
-        at every point, :attr:`points`), counting O's last block; with ``every_block`` also,
-        at the point of each group where that is largest (each point is valid alone), every
-        served block (:meth:`leads`, :meth:`last_block`)."""
-        placed = ((mask[:, None] & self.table.bits[None, :]) != 0).astype(float)
+        adds to that bound's total: :meth:`extra_s` at the arrivals' points, counting O's last
+        block (each point is valid alone: the largest counts), and what it was made of."""
+        placed = (~unplaced).astype(float)
         total = self.b_old + placed @ self.whole
         ready = np.where(placed > 0, self.p_old, math.inf).min(axis=1)
         ready += np.where(placed > 0, self.handoff, math.inf).min(axis=1)
-        left = unplaced.astype(float)
-        none_left = np.asarray(~unplaced.any(axis=1))
-        works, belows, extras = [], [], []
-        points = self.points if chains else self.points[: self.point_groups[0].size]
-        for at, under in points:  # after s N runs the layers that cannot start before
-            work = at + left @ (self.layers * self.p_new - under)
-            below = placed @ under  # the served batches' layers that may run before s
-            works.append(work)
-            belows.append(below)
-            extras.append(self.extra_s(free, last, total, below, work, ready, none_left))
-        extra = np.max(extras, axis=0)
-        if every_block:
-            leads = self.leads(mask, placed, free, total)
-            paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
-            tail = self.last_block(placed, free, total)
-            for group in self.point_groups[: 2 if chains else 1]:  # each group's best point
-                got = np.asarray(extras)[group]
-                pick = group[np.argmax(got, axis=0)][None, :]
-                work = np.take_along_axis(np.asarray(works), pick, axis=0)[0]
-                below = np.take_along_axis(np.asarray(belows), pick, axis=0)[0]
-                args = (free, last, total, below, work, ready, none_left, paid)
-                extra = np.maximum(extra, self.served_extra_s(*args, tail))
-        return np.where(mask == 0, 0.0, extra)
+        zero = np.zeros(free.shape)
+        layer = Layer(free, last, total, zero, zero, ready, np.asarray(~unplaced.any(axis=1)))
+        crowd = Crowding(layer, zero, zero, zero, zero, mask, placed, unplaced.astype(float))
+        extras, works, belows = self._points(crowd, self.points[: self.point_groups[0].size])
+        extra = np.where(mask == 0, 0.0, extras.max(axis=1))
+        return crowd._replace(extra=extra, extras=extras, works=works, belows=belows)
 
-    def last_block(
-        self, placed: np.ndarray, free: np.ndarray, total: np.ndarray
+    def refined(self, crowd: Crowding, rows: np.ndarray, *, every_block: bool) -> np.ndarray:
+        """The crowding term of the states ``rows`` of ``crowd`` at every point (the chains'
+        too, :attr:`points`); with ``every_block`` (under FIFO) also, at the point of each
+        group where :meth:`extra_s` is largest, every served block (:meth:`served_extra_s`,
+        :meth:`leads`, :meth:`last_block`)."""
+        layer = Layer(*(value[rows] for value in crowd.layer))
+        c = Crowding(layer, *(value[rows] for value in crowd[1:]))
+        chains = self._points(c, self.points[self.point_groups[0].size :])
+        pairs = zip((c.extras, c.works, c.belows), chains, strict=True)
+        extras, works, belows = (np.concatenate(pair, axis=1) for pair in pairs)
+        extra = extras.max(axis=1)
+        if every_block:
+            free, total = c.layer.free, c.layer.total
+            leads = self.leads(c.mask, c.placed, free, total)
+            paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
+            tail = self.last_block(c.placed, free, total)
+            for group in self.point_groups:  # each group's best point
+                pick = group[np.argmax(extras[:, group], axis=1)][:, None]
+                work = np.take_along_axis(works, pick, axis=1)[:, 0]
+                below = np.take_along_axis(belows, pick, axis=1)[:, 0]
+                layer = c.layer._replace(below=below, work=work)
+                extra = np.maximum(extra, self.served_extra_s(layer, paid, tail))
+        return np.where(c.mask == 0, 0.0, extra)
+
+    def _points(
+        self, crowd: Crowding, points: list[tuple[float, np.ndarray]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(states x points): :meth:`extra_s`, ``work`` and ``below`` at each of ``points``."""
+        out = np.empty((3, crowd.mask.size, len(points)))
+        for k, (at, under) in enumerate(points):  # after s N runs the layers that cannot start
+            work = at + crowd.left @ (self.layers * self.p_new - under)  # before it
+            below = crowd.placed @ under  # the served batches' layers that may run before s
+            out[:, :, k] = self.extra_s(crowd.layer._replace(below=below, work=work)), work, below
+        return out[0], out[1], out[2]
+
+    def last_block(self, placed: np.ndarray, free: np.ndarray, total: np.ndarray) -> _Tail:
         """Per state under FIFO, of O's last served batch ``m``: ``L pO_m + ready*`` (with
         ``ready*`` the least of ``d_m`` and ``d_t + pO_t`` over the served ``t`` before it)
         less ``(1 - rho)^+`` times its most share ``x_m``; that share; and its lead ``B -
@@ -241,16 +276,7 @@ class Capacity:
             out[:, i] = np.where(rows, self.b_old + served[0] - end, -math.inf)
         return out
 
-    def extra_s(
-        self,
-        free: np.ndarray,
-        last: np.ndarray,
-        total: np.ndarray,
-        below: np.ndarray,
-        work: np.ndarray,
-        ready: np.ndarray,
-        none_left: np.ndarray,
-    ) -> np.ndarray:
+    def extra_s(self, layer: Layer) -> np.ndarray:
         """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
         and last N-only completion ``c >= last`` (arrays, one entry per state).
 
@@ -265,6 +291,7 @@ class Capacity:
         without N-only batches (``none_left``) also any ``T`` past the kink, where N's share
         is 0.
         """
+        free, last, total, below, work, ready, none_left = layer
         rho = self.ratio
         kink = total - below / rho  # where N's share of the served work reaches 0
 
@@ -281,18 +308,7 @@ class Capacity:
         fixed = np.where(none_left, np.minimum(kink, crossing), fixed)
         return np.asarray(np.maximum(0.0, np.minimum(least, np.maximum(fixed, free) - free)))
 
-    def served_extra_s(
-        self,
-        free: np.ndarray,
-        last: np.ndarray,
-        total: np.ndarray,
-        below: np.ndarray,
-        work: np.ndarray,
-        ready: np.ndarray,
-        none_left: np.ndarray,
-        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
-        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> np.ndarray:
+    def served_extra_s(self, layer: Layer, paid: _Paid, tail: _Tail) -> np.ndarray:
         """:meth:`extra_s` under FIFO with every served block counted (arrays, one entry per
         state): the least the real completions add to the program's over the work ``x = sum
         k pO`` N runs of the served batches (in O's time). (With the last block alone, ``x =
@@ -315,6 +331,7 @@ class Capacity:
         kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
         leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
         """
+        free, last, total, below, work, ready, none_left = layer
         rho = self.ratio
         kink = below / rho  # where N's share of the served work starts to count
         fixed = [
@@ -336,20 +353,12 @@ class Capacity:
         served_last = np.maximum(0.0, busy + ready[:, None] - late)
         n_only = (on_old + on_new).min(axis=1)  # N's last operation an N-only batch's
         served = (on_old + served_last).min(axis=1)  # a served batch's: two valid bounds
-        served = np.maximum(served, self._last_share(free, total, below, work, paid, tail))
+        served = np.maximum(served, self._last_share(layer, paid, tail))
         idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
         least = np.minimum(n_only, np.where(none_left, np.minimum(served, idle), served))
         return np.asarray(np.maximum(least, 0.0))
 
-    def _last_share(
-        self,
-        free: np.ndarray,
-        total: np.ndarray,
-        below: np.ndarray,
-        work: np.ndarray,
-        paid: tuple[np.ndarray, np.ndarray, np.ndarray],
-        tail: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ) -> np.ndarray:
+    def _last_share(self, layer: Layer, paid: _Paid, tail: _Tail) -> np.ndarray:
         """The served-batch case of :meth:`extra_s` under FIFO, with O's last block's own share
         ``x_m`` apart: ``w = x - x_m`` is what N runs of the earlier ones, so ``C_t >= B_t -
         w`` for ``t < m``. N's last operation, a served batch's, ends at ``Z >= work + rho (w
@@ -357,6 +366,7 @@ class Capacity:
         after ``d_t + pO_t``) and then ``m``'s, ``L pO_m - x_m``, follow: ``T >= Z + ready* +
         L pO_m - x_m >= work - below + rho w + base`` (``tail[0]``, ``x_m`` at most its most
         share ``tail[1]``), and ``T >= B - w - x_m``. Convex in ``w``: least at a kink."""
+        free, total, below, work = layer.free, layer.total, layer.below, layer.work
         rho = self.ratio
         base, cap, lead_m = tail
         leads, at_leads, on_leads = paid
@@ -368,32 +378,6 @@ class Capacity:
         earlier = on_old - np.maximum(lead_m[:, None] - at, 0.0)  # the blocks before m
         late = np.maximum(total[:, None] - cap[:, None] - at, g[:, None] + rho * at)
         return np.asarray((np.maximum(late - free[:, None], 0.0) + earlier).min(axis=1))
-
-
-def _split_groups(relax: Relaxation, i: int) -> tuple[np.ndarray, ...]:
-    """Batch ``i``'s splits on O (its restriction's range, at most ``L - 1``) in up to
-    :data:`SPLIT_GROUPS` runs, split 0 alone; per run: whether it is split 0, its largest
-    ``k``, its least ``k (pN_i - pO_i)``, its least ``start_k + (L - k) pO_i`` and its least
-    ``(L - k) pO_i`` (:meth:`Capacity.shared`)."""
-    inst, r = relax.instance, relax.restriction
-    L, p_new, p_old = inst.num_layers, inst.new_layer_s[i], inst.old_layer_s[i]
-    chain = relax.options[i].chain_end
-    splits = np.arange(r.split_min[i], min(r.split_max[i], L - 1) + 1)
-    start = np.asarray(
-        [inst.release_s[i] if k == 0 else chain[k] + inst.handoff_s[i] for k in splits]
-    )
-    runs = [splits[:1]] if splits.size and splits[0] == 0 else []
-    rest = splits[len(runs) :]
-    if rest.size:
-        runs += list(np.array_split(rest, min(SPLIT_GROUPS, rest.size)))
-    rows = []
-    for run in runs:
-        at = run - splits[0]
-        lift = min(run[0] * (p_new - p_old), run[-1] * (p_new - p_old))
-        rows.append((run[-1] == 0, run[-1], lift, (start[at] + (L - run) * p_old).min()))
-    zero, most, lift, chained = (np.asarray([row[j] for row in rows]) for j in range(4))
-    left = (L - most) * p_old
-    return zero.astype(bool), most.astype(float), lift.astype(float), chained.astype(float), left
 
 
 def _at(x: np.ndarray) -> np.ndarray:

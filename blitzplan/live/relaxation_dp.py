@@ -21,7 +21,7 @@ from blitzplan.live.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import evaluate_objective, timetable
-from blitzplan.live.work_meter import WorkMeter, now_s, passed
+from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
     "GREEDY_MAX_S",
@@ -64,21 +64,18 @@ def relaxed_greedy(
     return relax.plan(_local_search(relax, time.perf_counter() + time_limit_s))
 
 
-def _local_search(
-    relax: Relaxation, deadline_s: float, meter: WorkMeter | None = None
-) -> list[int]:
-    """Swaps and moves while they help, until ``deadline_s`` (on ``meter`` when given: every
-    evaluation counts :data:`EVALUATE_S_PER_BATCH` a batch)."""
+def _local_search(relax: Relaxation, deadline_s: float, clock: Clock = WALL_CLOCK) -> list[int]:
+    """Swaps and moves while they help, until ``deadline_s`` on ``clock`` (every evaluation
+    counts :data:`EVALUATE_S_PER_BATCH` a batch)."""
     sequence = _earliest_completion_first(relax)
     best = relax.evaluate(sequence)
     improved, n = True, relax.instance.num_batches
     while improved:
         improved = False
         for candidate in _neighbours(sequence, n):
-            if passed(meter, deadline_s):
+            if clock.passed(deadline_s):
                 return sequence
-            if meter is not None:
-                meter.spend(EVALUATE_S_PER_BATCH * n)
+            clock.spend(EVALUATE_S_PER_BATCH * n)
             value = relax.evaluate(candidate)
             if value < best - 1e-12:
                 sequence, best, improved = candidate, value, True
@@ -152,7 +149,7 @@ def solve_relaxation(
     deadline_s: float = math.inf,
     greedy_s: float = 0.0,
     candidates: tuple[tuple[int, ...], ...] = (),
-    meter: WorkMeter | None = None,
+    clock: Clock = WALL_CLOCK,
 ) -> tuple[float, tuple[int, ...] | None, bool]:
     """(bound, best O sequence found, finished) of the relaxation, in cost units.
 
@@ -161,20 +158,20 @@ def solve_relaxation(
     that cannot beat that or ``upper_cost`` (the cost of a known schedule) are pruned, so the
     bound is at least ``min(optimum, upper_cost)``. The sequence is None only when no relaxed
     plan exists (a restriction leaves some batch nowhere to go). The subset search stops at
-    ``search_until_s`` and bounds its open states until ``deadline_s`` (both
-    ``time.perf_counter()`` instants, or counted seconds on ``meter`` when one is given).
+    ``search_until_s`` and bounds its open states until ``deadline_s`` (both instants on
+    ``clock``: ``time.perf_counter()`` values, or counted seconds on a meter).
     """
     if old_order == "fifo":
         cost, seq = _fifo_best(relax)
         return cost, tuple(seq) if math.isfinite(cost) else None, True
     seeds = [tuple(_earliest_completion_first(relax)), *candidates]
     if greedy_s > 0:
-        until = min(now_s(meter) + greedy_s, search_until_s)
-        seeds.append(tuple(_local_search(relax, until, meter)))
+        until = min(clock.now_s() + greedy_s, search_until_s)
+        seeds.append(tuple(_local_search(relax, until, clock)))
     best = min(seeds, key=relax.evaluate)
     seeded = relax.evaluate(best)
     cost, found, complete = subset_search(
-        relax, min(seeded, upper_cost), search_until_s, deadline_s, meter=meter
+        relax, min(seeded, upper_cost), search_until_s, deadline_s, clock=clock
     )
     if found is None and math.isfinite(seeded):
         found = best
@@ -188,7 +185,7 @@ def relaxation_bound(
     old_order: str = "free",
     upper_bound: float = math.inf,
     time_limit_s: float | None = None,
-    meter: WorkMeter | None = None,
+    clock: Clock = WALL_CLOCK,
 ) -> tuple[float, RelaxedPlan, bool]:
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
@@ -199,16 +196,14 @@ def relaxation_bound(
     first relaxed plan, repaired into a schedule, prune the search; with ``time_limit_s`` the
     search stops early (after ``SEARCH_SHARE`` of it) and the bound is the least over the
     states it had not expanded (still valid, weaker). The call returns within about
-    ``time_limit_s``: the clock is read before every group of states. With ``meter``,
-    ``time_limit_s`` is counted seconds on it (:mod:`~blitzplan.live.work_meter`; its wall
-    clock only a safety net): the same input gives the same answer on every run.
+    ``time_limit_s``: the clock is read before every group of states. On a meter ``clock``,
+    ``time_limit_s`` is counted seconds (:mod:`~blitzplan.live.work_meter`; its wall clock
+    only a safety net): the same input gives the same answer on every run.
     """
-    started = now_s(meter)
-    if meter is not None:
-        meter.spend(SETUP_S_PER_CELL * instance.num_layers * instance.num_batches)
+    started = clock.now_s()
+    clock.spend(SETUP_S_PER_CELL * instance.num_layers * instance.num_batches)
     relax = Relaxation(instance, objective)
-    deadline = math.inf if time_limit_s is None else started + time_limit_s
-    search_until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    search_until, deadline = _search_instants(started, time_limit_s)
     first = _earliest_completion_first(relax)
     upper = min(upper_bound, _repaired_value(instance, relax.plan(first), objective))
     cost, sequence, complete = solve_relaxation(
@@ -218,7 +213,7 @@ def relaxation_bound(
         search_until_s=search_until,
         deadline_s=deadline,
         greedy_s=GREEDY_MAX_S if time_limit_s is None else min(GREEDY_MAX_S, time_limit_s / 4),
-        meter=meter,
+        clock=clock,
     )
     best = tuple(first) if sequence is None else sequence
     bound = max(relax.obj.final(min(cost, relax.evaluate(best))), work_bound(instance, objective))
@@ -251,8 +246,7 @@ def capacity_bound(
     """
     started = time.perf_counter()
     relax = Relaxation(instance, objective)
-    deadline = math.inf if time_limit_s is None else started + time_limit_s
-    until = math.inf if time_limit_s is None else started + SEARCH_SHARE * time_limit_s
+    until, deadline = _search_instants(started, time_limit_s)
     if lower_bound is None:
         proven, _, _ = solve_relaxation(relax, old_order=old_order)
     else:
@@ -267,6 +261,14 @@ def capacity_bound(
             return relax.obj.final(max(proven, cost))
         proven, step = target, 2 * step
     return relax.obj.final(min(proven, upper))
+
+
+def _search_instants(started: float, time_limit_s: float | None) -> tuple[float, float]:
+    """Until when the subset search searches and until when it bounds the states it left open:
+    :data:`SEARCH_SHARE` of ``time_limit_s`` from ``started``, and all of it."""
+    if time_limit_s is None:
+        return math.inf, math.inf
+    return started + SEARCH_SHARE * time_limit_s, started + time_limit_s
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:

@@ -52,7 +52,7 @@ import numpy as np
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import alone_chain_s
-from blitzplan.live.work_meter import WorkMeter, now_s, passed
+from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
     "GRID_POINTS",
@@ -293,13 +293,13 @@ def _fifo_program(
     ceiling: float,
     deadline_s: float,
     free_step_s: float = 0.0,
-    meter: WorkMeter | None = None,
+    clock: Clock = WALL_CLOCK,
 ) -> tuple[float, _Plan | None]:
     """The least priced total latency with O serving its batches in ``order``'s order, or
     ``ceiling`` when that is less, and the (split, grid point counted by) of each batch in a plan
     that reaches it (None when none is below ``ceiling``). A state whose cost plus the least
     each later batch can add reaches ``ceiling`` is dropped. Past ``deadline_s`` (read before
-    every batch; counted seconds on ``meter`` when given) it gives up: (nan, None). With
+    every batch; an instant on ``clock``) it gives up: (nan, None). With
     ``free_step_s`` O's free time after each batch is rounded down to a multiple of it (still a
     bound: what the batches after it pay never falls as O frees later), so that states close in
     time merge."""
@@ -309,10 +309,9 @@ def _fifo_program(
     rest = np.cumsum([0.0, *floors[::-1]])[::-1][1:]  # what the batches after each add, at least
     history = []
     for step, i in enumerate(order):
-        if passed(meter, deadline_s):
+        if clock.passed(deadline_s):
             return math.nan, None
-        if meter is not None:
-            meter.spend(BATCH_S_FIXED + LAYER_S * L + OPTION_S * free.size * (L + 1))
+        clock.spend(BATCH_S_FIXED + LAYER_S * L + OPTION_S * free.size * (L + 1))
         ends, values, counted = priced.on_old(i, free)
         stay, stay_j = priced.on_new[i]
         all_free = np.concatenate([free, ends.ravel()])
@@ -352,7 +351,7 @@ def lagrangian_bound(
     time_limit_s: float | None = None,
     iterations: int = LAGRANGE_ITERATIONS,
     free_step_s: float = 0.0,
-    meter: WorkMeter | None = None,
+    clock: Clock = WALL_CLOCK,
     grid_points: tuple[int, int] = GRID_POINTS,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
@@ -361,19 +360,18 @@ def lagrangian_bound(
     answer; with ``time_limit_s`` the step under way when it runs out is dropped (it returns
     ``-inf`` when even the first, the plain relaxation, does not finish). ``free_step_s`` > 0
     rounds O's free time down to its multiples in the priced program: a weaker bound in less
-    time a step (:func:`quick_free_step_s`). With ``meter``, ``time_limit_s`` is counted
-    seconds on it (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net).
+    time a step (:func:`quick_free_step_s`). On a meter ``clock``, ``time_limit_s`` is counted
+    seconds (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net).
     ``grid_points``: the multipliers' grid (:data:`GRID_POINTS`)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
-    deadline = math.inf if time_limit_s is None else now_s(meter) + time_limit_s
+    deadline = math.inf if time_limit_s is None else clock.now_s() + time_limit_s
     n, prices = instance.num_batches, _Prices(instance, grid_points)
-    if meter is not None:
-        meter.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
+    clock.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
     for _ in range(iterations):
-        value, g = _solve_priced(instance, prices, target, deadline, free_step_s, meter)
+        value, g = _solve_priced(instance, prices, target, deadline, free_step_s, clock)
         ascent.seen(value)
         if g is None or value >= target or math.isnan(value):
             break
@@ -387,7 +385,7 @@ def _solve_priced(
     target: float,
     deadline_s: float,
     free_step_s: float,
-    meter: WorkMeter | None,
+    clock: Clock,
 ) -> tuple[float, np.ndarray | None]:
     """The priced program's value (at most ``target``; nan when ``deadline_s`` cut it) under the
     current multipliers, and a subgradient there (None when the value reached ``target``, the
@@ -400,7 +398,7 @@ def _solve_priced(
         target + constant,
         deadline_s,
         free_step_s,
-        meter,
+        clock,
     )
     if plan is None:
         return cost - constant, None

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 
 import numpy as np
 
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.schedule import SLO_TOL_S
-from blitzplan.live.work_meter import WorkMeter, passed
+from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
     "CHUNK_STATES",
@@ -115,6 +116,10 @@ class _Table:
         self.relative = capacity and self.sums and not fifo
         """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
 
+    def unplaced(self, mask: np.ndarray) -> np.ndarray:
+        """(states x batches): whether each batch is outside each state's set ``mask``."""
+        return np.asarray((mask[:, None] & self.bits[None, :]) == 0)
+
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O."""
         out = np.empty((free.size, self.n))
@@ -152,12 +157,12 @@ class _Table:
             return self.combine(cost, alone)
         total, last = self.capacity.left_on_new(unplaced)
         base = cost + np.maximum(alone, total)
-        out = base + self.capacity.crowded(mask, free, unplaced, last)
+        crowd = self.capacity.crowded(mask, free, unplaced, last)
+        out = base + crowd.extra
         rows = np.flatnonzero(out < best_cost)
         if rows.size:
-            args = (mask[rows], free[rows], unplaced[rows], last[rows])
             fifo = self.fifo_rank is not None
-            out[rows] = base[rows] + self.capacity.crowded(*args, every_block=fifo, chains=True)
+            out[rows] = base[rows] + self.capacity.refined(crowd, rows, every_block=fifo)
         return np.asarray(out)
 
     def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
@@ -207,11 +212,11 @@ def subset_search(
     *,
     capacity: bool = False,
     fifo: bool = False,
-    meter: WorkMeter | None = None,
+    clock: Clock = WALL_CLOCK,
 ) -> tuple[float, tuple[int, ...] | None, bool]:
     """(bound, best O sequence found, finished), in cost units; see the module docstring.
-    ``search_until`` and ``deadline`` are ``time.perf_counter()`` instants, or counted seconds
-    on ``meter`` when one is given."""
+    ``search_until`` and ``deadline`` are instants on ``clock`` (``time.perf_counter()``
+    values, or counted seconds on a meter)."""
     table = _Table(relax, capacity=capacity, fifo=fifo)
     level: _Arrays = {
         "mask": np.zeros(1, dtype=np.int64),
@@ -227,10 +232,10 @@ def subset_search(
         history.append(level)
         grown: list[_Arrays] = []
         for begin in range(0, level["cost"].size, table.chunk):
-            if passed(meter, search_until):
-                bound = _open_bound(table, level, begin, grown, best_cost, deadline, meter)
+            if clock.passed(search_until):
+                bound = _open_bound(table, level, begin, grown, best_cost, deadline, clock)
                 return bound, _sequence(history, best_ref), False
-            _count(meter, table.n, min(table.chunk, level["cost"].size - begin))
+            _count(clock, table.n, min(table.chunk, level["cost"].size - begin))
             found = _expand(table, level, begin, best_cost, grown)
             if found is not None:
                 best_cost, best_ref = found[0], (depth, found[1])
@@ -238,16 +243,12 @@ def subset_search(
             break
         size = sum(part["cost"].size for part in grown)
         began = time.perf_counter()
-        if meter is None:
-            late = began + merge_s_per_state * size > search_until
-        else:
-            merge_s = _merge_s(grown, size)
-            late = meter.past(search_until - merge_s)
-            meter.spend(0.0 if late else merge_s)
-        if late:  # no time to merge: bound them
+        merge_s = clock.step_s(partial(_merge_s, grown, size), merge_s_per_state * size)
+        if clock.passed(search_until - merge_s):  # no time to merge: bound them
             empty = {key: value[:0] for key, value in level.items()}
-            bound = _open_bound(table, empty, 0, grown, best_cost, deadline, meter)
+            bound = _open_bound(table, empty, 0, grown, best_cost, deadline, clock)
             return bound, _sequence(history, best_ref), False
+        clock.spend(merge_s)
         level = _pareto(grown, relative=table.relative)
         if size >= MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
@@ -270,10 +271,9 @@ def _distinct_share(grown: list[_Arrays]) -> float:
     return float(np.unique(sample).size / sample.size)
 
 
-def _count(meter: WorkMeter | None, batches: int, states: int) -> None:
-    """Count a chunk of ``states`` states on ``meter`` (when given)."""
-    if meter is not None:
-        meter.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
+def _count(clock: Clock, batches: int, states: int) -> None:
+    """Count a chunk of ``states`` states on ``clock``."""
+    clock.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
 
 
 def _chunk(level: _Arrays, begin: int, size: int) -> _Arrays:
@@ -293,7 +293,7 @@ def _expand_chunk(
     table: _Table, part: _Arrays, begin: int, best_cost: float, grown: list[_Arrays]
 ) -> tuple[float, int] | None:
     mask, free, cost = part["mask"], part["free"], part["cost"]
-    unplaced = (mask[:, None] & table.bits[None, :]) == 0
+    unplaced = table.unplaced(mask)
     ends = table.ends(free, mask)
     values = table.values(ends)
     floors = np.minimum(values, table.on_new[None, :])
@@ -357,7 +357,7 @@ def _open_bound(
     grown: list[_Arrays],
     best_cost: float,
     deadline: float,
-    meter: WorkMeter | None = None,
+    clock: Clock,
 ) -> float:
     """The least cost any open state could reach: its cost and floor until ``deadline``, its
     cost alone after it (values are never negative, so still a bound)."""
@@ -369,11 +369,11 @@ def _open_bound(
         cost = part["cost"]
         if not cost.size:
             continue
-        if passed(meter, deadline):
+        if clock.passed(deadline):
             bound = min(bound, float(cost.min()))
             continue
-        _count(meter, table.n, cost.size)
-        unplaced = (part["mask"][:, None] & table.bits[None, :]) == 0
+        _count(clock, table.n, cost.size)
+        unplaced = table.unplaced(part["mask"])
         ends = table.ends(part["free"], part["mask"])
         floors = np.minimum(table.values(ends), table.on_new[None, :])
         bound = min(bound, float(table.combine(cost, table.fold(floors, unplaced)).min()))

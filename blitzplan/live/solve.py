@@ -209,7 +209,7 @@ def _relaxation_value(
         old_order=old_order,
         upper_bound=upper_bound,
         time_limit_s=share * HEURISTIC_BOUND_S,
-        meter=meter,
+        clock=meter,
     )
     left = HEURISTIC_BOUND_S - meter.spent_s
     closed = upper_bound - bound <= OPTIMALITY_REL_GAP * abs(upper_bound)
@@ -226,7 +226,7 @@ def _relaxation_value(
         upper_bound=upper_bound,
         time_limit_s=left,
         free_step_s=quick_free_step_s(instance),
-        meter=meter,
+        clock=meter,
         grid_points=QUICK_GRID_POINTS if bound < QUICK_FAR * upper_bound else GRID_POINTS,
     )
     return max(bound, priced)

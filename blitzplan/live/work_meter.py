@@ -14,14 +14,18 @@ too long). Past either, every counted search stops (a bound stopped early is wea
 valid), and then its answer may differ from run to run. The CPU net is the one that matters on
 a slow machine; the wall net lies further out because load stretches wall time, not work: on a
 loaded 2-core machine a process gets a quarter to an eighth of a core.
+
+A bounded search reads one :data:`Clock`: a :class:`WorkMeter`, or :data:`WALL_CLOCK` (instants
+are ``time.perf_counter()`` values and nothing is counted), through the same calls.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
-__all__ = ["WorkMeter", "now_s", "passed"]
+__all__ = ["WALL_CLOCK", "Clock", "WallClock", "WorkMeter"]
 
 
 class WorkMeter:
@@ -29,8 +33,7 @@ class WorkMeter:
     thread's CPU clock (``cpu_by_s``) and of the wall clock (``wall_by_s``) past which every
     counted search stops as well (``inf``: no net).
 
-    A counted search reads :meth:`past` where a clocked one reads ``time.perf_counter()``: its
-    instants are counted seconds on this meter."""
+    A counted search's instants are counted seconds on this meter (:data:`Clock`)."""
 
     def __init__(self, *, cpu_by_s: float = math.inf, wall_by_s: float = math.inf) -> None:
         self.spent_s = 0.0
@@ -46,9 +49,17 @@ class WorkMeter:
         """Count ``seconds`` (estimated) of work done."""
         self.spent_s += seconds
 
-    def past(self, counted_s: float) -> bool:
+    def now_s(self) -> float:
+        """The counted seconds so far."""
+        return self.spent_s
+
+    def passed(self, counted_s: float) -> bool:
         """Whether the counted work has passed ``counted_s``, or a real clock its net."""
         return self.spent_s > counted_s or self.unsafe()
+
+    def step_s(self, counted: Callable[[], float], measured_s: float) -> float:
+        """What a step takes on this meter: its counted estimate, ``counted()``."""
+        return counted()
 
     def unsafe(self) -> bool:
         """Whether the CPU clock or the wall clock has passed its safety net."""
@@ -59,11 +70,30 @@ class WorkMeter:
         return self.wall_by_s - time.perf_counter()
 
 
-def now_s(meter: WorkMeter | None) -> float:
-    """The clock a search reads: ``time.perf_counter()``, or ``meter``'s counted seconds."""
-    return time.perf_counter() if meter is None else meter.spent_s
+class WallClock:
+    """The wall clock as a search reads it: its instants are ``time.perf_counter()`` values,
+    and nothing is counted."""
+
+    def now_s(self) -> float:
+        """``time.perf_counter()``."""
+        return time.perf_counter()
+
+    def passed(self, instant: float) -> bool:
+        """Whether the wall clock has passed ``instant``."""
+        return time.perf_counter() > instant
+
+    def spend(self, seconds: float) -> None:
+        """Nothing: the wall clock counts itself."""
+
+    def step_s(self, counted: Callable[[], float], measured_s: float) -> float:
+        """What a step takes on the wall clock: ``measured_s``, measured on earlier steps."""
+        return measured_s
 
 
-def passed(meter: WorkMeter | None, instant: float) -> bool:
-    """Whether that clock has passed ``instant`` (a meter's safety nets count as passed)."""
-    return time.perf_counter() > instant if meter is None else meter.past(instant)
+WALL_CLOCK = WallClock()
+"""The wall clock (it holds no state: every search may share it)."""
+
+Clock = WallClock | WorkMeter
+"""What a bounded search reads its time on, one interface either way: ``now_s()``, whether
+an instant has ``passed()``, ``spend()`` (counted on a meter, nothing on the wall clock) and
+``step_s()`` (what a step will take: counted or measured)."""
