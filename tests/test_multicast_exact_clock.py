@@ -168,3 +168,55 @@ def test_the_clocked_exact_method_bounds_the_greedys_refinements(monkeypatch) ->
     assert packed == []
     plan_multicast(state, spec, targets=targets, method="exact")
     assert budgets[1] is None and packed == [None]
+
+
+@pytest.mark.parametrize(("limit", "above"), [(10.0, 0.19), (10.0, 0.21), (None, 0.19)])
+def test_the_greedys_slicings_are_timed_before_the_program_and_the_packing(
+    monkeypatch, limit: float | None, above: float
+) -> None:
+    """With a limit and the greedy's plan within EARLY_ABOVE (0.2) of the bound (here 19%
+    above it), its slicings are timed first, staggered ones first, by EARLY_BY of the limit,
+    before the overlay program and the packing (case 60: the greedy's 256 slices by sender
+    are 1.009 of the bound, while the program and the packing took 5.8 s of 10 for a packing
+    1.20x it); the later call then adds the packing alone. 21% above it, or without a limit,
+    the order is as before: one call after the packing, plain slicings first."""
+    assert exact_search_module.EARLY_ABOVE == 0.2
+    problem, ctx, incumbent = _four_targets()
+    greedy_s = max(incumbent[1].ready_at_s.values())
+    clock = _Clock()
+    monkeypatch.setattr(exact_search_module, "time", clock)
+    log: list[object] = []
+    timed = exact_search_module.SliceSearch.time
+
+    def time_spy(self, candidates, deadline, build_by=None, **kwargs):
+        log.append(("time", len(self.plans), list(candidates), deadline, kwargs))
+        return timed(self, candidates, deadline, build_by, **kwargs)
+
+    def overlay(problem, *, time_limit_s):
+        log.append("overlay")
+
+    def pack(*args, **kwargs):
+        log.append("pack")
+
+    monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
+    monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
+    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    bound = exact_search_module.Bound(greedy_s / (1 + above), "stand-in")
+    exact_search_module.exact_plan(
+        problem, ctx, "all_ready", incumbent, limit, bound=bound, evaluation_s=0.0
+    )
+    calls = [entry for entry in log if isinstance(entry, tuple)]
+    if limit is None or above > 0.2:
+        assert log[:2] == ["overlay", "pack"]
+        assert all(call[4] == {} for call in calls)
+        return
+    assert log[1:3] == ["overlay", "pack"]
+    first = log[0]
+    assert isinstance(first, tuple)
+    assert first[1:] == (
+        0,
+        [incumbent[1]],
+        pytest.approx(100.0 + exact_search_module.EARLY_BY * limit),
+        {"staggered_first": True},
+    )
+    assert calls[1][1] == 1  # the greedy's plan already added: the later calls do not redo it

@@ -216,3 +216,61 @@ def test_the_leading_plans_waiting_slicings_come_in_its_staggering_first(
     monkeypatch.setattr(search, "_patterns", lambda trials, *args: tried.append(list(trials)))
     search.time([], None)
     assert tried[0] == [(128, preferred, 0), (128, other, 0), (64, preferred, 0), (64, other, 0)]
+
+
+def test_staggered_first_times_a_new_plans_plain_slicings_after_its_staggered_ones(
+    monkeypatch,
+) -> None:
+    """``time(staggered_first=True)`` (the exact method's first call, on the greedy's plan in
+    a short window) tries the plan's staggered slicings before its plain ones but the fewest
+    (the first pattern, timed unpredicted: a cheap one); by default the plain ones come first
+    (case 193: 4-32 plain took that window, its 64 by lane depth, 1.0475 of the bound against
+    1.1005 at 32 plain, then waited)."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    for first in (True, False):
+        search = SliceSearch(problem, "all_ready")
+        tried: list[tuple[int, int, int]] = []
+        monkeypatch.setattr(
+            search, "_patterns", lambda trials, *args, seen=tried: seen.extend(trials)
+        )
+        search.time([ring], None, staggered_first=first)
+        assert tried, "something is tried"
+        assert tried[0] == (slice_search.SLICES[0], False, 0)
+        plain = [k for k, key in enumerate(tried) if key[1] is False]
+        staggered = [k for k, key in enumerate(tried) if key[1]]
+        assert len(plain) == len(slice_search.SLICES) and staggered
+        assert (max(staggered) < plain[1]) == first
+
+
+def test_the_leading_plans_waiting_plain_slicings_come_last_and_keep_no_time() -> None:
+    """The leading plan's waiting plain slicings are not tried before the new plans' (only its
+    staggered ones are: case 193's 32, 16 and 8 plain, left from the first call, took 0.44 s
+    of the second while its 128 and 256 by lane depth did not fit), and the search keeps no
+    time for them (:meth:`SliceSearch.needed_s`)."""
+    search, _ = _timed_ring()
+    search.pending = [(32, False, 0), (64, BY_LANE, 0)]
+    tried: list[list[tuple[int, int, int]]] = []
+    search._patterns = lambda trials, *args: tried.append(list(trials))  # type: ignore[method-assign]
+    search.time([], None)
+    assert tried[0] == [(64, BY_LANE, 0)]
+    assert tried[-1] == [(32, False, 0)]
+    search.pending = [(32, False, 0)]
+    search.pattern_rate[0] = 1e-3
+    search.build_by = time.perf_counter() + 60.0
+    assert search.needed_s() == search.reserve_s
+
+
+def test_the_slicings_the_pattern_cannot_time_are_built_the_fewest_slices_first(
+    monkeypatch,
+) -> None:
+    """The untimed slicings are built the fewest slices first, whatever order they were found
+    in (``staggered_first`` finds a plan's staggered ones before its plain ones: case 10 then
+    built 64 staggered slices lane by lane and had no time left for its 32 plain)."""
+    search, ring = _timed_ring()
+    search.timed = []
+    search.untimed = [(64, BY_LANE, 0), (4, False, 0), (32, False, 0), (8, False, 0)]
+    built: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(search, "_full", lambda key, *args, **kwargs: built.append(key))
+    assert search.best([ring], None) is ring
+    assert built == [(4, False, 0), (8, False, 0), (32, False, 0), (64, BY_LANE, 0)]

@@ -52,6 +52,17 @@ _EPS = 1e-9
 TIMED_BY = 0.7
 """Under a time limit, the slicings of the packing's and the greedy's plans are timed from
 their patterns by this share of it (after the packing, before the search)."""
+EARLY_BY = 0.1
+"""Under a time limit, the greedy's plan's slicings are timed from their patterns by this share
+of it before the overlay program and the packing (the answer where those find nothing better:
+case 60's greedy plan, 128 and 256 slices by sender, 1.0177 and 1.0090 of the bound, while its
+program and packing took 5.8 s of 10 for a packing 1.20x the bound); those left for lack of time
+wait for the later calls, the leading plan's first."""
+EARLY_ABOVE = 0.2
+"""... when it is within this fraction of the certified bound: slicing takes off a plan's
+per-hop lag, not a slow route, so a plan further above rarely gets within 1% sliced (the
+greedy's plans at 1.08-1.16 of it sliced to 1.004-1.009 on cases 72, 193, 60; at 1.32-2.03
+none under 1.2 on 1, 134, 147, 59, 76, where the window went to slicings never kept)."""
 SEARCHED_BY = 0.85
 """The search ends by this share of the limit, earlier when building the fastest slicing
 timed (and timing the search's own plan's) needs the time."""
@@ -196,7 +207,9 @@ def exact_plan(
     bound: Bound,
     evaluation_s: float,
 ) -> tuple[Built, Bound]:
-    """The exact method: for ``all_ready``, the overlay program's bound and the tree packing
+    """The exact method: under a limit, the greedy's plan's slicings timed first when it is
+    near the bound (:data:`EARLY_BY`, :data:`EARLY_ABOVE`); for ``all_ready``, the overlay
+    program's bound and the tree packing
     on its live choice (the greedy's when the program found none in its time) in every shape
     of :data:`EXACT_SHAPES`
     (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
@@ -211,23 +224,27 @@ def exact_plan(
     prediction, :func:`exact_search`)."""
     began = time.perf_counter()
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
+    end = None if time_limit_s is None else began + SLICED_BY * limit
+    slicing = SliceSearch(problem, objective, bound_s=bound)
+    if end is not None and _near(objective, incumbent[1], bound):  # the greedy's slicings first
+        early = began + EARLY_BY * limit
+        slicing.time([incumbent[1]], early, end - 0.05 * limit, staggered_first=True)
     strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
+        slicing.raise_bound(bound)
     packed = None
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
-    slicing = SliceSearch(problem, objective, bound_s=bound)
-    end = None if time_limit_s is None else began + SLICED_BY * limit
     first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
-        per_plan = slicing.pattern_s / max(1, len(first))
+        per_plan = slicing.pattern_s / max(1, len(slicing.plans))
         stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.needed_s() - per_plan)
         spent = time.perf_counter() - began
         left = min(max(0.05 * limit, stop - spent), SLICED_BY * limit - spent)
@@ -237,6 +254,11 @@ def exact_plan(
     plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
     slicing.time([searched], end)
     return slicing.best(plans, end), bound
+
+
+def _near(objective: str, plan: Built, bound: float) -> bool:
+    """Whether ``plan`` is within :data:`EARLY_ABOVE` of ``bound``."""
+    return score(objective, plan.ready_at_s, plan.live) <= (1 + EARLY_ABOVE) * bound
 
 
 def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:

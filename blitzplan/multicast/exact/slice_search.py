@@ -127,6 +127,10 @@ class SliceSearch:
         self.build_by: float | None = None  # the last call's build deadline
         self.pace = BuildPace()  # a build's parts after its lanes, as measured in this run
 
+    def raise_bound(self, bound_s: float) -> None:
+        """The bound given, raised (512 slices then stop sooner, :meth:`_tried`)."""
+        self.fine_above = max(self.fine_above, (1 + FINE_ABOVE) * bound_s)
+
     def needed_s(self) -> float:
         """The time to keep for what is left: building the fastest slicing timed, or timing
         the most sliced of the leading plan's (whose own or sliced time is the fastest so far)
@@ -134,7 +138,9 @@ class SliceSearch:
         predicted without margins (each step is checked again, and a build stops itself, when
         it comes)."""
         lead = self._leader()
-        for m, _, j in sorted((key for key in self.pending if key[2] == lead), reverse=True):
+        for m, _, j in sorted(
+            (key for key in self.pending if key[2] == lead and key[1]), reverse=True
+        ):
             pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
@@ -142,14 +148,25 @@ class SliceSearch:
         return self.reserve_s
 
     def time(
-        self, candidates: Sequence[Built], deadline: float | None, build_by: float | None = None
+        self,
+        candidates: Sequence[Built],
+        deadline: float | None,
+        build_by: float | None = None,
+        *,
+        staggered_first: bool = False,
     ) -> None:
         """Add ``candidates`` (those of one phase whose hops wait for none, and not timed as
         one added before) and time their slicings from their patterns by ``deadline`` (a
         :func:`time.perf_counter` value), counting on building the fastest by ``build_by``
         (None: ``deadline``). The slicings an earlier call had no time for come first, the
         most slices first (at one count, the plan's staggering, :meth:`_staggering`, first),
-        when they are of the leading plan (:meth:`needed_s`), last otherwise."""
+        when they are the leading plan's staggered ones (:meth:`needed_s`), last otherwise.
+        ``staggered_first``: the new plans' plain slicings after their staggered ones, but for
+        the fewest, still first (a plan's first pattern is timed unpredicted, and a staggered
+        one of thousands of atoms can take seconds; that one's time predicts the rest). The
+        exact method's first call, on the greedy's plan alone in a short window: its staggered
+        slicings are the ones that get near the bound (case 193's 64 by lane depth 1.0475
+        against 1.1005 at 32 plain)."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
         added = len(self.plans)
@@ -167,12 +184,17 @@ class SliceSearch:
         began = time.perf_counter()
         lead, waiting, self.pending = self._leader(), self.pending, []
         first = sorted(  # the most slices first, the plan's staggering first at a count
-            (key for key in waiting if key[2] == lead),
+            (key for key in waiting if key[2] == lead and key[1]),
             key=lambda key: (key[0], key[1] == self._staggering(lead)),
             reverse=True,
         )
         self._patterns(first, deadline, build_by)
-        self._patterns([(m, False, j) for m in SLICES for j in new], deadline, build_by)
+        plain = [(m, False, j) for m in SLICES for j in new]
+        if staggered_first:  # the fewest plain slices still first: the pace of the rest
+            self._patterns(plain[: len(new)], deadline, build_by)
+            del plain[: len(new)]
+        else:
+            self._patterns(plain, deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
         for v, _, _, j in self.timed:
             fastest[j] = min(fastest.get(j, v), v)
@@ -184,7 +206,9 @@ class SliceSearch:
         self._patterns([key for key in chosen if key[1]], deadline, build_by)
         fine = [(FINE_SLICES, self._staggering(j), j) for j in ranked]
         self._patterns([key for key in fine if key[1] and self._tried(key)], deadline, build_by)
-        self._patterns([key for key in waiting if key[2] != lead], deadline, build_by)
+        if staggered_first:
+            self._patterns(plain, deadline, build_by)
+        self._patterns([key for key in waiting if key not in first], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
 
     def _staggering(self, j: int) -> int:
@@ -250,7 +274,9 @@ class SliceSearch:
         """The fastest of ``candidates`` (the first of the fastest when no slicing beats them)
         and of the slicings timed, built in full by ``deadline``, fastest first, whose phases
         stay apart on every link; then the slicings the pattern could not time, as time
-        allows."""
+        allows, the fewest slices first (in the order :meth:`time` finds them, plain first, but
+        for ``staggered_first``: case 10's greedy plan, whose slicings the pattern cannot time,
+        then built 64 staggered slices first and had no time left for its 32 plain, 1.0043)."""
         best = min(candidates, key=self._value)
         value = self._value(best)
         for v, phases, staggered, j in sorted(self.timed):
@@ -260,7 +286,7 @@ class SliceSearch:
             if trial is not None:
                 best, value = trial, self._value(trial)
                 break
-        for key in self.untimed:
+        for key in sorted(self.untimed, key=_slices_of):  # the fewest slices first
             trial = self._full(key, deadline, timed=False)
             if trial is not None and self._value(trial) < value * _BETTER:
                 best, value = trial, self._value(trial)
@@ -316,6 +342,10 @@ class SliceSearch:
         else:  # the first measured replaces the prior
             self.per_pattern, self.measured_build = took / self.took[key], True
         return trial
+
+
+def _slices_of(key: _Key) -> int:
+    return key[0]
 
 
 def _fits(seconds: float, deadline: float | None) -> bool:
