@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live import relaxation_lagrange
 from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.lagrange_prices import Priced, Prices
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_dp import solve_relaxation
 from blitzplan.live.relaxation_lagrange import (
+    GRID_POINTS,
     _fifo_program,
-    _Priced,
-    _Prices,
     lagrangian_bound,
     quick_free_step_s,
 )
@@ -117,9 +117,9 @@ def test_what_a_batch_pays_is_the_sum_over_its_counted_layers(
     instance: LiveScalingInstance, seed: int
 ) -> None:
     """Property: for random multipliers, the tabulated price of ``k`` layers whose last ends
-    by grid point ``J`` equals the multipliers summed over what :meth:`_Prices.used` counts
+    by grid point ``J`` equals the multipliers summed over what :meth:`Prices.used` counts
     (the tables are gathered from the counted pairs only)."""
-    prices = _Prices(instance)
+    prices = Prices(instance, GRID_POINTS)
     mu = np.random.default_rng(seed).random(prices.mu.shape)
     prices.set(mu)
     L, G = mu.shape
@@ -152,13 +152,13 @@ def test_the_delay_dominance_keeps_the_fifo_programs_value(
     the FIFO program that also drops the states a later-freeing state beats by more than the
     delay can cost the batches after them (``relaxation_lagrange._pareto``) gives the value of
     the program that keeps every state off the plain Pareto front (to rounding)."""
-    prices = _Prices(instance)
+    prices = Prices(instance, GRID_POINTS)
     rng = np.random.default_rng(seed)
     prices.set(scale * rng.random(prices.mu.shape) * (rng.random(prices.mu.shape) < 0.5))
     args = (instance.fifo_order, instance.old_free_at_s, math.inf, math.inf, free_step_s)
-    pruned, _ = _fifo_program(_Priced(prices), *args)
+    pruned, _ = _fifo_program(Priced(prices), *args)
     with mock.patch.object(relaxation_lagrange, "_pareto", _plain_pareto):
-        plain, _ = _fifo_program(_Priced(prices), *args)
+        plain, _ = _fifo_program(Priced(prices), *args)
     assert pruned == pytest.approx(plain, rel=1e-9, abs=1e-9)
 
 
@@ -177,11 +177,11 @@ def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
 
         return run
 
-    prices = _Prices(inst)
+    prices = Prices(inst, GRID_POINTS)
     args = (inst.fifo_order, inst.old_free_at_s, math.inf, math.inf, 0.0)
     with mock.patch.object(relaxation_lagrange, "_pareto", counted("pruned", _PARETO)):
-        pruned, _ = _fifo_program(_Priced(prices), *args)
+        pruned, _ = _fifo_program(Priced(prices), *args)
     with mock.patch.object(relaxation_lagrange, "_pareto", counted("plain", _plain_pareto)):
-        plain, _ = _fifo_program(_Priced(prices), *args)
+        plain, _ = _fifo_program(Priced(prices), *args)
     assert pruned == pytest.approx(plain, rel=1e-12)
     assert (sizes["pruned"], sizes["plain"]) == (7, 9)

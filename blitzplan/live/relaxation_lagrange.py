@@ -42,13 +42,12 @@ the time limit is counted work (each step's tables and each batch of its program
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
+from blitzplan.live.lagrange_prices import Priced, Prices
 from blitzplan.live.polyak import PolyakSteps
-from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
@@ -108,164 +107,8 @@ of the best known, mean; docs/benchmarks.md, s15-h3). Only on pairs whose relaxa
 is under ``relaxation_slots.QUICK_FAR`` of the heuristic's value (on the paper's 12 x
 2,048-token pair it printed 0.9192 -> 0.9077)."""
 
-_COUNT_TOL = 1e-9
-"""Layers whose latest end is this close to a grid point are not counted by it (counting fewer
-keeps the constraint valid)."""
-
-
 _Plan = list[tuple[int, int, int]]
 """Per batch of a priced plan: (batch, split, grid point its N part is counted from)."""
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """One batch's options on O (``k = 0..L-1``) as arrays, and its data."""
-
-    rho: np.ndarray
-    """Earliest start on O per split ``k``."""
-    q: np.ndarray
-    """O's run of the layers left, per split ``k``."""
-    p_new: float
-    handoff_s: float
-    release_s: float
-    alone_end_s: float
-    """When it ends on N alone (all ``L`` layers)."""
-
-
-class _Prices:
-    """The grid of times, the multipliers, and what each option pays under them."""
-
-    def __init__(
-        self, instance: LiveScalingInstance, grid_points: tuple[int, int] = GRID_POINTS
-    ) -> None:
-        L, (most, tail) = instance.num_layers, grid_points
-        self.usable = np.asarray(instance.usable_s)
-        work = L * float(np.sum(instance.new_layer_s))  # all of it on N: N is done by then
-        span = max(self.usable[-1] - self.usable[0], work / 2, 1e-9)
-        after = self.usable[-1] + span * np.arange(1, tail + 1) / tail
-        arrivals = self.usable[np.linspace(0, L - 1, min(L, most)).astype(int)]
-        self.grid = np.unique(np.concatenate([arrivals, after]))
-        self.slack = np.maximum(self.grid[None, :] - self.usable[:, None], 0.0)  # (L, G)
-        self.mu = np.zeros((L, self.grid.size))
-        self.batches = [_batch(instance, i) for i in range(instance.num_batches)]
-        self.early = [self._early(b.p_new) for b in self.batches]
-        self.gathers = [self._gather(early) for early in self.early]
-        self.pay: list[np.ndarray] = []
-        self.set(self.mu)
-
-    def _early(self, p: float) -> np.ndarray:
-        """``[k, J, j]``: how many of ``k`` layers on N end by grid point ``j < J`` when the
-        last ends at grid point ``J`` (layer ``m`` ends by ``h - (k - m) p``); 0 for ``j >= J``."""
-        G, L = self.grid.size, self.mu.shape[0]
-        behind = (self.grid[:, None] - self.grid[None, :]) / p  # [J, j]
-        behind = np.where(np.arange(G)[None, :] < np.arange(G)[:, None], behind, np.inf)
-        k = np.arange(L + 1, dtype=float)[:, None, None]
-        done = np.floor(np.minimum(k - behind[None, :, :] - _COUNT_TOL, k))
-        return np.asarray(np.clip(done, 0, L).astype(np.int16))
-
-    def _gather(self, early: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Where ``early`` counts anything (``j < J``, some layer): per such pair, sorted by
-        ``J``, the flat index of ``own[early[k, J, j], j]`` for every ``k``; the first pair of
-        each ``J``; those ``J``. :meth:`set` sums only these (half the pairs or fewer)."""
-        G = self.grid.size
-        J, j = np.nonzero(early[-1])  # row-major: sorted by J; early[-1] > 0 only for j < J
-        index = early[:, J, j].astype(np.int64) * G + j[None, :]
-        first = np.flatnonzero(np.r_[True, J[1:] != J[:-1]]) if J.size else J
-        return index, first, J[first]
-
-    def set(self, mu: np.ndarray) -> None:
-        """Take multipliers ``mu`` (L x G) and tabulate, per batch, ``pay[k, J]``: what ``k``
-        layers on N pay when the last ends by grid point ``J`` (``G``: past the grid, 0)."""
-        self.mu = mu
-        L, G = mu.shape
-        own = np.zeros((L + 1, G))  # own[m, j]: m layers counted at j, per second of pN
-        own[1:] = np.cumsum(np.cumsum(mu, axis=0), axis=0)
-        suffix = np.zeros((L + 1, G + 1))
-        suffix[:, :-1] = np.cumsum(own[:, ::-1], axis=1)[:, ::-1]
-        self.pay = []
-        flat = own.ravel()
-        for b, (index, first, J) in zip(self.batches, self.gathers, strict=True):
-            partial = np.zeros((L + 1, G + 1))
-            if J.size:
-                partial[:, J] = np.add.reduceat(flat[index], first, axis=1)
-            self.pay.append(b.p_new * (suffix + partial))
-
-    def used(self, i: int, k: int, last: int) -> np.ndarray:
-        """(L x G) N work batch ``i`` puts in each constraint with ``k`` layers on N, the last
-        ending by grid point ``last``."""
-        L, G = self.mu.shape
-        if last >= G:  # past the grid: it pays nothing, and counts nowhere
-            return np.zeros((L, G))
-        counted = np.full(G, k, dtype=np.int64)
-        counted[:last] = self.early[i][k, last, :last]
-        layers = np.arange(1, L + 1)[:, None]
-        return np.asarray(self.batches[i].p_new * np.maximum(counted[None, :] - layers + 1, 0))
-
-    def constant(self) -> float:
-        return float(np.sum(self.mu * self.slack))
-
-    def first(self, h: np.ndarray) -> np.ndarray:
-        """The first grid point at or after ``h``."""
-        return np.searchsorted(self.grid, h, side="left")
-
-    def later(self, i: int, k: np.ndarray, d: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per split in ``k`` and first grid point ``J``: the least ``t_j + d + pay`` over
-        starts just after ``t_j + d`` (``j >= J``: the last N layer ends in ``(t_j, t_j+1]``),
-        and the grid point it is then counted by."""
-        G, pay = self.grid.size, self.pay[i]
-        value = np.full((k.size, G + 1), math.inf)
-        value[:, :G] = self.grid[None, :] + d + pay[k][:, 1:]
-        backwards = value[:, ::-1]
-        best = np.minimum.accumulate(backwards, axis=1)
-        at = np.where(backwards <= best, np.arange(G + 1)[None, :], 0)
-        chosen = G - np.maximum.accumulate(at, axis=1)[:, ::-1]  # the least value's j, from J on
-        arg = np.minimum(chosen + 1, G)  # its last N layer ends in (t_j, t_j+1]: counted from j+1
-        best = best[:, ::-1]
-        return best, arg
-
-
-def _batch(instance: LiveScalingInstance, i: int) -> _Batch:
-    L = instance.num_layers
-    chain = alone_chain_s(instance, i)
-    d, r = instance.handoff_s[i], instance.release_s[i]
-    rho = np.asarray([r, *(chain[k] + d for k in range(1, L))])
-    q = (L - np.arange(L)) * instance.old_layer_s[i]
-    return _Batch(rho, q, instance.new_layer_s[i], d, r, chain[L])
-
-
-class _Priced:
-    """Every batch's priced options under the current multipliers."""
-
-    def __init__(self, prices: _Prices) -> None:
-        self.prices = prices
-        L = prices.mu.shape[0]
-        self.k = np.arange(L)
-        n = len(prices.batches)
-        self.later = [prices.later(i, self.k, prices.batches[i].handoff_s) for i in range(n)]
-        self.on_new = [self._on_new(i, L) for i in range(n)]
-
-    def _on_new(self, i: int, L: int) -> tuple[float, int]:
-        """(least priced latency, grid point counted by) of batch ``i`` ending on N."""
-        prices, b = self.prices, self.prices.batches[i]
-        j = int(prices.first(np.asarray([b.alone_end_s]))[0])
-        now = b.alone_end_s + prices.pay[i][L, j]
-        best, arg = prices.later(i, np.asarray([L]), 0.0)
-        if best[0, j] < now:
-            return float(best[0, j]) - b.release_s, int(arg[0, j])
-        return now - b.release_s, j
-
-    def on_old(self, i: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(states x splits) for batch ``i`` placed next on O when O is free at ``free``:
-        O's next free time, the least priced latency, and the grid point counted by."""
-        b, prices = self.prices.batches[i], self.prices
-        start = np.maximum(free[:, None], b.rho[None, :])
-        j = prices.first(start - b.handoff_s)
-        now = start + prices.pay[i][self.k[None, :], j]
-        best, arg = self.later[i]
-        later = best[self.k[None, :], j]
-        value = np.minimum(now, later) + b.q[None, :] - b.release_s
-        counted = np.where(later < now, arg[self.k[None, :], j], j)
-        return start + b.q[None, :], value, counted
 
 
 def _pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) -> np.ndarray:
@@ -291,7 +134,7 @@ def _pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) 
 
 
 def _fifo_program(
-    priced: _Priced,
+    priced: Priced,
     order: tuple[int, ...],
     b_old: float,
     ceiling: float,
@@ -339,7 +182,7 @@ def _fifo_program(
     return best, plan
 
 
-def _subgradient(prices: _Prices, plan: _Plan) -> np.ndarray:
+def _subgradient(prices: Prices, plan: _Plan) -> np.ndarray:
     """Each constraint's left side minus its right side in ``plan``."""
     used = sum((prices.used(i, split, last) for i, split, last in plan), np.zeros(prices.mu.shape))
     return np.asarray(used - prices.slack)
@@ -369,7 +212,7 @@ def lagrangian_bound(
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
     deadline = math.inf if time_limit_s is None else clock.now_s() + time_limit_s
-    n, prices = instance.num_batches, _Prices(instance, grid_points)
+    n, prices = instance.num_batches, Prices(instance, grid_points)
     clock.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
@@ -384,7 +227,7 @@ def lagrangian_bound(
 
 def _solve_priced(
     instance: LiveScalingInstance,
-    prices: _Prices,
+    prices: Prices,
     target: float,
     deadline_s: float,
     free_step_s: float,
@@ -395,7 +238,7 @@ def _solve_priced(
     program was cut, or no constraint is violated or slack: the multipliers cannot move)."""
     constant = prices.constant()
     cost, plan = _fifo_program(
-        _Priced(prices),
+        Priced(prices),
         instance.fifo_order,
         instance.old_free_at_s,
         target + constant,
