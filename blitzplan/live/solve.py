@@ -193,6 +193,7 @@ def _relaxation_value(
     from blitzplan.live.relaxation_dp import relaxation_bound
     from blitzplan.live.relaxation_lagrange import (
         GRID_POINTS,
+        QUICK_AIM_SHARE,
         QUICK_GRID_POINTS,
         lagrangian_bound,
         quick_free_step_s,
@@ -228,6 +229,7 @@ def _relaxation_value(
         free_step_s=quick_free_step_s(instance),
         clock=meter,
         grid_points=QUICK_GRID_POINTS if bound < QUICK_FAR * upper_bound else GRID_POINTS,
+        aim_share=QUICK_AIM_SHARE,
     )
     return max(bound, priced)
 
