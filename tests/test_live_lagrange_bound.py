@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_lagrange
+from blitzplan.live import relaxation_lagrange, relaxation_slots, solve
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.lagrange_prices import Priced, Prices
 from blitzplan.live.relaxation import Relaxation
@@ -108,7 +108,8 @@ def test_rounding_o_free_time_down_keeps_the_bound_under_the_optimum(
 
 def test_the_quick_step_is_a_small_share_of_o_work() -> None:
     inst = LiveScalingInstance([0.0, 1.0], [0.0, 0.0], 1.0, [1.0, 3.0], 0.0)
-    assert quick_free_step_s(inst) == pytest.approx(5e-4 * 2 * 4.0)
+    assert quick_free_step_s(inst) == pytest.approx(1e-4 * 2 * 4.0)
+    assert quick_free_step_s(inst, far=True) == pytest.approx(1e-3 * 2 * 4.0)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -195,3 +196,25 @@ def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
         plain, _ = _fifo_program(Priced(prices), *args)
     assert pruned == pytest.approx(plain, rel=1e-12)
     assert (sizes["pruned"], sizes["plain"]) == (7, 9)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.sampled_from([1e-3, 0.05, 0.3]))
+def test_the_printed_fifo_bound_on_a_far_pair_never_exceeds_the_enumerated_optimum(
+    instance: LiveScalingInstance, share: float
+) -> None:
+    """Property: the bound ``plan()`` prints under FIFO, every pair taken as far from ZigZag (its
+    Lagrangian on ``QUICK_GRID_POINTS``, O's free time rounded to ``share`` of O's work with no
+    slack in the delay dominance, Polyak's aim), given all the steps it wants, is never above
+    the optimum that enumerating every schedule finds."""
+    assume(count_schedules(instance, old_order="fifo") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
+    upper = schedule_live(instance, method="zigzag", old_order="fifo", bound=False).objective
+    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    with (
+        mock.patch.object(relaxation_slots, "QUICK_FAR", 10.0),
+        mock.patch.object(relaxation_lagrange, "QUICK_FAR_FREE_STEP_SHARE", share),
+        mock.patch.object(solve, "HEURISTIC_BOUND_S", 1.0),
+    ):
+        bound = value(instance, "mean_latency", "fifo", upper)
+    assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))

@@ -54,7 +54,8 @@ from blitzplan.live.work_meter import WALL_CLOCK, Clock
 __all__ = [
     "GRID_POINTS",
     "LAGRANGE_ITERATIONS",
-    "QUICK_AIM_SHARE",
+    "QUICK_FAR_AIM_SHARE",
+    "QUICK_FAR_FREE_STEP_SHARE",
     "QUICK_FREE_STEP_SHARE",
     "QUICK_GRID_POINTS",
     "lagrangian_bound",
@@ -68,16 +69,23 @@ AIM_SHARE = 0.5
 """Each step aims this share of the way from the best bound to the known schedule's value (1
 is Polyak's rule; on (80,16) under FIFO 0.5 did better: docs/benchmarks.md, sixth session)."""
 
-QUICK_FREE_STEP_SHARE = 5e-4
+QUICK_FREE_STEP_SHARE = 1e-4
 """The share of O's whole work (every batch's every layer on O) that :func:`quick_free_step_s`
-rounds O's free time to: about 5 ms on (80,16). It was 2e-4, then 1e-4 while :func:`_pareto`
-charged the rounding a slack that kept most states; without it the coarser rounding merges
-more states and more steps fit in the count (docs/benchmarks.md, s17-h2)."""
+rounds O's free time to: about 1 ms on (80,16). It was 2e-4; with the states :func:`_pareto`
+drops, the finer rounding pays: the printed bound on (80,16), of the best known, 0.886 / 0.829
+-> 0.895 / 0.849 (mean / worst; without that merge 0.881 / 0.829 -> 0.878 / 0.830)."""
 
-QUICK_AIM_SHARE = 0.75
-""":data:`AIM_SHARE` of the bound printed beside a heuristic, whose value (the aim's end) is
-15-65% above the best known on (80,16): with the coarser rounding's extra steps, longer steps
-did better there ((80,16) mean 0.906 -> 0.909 of the best known, (32,16) 0.965 -> 0.966)."""
+QUICK_FAR_FREE_STEP_SHARE = 1e-3
+""":data:`QUICK_FREE_STEP_SHARE` on a pair far from its heuristic (``far``, as for
+:data:`QUICK_GRID_POINTS`): about 10 ms on (80,16). Since :func:`_pareto` charges the rounding
+no slack, the coarser rounding merges more states there and 16-27 steps fit in the count
+instead of 6-16 ((80,16) 0.900 / 0.850 -> 0.910 / 0.866 of the best known, mean / worst, with
+:data:`QUICK_FAR_AIM_SHARE`; 3e-4 and 5e-4 0.908; docs/benchmarks.md, s17-h2)."""
+
+QUICK_FAR_AIM_SHARE = 1.0
+""":data:`AIM_SHARE` of the printed bound on a pair far from its heuristic: Polyak's rule (with
+the coarser rounding's extra steps, longer steps did better there: (80,16) mean of s16-h2's
+best known, aim 0.5 / 0.75 / 1 0.906 / 0.907 / 0.909)."""
 
 BATCH_S_FIXED = 1.1e-4
 """A step's counted seconds per batch, whatever its states (with its price tables, its options
@@ -90,10 +98,11 @@ PRICES_S_PER_CELL = 5e-9
 """The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
 
-def quick_free_step_s(instance: LiveScalingInstance) -> float:
+def quick_free_step_s(instance: LiveScalingInstance, *, far: bool = False) -> float:
     """The ``free_step_s`` of a bound wanted within a heuristic's time (what ``plan()`` prints):
-    :data:`QUICK_FREE_STEP_SHARE` of O's whole work."""
-    return QUICK_FREE_STEP_SHARE * instance.num_layers * float(sum(instance.old_layer_s))
+    :data:`QUICK_FREE_STEP_SHARE` of O's whole work (``far``: :data:`QUICK_FAR_FREE_STEP_SHARE`)."""
+    share = QUICK_FAR_FREE_STEP_SHARE if far else QUICK_FREE_STEP_SHARE
+    return share * instance.num_layers * float(sum(instance.old_layer_s))
 
 
 _STEP_START = 1.0
