@@ -219,7 +219,7 @@ def lagrangian_bound(
     free_step_s: float = 0.0,
     clock: Clock = WALL_CLOCK,
     grid_points: tuple[int, int] = GRID_POINTS,
-    aim_share: float = AIM_SHARE,
+    aim_share: float | None = None,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
@@ -230,14 +230,15 @@ def lagrangian_bound(
     time a step (:func:`quick_free_step_s`). On a meter ``clock``, ``time_limit_s`` is counted
     seconds (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net).
     ``grid_points``: the multipliers' grid (:data:`GRID_POINTS`); ``aim_share``: how far
-    each step aims toward ``upper_bound`` (:data:`AIM_SHARE`)."""
+    each step aims toward ``upper_bound`` (None: :data:`AIM_SHARE`)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
     deadline = math.inf if time_limit_s is None else clock.now_s() + time_limit_s
     n, prices = instance.num_batches, Prices(instance, grid_points)
     clock.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
-    ascent = PolyakSteps(target, aim_share, _PATIENCE, _STEP_START)
+    aim = AIM_SHARE if aim_share is None else aim_share
+    ascent = PolyakSteps(target, aim, _PATIENCE, _STEP_START)
     for _ in range(iterations):
         value, g = _solve_priced(instance, prices, target, deadline, free_step_s, clock)
         ascent.seen(value)

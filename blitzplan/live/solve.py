@@ -187,13 +187,11 @@ def _relaxation_value(
 ) -> float:
     """The relaxation's bound, once per instance (a fleet of equal pairs asks once), raised in
     what is left of :data:`HEURISTIC_BOUND_S` (counted work; real clocks only safety nets,
-    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound (on a pair ``far``, its
-    relaxation's bound under ``QUICK_FAR`` of the heuristic's value: with ``QUICK_GRID_POINTS``,
-    a coarser rounding of O's free time and Polyak's aim), under the free order by the slot
-    bound (:func:`_slot_value`)."""
+    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound (its far grid, rounding
+    and aim when the relaxation's bound is under ``QUICK_FAR`` of the heuristic's value), under
+    the free order by the slot bound (:func:`_slot_value`)."""
     from blitzplan.live.relaxation_dp import relaxation_bound
     from blitzplan.live.relaxation_lagrange import (
-        AIM_SHARE,
         GRID_POINTS,
         QUICK_FAR_AIM_SHARE,
         QUICK_GRID_POINTS,
@@ -232,7 +230,7 @@ def _relaxation_value(
         free_step_s=quick_free_step_s(instance, far=far),
         clock=meter,
         grid_points=QUICK_GRID_POINTS if far else GRID_POINTS,
-        aim_share=QUICK_FAR_AIM_SHARE if far else AIM_SHARE,
+        aim_share=QUICK_FAR_AIM_SHARE if far else None,
     )
     return max(bound, priced)
 
