@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_lagrange
+from blitzplan.live import relaxation_lagrange, relaxation_slots, solve
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.lagrange_prices import Priced, Prices
 from blitzplan.live.relaxation import Relaxation
@@ -109,6 +109,7 @@ def test_rounding_o_free_time_down_keeps_the_bound_under_the_optimum(
 def test_the_quick_step_is_a_small_share_of_o_work() -> None:
     inst = LiveScalingInstance([0.0, 1.0], [0.0, 0.0], 1.0, [1.0, 3.0], 0.0)
     assert quick_free_step_s(inst) == pytest.approx(1e-4 * 2 * 4.0)
+    assert quick_free_step_s(inst, far=True) == pytest.approx(1e-3 * 2 * 4.0)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -130,9 +131,9 @@ def test_what_a_batch_pays_is_the_sum_over_its_counted_layers(
                 assert prices.pay[i][k, last] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def _plain_pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) -> np.ndarray:
+def _plain_pareto(free: np.ndarray, cost: np.ndarray, later: int) -> np.ndarray:
     """The program's merge without the delay dominance (no later batch to cost anything)."""
-    return _PARETO(free, cost, 0, free_step_s)
+    return _PARETO(free, cost, 0)
 
 
 _PARETO = relaxation_lagrange._pareto
@@ -142,24 +143,34 @@ _PARETO = relaxation_lagrange._pareto
 @given(
     instances(max_layers=6, max_batches=7),
     st.integers(0, 2**31),
-    st.sampled_from([0.0, 0.05, 0.5]),
+    st.sampled_from([0.05, 0.5, 2.0]),
     st.sampled_from([0.0, 0.3, 3.0]),
 )
 def test_the_delay_dominance_keeps_the_fifo_programs_value(
     instance: LiveScalingInstance, seed: int, free_step_s: float, scale: float
 ) -> None:
-    """Property: at random multipliers (none, small, large), with O's free time rounded or not,
-    the FIFO program that also drops the states a later-freeing state beats by more than the
-    delay can cost the batches after them (``relaxation_lagrange._pareto``) gives the value of
-    the program that keeps every state off the plain Pareto front (to rounding)."""
+    """Property: at random multipliers (none, small, large), the FIFO program that also drops
+    the states a later-freeing state beats by more than the delay can cost the batches after
+    them (``relaxation_lagrange._pareto``) gives the value of the program that keeps every
+    state off the plain Pareto front; with O's free time rounded down (no slack charged for
+    it) its value lies between the plain program's rounded and unrounded values: at most the
+    unrounded program's, so still a bound."""
     prices = Prices(instance, GRID_POINTS)
     rng = np.random.default_rng(seed)
     prices.set(scale * rng.random(prices.mu.shape) * (rng.random(prices.mu.shape) < 0.5))
-    args = (instance.fifo_order, instance.old_free_at_s, math.inf, math.inf, free_step_s)
-    pruned, _ = _fifo_program(Priced(prices), *args)
-    with mock.patch.object(relaxation_lagrange, "_pareto", _plain_pareto):
-        plain, _ = _fifo_program(Priced(prices), *args)
-    assert pruned == pytest.approx(plain, rel=1e-9, abs=1e-9)
+
+    def program(step: float, plain: bool) -> float:
+        args = (instance.fifo_order, instance.old_free_at_s, math.inf, math.inf, step)
+        if not plain:
+            return _fifo_program(Priced(prices), *args)[0]
+        with mock.patch.object(relaxation_lagrange, "_pareto", _plain_pareto):
+            return _fifo_program(Priced(prices), *args)[0]
+
+    exact, exact_plain = program(0.0, False), program(0.0, True)
+    assert exact == pytest.approx(exact_plain, rel=1e-9, abs=1e-9)
+    rounded, rounded_plain = program(free_step_s, False), program(free_step_s, True)
+    tol = 1e-9 * max(1.0, abs(exact_plain))
+    assert rounded_plain - tol <= rounded <= exact_plain + tol
 
 
 def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
@@ -170,8 +181,8 @@ def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
     sizes: dict[str, int] = {"pruned": 0, "plain": 0}
 
     def counted(name: str, merge):  # type: ignore[no-untyped-def]
-        def run(free: np.ndarray, cost: np.ndarray, later: int, step: float) -> np.ndarray:
-            kept = merge(free, cost, later, step)
+        def run(free: np.ndarray, cost: np.ndarray, later: int) -> np.ndarray:
+            kept = merge(free, cost, later)
             sizes[name] += kept.size
             return kept
 
@@ -185,3 +196,25 @@ def test_the_delay_dominance_drops_states_of_a_small_pair() -> None:
         plain, _ = _fifo_program(Priced(prices), *args)
     assert pruned == pytest.approx(plain, rel=1e-12)
     assert (sizes["pruned"], sizes["plain"]) == (7, 9)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.sampled_from([1e-3, 0.05, 0.3]))
+def test_the_printed_fifo_bound_on_a_far_pair_never_exceeds_the_enumerated_optimum(
+    instance: LiveScalingInstance, share: float
+) -> None:
+    """Property: the bound ``plan()`` prints under FIFO, every pair taken as far from ZigZag (its
+    Lagrangian on ``QUICK_GRID_POINTS``, O's free time rounded to ``share`` of O's work with no
+    slack in the delay dominance, Polyak's aim), given all the steps it wants, is never above
+    the optimum that enumerating every schedule finds."""
+    assume(count_schedules(instance, old_order="fifo") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
+    upper = schedule_live(instance, method="zigzag", old_order="fifo", bound=False).objective
+    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    with (
+        mock.patch.object(relaxation_slots, "QUICK_FAR", 10.0),
+        mock.patch.object(relaxation_lagrange, "QUICK_FAR_FREE_STEP_SHARE", share),
+        mock.patch.object(solve, "HEURISTIC_BOUND_S", 1.0),
+    ):
+        bound = value(instance, "mean_latency", "fifo", upper)
+    assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))

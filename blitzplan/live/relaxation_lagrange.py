@@ -22,7 +22,8 @@ its priced value is nondecreasing in ``T``. The program over O's batch sequence 
 ``k``, O's earliest next free time beside the least priced value over the starts (each a lower
 bound of what that split can give), so the Pareto merge of (free time, value) stays a
 relaxation; so does dropping a state that one freeing O later beats by more than the delay
-can cost the batches after it (:func:`_pareto`: on (80,16) 35-70% fewer states a step).
+can cost the batches after it (:func:`_pareto`: on (80,16) 35-70% fewer states a step), O's
+free times rounded or not.
 
 It is written for ``old_order="fifo"``, where O's order is fixed and the program is linear in
 the batches (per batch, the Pareto front of the states times the ``L + 1`` splits); under
@@ -53,6 +54,8 @@ from blitzplan.live.work_meter import WALL_CLOCK, Clock
 __all__ = [
     "GRID_POINTS",
     "LAGRANGE_ITERATIONS",
+    "QUICK_FAR_AIM_SHARE",
+    "QUICK_FAR_FREE_STEP_SHARE",
     "QUICK_FREE_STEP_SHARE",
     "QUICK_GRID_POINTS",
     "lagrangian_bound",
@@ -72,6 +75,18 @@ rounds O's free time to: about 1 ms on (80,16). It was 2e-4; with the states :fu
 drops, the finer rounding pays: the printed bound on (80,16), of the best known, 0.886 / 0.829
 -> 0.895 / 0.849 (mean / worst; without that merge 0.881 / 0.829 -> 0.878 / 0.830)."""
 
+QUICK_FAR_FREE_STEP_SHARE = 1e-3
+""":data:`QUICK_FREE_STEP_SHARE` on a pair far from its heuristic (``far``, as for
+:data:`QUICK_GRID_POINTS`): about 10 ms on (80,16). Since :func:`_pareto` charges the rounding
+no slack, the coarser rounding merges more states there and 16-27 steps fit in the count
+instead of 6-16 ((80,16) 0.900 / 0.850 -> 0.910 / 0.866 of the best known, mean / worst, with
+:data:`QUICK_FAR_AIM_SHARE`; 3e-4 and 5e-4 0.908; docs/benchmarks.md, s17-h2)."""
+
+QUICK_FAR_AIM_SHARE = 1.0
+""":data:`AIM_SHARE` of the printed bound on a pair far from its heuristic: Polyak's rule (with
+the coarser rounding's extra steps, longer steps did better there: (80,16) mean of s16-h2's
+best known, aim 0.5 / 0.75 / 1 0.906 / 0.907 / 0.909)."""
+
 BATCH_S_FIXED = 1.1e-4
 """A step's counted seconds per batch, whatever its states (with its price tables, its options
 and its subgradient: a least-squares fit over (32,8) to (80,16) of benchmarks/partition.py)."""
@@ -83,10 +98,11 @@ PRICES_S_PER_CELL = 5e-9
 """The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
 
-def quick_free_step_s(instance: LiveScalingInstance) -> float:
+def quick_free_step_s(instance: LiveScalingInstance, *, far: bool = False) -> float:
     """The ``free_step_s`` of a bound wanted within a heuristic's time (what ``plan()`` prints):
-    :data:`QUICK_FREE_STEP_SHARE` of O's whole work."""
-    return QUICK_FREE_STEP_SHARE * instance.num_layers * float(sum(instance.old_layer_s))
+    :data:`QUICK_FREE_STEP_SHARE` of O's whole work (``far``: :data:`QUICK_FAR_FREE_STEP_SHARE`)."""
+    share = QUICK_FAR_FREE_STEP_SHARE if far else QUICK_FREE_STEP_SHARE
+    return share * instance.num_layers * float(sum(instance.old_layer_s))
 
 
 _STEP_START = 1.0
@@ -111,12 +127,17 @@ _Plan = list[tuple[int, int, int]]
 """Per batch of a priced plan: (batch, split, grid point its N part is counted from)."""
 
 
-def _pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) -> np.ndarray:
+def _pareto(free: np.ndarray, cost: np.ndarray, later: int) -> np.ndarray:
     """Indices of the states no other beats on both O free time and cost, less those one
-    freeing O ``Delta`` later beats by more than ``later Delta + free_step_s later (later - 1) /
-    2``: a batch's priced value and O's next free time grow by at most what O's free time does
-    (the price only falls as the start grows), a rounding down to ``free_step_s`` widens the
-    delay by less than a step, so the ``later`` batches cost at most that much more."""
+    freeing O ``Delta`` later beats by more than ``later Delta``: in the unrounded program a
+    batch's priced value and O's next free time grow by at most what O's free time does (the
+    price only falls as the start grows), so from O free ``Delta`` later the ``later`` batches
+    cost at most ``later Delta`` more. The merge keeps, at every batch, a state whose cost plus
+    the unrounded program's least cost of the rest from its free time is at most the unrounded
+    program's value (true at the start; an option's successor keeps it, its free time rounded
+    down only lowers the rest; a dropped state's beater keeps it by the bound above), so the
+    value stays at most the unrounded program's, with O's free time rounded or not (no slack
+    for the rounding: the argument never uses the rounded program's own rest)."""
     order = np.argsort(free, kind="stable")  # equal free times: both may stay (harmless)
     running = np.minimum.accumulate(cost[order])
     keep = np.ones(order.size, dtype=bool)
@@ -128,8 +149,7 @@ def _pareto(free: np.ndarray, cost: np.ndarray, later: int, free_step_s: float) 
     beaten = np.empty(order.size)
     beaten[-1] = math.inf
     beaten[:-1] = np.minimum.accumulate(reach[::-1])[::-1][1:]  # the least of later states
-    slack = free_step_s * later * (later - 1) / 2 + 1e-9 * (1.0 + np.abs(reach))
-    kept: np.ndarray = order[reach < beaten + slack]
+    kept: np.ndarray = order[reach < beaten + 1e-9 * (1.0 + np.abs(reach))]
     return kept
 
 
@@ -170,7 +190,7 @@ def _fifo_program(
         if not alive.size:
             return ceiling, None
         later = len(order) - step - 1  # batches after this one
-        keep = alive[_pareto(all_free[alive], all_cost[alive], later, free_step_s)]
+        keep = alive[_pareto(all_free[alive], all_cost[alive], later)]
         free, cost = all_free[keep], all_cost[keep]
         history.append((i, parent[keep], split[keep], first[keep]))
     index = int(np.argmin(cost))
@@ -199,6 +219,7 @@ def lagrangian_bound(
     free_step_s: float = 0.0,
     clock: Clock = WALL_CLOCK,
     grid_points: tuple[int, int] = GRID_POINTS,
+    aim_share: float | None = None,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
@@ -208,14 +229,16 @@ def lagrangian_bound(
     rounds O's free time down to its multiples in the priced program: a weaker bound in less
     time a step (:func:`quick_free_step_s`). On a meter ``clock``, ``time_limit_s`` is counted
     seconds (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net).
-    ``grid_points``: the multipliers' grid (:data:`GRID_POINTS`)."""
+    ``grid_points``: the multipliers' grid (:data:`GRID_POINTS`); ``aim_share``: how far
+    each step aims toward ``upper_bound`` (None: :data:`AIM_SHARE`)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
     deadline = math.inf if time_limit_s is None else clock.now_s() + time_limit_s
     n, prices = instance.num_batches, Prices(instance, grid_points)
     clock.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
-    ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
+    aim = AIM_SHARE if aim_share is None else aim_share
+    ascent = PolyakSteps(target, aim, _PATIENCE, _STEP_START)
     for _ in range(iterations):
         value, g = _solve_priced(instance, prices, target, deadline, free_step_s, clock)
         ascent.seen(value)

@@ -187,12 +187,13 @@ def _relaxation_value(
 ) -> float:
     """The relaxation's bound, once per instance (a fleet of equal pairs asks once), raised in
     what is left of :data:`HEURISTIC_BOUND_S` (counted work; real clocks only safety nets,
-    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound (on
-    ``QUICK_GRID_POINTS`` when the relaxation's bound is under ``QUICK_FAR`` of the heuristic's
-    value), under the free order by the slot bound (:func:`_slot_value`)."""
+    :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound (its far grid, rounding
+    and aim when the relaxation's bound is under ``QUICK_FAR`` of the heuristic's value), under
+    the free order by the slot bound (:func:`_slot_value`)."""
     from blitzplan.live.relaxation_dp import relaxation_bound
     from blitzplan.live.relaxation_lagrange import (
         GRID_POINTS,
+        QUICK_FAR_AIM_SHARE,
         QUICK_GRID_POINTS,
         lagrangian_bound,
         quick_free_step_s,
@@ -219,15 +220,17 @@ def _relaxation_value(
         if share == 1.0:
             return bound
         return max(bound, _slot_value(instance, objective, upper_bound, plan, bound, meter))
+    far = bound < QUICK_FAR * upper_bound
     priced = lagrangian_bound(
         instance,
         old_order=old_order,
         objective=objective,
         upper_bound=upper_bound,
         time_limit_s=left,
-        free_step_s=quick_free_step_s(instance),
+        free_step_s=quick_free_step_s(instance, far=far),
         clock=meter,
-        grid_points=QUICK_GRID_POINTS if bound < QUICK_FAR * upper_bound else GRID_POINTS,
+        grid_points=QUICK_GRID_POINTS if far else GRID_POINTS,
+        aim_share=QUICK_FAR_AIM_SHARE if far else None,
     )
     return max(bound, priced)
 
