@@ -356,8 +356,8 @@ def _exact(
     warm_start: bool,
     started_s: float,
 ) -> Schedule:
-    """The exact solve; the time since ``started_s`` (importing the backend's libraries, the
-    ZigZag hint) is taken off ``time_limit_s``."""
+    """The exact solve; the time since ``started_s`` (importing the backend's libraries and
+    its solve function's module, the ZigZag hint) is taken off ``time_limit_s``."""
     load_backend(backend)
     if backend == "enumerate":
         from blitzplan.live.exact.enumerate import solve_enumerate
@@ -365,6 +365,7 @@ def _exact(
         return solve_enumerate(
             instance, objective=objective, old_order=old_order, time_limit_s=time_limit_s
         )
+    solve = _solver(backend)  # imported before the time left is taken
     hint = None
     if warm_start:
         hint = _settle(simulate(ZigZag(), instance, objective=objective, old_order=old_order))
@@ -372,7 +373,7 @@ def _exact(
         return replace(hint, method="exact", backend=backend)  # proven infeasible already
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
-    return _solver(backend)(
+    return solve(
         instance,
         objective=objective,
         old_order=old_order,

@@ -38,13 +38,16 @@ class SolveStatus(Enum):
 
 @dataclass(frozen=True)
 class Backend:
-    """One exact backend: its name, the package it needs, what it is, and the modules a solve
-    imports (:func:`load_backend` imports them, once per process)."""
+    """One exact backend: its name, the package it needs, what it is, the modules a solve
+    imports and those it uses when installed (:func:`load_backend` imports both, once per
+    process, before the solve's own clock starts: under load a first import of OR-Tools took
+    seconds, and a solve that met it mid-search ran that far past its limit)."""
 
     name: str
     module: str | None
     description: str
     imports: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
 
 
 BACKENDS: dict[str, Backend] = {
@@ -55,6 +58,7 @@ BACKENDS: dict[str, Backend] = {
             None,
             "branch and bound over the N-capacity relaxation (no extra; CP-SAT on deep nodes "
             "when OR-Tools is installed)",
+            optional=("ortools.sat.python.cp_model",),
         ),
         Backend("highs", "highspy", "MILP through PuLP on HiGHS (highspy)", ("pulp", "highspy")),
         Backend("cbc", "pulp", "MILP through PuLP on its bundled CBC", ("pulp",)),
@@ -97,11 +101,15 @@ def check_backend(name: str) -> Backend:
 
 
 def load_backend(name: str) -> Backend:
-    """:func:`check_backend`, then import the backend's libraries (so that a time limit that
-    starts afterwards does not pay for the first import in a process)."""
+    """:func:`check_backend`, then import the backend's libraries, and those of its optional
+    ones that are installed (so that a time limit that starts afterwards does not pay for the
+    first import in a process)."""
     backend = check_backend(name)
     for module in backend.imports:
         importlib.import_module(module)
+    for module in backend.optional:
+        if _installed(module.partition(".")[0]):
+            importlib.import_module(module)
     return backend
 
 
