@@ -1,6 +1,7 @@
 """``bnb``'s time limit: every phase is given at most the time left, none starts past the
-deadline, the sequencer and the slot bound stop there even mid-way, and the imports a solve
-needs are paid before its clock starts.
+deadline, the sequencer and the slot bound stop there even mid-way, the imports a solve
+needs are paid before its clock starts, and the collector's full passes skip the objects
+that were there before it.
 
 Nothing here times a solve: fake clocks and patched phases that record the time they were
 given make every outcome deterministic (speed is measured in ``benchmarks/limits.py``).
@@ -8,6 +9,7 @@ given make every outcome deterministic (speed is measured in ``benchmarks/limits
 
 from __future__ import annotations
 
+import gc
 import importlib
 import math
 import sys
@@ -194,3 +196,35 @@ def test_the_solve_function_is_imported_before_the_time_left_is_taken(
     monkeypatch.setattr(solve, "_solver", solver)
     schedule_live(LOOSE, method="exact", backend="bnb", time_limit_s=10.0)
     assert limits == [pytest.approx(6.0)]
+
+
+def test_a_solve_runs_with_the_older_objects_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Property: while an exact solve runs, the objects from before it are out of the
+    collector's passes; after it, nothing it froze stays frozen."""
+    counts, real = [], solve._solver
+
+    def solver(backend: str) -> object:
+        inner = real(backend)
+
+        def counted(*args: object, **kwargs: object) -> object:
+            counts.append(gc.get_freeze_count())
+            return inner(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(solve, "_solver", solver)
+    before = gc.get_freeze_count()
+    schedule_live(LOOSE, method="exact", backend="bnb", time_limit_s=30.0)
+    assert counts[0] > before and gc.get_freeze_count() == before
+
+
+def test_the_callers_frozen_objects_stay_frozen() -> None:
+    """Objects the caller froze stay frozen through a solve (the count falls only by those
+    freed meanwhile: the solve does not unfreeze them)."""
+    gc.freeze()
+    try:
+        assert gc.get_freeze_count() > 0
+        schedule_live(LOOSE, method="exact", backend="bnb", time_limit_s=30.0)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -23,7 +23,13 @@ from blitzplan.live.schedule import (
     timetable,
 )
 from blitzplan.live.work_meter import WorkMeter
-from blitzplan.solvers.backends import BACKENDS, OPTIMALITY_REL_GAP, SolveStatus, load_backend
+from blitzplan.solvers.backends import (
+    BACKENDS,
+    OPTIMALITY_REL_GAP,
+    SolveStatus,
+    load_backend,
+    older_objects_frozen,
+)
 
 __all__ = [
     "BOUND_SAFETY",
@@ -373,14 +379,15 @@ def _exact(
         return replace(hint, method="exact", backend=backend)  # proven infeasible already
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
-    return solve(
-        instance,
-        objective=objective,
-        old_order=old_order,
-        time_limit_s=time_limit_s,
-        hint=hint,
-        warm_start=warm_start,
-    )
+    with older_objects_frozen():  # the collector's full passes walk the search's objects only
+        return solve(
+            instance,
+            objective=objective,
+            old_order=old_order,
+            time_limit_s=time_limit_s,
+            hint=hint,
+            warm_start=warm_start,
+        )
 
 
 def _solver(backend: str) -> Callable[..., Schedule]:
