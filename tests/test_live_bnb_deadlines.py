@@ -20,10 +20,12 @@ import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live import relaxation_slots, solve
-from blitzplan.live.exact import nmachine, root_bounds
+from blitzplan.live.exact import nmachine, node_cpsat, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.nmachine import NOp, sequence
-from blitzplan.solvers.backends import BACKENDS, load_backend
+from blitzplan.live.exact.node_cpsat import CP_MODEL
+from blitzplan.solvers import backends
+from blitzplan.solvers.backends import BACKENDS, OPTIONAL_IMPORT_MIN_S, load_backend
 
 LOOSE = LiveScalingInstance([0.0, 0.0], [0.0] * 3, 1.0, 1.0, 0.0)
 """Three batches, every layer there: the relaxation's bound is loose."""
@@ -167,13 +169,36 @@ def test_the_slowdown_is_wall_time_over_cpu_time(monkeypatch: pytest.MonkeyPatch
     assert start.slowdown() == 1.0  # never below one
 
 
-def test_bnb_imports_or_tools_before_its_clock_starts() -> None:
+def test_bnb_imports_or_tools_before_its_clock_starts_when_the_limit_pays_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """CP-SAT on a node (:mod:`blitzplan.live.exact.node_cpsat`) uses OR-Tools when it is
-    installed: loading the backend imports it, so no search meets the first import."""
+    installed: loading the backend imports it, unless the limit is too short to pay for it."""
     pytest.importorskip("ortools")
-    assert "ortools.sat.python.cp_model" in BACKENDS["bnb"].optional
-    load_backend("bnb")
-    assert "ortools.sat.python.cp_model" in sys.modules
+    assert CP_MODEL in BACKENDS["bnb"].optional
+    imported: list[str] = []
+    monkeypatch.setattr(backends.importlib, "import_module", imported.append)
+    load_backend("bnb", time_limit_s=0.5 * OPTIONAL_IMPORT_MIN_S)
+    assert imported == []
+    for limit_s in (OPTIONAL_IMPORT_MIN_S, None):
+        load_backend("bnb", time_limit_s=limit_s)
+        assert imported.pop() == CP_MODEL
+
+
+def test_a_timed_search_never_pays_the_first_import_of_or_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node handed to CP-SAT in a solve with a deadline keeps its bound when OR-Tools was
+    not imported before the solve; without a deadline it is imported then."""
+    pytest.importorskip("ortools")
+    imported: list[str] = []
+    monkeypatch.delitem(sys.modules, CP_MODEL, raising=False)
+    monkeypatch.setattr(node_cpsat.importlib, "import_module", imported.append)
+    timed = _start(1000.0)
+    assert node_cpsat._cp_model(timed) is None and imported == []
+    timed.deadline_s = math.inf
+    node_cpsat._cp_model(timed)
+    assert imported == [CP_MODEL]
 
 
 def test_the_solve_function_is_imported_before_the_time_left_is_taken(

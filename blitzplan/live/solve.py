@@ -364,7 +364,7 @@ def _exact(
 ) -> Schedule:
     """The exact solve; the time since ``started_s`` (importing the backend's libraries and
     its solve function's module, the ZigZag hint) is taken off ``time_limit_s``."""
-    load_backend(backend)
+    load_backend(backend, time_limit_s=time_limit_s)
     if backend == "enumerate":
         from blitzplan.live.exact.enumerate import solve_enumerate
 
