@@ -55,10 +55,10 @@ MIN_STEPS = 20
 
 SETUP_S_PER_CELL = 4e-7
 """The CPU seconds of :func:`slot_bound`'s set-up from a known schedule (its grids and first
-prices, :func:`slot_setup_s`) per layer, batch and slot: 80-160 ns a cell of the layers,
-batches and chain steps (about two a slot) measured on seeds 0-2 of
-``benchmarks/partition.py``'s (32,8) to (80,24) at load 7, then raised 1.3x. Under load its
-wall time stretched to 0.86 s on (80,16), where a 2 s limit had left it 0.26 s."""
+prices, :func:`slot_setup_s`) per layer, batch and slot: measured 80-160 ns per layer, batch
+and chain step (about two steps a slot) on seeds 0-2 of ``benchmarks/partition.py``'s (32,8)
+to (80,24) at load 7, so up to 320 ns a slot, raised 1.3x. Under load its wall time
+stretched to 0.86 s on (80,16), where a 2 s limit had left it 0.26 s."""
 
 HORIZON_PAST_LAST = 1.02
 """With a known schedule, the slots end this far past its last completion (relatively)."""
