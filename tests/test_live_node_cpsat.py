@@ -143,7 +143,8 @@ def test_without_ortools_a_node_keeps_its_bound_and_the_search_still_proves() ->
         relax=False,
         warm=False,
     )
-    with mock.patch.dict(sys.modules, {"ortools.sat.python": None}):
+    absent = {"ortools.sat.python": None, "ortools.sat.python.cp_model": None}
+    with mock.patch.dict(sys.modules, absent):
         assert node_cpsat(start, Restriction.none(inst), 100.0, 10.0) is None
         found = schedule_live(inst, method="exact", backend="bnb", old_order="free")
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")

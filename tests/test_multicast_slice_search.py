@@ -274,3 +274,25 @@ def test_the_slicings_the_pattern_cannot_time_are_built_the_fewest_slices_first(
     monkeypatch.setattr(search, "_full", lambda key, *args, **kwargs: built.append(key))
     assert search.best([ring], None) is ring
     assert built == [(4, False, 0), (8, False, 0), (32, False, 0), (64, BY_LANE, 0)]
+
+
+def test_until_a_pattern_is_timed_only_the_fewest_plain_slices_are_tried(monkeypatch) -> None:
+    """Case 193 at load 11: the first call had no time for any pattern, and the second began
+    with the leading plan's waiting 256 staggered slices, which nothing measured could
+    predict (5.4 s past a 0.28 s window). Until a pattern is timed, the others wait: the first
+    timed is the fewest plain slices, and the rest are predicted from it."""
+    _, problem = chain_case()
+    ring = BASELINES["ring"](problem)
+    search = SliceSearch(problem, "all_ready")
+    search.time([ring], time.perf_counter() - 1.0)
+    assert any(staggered for _, staggered, _ in search.pending) and not search.pattern_rate
+    tried: list[tuple[int, int]] = []
+    real = slice_search._pattern_ready
+
+    def counted(problem, plan, phases, staggered, shape):
+        tried.append((phases, staggered))
+        return real(problem, plan, phases, staggered, shape)
+
+    monkeypatch.setattr(slice_search, "_pattern_ready", counted)
+    search.time([], None)
+    assert tried[0] == (slice_search.SLICES[0], False) and len(tried) > 1

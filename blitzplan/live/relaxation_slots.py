@@ -34,7 +34,7 @@ import numpy as np
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.relaxation import RelaxedPlan, repair
-from blitzplan.live.slot_prices import SlotPath, SlotPrices, slot_usage, solve_batches
+from blitzplan.live.slot_prices import SLOTS, SlotPath, SlotPrices, slot_usage, solve_batches
 
 __all__ = [
     "SLOT_ITERATIONS",
@@ -44,6 +44,7 @@ __all__ = [
     "quick_step_count",
     "quick_steps_s",
     "slot_bound",
+    "slot_setup_s",
 ]
 
 SLOT_ITERATIONS = 300
@@ -51,6 +52,13 @@ SLOT_ITERATIONS = 300
 
 MIN_STEPS = 20
 """With a time limit, no step follows the first when fewer than this many would fit."""
+
+SETUP_S_PER_CELL = 4e-7
+"""The CPU seconds of :func:`slot_bound`'s set-up from a known schedule (its grids and first
+prices, :func:`slot_setup_s`) per layer, batch and slot: measured 80-160 ns per layer, batch
+and chain step (about two steps a slot) on seeds 0-2 of ``benchmarks/partition.py``'s (32,8)
+to (80,24) at load 7, so up to 320 ns a slot, raised 1.3x. Under load its wall time
+stretched to 0.86 s on (80,16), where a 2 s limit had left it 0.26 s."""
 
 HORIZON_PAST_LAST = 1.02
 """With a known schedule, the slots end this far past its last completion (relatively)."""
@@ -192,16 +200,20 @@ def _first_prices(
     prices: SlotPrices,
     completion_s: Sequence[float],
     trials: Sequence[tuple[float, float]] = FIRST_PRICES,
+    deadline_s: float = math.inf,
 ) -> float:
     """Start from the prices a known schedule suggests: a unit of delay at ``t`` costs about
     the number of batches not yet complete then, shared between the two machines (``trials``,
     each a share of N's and a scale, :data:`FIRST_PRICES`; the best of them is kept, each
-    costs a step's program)."""
+    costs a step's program; none is started past ``deadline_s``, a ``time.perf_counter()``
+    instant)."""
     done = np.asarray(completion_s)
     waiting_new = (done[None, :] > prices.new.edges[:-1, None]).sum(axis=1).astype(float)
     waiting_old = (done[None, :] > prices.old.edges[:-1, None]).sum(axis=1).astype(float)
     best, chosen = -math.inf, (prices.lam, prices.mu)
     for share, scale in trials:
+        if time.perf_counter() > deadline_s:
+            return best  # (the prices stay a trial's: its caller stops too)
         lam, mu = share * scale * waiting_new, (1 - share) * scale * waiting_old
         prices.set(lam, mu)
         total, _ = solve_batches(prices, None, paths=False)
@@ -227,8 +239,9 @@ def slot_bound(
     schedule's value) steers the steps and caps the answer. ``completion_s``, a known
     schedule's completions, sets where the slots end (a little past its last; without,
     :func:`default_horizon_s`) and the first prices (:func:`_first_prices`). With
-    ``time_limit_s`` it stops after the step under way (the first always runs), and after the
-    first when fewer than ``min_steps`` would fit. ``on_paths``, given every step's choices,
+    ``time_limit_s`` it stops after the step under way (the first runs unless the grids and
+    first prices took the time: then the answer is ``(-inf, None)``), and after the first when
+    fewer than ``min_steps`` would fit. ``on_paths``, given every step's choices,
     answers the best schedule value known then (it may turn them into schedules,
     :func:`priced_orders`): the steps aim at it from then on."""
     if objective != "mean_latency":
@@ -238,7 +251,9 @@ def slot_bound(
         prices = SlotPrices(instance, default_horizon_s(instance))
     else:
         prices = SlotPrices(instance, HORIZON_PAST_LAST * max(completion_s))
-        _first_prices(prices, completion_s)
+        _first_prices(prices, completion_s, deadline_s=deadline)
+    if time.perf_counter() > deadline:  # the set-up took the time: no step, no bound
+        return -math.inf, None
     n = instance.num_batches
     target = upper_bound * n if math.isfinite(upper_bound) else math.inf
     ascent = PolyakSteps(target, AIM_SHARE, _PATIENCE, _STEP_START)
@@ -338,6 +353,12 @@ def quick_step_count(instance: LiveScalingInstance, budget_s: float) -> int:
     every run where the steps take no longer than estimated; a slower machine is stopped by the
     time limit instead."""
     return max(1, int(COUNTED_SHARE * budget_s / _step_s(instance) - QUICK_SETUP_STEPS))
+
+
+def slot_setup_s(instance: LiveScalingInstance) -> float:
+    """About the CPU seconds :func:`slot_bound` takes from a known schedule before its first
+    step (:data:`SETUP_S_PER_CELL`): nothing cuts it short."""
+    return SETUP_S_PER_CELL * instance.num_layers * instance.num_batches * SLOTS
 
 
 def _step_s(instance: LiveScalingInstance) -> float:

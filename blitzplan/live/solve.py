@@ -23,7 +23,13 @@ from blitzplan.live.schedule import (
     timetable,
 )
 from blitzplan.live.work_meter import WorkMeter
-from blitzplan.solvers.backends import BACKENDS, OPTIMALITY_REL_GAP, SolveStatus, load_backend
+from blitzplan.solvers.backends import (
+    BACKENDS,
+    OPTIMALITY_REL_GAP,
+    SolveStatus,
+    load_backend,
+    older_objects_frozen,
+)
 
 __all__ = [
     "BOUND_SAFETY",
@@ -359,15 +365,16 @@ def _exact(
     warm_start: bool,
     started_s: float,
 ) -> Schedule:
-    """The exact solve; the time since ``started_s`` (importing the backend's libraries, the
-    ZigZag hint) is taken off ``time_limit_s``."""
-    load_backend(backend)
+    """The exact solve; the time since ``started_s`` (importing the backend's libraries and
+    its solve function's module, the ZigZag hint) is taken off ``time_limit_s``."""
+    load_backend(backend, time_limit_s=time_limit_s)
     if backend == "enumerate":
         from blitzplan.live.exact.enumerate import solve_enumerate
 
         return solve_enumerate(
             instance, objective=objective, old_order=old_order, time_limit_s=time_limit_s
         )
+    solve = _solver(backend)  # imported before the time left is taken
     hint = None
     if warm_start:
         hint = _settle(simulate(ZigZag(), instance, objective=objective, old_order=old_order))
@@ -375,14 +382,15 @@ def _exact(
         return replace(hint, method="exact", backend=backend)  # proven infeasible already
     if time_limit_s is not None:
         time_limit_s = max(time_limit_s - (time.perf_counter() - started_s), _MIN_LEFT_S)
-    return _solver(backend)(
-        instance,
-        objective=objective,
-        old_order=old_order,
-        time_limit_s=time_limit_s,
-        hint=hint,
-        warm_start=warm_start,
-    )
+    with older_objects_frozen():  # the collector's full passes walk the search's objects only
+        return solve(
+            instance,
+            objective=objective,
+            old_order=old_order,
+            time_limit_s=time_limit_s,
+            hint=hint,
+            warm_start=warm_start,
+        )
 
 
 def _solver(backend: str) -> Callable[..., Schedule]:

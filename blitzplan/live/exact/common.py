@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.relaxation import RelaxedPlan, repair
@@ -70,9 +70,17 @@ class Start:
     plan: RelaxedPlan | None
     started_s: float
     deadline_s: float
+    started_cpu_s: float = field(default_factory=time.thread_time)
 
     def left_s(self) -> float:
         return self.deadline_s - time.perf_counter()
+
+    def slowdown(self) -> float:
+        """How many wall seconds a second of this thread's CPU time has taken since the start
+        (at least 1): what load stretches a step's CPU estimate by, before it is started."""
+        cpu_s = time.thread_time() - self.started_cpu_s
+        wall_s = time.perf_counter() - self.started_s
+        return max(1.0, wall_s / cpu_s) if cpu_s > 0 else 1.0
 
     def check_time(self) -> None:
         """Raise OutOfTime once the deadline has passed (building a model can take longer
@@ -104,9 +112,9 @@ class Start:
     def polish(
         self, seconds: float, *, max_s: float = POLISH_MAX_S, moves: int = POLISH_MOVES
     ) -> None:
-        """Local search from the incumbent for at most ``seconds`` (and ``max_s``) and
-        ``moves`` tried moves (stops once proven)."""
-        if self.proven() or math.isinf(self.incumbent.objective):
+        """Local search from the incumbent for at most ``seconds`` (and ``max_s``, and the time
+        left) and ``moves`` tried moves (stops once proven; not started past the deadline)."""
+        if self.proven() or math.isinf(self.incumbent.objective) or self.left_s() <= 0:
             return
         from blitzplan.live.improve import polish
 

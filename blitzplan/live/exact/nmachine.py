@@ -149,6 +149,8 @@ def sequence(
     while frames:
         if len(chosen) == len(ops):
             return tuple(chosen), True
+        if time.perf_counter() > deadline_s:  # read before every step and every backtrack:
+            return None, False  # backing out of a deep dead end prunes at every level
         frame = frames[-1]
         if frame.tried and not frame.checked:
             steps += _prune(frame, _left(queues, position))
@@ -158,7 +160,7 @@ def sequence(
                 position[chosen.pop()] -= 1
             continue
         steps += 1
-        if steps > max_steps or time.perf_counter() > deadline_s:
+        if steps > max_steps:
             return None, False
         batch = frame.choices.pop()
         frame.tried = True

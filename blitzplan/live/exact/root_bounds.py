@@ -15,6 +15,7 @@ from blitzplan.live.exact.common import Start
 from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation_dp import capacity_bound
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.relaxation_slots import slot_setup_s
 
 __all__ = [
     "CAPACITY_SHARE_OF_LIMIT",
@@ -59,14 +60,15 @@ SLOT_MIN_S = 0.1
 
 def strengthen(start: Start, root_bound: float) -> None:
     """Polish ``start``'s incumbent and raise its bound; ``root_bound`` is the search's least
-    open bound so far (objective units), the capacity bound's floor."""
+    open bound so far (objective units), the capacity bound's floor. Each bound gets a share
+    of the time left when it starts, and none starts past ``start``'s deadline."""
     start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
     if start.proven():
         return
     _slot_bound(start)
-    if start.proven():
-        return
     budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    if start.proven() or budget <= 0:  # none is started past the deadline
+        return
     bound = capacity_bound(
         start.instance,
         objective=start.objective,
@@ -95,13 +97,16 @@ def strengthen(start: Start, root_bound: float) -> None:
 
 def _slot_bound(start: Start) -> None:
     """The slot bound (mean latency, O's order free) from the incumbent's completions and
-    value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left. It bounds every order, so
+    value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
+    (:func:`~blitzplan.live.relaxation_slots.slot_setup_s`, stretched by the load seen so far:
+    nothing cuts the set-up short). It bounds every order, so
     under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
     the free order): it is not run there. Every step's priced choices are offered as a
     schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
     best = start.incumbent
     budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
     wanted = start.objective == "mean_latency" and start.old_order == "free"
-    if not wanted or not best.has_ops or budget < SLOT_MIN_S:
+    setup_s = slot_setup_s(start.instance) * start.slowdown()  # it cannot stop before a step
+    if not wanted or not best.has_ops or budget < max(SLOT_MIN_S, setup_s):
         return
     priced_search(start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES)
