@@ -68,13 +68,13 @@ def best_known(keys: list[str], limit_s: float) -> dict[str, dict[str, float]]:
 def cold_calls(keys: list[str], orders: list[str]) -> list[dict[str, object]]:
     """One cold ZigZag call per instance and order: its bound, objective and CPU seconds."""
     from blitzplan import schedule_live
-    from blitzplan.live import solve
+    from blitzplan.live import printed_bound, solve
 
     rows = []
     for key in keys:
         inst = _instance(key)
         for order in orders:
-            for cached in (solve._heuristic, solve._policy, solve._relaxation_value):
+            for cached in (solve._heuristic, solve._policy, printed_bound.relaxation_value):
                 cached.cache_clear()
             began = time.process_time()
             result = schedule_live(inst, method="zigzag", old_order=order)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import blitzplan
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import instance_from_queue, solve, unit_ready_from_link
+from blitzplan.live import instance_from_queue, printed_bound, unit_ready_from_link
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import ZigZag
@@ -96,12 +96,12 @@ def test_the_printed_bound_is_the_same_on_a_slowed_clock(
     by a small budget. The clocked search it replaced stops at once there and prints a weaker
     bound. (A clock read back into the subset search changes seed 0's, into the local search
     seed 3's.)"""
-    monkeypatch.setattr(solve, "HEURISTIC_BOUND_S", budget_s)
-    monkeypatch.setattr(solve, "BOUND_SAFETY", 1e9)
-    monkeypatch.setattr(solve, "BOUND_WALL_SAFETY", 1e9)
+    monkeypatch.setattr(printed_bound, "HEURISTIC_BOUND_S", budget_s)
+    monkeypatch.setattr(printed_bound, "BOUND_SAFETY", 1e9)
+    monkeypatch.setattr(printed_bound, "BOUND_WALL_SAFETY", 1e9)
     instance = _paper_pair(seed) if old_order == "free" else _queue(seed)
     upper = simulate(ZigZag(), instance, objective="mean_latency", old_order=old_order).objective
-    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    value = printed_bound.relaxation_value.__wrapped__  # type: ignore[attr-defined]
     counted = value(instance, "mean_latency", old_order, upper)
     _slowed_clock(monkeypatch)
     assert value(instance, "mean_latency", old_order, upper) == counted
@@ -124,11 +124,11 @@ def test_a_safety_net_stops_the_printed_bound_with_a_valid_bound(
     counted one, never above ZigZag's value (the relaxation's first plan still bounds)."""
     instance = _queue(1)
     upper = simulate(ZigZag(), instance, objective="mean_latency", old_order=old_order).objective
-    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
-    monkeypatch.setattr(solve, "HEURISTIC_BOUND_S", BUDGET_S)
+    value = printed_bound.relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    monkeypatch.setattr(printed_bound, "HEURISTIC_BOUND_S", BUDGET_S)
     counted = value(instance, "mean_latency", old_order, upper)
-    monkeypatch.setattr(solve, "BOUND_SAFETY", 0.0)
-    monkeypatch.setattr(solve, "BOUND_WALL_SAFETY", 0.0)
+    monkeypatch.setattr(printed_bound, "BOUND_SAFETY", 0.0)
+    monkeypatch.setattr(printed_bound, "BOUND_WALL_SAFETY", 0.0)
     _slowed_clock(monkeypatch)
     netted = value(instance, "mean_latency", old_order, upper)
     assert netted <= counted <= upper
@@ -169,11 +169,11 @@ def test_a_counted_bound_never_exceeds_the_enumerated_optimum(
         instance, old_order=old_order, upper_bound=upper, time_limit_s=budget_s, clock=meter()
     )
     assert priced <= oracle.objective + tol
-    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
-    net = 0.0 if netted else solve.BOUND_SAFETY
+    value = printed_bound.relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    net = 0.0 if netted else printed_bound.BOUND_SAFETY
     with (
-        mock.patch.object(solve, "HEURISTIC_BOUND_S", budget_s),
-        mock.patch.object(solve, "BOUND_SAFETY", net),
+        mock.patch.object(printed_bound, "HEURISTIC_BOUND_S", budget_s),
+        mock.patch.object(printed_bound, "BOUND_SAFETY", net),
     ):
         assert value(instance, "mean_latency", old_order, upper) <= oracle.objective + tol
 

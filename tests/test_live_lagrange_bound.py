@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_lagrange, relaxation_slots, solve
+from blitzplan.live import printed_bound, relaxation_lagrange, relaxation_slots
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.lagrange_prices import Priced, Prices
 from blitzplan.live.relaxation import Relaxation
@@ -210,11 +210,11 @@ def test_the_printed_fifo_bound_on_a_far_pair_never_exceeds_the_enumerated_optim
     assume(count_schedules(instance, old_order="fifo") <= 3_000)
     oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
     upper = schedule_live(instance, method="zigzag", old_order="fifo", bound=False).objective
-    value = solve._relaxation_value.__wrapped__  # type: ignore[attr-defined]
+    value = printed_bound.relaxation_value.__wrapped__  # type: ignore[attr-defined]
     with (
         mock.patch.object(relaxation_slots, "QUICK_FAR", 10.0),
         mock.patch.object(relaxation_lagrange, "QUICK_FAR_FREE_STEP_SHARE", share),
-        mock.patch.object(solve, "HEURISTIC_BOUND_S", 1.0),
+        mock.patch.object(printed_bound, "HEURISTIC_BOUND_S", 1.0),
     ):
         bound = value(instance, "mean_latency", "fifo", upper)
     assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))

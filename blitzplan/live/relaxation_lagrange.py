@@ -117,7 +117,7 @@ the last arrival, evenly up to the larger of the arrivals' span and half of the 
 work on N. Any grid keeps the bound valid."""
 
 QUICK_GRID_POINTS = (20, 36)
-""":data:`GRID_POINTS` of the bound printed beside a heuristic (``solve._relaxation_value``):
+""":data:`GRID_POINTS` of the bound printed beside a heuristic (``printed_bound.relaxation_value``):
 more points past the arrivals, where O's blocks of a crowded pair end ((80,16) 0.868 -> 0.881
 of the best known, mean; docs/benchmarks.md, s15-h3). Only on pairs whose relaxation's bound
 is under ``relaxation_slots.QUICK_FAR`` of the heuristic's value (on the paper's 12 x

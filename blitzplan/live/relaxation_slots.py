@@ -102,9 +102,9 @@ median measured / fitted over a wider set at 40 slots (those classes and nine pa
 COUNTED_SHARE = 1.0
 """The share of its budget :func:`quick_step_count` counts steps for. It was 0.6, a margin
 that kept the count, not the wall clock, the one that stopped the steps; the printed bound's
-clocks are now only far safety nets (``solve.BOUND_SAFETY``), so the steps take the share the
-budget gives them: clock-free, of the best known, (80,16) 0.830 -> 0.856 (9 -> 16 steps),
-(32,16) 0.927 -> 0.938, (40,12) 0.965 -> 0.969."""
+clocks are now only far safety nets (``printed_bound.BOUND_SAFETY``), so the steps take the
+share the budget gives them: clock-free, of the best known, (80,16) 0.830 -> 0.856 (9 -> 16
+steps), (32,16) 0.927 -> 0.938, (40,12) 0.965 -> 0.969."""
 
 STEP_S_FIXED = 5e-4
 """A step's CPU seconds on any grid."""

@@ -2,10 +2,10 @@
 
 A search that stops when its counted work reaches a budget does the same work, and returns the
 same answer, on every run of the same input, however loaded the machine: this is how the bound
-``plan()`` prints beside a heuristic's schedule is limited (:data:`blitzplan.live.solve.
-HEURISTIC_BOUND_S`), so that a plan and its ``plan_id`` do not change from run to run. Each
-counted step is priced by a calibrated estimate of its CPU seconds on a 2-core x86_64 machine
-(the constants live beside the code they price), so a budget takes about that long there.
+``plan()`` prints beside a heuristic's schedule is limited (:data:`blitzplan.live.
+printed_bound.HEURISTIC_BOUND_S`), so that a plan and its ``plan_id`` do not change from run to
+run. Each counted step is priced by a calibrated estimate of its CPU seconds on a 2-core x86_64
+machine (the constants live beside the code they price), so a budget takes about that long there.
 
 Real clocks are kept only as safety nets, far above the budget: the calling thread's CPU time
 (``cpu_by_s``, :func:`time.thread_time`: a machine much slower than the estimates) and the wall
