@@ -17,22 +17,21 @@ restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nm
 Every child excludes the node's relaxed plan and together they cover every schedule of the
 node, so the least bound over the open nodes is a proven lower bound (and so is the work
 relaxation's, :mod:`blitzplan.live.relaxation_work`, for the mean latency under a free order
-the slot bound's,
-:mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
+the slot bound's, :mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
 :func:`~blitzplan.live.relaxation_dp.capacity_bound`, and under a FIFO order the Lagrangian
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved,
 :mod:`blitzplan.live.exact.root_bounds`: the search stops once the incumbent meets them).
 Nodes are explored best bound first; after the first share of the search a node taken is first
-given the capacity bound of its restriction
-(:mod:`blitzplan.live.exact.node_bound`), and goes back among the open nodes when that lifts it;
-one whose relaxed plan fits N only with preemption is then solved whole on CP-SAT under the
-incumbent's value (:mod:`blitzplan.live.exact.node_cpsat`);
-each relaxed plan, repaired, offers the incumbent a schedule when its node is bounded, and
-sequenced, when preemptive N can carry it out, when its node is taken to be branched (the root's
-at once); a schedule is kept only when the independent checker passes it. When the root is not
-solved and was quick to bound, the search runs first for a share of the time (on small instances
-it ends there); then a local search from the incumbent and those bounds get their shares, and
-the search resumes.
+given the capacity bound of its restriction (:mod:`blitzplan.live.exact.node_bound`), and goes
+back among the open nodes when that lifts it; one whose relaxed plan fits N only with
+preemption is then solved whole on CP-SAT under the incumbent's value
+(:mod:`blitzplan.live.exact.node_cpsat`); each relaxed plan, repaired, offers the incumbent a
+schedule when its node is bounded (once per plan), and sequenced, when preemptive N can carry
+it out, when its node is taken to be branched (the root's at once); a schedule is kept only
+when the independent checker passes it. When the root is not solved and was quick to bound,
+the search runs first for a share of the time (on small instances it ends there); then a local
+search from the incumbent and those bounds get their shares, and the search starts again from
+the root, at their bound (:data:`RESTART`).
 """
 
 from __future__ import annotations
@@ -123,9 +122,13 @@ NODE_CPSAT_MAX_S = 1.0
 time left): on (40,12) FIFO seed 0 such nodes took 0.35-0.44 s."""
 
 RESTART = True
-"""Once the root bounds (:mod:`~blitzplan.live.exact.root_bounds`) are in, the search drops
-the nodes of its early share and starts again from the root, whose bound is then the whole
-problem's (every node below it starts from that bound; see :meth:`_Search.restart`)."""
+"""When the root bounds pass the early share's own bound, the search drops its open nodes and
+starts again from the root at the root bounds (every node below starts from them). The early
+share branched on the N-capacity relaxation's bounds alone, on (80,8) and (40,12) FIFO 0.5-11%
+under the root bounds, and each of its open nodes wanted its capacity program; from the root
+again, a node gets it before it branches, its children start from it (docs/benchmarks.md,
+s17-h1). An early share whose bound meets the root bounds is kept (on (80,8) FIFO seed 6 it
+proves in 4 s; restarted, not in 10)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -277,14 +280,12 @@ class _Search:
         return True
 
     def _strengthen(self) -> None:
-        root = min([self.floor, *(node.bound for node in self.open)])
-        strengthen(self.start, self.obj.final(root))
+        strengthen(self.start, self._lowest())
 
     def _offer(self, plan: RelaxedPlan) -> None:
-        """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless a plan
-        with the same splits, O order and planned O starts (all the repair reads) was offered
-        before: its schedule is the same. Siblings and descendants often keep their parent's
-        plan (on (80,8) and (40,12) FIFO 70% of the plans bounded in 10 s were repeats)."""
+        """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
+        with the same splits, O order and O starts (all the repair reads) was: on (80,8) and
+        (40,12) FIFO 70% of the plans bounded in 10 s were such repeats."""
         key = (plan.split, plan.old_sequence, plan.planned_old_start_s)
         if key in self.repaired:
             return
@@ -331,19 +332,19 @@ class _Search:
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 self._strengthen()
-                if RESTART and not start.proven():
+                if RESTART and not start.proven() and self._lowest() < start.bound:
                     self.restart()
         self._search(start.deadline_s)
-        lowest = min([self.floor, *(node.bound for node in self.open)])
-        start.raise_bound(self.obj.final(lowest))
+        start.raise_bound(self._lowest())
+
+    def _lowest(self) -> float:
+        """The search's own bound (objective units): the least over the open nodes and the
+        nodes set aside."""
+        return self.obj.final(min([self.floor, *(node.bound for node in self.open)]))
 
     def restart(self) -> None:
         """Drop the open nodes and search again from the root, its bound raised to the whole
-        problem's (valid for every schedule, so for every node). The early share branched on
-        the N-capacity relaxation's bounds alone, far below the root bounds on (80,8) and
-        (40,12) under FIFO, so its open nodes each wanted the capacity program; from the root
-        again, a node is given that program before it branches, and its children start from
-        the bound it lifts them to (docs/benchmarks.md, s17-h1)."""
+        problem's (valid for every schedule, so for every node): see :data:`RESTART`."""
         self.open, self.floor = [], math.inf
         self.add(Restriction.none(self.start.instance))
         for node in self.open:  # the root, unless bounding it settled it
