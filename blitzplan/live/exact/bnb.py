@@ -69,6 +69,7 @@ __all__ = [
     "NODE_CAPACITY",
     "NODE_CPSAT",
     "NODE_CPSAT_MAX_S",
+    "RESTART",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
     "WORST_OVERLOAD",
@@ -122,13 +123,11 @@ NODE_CPSAT_MAX_S = 1.0
 time left): on (40,12) FIFO seed 0 such nodes took 0.35-0.44 s."""
 
 RESTART = True
-"""When the root bounds pass the early share's own bound, the search drops its open nodes and
-starts again from the root at the root bounds (every node below starts from them). The early
-share branched on the N-capacity relaxation's bounds alone, on (80,8) and (40,12) FIFO 0.5-11%
-under the root bounds, and each of its open nodes wanted its capacity program; from the root
-again, a node gets it before it branches, its children start from it (docs/benchmarks.md,
-s17-h1). An early share whose bound meets the root bounds is kept (on (80,8) FIFO seed 6 it
-proves in 4 s; restarted, not in 10)."""
+"""When the root bounds pass the early share's own bound (on (80,8) and (40,12) FIFO by
+0.5-11%), the search drops its open nodes, each of which would want its capacity program,
+and starts again from the root at the root bounds: a node gets that program before it
+branches, its children start from it (docs/benchmarks.md, s17-h1). An early share whose bound
+meets the root bounds is kept ((80,8) FIFO seed 6 proves in 4 s so; restarted, not in 10)."""
 
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
@@ -143,8 +142,7 @@ class _Node:
     relax: Relaxation = field(compare=False)
     plan: RelaxedPlan = field(compare=False)
     ops: list[NOp] | None = field(default=None, compare=False)
-    """N's operations in the node's relaxed plan, with their windows (set when the node is
-    settled, see :meth:`_Search.settle`)."""
+    """N's operations in the node's relaxed plan, with their windows (set by ``settle``)."""
     found: Overload | None = field(default=None, compare=False)
     """What preemptive N cannot fit of them, if anything."""
     strong: bool = field(default=False, compare=False)
@@ -227,10 +225,8 @@ class _Search:
         offer it as a schedule with the sequencer's order; True when the node is solved (the
         incumbent meets its bound; it is then set aside).
 
-        Children are settled when they are taken to be branched, not when bounded (then only
-        their repaired plans are offered): most bounded nodes are never taken (left open or
-        pruned), and on (40,12) under FIFO the preemptive overload test took 40% of a child's
-        time."""
+        Children are settled when taken to be branched, not when bounded: most bounded nodes
+        are never taken, and on (40,12) FIFO the overload test took 40% of a child's time."""
         if node.ops is None:
             node.ops = plan_ops(node.relax, node.plan)
             node.found = overload(node.ops, worst=self.worst)
@@ -278,9 +274,6 @@ class _Search:
         node.bound = bound
         heapq.heappush(self.open, node)
         return True
-
-    def _strengthen(self) -> None:
-        strengthen(self.start, self._lowest())
 
     def _offer(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
@@ -331,15 +324,14 @@ class _Search:
                 self._search(time.perf_counter() + early_s)
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
-                self._strengthen()
+                strengthen(start, self._lowest())
                 if RESTART and not start.proven() and self._lowest() < start.bound:
                     self.restart()
         self._search(start.deadline_s)
         start.raise_bound(self._lowest())
 
     def _lowest(self) -> float:
-        """The search's own bound (objective units): the least over the open nodes and the
-        nodes set aside."""
+        """The search's own bound: the least over the open and set-aside nodes (objective units)."""
         return self.obj.final(min([self.floor, *(node.bound for node in self.open)]))
 
     def restart(self) -> None:
