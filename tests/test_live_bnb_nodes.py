@@ -111,3 +111,34 @@ def test_the_worst_overload_is_an_overload_at_least_as_late_as_the_first() -> No
         assert math.fsum(op.length_s for op in found.ops) == found.work_s
         assert found.work_s > found.end_s - found.start_s
     assert overload(ops[:2], worst=True) is None
+
+
+@pytest.mark.parametrize("old_order", ["free", "fifo"])
+def test_the_restart_from_the_root_never_passes_the_optimum(old_order: str) -> None:
+    """On 60 crowded tiny instances with no early share (the root bounds come first, then the
+    search starts again from the root at the whole problem's bound): at every node taken the
+    search's bound is at most the oracle's optimum, the answer is OPTIMAL at the optimum, and
+    the restart was taken on many of them (the check is not vacuous)."""
+    restarts: list[float] = []
+    real = bnb._Search.restart
+
+    def restart(self: bnb._Search) -> None:
+        restarts.append(self.start.bound)
+        real(self)
+
+    for seed in SEEDS:
+        inst = _crowded(seed)
+        if count_schedules(inst, old_order=old_order) > 20_000:
+            continue
+        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=old_order)
+        with (
+            mock.patch.object(bnb, "EARLY_SEARCH_MAX_S", 0.0),
+            mock.patch.object(bnb._Search, "restart", restart),
+        ):
+            found, seen, _ = _watched(inst, old_order, "default")
+        best = oracle.objective
+        assert validate_schedule(inst, found).ok
+        assert all(low <= best * (1 + REL) + 1e-9 for low in seen), (seed, best, max(seen))
+        assert found.status is SolveStatus.OPTIMAL, (seed, found.message)
+        assert found.objective == pytest.approx(best, rel=REL, abs=1e-9), seed
+    assert len(restarts) >= 10, len(restarts)

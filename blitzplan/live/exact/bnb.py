@@ -17,22 +17,21 @@ restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nm
 Every child excludes the node's relaxed plan and together they cover every schedule of the
 node, so the least bound over the open nodes is a proven lower bound (and so is the work
 relaxation's, :mod:`blitzplan.live.relaxation_work`, for the mean latency under a free order
-the slot bound's,
-:mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
+the slot bound's, :mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
 :func:`~blitzplan.live.relaxation_dp.capacity_bound`, and under a FIFO order the Lagrangian
 bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved,
 :mod:`blitzplan.live.exact.root_bounds`: the search stops once the incumbent meets them).
 Nodes are explored best bound first; after the first share of the search a node taken is first
-given the capacity bound of its restriction
-(:mod:`blitzplan.live.exact.node_bound`), and goes back among the open nodes when that lifts it;
-one whose relaxed plan fits N only with preemption is then solved whole on CP-SAT under the
-incumbent's value (:mod:`blitzplan.live.exact.node_cpsat`);
-each relaxed plan, repaired, offers the incumbent a schedule when its node is bounded, and
-sequenced, when preemptive N can carry it out, when its node is taken to be branched (the root's
-at once); a schedule is kept only when the independent checker passes it. When the root is not
-solved and was quick to bound, the search runs first for a share of the time (on small instances
-it ends there); then a local search from the incumbent and those bounds get their shares, and
-the search resumes.
+given the capacity bound of its restriction (:mod:`blitzplan.live.exact.node_bound`), and goes
+back among the open nodes when that lifts it; one whose relaxed plan fits N only with
+preemption is then solved whole on CP-SAT under the incumbent's value
+(:mod:`blitzplan.live.exact.node_cpsat`); each relaxed plan, repaired, offers the incumbent a
+schedule when its node is bounded (once per plan), and sequenced, when preemptive N can carry
+it out, when its node is taken to be branched (the root's at once); a schedule is kept only
+when the independent checker passes it. When the root is not solved and was quick to bound,
+the search runs first for a share of the time (on small instances it ends there); then a local
+search from the incumbent and those bounds get their shares, and the search starts again from
+the root, at their bound (:data:`RESTART`).
 """
 
 from __future__ import annotations
@@ -70,6 +69,7 @@ __all__ = [
     "NODE_CAPACITY",
     "NODE_CPSAT",
     "NODE_CPSAT_MAX_S",
+    "RESTART",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
     "WORST_OVERLOAD",
@@ -122,6 +122,13 @@ NODE_CPSAT_MAX_S = 1.0
 """The most time one node gets on CP-SAT, the model's making included (and at most half the
 time left): on (40,12) FIFO seed 0 such nodes took 0.35-0.44 s."""
 
+RESTART = True
+"""When the root bounds pass the early share's own bound (on (80,8) and (40,12) FIFO by
+0.5-11%), the search drops its open nodes, each of which would want its capacity program,
+and starts again from the root at the root bounds: a node gets that program before it
+branches, its children start from it (docs/benchmarks.md, s17-h1). An early share whose bound
+meets the root bounds is kept ((80,8) FIFO seed 6 proves in 4 s so; restarted, not in 10)."""
+
 _PRUNE_GAP = OPTIMALITY_REL_GAP / 2
 """A node whose bound is this close (relatively) to the incumbent is not explored."""
 
@@ -135,8 +142,7 @@ class _Node:
     relax: Relaxation = field(compare=False)
     plan: RelaxedPlan = field(compare=False)
     ops: list[NOp] | None = field(default=None, compare=False)
-    """N's operations in the node's relaxed plan, with their windows (set when the node is
-    settled, see :meth:`_Search.settle`)."""
+    """N's operations in the node's relaxed plan, with their windows (set by ``settle``)."""
     found: Overload | None = field(default=None, compare=False)
     """What preemptive N cannot fit of them, if anything."""
     strong: bool = field(default=False, compare=False)
@@ -162,6 +168,8 @@ class _Search:
         self.options: OptionsCache = {}
         """Each batch's relaxation options per restriction of that batch, shared by nodes."""
         self.offers = 0
+        self.repaired: set[tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]] = set()
+        """The relaxed plans already offered repaired (see :meth:`_offer`)."""
         self.sequence_every = 1
         """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
         self.worst = WORST_OVERLOAD and not FIRST_OVERLOAD_EARLY
@@ -217,10 +225,8 @@ class _Search:
         offer it as a schedule with the sequencer's order; True when the node is solved (the
         incumbent meets its bound; it is then set aside).
 
-        Children are settled when they are taken to be branched, not when bounded (then only
-        their repaired plans are offered): most bounded nodes are never taken (left open or
-        pruned), and on (40,12) under FIFO the preemptive overload test took 40% of a child's
-        time."""
+        Children are settled when taken to be branched, not when bounded: most bounded nodes
+        are never taken, and on (40,12) FIFO the overload test took 40% of a child's time."""
         if node.ops is None:
             node.ops = plan_ops(node.relax, node.plan)
             node.found = overload(node.ops, worst=self.worst)
@@ -269,12 +275,14 @@ class _Search:
         heapq.heappush(self.open, node)
         return True
 
-    def _strengthen(self) -> None:
-        root = min([self.floor, *(node.bound for node in self.open)])
-        strengthen(self.start, self.obj.final(root))
-
     def _offer(self, plan: RelaxedPlan) -> None:
-        """Offer the plan, repaired (N list-scheduled against it), as a schedule."""
+        """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
+        with the same splits, O order and O starts (all the repair reads) was: on (80,8) and
+        (40,12) FIFO 70% of the plans bounded in 10 s were such repeats."""
+        key = (plan.split, plan.old_sequence, plan.planned_old_start_s)
+        if key in self.repaired:
+            return
+        self.repaired.add(key)
         start = self.start
         args = (start.objective, start.old_order, start.backend)
         start.offer(decode(start.instance, *repair(start.instance, plan), *args))
@@ -316,10 +324,23 @@ class _Search:
                 self._search(time.perf_counter() + early_s)
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
-                self._strengthen()
+                strengthen(start, self._lowest())
+                if RESTART and not start.proven() and self._lowest() < start.bound:
+                    self.restart()
         self._search(start.deadline_s)
-        lowest = min([self.floor, *(node.bound for node in self.open)])
-        start.raise_bound(self.obj.final(lowest))
+        start.raise_bound(self._lowest())
+
+    def _lowest(self) -> float:
+        """The search's own bound: the least over the open and set-aside nodes (objective units)."""
+        return self.obj.final(min([self.floor, *(node.bound for node in self.open)]))
+
+    def restart(self) -> None:
+        """Drop the open nodes and search again from the root, its bound raised to the whole
+        problem's (valid for every schedule, so for every node): see :data:`RESTART`."""
+        self.open, self.floor = [], math.inf
+        self.add(Restriction.none(self.start.instance))
+        for node in self.open:  # the root, unless bounding it settled it
+            node.bound = max(node.bound, self.obj.scaled(self.start.bound))
 
     def _search(self, until_s: float) -> None:
         """Explore the open nodes best bound first until ``until_s`` (a
