@@ -15,23 +15,17 @@ restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nm
   runs alone are ordered one way or the other, or one of them is not run.
 
 Every child excludes the node's relaxed plan and together they cover every schedule of the
-node, so the least bound over the open nodes is a proven lower bound (and so is the work
-relaxation's, :mod:`blitzplan.live.relaxation_work`, for the mean latency under a free order
-the slot bound's, :mod:`blitzplan.live.relaxation_slots`, the capacity bound's,
-:func:`~blitzplan.live.relaxation_dp.capacity_bound`, and under a FIFO order the Lagrangian
-bound's, :mod:`blitzplan.live.relaxation_lagrange`, computed once when the root is not solved,
-:mod:`blitzplan.live.exact.root_bounds`: the search stops once the incumbent meets them).
-Nodes are explored best bound first; after the first share of the search a node taken is first
-given the capacity bound of its restriction (:mod:`blitzplan.live.exact.node_bound`), and goes
-back among the open nodes when that lifts it; one whose relaxed plan fits N only with
-preemption is then solved whole on CP-SAT under the incumbent's value
-(:mod:`blitzplan.live.exact.node_cpsat`); each relaxed plan, repaired, offers the incumbent a
-schedule when its node is bounded (once per plan), and sequenced, when preemptive N can carry
-it out, when its node is taken to be branched (the root's at once); a schedule is kept only
-when the independent checker passes it. When the root is not solved and was quick to bound,
-the search runs first for a share of the time (on small instances it ends there); then a local
-search from the incumbent and those bounds get their shares, and the search starts again from
-the root, at their bound (:data:`RESTART`).
+node, so the least bound over the open nodes is a proven lower bound; so are the root bounds
+(:mod:`blitzplan.live.exact.root_bounds`: the work relaxation, the capacity bound, under a free
+order the slot bound, under FIFO the Lagrangian), computed once when the root is not solved:
+the search stops once the incumbent meets them. Nodes are explored best bound first. Each
+relaxed plan, repaired, offers the incumbent a schedule (once per plan), and sequenced when
+preemptive N can carry it out; a schedule is kept only when the independent checker passes it.
+When the root was quick to bound the search runs first for a share of the time (small
+instances end there), then a local search and the root bounds get theirs and it starts again
+from the root (:data:`RESTART`); a node taken after that share first gets the capacity bound of
+its restriction (:data:`NODE_CAPACITY`) and, when its plan fits N only with preemption, CP-SAT
+under the incumbent's value (:data:`NODE_CPSAT`).
 """
 
 from __future__ import annotations
@@ -49,13 +43,7 @@ from blitzplan.live.exact.node_bound import node_capacity
 from blitzplan.live.exact.node_cpsat import node_cpsat
 from blitzplan.live.exact.root_bounds import strengthen
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import (
-    OptionsCache,
-    Relaxation,
-    RelaxedPlan,
-    Restriction,
-    repair,
-)
+from blitzplan.live.relaxation import OptionsCache, Relaxation, RelaxedPlan, Restriction, repair
 from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
 from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
