@@ -56,18 +56,17 @@ FINE_SLICES = 512
 sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
 (case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
 FINE_MAX_ATOMS = 1024
-"""... at most this many atoms (lanes of one slice): 131 k lanes at 512 slices, about a 256
-slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s)."""
+"""... at most this many atoms (lanes of one slice), when its pattern and build fit: case 193's
+greedy plan, 654 atoms, 1.0122 of the bound at 256 slices, 1.0063 at 512 (s16-h3)."""
 FINE_ABOVE = 0.01
 """... and only while the fastest plan or slicing timed is more than this fraction above the
 bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
 on the 197 random cases from 1.45 to 2.36 s, for gains mostly in the fourth decimal, and a
 plan already within this of the bound is within the exact method's target."""
 SLICE_WITHIN = 1.3
-"""A plan's slicings are timed only when it is within this factor of the fastest plan or
-slicing timed so far: slicing takes off per-hop lag (the most seen: case 60's greedy plan,
-1.158 of the bound in one phase, 1.005 at 512 slices), not a slow route; case 193's packing,
-2.0x the greedy's 64-slice time, took 1.1 s of slicings none under 2.4x."""
+"""A plan's slicings are timed only within this factor of the fastest plan or slicing timed:
+slicing takes off per-hop lag (at most case 60's 1.158 -> 1.005), not a slow route (case
+193's packing, 2.0x the greedy's 64 slices, took 1.1 s of slicings none under 2.4x)."""
 _MARGIN = 1.5
 """The time kept for building the fastest slicing: this many times the rate measured (seconds
 per lane and slice)."""
