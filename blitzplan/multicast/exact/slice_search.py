@@ -55,9 +55,9 @@ FINE_SLICES = 512
 """Staggered slices tried last, on plans of few atoms only (:data:`FINE_MAX_ATOMS`): a plan
 sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
 (case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
-FINE_MAX_ATOMS = 1024
-"""... at most this many atoms (lanes of one slice), when its pattern and build fit: case 193's
-greedy plan, 654 atoms, 1.0122 of the bound at 256 slices, 1.0063 at 512 (s16-h3)."""
+FINE_MAX_ATOMS = 256
+"""... at most this many atoms (lanes of one slice): 131 k lanes at 512 slices, about a 256
+slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s)."""
 FINE_ABOVE = 0.01
 """... and only while the fastest plan or slicing timed is more than this fraction above the
 bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
