@@ -220,3 +220,51 @@ def test_the_greedys_slicings_are_timed_before_the_program_and_the_packing(
         {"staggered_first": True},
     )
     assert calls[1][1] == 1  # the greedy's plan already added: the later calls do not redo it
+
+
+@pytest.mark.parametrize("sliced_above", [0.07, 0.09])
+def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_near(
+    monkeypatch, sliced_above: float
+) -> None:
+    """When the early call times a slicing of the greedy's plan within SETTLED_ABOVE (0.08) of
+    the certified bound (here 7% above it), the overlay program and the packing get
+    SETTLED_SHARE of the limit, the packing's later shapes only while within SETTLED_ABOVE of
+    the bound (cases 60, 72, 193: the program never raised the bound there and the packing was
+    1.7-2.6x it, while the greedy's 256-slice plans waited for that time); 9% above it, they
+    get their usual shares (0.4 of the limit, the packing's the rest to 0.6) and no
+    ``beat_s``."""
+    assert exact_search_module.SETTLED_ABOVE == 0.08
+    assert exact_search_module.SETTLED_SHARE == 0.1
+    problem, ctx, incumbent = _four_targets()
+    greedy_s = max(incumbent[1].ready_at_s.values())
+    bound = exact_search_module.Bound(greedy_s / 1.15, "stand-in")
+    clock = _Clock()
+    monkeypatch.setattr(exact_search_module, "time", clock)
+    timed = exact_search_module.SliceSearch.time
+    seen: dict[str, object] = {}
+
+    def time_spy(self, candidates, deadline, build_by=None, **kwargs):
+        timed(self, [], None)  # nothing timed for real: one stand-in slicing of the greedy's
+        if kwargs.get("staggered_first"):
+            self.timed.append(((1 + sliced_above) * bound, 256, 1, 0))
+        return None
+
+    def overlay(problem, *, time_limit_s):
+        seen["overlay"] = time_limit_s
+
+    def pack(*args, time_limit_s, beat_s, **kwargs):
+        seen["pack"] = (time_limit_s, beat_s)
+
+    monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
+    monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
+    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    monkeypatch.setattr(exact_search_module.SliceSearch, "best", lambda self, c, d: c[0])
+    exact_search_module.exact_plan(
+        problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
+    )
+    if sliced_above < 0.08:
+        assert seen["overlay"] == pytest.approx(1.0)
+        assert seen["pack"] == (pytest.approx(1.0), pytest.approx(1.08 * bound))
+    else:
+        assert seen["overlay"] == pytest.approx(4.0)
+        assert seen["pack"] == (pytest.approx(6.0), float("inf"))

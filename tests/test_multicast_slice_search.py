@@ -133,10 +133,12 @@ def test_a_build_stops_once_its_pace_misses_the_deadline() -> None:
     assert built.builder.lanes == full.builder.lanes
 
 
-def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count() -> None:
+def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count(monkeypatch) -> None:
     """The ring's slicings, with no time to time them, wait and count in the time the
     search leaves (the ring leads) where they fit by the build deadline; the next call times
-    them. A slower plan's waiting slicings do not count while the ring leads."""
+    them. A slower plan's waiting slicings do not count while the ring leads (it is sliced at
+    all here only with SLICE_WITHIN lifted: it is 2x the ring's sliced time)."""
+    monkeypatch.setattr(slice_search, "SLICE_WITHIN", float("inf"))
     _, problem = chain_case()
     ring = BASELINES["ring"](problem)
     other = BASELINES["serverlessllm"](problem)
@@ -157,6 +159,20 @@ def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count() -> No
     assert slower.pending and all(j == 1 for _, _, j in slower.pending)
     assert slower._leader() == 0
     assert slower.needed_s() == slower.reserve_s  # the ring leads: the other's do not count
+
+
+@pytest.mark.parametrize("within", [1.3, 2.5])
+def test_a_plan_far_above_the_fastest_timed_is_not_sliced(monkeypatch, within: float) -> None:
+    """With the ring's slicings timed (its fastest 0.0375 s), serverlessllm's plan (0.0755 s,
+    2.0x) gets no slicing timed nor waiting under SLICE_WITHIN 1.3; with it at 2.5 it does."""
+    monkeypatch.setattr(slice_search, "SLICE_WITHIN", within)
+    search, _ = _timed_ring()
+    other = BASELINES["serverlessllm"](search.problem)
+    assert 1.3 * search.target < search._value(other) < 2.5 * search.target
+    search.time([other], time.perf_counter() + 60.0)
+    sliced = [key for key in search.pending + search.untimed if key[2] == 1]
+    sliced += [t for t in search.timed if t[3] == 1]
+    assert len(search.plans) == 2 and bool(sliced) == (within > 2.0)
 
 
 def test_a_pattern_is_timed_only_when_its_own_build_could_follow() -> None:
@@ -222,10 +238,12 @@ def test_staggered_first_times_a_new_plans_plain_slicings_after_its_staggered_on
     monkeypatch,
 ) -> None:
     """``time(staggered_first=True)`` (the exact method's first call, on the greedy's plan in
-    a short window) tries the plan's staggered slicings before its plain ones but the fewest
-    (the first pattern, timed unpredicted: a cheap one); by default the plain ones come first
+    a short window) tries the plan's staggered slicings before its plain ones but the two
+    fewest (the first pattern, timed unpredicted: a cheap one, and the second, so the rest are
+    predicted from a fixed part and a part per slice); by default the plain ones come first
     (case 193: 4-32 plain took that window, its 64 by lane depth, 1.0475 of the bound against
-    1.1005 at 32 plain, then waited)."""
+    1.1005 at 32 plain, then waited; from the fewest alone its 64 was predicted at 1.8 s and
+    waited too, timed later at 0.51 s)."""
     _, problem = chain_case()
     ring = BASELINES["ring"](problem)
     for first in (True, False):
@@ -240,7 +258,8 @@ def test_staggered_first_times_a_new_plans_plain_slicings_after_its_staggered_on
         plain = [k for k, key in enumerate(tried) if key[1] is False]
         staggered = [k for k, key in enumerate(tried) if key[1]]
         assert len(plain) == len(slice_search.SLICES) and staggered
-        assert (max(staggered) < plain[1]) == first
+        assert tried[1] == (slice_search.SLICES[1], False, 0)
+        assert (max(staggered) < plain[2]) == first
 
 
 def test_the_leading_plans_waiting_plain_slicings_come_last_and_keep_no_time() -> None:

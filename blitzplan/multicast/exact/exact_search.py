@@ -52,7 +52,7 @@ _EPS = 1e-9
 TIMED_BY = 0.7
 """Under a time limit, the slicings of the packing's and the greedy's plans are timed from
 their patterns by this share of it (after the packing, before the search)."""
-EARLY_BY = 0.1
+EARLY_BY = 0.15
 """Under a time limit, the greedy's plan's slicings are timed from their patterns by this share
 of it before the overlay program and the packing (the answer where those find nothing better:
 case 60's greedy plan, 128 and 256 slices by sender, 1.0177 and 1.0090 of the bound, while its
@@ -63,6 +63,14 @@ EARLY_ABOVE = 0.2
 per-hop lag, not a slow route, so a plan further above rarely gets within 1% sliced (the
 greedy's plans at 1.08-1.16 of it sliced to 1.004-1.009 on cases 72, 193, 60; at 1.32-2.03
 none under 1.2 on 1, 134, 147, 59, 76, where the window went to slicings never kept)."""
+SETTLED_ABOVE = 0.08
+"""... and when one of those slicings times within this fraction of the certified bound, the
+overlay program and the packing get only :data:`SETTLED_SHARE` of the limit each, the
+packing's later shapes only while it is within this of the bound: on cases 60, 72 and 193 the
+program (2-3.8 s) never raised the bound and the packing (0.9-2.7 s) was 1.7-2.6x it, while
+the greedy's own 256 and 512 slicings, 0.4-1.2% above it, waited for that time (s16-h3)."""
+SETTLED_SHARE = 0.1
+"""... that share (the program's bound is still taken when it comes in time)."""
 SEARCHED_BY = 0.85
 """The search ends by this share of the limit, earlier when building the fastest slicing
 timed (and timing the search's own plan's) needs the time."""
@@ -226,19 +234,28 @@ def exact_plan(
     limit = DEFAULT_LIMIT_S if time_limit_s is None else max(time_limit_s, 0.1)
     end = None if time_limit_s is None else began + SLICED_BY * limit
     slicing = SliceSearch(problem, objective, bound_s=bound)
+    settled = False  # a slicing of the greedy's plan within SETTLED_ABOVE of the bound
     if end is not None and _near(objective, incumbent[1], bound):  # the greedy's slicings first
         early = began + EARLY_BY * limit
         slicing.time([incumbent[1]], early, end - 0.05 * limit, staggered_first=True)
-    strong = overlay_bound(problem, time_limit_s=0.4 * limit) if objective == "all_ready" else None
+        sliced = min((v for v, *_ in slicing.timed), default=math.inf)
+        settled = sliced <= (1 + SETTLED_ABOVE) * bound
+    program_s = (SETTLED_SHARE if settled else 0.4) * limit
+    strong = overlay_bound(problem, time_limit_s=program_s) if objective == "all_ready" else None
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
         slicing.raise_bound(bound)
     packed = None
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
+    beat_s = math.inf
+    if settled:
+        share, beat_s = min(share, SETTLED_SHARE * limit), (1 + SETTLED_ABOVE) * bound
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        packed = pack_trees(problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES)
+        packed = pack_trees(
+            problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES, beat_s=beat_s
+        )
     first = [p for p in (packed, incumbent[1]) if p is not None]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least

@@ -63,6 +63,10 @@ FINE_ABOVE = 0.01
 bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
 on the 197 random cases from 1.45 to 2.36 s, for gains mostly in the fourth decimal, and a
 plan already within this of the bound is within the exact method's target."""
+SLICE_WITHIN = 1.3
+"""A plan's slicings are timed only within this factor of the fastest plan or slicing timed:
+slicing takes off per-hop lag (at most case 60's 1.158 -> 1.005), not a slow route (case
+193's packing, 2.0x the greedy's 64 slices, took 1.1 s of slicings none under 2.4x)."""
 _MARGIN = 1.5
 """The time kept for building the fastest slicing: this many times the rate measured (seconds
 per lane and slice)."""
@@ -162,8 +166,10 @@ class SliceSearch:
         most slices first (at one count, the plan's staggering, :meth:`_staggering`, first),
         when they are the leading plan's staggered ones (:meth:`needed_s`), last otherwise.
         ``staggered_first``: the new plans' plain slicings after their staggered ones, but for
-        the fewest, still first (a plan's first pattern is timed unpredicted, and a staggered
-        one of thousands of atoms can take seconds; that one's time predicts the rest). The
+        the two fewest, still first (a plan's first pattern is timed unpredicted, and a
+        staggered one of thousands of atoms can take seconds; those two predict the rest, a
+        fixed part and a part per slice: from the fewest alone, case 193's 64 by lane depth
+        was predicted at 1.8 s and waited, and took 0.51 s when timed later). The
         exact method's first call, on the greedy's plan alone in a short window: its staggered
         slicings are the ones that get near the bound (case 193's 64 by lane depth 1.0475
         against 1.1005 at 32 plain)."""
@@ -180,7 +186,7 @@ class SliceSearch:
             self.plans.append(plan)
             self.shapes.append(_shape(self.problem, plan))
             self.target = min(self.target, v)
-        new = range(added, len(self.plans))
+        new = [j for j in range(added, len(self.plans)) if self._sliceable(j)]
         began = time.perf_counter()
         lead, waiting, self.pending = self._leader(), self.pending, []
         first = sorted(  # the most slices first, the plan's staggering first at a count
@@ -190,9 +196,9 @@ class SliceSearch:
         )
         self._patterns(first, deadline, build_by)
         plain = [(m, False, j) for m in SLICES for j in new]
-        if staggered_first:  # the fewest plain slices still first: the pace of the rest
-            self._patterns(plain[: len(new)], deadline, build_by)
-            del plain[: len(new)]
+        if staggered_first:  # the two fewest plain slices still first: the pace of the rest
+            self._patterns(plain[: 2 * len(new)], deadline, build_by)
+            del plain[: 2 * len(new)]
         else:
             self._patterns(plain, deadline, build_by)
         fastest = {j: self._value(self.plans[j]) for j in new}  # each plan's, sliced or not
@@ -210,6 +216,11 @@ class SliceSearch:
             self._patterns(plain, deadline, build_by)
         self._patterns([key for key in waiting if key not in first], deadline, build_by)
         self.pattern_s += time.perf_counter() - began
+
+    def _sliceable(self, j: int) -> bool:
+        """Whether plan ``j`` is within :data:`SLICE_WITHIN` of the fastest plan or slicing
+        timed so far (its slicings are timed only then)."""
+        return self._value(self.plans[j]) <= SLICE_WITHIN * self.target
 
     def _staggering(self, j: int) -> int:
         """Plan ``j``'s staggering past the smallest staggered count: the faster of its two
