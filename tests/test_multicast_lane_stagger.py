@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import blitzplan.multicast.exact.slice_layout as layout_module
 import blitzplan.multicast.exact.slice_search as slice_search
 from blitzplan import ClusterState
 from blitzplan.multicast import validate_multicast
@@ -132,7 +133,7 @@ def test_the_staggering_past_the_smallest_count_is_the_faster_timed(monkeypatch)
     (and at 512: two atoms a lane) only by the faster, lane depth; so its answer is as fast as
     that staggering's 16 slices. A plan of more atoms than ``FINE_MAX_ATOMS`` gets no 512."""
     _, problem, one = mixed_case()
-    monkeypatch.setattr(slice_search, "staggering", lambda built: BY_SENDER)
+    monkeypatch.setattr(layout_module, "staggering", lambda built: BY_SENDER)
     search = SliceSearch(problem, "all_ready")
     search.time([one], None)
     at = {(m, by): v for v, m, by, _ in search.timed}

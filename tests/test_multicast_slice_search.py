@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+import blitzplan.multicast.exact.slice_layout as slice_layout
 import blitzplan.multicast.exact.slice_search as slice_search
 from blitzplan.multicast.exact.phase_slices import BuildPace, slice_phases, sliced_until
 from blitzplan.multicast.exact.slice_layout import BY_LANE, BY_SENDER
@@ -73,8 +74,8 @@ def test_a_build_keeps_the_time_of_its_parts_after_the_lanes() -> None:
     built with its finished plan's tuples made, which the plan made from it then holds."""
     _, problem = chain_case()
     ring = BASELINES["ring"](problem)
-    shape = slice_search._shape(problem, ring)
-    times = slice_search._pattern_ready(problem, ring, 64, True, shape)
+    shape = slice_layout.plan_shape(problem, ring)
+    times = slice_layout.pattern_ready(problem, ring, 64, True, shape)
     assert times is not None
     for timed in (times, None):
         slow = BuildPace(1e6, 1e6, measured=True)
@@ -121,8 +122,8 @@ def test_a_build_stops_once_its_pace_misses_the_deadline() -> None:
     lanes are made, an untimed one's at once; without one it is the slicing itself."""
     _, problem = chain_case()
     ring = BASELINES["ring"](problem)
-    shape = slice_search._shape(problem, ring)
-    times = slice_search._pattern_ready(problem, ring, 64, True, shape)
+    shape = slice_layout.plan_shape(problem, ring)
+    times = slice_layout.pattern_ready(problem, ring, 64, True, shape)
     assert times is not None
     assert sliced_until(problem, ring, 64, True, times, time.perf_counter() - 1.0) is None
     assert sliced_until(problem, ring, 64, True, None, time.perf_counter() - 1.0) is None
@@ -306,12 +307,12 @@ def test_until_a_pattern_is_timed_only_the_fewest_plain_slices_are_tried(monkeyp
     search.time([ring], time.perf_counter() - 1.0)
     assert any(staggered for _, staggered, _ in search.pending) and not search.pattern_rate
     tried: list[tuple[int, int]] = []
-    real = slice_search._pattern_ready
+    real = slice_search.pattern_ready
 
     def counted(problem, plan, phases, staggered, shape):
         tried.append((phases, staggered))
         return real(problem, plan, phases, staggered, shape)
 
-    monkeypatch.setattr(slice_search, "_pattern_ready", counted)
+    monkeypatch.setattr(slice_search, "pattern_ready", counted)
     search.time([], None)
     assert tried[0] == (slice_search.SLICES[0], False) and len(tried) > 1

@@ -22,12 +22,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.exact.slice_timing import SNAP
+from blitzplan.multicast.exact.slice_timing import SNAP, SlicedTimes, atoms_of, sliced_ready
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane
+from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
 from blitzplan.topologies import Edge
 
-__all__ = ["BY_LANE", "BY_SENDER", "slice_layout", "staggering"]
+__all__ = [
+    "BY_LANE",
+    "BY_SENDER",
+    "Shape",
+    "pattern_ready",
+    "plan_shape",
+    "slice_layout",
+    "staggering",
+]
+
+Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
+"""A plan's cut (:func:`slice_layout`)."""
+Shape = tuple[dict[int, Layout], int]
+"""A plan's layouts by staggering and its atom count (:func:`plan_shape`)."""
 
 
 def _atom_cuts(lanes: Sequence[Lane], tp: int) -> dict[int, list[float]]:
@@ -155,3 +169,33 @@ def _lane_depths(feeds: Sequence[Sequence[int]]) -> list[int]:
             depth[f] = 1 + max((depth[d] for d in feeds[f]), default=-1)
             stack.pop()
     return depth
+
+
+def plan_shape(problem: Problem, plan: Built) -> Shape:
+    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered
+    (:data:`BY_LANE`, :data:`BY_SENDER`; :func:`staggering`'s choice first) where its offsets
+    differ (else staggering changes nothing) and put some lane in another phase than the
+    other staggering does; and its lanes' atoms (the lanes of one slice)."""
+    layouts = {0: slice_layout(plan, 0)}
+    first = staggering(plan)
+    seen: list[list[int]] = []
+    for by in (first, BY_SENDER if first == BY_LANE else BY_LANE):
+        layout = slice_layout(plan, by)
+        offsets = [layout[2][g] for g in layout[1]]  # each lane's
+        if len(set(layout[2])) > 1 and offsets not in seen:
+            layouts[by] = layout
+            seen.append(offsets)
+    cuts = _atom_cuts(plan.builder.lanes, problem.tp)
+    atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
+    return layouts, max(1, atoms)
+
+
+def pattern_ready(
+    problem: Problem, plan: Built, phases: int, staggered: int, shape: Shape
+) -> SlicedTimes | None:
+    """Slicing ``plan`` into ``phases`` with layout ``staggered`` of its ``shape``, timed from
+    its pattern (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`; None when the
+    pattern cannot time it)."""
+    layout = shape[0].get(staggered, shape[0][0])
+    cuts = _atom_cuts(plan.builder.lanes, problem.tp)
+    return sliced_ready(problem, plan, phases, layout, cuts)

@@ -24,14 +24,8 @@ from collections.abc import Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import BuildPace, sliced_until
-from blitzplan.multicast.exact.slice_layout import (
-    BY_LANE,
-    BY_SENDER,
-    _atom_cuts,
-    slice_layout,
-    staggering,
-)
-from blitzplan.multicast.exact.slice_timing import SlicedTimes, atoms_of, sliced_ready
+from blitzplan.multicast.exact.slice_layout import Shape, pattern_ready, plan_shape
+from blitzplan.multicast.exact.slice_timing import SlicedTimes
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
 
@@ -88,8 +82,6 @@ _UNTIMED_PRIOR_S = 50e-6
 """The same for a slicing the pattern could not time (built and evaluated lane by lane)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
-_Layout = tuple[list[tuple[int, int, bool]], list[int], list[int], list[list[int]]]
-_Shape = tuple[dict[int, _Layout], int]
 _Key = tuple[int, int, int]  # (slices, staggered: 0, BY_LANE or BY_SENDER, candidate)
 _KEPT = 3
 """The times of this many of the fastest slicings timed are kept for their builds (the
@@ -114,7 +106,7 @@ class SliceSearch:
         self.problem, self.objective = problem, objective
         self.fine_above = (1 + FINE_ABOVE) * bound_s  # fine slices only while none is this fast
         self.plans: list[Built] = []
-        self.shapes: list[_Shape] = []
+        self.shapes: list[Shape] = []
         self.timed: list[tuple[float, int, int, int]] = []
         self.untimed: list[_Key] = []  # slicings the pattern could not time
         self.target = math.inf  # the fastest timed slicing that could be built in time
@@ -184,7 +176,7 @@ class SliceSearch:
             if any(abs(v - self._value(o)) <= 1e-12 * v for o in self.plans):
                 continue
             self.plans.append(plan)
-            self.shapes.append(_shape(self.problem, plan))
+            self.shapes.append(plan_shape(self.problem, plan))
             self.target = min(self.target, v)
         new = [j for j in range(added, len(self.plans)) if self._sliceable(j)]
         began = time.perf_counter()
@@ -268,7 +260,7 @@ class SliceSearch:
                 self.pending.append((phases, staggered, j))
                 continue
             start = time.perf_counter()
-            found = _pattern_ready(self.problem, self.plans[j], phases, staggered, self.shapes[j])
+            found = pattern_ready(self.problem, self.plans[j], phases, staggered, self.shapes[j])
             took = time.perf_counter() - start
             self.sizes.setdefault(j, []).append((size, took))
             if size >= max(self.sizes[j])[0]:
@@ -343,7 +335,7 @@ class SliceSearch:
             return None
         plan, shape = self.plans[j], self.shapes[j]
         if timed and times is None:
-            times = _pattern_ready(self.problem, plan, phases, staggered, shape)
+            times = pattern_ready(self.problem, plan, phases, staggered, shape)
         start = time.perf_counter()
         try:
             trial = sliced_until(self.problem, plan, phases, staggered, times, deadline, self.pace)
@@ -382,30 +374,3 @@ def sliced_refinement(
     search = SliceSearch(problem, objective)
     search.time(candidates, deadline)
     return search.best(candidates, deadline)
-
-
-def _shape(problem: Problem, plan: Built) -> _Shape:
-    """A plan's layouts (:func:`slice_layout`) by ``staggered``: plain (0), and staggered
-    (:data:`BY_LANE`, :data:`BY_SENDER`; :func:`staggering`'s choice first) where its offsets
-    differ (else staggering changes nothing) and put some lane in another phase than the
-    other staggering does; and its lanes' atoms (the lanes of one slice)."""
-    layouts = {0: slice_layout(plan, 0)}
-    first = staggering(plan)
-    seen: list[list[int]] = []
-    for by in (first, BY_SENDER if first == BY_LANE else BY_LANE):
-        layout = slice_layout(plan, by)
-        offsets = [layout[2][g] for g in layout[1]]  # each lane's
-        if len(set(layout[2])) > 1 and offsets not in seen:
-            layouts[by] = layout
-            seen.append(offsets)
-    cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    atoms = sum(len(atoms_of(lane, cuts)) for lane in plan.builder.lanes)
-    return layouts, max(1, atoms)
-
-
-def _pattern_ready(
-    problem: Problem, plan: Built, phases: int, staggered: int, shape: _Shape
-) -> SlicedTimes | None:
-    layout = shape[0].get(staggered, shape[0][0])
-    cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    return sliced_ready(problem, plan, phases, layout, cuts)
