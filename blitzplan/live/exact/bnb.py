@@ -25,8 +25,7 @@ When the root was quick to bound the search runs first for a share of the time (
 instances end there), then a local search and the root bounds get theirs and it starts again
 from the root (:data:`RESTART`); a node taken after that share first gets the capacity bound of
 its restriction (:data:`NODE_CAPACITY`) and, when its plan fits N only with preemption, CP-SAT
-under the incumbent's value (:data:`NODE_CPSAT`); once the gap is small, the incumbent gets a
-large-neighbourhood search, again when bettered (:mod:`blitzplan.live.exact.neighbourhood`).
+under the incumbent's value (:data:`NODE_CPSAT`).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from dataclasses import dataclass, field
 
 from blitzplan.live.exact.branching import node_children
 from blitzplan.live.exact.common import Start, decode, finish, start_point
-from blitzplan.live.exact.neighbourhood import neighbourhood_search
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.exact.node_bound import node_capacity
 from blitzplan.live.exact.node_cpsat import node_cpsat
@@ -73,7 +71,8 @@ SEQUENCE_BACK_OFF = 64
 """While the sequencer keeps giving up, it runs on one relaxed plan in at most this many."""
 
 EARLY_SEARCH_SHARE = 0.1
-"""The share of the time left after the root that the search gets before the root bounds."""
+"""The share of the time left after the root that the search gets before the local search and
+the capacity and Lagrangian bounds (which pay off only when the search alone does not end)."""
 
 EARLY_SEARCH_MAX_S = 1.0
 """The most time that first share of the search gets (without a time limit, too)."""
@@ -83,11 +82,12 @@ EARLY_SEARCH_MIN_NODES = 10
 the root did (on large instances the search alone does not end, and the bounds need the time)."""
 
 WORST_OVERLOAD = True
-"""After the early share, branch on the overload of the operation preemptive N ends latest past
-its due (:func:`~blitzplan.live.exact.nmachine.overload`), not the first found: its "late"
-children shift a batch most. On 47 crowded tiny instances the searches branch 489 nodes against
-1,319 (free order), 394 against 1,280 (FIFO); on (40,12) FIFO seed 0 of ``partition.py``,
-the search's own bound reached 0.8284 in 10 s against 0.8269 on the first overload."""
+"""After the early share of the search, branch on the overload of the operation that
+preemptive N ends latest past its due time (:func:`~blitzplan.live.exact.nmachine.overload`),
+not the first found: its "late" children shift a batch by the largest excess. On 47 crowded
+tiny instances the searches branch 489 nodes against 1,319 (free order) and 394 against 1,280
+(FIFO); on (40,12) FIFO seed 0 of ``benchmarks/partition.py``, branching on it throughout, the
+search's own bound reached 0.8284 in 10 s against 0.8269 on the first overload."""
 
 FIRST_OVERLOAD_EARLY = True
 """The early share of the search branches on the first overload found: those children shift
@@ -100,10 +100,11 @@ bound of its restriction (:func:`~blitzplan.live.exact.node_bound.node_capacity`
 goes back among the open nodes. Its children start from that bound."""
 
 NODE_CPSAT = True
-"""After the early share, a node taken whose relaxed plan fits N with preemption but in no
-order the sequencer found is solved whole on CP-SAT under the incumbent's value
-(:func:`~blitzplan.live.exact.node_cpsat.node_cpsat`): its schedule is offered; the node is set
-aside when CP-SAT solved it or showed it cannot beat the incumbent, else keeps CP-SAT's bound."""
+"""After the early share of the search, a node taken whose relaxed plan fits N with preemption
+but was not carried out (the sequencer found no order) is solved whole on CP-SAT under the
+incumbent's value (:func:`~blitzplan.live.exact.node_cpsat.node_cpsat`): its schedule is
+offered, and the node is set aside when CP-SAT solved it or showed it cannot beat the
+incumbent, else it keeps CP-SAT's bound and branches."""
 
 NODE_CPSAT_MAX_S = 1.0
 """The most time one node gets on CP-SAT, the model's making included (and at most half the
@@ -165,8 +166,6 @@ class _Search:
         """Whether a node taken gets its capacity bound first (after the early share)."""
         self.whole = False
         """Whether a node whose plan fits only with preemption goes to CP-SAT (likewise)."""
-        self.local: float | None = None  # the incumbent's value at its neighbourhood search
-        # (inf: none yet; None: not in the early share): it runs again once that is bettered
 
     def upper_cost(self) -> float:
         return self.obj.scaled(self.start.incumbent.objective)
@@ -304,13 +303,14 @@ class _Search:
         began = time.perf_counter()
         self.add(Restriction.none(start.instance))
         root_s = time.perf_counter() - began
-        if self.open or not self.prunable(self.floor):  # the root is not solved (or bounded):
-            # cheap nodes get a first share of search, then come the root bounds (root_bounds)
+        if self.open or not self.prunable(self.floor):  # the root is not solved (or not even
+            # bounded in time): when nodes are cheap the search gets a first share; if that
+            # does not settle it, a local search may lower the incumbent and the capacity
+            # bound may prove it
             early_s = min(EARLY_SEARCH_SHARE * start.left_s(), EARLY_SEARCH_MAX_S)
             if root_s * EARLY_SEARCH_MIN_NODES <= early_s:
                 self._search(time.perf_counter() + early_s)
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
-            self.local = math.inf
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 strengthen(start, self._lowest())
                 if RESTART and not start.proven() and self._lowest() < start.bound:
@@ -336,10 +336,6 @@ class _Search:
         while self.open:
             if until_s - time.perf_counter() <= self.add_s or self.start.proven():
                 break
-            if self.local is not None and self.start.incumbent.objective < self.local:
-                lowest = self.obj.final(min(self.floor, self.open[0].bound))
-                if neighbourhood_search(self.start, until_s, search_bound=lowest) is not None:
-                    self.local = self.start.incumbent.objective
             node = heapq.heappop(self.open)
             if self.prunable(node.bound):
                 self.floor = min(self.floor, node.bound)
