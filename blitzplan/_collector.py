@@ -2,7 +2,8 @@
 
 A full pass walks every live object; a large export being read (~10^5 records, none in a cycle)
 or a simulated hour (~10^6 events over ~10^5 live requests) would trigger thousands of them.
-Both context managers restore the collector's previous setting on exit, also on an error.
+Each context manager restores the collector's previous state on exit, also on an error; the
+last keeps a solve's deadline from paying for full passes over the objects from before it.
 """
 
 from __future__ import annotations
@@ -40,3 +41,21 @@ def collector_relaxed() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@contextlib.contextmanager
+def older_objects_frozen() -> Iterator[None]:
+    """Keep the objects that exist when the block starts out of the cyclic collector's passes
+    until it ends (:func:`gc.freeze`, then :func:`gc.unfreeze`), unless some are frozen
+    already (the caller's: left as they are). A full pass walks every object of the process,
+    and under load one took 0.4-0.57 s of wall time (33 ms of CPU; the process's modules and
+    data most of it) in the middle of a solve, past its limit; frozen, the same passes took at
+    most 2 ms of CPU."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from blitzplan._checks import MAX_SECONDS, is_finite_number
+from blitzplan._collector import older_objects_frozen
 from blitzplan.errors import InvalidInputError
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import OLD_ORDERS, simulate
@@ -24,7 +25,6 @@ from blitzplan.solvers.backends import (
     BACKENDS,
     SolveStatus,
     load_backend,
-    older_objects_frozen,
 )
 
 __all__ = [

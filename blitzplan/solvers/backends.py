@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib.util
 import os
 import sys
@@ -20,7 +19,6 @@ __all__ = [
     "available_backends",
     "check_backend",
     "load_backend",
-    "older_objects_frozen",
 ]
 
 
@@ -144,21 +142,3 @@ def quiet_stdout() -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(fd, 1)
         os.close(fd)
-
-
-@contextlib.contextmanager
-def older_objects_frozen() -> Iterator[None]:
-    """Keep the objects that exist when the block starts out of the cyclic collector's passes
-    until it ends (:func:`gc.freeze`, then :func:`gc.unfreeze`), unless some are frozen
-    already (the caller's: left as they are). A full pass walks every object of the process,
-    and under load one took 0.4-0.57 s of wall time (33 ms of CPU; the process's modules and
-    data most of it) in the middle of a solve, past its limit; frozen, the same passes took at
-    most 2 ms of CPU."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
