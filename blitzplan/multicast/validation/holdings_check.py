@@ -93,6 +93,13 @@ def _from_rule(plan: MulticastPlan) -> list[str]:
     return out
 
 
+def _covered(chains: tuple[list[float], list[float]], lo: float) -> float:
+    """How far from ``lo`` the arrived stripes reach (:func:`_check_forwarded`)."""
+    starts, ends = chains
+    run = bisect.bisect_right(starts, lo + _COORD) - 1
+    return max(lo, ends[run]) if run >= 0 else lo
+
+
 class _Where:
     """Names a lane in a sentence, written only when one is."""
 
@@ -188,10 +195,7 @@ def _check_forwarded(
     (``had`` / ``lacked``: whether the sender had some / lacked some unit the lane carries)."""
     if lane.holder not in sender.gpus + sender.relays:
         return [f"{where}: {lane.holder} is not a GPU of node {sender.id}"]
-    starts, ends = chains
-    run = bisect.bisect_right(starts, lane.lo + _COORD) - 1
-    covered = max(lane.lo, ends[run]) if run >= 0 else lane.lo
-    if lacked and covered < lane.hi - _COORD:
+    if lacked and _covered(chains, lane.lo) < lane.hi - _COORD:
         return [
             f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, {lane.hi:.6f})"
         ]
