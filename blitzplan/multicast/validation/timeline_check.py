@@ -209,7 +209,11 @@ def _differ(
         if len(a) == len(theirs[i]):
             by_width[len(a)].append(i)
     for width, group in by_width.items():
-        a = np.array([ours[i] for i in group], dtype=float).reshape(len(group), width)
+        a = (
+            ours[group]
+            if isinstance(ours, np.ndarray)
+            else np.array([ours[i] for i in group], dtype=float).reshape(len(group), width)
+        )
         b = np.array([theirs[i] for i in group], dtype=float).reshape(len(group), width)
         with np.errstate(invalid="ignore"):
             ok = (np.isinf(a) & (a == b)) | (np.abs(a - b) <= _TOL * np.maximum(1.0, np.abs(b)))
