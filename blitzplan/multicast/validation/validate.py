@@ -9,8 +9,8 @@ network and no prefill GPU sends unless allowed; that every flow is the route of
 and destination and phases never share an edge at once (:mod:`.route_check`); that no link
 carries more than its capacity beside the background flows (a background flow the plan leaves out
 has ended before it starts) and every rate is positive; that lanes wait for nothing in a cycle;
-and the recurrence of every lane, each instance's readiness and the objective. It returns every
-violated rule as a sentence (an empty tuple means the plan is valid).
+the recurrence of every lane and each instance's readiness (:mod:`.timeline_check`); and the
+objective. It returns every violated rule as a sentence (an empty tuple means the plan is valid).
 """
 
 from __future__ import annotations
