@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -336,8 +337,8 @@ BURST = Trace(tuple(Request(k / 40, 1500 + 50 * (k % 5), 30 + k % 7) for k in ra
 """40 requests a second of ~1,600 tokens: more than one llama-3-8b replica prefills."""
 
 
-@pytest.fixture(scope="module")
-def live() -> SimReport:
+def _burst(failures: Sequence[tuple[float, str]] = ()) -> SimReport:
+    """BlitzScale serving BURST on colocated llama-3-8b replicas, its log recorded."""
     return simulate(
         "paper-a100-16",
         "llama-3-8b",
@@ -346,7 +347,13 @@ def live() -> SimReport:
         serving="colocated",
         rate_scale=1.0,
         record=True,
+        failures=failures,
     )
+
+
+@pytest.fixture(scope="module")
+def live() -> SimReport:
+    return _burst()
 
 
 def test_live_replicas_relay_their_pairs_waiting_prompts(live: SimReport) -> None:
@@ -379,16 +386,7 @@ def test_live_replicas_relay_their_pairs_waiting_prompts(live: SimReport) -> Non
 
 @pytest.mark.parametrize(("at_s", "host"), [(0.6, "h0"), (1.0, "h0"), (1.0, "h1")])
 def test_live_replicas_survive_host_failures(at_s: float, host: str) -> None:
-    report = simulate(
-        "paper-a100-16",
-        "llama-3-8b",
-        BURST,
-        system="blitzscale",
-        serving="colocated",
-        rate_scale=1.0,
-        record=True,
-        failures=[(at_s, host)],
-    )
+    report = _burst([(at_s, host)])
     s = report.summary()
     assert s["requests_in"] == s["requests_finished"] + s["requests_dropped"]
     assert s["requests_dropped"] == 0
