@@ -180,13 +180,7 @@ def test_lag_shares_shorten_a_slow_trees_stripe() -> None:
     sharing by rate (the slower trees' stripes shrink) on at least one."""
     gained = 0
     for index in (15, 16, 17):
-        state, spec, options = tiny_cases()[index]
-        problem = tiny_problem(state, spec, **options)
-        strong = overlay_bound(problem)
-        assert strong is not None
-        overlay = Overlay(problem, strong.live_nodes)
-        trees = _some_trees(problem, overlay, 4, index)
-        solved = master(overlay, trees, problem.tp)
+        _, problem, strong, overlay, trees, solved = packed_tiny(index)
         assert solved is not None
         plain = packing_plan(problem, overlay, trees, solved[1], strong.live_nodes)
         value = _lag_shared(problem, overlay, trees, solved[1], strong.live_nodes)[0]
