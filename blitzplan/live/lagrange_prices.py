@@ -64,7 +64,8 @@ class Prices:
         opens = np.min([_opens(start, first) for start, first in pairs], axis=0)
         opens = np.maximum(opens, self.usable)  # equal: a layer counted on row l starts >= u_l
         self.slack = np.maximum(self.grid[None, :] - opens[:, None], 0.0)  # (L, G)
-        self.own_cells = sum(f is not None for f in self.firsts) * (L + 1) * (self.grid.size + 1)
+        self.own_tables = sum(f is not None for f in self.firsts)
+        """The batches whose tables :meth:`set` computes apart (their rows move)."""
         self.early = [self._early(b.p_new) for b in self.batches]
         self.gathers = [self._gather(early) for early in self.early]
         self.pay: list[np.ndarray] = []

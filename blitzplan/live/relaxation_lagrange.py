@@ -98,10 +98,13 @@ LAYER_S = 3e-6
 """A step's counted seconds per batch and layer."""
 OPTION_S = 8e-8
 """A step's counted seconds per option of the priced program (a state times a split)."""
+OWN_TABLE_S = 3e-5
+"""A step's counted seconds per batch whose price tables are its own (one released after its
+first layers arrive: :class:`~blitzplan.live.lagrange_prices.Prices` ``own_tables``), beside
+:data:`OWN_TABLE_S_PER_CELL` per cell of them (measured: 0.13 ms a table on (80,16), 0.06 ms
+on (32,16))."""
 OWN_TABLE_S_PER_CELL = 2.2e-8
-"""A step's counted seconds per cell of the tables of a batch released after its first layers
-arrive (:class:`~blitzplan.live.lagrange_prices.Prices` ``own_cells``): about 0.1 ms a batch on
-(80,16)."""
+"""A step's counted seconds per cell (layer times grid point) of a batch's own price tables."""
 PRICES_S_PER_CELL = 5e-9
 """The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
@@ -268,7 +271,8 @@ def _solve_priced(
     current multipliers, and a subgradient there (None when the value reached ``target``, the
     program was cut, or no constraint is violated or slack: the multipliers cannot move)."""
     constant = prices.constant()
-    clock.spend(OWN_TABLE_S_PER_CELL * prices.own_cells)
+    cells = prices.mu.size
+    clock.spend(prices.own_tables * (OWN_TABLE_S + OWN_TABLE_S_PER_CELL * cells))
     cost, plan = _fifo_program(
         Priced(prices),
         instance.fifo_order,
