@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.exact.phase_slices import BuildPace, sliced_until
+from blitzplan.multicast.exact.phase_slices import BuildPace, Late, deadline_check, sliced_until
 from blitzplan.multicast.exact.slice_layout import Shape, pattern_ready, plan_shape
 from blitzplan.multicast.exact.slice_timing import SlicedTimes
 from blitzplan.multicast.setup.problem import Problem
@@ -260,7 +260,13 @@ class SliceSearch:
                 self.pending.append((phases, staggered, j))
                 continue
             start = time.perf_counter()
-            found = pattern_ready(self.problem, self.plans[j], phases, staggered, self.shapes[j])
+            try:
+                found = pattern_ready(
+                    self.problem, self.plans[j], phases, staggered, self.shapes[j], _check(deadline)
+                )
+            except Late:  # the load rose: past the deadline, none of the rest fits either
+                self.pending.append((phases, staggered, j))
+                continue
             took = time.perf_counter() - start
             self.sizes.setdefault(j, []).append((size, took))
             if size >= max(self.sizes[j])[0]:
@@ -334,12 +340,15 @@ class SliceSearch:
         if not _fits(predicted, deadline):
             return None
         plan, shape = self.plans[j], self.shapes[j]
-        if timed and times is None:
-            times = pattern_ready(self.problem, plan, phases, staggered, shape)
-        start = time.perf_counter()
         try:
+            if timed and times is None:
+                check = _check(deadline)
+                times = pattern_ready(self.problem, plan, phases, staggered, shape, check)
+            start = time.perf_counter()
             trial = sliced_until(self.problem, plan, phases, staggered, times, deadline, self.pace)
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
+            return None
+        except Late:  # its pattern did not end by the deadline
             return None
         took = time.perf_counter() - start
         if not timed:  # built or cut short (then its time is a floor of its rate)
@@ -355,6 +364,12 @@ class SliceSearch:
 
 def _slices_of(key: _Key) -> int:
     return key[0]
+
+
+def _check(deadline: float | None) -> Callable[[str], None] | None:
+    """A pattern's checkpoint: :class:`~blitzplan.multicast.exact.phase_slices.Late` past
+    ``deadline`` (None: no clock)."""
+    return None if deadline is None else deadline_check(deadline)
 
 
 def _fits(seconds: float, deadline: float | None) -> bool:

@@ -96,15 +96,26 @@ def _arrival_rows(t: Timeline) -> tuple[tuple[float, ...], ...]:
     return tuple(map(rows.__getitem__, t.lane_row.tolist()))
 
 
-def freeze(built: Built) -> Frozen:
+def freeze(built: Built, check: Callable[[str], None] | None = None) -> Frozen:
     """The tuples the finished plan of ``built`` holds, made with the collector paused: tuples
     of floats by the hundred thousand, none in a cycle, whose collections took 2-4x the making
-    itself (34 k lanes: 0.1-0.33 s, 0.06-0.09 s paused, the pass they earn after included)."""
+    itself (34 k lanes: 0.1-0.33 s, 0.06-0.09 s paused, the pass they earn after included).
+    ``check`` (a deadline's checkpoint) is called with ``frozen`` between its four parts."""
     b, t = built.builder, built.timeline
+    step = check or _unchecked
     with collector_paused():
-        hops, allgathers, arrivals = b.hops(), b.allgathers(), _arrival_rows(t)
+        hops = b.hops()
+        step("frozen")
+        allgathers = b.allgathers()
+        step("frozen")
+        arrivals = _arrival_rows(t)
+        step("frozen")
         starts = tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else ()
     return Frozen(hops, allgathers, arrivals, starts)
+
+
+def _unchecked(_: str) -> None:
+    """No checkpoint."""
 
 
 def finish(
