@@ -29,10 +29,6 @@ from tests.test_multicast import PROPERTY_MODEL, multicast_case, tiny_cases
 NIC = 100 * GBPS
 
 
-_problem = tiny_problem
-"""The name test_multicast_exact_clock and test_multicast_slice_timing import it by."""
-
-
 def _plan(problem, built, bound):
     return finished(problem, built, min(bound, max(built.ready_at_s.values())), method="exact")
 
