@@ -18,8 +18,9 @@ from blitzplan.multicast.validation.holdings_check import _chains, _covered, _he
 from blitzplan.multicast.validation.lane_waits import lane_waits, waited_lanes
 from blitzplan.multicast.validation.route_check import check_phases
 from blitzplan.multicast.validation.timeline_check import _Arrivals
+from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
-from tests.test_multicast_overlay import _plan, _problem
+from tests.test_multicast_overlay import _plan
 from tests.test_multicast_phase_slices import chain_case
 
 _COORD = 1e-9
@@ -139,7 +140,7 @@ def test_level_by_level_arrivals_equal_the_plain_loop() -> None:
     method (store and forward ones included)."""
     plans = [_sliced_chain()]
     for state, spec, options in tiny_cases()[:6]:
-        problem = _problem(state, spec, **options)
+        problem = tiny_problem(state, spec, **options)
         for method in ("ring", "binomial", "one_by_one"):
             plans.append((state, _plan(problem, BASELINES[method](problem), math.inf)))
     for state, plan in plans:
