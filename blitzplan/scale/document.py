@@ -33,6 +33,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 from blitzplan.wire.canonical import digest, read_signed, signed_json
 from blitzplan.wire.plan_program import PLAN_SCHEMA, PLAN_SCHEMA_VERSION
@@ -88,8 +89,9 @@ def _timing(data: dict[str, Any]) -> dict[str, Any]:
 def plan_digest(plan: ScalePlan) -> str:
     """SHA-256 of the canonical form of ``plan``'s document without ``plan_id`` and ``timing``:
     equal plans, equal digests, and a data plane recomputes it from the JSON alone."""
-    document, _ = _document(plan)
-    return digest(document, _UNSIGNED)
+    with collector_paused():  # the document's containers would earn full passes
+        document, _ = _document(plan)
+        return digest(document, _UNSIGNED)
 
 
 def document_digest(document: Mapping[str, Any]) -> str:
@@ -100,8 +102,9 @@ def document_digest(document: Mapping[str, Any]) -> str:
 
 def encode(plan: ScalePlan, *, timing: bool = False) -> str:
     """The JSON document of ``plan`` (module docstring); its ``plan_id`` is computed here."""
-    document, measured = _document(plan)
-    text, _ = signed_json(document, "plan_id", {"timing": measured} if timing else None)
+    with collector_paused():  # the document's containers would earn full passes
+        document, measured = _document(plan)
+        text, _ = signed_json(document, "plan_id", {"timing": measured} if timing else None)
     return text + "\n"
 
 
@@ -225,7 +228,10 @@ def _nulls(info: Any, data: Any, path: str, allowed: bool = False) -> Any:
     if isinstance(info, mi.DataclassType) and isinstance(data, dict):
         for name, kind, nullable in _float_fields(info.cls):
             if name in data:
-                data[name] = _nulls(kind, data[name], f"{path}.{name}", nullable)
+                item = data[name]
+                if type(item) is float and math.isfinite(item):
+                    continue  # a finite float stays as it is, whatever its field
+                data[name] = _nulls(kind, item, f"{path}.{name}", nullable)
     elif isinstance(info, mi.ListType | mi.VarTupleType) and isinstance(data, list | tuple):
         if isinstance(info.item_type, mi.FloatType) and math.isfinite(math.fsum(data)):
             return data  # every number finite: nothing to write as null or refuse

@@ -74,6 +74,8 @@ def program(
     cut: dict[tuple[int, int], tuple[tuple[ByteRange, ...], int]] = {}
     layouts: dict[tuple[int, int, str], tuple[int, int] | None] = {}
     kin: dict[int, int] = {}
+    lacks: dict[int, _Units] = {}  # per receiver, the units it lacks (shared by equal ones)
+    segments: dict[tuple[bool, ...], _Units] = {}
     kinds: dict[tuple[int, tuple[bool, ...]], int] = {}
     nodes, flows, rates, arrivals = plan.nodes, plan.flows, plan.rates, plan.lane_arrival_s
     starts, feeds, chunk = plan.lane_start_s, plan.lane_feeds, plan.chunk_bytes
@@ -93,7 +95,11 @@ def program(
         stripe = same.get(key)
         if stripe is None:
             ends_at = (snap(lane.lo), snap(lane.hi))
-            stripe = same[key] = _Stripe(_spans(plan, lane, snap), plan.unit_bytes, ends_at)
+            units = lacks.get(to)
+            if units is None:
+                units = lacks[to] = _lacking(nodes[to].present, plan.unit_bytes, segments)
+            scale = nodes[to].tp if lane.rank == ALL_RANKS else 1
+            stripe = same[key] = _Stripe(units, scale, ends_at)
         row = have.get(dst)
         if row is None:
             ranges, total = stripe.ranges, stripe.total
@@ -193,7 +199,9 @@ def _without(
             sized.setdefault(unit_bytes[u], []).extend(spans)
     if not (sized and _cut(stripe, list(sized.items()))):
         return stripe.ranges, stripe.total
-    ranges = _grouped(_lacked(stripe.spans, row))
+    ranges = _grouped(
+        (unit, unit, offset, length) for unit, offset, length in _lacked(stripe.spans, row)
+    )
     return ranges, _total(ranges)
 
 
@@ -296,42 +304,63 @@ def _holding_bounds(plan: MulticastPlan) -> set[float]:
     }
 
 
-class _Stripe:
-    """The bytes a lane's stripe carries into a receiver that holds nothing of it yet: per
-    unit it lacks ``(unit, start, end)``, per unit size ``bounds`` its ``(start, end)``, and
-    the spans as grouped ranges with their total; ``snapped``: the stripe's ends, snapped."""
+class _Units:
+    """The units a receiver lacks: ``segments``, runs ``(first, last, size)`` of consecutive
+    lacked units of one size (in unit order), and ``sizes``, the distinct sizes among them."""
 
-    def __init__(
-        self,
-        spans: list[tuple[int, int, int]],
-        unit_bytes: Sequence[int],
-        snapped: tuple[float, float],
-    ) -> None:
-        self.spans, self.snapped = spans, snapped
-        # units of one size span the same bytes of their buffers
-        self.bounds = {unit_bytes[unit]: (start, end) for unit, start, end in spans}
-        self.ranges = _grouped((unit, lo, hi - lo) for unit, lo, hi in spans)
+    def __init__(self, segments: list[tuple[int, int, int]]) -> None:
+        self.segments = segments
+        self.sizes = tuple(dict.fromkeys(size for _, _, size in segments))
+
+
+def _lacking(
+    present: Sequence[bool], unit_bytes: Sequence[int], known: dict[tuple[bool, ...], _Units]
+) -> _Units:
+    """:class:`_Units` of a receiver with ``present`` (receivers that hold alike share one)."""
+    key = tuple(present)
+    found = known.get(key)
+    if found is None:
+        segments: list[tuple[int, int, int]] = []
+        for unit, size in enumerate(unit_bytes):
+            if present and present[unit]:
+                continue
+            if segments and segments[-1][1] == unit - 1 and segments[-1][2] == size:
+                segments[-1] = (segments[-1][0], unit, size)
+            else:
+                segments.append((unit, unit, size))
+        found = known[key] = _Units(segments)
+    return found
+
+
+class _Stripe:
+    """The bytes a lane's stripe ``snapped`` (its ends, snapped) carries into a receiver that
+    holds nothing of it yet, of each unit it lacks (``units``), ``scale`` rank buffers wide:
+    per unit size ``bounds``, the byte range ``(start, end)`` of every unit of that size; the
+    ranges (runs of consecutive units with equal offsets and lengths, empty ones left out) with
+    their total; ``spans``, per unit ``(unit, start, end)``, is listed when asked for."""
+
+    def __init__(self, units: _Units, scale: int, snapped: tuple[float, float]) -> None:
+        self.units, self.snapped = units, snapped
+        lo, hi = snapped
+        self.bounds = {
+            size: (round(lo * (size * scale)), round(hi * (size * scale))) for size in units.sizes
+        }
+        bounds = self.bounds
+        self.ranges = _grouped(
+            (first, last, start, end - start)
+            for first, last, size in units.segments
+            for start, end in (bounds[size],)
+        )
         self.total = _total(self.ranges)
 
-
-def _spans(
-    plan: MulticastPlan, lane: Lane, snap: Callable[[float], float]
-) -> list[tuple[int, int, int]]:
-    """Per unit the receiver lacks, the byte range ``[start, end)`` of the lane's stripe."""
-    receiver = plan.nodes[lane.receiver]
-    lo, hi = snap(lane.lo), snap(lane.hi)
-    scale = receiver.tp if lane.rank == ALL_RANKS else 1
-    present = receiver.present
-    bounds: dict[int, tuple[int, int]] = {}  # per unit size (units of one size share them)
-    out = []
-    for unit, size in enumerate(plan.unit_bytes):
-        if not (present and present[unit]):
-            found = bounds.get(size)
-            if found is None:
-                total = size * scale
-                found = bounds[size] = (round(lo * total), round(hi * total))
-            out.append((unit, *found))
-    return out
+    @property
+    def spans(self) -> list[tuple[int, int, int]]:
+        bounds = self.bounds
+        return [
+            (unit, *bounds[size])
+            for first, last, size in self.units.segments
+            for unit in range(first, last + 1)
+        ]
 
 
 def _lacked(
@@ -353,19 +382,20 @@ def _lacked(
     return out
 
 
-def _grouped(spans: Iterable[tuple[int, int, int]]) -> tuple[ByteRange, ...]:
-    """``(unit, offset, length)`` in unit order as ranges: runs of consecutive units with equal
-    offsets and lengths (empty ones left out)."""
+def _grouped(runs: Iterable[tuple[int, int, int, int]]) -> tuple[ByteRange, ...]:
+    """Runs ``(first, last, offset, length)`` of units in unit order (each unit's bytes
+    ``[offset, offset + length)``) as ranges: consecutive runs with equal offsets and lengths
+    joined, empty ones left out."""
     out: list[ByteRange] = []
     first = last = 0
     key: tuple[int, int] | None = None
-    for unit, offset, length in spans:
-        if key is not None and unit == last + 1 and key == (offset, length):
-            last = unit
+    for start, end, offset, length in runs:
+        if key is not None and start == last + 1 and key == (offset, length):
+            last = end
             continue
         if key is not None and key[1] > 0:
             out.append(ByteRange(first, last, *key))
-        key, first, last = (offset, length), unit, unit
+        key, first, last = (offset, length), start, end
     if key is not None and key[1] > 0:
         out.append(ByteRange(first, last, *key))
     return tuple(sorted(out, key=lambda r: (r.first_unit, r.offset)))

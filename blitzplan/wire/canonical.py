@@ -17,12 +17,14 @@ are refused: JCS reads every number as a double.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 
 __all__ = [
@@ -119,22 +121,81 @@ def _plain(item: Any) -> bool:
 
 def _prepared(value: Any, marks: list[int]) -> Any:
     """``value`` with members in JCS order and every float that Python's ``repr`` writes
-    differently from ECMAScript replaced by a marked string (``_MARK`` + its JCS text)."""
+    differently from ECMAScript replaced by a marked string (``_MARK`` + its JCS text). A list
+    or tuple that needs no change is returned as it is (read only)."""
     kind = type(value)
     if kind is dict:
-        names = sorted(value) if all(map(str.isascii, value)) else sorted(value, key=_key)
-        if any(_MARK in name for name in names):
-            raise InvalidInputError("a key holds a NUL character")
-        return {
-            name: item if _plain(item) else _prepared(item, marks)
-            for name in names
-            for item in (value[name],)
-        }
+        return _members(value, marks)
     if kind is list or kind is tuple:
-        return [item if _plain(item) else _prepared(item, marks) for item in value]
+        return _items(value, marks)
     if kind is float:
         return _float(value, marks)
     return _scalar(value, marks)
+
+
+def _members(value: dict[Any, Any], marks: list[int]) -> dict[str, Any]:
+    """A dict as :func:`_prepared` writes it: its members in JCS order, each prepared."""
+    names = sorted(value) if all(map(str.isascii, value)) else sorted(value, key=_key)
+    if _MARK in "".join(names):
+        raise InvalidInputError("a key holds a NUL character")
+    out = {}
+    for name in names:
+        item = value[name]
+        kind = type(item)
+        if kind is float:
+            if not (1e-4 <= abs(item) < math.inf) or item.is_integer():
+                item = _float(item, marks)
+        elif kind is str:
+            if _MARK in item:
+                _scalar(item, marks)  # raises
+        elif kind is int:
+            if not -_EXACT < item < _EXACT:
+                _scalar(item, marks)  # raises
+        elif not (item is None or kind is bool):
+            item = _prepared(item, marks)
+        out[name] = item
+    return out
+
+
+def _items(value: list[Any] | tuple[Any, ...], marks: list[int]) -> Any:
+    """A list or tuple as :func:`_prepared` writes it. Its items' types are looked at first:
+    all ints below 2**53, all strings without NUL, all plain floats, or lists / tuples of such
+    ints, and it is written as it is; else item by item."""
+    kinds = set(map(type, value))
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if kind is dict:
+            return [_members(item, marks) for item in value]
+        if kind is int and _below_2_53(value):
+            return value
+        if kind is float and _plain_floats(value):
+            return value
+        if kind is str and _MARK not in "".join(value):
+            return value
+    if kinds and kinds <= _SEQUENCES:
+        flat = itertools.chain.from_iterable
+        if set(map(type, flat(value))) == _INT and _below_2_53(flat(value), flat(value)):
+            return value
+    return [item if _plain(item) else _prepared(item, marks) for item in value]
+
+
+_SEQUENCES = frozenset({list, tuple})
+_INT = {int}
+
+
+def _below_2_53(ints: Iterable[int], again: Iterable[int] | None = None) -> bool:
+    """Whether the ints (a non-empty list, or one iterator and ``again`` another over the
+    same ints) are all within (-2**53, 2**53)."""
+    return min(ints) > -_EXACT and max(ints if again is None else again) < _EXACT
+
+
+def _plain_floats(floats: Sequence[float]) -> bool:
+    """Whether every float of a non-empty list is :func:`_plain`."""
+    return (
+        all(map(math.isfinite, floats))
+        and min(map(abs, floats)) >= 1e-4
+        and not any(map(float.is_integer, floats))
+    )
 
 
 def _text(prepared: Any, marks: list[int]) -> str:
@@ -149,24 +210,37 @@ def _text(prepared: Any, marks: list[int]) -> str:
 def canonical_json(value: Any) -> str:
     """The RFC 8785 text of a parsed JSON value (dicts with str keys, lists, tuples, str, int,
     float, bool, None); InvalidInputError for anything JSON cannot hold."""
-    marks: list[int] = []
-    return _text(_prepared(value, marks), marks)
+    with collector_paused():  # a large document's containers would earn full passes
+        marks: list[int] = []
+        return _text(_prepared(value, marks), marks)
 
 
 def signed_json(
     document: Mapping[str, Any], key: str, extra: Mapping[str, Any] | None = None
 ) -> tuple[str, str]:
     """``(text, digest)``: the canonical text of ``document`` with ``key`` set to the SHA-256
-    of the canonical text of ``document`` alone, and the members of ``extra`` (not signed)."""
-    marks: list[int] = []
-    prepared = _prepared(dict(document), marks)
-    signed = _text(prepared, list(marks))
-    hexdigest = hashlib.sha256(signed.encode()).hexdigest()
-    prepared[key] = hexdigest
-    for name, value in (extra or {}).items():
-        prepared[name] = _prepared(value, marks)
-    names = sorted(prepared, key=_key)
-    return _text({name: prepared[name] for name in names}, marks), hexdigest
+    of the canonical text of ``document`` alone, and the members of ``extra`` (not signed).
+    Each member is written once: the signed text and the text are joined from the same
+    pieces."""
+    with collector_paused():
+        marks: list[int] = []
+        prepared = _prepared(dict(document), marks)
+        members = {name: _member(name, item) for name, item in prepared.items()}
+        signed = "{" + ",".join(text for text, _ in members.values()) + "}"
+        if sum(found for _, found in members.values()) != len(marks):  # cannot happen
+            raise InvalidInputError("canonical numbers could not be placed")
+        hexdigest = hashlib.sha256(signed.encode()).hexdigest()
+        members[key] = _member(key, hexdigest)
+        for name, value in (extra or {}).items():
+            members[name] = _member(name, _prepared(value, marks))
+        names = sorted(members, key=_key)
+        return "{" + ",".join(members[name][0] for name in names) + "}", hexdigest
+
+
+def _member(name: str, prepared: Any) -> tuple[str, int]:
+    """The text ``"name":value`` of a prepared member, and how many marked numbers it held."""
+    text = json.dumps({name: prepared}, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _MARKED.subn(r"\1", text[1:-1]) if "\\u0000" in text else (text[1:-1], 0)
 
 
 def digest(document: Mapping[str, Any], leave_out: tuple[str, ...]) -> str:
