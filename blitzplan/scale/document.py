@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from blitzplan._collector import collector_paused
@@ -265,7 +265,7 @@ def _record(fields: tuple[tuple[str, Any, bool], ...], data: dict[str, Any], pat
 
 
 def _unsettled(
-    fields: tuple[tuple[str, Any, bool], ...], records: list[dict[str, Any]]
+    fields: tuple[tuple[str, Any, bool], ...], records: Sequence[dict[str, Any]]
 ) -> tuple[tuple[str, Any, bool], ...]:
     """The ``fields`` some record holds other than a finite float (those :func:`_record`
     skips in every record are left out: the walk over the others is the same)."""
