@@ -5,7 +5,8 @@ Every new GPU ends with its rank's buffer of every unit (:func:`blitzplan.layout
 A step moves a *stripe* ``[lo, hi)`` of that buffer, for every unit it carries, from ``source``
 to ``destination``: the bytes ``[round(lo * B_u), round(hi * B_u))`` of each unit's buffer
 (``ranges`` lists them, grouped over runs of units with equal offsets; a replan leaves out bytes
-the destination already has, so a unit may have several ranges). What a source holds:
+the destination already has, so a unit may have several ranges; the byte arithmetic is
+:mod:`blitzplan.scale.stripe_bytes`). What a source holds:
 
 * a GPU of a serving instance of the same TP degree, or a new instance's GPU that received the
   bytes in this plan, holds them at the same offsets of its own rank buffer;
