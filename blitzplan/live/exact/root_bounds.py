@@ -91,6 +91,7 @@ def strengthen(start: Start, root_bound: float) -> None:
             objective=start.objective,
             upper_bound=upper,
             time_limit_s=budget,
+            relaxed=root_bound,
         )
     )
 
