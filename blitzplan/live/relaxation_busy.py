@@ -129,9 +129,10 @@ def busy_bound(relax: Relaxation, upper: float, at: float, until: float) -> floa
             return upper
         if sum(part["cost"].size for part in parts) > BUSY_MAX_CHILDREN:
             return -math.inf
-        level = _merge(table, parts, order[pos + 1 :], upper, i, until)
-        if level is None:
+        merged = _merge(table, parts, order[pos + 1 :], upper, i, until)
+        if merged is None:
             return -math.inf
+        level = merged
         if not level["cost"].size:
             return upper
     return min(upper, float(_charged(table, level, after, at).min()))
