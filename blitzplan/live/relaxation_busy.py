@@ -23,8 +23,10 @@ carries the least ``W`` of its merged group, so a dropped state is charged no mo
 has. A state whose cost and least remaining cost reach the target is dropped.
 
 Mean latency, O in FIFO order only. On (32,16) of ``benchmarks/partition.py`` (FIFO, the root,
-the best 10 s incumbents), the capacity program is 0.384% under on seed 4 and 0.118% on seed 9;
-this bound with ``t = a_5`` is 0.028% under on seed 4, with ``t = a_1`` 0.007% on seed 9.
+against the best 10 s incumbents) the capacity program is 0.384% under on seed 4; this bound,
+counted from ``a_5`` (where the incumbent keeps N busy to its end), 0.076%. On seeds 3, 5 and 9
+it stays under the capacity program from ``a_1``, ``a_3`` and ``a_5`` (0.82 / 1.67 / 0.12% at
+best, against 0.77 / 1.62 / 0.12%).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from blitzplan.live.relaxation_subsets import _pareto, _Table
 __all__ = ["BUSY_GRID_S", "busy_bound", "busy_point"]
 
 BUSY_GRID_S = 0.001
-"""The work levels states are merged at (seconds of N's work). On (32,16) seed 4, ``t = a_5``:
-2 ms 0.090% under, 1 ms 0.028%, 0.5 ms 0.010%, at about twice the states each halving."""
+"""The work levels states are merged at (seconds of N's work; not tuned: coarser levels merge
+more states, whose least work then charges less)."""
 
 BUSY_MAX_CHILDREN = 2_000_000
 """The most children one batch's step may have: past it the search stops (-inf)."""
