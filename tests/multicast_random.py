@@ -12,12 +12,56 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
+from typing import Any
 
+from blitzplan.cluster import ClusterState
+from blitzplan.models import ModelSpec
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder, lane_route
-from blitzplan.multicast.plan_types import NodeKind, PlanNode
+from blitzplan.multicast.plan_types import MulticastPlan, NodeKind, PlanNode
 from blitzplan.multicast.setup.holdings import holder_segments
-from blitzplan.multicast.setup.problem import Problem
-from blitzplan.multicast.timeline.assemble import Built, base_builder, run
+from blitzplan.multicast.setup.problem import Problem, prepare
+from blitzplan.multicast.timeline.assemble import Built, base_builder, finish, run
+from blitzplan.solvers import SolveStatus
+from blitzplan.units import MIB
+
+_PREPARE_DEFAULTS: dict[str, Any] = {
+    "count": None,
+    "targets": None,
+    "startup_s": 0.0,
+    "exclude": (),
+    "names": None,
+    "delivered": None,
+    "placement": "pack",
+    "chunk_bytes": 4 * MIB,
+    "allow_prefill_sources": False,
+}
+
+
+def tiny_problem(state: ClusterState, spec: ModelSpec, **options: Any) -> Problem:
+    """``prepare`` with the tests' defaults (no startup, nothing excluded or delivered, packed,
+    4 MiB chunks, no prefill sources); ``options`` (targets or count, tp, live, ...) win."""
+    return prepare(state, spec, **(_PREPARE_DEFAULTS | options))
+
+
+def finished(
+    problem: Problem,
+    built: Built,
+    lower_bound_s: float,
+    *,
+    objective: str = "all_ready",
+    method: str = "greedy",
+) -> MulticastPlan:
+    """The FEASIBLE plan ``built`` makes, recorded with ``lower_bound_s``, for the validator."""
+    return finish(
+        problem,
+        built,
+        method=method,
+        objective=objective,
+        status=SolveStatus.FEASIBLE,
+        lower_bound_s=lower_bound_s,
+        started_s=time.perf_counter(),
+    )
 
 
 def _cover(problem: Problem, rng: random.Random, targets: list[int], offset: int) -> set[int]:

@@ -8,7 +8,6 @@ import argparse
 import io
 import logging
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -27,6 +26,7 @@ from blitzplan.scale import ScalePlan
 from blitzplan.sim import plot_reports, simulate, synthetic_trace
 from blitzplan.sim.report import plot_title, time_axis_label
 from blitzplan.sim.simulate_cli import summary_table, varied_coordinates
+from tests.test_import import fresh_python
 
 SMALL = synthetic_trace(duration_s=20, rate_per_s=3, seed=3)
 
@@ -161,10 +161,7 @@ def test_import_configures_no_logging() -> None:
         "log = logging.getLogger('blitzplan')\n"
         "print(len(log.handlers), log.level, len(logging.getLogger().handlers))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.split() == ["0", "0", "0"]
+    assert fresh_python(code).split() == ["0", "0", "0"]
 
 
 def test_blitzplan_log_sets_the_level(
@@ -270,10 +267,7 @@ def test_disabled_progress_does_not_load_tqdm() -> None:
         "    advance(0.5)\n"
         "print('tqdm' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "False"
+    assert fresh_python(code).strip() == "False"
 
 
 def test_cli_progress_writes_nothing_to_a_non_terminal(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -13,14 +12,12 @@ from hypothesis import strategies as st
 from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_topology
 from blitzplan.multicast import plan_multicast, validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
-from blitzplan.multicast.setup.problem import prepare
-from blitzplan.multicast.timeline.assemble import finish
 from blitzplan.scale import ScaleRequest, plan, replan
 from blitzplan.scale.recovery import degrade, recover
 from blitzplan.solvers import SolveStatus
 from blitzplan.units import MIB
 from tests.fault_campaign import SCENARIOS, base_plan, check, random_case, run_case
-from tests.multicast_random import random_plan
+from tests.multicast_random import finished, random_plan, tiny_problem
 from tests.test_multicast import tiny_cases
 
 
@@ -210,32 +207,14 @@ def test_bound_holds_on_replans_with_units_delivered(index: int) -> None:
     random plans per tiny case with such units are valid and none beats the bound; exact is
     OPTIMAL only on it."""
     state, spec, options = delivered_cases()[index]
-    problem = prepare(
-        state,
-        spec,  # type: ignore[arg-type]
-        count=None,
-        startup_s=0.0,
-        exclude=(),
-        placement="pack",
-        chunk_bytes=4 * MIB,
-        allow_prefill_sources=False,
-        **options,
-    )
+    problem = tiny_problem(state, spec, **options)
     bound = lower_bound(problem, "all_ready")
     rng = random.Random(index)
     for _ in range(100):
         built = random_plan(problem, rng)
         if built is None:
             continue
-        made = finish(
-            problem,
-            built,
-            method="greedy",
-            objective="all_ready",
-            status=SolveStatus.FEASIBLE,
-            lower_bound_s=bound,
-            started_s=time.perf_counter(),
-        )
+        made = finished(problem, built, bound)
         assert validate_multicast(state, made) == ()
         assert made.objective_s >= bound * (1 - 1e-9)
     exact = plan_multicast(state, spec, method="exact", chunk_bytes=4 * MIB, **options)  # type: ignore[arg-type]

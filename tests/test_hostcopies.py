@@ -7,10 +7,11 @@ import pytest
 import yaml
 
 from blitzplan import ClusterState, InfeasibleError
+from blitzplan.cluster import HostCopy
 from blitzplan.hostcopies import rebuild_host_copies
 from blitzplan.models import load_model
 from blitzplan.scale import ScaleRequest, plan
-from blitzplan.scale.recovery import recover
+from blitzplan.scale.recovery import Recovery, recover
 from blitzplan.topologies import Topology
 from blitzplan.topologies.catalog import _catalog_dir, topology_from_dict
 from blitzplan.units import GIB
@@ -57,25 +58,26 @@ def test_recover_rebuilds_a_lost_copy_on_another_host_under_capacity() -> None:
         assert used(after, host) <= after.topology.dram_bytes(host)
 
 
-def test_a_failed_memory_is_not_chosen_again_and_no_room_is_reported() -> None:
-    # 20 GiB hosts hold one ~15 GiB copy each: a lost copy has nowhere to go
-    state = ClusterState(cluster(20, hosts=2), models=["llama-3-8b", "qwen2.5-7b"])
+def _llama_copy_lost(dram_gib: float) -> tuple[HostCopy, Recovery]:
+    """Two hosts of ``dram_gib`` holding the host copies of llama-3-8b and qwen2.5-7b, qwen
+    decoding on h0: llama's copy, and the recovery of a qwen plan when its memory fails."""
+    state = ClusterState(cluster(dram_gib, hosts=2), models=["llama-3-8b", "qwen2.5-7b"])
     state.add_instance("qwen2.5-7b", gpus=["h0/gpu0"], role="decode")
     copy = state.pool.host_copy(load_model("llama-3-8b").identity)
     assert copy is not None
     scale = plan(state, ScaleRequest("qwen2.5-7b", prefill=1), compare_baselines=False)
-    recovery = recover(scale, state, at_s=0.0, failed=[copy.node])
+    return copy, recover(scale, state, at_s=0.0, failed=[copy.node])
+
+
+def test_a_failed_memory_is_not_chosen_again_and_no_room_is_reported() -> None:
+    # 20 GiB hosts hold one ~15 GiB copy each: a lost copy has nowhere to go
+    copy, recovery = _llama_copy_lost(20)
     assert recovery.rebuilds == ()  # not on the failed memory, and the other host is full
     assert any("cannot be rebuilt" in s for s in recovery.host_copies)
     assert any(
         "llama-3-8b" in s and "no instance holding its weights" in s for s in recovery.host_copies
     )
-    roomy = ClusterState(cluster(40, hosts=2), models=["llama-3-8b", "qwen2.5-7b"])
-    roomy.add_instance("qwen2.5-7b", gpus=["h0/gpu0"], role="decode")
-    copy = roomy.pool.host_copy(load_model("llama-3-8b").identity)
-    assert copy is not None
-    scale = plan(roomy, ScaleRequest("qwen2.5-7b", prefill=1), compare_baselines=False)
-    recovery = recover(scale, roomy, at_s=0.0, failed=[copy.node])
+    copy, recovery = _llama_copy_lost(40)
     assert [c.host for c in recovery.rebuilds] == ["h1" if copy.host == "h0" else "h0"]
     assert not any("no instance holding" in s for s in recovery.host_copies)
 

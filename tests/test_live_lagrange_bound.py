@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import printed_bound, relaxation_lagrange, relaxation_slots
+from blitzplan.live import lagrange_prices, printed_bound, relaxation_lagrange, relaxation_slots
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.lagrange_prices import Priced, Prices
 from blitzplan.live.relaxation import Relaxation
@@ -217,4 +217,63 @@ def test_the_printed_fifo_bound_on_a_far_pair_never_exceeds_the_enumerated_optim
         mock.patch.object(printed_bound, "HEURISTIC_BOUND_S", 1.0),
     ):
         bound = value(instance, "mean_latency", "fifo", upper)
+    assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))
+
+
+def _arrival_windows_only():  # type: ignore[no-untyped-def]
+    """The windows before this session's change: row ``l`` opens at ``u_l`` and counts layers
+    ``l..`` of every batch, whatever its release."""
+    return (
+        mock.patch.object(lagrange_prices, "_firsts", lambda starts, usable: None),
+        mock.patch.object(lagrange_prices, "_opens", lambda starts, firsts: starts * -np.inf),
+    )
+
+
+def test_a_batch_released_after_its_layers_arrive_is_counted_from_its_release() -> None:
+    """Layers usable at 0 and 0.5, batches of 1.5 s a layer released at 1, 2 and 1, no hand-off,
+    O free at 4 (FIFO): every layer of a batch starts after its release, so the window opening
+    at ``u_2`` = 0.5 counts the first layers of all three, and N can start none before 1. The
+    bound rises by more than 0.1 over the arrival windows alone and stays under the optimum."""
+    inst = LiveScalingInstance([0.0, 0.5], [1.0, 2.0, 1.0], 1.5, 1.5, 0.0, old_free_at_s=4.0)
+    prices = Prices(inst, GRID_POINTS)
+    assert [f.tolist() for f in prices.firsts if f is not None] == [[1, 1]] * 3
+    opened = prices.grid - 1.0
+    assert np.allclose(prices.slack, np.maximum(opened, 0.0)[None, :])
+    optimum = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")
+    bound = lagrangian_bound(inst, old_order="fifo", upper_bound=optimum.objective)
+    first, second = _arrival_windows_only()
+    with first, second:
+        before = lagrangian_bound(inst, old_order="fifo", upper_bound=optimum.objective)
+    assert before + 0.1 < bound <= optimum.objective + 1e-12
+
+
+@st.composite
+def _released_late(draw: st.DrawFn) -> LiveScalingInstance:
+    """Tiny instances whose batches come after (some of) the layers, O often busy."""
+    L, n = draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    arrivals = sorted(draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=L, max_size=L)))
+    releases = draw(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]), min_size=n, max_size=n)
+    )
+    p_new = draw(st.lists(st.sampled_from([0.25, 0.5, 1.0, 1.5]), min_size=n, max_size=n))
+    handoff = draw(st.lists(st.sampled_from([0.0, 0.25]), min_size=n, max_size=n))
+    busy = draw(st.sampled_from([0.0, 2.0, 4.0, 8.0]))
+    return LiveScalingInstance(arrivals, releases, p_new, p_new, handoff, old_free_at_s=busy)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(_released_late(), st.sampled_from([None, 1.0, 2.0]), st.sampled_from([0.0, 0.25]))
+def test_the_release_windows_never_pass_the_enumerated_optimum(
+    instance: LiveScalingInstance, steered: float | None, free_step_s: float
+) -> None:
+    """Property: with batches released after their first layers arrive (rows counted from a
+    batch's first layer that cannot start before the window opens, windows opened at the
+    earliest start of what they count), the Lagrangian bound, steered toward the optimum,
+    twice it or nothing, O's free time rounded or not, is never above the exhaustive oracle."""
+    assume(count_schedules(instance, old_order="fifo") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
+    upper = math.inf if steered is None else oracle.objective * steered
+    bound = lagrangian_bound(
+        instance, old_order="fifo", upper_bound=upper, iterations=60, free_step_s=free_step_s
+    )
     assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))

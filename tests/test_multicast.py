@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,12 +13,10 @@ from blitzplan import ClusterState, InfeasibleError, InvalidInputError, load_mod
 from blitzplan.models import ModelSpec
 from blitzplan.multicast import METHODS, MulticastPlan, plan_multicast, validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
-from blitzplan.multicast.setup.problem import prepare
-from blitzplan.multicast.timeline.assemble import finish
 from blitzplan.solvers import SolveStatus
 from blitzplan.topologies import build_cluster, nvswitch_host, pcie_host
 from blitzplan.units import GBPS, GIB, MIB
-from tests.multicast_random import random_plan
+from tests.multicast_random import finished, random_plan, tiny_problem
 from tests.strategies import random_cluster
 
 SMALL = {
@@ -456,19 +453,8 @@ def test_property_bound_exact_greedy_in_order(case, objective: str) -> None:
 def test_property_no_plan_beats_the_bound(case, seed: int) -> None:
     """Property: random plans anywhere in the plan space are valid and never beat the bound."""
     state, spec, options = case
-    options = {k: v for k, v in options.items() if k != "count"} | {"count": options["count"]}
     try:
-        problem = prepare(
-            state,
-            spec,
-            targets=None,
-            startup_s=0.0,
-            exclude=(),
-            names=None,
-            delivered=None,
-            placement="pack",
-            **options,
-        )
+        problem = tiny_problem(state, spec, **options)
     except InfeasibleError:
         return
     rng = random.Random(seed)
@@ -479,15 +465,7 @@ def test_property_no_plan_beats_the_bound(case, seed: int) -> None:
         built = random_plan(problem, rng)
         if built is None:
             continue
-        plan = finish(
-            problem,
-            built,
-            method="greedy",
-            objective=objective,
-            status=SolveStatus.FEASIBLE,
-            lower_bound_s=bound,
-            started_s=time.perf_counter(),
-        )
+        plan = finished(problem, built, bound, objective=objective)
         assert_valid(state, plan)
         assert plan.objective_s >= bound * (1 - 1e-9)
 
@@ -534,19 +512,7 @@ def test_bound_holds_against_many_random_plans_on_tiny_graphs(index: int) -> Non
     """200 random plans per tiny case (all choices of sender, stripe cuts, exits, relays and
     paces): each is valid, and none is faster than the certified bound."""
     state, spec, options = tiny_cases()[index]
-    problem = prepare(
-        state,
-        spec,
-        count=None,
-        startup_s=0.0,
-        exclude=(),
-        names=None,
-        delivered=None,
-        placement="pack",
-        chunk_bytes=4 * MIB,
-        allow_prefill_sources=False,
-        **options,
-    )
+    problem = tiny_problem(state, spec, **options)
     bound = lower_bound(problem, "all_ready")
     rng = random.Random(index)
     best = float("inf")
@@ -554,15 +520,7 @@ def test_bound_holds_against_many_random_plans_on_tiny_graphs(index: int) -> Non
         built = random_plan(problem, rng)
         if built is None:
             continue
-        plan = finish(
-            problem,
-            built,
-            method="greedy",
-            objective="all_ready",
-            status=SolveStatus.FEASIBLE,
-            lower_bound_s=bound,
-            started_s=time.perf_counter(),
-        )
+        plan = finished(problem, built, bound)
         assert validate_multicast(state, plan) == ()
         best = min(best, plan.objective_s)
     assert bound <= best * (1 + 1e-9)

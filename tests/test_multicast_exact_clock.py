@@ -15,7 +15,7 @@ from blitzplan.multicast.exact.exact_search import exact_search
 from blitzplan.multicast.methods import EXACT_REFINE_SHARE
 from blitzplan.multicast.planners.greedy import build, context, greedy_choice
 from blitzplan.multicast.refine_budget import RefineBudget
-from tests.test_multicast_overlay import _problem
+from tests.multicast_random import tiny_problem
 from tests.test_multicast_phase_slices import CHUNK, one_gpu_hosts
 
 
@@ -33,7 +33,7 @@ def _four_targets():
     """A decode source on h0 and four one-GPU targets, with the greedy's choice and plan."""
     state, spec = one_gpu_hosts(5)
     targets = [[f"h{k}/gpu0"] for k in range(1, 5)]
-    problem = _problem(state, spec, targets=targets, tp=1, live=0, chunk_bytes=CHUNK)
+    problem = tiny_problem(state, spec, targets=targets, tp=1, live=0, chunk_bytes=CHUNK)
     ctx = context(problem)
     choice = greedy_choice(problem, ctx, "all_ready")
     return problem, ctx, (choice, build(problem, ctx, choice))

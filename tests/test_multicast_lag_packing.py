@@ -26,8 +26,9 @@ from blitzplan.multicast.exact.overlay_arcs import (
 )
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
-from tests.test_multicast_overlay import _cover_cases, _plan, _problem
+from tests.test_multicast_overlay import _cover_cases, _plan
 from tests.test_multicast_phase_slices import LINK, chain_case
 from tests.test_multicast_shallow_trees import packed_tiny
 
@@ -142,7 +143,7 @@ def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: i
     """The exact method's packing (every shape, every width, the lag choice) validates and
     does not beat the overlay bound."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     packed = pack_trees(problem, strong.live_nodes, max_rounds=40, widths=None, shapes=EXACT_SHAPES)
@@ -171,7 +172,7 @@ def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) 
     _, _, overlay, pool = _chain_pool()
     assert _fixed_charge(overlay, pool, 1, np.zeros(len(pool)), None) is not None
     state, spec, options = _cover_cases()[0]
-    built = overlay_lp._build(_problem(state, spec, **options))
+    built = overlay_lp._build(tiny_problem(state, spec, **options))
     assert built is not None
     assert overlay_solve._solve(built[0], built[1], 30.0) is not None
     assert len(calls) == 2

@@ -23,7 +23,8 @@ from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, base_builder, run, score
-from tests.test_multicast_overlay import _plan, _problem
+from tests.multicast_random import tiny_problem
+from tests.test_multicast_overlay import _plan
 from tests.test_multicast_phase_slices import CHUNK, LINK, chain_case, one_gpu_hosts
 
 SLICES = 16
@@ -37,7 +38,7 @@ def mixed_case() -> tuple[ClusterState, Problem, Built]:
     three lanes from it, so its lanes to h3 are of two depths (as the relays of case 193 of
     the benchmark), and h1 forwards both halves, at depths 1 and 3."""
     state, spec = one_gpu_hosts(5)
-    problem = _problem(
+    problem = tiny_problem(
         state,
         spec,
         targets=[["h1/gpu0"], ["h2/gpu0"], ["h3/gpu0"], ["h4/gpu0"]],

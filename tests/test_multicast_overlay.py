@@ -19,43 +19,18 @@ from blitzplan.multicast.bound.lower_bound import lower_bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.bound.overlay_solve import COVER_LPS, live_covers
 from blitzplan.multicast.exact.tree_packing import pack_trees
-from blitzplan.multicast.setup.problem import prepare
-from blitzplan.multicast.timeline.assemble import finish
 from blitzplan.multicast.validation.route_check import check_phases
 from blitzplan.solvers import SolveStatus
 from blitzplan.topologies import Flow, build_cluster, nvswitch_host
 from blitzplan.units import GBPS, GIB, MIB
-from tests.multicast_random import random_plan
+from tests.multicast_random import finished, random_plan, tiny_problem
 from tests.test_multicast import PROPERTY_MODEL, multicast_case, tiny_cases
 
 NIC = 100 * GBPS
 
 
-def _problem(state, spec, **options):
-    base = {
-        "count": None,
-        "targets": None,
-        "startup_s": 0.0,
-        "exclude": (),
-        "names": None,
-        "delivered": None,
-        "placement": "pack",
-        "chunk_bytes": 4 * MIB,
-        "allow_prefill_sources": False,
-    }
-    return prepare(state, spec, **(base | options))
-
-
 def _plan(problem, built, bound):
-    return finish(
-        problem,
-        built,
-        method="exact",
-        objective="all_ready",
-        status=SolveStatus.FEASIBLE,
-        lower_bound_s=min(bound, max(built.ready_at_s.values())),
-        started_s=time.perf_counter(),
-    )
+    return finished(problem, built, min(bound, max(built.ready_at_s.values())), method="exact")
 
 
 def one_slow_rank_case():
@@ -77,7 +52,7 @@ def test_overlay_bound_by_hand_one_slow_nic() -> None:
     host's four NICs together (4 * shard over 3.5 NICs), the overlay program the exact value,
     and the exact method's plan is within 1% of it."""
     state, spec, targets = one_slow_rank_case()
-    problem = _problem(state, spec, targets=targets, tp=4, live=1)
+    problem = tiny_problem(state, spec, targets=targets, tp=4, live=1)
     shard = sum(problem.unit_bytes)
     by_hand = shard / (NIC / 2)
     strong = overlay_bound(problem)
@@ -96,7 +71,7 @@ def test_overlay_bound_holds_against_random_plans_on_tiny_graphs(index: int) -> 
     """100 random plans per tiny case, anywhere in the plan space: none beats the overlay
     bound; the tree packing's plan is valid and does not beat it either."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     rng = random.Random(index)
@@ -118,7 +93,7 @@ def test_property_no_random_plan_beats_the_overlay_bound(case, seed: int) -> Non
     plans never beat the overlay bound, and the tree packing's plan validates."""
     state, spec, options = case
     try:
-        problem = _problem(state, spec, **(options | {"count": options["count"]}))
+        problem = tiny_problem(state, spec, **options)
     except InfeasibleError:
         return
     strong = overlay_bound(problem)
@@ -188,7 +163,7 @@ def test_every_width_packing_is_never_worse_than_the_greedy_widths() -> None:
     tries a few counts of one ranking. Without a clock both price the same trees, so the former
     is never slower."""
     state, spec, targets = one_slow_rank_case()
-    problem = _problem(state, spec, targets=targets, tp=4, live=1)
+    problem = tiny_problem(state, spec, targets=targets, tp=4, live=1)
     strong = overlay_bound(problem)
     assert strong is not None
     few = pack_trees(problem, strong.live_nodes, max_rounds=40)
@@ -210,7 +185,7 @@ def test_every_optimal_exact_plan_meets_an_independent_check(index: int) -> None
     state, spec, options = tiny_cases()[index]
     exact = plan_multicast(state, spec, method="exact", chunk_bytes=4 * MIB, **options)
     assert validate_multicast(state, exact) == ()
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     assert exact.objective_s >= lower_bound(problem, "all_ready") * (1 - 1e-9)
     if exact.status is not SolveStatus.OPTIMAL:
         assert exact.lower_bound_s < exact.objective_s
@@ -236,7 +211,7 @@ def test_a_packing_tree_may_start_at_several_holders() -> None:
     for h in range(2):
         state.add_instance(spec, gpus=[f"h{h}/gpu1"], role="decode")
     targets = [["h0/gpu0"], ["h1/gpu0"]]
-    problem = _problem(state, spec, targets=targets, tp=1, live=0)
+    problem = tiny_problem(state, spec, targets=targets, tp=1, live=0)
     strong = overlay_bound(problem)
     assert strong is not None
     packed = pack_trees(problem, strong.live_nodes, max_rounds=40, widths=None)
@@ -276,7 +251,7 @@ def test_overlay_programs_per_live_choice_equal_the_mixed_integer_program(index:
     same margin), with and without the linear relaxation first, and the live choice it reports
     is a minimal one that reaches it."""
     state, spec, options = _cover_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     built = overlay_lp._build(problem)
     assert built is not None
     program, lam, binaries = built
@@ -299,7 +274,7 @@ def test_live_covers_are_the_minimal_sets_found_by_brute_force() -> None:
     when there are more than COVER_LPS of them."""
     state, spec, options = _cover_cases()[-1]
     for live in range(1, 5):
-        problem = _problem(state, spec, **(options | {"live": live}))
+        problem = tiny_problem(state, spec, **(options | {"live": live}))
         nodes = range(len(problem.targets))
         count = [sum(1 for i in problem.instances if i.node == j) for j in nodes]
         holds = [

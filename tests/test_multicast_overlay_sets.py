@@ -12,8 +12,9 @@ import pytest
 
 from blitzplan.multicast.bound import overlay_lp, overlay_solve
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
+from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
-from tests.test_multicast_overlay import _cover_cases, _problem, one_slow_rank_case
+from tests.test_multicast_overlay import _cover_cases, one_slow_rank_case
 
 
 def _cases():
@@ -40,7 +41,7 @@ def test_every_set_of_instances_bounds_the_whole_program(index: int) -> None:
     that, growing sets never raise it, and the bound reported (the full set reached here, with
     a generous limit) is the whole program's to the margin."""
     state, spec, options = _cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     whole = _whole(problem)
     routed = overlay_lp._routing(problem)
     assert routed is not None
@@ -67,7 +68,7 @@ def test_a_solve_past_its_deadline_keeps_what_it_knew() -> None:
     """With the deadline passed, a set's solve returns the bound known from a smaller set (and
     nothing when none is known); ``overlay_bound`` with no time returns None."""
     state, spec, options = _cover_cases()[-1]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     built = overlay_lp._build(problem)
     assert built is not None
     program, lam, binaries = built

@@ -17,8 +17,9 @@ from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
 from blitzplan.topologies import build_cluster, pcie_host
 from blitzplan.units import GBPS, GIB, MIB
+from tests.multicast_random import tiny_problem
 from tests.test_multicast import PROPERTY_MODEL, tiny_cases
-from tests.test_multicast_overlay import _plan, _problem
+from tests.test_multicast_overlay import _plan
 
 LINK = 25 * GBPS
 CHUNK = 4 * MIB
@@ -45,7 +46,7 @@ def chain_case():
     h1 and h2, every NIC at ``LINK``. Any plan ready by ``S / LINK`` sends each byte out of h0
     once, so h1 forwards to h2 (or h2 to h1): a forced hop."""
     state, spec = one_gpu_hosts(3)
-    problem = _problem(
+    problem = tiny_problem(
         state, spec, targets=[["h1/gpu0"], ["h2/gpu0"]], tp=1, live=0, chunk_bytes=CHUNK
     )
     return state, problem
@@ -91,7 +92,7 @@ def _packed_case(index: int) -> tuple[ClusterState, Problem, OverlayBound, Built
     """Tiny case ``index``: its state, problem, overlay bound and the tree packing on the
     bound's live choice."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     packed = pack_trees(problem, strong.live_nodes, max_rounds=20)

@@ -15,8 +15,9 @@ from blitzplan.multicast.exact.lag_packing import lag_shared as _lag_shared
 from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan, tree_spans
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
 from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
-from tests.test_multicast_overlay import _plan, _problem
+from tests.test_multicast_overlay import _plan
 
 
 def _price(tree: Tree, price: np.ndarray) -> float:
@@ -40,7 +41,7 @@ def test_shallow_pricing_is_exact_within_its_depth(index: int) -> None:
     of any depth (Dreyfus-Wagner on shortest paths, exact) and no more as ``d`` grows, and
     costs the same once ``d`` allows every node in a chain."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     overlay = Overlay(problem, frozenset())
     rng = np.random.default_rng(index)
     for rank in range(problem.tp):
@@ -72,7 +73,7 @@ def test_every_shape_packs_a_valid_plan_the_bound_holds_against(index: int) -> N
     """Each shape's packing alone validates and does not beat the overlay bound; with
     several shapes the packing is the fastest of them (no clock: the same trees)."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     values = []
@@ -95,7 +96,7 @@ def test_depth_one_trees_send_straight_from_the_holders() -> None:
     forwards (each lane's holder is a source's GPU or memory)."""
     packed_any = 0
     for state, spec, options in tiny_cases()[::2]:
-        problem = _problem(state, spec, **options)
+        problem = tiny_problem(state, spec, **options)
         strong = overlay_bound(problem)
         assert strong is not None
         packed = pack_trees(problem, strong.live_nodes, max_rounds=20, shapes=((1, 2),))
@@ -148,7 +149,7 @@ def packed_tiny(index: int):
     master program's rates: (state, problem, bound, overlay, trees, solved); ``solved`` None
     when those trees pack nothing."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     strong = overlay_bound(problem)
     assert strong is not None
     overlay = Overlay(problem, strong.live_nodes)
@@ -179,13 +180,7 @@ def test_lag_shares_shorten_a_slow_trees_stripe() -> None:
     sharing by rate (the slower trees' stripes shrink) on at least one."""
     gained = 0
     for index in (15, 16, 17):
-        state, spec, options = tiny_cases()[index]
-        problem = _problem(state, spec, **options)
-        strong = overlay_bound(problem)
-        assert strong is not None
-        overlay = Overlay(problem, strong.live_nodes)
-        trees = _some_trees(problem, overlay, 4, index)
-        solved = master(overlay, trees, problem.tp)
+        _, problem, strong, overlay, trees, solved = packed_tiny(index)
         assert solved is not None
         plain = packing_plan(problem, overlay, trees, solved[1], strong.live_nodes)
         value = _lag_shared(problem, overlay, trees, solved[1], strong.live_nodes)[0]

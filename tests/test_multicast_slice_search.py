@@ -309,9 +309,9 @@ def test_until_a_pattern_is_timed_only_the_fewest_plain_slices_are_tried(monkeyp
     tried: list[tuple[int, int]] = []
     real = slice_search.pattern_ready
 
-    def counted(problem, plan, phases, staggered, shape):
+    def counted(problem, plan, phases, staggered, shape, check=None):
         tried.append((phases, staggered))
-        return real(problem, plan, phases, staggered, shape)
+        return real(problem, plan, phases, staggered, shape, check)
 
     monkeypatch.setattr(slice_search, "pattern_ready", counted)
     search.time([], None)

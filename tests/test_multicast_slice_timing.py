@@ -16,9 +16,8 @@ from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.greedy import build, context, greedy_choice
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
-from tests.multicast_random import random_plan
+from tests.multicast_random import random_plan, tiny_problem
 from tests.test_multicast import multicast_case, tiny_cases
-from tests.test_multicast_overlay import _problem
 
 SLICINGS = ((1, False), (2, False), (3, False), (7, False), (2, True), (3, True), (7, True))
 
@@ -73,7 +72,7 @@ def test_pattern_times_random_plans_as_the_full_slicing(index: int) -> None:
     1-7 slices, plain and staggered: the pattern's ready times are the full plan's, and the
     pattern answers most slicings."""
     state, spec, options = tiny_cases()[index]
-    problem = _problem(state, spec, **options)
+    problem = tiny_problem(state, spec, **options)
     rng = random.Random(index)
     answered = tried = 0
     for _ in range(12):
@@ -94,7 +93,7 @@ def test_property_pattern_times_greedy_and_random_plans_as_the_full_slicing(
     random plan, sliced, time the same from the pattern as in full."""
     state, spec, options = case
     try:
-        problem = _problem(state, spec, **options)
+        problem = tiny_problem(state, spec, **options)
         ctx = context(problem)
         plans = [build(problem, ctx, greedy_choice(problem, ctx, "all_ready"))]
     except InfeasibleError:

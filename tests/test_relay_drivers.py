@@ -57,11 +57,13 @@ def _worker(name: str) -> SimInstance:
     return SimInstance(name, "prefill", (), "h0", 0.0, 0.0, kv_capacity=math.inf)
 
 
-def run_prefill_tier(
-    policy: Policy, inst: LiveScalingInstance, fleet: Fleet
-) -> tuple[list[int], list[float], PrefillTier]:
-    """The simulator's prefill tier on ``inst``: batches arrive as events at their release times,
-    the tier steps late in each instant, as inside :class:`~blitzplan.sim.engine.Simulator`."""
+def lone_tier(
+    num_layers: int, policy: Policy, **options: Any
+) -> tuple[EventQueue, set[float], PrefillTier]:
+    """A prefill tier of ``num_layers`` layers of 1 s each, with free handoffs, outside a
+    simulator: its queue, the instants it booked a step at (a late RelayStep, one an instant, as
+    inside :class:`~blitzplan.sim.engine.Simulator`; the caller discards an instant it ran) and the
+    tier. ``options``: PrefillTier's token_budget, kv_bytes_per_token, ..."""
     queue, wakes = EventQueue(), set()
 
     def wake(at_s: float) -> None:
@@ -70,15 +72,28 @@ def run_prefill_tier(
             queue.push(at_s, RelayStep(), late=True)
 
     tier = PrefillTier(
-        inst.num_layers,
+        num_layers,
         lambda tokens, requests: 1.0,
         policy=policy,
-        token_budget=1,
         handoff_bytes_per_s=1.0,
         handoff_latency_s=0.0,
         activation_bytes_per_token=0.0,
-        kv_bytes_per_token=0.0,
         wake=wake,
+        **options,
+    )
+    return queue, wakes, tier
+
+
+def run_prefill_tier(
+    policy: Policy, inst: LiveScalingInstance, fleet: Fleet
+) -> tuple[list[int], list[float], PrefillTier]:
+    """The simulator's prefill tier on ``inst``: batches arrive as events at their release times,
+    the tier steps late in each instant, as inside :class:`~blitzplan.sim.engine.Simulator`."""
+    queue, wakes, tier = lone_tier(
+        inst.num_layers,
+        policy,
+        token_budget=1,
+        kv_bytes_per_token=0.0,
         end_of_loading=False,  # offline, a loaded new instance stays one
     )
     tier.relay.record_ops = True

@@ -3,7 +3,6 @@ from the state predicted for when they start (``now_s``), and no LP solver impor
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from blitzplan.scale import ScaleRequest, plan, replan, validate_replan
 from blitzplan.scale.realize import at_efficiency
 from blitzplan.scale.recovery import recover, whole_steps
 from tests.fault_campaign import check
+from tests.test_import import fresh_python
 
 # --- replans are no slower than loading the survivors afresh (issue 19) -------------------------
 
@@ -76,10 +76,7 @@ def test_a_replan_imports_no_lp_solver() -> None:
         "replan(base, state, at_s=0.05, failed=['i0'])\n"
         "print(sorted(m for m in ('scipy.optimize', 'scipy.sparse.csgraph') if m in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
-    )
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"
 
 
 # --- now_s: planned from the state predicted for when the replan starts ----------------------

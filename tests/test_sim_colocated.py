@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,7 @@ from blitzplan import InvalidInputError, TableComputeModel, load_model
 from blitzplan.hardware import get_gpu
 from blitzplan.sim import ServingOptions, SimReport, simulate
 from blitzplan.sim.instances import SimRequest
-from blitzplan.sim.schedulers import ReplicaLimits, ReplicaQueues, chunked, prefill_first
+from blitzplan.sim.schedulers import Batch, ReplicaLimits, ReplicaQueues, chunked, prefill_first
 from blitzplan.sim.traces import Request, Trace
 
 
@@ -45,16 +46,25 @@ def ids(work: tuple[tuple[SimRequest, int], ...]) -> list[tuple[int, int]]:
     return [(r.id, n) for r, n in work]
 
 
+def run_to_end(
+    schedule: Callable[[ReplicaQueues, ReplicaLimits], Batch],
+    queues: ReplicaQueues,
+    lim: ReplicaLimits,
+) -> list[Batch]:
+    """Every batch ``schedule`` makes, each run as the engine runs it, until the queues empty."""
+    batches = []
+    while queues.waiting or queues.running:
+        batches.append(schedule(queues, lim))
+        run_batch(queues, batches[-1].work)
+    return batches
+
+
 def test_prefill_first_runs_waiting_prompts_as_one_batch_before_decodes() -> None:
     """vLLM V0: whole prompts FCFS under the budget; an iteration with prompts has no decode."""
     a, b, c = request(0, 6, 3), request(1, 5, 2), request(2, 3, 2)
     queues, lim = ReplicaQueues(100, 100), limits(10, 4)
     queues.waiting.extend([a, b, c])
-    steps = []
-    while queues.waiting or queues.running:
-        batch = prefill_first(queues, lim)
-        steps.append(ids(batch.work))
-        run_batch(queues, batch.work)
+    steps = [ids(batch.work) for batch in run_to_end(prefill_first, queues, lim)]
     assert steps == [
         [(0, 6)],  # B's 5 tokens do not fit the 4 left: it waits (FCFS, no skipping)
         [(1, 5), (2, 3)],  # prompts first: A's decode waits
@@ -78,13 +88,9 @@ def test_chunked_puts_running_requests_first_then_chunks_waiting_ones() -> None:
     a, b, c = request(0, 10, 3), request(1, 6, 2), request(2, 4, 2)
     queues, lim = ReplicaQueues(100, 100), limits(8, 4)
     queues.waiting.extend([a, b, c])
-    steps = []
-    while queues.waiting or queues.running:
-        batch = chunked(queues, lim)
-        assert batch.tokens <= 8
-        steps.append(ids(batch.work))
-        run_batch(queues, batch.work)
-    assert steps == [
+    batches = run_to_end(chunked, queues, lim)
+    assert all(batch.tokens <= 8 for batch in batches)
+    assert [ids(batch.work) for batch in batches] == [
         [(0, 8)],  # A's first chunk takes the whole budget
         [(0, 2), (1, 6)],  # A's last chunk (it samples), then B whole
         [(0, 1), (1, 1), (2, 4)],  # two decodes (B is done), then C whole
@@ -336,8 +342,8 @@ BURST = Trace(tuple(Request(k / 40, 1500 + 50 * (k % 5), 30 + k % 7) for k in ra
 """40 requests a second of ~1,600 tokens: more than one llama-3-8b replica prefills."""
 
 
-@pytest.fixture(scope="module")
-def live() -> SimReport:
+def _burst(failures: Sequence[tuple[float, str]] = ()) -> SimReport:
+    """BlitzScale serving BURST on colocated llama-3-8b replicas, its log recorded."""
     return simulate(
         "paper-a100-16",
         "llama-3-8b",
@@ -346,7 +352,13 @@ def live() -> SimReport:
         serving="colocated",
         rate_scale=1.0,
         record=True,
+        failures=failures,
     )
+
+
+@pytest.fixture(scope="module")
+def live() -> SimReport:
+    return _burst()
 
 
 def test_live_replicas_relay_their_pairs_waiting_prompts(live: SimReport) -> None:
@@ -379,16 +391,7 @@ def test_live_replicas_relay_their_pairs_waiting_prompts(live: SimReport) -> Non
 
 @pytest.mark.parametrize(("at_s", "host"), [(0.6, "h0"), (1.0, "h0"), (1.0, "h1")])
 def test_live_replicas_survive_host_failures(at_s: float, host: str) -> None:
-    report = simulate(
-        "paper-a100-16",
-        "llama-3-8b",
-        BURST,
-        system="blitzscale",
-        serving="colocated",
-        rate_scale=1.0,
-        record=True,
-        failures=[(at_s, host)],
-    )
+    report = _burst([(at_s, host)])
     s = report.summary()
     assert s["requests_in"] == s["requests_finished"] + s["requests_dropped"]
     assert s["requests_dropped"] == 0

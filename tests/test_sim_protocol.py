@@ -18,9 +18,8 @@ from blitzplan.live.policies import ZigZag
 from blitzplan.live.relay import RelayState
 from blitzplan.live.state import Pin, RunLayers, RunRest
 from blitzplan.sim import SimReport, simulate, synthetic_trace
-from blitzplan.sim.events import EventQueue, RelayStep
 from blitzplan.sim.instances import SimInstance, SimRequest
-from blitzplan.sim.prefill import PrefillTier
+from tests.test_relay_drivers import lone_tier
 
 TRACE = synthetic_trace(duration_s=120, rate_per_s=3, burstiness=8, seed=5)
 LAYERS = 40  # mistral-small-24b
@@ -228,24 +227,7 @@ def test_the_three_policies_are_selectable() -> None:
 def test_a_loading_instance_admits_only_while_its_kv_memory_lasts() -> None:
     """KV room for 100 tokens: batches of 60 tokens are admitted one at a time, although the
     ZigZag window would allow four."""
-    queue, wakes = EventQueue(), set()
-
-    def wake(at_s: float) -> None:
-        if at_s not in wakes:
-            wakes.add(at_s)
-            queue.push(at_s, RelayStep(), late=True)
-
-    tier = PrefillTier(
-        2,
-        lambda tokens, requests: 1.0,
-        policy=ZigZag(),
-        token_budget=60,
-        handoff_bytes_per_s=1.0,
-        handoff_latency_s=0.0,
-        activation_bytes_per_token=0.0,
-        kv_bytes_per_token=1.0,
-        wake=wake,
-    )
+    queue, wakes, tier = lone_tier(2, ZigZag(), token_budget=60, kv_bytes_per_token=1.0)
     new = SimInstance("new", "prefill", (), "h0", 0.0, 0.0, kv_capacity=100.0)
     tier.join_new(new, (0.0, 0.0, 50.0, 50.0))  # layer 2 and the head land late
     tier.join_old(SimInstance("old", "prefill", (), "h0", 0.0, 0.0), free_at_s=10.0)

@@ -24,6 +24,10 @@ _COUNT_TOL = 1e-9
 """Layers whose latest end is this close to a grid point are not counted by it (counting fewer
 keeps the constraint valid)."""
 
+_START_TOL = 1e-9
+"""A layer counted in a window that opens at ``s`` must start at or after ``s`` plus this much
+(relative)."""
+
 
 @dataclass(frozen=True)
 class BatchOptions:
@@ -52,9 +56,16 @@ class Prices:
         after = self.usable[-1] + span * np.arange(1, tail + 1) / tail
         arrivals = self.usable[np.linspace(0, L - 1, min(L, most)).astype(int)]
         self.grid = np.unique(np.concatenate([arrivals, after]))
-        self.slack = np.maximum(self.grid[None, :] - self.usable[:, None], 0.0)  # (L, G)
         self.mu = np.zeros((L, self.grid.size))
         self.batches = [_batch(instance, i) for i in range(instance.num_batches)]
+        starts = [_starts(instance, i) for i in range(instance.num_batches)]
+        self.firsts = [_firsts(start, self.usable) for start in starts]
+        pairs = zip(starts, self.firsts, strict=True)
+        opens = np.min([_opens(start, first) for start, first in pairs], axis=0)
+        opens = np.maximum(opens, self.usable)  # equal: a layer counted on row l starts >= u_l
+        self.slack = np.maximum(self.grid[None, :] - opens[:, None], 0.0)  # (L, G)
+        self.own_tables = sum(f is not None for f in self.firsts)
+        """The batches whose tables :meth:`set` computes apart (their rows move)."""
         self.early = [self._early(b.p_new) for b in self.batches]
         self.gathers = [self._gather(early) for early in self.early]
         self.pay: list[np.ndarray] = []
@@ -85,16 +96,21 @@ class Prices:
         layers on N pay when the last ends by grid point ``J`` (``G``: past the grid, 0)."""
         self.mu = mu
         L, G = mu.shape
-        own = np.zeros((L + 1, G))  # own[m, j]: m layers counted at j, per second of pN
-        own[1:] = np.cumsum(np.cumsum(mu, axis=0), axis=0)
-        suffix = np.zeros((L + 1, G + 1))
-        suffix[:, :-1] = np.cumsum(own[:, ::-1], axis=1)[:, ::-1]
+        shared = _tables(mu)
         self.pay = []
-        flat = own.ravel()
-        for b, (index, first, J) in zip(self.batches, self.gathers, strict=True):
+        for b, (index, first, J), firsts in zip(
+            self.batches, self.gathers, self.firsts, strict=True
+        ):
+            if firsts is None:
+                own, suffix = shared
+            else:
+                moved = np.zeros_like(mu)
+                rows = np.flatnonzero(np.r_[True, firsts[1:] != firsts[:-1]])
+                moved[firsts[rows] - 1] = np.add.reduceat(mu, rows, axis=0)
+                own, suffix = _tables(moved)
             partial = np.zeros((L + 1, G + 1))
             if J.size:
-                partial[:, J] = np.add.reduceat(flat[index], first, axis=1)
+                partial[:, J] = np.add.reduceat(own.ravel()[index], first, axis=1)
             self.pay.append(b.p_new * (suffix + partial))
 
     def used(self, i: int, k: int, last: int) -> np.ndarray:
@@ -105,7 +121,8 @@ class Prices:
             return np.zeros((L, G))
         counted = np.full(G, k, dtype=np.int64)
         counted[:last] = self.early[i][k, last, :last]
-        layers = np.arange(1, L + 1)[:, None]
+        firsts = self.firsts[i]
+        layers = (np.arange(1, L + 1) if firsts is None else firsts)[:, None]
         return np.asarray(self.batches[i].p_new * np.maximum(counted[None, :] - layers + 1, 0))
 
     def constant(self) -> float:
@@ -129,6 +146,34 @@ class Prices:
         arg = np.minimum(chosen + 1, G)  # its last N layer ends in (t_j, t_j+1]: counted from j+1
         best = best[:, ::-1]
         return best, arg
+
+
+def _tables(mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    L, G = mu.shape
+    own = np.zeros((L + 1, G))  # own[m, j]: m layers counted at j, per second of pN
+    own[1:] = np.cumsum(np.cumsum(mu, axis=0), axis=0)
+    suffix = np.zeros((L + 1, G + 1))
+    suffix[:, :-1] = np.cumsum(own[:, ::-1], axis=1)[:, ::-1]
+    return own, suffix
+
+
+def _starts(instance: LiveScalingInstance, i: int) -> np.ndarray:
+    """``[m - 1]``: the earliest start of layer ``m`` of batch ``i`` on N (its alone chain)."""
+    return np.asarray(alone_chain_s(instance, i)[1:]) - instance.new_layer_s[i]
+
+
+def _firsts(starts: np.ndarray, usable: np.ndarray) -> np.ndarray | None:
+    """Per row ``l``: the first layer of the batch counted there, the first that cannot start
+    before ``u_l`` (at most ``l``); None when that is ``l`` on every row."""
+    L = usable.size
+    margin = usable + _START_TOL * (1.0 + np.abs(usable))
+    firsts = np.minimum(np.searchsorted(starts, margin, side="left") + 1, np.arange(1, L + 1))
+    return None if np.all(firsts == np.arange(1, L + 1)) else firsts
+
+
+def _opens(starts: np.ndarray, firsts: np.ndarray | None) -> np.ndarray:
+    """Per row: the earliest start of the first layer the batch counts there."""
+    return starts if firsts is None else starts[firsts - 1]
 
 
 def _batch(instance: LiveScalingInstance, i: int) -> BatchOptions:

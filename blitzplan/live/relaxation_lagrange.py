@@ -4,16 +4,20 @@ The N-capacity relaxation (:mod:`blitzplan.live.relaxation`) keeps O's non-preem
 drops N's capacity. Here the capacity comes back as a family of valid inequalities, dualised.
 Let batch ``i`` run ``k_i`` layers on N, its last one ending at ``h_i`` (for a batch that ends
 on N, its completion). Layers ``l..k_i`` of every batch start on N no earlier than ``u_l`` (when
-layer ``l`` is usable: arrivals are non-decreasing) and end by ``h_i``, and N runs one operation
-at a time, so for every layer ``l`` and time ``t`` of a grid::
+layer ``l`` is usable: arrivals are non-decreasing), and so do layers ``f_i(l)..l-1`` where
+``f_i(l) <= l`` is the first layer of batch ``i`` that cannot start before ``u_l`` even alone
+(its alone chain: a batch released after layer ``l`` arrived, or running behind the arrivals);
+none of these starts before ``o_l >= u_l``, the least such earliest start over the batches. They
+end by ``h_i`` and N runs one operation at a time, so for every layer ``l`` and time ``t`` of a
+grid::
 
-    sum over i of pN_i (c_i(t) - l + 1)^+  <=  (t - u_l)^+                      (l, t)
+    sum over i of pN_i (c_i(t) - f_i(l) + 1)^+  <=  (t - o_l)^+                 (l, t)
 
 where ``c_i(t)`` counts the layers of batch ``i`` that end by ``t`` for sure: all ``k_i`` when
 ``h_i <= t``, else those ``m`` with ``h_i - (k_i - m) pN_i <= t`` (layer ``m`` ends at least
 ``k_i - m`` layer times before the last). With multipliers ``mu[l, t] >= 0`` each batch option
-``(k, h)`` pays ``pN_i sum mu[l, t] (c(t) - l + 1)^+`` and the total gets ``- sum mu[l, t] (t -
-u_l)^+``: for every ``mu`` the least priced value over the relaxed plans (N's capacity dropped,
+``(k, h)`` pays ``pN_i sum mu[l, t] (c(t) - f_i(l) + 1)^+`` and the total gets ``- sum mu[l, t]
+(t - o_l)^+``: for every ``mu`` the least priced value over the relaxed plans (N's capacity dropped,
 every batch's layers on N as early as it could run them alone) is a lower bound on every
 schedule (weak duality). The price only falls as ``h`` grows, so it is taken at the grid point
 that closes ``h``'s interval (a lower price: still a bound), and a batch placed on O when O is
@@ -94,6 +98,13 @@ LAYER_S = 3e-6
 """A step's counted seconds per batch and layer."""
 OPTION_S = 8e-8
 """A step's counted seconds per option of the priced program (a state times a split)."""
+OWN_TABLE_S = 3e-5
+"""A step's counted seconds per batch whose price tables are its own (one released after its
+first layers arrive: :class:`~blitzplan.live.lagrange_prices.Prices` ``own_tables``), beside
+:data:`OWN_TABLE_S_PER_CELL` per cell of them (measured: 0.13 ms a table on (80,16), 0.06 ms
+on (32,16))."""
+OWN_TABLE_S_PER_CELL = 2.2e-8
+"""A step's counted seconds per cell (layer times grid point) of a batch's own price tables."""
 PRICES_S_PER_CELL = 5e-9
 """The counted seconds of the first tables (once) per batch, layer and pair of grid points."""
 
@@ -260,6 +271,8 @@ def _solve_priced(
     current multipliers, and a subgradient there (None when the value reached ``target``, the
     program was cut, or no constraint is violated or slack: the multipliers cannot move)."""
     constant = prices.constant()
+    cells = prices.mu.size
+    clock.spend(prices.own_tables * (OWN_TABLE_S + OWN_TABLE_S_PER_CELL * cells))
     cost, plan = _fifo_program(
         Priced(prices),
         instance.fifo_order,

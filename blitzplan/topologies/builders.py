@@ -11,7 +11,7 @@ fabric NIC ``r`` of every host in a group goes to the leaf of rail ``r``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -128,28 +128,27 @@ def nvswitch_host(
     dram_bytes_per_s: float = 200e9,
     ssd_bytes_per_s: float = 7e9,
 ) -> HostSpec:
-    """An HGX/DGX-style host: every GPU on one NVSwitch (NVLink rate from the GPU spec)."""
+    """An HGX/DGX-style host: :func:`pcie_host`'s PCIe tree with every GPU also on one NVSwitch
+    (NVLink rate from the GPU spec)."""
     spec = get_gpu(gpu)
     nvlink = spec.nvlink_bytes_per_s if nvlink_bytes_per_s is None else nvlink_bytes_per_s
     if not nvlink > 0:
         raise InvalidInputError(
             f"nvlink_bytes_per_s must be > 0 for an NVSwitch host, got {nvlink!r}"
         )
-    return HostSpec(
-        gpu=gpu,
+    tree = pcie_host(
+        gpu,
         gpus=gpus,
-        gpu_pcie_bytes_per_s=spec.pcie_bytes_per_s
-        if gpu_pcie_bytes_per_s is None
-        else gpu_pcie_bytes_per_s,
-        host_to_gpu_bytes_per_s=host_to_gpu_bytes_per_s,
         nic_bytes_per_s=nic_bytes_per_s,
+        host_to_gpu_bytes_per_s=host_to_gpu_bytes_per_s,
+        gpu_pcie_bytes_per_s=gpu_pcie_bytes_per_s,
+        gpus_per_pcie_switch=gpus_per_pcie_switch,
+        gpus_per_nic=gpus_per_nic,
         dram_bytes=dram_bytes,
         dram_bytes_per_s=dram_bytes_per_s,
         ssd_bytes_per_s=ssd_bytes_per_s,
-        nvlink_bytes_per_s=nvlink,
-        gpus_per_pcie_switch=gpus_per_pcie_switch,
-        gpus_per_nic=gpus_per_nic,
     )
+    return replace(tree, nvlink_bytes_per_s=nvlink)
 
 
 def pcie_host(

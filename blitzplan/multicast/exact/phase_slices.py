@@ -38,7 +38,7 @@ from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, freeze, run
 from blitzplan.topologies import Edge
 
-__all__ = ["BuildPace", "phases_apart", "slice_phases", "sliced_until"]
+__all__ = ["BuildPace", "Late", "deadline_check", "phases_apart", "slice_phases", "sliced_until"]
 
 _APART = 1e-7
 """Relative overlap of two phases' windows taken as float noise."""
@@ -49,6 +49,8 @@ _REST_PRIOR = 2.0
 """... and its phases checked and its finished plan's tuples made at this share (measured on
 timed slicings of 6-29 k lanes on a 2-core x86_64 at load 5-6: 0.57-0.98 and 1.18-1.95; the
 0.6 for both that this replaces let a build start that ended after its deadline)."""
+_LANES = 4096
+"""Lanes walked one by one between two checkpoints of :func:`phases_apart`."""
 
 
 @dataclass
@@ -117,8 +119,13 @@ def sliced_until(
     what this build measures; None: the priors): a timed slicing's lanes, once an eighth of
     them are made, at their pace so far and the parts after them at ``pace``'s shares of the
     lanes' time; an untimed slicing's lanes (evaluated lane by lane, at a pace not known
-    before) until the deadline, its evaluation (checked per level of lanes) until ``pace``'s
-    rest would no longer fit."""
+    before) until the deadline; either's evaluation until ``pace``'s rest would no longer
+    fit, and the phases' check and the tuples until the deadline, each checked at a fine
+    grain (:func:`deadline_check`): a load that rises mid-build stops it there, not after
+    (case 115's 256 slices, untimed, searched its lanes' feeders for 1.2 s unloaded before
+    its first checkpoint: a few times that under load). The collector stays paused from the
+    lanes to the tuples: resumed between them, its first pass walked every object of the
+    build (0.7 s of wall at load 8)."""
     pace = BuildPace() if pace is None else pace
     began = time.perf_counter()
     try:
@@ -131,10 +138,11 @@ def sliced_until(
             evaluated_at = time.perf_counter()
             if deadline is not None and evaluated_at + rest > deadline:
                 return None
-        if not phases_apart(problem, sliced):
-            return None
-        frozen = replace(sliced, frozen=freeze(sliced))
-    except _Late:
+            check = None if deadline is None else deadline_check(deadline)
+            if not phases_apart(problem, sliced, check):
+                return None
+            frozen = replace(sliced, frozen=freeze(sliced, check))
+    except Late:
         return None
     lanes_s = max(lanes_at - began, 1e-9)
     timeline = None if timed is None else (evaluated_at - lanes_at) / lanes_s
@@ -151,7 +159,7 @@ def _lanes(
     share: float | None = None,
 ) -> tuple[PlanBuilder, np.ndarray]:
     """The slicing's lanes made, and per ``[slice, lane of the pattern]`` its lane id
-    (:class:`_Late` as soon as ``deadline`` is missed: past it; with ``share``, the time after
+    (:class:`Late` as soon as ``deadline`` is missed: past it; with ``share``, the time after
     the lanes as a share of theirs, once an eighth of them are made, at their pace so far).
     Run with the collector paused: tens of thousands of lanes, flows and lists, none in a
     cycle, whose collections took half of the build (68 k lanes: 1.3-1.7 s, 0.6-0.85 s
@@ -180,7 +188,7 @@ def _lanes(
             now = time.perf_counter()
             projected = began + (now - began) * total / done if share is not None else now
             if now > deadline or projected > deadline:
-                raise _Late
+                raise Late
         for g, (sender, receiver, pipelined) in enumerate(groups):
             k = phase - offset[g]
             if not 0 <= k < phases:
@@ -221,28 +229,30 @@ def _evaluated(
     rest: float = 0.0,
 ) -> Built:
     """The slicing ``new`` of ``built`` evaluated: ``timed``'s times put in place, else lane by
-    lane (:class:`_Late` once ``rest`` seconds from a level of lanes end after
+    lane (:class:`Late` once ``rest`` seconds from one of their checkpoints end after
     ``deadline``)."""
+    check = None if deadline is None else deadline_check(deadline - rest)
     if timed is None:
-        check = None if deadline is None else _by(deadline - rest)
         return run(problem, new, built.live, check)
-    timeline = timed.timeline(new, made)
+    timeline = timed.timeline(new, made, check)
     new.deps = [list(feeds) for feeds in timeline.lane_feeds]
     ready = {name: max(times, default=0.0) for name, times in timeline.layer_ready_s.items()}
     return Built(new, timeline, ready, built.live)
 
 
-class _Late(Exception):
-    """A slicing's build would not end, or its evaluation did not end, by its deadline."""
+class Late(Exception):
+    """A slicing's build or pattern would not end, or did not end, by its deadline."""
 
 
-def _by(deadline: float) -> Callable[[str], None]:
-    """The evaluation's checkpoint (called per level of lanes): :class:`_Late` past
-    ``deadline``."""
+def deadline_check(deadline: float) -> Callable[[str], None]:
+    """A build's or a pattern's checkpoint (called per level of lanes, every
+    :data:`~blitzplan.multicast.timeline.lane_times.CHECK_EVERY` lanes where they are walked
+    one by one, and between the parts of the evaluation, the phases' check and the freezing):
+    :class:`Late` past ``deadline``."""
 
     def check(_: str) -> None:
         if time.perf_counter() > deadline:
-            raise _Late
+            raise Late
 
     return check
 
@@ -260,18 +270,25 @@ def _slices(
     return out
 
 
-def phases_apart(problem: Problem, built: Built) -> bool:
+def phases_apart(
+    problem: Problem, built: Built, check: Callable[[str], None] | None = None
+) -> bool:
     """Whether lanes of different phases never stream over one link at once: on each link, a
     phase streams from its lanes' earliest ``end - bytes / rate`` to their latest ``end``, and
     those windows, in order of their starts, do not overlap by more than a tenth of the
     validator's tolerance (the rule it checks, float noise of back-to-back slices aside). The
     lanes of one route and phase are one window first (their links are the route's), then
-    each route's windows are spread over its links, as arrays."""
+    each route's windows are spread over its links, as arrays. ``check`` (a deadline's
+    checkpoint) is called with ``apart`` between those steps."""
     with collector_paused():
-        return _apart(problem, built)
+        return _apart(problem, built, check or _unchecked)
 
 
-def _apart(problem: Problem, built: Built) -> bool:
+def _unchecked(_: str) -> None:
+    """No checkpoint."""
+
+
+def _apart(problem: Problem, built: Built, check: Callable[[str], None]) -> bool:
     """:func:`phases_apart`."""
     b, t = built.builder, built.timeline
     if len(set(b.flow_phase)) < 2:
@@ -284,23 +301,27 @@ def _apart(problem: Problem, built: Built) -> bool:
     for node in b.nodes:
         carried[node.id] = sum(u for i, u in enumerate(shard) if not node.has(i))
     tp = problem.tp
-    size = np.array(
-        [
+    size = np.empty(len(b.lanes))
+    for at in range(0, len(b.lanes), _LANES):
+        check("apart")
+        size[at : at + _LANES] = [
             (lane.hi - lane.lo) * (tp if lane.rank == ALL_RANKS else 1) * carried[lane.receiver]
-            for lane in b.lanes
-        ],
-        dtype=float,
-    )
+            for lane in b.lanes[at : at + _LANES]
+        ]
+    check("apart")
     ends = t.lane_arrival_s.max(axis=1) if len(shard) else np.zeros(len(b.lanes))
     begins = ends - size / rates
     routes: dict[int, int] = {}  # id of a flow's edges -> its route
     links: list[tuple[Edge, ...]] = []
     route = np.empty(len(b.lanes), dtype=np.intp)
     for f, flow in enumerate(b.flows):
+        if f % _LANES == 0:
+            check("apart")
         r = routes.setdefault(id(flow.edges), len(routes))
         if r == len(links):
             links.append(tuple(flow.edges))
         route[f] = r
+    check("apart")
     phase = np.asarray(b.flow_phase, dtype=np.intp)
     # one window per route and phase ...
     key, inverse = np.unique(route * (int(phase.max()) + 1) + phase, return_inverse=True)
@@ -312,9 +333,11 @@ def _apart(problem: Problem, built: Built) -> bool:
     # ... spread over the route's links, one window per link and phase
     edge_ids: dict[Edge, int] = {}
     per_route = [[edge_ids.setdefault(e, len(edge_ids)) for e in edges] for edges in links]
+    check("apart")
     rows = [(e, i) for i, k in enumerate(key.tolist()) for e in per_route[k // span]]
     if not rows:
         return True
+    check("apart")
     edge, window = np.asarray(rows, dtype=np.intp).T
     link_key, link_of = np.unique(edge * span + key[window] % span, return_inverse=True)
     begin = np.full(len(link_key), np.inf)

@@ -19,7 +19,7 @@ groups of one hop wait for the same hops, since they make one hop per phase.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.slice_timing import SNAP, SlicedTimes, atoms_of, sliced_ready
@@ -191,11 +191,16 @@ def plan_shape(problem: Problem, plan: Built) -> Shape:
 
 
 def pattern_ready(
-    problem: Problem, plan: Built, phases: int, staggered: int, shape: Shape
+    problem: Problem,
+    plan: Built,
+    phases: int,
+    staggered: int,
+    shape: Shape,
+    check: Callable[[str], None] | None = None,
 ) -> SlicedTimes | None:
     """Slicing ``plan`` into ``phases`` with layout ``staggered`` of its ``shape``, timed from
-    its pattern (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`; None when the
-    pattern cannot time it)."""
+    its pattern (:func:`~blitzplan.multicast.exact.slice_timing.sliced_ready`, ``check`` its
+    checkpoint; None when the pattern cannot time it)."""
     layout = shape[0].get(staggered, shape[0][0])
     cuts = _atom_cuts(plan.builder.lanes, problem.tp)
-    return sliced_ready(problem, plan, phases, layout, cuts)
+    return sliced_ready(problem, plan, phases, layout, cuts, check)

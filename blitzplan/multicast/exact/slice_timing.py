@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from blitzplan.multicast.setup.holdings import TOLERANCE
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
 from blitzplan.multicast.timeline.lane_times import (
+    CHECK_EVERY,
     Timeline,
     held_from,
     lane_dependencies,
@@ -66,11 +67,14 @@ def sliced_ready(
     phases: int,
     slicing: tuple[Groups, Sequence[int], Sequence[int], Sequence[Sequence[int]]],
     cuts: dict[int, list[float]],
+    check: Callable[[str], None] | None = None,
 ) -> SlicedTimes | None:
     """The times of ``built`` cut into ``phases`` slices as
     :func:`~blitzplan.multicast.exact.phase_slices.slice_phases` cuts it, ``slicing`` being its
     ``(groups, group of each lane, offset of each group, groups sharing a link with each)``;
-    None where the pattern may not be the full plan's (module docstring)."""
+    None where the pattern may not be the full plan's (module docstring). ``check`` (a
+    deadline's checkpoint, which raises to stop the call) is called as the pattern's
+    dependencies are found and once per round of slices (``timing``)."""
     groups, group_of, offsets, sharing = slicing
     old = built.builder
     if any(lane.rank == ALL_RANKS for lane in old.lanes) or not all(g[2] for g in groups):
@@ -106,7 +110,7 @@ def sliced_ready(
                 )
                 owner.append(g)
     lanes = pattern.lanes
-    deps = [list(d) for d in lane_dependencies(lanes, pattern.nodes, pattern.hops())]
+    deps = [list(d) for d in lane_dependencies(lanes, pattern.nodes, pattern.hops(), (), check)]
     bounds = np.asarray(cuts_of, dtype=float)  # lanes x (slices + 1)
     for f, fed in enumerate(deps):
         for d in fed:
@@ -118,7 +122,7 @@ def sliced_ready(
         return None
     width = np.diff(bounds, axis=1).T  # slices x lanes
     run = _Pattern(problem, pattern, width, deps, owner, offsets)
-    return SlicedTimes(run.ready(*order, sharing), deps, run)
+    return SlicedTimes(run.ready(*order, sharing, check), deps, run)
 
 
 @dataclass(frozen=True)
@@ -133,11 +137,17 @@ class SlicedTimes:
     run: _Pattern
     """Every slice's rates and times."""
 
-    def timeline(self, builder: PlanBuilder, made: np.ndarray) -> Timeline:
+    def timeline(
+        self, builder: PlanBuilder, made: np.ndarray, check: Callable[[str], None] | None = None
+    ) -> Timeline:
         """The timeline of the full slicing ``builder``, whose lane ``made[k, f]`` is slice
         ``k`` of the pattern's lane ``f`` (every lane once): the pattern's rates, arrivals,
         starts and feeders put in place, then each hop's arrivals and each instance's
-        readiness as the timeline computes them."""
+        readiness as the timeline computes them. ``check`` (a deadline's checkpoint) is
+        called with ``timeline`` about every :data:`CHECK_EVERY` lanes and between those
+        parts."""
+        step = check or _unchecked
+        every_lanes = max(1, CHECK_EVERY // made.shape[0])  # pattern lanes between checks
         run = self.run
         slot = np.empty(made.size, dtype=np.intp)  # per lane id, its [slice, pattern lane]
         slot[made.ravel()] = np.arange(made.size)
@@ -146,13 +156,18 @@ class SlicedTimes:
         rates = run.rates[run.phase_class[k + run.off[f]], f]
         feeds: list[tuple[int, ...]] = [()] * made.size
         for p, fed in enumerate(self.feeders):
+            if p % every_lanes == 0:
+                step("timeline")
             if fed:
                 for lane, row in zip(made[:, p].tolist(), made[:, fed].tolist(), strict=True):
                     feeds[lane] = tuple(row)
+        step("timeline")
+        by_hop = hop_arrival(builder.hops(), every)
+        step("timeline")
         return Timeline(
             tuple(rates.tolist()),
             every,
-            hop_arrival(builder.hops(), every),
+            by_hop,
             instance_ready(builder.lanes, builder.nodes, builder.instances, every),
             run.start[k, f],
             tuple(feeds),
@@ -251,9 +266,14 @@ class _Pattern:
         self.hop_end = np.zeros((phases, len(offsets)))
 
     def ready(
-        self, shift: Sequence[int], levels: list[list[int]], sharing: Sequence[Sequence[int]]
+        self,
+        shift: Sequence[int],
+        levels: list[list[int]],
+        sharing: Sequence[Sequence[int]],
+        check: Callable[[str], None] | None = None,
     ) -> dict[str, float]:
-        """Every slice in rounds (:func:`_order`), then each instance's ready time."""
+        """Every slice in rounds (:func:`_order`), ``check`` called before each, then each
+        instance's ready time."""
         phases, groups = self.width.shape[0], len(self.offsets)
         self.share = np.zeros((groups, groups), dtype=bool)
         for g, others in enumerate(sharing):
@@ -273,6 +293,8 @@ class _Pattern:
         c = np.asarray(shift, dtype=np.intp)
         steps = [np.asarray(level, dtype=np.intp) for level in levels]
         for e in range(int(c.min()), int(c.max()) + phases):
+            if check is not None:
+                check("timing")
             for level in steps:
                 k = e - c[level]
                 inside = (k >= 0) & (k < phases)
@@ -343,3 +365,7 @@ class _Pattern:
             at += len(inst.gpus)
             out[inst.name] = float(done.max()) if done.size else 0.0
         return out
+
+
+def _unchecked(_: str) -> None:
+    """No checkpoint."""

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from blitzplan._collector import collector_paused
 from blitzplan.multicast.allocation.plan_builder import PlanBuilder
 from blitzplan.multicast.plan_types import AllGather, Hop, MulticastPlan, NewInstance
@@ -88,23 +90,48 @@ def score(objective: str, ready_at_s: Mapping[str, float], live: Sequence[str]) 
     return max(ready_at_s.values(), default=0.0)
 
 
-def _arrival_rows(t: Timeline) -> tuple[tuple[float, ...], ...]:
-    """``lane_arrival_s`` as tuples, lanes timed alike sharing one tuple."""
+def _arrival_rows(t: Timeline, step: Callable[[str], None]) -> tuple[tuple[float, ...], ...]:
+    """``lane_arrival_s`` as tuples, lanes timed alike sharing one tuple (``step`` called
+    every :data:`_ROWS` rows)."""
     if t.timed_arrival_s is None or t.lane_row is None:
-        return tuple(map(tuple, t.lane_arrival_s.tolist()))
-    rows = tuple(map(tuple, t.timed_arrival_s.tolist()))
+        return _rows(t.lane_arrival_s, step)
+    rows = _rows(t.timed_arrival_s, step)
     return tuple(map(rows.__getitem__, t.lane_row.tolist()))
 
 
-def freeze(built: Built) -> Frozen:
+_ROWS = 4096
+"""Rows made into tuples between two checkpoints (:func:`freeze`)."""
+
+
+def _rows(array: np.ndarray, step: Callable[[str], None]) -> tuple[tuple[float, ...], ...]:
+    """The rows of ``array`` as tuples, ``step`` called before every :data:`_ROWS` of them."""
+    out: list[tuple[float, ...]] = []
+    for at in range(0, len(array), _ROWS):
+        step("frozen")
+        out.extend(map(tuple, array[at : at + _ROWS].tolist()))
+    return tuple(out)
+
+
+def freeze(built: Built, check: Callable[[str], None] | None = None) -> Frozen:
     """The tuples the finished plan of ``built`` holds, made with the collector paused: tuples
     of floats by the hundred thousand, none in a cycle, whose collections took 2-4x the making
-    itself (34 k lanes: 0.1-0.33 s, 0.06-0.09 s paused, the pass they earn after included)."""
+    itself (34 k lanes: 0.1-0.33 s, 0.06-0.09 s paused, the pass they earn after included).
+    ``check`` (a deadline's checkpoint) is called with ``frozen`` between its parts and
+    every :data:`_ROWS` rows of arrivals (the bulk of its time)."""
     b, t = built.builder, built.timeline
+    step = check or _unchecked
     with collector_paused():
-        hops, allgathers, arrivals = b.hops(), b.allgathers(), _arrival_rows(t)
+        hops = b.hops()
+        step("frozen")
+        allgathers = b.allgathers()
+        arrivals = _arrival_rows(t, step)
+        step("frozen")
         starts = tuple(t.lane_start_s.tolist()) if t.lane_start_s is not None else ()
     return Frozen(hops, allgathers, arrivals, starts)
+
+
+def _unchecked(_: str) -> None:
+    """No checkpoint."""
 
 
 def finish(

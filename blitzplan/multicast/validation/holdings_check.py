@@ -10,13 +10,15 @@ earlier in the plan (or the node had before: then from an instance GPU, never a 
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections import defaultdict
 from fractions import Fraction
 
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, layout
-from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, PlanNode
 
 __all__ = ["check_holdings"]
 
@@ -30,23 +32,37 @@ def check_holdings(state: ClusterState, plan: MulticastPlan) -> list[str]:
 
 def _held_by_rank(q: int, a: int, r: int, b: int, lo: float, hi: float) -> bool:
     """Whether rank ``q`` of an ``a``-way instance holds stripe [lo, hi) of rank ``r`` of ``b``:
-    the split coordinates (r + lo)/b .. (r + hi)/b must lie in q/a .. (q+1)/a."""
-    start = (Fraction(r) + Fraction(lo)) / b
-    end = (Fraction(r) + Fraction(hi)) / b
-    return Fraction(q, a) - Fraction(_COORD) <= start and end <= Fraction(q + 1, a) + Fraction(
-        _COORD
+    the split coordinates (r + lo)/b .. (r + hi)/b must lie in q/a .. (q+1)/a (to ``_COORD``),
+    that is ``lo`` at least ``b (q/a - _COORD) - r`` and ``hi`` at most ``b ((q+1)/a + _COORD)
+    - r``, in exact arithmetic: against the nearest floats of the two limits first (a float
+    above or below the nearest float of a limit is so of the limit), the fractions on a tie."""
+    (low, low_f), (high, high_f) = _rank_limits(q, a, r, b)
+    return (lo > low_f or (lo == low_f and low <= lo)) and (
+        hi < high_f or (hi == high_f and hi <= high)
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _rank_limits(q: int, a: int, r: int, b: int) -> tuple[tuple[Fraction, float], ...]:
+    low = b * (Fraction(q, a) - Fraction(_COORD)) - r
+    high = b * (Fraction(q + 1, a) + Fraction(_COORD)) - r
+    return (low, float(low)), (high, float(high))
 
 
 def _from_rule(plan: MulticastPlan) -> list[str]:
     out = []
     tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
-    into: dict[tuple[int, str], list[Lane]] = defaultdict(list)
+    into: dict[tuple[int, str, int], list[tuple[float, float]]] = defaultdict(list)
+    landed: set[tuple[int, str]] = set()
     for lane in plan.lanes:
-        into[(lane.receiver, lane.dst)].append(lane)
+        into[(lane.receiver, lane.dst, lane.rank)].append((lane.lo, lane.hi))
+        landed.add((lane.receiver, lane.dst))
+    chains = {key: _chains(pieces) for key, pieces in into.items()}
+    units = range(len(plan.unit_bytes))
+    carried: dict[tuple[int, int], tuple[bool, bool]] = {}  # whether the sender had / lacked
     for lane in plan.lanes:
         sender = plan.nodes[lane.sender]
-        where = f"lane {lane.flow} ({lane.holder}->{lane.dst})"
+        where = _Where(lane)
         if sender.kind is NodeKind.INSTANCE:
             if lane.holder not in sender.gpus:
                 out.append(f"{where}: {lane.holder} is not a GPU of {sender.label}")
@@ -60,9 +76,55 @@ def _from_rule(plan: MulticastPlan) -> list[str]:
         elif sender.kind in (NodeKind.HOST, NodeKind.CACHE):
             if lane.holder != sender.memory:
                 out.append(f"{where}: {lane.holder} is not the memory of {sender.label}")
+        elif sender.kind is NodeKind.STAGE:
+            if lane.holder != sender.memory or (lane.sender, lane.holder) not in landed:
+                out.append(f"{where}: stage holds nothing")
         else:
-            out += _check_forwarded(plan, lane, into[(lane.sender, lane.holder)], where)
+            pair = (lane.receiver, lane.sender)
+            if pair not in carried:
+                needed = [u for u in units if not plan.nodes[lane.receiver].has(u)]
+                carried[pair] = (
+                    any(sender.has(u) for u in needed),
+                    any(not sender.has(u) for u in needed),
+                )
+            had, lacked = carried[pair]
+            chain = chains.get((lane.sender, lane.holder, lane.rank), _NO_CHAINS)
+            out += _check_forwarded(sender, lane, chain, where, had=had, lacked=lacked)
     return out
+
+
+def _covered(chains: tuple[list[float], list[float]], lo: float) -> float:
+    """How far from ``lo`` the arrived stripes reach (:func:`_check_forwarded`)."""
+    starts, ends = chains
+    run = bisect.bisect_right(starts, lo + _COORD) - 1
+    return max(lo, ends[run]) if run >= 0 else lo
+
+
+class _Where:
+    """Names a lane in a sentence, written only when one is."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+
+    def __format__(self, spec: str) -> str:
+        return f"lane {self.lane.flow} ({self.lane.holder}->{self.lane.dst})"
+
+
+_NO_CHAINS: tuple[list[float], list[float]] = ([], [])
+
+
+def _chains(pieces: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The stripes that arrived at one GPU, of one rank, as runs: sorted by (lo, hi), a stripe
+    starting at most ``_COORD`` past the run's end extends it (starts and ends of the runs)."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for lo, hi in sorted(pieces):
+        if ends and lo <= ends[-1] + _COORD:
+            ends[-1] = max(ends[-1], hi)
+        else:
+            starts.append(lo)
+            ends.append(hi)
+    return starts, ends
 
 
 def _check_resharded_bytes(state: ClusterState, plan: MulticastPlan) -> list[str]:
@@ -116,26 +178,27 @@ def _lacked(
     return ""
 
 
-def _check_forwarded(plan: MulticastPlan, lane: Lane, arrived: list[Lane], where: str) -> list[str]:
-    """A target or stage forwards only what reached the holder (or the node had before)."""
-    sender = plan.nodes[lane.sender]
-    if sender.kind is NodeKind.STAGE:
-        return [] if lane.holder == sender.memory and arrived else [f"{where}: stage holds nothing"]
+def _check_forwarded(
+    sender: PlanNode,
+    lane: Lane,
+    chains: tuple[list[float], list[float]],
+    where: _Where,
+    *,
+    had: bool,
+    lacked: bool,
+) -> list[str]:
+    """A target forwards only what reached the holder (or the node had before): sweeping the
+    stripes of the lane's rank that arrived at the holder from ``lo``, each starting at most
+    ``_COORD`` past what is covered extends it, up to ``hi`` (less ``_COORD``). The sweep ends
+    in the run (:func:`_chains`) with the last start at most ``lo + _COORD``: runs before it end
+    more than ``_COORD`` before its start, runs after it start more than ``_COORD`` past its end
+    (``had`` / ``lacked``: whether the sender had some / lacked some unit the lane carries)."""
     if lane.holder not in sender.gpus + sender.relays:
         return [f"{where}: {lane.holder} is not a GPU of node {sender.id}"]
-    pieces = sorted(
-        (x.lo, x.hi) for x in arrived if x.rank == lane.rank and x.hi > lane.lo and x.lo < lane.hi
-    )
-    covered = lane.lo
-    for lo, hi in pieces:
-        if lo <= covered + _COORD:
-            covered = max(covered, hi)
-    receiver = plan.nodes[lane.receiver]
-    carried = [u for u in range(len(plan.unit_bytes)) if not receiver.has(u)]
-    if any(not sender.has(u) for u in carried) and covered < lane.hi - _COORD:
+    if lacked and _covered(chains, lane.lo) < lane.hi - _COORD:
         return [
             f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, {lane.hi:.6f})"
         ]
-    if any(sender.has(u) for u in carried) and lane.holder in sender.relays:
+    if had and lane.holder in sender.relays:
         return [f"{where}: relay {lane.holder} holds no unit the node had before"]
     return []

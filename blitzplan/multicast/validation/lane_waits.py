@@ -35,12 +35,15 @@ def lane_waits(
     los = {key: [x.lo for x in group] for key, group in landed.items()}
     widest = {key: max(x.hi - x.lo for x in group) for key, group in landed.items()}
     feeds: list[list[int]] = []
+    forwarded: dict[int, list[int]] = {}
     for lane in lanes:
         hop = plan.hops[hop_of[lane.flow]] if lane.flow in hop_of else None
         if plan.nodes[lane.sender].kind in _SOURCES:
             feeds.append([])
         elif hop is not None and not hop.pipelined:
-            feeds.append([x.flow for x in into[lane.sender]])
+            if lane.sender not in forwarded:  # one list per sender: read, never changed
+                forwarded[lane.sender] = [x.flow for x in into[lane.sender]]
+            feeds.append(forwarded[lane.sender])
         else:
             key = (lane.sender, lane.holder)
             at = los.get(key, [])
@@ -56,19 +59,28 @@ def lane_waits(
                     and min(x.hi, lane.hi) - max(x.lo, lane.lo) > _COORD
                 )
             )
-    needs = [set(feeds[f]) | set(waited_lanes(plan, hop_of.get(f))) for f in range(len(lanes))]
+    # the waits as a graph: lane f is node f, "hop h has ended" node n + h, which needs every
+    # lane of hop h; a lane needs the lanes that feed it and the ends of the hops its hop waits
+    # for (a cycle here is one among the lanes: each hop node only stands for its lanes)
+    n = len(lanes)
+    needs = [set(feeds[f]) for f in range(n)]
+    for f in range(n):
+        if f in hop_of:
+            needs[f] |= {n + h for h in plan.hops[hop_of[f]].after}
+    needs += [{lane.flow for lane in hop.lanes} for hop in plan.hops]
     users: dict[int, list[int]] = defaultdict(list)
     for f, need in enumerate(needs):
         for d in need:
             users[d].append(f)
     left = [len(need) for need in needs]
-    order = [f for f in range(len(lanes)) if not left[f]]
-    for f in order:  # grows as lanes become ready: every lane after all it needs
+    ready = [f for f in range(len(needs)) if not left[f]]
+    for f in ready:  # grows as nodes become ready: every one after all it needs
         for u in users[f]:
             left[u] -= 1
             if not left[u]:
-                order.append(u)
-    return (order, feeds) if len(order) == len(lanes) else None
+                ready.append(u)
+    order = [f for f in ready if f < n]
+    return (order, feeds) if len(ready) == len(needs) else None
 
 
 def waited_lanes(plan: MulticastPlan, hop: int | None) -> list[int]:

@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
+import math
+
+import numpy as np
 
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InvalidInputError
@@ -59,27 +60,55 @@ def check_routes(state: ClusterState, plan: MulticastPlan) -> list[str]:
 
 
 def check_phases(plan: MulticastPlan) -> list[str]:
-    """Lanes of different phases never stream over one edge at the same time."""
+    """Lanes of different phases never stream over one edge at the same time: a lane streams
+    from ``end - bytes / rate`` to ``end`` (its last arrival), a phase on an edge from the
+    earliest start to the latest end of its lanes there; on each edge, by start (ties in the
+    order the phases first reach the edge, lane by lane), a phase starting before the one before
+    it ends breaks the rule."""
     if len(set(plan.flow_phase)) < 2:
         return []
     tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
-    windows: dict[Edge, dict[int, list[float]]] = defaultdict(dict)
+    carried: dict[int, int] = {}  # per receiver, the bytes of the units it lacks
+    edge_ids: dict[Edge, int] = {}
+    begins: list[float] = []
+    ends: list[float] = []
+    edge_of: list[int] = []
+    lane_of: list[int] = []
     for lane in plan.lanes:
         f = lane.flow
-        receiver = plan.nodes[lane.receiver]
-        scale = tp if lane.rank == ALL_RANKS else 1
-        size = sum(
-            lane.fraction * scale * b for u, b in enumerate(plan.unit_bytes) if not receiver.has(u)
-        )
+        total = carried.get(lane.receiver)
+        if total is None:
+            receiver = plan.nodes[lane.receiver]
+            total = carried[lane.receiver] = sum(
+                b for u, b in enumerate(plan.unit_bytes) if not receiver.has(u)
+            )
+        size = lane.fraction * (tp if lane.rank == ALL_RANKS else 1) * total
         end = max(plan.lane_arrival_s[f], default=0.0)
-        begin = end - size / plan.rates[f] if plan.rates[f] > 0 else -float("inf")
+        begins.append(end - size / plan.rates[f] if plan.rates[f] > 0 else -math.inf)
+        ends.append(end)
         for edge in plan.flows[f].edges:
-            span = windows[edge].setdefault(plan.flow_phase[f], [begin, end])
-            span[0], span[1] = min(span[0], begin), max(span[1], end)
-    out = []
-    for edge, spans in windows.items():
-        ordered = sorted(spans.items(), key=lambda kv: kv[1][0])
-        for (p, (_, e1)), (q, (b2, _)) in itertools.pairwise(ordered):
-            if b2 < e1 - _TOL * max(1.0, e1):
-                out.append(f"phases {p} and {q} stream over {edge} at the same time")
-    return out
+            edge_of.append(edge_ids.setdefault(edge, len(edge_ids)))
+            lane_of.append(len(ends) - 1)
+    if not edge_of:
+        return []
+    rows = np.asarray(lane_of)
+    phase_of = np.asarray(plan.flow_phase)[[x.flow for x in plan.lanes]][rows]
+    edge_ix = np.asarray(edge_of)
+    order = np.lexsort((phase_of, edge_ix))  # stable: each (edge, phase) in lane order
+    key_edge, key_phase = edge_ix[order], phase_of[order]
+    first = np.flatnonzero(
+        np.r_[True, (key_edge[1:] != key_edge[:-1]) | (key_phase[1:] != key_phase[:-1])]
+    )
+    starts = np.minimum.reduceat(np.asarray(begins)[rows[order]], first)
+    stops = np.maximum.reduceat(np.asarray(ends)[rows[order]], first)
+    seen, at_edge, at_phase = order[first], key_edge[first], key_phase[first]
+    spans = np.lexsort((seen, starts, at_edge))  # per edge by start, ties by first lane
+    e1, b2 = stops[spans[:-1]], starts[spans[1:]]
+    same = at_edge[spans[:-1]] == at_edge[spans[1:]]
+    clash = np.flatnonzero(same & (b2 < e1 - _TOL * np.maximum(1.0, e1)))
+    names = list(edge_ids)
+    return [
+        f"phases {at_phase[spans[i]]} and {at_phase[spans[i + 1]]} stream over "
+        f"{names[at_edge[spans[i]]]} at the same time"
+        for i in clash
+    ]

@@ -9,8 +9,8 @@ network and no prefill GPU sends unless allowed; that every flow is the route of
 and destination and phases never share an edge at once (:mod:`.route_check`); that no link
 carries more than its capacity beside the background flows (a background flow the plan leaves out
 has ended before it starts) and every rate is positive; that lanes wait for nothing in a cycle;
-and the recurrence of every lane, each instance's readiness and the objective. It returns every
-violated rule as a sentence (an empty tuple means the plan is valid).
+the recurrence of every lane and each instance's readiness (:mod:`.timeline_check`); and the
+objective. It returns every violated rule as a sentence (an empty tuple means the plan is valid).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import math
 from collections import defaultdict
 
 from blitzplan.cluster import ClusterState, Role
-from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.plan_types import MulticastPlan, NodeKind
 from blitzplan.multicast.validation.holdings_check import check_holdings
-from blitzplan.multicast.validation.lane_waits import lane_waits, waited_lanes
 from blitzplan.multicast.validation.route_check import check_phases, check_routes
+from blitzplan.multicast.validation.timeline_check import check_timeline
 from blitzplan.topologies import fair_share_after
 
 __all__ = ["validate_multicast"]
@@ -46,7 +46,7 @@ def validate_multicast(state: ClusterState, plan: MulticastPlan) -> tuple[str, .
     if not problems:
         problems += _check_rates(state, plan)
     if not problems:
-        problems += _check_timeline(state, plan)
+        problems += check_timeline(state, plan)
     if not problems:
         problems += check_phases(plan)
     if not problems:
@@ -229,8 +229,11 @@ def _check_background(state: ClusterState, plan: MulticastPlan) -> list[str]:
 def _check_rates(state: ClusterState, plan: MulticastPlan) -> list[str]:
     out = []
     topo = state.topology
-    for phase in sorted(set(plan.flow_phase)):
-        ids = [i for i, p in enumerate(plan.flow_phase) if p == phase]
+    by_phase: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(plan.flow_phase):
+        by_phase[p].append(i)
+    for phase in sorted(by_phase):
+        ids = by_phase[phase]
         flows = [plan.flows[i] for i in ids]
         rates = fair_share_after(flows, topo.capacity, plan.background)
         load: dict[tuple[str, str], float] = defaultdict(float)
@@ -250,93 +253,6 @@ def _check_rates(state: ClusterState, plan: MulticastPlan) -> list[str]:
             if used > topo.bytes_per_s(edge) * (1 + _TOL):
                 out.append(f"phase {phase} puts {used:.6g} B/s on {edge}, over its capacity")
     return out
-
-
-def _check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
-    """Recompute every lane's arrivals with a plain loop in dependency order and compare."""
-    topo = state.topology
-    units = len(plan.unit_bytes)
-    tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
-    lanes = sorted(plan.lanes, key=lambda x: x.flow)
-    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
-    startup: dict[int, float] = defaultdict(float)
-    for inst in plan.instances:
-        startup[inst.node] = max(startup[inst.node], inst.startup_s)
-    waits = lane_waits(plan, lanes, hop_of)
-    if waits is None:
-        return ["the plan's lanes wait for each other in a cycle"]
-    order, feeds = waits
-    loading = {
-        i.id: list(i.loading.units_ready_s) for i in state.instances if i.loading is not None
-    }
-    arrive: dict[int, list[float]] = {}
-    first: dict[int, float] = {}
-    for f in order:
-        lane = lanes[f]
-        receiver = plan.nodes[lane.receiver]
-        scale = tp if lane.rank == ALL_RANKS else 1
-        latency = sum(topo.latency_s(e) for e in plan.flows[f].edges)
-        rate = plan.rates[f]
-        hop = plan.hops[hop_of[f]] if f in hop_of else None
-        waited = waited_lanes(plan, hop_of.get(f))
-        begin = max([startup[lane.receiver], *(max(arrive[x]) for x in waited)])
-        if feeds[f] and hop is not None and not hop.pipelined:
-            done = max(max(arrive[x]) for x in feeds[f])
-            avail, begin = [done] * units, max(begin, done)
-        elif feeds[f]:
-            avail = [max(arrive[x][u] for x in feeds[f]) for u in range(units)]
-            begin = max(begin, max(first[x] for x in feeds[f]))
-        else:  # a source: it holds every unit now, or a loading one from its arrival
-            avail = list(loading.get(plan.nodes[lane.sender].instance_id or "", [0.0] * units))
-            carried = [avail[u] for u in range(units) if not receiver.has(u)]
-            begin = max(begin, min(carried, default=0.0))
-        t, times, lead = begin, [], None
-        for u in range(units):
-            size = 0.0 if receiver.has(u) else lane.fraction * scale * plan.unit_bytes[u]
-            if size <= 0:
-                times.append(0.0)
-                continue
-            chunk = min(plan.chunk_bytes, size) / rate
-            t = max(avail[u] + chunk + latency, t + size / rate)
-            times.append(t)
-            lead = chunk if lead is None else lead
-        arrive[f] = times
-        first[f] = begin + (lead or 0.0) + latency
-    problems = [
-        f"lane {f} arrivals differ from the recurrence"
-        for f in range(len(lanes))
-        if not _close(arrive[f], plan.lane_arrival_s[f])
-    ]
-    return problems or _check_ready(plan, lanes, arrive, units)
-
-
-def _check_ready(
-    plan: MulticastPlan, lanes: list[Lane], arrive: dict[int, list[float]], units: int
-) -> list[str]:
-    out = []
-    for inst in plan.instances:
-        node = plan.nodes[inst.node]
-        done = [0.0] * units
-        for gpu in inst.gpus:
-            rank = node.rank_of(gpu)
-            mine = [f for f, x in enumerate(lanes) if x.dst == gpu and x.rank in (rank, ALL_RANKS)]
-            for u in range(units):
-                if node.has(u):
-                    continue
-                got = max((arrive[f][u] for f in mine), default=math.inf)
-                done[u] = max(done[u], got if got > 0 else math.inf)
-        if not _close(done, plan.layer_ready_s[inst.name]):
-            out.append(f"{inst.name} layer ready times differ from the recurrence")
-        elif abs(plan.ready_at_s[inst.name] - max(done)) > _TOL * max(1.0, max(done)):
-            out.append(f"{inst.name} ready_at_s differs from its last unit")
-    return out
-
-
-def _close(a: list[float] | tuple[float, ...], b: list[float] | tuple[float, ...]) -> bool:
-    return len(a) == len(b) and all(
-        (math.isinf(x) and x == y) or abs(x - y) <= _TOL * max(1.0, abs(y))
-        for x, y in zip(a, b, strict=True)
-    )
 
 
 def _check_objective(plan: MulticastPlan) -> list[str]:
