@@ -52,6 +52,15 @@ more states, whose least work then charges less)."""
 BUSY_MAX_CHILDREN = 2_000_000
 """The most children one step may have: past it the search stops (-inf)."""
 
+BUSY_MAX_STATES = 40_000
+"""The most states a merge keeps at one work grid: past it the states are merged again at a
+grid four times coarser, up to :data:`BUSY_MAX_GRID_S` (on (32,16) FIFO seed 5 of
+``benchmarks/partition.py`` the 1 ms grid kept 105,000 states and the next step passed
+:data:`BUSY_MAX_CHILDREN`)."""
+
+BUSY_MAX_GRID_S = 1.0
+"""The coarsest grid (one level per set on the benchmark's classes)."""
+
 BUSY_MERGE_S_PER_STATE = 1e-6
 """A merge's expected seconds per child left after the floor (sort, groups, Pareto front; about
 half of it measured on (32,16)): a merge expected to end past the time allowed is not started."""
@@ -187,13 +196,26 @@ def _merge(
     grown = {key: value[keep] for key, value in grown.items()}
     if time.perf_counter() + BUSY_MERGE_S_PER_STATE * keep.sum() >= until:
         return None
-    level = np.floor(grown["work"] / BUSY_GRID_S).astype(np.int64)
-    key = (grown["mask"] << _SHIFT) | np.minimum(level, (1 << _SHIFT) - 1)
+    grid, kept = BUSY_GRID_S, grown
+    while True:  # coarser levels while too many states are kept (each a valid merge)
+        kept = _front(kept, grid)
+        if kept["cost"].size <= BUSY_MAX_STATES or grid >= BUSY_MAX_GRID_S:
+            return kept
+        if time.perf_counter() + BUSY_MERGE_S_PER_STATE * kept["cost"].size >= until:
+            return None
+        grid *= 4
+
+
+def _front(states: dict[str, np.ndarray], grid: float) -> dict[str, np.ndarray]:
+    """``states`` per set and work level (``grid`` seconds) on their Pareto front, each kept
+    state carrying the least work of its group (a dropped state is charged no more work than
+    it has)."""
+    level = np.floor(states["work"] / grid).astype(np.int64)
+    key = (states["mask"] << _SHIFT) | np.minimum(level, (1 << _SHIFT) - 1)
     groups, index = np.unique(key, return_inverse=True)
     least = np.full(groups.size, math.inf)
-    np.minimum.at(least, index, grown["work"])
-    grown["work"] = least[index]  # each state: the least work of its group
-    grown["set"], grown["mask"] = grown["mask"], key
+    np.minimum.at(least, index, states["work"])
+    grown = {**states, "work": least[index], "set": states["mask"], "mask": key}
     kept = _pareto([grown], relative=True)
     kept["mask"] = kept.pop("set")
     return kept
