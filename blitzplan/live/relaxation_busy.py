@@ -63,7 +63,12 @@ BUSY_MAX_GRID_S = 1.0
 
 BUSY_MERGE_S_PER_STATE = 1e-6
 """A merge's expected seconds per child left after the floor (sort, groups, Pareto front; about
-half of it measured on (32,16)): a merge expected to end past the time allowed is not started."""
+half of it measured on (32,16)) until a merge is measured (:data:`BUSY_MEASURED_STATES`): a
+merge expected to end past the time allowed is not started."""
+
+BUSY_MEASURED_STATES = 10_000
+"""Merges of at least this many states set the time per state the next is judged by (at least
+:data:`BUSY_MERGE_S_PER_STATE`: on a loaded machine a merge takes longer)."""
 
 _EPS_S = 1e-9
 """How far before ``t`` a start still counts as not before it (the work is charged from ``t``
@@ -113,6 +118,7 @@ def busy_bound(relax: Relaxation, upper: float, at: float, until: float) -> floa
         "held": np.zeros(1),  # the on-N-alone values of the batches left so far
     }
     order = list(inst.fifo_order)
+    rate = BUSY_MERGE_S_PER_STATE  # a merge's expected seconds per state
     for pos, i in enumerate(order):
         parts = [level] if math.isfinite(table.on_new[i]) else []
         children = _children(table, level, i, after, until)
@@ -123,10 +129,10 @@ def busy_bound(relax: Relaxation, upper: float, at: float, until: float) -> floa
             return upper
         if sum(part["cost"].size for part in parts) > BUSY_MAX_CHILDREN:
             return -math.inf
-        merged = _merge(table, parts, order[pos + 1 :], upper, i, until)
+        merged = _merge(table, parts, order[pos + 1 :], upper, i, until, rate)
         if merged is None:
             return -math.inf
-        level = merged
+        level, rate = merged
         if not level["cost"].size:
             return upper
     return min(upper, float(_charged(table, level, after, at).min()))
@@ -179,10 +185,13 @@ def _merge(
     upper: float,
     i: int,
     until: float,
-) -> dict[str, np.ndarray] | None:
+    rate: float,
+) -> tuple[dict[str, np.ndarray], float] | None:
     """The children that can still beat ``upper`` (their cost, the batches left so far alone
     on N and the least of each later batch), per set and work level on their Pareto front;
-    None when that would end past ``until``."""
+    None when that would end past ``until`` at ``rate`` seconds a state; with the rate to
+    expect of the next (this one's, when it merged at least :data:`BUSY_MEASURED_STATES`, and
+    never under :data:`BUSY_MERGE_S_PER_STATE`)."""
     grown = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
     left = (grown["mask"] & table.bits[i]) == 0
     grown["held"] = grown["held"] + np.where(left, table.on_new[i], 0.0)
@@ -194,14 +203,18 @@ def _merge(
         floor += np.minimum(placed, table.on_new[j])
     keep = floor < upper
     grown = {key: value[keep] for key, value in grown.items()}
-    if time.perf_counter() + BUSY_MERGE_S_PER_STATE * keep.sum() >= until:
+    began, size = time.perf_counter(), int(keep.sum())
+    if began + rate * size >= until:
         return None
     grid, kept = BUSY_GRID_S, grown
     while True:  # coarser levels while too many states are kept (each a valid merge)
         kept = _front(kept, grid)
+        if size >= BUSY_MEASURED_STATES:
+            rate = max(BUSY_MERGE_S_PER_STATE, (time.perf_counter() - began) / size)
         if kept["cost"].size <= BUSY_MAX_STATES or grid >= BUSY_MAX_GRID_S:
-            return kept
-        if time.perf_counter() + BUSY_MERGE_S_PER_STATE * kept["cost"].size >= until:
+            return kept, rate
+        began, size = time.perf_counter(), kept["cost"].size
+        if began + rate * size >= until:
             return None
         grid *= 4
 
