@@ -29,7 +29,9 @@ Mean latency, O in FIFO order only. On (32,16) of ``benchmarks/partition.py`` (F
 against the best 10 s incumbents) the capacity program is 0.384% under on seed 4; this bound,
 counted from ``a_5`` (where the incumbent keeps N busy to its end), 0.076%. On seeds 3, 5 and 9
 it stays under the capacity program from ``a_1``, ``a_3`` and ``a_5`` (0.82 / 1.67 / 0.12% at
-best, against 0.77 / 1.62 / 0.12%).
+best, against 0.77 / 1.62 / 0.12%): those are s18-h1's program, before the child filter and
+the coarser merges above (which raised seed 4's root bound from 0.476356 to 0.476563 and gave
+seed 5 one, 1.8% under its incumbent, where it had none).
 """
 
 from __future__ import annotations
