@@ -14,7 +14,7 @@ import math
 from blitzplan.live.exact.common import Start
 from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.relaxation_dp import capacity_bound
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.relaxation_lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
 from blitzplan.live.relaxation_slots import slot_setup_s
 
 __all__ = [
@@ -81,7 +81,8 @@ def strengthen(start: Start, root_bound: float) -> None:
     upper = start.incumbent.objective
     if start.proven() or upper - start.bound < LAGRANGE_MIN_GAP * abs(upper):
         return
-    budget = min(LAGRANGE_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    share = FAR_SHARE_OF_LIMIT if far_from(root_bound, upper) else LAGRANGE_SHARE_OF_LIMIT
+    budget = min(share * start.left_s(), CAPACITY_MAX_S)
     if budget < LAGRANGE_MIN_S:
         return
     start.raise_bound(
@@ -91,6 +92,7 @@ def strengthen(start: Start, root_bound: float) -> None:
             objective=start.objective,
             upper_bound=upper,
             time_limit_s=budget,
+            relaxed=root_bound,
         )
     )
 

@@ -253,7 +253,7 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
         slicing.raise_bound(bound)
-    first = exact_search(  # for a share, before the packing; the rest after it, when left
+    searched = exact_search(  # for a share, before the packing; the rest after it, when left
         problem,
         ctx,
         objective,
@@ -261,7 +261,7 @@ def exact_plan(
         time_limit_s=None if end is None else SEARCH_SHARE * limit,
         evaluation_s=evaluation_s,
     )
-    packed = None
+    packed, twins = None, list[Built]()  # twins: the packing's to slice (stripes by rate)
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = max(0.05 * limit, PACKED_BY * limit - spent)
     beat_s = math.inf
@@ -270,21 +270,27 @@ def exact_plan(
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         packed = pack_trees(
-            problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES, beat_s=beat_s
+            problem,
+            live,
+            time_limit_s=share,
+            widths=None,
+            shapes=EXACT_SHAPES,
+            beat_s=beat_s,
+            twins=twins,
         )
-    plans = [p for p in (packed, incumbent[1], first.best) if p is not None]
+    first = [*twins, incumbent[1], searched.best]
     timed_by = None if end is None else began + TIMED_BY * limit
-    slicing.time(plans, timed_by, None if end is None else end - 0.05 * limit)  # search's least
+    slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
     rest = []
-    if end is not None and not first.finished:  # in time to build the fastest and time its own
+    if end is not None and not searched.finished:  # in time to build the fastest and time its own
         per_plan = slicing.pattern_s / max(1, len(slicing.plans))
         stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.needed_s() - per_plan)
         spent = time.perf_counter() - began
         left = min(max(0.05 * limit, stop - spent), SLICED_BY * limit - spent)
-        start = (first.choice, first.best)
+        start = (searched.choice, searched.best)
         rest = [exact_search(problem, ctx, objective, start, time_limit_s=left).best]
     slicing.time(rest, end)
-    plans += rest
+    plans = [p for p in (packed, incumbent[1], searched.best, *rest) if p is not None]
     return slicing.best(plans, end), bound
 
 
