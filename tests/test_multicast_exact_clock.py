@@ -259,13 +259,22 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
     monkeypatch.setattr(exact_search_module, "pack_trees", pack)
     monkeypatch.setattr(exact_search_module.SliceSearch, "best", lambda self, c, d: c[0])
+    search = exact_search_module.exact_search
+
+    def search_spy(*args, time_limit_s, **kwargs):
+        seen.setdefault("search", time_limit_s)
+        return search(*args, time_limit_s=time_limit_s, **kwargs)
+
+    monkeypatch.setattr(exact_search_module, "exact_search", search_spy)
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
     )
     if sliced_above < 0.08:
+        assert seen["search"] == 0.0  # none before the packing: the slicings need the time
         assert seen["overlay"] == pytest.approx(1.0)
         assert seen["pack"] == (pytest.approx(1.0), pytest.approx(1.08 * bound))
     else:
+        assert seen["search"] == pytest.approx(1.5)
         assert seen["overlay"] == pytest.approx(4.0)
         assert seen["pack"] == (pytest.approx(7.0), float("inf"))
 
