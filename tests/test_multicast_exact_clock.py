@@ -231,7 +231,7 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     SETTLED_SHARE of the limit, the packing's later shapes only while within SETTLED_ABOVE of
     the bound (cases 60, 72, 193: the program never raised the bound there and the packing was
     1.7-2.6x it, while the greedy's 256-slice plans waited for that time); 9% above it, they
-    get their usual shares (0.4 of the limit, the packing's the rest to PACKED_BY, 0.7) and no
+    get their usual shares (0.4 of the limit, the packing's the rest to 0.6) and no
     ``beat_s``."""
     assert exact_search_module.SETTLED_ABOVE == 0.08
     assert exact_search_module.SETTLED_SHARE == 0.1
@@ -259,96 +259,21 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
     monkeypatch.setattr(exact_search_module, "pack_trees", pack)
     monkeypatch.setattr(exact_search_module.SliceSearch, "best", lambda self, c, d: c[0])
-    search = exact_search_module.exact_search
-
-    def search_spy(*args, time_limit_s, **kwargs):
-        seen.setdefault("search", time_limit_s)
-        return search(*args, time_limit_s=time_limit_s, **kwargs)
-
-    monkeypatch.setattr(exact_search_module, "exact_search", search_spy)
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
     )
     if sliced_above < 0.08:
-        assert seen["search"] == 0.0  # none before the packing: the slicings need the time
         assert seen["overlay"] == pytest.approx(1.0)
         assert seen["pack"] == (pytest.approx(1.0), pytest.approx(1.08 * bound))
     else:
-        assert seen["search"] == pytest.approx(1.5)
         assert seen["overlay"] == pytest.approx(4.0)
-        assert seen["pack"] == (pytest.approx(7.0), float("inf"))
-
-
-def test_the_search_runs_before_the_packing_for_its_share(monkeypatch) -> None:
-    """With a limit, the search of the greedy's decisions runs after the overlay program and
-    before the packing, for SEARCH_SHARE (0.15) of the limit, and its plan is timed in slices
-    beside the packing's and the greedy's (case 76: searched after the packing it had 0.4 s of
-    10 for one choice, while four, 0.3-1.1 s, give a plan whose 512 slices are 1.0104 of the
-    bound); the packing then gets the rest to PACKED_BY (0.7). Only a search its share did not
-    end goes on after the slicings are timed, from its best. Without a limit, the search has
-    none."""
-    assert exact_search_module.SEARCH_SHARE == 0.15
-    assert exact_search_module.PACKED_BY == 0.7
-    problem, ctx, incumbent = _four_targets()
-    greedy_s = max(incumbent[1].ready_at_s.values())
-    bound = exact_search_module.Bound(greedy_s / 1.5, "stand-in")  # no early slicing
-    clock = _Clock()
-    monkeypatch.setattr(exact_search_module, "time", clock)
-    log: list[tuple[str, object]] = []
-    found = [types.SimpleNamespace(name="searched"), types.SimpleNamespace(name="rest")]
-    finished = [True]
-
-    def overlay(problem, *, time_limit_s):
-        clock.now += 2.0
-        log.append(("overlay", time_limit_s))
-
-    def search(problem, ctx, objective, start, *, time_limit_s, evaluation_s=0.0):
-        clock.now += 1.0
-        log.append(("search", (start[1], time_limit_s)))
-        best = found[sum(name == "search" for name, _ in log) - 1]
-        return types.SimpleNamespace(best=best, choice=None, finished=finished[0])
-
-    def pack(*args, time_limit_s, **kwargs):
-        log.append(("pack", time_limit_s))
-
-    def time_spy(self, candidates, deadline, build_by=None, **kwargs):
-        log.append(("time", list(candidates)))
-
-    monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
-    monkeypatch.setattr(exact_search_module, "exact_search", search)
-    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
-    monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
-    monkeypatch.setattr(exact_search_module.SliceSearch, "best", lambda self, c, d: c[-1])
-    for limit, search_s, pack_s, ended in (
-        (10.0, 1.5, 4.0, True),
-        (None, None, 18.0, True),
-        (10.0, 1.5, 4.0, False),
-    ):
-        log.clear()
-        finished[0] = ended
-        answer, _ = exact_search_module.exact_plan(
-            problem, ctx, "all_ready", incumbent, limit, bound=bound, evaluation_s=0.0
-        )
-        names = [name for name, _ in log]
-        assert names[:4] == ["overlay", "search", "pack", "time"]
-        assert log[1][1] == (incumbent[1], pytest.approx(search_s) if search_s else None)
-        assert log[2][1] == pytest.approx(pack_s)  # 0.7 of the limit (30 s without) less 3 s
-        assert log[3][1] == [incumbent[1], found[0]]  # the packing found none here
-        if ended:
-            assert names[4:] == ["time"] and log[4][1] == []
-            assert answer is found[0]
-        else:
-            assert names[4:] == ["search", "time"]
-            assert log[4][1][0] is found[0]  # from the share's best
-            assert log[5][1] == [found[1]]
-            assert answer is found[1]
+        assert seen["pack"] == (pytest.approx(6.0), float("inf"))
 
 
 def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkeypatch) -> None:
     """The slicings timed after the packing are those of the twin it hands back (its trees
     with stripes by rate, :func:`~blitzplan.multicast.exact.tree_packing.by_rate`), then the
-    greedy's, then the search's (run before the packing); the packing's own plan is still a
-    candidate of the last call, unsliced."""
+    greedy's; the packing's own plan is still a candidate of the last call, unsliced."""
     import dataclasses
 
     problem, ctx, incumbent = _four_targets()
@@ -375,6 +300,6 @@ def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkey
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, None, bound=bound, evaluation_s=0.0
     )
-    assert calls[0][0] is twin and calls[0][1] is incumbent[1] and len(calls[0]) == 3
+    assert calls[0][0] is twin and calls[0][1] is incumbent[1] and len(calls[0]) == 2
     assert all(plan is not own for plan in calls[0])
     assert any(plan is own for plan in ended[0])

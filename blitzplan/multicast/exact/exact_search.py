@@ -49,6 +49,9 @@ MAX_CHOICES = 50_000
 MAX_EVALUATIONS = 400
 """At most this many candidates are built and evaluated in full (each with both allocations)."""
 _EPS = 1e-9
+TIMED_BY = 0.7
+"""Under a time limit, the slicings of the packing's and the greedy's plans are timed from
+their patterns by this share of it (after the packing, before the search)."""
 EARLY_BY = 0.15
 """Under a time limit, the greedy's plan's slicings are timed from their patterns by this share
 of it before the overlay program and the packing (the answer where those find nothing better:
@@ -68,21 +71,9 @@ program (2-3.8 s) never raised the bound and the packing (0.9-2.7 s) was 1.7-2.6
 the greedy's own 256 and 512 slicings, 0.4-1.2% above it, waited for that time (s16-h3)."""
 SETTLED_SHARE = 0.1
 """... that share (the program's bound is still taken when it comes in time)."""
-SEARCH_SHARE = 0.15
-"""Under a time limit, the search of the greedy's decisions gets this share of it, after the
-overlay program and before the packing (case 76 at load 7: four choices in 0.6-1.1 s give a
-plan whose 512 slices by lane depth are 1.0104 of the bound; searched after the packing, it had
-0.4 s for one choice, 1.14 of the bound, while the packing took 2.5 s for 1.78)."""
-PACKED_BY = 0.7
-"""The packing ends by this share of the limit."""
-TIMED_BY = 0.8
-"""The slicings of the packing's, the greedy's and the search's plans are timed from their
-patterns by this share of the limit (after the packing); the search, when its share did not
-end it, then goes on from its best until :data:`SEARCHED_BY` (from the start: on case 70 its
-share alone left a plan 1.0041 of the bound for 1.0025)."""
 SEARCHED_BY = 0.85
-"""... and ends by this share of it, earlier when building the fastest slicing timed (and
-timing the search's own plan's) needs the time."""
+"""The search ends by this share of the limit, earlier when building the fastest slicing
+timed (and timing the search's own plan's) needs the time."""
 SLICED_BY = 0.92
 """The slicings are timed and the fastest built by this share of the limit."""
 
@@ -226,13 +217,14 @@ def exact_plan(
 ) -> tuple[Built, Bound]:
     """The exact method: under a limit, the greedy's plan's slicings timed first when it is
     near the bound (:data:`EARLY_BY`, :data:`EARLY_ABOVE`); for ``all_ready``, the overlay
-    program's bound, the search of the greedy's decisions from ``incumbent`` (the greedy's
-    plan) for :data:`SEARCH_SHARE` of the limit, then the tree packing on the program's live
-    choice (the greedy's when the program found none in its time) in every shape of
-    :data:`EXACT_SHAPES` (:mod:`~blitzplan.multicast.exact.tree_packing`) until
-    :data:`PACKED_BY`; the fastest of the search's, the packing's and the greedy's plans and of
-    their cuts into time slices (:mod:`~blitzplan.multicast.exact.slice_search`, timed and the
-    fastest built within the limit);
+    program's bound and the tree packing
+    on its live choice (the greedy's when the program found none in its time) in every shape
+    of :data:`EXACT_SHAPES`
+    (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
+    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
+    of the search's, the packing's and the greedy's plans and of their cuts into time slices
+    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
+    before the search, which then leaves the time to build the fastest; within the limit);
     the best plan and the better of ``bound`` (the certified bound, the caller's) and the
     program's, which also tells the slicings when 512 slices need no trying
     (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time
@@ -253,17 +245,9 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
         slicing.raise_bound(bound)
-    searched = exact_search(  # for a share, before the packing; the rest after it, when left
-        problem,
-        ctx,
-        objective,
-        incumbent,
-        time_limit_s=None if end is None else (0.0 if settled else SEARCH_SHARE) * limit,
-        evaluation_s=evaluation_s,
-    )  # settled: none before, the greedy's slicings need the time (case 60: 1.0090 -> 1.0177)
     packed, twins = None, list[Built]()  # twins: the packing's to slice (stripes by rate)
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
-    share = max(0.05 * limit, PACKED_BY * limit - spent)
+    share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     beat_s = math.inf
     if settled:
         share, beat_s = min(share, SETTLED_SHARE * limit), (1 + SETTLED_ABOVE) * bound
@@ -278,19 +262,20 @@ def exact_plan(
             beat_s=beat_s,
             twins=twins,
         )
-    first = [*twins, incumbent[1], searched.best]
+    first = [*twins, incumbent[1]]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
-    rest = []
-    if end is not None and not searched.finished:  # in time to build the fastest and time its own
+    left = None
+    if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(slicing.plans))
         stop = min(SEARCHED_BY * limit, SLICED_BY * limit - slicing.needed_s() - per_plan)
         spent = time.perf_counter() - began
         left = min(max(0.05 * limit, stop - spent), SLICED_BY * limit - spent)
-        start = (searched.choice, searched.best)
-        rest = [exact_search(problem, ctx, objective, start, time_limit_s=left).best]
-    slicing.time(rest, end)
-    plans = [p for p in (packed, incumbent[1], searched.best, *rest) if p is not None]
+    searched = exact_search(
+        problem, ctx, objective, incumbent, time_limit_s=left, evaluation_s=evaluation_s
+    ).best
+    plans = [p for p in (searched, packed, incumbent[1]) if p is not None]
+    slicing.time([searched], end)
     return slicing.best(plans, end), bound
 
 
