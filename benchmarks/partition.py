@@ -28,22 +28,25 @@ import os
 import platform
 import random
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.live_queues
 
 import blitzplan
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
 from blitzplan._table import format_table
 from blitzplan.live import (
     ZigZag,
-    instance_from_queue,
     relaxation_bound,
     simulate,
     unit_ready_from_link,
 )
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from tests.live_queues import half_queued
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -104,20 +107,14 @@ def instance(layers: int, batches: int, seed: int) -> LiveScalingInstance:
     s = SETUPS[layers] if layers in SETUPS else setup(layers)
     rng = random.Random(f"{layers}-{batches}-{seed}")
     tokens = [rng.choice(TOKENS) for _ in range(batches)]
-    batch_s = layers * statistics.fmean(s.compute.prefill_layer_s(t) for t in tokens)
-    clock, queue = 0.0, []
-    for i, count in enumerate(tokens):
-        if i >= batches // 2:
-            clock += rng.expovariate(2.0 / batch_s)
-        queue.append((clock, count))
-    return instance_from_queue(
+    return half_queued(
         s.model,
         s.compute,
         s.units,
-        queue,
+        tokens,
+        rng,
         handoff_bytes_per_s=s.rate,
         handoff_latency_s=s.latency_s,
-        old_free_at_s=rng.uniform(0.0, batch_s),
     )
 
 

@@ -13,7 +13,7 @@ import jcs
 import pytest
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.scale.program import _grouped, _lacking, _Stripe
+from blitzplan.scale.stripe_bytes import Stripe, grouped, lacking
 from blitzplan.wire.canonical import canonical_json, signed_json
 
 _FLOATS = [0.0, -0.0, 1.0, 2.5, 1e-4, 9.99e-5, 1e-7, 3e-6, 1e16, 1e21, 1e22, 2.0**53, 0.1, -7.25]
@@ -99,7 +99,7 @@ def _old_ranges(
         if not (present and present[unit]):
             total = size * scale
             spans.append((unit, round(lo * total), round(hi * total)))
-    return _grouped((u, u, a, b - a) for u, a, b in spans)
+    return grouped((u, u, a, b - a) for u, a, b in spans)
 
 
 def test_stripes_laid_out_per_run_of_units_equal_the_per_unit_loop() -> None:
@@ -112,7 +112,7 @@ def test_stripes_laid_out_per_run_of_units_equal_the_per_unit_loop() -> None:
         lo = rng.choice([0.0, 0.25, rng.random()])
         hi = rng.choice([lo, 1.0, min(1.0, lo + rng.random() / 4)])
         scale = rng.choice([1, 2, 4])
-        stripe = _Stripe(_lacking(present, unit_bytes, {}), scale, (lo, hi))
+        stripe = Stripe(lacking(present, unit_bytes, {}), scale, (lo, hi))
         assert stripe.ranges == _old_ranges(present, unit_bytes, lo, hi, scale)
         spans = [
             (u, round(lo * (s * scale)), round(hi * (s * scale)))

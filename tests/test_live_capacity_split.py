@@ -6,7 +6,6 @@ nodes), the bound against the exhaustive oracle, and the merge against the progr
 
 from __future__ import annotations
 
-import math
 import random
 from unittest import mock
 
@@ -23,7 +22,7 @@ from blitzplan.live.relaxation_subsets import _Table
 from tests.test_live_bnb_nodes import _crowded as _nodes_crowded
 from tests.test_live_capacity_bound import _crowded
 from tests.test_live_capacity_served import _restriction
-from tests.test_live_node_bound import _combinations
+from tests.test_live_node_bound import _combinations, _timed
 
 TOL = 1e-9
 
@@ -44,27 +43,6 @@ def _late_layer() -> LiveScalingInstance:
     return LiveScalingInstance(
         [0.0, 2.5], [0.0, 0.0], [0.25, 1.0], [0.25, 1.0], [0.1, 0.1], old_free_at_s=1.0
     )
-
-
-def _timed(inst: LiveScalingInstance, r: Restriction, combo: tuple) -> tuple[list[float], ...]:
-    """(completions, O's free time before each batch) of the combination timed as early as its
-    orders and ``r``'s start limits allow (as ``test_live_node_bound._value``)."""
-    split, new, old = combo
-    L, n = inst.num_layers, inst.num_batches
-    done, last, clock = [0] * n, list(inst.release_s), 0.0
-    for b in new:
-        layer = done[b] + 1
-        limit = r.start_after_s[b][layer - 1] if r.start_after_s[b] else 0.0
-        start = max(clock, inst.usable_s[layer - 1], last[b], limit)
-        clock = last[b] = start + inst.new_layer_s[b]
-        done[b] = layer
-    completion, before, clock = list(last), [math.nan] * n, inst.old_free_at_s
-    for b in old:
-        k = split[b]
-        before[b] = clock
-        start = max(clock, inst.release_s[b], last[b] + inst.handoff_s[b] * (k > 0))
-        clock = completion[b] = start + (L - k) * inst.old_layer_s[b]
-    return completion, before
 
 
 def _checked(inst: LiveScalingInstance, r: Restriction, old_order: str) -> tuple[int, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import statistics
 import time
 from unittest import mock
 
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 
 import blitzplan
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import instance_from_queue, printed_bound, unit_ready_from_link
+from blitzplan.live import printed_bound, unit_ready_from_link
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import ZigZag
@@ -25,6 +24,7 @@ from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.relaxation_lagrange import lagrangian_bound
 from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.live.work_meter import WorkMeter
+from tests.live_queues import half_queued
 from tests.test_live_properties import instances
 
 BUDGET_S = 0.03
@@ -59,20 +59,8 @@ def _paper_pair(seed: int, batches: int = 16) -> LiveScalingInstance:
     tokens = [
         min(7437, max(3, round(rng.lognormvariate(math.log(1469), 1.0)))) for _ in range(batches)
     ]
-    batch_s = model.num_layers * statistics.fmean(compute.prefill_layer_s(t) for t in tokens)
-    clock, queue = 0.0, []
-    for i, count in enumerate(tokens):
-        if i >= batches // 2:
-            clock += rng.expovariate(2.0 / batch_s)
-        queue.append((clock, count))
-    return instance_from_queue(
-        model,
-        compute,
-        units,
-        queue,
-        handoff_bytes_per_s=rate,
-        handoff_latency_s=latency,
-        old_free_at_s=rng.uniform(0.0, batch_s),
+    return half_queued(
+        model, compute, units, tokens, rng, handoff_bytes_per_s=rate, handoff_latency_s=latency
     )
 
 

@@ -277,3 +277,60 @@ def test_the_release_windows_never_pass_the_enumerated_optimum(
         instance, old_order="fifo", upper_bound=upper, iterations=60, free_step_s=free_step_s
     )
     assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(instances(max_layers=4, max_batches=4), st.sampled_from([1.0, 1.5, 3.0]))
+def test_the_far_settings_never_pass_the_enumerated_optimum(
+    instance: LiveScalingInstance, steered: float
+) -> None:
+    """Property: given a plain relaxation's bound far under the known value (as at the exact
+    search's root on (80,16)), the bound takes the far settings (the printed bound's grid, O's
+    free time rounded to a thousandth of O's work, Polyak's aim) and, steered toward the
+    optimum or above it, is still never above the exhaustive oracle's optimum."""
+    assume(count_schedules(instance, old_order="fifo") <= 3_000)
+    oracle = schedule_live(instance, method="exact", backend="enumerate", old_order="fifo")
+    upper = oracle.objective * steered
+    bound = lagrangian_bound(
+        instance, old_order="fifo", upper_bound=upper, iterations=60, relaxed=0.0
+    )
+    assert bound <= oracle.objective + 1e-9 * max(1.0, abs(oracle.objective))
+
+
+def test_far_means_the_relaxation_under_a_share_of_a_known_value() -> None:
+    share = relaxation_lagrange.FAR_RELAXED
+    assert relaxation_lagrange.far_from(0.5 * share, 1.0)
+    assert not relaxation_lagrange.far_from(share, 1.0)
+    assert not relaxation_lagrange.far_from(-math.inf, 1.0)
+    assert not relaxation_lagrange.far_from(0.1, math.inf)
+
+
+def test_a_relaxation_far_under_the_known_value_takes_the_far_settings() -> None:
+    """The grid, rounding and aim follow ``relaxed``: under ``FAR_RELAXED`` of the known value
+    the printed bound's far ones, at or above it (or not given) the defaults."""
+    inst = LiveScalingInstance([1.5, 2.0], [1.0, 0.5, 0.5], 1.5, 1.5, 0.0, old_free_at_s=0.5)
+    seen: list[tuple[object, ...]] = []
+    real_prices, real_program = relaxation_lagrange.Prices, relaxation_lagrange._fifo_program
+
+    def prices(instance: LiveScalingInstance, grid: tuple[int, int]) -> Prices:
+        seen.append(("grid", grid))
+        return real_prices(instance, grid)
+
+    def program(*args: object, **kwargs: object) -> object:
+        seen.append(("step", args[5]))
+        return real_program(*args, **kwargs)  # type: ignore[arg-type]
+
+    with (
+        mock.patch.object(relaxation_lagrange, "Prices", prices),
+        mock.patch.object(relaxation_lagrange, "_fifo_program", program),
+    ):
+        for relaxed in (1.0, 3.9, -math.inf):
+            seen.clear()
+            lagrangian_bound(
+                inst, old_order="fifo", upper_bound=25 / 6, iterations=2, relaxed=relaxed
+            )
+            far = relaxed == 1.0
+            step = quick_free_step_s(inst, far=True) if far else 0.0
+            grid = relaxation_lagrange.QUICK_GRID_POINTS if far else GRID_POINTS
+            assert seen[0] == ("grid", grid)
+            assert {s for s in seen[1:]} == {("step", step)}

@@ -42,10 +42,17 @@ def _combinations(inst: LiveScalingInstance, old_order: str) -> Iterator[tuple]:
 def _value(inst: LiveScalingInstance, r: Restriction, combo: tuple, objective: str) -> float:
     """The objective of the combination timed as early as its orders and ``r``'s start limits
     allow; inf when its split is out of ``r``'s range."""
-    split, new, old = combo
-    L, n = inst.num_layers, inst.num_batches
+    split = combo[0]
     if any(not lo <= k <= hi for k, lo, hi in zip(split, r.split_min, r.split_max, strict=True)):
         return math.inf
+    return evaluate_objective(inst, _timed(inst, r, combo)[0], objective)
+
+
+def _timed(inst: LiveScalingInstance, r: Restriction, combo: tuple) -> tuple[list[float], ...]:
+    """(completions, O's free time before each batch) of the combination timed as early as its
+    orders and ``r``'s start limits allow."""
+    split, new, old = combo
+    L, n = inst.num_layers, inst.num_batches
     done, last, clock = [0] * n, list(inst.release_s), 0.0
     for b in new:
         layer = done[b] + 1
@@ -53,12 +60,13 @@ def _value(inst: LiveScalingInstance, r: Restriction, combo: tuple, objective: s
         start = max(clock, inst.usable_s[layer - 1], last[b], limit)
         clock = last[b] = start + inst.new_layer_s[b]
         done[b] = layer
-    completion, clock = list(last), inst.old_free_at_s
+    completion, before, clock = list(last), [math.nan] * n, inst.old_free_at_s
     for b in old:
         k = split[b]
+        before[b] = clock
         start = max(clock, inst.release_s[b], last[b] + inst.handoff_s[b] * (k > 0))
         clock = completion[b] = start + (L - k) * inst.old_layer_s[b]
-    return evaluate_objective(inst, completion, objective)
+    return completion, before
 
 
 def _bound(inst: LiveScalingInstance, r: Restriction, objective: str, old_order: str) -> float:

@@ -268,3 +268,38 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     else:
         assert seen["overlay"] == pytest.approx(4.0)
         assert seen["pack"] == (pytest.approx(6.0), float("inf"))
+
+
+def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkeypatch) -> None:
+    """The slicings timed after the packing are those of the twin it hands back (its trees
+    with stripes by rate, :func:`~blitzplan.multicast.exact.tree_packing.by_rate`), then the
+    greedy's; the packing's own plan is still a candidate of the last call, unsliced."""
+    import dataclasses
+
+    problem, ctx, incumbent = _four_targets()
+    own, twin = dataclasses.replace(incumbent[1]), dataclasses.replace(incumbent[1])
+    calls: list[list[object]] = []
+    ended: list[list[object]] = []
+
+    def pack(*args, twins, **kwargs):
+        twins.append(twin)
+        return own
+
+    def time_spy(self, candidates, deadline, build_by=None, **kwargs):
+        calls.append(list(candidates))
+
+    def best_spy(self, candidates, deadline):
+        ended.append(list(candidates))
+        return candidates[0]
+
+    monkeypatch.setattr(exact_search_module, "overlay_bound", lambda problem, **kwargs: None)
+    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
+    monkeypatch.setattr(exact_search_module.SliceSearch, "best", best_spy)
+    bound = exact_search_module.Bound(1.0, "stand-in")  # no limit: no early call
+    exact_search_module.exact_plan(
+        problem, ctx, "all_ready", incumbent, None, bound=bound, evaluation_s=0.0
+    )
+    assert calls[0][0] is twin and calls[0][1] is incumbent[1] and len(calls[0]) == 2
+    assert all(plan is not own for plan in calls[0])
+    assert any(plan is own for plan in ended[0])

@@ -177,3 +177,42 @@ def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) 
     assert overlay_solve._solve(built[0], built[1], 30.0) is not None
     assert len(calls) == 2
     assert "HighsMipSolverData" not in capfd.readouterr().out
+
+
+def test_sliced_the_packing_shared_by_rate_ends_first() -> None:
+    """A packing of a direct tree and a chain (depth 1 and 2, rates 1 : 3, h0's NIC at 100%) on
+    the chain case: shared to its
+    lags (:func:`lag_shared`) the chain's stripe is the shorter, which its time slices no
+    longer need; :func:`by_rate` keeps the trees and rates with stripes by rate, and cut into
+    64 slices it is valid, ends first, and stays above the overlay bound."""
+    from blitzplan.multicast.exact.phase_slices import slice_phases
+    from blitzplan.multicast.exact.tree_packing import by_rate
+
+    state, problem, overlay, pool = _chain_pool()
+    trees = [next(t for t in pool if depth(overlay, t) == d) for d in (1, 2)]
+    full = LINK / 1e9  # h0's NIC: the direct tree crosses it twice, the chain once
+    rates = np.array([0.2 * full, 0.6 * full])
+    lagged = lag_shared(problem, overlay, trees, rates, frozenset(), fast=True)
+    assert lagged[1] == trees  # the same trees, the chain's stripe shorter than by rate
+    twin = by_rate(problem, overlay, lagged, frozenset())
+    spans = {lane.lo: lane.hi - lane.lo for lane in twin.builder.lanes}
+    assert sorted(spans.values()) == pytest.approx([0.25, 0.75])
+    bound = overlay_bound(problem).bound_s
+    ends = []
+    for built in (lagged[3], twin):
+        plan = _plan(problem, slice_phases(problem, built, 64), bound)
+        assert validate_multicast(state, plan) == ()
+        assert plan.objective_s >= bound * (1 - 1e-9)
+        ends.append(plan.objective_s)
+    assert ends[1] < ends[0]
+
+
+def test_the_packings_re_shared_are_distinct_sets_of_trees() -> None:
+    """The exact method re-shares and rebalances each set of trees once (the two rankings
+    often keep the same trees): the first packing of each set, in order."""
+    from blitzplan.multicast.exact.tree_packing import _distinct
+
+    _, _, _, pool = _chain_pool()
+    a, b = [pool[0], pool[1]], [pool[1]]
+    packs = [(1.0, a, None, "a"), (1.0, list(a), None, "a again"), (2.0, b, None, "b")]
+    assert [p[3] for p in _distinct(packs)] == ["a", "b"]  # type: ignore[arg-type]

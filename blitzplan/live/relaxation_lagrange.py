@@ -56,12 +56,15 @@ from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
+    "FAR_RELAXED",
+    "FAR_SHARE_OF_LIMIT",
     "GRID_POINTS",
     "LAGRANGE_ITERATIONS",
     "QUICK_FAR_AIM_SHARE",
     "QUICK_FAR_FREE_STEP_SHARE",
     "QUICK_FREE_STEP_SHARE",
     "QUICK_GRID_POINTS",
+    "far_from",
     "lagrangian_bound",
     "quick_free_step_s",
 ]
@@ -133,6 +136,31 @@ more points past the arrivals, where O's blocks of a crowded pair end ((80,16) 0
 of the best known, mean; docs/benchmarks.md, s15-h3). Only on pairs whose relaxation's bound
 is under ``relaxation_slots.QUICK_FAR`` of the heuristic's value (on the paper's 12 x
 2,048-token pair it printed 0.9192 -> 0.9077)."""
+
+FAR_RELAXED = 0.9
+"""Given the plain relaxation's bound (``relaxed``) under this share of the known schedule's
+value, :func:`lagrangian_bound` takes by default the settings of the printed bound on a pair far
+from its heuristic (:data:`QUICK_GRID_POINTS`, :data:`QUICK_FAR_FREE_STEP_SHARE`,
+:data:`QUICK_FAR_AIM_SHARE`): at the exact search's root on (80,16) FIFO (relaxation 0.64-0.79
+of the best known) in 1 s they reach 0.946 / 0.923 / 0.924 of the best known on seeds 0-2
+against 0.918 / 0.906 / 0.897 with :data:`GRID_POINTS` and :data:`AIM_SHARE` unrounded; where
+the relaxation is near the best known ((80,8), (40,12): 0.97-1.0) the rounding costs up to 0.9%
+and the defaults stay (docs/benchmarks.md, s19-h2)."""
+
+FAR_SHARE_OF_LIMIT = 0.4
+"""The share of the time left that the exact search's root gives the Lagrangian bound when
+the relaxation is far (:func:`far_from`; else ``root_bounds.LAGRANGE_SHARE_OF_LIMIT``): on
+(80,16) FIFO the search after it never lifted the bound (120 s on seed 2: none past 15 s), and
+0.4 against 0.15 raised it on 8 of 10 seeds by 0.3-1.2% of the best known at 10 s, the
+incumbent unchanged (mean gap 7.57 -> 7.01%, same run; docs/benchmarks.md, s19-h2)."""
+
+
+def far_from(relaxed: float, upper_bound: float) -> bool:
+    """Whether the plain relaxation's bound ``relaxed`` is under :data:`FAR_RELAXED` of a known
+    schedule's value (False when either is not finite)."""
+    known = math.isfinite(relaxed) and math.isfinite(upper_bound)
+    return known and relaxed < FAR_RELAXED * upper_bound
+
 
 _Plan = list[tuple[int, int, int]]
 """Per batch of a priced plan: (batch, split, grid point its N part is counted from)."""
@@ -227,10 +255,11 @@ def lagrangian_bound(
     upper_bound: float = math.inf,
     time_limit_s: float | None = None,
     iterations: int = LAGRANGE_ITERATIONS,
-    free_step_s: float = 0.0,
+    free_step_s: float | None = None,
     clock: Clock = WALL_CLOCK,
-    grid_points: tuple[int, int] = GRID_POINTS,
+    grid_points: tuple[int, int] | None = None,
     aim_share: float | None = None,
+    relaxed: float = -math.inf,
 ) -> float:
     """A lower bound on ``objective`` over every schedule that keeps ``old_order`` (see the
     module docstring); ``-inf`` unless the order is ``"fifo"`` and the objective the mean
@@ -240,10 +269,19 @@ def lagrangian_bound(
     rounds O's free time down to its multiples in the priced program: a weaker bound in less
     time a step (:func:`quick_free_step_s`). On a meter ``clock``, ``time_limit_s`` is counted
     seconds (:mod:`~blitzplan.live.work_meter`; its wall clock only a safety net).
-    ``grid_points``: the multipliers' grid (:data:`GRID_POINTS`); ``aim_share``: how far
-    each step aims toward ``upper_bound`` (None: :data:`AIM_SHARE`)."""
+    ``grid_points``: the multipliers' grid (None: :data:`GRID_POINTS`); ``aim_share``: how far
+    each step aims toward ``upper_bound`` (None: :data:`AIM_SHARE`). With ``relaxed``, the
+    plain relaxation's bound, under :data:`FAR_RELAXED` of ``upper_bound``, those left None and
+    ``free_step_s`` take the far settings instead (the printed bound's far ones)."""
     if objective != "mean_latency" or old_order != "fifo":
         return -math.inf
+    far = far_from(relaxed, upper_bound)
+    if free_step_s is None:
+        free_step_s = quick_free_step_s(instance, far=True) if far else 0.0
+    if grid_points is None:
+        grid_points = QUICK_GRID_POINTS if far else GRID_POINTS
+    if aim_share is None and far:
+        aim_share = QUICK_FAR_AIM_SHARE
     deadline = math.inf if time_limit_s is None else clock.now_s() + time_limit_s
     n, prices = instance.num_batches, Prices(instance, grid_points)
     clock.spend(PRICES_S_PER_CELL * instance.num_layers * n * prices.grid.size**2)

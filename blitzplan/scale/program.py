@@ -5,7 +5,8 @@ Every new GPU ends with its rank's buffer of every unit (:func:`blitzplan.layout
 A step moves a *stripe* ``[lo, hi)`` of that buffer, for every unit it carries, from ``source``
 to ``destination``: the bytes ``[round(lo * B_u), round(hi * B_u))`` of each unit's buffer
 (``ranges`` lists them, grouped over runs of units with equal offsets; a replan leaves out bytes
-the destination already has, so a unit may have several ranges). What a source holds:
+the destination already has, so a unit may have several ranges; the byte arithmetic is
+:mod:`blitzplan.scale.stripe_bytes`). What a source holds:
 
 * a GPU of a serving instance of the same TP degree, or a new instance's GPU that received the
   bytes in this plan, holds them at the same offsets of its own rank buffer;
@@ -35,12 +36,13 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, built
 from blitzplan.multicast.setup.holdings import holder_segments
-from blitzplan.scale.delivered import Held, held_bytes, subtract
+from blitzplan.scale.delivered import Held
 from blitzplan.scale.step_routes import StepRouter
+from blitzplan.scale.stripe_bytes import Stripe, Units, held_rows, lacking, without_held
 from blitzplan.scale.transfer_steps import ByteRange, StepKind, TransferStep
 from blitzplan.topologies import Topology
 
@@ -59,7 +61,7 @@ def program(
     the steps are laid out (``programming``) and per lane (``program``)."""
     if check is not None:
         check("programming")
-    have = _in_bytes(held or {}, plan.unit_bytes)
+    have = held_rows(held or {}, plan.unit_bytes)
     snap = _snapper(plan)
     owner = {g: inst.name for inst in plan.instances for g in inst.gpus}
     startup: dict[int, float] = {}
@@ -68,14 +70,14 @@ def program(
     waits = _waits(plan)
     route = StepRouter(plan, topology)
     steps: dict[int, TransferStep] = {}
-    same: dict[tuple[float, float, bool, int], _Stripe] = {}
+    same: dict[tuple[float, float, bool, int], Stripe] = {}
     # per stripe and held row (GPUs that hold alike share a row): the stripe's ranges and total
     # without the held bytes (both objects are held by ``same`` and ``have``: ids stay theirs)
     cut: dict[tuple[int, int], tuple[tuple[ByteRange, ...], int]] = {}
     layouts: dict[tuple[int, int, str], tuple[int, int] | None] = {}
     kin: dict[int, int] = {}
-    lacks: dict[int, _Units] = {}  # per receiver, the units it lacks (shared by equal ones)
-    segments: dict[tuple[bool, ...], _Units] = {}
+    lacks: dict[int, Units] = {}  # per receiver, the units it lacks (shared by equal ones)
+    segments: dict[tuple[bool, ...], Units] = {}
     kinds: dict[tuple[int, tuple[bool, ...]], int] = {}
     nodes, flows, rates, arrivals = plan.nodes, plan.flows, plan.rates, plan.lane_arrival_s
     starts, feeds, chunk = plan.lane_start_s, plan.lane_feeds, plan.chunk_bytes
@@ -97,16 +99,16 @@ def program(
             ends_at = (snap(lane.lo), snap(lane.hi))
             units = lacks.get(to)
             if units is None:
-                units = lacks[to] = _lacking(nodes[to].present, plan.unit_bytes, segments)
+                units = lacks[to] = lacking(nodes[to].present, plan.unit_bytes, segments)
             scale = nodes[to].tp if lane.rank == ALL_RANKS else 1
-            stripe = same[key] = _Stripe(units, scale, ends_at)
+            stripe = same[key] = Stripe(units, scale, ends_at)
         row = have.get(dst)
         if row is None:
             ranges, total = stripe.ranges, stripe.total
         else:
             found = cut.get((id(stripe), id(row)))
             if found is None:
-                found = cut[id(stripe), id(row)] = _without(
+                found = cut[id(stripe), id(row)] = without_held(
                     stripe, row, nodes[to].present, plan.unit_bytes
                 )
             ranges, total = found
@@ -162,49 +164,6 @@ _UNKNOWN = (-1, -1)  # no source layout looked up yet (a real one is (tp, rank) 
 _INF = math.inf
 
 
-def _in_bytes(held: Held, unit_bytes: Sequence[int]) -> dict[str, dict[int, list[tuple[int, int]]]]:
-    """:func:`~blitzplan.scale.delivered.held_bytes` of ``held``, each intervals object (a
-    replan's GPUs share them) converted once, and one row for the GPUs that hold the same
-    intervals objects for the same units; rows and lists are shared, read only."""
-    converted: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    rows: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, list[tuple[int, int]]]] = {}
-    out: dict[str, dict[int, list[tuple[int, int]]]] = {}
-    for gpu, units in held.items():
-        alike = (tuple(units), tuple(map(id, units.values())))  # ``held`` keeps them alive
-        row = rows.get(alike)
-        if row is None:
-            row = rows[alike] = {}
-            for unit, intervals in units.items():
-                key = (id(intervals), unit_bytes[unit])
-                found = converted.get(key)
-                if found is None:
-                    spans = held_bytes({gpu: {unit: intervals}}, unit_bytes)[gpu][unit]
-                    found = converted[key] = spans
-                row[unit] = found
-        out[gpu] = row
-    return out
-
-
-def _without(
-    stripe: _Stripe,
-    row: Mapping[int, Sequence[tuple[int, int]]],
-    present: Sequence[bool],
-    unit_bytes: Sequence[int],
-) -> tuple[tuple[ByteRange, ...], int]:
-    """The ranges of ``stripe`` and their total, less the bytes ``row`` holds (per unit) of
-    the units a receiver with ``present`` lacks."""
-    sized: dict[int, list[tuple[int, int]]] = {}  # per unit size, the held bytes
-    for u, spans in row.items():
-        if not (present and present[u]):
-            sized.setdefault(unit_bytes[u], []).extend(spans)
-    if not (sized and _cut(stripe, list(sized.items()))):
-        return stripe.ranges, stripe.total
-    ranges = _grouped(
-        (unit, unit, offset, length) for unit, offset, length in _lacked(stripe.spans, row)
-    )
-    return ranges, _total(ranges)
-
-
 class _Maker:
     """Builds TransferSteps from their field values: the first through
     :func:`~blitzplan.multicast.plan_types.built`, which checks that the values name every
@@ -221,10 +180,6 @@ class _Maker:
         step = object.__new__(TransferStep)
         object.__setattr__(step, "__dict__", values)  # the values' own dict: no copy
         return step
-
-
-def _total(ranges: Sequence[ByteRange]) -> int:
-    return sum((r.last_unit - r.first_unit + 1) * r.length for r in ranges)
 
 
 def _waits(plan: MulticastPlan) -> dict[int, tuple[tuple[int, ...], bool]]:
@@ -302,112 +257,3 @@ def _holding_bounds(plan: MulticastPlan) -> set[float]:
         for lo, hi, _ in holder_segments(source_tp, rank, tp)
         for x in (lo, hi)
     }
-
-
-class _Units:
-    """The units a receiver lacks: ``segments``, runs ``(first, last, size)`` of consecutive
-    lacked units of one size (in unit order), and ``sizes``, the distinct sizes among them."""
-
-    def __init__(self, segments: list[tuple[int, int, int]]) -> None:
-        self.segments = segments
-        self.sizes = tuple(dict.fromkeys(size for _, _, size in segments))
-
-
-def _lacking(
-    present: Sequence[bool], unit_bytes: Sequence[int], known: dict[tuple[bool, ...], _Units]
-) -> _Units:
-    """:class:`_Units` of a receiver with ``present`` (receivers that hold alike share one)."""
-    key = tuple(present)
-    found = known.get(key)
-    if found is None:
-        segments: list[tuple[int, int, int]] = []
-        for unit, size in enumerate(unit_bytes):
-            if present and present[unit]:
-                continue
-            if segments and segments[-1][1] == unit - 1 and segments[-1][2] == size:
-                segments[-1] = (segments[-1][0], unit, size)
-            else:
-                segments.append((unit, unit, size))
-        found = known[key] = _Units(segments)
-    return found
-
-
-class _Stripe:
-    """The bytes a lane's stripe ``snapped`` (its ends, snapped) carries into a receiver that
-    holds nothing of it yet, of each unit it lacks (``units``), ``scale`` rank buffers wide:
-    per unit size ``bounds``, the byte range ``(start, end)`` of every unit of that size; the
-    ranges (runs of consecutive units with equal offsets and lengths, empty ones left out) with
-    their total; ``spans``, per unit ``(unit, start, end)``, is listed when asked for."""
-
-    def __init__(self, units: _Units, scale: int, snapped: tuple[float, float]) -> None:
-        self.units, self.snapped = units, snapped
-        lo, hi = snapped
-        self.bounds = {
-            size: (round(lo * (size * scale)), round(hi * (size * scale))) for size in units.sizes
-        }
-        bounds = self.bounds
-        self.ranges = _grouped(
-            (first, last, start, end - start)
-            for first, last, size in units.segments
-            for start, end in (bounds[size],)
-        )
-        self.total = _total(self.ranges)
-
-    @property
-    def spans(self) -> list[tuple[int, int, int]]:
-        bounds = self.bounds
-        return [
-            (unit, *bounds[size])
-            for first, last, size in self.units.segments
-            for unit in range(first, last + 1)
-        ]
-
-
-def _lacked(
-    spans: list[tuple[int, int, int]], have: Mapping[int, Sequence[tuple[int, int]]]
-) -> list[tuple[int, int, int]]:
-    """``(unit, offset, length)`` of the bytes of ``spans`` that ``have`` does not hold."""
-    out = []
-    cuts: dict[tuple[int, int, int], list[tuple[int, int]]] = {}  # units of one size share both
-    for unit, start, end in spans:
-        held = have.get(unit)
-        if not held:
-            out.append((unit, start, end - start))
-            continue
-        key = (start, end, id(held))  # ``have`` holds its lists: an id stays its own
-        cut = cuts.get(key)
-        if cut is None:
-            cut = cuts[key] = subtract((start, end), held)
-        out += [(unit, lo, hi - lo) for lo, hi in cut]
-    return out
-
-
-def _grouped(runs: Iterable[tuple[int, int, int, int]]) -> tuple[ByteRange, ...]:
-    """Runs ``(first, last, offset, length)`` of units in unit order (each unit's bytes
-    ``[offset, offset + length)``) as ranges: consecutive runs with equal offsets and lengths
-    joined, empty ones left out."""
-    out: list[ByteRange] = []
-    first = last = 0
-    key: tuple[int, int] | None = None
-    for start, end, offset, length in runs:
-        if key is not None and start == last + 1 and key == (offset, length):
-            last = end
-            continue
-        if key is not None and key[1] > 0:
-            out.append(ByteRange(first, last, *key))
-        key, first, last = (offset, length), start, end
-    if key is not None and key[1] > 0:
-        out.append(ByteRange(first, last, *key))
-    return tuple(sorted(out, key=lambda r: (r.first_unit, r.offset)))
-
-
-def _cut(stripe: _Stripe, held: Sequence[tuple[int, Sequence[tuple[int, int]]]]) -> bool:
-    """Whether ``held`` bytes (per unit size, of the units the receiver lacks) fall inside the
-    stripe (else the stripe's ranges are what they are with nothing held)."""
-    bounds = stripe.bounds
-    for size, spans in held:
-        start, end = bounds[size]
-        for a, b in spans:
-            if a < end and b > start:
-                return True
-    return False

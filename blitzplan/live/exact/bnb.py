@@ -229,7 +229,7 @@ class _Search:
         """Give ``node`` its capacity bound; True when that lifted it (it is then set aside
         when prunable, else back among the open nodes, to be taken in its new place)."""
         node.strong = True
-        args = (self.start.old_order, self.upper_cost(), until_s)
+        args = (self.start.old_order, self.upper_cost(), until_s, self.start.incumbent.split)
         bound = node_capacity(node.relax, node.bound, *args)
         if bound <= node.bound:
             return False

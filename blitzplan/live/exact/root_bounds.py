@@ -2,7 +2,8 @@
 first share of search did not settle: a local search from the incumbent, then under mean
 latency and a free O order the slot bound (its priced choices offered as schedules,
 :mod:`blitzplan.live.exact.priced`), the capacity bound
-(:func:`~blitzplan.live.relaxation_dp.capacity_bound`) and, while the gap is still at least
+(:func:`~blitzplan.live.relaxation_dp.capacity_bound`), under mean latency and FIFO the busy
+bound (:func:`~blitzplan.live.relaxation_busy.busy_bound`) and, while the gap is still at least
 :data:`LAGRANGE_MIN_GAP`, the Lagrangian bound
 (:func:`~blitzplan.live.relaxation_lagrange.lagrangian_bound`), each in its share of the time
 left; each stops once the incumbent meets the bound so far."""
@@ -10,14 +11,18 @@ left; each stops once the incumbent meets the bound so far."""
 from __future__ import annotations
 
 import math
+import time
 
 from blitzplan.live.exact.common import Start
 from blitzplan.live.exact.priced import priced_search
+from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_busy import busy_bound, busy_point
 from blitzplan.live.relaxation_dp import capacity_bound
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.relaxation_lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
 from blitzplan.live.relaxation_slots import slot_setup_s
 
 __all__ = [
+    "BUSY_SHARE_OF_LIMIT",
     "CAPACITY_SHARE_OF_LIMIT",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
@@ -47,6 +52,10 @@ LAGRANGE_MIN_GAP = 0.01
 LAGRANGE_MIN_S = 0.2
 """A Lagrangian budget below this is not started (a step takes 50-100 ms of CPU at 80 layers
 and 16 batches)."""
+
+BUSY_SHARE_OF_LIMIT = 0.25
+"""The share of the time left after the capacity bound that the busy bound gets (mean latency,
+O in FIFO order)."""
 
 SLOT_SHARE_OF_LIMIT = 0.4
 """The share of the time left after the local search that the slot bound gets (mean latency,
@@ -78,10 +87,12 @@ def strengthen(start: Start, root_bound: float) -> None:
         time_limit_s=budget,
     )
     start.raise_bound(bound)
+    _busy_bound(start)
     upper = start.incumbent.objective
     if start.proven() or upper - start.bound < LAGRANGE_MIN_GAP * abs(upper):
         return
-    budget = min(LAGRANGE_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    share = FAR_SHARE_OF_LIMIT if far_from(root_bound, upper) else LAGRANGE_SHARE_OF_LIMIT
+    budget = min(share * start.left_s(), CAPACITY_MAX_S)
     if budget < LAGRANGE_MIN_S:
         return
     start.raise_bound(
@@ -91,8 +102,25 @@ def strengthen(start: Start, root_bound: float) -> None:
             objective=start.objective,
             upper_bound=upper,
             time_limit_s=budget,
+            relaxed=root_bound,
         )
     )
+
+
+def _busy_bound(start: Start) -> None:
+    """The busy bound (mean latency, O in FIFO order; :mod:`blitzplan.live.relaxation_busy`)
+    counted from the layer arrival where the incumbent's splits keep N busiest, in
+    :data:`BUSY_SHARE_OF_LIMIT` of the time left (cut short, it claims nothing)."""
+    best = start.incumbent
+    budget = min(BUSY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    wanted = start.objective == "mean_latency" and start.old_order == "fifo"
+    if start.proven() or not wanted or not best.has_ops or budget <= 0:
+        return
+    relax = Relaxation(start.instance, start.objective)
+    at = busy_point(relax, best.split)
+    until = time.perf_counter() + budget
+    bound = busy_bound(relax, relax.obj.scaled(best.objective), at, until)
+    start.raise_bound(relax.obj.final(bound))
 
 
 def _slot_bound(start: Start) -> None:

@@ -245,7 +245,7 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
         slicing.raise_bound(bound)
-    packed = None
+    packed, twins = None, list[Built]()  # twins: the packing's to slice (stripes by rate)
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     beat_s = math.inf
@@ -254,9 +254,15 @@ def exact_plan(
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
         packed = pack_trees(
-            problem, live, time_limit_s=share, widths=None, shapes=EXACT_SHAPES, beat_s=beat_s
+            problem,
+            live,
+            time_limit_s=share,
+            widths=None,
+            shapes=EXACT_SHAPES,
+            beat_s=beat_s,
+            twins=twins,
         )
-    first = [p for p in (packed, incumbent[1]) if p is not None]
+    first = [*twins, incumbent[1]]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
     left = None
