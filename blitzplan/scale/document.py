@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from blitzplan._collector import collector_paused
@@ -104,7 +104,9 @@ def encode(plan: ScalePlan, *, timing: bool = False) -> str:
     """The JSON document of ``plan`` (module docstring); its ``plan_id`` is computed here."""
     with collector_paused():  # the document's containers would earn full passes
         document, measured = _document(plan)
-        text, _ = signed_json(document, "plan_id", {"timing": measured} if timing else None)
+        text, signed = signed_json(document, "plan_id", {"timing": measured} if timing else None)
+    # the digest signed is plan_digest(plan): kept as its plan_id (program_json asks for it)
+    vars(plan).setdefault("plan_id", signed)
     return text + "\n"
 
 
@@ -226,19 +228,20 @@ def _nulls(info: Any, data: Any, path: str, allowed: bool = False) -> Any:
         options = [t for t in info.types if not isinstance(t, mi.NoneType)]
         return _nulls(options[0], data, path, allowed) if len(options) == 1 else data
     if isinstance(info, mi.DataclassType) and isinstance(data, dict):
-        for name, kind, nullable in _float_fields(info.cls):
-            if name in data:
-                item = data[name]
-                if type(item) is float and math.isfinite(item):
-                    continue  # a finite float stays as it is, whatever its field
-                data[name] = _nulls(kind, item, f"{path}.{name}", nullable)
+        _record(_float_fields(info.cls), data, path)
     elif isinstance(info, mi.ListType | mi.VarTupleType) and isinstance(data, list | tuple):
-        if isinstance(info.item_type, mi.FloatType) and math.isfinite(math.fsum(data)):
+        item = info.item_type
+        if isinstance(item, mi.FloatType) and math.isfinite(math.fsum(data)):
             return data  # every number finite: nothing to write as null or refuse
-        if not _holds_float(info.item_type):
+        if not _holds_float(item):
             return data
         inner = f"{path}[]"
-        return [_nulls(info.item_type, x, inner, allowed) for x in data]
+        if isinstance(item, mi.DataclassType) and all(type(x) is dict for x in data):
+            fields = _unsettled(_float_fields(item.cls), data)
+            for record in data:  # in the order of the per-record walk: its first error
+                _record(fields, record, inner)
+            return list(data)
+        return [_nulls(item, x, inner, allowed) for x in data]
     elif isinstance(info, mi.TupleType) and isinstance(data, list | tuple):
         return [
             _nulls(t, x, f"{path}[{k}]", allowed)
@@ -248,6 +251,33 @@ def _nulls(info: Any, data: Any, path: str, allowed: bool = False) -> Any:
         inner = f"{path}{{}}"
         return {k: _nulls(info.value_type, v, inner, allowed) for k, v in data.items()}
     return data
+
+
+def _record(fields: tuple[tuple[str, Any, bool], ...], data: dict[str, Any], path: str) -> None:
+    """:func:`_nulls` of a record's ``fields`` (its float fields, or those of them not settled
+    for every record of its list), in place."""
+    for name, kind, nullable in fields:
+        if name in data:
+            item = data[name]
+            if type(item) is float and math.isfinite(item):
+                continue  # a finite float stays as it is, whatever its field
+            data[name] = _nulls(kind, item, f"{path}.{name}", nullable)
+
+
+def _unsettled(
+    fields: tuple[tuple[str, Any, bool], ...], records: Sequence[dict[str, Any]]
+) -> tuple[tuple[str, Any, bool], ...]:
+    """The ``fields`` some record holds other than a finite float (those :func:`_record`
+    skips in every record are left out: the walk over the others is the same)."""
+    out = []
+    for field in fields:
+        column = [record[field[0]] for record in records if field[0] in record]
+        if not (set(map(type, column)) <= _FLOAT and all(map(math.isfinite, column))):
+            out.append(field)
+    return tuple(out)
+
+
+_FLOAT = {float}
 
 
 def _infinite(info: Any, data: Any, allowed: bool = False) -> Any:

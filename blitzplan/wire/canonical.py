@@ -17,15 +17,23 @@ are refused: JCS reads every number as a double.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
+from blitzplan.wire.jcs_walk import (
+    _MARKED,
+    _dump,
+    _key,
+    _Marks,
+    _prepared,
+    _Reorder,
+    _text,
+    es_number,
+)
 
 __all__ = [
     "canonical_json",
@@ -36,183 +44,19 @@ __all__ = [
     "signed_json",
 ]
 
-_EXACT = 2**53
-_MARK = "\x00"
-_MARKED = re.compile(r'"\\u0000([^"]*)"')
-
-
-def es_number(value: float) -> str:
-    """``value`` as ECMAScript's ``Number.prototype.toString`` writes it (RFC 8785, 3.2.2.3)."""
-    if not math.isfinite(value):
-        raise InvalidInputError(f"{value!r} has no JSON form (JSON numbers are finite)")
-    return _es_finite(value)
-
-
-def _es_finite(value: float) -> str:
-    if value == 0:
-        return "0"
-    text = repr(abs(value))
-    mantissa, _, exponent = text.partition("e")
-    point = mantissa.find(".")
-    point = len(mantissa) if point < 0 else point
-    raw = mantissa.replace(".", "")
-    stripped = raw.lstrip("0")
-    n = point + int(exponent or 0) - (len(raw) - len(stripped))
-    digits = stripped.rstrip("0")
-    k = len(digits)
-    if k <= n <= 21:
-        out = digits + "0" * (n - k)
-    elif 0 < n <= 21:
-        out = f"{digits[:n]}.{digits[n:]}"
-    elif -6 < n <= 0:
-        out = "0." + "0" * -n + digits
-    else:
-        e = n - 1
-        out = f"{digits[0]}{'.' + digits[1:] if k > 1 else ''}e{'+' if e >= 0 else '-'}{abs(e)}"
-    return "-" + out if value < 0 else out
-
-
-def _key(name: str) -> bytes:
-    return name.encode("utf-16-be")
-
-
-def _float(value: float, marks: list[int]) -> Any:
-    """A float as :func:`_prepared` writes it: an int when integral below 2**53, itself where
-    Python's ``repr`` and ECMAScript agree (non-integral, |x| >= 1e-4), else its marked JCS
-    text."""
-    if value.is_integer():
-        if -_EXACT < value < _EXACT:
-            return int(value)
-    elif 1e-4 <= abs(value) < math.inf:  # non-integral, so < 2**52: repr and ECMAScript agree
-        return value
-    if not math.isfinite(value):
-        raise InvalidInputError(f"{value!r} has no JSON form (JSON numbers are finite)")
-    marks.append(1)
-    return _MARK + _es_finite(value)
-
-
-def _scalar(value: Any, marks: list[int]) -> Any:
-    kind = type(value)
-    if kind is float:
-        return _float(value, marks)
-    if kind is str:
-        if _MARK in value:
-            raise InvalidInputError(f"the string {value[:40]!r} holds a NUL character")
-        return value
-    if kind is int and not -_EXACT < value < _EXACT:
-        raise InvalidInputError(f"the integer {value} is beyond 2**53: JCS reads it as a double")
-    if value is None or kind is bool or kind is int:
-        return value
-    raise InvalidInputError(f"a {kind.__name__} has no JSON form")
-
-
-def _plain(item: Any) -> bool:
-    """Whether ``item`` is written as it is (a string without NUL, a bool, None, an int below
-    2**53, or a float whose ``repr`` is its JCS text: non-integral, 1e-4 <= |x| < inf)."""
-    t = type(item)
-    if t is float:
-        return bool(1e-4 <= abs(item) < math.inf) and not item.is_integer()
-    if t is str:
-        return _MARK not in item
-    if t is int:
-        return bool(-_EXACT < item < _EXACT)
-    return item is None or t is bool
-
-
-def _prepared(value: Any, marks: list[int]) -> Any:
-    """``value`` with members in JCS order and every float that Python's ``repr`` writes
-    differently from ECMAScript replaced by a marked string (``_MARK`` + its JCS text). A list
-    or tuple that needs no change is returned as it is (read only)."""
-    kind = type(value)
-    if kind is dict:
-        return _members(value, marks)
-    if kind is list or kind is tuple:
-        return _items(value, marks)
-    if kind is float:
-        return _float(value, marks)
-    return _scalar(value, marks)
-
-
-def _members(value: dict[Any, Any], marks: list[int]) -> dict[str, Any]:
-    """A dict as :func:`_prepared` writes it: its members in JCS order, each prepared."""
-    names = sorted(value) if all(map(str.isascii, value)) else sorted(value, key=_key)
-    if _MARK in "".join(names):
-        raise InvalidInputError("a key holds a NUL character")
-    out = {}
-    for name in names:
-        item = value[name]
-        kind = type(item)
-        if kind is float:
-            if not (1e-4 <= abs(item) < math.inf) or item.is_integer():
-                item = _float(item, marks)
-        elif kind is str:
-            if _MARK in item:
-                _scalar(item, marks)  # raises
-        elif kind is int:
-            if not -_EXACT < item < _EXACT:
-                _scalar(item, marks)  # raises
-        elif not (item is None or kind is bool):
-            item = _prepared(item, marks)
-        out[name] = item
-    return out
-
-
-def _items(value: list[Any] | tuple[Any, ...], marks: list[int]) -> Any:
-    """A list or tuple as :func:`_prepared` writes it. Its items' types are looked at first:
-    all ints below 2**53, all strings without NUL, all plain floats, or lists / tuples of such
-    ints, and it is written as it is; else item by item."""
-    kinds = set(map(type, value))
-    if len(kinds) == 1:
-        (kind,) = kinds
-        if kind is dict:
-            return [_members(item, marks) for item in value]
-        if kind is int and _below_2_53(value):
-            return value
-        if kind is float and _plain_floats(value):
-            return value
-        if kind is str and _MARK not in "".join(value):
-            return value
-    if kinds and kinds <= _SEQUENCES:
-        flat = itertools.chain.from_iterable
-        if set(map(type, flat(value))) == _INT and _below_2_53(flat(value), flat(value)):
-            return value
-    return [item if _plain(item) else _prepared(item, marks) for item in value]
-
-
-_SEQUENCES = frozenset({list, tuple})
-_INT = {int}
-
-
-def _below_2_53(ints: Iterable[int], again: Iterable[int] | None = None) -> bool:
-    """Whether the ints (a non-empty list, or one iterator and ``again`` another over the
-    same ints) are all within (-2**53, 2**53)."""
-    return min(ints) > -_EXACT and max(ints if again is None else again) < _EXACT
-
-
-def _plain_floats(floats: Sequence[float]) -> bool:
-    """Whether every float of a non-empty list is :func:`_plain`."""
-    return (
-        all(map(math.isfinite, floats))
-        and min(map(abs, floats)) >= 1e-4
-        and not any(map(float.is_integer, floats))
-    )
-
-
-def _text(prepared: Any, marks: list[int]) -> str:
-    text = json.dumps(prepared, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    if marks:
-        text, found = _MARKED.subn(r"\1", text)
-        if found != len(marks):  # cannot happen: strings with NUL were refused
-            raise InvalidInputError("canonical numbers could not be placed")
-    return text
-
 
 def canonical_json(value: Any) -> str:
     """The RFC 8785 text of a parsed JSON value (dicts with str keys, lists, tuples, str, int,
     float, bool, None); InvalidInputError for anything JSON cannot hold."""
     with collector_paused():  # a large document's containers would earn full passes
-        marks: list[int] = []
-        return _text(_prepared(value, marks), marks)
+        marks = _Marks()
+        try:
+            prepared = _prepared(value, marks)
+        except _Reorder:
+            marks = _Marks()
+            marks.as_is = False
+            prepared = _prepared(value, marks)
+        return _text(prepared, marks)
 
 
 def signed_json(
@@ -223,23 +67,31 @@ def signed_json(
     Each member is written once: the signed text and the text are joined from the same
     pieces."""
     with collector_paused():
-        marks: list[int] = []
-        prepared = _prepared(dict(document), marks)
-        members = {name: _member(name, item) for name, item in prepared.items()}
+        marks = _Marks()
+        try:
+            prepared = _prepared(dict(document), marks)
+        except _Reorder:
+            marks = _Marks()
+            marks.as_is = False
+            prepared = _prepared(dict(document), marks)
+        sort = marks.as_is
+        members = {name: _member(name, item, sort) for name, item in prepared.items()}
         signed = "{" + ",".join(text for text, _ in members.values()) + "}"
         if sum(found for _, found in members.values()) != len(marks):  # cannot happen
             raise InvalidInputError("canonical numbers could not be placed")
         hexdigest = hashlib.sha256(signed.encode()).hexdigest()
-        members[key] = _member(key, hexdigest)
+        members[key] = _member(key, hexdigest, sort)
         for name, value in (extra or {}).items():
-            members[name] = _member(name, _prepared(value, marks))
+            extra_marks = _Marks()
+            extra_marks.as_is = False  # small: sorted here, whatever the document needed
+            members[name] = _member(name, _prepared(value, extra_marks), False)
         names = sorted(members, key=_key)
         return "{" + ",".join(members[name][0] for name in names) + "}", hexdigest
 
 
-def _member(name: str, prepared: Any) -> tuple[str, int]:
+def _member(name: str, prepared: Any, sort: bool) -> tuple[str, int]:
     """The text ``"name":value`` of a prepared member, and how many marked numbers it held."""
-    text = json.dumps({name: prepared}, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = _dump({name: prepared}, sort)
     return _MARKED.subn(r"\1", text[1:-1]) if "\\u0000" in text else (text[1:-1], 0)
 
 

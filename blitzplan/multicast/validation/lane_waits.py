@@ -50,13 +50,16 @@ def lane_waits(
             lo = bisect.bisect_left(at, lane.lo - widest.get(key, 0.0) - _COORD)
             hi = bisect.bisect_left(at, lane.hi)
             near = landed[key][lo:hi] if key in landed else []
+            flow, rank, l_lo, l_hi = lane.flow, lane.rank, lane.lo, lane.hi
+            any_rank = rank == ALL_RANKS
             feeds.append(
                 sorted(
                     x.flow
                     for x in near
-                    if x.flow != lane.flow
-                    and (x.rank == lane.rank or ALL_RANKS in (x.rank, lane.rank))
-                    and min(x.hi, lane.hi) - max(x.lo, lane.lo) > _COORD
+                    if x.flow != flow
+                    and (x.rank == rank or any_rank or x.rank == ALL_RANKS)
+                    # min(x.hi, l_hi) - max(x.lo, l_lo), as min and max pick (NaN included)
+                    and (l_hi if l_hi < x.hi else x.hi) - (l_lo if l_lo > x.lo else x.lo) > _COORD
                 )
             )
     # the waits as a graph: lane f is node f, "hop h has ended" node n + h, which needs every
