@@ -230,7 +230,8 @@ def exact_plan(
     greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
     of the search's, the packing's and the greedy's plans and of their cuts into time slices
     (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
-    before the search, which then leaves the time to build the fastest; within the limit);
+    before the search, which then leaves the time to build the fastest, or builds it first
+    when it is within :data:`BANKED_ABOVE` of the bound; within the limit);
     the best plan and the better of ``bound`` (the certified bound, the caller's) and the
     program's, which also tells the slicings when 512 slices need no trying
     (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time
