@@ -303,3 +303,59 @@ def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkey
     assert calls[0][0] is twin and calls[0][1] is incumbent[1] and len(calls[0]) == 2
     assert all(plan is not own for plan in calls[0])
     assert any(plan is own for plan in ended[0])
+
+
+@pytest.mark.parametrize("sliced_above", [0.005, 0.015])
+def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
+    monkeypatch, sliced_above: float
+) -> None:
+    """When a slicing timed before the search (here of the packing's twin) is within
+    BANKED_ABOVE (0.01) of the bound (here 0.5% above it), it is built before the search (its
+    timed slicings only, from the twin and the greedy's plan), and the plan built is among the
+    last call's candidates (case 134 at load 7: the twin's 512 slices, 1.0078, built after the
+    search had 1.32 s left and was refused); 1.5% above it, nothing is built before the
+    search."""
+    import dataclasses
+
+    assert exact_search_module.BANKED_ABOVE == 0.01
+    problem, ctx, incumbent = _four_targets()
+    greedy_s = max(incumbent[1].ready_at_s.values())
+    bound = exact_search_module.Bound(greedy_s / 1.5, "stand-in")  # no early call
+    twin = dataclasses.replace(incumbent[1])
+    clock = _Clock()
+    monkeypatch.setattr(exact_search_module, "time", clock)
+    timed = exact_search_module.SliceSearch.time
+    log: list[object] = []
+    banked = object()
+
+    def pack(*args, twins, **kwargs):
+        twins.append(twin)
+
+    def time_spy(self, candidates, deadline, build_by=None, **kwargs):
+        timed(self, [], None)  # nothing timed for real: one stand-in slicing
+        log.append("time")
+        if not self.timed:
+            self.timed.append(((1 + sliced_above) * bound, 512, 1, 0))
+            self.target = (1 + sliced_above) * bound
+
+    def best_spy(self, candidates, deadline, *, untimed=True):
+        log.append(("best", untimed, [c for c in candidates if c is banked or c is twin]))
+        return candidates[0] if untimed else banked
+
+    def search(*args, **kwargs):
+        log.append("search")
+        return types.SimpleNamespace(best=incumbent[1])
+
+    monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
+    monkeypatch.setattr(exact_search_module.SliceSearch, "best", best_spy)
+    monkeypatch.setattr(exact_search_module, "overlay_bound", lambda *a, **k: None)
+    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    monkeypatch.setattr(exact_search_module, "exact_search", search)
+    plan, _ = exact_search_module.exact_plan(
+        problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
+    )
+    if sliced_above < 0.01:
+        assert log == ["time", ("best", False, [twin]), "search", "time", ("best", True, [banked])]
+        assert plan is banked
+    else:
+        assert log == ["time", "search", "time", ("best", True, [])]

@@ -316,3 +316,32 @@ def test_until_a_pattern_is_timed_only_the_fewest_plain_slices_are_tried(monkeyp
     monkeypatch.setattr(slice_search, "pattern_ready", counted)
     search.time([], None)
     assert tried[0] == (slice_search.SLICES[0], False) and len(tried) > 1
+
+
+def test_a_call_before_the_last_builds_no_untimed_slicing_and_frees_the_reserve(
+    monkeypatch,
+) -> None:
+    """``untimed=False`` (the exact method's build before its search): the fastest timed
+    slicing is built, none the pattern could not time, and the time kept for that build is
+    freed (:meth:`SliceSearch.needed_s` then keeps none for it); the last call, by default,
+    builds the untimed ones too."""
+    search, ring = _timed_ring()
+    search.untimed = [(4, False, 0)]
+    search.reserve_s = 5.0
+    built: list[tuple[tuple[int, int, int], bool]] = []
+    full = search._full
+
+    def spy(key, deadline, *, timed):
+        built.append((key, timed))
+        return full(key, deadline, timed=timed)
+
+    monkeypatch.setattr(search, "_full", spy)
+    fastest = min(search.timed)
+    best = search.best([ring], None, untimed=False)
+    assert built == [(fastest[1:], True)]
+    assert max(best.ready_at_s.values()) == pytest.approx(fastest[0], rel=1e-9)
+    assert search.reserve_s == 0.0
+    assert search.needed_s() == 0.0
+    built.clear()
+    search.best([ring], None)
+    assert ((4, False, 0), False) in built

@@ -286,13 +286,17 @@ class SliceSearch:
                 if fitting:
                     self.target, self.reserve_s = v, fitting[0]
 
-    def best(self, candidates: Sequence[Built], deadline: float | None) -> Built:
+    def best(
+        self, candidates: Sequence[Built], deadline: float | None, *, untimed: bool = True
+    ) -> Built:
         """The fastest of ``candidates`` (the first of the fastest when no slicing beats them)
         and of the slicings timed, built in full by ``deadline``, fastest first, whose phases
         stay apart on every link; then the slicings the pattern could not time, as time
         allows, the fewest slices first (in the order :meth:`time` finds them, plain first, but
         for ``staggered_first``: case 10's greedy plan, whose slicings the pattern cannot time,
-        then built 64 staggered slices first and had no time left for its 32 plain, 1.0043).
+        then built 64 staggered slices first and had no time left for its 32 plain, 1.0043);
+        ``untimed`` False: not those (a call before the last). A timed slicing built keeps no
+        time reserved for it after (:meth:`needed_s`).
         The collector stays paused throughout: one pass over the builds kept after the last
         (0.15-0.6 s of wall at load 8 on case 115), not one after each."""
         with collector_paused():
@@ -304,8 +308,9 @@ class SliceSearch:
                 trial = self._full((phases, staggered, j), deadline, timed=True)
                 if trial is not None:
                     best, value = trial, self._value(trial)
+                    self.reserve_s = 0.0  # built: no time kept for it (a later call's own)
                     break
-            for key in sorted(self.untimed, key=_slices_of):  # the fewest slices first
+            for key in sorted(self.untimed if untimed else [], key=_slices_of):  # fewest first
                 trial = self._full(key, deadline, timed=False)
                 if trial is not None and self._value(trial) < value * _BETTER:
                     best, value = trial, self._value(trial)
