@@ -43,6 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from blitzplan.live.relaxation import Relaxation
+from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.relaxation_subsets import _pareto, _Table
 
 __all__ = ["BUSY_GRID_S", "busy_bound", "busy_point"]
@@ -111,6 +112,9 @@ def busy_bound(relax: Relaxation, upper: float, at: float, until: float) -> floa
     if relax.obj.name != "mean_latency" or n + _SHIFT > 62:
         return -math.inf
     table = _Table(relax, capacity=True, fifo=True)
+    cap = table.capacity
+    if cap is None:  # _Table builds it when asked (capacity=True)
+        raise RuntimeError("the busy bound's table has no capacity program")
     after = [_after(relax, i, at) for i in range(n)]
     level = {
         "mask": np.zeros(1, dtype=np.int64),
@@ -123,7 +127,7 @@ def busy_bound(relax: Relaxation, upper: float, at: float, until: float) -> floa
     rate = BUSY_MERGE_S_PER_STATE  # a merge's expected seconds per state
     for pos, i in enumerate(order):
         parts = [level] if math.isfinite(table.on_new[i]) else []
-        children = _children(table, level, i, after, until)
+        children = _children(table, cap, level, i, after, until)
         if children is None:
             return -math.inf
         parts += children
@@ -137,17 +141,21 @@ def busy_bound(relax: Relaxation, upper: float, at: float, until: float) -> floa
         level, rate = merged
         if not level["cost"].size:
             return upper
-    return min(upper, float(_charged(table, level, after, at).min()))
+    return min(upper, float(_charged(table, cap, level, after, at).min()))
 
 
 def _children(
-    table: _Table, level: dict[str, np.ndarray], i: int, after: list[np.ndarray], until: float
+    table: _Table,
+    cap: Capacity,
+    level: dict[str, np.ndarray],
+    i: int,
+    after: list[np.ndarray],
+    until: float,
 ) -> list[dict[str, np.ndarray]] | None:
     """``level``'s states grown by batch ``i`` served next on O, one child per split in its
     range that ends before every smaller one (its completion lifted by the shared work); None
     past ``until``."""
-    relax, cap = table.relax, table.capacity
-    assert cap is not None
+    relax = table.relax
     inst = relax.instance
     low = relax.restriction.split_min[i]
     high = min(relax.restriction.split_max[i], inst.num_layers - 1)
@@ -237,12 +245,10 @@ def _front(states: dict[str, np.ndarray], grid: float) -> dict[str, np.ndarray]:
 
 
 def _charged(
-    table: _Table, level: dict[str, np.ndarray], after: list[np.ndarray], at: float
+    table: _Table, cap: Capacity, level: dict[str, np.ndarray], after: list[np.ndarray], at: float
 ) -> np.ndarray:
     """Each complete state's bound: its cost, the batches left on N (the larger of their
     values alone and their order-statistic bound) and the last completion's charge."""
-    cap = table.capacity
-    assert cap is not None
     unplaced = table.unplaced(level["mask"])
     alone_ends = np.where(unplaced, cap.alone_end, -math.inf).max(axis=1)
     total, last = cap.left_on_new(unplaced)
