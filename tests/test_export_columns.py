@@ -19,20 +19,9 @@ import pytest
 from blitzplan.errors import InvalidInputError
 from blitzplan.wire.canonical import canonical_json, signed_json
 from blitzplan.wire.jcs_walk import _dump, _Marks, _prepared, _text
+from tests.test_export_speed import _FLOATS, _number
 
-_FLOATS = [0.0, -0.0, 1.0, 2.5, 1e-4, 9.99e-5, 1e-7, 3e-6, 1e16, 1e21, 2.0**53, 0.1, 1.2e-5]
 _NAMES = ["id", "b", "z", "stripe", "é", "rank", "\ue000", "\U0001f600"]
-
-
-def _scalar(rng: random.Random) -> object:
-    pick = rng.random()
-    if pick < 0.3:
-        return rng.randint(-(2**53) + 1, 2**53 - 1) if rng.random() < 0.1 else rng.randint(0, 99)
-    if pick < 0.6:
-        return rng.choice(_FLOATS)
-    if pick < 0.8:
-        return rng.uniform(-10, 10) * 10 ** rng.randint(-8, 17)
-    return rng.choice([True, False, None, "s", "é\n", "h0/gpu1"])
 
 
 def _column(rng: random.Random, depth: int) -> object:
@@ -42,7 +31,7 @@ def _column(rng: random.Random, depth: int) -> object:
         fixed = rng.choice([int, float, str])
         return lambda: {int: rng.randint(0, 9), float: rng.uniform(1, 2), str: "x"}[fixed]
     if kind == 1:
-        return lambda: _scalar(rng)
+        return lambda: _number(rng)
     if kind == 2:  # float tuples (arrival times), small ones among them or not
         small = rng.random() < 0.5
         return lambda: tuple(
@@ -53,7 +42,7 @@ def _column(rng: random.Random, depth: int) -> object:
     if kind == 4:  # nested records, one key set
         return lambda: _records(rng, depth + 1, rng.randrange(4))
     keys = rng.sample(_NAMES, 2)
-    return lambda: {key: _scalar(rng) for key in keys}
+    return lambda: {key: _number(rng) for key in keys}
 
 
 def _records(rng: random.Random, depth: int, n: int | None = None) -> list[dict[str, object]]:

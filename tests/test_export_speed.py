@@ -16,7 +16,23 @@ from blitzplan.errors import InvalidInputError
 from blitzplan.scale.stripe_bytes import Stripe, grouped, lacking
 from blitzplan.wire.canonical import canonical_json, signed_json
 
-_FLOATS = [0.0, -0.0, 1.0, 2.5, 1e-4, 9.99e-5, 1e-7, 3e-6, 1e16, 1e21, 1e22, 2.0**53, 0.1, -7.25]
+_FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    2.5,
+    1e-4,
+    9.99e-5,
+    1e-7,
+    3e-6,
+    1e16,
+    1e21,
+    1e22,
+    2.0**53,
+    0.1,
+    -7.25,
+    1.2e-5,
+]
 
 
 def _number(rng: random.Random) -> object:
