@@ -18,7 +18,6 @@ Nothing is asserted: the README quotes the tables.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import platform
 import statistics
@@ -41,7 +40,7 @@ from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
-from blitzplan.executor.transports import Chunk, Lane, open_transport, runs
+from blitzplan.executor.transports import Chunk, Lane, nixl_module, open_transport, runs
 from blitzplan.executor.transports.torch_p2p import pair_groups
 from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
@@ -51,7 +50,7 @@ SCENARIO = "small" if QUICK else "large"
 RUNS = 1 if QUICK else 3
 THROUGHPUT_RUNS = 1 if QUICK else 7
 """Throughput varies most with the load of a shared machine: more runs for its median."""
-TRANSPORTS = ["torch"] + (["nixl"] if importlib.util.find_spec("nixl_cu12") else [])
+TRANSPORTS = ["torch"] + (["nixl"] if nixl_module() else [])
 POLICIES = ["zigzag"] if QUICK else ["zigzag", "best_effort", "stop_the_world"]
 
 

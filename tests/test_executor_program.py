@@ -46,7 +46,7 @@ from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
-from blitzplan.executor.transports import runs, writes  # noqa: E402
+from blitzplan.executor.transports import NIXL_MODULES, nixl_module, runs, writes  # noqa: E402
 from blitzplan.executor.transports.torch_p2p import relays  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
@@ -59,7 +59,7 @@ from blitzplan.scale.scenarios import (  # noqa: E402
 from blitzplan.wire.program_bytes import held_bytes  # noqa: E402
 
 PACKAGE = Path(blitzplan.__file__).parent
-HAVE_NIXL = pytest.importorskip("importlib").util.find_spec("nixl_cu12") is not None
+HAVE_NIXL = nixl_module() is not None
 TRANSPORTS = [
     "torch",
     pytest.param("nixl", marks=pytest.mark.skipif(not HAVE_NIXL, reason="no NIXL")),
@@ -157,7 +157,7 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     assert len(run.devices) == 8 and run.plan_id == small.plan.plan_id
     step = {s.id: s for s in read_program(text).steps}
     assert all(s.moved_bytes == step[s.id].bytes for s in run.steps)
-    assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
+    assert not set(NIXL_MODULES) & set(sys.modules)  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
     _check_paced(run, text)
     fast = run_program(text, workers=pool, transport=transport, paced=False)
