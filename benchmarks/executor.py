@@ -46,6 +46,8 @@ from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
+DEVICE = os.environ.get("BLITZPLAN_DEVICE", "cpu")
+"""Where the buffers live (BLITZPLAN_DEVICE=cuda: in GPU memory, on a machine with GPUs)."""
 SCENARIO = "small" if QUICK else "large"
 RUNS = 1 if QUICK else 3
 THROUGHPUT_RUNS = 1 if QUICK else 7
@@ -355,14 +357,14 @@ def main() -> None:
     print(
         f"blitzplan executor benchmark, {date.today()}, {platform.machine()}, {os.cpu_count()} "
         f"cpus, load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, torch "
-        f"{torch.__version__}, transports {', '.join(TRANSPORTS)}\n"
+        f"{torch.__version__}, device {DEVICE}, transports {', '.join(TRANSPORTS)}\n"
     )
     started = time.monotonic()
     size = max(
         len(devices_of([read_program(text), *([read_program(r)] if r else [])]))
         for _, text, _, r in documents()
     )
-    with Workers([f"rank{k}" for k in range(size)]) as pool:
+    with Workers([f"rank{k}" for k in range(size)], device=DEVICE) as pool:
         plans = program_section(pool)
         step_section(plans)
         throughput_section(pool)

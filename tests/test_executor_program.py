@@ -31,6 +31,7 @@ from blitzplan import (  # noqa: E402
     InvalidInputError,
     Role,
     ScaleRequest,
+    SolverUnavailableError,
     plan,
 )
 from blitzplan.cli import main  # noqa: E402
@@ -616,3 +617,39 @@ def test_a_device_is_checked() -> None:
     assert check_device("cpu", 8) == "gloo"
     with pytest.raises(InvalidInputError, match="device must be one of cpu, cuda, got 'tpu'"):
         check_device("tpu", 8)
+
+
+@pytest.mark.parametrize(
+    ("installed", "cuda", "chosen"),
+    [
+        ((), "13.0", None),
+        (("nixl_cu12",), None, "nixl_cu12"),
+        (("nixl_cu12", "nixl_cu13"), None, "nixl_cu12"),
+        (("nixl_cu12", "nixl_cu13"), "13.0", "nixl_cu13"),
+        (("nixl_cu12", "nixl_cu13"), "12.8", "nixl_cu12"),
+        (("nixl_cu13",), "12.8", "nixl_cu13"),
+    ],
+)
+def test_nixl_is_the_build_for_torchs_cuda_else_one_installed(
+    monkeypatch: pytest.MonkeyPatch,
+    installed: tuple[str, ...],
+    cuda: str | None,
+    chosen: str | None,
+) -> None:
+    """NIXL's builds are one per CUDA major (nixl-cu12, nixl-cu13): the one matching torch's
+    CUDA is loaded; without that one (or without CUDA) the first installed; none, None."""
+    import importlib.util
+
+    import blitzplan.executor.transports as transports
+
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *rest: Any) -> object:
+        return (name in installed or None) if name in NIXL_MODULES else real(name, *rest)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    assert transports.nixl_module() == chosen
+    if chosen is None:
+        with pytest.raises(SolverUnavailableError, match="transport 'nixl' needs NIXL"):
+            transports.check_transport("nixl")

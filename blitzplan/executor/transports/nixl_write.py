@@ -48,8 +48,9 @@ class NixlTransport:
     ) -> None:
         os.environ.setdefault("UCX_NET_DEVICES", "lo")
         os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # not every agent made
-        if ctx.device.type == "cpu":
-            os.environ.setdefault("UCX_TLS", "tcp")
+        if ctx.device.type == "cpu":  # on a GPU host NIXL's CUDA 13 build wants a CUDA transport
+            tls = "tcp,cuda_copy" if torch.cuda.is_available() else "tcp"
+            os.environ.setdefault("UCX_TLS", tls)
         nixl = importlib.import_module(nixl_module() or "nixl_cu12")
 
         self.ctx = ctx
