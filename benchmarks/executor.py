@@ -18,7 +18,6 @@ Nothing is asserted: the README quotes the tables.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import platform
 import statistics
@@ -41,17 +40,19 @@ from blitzplan.executor.runtime.pool import Workers
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.serving.pair_jobs import measured_compute
 from blitzplan.executor.serving.serve import serve_live
-from blitzplan.executor.transports import Chunk, Lane, open_transport, runs
+from blitzplan.executor.transports import Chunk, Lane, nixl_module, open_transport, runs
 from blitzplan.executor.transports.torch_p2p import pair_groups
 from blitzplan.live.schedule_checks import measured_violations
 from blitzplan.scale.scenarios import scenario_plan
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
+DEVICE = os.environ.get("BLITZPLAN_DEVICE", "cpu")
+"""Where the buffers live (BLITZPLAN_DEVICE=cuda: in GPU memory, on a machine with GPUs)."""
 SCENARIO = "small" if QUICK else "large"
 RUNS = 1 if QUICK else 3
 THROUGHPUT_RUNS = 1 if QUICK else 7
 """Throughput varies most with the load of a shared machine: more runs for its median."""
-TRANSPORTS = ["torch"] + (["nixl"] if importlib.util.find_spec("nixl_cu12") else [])
+TRANSPORTS = ["torch"] + (["nixl"] if nixl_module() else [])
 POLICIES = ["zigzag"] if QUICK else ["zigzag", "best_effort", "stop_the_world"]
 
 
@@ -356,14 +357,14 @@ def main() -> None:
     print(
         f"blitzplan executor benchmark, {date.today()}, {platform.machine()}, {os.cpu_count()} "
         f"cpus, load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, torch "
-        f"{torch.__version__}, transports {', '.join(TRANSPORTS)}\n"
+        f"{torch.__version__}, device {DEVICE}, transports {', '.join(TRANSPORTS)}\n"
     )
     started = time.monotonic()
     size = max(
         len(devices_of([read_program(text), *([read_program(r)] if r else [])]))
         for _, text, _, r in documents()
     )
-    with Workers([f"rank{k}" for k in range(size)]) as pool:
+    with Workers([f"rank{k}" for k in range(size)], device=DEVICE) as pool:
         plans = program_section(pool)
         step_section(plans)
         throughput_section(pool)

@@ -31,6 +31,7 @@ from blitzplan import (  # noqa: E402
     InvalidInputError,
     Role,
     ScaleRequest,
+    SolverUnavailableError,
     plan,
 )
 from blitzplan.cli import main  # noqa: E402
@@ -46,7 +47,7 @@ from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
-from blitzplan.executor.transports import runs, writes  # noqa: E402
+from blitzplan.executor.transports import NIXL_MODULES, nixl_module, runs, writes  # noqa: E402
 from blitzplan.executor.transports.torch_p2p import relays  # noqa: E402
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
@@ -59,7 +60,7 @@ from blitzplan.scale.scenarios import (  # noqa: E402
 from blitzplan.wire.program_bytes import held_bytes  # noqa: E402
 
 PACKAGE = Path(blitzplan.__file__).parent
-HAVE_NIXL = pytest.importorskip("importlib").util.find_spec("nixl_cu12") is not None
+HAVE_NIXL = nixl_module() is not None
 TRANSPORTS = [
     "torch",
     pytest.param("nixl", marks=pytest.mark.skipif(not HAVE_NIXL, reason="no NIXL")),
@@ -157,7 +158,7 @@ def test_the_same_document_runs_bit_exact_on_both_transports(
     assert len(run.devices) == 8 and run.plan_id == small.plan.plan_id
     step = {s.id: s for s in read_program(text).steps}
     assert all(s.moved_bytes == step[s.id].bytes for s in run.steps)
-    assert "nixl_cu12" not in sys.modules  # only workers load NIXL (its abseil clashes)
+    assert not set(NIXL_MODULES) & set(sys.modules)  # only workers load NIXL (its abseil clashes)
     assert {i.name for i in run.instances} == {i.name for i in small.plan.new_instances}
     _check_paced(run, text)
     fast = run_program(text, workers=pool, transport=transport, paced=False)
@@ -616,3 +617,39 @@ def test_a_device_is_checked() -> None:
     assert check_device("cpu", 8) == "gloo"
     with pytest.raises(InvalidInputError, match="device must be one of cpu, cuda, got 'tpu'"):
         check_device("tpu", 8)
+
+
+@pytest.mark.parametrize(
+    ("installed", "cuda", "chosen"),
+    [
+        ((), "13.0", None),
+        (("nixl_cu12",), None, "nixl_cu12"),
+        (("nixl_cu12", "nixl_cu13"), None, "nixl_cu12"),
+        (("nixl_cu12", "nixl_cu13"), "13.0", "nixl_cu13"),
+        (("nixl_cu12", "nixl_cu13"), "12.8", "nixl_cu12"),
+        (("nixl_cu13",), "12.8", "nixl_cu13"),
+    ],
+)
+def test_nixl_is_the_build_for_torchs_cuda_else_one_installed(
+    monkeypatch: pytest.MonkeyPatch,
+    installed: tuple[str, ...],
+    cuda: str | None,
+    chosen: str | None,
+) -> None:
+    """NIXL's builds are one per CUDA major (nixl-cu12, nixl-cu13): the one matching torch's
+    CUDA is loaded; without that one (or without CUDA) the first installed; none, None."""
+    import importlib.util
+
+    import blitzplan.executor.transports as transports
+
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *rest: Any) -> object:
+        return (name in installed or None) if name in NIXL_MODULES else real(name, *rest)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    assert transports.nixl_module() == chosen
+    if chosen is None:
+        with pytest.raises(SolverUnavailableError, match="transport 'nixl' needs NIXL"):
+            transports.check_transport("nixl")

@@ -9,6 +9,7 @@ here. A failing transport raises ``TransferError`` naming the peer, the step and
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -24,9 +25,23 @@ if TYPE_CHECKING:
 
 TRANSPORTS: dict[str, str] = {
     "torch": "torch.distributed point-to-point (gloo on the CPU, NCCL on GPUs)",
-    "nixl": "NIXL one-sided WRITEs, each notifying the chunks it carries (UCX; nixl-cu12)",
+    "nixl": "NIXL one-sided WRITEs, each notifying the chunks it carries (UCX; nixl-cu12/cu13)",
 }
 """The closed table of transports (default ``torch``)."""
+
+NIXL_MODULES = ("nixl_cu12", "nixl_cu13")
+"""NIXL's builds, one per CUDA major version, as their wheels (nixl-cu12, nixl-cu13) name them."""
+
+
+def nixl_module() -> str | None:
+    """The NIXL build to load: the one for torch's CUDA major version when torch is loaded and built
+    with CUDA and that build is installed, else the first installed; None without NIXL. Looked
+    for, not imported (NIXL's own ``nixl`` package chooses the same way)."""
+    installed = [name for name in NIXL_MODULES if importlib.util.find_spec(name) is not None]
+    torch = sys.modules.get("torch")
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    wanted = f"nixl_cu{cuda.split('.')[0]}" if isinstance(cuda, str) else None
+    return wanted if wanted in installed else next(iter(installed), None)
 
 
 @dataclass(frozen=True)
@@ -111,9 +126,10 @@ def check_transport(name: str) -> str:
     workers load it (its bundled abseil and protobuf would clash with OR-Tools' in the caller)."""
     if name not in TRANSPORTS:
         raise InvalidInputError(f"transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
-    if name == "nixl" and importlib.util.find_spec("nixl_cu12") is None:
+    if name == "nixl" and nixl_module() is None:
         raise SolverUnavailableError(
-            "transport 'nixl' needs NIXL: pip install 'blitzplan[nixl]' (nixl-cu12)"
+            "transport 'nixl' needs NIXL: pip install 'blitzplan[nixl]' (nixl-cu12), "
+            "or nixl-cu13 with a CUDA 13 torch"
         )
     return name
 

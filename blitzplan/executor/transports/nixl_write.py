@@ -9,6 +9,7 @@ descriptors before the start. UCX stays on loopback (and TCP on the CPU) unless
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import time
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Chunk, Done, Lane, Write
+from blitzplan.executor.transports import Chunk, Done, Lane, Write, nixl_module
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -47,19 +48,20 @@ class NixlTransport:
     ) -> None:
         os.environ.setdefault("UCX_NET_DEVICES", "lo")
         os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # not every agent made
-        if ctx.device.type == "cpu":
-            os.environ.setdefault("UCX_TLS", "tcp")
-        from nixl_cu12 import nixl_agent, nixl_agent_config, nixl_thread_sync_t
+        if ctx.device.type == "cpu":  # on a GPU host NIXL's CUDA 13 build wants a CUDA transport
+            tls = "tcp,cuda_copy" if torch.cuda.is_available() else "tcp"
+            os.environ.setdefault("UCX_TLS", tls)
+        nixl = importlib.import_module(nixl_module() or "nixl_cu12")
 
         self.ctx = ctx
         self.relayed: dict[int, int] = {}  # no relay goes before its bytes
-        config = nixl_agent_config(
+        config = nixl.nixl_agent_config(
             enable_prog_thread=False,
             enable_listen_thread=False,
             backends=["UCX"],
-            sync_mode=nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT,
+            sync_mode=nixl.nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT,
         )
-        self.agent = nixl_agent(f"blitzplan-{run}-{ctx.rank}", config)
+        self.agent = nixl.nixl_agent(f"blitzplan-{run}-{ctx.rank}", config)
         self.memory = "VRAM" if arena.device.type == "cuda" else "DRAM"
         gpu, base = arena.device.index or 0, arena.data_ptr()
         self.registered = self.agent.register_memory([(base, arena.numel(), gpu, "")], self.memory)
