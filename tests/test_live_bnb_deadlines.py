@@ -26,20 +26,10 @@ from blitzplan.live.exact.nmachine import NOp, sequence
 from blitzplan.live.exact.node_cpsat import CP_MODEL
 from blitzplan.solvers import backends
 from blitzplan.solvers.backends import BACKENDS, OPTIONAL_IMPORT_MIN_S, load_backend
+from tests.clocks import StillClock
 
 LOOSE = LiveScalingInstance([0.0, 0.0], [0.0] * 3, 1.0, 1.0, 0.0)
 """Three batches, every layer there: the relaxation's bound is loose."""
-
-
-class FakeClock:
-    """``time.perf_counter()`` that stands still until moved (and counts its reads)."""
-
-    def __init__(self, now_s: float = 0.0) -> None:
-        self.now_s, self.reads = now_s, 0
-
-    def perf_counter(self) -> float:
-        self.reads += 1
-        return self.now_s
 
 
 def test_the_sequencer_stops_at_the_deadline_while_it_backs_out() -> None:
@@ -48,12 +38,12 @@ def test_the_sequencer_stops_at_the_deadline_while_it_backs_out() -> None:
     backing out would prune the frame above it; the clock is past the deadline from the first
     prune on, so that second prune must not run."""
     ops = [NOp(3.0, 8.0, 1.0, 0, 1), NOp(4.0, 5.0, 1.0, 0, 2), NOp(3.0, 7.0, 1.0, 1, 1)]
-    clock, pruned = FakeClock(), []
+    clock, pruned = StillClock(0.0), []
     original = nmachine._prune
 
     def prune(frame: object, left: list[NOp]) -> int:
-        pruned.append(clock.now_s)
-        clock.now_s = 2.0  # past the deadline from here on
+        pruned.append(clock.now)
+        clock.now = 2.0  # past the deadline from here on
         return original(frame, left)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as patch:
@@ -70,16 +60,16 @@ def test_the_slot_bound_takes_no_step_when_its_set_up_took_the_time(
     """The grids take the whole limit: no first prices' trial and no step runs after, and
     the answer is no bound (``-inf``), not a bound from a step taken past the deadline."""
     completion = schedule_live(LOOSE, method="zigzag", bound=False).completion_s
-    clock, programs = FakeClock(), []
+    clock, programs = StillClock(0.0), []
     grids = relaxation_slots.SlotPrices
 
     def slow_grids(*args: object, **kwargs: object) -> object:
         prices = grids(*args, **kwargs)  # type: ignore[arg-type]
-        clock.now_s += 10.0
+        clock.now += 10.0
         return prices
 
     def program(*args: object, **kwargs: object) -> object:
-        programs.append(clock.now_s)
+        programs.append(clock.now)
         raise AssertionError("a program solved past the deadline")
 
     monkeypatch.setattr(relaxation_slots, "time", clock)
@@ -206,10 +196,10 @@ def test_the_solve_function_is_imported_before_the_time_left_is_taken(
 ) -> None:
     """Importing the solver's module (here a fake that takes 4 s of a fake clock) counts
     against the limit: the solver is given what is left after it."""
-    clock, limits = FakeClock(100.0), []
+    clock, limits = StillClock(100.0), []
 
     def solver(backend: str) -> object:
-        clock.now_s += 4.0
+        clock.now += 4.0
 
         def solve_(instance: LiveScalingInstance, *, time_limit_s: float, **kwargs: object):
             limits.append(time_limit_s)

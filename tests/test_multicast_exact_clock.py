@@ -15,18 +15,9 @@ from blitzplan.multicast.exact.exact_search import exact_search
 from blitzplan.multicast.methods import EXACT_REFINE_SHARE
 from blitzplan.multicast.planners.greedy import build, context, greedy_choice
 from blitzplan.multicast.refine_budget import RefineBudget
+from tests.clocks import StillClock
 from tests.multicast_random import tiny_problem
 from tests.test_multicast_phase_slices import CHUNK, one_gpu_hosts
-
-
-class _Clock:
-    """A stand-in for :mod:`time` whose ``perf_counter`` moves only when a step says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def perf_counter(self) -> float:
-        return self.now
 
 
 def _four_targets():
@@ -39,10 +30,10 @@ def _four_targets():
     return problem, ctx, (choice, build(problem, ctx, choice))
 
 
-def _slow_search(monkeypatch, step_s: float) -> tuple[_Clock, list[float]]:
+def _slow_search(monkeypatch, step_s: float) -> tuple[StillClock, list[float]]:
     """Every evaluation of a choice takes ``step_s`` on the stand-in clock; every order of the
     four targets is a candidate (their labels made distinct) within the fluid window."""
-    clock = _Clock()
+    clock = StillClock()
     ended: list[float] = []
 
     def evaluated(problem, ctx, choice):
@@ -107,7 +98,7 @@ def test_the_exact_methods_limit_counts_from_the_call(monkeypatch) -> None:
     before, the planning got all 10 s and the plan's time, counted from the call, could pass
     its limit by the layout's."""
     state, spec = one_gpu_hosts(3)
-    clock = _Clock()
+    clock = StillClock()
     monkeypatch.setattr(
         multicast_package, "time", types.SimpleNamespace(perf_counter=clock.perf_counter)
     )
@@ -183,7 +174,7 @@ def test_the_greedys_slicings_are_timed_before_the_program_and_the_packing(
     assert exact_search_module.EARLY_ABOVE == 0.2
     problem, ctx, incumbent = _four_targets()
     greedy_s = max(incumbent[1].ready_at_s.values())
-    clock = _Clock()
+    clock = StillClock()
     monkeypatch.setattr(exact_search_module, "time", clock)
     log: list[object] = []
     timed = exact_search_module.SliceSearch.time
@@ -238,7 +229,7 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     problem, ctx, incumbent = _four_targets()
     greedy_s = max(incumbent[1].ready_at_s.values())
     bound = exact_search_module.Bound(greedy_s / 1.15, "stand-in")
-    clock = _Clock()
+    clock = StillClock()
     monkeypatch.setattr(exact_search_module, "time", clock)
     timed = exact_search_module.SliceSearch.time
     seen: dict[str, object] = {}
@@ -322,7 +313,7 @@ def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     greedy_s = max(incumbent[1].ready_at_s.values())
     bound = exact_search_module.Bound(greedy_s / 1.5, "stand-in")  # no early call
     twin = dataclasses.replace(incumbent[1])
-    clock = _Clock()
+    clock = StillClock()
     monkeypatch.setattr(exact_search_module, "time", clock)
     timed = exact_search_module.SliceSearch.time
     log: list[object] = []

@@ -17,31 +17,22 @@ from blitzplan.multicast.exact.phase_slices import BuildPace, sliced_until
 from blitzplan.multicast.exact.slice_layout import BY_LANE, pattern_ready, plan_shape
 from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.planners.baselines import BASELINES
+from tests.clocks import StillClock
 from tests.test_multicast_phase_slices import chain_case
 
 SLICES = 512
 """The chain's ring in this many slices: 1,024 lanes, four times the checkpoints' grain."""
 
 
-class _Clock:
-    """A stand-in for :mod:`time` whose ``perf_counter`` moves only when a step says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-
-def _clocked(monkeypatch) -> _Clock:
-    clock = _Clock()
+def _clocked(monkeypatch) -> StillClock:
+    clock = StillClock()
     stand_in = types.SimpleNamespace(perf_counter=clock.perf_counter)
     monkeypatch.setattr(phase_slices, "time", stand_in)
     monkeypatch.setattr(slice_search, "time", stand_in)
     return clock
 
 
-def _jumping(monkeypatch, module, name: str, clock: _Clock, ran: list[str]) -> None:
+def _jumping(monkeypatch, module, name: str, clock: StillClock, ran: list[str]) -> None:
     """``module.name`` moves the clock 100 s on (past any deadline here) as it starts."""
     real = getattr(module, name)
 

@@ -5,7 +5,6 @@ the predictions and measurements make)."""
 from __future__ import annotations
 
 import time
-import types
 
 import pytest
 
@@ -17,6 +16,7 @@ from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.timeline.assemble import Built, finish
 from blitzplan.solvers import SolveStatus
+from tests.clocks import StillClock
 from tests.test_multicast_phase_slices import chain_case
 
 _FINISH = {
@@ -198,8 +198,8 @@ def test_an_untimed_build_cut_short_keeps_its_pace_for_the_next(monkeypatch) -> 
     is not started with 4 s left; before, only a finished build did, and every later one was
     started at the prior pace and ran to its deadline."""
     search, _ = _timed_ring()
-    clock = types.SimpleNamespace(now=100.0)
-    monkeypatch.setattr(slice_search, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    clock = StillClock()
+    monkeypatch.setattr(slice_search, "time", clock)
     started: list[int] = []
 
     def cut_short(*args, **kwargs):

@@ -21,6 +21,7 @@ from blitzplan.scale.plan_options import PlanOptions
 from blitzplan.scale.planning import Planning
 from blitzplan.scale.realize import at_efficiency
 from blitzplan.topologies.links import LINK_EFFICIENCY
+from tests.clocks import StillClock
 from tests.program_check import check_program
 from tests.test_plan_deadline import _busy, _fresh_topology
 
@@ -139,19 +140,6 @@ def test_a_call_too_slow_at_a_late_checkpoint_plans_afresh_a_valid_share(
     assert (tried, planned) == (12, 6) and given_up > 0 and 0 < own <= call_s - given_up
 
 
-class _Clock:
-    """A monotonic clock the test moves (the planning module's ``time``)."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def thread_time(self) -> float:
-        return self.now
-
-
 def test_the_late_recut_is_asked_at_a_stage_s_first_checkpoint_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -164,7 +152,7 @@ def test_the_late_recut_is_asked_at_a_stage_s_first_checkpoint_only(
     without a recut left the call goes on there (only its clock stops it). Once the program
     is built, the rest but the pairs (12 % of the 0.84 s of work at 0.85 s: 0.95 s) ends by
     the stop point: it goes on; reached first at 0.9 s (1.007 s) it stops."""
-    clock = _Clock()
+    clock = StillClock()
     monkeypatch.setattr(planning_module, "time", clock)
     run = Planning(PlanOptions(deadline_s=1.0), None, clock.now, clock.now)
     check = run.checkpoint(_fresh_topology("h200-8"))
@@ -206,7 +194,7 @@ def test_a_loop_s_checkpoint_stops_before_a_step_that_cannot_end_in_time(
     (0.1 s) would end at 0.8 s: it passes; another stage between does not count; at 0.95 s,
     0.25 s after its last, the next would end at 1.2 s, past the stop point (0.999 s): the
     loop stops there, though the stop point is not reached."""
-    clock = _Clock()
+    clock = StillClock()
     monkeypatch.setattr(planning_module, "time", clock)
     run = Planning(PlanOptions(deadline_s=1.0), None, clock.now, clock.now)
     check = run.checkpoint(_fresh_topology("h200-8"))

@@ -57,7 +57,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import overload
+from typing import TypeVar
 
 from blitzplan._collector import collector_relaxed
 from blitzplan.cluster import ClusterState, Instance, Role
@@ -76,9 +76,12 @@ from blitzplan.scale.types import MultiPlan, NewInstanceInfo, Release, ScalePlan
 __all__ = ["replan"]
 
 
-@overload
+_Plan = TypeVar("_Plan", ScalePlan, MultiPlan)
+"""What ``replan`` takes and returns: a ScalePlan gives a ScalePlan, a MultiPlan a MultiPlan."""
+
+
 def replan(
-    plan: ScalePlan,
+    plan: _Plan,
     state: ClusterState,
     *,
     at_s: float,
@@ -87,30 +90,7 @@ def replan(
     cancelled: Iterable[str] = (),
     options: PlanOptions | None = None,
     compute: ComputeModel | None = None,
-) -> ScalePlan: ...
-@overload
-def replan(
-    plan: MultiPlan,
-    state: ClusterState,
-    *,
-    at_s: float,
-    now_s: float | None = None,
-    failed: Iterable[Failure] = (),
-    cancelled: Iterable[str] = (),
-    options: PlanOptions | None = None,
-    compute: ComputeModel | None = None,
-) -> MultiPlan: ...
-def replan(
-    plan: ScalePlan | MultiPlan,
-    state: ClusterState,
-    *,
-    at_s: float,
-    now_s: float | None = None,
-    failed: Iterable[Failure] = (),
-    cancelled: Iterable[str] = (),
-    options: PlanOptions | None = None,
-    compute: ComputeModel | None = None,
-) -> ScalePlan | MultiPlan:
+) -> _Plan:
     """A new ScalePlan that completes every surviving new instance of ``plan`` (module
     docstring). ``state`` is the cluster as it is now (its instances, queues and host copies;
     the new instances of ``plan`` are not in it yet). ``options`` replaces the plan's recorded

@@ -186,43 +186,13 @@ class PlanBuilder:
     ) -> list[int]:
         """:meth:`add_gather` to every GPU of ``peers`` but ``holder``, one pace and the same
         ``deps``; the new lanes' ids."""
-        if pace_bytes_per_s < MIN_BYTES_PER_S:  # as :meth:`_flow` raises a sliver's pace
-            pace_bytes_per_s = MIN_BYTES_PER_S
-        pace = pace_bytes_per_s
-        quick = type(pace) is float and (pace <= MAX_BYTES_PER_S or pace == _INF)
-        routes, lanes, flows = self._routes, self.lanes, self.flows
-        out = []
-        for gpu in peers:
-            if gpu == holder:
-                continue
-            route = routes.get((holder, holder, gpu)) or self._route(holder, holder, gpu)
-            flow_id = len(lanes)
-            lane = object.__new__(Lane)  # as :meth:`_lane` makes it
-            lane.__dict__.update(
-                flow=flow_id,
-                sender=node,
-                receiver=node,
-                holder=holder,
-                exit=route[0],
-                dst=gpu,
-                rank=rank,
-                lo=lo,
-                hi=hi,
-                gather=True,
-            )
-            lanes.append(lane)
-            if quick and route[4]:  # as :meth:`_flow` makes it
-                flow = object.__new__(Flow)
-                flow.__dict__.update(edges=route[1], max_bytes_per_s=pace, name=route[3])
-            else:
-                flow = quick_flow(route[1], pace, route[3])
-            flows.append(flow)
-            self.flow_phase.append(0)
-            self.flow_latency_s.append(route[2])
-            self.hop_of_lane.append(-1)
-            self.deps.append(deps)
-            out.append(flow_id)
-        return out
+        return [
+            self.add_gather(
+                node, holder, gpu, rank, lo, hi, deps=deps, pace_bytes_per_s=pace_bytes_per_s
+            ).flow
+            for gpu in peers
+            if gpu != holder
+        ]
 
     def _lane(
         self,
