@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Each bootstraps .venv itself.
-# `make gpu-check` runs the executor's GPU paths on a machine with a GPU (it skips without one).
+# `make gpu-check` runs the executor's GPU paths and times the compute model's kernels on a machine
+# with a GPU (both skip without one).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -48,6 +49,7 @@ bench: $(VENV)/.dev
 
 gpu-check: $(VENV)/.dev
 	$(BIN)/python benchmarks/gpu_check.py
+	$(BIN)/python benchmarks/gpu_layers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
