@@ -128,8 +128,8 @@ def check_transport(name: str) -> str:
         raise InvalidInputError(f"transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
     if name == "nixl" and nixl_module() is None:
         raise SolverUnavailableError(
-            "transport 'nixl' needs NIXL: pip install 'blitzplan[nixl]' (nixl-cu12), "
-            "or nixl-cu13 with a CUDA 13 torch"
+            "transport 'nixl' needs NIXL: pip install 'blitzplan[nixl]' (nixl-cu12), or "
+            "'blitzplan[nixl-cu13]' beside a CUDA 13 torch"
         )
     return name
 
