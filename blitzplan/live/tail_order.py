@@ -47,7 +47,7 @@ def reorder_tail(
     ``every_order`` only shortest first and its neighbouring swaps are tried."""
     L = instance.num_layers
     tail = [i for i, k in enumerate(split) if k == L]
-    if not tail or len(tail) == len(split):
+    if not tail:
         return None
     new_ops, _, _ = timetable(instance, split, new_sequence, old_sequence)
     kept = sorted((op.start_s, op.batch) for op in new_ops if split[op.batch] < L)
