@@ -86,7 +86,8 @@ def _fill(
     usable, p = instance.usable_s, instance.new_layer_s
     done = [0] * instance.num_batches
     last = list(instance.release_s)
-    clock, order, at = 0.0, [], 0
+    order: list[int] = []
+    clock, at = 0.0, 0
     total = sum(split)
     while len(order) < total:
         limit = kept[at][0] if at < len(kept) else math.inf
