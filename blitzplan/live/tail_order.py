@@ -10,9 +10,9 @@ not move), and with a sum objective the batches that finish on N are best served
 first: on (32,16) FIFO seed 7 of ``benchmarks/partition.py`` bnb's 10 s incumbent went from
 0.641777 to 0.625691 so (its four batches on N had shared N layer by layer), seed 1 from
 0.844571 to 0.832560. Every priority order is tried while there are at most
-:data:`ALL_ORDERS_UP_TO` such batches, else (or when asked for fewer) shortest first and its
-neighbouring swaps; the best re-timed order is returned only when it beats the schedule's
-value.
+:data:`ALL_ORDERS_UP_TO` such batches, else shortest first and its neighbouring swaps (or,
+when asked for few, shortest first alone); the best re-timed order is returned only when it
+beats the schedule's value.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def reorder_tail(
 ) -> tuple[tuple[int, ...], float] | None:
     """(N order, its value) of the best priority order among the batches that finish on N
     (see the module docstring), or None when none beats ``value`` (the schedule's); without
-    ``every_order`` only shortest first and its neighbouring swaps are tried."""
+    ``every_order`` only shortest first is tried."""
     L = instance.num_layers
     tail = [i for i, k in enumerate(split) if k == L]
     if not tail:
@@ -69,6 +69,8 @@ def _priorities(
         yield from (list(p) for p in itertools.permutations(shortest))
         return
     yield shortest
+    if not every_order:
+        return
     for a in range(len(shortest) - 1):
         swapped = list(shortest)
         swapped[a], swapped[a + 1] = swapped[a + 1], swapped[a]

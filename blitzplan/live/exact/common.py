@@ -101,7 +101,8 @@ class Start:
         status is settled later, by :func:`finish`). A schedule within
         :data:`REORDER_NEAR` of the incumbent is first given the best order of the batches it
         finishes on N (:func:`~blitzplan.live.tail_order.reorder_tail`: every order when it
-        beats the incumbent as it is, else a few)."""
+        beats the incumbent as it is, else shortest first: on (32,16) FIFO seed 2 the offers
+        took 11% of a 10 s call with its neighbouring swaps too)."""
         from blitzplan.live.schedule_checks import validate_schedule
 
         if schedule.objective < (1 + REORDER_NEAR) * self.incumbent.objective:
