@@ -32,6 +32,7 @@ from functools import partial
 
 import numpy as np
 
+from blitzplan.live import relaxation_ranks as ranks
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.schedule import SLO_TOL_S
@@ -162,7 +163,10 @@ class _Table:
         rows = np.flatnonzero(out < best_cost)
         if rows.size:
             fifo = self.fifo_rank is not None
-            out[rows] = base[rows] + self.capacity.refined(crowd, rows, every_block=fifo)
+            extra = self.capacity.refined(crowd, rows, every_block=fifo)
+            if ranks.RANKS and fifo:
+                extra = np.maximum(extra, ranks.rank_extra_s(self.capacity, crowd, rows))
+            out[rows] = base[rows] + extra
         return np.asarray(out)
 
     def allowed(self, last: np.ndarray, i: int) -> np.ndarray | bool:
