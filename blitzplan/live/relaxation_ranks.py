@@ -61,9 +61,9 @@ rounding may put on either side."""
 
 RANKS_POINTS = 1
 """The capacity conditions' points the bound is taken at: the first (``a_1``, where every layer
-counts). On (80,16) FIFO seeds 0, 2 and 5 of ``benchmarks/partition.py`` it gave the largest
-term of all 33 on each of the 1,130 states the term lifted; the 33 took 80% of the capacity
-bound's time (4 of 5 s on seed 2)."""
+counts). On (80,16) FIFO seeds 0, 2 and 5 of ``benchmarks/partition.py`` no other of the 33
+gave more on any of the 1,130 states the term lifted; the 33 took 80% of the capacity bound's
+time (4 of 5 s on seed 2)."""
 
 _CHUNK = 500
 """States evaluated together (the arrays are states x candidates x batches)."""
