@@ -161,3 +161,21 @@ def test_crowding_raises_the_bound_and_never_past_the_optimum() -> None:
             without = capacity_bound(inst, old_order=order)
         raised += bound > without + 1e-9
     assert tried >= 80 and raised >= 5
+
+
+def test_no_work_after_a_point_crowds_nothing() -> None:
+    """Batch 2 (released at 4 s, when O frees) is served whole; batches 0 and 1 finish on N
+    before 4 s, so nothing of theirs runs after that release: the crowding term must not
+    charge N's last operation from it (it did: 0.6 against the optimum 0.5)."""
+    inst = LiveScalingInstance(
+        [0.45790480495695596],
+        [0.5, 2.0, 4.0],
+        [0.25, 1.0, 2.0],
+        [1.0, 1.0, 0.25],
+        [0.3, 0.1, 0.3],
+        old_free_at_s=4.0,
+    )
+    for order in ("free", "fifo"):
+        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
+        assert oracle.objective == pytest.approx(0.5)
+        assert capacity_bound(inst, old_order=order) <= oracle.objective * (1 + 1e-9)

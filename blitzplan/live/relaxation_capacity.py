@@ -110,6 +110,7 @@ class Capacity:
         under ``l``), then those and every release again, with the layers each batch's alone
         chain lets start before ``s`` (its release, the arrivals, a node's start limits and
         its earlier layers keep the others after it: at most the layers under ``l``)."""
+        self.point_at = np.asarray([at for at, _ in self.points])
         self.point_groups = [np.arange(len(grid)), np.arange(len(grid), len(self.points))]
         """The arrivals' points and the chains': the every-block term is taken at each group's
         best (the first alone would pick the point it picked before these were counted)."""
@@ -223,7 +224,8 @@ class Capacity:
                 pick = group[np.argmax(extras[:, group], axis=1)][:, None]
                 work = np.take_along_axis(works, pick, axis=1)[:, 0]
                 below = np.take_along_axis(belows, pick, axis=1)[:, 0]
-                layer = c.layer._replace(below=below, work=work)
+                at = self.point_at[pick[:, 0]]
+                layer = self._at_point(c.layer, at, below, work)
                 extra = np.maximum(extra, self.served_extra_s(layer, paid, tail))
         return np.where(c.mask == 0, 0.0, extra)
 
@@ -235,8 +237,19 @@ class Capacity:
         for k, (at, under) in enumerate(points):  # after s N runs the layers that cannot start
             work = at + crowd.left @ (self.layers * self.p_new - under)  # before it
             below = crowd.placed @ under  # the served batches' layers that may run before s
-            out[:, :, k] = self.extra_s(crowd.layer._replace(below=below, work=work)), work, below
+            layer = self._at_point(crowd.layer, at, below, work)
+            out[:, :, k] = self.extra_s(layer), work, below
         return out[0], out[1], out[2]
+
+    @staticmethod
+    def _at_point(
+        layer: Layer, at: float | np.ndarray, below: np.ndarray, work: np.ndarray
+    ) -> Layer:
+        """``layer`` at the point ``at``: ``below``, ``work``, and ``none_left`` also where the
+        batches left on N have no work after ``at`` (they may all complete before it: only the
+        served batches' work then crowds N after it)."""
+        none_left = layer.none_left | (work <= at)
+        return layer._replace(below=below, work=work, none_left=none_left)
 
     def last_block(self, placed: np.ndarray, free: np.ndarray, total: np.ndarray) -> _Tail:
         """Per state under FIFO, of O's last served batch ``m``: ``L pO_m + ready*`` (with
