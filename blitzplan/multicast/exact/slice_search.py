@@ -50,7 +50,7 @@ FINE_SLICES = 512
 """Staggered slices tried last, on plans of few atoms only (:data:`FINE_MAX_ATOMS`): a plan
 sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
 (case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
-FINE_MAX_ATOMS = 256
+FINE_MAX_ATOMS = 512
 """... at most this many atoms (lanes of one slice): 131 k lanes at 512 slices, about a 256
 slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s)."""
 FINE_ABOVE = 0.01
@@ -151,6 +151,7 @@ class SliceSearch:
         build_by: float | None = None,
         *,
         staggered_first: bool = False,
+        leader_only: bool = False,
     ) -> None:
         """Add ``candidates`` (those of one phase whose hops wait for none, and not timed as
         one added before) and time their slicings from their patterns by ``deadline`` (a
@@ -165,7 +166,9 @@ class SliceSearch:
         was predicted at 1.8 s and waited, and took 0.51 s when timed later). The
         exact method's first call, on the greedy's plan alone in a short window: its staggered
         slicings are the ones that get near the bound (case 193's 64 by lane depth 1.0475
-        against 1.1005 at 32 plain)."""
+        against 1.1005 at 32 plain). ``leader_only``: only the leading plan's waiting staggered
+        slicings, the others left waiting (the exact method's call before its search when the
+        leader is near the bound, with no ``candidates``)."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
         added = len(self.plans)
@@ -188,6 +191,10 @@ class SliceSearch:
             reverse=True,
         )
         self._patterns(first, deadline, build_by)
+        if leader_only:  # the rest wait for the next call (the new plans' too)
+            self.pending += [key for key in waiting if key not in first]
+            self.pattern_s += time.perf_counter() - began
+            return
         plain = [(m, False, j) for m in SLICES for j in new]
         if staggered_first:  # the two fewest plain slices still first: the pace of the rest
             self._patterns(plain[: 2 * len(new)], deadline, build_by)
