@@ -152,6 +152,7 @@ class SliceSearch:
         for m, _, j in sorted(
             (key for key in self.pending if key[2] == lead and key[1]), reverse=True
         ):
+            m = (self._fine_count(j) or m) if m > STAGGERED_SLICES[-1] else m
             pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
