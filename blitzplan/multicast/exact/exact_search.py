@@ -87,8 +87,9 @@ LAG_UNLESS = 0.005
 (:func:`~blitzplan.multicast.exact.lag_packing.lag_repack`, 0.3-0.9 s) only unless a plan or
 a slicing timed after the packing (its twin's, the greedy's) is already faster than the
 packing's plan by this fraction: that choice only speeds the packing in one phase (case 59:
-1.0267 -> 1.0218 of the bound), and its twin's slicings were 1.02-1.05 at 64 slices where the
-packing was 1.10-1.31 (cases 76, 147), its time then needed for their 256 or 512."""
+1.0267 -> 1.0218 of the bound; cases 76 and 147: slower than the packing, 1.347 against
+1.101, 1.600 against 1.045), while the twin's slicings were 1.03-1.05 at 64 slices there, the
+time then needed for their 256 or more."""
 LEADER_ABOVE = 0.03
 """When the fastest slicing timed before the search is within this fraction of the certified
 bound (but not within :data:`BANKED_ABOVE`), the leading plan's staggered slicings still
