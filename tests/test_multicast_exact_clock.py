@@ -296,7 +296,7 @@ def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkey
     assert any(plan is own for plan in ended[0])
 
 
-@pytest.mark.parametrize("sliced_above", [0.005, 0.015])
+@pytest.mark.parametrize("sliced_above", [0.005, 0.015, 0.04])
 def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     monkeypatch, sliced_above: float
 ) -> None:
@@ -305,10 +305,12 @@ def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     timed slicings only, from the twin and the greedy's plan), and the plan built is among the
     last call's candidates (case 134 at load 7: the twin's 512 slices, 1.0078, built after the
     search had 1.32 s left and was refused); 1.5% above it, nothing is built before the
-    search."""
+    search, but the leading plan's waiting slicings are timed first (LEADER_ABOVE, 0.03:
+    case 76's twin's 512 slices); 4% above it, neither."""
     import dataclasses
 
     assert exact_search_module.BANKED_ABOVE == 0.01
+    assert exact_search_module.LEADER_ABOVE == 0.03
     problem, ctx, incumbent = _four_targets()
     greedy_s = max(incumbent[1].ready_at_s.values())
     bound = exact_search_module.Bound(greedy_s / 1.5, "stand-in")  # no early call
@@ -348,5 +350,58 @@ def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     if sliced_above < 0.01:
         assert log == ["time", ("best", False, [twin]), "search", "time", ("best", True, [banked])]
         assert plan is banked
+    elif sliced_above < 0.03:
+        assert log == ["time", "time", "search", "time", ("best", True, [])]
     else:
         assert log == ["time", "search", "time", ("best", True, [])]
+
+
+@pytest.mark.parametrize("ahead", [0.9, 1.1])
+def test_the_choice_for_lags_runs_only_when_no_slicing_beats_the_packing(
+    monkeypatch, ahead: float
+) -> None:
+    """The packing hands back its choice for lags (``deferred``) instead of running it; the
+    exact method runs it after the twin's and the greedy's slicings are timed, and only when
+    none of them (``target``) beats the packing's plan by LAG_UNLESS: a slicing timed at 0.9
+    of the packing's time leaves it unrun and the packing's plan the candidate; at 1.1 it
+    runs, with a clock, and its plan replaces the packing's as a candidate."""
+    import dataclasses
+
+    assert exact_search_module.LAG_UNLESS == 0.005
+    problem, ctx, incumbent = _four_targets()
+    greedy_s = max(incumbent[1].ready_at_s.values())
+    bound = exact_search_module.Bound(greedy_s / 1.5, "stand-in")  # no early call
+    own, lagged = dataclasses.replace(incumbent[1]), dataclasses.replace(incumbent[1])
+    runs: list[object] = []
+    ended: list[list[object]] = []
+
+    def pack(*args, twins, deferred, **kwargs):
+        deferred.append(lambda clock: runs.append(clock) or lagged)
+        return own
+
+    def time_spy(self, candidates, deadline, build_by=None, **kwargs):
+        self.target = ahead * greedy_s
+
+    def best_spy(self, candidates, deadline, *, untimed=True):
+        ended.append(list(candidates))
+        return candidates[0]
+
+    monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
+    monkeypatch.setattr(exact_search_module.SliceSearch, "best", best_spy)
+    monkeypatch.setattr(exact_search_module, "overlay_bound", lambda *a, **k: None)
+    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    monkeypatch.setattr(
+        exact_search_module,
+        "exact_search",
+        lambda *a, **k: types.SimpleNamespace(best=incumbent[1]),
+    )
+    exact_search_module.exact_plan(
+        problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
+    )
+    last = ended[-1]
+    if ahead < 1:
+        assert runs == []
+        assert any(c is own for c in last) and not any(c is lagged for c in last)
+    else:
+        assert len(runs) == 1 and runs[0] is not None
+        assert any(c is lagged for c in last) and not any(c is own for c in last)

@@ -25,7 +25,7 @@ from blitzplan.multicast.exact.overlay_arcs import (
     tree_spans,
 )
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, TWIN_SLICES, pack_trees
 from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _plan
@@ -216,3 +216,38 @@ def test_the_packings_re_shared_are_distinct_sets_of_trees() -> None:
     a, b = [pool[0], pool[1]], [pool[1]]
     packs = [(1.0, a, None, "a"), (1.0, list(a), None, "a again"), (2.0, b, None, "b")]
     assert [p[3] for p in _distinct(packs)] == ["a", "b"]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shallow_cap", [100.0, 95.0])
+def test_the_twins_trees_are_the_pools_fastest_sliced(monkeypatch, shallow_cap: float) -> None:
+    """The twin to slice takes, of every shape's trees, those of at most ``d`` arcs at the
+    program's rates for the ``d`` fastest cut into TWIN_SLICES slices (``(1 + d / 256) /
+    rate``), not the best one-phase packing's subset (stand-in program: a link of 200 shared
+    by the trees given). 4-deep trees reaching the full rate (2 x 100) win over 7-deep ones
+    (case 76: 1.0236 against 1.0396 at 128 slices); at 2 x 95 the 7-deep ones at 200 win
+    ((1 + 4 / 256) / 194 > (1 + 7 / 256) / 200); 2-deep ones at 4 never."""
+    import types
+
+    import blitzplan.multicast.exact.tree_packing as tree_packing
+
+    def tree(depth: int, cap: float) -> types.SimpleNamespace:
+        return types.SimpleNamespace(rank=0, depth=depth, cap=cap)
+
+    def program(overlay, trees, tp):
+        caps = np.asarray([t.cap for t in trees])
+        rate = min(200.0, float(caps.sum()))
+        return rate, caps * rate / caps.sum(), None, None
+
+    deep = [tree(7, 100.0), tree(7, 100.0)]
+    shallow = [tree(4, shallow_cap), tree(4, shallow_cap)]
+    flat = [tree(2, 2.0), tree(2, 2.0)]
+    monkeypatch.setattr(tree_packing, "master", program)
+    monkeypatch.setattr(tree_packing, "tree_depth", lambda overlay, t: t.depth)
+    best = (1.0, [deep[0]], np.asarray([188.0]), None)  # the one-phase packing's subset
+    _, trees, rates, _ = tree_packing._for_slices(None, [*deep, *shallow, *flat], best, 1)
+    assert sum(rates) == pytest.approx(200.0)
+    if shallow_cap == 100.0:
+        assert {t.depth for t in trees} <= {2, 4} and any(t.depth == 4 for t in trees)
+    else:
+        assert any(t.depth == 7 for t in trees)
+    assert TWIN_SLICES == 256

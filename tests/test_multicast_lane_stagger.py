@@ -132,7 +132,8 @@ def test_the_staggering_past_the_smallest_count_is_the_faster_timed(monkeypatch)
     """With the chooser's pick made the slower one (by sender, 1.48x slower on the mixed
     case), the search still times both staggerings at 64 slices and slices the plan past 64
     (and at 512: two atoms a lane) only by the faster, lane depth; so its answer is as fast as
-    that staggering's 16 slices. A plan of more atoms than ``FINE_MAX_ATOMS`` gets no 512."""
+    that staggering's 16 slices. A plan whose 512 slices have more lanes than
+    ``FINE_MAX_LANES`` gets no 512."""
     _, problem, one = mixed_case()
     monkeypatch.setattr(layout_module, "staggering", lambda built: BY_SENDER)
     search = SliceSearch(problem, "all_ready")
@@ -143,7 +144,7 @@ def test_the_staggering_past_the_smallest_count_is_the_faster_timed(monkeypatch)
     assert past == {(128, BY_LANE), (256, BY_LANE), (FINE_SLICES, BY_LANE)}
     best = search.best([one], None)
     assert _value(best) <= _value(slice_phases(problem, one, SLICES, staggered=True)) * (1 + 1e-9)
-    monkeypatch.setattr(slice_search, "FINE_MAX_ATOMS", 0)
+    monkeypatch.setattr(slice_search, "FINE_MAX_LANES", 0)
     few = SliceSearch(problem, "all_ready")
     few.time([one], None)
     assert all(m < FINE_SLICES for _, m, _, _ in few.timed)
@@ -166,7 +167,27 @@ def test_fine_slices_are_timed_only_while_no_slicing_is_within_fine_above_of_the
     for below, fine in ((1.005, False), (1.02, True)):
         search = SliceSearch(problem, "all_ready", bound_s=fastest_at_256 / below)
         search.time([one], None)
-        assert any(m == FINE_SLICES for _, m, _, _ in search.timed) is fine
+        assert any(m > 256 for _, m, _, _ in search.timed) is fine
         assert {k: v for k, v in at.items() if k[0] <= 256} == {
             (m, by): v for v, m, by, _ in search.timed if m <= 256
         }
+
+
+def test_the_fine_count_is_the_fewest_its_coarse_slicings_predict_near_the_bound() -> None:
+    """With a bound given, a plan's fine slices are the fewest (a multiple of FINE_STEP) that
+    its 128 and 256 slices predict within FINE_AIM of it (``v(m) = F + E / m``), not always
+    FINE_SLICES: a bound that the fit puts at 400 slices gets 416, and the slicing timed there
+    lies between the 256 and the 512 (case 193: 352 slices for 512, 230 k lanes for 335 k)."""
+    _, problem, one = mixed_case()
+    free = SliceSearch(problem, "all_ready")
+    free.time([one], None)
+    at = {(m, by): v for v, m, by, _ in free.timed}
+    excess = (at[128, BY_LANE] - at[256, BY_LANE]) * 256
+    flow = at[256, BY_LANE] - excess / 256
+    bound = (flow + excess / 400) / (1 + slice_search.FINE_AIM)
+    assert bound < at[256, BY_LANE] / (1 + slice_search.FINE_ABOVE)  # fine slices wanted
+    search = SliceSearch(problem, "all_ready", bound_s=bound)
+    search.time([one], None)
+    fine = {m: v for v, m, by, _ in search.timed if m > 256}
+    assert set(fine) == {416}
+    assert at[FINE_SLICES, BY_LANE] <= fine[416] <= at[256, BY_LANE]

@@ -345,3 +345,20 @@ def test_a_call_before_the_last_builds_no_untimed_slicing_and_frees_the_reserve(
     built.clear()
     search.best([ring], None)
     assert ((4, False, 0), False) in built
+
+
+def test_the_leaders_waiting_staggered_slicings_are_timed_alone_when_asked() -> None:
+    """``time(..., leader_only=True)``: of the slicings left waiting, only the leading plan's
+    staggered ones are timed (the exact method's call before its search, when the leader is
+    near the bound); a plain one waits for the next call, which times it."""
+    search, _ = _timed_ring()
+    staggered = max(key for key in search.took if key[1])
+    plain = (slice_search.SLICES[0], False, 0)
+    search.pending = [plain, staggered]
+    before = len(search.timed)
+    search.time([], None, leader_only=True)
+    assert [(m, by, j) for _, m, by, j in search.timed[before:]] == [staggered]
+    assert search.pending == [plain]
+    search.time([], None)
+    assert search.pending == []
+    assert (plain[0], plain[1], plain[2]) in {(m, by, j) for _, m, by, j in search.timed[before:]}

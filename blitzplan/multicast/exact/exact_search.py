@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from blitzplan.errors import InfeasibleError
@@ -28,7 +29,11 @@ from blitzplan.multicast.allocation.allocate import fluid_time
 from blitzplan.multicast.bound.lower_bound import Bound
 from blitzplan.multicast.bound.overlay_lp import overlay_bound
 from blitzplan.multicast.exact.slice_search import SliceSearch
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from blitzplan.multicast.exact.tree_packing import (
+    EXACT_SHAPES,
+    LAG_SOLVE_SHARE,
+    pack_trees,
+)
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -77,6 +82,21 @@ method's target), it is built before the search, which gets the time left: the s
 rarely beat it (case 134: 2.4 s of search for a plan 1.18x the packing's twin's 512 slices,
 1.0078), and its build after the search did not always fit (case 134 at load 7: the twin's 512
 timed after the search, its build refused with 1.32 s left, the answer 1.0130 unsliced)."""
+LAG_UNLESS = 0.005
+"""The packing's trees are chosen again for their one-phase lags
+(:func:`~blitzplan.multicast.exact.lag_packing.lag_repack`, 0.3-0.9 s) only unless a plan or
+a slicing timed after the packing (its twin's, the greedy's) is already faster than the
+packing's plan by this fraction: that choice only speeds the packing in one phase (case 59:
+1.0267 -> 1.0218 of the bound; cases 76 and 147: slower than the packing, 1.347 against
+1.101, 1.600 against 1.045), while the twin's slicings were 1.03-1.05 at 64 slices there, the
+time then needed for their 256 or more."""
+LEADER_ABOVE = 0.03
+"""When the fastest slicing timed before the search is within this fraction of the certified
+bound (but not within :data:`BANKED_ABOVE`), the leading plan's staggered slicings still
+waiting (more slices: its excess over its flow halves per doubling) are timed then, by the
+slicings' own deadline, before the search: case 76's packing twin at 256 slices, 1.0119, its
+512 (1.0060) refused with 2.8 s left after the search (0.15 s) and the search's plan's own
+slicings timed instead (1.0104 at 512), when it would fit before them."""
 SEARCHED_BY = 0.85
 """The search ends by this share of the limit, earlier when building the fastest slicing
 timed (and timing the search's own plan's) needs the time."""
@@ -253,6 +273,7 @@ def exact_plan(
         bound = Bound(strong.bound_s, strong.kind)
         slicing.raise_bound(bound)
     packed, twins = None, list[Built]()  # twins: the packing's to slice (stripes by rate)
+    deferred: list[Callable[[tuple[float, float] | None], Built | None]] = []
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     beat_s = math.inf
@@ -268,10 +289,22 @@ def exact_plan(
             shapes=EXACT_SHAPES,
             beat_s=beat_s,
             twins=twins,
+            deferred=deferred,
         )
+    packed_at = _now()
     first = [*twins, incumbent[1]]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
+    if deferred and (packed is None or slicing.target * (1 - LAG_UNLESS) >= _value(packed)):
+        clock = None  # the choice for lags, in the time the packing left it
+        if end is not None:
+            lagged_s = max(0.0, began + spent + share - packed_at)  # the packing's own end
+            clock = (_now() + lagged_s, LAG_SOLVE_SHARE * share)
+        again = deferred[0](clock)
+        packed = packed if again is None else again
+    near = (1 + BANKED_ABOVE) * bound < slicing.target <= (1 + LEADER_ABOVE) * bound
+    if end is not None and near:  # the leader's next counts, now (most slices first)
+        slicing.time([], end, end, leader_only=True)
     banked = None  # the fastest slicing timed, built before the search when near the bound
     if end is not None and slicing.target <= (1 + BANKED_ABOVE) * bound:
         banked = slicing.best(first, end, untimed=False)
@@ -292,6 +325,14 @@ def exact_plan(
 def _near(objective: str, plan: Built, bound: float) -> bool:
     """Whether ``plan`` is within :data:`EARLY_ABOVE` of ``bound``."""
     return score(objective, plan.ready_at_s, plan.live) <= (1 + EARLY_ABOVE) * bound
+
+
+def _value(plan: Built) -> float:
+    return score("all_ready", plan.ready_at_s, plan.live)
+
+
+def _now() -> float:
+    return time.perf_counter()
 
 
 def _live_of(problem: Problem, choice: Choice) -> frozenset[int]:

@@ -47,12 +47,24 @@ staggering pays only once slices are thin: 16 and 32 were rarely the fastest), f
 the plan fastest so far first. Those of the leading plan left for lack of time are timed
 after the search, the most slices first (:meth:`SliceSearch.time`)."""
 FINE_SLICES = 512
-"""Staggered slices tried last, on plans of few atoms only (:data:`FINE_MAX_ATOMS`): a plan
+"""Staggered slices tried last (at most this many, :data:`FINE_AIM`), on plans of few atoms
+only (:data:`FINE_MAX_LANES`): a plan
 sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
 (case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
-FINE_MAX_ATOMS = 256
-"""... at most this many atoms (lanes of one slice): 131 k lanes at 512 slices, about a 256
-slicing of the plans the search builds in time (case 60's, 68 k lanes, 0.6-1.5 s)."""
+FINE_MAX_LANES = 512 * 512
+"""... of at most this many lanes (atoms times slices; was 256 atoms at 512 slices, 131 k
+lanes): case 76's packing twin, 424 atoms, at 512 slices 1.0060 of the bound where its 256
+are 1.0119 (217 k lanes, timed in 0.6 and built in 2.4 CPU s, validated in 8.7). Each is
+timed and built only when its predicted time fits (:class:`SliceSearch`)."""
+FINE_AIM = 0.009
+"""With a bound given, a plan's fine count is the fewest (a multiple of :data:`FINE_STEP`,
+past 256, at most :data:`FINE_SLICES`) its 128 and 256 slices predict within this fraction of
+the bound: a slicing ends ``E / m`` after its flow ``F`` (``v(m) = F + E / m``: its excess
+halves per doubling), so ``m = E / ((1 + FINE_AIM) * bound - F)``. Case 193's greedy plan
+(654 atoms; 1.0239 and 1.0122 at 128 and 256): 352 slices, 230 k lanes, where 512 would be
+335 k; case 76's twin: 352 for 512, 149 k lanes for 217 k."""
+FINE_STEP = 32
+"""The fine counts' step."""
 FINE_ABOVE = 0.01
 """... and only while the fastest plan or slicing timed is more than this fraction above the
 bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
@@ -106,6 +118,7 @@ class SliceSearch:
     def __init__(self, problem: Problem, objective: str, *, bound_s: float = 0.0) -> None:
         self.problem, self.objective = problem, objective
         self.fine_above = (1 + FINE_ABOVE) * bound_s  # fine slices only while none is this fast
+        self.bound_s = bound_s
         self.plans: list[Built] = []
         self.shapes: list[Shape] = []
         self.timed: list[tuple[float, int, int, int]] = []
@@ -127,6 +140,7 @@ class SliceSearch:
     def raise_bound(self, bound_s: float) -> None:
         """The bound given, raised (512 slices then stop sooner, :meth:`_tried`)."""
         self.fine_above = max(self.fine_above, (1 + FINE_ABOVE) * bound_s)
+        self.bound_s = max(self.bound_s, bound_s)
 
     def needed_s(self) -> float:
         """The time to keep for what is left: building the fastest slicing timed, or timing
@@ -138,6 +152,7 @@ class SliceSearch:
         for m, _, j in sorted(
             (key for key in self.pending if key[2] == lead and key[1]), reverse=True
         ):
+            m = (self._fine_count(j) or m) if m > STAGGERED_SLICES[-1] else m
             pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
             needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
             if _fits(needed, self.build_by):
@@ -151,6 +166,7 @@ class SliceSearch:
         build_by: float | None = None,
         *,
         staggered_first: bool = False,
+        leader_only: bool = False,
     ) -> None:
         """Add ``candidates`` (those of one phase whose hops wait for none, and not timed as
         one added before) and time their slicings from their patterns by ``deadline`` (a
@@ -165,7 +181,9 @@ class SliceSearch:
         was predicted at 1.8 s and waited, and took 0.51 s when timed later). The
         exact method's first call, on the greedy's plan alone in a short window: its staggered
         slicings are the ones that get near the bound (case 193's 64 by lane depth 1.0475
-        against 1.1005 at 32 plain)."""
+        against 1.1005 at 32 plain). ``leader_only``: only the leading plan's waiting staggered
+        slicings, the others left waiting (the exact method's call before its search when the
+        leader is near the bound, with no ``candidates``)."""
         build_by = deadline if build_by is None else build_by
         self.build_by = build_by
         added = len(self.plans)
@@ -188,6 +206,10 @@ class SliceSearch:
             reverse=True,
         )
         self._patterns(first, deadline, build_by)
+        if leader_only:  # the rest wait for the next call (the new plans' too)
+            self.pending += [key for key in waiting if key not in first]
+            self.pattern_s += time.perf_counter() - began
+            return
         plain = [(m, False, j) for m in SLICES for j in new]
         if staggered_first:  # the two fewest plain slices still first: the pace of the rest
             self._patterns(plain[: 2 * len(new)], deadline, build_by)
@@ -203,7 +225,7 @@ class SliceSearch:
         self._patterns(both, deadline, build_by)
         chosen = [(m, self._staggering(j), j) for m in more for j in ranked]
         self._patterns([key for key in chosen if key[1]], deadline, build_by)
-        fine = [(FINE_SLICES, self._staggering(j), j) for j in ranked]
+        fine = [(FINE_SLICES, self._staggering(j), j) for j in ranked]  # counts when timed
         self._patterns([key for key in fine if key[1] and self._tried(key)], deadline, build_by)
         if staggered_first:
             self._patterns(plain, deadline, build_by)
@@ -227,13 +249,36 @@ class SliceSearch:
 
     def _tried(self, key: _Key) -> bool:
         """Whether slicing ``key`` is tried: every count up to :data:`STAGGERED_SLICES`'s last,
-        :data:`FINE_SLICES` only for plans of at most :data:`FINE_MAX_ATOMS` atoms while no
+        :data:`FINE_SLICES` (:meth:`_fine_count`) only up to :data:`FINE_MAX_LANES` lanes while no
         plan, nor slicing timed whose build was predicted to fit (``target``), is within
         :data:`FINE_ABOVE` of the bound given (checked again as each is timed,
         :meth:`_patterns`: after every plan's 256 slices)."""
-        return key[0] != FINE_SLICES or (
-            self.shapes[key[2]][1] <= FINE_MAX_ATOMS and self.target > self.fine_above
+        if key[0] <= STAGGERED_SLICES[-1]:
+            return True
+        count = self._fine_count(key[2])
+        lanes = self.shapes[key[2]][1] * (
+            FINE_STEP + STAGGERED_SLICES[-1] if count is None else count
         )
+        return lanes <= FINE_MAX_LANES and self.target > self.fine_above
+
+    def _fine_count(self, j: int) -> int | None:
+        """Plan ``j``'s fine slice count: :data:`FINE_SLICES`, or with a bound given the fewest
+        its 128 and 256 slices (its staggering's) predict within :data:`FINE_AIM` of it (None
+        while those are not both timed)."""
+        by = self._staggering(j)
+        at = {m: v for v, m, b, i in self.timed if i == j and b == by}
+        coarse, fine = STAGGERED_SLICES[-2:]
+        if self.bound_s <= 0:
+            return FINE_SLICES
+        if coarse not in at or fine not in at:
+            return None
+        excess = (at[coarse] - at[fine]) * fine * coarse / (fine - coarse)  # E
+        flow = at[fine] - excess / fine  # F
+        room = (1 + FINE_AIM) * self.bound_s - flow
+        if excess <= 0 or room <= 0:
+            return FINE_SLICES
+        steps = math.ceil(excess / room / FINE_STEP)
+        return min(FINE_SLICES, max(fine + FINE_STEP, steps * FINE_STEP))
 
     def _leader(self) -> int:
         """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""
@@ -247,10 +292,19 @@ class SliceSearch:
         """Each slicing of ``trials`` timed from its pattern when it fits (:meth:`time`). Until
         a pattern has been timed, none predicts the others: only the fewest plain slices are
         tried then (case 193's first call at load 11 had no time, and its second began with
-        256 staggered slices, unpredicted: 5.4 s past a 0.28 s window)."""
+        256 staggered slices, unpredicted: 5.4 s past a 0.28 s window). A fine slicing
+        (past :data:`STAGGERED_SLICES`) takes its plan's count (:meth:`_fine_count`) when it
+        comes, after the coarse ones of these trials when that needs them."""
+        unfit: list[_Key] = []  # fine slicings whose plan's count needs its coarse ones
         for phases, staggered, j in trials:
             if not self._tried((phases, staggered, j)):  # a fine slicing no longer needed
                 continue
+            if phases > STAGGERED_SLICES[-1]:
+                count = self._fine_count(j)
+                if count is None:
+                    unfit.append((phases, staggered, j))
+                    continue
+                phases = count
             if not self.pattern_rate and (phases, staggered) != (SLICES[0], False):
                 self.pending.append((phases, staggered, j))
                 continue
@@ -285,6 +339,10 @@ class SliceSearch:
                 fitting = [r for r in (_MARGIN * build, build) if _fits(r, build_by)]
                 if fitting:
                     self.target, self.reserve_s = v, fitting[0]
+        ready = [key for key in unfit if self._fine_count(key[2]) is not None]
+        self.pending += [key for key in unfit if key not in ready]
+        if ready:
+            self._patterns(ready, deadline, build_by)
 
     def best(
         self, candidates: Sequence[Built], deadline: float | None, *, untimed: bool = True

@@ -121,6 +121,7 @@ def pack_trees(
     enough_s: float = 0.0,
     beat_s: float = math.inf,
     twins: list[Built] | None = None,
+    deferred: list[Callable[[tuple[float, float] | None], Built | None]] | None = None,
 ) -> Built | None:
     """The plan of the best tree packing found in ``max_rounds`` pricing rounds per shape (and
     within ``time_limit_s``, each shape an equal share of the time left; None: no clock, so
@@ -137,7 +138,12 @@ def pack_trees(
     it is spent (the best packing is still re-shared); and once a plan is ready by
     ``enough_s``, or none so far beats ``beat_s``, the shapes after it. ``twins`` (the exact
     method): the best packing's trees at its rates with stripes shared by rate join it, the
-    plan to cut into time slices (:func:`by_rate`)."""
+    plan to cut into time slices (:func:`by_rate` of :func:`_for_slices`). ``deferred`` (the
+    exact method): the choice for lags is not run but handed back, to run when the caller
+    wants it (its clock: the end and the most one solve may take; its plan, None when it
+    does not beat the packing), so the caller can first time the twin's slicings, which
+    usually leave the packing in one phase behind (the exact method's
+    :data:`~blitzplan.multicast.exact.exact_search.LAG_UNLESS`)."""
     if problem.delivered or any(t.present for t in problem.targets):
         return None
     if sum(1 for i in problem.instances if i.node in live) < problem.live:
@@ -161,22 +167,71 @@ def pack_trees(
             best = packed
         if best is None or not enough_s < best[0] < beat_s:
             break
-    if widths is None and best is not None:  # the exact method: the trees chosen for their lags
-        clock = None
-        if time_limit_s is not None:
-            clock = (began + time_limit_s, LAG_SOLVE_SHARE * time_limit_s)
-
-        def more(price: np.ndarray) -> list[Tree]:
-            found = (cheapest_tree(overlay, g, price, d) for g in graphs for d in MORE_DEPTHS)
-            return [t for t in found if t is not None]
-
-        trees = list(pool.values())
-        again = lag_repack(problem, overlay, trees, live, best[0], clock, more)
-        if again is not None and again[0] < best[0]:
-            best = again
     if twins is not None and best is not None:
-        twins.append(by_rate(problem, overlay, best, live))
+        sliced = _for_slices(overlay, list(pool.values()), best, problem.tp)
+        twins.append(by_rate(problem, overlay, sliced, live))
+    if widths is None and best is not None:  # the exact method: the trees chosen for their lags
+        trees, found = list(pool.values()), best
+
+        def lagged(clock: tuple[float, float] | None) -> Built | None:
+            def more(price: np.ndarray) -> list[Tree]:
+                found = (cheapest_tree(overlay, g, price, d) for g in graphs for d in MORE_DEPTHS)
+                return [t for t in found if t is not None]
+
+            again = lag_repack(problem, overlay, trees, live, found[0], clock, more)
+            return None if again is None or again[0] >= found[0] else again[3]
+
+        if deferred is not None:
+            deferred.append(lagged)
+        else:
+            clock = None
+            if time_limit_s is not None:
+                clock = (began + time_limit_s, LAG_SOLVE_SHARE * time_limit_s)
+            best_plan = lagged(clock)
+            if best_plan is not None:
+                return best_plan
     return None if best is None else best[3]
+
+
+TWIN_SLICES = 256
+"""The slice count the twin's trees are chosen for (:func:`_for_slices`): cut into ``m``
+slices, a packing's trees end about ``depth / m`` of its one-phase time after their flow."""
+
+
+def _for_slices(overlay: Overlay, pool: list[Tree], best: Packed, tp: int) -> Packed:
+    """The trees to cut into time slices: of every shape's trees (``pool``) those of at most
+    ``d`` arcs, at the master program's rates, for the depth ``d`` whose rate ``lam_d`` is
+    fastest sliced (least ``(1 + d / TWIN_SLICES) / lam_d``); ``best`` (the best packing in one
+    phase) when none beats it. The best packing in one phase keeps fewer, wider trees at less
+    than the program's rate (shorter lags in one phase, which slices no longer pay) and may
+    ride deep trees where shallow ones reach the same rate: case 76 of the benchmark, its
+    twin 1.0396 of the bound at 128 slices by lane depth (7 arcs deep, its subset's rate), the
+    pool's 4-deep trees at the full rate 1.0236 (1.0060 at 512)."""
+    _, trees, rates, _ = best
+    chosen, value = best, _sliced(overlay, trees, rates, tp)
+    depths = {id(t): tree_depth(overlay, t) for t in pool}
+    for d in sorted(set(depths.values())):
+        within = [t for t in pool if depths[id(t)] <= d]
+        solved = master(overlay, within, tp) if {t.rank for t in within} == set(range(tp)) else None
+        if solved is None:
+            continue
+        kept = [(t, y) for t, y in zip(within, solved[1], strict=True) if y > 1e-9]
+        trial = (best[0], [t for t, _ in kept], np.asarray([y for _, y in kept]), best[3])
+        if _sliced(overlay, trial[1], trial[2], tp) < value * (1 - 1e-9):
+            chosen, value = trial, _sliced(overlay, trial[1], trial[2], tp)
+    return chosen
+
+
+def _sliced(overlay: Overlay, trees: list[Tree], rates: np.ndarray, tp: int) -> float:
+    """A packing's time cut into :data:`TWIN_SLICES` slices, up to a factor common to all:
+    ``(1 + depth / TWIN_SLICES) / lam``, ``lam`` its slowest rank's rate, ``depth`` its deepest
+    tree's arcs."""
+    per_rank = np.zeros(tp)
+    for tree, rate in zip(trees, rates, strict=True):
+        per_rank[tree.rank] += rate
+    lam = float(per_rank.min()) if len(trees) else 0.0
+    deepest = max((tree_depth(overlay, t) for t in trees), default=0)
+    return math.inf if lam <= 0 else (1 + deepest / TWIN_SLICES) / lam
 
 
 def by_rate(problem: Problem, overlay: Overlay, packed: Packed, live: frozenset[int]) -> Built:
