@@ -263,7 +263,7 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
 
 def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkeypatch) -> None:
     """The slicings timed after the packing are those of the twin it hands back (its trees
-    with stripes by rate, :func:`~blitzplan.multicast.exact.tree_packing.by_rate`), then the
+    with stripes by rate, :func:`~blitzplan.multicast.exact.slice_twin.by_rate`), then the
     greedy's; the packing's own plan is still a candidate of the last call, unsliced."""
     import dataclasses
 

@@ -24,8 +24,9 @@ from blitzplan.multicast.exact.overlay_arcs import (
     packing_plan,
     tree_spans,
 )
+from blitzplan.multicast.exact.slice_twin import TWIN_SLICES
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, TWIN_SLICES, pack_trees
+from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
 from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _plan
@@ -186,7 +187,7 @@ def test_sliced_the_packing_shared_by_rate_ends_first() -> None:
     longer need; :func:`by_rate` keeps the trees and rates with stripes by rate, and cut into
     64 slices it is valid, ends first, and stays above the overlay bound."""
     from blitzplan.multicast.exact.phase_slices import slice_phases
-    from blitzplan.multicast.exact.tree_packing import by_rate
+    from blitzplan.multicast.exact.slice_twin import by_rate
 
     state, problem, overlay, pool = _chain_pool()
     trees = [next(t for t in pool if depth(overlay, t) == d) for d in (1, 2)]
@@ -228,7 +229,7 @@ def test_the_twins_trees_are_the_pools_fastest_sliced(monkeypatch, shallow_cap: 
     ((1 + 4 / 256) / 194 > (1 + 7 / 256) / 200); 2-deep ones at 4 never."""
     import types
 
-    import blitzplan.multicast.exact.tree_packing as tree_packing
+    import blitzplan.multicast.exact.slice_twin as slice_twin
 
     def tree(depth: int, cap: float) -> types.SimpleNamespace:
         return types.SimpleNamespace(rank=0, depth=depth, cap=cap)
@@ -241,10 +242,10 @@ def test_the_twins_trees_are_the_pools_fastest_sliced(monkeypatch, shallow_cap: 
     deep = [tree(7, 100.0), tree(7, 100.0)]
     shallow = [tree(4, shallow_cap), tree(4, shallow_cap)]
     flat = [tree(2, 2.0), tree(2, 2.0)]
-    monkeypatch.setattr(tree_packing, "master", program)
-    monkeypatch.setattr(tree_packing, "tree_depth", lambda overlay, t: t.depth)
+    monkeypatch.setattr(slice_twin, "master", program)
+    monkeypatch.setattr(slice_twin, "tree_depth", lambda overlay, t: t.depth)
     best = (1.0, [deep[0]], np.asarray([188.0]), None)  # the one-phase packing's subset
-    _, trees, rates, _ = tree_packing._for_slices(None, [*deep, *shallow, *flat], best, 1)
+    _, trees, rates, _ = slice_twin.twin_trees(None, [*deep, *shallow, *flat], best, 1)
     assert sum(rates) == pytest.approx(200.0)
     if shallow_cap == 100.0:
         assert {t.depth for t in trees} <= {2, 4} and any(t.depth == 4 for t in trees)

@@ -10,6 +10,7 @@ import blitzplan.multicast.exact.slice_search as slice_search
 from blitzplan import ClusterState
 from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
+from blitzplan.multicast.exact import slice_fit
 from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases
 from blitzplan.multicast.exact.slice_layout import (
     BY_LANE,
@@ -184,7 +185,7 @@ def test_the_fine_count_is_the_fewest_its_coarse_slicings_predict_near_the_bound
     at = {(m, by): v for v, m, by, _ in free.timed}
     excess = (at[128, BY_LANE] - at[256, BY_LANE]) * 256
     flow = at[256, BY_LANE] - excess / 256
-    bound = (flow + excess / 400) / (1 + slice_search.FINE_AIM)
+    bound = (flow + excess / 400) / (1 + slice_fit.FINE_AIM)
     assert bound < at[256, BY_LANE] / (1 + slice_search.FINE_ABOVE)  # fine slices wanted
     search = SliceSearch(problem, "all_ready", bound_s=bound)
     search.time([one], None)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import BuildPace, Late, deadline_check, sliced_until
+from blitzplan.multicast.exact.slice_fit import FINE_STEP, fine_count
 from blitzplan.multicast.exact.slice_layout import Shape, pattern_ready, plan_shape
 from blitzplan.multicast.exact.slice_timing import SlicedTimes
 from blitzplan.multicast.setup.problem import Problem
@@ -47,8 +48,9 @@ staggering pays only once slices are thin: 16 and 32 were rarely the fastest), f
 the plan fastest so far first. Those of the leading plan left for lack of time are timed
 after the search, the most slices first (:meth:`SliceSearch.time`)."""
 FINE_SLICES = 512
-"""Staggered slices tried last (at most this many, :data:`FINE_AIM`), on plans of few atoms
-only (:data:`FINE_MAX_LANES`): a plan
+"""Staggered slices tried last (at most this many:
+:func:`~blitzplan.multicast.exact.slice_fit.fine_count`), on plans of few atoms only
+(:data:`FINE_MAX_LANES`): a plan
 sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
 (case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
 FINE_MAX_LANES = 512 * 512
@@ -56,15 +58,6 @@ FINE_MAX_LANES = 512 * 512
 lanes): case 76's packing twin, 424 atoms, at 512 slices 1.0060 of the bound where its 256
 are 1.0119 (217 k lanes, timed in 0.6 and built in 2.4 CPU s, validated in 8.7). Each is
 timed and built only when its predicted time fits (:class:`SliceSearch`)."""
-FINE_AIM = 0.009
-"""With a bound given, a plan's fine count is the fewest (a multiple of :data:`FINE_STEP`,
-past 256, at most :data:`FINE_SLICES`) its 128 and 256 slices predict within this fraction of
-the bound: a slicing ends ``E / m`` after its flow ``F`` (``v(m) = F + E / m``: its excess
-halves per doubling), so ``m = E / ((1 + FINE_AIM) * bound - F)``. Case 193's greedy plan
-(654 atoms; 1.0239 and 1.0122 at 128 and 256): 352 slices, 230 k lanes, where 512 would be
-335 k; case 76's twin: 352 for 512, 149 k lanes for 217 k."""
-FINE_STEP = 32
-"""The fine counts' step."""
 FINE_ABOVE = 0.01
 """... and only while the fastest plan or slicing timed is more than this fraction above the
 bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
@@ -263,22 +256,13 @@ class SliceSearch:
 
     def _fine_count(self, j: int) -> int | None:
         """Plan ``j``'s fine slice count: :data:`FINE_SLICES`, or with a bound given the fewest
-        its 128 and 256 slices (its staggering's) predict within :data:`FINE_AIM` of it (None
+        its 128 and 256 slices (its staggering's) predict near it (:func:`fine_count`; None
         while those are not both timed)."""
         by = self._staggering(j)
-        at = {m: v for v, m, b, i in self.timed if i == j and b == by}
-        coarse, fine = STAGGERED_SLICES[-2:]
         if self.bound_s <= 0:
             return FINE_SLICES
-        if coarse not in at or fine not in at:
-            return None
-        excess = (at[coarse] - at[fine]) * fine * coarse / (fine - coarse)  # E
-        flow = at[fine] - excess / fine  # F
-        room = (1 + FINE_AIM) * self.bound_s - flow
-        if excess <= 0 or room <= 0:
-            return FINE_SLICES
-        steps = math.ceil(excess / room / FINE_STEP)
-        return min(FINE_SLICES, max(fine + FINE_STEP, steps * FINE_STEP))
+        at = {m: v for v, m, b, i in self.timed if i == j and b == by}
+        return fine_count(at, self.bound_s, STAGGERED_SLICES[-2:], FINE_SLICES)
 
     def _leader(self) -> int:
         """The plan whose own time or a timed slicing's is the fastest so far (-1: none)."""

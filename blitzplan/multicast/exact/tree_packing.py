@@ -31,6 +31,7 @@ from blitzplan.multicast.exact.lag_packing import Packed, lag_repack, lag_shared
 from blitzplan.multicast.exact.lag_packing import depth as tree_depth
 from blitzplan.multicast.exact.lag_packing import value as _value
 from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan
+from blitzplan.multicast.exact.slice_twin import twin
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
@@ -43,7 +44,6 @@ __all__ = [
     "PACK_GAP",
     "PACK_ROUNDS",
     "Shape",
-    "by_rate",
     "pack_trees",
     "repack",
 ]
@@ -137,8 +137,8 @@ def pack_trees(
     past it are skipped (the first and the last still tried), and shapes after the first once
     it is spent (the best packing is still re-shared); and once a plan is ready by
     ``enough_s``, or none so far beats ``beat_s``, the shapes after it. ``twins`` (the exact
-    method): the best packing's trees at its rates with stripes shared by rate join it, the
-    plan to cut into time slices (:func:`by_rate` of :func:`_for_slices`). ``deferred`` (the
+    method): the plan to cut into time slices joins it
+    (:func:`~blitzplan.multicast.exact.slice_twin.twin`). ``deferred`` (the
     exact method): the choice for lags is not run but handed back, to run when the caller
     wants it (its clock: the end and the most one solve may take; its plan, None when it
     does not beat the packing), so the caller can first time the twin's slicings, which
@@ -168,8 +168,7 @@ def pack_trees(
         if best is None or not enough_s < best[0] < beat_s:
             break
     if twins is not None and best is not None:
-        sliced = _for_slices(overlay, list(pool.values()), best, problem.tp)
-        twins.append(by_rate(problem, overlay, sliced, live))
+        twins.append(twin(problem, overlay, list(pool.values()), best, live))
     if widths is None and best is not None:  # the exact method: the trees chosen for their lags
         trees, found = list(pool.values()), best
 
@@ -191,59 +190,6 @@ def pack_trees(
             if best_plan is not None:
                 return best_plan
     return None if best is None else best[3]
-
-
-TWIN_SLICES = 256
-"""The slice count the twin's trees are chosen for (:func:`_for_slices`): cut into ``m``
-slices, a packing's trees end about ``depth / m`` of its one-phase time after their flow."""
-
-
-def _for_slices(overlay: Overlay, pool: list[Tree], best: Packed, tp: int) -> Packed:
-    """The trees to cut into time slices: of every shape's trees (``pool``) those of at most
-    ``d`` arcs, at the master program's rates, for the depth ``d`` whose rate ``lam_d`` is
-    fastest sliced (least ``(1 + d / TWIN_SLICES) / lam_d``); ``best`` (the best packing in one
-    phase) when none beats it. The best packing in one phase keeps fewer, wider trees at less
-    than the program's rate (shorter lags in one phase, which slices no longer pay) and may
-    ride deep trees where shallow ones reach the same rate: case 76 of the benchmark, its
-    twin 1.0396 of the bound at 128 slices by lane depth (7 arcs deep, its subset's rate), the
-    pool's 4-deep trees at the full rate 1.0236 (1.0060 at 512)."""
-    _, trees, rates, _ = best
-    chosen, value = best, _sliced(overlay, trees, rates, tp)
-    depths = {id(t): tree_depth(overlay, t) for t in pool}
-    for d in sorted(set(depths.values())):
-        within = [t for t in pool if depths[id(t)] <= d]
-        solved = master(overlay, within, tp) if {t.rank for t in within} == set(range(tp)) else None
-        if solved is None:
-            continue
-        kept = [(t, y) for t, y in zip(within, solved[1], strict=True) if y > 1e-9]
-        trial = (best[0], [t for t, _ in kept], np.asarray([y for _, y in kept]), best[3])
-        if _sliced(overlay, trial[1], trial[2], tp) < value * (1 - 1e-9):
-            chosen, value = trial, _sliced(overlay, trial[1], trial[2], tp)
-    return chosen
-
-
-def _sliced(overlay: Overlay, trees: list[Tree], rates: np.ndarray, tp: int) -> float:
-    """A packing's time cut into :data:`TWIN_SLICES` slices, up to a factor common to all:
-    ``(1 + depth / TWIN_SLICES) / lam``, ``lam`` its slowest rank's rate, ``depth`` its deepest
-    tree's arcs."""
-    per_rank = np.zeros(tp)
-    for tree, rate in zip(trees, rates, strict=True):
-        per_rank[tree.rank] += rate
-    lam = float(per_rank.min()) if len(trees) else 0.0
-    deepest = max((tree_depth(overlay, t) for t in trees), default=0)
-    return math.inf if lam <= 0 else (1 + deepest / TWIN_SLICES) / lam
-
-
-def by_rate(problem: Problem, overlay: Overlay, packed: Packed, live: frozenset[int]) -> Built:
-    """The packing's trees at its rates, forwarding lanes fast, with stripes shared by rate:
-    cut into ``m`` time slices, every tree then ends within ``1 / m`` of its one-phase lag of
-    ``S / sum y``. The packing's own stripes are sized to its trees' one-phase lags
-    (:func:`~blitzplan.multicast.exact.lag_packing.lag_shared`), which its slices no longer
-    pay: sliced, the trees given less for their lag end early and the others late (cases 59,
-    134, 1 and 190 of the benchmark at 512 slices: 1.0145, 1.0152, 1.0106, 1.0086 of the
-    bound sized to the lags, 1.0059, 1.0078, 1.0039, 1.0039 by rate)."""
-    _, trees, rates, _ = packed
-    return packing_plan(problem, overlay, trees, rates, live, fast=True)
 
 
 def _pack(
