@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 import pytest
 
 from blitzplan import LiveScalingInstance, validate_schedule
 from blitzplan.live.improve import polish
-from blitzplan.live.schedule import build_schedule, evaluate_objective, timetable
+from blitzplan.live.schedule import Schedule, build_schedule, evaluate_objective, timetable
 from blitzplan.live.split_jump import jump_splits
 from blitzplan.solvers import SolveStatus
 
@@ -26,7 +27,13 @@ def _stuck() -> tuple[LiveScalingInstance, list[int], list[int], list[int]]:
     return inst, [8, 8, 0], [0] * 8 + [1] * 8, [2]
 
 
-def _schedule(inst: LiveScalingInstance, split, new, old, old_order: str):  # type: ignore[no-untyped-def]
+def _schedule(
+    inst: LiveScalingInstance,
+    split: Sequence[int],
+    new: Sequence[int],
+    old: Sequence[int],
+    old_order: str,
+) -> Schedule:
     return build_schedule(
         inst,
         split,
