@@ -5,10 +5,13 @@ Starting from the best of ZigZag and the repaired N-capacity relaxation (a large
 re-plans every split and O's order at once), random moves are tried and kept when they lower the
 objective: move one batch's split up or down (inserting or removing its layers on N, moving it
 on or off O), swap or move blocks on O, swap neighbouring layers of two batches on N, or move a
-layer to another place on N between its batch's previous and next layers. The answer
-for a control loop with 10-100 ms to spare; the bound it reports is the cheap one (each batch
-alone), or the N-capacity relaxation's when O's order is fixed (``old_order="fifo"``, where that
-relaxation is solved exactly in linear time).
+layer to another place on N between its batch's previous and next layers. Before them (in at
+most half the time left) a steepest descent over larger split moves
+(:mod:`blitzplan.live.split_jump`: a batch moved whole to O or to N, or to a quarter of its
+layers) crosses what those steps cannot; :func:`polish` (the exact backends' incumbents) does
+the same. The answer for a control loop with 10-100 ms to spare; the bound it reports is the
+cheap one (each batch alone), or the N-capacity relaxation's when O's order is fixed
+(``old_order="fifo"``, where that relaxation is solved exactly in linear time).
 """
 
 from __future__ import annotations
@@ -31,12 +34,16 @@ from blitzplan.live.schedule import (
     lower_bound,
     timetable,
 )
+from blitzplan.live.split_jump import jump_splits
 from blitzplan.solvers.backends import SolveStatus
 
 __all__ = ["Solution", "improve", "polish"]
 
 _GREEDY_SHARE = 0.2
 """The most of the budget the relaxed plan may take."""
+
+_JUMP_SHARE = 0.5
+"""The most of the time left that the split jumps may take before the random moves."""
 
 
 @dataclass
@@ -184,7 +191,17 @@ def polish(
     """Local search from ``start`` until ``deadline_s`` (a ``time.perf_counter()`` value),
     ``max_moves`` tried moves (a fixed budget makes runs repeatable), or it meets ``bound``."""
     search = _Search(instance, objective, old_order, seed)
-    return search.run(Solution.of(start), deadline_s, bound=bound, max_moves=max_moves)
+    current = _jumped(instance, Solution.of(start), objective, deadline_s)
+    return search.run(current, deadline_s, bound=bound, max_moves=max_moves)
+
+
+def _jumped(
+    instance: LiveScalingInstance, current: Solution, objective: str, deadline_s: float
+) -> Solution:
+    """``current`` after the split jumps (:func:`~blitzplan.live.split_jump.jump_splits`)."""
+    args = (current.split, current.new, current.old, objective, current.value)
+    found = jump_splits(instance, *args, deadline_s=deadline_s)
+    return current if found is None else Solution(*found)
 
 
 def improve(
@@ -217,6 +234,8 @@ def improve(
         else lower_bound(instance, objective)
     )
     search = _Search(instance, objective, old_order, seed)
+    jumps_until = time.perf_counter() + _JUMP_SHARE * (deadline - reserve - time.perf_counter())
+    current = _jumped(instance, current, objective, jumps_until)
     found = search.run(current, deadline - reserve, bound=bound)
     status = SolveStatus.OPTIMAL if found.value <= bound else SolveStatus.FEASIBLE
     return build_schedule(

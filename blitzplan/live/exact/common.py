@@ -138,7 +138,9 @@ class Start:
         self, seconds: float, *, max_s: float = POLISH_MAX_S, moves: int = POLISH_MOVES
     ) -> None:
         """Local search from the incumbent for at most ``seconds`` (and ``max_s``, and the time
-        left) and ``moves`` tried moves (stops once proven; not started past the deadline)."""
+        left) and ``moves`` tried moves (stops once proven; not started past the deadline),
+        after the split jumps of :mod:`blitzplan.live.split_jump` (a batch moved whole to O or
+        to N: on (80,16) FIFO they lowered bnb's 10 s incumbents by up to 5%)."""
         if self.proven() or math.isinf(self.incumbent.objective) or self.left_s() <= 0:
             return
         from blitzplan.live.improve import polish
