@@ -10,24 +10,30 @@ earlier in the plan (or the node had before: then from an instance GPU, never a 
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections import defaultdict
 from fractions import Fraction
 
+import numpy as np
+
 from blitzplan.cluster import ClusterState
 from blitzplan.errors import InvalidInputError
 from blitzplan.models import ModelSpec, layout
-from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind, PlanNode
+from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
+from blitzplan.multicast.validation.lane_table import LaneTable, lane_table, same_rows
 
 __all__ = ["check_holdings"]
 
 _COORD = 1e-9
 
 
-def check_holdings(state: ClusterState, plan: MulticastPlan) -> list[str]:
-    """Every lane whose holder does not hold what it sends, as sentences (module docstring)."""
-    return _from_rule(plan) + _check_resharded_bytes(state, plan)
+def check_holdings(
+    state: ClusterState, plan: MulticastPlan, table: LaneTable | None = None
+) -> list[str]:
+    """Every lane whose holder does not hold what it sends, as sentences (module docstring);
+    ``table``: the plan's lanes as columns, when the caller has them."""
+    table = lane_table(plan) if table is None else table
+    return _from_rule(plan, table) + _check_resharded_bytes(state, plan, table)
 
 
 def _held_by_rank(q: int, a: int, r: int, b: int, lo: float, hi: float) -> bool:
@@ -49,55 +55,117 @@ def _rank_limits(q: int, a: int, r: int, b: int) -> tuple[tuple[Fraction, float]
     return (low, float(low)), (high, float(high))
 
 
-def _from_rule(plan: MulticastPlan) -> list[str]:
-    out = []
+def _from_rule(plan: MulticastPlan, table: LaneTable) -> list[str]:
+    """The rule per lane, judged for every lane of one sender, holder and rank at once (the
+    sentences in the order of ``plan.lanes``)."""
+    said: list[tuple[int, str]] = []  # (place in plan.lanes, sentence)
     tp = next((n.tp for n in plan.nodes if n.kind is NodeKind.TARGET), 1)
-    into: dict[tuple[int, str, int], list[tuple[float, float]]] = defaultdict(list)
-    landed: set[tuple[int, str]] = set()
-    for lane in plan.lanes:
-        into[(lane.receiver, lane.dst, lane.rank)].append((lane.lo, lane.hi))
-        landed.add((lane.receiver, lane.dst))
+    names = table.names
+    width = len(names)
+    into: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    lo_list, hi_list = table.lo.tolist(), table.hi.tolist()
+    gpu = table.receiver * width + table.dst  # a GPU (or memory) of a node
+    for k, r, a, b in zip(gpu.tolist(), table.rank.tolist(), lo_list, hi_list, strict=True):
+        into[(k, r)].append((a, b))
+    landed = set(gpu.tolist())
     chains = {key: _chains(pieces) for key, pieces in into.items()}
     units = range(len(plan.unit_bytes))
     carried: dict[tuple[int, int], tuple[bool, bool]] = {}  # whether the sender had / lacked
-    for lane in plan.lanes:
+    for lanes in same_rows(table.sender, table.holder, table.rank):
+        f = int(lanes[0])
+        lane = table.lanes[f]
         sender = plan.nodes[lane.sender]
-        where = _Where(lane)
+        lo, hi = table.lo[lanes], table.hi[lanes]
+        bad: np.ndarray
         if sender.kind is NodeKind.INSTANCE:
             if lane.holder not in sender.gpus:
-                out.append(f"{where}: {lane.holder} is not a GPU of {sender.label}")
-            elif lane.rank == ALL_RANKS or not _held_by_rank(
-                sender.gpus.index(lane.holder), sender.tp, lane.rank, tp, lane.lo, lane.hi
-            ):
-                out.append(
-                    f"{where}: {lane.holder} does not hold rank {lane.rank} "
-                    f"[{lane.lo:.6f}, {lane.hi:.6f})"
+                said += _each(table, lanes, f"{lane.holder} is not a GPU of {sender.label}")
+                continue
+            if lane.rank == ALL_RANKS:
+                bad = np.ones(len(lanes), bool)
+            else:
+                q = sender.gpus.index(lane.holder)
+                bad = ~_held_by_ranks(q, sender.tp, lane.rank, tp, lo, hi)
+            for i in np.flatnonzero(bad).tolist():
+                one = table.lanes[lanes[i]]
+                said.append(
+                    (
+                        int(table.at[lanes[i]]),
+                        f"{_Where(one)}: {one.holder} does not hold rank {one.rank} "
+                        f"[{one.lo:.6f}, {one.hi:.6f})",
+                    )
                 )
         elif sender.kind in (NodeKind.HOST, NodeKind.CACHE):
             if lane.holder != sender.memory:
-                out.append(f"{where}: {lane.holder} is not the memory of {sender.label}")
+                said += _each(table, lanes, f"{lane.holder} is not the memory of {sender.label}")
         elif sender.kind is NodeKind.STAGE:
-            if lane.holder != sender.memory or (lane.sender, lane.holder) not in landed:
-                out.append(f"{where}: stage holds nothing")
+            if lane.holder != sender.memory or (
+                lane.sender * width + names.index(lane.holder) not in landed
+            ):
+                said += _each(table, lanes, "stage holds nothing")
         else:
-            pair = (lane.receiver, lane.sender)
-            if pair not in carried:
-                needed = [u for u in units if not plan.nodes[lane.receiver].has(u)]
-                carried[pair] = (
-                    any(sender.has(u) for u in needed),
-                    any(not sender.has(u) for u in needed),
+            if lane.holder not in sender.gpus + sender.relays:
+                said += _each(table, lanes, f"{lane.holder} is not a GPU of node {sender.id}")
+                continue
+            pairs = np.unique(table.receiver[lanes])
+            lacks = np.zeros(len(lanes), bool)
+            has = np.zeros(len(lanes), bool)
+            for receiver in pairs.tolist():
+                pair = (receiver, lane.sender)
+                if pair not in carried:
+                    needed = [u for u in units if not plan.nodes[receiver].has(u)]
+                    carried[pair] = (
+                        any(sender.has(u) for u in needed),
+                        any(not sender.has(u) for u in needed),
+                    )
+                mine = table.receiver[lanes] == receiver
+                has[mine], lacks[mine] = carried[pair]
+            key = (lane.sender * width + names.index(lane.holder), lane.rank)
+            covered = _covered(chains.get(key, _NO_CHAINS), lo)
+            short = lacks & (covered < hi - _COORD)
+            relay = ~short & has & (lane.holder in sender.relays)
+            for i in np.flatnonzero(short | relay).tolist():
+                one = table.lanes[lanes[i]]
+                where = _Where(one)
+                said.append(
+                    (
+                        int(table.at[lanes[i]]),
+                        f"{where}: {one.holder} never receives rank {one.rank} "
+                        f"[{one.lo:.6f}, {one.hi:.6f})"
+                        if short[i]
+                        else f"{where}: relay {one.holder} holds no unit the node had before",
+                    )
                 )
-            had, lacked = carried[pair]
-            chain = chains.get((lane.sender, lane.holder, lane.rank), _NO_CHAINS)
-            out += _check_forwarded(sender, lane, chain, where, had=had, lacked=lacked)
-    return out
+    said.sort(key=lambda x: x[0])
+    return [sentence for _, sentence in said]
 
 
-def _covered(chains: tuple[list[float], list[float]], lo: float) -> float:
-    """How far from ``lo`` the arrived stripes reach (:func:`_check_forwarded`)."""
+def _each(table: LaneTable, lanes: np.ndarray, what: str) -> list[tuple[int, str]]:
+    """``what`` said of every lane of ``lanes``, each with its place in ``plan.lanes``."""
+    return [(int(table.at[f]), f"{_Where(table.lanes[f])}: {what}") for f in lanes.tolist()]
+
+
+def _held_by_ranks(q: int, a: int, r: int, b: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """:func:`_held_by_rank` of every stripe ``[lo[i], hi[i])`` (the fractions read only on a
+    tie with a limit's nearest float)."""
+    (_, low_f), (_, high_f) = _rank_limits(q, a, r, b)
+    ok: np.ndarray = ((lo > low_f) | (lo == low_f)) & ((hi < high_f) | (hi == high_f))
+    for i in np.flatnonzero(ok & ((lo == low_f) | (hi == high_f))).tolist():
+        ok[i] = _held_by_rank(q, a, r, b, float(lo[i]), float(hi[i]))
+    return ok
+
+
+def _covered(chains: tuple[list[float], list[float]], lo: np.ndarray) -> np.ndarray:
+    """How far from each ``lo`` the arrived stripes reach: to the end of the run with the last
+    start at most ``lo + _COORD`` (runs before it end more than ``_COORD`` before its start),
+    when that is past ``lo``. A target forwards only what reached the holder (or the node had
+    before): sweeping the stripes of the lane's rank that arrived at the holder from ``lo``,
+    each starting at most ``_COORD`` past what is covered extends it, up to ``hi`` (less
+    ``_COORD``); the sweep ends in that run (:func:`_chains`)."""
     starts, ends = chains
-    run = bisect.bisect_right(starts, lo + _COORD) - 1
-    return max(lo, ends[run]) if run >= 0 else lo
+    run = np.searchsorted(np.asarray(starts, float), lo + _COORD, side="right") - 1
+    reach = np.asarray(ends, float)[np.maximum(run, 0)] if ends else lo
+    return np.where((run >= 0) & (reach > lo), reach, lo)
 
 
 class _Where:
@@ -127,7 +195,7 @@ def _chains(pieces: list[tuple[float, float]]) -> tuple[list[float], list[float]
     return starts, ends
 
 
-def _check_resharded_bytes(state: ClusterState, plan: MulticastPlan) -> list[str]:
+def _check_resharded_bytes(state: ClusterState, plan: MulticastPlan, table: LaneTable) -> list[str]:
     """A lane from an instance of another TP degree sends, of every unit it carries, bytes
     ``[round(lo * B), round(hi * B))`` of its rank buffer: its holder's own buffer must contain
     each of them (:meth:`~blitzplan.models.layout.Layout.reshard`, byte by byte)."""
@@ -135,7 +203,10 @@ def _check_resharded_bytes(state: ClusterState, plan: MulticastPlan) -> list[str
     specs = {inst.id: inst.model for inst in state.instances}
     out: list[str] = []
     seen: dict[tuple[object, ...], str] = {}
-    for lane in plan.lanes:
+    other = np.array([n.kind is NodeKind.INSTANCE and n.tp != tp for n in plan.nodes], bool)
+    lanes = np.flatnonzero(other.reshape(len(plan.nodes))[table.sender])
+    for f in lanes[np.argsort(table.at[lanes])].tolist():  # in the order of plan.lanes
+        lane = table.lanes[f]
         sender = plan.nodes[lane.sender]
         if (
             sender.kind is not NodeKind.INSTANCE
@@ -176,29 +247,3 @@ def _lacked(
         except InvalidInputError as exc:
             return f"unit {unit}: {exc}"
     return ""
-
-
-def _check_forwarded(
-    sender: PlanNode,
-    lane: Lane,
-    chains: tuple[list[float], list[float]],
-    where: _Where,
-    *,
-    had: bool,
-    lacked: bool,
-) -> list[str]:
-    """A target forwards only what reached the holder (or the node had before): sweeping the
-    stripes of the lane's rank that arrived at the holder from ``lo``, each starting at most
-    ``_COORD`` past what is covered extends it, up to ``hi`` (less ``_COORD``). The sweep ends
-    in the run (:func:`_chains`) with the last start at most ``lo + _COORD``: runs before it end
-    more than ``_COORD`` before its start, runs after it start more than ``_COORD`` past its end
-    (``had`` / ``lacked``: whether the sender had some / lacked some unit the lane carries)."""
-    if lane.holder not in sender.gpus + sender.relays:
-        return [f"{where}: {lane.holder} is not a GPU of node {sender.id}"]
-    if lacked and _covered(chains, lane.lo) < lane.hi - _COORD:
-        return [
-            f"{where}: {lane.holder} never receives rank {lane.rank} [{lane.lo:.6f}, {lane.hi:.6f})"
-        ]
-    if had and lane.holder in sender.relays:
-        return [f"{where}: relay {lane.holder} holds no unit the node had before"]
-    return []

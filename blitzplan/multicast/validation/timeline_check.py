@@ -18,146 +18,152 @@ from collections.abc import Sequence
 import numpy as np
 
 from blitzplan.cluster import ClusterState
-from blitzplan.multicast.plan_types import ALL_RANKS, Lane, MulticastPlan, NodeKind
-from blitzplan.multicast.validation.lane_waits import lane_waits, waited_lanes
+from blitzplan.multicast.plan_types import ALL_RANKS, MulticastPlan, NodeKind
+from blitzplan.multicast.validation.lane_table import LaneTable, flow_routes, lane_table
+from blitzplan.multicast.validation.lane_waits import Waits, lane_waits, spans
 
 __all__ = ["check_timeline"]
 
 _TOL = 1e-6
 
 
-def check_timeline(state: ClusterState, plan: MulticastPlan) -> list[str]:
-    """Recompute every lane's arrivals in dependency order and compare (module docstring)."""
+def check_timeline(
+    state: ClusterState,
+    plan: MulticastPlan,
+    table: LaneTable | None = None,
+    theirs: np.ndarray | None = None,
+) -> list[str]:
+    """Recompute every lane's arrivals in dependency order and compare (module docstring);
+    ``table``: the plan's lanes as columns, ``theirs`` its arrivals as one array
+    (:func:`.plan_arrivals`), when the caller has them."""
     units = len(plan.unit_bytes)
-    lanes = sorted(plan.lanes, key=lambda x: x.flow)
-    hop_of = {lane.flow: h for h, hop in enumerate(plan.hops) for lane in hop.lanes}
-    waits = lane_waits(plan, lanes, hop_of)
+    table = lane_table(plan) if table is None else table
+    waits = lane_waits(plan, table)
     if waits is None:
         return ["the plan's lanes wait for each other in a cycle"]
-    arrive = _Arrivals(state, plan, lanes, hop_of, *waits).run()
+    arrive = _Arrivals(state, plan, table, waits).run()
     problems = [
         f"lane {f} arrivals differ from the recurrence"
-        for f in _differ(arrive, plan.lane_arrival_s)
+        for f in (
+            _far(arrive, theirs).tolist()
+            if theirs is not None and theirs.shape == arrive.shape
+            else _differ(arrive, plan.lane_arrival_s)
+        )
     ]
-    return problems or _check_ready(plan, arrive, units)
+    return problems or _check_ready(plan, table, arrive, units)
 
 
 class _Arrivals:
-    """Every lane's arrivals, level by level: a lane's level is one past every lane it waits
-    for, so the lanes of one level are computed at once. Per lane, with ``d_u`` unit ``u``'s
-    bytes over the rate (0 for a unit it does not carry) and ``a_u = avail_u + chunk_u / rate +
-    latency``, the recurrence ``t_u = max(a_u, t_{u-1} + d_u)`` from ``t = begin`` is, in closed
-    form, ``t_u = D_u + max(begin, max_{k <= u} (a_k - D_k))`` with ``D`` the prefix sums of
-    ``d`` (equal to the loop's up to rounding, far inside the tolerance)."""
+    """Every lane's arrivals, level by level (:func:`.lane_waits`: a lane's level is one past
+    every lane it waits for, so the lanes of one level are computed at once). Per lane, with
+    ``d_u`` unit ``u``'s bytes over the rate (0 for a unit it does not carry) and ``a_u =
+    avail_u + chunk_u / rate + latency``, the recurrence ``t_u = max(a_u, t_{u-1} + d_u)`` from
+    ``t = begin`` is, in closed form, ``t_u = D_u + max(begin, max_{k <= u} (a_k - D_k))`` with
+    ``D`` the prefix sums of ``d`` (equal to the loop's up to rounding, far inside the
+    tolerance)."""
 
     def __init__(
-        self,
-        state: ClusterState,
-        plan: MulticastPlan,
-        lanes: list[Lane],
-        hop_of: dict[int, int],
-        order: list[int],
-        feeds: list[list[int]],
+        self, state: ClusterState, plan: MulticastPlan, table: LaneTable, waits: Waits
     ) -> None:
-        self.plan, self.lanes, self.hop_of, self.order, self.feeds = (
-            plan,
-            lanes,
-            hop_of,
-            order,
-            feeds,
-        )
-        n, units = len(lanes), len(plan.unit_bytes)
+        self.plan, self.table, self.waits = plan, table, waits
+        n, units = len(table.lanes), len(plan.unit_bytes)
         self.arrive = np.zeros((n, units))
         self.last = np.zeros(n)  # each lane's latest arrival
         self.first = np.zeros(n)  # when each lane's first chunk arrives
-        self.hop_end = np.full(len(plan.hops) + 1, -math.inf)  # the last slot: no hop
-        self.hop_done = [False] * len(plan.hops)
-        self.done: dict[int, float] = {}  # the end of a store-and-forward list of feeds, by id
-        startup: dict[int, float] = defaultdict(float)
+        self.hop_last: dict[int, float] = {}  # per hop ended: its latest arrival
+        self.node_last: dict[int, float] = {}  # per node fed in full: its latest arrival
+        startup = np.zeros(len(plan.nodes))
         for inst in plan.instances:
             startup[inst.node] = max(startup[inst.node], inst.startup_s)
         tp = next((node.tp for node in plan.nodes if node.kind is NodeKind.TARGET), 1)
         lacks = [tuple(not node.has(u) for u in range(units)) for node in plan.nodes]
         self.carries = np.array(lacks, dtype=bool).reshape(len(plan.nodes), units)
+        self.share = (table.hi - table.lo) * np.where(table.rank == ALL_RANKS, tp, 1)
+        self.rate = np.asarray(plan.rates, float).reshape(n)
+        routes, route = flow_routes(plan)
+        topo = state.topology
+        delay = [sum(topo.latency_s(e) for e in edges) for edges in routes]
+        self.latency = np.asarray(delay, float).reshape(len(routes))[route]
+        self.start = startup[table.receiver]
+        self.hop = table.hop
+        # the sources (fed by none): every unit now, or a loading source's from its arrival
+        self.fed = np.diff(waits.ptr) > 0
+        stored = waits.stored
+        self.fed[stored] = (waits.into_ptr[table.sender + 1] > waits.into_ptr[table.sender])[stored]
         loading = {
             i.id: tuple(i.loading.units_ready_s) for i in state.instances if i.loading is not None
         }
         rows: dict[tuple[float, ...], int] = {(0.0,) * units: 0}  # what a source holds when
-        starts: dict[tuple[int, int], float] = {}  # per source row and receiver: its start
-        latency: dict[tuple[object, ...], float] = {}
-        topo = state.topology
-        self.share, self.rate, self.latency = (
-            np.zeros(n),
-            np.asarray(plan.rates, float),
-            np.zeros(n),
-        )
-        self.start, self.row, self.hop = np.zeros(n), np.zeros(n, int), np.full(n, len(plan.hops))
-        for f, lane in enumerate(lanes):
-            self.share[f] = lane.fraction * (tp if lane.rank == ALL_RANKS else 1)
-            edges = tuple(plan.flows[f].edges)
-            if edges not in latency:
-                latency[edges] = sum(topo.latency_s(e) for e in edges)
-            self.latency[f] = latency[edges]
-            self.start[f] = startup[lane.receiver]
-            self.hop[f] = hop_of.get(f, len(plan.hops))
-            if not feeds[f]:  # a source: it holds every unit now, or a loading one from its arrival
-                held = loading.get(plan.nodes[lane.sender].instance_id or "", (0.0,) * units)
-                row = self.row[f] = rows.setdefault(held, len(rows))
-                if (row, lane.receiver) not in starts:
-                    carried = [held[u] for u in range(units) if lacks[lane.receiver][u]]
-                    starts[row, lane.receiver] = min(carried, default=0.0)
-                self.start[f] = max(self.start[f], starts[row, lane.receiver])
+        node_row = np.array(
+            [
+                rows.setdefault(loading.get(node.instance_id or "", (0.0,) * units), len(rows))
+                for node in plan.nodes
+            ],
+            np.int64,
+        ).reshape(len(plan.nodes))
         self.held = np.array(list(rows), dtype=float).reshape(len(rows), units)
+        self.row = np.where(self.fed, 0, node_row[table.sender])
+        own = np.flatnonzero(~self.fed)
+        pairs = np.unique(self.row[own] * len(plan.nodes) + table.receiver[own])
+        begins = {}  # per source row and receiver: its start
+        for key in pairs.tolist():
+            row, receiver = divmod(key, len(plan.nodes))
+            carried = self.held[row][self.carries[receiver]]
+            begins[key] = float(carried.min()) if len(carried) else 0.0
+        keyed = self.row[own] * len(plan.nodes) + table.receiver[own]
+        self.start[own] = np.maximum(
+            self.start[own], np.fromiter(map(begins.__getitem__, keyed.tolist()), float, len(own))
+        )
 
     def run(self) -> np.ndarray:
         """The arrivals, one row per lane (by flow)."""
-        level = [0] * len(self.lanes)
-        hop_level: dict[int, int] = {}
-        list_level: dict[int, int] = {}
-        for f in self.order:
-            h, fed, at = self.hop_of.get(f), self.feeds[f], 0
-            if h is not None:
-                if h not in hop_level:
-                    waited = waited_lanes(self.plan, h)
-                    hop_level[h] = max((level[x] + 1 for x in waited), default=0)
-                at = hop_level[h]
-            if fed:
-                if id(fed) not in list_level or len(fed) < 4:
-                    list_level[id(fed)] = max(level[x] for x in fed) + 1
-                at = max(at, list_level[id(fed)])
-            level[f] = at
-        groups: dict[int, list[int]] = defaultdict(list)
-        for f in self.order:
-            groups[level[f]].append(f)
-        for at in sorted(groups):
-            self._level(np.asarray(groups[at]))
+        level = self.waits.level
+        order = np.argsort(level, kind="stable")
+        if len(order):
+            cuts = np.flatnonzero(np.diff(level[order])) + 1
+            for idx in np.split(order, cuts):
+                self._level(idx)
         return self.arrive
 
+    def _hop_begin(self, h: int) -> float:
+        """When hop ``h`` may start: every lane of the hops it waits for has ended."""
+        plan = self.plan
+        ends = []
+        for a in plan.hops[h].after:
+            if a not in self.hop_last:
+                mine = [lane.flow for lane in plan.hops[a].lanes]
+                self.hop_last[a] = float(self.last[mine].max()) if mine else -math.inf
+            ends.append(self.hop_last[a])
+        return max(ends, default=-math.inf)
+
     def _level(self, idx: np.ndarray) -> None:
-        plan, units = self.plan, self.arrive.shape[1]
-        for h in set(self.hop[idx].tolist()):
-            if h < len(plan.hops) and not self.hop_done[h]:
-                waited = waited_lanes(plan, h)
-                self.hop_end[h] = self.last[waited].max() if waited else -math.inf
-                self.hop_done[h] = True
-        begin = np.maximum(self.start[idx], self.hop_end[self.hop[idx]])
+        plan, table, waits, units = self.plan, self.table, self.waits, self.arrive.shape[1]
+        hop = self.hop[idx]
+        begin = self.start[idx].copy()
+        on = hop >= 0
+        if on.any():
+            used, back = np.unique(hop[on], return_inverse=True)
+            after = np.fromiter(map(self._hop_begin, used.tolist()), float, len(used))
+            begin[on] = np.maximum(begin[on], after[back])
         avail = self.held[self.row[idx]]
-        for j, f in enumerate(idx.tolist()):
-            fed = self.feeds[f]
-            if not fed:
-                continue
-            h = self.hop_of.get(f)
-            if h is not None and not plan.hops[h].pipelined:  # store and forward
-                if id(fed) not in self.done:
-                    self.done[id(fed)] = float(self.last[fed].max())
-                avail[j] = self.done[id(fed)]
-                begin[j] = max(begin[j], self.done[id(fed)])
-            else:
-                avail[j] = self.arrive[fed[0]] if len(fed) == 1 else self.arrive[fed].max(0)
-                begin[j] = max(begin[j], self.first[fed].max())
+        fed = self.fed[idx]
+        stored = waits.stored[idx] & fed
+        if stored.any():  # store and forward: once every lane into the sender has ended
+            senders = table.sender[idx[stored]]
+            done = np.fromiter(map(self._node_last, senders.tolist()), float, len(senders))
+            avail[stored] = done[:, None]
+            begin[stored] = np.maximum(begin[stored], done)
+        streamed = fed & ~waits.stored[idx]
+        if streamed.any():  # the latest arrival of each unit over the lanes feeding it
+            rows = idx[streamed]
+            pos, starts = spans(waits.ptr, rows)
+            feeds = waits.feeds[pos]
+            avail[streamed] = np.maximum.reduceat(self.arrive[feeds], starts, axis=0)
+            begin[streamed] = np.maximum(
+                begin[streamed], np.maximum.reduceat(self.first[feeds], starts)
+            )
         rate = self.rate[idx][:, None]
-        lanes = self.lanes
-        carries = self.carries[[lanes[f].receiver for f in idx.tolist()]]
+        carries = self.carries[table.receiver[idx]]
         size = np.where(carries, self.share[idx][:, None] * np.asarray(plan.unit_bytes, float), 0.0)
         on = size > 0
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -173,20 +179,30 @@ class _Arrivals:
         lead = np.where(on.any(1), chunk[np.arange(len(idx)), head], 0.0) if units else 0.0
         self.first[idx] = begin + lead + self.latency[idx]
 
+    def _node_last(self, node: int) -> float:
+        """The latest arrival over every lane into ``node`` (all of them ended)."""
+        if node not in self.node_last:
+            ptr = self.waits.into_ptr
+            self.node_last[node] = float(
+                self.last[self.waits.into[ptr[node] : ptr[node + 1]]].max()
+            )
+        return self.node_last[node]
 
-def _check_ready(plan: MulticastPlan, arrive: np.ndarray, units: int) -> list[str]:
+
+def _check_ready(
+    plan: MulticastPlan, table: LaneTable, arrive: np.ndarray, units: int
+) -> list[str]:
     out = []
-    into: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for lane in plan.lanes:
-        into[lane.dst].append((lane.flow, lane.rank))
+    names = {name: k for k, name in enumerate(table.names)}
     for inst in plan.instances:
         node = plan.nodes[inst.node]
         done = [0.0] * units
         for gpu in inst.gpus:
             rank = node.rank_of(gpu)
-            mine = sorted(f for f, r in into[gpu] if r in (rank, ALL_RANKS))
+            into = table.dst == names.get(gpu, -1)
+            mine = into & ((table.rank == rank) | (table.rank == ALL_RANKS))
             got = (  # per unit, the latest arrival over the lanes into the GPU
-                arrive[mine].max(0) if mine else np.full(units, math.inf)
+                arrive[mine].max(0) if mine.any() else np.full(units, math.inf)
             )
             for u in range(units):
                 if not node.has(u):
@@ -215,7 +231,21 @@ def _differ(
             else np.array([ours[i] for i in group], dtype=float).reshape(len(group), width)
         )
         b = np.array([theirs[i] for i in group], dtype=float).reshape(len(group), width)
-        with np.errstate(invalid="ignore"):
-            ok = (np.isinf(a) & (a == b)) | (np.abs(a - b) <= _TOL * np.maximum(1.0, np.abs(b)))
-        bad += [group[k] for k in np.flatnonzero(~ok.all(axis=1))]
+        bad += [group[k] for k in _far(a, b).tolist()]
     return sorted(bad)
+
+
+def _far(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The rows where ``a`` and ``b`` differ by more than ``_TOL`` (relative, at least
+    absolute) in some value, unless both are the same infinity."""
+    with np.errstate(invalid="ignore"):
+        gap = np.subtract(a, b)
+        np.abs(gap, out=gap)
+        room = np.abs(b)
+        np.maximum(room, 1.0, out=room)
+        room *= _TOL
+        rows = np.flatnonzero(~(gap <= room).all(axis=1))  # then the infinities among them
+        a, b = a[rows], b[rows]
+        ok = (np.isinf(a) & (a == b)) | (np.abs(a - b) <= _TOL * np.maximum(1.0, np.abs(b)))
+    far: np.ndarray = rows[~ok.all(axis=1)]
+    return far
