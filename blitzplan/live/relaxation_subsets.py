@@ -32,6 +32,7 @@ from functools import partial
 
 import numpy as np
 
+from blitzplan.live import relaxation_deadlines as deadlines
 from blitzplan.live import relaxation_ranks as ranks
 from blitzplan.live.relaxation import Relaxation
 from blitzplan.live.relaxation_capacity import Capacity
@@ -167,6 +168,10 @@ class _Table:
             extra = self.capacity.refined(crowd, rows, every_block=fifo)
             if ranks.RANKS and fifo:
                 extra = np.maximum(extra, ranks.rank_extra_s(self.capacity, crowd, rows))
+            if deadlines.DEADLINES and fifo:
+                still = np.flatnonzero(base[rows] + extra < best_cost)
+                more = deadlines.deadline_extra_s(self.capacity, crowd, rows[still])
+                extra[still] = np.maximum(extra[still], more)
             out[rows] = base[rows] + extra
         return np.asarray(out)
 
