@@ -91,6 +91,15 @@ def test_the_deadline_bound_never_exceeds_the_enumerated_optimum() -> None:
     assert tried >= 80 and lifted >= 4
 
 
+def test_the_deadline_bound_at_every_point_never_exceeds_the_enumerated_optimum() -> None:
+    """The same at every point of the capacity conditions (layer arrivals and releases, where
+    the served work may partly run before the point), not only the first."""
+    with mock.patch.object(relaxation_deadlines, "DEADLINES_POINTS", tuple(range(40))):
+        tried, lifted, over = _check()
+    assert over == 0
+    assert tried >= 80 and lifted >= 4
+
+
 def test_the_oracle_check_catches_a_bound_one_percent_larger() -> None:
     """The same check with the deadline bound's term 1% larger finds bounds above the optimum."""
     _, _, over = _check(1.01)

@@ -36,6 +36,14 @@ some block's terms (a tied run sits at a kink of its sum): the leads ``B_t - E_t
 ``e_m``; the program takes exactly those (above the largest lead every term only grows).
 :data:`DEADLINES_SLACK_S` is taken off (rounding at a kink).
 
+At a later point ``s`` of the capacity conditions (:data:`DEADLINES_POINTS`) ``P_m`` counts the
+works after ``s`` and ``W_t = max(0, rho X_t - below_t)`` (``below_t``: the served work up to
+``t`` that may run before ``s``); the claims need ``P_m + W_t > 0``. ``c_m``'s claim then need
+not grow with ``t``: charging the last uncovered block's alone is weaker, still valid. The
+kinks add where ``W_t`` starts and the flat cover meets ``B_t - X``. On (80,16) and (32,16)
+FIFO seeds 1, 2, 3, 5, 8 of ``benchmarks/partition.py`` no later point raised a root capacity
+bound (all twelve arrivals: up to 6 times the time), so only ``a_1`` is taken.
+
 O in FIFO order only (as the rank bound): a state's blocks are those :meth:`Capacity.leads`
 replays.
 """
@@ -43,7 +51,7 @@ replays.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -52,7 +60,7 @@ from blitzplan.live.relaxation_ranks import _rank_ends
 if TYPE_CHECKING:
     from blitzplan.live.relaxation_capacity import Capacity, Crowding
 
-__all__ = ["DEADLINES", "DEADLINES_SLACK_S", "deadline_extra_s"]
+__all__ = ["DEADLINES", "DEADLINES_POINTS", "DEADLINES_SLACK_S", "deadline_extra_s"]
 
 DEADLINES = True
 """Whether the capacity program (:mod:`blitzplan.live.relaxation_subsets`) counts the deadline
@@ -61,6 +69,10 @@ bound (O in FIFO order)."""
 DEADLINES_SLACK_S = 1e-7
 """Taken off every state's deadline bound (cost units): a kink rounding may put on either
 side."""
+
+DEADLINES_POINTS = (0,)
+"""The capacity conditions' points (:attr:`Capacity.points`) the bound is taken at: the first
+(``a_1``)."""
 
 _CHUNK = 250
 """States evaluated together (the arrays are states x candidates x ranks)."""
@@ -93,84 +105,105 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     lows = highs - np.where(served, leads, 0.0)  # E_t
     last = np.where(served, np.arange(len(order))[None, :], -1).argmax(axis=1)
     lows[np.arange(rows.size), last] = free  # the program's last block: O free at ``free``
-    leads = np.where(served, highs - lows, -math.inf)
+    blocks = _Blocks(served, highs, lows, np.where(served, highs - lows, -math.inf))
     reach = np.minimum.accumulate(np.where(served, cap.after[order], math.inf), axis=1)  # r_t
     count = left.sum(axis=1)
     ranks = max(1, int(count.max()))
-    works = np.sort(np.where(left, cap.layers * cap.p_new, math.inf), axis=1)[:, :ranks]
-    own = np.concatenate([np.zeros((rows.size, 1)), np.cumsum(works, axis=1)], axis=1)  # P_0..
     ends = _rank_ends(cap, left)[:, :ranks]
-    s, rho = cap.points[0][0], cap.ratio
-    xs = _candidates(leads, served, highs, lows, reach, own, ends, s, rho)
-    least = _least(xs, served, highs, lows, reach, own, ends, count, s, rho)
-    return np.where(mask == 0, 0.0, np.maximum(0.0, least - DEADLINES_SLACK_S))
+    best = np.zeros(rows.size)
+    for at, under in (cap.points[k] for k in DEADLINES_POINTS if k < len(cap.points)):
+        works = np.sort(np.where(left, cap.layers * cap.p_new - under, math.inf), axis=1)
+        own = np.concatenate(
+            [np.zeros((rows.size, 1)), np.cumsum(works[:, :ranks], axis=1)], axis=1
+        )
+        below = np.cumsum(np.where(served, under[order], 0.0), axis=1)  # may run before s
+        ranked = _Ranks(at, own, ends, count, below, reach)
+        xs = _candidates(blocks, ranked, cap.ratio)
+        best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
+    return np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
 
 
-def _candidates(
-    leads: np.ndarray,
-    served: np.ndarray,
-    highs: np.ndarray,
-    lows: np.ndarray,
-    reach: np.ndarray,
-    own: np.ndarray,
-    ends: np.ndarray,
-    s: float,
-    rho: float,
-) -> np.ndarray:
+class _Blocks(NamedTuple):
+    """Per state, per column (O's FIFO order): served, ``B_t``, ``E_t``, ``B_t - E_t``."""
+
+    served: np.ndarray
+    highs: np.ndarray
+    lows: np.ndarray
+    leads: np.ndarray
+
+
+class _Ranks(NamedTuple):
+    """One point ``s``: ``P_0..P_f`` (the smallest works after ``s``), ``e_m``, ``|F|``
+    (``size``), per column the served work up to it that may run before ``s``, and ``r_t``."""
+
+    at: float
+    own: np.ndarray
+    ends: np.ndarray
+    size: np.ndarray
+    below: np.ndarray
+    reach: np.ndarray
+
+
+def _candidates(blocks: _Blocks, ranked: _Ranks, rho: float) -> np.ndarray:
     """(states x candidates), sorted: 0 and every kink (module docstring) in ``[0, top]``,
     ``top`` the largest lead."""
-    top = np.maximum(np.where(served, leads, 0.0).max(axis=1), 0.0)
-    h, lo, r = highs[:, :, None], lows[:, :, None], reach[:, :, None]
-    p = own[:, None, :]
+    served = blocks.served
+    top = np.maximum(np.where(served, blocks.leads, 0.0).max(axis=1), 0.0)
+    h, lo = blocks.highs[:, :, None], blocks.lows[:, :, None]
+    w, r = ranked.below[:, :, None], ranked.reach[:, :, None]
+    base = ranked.at + ranked.own[:, None, :] + r  # s + P_mu + r_t: the cover without W
+    m = ranked.at + ranked.own[:, None, 1:] - ranked.ends[:, None, :]  # s + P_m - e_m
+    size = top.size
     parts = [
-        np.zeros((top.size, 1)),
-        np.where(served, leads, 0.0),
-        ((lo - s - p - r) / rho).reshape(top.size, -1),
-        ((h - s - p - r) / (1 + rho)).reshape(top.size, -1),
-        (ends - s - own[:, 1:]) / rho,
+        np.zeros((size, 1)),
+        np.where(served, blocks.leads, 0.0),
+        ((lo - base + w) / rho).reshape(size, -1),  # the cover meets E_t
+        ((h - base + w) / (1 + rho)).reshape(size, -1),  # ... B_t - X, W sloped
     ]
+    if ranked.below.any():  # W_t flat up to below_t / rho: its kinks per block
+        parts += [
+            ranked.below / rho,
+            (h - base).reshape(size, -1),
+            ((w - m) / rho).reshape(size, -1),
+        ]
+    else:
+        parts.append(-m[:, 0, :] / rho)  # a lift meets e_m
     x = np.concatenate(parts, axis=1)
     x = np.where(np.isfinite(x), np.clip(x, 0.0, top[:, None]), 0.0)
     return np.sort(x, axis=1)
 
 
-def _least(
-    xs: np.ndarray,
-    served: np.ndarray,
-    highs: np.ndarray,
-    lows: np.ndarray,
-    reach: np.ndarray,
-    own: np.ndarray,
-    ends: np.ndarray,
-    count: np.ndarray,
-    s: float,
-    rho: float,
-) -> np.ndarray:
+def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.ndarray:
     """The dynamic program over the served blocks from the last (module docstring): per state
     the least of ``sum (C_t - E_t) + sum (c_m - e_m)^+``."""
-    states, ranks = ends.shape
+    states, ranks = ranked.ends.shape
     nus = np.arange(ranks + 1)
-    real = nus[None, :] <= count[:, None]  # ranks that exist (0..|F|)
-    # S(nu, X) = sum over m <= nu of (s + P_m + rho X - e_m)^+ (rank m in column m - 1)
-    lift = s + own[:, None, 1:] + rho * xs[:, :, None] - ends[:, None, :]
-    lift = np.where(real[:, None, 1:] & np.isfinite(lift), np.maximum(lift, 0.0), 0.0)
-    fixed = np.concatenate([np.zeros((states, xs.shape[1], 1)), np.cumsum(lift, axis=2)], axis=2)
-    value = np.where((nus[None, :] == count[:, None])[:, None, :], 0.0, math.inf)
-    value = np.broadcast_to(value, fixed.shape).copy()
-    cover = s + own[:, None, :] + rho * xs[:, :, None]  # s + P_mu + rho X, before + r_t
-    some = (xs > 0)[:, :, None] | (nus > 0)[None, None, :]
-    cover = np.where(some & real[:, None, :], cover, -math.inf)
-    cover = np.where(real[:, None, :], cover, math.inf)  # mu past |F|: never chosen
-    for t in range(served.shape[1] - 1, -1, -1):
-        on = served[:, t]
+    real = nus[None, :] <= ranked.size[:, None]  # ranks that exist (0..|F|)
+    value = np.where((nus[None, :] == ranked.size[:, None])[:, None, :], 0.0, math.inf)
+    value = np.broadcast_to(value, (states, xs.shape[1], ranks + 1)).copy()
+    own = ranked.own[:, None, :]
+    for t in range(blocks.served.shape[1] - 1, -1, -1):
+        on = blocks.served[:, t]
         if not on.any():
             continue
+        x, p, real_on = xs[on][:, :, None], own[on], real[on][:, None, :]
+        work = np.maximum(0.0, rho * x - ranked.below[on, t][:, None, None])  # W_t
+        lift = ranked.at + p + work  # s + P_m + W_t
+        holds = real_on & ((p > 0) | (work > 0))  # without work after s: no claim
+        gain = np.where(holds, np.maximum(lift - _ends(ranked.ends[on]), 0.0), 0.0)
+        gain[:, :, 0] = 0.0
+        fixed = np.cumsum(gain, axis=2)  # S_t(nu): ranks 1..nu fixed at this block
+        cover = np.where(holds, lift + ranked.reach[on, t][:, None, None], -math.inf)
+        cover = np.where(real_on, cover, math.inf)  # mu past |F|: never chosen
         v = value[on]
         after = np.minimum.accumulate(v[:, ::-1], axis=1)[:, ::-1]  # X_{t+1} >= X_t
-        held = fixed[on] + after
-        best = np.minimum.accumulate(held[:, :, ::-1], axis=2)[:, :, ::-1]  # nu >= mu
-        high, low = highs[on, t][:, None, None], lows[on, t][:, None, None]
-        late = np.maximum(low, high - xs[on][:, :, None])
-        late = np.maximum(late, cover[on] + reach[on, t][:, None, None])
-        value[on] = late - low - fixed[on] + best
+        best = np.minimum.accumulate((fixed + after)[:, :, ::-1], axis=2)[:, :, ::-1]  # nu >= mu
+        high, low = blocks.highs[on, t][:, None, None], blocks.lows[on, t][:, None, None]
+        late = np.maximum(np.maximum(low, high - x), cover)
+        value[on] = late - low - fixed + best
     return np.asarray(np.where(np.isfinite(value), value, math.inf).min(axis=(1, 2)))
+
+
+def _ends(ends: np.ndarray) -> np.ndarray:
+    """``e_m`` in columns ``1..f`` (rank ``m`` in column ``m``; column 0, no rank, +inf)."""
+    return np.concatenate([np.full((ends.shape[0], 1), math.inf), ends], axis=1)[:, None, :]
