@@ -60,6 +60,11 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
             yield Relaxation(inst, "mean_latency", restriction), oracle.objective
 
 
+def _program(relax: Relaxation, upper: float) -> tuple[float, object, bool]:
+    """The capacity program under FIFO with the deadline bound asked for (as the root's)."""
+    return subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True, deadlines=True)
+
+
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the deadline bound lifts over the rank bound, nodes above the optimum),
     the deadline bound's term times ``scale``."""
@@ -72,9 +77,9 @@ def _check(scale: float = 1.0) -> tuple[int, int, int]:
     for relax, optimum in _nodes(21, 40):
         upper = relax.obj.scaled(2 * optimum + 10)
         with mock.patch.object(relaxation_deadlines, "deadline_extra_s", scaled):
-            cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
+            cost, _, _ = _program(relax, upper)
         with mock.patch.object(relaxation_deadlines, "DEADLINES", False):
-            plain, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
+            plain, _, _ = _program(relax, upper)
         bound, without = relax.obj.final(cost), relax.obj.final(plain)
         assert bound >= without - 1e-9 * max(1.0, without)
         tried += 1
