@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_ranks
+from blitzplan.live import relaxation_deadlines, relaxation_ranks
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Restriction
 from blitzplan.live.relaxation_capacity import Capacity, Crowding
@@ -66,16 +66,24 @@ def test_the_earlier_blocks_pay_for_the_crowding_and_meet_the_optimum() -> None:
     """On :func:`_two_long` under FIFO the program's best state crowds N: charging the last
     O block alone, the bound is 3.09375 (mean latency); counting every served block, 3.125,
     the enumerated optimum. The rank bound (:mod:`blitzplan.live.relaxation_ranks`) meets it
-    too, alone: it is off for the last-block-only bound."""
+    too, alone, and so does the deadline bound (:mod:`blitzplan.live.relaxation_deadlines`):
+    both are off for the last-block-only bound."""
     inst = _two_long()
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")
     assert oracle.objective == pytest.approx(3.125)
-    with mock.patch.object(relaxation_ranks, "RANKS", False):
+    with (
+        mock.patch.object(relaxation_ranks, "RANKS", False),
+        mock.patch.object(relaxation_deadlines, "DEADLINES", False),
+    ):
         assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.125)
         with mock.patch.object(Capacity, "refined", _last_only):
             assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.09375)
-    with mock.patch.object(Capacity, "refined", _last_only):
-        assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.125)
+    for module, flag in ((relaxation_deadlines, "DEADLINES"), (relaxation_ranks, "RANKS")):
+        with (
+            mock.patch.object(Capacity, "refined", _last_only),
+            mock.patch.object(module, flag, False),
+        ):
+            assert capacity_bound(inst, old_order="fifo") == pytest.approx(3.125)
 
 
 def test_the_served_blocks_never_lift_the_bound_past_the_optimum() -> None:

@@ -114,9 +114,9 @@ def _searched_restrictions(
     seen: list[Restriction] = []
     real = bnb.node_capacity
 
-    def watched(relax: Relaxation, *args: object) -> float:
+    def watched(relax: Relaxation, *args: object, **kwargs: bool) -> float:
         seen.append(relax.restriction)
-        return real(relax, *args)  # type: ignore[arg-type]
+        return real(relax, *args, **kwargs)  # type: ignore[arg-type]
 
     with (
         mock.patch.object(bnb, "node_capacity", watched),

@@ -15,11 +15,19 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_ranks
+from blitzplan.live import relaxation_deadlines, relaxation_ranks
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.relaxation import Relaxation, Restriction
 from blitzplan.live.relaxation_capacity import Capacity
 from blitzplan.live.relaxation_subsets import _Table, subset_search
+
+
+@pytest.fixture(autouse=True)
+def _rank_bound_alone() -> Iterator[None]:
+    """The deadline bound (:mod:`blitzplan.live.relaxation_deadlines`), which generalises the
+    rank bound, off: these tests hold the rank bound alone."""
+    with mock.patch.object(relaxation_deadlines, "DEADLINES", False):
+        yield
 
 
 def _queued(rng: random.Random) -> LiveScalingInstance:

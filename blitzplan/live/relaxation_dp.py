@@ -255,7 +255,13 @@ def capacity_bound(
     while proven < upper:
         target = min(upper, proven + step * max(abs(proven), 1e-12))
         cost, found, complete = subset_search(
-            relax, target, until, deadline, capacity=True, fifo=old_order == "fifo"
+            relax,
+            target,
+            until,
+            deadline,
+            capacity=True,
+            fifo=old_order == "fifo",
+            deadlines=True,
         )
         if not complete or found is not None:
             return relax.obj.final(max(proven, cost))

@@ -56,18 +56,23 @@ def node_capacity(
     upper_cost: float,
     until_s: float,
     split: Sequence[int] | None = None,
+    *,
+    deadlines: bool = False,
 ) -> float:
     """A bound, in cost units, on every schedule that keeps ``relax``'s restriction: the subset
     program with the capacity conditions on it (see the module docstring), at most
     ``upper_cost`` (a known schedule's cost), by ``until_s`` (a ``time.perf_counter()``
     instant) or :data:`NODE_CAPACITY_MAX_S` from now; ``bound`` (the node's bound so far) when
     that lies more than :data:`NODE_CAPACITY_GAP` below ``upper_cost``; with ``split`` (the
-    incumbent's), the busy bound too where :data:`NODE_BUSY_GAP` says."""
+    incumbent's), the busy bound too where :data:`NODE_BUSY_GAP` says; with ``deadlines``
+    (under FIFO) the program counts the deadline bound
+    (:mod:`blitzplan.live.relaxation_deadlines`)."""
     if math.isfinite(upper_cost) and bound < upper_cost - NODE_CAPACITY_GAP * abs(upper_cost):
         return bound
     until = min(until_s, time.perf_counter() + NODE_CAPACITY_MAX_S)
+    fifo = old_order == "fifo"
     cost, _, _ = subset_search(
-        relax, upper_cost, until, until, capacity=True, fifo=old_order == "fifo"
+        relax, upper_cost, until, until, capacity=True, fifo=fifo, deadlines=deadlines
     )
     cost = cost if not math.isnan(cost) else -math.inf
     near = 0 < upper_cost - cost < NODE_BUSY_GAP * abs(upper_cost)
