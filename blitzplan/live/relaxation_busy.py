@@ -73,6 +73,11 @@ BUSY_MEASURED_STATES = 10_000
 """Merges of at least this many states set the time per state the next is judged by (at least
 :data:`BUSY_MERGE_S_PER_STATE`: on a loaded machine a merge takes longer)."""
 
+BUSY_FRONT_STATES = 20_000
+"""States a merge takes together: a larger merge is split by ranges of its keys (the same
+front, in the same order) and the clock is read between the parts (on (32,16) FIFO one merge
+took up to 110 ms of CPU in a node, and a merge's first time per state is a guess)."""
+
 _EPS_S = 1e-9
 """How far before ``t`` a start still counts as not before it (the work is charged from ``t``
 less this: a start computed as an end less ``pN`` may round just under ``t``)."""
@@ -218,7 +223,10 @@ def _merge(
         return None
     grid, kept = BUSY_GRID_S, grown
     while True:  # coarser levels while too many states are kept (each a valid merge)
-        kept = _front(kept, grid)
+        front = _front_by_parts(kept, grid, until)
+        if front is None:
+            return None
+        kept = front
         if size >= BUSY_MEASURED_STATES:
             rate = max(BUSY_MERGE_S_PER_STATE, (time.perf_counter() - began) / size)
         if kept["cost"].size <= BUSY_MAX_STATES or grid >= BUSY_MAX_GRID_S:
@@ -229,12 +237,40 @@ def _merge(
         grid *= 4
 
 
+def _front_by_parts(
+    states: dict[str, np.ndarray], grid: float, until: float
+) -> dict[str, np.ndarray] | None:
+    """:func:`_front` of ``states``, :data:`BUSY_FRONT_STATES` at a time by ranges of their
+    keys (ascending: the parts' fronts, joined, are the whole front in its order); None when
+    the clock reaches ``until`` between parts."""
+    size = states["cost"].size
+    parts = -(-size // BUSY_FRONT_STATES)
+    if parts <= 1:
+        return _front(states, grid)
+    key = _key(states, grid)
+    sample = np.sort(key[:: max(1, size // (8 * parts))])
+    cuts = np.unique(sample[(np.arange(1, parts) * sample.size) // parts])
+    block = np.searchsorted(cuts, key, side="right")
+    fronts = []
+    for part in range(cuts.size + 1):
+        if time.perf_counter() >= until:
+            return None
+        rows = np.flatnonzero(block == part)
+        fronts.append(_front({name: value[rows] for name, value in states.items()}, grid))
+    return {name: np.concatenate([front[name] for front in fronts]) for name in fronts[0]}
+
+
+def _key(states: dict[str, np.ndarray], grid: float) -> np.ndarray:
+    """Each state's merge key: its set, then its work level (``grid`` seconds)."""
+    level = np.floor(states["work"] / grid).astype(np.int64)
+    return np.asarray((states["mask"] << _SHIFT) | np.minimum(level, (1 << _SHIFT) - 1))
+
+
 def _front(states: dict[str, np.ndarray], grid: float) -> dict[str, np.ndarray]:
     """``states`` per set and work level (``grid`` seconds) on their Pareto front, each kept
     state carrying the least work of its group (a dropped state is charged no more work than
     it has)."""
-    level = np.floor(states["work"] / grid).astype(np.int64)
-    key = (states["mask"] << _SHIFT) | np.minimum(level, (1 << _SHIFT) - 1)
+    key = _key(states, grid)
     groups, index = np.unique(key, return_inverse=True)
     least = np.full(groups.size, math.inf)
     np.minimum.at(least, index, states["work"])
