@@ -170,3 +170,18 @@ def test_a_chunk_cut_while_refined_stays_open(monkeypatch: pytest.MonkeyPatch) -
     cut, (bound, _, finished) = _refined_calls(monkeypatch, (chunk, 2))
     assert whole[2] and cut == [*calls[:chunk], 2]
     assert not finished and bound <= whole[0]
+
+
+def test_the_busy_bound_in_parts_is_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With its children's floors and its merges taken a few states at a time, the busy bound
+    of a (32,12) FIFO pair is the same number."""
+    inst = _paper_pair(4, 12)
+    relax = Relaxation(inst, "mean_latency")
+    best = schedule_live(inst, method="zigzag", old_order="fifo", bound=False)
+    at = relaxation_busy.busy_point(relax, best.split)
+    upper = relax.obj.scaled(best.objective)
+    whole = relaxation_busy.busy_bound(relax, upper, at, math.inf)
+    monkeypatch.setattr(relaxation_busy, "BUSY_FLOOR_STATES", 7)
+    monkeypatch.setattr(relaxation_busy, "BUSY_FRONT_STATES", 50)
+    assert math.isfinite(whole)
+    assert relaxation_busy.busy_bound(relax, upper, at, math.inf) == whole

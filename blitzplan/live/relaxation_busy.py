@@ -78,6 +78,10 @@ BUSY_FRONT_STATES = 20_000
 front, in the same order) and the clock is read between the parts (on (32,16) FIFO one merge
 took up to 110 ms of CPU in a node, and a merge's first time per state is a guess)."""
 
+BUSY_FLOOR_STATES = 200_000
+"""Children whose least remaining cost is taken together, batch by batch, the clock read
+between parts (2,000,000 children took up to 0.1 s of CPU a batch on (32,16) FIFO)."""
+
 _EPS_S = 1e-9
 """How far before ``t`` a start still counts as not before it (the work is charged from ``t``
 less this: a start computed as an end less ``pN`` may round just under ``t``)."""
@@ -212,10 +216,12 @@ def _merge(
     grown["held"] = grown["held"] + np.where(left, table.on_new[i], 0.0)
     floor = grown["cost"] + grown["held"]
     for j in rest:
-        if time.perf_counter() >= until:
-            return None
-        placed = table.end(j, grown["free"], None) - table.release[j]
-        floor += np.minimum(placed, table.on_new[j])
+        for begin in range(0, floor.size, BUSY_FLOOR_STATES):
+            if time.perf_counter() >= until:
+                return None
+            part = slice(begin, begin + BUSY_FLOOR_STATES)
+            placed = table.end(j, grown["free"][part], None) - table.release[j]
+            floor[part] += np.minimum(placed, table.on_new[j])
     keep = floor < upper
     grown = {key: value[keep] for key, value in grown.items()}
     began, size = time.perf_counter(), int(keep.sum())
