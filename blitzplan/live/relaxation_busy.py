@@ -262,7 +262,9 @@ def _front_by_parts(
         if time.perf_counter() >= until:
             return None
         rows = np.flatnonzero(block == part)
-        fronts.append(_front({name: value[rows] for name, value in states.items()}, grid))
+        if rows.size:
+            part_states = {name: value[rows] for name, value in states.items()}
+            fronts.append(_front(part_states, grid))
     return {name: np.concatenate([front[name] for front in fronts]) for name in fronts[0]}
 
 
