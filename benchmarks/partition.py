@@ -45,7 +45,7 @@ from blitzplan.live import (
     simulate,
     unit_ready_from_link,
 )
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
+from blitzplan.live.bound.lagrange import lagrangian_bound
 from tests.live_queues import half_queued
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"

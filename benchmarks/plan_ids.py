@@ -8,7 +8,7 @@ live pairs' bounds. Bounds: ZigZag on ``benchmarks/partition.py``'s classes (32,
 seeds 0-1, both O orders, mean latency, and under the free order the maximum latency too; each
 line is ``schedule_live(...).bound`` and its objective, from a cold cache. A bound limited by
 counted work, not the clock, prints the same rows on every run, loaded or not (unless a real
-clock's safety net stops it: blitzplan.live.printed_bound.BOUND_SAFETY).
+clock's safety net stops it: blitzplan.live.bound.printed.BOUND_SAFETY).
 
 Run: .venv/bin/python benchmarks/plan_ids.py > run1.txt; again > run2.txt; diff run1.txt run2.txt
 (``BLITZPLAN_QUICK=1``: two plans, one class). Nothing is asserted.
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from blitzplan import ClusterState, load_topology
 from blitzplan._table import format_table
-from blitzplan.live import printed_bound, solve
+from blitzplan.live import solve
+from blitzplan.live.bound import printed as printed_bound
 from blitzplan.scale import ScaleRequest, plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -68,7 +68,8 @@ def best_known(keys: list[str], limit_s: float) -> dict[str, dict[str, float]]:
 def cold_calls(keys: list[str], orders: list[str]) -> list[dict[str, object]]:
     """One cold ZigZag call per instance and order: its bound, objective and CPU seconds."""
     from blitzplan import schedule_live
-    from blitzplan.live import printed_bound, solve
+    from blitzplan.live import solve
+    from blitzplan.live.bound import printed as printed_bound
 
     rows = []
     for key in keys:

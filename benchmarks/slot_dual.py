@@ -1,9 +1,9 @@
 """How far the slot bound's subgradient steps are from its Lagrangian dual (issue 23 items 1-2).
 
-The slot bound (:mod:`blitzplan.live.relaxation_slots`) prices per-slot capacity on both
+The slot bound (:mod:`blitzplan.live.bound.slots`) prices per-slot capacity on both
 instances and maximises the priced total by subgradient steps; a plateau is no proof that the
 dual's maximum is reached. Here the dual is computed exactly by column generation on its
-Dantzig-Wolfe master LP (:func:`~blitzplan.live.relaxation_master.master_bound`, HiGHS): at
+Dantzig-Wolfe master LP (:func:`~blitzplan.live.bound.master.master_bound`, HiGHS): at
 every step the priced total at the prices tried is a valid lower bound, and the master LP over
 the columns found is at least the dual's maximum, so the two bracket it; they meet when it is
 reached. With ``--strengthened`` the same master also with clique cuts on O's blocks (the
@@ -32,15 +32,15 @@ from partition import instance
 
 from blitzplan import schedule_live
 from blitzplan._table import format_table
-from blitzplan.live import slot_prices
-from blitzplan.live.relaxation_master import master_bound
-from blitzplan.live.relaxation_slots import slot_bound
+from blitzplan.live.bound import slot_prices
+from blitzplan.live.bound.master import master_bound
+from blitzplan.live.bound.slots import slot_bound
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 PAIRS = ["32x8x0"] if QUICK else ["32x16x1", "32x16x2", "32x16x3", "80x16x0", "80x16x1"]
 PAIRS += [] if QUICK else ["80x16x2", "40x12x0", "40x12x1", "80x8x0", "80x8x1"]
 MASTERS = {"CG": {"cuts": False}, "CG + cuts": {"cuts": True}}
-"""The master LPs of :func:`~blitzplan.live.relaxation_master.master_bound` each pair gets: the
+"""The master LPs of :func:`~blitzplan.live.bound.master.master_bound` each pair gets: the
 slot relaxation's own (its dual), and with clique cuts."""
 
 

@@ -18,16 +18,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
-from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.exact.nmachine import NOp, overload, sequence
-from blitzplan.live.relaxation import (
+from blitzplan.live.bound.dp import solve_relaxation
+from blitzplan.live.bound.relaxation import (
     Relaxation,
     RelaxedPlan,
     Restriction,
     alone_chain_s,
     repair,
 )
-from blitzplan.live.relaxation_dp import solve_relaxation
+from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.exact.nmachine import NOp, overload, sequence
 from blitzplan.live.schedule import OBJECTIVES, timetable
 from blitzplan.solvers import SolveStatus, available_backends
 from tests.test_live_properties import instances

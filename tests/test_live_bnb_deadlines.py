@@ -19,7 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_slots, solve
+from blitzplan.live import solve
+from blitzplan.live.bound import slots as relaxation_slots
 from blitzplan.live.exact import nmachine, node_cpsat, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.nmachine import NOp, sequence

@@ -1,4 +1,4 @@
-"""The busy bound (:mod:`blitzplan.live.relaxation_busy`) held against the exhaustive oracle on
+"""The busy bound (:mod:`blitzplan.live.bound.busy`) held against the exhaustive oracle on
 crowded tiny instances, O in FIFO order, at every layer arrival and release, over split ranges
 around the optimum's; and the same check catching a charge made too large."""
 
@@ -13,13 +13,13 @@ from unittest import mock
 
 import numpy as np
 
-from blitzplan.live import relaxation_busy
+from blitzplan.live.bound import busy as relaxation_busy
+from blitzplan.live.bound.busy import busy_bound, busy_point
+from blitzplan.live.bound.dp import solve_relaxation
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.exact import node_bound
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.exact.node_bound import node_capacity
-from blitzplan.live.relaxation import Relaxation, Restriction
-from blitzplan.live.relaxation_busy import busy_bound, busy_point
-from blitzplan.live.relaxation_dp import solve_relaxation
 from tests.test_live_capacity_bound import crowded_cases
 
 

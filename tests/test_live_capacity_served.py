@@ -1,6 +1,6 @@
 """The capacity program's crowding term under FIFO counts every served batch's block on O,
-not only the last (:meth:`~blitzplan.live.relaxation_capacity.Capacity.leads`), and O's last
-block's own share of N apart (:meth:`~blitzplan.live.relaxation_capacity.Capacity.
+not only the last (:meth:`~blitzplan.live.bound.capacity.Capacity.leads`), and O's last
+block's own share of N apart (:meth:`~blitzplan.live.bound.capacity.Capacity.
 last_block`): held against the exhaustive oracle on crowded tiny instances, for the whole
 problem and for random nodes of the search, and shown to raise the bound (a known answer)."""
 
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_deadlines, relaxation_ranks
+from blitzplan.live.bound import deadlines as relaxation_deadlines
+from blitzplan.live.bound import ranks as relaxation_ranks
+from blitzplan.live.bound.capacity import Capacity, Crowding
+from blitzplan.live.bound.dp import capacity_bound
+from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.relaxation import Restriction
-from blitzplan.live.relaxation_capacity import Capacity, Crowding
-from blitzplan.live.relaxation_dp import capacity_bound
 from tests.test_live_bnb_nodes import _crowded as _nodes_crowded
 from tests.test_live_capacity_bound import crowded_cases
 from tests.test_live_node_bound import _bound, _combinations, _value
@@ -65,8 +66,8 @@ def _two_long() -> LiveScalingInstance:
 def test_the_earlier_blocks_pay_for_the_crowding_and_meet_the_optimum() -> None:
     """On :func:`_two_long` under FIFO the program's best state crowds N: charging the last
     O block alone, the bound is 3.09375 (mean latency); counting every served block, 3.125,
-    the enumerated optimum. The rank bound (:mod:`blitzplan.live.relaxation_ranks`) meets it
-    too, alone, and so does the deadline bound (:mod:`blitzplan.live.relaxation_deadlines`):
+    the enumerated optimum. The rank bound (:mod:`blitzplan.live.bound.ranks`) meets it
+    too, alone, and so does the deadline bound (:mod:`blitzplan.live.bound.deadlines`):
     both are off for the last-block-only bound."""
     inst = _two_long()
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="fifo")

@@ -1,6 +1,6 @@
 """The capacity program's shared-work condition with the batch's own split apart
-(:meth:`~blitzplan.live.relaxation_capacity.Capacity.shared`), and the subset program's merge
-under a free order (:func:`~blitzplan.live.relaxation_subsets._pareto`): each completion the
+(:meth:`~blitzplan.live.bound.capacity.Capacity.shared`), and the subset program's merge
+under a free order (:func:`~blitzplan.live.bound.subsets._pareto`): each completion the
 condition gives is checked against every schedule of crowded tiny instances (and of random
 nodes), the bound against the exhaustive oracle, and the merge against the program without it."""
 
@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_splits, relaxation_subsets
+from blitzplan.live.bound import splits as relaxation_splits
+from blitzplan.live.bound import subsets as relaxation_subsets
+from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.dp import capacity_bound
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.subsets import _Table
 from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.relaxation import Relaxation, Restriction
-from blitzplan.live.relaxation_capacity import Capacity
-from blitzplan.live.relaxation_dp import capacity_bound
-from blitzplan.live.relaxation_subsets import _Table
 from tests.test_live_bnb_nodes import _crowded as _nodes_crowded
 from tests.test_live_capacity_bound import _crowded
 from tests.test_live_capacity_served import _restriction

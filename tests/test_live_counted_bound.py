@@ -15,14 +15,15 @@ from hypothesis import strategies as st
 
 import blitzplan
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import printed_bound, unit_ready_from_link
+from blitzplan.live import unit_ready_from_link
+from blitzplan.live.bound import printed as printed_bound
+from blitzplan.live.bound.dp import relaxation_bound
+from blitzplan.live.bound.lagrange import lagrangian_bound
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import ZigZag
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_dp import relaxation_bound
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
-from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.live.work_meter import WorkMeter
 from tests.live_queues import half_queued
 from tests.test_live_properties import instances
@@ -190,7 +191,7 @@ def test_a_merge_is_counted_by_its_states_and_how_many_costs_differ() -> None:
     states in the same parts are counted the same on every call."""
     import numpy as np
 
-    from blitzplan.live import relaxation_subsets as subsets
+    from blitzplan.live.bound import subsets
 
     size = 8_000
     equal = [{"cost": np.full(size // 2, 1.5)}, {"cost": np.full(size // 2, 1.5)}]

@@ -1,4 +1,4 @@
-"""The deadline bound (:mod:`blitzplan.live.relaxation_deadlines`) held against the exhaustive
+"""The deadline bound (:mod:`blitzplan.live.bound.deadlines`) held against the exhaustive
 oracle: the capacity program with it, O in FIFO order, on restricted nodes around the enumerated
 optimum of tiny instances shaped like (80,16)'s (long batches first in the queue, short ones
 after, which O serves with a share on N); the same check catching the bound made 1% larger; and
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_deadlines, relaxation_ranks
+from blitzplan.live.bound import deadlines as relaxation_deadlines
+from blitzplan.live.bound import ranks as relaxation_ranks
+from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.subsets import _Table, subset_search
 from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.relaxation import Relaxation, Restriction
-from blitzplan.live.relaxation_capacity import Capacity
-from blitzplan.live.relaxation_subsets import _Table, subset_search
 
 
 def _queued(rng: random.Random) -> LiveScalingInstance:

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from blitzplan import schedule_live, validate_schedule
-from blitzplan.live import relaxation_busy, relaxation_subsets
+from blitzplan.live.bound import busy as relaxation_busy
+from blitzplan.live.bound import subsets as relaxation_subsets
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact import bnb  # noqa: F401  (imported before a clock is patched)
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.solvers import SolveStatus
 from tests.clocks import StillClock, TickingClock
 from tests.test_live_counted_bound import _paper_pair

@@ -1,4 +1,4 @@
-"""The Lagrangian bound (:func:`blitzplan.live.relaxation_lagrange.lagrangian_bound`): a small
+"""The Lagrangian bound (:func:`blitzplan.live.bound.lagrange.lagrangian_bound`): a small
 case where it counts N's capacity that the N-capacity relaxation drops, and the bound held
 against the exhaustive oracle on random tiny instances (O in FIFO order, mean latency); uncut,
 it is never below the relaxation (its first step, with every multiplier 0)."""
@@ -14,17 +14,20 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import lagrange_prices, printed_bound, relaxation_lagrange, relaxation_slots
-from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.lagrange_prices import Priced, Prices
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_dp import solve_relaxation
-from blitzplan.live.relaxation_lagrange import (
+from blitzplan.live.bound import lagrange as relaxation_lagrange
+from blitzplan.live.bound import lagrange_prices
+from blitzplan.live.bound import printed as printed_bound
+from blitzplan.live.bound import slots as relaxation_slots
+from blitzplan.live.bound.dp import solve_relaxation
+from blitzplan.live.bound.lagrange import (
     GRID_POINTS,
     _fifo_program,
     lagrangian_bound,
     quick_free_step_s,
 )
+from blitzplan.live.bound.lagrange_prices import Priced, Prices
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.exact.enumerate import count_schedules
 from tests.test_live_properties import instances
 
 

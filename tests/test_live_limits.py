@@ -20,9 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.common import start_point
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_subsets import subset_search
 from blitzplan.solvers import SolveStatus
 from tests.clocks import StillClock
 from tests.test_live_properties import instances

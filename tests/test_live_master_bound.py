@@ -1,5 +1,5 @@
 """The slot relaxation's master LP with exact block values and clique cuts
-(:mod:`blitzplan.live.relaxation_master`): every cut and block value holds for every schedule, and
+(:mod:`blitzplan.live.bound.master`): every cut and block value holds for every schedule, and
 the bound never exceeds the exhaustive oracle's optimum."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 
 from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.bound.master import Cut, _Priced, master_bound
+from blitzplan.live.bound.slots import default_horizon_s
 from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.relaxation_master import Cut, _Priced, master_bound
-from blitzplan.live.relaxation_slots import default_horizon_s
 from tests.test_live_properties import instances
 from tests.test_live_slot_blocks import every_schedule, slots_of
 

@@ -14,10 +14,10 @@ from unittest import mock
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.exact import bnb
 from blitzplan.live.exact.enumerate import _interleavings, _old_orders, count_schedules
 from blitzplan.live.exact.node_bound import node_capacity
-from blitzplan.live.relaxation import Relaxation, Restriction
 from blitzplan.live.schedule import evaluate_objective
 from blitzplan.solvers import SolveStatus
 from tests.test_live_bnb_nodes import _crowded

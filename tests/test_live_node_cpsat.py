@@ -13,11 +13,11 @@ from unittest import mock
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
+from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact import bnb
 from blitzplan.live.exact.common import start_point
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.exact.node_cpsat import node_cpsat
-from blitzplan.live.relaxation import Restriction
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers import SolveStatus
 from tests.test_live_bnb_nodes import _crowded

@@ -1,4 +1,4 @@
-"""The rank bound (:mod:`blitzplan.live.relaxation_ranks`) held against the exhaustive oracle:
+"""The rank bound (:mod:`blitzplan.live.bound.ranks`) held against the exhaustive oracle:
 the capacity program with it, O in FIFO order, on restricted nodes around the enumerated
 optimum of tiny instances shaped like (80,16)'s (long batches first in the queue, which N
 finishes, short ones O serves with a share on N); and the same check catching the bound made
@@ -15,16 +15,17 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live import relaxation_deadlines, relaxation_ranks
+from blitzplan.live.bound import deadlines as relaxation_deadlines
+from blitzplan.live.bound import ranks as relaxation_ranks
+from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.subsets import _Table, subset_search
 from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.relaxation import Relaxation, Restriction
-from blitzplan.live.relaxation_capacity import Capacity
-from blitzplan.live.relaxation_subsets import _Table, subset_search
 
 
 @pytest.fixture(autouse=True)
 def _rank_bound_alone() -> Iterator[None]:
-    """The deadline bound (:mod:`blitzplan.live.relaxation_deadlines`), which generalises the
+    """The deadline bound (:mod:`blitzplan.live.bound.deadlines`), which generalises the
     rank bound, off: these tests hold the rank bound alone."""
     with mock.patch.object(relaxation_deadlines, "DEADLINES", False):
         yield

@@ -1,4 +1,4 @@
-"""O's blocks in the slot program (:mod:`blitzplan.live.slot_blocks`): at any prices no
+"""O's blocks in the slot program (:mod:`blitzplan.live.bound.slot_blocks`): at any prices no
 schedule's block pays less than the program charges its slot, and the traced start pays it."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance
+from blitzplan.live.bound.slot_blocks import least_start
+from blitzplan.live.bound.slot_prices import SlotPrices, solve_batches
+from blitzplan.live.bound.slots import default_horizon_s
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules
-from blitzplan.live.relaxation_slots import default_horizon_s
 from blitzplan.live.schedule import timetable
-from blitzplan.live.slot_blocks import least_start
-from blitzplan.live.slot_prices import SlotPrices, solve_batches
 from tests.test_live_properties import instances
 
 GRID_SLOTS = 12

@@ -1,4 +1,4 @@
-"""The slot bound (:mod:`blitzplan.live.relaxation_slots`): a small case where it counts both
+"""The slot bound (:mod:`blitzplan.live.bound.slots`): a small case where it counts both
 instances' capacity, and the bound held against the exhaustive oracle on random tiny instances
 (any O order: it bounds the free order, so FIFO too), with and without a restriction; the
 schedules its priced choices make (``priced_orders``, ``bnb``'s priced search) are valid."""
@@ -14,13 +14,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
-from blitzplan.live import relaxation_slots
-from blitzplan.live.exact.common import finish, start_point
-from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
-from blitzplan.live.exact.priced import priced_search
-from blitzplan.live.relaxation import Restriction
-from blitzplan.live.relaxation_dp import relaxation_bound
-from blitzplan.live.relaxation_slots import (
+from blitzplan.live.bound import slots as relaxation_slots
+from blitzplan.live.bound.dp import relaxation_bound
+from blitzplan.live.bound.relaxation import Restriction
+from blitzplan.live.bound.slot_prices import (
+    SlotPath,
+    SlotPrices,
+    _first_least,
+    _least_cells,
+    slot_usage,
+    solve_batches,
+)
+from blitzplan.live.bound.slots import (
     MIN_STEPS,
     QUICK_FAR,
     QUICK_HORIZONS,
@@ -32,15 +37,10 @@ from blitzplan.live.relaxation_slots import (
     quick_steps_s,
     slot_bound,
 )
+from blitzplan.live.exact.common import finish, start_point
+from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
+from blitzplan.live.exact.priced import priced_search
 from blitzplan.live.schedule import build_schedule, lower_bound
-from blitzplan.live.slot_prices import (
-    SlotPath,
-    SlotPrices,
-    _first_least,
-    _least_cells,
-    slot_usage,
-    solve_batches,
-)
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
 

@@ -1,4 +1,4 @@
-"""N's chains in the slot program (:mod:`blitzplan.live.slot_chains`): at any prices, on any
+"""N's chains in the slot program (:mod:`blitzplan.live.bound.slot_chains`): at any prices, on any
 grid, no schedule (every split and order of tiny instances, each operation started as early as
 its orders allow or later by random waits) pays, batch by batch, less than the program charges
 that batch; and a chain of layers shorter than a step takes its time."""
@@ -14,9 +14,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance
+from blitzplan.live.bound.slot_prices import SlotPrices, solve_batches
+from blitzplan.live.bound.slots import default_horizon_s
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules
-from blitzplan.live.relaxation_slots import default_horizon_s
-from blitzplan.live.slot_prices import SlotPrices, solve_batches
 from tests.test_live_properties import instances
 
 

@@ -1,4 +1,4 @@
-"""The work relaxation (:mod:`blitzplan.live.relaxation_work`): a hand-computed case, and the
+"""The work relaxation (:mod:`blitzplan.live.bound.work`): a hand-computed case, and the
 bound held against the exhaustive oracle on random tiny instances."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live import relaxation_bound
+from blitzplan.live.bound.dp import solve_relaxation
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.work import work_bound
 from blitzplan.live.exact.enumerate import count_schedules
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_dp import solve_relaxation
-from blitzplan.live.relaxation_work import work_bound
 from tests.test_live_properties import instances
 
 

@@ -7,6 +7,9 @@ them. The heuristics are online policies (:class:`StopTheWorld`, :class:`BestEff
 old instances on one relay queue (:class:`Fleet`).
 """
 
+from blitzplan.live.bound.dp import capacity_bound, relaxation_bound
+from blitzplan.live.bound.lagrange import lagrangian_bound
+from blitzplan.live.bound.relaxation import RelaxedPlan
 from blitzplan.live.improve import improve
 from blitzplan.live.instance import (
     Fleet,
@@ -16,9 +19,6 @@ from blitzplan.live.instance import (
 )
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, BestEffort, Policy, StopTheWorld, ZigZag
-from blitzplan.live.relaxation import RelaxedPlan
-from blitzplan.live.relaxation_dp import capacity_bound, relaxation_bound
-from blitzplan.live.relaxation_lagrange import lagrangian_bound
 from blitzplan.live.relay import RelayState
 from blitzplan.live.schedule import (
     OBJECTIVES,

@@ -22,11 +22,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from blitzplan.live.bound.dp import relaxation_bound, relaxed_greedy
+from blitzplan.live.bound.relaxation import repair
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import simulate
 from blitzplan.live.policies import ZigZag
-from blitzplan.live.relaxation import repair
-from blitzplan.live.relaxation_dp import relaxation_bound, relaxed_greedy
 from blitzplan.live.schedule import (
     Schedule,
     build_schedule,

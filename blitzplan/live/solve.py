@@ -11,10 +11,10 @@ from dataclasses import replace
 from blitzplan._checks import MAX_SECONDS, is_finite_number
 from blitzplan._collector import older_objects_frozen
 from blitzplan.errors import InvalidInputError
+from blitzplan.live.bound.printed import relaxation_value
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.loop import OLD_ORDERS, simulate
 from blitzplan.live.policies import POLICIES, ZigZag
-from blitzplan.live.printed_bound import relaxation_value
 from blitzplan.live.schedule import (
     Schedule,
     check_objective,

@@ -3,7 +3,7 @@
 A search that stops when its counted work reaches a budget does the same work, and returns the
 same answer, on every run of the same input, however loaded the machine: this is how the bound
 ``plan()`` prints beside a heuristic's schedule is limited (:data:`blitzplan.live.
-printed_bound.HEURISTIC_BOUND_S`), so that a plan and its ``plan_id`` do not change from run to
+bound.printed.HEURISTIC_BOUND_S`), so that a plan and its ``plan_id`` do not change from run to
 run. Each counted step is priced by a calibrated estimate of its CPU seconds on a 2-core x86_64
 machine (the constants live beside the code they price), so a budget takes about that long there.
 

@@ -1,8 +1,8 @@
 """Exact live schedules by branch and bound over the N-capacity relaxation (``backend="bnb"``).
 
-A node is a :class:`~blitzplan.live.relaxation.Restriction` of the problem. Its bound is the
+A node is a :class:`~blitzplan.live.bound.relaxation.Restriction` of the problem. Its bound is the
 N-capacity relaxation of the restricted problem, solved by the dynamic program over O's batch
-sequence (:mod:`blitzplan.live.relaxation_dp`); it is valid for every schedule that keeps the
+sequence (:mod:`blitzplan.live.bound.dp`); it is valid for every schedule that keeps the
 restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nmachine`):
 
 - if an order of N's operations meets every due time of the plan, the plan is a schedule whose
@@ -36,6 +36,15 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from blitzplan.live.bound.dp import GREEDY_MAX_S, solve_relaxation
+from blitzplan.live.bound.relaxation import (
+    OptionsCache,
+    Relaxation,
+    RelaxedPlan,
+    Restriction,
+    repair,
+)
+from blitzplan.live.bound.work import work_bound
 from blitzplan.live.exact.branching import node_children
 from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
@@ -43,9 +52,6 @@ from blitzplan.live.exact.node_bound import node_capacity
 from blitzplan.live.exact.node_cpsat import node_cpsat
 from blitzplan.live.exact.root_bounds import strengthen
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import OptionsCache, Relaxation, RelaxedPlan, Restriction, repair
-from blitzplan.live.relaxation_dp import GREEDY_MAX_S, solve_relaxation
-from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
 
@@ -106,7 +112,7 @@ goes back among the open nodes. Its children start from that bound."""
 
 NODE_DEADLINES_GAP = 0.005
 """A node's capacity program counts the deadline bound
-(:mod:`blitzplan.live.relaxation_deadlines`) while the search's gap (incumbent against its
+(:mod:`blitzplan.live.bound.deadlines`) while the search's gap (incumbent against its
 proven bound) is at least this (relatively). Near a proof its cost per node did not pay: on
 (80,8) FIFO seed 6 of ``benchmarks/partition.py`` (gap 0.01%) the search proved in 3.8 CPU s
 without it and not in 10 s with it; on (80,16) FIFO (gaps 2-8%) the nodes' programs lifted the

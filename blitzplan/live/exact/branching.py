@@ -15,8 +15,8 @@ the plan and together cover every schedule of the node:
 
 from __future__ import annotations
 
+from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact.nmachine import NOp, Overload
-from blitzplan.live.relaxation import Restriction
 
 __all__ = ["node_children"]
 

@@ -1,7 +1,7 @@
 """What every exact live-scaling backend shares: the starting point, the bound, and the wrap-up.
 
-Before a solver runs, the N-capacity relaxation (:mod:`blitzplan.live.relaxation`) gives a proven
-lower bound and a repaired schedule; with the ZigZag hint, the better of the two is the
+Before a solver runs, the N-capacity relaxation (:mod:`~blitzplan.live.bound.relaxation`) gives a
+proven lower bound and a repaired schedule; with the ZigZag hint, the better of the two is the
 incumbent. A solver's answer is decoded into orders, re-timed by
 :func:`~blitzplan.live.schedule.timetable` and kept only if it beats the incumbent; the status is
 OPTIMAL only when the incumbent meets a proven bound. The incumbent is only ever replaced by a
@@ -17,9 +17,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from blitzplan.live.bound.dp import relaxation_bound
+from blitzplan.live.bound.relaxation import RelaxedPlan, repair
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, repair
-from blitzplan.live.relaxation_dp import relaxation_bound
 from blitzplan.live.schedule import Schedule, build_schedule, empty_schedule, relative_gap
 from blitzplan.live.tail_order import reorder_tail
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP, SolveStatus, quiet_stdout

@@ -33,6 +33,7 @@ import itertools
 import math
 from typing import Any
 
+from blitzplan.live.bound.relaxation import RelaxedPlan, alone_chain_s, repair
 from blitzplan.live.exact.common import (
     MIN_ROUND_S,
     OutOfTime,
@@ -43,7 +44,6 @@ from blitzplan.live.exact.common import (
 )
 from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, alone_chain_s, repair
 from blitzplan.live.schedule import SLO_TOL_S, Schedule
 
 __all__ = ["READ_BACK_S_PER_LAYER", "TICKS_PER_SHORTEST_LAYER", "solve_cpsat"]

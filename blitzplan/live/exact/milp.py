@@ -14,6 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from blitzplan.live.bound.relaxation import RelaxedPlan, repair
 from blitzplan.live.exact.common import (
     MIN_ROUND_S,
     OutOfTime,
@@ -24,7 +25,6 @@ from blitzplan.live.exact.common import (
 )
 from blitzplan.live.exact.milp_model import BAND, MAX_SEEDED, LiveMilpModel, planned_overlaps
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan, repair
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.pulp_run import solve_once
 

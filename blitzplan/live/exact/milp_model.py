@@ -46,9 +46,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from blitzplan.live.bound.relaxation import alone_chain_s
 from blitzplan.live.exact.common import OutOfTime, Start
 from blitzplan.live.exact.symmetry import canonical, identical_groups, work_cut_s
-from blitzplan.live.relaxation import alone_chain_s
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.pulp_run import set_initial
 

@@ -1,6 +1,6 @@
 """Can N carry out a relaxed plan? Windows, the preemptive overload test, and a sequencer.
 
-A relaxed plan (:class:`~blitzplan.live.relaxation.RelaxedPlan`) fixes every batch's split and
+A relaxed plan (:class:`~blitzplan.live.bound.relaxation.RelaxedPlan`) fixes every batch's split and
 O's order and start times, assuming N runs each batch's layers alone. N can carry it out exactly
 when its operations fit their windows: layer ``l`` of batch ``i`` starts no earlier than its alone
 chain allows (its *release*, which folds in the layer's arrival, the batch's release and the
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from blitzplan.live.relaxation import Relaxation, RelaxedPlan
+from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan
 
 __all__ = ["CHECK_OPS_PER_STEP", "NOp", "Overload", "overload", "plan_ops", "sequence"]
 

@@ -2,10 +2,10 @@
 
 A node's own bound is the N-capacity relaxation of its restriction: it sees the restriction
 (split ranges, start limits on N) but not N's capacity. The capacity bound
-(:func:`~blitzplan.live.relaxation_dp.capacity_bound`) sees N's capacity; computed once at the
+(:func:`~blitzplan.live.bound.dp.capacity_bound`) sees N's capacity; computed once at the
 root, it is a bound of every node, but does not rise as the search restricts. Here the two
 meet: the subset program with the capacity conditions
-(:class:`~blitzplan.live.relaxation_capacity.Capacity`) runs on the node's restricted
+(:class:`~blitzplan.live.bound.capacity.Capacity`) runs on the node's restricted
 relaxation, so each batch's options on O (its split range, its starts after the node's start
 limits on N) and its alone chain are the node's. The capacity conditions hold for every
 schedule, the restricted options for every schedule that keeps the restriction, so the
@@ -25,9 +25,9 @@ import math
 import time
 from collections.abc import Sequence
 
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_busy import busy_bound, busy_point
-from blitzplan.live.relaxation_subsets import subset_search
+from blitzplan.live.bound.busy import busy_bound, busy_point
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.subsets import subset_search
 
 __all__ = ["NODE_BUSY_GAP", "NODE_CAPACITY_GAP", "NODE_CAPACITY_MAX_S", "node_capacity"]
 
@@ -44,7 +44,7 @@ of the node's own bound, so it could not prune them."""
 NODE_BUSY_GAP = 0.01
 """Under FIFO (mean latency) a node whose capacity program leaves it below the incumbent but
 by less than this (relatively) also gets the busy bound
-(:func:`~blitzplan.live.relaxation_busy.busy_bound`), counted from the point the incumbent's
+(:func:`~blitzplan.live.bound.busy.busy_bound`), counted from the point the incumbent's
 splits keep N busiest: on (32,16) FIFO seed 4 of ``benchmarks/partition.py``, 10 s, it lifted
 21 of 23 nodes and pruned 16 (gap 0.076 -> 0.041%)."""
 
@@ -66,7 +66,7 @@ def node_capacity(
     that lies more than :data:`NODE_CAPACITY_GAP` below ``upper_cost``; with ``split`` (the
     incumbent's), the busy bound too where :data:`NODE_BUSY_GAP` says; with ``deadlines``
     (under FIFO) the program counts the deadline bound
-    (:mod:`blitzplan.live.relaxation_deadlines`)."""
+    (:mod:`blitzplan.live.bound.deadlines`)."""
     if math.isfinite(upper_cost) and bound < upper_cost - NODE_CAPACITY_GAP * abs(upper_cost):
         return bound
     until = min(until_s, time.perf_counter() + NODE_CAPACITY_MAX_S)

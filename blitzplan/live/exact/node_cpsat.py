@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact.common import OutOfTime, Start, decode
 from blitzplan.live.exact.cpsat import _Model
-from blitzplan.live.relaxation import Restriction
 from blitzplan.live.schedule import Schedule
 
 __all__ = ["MIN_SOLVE_S", "NODE_CPSAT_OBJECTIVES", "NodeSolved", "node_cpsat"]

@@ -1,8 +1,8 @@
 """The slot bound run for ``bnb`` under a free O order, its priced choices made schedules.
 
-Every subgradient step of the slot bound (:mod:`blitzplan.live.relaxation_slots`) leaves each
+Every subgradient step of the slot bound (:mod:`blitzplan.live.bound.slots`) leaves each
 batch a priced choice: its split, its layers' starts on N and its block's start on O. Made a
-schedule (:func:`~blitzplan.live.relaxation_slots.priced_orders`: the priced splits, O in the
+schedule (:func:`~blitzplan.live.bound.slots.priced_orders`: the priced splits, O in the
 order of the priced starts, N list-scheduled against them), that is a Lagrangian heuristic: the
 prices spread the batches' claims on both instances over time, where the N-capacity
 relaxation's plan lets them crowd N. Each is offered to the incumbent, the steps aim at the
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import time
 
+from blitzplan.live.bound.slot_prices import SlotPath
+from blitzplan.live.bound.slots import priced_orders, slot_bound
 from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.improve import polish
-from blitzplan.live.relaxation_slots import priced_orders, slot_bound
 from blitzplan.live.schedule import Schedule
-from blitzplan.live.slot_prices import SlotPath
 
 __all__ = ["priced_search"]
 

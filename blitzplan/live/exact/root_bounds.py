@@ -2,10 +2,10 @@
 first share of search did not settle: a local search from the incumbent, then under mean
 latency and a free O order the slot bound (its priced choices offered as schedules,
 :mod:`blitzplan.live.exact.priced`), the capacity bound
-(:func:`~blitzplan.live.relaxation_dp.capacity_bound`), under mean latency and FIFO the busy
-bound (:func:`~blitzplan.live.relaxation_busy.busy_bound`) and, while the gap is still at least
+(:func:`~blitzplan.live.bound.dp.capacity_bound`), under mean latency and FIFO the busy
+bound (:func:`~blitzplan.live.bound.busy.busy_bound`) and, while the gap is still at least
 :data:`LAGRANGE_MIN_GAP`, the Lagrangian bound
-(:func:`~blitzplan.live.relaxation_lagrange.lagrangian_bound`), each in its share of the time
+(:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`), each in its share of the time
 left; each stops once the incumbent meets the bound so far."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 import time
 
+from blitzplan.live.bound.busy import busy_bound, busy_point
+from blitzplan.live.bound.dp import capacity_bound
+from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start
 from blitzplan.live.exact.priced import priced_search
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_busy import busy_bound, busy_point
-from blitzplan.live.relaxation_dp import capacity_bound
-from blitzplan.live.relaxation_lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
-from blitzplan.live.relaxation_slots import slot_setup_s
 
 __all__ = [
     "BUSY_SHARE_OF_LIMIT",
@@ -59,7 +59,7 @@ O in FIFO order)."""
 
 SLOT_SHARE_OF_LIMIT = 0.4
 """The share of the time left after the local search that the slot bound gets (mean latency,
-free order; :mod:`blitzplan.live.relaxation_slots`), before the capacity bound. On (80,16) it
+free order; :mod:`blitzplan.live.bound.slots`), before the capacity bound. On (80,16) it
 is the final bound and rises with its steps (0.5 against 0.25: gaps 22.3 / 18.6 / 27.2% ->
 19.6 / 18.1 / 18.2% on three instances); on (32,16) the bounds were equal or higher."""
 
@@ -108,7 +108,7 @@ def strengthen(start: Start, root_bound: float) -> None:
 
 
 def _busy_bound(start: Start) -> None:
-    """The busy bound (mean latency, O in FIFO order; :mod:`blitzplan.live.relaxation_busy`)
+    """The busy bound (mean latency, O in FIFO order; :mod:`blitzplan.live.bound.busy`)
     counted from the layer arrival where the incumbent's splits keep N busiest, in
     :data:`BUSY_SHARE_OF_LIMIT` of the time left (cut short, it claims nothing)."""
     best = start.incumbent
@@ -126,7 +126,7 @@ def _busy_bound(start: Start) -> None:
 def _slot_bound(start: Start) -> None:
     """The slot bound (mean latency, O's order free) from the incumbent's completions and
     value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
-    (:func:`~blitzplan.live.relaxation_slots.slot_setup_s`, stretched by the load seen so far:
+    (:func:`~blitzplan.live.bound.slots.slot_setup_s`, stretched by the load seen so far:
     nothing cuts the set-up short). It bounds every order, so
     under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
     the free order): it is not run there. Every step's priced choices are offered as a

@@ -1,16 +1,16 @@
-"""O's blocks in the slot bound's priced problem (:mod:`blitzplan.live.slot_prices`): what a
+"""O's blocks in the slot bound's priced problem (:mod:`blitzplan.live.bound.slot_prices`): what a
 block started in an O slot is charged, and where in the slot it starts.
 
 A batch's block of split ``k`` (its ``q = (L - k) pO_i`` on O) started in O slot ``c`` is
 charged the least, over starts ``s`` in the slot (closed), of its price plus ``max(s, e) + q``,
 ``e`` its floor (:func:`earliest_starts`: no block of split ``k`` starts before its batch's alone
-chain of ``k`` layers and the hand-off, :func:`~blitzplan.live.relaxation.alone_chain_s`, nor
+chain of ``k`` layers and the hand-off, :func:`~blitzplan.live.bound.relaxation.alone_chain_s`, nor
 before its release or before O is free). The price is piecewise linear in the start, with a
 kink where the block's end crosses a slot edge (once a slot, every block being priced on the
 same slots); ``max(s, e)`` has one at ``e``: the least is at an end of the slot, at the end's
 kink or at ``e`` (:class:`BlockTable`, :func:`least_start`). Every schedule's block, started
 in the slot, pays at least that, so the bound stays valid for every schedule (and for every
-schedule that keeps a :class:`~blitzplan.live.relaxation.Restriction`, whose blocks start no
+schedule that keeps a :class:`~blitzplan.live.bound.relaxation.Restriction`, whose blocks start no
 earlier). Past the last slot nothing is priced: a block from there completes at
 ``max(last edge, e) + q`` at least.
 """
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from blitzplan.live.bound.relaxation import alone_chain_s
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import alone_chain_s
 
 __all__ = ["BlockTable", "earliest_starts", "least_start"]
 

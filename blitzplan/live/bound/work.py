@@ -1,5 +1,5 @@
 """The work relaxation: a lower bound that counts N's capacity, which the N-capacity relaxation
-(:mod:`blitzplan.live.relaxation`) drops.
+(:mod:`blitzplan.live.bound.relaxation`) drops.
 
 Every schedule of DESIGN.md section 4 processes each layer of batch ``i`` once, on N in
 ``pN_i`` or on O in ``pO_i``, so at least ``w_i = L min(pN_i, pO_i)`` of work, none of it before

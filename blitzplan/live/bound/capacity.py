@@ -1,6 +1,6 @@
-"""The capacity conditions of the subset program (:mod:`blitzplan.live.relaxation_subsets`).
+"""The capacity conditions of the subset program (:mod:`blitzplan.live.bound.subsets`).
 
-The N-capacity relaxation (:mod:`blitzplan.live.relaxation`) drops N's one-operation-at-a-time
+The N-capacity relaxation (:mod:`blitzplan.live.bound.relaxation`) drops N's one-operation-at-a-time
 rule. :class:`Capacity` puts part of it back, and O's, as necessary conditions on the
 completions of a state of the subset program (O served a set of batches, the rest left on N):
 every schedule meets them, so the program's optimum under them is still a lower bound.
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from blitzplan.live.relaxation import Relaxation
-from blitzplan.live.relaxation_splits import split_groups
+from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.splits import split_groups
 
 if TYPE_CHECKING:
-    from blitzplan.live.relaxation_subsets import _Table
+    from blitzplan.live.bound.subsets import _Table
 
 __all__ = ["CAPACITY_THRESHOLDS", "Capacity", "Crowding", "Layer"]
 
@@ -154,7 +154,7 @@ class Capacity:
         least ``A_k``, the least over ``w >= 0`` of the larger (without N work, ``k = w = 0``:
         ``B``). Also ``C_i >= max(free, start_k) + (L - k) pO_i`` (``start_k`` its alone
         chain's ``k``-th end plus ``d_i``). Each group of splits
-        (:func:`~blitzplan.live.relaxation_splits.split_groups`) is bounded by its least
+        (:func:`~blitzplan.live.bound.splits.split_groups`) is bounded by its least
         ``P_k``, ``B - k pO_i``, ``start_k + (L - k) pO_i`` and ``L - k``; ``C_i`` is at least
         the least over the groups."""
         work, prior = served

@@ -1,4 +1,4 @@
-"""N's chains in the slot bound's priced problem (:mod:`blitzplan.live.slot_prices`): each
+"""N's chains in the slot bound's priced problem (:mod:`blitzplan.live.bound.slot_prices`): each
 batch's grid and what a layer run from one of its steps is charged.
 
 A batch's layers run on N in order, each ``pN`` long: ``s_l+1 >= s_l + pN``. Counted as

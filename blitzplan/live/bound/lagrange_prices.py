@@ -1,4 +1,4 @@
-"""The price tables of the Lagrangian bound (:mod:`blitzplan.live.relaxation_lagrange`): the
+"""The price tables of the Lagrangian bound (:mod:`blitzplan.live.bound.lagrange`): the
 grid of times, the multipliers on it, and what each batch's options pay under them.
 
 A batch's option is its split ``k`` (layers on N) with the grid point its last N layer is counted
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blitzplan.live.bound.relaxation import alone_chain_s
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import alone_chain_s
 
 __all__ = ["BatchOptions", "Priced", "Prices"]
 

@@ -1,6 +1,6 @@
 """The slot bound: both instances' capacity per time slot, priced; each batch then alone.
 
-The N-capacity relaxation (:mod:`blitzplan.live.relaxation`) keeps O's order and drops N's
+The N-capacity relaxation (:mod:`blitzplan.live.bound.relaxation`) keeps O's order and drops N's
 capacity; on congested pairs that loses 10-35%. Here both machines' capacity comes back as one
 family of valid inequalities per machine: cut time into slots ``[T_j, T_j+1)``; in every
 schedule the operations N runs overlap each slot for at most its width, and so do O's blocks::
@@ -16,7 +16,7 @@ slot widths, is a lower bound on every schedule's total latency (weak duality), 
 order. It pays under the free order on congested pairs (docs/benchmarks.md, sixth session);
 under FIFO, whose optimum lies well above the free one, the FIFO bounds do better.
 
-The priced problem and its dynamic program are in :mod:`blitzplan.live.slot_prices`; here the
+The priced problem and its dynamic program are in :mod:`blitzplan.live.bound.slot_prices`; here the
 subgradient steps that choose the prices: :func:`slot_bound` (``bnb``'s, 250 slots, steps aimed
 at a known schedule's value) and :func:`quick_slot_bound` (the bound printed beside a heuristic:
 40 slots, the program's latency floor, steps aimed a little above the best bound so far).
@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from blitzplan.live.bound.polyak import PolyakSteps
+from blitzplan.live.bound.relaxation import RelaxedPlan, repair
+from blitzplan.live.bound.slot_prices import SLOTS, SlotPath, SlotPrices, slot_usage, solve_batches
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.polyak import PolyakSteps
-from blitzplan.live.relaxation import RelaxedPlan, repair
-from blitzplan.live.slot_prices import SLOTS, SlotPath, SlotPrices, slot_usage, solve_batches
 
 __all__ = [
     "SLOT_ITERATIONS",
@@ -76,7 +76,7 @@ _PATIENCE = 6
 
 QUICK_SLOTS = 40
 """Slots per machine of :func:`quick_slot_bound`'s grid. With N's chains counted from their
-layers (:mod:`blitzplan.live.slot_chains`) a coarse grid loses little and its steps are cheap:
+layers (:mod:`blitzplan.live.bound.slot_chains`) a coarse grid loses little and its steps are cheap:
 in the steps :func:`quick_step_count` gives 0.15 s, from the relaxation's plan (0.5 s), mean
 of the best known on seeds 0-4 of ``benchmarks/partition.py``, 30 / 40 / 60 / 160 slots:
 (80,16) 0.830 / 0.830 / 0.812 / 0.778 (10 / 9 / 7 / 3 steps), (32,16) 0.924 / 0.927 / 0.924
@@ -90,7 +90,7 @@ known in 20-35 steps); see :func:`quick_steps_s`."""
 
 STEP_S_PER_CELL = 6.7e-8
 """A step's CPU seconds per layer, batch and slot beyond :data:`STEP_S_PER_ROW`: 6e-8 until the
-hand-over slot was counted (:meth:`~blitzplan.live.slot_prices.SlotPrices._stops`, 5-9 ns a
+hand-over slot was counted (:meth:`~blitzplan.live.bound.slot_prices.SlotPrices._stops`, 5-9 ns a
 cell measured on the five classes at 40 slots, load 9; raised by 7 ns). This and the
 next two were least-squares fitted to the thread CPU time of 16 steps (the program, its
 choices, the next prices) on seeds 0-2 of ``benchmarks/partition.py``'s (32,8) to (40,24) at 40
@@ -102,7 +102,7 @@ median measured / fitted over a wider set at 40 slots (those classes and nine pa
 COUNTED_SHARE = 1.0
 """The share of its budget :func:`quick_step_count` counts steps for. It was 0.6, a margin
 that kept the count, not the wall clock, the one that stopped the steps; the printed bound's
-clocks are now only far safety nets (``printed_bound.BOUND_SAFETY``), so the steps take the
+clocks are now only far safety nets (``printed.BOUND_SAFETY``), so the steps take the
 share the budget gives them: clock-free, of the best known, (80,16) 0.830 -> 0.856 (9 -> 16
 steps), (32,16) 0.927 -> 0.938, (40,12) 0.965 -> 0.969."""
 
@@ -372,7 +372,7 @@ def priced_orders(
     """A feasible (split, N order, O order) from one step's priced choices (a Lagrangian
     heuristic): every batch keeps its priced split, O serves the batches with a block in the
     order of their priced starts, and N's operations are list-scheduled against those starts
-    (:func:`~blitzplan.live.relaxation.repair`). The prices spread the batches' claims on both
+    (:func:`~blitzplan.live.bound.relaxation.repair`). The prices spread the batches' claims on both
     instances over time, where the N-capacity relaxation's plan lets them all crowd N: on
     (80,16) under a free O order it gave schedules 4-5% better than ``bnb``'s in 10 s."""
     L, n = instance.num_layers, len(paths)

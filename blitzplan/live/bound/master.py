@@ -1,11 +1,11 @@
 """The slot relaxation's master LP, with clique cuts on O's blocks.
 
-The slot bound (:mod:`blitzplan.live.relaxation_slots`) prices each slot's capacity on N and on
+The slot bound (:mod:`blitzplan.live.bound.slots`) prices each slot's capacity on N and on
 O; its Lagrangian dual is the time-indexed master LP, a convex mix of each batch's priced
 choices ("paths": a split, N's layer starts, O's block start). Here that LP is solved by column
-generation, the per-batch dynamic program (:func:`~blitzplan.live.slot_prices.solve_batches`)
+generation, the per-batch dynamic program (:func:`~blitzplan.live.bound.slot_prices.solve_batches`)
 pricing, in HiGHS (one thread; ``highspy``, the ``exact`` extra, is imported when called). O's
-blocks are charged as the program charges them (:mod:`blitzplan.live.slot_blocks`: from their
+blocks are charged as the program charges them (:mod:`blitzplan.live.bound.slot_blocks`: from their
 own start, after their floor); a column's block starts where its value was found. With
 ``cuts``, a strengthening valid for every schedule:
 
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from blitzplan.live.bound.slot_blocks import least_start
+from blitzplan.live.bound.slot_prices import SlotPath, SlotPrices, solve_batches
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.slot_blocks import least_start
-from blitzplan.live.slot_prices import SlotPath, SlotPrices, solve_batches
 
 __all__ = ["MasterBound", "master_bound"]
 
@@ -140,7 +140,7 @@ def master_bound(
     priced value meet."""
     import highspy
 
-    from blitzplan.live.relaxation_slots import HORIZON_PAST_LAST, _first_prices
+    from blitzplan.live.bound.slots import HORIZON_PAST_LAST, _first_prices
 
     began = time.perf_counter()
     n = instance.num_batches

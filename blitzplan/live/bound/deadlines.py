@@ -1,4 +1,4 @@
-"""The deadline bound: the rank bound (:mod:`blitzplan.live.relaxation_ranks`) at every served
+"""The deadline bound: the rank bound (:mod:`blitzplan.live.bound.ranks`) at every served
 block, with N's share of the served work counted per prefix of O's FIFO sequence.
 
 The rank bound lets N run ``x`` (in O's time) of the served batches and charges, against the
@@ -55,15 +55,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from blitzplan.live.relaxation_ranks import _rank_ends
+from blitzplan.live.bound.ranks import _rank_ends
 
 if TYPE_CHECKING:
-    from blitzplan.live.relaxation_capacity import Capacity, Crowding
+    from blitzplan.live.bound.capacity import Capacity, Crowding
 
 __all__ = ["DEADLINES", "DEADLINES_POINTS", "DEADLINES_SLACK_S", "deadline_extra_s"]
 
 DEADLINES = True
-"""Whether the capacity program (:mod:`blitzplan.live.relaxation_subsets`) counts the deadline
+"""Whether the capacity program (:mod:`blitzplan.live.bound.subsets`) counts the deadline
 bound (O in FIFO order)."""
 
 DEADLINES_SLACK_S = 1e-7

@@ -5,7 +5,7 @@ layers on N run as if it had N to itself: layer ``k`` of batch ``i`` ends at ``f
 *alone chain*). What is left is O's sequencing, where a batch placed on O when O is free at ``T``
 completes at ``g_i(T) = min over k of max(T, rho_i(k)) + (L - k) p^O_i`` (``rho_i(0) = r_i``,
 ``rho_i(k) = f_i(k) + d_i``), or finishes on N alone at ``f_i(L)``. Picking the best ``k`` for a
-given start is optimal because it also frees O earliest. :mod:`blitzplan.live.relaxation_dp`
+given start is optimal because it also frees O earliest. :mod:`blitzplan.live.bound.dp`
 solves it (a dynamic program over the batches placed on O); its value bounds every objective from
 below, and on light instances it is the optimum itself.
 

@@ -1,19 +1,19 @@
-"""The slot bound's priced problem (:mod:`blitzplan.live.relaxation_slots`): its slots, the
+"""The slot bound's priced problem (:mod:`blitzplan.live.bound.slots`): its slots, the
 prices on them and each batch's least priced choice under them.
 
 Each batch's problem is solved from below by a dynamic program over its own time grid (about
 half a slot a step): the state is the next layer and the step of the chain's position counted
 without its layers' own time, so that a layer leaves the chain where it was (exact however
-short the layer; :mod:`blitzplan.live.slot_chains`); a layer is charged the least price a start
+short the layer; :mod:`.slot_chains`); a layer is charged the least price a start
 in its window pays (the price is piecewise linear in the start: its least value in a window is
 at an end or where the operation's start or end crosses a slot boundary). O's block started in
 a slot is charged the least, over its starts in the slot, of its price plus its completion, no
-earlier than its batch could hand it over (:mod:`blitzplan.live.slot_blocks`); in the O slot
+earlier than its batch could hand it over (:mod:`blitzplan.live.bound.slot_blocks`); in the O slot
 the chain hands it over in, no earlier than the chain's counted end and the hand-off either
 (``handover``: its completion at least that plus its run, its price at least the slot's least;
 on (80,16) of ``benchmarks/partition.py`` the block could start up to a slot before its hand-off).
 A chain's counted end is also no earlier than its layers' arrivals allow (the least ``u`` after
-``k`` layers, :meth:`~blitzplan.live.slot_chains.ChainGrid.least_u`). Every rounding
+``k`` layers, :meth:`~blitzplan.live.bound.slot_chains.ChainGrid.least_u`). Every rounding
 lowers the cost, so the program's value is at most the batch's priced optimum; past the last
 slot nothing is priced, and at the grid's end a batch still needs its unpriced remaining time.
 The prices come from subgradient steps toward a known schedule's value; any prices give a valid
@@ -27,7 +27,7 @@ the program is then no longer a least of costs linear in the
 prices, so a choice's ``value`` may exceed its priced cost (no column for
 ``benchmarks/slot_dual.py``) and its slot time is a subgradient only where the floor is loose.
 
-A :class:`~blitzplan.live.relaxation.Restriction` (split ranges, starts after given times)
+A :class:`~blitzplan.live.bound.relaxation.Restriction` (split ranges, starts after given times)
 narrows each batch's problem: with the whole problem's prices :meth:`SlotPrices.bound` holds
 for every schedule that keeps it (pricing the exact search's nodes so changed no final bound).
 """
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blitzplan.live.bound.relaxation import Restriction
+from blitzplan.live.bound.slot_blocks import BlockTable, earliest_starts, least_start
+from blitzplan.live.bound.slot_chains import ChainGrid, grid_steps
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import Restriction
-from blitzplan.live.slot_blocks import BlockTable, earliest_starts, least_start
-from blitzplan.live.slot_chains import ChainGrid, grid_steps
 
 __all__ = ["SLOTS", "SlotPath", "SlotPrices", "slot_usage", "solve_batches"]
 
@@ -51,7 +51,7 @@ SLOTS = 250
 / 0.893 / 0.896 of a known schedule's value in 0.5 / 0.7 / 1.3 s of CPU)."""
 
 STEPS_PER_SLOT = 2
-"""The steps of every batch's grid (:mod:`blitzplan.live.slot_chains`) to a slot. On (80,16)
+"""The steps of every batch's grid (:mod:`blitzplan.live.bound.slot_chains`) to a slot. On (80,16)
 of ``benchmarks/partition.py`` with the printed bound's 160 slots, after 12 / 24 steps, of the
 best known: 2 (a step 13 ms) 0.833 / 0.877, 1 (10.4 ms) 0.811 / 0.857, 4 (17.5 ms) 0.843 after
 12; on (32,16) 0.903 / 0.934 (5.8 ms), 0.895 / 0.923 (4.4 ms), 0.907 after 12 (7.4 ms)."""

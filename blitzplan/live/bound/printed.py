@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 import math
 
+from blitzplan.live.bound.relaxation import RelaxedPlan
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import RelaxedPlan
 from blitzplan.live.schedule import evaluate_objective, timetable
 from blitzplan.live.work_meter import WorkMeter
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
@@ -33,7 +33,7 @@ this budget (about what the clocked budget took on a quiet machine): the same in
 the same bound, and a plan the same ``plan_id``, on every run, however loaded the machine.
 Under a FIFO order the Lagrangian bound gets what the relaxation leaves of it, under the free
 order the slot bound (when :data:`SLOT_GAP` is open; its steps counted by
-:func:`~blitzplan.live.relaxation_slots.quick_step_count`). On light instances the
+:func:`~blitzplan.live.bound.slots.quick_step_count`). On light instances the
 relaxation is solved in milliseconds and is the optimum or close to it; stopped by the budget
 its bound is weaker but still valid. Real clocks are only safety nets: :data:`BOUND_SAFETY`
 times this on the thread's CPU time, :data:`BOUND_WALL_SAFETY` times it on the wall clock."""
@@ -84,15 +84,15 @@ def relaxation_value(
     :data:`BOUND_SAFETY`): under a FIFO order by the Lagrangian bound (its far grid, rounding
     and aim when the relaxation's bound is under ``QUICK_FAR`` of the heuristic's value), under
     the free order by the slot bound (:func:`_slot_value`)."""
-    from blitzplan.live.relaxation_dp import relaxation_bound
-    from blitzplan.live.relaxation_lagrange import (
+    from blitzplan.live.bound.dp import relaxation_bound
+    from blitzplan.live.bound.lagrange import (
         GRID_POINTS,
         QUICK_FAR_AIM_SHARE,
         QUICK_GRID_POINTS,
         lagrangian_bound,
         quick_free_step_s,
     )
-    from blitzplan.live.relaxation_slots import QUICK_FAR
+    from blitzplan.live.bound.slots import QUICK_FAR
 
     meter = WorkMeter.with_safety(
         cpu_s=BOUND_SAFETY * HEURISTIC_BOUND_S, wall_s=BOUND_WALL_SAFETY * HEURISTIC_BOUND_S
@@ -133,7 +133,7 @@ def _slots_fit(instance: LiveScalingInstance, objective: str, old_order: str) ->
     """Whether the slot bound may follow the relaxation: mean latency, the free order, and
     enough steps fit in what the relaxation leaves (on (80,16) they do not: with 0.1-0.15 s
     the slot bound did not pass the relaxation's bound, which then lost its time)."""
-    from blitzplan.live.relaxation_slots import quick_steps_s
+    from blitzplan.live.bound.slots import quick_steps_s
 
     if (old_order, objective) != ("free", "mean_latency"):
         return False
@@ -153,8 +153,8 @@ def _slot_value(
     ``upper_bound`` and the relaxation's ``plan`` repaired (whose completions set its slots
     and first prices); ``-inf`` when :data:`SLOT_GAP` is closed, the counted time ``meter``
     leaves of :data:`HEURISTIC_BOUND_S` too short or the objective another."""
-    from blitzplan.live.relaxation import repair
-    from blitzplan.live.relaxation_slots import quick_slot_bound, quick_step_count
+    from blitzplan.live.bound.relaxation import repair
+    from blitzplan.live.bound.slots import quick_slot_bound, quick_step_count
 
     if objective != "mean_latency" or HEURISTIC_BOUND_S - meter.spent_s < _MIN_SLOT_S:
         return -math.inf

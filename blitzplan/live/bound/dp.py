@@ -1,8 +1,8 @@
-"""Solving the N-capacity relaxation (:mod:`blitzplan.live.relaxation`).
+"""Solving the N-capacity relaxation (:mod:`blitzplan.live.bound.relaxation`).
 
 Under ``old_order="free"`` a dynamic program over the sets of batches already on O keeps, per
 set, the Pareto front of (O free time, cost) and prunes states that cannot beat the best known
-cost (:mod:`blitzplan.live.relaxation_subsets`); under ``old_order="fifo"`` O's order is fixed
+cost (:mod:`blitzplan.live.bound.subsets`); under ``old_order="fifo"`` O's order is fixed
 and the program is linear in the batches (each batch goes on O, in release order, or stays on
 N). Stopped by the clock, the search still
 returns a valid bound: the least any state it left open could reach. Given a
@@ -16,10 +16,10 @@ import math
 import time
 from collections.abc import Iterator
 
+from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan, repair
+from blitzplan.live.bound.subsets import subset_search
+from blitzplan.live.bound.work import work_bound
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.relaxation import Relaxation, RelaxedPlan, repair
-from blitzplan.live.relaxation_subsets import subset_search
-from blitzplan.live.relaxation_work import work_bound
 from blitzplan.live.schedule import evaluate_objective, timetable
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
@@ -190,7 +190,7 @@ def relaxation_bound(
     """(lower bound, best relaxed plan, whether the relaxation was solved to optimality).
 
     The bound is the larger of the relaxation's and the work relaxation's
-    (:mod:`blitzplan.live.relaxation_work`), which counts N's capacity.
+    (:mod:`blitzplan.live.bound.work`), which counts N's capacity.
 
     ``upper_bound`` (the value of any known schedule, in objective units) and the value of the
     first relaxed plan, repaired into a schedule, prune the search; with ``time_limit_s`` the
@@ -236,7 +236,7 @@ def capacity_bound(
 ) -> float:
     """A lower bound on ``objective`` that also counts what the N-capacity relaxation drops:
     the subset program with the capacity conditions of
-    :mod:`blitzplan.live.relaxation_subsets` (O's order kept under ``"fifo"``).
+    :mod:`blitzplan.live.bound.subsets` (O's order kept under ``"fifo"``).
 
     The program runs against rising targets from ``lower_bound`` (any valid bound; default the
     N-capacity relaxation's): a search that ends without reaching a target proves the target,
@@ -278,7 +278,7 @@ def _search_instants(started: float, time_limit_s: float | None) -> tuple[float,
 
 
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:
-    """The objective of the schedule :func:`~blitzplan.live.relaxation.repair` makes of
+    """The objective of the schedule :func:`~blitzplan.live.bound.relaxation.repair` makes of
     ``plan``."""
     _, _, completion = timetable(instance, *repair(instance, plan))
     return evaluate_objective(instance, completion, objective)

@@ -1,6 +1,6 @@
 """The Lagrangian bound: N's capacity per window of layers, priced into O's sequencing.
 
-The N-capacity relaxation (:mod:`blitzplan.live.relaxation`) keeps O's non-preemptive order and
+The N-capacity relaxation (:mod:`.relaxation`) keeps O's non-preemptive order and
 drops N's capacity. Here the capacity comes back as a family of valid inequalities, dualised.
 Let batch ``i`` run ``k_i`` layers on N, its last one ending at ``h_i`` (for a batch that ends
 on N, its completion). Layers ``l..k_i`` of every batch start on N no earlier than ``u_l`` (when
@@ -50,9 +50,9 @@ import math
 
 import numpy as np
 
+from blitzplan.live.bound.lagrange_prices import Priced, Prices
+from blitzplan.live.bound.polyak import PolyakSteps
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.lagrange_prices import Priced, Prices
-from blitzplan.live.polyak import PolyakSteps
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
@@ -103,7 +103,7 @@ OPTION_S = 8e-8
 """A step's counted seconds per option of the priced program (a state times a split)."""
 OWN_TABLE_S = 3e-5
 """A step's counted seconds per batch whose price tables are its own (one released after its
-first layers arrive: :class:`~blitzplan.live.lagrange_prices.Prices` ``own_tables``), beside
+first layers arrive: :class:`~blitzplan.live.bound.lagrange_prices.Prices` ``own_tables``), beside
 :data:`OWN_TABLE_S_PER_CELL` per cell of them (measured: 0.13 ms a table on (80,16), 0.06 ms
 on (32,16))."""
 OWN_TABLE_S_PER_CELL = 2.2e-8
@@ -131,10 +131,10 @@ the last arrival, evenly up to the larger of the arrivals' span and half of the 
 work on N. Any grid keeps the bound valid."""
 
 QUICK_GRID_POINTS = (20, 36)
-""":data:`GRID_POINTS` of the bound printed beside a heuristic (``printed_bound.relaxation_value``):
+""":data:`GRID_POINTS` of the bound printed beside a heuristic (``printed.relaxation_value``):
 more points past the arrivals, where O's blocks of a crowded pair end ((80,16) 0.868 -> 0.881
 of the best known, mean; docs/benchmarks.md, s15-h3). Only on pairs whose relaxation's bound
-is under ``relaxation_slots.QUICK_FAR`` of the heuristic's value (on the paper's 12 x
+is under ``slots.QUICK_FAR`` of the heuristic's value (on the paper's 12 x
 2,048-token pair it printed 0.9192 -> 0.9077)."""
 
 FAR_RELAXED = 0.9
