@@ -1,5 +1,5 @@
 """The capacity program's crowding term counts N's work after every release, not only after
-the layers' arrivals (:attr:`~blitzplan.live.bound.capacity.Capacity.points`): a batch
+the layers' arrivals (:attr:`~blitzplan.live.bound.conditions.Capacity.points`): a batch
 released at ``s`` runs every one of its layers on N after ``s``. Held against the exhaustive
 oracle on tiny instances whose batches arrive while the layers do, for the whole problem
 (both orders) and for random nodes of the search (FIFO), and shown to raise the bound."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.bound.capacity import CAPACITY_THRESHOLDS, Capacity
+from blitzplan.live.bound.conditions import CAPACITY_THRESHOLDS, Capacity
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation
 from tests.test_live_capacity_bound import crowded_cases

@@ -1,6 +1,6 @@
 """The capacity program's crowding term under FIFO counts every served batch's block on O,
-not only the last (:meth:`~blitzplan.live.bound.capacity.Capacity.leads`), and O's last
-block's own share of N apart (:meth:`~blitzplan.live.bound.capacity.Capacity.
+not only the last (:meth:`~blitzplan.live.bound.conditions.Capacity.leads`), and O's last
+block's own share of N apart (:meth:`~blitzplan.live.bound.conditions.Capacity.
 last_block`): held against the exhaustive oracle on crowded tiny instances, for the whole
 problem and for random nodes of the search, and shown to raise the bound (a known answer)."""
 
@@ -17,7 +17,7 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import deadlines as relaxation_deadlines
 from blitzplan.live.bound import ranks as relaxation_ranks
-from blitzplan.live.bound.capacity import Capacity, Crowding
+from blitzplan.live.bound.conditions import Capacity, Crowding
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact.enumerate import count_schedules

@@ -1,5 +1,5 @@
 """The capacity program's shared-work condition with the batch's own split apart
-(:meth:`~blitzplan.live.bound.capacity.Capacity.shared`), and the subset program's merge
+(:meth:`~blitzplan.live.bound.conditions.Capacity.shared`), and the subset program's merge
 under a free order (:func:`~blitzplan.live.bound.subsets._pareto`): each completion the
 condition gives is checked against every schedule of crowded tiny instances (and of random
 nodes), the bound against the exhaustive oracle, and the merge against the program without it."""
@@ -15,7 +15,7 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import splits as relaxation_splits
 from blitzplan.live.bound import subsets as relaxation_subsets
-from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import _Table

@@ -17,7 +17,7 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import deadlines as relaxation_deadlines
 from blitzplan.live.bound import ranks as relaxation_ranks
-from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import _Table, subset_search
 from blitzplan.live.exact.enumerate import count_schedules

@@ -13,12 +13,12 @@ its dynamic program under FIFO (:mod:`blitzplan.live.bound.subsets`: O serves th
 it takes in release order, the others finish on N) carries ``W`` in its states: a state is the
 set O served so far, O's free time, the cost so far and the work after ``t`` of the served
 batches' splits; every split of a batch is a child (its completion lifted by the shared-work
-condition, :meth:`~blitzplan.live.bound.capacity.Capacity.shared`) but one that ends no
+condition, :meth:`~blitzplan.live.bound.conditions.Capacity.shared`) but one that ends no
 earlier than a smaller split of the same state (that one has no more work after ``t``, and the
 charge does not fall as O's free time or the work grow: it is dropped before the merge, which
 halved the program's time on (32,16) FIFO seeds 3, 4 and 9). The batches left on N
 add all their layers' work after ``t`` and their own order-statistic bound
-(:meth:`~blitzplan.live.bound.capacity.Capacity.left_on_new`). States are merged per set
+(:meth:`~blitzplan.live.bound.conditions.Capacity.left_on_new`). States are merged per set
 and work level (``W`` rounded down to :data:`BUSY_GRID_S`) to the Pareto front of O's free time
 and ``cost - free`` (the charge ``free + (M - max(free, ...))^+`` does not fall as ``free``
 grows, and a child's ``cost - free`` is its parent's cost less its release); each kept state
@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.subsets import _pareto, _Table
 

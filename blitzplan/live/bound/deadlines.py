@@ -58,7 +58,7 @@ import numpy as np
 from blitzplan.live.bound.ranks import _rank_ends
 
 if TYPE_CHECKING:
-    from blitzplan.live.bound.capacity import Capacity, Crowding
+    from blitzplan.live.bound.conditions import Capacity, Crowding
 
 __all__ = ["DEADLINES", "DEADLINES_POINTS", "DEADLINES_SLACK_S", "deadline_extra_s"]
 

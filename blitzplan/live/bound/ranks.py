@@ -1,6 +1,6 @@
 """The rank bound: the served batches' N work delays every batch left on N, not only the last.
 
-The capacity conditions (:class:`~blitzplan.live.bound.capacity.Capacity`) bound the
+The capacity conditions (:class:`~blitzplan.live.bound.conditions.Capacity`) bound the
 batches left on N (the set ``F``) by order statistics of their own work (the ``m``-th to
 complete has, with the ``m - 1`` before it, run its layers from ``l`` on after ``a_l``), and
 charge the served batches' N work to the last completion only (:meth:`Capacity.extra_s`). On
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from blitzplan.live.bound.capacity import Capacity, Crowding
+    from blitzplan.live.bound.conditions import Capacity, Crowding
 
 __all__ = ["RANKS", "RANKS_POINTS", "RANKS_SLACK_S", "rank_extra_s"]
 

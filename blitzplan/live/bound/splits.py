@@ -1,5 +1,5 @@
 """A batch's splits on O in groups, for the capacity program's split apart
-(:meth:`~blitzplan.live.bound.capacity.Capacity.shared`)."""
+(:meth:`~blitzplan.live.bound.conditions.Capacity.shared`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["SPLIT_GROUPS", "split_groups"]
 
 SPLIT_GROUPS = 16
 """Groups of a batch's splits its own share is counted over
-(:meth:`~blitzplan.live.bound.capacity.Capacity.shared`; any grouping is valid, each group
+(:meth:`~blitzplan.live.bound.conditions.Capacity.shared`; any grouping is valid, each group
 bounded by its least). Finer groups bound higher and cost more: the free order's root
 capacity bound on (40,12) seed 0 of ``benchmarks/partition.py`` is 0.64332 without the split
 apart, 0.64707 / 0.64897 / 0.64992 with 8 / 16 / 80 groups (CPU 0.04 / 0.06 / 0.06 / 0.15 s);
@@ -23,7 +23,7 @@ def split_groups(relax: Relaxation, i: int) -> tuple[np.ndarray, ...]:
     """Batch ``i``'s splits on O (its restriction's range, at most ``L - 1``) in up to
     :data:`SPLIT_GROUPS` runs, split 0 alone; per run: whether it is split 0, its largest
     ``k``, its least ``k (pN_i - pO_i)``, its least ``start_k + (L - k) pO_i`` and its least
-    ``(L - k) pO_i`` (:meth:`~blitzplan.live.bound.capacity.Capacity.shared`)."""
+    ``(L - k) pO_i`` (:meth:`~blitzplan.live.bound.conditions.Capacity.shared`)."""
     inst, r = relax.instance, relax.restriction
     L, p_new, p_old = inst.num_layers, inst.new_layer_s[i], inst.old_layer_s[i]
     chain = relax.options[i].chain_end

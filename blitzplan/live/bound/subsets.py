@@ -18,7 +18,7 @@ its estimate would end past the counted time allowed, so the search does the sam
 every run.
 
 With ``capacity``, rules the N-capacity relaxation drops are put back as necessary conditions
-(:class:`~blitzplan.live.bound.capacity.Capacity`), giving a stronger bound (not the
+(:class:`~blitzplan.live.bound.conditions.Capacity`), giving a stronger bound (not the
 relaxation's own value): O and N share the work of the batches O has served, the batches left
 on N share N, and both crowd N at once. With ``fifo``,
 O serves the batches it takes in release order (``old_order="fifo"``).
@@ -34,7 +34,7 @@ import numpy as np
 
 from blitzplan.live.bound import deadlines as deadlines_module
 from blitzplan.live.bound import ranks
-from blitzplan.live.bound.capacity import Capacity
+from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
@@ -53,7 +53,7 @@ CHUNK_STATES = 4_000
 """States bounded and expanded together (one read of the clock per chunk); half as many with
 the capacity conditions under a free order, whose chunks take twice as long per state (on
 (32,16) of ``benchmarks/partition.py``, up to 90 ms for 4,000 states against 40 ms without
-the split apart of :meth:`~blitzplan.live.bound.capacity.Capacity.shared`): a time
+the split apart of :meth:`~blitzplan.live.bound.conditions.Capacity.shared`): a time
 limit is overrun by at most one chunk."""
 
 MEASURED_MERGE_STATES = 1_000

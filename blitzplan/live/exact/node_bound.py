@@ -5,7 +5,7 @@ A node's own bound is the N-capacity relaxation of its restriction: it sees the 
 (:func:`~blitzplan.live.bound.dp.capacity_bound`) sees N's capacity; computed once at the
 root, it is a bound of every node, but does not rise as the search restricts. Here the two
 meet: the subset program with the capacity conditions
-(:class:`~blitzplan.live.bound.capacity.Capacity`) runs on the node's restricted
+(:class:`~blitzplan.live.bound.conditions.Capacity`) runs on the node's restricted
 relaxation, so each batch's options on O (its split range, its starts after the node's start
 limits on N) and its alone chain are the node's. The capacity conditions hold for every
 schedule, the restricted options for every schedule that keeps the restriction, so the
