@@ -96,10 +96,11 @@ BUSY_SHORT_GAP = 0.01
 this (relatively): on (32,16) FIFO, where it was wider after the capacity program (seeds 1, 2,
 5, 8), the busy bound alone needed 0.75-4.3 s and ended under the capacity bound."""
 
-BUSY_SHORT_SHARE = 0.5
+BUSY_SHORT_SHARE = 0.75
 """The share of the time left the busy bound gets in a short call (see :data:`BUSY_SHORT_GAP`):
-on (32,16) FIFO seed 4 it ends in 0.17 s and lifts the capacity bound from 0.9958 to 0.9994 of
-the incumbent."""
+on (32,16) FIFO seed 4 it ends in 0.17-0.3 s and lifts the capacity bound from 0.9958 to
+0.9994 of the incumbent (at 1 s, 0.5 of the time left was too little for it once the
+incumbent was 0.1% worse; on (40,12) FIFO 0.5 and 0.75 gave the same bounds)."""
 
 SHORT_NODE_CAPACITY = False
 """Whether the search after the root bounds of a short call gives its nodes their capacity
