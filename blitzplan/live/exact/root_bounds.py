@@ -61,9 +61,10 @@ CAPACITY_SHORT_S = 0.5
 """A short call: :data:`CAPACITY_SHARE_OF_LIMIT` of the time left is under this. The capacity
 program then gets up to :data:`CAPACITY_SHORT_SHARE` of the time left (at most this): on
 (32,16) FIFO of ``benchmarks/partition.py`` it ends in 0.12-0.3 CPU s on 7 of the 8 seeds
-the search does not settle first (seed 1: 0.9) at 0.980-0.9998 of the 1 s incumbent, and cut
-short at 0.15 s (its share of a 1 s call) it gave 0.83-0.99; the search after it, on the
-capacity program's ground, lifted no bound in such a call (docs/benchmarks.md, s22-h4)."""
+the search does not settle first (seed 1: 0.9) at 0.980-0.9998 of the 1 s incumbent, where
+cut short at 0.15 s (its share of a 1 s call) it gave 0.83-0.99. With the rest of the short
+path, 1 CPU s calls: (32,16) FIFO mean gap 5.35 -> 1.01%, (80,16) FIFO 12.3 -> 3.8%, (40,12)
+and (80,8) FIFO within 0.01 point (docs/benchmarks.md, s22-h4)."""
 
 CAPACITY_SHORT_SHARE = 0.75
 """The most of the time left the capacity program gets in a short call (see
@@ -105,8 +106,10 @@ incumbent was 0.1% worse; on (40,12) FIFO 0.5 and 0.75 gave the same bounds)."""
 SHORT_NODE_CAPACITY = False
 """Whether the search after the root bounds of a short call gives its nodes their capacity
 program (:data:`~blitzplan.live.exact.bnb.NODE_CAPACITY`): on (32,16) FIFO at 1 s, 1-3 such
-programs fit there and lifted no bound; branching without them, the search's relaxed plans
-lowered the incumbent of seed 3 by 0.47% and of seed 5 by 0.55%."""
+programs fit there and lifted no bound but by their busy bound (now the root's, see
+:data:`BUSY_SHORT_SHARE`); branching without them, the search's relaxed plans lowered the
+incumbent of seed 3 by 0.47% and of seed 5 by 0.55%. On (40,12) and (80,8) FIFO they lifted
+three bounds by 0.1-0.2 per mille."""
 
 SLOT_SHARE_OF_LIMIT = 0.4
 """The share of the time left after the local search that the slot bound gets (mean latency,
