@@ -85,7 +85,7 @@ def test_a_short_call_lifts_first_and_gives_the_capacity_program_most_of_the_tim
     assert quick == pytest.approx(root_bounds.QUICK_LAGRANGE_SHARE * left, rel=1e-3)
     _, capacity, left = given[2]
     assert capacity > root_bounds.CAPACITY_SHARE_OF_LIMIT * left
-    wanted = min(root_bounds.CAPACITY_SHORT_SHARE * left, root_bounds.CAPACITY_SHORT_S)
+    wanted = min(root_bounds.CAPACITY_SHORT_SHARE * left, root_bounds.CAPACITY_FLOOR_S)
     assert capacity == pytest.approx(wanted, rel=1e-3)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "BUSY_SHARE_OF_LIMIT",
     "BUSY_SHORT_GAP",
     "BUSY_SHORT_SHARE",
+    "CAPACITY_FLOOR_S",
     "CAPACITY_SHARE_OF_LIMIT",
     "CAPACITY_SHORT_S",
     "CAPACITY_SHORT_SHARE",
@@ -58,17 +59,22 @@ CAPACITY_MAX_S = 10.0
 """The capacity bound's budget without a time limit (cut short, it is weaker but valid)."""
 
 CAPACITY_SHORT_S = 0.5
-"""A short call: :data:`CAPACITY_SHARE_OF_LIMIT` of the time left is under this. The capacity
-program then gets up to :data:`CAPACITY_SHORT_SHARE` of the time left (at most this): on
+"""A short call: :data:`CAPACITY_SHARE_OF_LIMIT` of the time left is under this (limits under
+about 3 s; see :class:`Strengthened` for what changes there)."""
+
+CAPACITY_FLOOR_S = 1.2
+"""The capacity program gets at least this, where :data:`CAPACITY_SHORT_SHARE` of the time
+left allows (else that share), in place of :data:`CAPACITY_SHARE_OF_LIMIT`: on
 (32,16) FIFO of ``benchmarks/partition.py`` it ends in 0.12-0.3 CPU s on 7 of the 8 seeds
 the search does not settle first (seed 1: 0.9) at 0.980-0.9998 of the 1 s incumbent, where
 cut short at 0.15 s (its share of a 1 s call) it gave 0.83-0.99. With the rest of the short
 path, 1 CPU s calls: (32,16) FIFO mean gap 5.35 -> 1.01%, (80,16) FIFO 12.3 -> 3.8%, (40,12)
-and (80,8) FIFO within 0.01 point (docs/benchmarks.md, s22-h4)."""
+and (80,8) FIFO within 0.01 point. Seed 1's program needs 0.83-1.1 s: with 0.5 s at most
+it stayed 4.3-4.5% under the incumbent in 2 and 3 s calls (docs/benchmarks.md, s22-h4)."""
 
 CAPACITY_SHORT_SHARE = 0.75
-"""The most of the time left the capacity program gets in a short call (see
-:data:`CAPACITY_SHORT_S`)."""
+"""The most of the time left the capacity program's floor takes (see
+:data:`CAPACITY_FLOOR_S`)."""
 
 QUICK_LAGRANGE_SHARE = 0.15
 """In a short call (see :data:`CAPACITY_SHORT_S`), where the relaxation is far from the
@@ -183,10 +189,10 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
 
 def _capacity_budget(left_s: float) -> float:
     """The capacity program's budget, ``left_s`` left: :data:`CAPACITY_SHARE_OF_LIMIT` of
-    it, or in a short call up to :data:`CAPACITY_SHORT_SHARE` of it, at most
-    :data:`CAPACITY_SHORT_S`."""
-    shared = CAPACITY_SHARE_OF_LIMIT * left_s
-    return min(max(shared, min(CAPACITY_SHORT_SHARE * left_s, CAPACITY_SHORT_S)), CAPACITY_MAX_S)
+    it, but at least :data:`CAPACITY_FLOOR_S` where :data:`CAPACITY_SHORT_SHARE` of it
+    allows (else that share)."""
+    floor = min(CAPACITY_SHORT_SHARE * left_s, CAPACITY_FLOOR_S)
+    return min(max(CAPACITY_SHARE_OF_LIMIT * left_s, floor), CAPACITY_MAX_S)
 
 
 def _quick_lagrangian(start: Start, root_bound: float) -> None:
