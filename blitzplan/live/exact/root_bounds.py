@@ -8,7 +8,7 @@ bound (:func:`~blitzplan.live.bound.busy.busy_bound`) and, while the gap is stil
 (:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`), each in its share of the time
 left; each stops once the incumbent meets the bound so far.
 
-A short call (a second or two: :data:`CAPACITY_SHORT_S`) is ordered for the strongest bound
+A short call (a few seconds: :data:`CAPACITY_SHORT_S`) is ordered for the strongest bound
 it can return: where the relaxation is far from the incumbent the Lagrangian bound's first
 steps come first (the cheapest lift, kept at once), then the capacity program gets most of
 the time (it ends there on small instances and is then the strongest), the busy bound runs
@@ -58,9 +58,12 @@ CAPACITY_SHARE_OF_LIMIT = 0.25
 CAPACITY_MAX_S = 10.0
 """The capacity bound's budget without a time limit (cut short, it is weaker but valid)."""
 
-CAPACITY_SHORT_S = 0.5
+CAPACITY_SHORT_S = 1.0
 """A short call: :data:`CAPACITY_SHARE_OF_LIMIT` of the time left is under this (limits under
-about 3 s; see :class:`Strengthened` for what changes there)."""
+about 5.5 s; see :class:`Strengthened` for what changes there). On (32,16) FIFO the short path
+beat the long one at 3 and 5 CPU s (mean gap 0.93 -> 0.50%, 0.87 -> 0.48%: seed 1 4.3 -> 0.9%,
+its capacity program ending from the quick Lagrangian's floor; seeds 4, 7, 9 lost 0.006-0.035
+point of the nodes' programs' lifts); at 10 s the long path stays (docs/benchmarks.md, s22-h4)."""
 
 CAPACITY_FLOOR_S = 1.2
 """The capacity program gets at least this, where :data:`CAPACITY_SHORT_SHARE` of the time
