@@ -122,9 +122,9 @@ def test_the_restart_from_the_root_never_passes_the_optimum(old_order: str) -> N
     restarts: list[float] = []
     real = bnb._Search.restart
 
-    def restart(self: bnb._Search) -> None:
+    def restart(self: bnb._Search, ended: bool = False) -> None:
         restarts.append(self.start.bound)
-        real(self)
+        real(self, ended)
 
     for seed in SEEDS:
         inst = _crowded(seed)

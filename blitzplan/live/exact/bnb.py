@@ -50,7 +50,7 @@ from blitzplan.live.exact.common import Start, decode, finish, start_point
 from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
 from blitzplan.live.exact.node_bound import node_capacity
 from blitzplan.live.exact.node_cpsat import node_cpsat
-from blitzplan.live.exact.root_bounds import strengthen
+from blitzplan.live.exact.root_bounds import SHORT_NODE_CAPACITY, strengthen
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.schedule import Schedule
 from blitzplan.solvers.backends import OPTIMALITY_REL_GAP
@@ -356,10 +356,11 @@ class _Search:
                 self._search(time.perf_counter() + early_s)
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
-                strengthen(start, self._lowest())
+                report = strengthen(start, self._lowest())
                 self.polished = start.incumbent
+                self.strong = self.strong and (SHORT_NODE_CAPACITY or not report.short)
                 if RESTART and not start.proven() and self._lowest() < start.bound:
-                    self.restart()
+                    self.restart(report.ended)
         self._search(start.deadline_s)
         start.raise_bound(self._lowest())
 
@@ -378,13 +379,15 @@ class _Search:
         """The search's own bound: the least over the open and set-aside nodes (objective units)."""
         return self.obj.final(min([self.floor, *(node.bound for node in self.open)]))
 
-    def restart(self) -> None:
+    def restart(self, ended: bool = False) -> None:
         """Drop the open nodes and search again from the root, its bound raised to the whole
-        problem's (valid for every schedule, so for every node): see :data:`RESTART`."""
+        problem's (valid for every schedule, so for every node): see :data:`RESTART`. When
+        the root's capacity program ``ended`` (not cut short), the root is not given it again."""
         self.open, self.floor = [], math.inf
         self.add(Restriction.none(self.start.instance))
         for node in self.open:  # the root, unless bounding it settled it
             node.bound = max(node.bound, self.obj.scaled(self.start.bound))
+            node.strong = node.strong or ended
 
     def _freeing_s(self) -> float:
         """What freeing the open nodes and the options cache will take on return (see

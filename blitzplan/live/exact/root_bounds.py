@@ -6,15 +6,23 @@ latency and a free O order the slot bound (its priced choices offered as schedul
 bound (:func:`~blitzplan.live.bound.busy.busy_bound`) and, while the gap is still at least
 :data:`LAGRANGE_MIN_GAP`, the Lagrangian bound
 (:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`), each in its share of the time
-left; each stops once the incumbent meets the bound so far."""
+left; each stops once the incumbent meets the bound so far.
+
+A short call (a few seconds: :data:`CAPACITY_SHORT_S`) is ordered for the strongest bound
+it can return: where the relaxation is far from the incumbent the Lagrangian bound's first
+steps come first (the cheapest lift, kept at once), then the capacity program gets most of
+the time (it ends there on small instances and is then the strongest), the busy bound runs
+only near the incumbent, and the search after them branches without the nodes' capacity
+programs (:class:`Strengthened`)."""
 
 from __future__ import annotations
 
 import math
 import time
+from typing import NamedTuple
 
 from blitzplan.live.bound.busy import busy_bound, busy_point
-from blitzplan.live.bound.dp import capacity_bound
+from blitzplan.live.bound.dp import SEARCH_SHARE, capacity_bound
 from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
@@ -23,10 +31,18 @@ from blitzplan.live.exact.priced import priced_search
 
 __all__ = [
     "BUSY_SHARE_OF_LIMIT",
+    "BUSY_SHORT_GAP",
+    "BUSY_SHORT_SHARE",
+    "CAPACITY_FLOOR_S",
     "CAPACITY_SHARE_OF_LIMIT",
+    "CAPACITY_SHORT_S",
+    "CAPACITY_SHORT_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
+    "QUICK_LAGRANGE_SHARE",
+    "SHORT_NODE_CAPACITY",
     "SLOT_SHARE_OF_LIMIT",
+    "Strengthened",
     "strengthen",
 ]
 
@@ -41,6 +57,34 @@ CAPACITY_SHARE_OF_LIMIT = 0.25
 
 CAPACITY_MAX_S = 10.0
 """The capacity bound's budget without a time limit (cut short, it is weaker but valid)."""
+
+CAPACITY_SHORT_S = 1.0
+"""A short call: :data:`CAPACITY_SHARE_OF_LIMIT` of the time left is under this (limits under
+about 5.5 s; see :class:`Strengthened` for what changes there). On (32,16) FIFO the short path
+beat the long one at 3 and 5 CPU s (mean gap 0.93 -> 0.50%, 0.87 -> 0.48%: seed 1 4.3 -> 0.9%,
+its capacity program ending from the quick Lagrangian's floor; seeds 4, 7, 9 lost 0.006-0.035
+point of the nodes' programs' lifts); at 10 s the long path stays (docs/benchmarks.md, s22-h4)."""
+
+CAPACITY_FLOOR_S = 1.2
+"""The capacity program gets at least this, where :data:`CAPACITY_SHORT_SHARE` of the time
+left allows (else that share), in place of :data:`CAPACITY_SHARE_OF_LIMIT`: on
+(32,16) FIFO of ``benchmarks/partition.py`` it ends in 0.12-0.3 CPU s on 7 of the 8 seeds
+the search does not settle first (seed 1: 0.9) at 0.980-0.9998 of the 1 s incumbent, where
+cut short at 0.15 s (its share of a 1 s call) it gave 0.83-0.99. With the rest of the short
+path, 1 CPU s calls: (32,16) FIFO mean gap 5.35 -> 1.01%, (80,16) FIFO 12.3 -> 3.8%, (40,12)
+and (80,8) FIFO within 0.01 point. Seed 1's program needs 0.83-1.1 s: with 0.5 s at most
+it stayed 4.3-4.5% under the incumbent in 2 and 3 s calls (docs/benchmarks.md, s22-h4)."""
+
+CAPACITY_SHORT_SHARE = 0.75
+"""The most of the time left the capacity program's floor takes (see
+:data:`CAPACITY_FLOOR_S`)."""
+
+QUICK_LAGRANGE_SHARE = 0.15
+"""In a short call (see :data:`CAPACITY_SHORT_S`), where the relaxation is far from the
+incumbent, the Lagrangian bound first gets this share of the time left: its first steps are
+the cheapest lift there (on (32,16) FIFO seed 1 0.82 -> 0.94 of the incumbent in 0.1 s, where
+the capacity program needs 0.9 s to end), kept at once, and the capacity program starts from
+it."""
 
 LAGRANGE_SHARE_OF_LIMIT = 0.15
 """The share of the time left after the capacity bound that the Lagrangian bound gets (O in
@@ -57,6 +101,25 @@ BUSY_SHARE_OF_LIMIT = 0.25
 """The share of the time left after the capacity bound that the busy bound gets (mean latency,
 O in FIFO order)."""
 
+BUSY_SHORT_GAP = 0.01
+"""In a short call (:data:`CAPACITY_SHORT_S`) the busy bound runs only while the gap is under
+this (relatively): on (32,16) FIFO, where it was wider after the capacity program (seeds 1, 2,
+5, 8), the busy bound alone needed 0.75-4.3 s and ended under the capacity bound."""
+
+BUSY_SHORT_SHARE = 0.75
+"""The share of the time left the busy bound gets in a short call (see :data:`BUSY_SHORT_GAP`):
+on (32,16) FIFO seed 4 it ends in 0.17-0.3 s and lifts the capacity bound from 0.9958 to
+0.9994 of the incumbent (at 1 s, 0.5 of the time left was too little for it once the
+incumbent was 0.1% worse; on (40,12) FIFO 0.5 and 0.75 gave the same bounds)."""
+
+SHORT_NODE_CAPACITY = False
+"""Whether the search after the root bounds of a short call gives its nodes their capacity
+program (:data:`~blitzplan.live.exact.bnb.NODE_CAPACITY`): on (32,16) FIFO at 1 s, 1-3 such
+programs fit there and lifted no bound but by their busy bound (now the root's, see
+:data:`BUSY_SHORT_SHARE`); branching without them, the search's relaxed plans lowered the
+incumbent of seed 3 by 0.47% and of seed 5 by 0.55%. On (40,12) and (80,8) FIFO they lifted
+three bounds by 0.1-0.2 per mille."""
+
 SLOT_SHARE_OF_LIMIT = 0.4
 """The share of the time left after the local search that the slot bound gets (mean latency,
 free order; :mod:`blitzplan.live.bound.slots`), before the capacity bound. On (80,16) it
@@ -67,17 +130,35 @@ SLOT_MIN_S = 0.1
 """A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
 
 
-def strengthen(start: Start, root_bound: float) -> None:
+class Strengthened(NamedTuple):
+    """What :func:`strengthen` tells the search after it."""
+
+    ended: bool
+    """The capacity program ended within its search's share of its budget (not cut short):
+    its value is the program's at the root, which the root node need not run again."""
+    short: bool
+    """A short call (:data:`CAPACITY_SHORT_S`): the search after the root bounds branches
+    without the nodes' capacity programs (:data:`SHORT_NODE_CAPACITY`)."""
+
+
+def strengthen(start: Start, root_bound: float) -> Strengthened:
     """Polish ``start``'s incumbent and raise its bound; ``root_bound`` is the search's least
     open bound so far (objective units), the capacity bound's floor. Each bound gets a share
-    of the time left when it starts, and none starts past ``start``'s deadline."""
+    of the time left when it starts, and none starts past ``start``'s deadline. In a short
+    call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
+    the capacity program gets most of the time."""
     start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
+    short = CAPACITY_SHARE_OF_LIMIT * start.left_s() < CAPACITY_SHORT_S
+    report = Strengthened(ended=False, short=short)
     if start.proven():
-        return
+        return report
     _slot_bound(start)
-    budget = min(CAPACITY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    if short:
+        _quick_lagrangian(start, root_bound)
+    budget = _capacity_budget(start.left_s())
     if start.proven() or budget <= 0:  # none is started past the deadline
-        return
+        return report
+    began = time.perf_counter()
     bound = capacity_bound(
         start.instance,
         objective=start.objective,
@@ -86,14 +167,46 @@ def strengthen(start: Start, root_bound: float) -> None:
         upper_bound=start.incumbent.objective,
         time_limit_s=budget,
     )
+    report = report._replace(ended=time.perf_counter() - began < SEARCH_SHARE * budget)
     start.raise_bound(bound)
-    _busy_bound(start)
+    _busy_bound(start, short)
     upper = start.incumbent.objective
     if start.proven() or upper - start.bound < LAGRANGE_MIN_GAP * abs(upper):
-        return
+        return report
     share = FAR_SHARE_OF_LIMIT if far_from(root_bound, upper) else LAGRANGE_SHARE_OF_LIMIT
     budget = min(share * start.left_s(), CAPACITY_MAX_S)
     if budget < LAGRANGE_MIN_S:
+        return report
+    start.raise_bound(
+        lagrangian_bound(
+            start.instance,
+            old_order=start.old_order,
+            objective=start.objective,
+            upper_bound=upper,
+            time_limit_s=budget,
+            relaxed=root_bound,
+        )
+    )
+    return report
+
+
+def _capacity_budget(left_s: float) -> float:
+    """The capacity program's budget, ``left_s`` left: :data:`CAPACITY_SHARE_OF_LIMIT` of
+    it, but at least :data:`CAPACITY_FLOOR_S` where :data:`CAPACITY_SHORT_SHARE` of it
+    allows (else that share)."""
+    floor = min(CAPACITY_SHORT_SHARE * left_s, CAPACITY_FLOOR_S)
+    return min(max(CAPACITY_SHARE_OF_LIMIT * left_s, floor), CAPACITY_MAX_S)
+
+
+def _quick_lagrangian(start: Start, root_bound: float) -> None:
+    """In a short call, the Lagrangian bound's first steps (mean latency, O in FIFO order,
+    the relaxation far from the incumbent: :func:`~blitzplan.live.bound.lagrange.far_from`)
+    in :data:`QUICK_LAGRANGE_SHARE` of the time left, kept at once: the capacity program then
+    starts from it."""
+    upper = start.incumbent.objective
+    wanted = start.objective == "mean_latency" and start.old_order == "fifo"
+    budget = QUICK_LAGRANGE_SHARE * start.left_s()
+    if start.proven() or not wanted or not far_from(root_bound, upper) or budget <= 0:
         return
     start.raise_bound(
         lagrangian_bound(
@@ -107,13 +220,18 @@ def strengthen(start: Start, root_bound: float) -> None:
     )
 
 
-def _busy_bound(start: Start) -> None:
+def _busy_bound(start: Start, short: bool = False) -> None:
     """The busy bound (mean latency, O in FIFO order; :mod:`blitzplan.live.bound.busy`)
     counted from the layer arrival where the incumbent's splits keep N busiest, in
-    :data:`BUSY_SHARE_OF_LIMIT` of the time left (cut short, it claims nothing)."""
+    :data:`BUSY_SHARE_OF_LIMIT` of the time left (cut short, it claims nothing); in a
+    ``short`` call only while the gap is under :data:`BUSY_SHORT_GAP`, in
+    :data:`BUSY_SHORT_SHARE` of the time left."""
     best = start.incumbent
-    budget = min(BUSY_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    share = BUSY_SHORT_SHARE if short else BUSY_SHARE_OF_LIMIT
+    budget = min(share * start.left_s(), CAPACITY_MAX_S)
     wanted = start.objective == "mean_latency" and start.old_order == "fifo"
+    if short and best.objective - start.bound >= BUSY_SHORT_GAP * abs(best.objective):
+        return
     if start.proven() or not wanted or not best.has_ops or budget <= 0:
         return
     relax = Relaxation(start.instance, start.objective)
