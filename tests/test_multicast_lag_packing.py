@@ -211,7 +211,7 @@ def test_sliced_the_packing_shared_by_rate_ends_first() -> None:
 def test_the_packings_re_shared_are_distinct_sets_of_trees() -> None:
     """The exact method re-shares and rebalances each set of trees once (the two rankings
     often keep the same trees): the first packing of each set, in order."""
-    from blitzplan.multicast.exact.tree_packing import _distinct
+    from blitzplan.multicast.exact.packing_plans import _distinct
 
     _, _, _, pool = _chain_pool()
     a, b = [pool[0], pool[1]], [pool[1]]
