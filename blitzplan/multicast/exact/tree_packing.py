@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,8 +43,12 @@ __all__ = [
     "MAX_ROUNDS",
     "PACK_GAP",
     "PACK_ROUNDS",
+    "Priced",
     "Shape",
     "pack_trees",
+    "packings",
+    "price_trees",
+    "priced_twin",
     "repack",
 ]
 
@@ -164,8 +169,9 @@ def pack_trees(
             best = packed
         if best is None or not enough_s < best[0] < beat_s:
             break
-    if twins is not None and best is not None:
-        twins.append(twin(problem, overlay, list(pool.values()), best, live))
+    made = None if best is None else twin(problem, overlay, list(pool.values()), best, live)
+    if twins is not None and made is not None:
+        twins.append(made)
     if widths is None and best is not None:  # the exact method: the trees chosen for their lags
         lagged = _lag_choice(problem, overlay, graphs, list(pool.values()), live, best)
         if deferred is not None:
@@ -279,3 +285,87 @@ def _columns(
     if solution is None or len(solution[1]) < len(trees):  # columns added since: solve again
         solution = master(overlay, trees, problem.tp)
     return None if solution is None else (trees, solution[1])
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Every shape's trees on one live choice, priced before any plan is made of them
+    (:func:`price_trees`): the twin is cut from them at once (:func:`priced_twin`), the
+    packings' plans later (:func:`packings`)."""
+
+    overlay: Overlay
+    graphs: list[RankGraph]
+    live: frozenset[int]
+    columns: list[tuple[list[Tree], np.ndarray]]
+    """Per shape priced, in order: its trees and their master rates."""
+    pool: list[Tree]
+    """Every shape's trees, once each (by rank and arcs)."""
+
+
+def price_trees(
+    problem: Problem, live: frozenset[int], *, shapes: Sequence[Shape], time_limit_s: float | None
+) -> Priced | None:
+    """The column generation of every shape of ``shapes`` on the live choice ``live`` (each an
+    equal share of the time left of ``time_limit_s``; None: no clock), no plan made yet; None
+    when :func:`pack_trees` would have none (its first shape has no tree, or the live nodes
+    cannot hold the live instances)."""
+    if not _packable(problem, live):
+        return None
+    began = time.perf_counter()
+    overlay = Overlay(problem, live)
+    graphs = [RankGraph(overlay, r) for r in range(problem.tp)]
+    columns: list[tuple[list[Tree], np.ndarray]] = []
+    pool: dict[tuple[int, tuple[int, ...]], Tree] = {}
+    for k, shape in enumerate(shapes):
+        share = None
+        if time_limit_s is not None:
+            share = (began + time_limit_s - time.perf_counter()) / (len(shapes) - k)
+            if k and share <= 0:
+                break
+        found = _columns(problem, overlay, graphs, shape, share, MAX_ROUNDS)
+        if found is None and not k:
+            return None
+        if found is not None:
+            columns.append(found)
+            pool.update(((t.rank, t.arcs), t) for t in found[0])
+    return Priced(overlay, graphs, live, columns, list(pool.values()))
+
+
+def priced_twin(problem: Problem, priced: Priced) -> Built | None:
+    """The plan to cut into time slices from every shape's trees
+    (:func:`~blitzplan.multicast.exact.slice_twin.twin`, before any packing is made)."""
+    return twin(problem, priced.overlay, priced.pool, None, priced.live)
+
+
+def packings(
+    problem: Problem,
+    priced: Priced,
+    *,
+    time_limit_s: float | None,
+    beat_s: float = math.inf,
+    deferred: list[Callable[[tuple[float, float] | None], Built | None]],
+) -> Built | None:
+    """The plan of the best packing of the shapes priced (:func:`price_trees`), each shape's
+    plans (:func:`~blitzplan.multicast.exact.packing_plans.shape_plans`, every count) an equal
+    share of the time left of ``time_limit_s`` (None: no clock), the shapes after one only
+    while the best so far beats ``beat_s``; the choice for lags handed back in ``deferred``
+    unrun (as :func:`pack_trees` does)."""
+    began = time.perf_counter()
+    best: Packed | None = None
+    for k, (trees, rates) in enumerate(priced.columns):
+        deadline = None
+        if time_limit_s is not None:
+            now = time.perf_counter()
+            deadline = now + (began + time_limit_s - now) / (len(priced.columns) - k)
+            if k and deadline <= now:
+                break
+        packed = shape_plans(problem, priced.overlay, trees, rates, priced.live, None, deadline)
+        if packed is not None and (best is None or packed[0] < best[0]):
+            best = packed
+        if best is None or best[0] >= beat_s:
+            break
+    if best is None:
+        return None
+    graphs, pool = priced.graphs, priced.pool
+    deferred.append(_lag_choice(problem, priced.overlay, graphs, pool, priced.live, best))
+    return best[3]
