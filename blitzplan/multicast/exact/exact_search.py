@@ -257,15 +257,16 @@ def exact_plan(
 ) -> tuple[Built, Bound]:
     """The exact method: under a limit, the greedy's plan's slicings timed first when it is
     near the bound (:data:`EARLY_BY`, :data:`EARLY_ABOVE`); for ``all_ready``, the overlay
-    program's bound and the tree packing
-    on its live choice (the greedy's when the program found none in its time) in every shape
-    of :data:`EXACT_SHAPES`
-    (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
-    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
-    of the search's, the packing's and the greedy's plans and of their cuts into time slices
-    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
-    before the search, which then leaves the time to build the fastest, or builds it first
-    when it is within :data:`BANKED_ABOVE` of the bound; within the limit);
+    program's bound and the tree packing on its live choice (the greedy's when the program
+    found none in its time) in every shape of :data:`EXACT_SHAPES`
+    (:mod:`~blitzplan.multicast.exact.tree_packing`): every shape's trees priced first
+    (:data:`PRICED_SHARE`), the twin cut from them and the greedy's plan timed sliced (and the
+    fastest built when it is within :data:`BANKED_ABOVE` of the bound), then the packings'
+    plans made (:data:`PACKED_BY`); then the search of the greedy's decisions from
+    ``incumbent`` (the greedy's plan) with the time left; the fastest of the search's, the
+    packing's and the greedy's plans and of their cuts into time slices
+    (:mod:`~blitzplan.multicast.exact.slice_search`: the twin's and the greedy's timed before
+    the search, which then leaves the time to build the fastest; within the limit);
     the best plan and the better of ``bound`` (the certified bound, the caller's) and the
     program's, which also tells the slicings when 512 slices need no trying
     (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time

@@ -140,13 +140,14 @@ def pack_trees(
     :data:`SHAPES_SHARE` of the time limit and it at most the rest). With a time limit, counts
     past it are skipped (the first and the last still tried), and shapes after the first once
     it is spent (the best packing is still re-shared); and once a plan is ready by
-    ``enough_s``, or none so far beats ``beat_s``, the shapes after it. ``twins`` (the exact
-    method): the plan to cut into time slices joins it
-    (:func:`~blitzplan.multicast.exact.slice_twin.twin`). ``deferred`` (the
-    exact method): the choice for lags is not run but handed back, to run when the caller
-    wants it (its clock: the end and the most one solve may take; its plan, None when it
-    does not beat the packing), so the caller can first time the twin's slicings, which
-    usually leave the packing in one phase behind (the exact method's
+    ``enough_s``, or none so far beats ``beat_s``, the shapes after it. The exact method makes
+    the same in two steps, every shape's trees priced before any plan is made
+    (:func:`price_trees`, :func:`packings`). ``twins``: the plan to cut into time slices
+    joins it (:func:`~blitzplan.multicast.exact.slice_twin.twin`). ``deferred``: the choice
+    for lags is not run but handed back, to run when the caller wants it (its clock: the end
+    and the most one solve may take; its plan, None when it does not beat the packing), so
+    the caller can first time the twin's slicings, which usually leave the packing in one
+    phase behind (the exact method's
     :data:`~blitzplan.multicast.exact.exact_search.LAG_UNLESS`)."""
     if not _packable(problem, live):
         return None
