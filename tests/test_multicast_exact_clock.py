@@ -41,7 +41,6 @@ def _stand_in_packing(monkeypatch, twin=None, own=None, log=None, seen=None, lag
     def price(problem, live, *, shapes, time_limit_s):
         log.append("pack")
         seen["price"] = time_limit_s
-        seen["shapes"] = shapes
         return priced
 
     def plans(problem, given, *, time_limit_s, beat_s, deferred):
@@ -247,11 +246,10 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     the bound (cases 60, 72, 193: the program never raised the bound there and the packing was
     1.7-2.6x it, while the greedy's 256-slice plans waited for that time); 9% above it, they
     get their usual shares (0.4 of the limit, the packing's the rest to 0.6) and no
-    ``beat_s``; settled, the packing prices its first shape's trees only. Of the packing's
-    share, the pricing of the trees gets PRICED_SHARE of the
+    ``beat_s``. Of the packing's share, the pricing of the trees gets PRICED_SHARE of the
     shapes' (SHAPES_SHARE), and the packings' plans the rest of the shapes' (the stand-in
     clock stands still: all of it)."""
-    from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, SHAPES_SHARE
+    from blitzplan.multicast.exact.tree_packing import SHAPES_SHARE
 
     assert exact_search_module.SETTLED_ABOVE == 0.08
     assert exact_search_module.SETTLED_SHARE == 0.1
@@ -283,7 +281,6 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     share = 1.0 if sliced_above < 0.08 else 6.0
     assert seen["overlay"] == pytest.approx(1.0 if sliced_above < 0.08 else 4.0)
     assert seen["price"] == pytest.approx(0.5 * SHAPES_SHARE * share)
-    assert seen["shapes"] == (EXACT_SHAPES[:1] if sliced_above < 0.08 else EXACT_SHAPES)
     beat_s = pytest.approx(1.08 * bound) if sliced_above < 0.08 else float("inf")
     assert seen["plans"] == (pytest.approx(SHAPES_SHARE * share), beat_s)
 

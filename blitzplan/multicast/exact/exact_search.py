@@ -78,10 +78,7 @@ packing's later shapes only while it is within this of the bound: on cases 60, 7
 program (2-3.8 s) never raised the bound and the packing (0.9-2.7 s) was 1.7-2.6x it, while
 the greedy's own 256 and 512 slicings, 0.4-1.2% above it, waited for that time (s16-h3)."""
 SETTLED_SHARE = 0.1
-"""... that share (the program's bound is still taken when it comes in time), and the packing
-prices the trees of its first shape only (its plan's shapes after the first were made only
-while within :data:`SETTLED_ABOVE` of the bound; priced first, all five took case 193 0.47 s
-for a twin 1.93x the bound)."""
+"""... that share (the program's bound is still taken when it comes in time)."""
 BANKED_ABOVE = 0.01
 """When a slicing timed before the search is within this fraction of the certified bound (the
 method's target), it is built before the search, which gets the time left: the search's plans
@@ -299,9 +296,9 @@ def exact_plan(
     pricing_at = _now()
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        shapes = EXACT_SHAPES[:1] if settled else EXACT_SHAPES  # settled: the later rarely
-        priced_by = PRICED_SHARE * SHAPES_SHARE * share  # beat the greedy's sliced plan
-        priced = price_trees(problem, live, shapes=shapes, time_limit_s=priced_by)
+        priced = price_trees(
+            problem, live, shapes=EXACT_SHAPES, time_limit_s=PRICED_SHARE * SHAPES_SHARE * share
+        )
         made = None if priced is None else priced_twin(problem, priced)
         twins += [] if made is None else [made]
     priced_s = _now() - pricing_at
