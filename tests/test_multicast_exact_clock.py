@@ -253,7 +253,7 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
 
     assert exact_search_module.SETTLED_ABOVE == 0.08
     assert exact_search_module.SETTLED_SHARE == 0.1
-    assert exact_search_module.PRICED_SHARE == 0.5
+    assert exact_search_module.PRICED_SHARE == 1.0
     problem, ctx, incumbent = _four_targets()
     greedy_s = max(incumbent[1].ready_at_s.values())
     bound = exact_search_module.Bound(greedy_s / 1.15, "stand-in")
@@ -280,7 +280,7 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     )
     share = 1.0 if sliced_above < 0.08 else 6.0
     assert seen["overlay"] == pytest.approx(1.0 if sliced_above < 0.08 else 4.0)
-    assert seen["price"] == pytest.approx(0.5 * SHAPES_SHARE * share)
+    assert seen["price"] == pytest.approx(SHAPES_SHARE * share)
     beat_s = pytest.approx(1.08 * bound) if sliced_above < 0.08 else float("inf")
     assert seen["plans"] == (pytest.approx(SHAPES_SHARE * share), beat_s)
 

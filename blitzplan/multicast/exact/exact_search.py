@@ -100,14 +100,18 @@ waiting (more slices: its excess over its flow halves per doubling) are timed th
 slicings' own deadline, before the search: case 76's packing twin at 256 slices, 1.0119, its
 512 (1.0060) refused with 2.8 s left after the search (0.15 s) and the search's plan's own
 slicings timed instead (1.0104 at 512), when it would fit before them."""
-PRICED_SHARE = 0.5
+PRICED_SHARE = 1.0
 """The trees of every shape are priced first, in this share of the shapes' time
-(:data:`~blitzplan.multicast.exact.tree_packing.SHAPES_SHARE` of the packing's), and the
-twin cut from them is timed sliced (and its slicing built when within :data:`BANKED_ABOVE`)
-before any packing's plans are made in the rest: case 76's twin (of the 4-deep trees of all
-five shapes) waited 2.1 CPU s for the five shapes' plans (subsets, re-sharing, rebalancing),
-none of which was its answer, and its 352 slices (1.0087) were then built at 8.3 of its 10
-CPU s. The column generation itself converged in 0.1-0.5 s a shape there."""
+(:data:`~blitzplan.multicast.exact.tree_packing.SHAPES_SHARE` of the packing's; each shape's
+column generation ends when it adds no tree or at its equal share, as it did before its
+plans), and the twin cut from them is timed sliced (and its slicing built when within
+:data:`BANKED_ABOVE`) before any packing's plans are made in the time the pricing left: case
+76's twin (of the 4-deep trees of all five shapes) waited 2.1 CPU s for the five shapes' plans
+(subsets, re-sharing, rebalancing), none of which was its answer, and its 352 slices (1.0087)
+were then built at 8.3 of its 10 CPU s; its column generation converged in 0.1-0.5 s a shape.
+Half the shapes' time (tried first) cut the column generation short where the share is small
+(the greedy's slicing settled: 0.085 s a shape), and the twin of those trees sliced worse
+(case 70: 1.0042 against 1.0003, 15: 1.0040 against 1.0002)."""
 PACKED_BY = 0.75
 """... and the packings' plans and the choice for lags end by this share of the limit, so the
 search still gets its time when the slicings took the packing's."""
