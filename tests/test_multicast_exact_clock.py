@@ -43,7 +43,7 @@ def _stand_in_packing(monkeypatch, twin=None, own=None, log=None, seen=None, lag
         seen["price"] = time_limit_s
         return priced
 
-    def plans(problem, given, *, time_limit_s, beat_s, deferred):
+    def plans(problem, given, *, time_limit_s, beat_s, deferred, twins):
         assert given is priced
         log.append("packings")
         seen["plans"] = (time_limit_s, beat_s)

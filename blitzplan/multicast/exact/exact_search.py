@@ -319,9 +319,13 @@ def exact_plan(
     deferred: list[Callable[[tuple[float, float] | None], Built | None]] = []
     if priced is not None:  # the packings' plans in the shapes' time the pricing left
         plans_s = _left(SHAPES_SHARE * share - priced_s, packed_by)
-        plans_at = _now()
-        packed = packings(problem, priced, time_limit_s=plans_s, beat_s=beat_s, deferred=deferred)
+        plans_at, kept = _now(), list[Built]()  # kept: the packing's trees as the twin
+        packed = packings(
+            problem, priced, time_limit_s=plans_s, beat_s=beat_s, deferred=deferred, twins=kept
+        )
         priced_s += _now() - plans_at  # the packing's time used
+        if kept:  # (a call without plans would time the waiting slicings now)
+            slicing.time(kept, timed_by, None if end is None else end - 0.05 * limit)
     if deferred and (packed is None or slicing.target * (1 - LAG_UNLESS) >= _value(packed)):
         clock = None  # the choice for lags, in the time the packing left it
         if end is not None:
