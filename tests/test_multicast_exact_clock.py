@@ -30,10 +30,13 @@ def _four_targets():
     return problem, ctx, (choice, build(problem, ctx, choice))
 
 
-def _stand_in_packing(monkeypatch, twin=None, own=None, log=None, seen=None, lagged=None):
+def _stand_in_packing(
+    monkeypatch, twin=None, own=None, log=None, seen=None, lagged=None, late=None
+):
     """The exact method's packing stood in for: the pricing (``"pack"`` in ``log``, its time
     limit in ``seen``) hands back ``twin`` to slice, the packings' plans (``"packings"``, their
-    time limit and ``beat_s``) ``own``, and ``lagged`` (when given) as the choice for lags."""
+    time limit and ``beat_s``) ``own``, ``lagged`` (when given) as the choice for lags and
+    ``late`` (when given) as the packing's own trees to slice."""
     priced = object()
     log = [] if log is None else log
     seen = {} if seen is None else seen
@@ -49,6 +52,8 @@ def _stand_in_packing(monkeypatch, twin=None, own=None, log=None, seen=None, lag
         seen["plans"] = (time_limit_s, beat_s)
         if lagged is not None:
             deferred.append(lagged)
+        if late is not None:
+            twins.append(late)
         return own
 
     monkeypatch.setattr(exact_search_module, "price_trees", price)
@@ -288,16 +293,18 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
 def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkeypatch) -> None:
     """The slicings timed after the trees are priced are those of the twin cut from them
     (its trees with stripes by rate, :func:`~blitzplan.multicast.exact.slice_twin.by_rate`),
-    then the greedy's, before the packings' plans are made; the packing's own plan is still a
-    candidate of the last call, unsliced."""
+    then the greedy's, before the packings' plans are made (and the packing's own trees after
+    them, when the twin's choice keeps those); the packing's own plan is still a candidate of
+    the last call, unsliced."""
     import dataclasses
 
     problem, ctx, incumbent = _four_targets()
     own, twin = dataclasses.replace(incumbent[1]), dataclasses.replace(incumbent[1])
+    late = dataclasses.replace(incumbent[1])
     calls: list[list[object]] = []
     ended: list[list[object]] = []
     log: list[object] = []
-    _stand_in_packing(monkeypatch, twin=twin, own=own, log=log)
+    _stand_in_packing(monkeypatch, twin=twin, own=own, log=log, late=late)
 
     def time_spy(self, candidates, deadline, build_by=None, **kwargs):
         calls.append(list(candidates))
@@ -314,8 +321,9 @@ def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkey
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, None, bound=bound, evaluation_s=0.0
     )
-    assert log[:3] == ["pack", "time", "packings"]
+    assert log[:4] == ["pack", "time", "packings", "time"]
     assert calls[0][0] is twin and calls[0][1] is incumbent[1] and len(calls[0]) == 2
+    assert calls[1] == [late]  # the packing's own trees, when the twin's choice kept them
     assert all(plan is not own for plan in calls[0])
     assert any(plan is own for plan in ended[0])
 

@@ -188,6 +188,39 @@ def test_the_trees_priced_first_make_the_same_packing_and_twin(index: int) -> No
     assert len(later) == len(deferred) == 1
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_packings_own_trees_join_as_a_twin_only_when_kept(monkeypatch, kept: bool) -> None:
+    """:func:`packings` hands back the best packing's own trees and rates as a twin when
+    ``twin_trees`` keeps them (a tie with the pool's sets: the twin cut before any packing had
+    none to keep; case 15 of the benchmark, 1.0002 of the bound at 256 slices against the
+    pool's 1.0040), and none when a set of the pool beats them (the early twin is then the
+    same). Stand-ins for the plans, the choice of trees and the plan by rate."""
+    import types
+
+    import blitzplan.multicast.exact.tree_packing as tree_packing
+
+    trees, rates = [object()], np.asarray([1.0])
+    best = (1.0, trees, rates, object())
+    made = object()
+    monkeypatch.setattr(tree_packing, "shape_plans", lambda *args: best)
+    chosen = (trees, rates) if kept else ([object()], np.asarray([2.0]))
+    monkeypatch.setattr(tree_packing, "twin_trees", lambda *args: chosen)
+    monkeypatch.setattr(tree_packing, "by_rate", lambda *args: made)
+    monkeypatch.setattr(tree_packing, "_lag_choice", lambda *args: None)
+    priced = tree_packing.Priced(None, [], frozenset(), [([], rates)], [])  # type: ignore[arg-type]
+    twins: list[object] = []
+    problem = types.SimpleNamespace(tp=1)
+    packed = tree_packing.packings(
+        problem,  # type: ignore[arg-type]
+        priced,
+        time_limit_s=None,
+        deferred=[],
+        twins=twins,  # type: ignore[arg-type]
+    )
+    assert packed is best[3]
+    assert twins == ([made] if kept else [])
+
+
 def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:
     """HiGHS 1.12 (inside SciPy 1.17's ``milp``) prints a debug line on file descriptor 1 on
     some programs, past ``disp=False``; both programs of the exact method silence it there. The
