@@ -30,6 +30,37 @@ def _four_targets():
     return problem, ctx, (choice, build(problem, ctx, choice))
 
 
+def _stand_in_packing(
+    monkeypatch, twin=None, own=None, log=None, seen=None, lagged=None, late=None
+):
+    """The exact method's packing stood in for: the pricing (``"pack"`` in ``log``, its time
+    limit in ``seen``) hands back ``twin`` to slice, the packings' plans (``"packings"``, their
+    time limit and ``beat_s``) ``own``, ``lagged`` (when given) as the choice for lags and
+    ``late`` (when given) as the packing's own trees to slice."""
+    priced = object()
+    log = [] if log is None else log
+    seen = {} if seen is None else seen
+
+    def price(problem, live, *, shapes, time_limit_s):
+        log.append("pack")
+        seen["price"] = time_limit_s
+        return priced
+
+    def plans(problem, given, *, time_limit_s, beat_s, deferred, twins):
+        assert given is priced
+        log.append("packings")
+        seen["plans"] = (time_limit_s, beat_s)
+        if lagged is not None:
+            deferred.append(lagged)
+        if late is not None:
+            twins.append(late)
+        return own
+
+    monkeypatch.setattr(exact_search_module, "price_trees", price)
+    monkeypatch.setattr(exact_search_module, "priced_twin", lambda problem, given: twin)
+    monkeypatch.setattr(exact_search_module, "packings", plans)
+
+
 def _slow_search(monkeypatch, step_s: float) -> tuple[StillClock, list[float]]:
     """Every evaluation of a choice takes ``step_s`` on the stand-in clock; every order of the
     four targets is a candidate (their labels made distinct) within the fluid window."""
@@ -186,12 +217,9 @@ def test_the_greedys_slicings_are_timed_before_the_program_and_the_packing(
     def overlay(problem, *, time_limit_s):
         log.append("overlay")
 
-    def pack(*args, **kwargs):
-        log.append("pack")
-
     monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
     monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
-    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    _stand_in_packing(monkeypatch, log=log)
     bound = exact_search_module.Bound(greedy_s / (1 + above), "stand-in")
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, limit, bound=bound, evaluation_s=0.0
@@ -223,9 +251,14 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     the bound (cases 60, 72, 193: the program never raised the bound there and the packing was
     1.7-2.6x it, while the greedy's 256-slice plans waited for that time); 9% above it, they
     get their usual shares (0.4 of the limit, the packing's the rest to 0.6) and no
-    ``beat_s``."""
+    ``beat_s``. Of the packing's share, the pricing of the trees gets PRICED_SHARE of the
+    shapes' (SHAPES_SHARE), and the packings' plans the rest of the shapes' (the stand-in
+    clock stands still: all of it)."""
+    from blitzplan.multicast.exact.tree_packing import SHAPES_SHARE
+
     assert exact_search_module.SETTLED_ABOVE == 0.08
     assert exact_search_module.SETTLED_SHARE == 0.1
+    assert exact_search_module.PRICED_SHARE == 1.0
     problem, ctx, incumbent = _four_targets()
     greedy_s = max(incumbent[1].ready_at_s.values())
     bound = exact_search_module.Bound(greedy_s / 1.15, "stand-in")
@@ -243,55 +276,54 @@ def test_the_program_and_the_packing_are_cut_short_once_the_greedys_slicing_is_n
     def overlay(problem, *, time_limit_s):
         seen["overlay"] = time_limit_s
 
-    def pack(*args, time_limit_s, beat_s, **kwargs):
-        seen["pack"] = (time_limit_s, beat_s)
-
     monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
     monkeypatch.setattr(exact_search_module, "overlay_bound", overlay)
-    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
+    _stand_in_packing(monkeypatch, own=incumbent[1], seen=seen)
     monkeypatch.setattr(exact_search_module.SliceSearch, "best", lambda self, c, d: c[0])
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
     )
-    if sliced_above < 0.08:
-        assert seen["overlay"] == pytest.approx(1.0)
-        assert seen["pack"] == (pytest.approx(1.0), pytest.approx(1.08 * bound))
-    else:
-        assert seen["overlay"] == pytest.approx(4.0)
-        assert seen["pack"] == (pytest.approx(6.0), float("inf"))
+    share = 1.0 if sliced_above < 0.08 else 6.0
+    assert seen["overlay"] == pytest.approx(1.0 if sliced_above < 0.08 else 4.0)
+    assert seen["price"] == pytest.approx(SHAPES_SHARE * share)
+    beat_s = pytest.approx(1.08 * bound) if sliced_above < 0.08 else float("inf")
+    assert seen["plans"] == (pytest.approx(SHAPES_SHARE * share), beat_s)
 
 
 def test_the_packings_slicings_are_its_twins_and_its_own_plan_a_candidate(monkeypatch) -> None:
-    """The slicings timed after the packing are those of the twin it hands back (its trees
-    with stripes by rate, :func:`~blitzplan.multicast.exact.slice_twin.by_rate`), then the
-    greedy's; the packing's own plan is still a candidate of the last call, unsliced."""
+    """The slicings timed after the trees are priced are those of the twin cut from them
+    (its trees with stripes by rate, :func:`~blitzplan.multicast.exact.slice_twin.by_rate`),
+    then the greedy's, before the packings' plans are made (and the packing's own trees after
+    them, when the twin's choice keeps those); the packing's own plan is still a candidate of
+    the last call, unsliced."""
     import dataclasses
 
     problem, ctx, incumbent = _four_targets()
     own, twin = dataclasses.replace(incumbent[1]), dataclasses.replace(incumbent[1])
+    late = dataclasses.replace(incumbent[1])
     calls: list[list[object]] = []
     ended: list[list[object]] = []
-
-    def pack(*args, twins, **kwargs):
-        twins.append(twin)
-        return own
+    log: list[object] = []
+    _stand_in_packing(monkeypatch, twin=twin, own=own, log=log, late=late)
 
     def time_spy(self, candidates, deadline, build_by=None, **kwargs):
         calls.append(list(candidates))
+        log.append("time")
 
     def best_spy(self, candidates, deadline):
         ended.append(list(candidates))
         return candidates[0]
 
     monkeypatch.setattr(exact_search_module, "overlay_bound", lambda problem, **kwargs: None)
-    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
     monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
     monkeypatch.setattr(exact_search_module.SliceSearch, "best", best_spy)
     bound = exact_search_module.Bound(1.0, "stand-in")  # no limit: no early call
     exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, None, bound=bound, evaluation_s=0.0
     )
+    assert log[:4] == ["pack", "time", "packings", "time"]
     assert calls[0][0] is twin and calls[0][1] is incumbent[1] and len(calls[0]) == 2
+    assert calls[1] == [late]  # the packing's own trees, when the twin's choice kept them
     assert all(plan is not own for plan in calls[0])
     assert any(plan is own for plan in ended[0])
 
@@ -306,7 +338,9 @@ def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     last call's candidates (case 134 at load 7: the twin's 512 slices, 1.0078, built after the
     search had 1.32 s left and was refused); 1.5% above it, nothing is built before the
     search, but the leading plan's waiting slicings are timed first (LEADER_ABOVE, 0.03:
-    case 76's twin's 512 slices); 4% above it, neither."""
+    case 76's twin's 512 slices); 4% above it, neither. Either way, after the trees are priced
+    and before the packings' plans are made (PRICED_SHARE: case 76's twin waited 2.1 CPU s
+    for five shapes' plans, none its answer)."""
     import dataclasses
 
     assert exact_search_module.BANKED_ABOVE == 0.01
@@ -321,8 +355,7 @@ def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     log: list[object] = []
     banked = object()
 
-    def pack(*args, twins, **kwargs):
-        twins.append(twin)
+    _stand_in_packing(monkeypatch, twin=twin, log=log)
 
     def time_spy(self, candidates, deadline, build_by=None, **kwargs):
         timed(self, [], None)  # nothing timed for real: one stand-in slicing
@@ -342,18 +375,19 @@ def test_a_slicing_timed_near_the_bound_is_built_before_the_search(
     monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
     monkeypatch.setattr(exact_search_module.SliceSearch, "best", best_spy)
     monkeypatch.setattr(exact_search_module, "overlay_bound", lambda *a, **k: None)
-    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
     monkeypatch.setattr(exact_search_module, "exact_search", search)
     plan, _ = exact_search_module.exact_plan(
         problem, ctx, "all_ready", incumbent, 10.0, bound=bound, evaluation_s=0.0
     )
     if sliced_above < 0.01:
-        assert log == ["time", ("best", False, [twin]), "search", "time", ("best", True, [banked])]
+        built = ["time", ("best", False, [twin]), "packings", "search"]
+        assert log[1:] == [*built, "time", ("best", True, [banked])]
         assert plan is banked
     elif sliced_above < 0.03:
-        assert log == ["time", "time", "search", "time", ("best", True, [])]
+        assert log[1:] == ["time", "time", "packings", "search", "time", ("best", True, [])]
     else:
-        assert log == ["time", "search", "time", ("best", True, [])]
+        assert log[1:] == ["time", "packings", "search", "time", ("best", True, [])]
+    assert log[0] == "pack"
 
 
 @pytest.mark.parametrize("ahead", [0.9, 1.1])
@@ -375,9 +409,7 @@ def test_the_choice_for_lags_runs_only_when_no_slicing_beats_the_packing(
     runs: list[object] = []
     ended: list[list[object]] = []
 
-    def pack(*args, twins, deferred, **kwargs):
-        deferred.append(lambda clock: runs.append(clock) or lagged)
-        return own
+    _stand_in_packing(monkeypatch, own=own, lagged=lambda clock: runs.append(clock) or lagged)
 
     def time_spy(self, candidates, deadline, build_by=None, **kwargs):
         self.target = ahead * greedy_s
@@ -389,7 +421,6 @@ def test_the_choice_for_lags_runs_only_when_no_slicing_beats_the_packing(
     monkeypatch.setattr(exact_search_module.SliceSearch, "time", time_spy)
     monkeypatch.setattr(exact_search_module.SliceSearch, "best", best_spy)
     monkeypatch.setattr(exact_search_module, "overlay_bound", lambda *a, **k: None)
-    monkeypatch.setattr(exact_search_module, "pack_trees", pack)
     monkeypatch.setattr(
         exact_search_module,
         "exact_search",

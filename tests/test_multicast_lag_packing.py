@@ -26,7 +26,13 @@ from blitzplan.multicast.exact.overlay_arcs import (
 )
 from blitzplan.multicast.exact.slice_twin import TWIN_SLICES
 from blitzplan.multicast.exact.steiner import RankGraph, cheapest_tree
-from blitzplan.multicast.exact.tree_packing import EXACT_SHAPES, pack_trees
+from blitzplan.multicast.exact.tree_packing import (
+    EXACT_SHAPES,
+    pack_trees,
+    packings,
+    price_trees,
+    priced_twin,
+)
 from tests.multicast_random import tiny_problem
 from tests.test_multicast import tiny_cases
 from tests.test_multicast_overlay import _cover_cases, _plan
@@ -154,6 +160,67 @@ def test_the_exact_packing_with_lag_choice_is_valid_and_above_the_bound(index: i
     assert plan.objective_s >= strong.bound_s * (1 - 1e-9)
 
 
+@pytest.mark.parametrize("index", range(1, len(tiny_cases()), 3))
+def test_the_trees_priced_first_make_the_same_packing_and_twin(index: int) -> None:
+    """Property: without a clock, the exact method's two steps (every shape's trees priced,
+    then the packings' plans made of them) give the plan that :func:`pack_trees` makes shape
+    by shape, and the twin cut from the trees before any packing is made is the one it hands
+    back after them; both defer their choice for lags alike."""
+    state, spec, options = tiny_cases()[index]
+    problem = tiny_problem(state, spec, **options)
+    strong = overlay_bound(problem)
+    assert strong is not None
+    live = strong.live_nodes
+    twins: list[object] = []
+    deferred: list[object] = []
+    packed = pack_trees(
+        problem, live, widths=None, shapes=EXACT_SHAPES, twins=twins, deferred=deferred
+    )
+    priced = price_trees(problem, live, shapes=EXACT_SHAPES, time_limit_s=None)
+    assert packed is not None and priced is not None
+    later: list[object] = []
+    again = packings(problem, priced, time_limit_s=None, deferred=later)
+    assert again is not None
+    assert value(again) == value(packed)
+    twin = priced_twin(problem, priced)
+    assert twin is not None and len(twins) == 1
+    assert value(twin) == value(twins[0])  # type: ignore[arg-type]
+    assert len(later) == len(deferred) == 1
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_packings_own_trees_join_as_a_twin_only_when_kept(monkeypatch, kept: bool) -> None:
+    """:func:`packings` hands back the best packing's own trees and rates as a twin when
+    ``twin_trees`` keeps them (a tie with the pool's sets: the twin cut before any packing had
+    none to keep; case 15 of the benchmark, 1.0002 of the bound at 256 slices against the
+    pool's 1.0040), and none when a set of the pool beats them (the early twin is then the
+    same). Stand-ins for the plans, the choice of trees and the plan by rate."""
+    import types
+
+    import blitzplan.multicast.exact.tree_packing as tree_packing
+
+    trees, rates = [object()], np.asarray([1.0])
+    best = (1.0, trees, rates, object())
+    made = object()
+    monkeypatch.setattr(tree_packing, "shape_plans", lambda *args: best)
+    chosen = (trees, rates) if kept else ([object()], np.asarray([2.0]))
+    monkeypatch.setattr(tree_packing, "twin_trees", lambda *args: chosen)
+    monkeypatch.setattr(tree_packing, "by_rate", lambda *args: made)
+    monkeypatch.setattr(tree_packing, "_lag_choice", lambda *args: None)
+    priced = tree_packing.Priced(None, [], frozenset(), [([], rates)], [])  # type: ignore[arg-type]
+    twins: list[object] = []
+    problem = types.SimpleNamespace(tp=1)
+    packed = tree_packing.packings(
+        problem,  # type: ignore[arg-type]
+        priced,
+        time_limit_s=None,
+        deferred=[],
+        twins=twins,  # type: ignore[arg-type]
+    )
+    assert packed is best[3]
+    assert twins == ([made] if kept else [])
+
+
 def test_the_mixed_integer_programs_print_nothing_on_stdout(monkeypatch, capfd) -> None:
     """HiGHS 1.12 (inside SciPy 1.17's ``milp``) prints a debug line on file descriptor 1 on
     some programs, past ``disp=False``; both programs of the exact method silence it there. The
@@ -195,7 +262,7 @@ def test_sliced_the_packing_shared_by_rate_ends_first() -> None:
     rates = np.array([0.2 * full, 0.6 * full])
     lagged = lag_shared(problem, overlay, trees, rates, frozenset(), fast=True)
     assert lagged[1] == trees  # the same trees, the chain's stripe shorter than by rate
-    twin = by_rate(problem, overlay, lagged, frozenset())
+    twin = by_rate(problem, overlay, lagged[1], lagged[2], frozenset())
     spans = {lane.lo: lane.hi - lane.lo for lane in twin.builder.lanes}
     assert sorted(spans.values()) == pytest.approx([0.25, 0.75])
     bound = overlay_bound(problem).bound_s
@@ -211,7 +278,7 @@ def test_sliced_the_packing_shared_by_rate_ends_first() -> None:
 def test_the_packings_re_shared_are_distinct_sets_of_trees() -> None:
     """The exact method re-shares and rebalances each set of trees once (the two rankings
     often keep the same trees): the first packing of each set, in order."""
-    from blitzplan.multicast.exact.tree_packing import _distinct
+    from blitzplan.multicast.exact.packing_plans import _distinct
 
     _, _, _, pool = _chain_pool()
     a, b = [pool[0], pool[1]], [pool[1]]
@@ -245,7 +312,9 @@ def test_the_twins_trees_are_the_pools_fastest_sliced(monkeypatch, shallow_cap: 
     monkeypatch.setattr(slice_twin, "master", program)
     monkeypatch.setattr(slice_twin, "tree_depth", lambda overlay, t: t.depth)
     best = (1.0, [deep[0]], np.asarray([188.0]), None)  # the one-phase packing's subset
-    _, trees, rates, _ = slice_twin.twin_trees(None, [*deep, *shallow, *flat], best, 1)
+    chosen = slice_twin.twin_trees(None, [*deep, *shallow, *flat], best, 1)
+    assert chosen is not None
+    trees, rates = chosen
     assert sum(rates) == pytest.approx(200.0)
     if shallow_cap == 100.0:
         assert {t.depth for t in trees} <= {2, 4} and any(t.depth == 4 for t in trees)

@@ -56,11 +56,11 @@ def test_a_build_predicted_past_the_deadline_is_not_started(monkeypatch) -> None
     built."""
     search, ring = _timed_ring()
     started = _builds_counted(monkeypatch)
-    search.per_pattern = 1000 / min(search.took.values())
-    search.untimed_rate = 1000.0
+    search.pace.per_pattern = 1000 / min(search.took.values())
+    search.pace.untimed_rate = 1000.0
     assert search.best([ring], time.perf_counter() + 10) is ring
     assert started == []
-    search.per_pattern = 1e-6
+    search.pace.per_pattern = 1e-6
     best = search.best([ring], time.perf_counter() + 60)
     fastest = min(search.timed)
     assert started[0] == fastest[1]
@@ -104,17 +104,17 @@ def test_a_measured_build_sets_the_estimate_and_never_lowers_it(monkeypatch) -> 
         return sliced_until(*args, **kwargs)
 
     monkeypatch.setattr(slice_search, "sliced_until", slowed)
-    search.per_pattern = 1e-6  # a prior far below any real build
+    search.pace.per_pattern = 1e-6  # a prior far below any real build
     fastest = min(search.timed)
     key = fastest[1:]
     assert search._full(key, None, timed=True) is not None
-    assert search.measured_build
-    first = search.per_pattern
+    assert search.pace.measured_build
+    first = search.pace.per_pattern
     assert first >= 0.05 / search.took[key]
     monkeypatch.setattr(slice_search, "sliced_until", sliced_until)
     other = next(t[1:] for t in sorted(search.timed) if t[1:] != key)
     search._full(other, None, timed=True)
-    assert search.per_pattern >= first
+    assert search.pace.per_pattern >= first
 
 
 def test_a_build_stops_once_its_pace_misses_the_deadline() -> None:
@@ -147,7 +147,7 @@ def test_slicings_left_for_lack_of_time_wait_and_the_leading_plans_count(monkeyp
     search.time([ring], time.perf_counter() - 1.0)
     assert search.pending and not search.timed
     waiting = list(search.pending)
-    search.pattern_rate[0] = 1e-3  # as if a pattern had been measured at 1 ms per lane-slice
+    search.pace.pattern_rate[0] = 1e-3  # as if a pattern had been measured at 1 ms per lane-slice
     assert search.needed_s() == search.reserve_s  # they cannot fit by the deadline given
     search.build_by = time.perf_counter() + 60.0
     assert search.needed_s() > search.reserve_s  # they can
@@ -185,8 +185,8 @@ def test_a_pattern_is_timed_only_when_its_own_build_could_follow() -> None:
     ring = BASELINES["ring"](problem)
     for per_pattern, timed in ((1e9, False), (1e-6, True)):
         search = SliceSearch(problem, "all_ready")
-        search.pattern_rate[0] = 1e-6  # as if measured: every plan's pattern predicted so
-        search.per_pattern = per_pattern
+        search.pace.pattern_rate[0] = 1e-6  # as if measured: every plan's pattern predicted so
+        search.pace.per_pattern = per_pattern
         search.time([ring], time.perf_counter() + 60.0)
         assert bool(search.timed) == timed
         assert bool(search.pending) != timed
@@ -211,7 +211,7 @@ def test_an_untimed_build_cut_short_keeps_its_pace_for_the_next(monkeypatch) -> 
     key = (4, False, 0)
     size = search.shapes[0][1] * 4
     assert search._full(key, clock.now + 100.0, timed=False) is None
-    assert search.untimed_rate == pytest.approx(5.0 / size)
+    assert search.pace.untimed_rate == pytest.approx(5.0 / size)
     assert search._full(key, clock.now + 4.0, timed=False) is None
     assert started == [4]
 
@@ -276,7 +276,7 @@ def test_the_leading_plans_waiting_plain_slicings_come_last_and_keep_no_time() -
     assert tried[0] == [(64, BY_LANE, 0)]
     assert tried[-1] == [(32, False, 0)]
     search.pending = [(32, False, 0)]
-    search.pattern_rate[0] = 1e-3
+    search.pace.pattern_rate[0] = 1e-3
     search.build_by = time.perf_counter() + 60.0
     assert search.needed_s() == search.reserve_s
 
@@ -305,7 +305,7 @@ def test_until_a_pattern_is_timed_only_the_fewest_plain_slices_are_tried(monkeyp
     ring = BASELINES["ring"](problem)
     search = SliceSearch(problem, "all_ready")
     search.time([ring], time.perf_counter() - 1.0)
-    assert any(staggered for _, staggered, _ in search.pending) and not search.pattern_rate
+    assert any(staggered for _, staggered, _ in search.pending) and not search.pace.pattern_rate
     tried: list[tuple[int, int]] = []
     real = slice_search.pattern_ready
 

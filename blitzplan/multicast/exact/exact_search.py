@@ -32,7 +32,10 @@ from blitzplan.multicast.exact.slice_search import SliceSearch
 from blitzplan.multicast.exact.tree_packing import (
     EXACT_SHAPES,
     LAG_SOLVE_SHARE,
-    pack_trees,
+    SHAPES_SHARE,
+    packings,
+    price_trees,
+    priced_twin,
 )
 from blitzplan.multicast.planners.greedy import Choice, Context, build, build_lp, forced_cover
 from blitzplan.multicast.setup.problem import Problem
@@ -97,6 +100,21 @@ waiting (more slices: its excess over its flow halves per doubling) are timed th
 slicings' own deadline, before the search: case 76's packing twin at 256 slices, 1.0119, its
 512 (1.0060) refused with 2.8 s left after the search (0.15 s) and the search's plan's own
 slicings timed instead (1.0104 at 512), when it would fit before them."""
+PRICED_SHARE = 1.0
+"""The trees of every shape are priced first, in this share of the shapes' time
+(:data:`~blitzplan.multicast.exact.tree_packing.SHAPES_SHARE` of the packing's; each shape's
+column generation ends when it adds no tree or at its equal share, as it did before its
+plans), and the twin cut from them is timed sliced (and its slicing built when within
+:data:`BANKED_ABOVE`) before any packing's plans are made in the time the pricing left: case
+76's twin (of the 4-deep trees of all five shapes) waited 2.1 CPU s for the five shapes' plans
+(subsets, re-sharing, rebalancing), none of which was its answer, and its 352 slices (1.0087)
+were then built at 8.3 of its 10 CPU s; its column generation converged in 0.1-0.5 s a shape.
+Half the shapes' time (tried first) cut the column generation short where the share is small
+(the greedy's slicing settled: 0.085 s a shape), and the twin of those trees sliced worse
+(case 70: 1.0042 against 1.0003, 15: 1.0040 against 1.0002)."""
+PACKED_BY = 0.75
+"""... and the packings' plans and the choice for lags end by this share of the limit, so the
+search still gets its time when the slicings took the packing's."""
 SEARCHED_BY = 0.85
 """The search ends by this share of the limit, earlier when building the fastest slicing
 timed (and timing the search's own plan's) needs the time."""
@@ -243,15 +261,16 @@ def exact_plan(
 ) -> tuple[Built, Bound]:
     """The exact method: under a limit, the greedy's plan's slicings timed first when it is
     near the bound (:data:`EARLY_BY`, :data:`EARLY_ABOVE`); for ``all_ready``, the overlay
-    program's bound and the tree packing
-    on its live choice (the greedy's when the program found none in its time) in every shape
-    of :data:`EXACT_SHAPES`
-    (:mod:`~blitzplan.multicast.exact.tree_packing`), then the search of the
-    greedy's decisions from ``incumbent`` (the greedy's plan) with the time left; the fastest
-    of the search's, the packing's and the greedy's plans and of their cuts into time slices
-    (:mod:`~blitzplan.multicast.exact.slice_search`: the packing's and the greedy's timed
-    before the search, which then leaves the time to build the fastest, or builds it first
-    when it is within :data:`BANKED_ABOVE` of the bound; within the limit);
+    program's bound and the tree packing on its live choice (the greedy's when the program
+    found none in its time) in every shape of :data:`EXACT_SHAPES`
+    (:mod:`~blitzplan.multicast.exact.tree_packing`): every shape's trees priced first
+    (:data:`PRICED_SHARE`), the twin cut from them and the greedy's plan timed sliced (and the
+    fastest built when it is within :data:`BANKED_ABOVE` of the bound), then the packings'
+    plans made (:data:`PACKED_BY`); then the search of the greedy's decisions from
+    ``incumbent`` (the greedy's plan) with the time left; the fastest of the search's, the
+    packing's and the greedy's plans and of their cuts into time slices
+    (:mod:`~blitzplan.multicast.exact.slice_search`: the twin's and the greedy's timed before
+    the search, which then leaves the time to build the fastest; within the limit);
     the best plan and the better of ``bound`` (the certified bound, the caller's) and the
     program's, which also tells the slicings when 512 slices need no trying
     (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time
@@ -272,42 +291,47 @@ def exact_plan(
     if strong is not None and strong.bound_s > bound:
         bound = Bound(strong.bound_s, strong.kind)
         slicing.raise_bound(bound)
-    packed, twins = None, list[Built]()  # twins: the packing's to slice (stripes by rate)
-    deferred: list[Callable[[tuple[float, float] | None], Built | None]] = []
+    priced, twins = None, list[Built]()  # twins: the packing's to slice (stripes by rate)
     spent = time.perf_counter() - began  # at least a share, unless the program took the rest
     share = min(max(0.05 * limit, 0.6 * limit - spent), SEARCHED_BY * limit - spent)
     beat_s = math.inf
     if settled:
         share, beat_s = min(share, SETTLED_SHARE * limit), (1 + SETTLED_ABOVE) * bound
+    pricing_at = _now()
     if objective == "all_ready" and share > 0:  # on the program's live choice, else the greedy's
         live = strong.live_nodes if strong is not None else _live_of(problem, incumbent[0])
-        packed = pack_trees(
-            problem,
-            live,
-            time_limit_s=share,
-            widths=None,
-            shapes=EXACT_SHAPES,
-            beat_s=beat_s,
-            twins=twins,
-            deferred=deferred,
+        priced = price_trees(
+            problem, live, shapes=EXACT_SHAPES, time_limit_s=PRICED_SHARE * SHAPES_SHARE * share
         )
-    packed_at = _now()
+        made = None if priced is None else priced_twin(problem, priced)
+        twins += [] if made is None else [made]
+    priced_s = _now() - pricing_at
     first = [*twins, incumbent[1]]
     timed_by = None if end is None else began + TIMED_BY * limit
     slicing.time(first, timed_by, None if end is None else end - 0.05 * limit)  # search's least
-    if deferred and (packed is None or slicing.target * (1 - LAG_UNLESS) >= _value(packed)):
-        clock = None  # the choice for lags, in the time the packing left it
-        if end is not None:
-            lagged_s = max(0.0, began + spent + share - packed_at)  # the packing's own end
-            clock = (_now() + lagged_s, LAG_SOLVE_SHARE * share)
-        again = deferred[0](clock)
-        packed = packed if again is None else again
     near = (1 + BANKED_ABOVE) * bound < slicing.target <= (1 + LEADER_ABOVE) * bound
     if end is not None and near:  # the leader's next counts, now (most slices first)
         slicing.time([], end, end, leader_only=True)
     banked = None  # the fastest slicing timed, built before the search when near the bound
     if end is not None and slicing.target <= (1 + BANKED_ABOVE) * bound:
         banked = slicing.best(first, end, untimed=False)
+    packed, packed_by = None, began + PACKED_BY * limit
+    deferred: list[Callable[[tuple[float, float] | None], Built | None]] = []
+    if priced is not None:  # the packings' plans in the shapes' time the pricing left
+        plans_s = _left(SHAPES_SHARE * share - priced_s, packed_by)
+        plans_at, kept = _now(), list[Built]()  # kept: the packing's trees as the twin
+        packed = packings(
+            problem, priced, time_limit_s=plans_s, beat_s=beat_s, deferred=deferred, twins=kept
+        )
+        priced_s += _now() - plans_at  # the packing's time used
+        if kept:  # (a call without plans would time the waiting slicings now)
+            slicing.time(kept, timed_by, None if end is None else end - 0.05 * limit)
+    if deferred and (packed is None or slicing.target * (1 - LAG_UNLESS) >= _value(packed)):
+        clock = None  # the choice for lags, in the time the packing left it
+        if end is not None:
+            clock = (_now() + _left(share - priced_s, packed_by), LAG_SOLVE_SHARE * share)
+        again = deferred[0](clock)
+        packed = packed if again is None else again
     left = None
     if end is not None:  # the search ends in time to build the fastest slicing and time its own
         per_plan = slicing.pattern_s / max(1, len(slicing.plans))
@@ -325,6 +349,11 @@ def exact_plan(
 def _near(objective: str, plan: Built, bound: float) -> bool:
     """Whether ``plan`` is within :data:`EARLY_ABOVE` of ``bound``."""
     return score(objective, plan.ready_at_s, plan.live) <= (1 + EARLY_ABOVE) * bound
+
+
+def _left(seconds: float, by: float) -> float:
+    """``seconds`` from now, but to ``by`` at most (0 at least)."""
+    return max(0.0, min(seconds, by - _now()))
 
 
 def _value(plan: Built) -> float:

@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 
 from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
-from blitzplan.multicast.exact.phase_slices import BuildPace, Late, deadline_check, sliced_until
+from blitzplan.multicast.exact.phase_slices import Late, deadline_check, sliced_until
 from blitzplan.multicast.exact.slice_fit import FINE_STEP, fine_count
 from blitzplan.multicast.exact.slice_layout import Shape, pattern_ready, plan_shape
+from blitzplan.multicast.exact.slice_pace import BUILD_MARGIN, SlicePace
 from blitzplan.multicast.exact.slice_timing import SlicedTimes
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
@@ -67,25 +68,6 @@ SLICE_WITHIN = 1.3
 """A plan's slicings are timed only within this factor of the fastest plan or slicing timed:
 slicing takes off per-hop lag (at most case 60's 1.158 -> 1.005), not a slow route (case
 193's packing, 2.0x the greedy's 64 slices, took 1.1 s of slicings none under 2.4x)."""
-_MARGIN = 1.5
-"""The time kept for building the fastest slicing: this many times the rate measured (seconds
-per lane and slice)."""
-_PATTERN_MARGIN = 1.25
-"""A pattern's predicted time: this many times its plan's rate measured (a pattern's time
-grows with its slices at about one rate per plan; a late pattern only shortens the build,
-which stops itself in time)."""
-_BUILD_PER_PATTERN = 2.5
-"""Before this run built a slicing timed from its pattern, its predicted build time (the lanes
-made, the pattern's times put in place, the phases checked, the finished plan's tuples made;
-the pattern itself kept from its timing): this many times the time its pattern took in this
-run, so the prediction follows the machine's load. Measured on a 2-core x86_64: 1.2-3.5,
-median 2, on 68 k-lane slicings at load 2-5 before the plan's tuples were made in the build;
-1.6-3.0, median 2.1, with them, on 6-29 k lanes at load 5-6. Each build measures the ratio
-again (the first replaces this, the largest so far is used) and stops as soon as its own
-pace says it would not end by its deadline
-(:func:`~blitzplan.multicast.exact.phase_slices.sliced_until`)."""
-_UNTIMED_PRIOR_S = 50e-6
-"""The same for a slicing the pattern could not time (built and evaluated lane by lane)."""
 _BETTER = 1 - 1e-9
 """A slicing replaces a plan when it is faster by more than float noise."""
 _Key = tuple[int, int, int]  # (slices, staggered: 0, BY_LANE or BY_SENDER, candidate)
@@ -101,12 +83,13 @@ def _first(item: tuple[float, _Key, SlicedTimes]) -> float:
 class SliceSearch:
     """Slicings of candidate plans timed from their patterns (:meth:`time`), then the fastest
     built in full (:meth:`best`). A pattern is timed only when, at its predicted time
-    (:data:`_PATTERN_MARGIN` times its plan's rate measured on its largest pattern so far, the
-    slowest of any plan before its first), it ends by the deadline given with time left to build the
-    fastest slicing timed so far; that slicing is the one to build only when its predicted build
-    (:data:`_MARGIN` times this run's rate) ends by the build deadline. A build starts when it
-    would end by its deadline at the rate measured, and stops once its own pace says it would
-    not."""
+    (:class:`~blitzplan.multicast.exact.slice_pace.SlicePace`: its plan's rate measured on its
+    largest pattern so far, the slowest of any plan before its first, with a margin), it ends
+    by the deadline given with time left to build the fastest slicing timed so far; that
+    slicing is the one to build only when its predicted build (with
+    :data:`~blitzplan.multicast.exact.slice_pace.BUILD_MARGIN`) ends by the build deadline. A
+    build starts when it would end by its deadline at the rate measured, and stops once its
+    own pace says it would not."""
 
     def __init__(self, problem: Problem, objective: str, *, bound_s: float = 0.0) -> None:
         self.problem, self.objective = problem, objective
@@ -119,16 +102,11 @@ class SliceSearch:
         self.target = math.inf  # the fastest timed slicing that could be built in time
         self.reserve_s = 0.0  # ... its predicted time to build in full
         self.pattern_s = 0.0  # the time spent timing patterns
-        self.pattern_rate: dict[int, float] = {}  # per candidate: its largest pattern's rate
-        self.sizes: dict[int, list[tuple[int, float]]] = {}  # ... its patterns' sizes, seconds
-        self.untimed_rate = _UNTIMED_PRIOR_S  # a build of an untimed slicing per lane-slice
-        self.per_pattern = _BUILD_PER_PATTERN  # a timed slicing's build per its pattern's time
-        self.measured_build = False  # whether a timed slicing was built (its ratio measured)
+        self.pace = SlicePace()  # how long patterns and builds take in this run
         self.took: dict[_Key, float] = {}  # each timed slicing's pattern's seconds
         self.kept: list[tuple[float, _Key, SlicedTimes]] = []  # the fastest timed's times
         self.pending: list[_Key] = []  # slicings not timed for lack of time: tried again
         self.build_by: float | None = None  # the last call's build deadline
-        self.pace = BuildPace()  # a build's parts after its lanes, as measured in this run
 
     def raise_bound(self, bound_s: float) -> None:
         """The bound given, raised (512 slices then stop sooner, :meth:`_tried`)."""
@@ -146,8 +124,8 @@ class SliceSearch:
             (key for key in self.pending if key[2] == lead and key[1]), reverse=True
         ):
             m = (self._fine_count(j) or m) if m > STAGGERED_SLICES[-1] else m
-            pattern = self._pattern_predicted(j, self.shapes[j][1] * m, 1.0)
-            needed = pattern + max(self.reserve_s, self.per_pattern * pattern)
+            pattern = self.pace.pattern_s(j, self.shapes[j][1] * m, 1.0)
+            needed = pattern + max(self.reserve_s, self.pace.build_s(pattern))
             if _fits(needed, self.build_by):
                 return needed
         return self.reserve_s
@@ -289,12 +267,12 @@ class SliceSearch:
                     unfit.append((phases, staggered, j))
                     continue
                 phases = count
-            if not self.pattern_rate and (phases, staggered) != (SLICES[0], False):
+            if not self.pace.any_pattern() and (phases, staggered) != (SLICES[0], False):
                 self.pending.append((phases, staggered, j))
                 continue
             size = self.shapes[j][1] * phases
-            predicted = self._pattern_predicted(j, size)
-            kept = max(self.reserve_s, self.per_pattern * predicted)  # the target's or its own
+            predicted = self.pace.pattern_s(j, size)
+            kept = max(self.reserve_s, self.pace.build_s(predicted))  # the target's or its own
             if not (_fits(predicted, deadline) and _fits(predicted + kept, build_by)):
                 self.pending.append((phases, staggered, j))
                 continue
@@ -307,9 +285,7 @@ class SliceSearch:
                 self.pending.append((phases, staggered, j))
                 continue
             took = time.perf_counter() - start
-            self.sizes.setdefault(j, []).append((size, took))
-            if size >= max(self.sizes[j])[0]:
-                self.pattern_rate[j] = took / size
+            self.pace.pattern_took(j, size, took)
             if found is None:
                 self.untimed.append((phases, staggered, j))
                 continue
@@ -318,9 +294,9 @@ class SliceSearch:
             self.took[phases, staggered, j] = took
             self.kept = sorted([*self.kept, (v, (phases, staggered, j), found)], key=_first)
             del self.kept[_KEPT:]
-            build = self.per_pattern * took
+            build = self.pace.build_s(took)
             if v < self.target * _BETTER:  # with the margin if it fits, else as predicted
-                fitting = [r for r in (_MARGIN * build, build) if _fits(r, build_by)]
+                fitting = [r for r in (BUILD_MARGIN * build, build) if _fits(r, build_by)]
                 if fitting:
                     self.target, self.reserve_s = v, fitting[0]
         ready = [key for key in unfit if self._fine_count(key[2]) is not None]
@@ -361,20 +337,6 @@ class SliceSearch:
     def _value(self, plan: Built) -> float:
         return score(self.objective, plan.ready_at_s, plan.live)
 
-    def _pattern_predicted(self, j: int, size: int, margin: float = _PATTERN_MARGIN) -> float:
-        """Plan ``j``'s pattern of ``size`` lanes and slices, ``margin`` times: beyond its
-        largest pattern, that one's time and the growth per lane-slice from the one before
-        (a pattern's time is a fixed part per plan and a part per slice), else that rate; a
-        plan without a pattern timed, at the slowest plan's rate."""
-        points = sorted(self.sizes.get(j, []))
-        if not points:
-            return margin * max(self.pattern_rate.values(), default=0.0) * size
-        last, took = points[-1]
-        if size <= last or len(points) < 2 or points[-2][0] >= last or points[-2][1] >= took:
-            return margin * took * size / last
-        growth = (took - points[-2][1]) / (last - points[-2][0])
-        return margin * (took + growth * (size - last))
-
     def _full(self, key: _Key, deadline: float | None, *, timed: bool) -> Built | None:
         """Slicing ``key`` built and evaluated (``timed``: its times from its pattern, put in
         place), if its phases stay apart on every link (None: no time for it, its waits form
@@ -383,11 +345,11 @@ class SliceSearch:
         size = self.shapes[j][1] * phases
         times = next((found for _, at, found in self.kept if at == key), None)
         if not timed:
-            predicted = self.untimed_rate * size
+            predicted = self.pace.untimed_s(size)
         elif times is None:  # its pattern again, then the build
-            predicted = (1 + self.per_pattern) * self.took[key]
+            predicted = (1 + self.pace.per_pattern) * self.took[key]
         else:
-            predicted = self.per_pattern * self.took[key]
+            predicted = self.pace.build_s(self.took[key])
         if not _fits(predicted, deadline):
             return None
         plan, shape = self.plans[j], self.shapes[j]
@@ -396,20 +358,18 @@ class SliceSearch:
                 check = _check(deadline)
                 times = pattern_ready(self.problem, plan, phases, staggered, shape, check)
             start = time.perf_counter()
-            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline, self.pace)
+            pace = self.pace.build
+            trial = sliced_until(self.problem, plan, phases, staggered, times, deadline, pace)
         except InvalidInputError:  # its waits form a cycle: this slicing cannot run
             return None
         except Late:  # its pattern did not end by the deadline
             return None
         took = time.perf_counter() - start
         if not timed:  # built or cut short (then its time is a floor of its rate)
-            self.untimed_rate = max(self.untimed_rate, took / size)
+            self.pace.built_untimed(took, size)
         if trial is None or not timed:  # None: it would not end in time, or its phases meet
             return trial
-        if self.measured_build:
-            self.per_pattern = max(self.per_pattern, took / self.took[key])
-        else:  # the first measured replaces the prior
-            self.per_pattern, self.measured_build = took / self.took[key], True
+        self.pace.built(took, self.took[key])
         return trial
 
 

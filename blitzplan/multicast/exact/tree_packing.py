@@ -24,14 +24,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from blitzplan.multicast.exact.lag_packing import Packed, lag_repack, lag_shared
-from blitzplan.multicast.exact.lag_packing import depth as tree_depth
+from blitzplan.multicast.exact.lag_packing import Packed, lag_repack
 from blitzplan.multicast.exact.lag_packing import value as _value
-from blitzplan.multicast.exact.overlay_arcs import Overlay, master, packing_plan
-from blitzplan.multicast.exact.slice_twin import twin
+from blitzplan.multicast.exact.overlay_arcs import Overlay, master
+from blitzplan.multicast.exact.packing_plans import shape_plans
+from blitzplan.multicast.exact.slice_twin import by_rate, twin, twin_trees
 from blitzplan.multicast.exact.steiner import RankGraph, Tree, cheapest_tree
 from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built
@@ -39,12 +40,15 @@ from blitzplan.multicast.timeline.assemble import Built
 __all__ = [
     "EXACT_SHAPES",
     "GREEDY_SHAPES",
-    "LAGGED",
     "MAX_ROUNDS",
     "PACK_GAP",
     "PACK_ROUNDS",
+    "Priced",
     "Shape",
     "pack_trees",
+    "packings",
+    "price_trees",
+    "priced_twin",
     "repack",
 ]
 
@@ -136,18 +140,17 @@ def pack_trees(
     :data:`SHAPES_SHARE` of the time limit and it at most the rest). With a time limit, counts
     past it are skipped (the first and the last still tried), and shapes after the first once
     it is spent (the best packing is still re-shared); and once a plan is ready by
-    ``enough_s``, or none so far beats ``beat_s``, the shapes after it. ``twins`` (the exact
-    method): the plan to cut into time slices joins it
-    (:func:`~blitzplan.multicast.exact.slice_twin.twin`). ``deferred`` (the
-    exact method): the choice for lags is not run but handed back, to run when the caller
-    wants it (its clock: the end and the most one solve may take; its plan, None when it
-    does not beat the packing), so the caller can first time the twin's slicings, which
-    usually leave the packing in one phase behind (the exact method's
+    ``enough_s``, or none so far beats ``beat_s``, the shapes after it. The exact method makes
+    the same in two steps, every shape's trees priced before any plan is made
+    (:func:`price_trees`, :func:`packings`). ``twins``: the plan to cut into time slices
+    joins it (:func:`~blitzplan.multicast.exact.slice_twin.twin`). ``deferred``: the choice
+    for lags is not run but handed back, to run when the caller wants it (its clock: the end
+    and the most one solve may take; its plan, None when it does not beat the packing), so
+    the caller can first time the twin's slicings, which usually leave the packing in one
+    phase behind (the exact method's
     :data:`~blitzplan.multicast.exact.exact_search.LAG_UNLESS`)."""
-    if problem.delivered or any(t.present for t in problem.targets):
+    if not _packable(problem, live):
         return None
-    if sum(1 for i in problem.instances if i.node in live) < problem.live:
-        return None  # the live nodes cannot hold the live instances
     began = time.perf_counter()
     overlay = Overlay(problem, live)
     graphs = [RankGraph(overlay, r) for r in range(problem.tp)]
@@ -167,19 +170,11 @@ def pack_trees(
             best = packed
         if best is None or not enough_s < best[0] < beat_s:
             break
-    if twins is not None and best is not None:
-        twins.append(twin(problem, overlay, list(pool.values()), best, live))
+    made = None if best is None else twin(problem, overlay, list(pool.values()), best, live)
+    if twins is not None and made is not None:
+        twins.append(made)
     if widths is None and best is not None:  # the exact method: the trees chosen for their lags
-        trees, found = list(pool.values()), best
-
-        def lagged(clock: tuple[float, float] | None) -> Built | None:
-            def more(price: np.ndarray) -> list[Tree]:
-                found = (cheapest_tree(overlay, g, price, d) for g in graphs for d in MORE_DEPTHS)
-                return [t for t in found if t is not None]
-
-            again = lag_repack(problem, overlay, trees, live, found[0], clock, more)
-            return None if again is None or again[0] >= found[0] else again[3]
-
+        lagged = _lag_choice(problem, overlay, graphs, list(pool.values()), live, best)
         if deferred is not None:
             deferred.append(lagged)
         else:
@@ -190,6 +185,37 @@ def pack_trees(
             if best_plan is not None:
                 return best_plan
     return None if best is None else best[3]
+
+
+def _packable(problem: Problem, live: frozenset[int]) -> bool:
+    """Whether a packing can serve ``problem`` with the live instances on the target nodes
+    ``live`` (nothing delivered or present yet, and enough instances there)."""
+    if problem.delivered or any(t.present for t in problem.targets):
+        return False
+    return sum(1 for i in problem.instances if i.node in live) >= problem.live
+
+
+def _lag_choice(
+    problem: Problem,
+    overlay: Overlay,
+    graphs: list[RankGraph],
+    trees: list[Tree],
+    live: frozenset[int],
+    found: Packed,
+) -> Callable[[tuple[float, float] | None], Built | None]:
+    """The choice of ``trees`` (and more priced by slack) for their lags
+    (:func:`~blitzplan.multicast.exact.lag_packing.lag_repack`), to run with a clock (its end
+    and the most one solve may take; None: none); its plan, None unless it beats ``found``."""
+
+    def lagged(clock: tuple[float, float] | None) -> Built | None:
+        def more(price: np.ndarray) -> list[Tree]:
+            found = (cheapest_tree(overlay, g, price, d) for g in graphs for d in MORE_DEPTHS)
+            return [t for t in found if t is not None]
+
+        again = lag_repack(problem, overlay, trees, live, found[0], clock, more)
+        return None if again is None or again[0] >= found[0] else again[3]
+
+    return lagged
 
 
 def _pack(
@@ -204,6 +230,27 @@ def _pack(
     """The best packing of one shape's column generation (:func:`pack_trees`); its trees join
     ``pool`` (by rank and arcs)."""
     time_limit_s, max_rounds, widths = limits
+    began = time.perf_counter()
+    priced = _columns(problem, overlay, graphs, shape, time_limit_s, max_rounds)
+    if priced is None:
+        return None
+    trees, rates = priced
+    pool.update(((t.rank, t.arcs), t) for t in trees)
+    deadline = None if time_limit_s is None else began + time_limit_s
+    return shape_plans(problem, overlay, trees, rates, live, widths, deadline)
+
+
+def _columns(
+    problem: Problem,
+    overlay: Overlay,
+    graphs: list[RankGraph],
+    shape: Shape,
+    time_limit_s: float | None,
+    max_rounds: int,
+) -> tuple[list[Tree], np.ndarray] | None:
+    """One shape's column generation: its trees and their master rates, after ``max_rounds``
+    pricing rounds, none adding a tree, or ``time_limit_s`` (None: no clock); None when a
+    rank has no tree of the shape or the master has no solution."""
     depth, per_round = shape
     began = time.perf_counter()
     prices = 1.0 / np.maximum(overlay.capacity, 1e-9)
@@ -236,139 +283,97 @@ def _pack(
                     price[e] += bump
         if not added or (time_limit_s is not None and time.perf_counter() - began > time_limit_s):
             break
-    pool.update(((t.rank, t.arcs), t) for t in trees)
     if solution is None or len(solution[1]) < len(trees):  # columns added since: solve again
         solution = master(overlay, trees, problem.tp)
-    if solution is None:
+    return None if solution is None else (trees, solution[1])
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Every shape's trees on one live choice, priced before any plan is made of them
+    (:func:`price_trees`): the twin is cut from them at once (:func:`priced_twin`), the
+    packings' plans later (:func:`packings`)."""
+
+    overlay: Overlay
+    graphs: list[RankGraph]
+    live: frozenset[int]
+    columns: list[tuple[list[Tree], np.ndarray]]
+    """Per shape priced, in order: its trees and their master rates."""
+    pool: list[Tree]
+    """Every shape's trees, once each (by rank and arcs)."""
+
+
+def price_trees(
+    problem: Problem, live: frozenset[int], *, shapes: Sequence[Shape], time_limit_s: float | None
+) -> Priced | None:
+    """The column generation of every shape of ``shapes`` on the live choice ``live`` (each an
+    equal share of the time left of ``time_limit_s``; None: no clock), no plan made yet; None
+    when :func:`pack_trees` would have none (its first shape has no tree, or the live nodes
+    cannot hold the live instances)."""
+    if not _packable(problem, live):
         return None
-    deadline = None if time_limit_s is None else began + time_limit_s
-    fast = widths is None  # the exact method: forwarding lanes faster where links leave room
-    rankings = [_by_rate] if widths is not None else [_by_rate, _by_rate_per_hop]
-    tried: list[Packed] = []
-    for ranking in rankings:
-        tried += _subsets(
-            problem, overlay, trees, solution[1], live, ranking, (widths, deadline, fast)
-        )
-    if not tried:
-        return None
-    tried.sort(key=lambda item: item[0])
-    if widths is None:  # the exact method: shorter stripes on the slower trees, then
-        best = _distinct(tried[:BALANCED])  # trade a little rate for fewer slow hops
-        for k, (_, subset, rates, _) in enumerate(_distinct(tried[:LAGGED])):
-            if k and deadline is not None and time.perf_counter() > deadline:
-                break  # the best one even when late: three plans
-            tried.append(lag_shared(problem, overlay, subset, rates, live, fast))
-        for _, subset, _, _ in best:
-            for give in GIVE:
-                if deadline is not None and time.perf_counter() > deadline:
-                    return min(tried, key=lambda item: item[0])
-                balanced = _balanced(problem, overlay, subset, live, give, fast)
-                if balanced is not None:
-                    again = lag_shared(problem, overlay, subset, balanced[2], live, fast)
-                    tried += [balanced, again]
-    return min(tried, key=lambda item: item[0])
+    began = time.perf_counter()
+    overlay = Overlay(problem, live)
+    graphs = [RankGraph(overlay, r) for r in range(problem.tp)]
+    columns: list[tuple[list[Tree], np.ndarray]] = []
+    pool: dict[tuple[int, tuple[int, ...]], Tree] = {}
+    for k, shape in enumerate(shapes):
+        share = None
+        if time_limit_s is not None:
+            share = (began + time_limit_s - time.perf_counter()) / (len(shapes) - k)
+            if k and share <= 0:
+                break
+        found = _columns(problem, overlay, graphs, shape, share, MAX_ROUNDS)
+        if found is None and not k:
+            return None
+        if found is not None:
+            columns.append(found)
+            pool.update(((t.rank, t.arcs), t) for t in found[0])
+    return Priced(overlay, graphs, live, columns, list(pool.values()))
 
 
-def _distinct(packs: list[Packed]) -> list[Packed]:
-    """The first of each set of trees among ``packs`` (the two rankings often keep the same
-    trees, whose master rates, re-sharing and rebalancing are then the same)."""
-    seen: dict[tuple[tuple[int, tuple[int, ...]], ...], Packed] = {}
-    for pack in packs:
-        seen.setdefault(tuple((t.rank, t.arcs) for t in pack[1]), pack)
-    return list(seen.values())
+def priced_twin(problem: Problem, priced: Priced) -> Built | None:
+    """The plan to cut into time slices from every shape's trees
+    (:func:`~blitzplan.multicast.exact.slice_twin.twin`, before any packing is made)."""
+    return twin(problem, priced.overlay, priced.pool, None, priced.live)
 
 
-LAGGED = 3
-"""The exact method re-shares the stripes of this many of its best packings."""
-
-
-BALANCED = 3
-"""The exact method rebalances the rates of this many of its best packings."""
-GIVE = (0.0, 0.005, 0.02, 0.05)
-"""Fractions of the packing's rate the rebalanced packings give up for their slowest tree."""
-
-
-def _balanced(
+def packings(
     problem: Problem,
-    overlay: Overlay,
-    trees: list[Tree],
-    live: frozenset[int],
-    give: float,
-    fast: bool = False,
-) -> Packed | None:
-    """The packing of ``trees`` at ``1 - give`` of its best rate whose slowest tree per hop is
-    fastest: a hop of a tree costs its lanes about a chunk at the tree's rate, which the master
-    program leaves out (a linear program: maximise ``z`` with ``y_tau >= depth_tau * z``)."""
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix
-
-    solved = master(overlay, trees, problem.tp)
-    if solved is None or solved[0] <= 0:
+    priced: Priced,
+    *,
+    time_limit_s: float | None,
+    beat_s: float = math.inf,
+    deferred: list[Callable[[tuple[float, float] | None], Built | None]],
+    twins: list[Built] | None = None,
+) -> Built | None:
+    """The plan of the best packing of the shapes priced (:func:`price_trees`), each shape's
+    plans (:func:`~blitzplan.multicast.exact.packing_plans.shape_plans`, every count) an equal
+    share of the time left of ``time_limit_s`` (None: no clock), the shapes after one only
+    while the best so far beats ``beat_s``; the choice for lags handed back in ``deferred``
+    unrun (as :func:`pack_trees` does). ``twins``: the best packing's own trees and rates
+    join it when :func:`~blitzplan.multicast.exact.slice_twin.twin_trees` keeps them (a tie
+    with the pool's: :func:`priced_twin` had no packing to keep; cases 15 and 70 of the
+    benchmark, 1.0002 and 1.0003 of the bound at 256 slices, the pool's 1.0040 and 1.0041)."""
+    began = time.perf_counter()
+    best: Packed | None = None
+    for k, (trees, rates) in enumerate(priced.columns):
+        deadline = None
+        if time_limit_s is not None:
+            now = time.perf_counter()
+            deadline = now + (began + time_limit_s - now) / (len(priced.columns) - k)
+            if k and deadline <= now:
+                break
+        packed = shape_plans(problem, priced.overlay, trees, rates, priced.live, None, deadline)
+        if packed is not None and (best is None or packed[0] < best[0]):
+            best = packed
+        if best is None or best[0] >= beat_s:
+            break
+    if best is None:
         return None
-    target = solved[0] * (1 - give)
-    tp, n = problem.tp, len(trees) + 1
-    rows, cols, vals = [], [], []
-    for t, tree in enumerate(trees):
-        rows += [tree.rank, tp + len(overlay.edges) + t, tp + len(overlay.edges) + t]
-        cols += [t + 1, t + 1, 0]
-        vals += [-1.0, -1.0, float(tree_depth(overlay, tree))]
-        for e, count in tree.load.items():
-            rows.append(tp + e)
-            cols.append(t + 1)
-            vals.append(count)
-    shape = (tp + len(overlay.edges) + len(trees), n)
-    matrix = csr_matrix((vals, (rows, cols)), shape=shape)
-    bounds = np.concatenate([np.full(tp, -target), overlay.capacity, np.zeros(len(trees))])
-    cost = np.zeros(n)
-    cost[0] = -1.0
-    result = linprog(cost, A_ub=matrix, b_ub=bounds, bounds=(0, None), method="highs")
-    if result.status != 0:
-        return None
-    rates = np.asarray(result.x[1:])
-    built = packing_plan(problem, overlay, trees, rates, live, fast=fast)
-    return _value(built), trees, rates, built
-
-
-def _by_rate(tree: Tree, rate: float) -> float:
-    return -rate
-
-
-def _by_rate_per_hop(tree: Tree, rate: float) -> float:
-    """Wide and shallow first: each hop of a tree costs its lanes a chunk at the tree's rate."""
-    return -rate / len(tree.arcs)
-
-
-def _subsets(
-    problem: Problem,
-    overlay: Overlay,
-    trees: list[Tree],
-    rates: np.ndarray,
-    live: frozenset[int],
-    ranking: Callable[[Tree, float], float],
-    limits: tuple[Sequence[int] | None, float | None, bool],
-) -> list[Packed]:
-    """Plans under the cost model of the packings of the first ``k`` trees per rank in
-    ``ranking`` (the widest first: fewer, wider stripes lose less to each hop's chunk, which
-    the program leaves out), ``k`` in ``widths`` (None: every count) and all of them, with each
-    plan's value and trees. After ``deadline``, only the first and the last count are tried;
-    ``fast``: forwarding lanes faster where their links leave room."""
-    widths, deadline, fast = limits
-    by_rank: list[list[int]] = [[] for _ in range(problem.tp)]
-    for t in sorted(range(len(trees)), key=lambda t: ranking(trees[t], float(rates[t]))):
-        if rates[t] > 1e-9:
-            by_rank[trees[t].rank].append(t)
-    widest = max(len(ts) for ts in by_rank)
-    counts = range(1, widest + 1) if widths is None else [w for w in widths if w < widest]
-    ordered = sorted({*counts, widest})
-    out = []
-    for k in ordered:
-        late = deadline is not None and time.perf_counter() > deadline
-        if late and k not in (ordered[0], widest):
-            continue
-        subset = [trees[t] for ts in by_rank for t in ts[:k]]
-        solved = master(overlay, subset, problem.tp)
-        if solved is None:
-            continue
-        built = packing_plan(problem, overlay, subset, solved[1], live, fast=fast)
-        out.append((_value(built), subset, solved[1], built))
-    return out
+    chosen = twin_trees(priced.overlay, priced.pool, best, problem.tp)
+    if twins is not None and chosen is not None and chosen[0] is best[1]:
+        twins.append(by_rate(problem, priced.overlay, *chosen, priced.live))
+    graphs, pool = priced.graphs, priced.pool
+    deferred.append(_lag_choice(problem, priced.overlay, graphs, pool, priced.live, best))
+    return best[3]
