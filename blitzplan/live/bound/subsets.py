@@ -375,8 +375,12 @@ def _expand_chunk(
                 "last": np.full(int(take.sum()), i),
             }
             if served is not None and table.capacity is not None:
+                cap = table.capacity
+                left = unplaced[take]
+                left[:, i] = False
+                on_new = (left @ (cap.layers * cap.p_new), cap.left_on_new(left)[1])
                 child["pair"] = pairs.pair_extra_s(
-                    table.capacity, i, free[take], served[:, take], ends[take, i]
+                    cap, i, free[take], served[:, take], ends[take, i], on_new
                 )
             grown.append(child)
     return better
