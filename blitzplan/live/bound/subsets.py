@@ -378,7 +378,7 @@ def _expand_chunk(
                 cap = table.capacity
                 left = unplaced[take]
                 left[:, i] = False
-                on_new = (left @ (cap.layers * cap.p_new), cap.left_on_new(left)[1])
+                on_new = (left @ (cap.layers * cap.p_new), cap.last_on_new(left))
                 child["pair"] = pairs.pair_extra_s(
                     cap, i, free[take], served[:, take], ends[take, i], on_new
                 )
