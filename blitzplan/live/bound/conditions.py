@@ -186,6 +186,15 @@ class Capacity:
         total -= np.where(unplaced, self.table.release, 0.0).sum(axis=1)
         return np.asarray(total), np.asarray(ends[:, -1])
 
+    def last_on_new(self, unplaced: np.ndarray) -> np.ndarray:
+        """Per state, :meth:`left_on_new`'s bound on the last completion alone, without its
+        sorts: the largest threshold's floor over all the batches left and their largest
+        alone end (-inf when none is left)."""
+        work = unplaced @ self.p_new
+        floor = np.max([at + layers * work for at, layers in self.thresholds], axis=0)
+        alone = np.where(unplaced, self.alone_end, -math.inf).max(axis=1)
+        return np.asarray(np.where(unplaced.any(axis=1), np.maximum(floor, alone), -math.inf))
+
     def crowded(
         self, mask: np.ndarray, free: np.ndarray, unplaced: np.ndarray, last: np.ndarray
     ) -> Crowding:

@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from blitzplan.live.bound import deadlines as deadlines_module
-from blitzplan.live.bound import ranks
+from blitzplan.live.bound import pairs, ranks
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
@@ -140,6 +140,8 @@ class _Table:
         complete state it is taken on, on (32,16) and (80,16): a chunk of 4,000 up to 0.3 s)."""
         self.relative = capacity and self.sums and not fifo
         """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
+        self.pairs = self.relative and pairs.PAIRS
+        """Whether states carry the pair bound's lift (:mod:`blitzplan.live.bound.pairs`)."""
         self.until = math.inf
         """A ``time.perf_counter()`` instant past which :meth:`done` stops between parts of
         :data:`REFINED_ROWS` states (raising :class:`_Cut`); set on the wall clock only."""
@@ -175,17 +177,22 @@ class _Table:
         free: np.ndarray,
         mask: np.ndarray,
         best_cost: float = math.inf,
+        pair: np.ndarray | None = None,
     ) -> np.ndarray:
         """Each state completed by leaving every unplaced batch on N. The crowding term is
         taken at the chains' points too (and under FIFO counts every served block) only where
         the state could still beat ``best_cost`` (elsewhere the arrivals' points and the last
-        block alone, a lower but valid bound, settle it)."""
+        block alone, a lower but valid bound, settle it). ``pair``: each state's pair bound
+        lift (:mod:`blitzplan.live.bound.pairs`), the larger of it and the crowding term
+        counts."""
         alone = self.fold(np.broadcast_to(self.on_new, unplaced.shape), unplaced)
         if self.capacity is None or not self.sums:
             return self.combine(cost, alone)
         total, last = self.capacity.left_on_new(unplaced)
         base = cost + np.maximum(alone, total)
         crowd = self.capacity.crowded(mask, free, unplaced, last)
+        if pair is not None:
+            crowd = crowd._replace(extra=np.maximum(crowd.extra, pair))
         out = base + crowd.extra
         fifo = self.fifo_rank is not None
         every = np.flatnonzero(out < best_cost)
@@ -200,6 +207,8 @@ class _Table:
                 still = np.flatnonzero(base[rows] + extra < best_cost)
                 more = deadlines_module.deadline_extra_s(self.capacity, crowd, rows[still])
                 extra[still] = np.maximum(extra[still], more)
+            if pair is not None:
+                extra = np.maximum(extra, pair[rows])
             out[rows] = base[rows] + extra
         return np.asarray(out)
 
@@ -267,6 +276,8 @@ def subset_search(
         "parent": np.array([-1]),
         "last": np.array([-1]),
     }
+    if table.pairs:
+        level["pair"] = np.zeros(1)
     history: list[_Arrays] = []
     best_ref: tuple[int, int] | None = None
     merge_s_per_state = 0.0  # the last large merge's time per state: what the next will take
@@ -344,26 +355,34 @@ def _expand_chunk(
     values = table.values(ends)
     floors = np.minimum(values, table.on_new[None, :])
     floor = table.fold(floors, unplaced)
-    done = table.done(cost, unplaced, free, mask, best_cost)
+    done = table.done(cost, unplaced, free, mask, best_cost, part.get("pair"))
     better = None
     if done.size and done.min() < best_cost:
         index = int(done.argmin())
         best_cost, better = float(done[index]), (float(done[index]), begin + index)
     alive = table.combine(cost, floor) < best_cost
+    served = table.capacity.served(mask) if table.pairs and table.capacity else None
     for i in range(table.n):
         new_cost = table.combine(cost, values[:, i])
         take = alive & unplaced[:, i] & np.isfinite(ends[:, i]) & table.allowed(part["last"], i)
         take &= table.combine(new_cost, table.others(floors, floor, unplaced, i)) < best_cost
         if take.any():
-            grown.append(
-                {
-                    "mask": mask[take] | table.bits[i],
-                    "free": ends[take, i],
-                    "cost": new_cost[take],
-                    "parent": np.flatnonzero(take) + begin,
-                    "last": np.full(int(take.sum()), i),
-                }
-            )
+            child = {
+                "mask": mask[take] | table.bits[i],
+                "free": ends[take, i],
+                "cost": new_cost[take],
+                "parent": np.flatnonzero(take) + begin,
+                "last": np.full(int(take.sum()), i),
+            }
+            if served is not None and table.capacity is not None:
+                cap = table.capacity
+                left = unplaced[take]
+                left[:, i] = False
+                on_new = (left @ (cap.layers * cap.p_new), cap.last_on_new(left))
+                child["pair"] = pairs.pair_extra_s(
+                    cap, i, free[take], served[:, take], ends[take, i], on_new
+                )
+            grown.append(child)
     return better
 
 
@@ -393,6 +412,8 @@ def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
         before[shift:] = np.where(same, np.minimum(before[shift:], before[:-shift]), before[shift:])
         shift *= 2
     keep = cost < before
+    if "pair" in merged:  # the dropped states' pair bound lifts (pairs.carry_pairs)
+        pairs.carry_pairs(merged, keep, merged["free"])
     return {key: value[keep] for key, value in merged.items()}
 
 

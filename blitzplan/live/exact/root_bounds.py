@@ -37,6 +37,7 @@ __all__ = [
     "CAPACITY_SHARE_OF_LIMIT",
     "CAPACITY_SHORT_S",
     "CAPACITY_SHORT_SHARE",
+    "FREE_CAPACITY_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
     "QUICK_LAGRANGE_SHARE",
@@ -129,6 +130,13 @@ is the final bound and rises with its steps (0.5 against 0.25: gaps 22.3 / 18.6 
 SLOT_MIN_S = 0.1
 """A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
 
+FREE_CAPACITY_SHARE = 0.5
+"""Under a free order, the share of the time left after the slot bound that the capacity
+bound gets (:data:`CAPACITY_SHARE_OF_LIMIT` under FIFO): with the pair bound
+(:mod:`blitzplan.live.bound.pairs`) its program costs more and gives more (on (32,16) of
+``benchmarks/partition.py``, uncut, 0.979-0.997 of the best known on seeds 2, 5, 7, 8 where the
+slot bound reaches 0.966-0.978)."""
+
 
 class Strengthened(NamedTuple):
     """What :func:`strengthen` tells the search after it."""
@@ -155,7 +163,8 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     _slot_bound(start)
     if short:
         _quick_lagrangian(start, root_bound)
-    budget = _capacity_budget(start.left_s())
+    share = FREE_CAPACITY_SHARE if start.old_order == "free" else CAPACITY_SHARE_OF_LIMIT
+    budget = _capacity_budget(start.left_s(), share)
     if start.proven() or budget <= 0:  # none is started past the deadline
         return report
     began = time.perf_counter()
@@ -190,12 +199,13 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     return report
 
 
-def _capacity_budget(left_s: float) -> float:
-    """The capacity program's budget, ``left_s`` left: :data:`CAPACITY_SHARE_OF_LIMIT` of
-    it, but at least :data:`CAPACITY_FLOOR_S` where :data:`CAPACITY_SHORT_SHARE` of it
-    allows (else that share)."""
+def _capacity_budget(left_s: float, share: float) -> float:
+    """The capacity program's budget, ``left_s`` left: ``share`` of it
+    (:data:`CAPACITY_SHARE_OF_LIMIT`, :data:`FREE_CAPACITY_SHARE` under a free order), but
+    at least :data:`CAPACITY_FLOOR_S` where :data:`CAPACITY_SHORT_SHARE` of it allows (else
+    that share)."""
     floor = min(CAPACITY_SHORT_SHARE * left_s, CAPACITY_FLOOR_S)
-    return min(max(CAPACITY_SHARE_OF_LIMIT * left_s, floor), CAPACITY_MAX_S)
+    return min(max(share * left_s, floor), CAPACITY_MAX_S)
 
 
 def _quick_lagrangian(start: Start, root_bound: float) -> None:

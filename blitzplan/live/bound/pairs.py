@@ -1,0 +1,195 @@
+"""The pair bound: under a free O order, O's last two blocks share the served batches' N work.
+
+The capacity program (:mod:`blitzplan.live.bound.subsets`) bounds each served batch's completion
+with the work N may take of the batches O served before it
+(:meth:`~blitzplan.live.bound.conditions.Capacity.shared`): each block picks the share that suits
+it. But O's blocks are one schedule's: if the block before ``i`` ends early, N must have run
+the rest of that work, and ``i`` then waits for it. On (32,16) free of
+``benchmarks/partition.py`` the program's best state ends O's next-to-last block early, as if
+N had run 0.84 s of the earlier batches' layers, and its last block early, as if N had run only
+0.61 s.
+
+*The bound.* Let O serve ``p`` right before ``i``, ``S`` the batches it serves up to ``p``,
+``B = b_O + sum L pO`` over ``S``. O ran the rest of ``S``'s work from ``b_O``: ``C_p >= B -
+X`` with ``X = sum k_t pO_t`` over ``S``. N ran at least ``rho X`` of those batches' layers and
+``k pN_i`` of ``i``'s, all from ``a_1``, one at a time; when that is work at all, its last
+operation ends at ``a_1 + rho X + k pN_i`` or later, and is ``i``'s (then ``d_i`` and ``i``'s
+block of ``(L - k) pO_i`` follow) or a batch ``t`` of ``S``'s (then ``d_t``, at least one layer
+of ``t``'s block, and ``i``'s block after it). So for ``C_p < B`` (then ``X > 0``)::
+
+    C_i >= h(C_p) = a_1 + rho (B - C_p) + Q_i,
+    Q_i = min over i's splits k of ready_k + L pO_i + k (pN_i - pO_i),
+
+``ready_k`` the least of ``d_t + pO_t`` over ``S`` and, for ``k >= 1``, ``d_i``. With the
+program's own bounds ``C_p >= F`` (O's free time in the state ``i`` grew from), ``C_i >= E_i``
+(its completion there) and ``C_i >= C_p + (L - k_max) pO_i``, the two together pay at least the
+least over ``C_p >= F`` of ``C_p + max(E_i, C_p + (L - k_max) pO_i, h(C_p))`` (without ``h``
+for ``C_p >= B``): a convex piecewise linear function, least at ``F``, ``B`` or where two of its
+lines cross. What that least passes ``F + E_i`` is the pair bound's lift.
+
+*Batches left on N.* When the state is completed with a set ``G`` of batches left on N (all
+their layers on N after ``a_1``: ``W_G``), N's last operation above is one of theirs or a
+served one's, and the work counts ``W_G`` too (so the claim holds for every ``C_p``): either
+it is a served batch's, ``C_i >= h(C_p) + W_G`` (as above), or a batch of ``G``'s, whose
+completion, the last of ``G``'s, is then at least ``Z = a_1 + rho X + k pN_i + W_G``, above
+the program's bound ``c`` on it (the largest of its order statistics, which raising it keeps
+valid), while ``i``'s block still follows ``p``'s: the lift is at least the least over ``C_p
+>= F`` of ``(C_p - F) + max(0, A1, A2, A3)`` with ``A1 = C_p + (L - k_max) pO_i - E_i``,
+``A2 = Z(k_min) - c`` and ``A3`` their sum at any split (``k`` cancels up to ``k (pN_i -
+pO_i)``: the least of it counts), again least at ``F``, ``B`` or a crossing. The lift is the
+lesser of the two cases. On (32,16) seed 5 the program's best state leaves one batch of 32
+layers on N and ends O's last block 0.38 s before the best known schedule does: this case is
+what sees it.
+
+*In the program.* The lift charges ``C_p``'s lateness, which a state's ``cost - free`` hides
+(the merge compares ``free`` and ``cost - free``): it is not carried into a child's cost. It is
+computed when the state is grown (from its own parent) and counted only when the state is
+completed (every unplaced batch left on N), as the larger of it and the crowding term
+(:meth:`~blitzplan.live.bound.conditions.Capacity.extra_s`), both lifts over the same total.
+The merge keeps it sound: a state ``d`` dropped for a kept ``a`` (``free_a <= free_d``,
+``cost_a - free_a <= cost_d - free_d``) passes ``a`` its lift as ``free_d + lift_d - free_a``
+(``a`` keeps the least), so that ``a``'s completed value is no more than ``d``'s would have
+been. Mean latency, free order, with the capacity conditions only (where the merge is on
+``cost - free``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from blitzplan.live.bound.conditions import Capacity
+
+__all__ = ["PAIRS", "PAIRS_SLACK_S", "carry_pairs", "pair_extra_s"]
+
+PAIRS = True
+"""Whether the free-order capacity program counts the pair bound."""
+
+PAIRS_SLACK_S = 1e-9
+"""Taken off every lift (cost units): the crossings' rounding."""
+
+
+def pair_extra_s(
+    cap: Capacity,
+    i: int,
+    free: np.ndarray,
+    served: np.ndarray,
+    ends: np.ndarray,
+    left_on_new: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Per parent state (O free at ``free``, having served work ``served``:
+    :meth:`Capacity.served`), the pair bound's lift when batch ``i`` is served next and
+    completes at ``ends`` in the program (module docstring); 0 where O served none before.
+    ``left_on_new``: per state, the N work of the batches then left on N (all their layers)
+    and the program's bound on the last of their completions (-inf where none is left)."""
+    inst = cap.table.relax.instance
+    restriction = cap.table.relax.restriction
+    L = inst.num_layers
+    p_new, p_old, handoff = inst.new_layer_s[i], inst.old_layer_s[i], inst.handoff_s[i]
+    low = restriction.split_min[i]
+    high = min(restriction.split_max[i], L - 1)
+    work, prior = served
+    total = cap.b_old + work  # B over the parent's set
+    if left_on_new is None:
+        w_left, last = np.zeros(free.shape), np.full(free.shape, -math.inf)
+    else:
+        w_left, last = left_on_new
+    some = np.isfinite(last) & (w_left > 0)  # batches left on N, with work after a_1
+    w_left = np.where(some, w_left, 0.0)
+    q = np.full(free.shape, math.inf)
+    if low == 0:  # no layer of i on N: N's last operation is an earlier batch's
+        q = np.minimum(q, prior + L * p_old)
+    if high >= max(low, 1):
+        first = max(low, 1)
+        own = min(first * (p_new - p_old), high * (p_new - p_old))  # k (pN_i - pO_i)
+        q = np.minimum(q, np.minimum(handoff, prior) + L * p_old + own)
+    rest = (L - high) * p_old  # i's least block after p's
+    rho = cap.ratio
+    base = cap.a1 + rho * total + w_left + q  # h(C) = base - rho C for C < B
+
+    def served_last(at: np.ndarray, claim: np.ndarray) -> np.ndarray:
+        h = base - rho * np.minimum(at, total)
+        h = np.where(claim, h, -math.inf)
+        return np.asarray(at + np.maximum(np.maximum(ends, at + rest), h))
+
+    with np.errstate(invalid="ignore"):
+        top = np.maximum(total, free)
+        least = served_last(top, some)  # C_p >= B: a claim only with work left on N
+        open_ = free < total  # C_p in [F, B): the claim holds
+        candidates = [free, total, (base - ends) / rho, (base - rest) / (1 + rho)]
+        for raw in candidates:
+            at = np.where(np.isfinite(raw), np.clip(raw, free, top), free)
+            least = np.where(open_, np.minimum(least, served_last(at, open_ | some)), least)
+        lift = least - free - ends
+        if some.any():
+            lift = np.where(
+                some, np.minimum(lift, _new_last(cap, i, free, total, ends, w_left, last)), lift
+            )
+    lift = lift - PAIRS_SLACK_S
+    lift = np.where(np.isfinite(lift), lift, 0.0)
+    return np.asarray(np.where(np.isinf(prior), 0.0, np.maximum(lift, 0.0)))
+
+
+def _new_last(
+    cap: Capacity,
+    i: int,
+    free: np.ndarray,
+    total: np.ndarray,
+    ends: np.ndarray,
+    w_left: np.ndarray,
+    last: np.ndarray,
+) -> np.ndarray:
+    """The lift where N's last operation is a batch left on N's (module docstring): the least
+    over ``C_p >= F`` of ``(C_p - F) + max(0, A1, A2, A3)``, ``A1`` ``i``'s block after ``p``'s,
+    ``A2`` the last completion on N, ``A3`` both (the split ``k`` of ``i`` on both sides)."""
+    inst = cap.table.relax.instance
+    restriction = cap.table.relax.restriction
+    L = inst.num_layers
+    p_new, p_old = inst.new_layer_s[i], inst.old_layer_s[i]
+    low = restriction.split_min[i]
+    high = min(restriction.split_max[i], L - 1)
+    rho = cap.ratio
+    own = min(low * (p_new - p_old), high * (p_new - p_old))
+    lines = [  # (slope, intercept) in C_p for C_p < B
+        (1.0, (L - high) * p_old - ends),
+        (-rho, cap.a1 + rho * total + low * p_new + w_left - last),
+        (1.0 - rho, L * p_old + own + cap.a1 + rho * total + w_left - ends - last),
+        (0.0, np.zeros(free.shape)),
+    ]
+
+    def lift(at: np.ndarray) -> np.ndarray:
+        x = rho * np.maximum(total - np.minimum(at, total), 0.0)  # rho X, X >= (B - C_p)^+
+        block = at + (L - high) * p_old - ends
+        on_new = cap.a1 + x + low * p_new + w_left - last
+        both = at + L * p_old + own + cap.a1 + x + w_left - ends - last
+        return np.asarray(
+            (at - free) + np.maximum(np.maximum(block, on_new), np.maximum(both, 0.0))
+        )
+
+    top = np.maximum(total, free)
+    least = lift(top)  # past B every term only grows
+    candidates = [free, total]
+    for j, (s1, b1) in enumerate(lines):
+        for s2, b2 in lines[j + 1 :]:
+            if s1 != s2:
+                candidates.append((b2 - b1) / (s1 - s2))
+    for raw in candidates:
+        at = np.where(np.isfinite(raw), np.clip(raw, free, top), free)
+        least = np.minimum(least, lift(at))
+    return np.asarray(least)
+
+
+def carry_pairs(merged: dict[str, np.ndarray], keep: np.ndarray, free: np.ndarray) -> None:
+    """In a merge (``merged`` sorted by set, then O free time ``free``; ``keep`` its front),
+    each dropped state's lift passed to the kept state before it in its set (module
+    docstring), in place."""
+    pair = merged["pair"].copy()
+    index = np.arange(keep.size)
+    kept_before = np.maximum.accumulate(np.where(keep, index, -1))
+    dropped = np.flatnonzero(~keep)
+    to = kept_before[dropped]
+    np.minimum.at(pair, to, free[dropped] + pair[dropped] - free[to])
+    merged["pair"] = np.maximum(pair, 0.0)
