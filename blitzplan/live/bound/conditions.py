@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from blitzplan.live.bound import releases
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.splits import split_groups
 
@@ -119,6 +120,8 @@ class Capacity:
         self.thresholds = [(inst.usable_s[j], float(L - j)) for j in grid]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
+        self.releases = releases.Releases(relax) if releases.RELEASES else None
+        """The release-aware order statistics (:mod:`blitzplan.live.bound.releases`)."""
         most = np.minimum(np.asarray(relax.restriction.split_max), L - 1)
         self.most_share = np.maximum(most, 0) * p_old
         """Per batch, the most of it N runs when O serves it (in O's time)."""
@@ -182,6 +185,9 @@ class Capacity:
         floor = np.sort(np.where(left, floor, -math.inf), axis=1)
         alone = np.sort(np.where(unplaced, self.alone_end, -math.inf), axis=1)
         ends = np.maximum(floor, alone)  # -inf where nothing is left: placed batches
+        if self.releases is not None:  # the m-th least makespan, in the same columns
+            made = self.releases.ends(unplaced)
+            ends = np.maximum(ends, np.sort(np.where(np.isinf(made), -math.inf, made), axis=1))
         total = np.where(np.isneginf(ends), 0.0, ends).sum(axis=1)
         total -= np.where(unplaced, self.table.release, 0.0).sum(axis=1)
         return np.asarray(total), np.asarray(ends[:, -1])

@@ -110,7 +110,10 @@ def _rank_ends(cap: Capacity, left: np.ndarray) -> np.ndarray:
     floor = np.max([at + layers * prefix for at, layers in cap.thresholds], axis=0)
     floor = np.sort(np.where(pos, floor, math.inf), axis=1)
     alone = np.sort(np.where(left, cap.alone_end, math.inf), axis=1)
-    return np.asarray(np.maximum(floor, alone))
+    ends = np.maximum(floor, alone)
+    if cap.releases is not None:
+        ends = np.maximum(ends, cap.releases.ends(left))
+    return np.asarray(ends)
 
 
 class _Terms:
