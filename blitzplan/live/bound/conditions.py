@@ -185,9 +185,6 @@ class Capacity:
         floor = np.sort(np.where(left, floor, -math.inf), axis=1)
         alone = np.sort(np.where(unplaced, self.alone_end, -math.inf), axis=1)
         ends = np.maximum(floor, alone)  # -inf where nothing is left: placed batches
-        if self.releases is not None:  # the m-th least makespan, in the same columns
-            made = self.releases.ends(unplaced)
-            ends = np.maximum(ends, np.sort(np.where(np.isinf(made), -math.inf, made), axis=1))
         total = np.where(np.isneginf(ends), 0.0, ends).sum(axis=1)
         total -= np.where(unplaced, self.table.release, 0.0).sum(axis=1)
         return np.asarray(total), np.asarray(ends[:, -1])

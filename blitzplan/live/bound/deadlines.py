@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from blitzplan.live.bound.ranks import _rank_ends
+from blitzplan.live.bound.releases import lifted
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
@@ -109,7 +110,8 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     reach = np.minimum.accumulate(np.where(served, cap.after[order], math.inf), axis=1)  # r_t
     count = left.sum(axis=1)
     ranks = max(1, int(count.max()))
-    ends = _rank_ends(cap, left)[:, :ranks]
+    ends, gain = lifted(cap, left, _rank_ends(cap, left))
+    ends = ends[:, :ranks]
     best = np.zeros(rows.size)
     for at, under in (cap.points[k] for k in DEADLINES_POINTS if k < len(cap.points)):
         works = np.sort(np.where(left, cap.layers * cap.p_new - under, math.inf), axis=1)
@@ -120,7 +122,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
         ranked = _Ranks(at, own, ends, count, below, reach)
         xs = _candidates(blocks, ranked, cap.ratio)
         best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
-    return np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
+    return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
 
 
 class _Blocks(NamedTuple):

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from blitzplan.live.bound.conditions import Capacity, Crowding
     from blitzplan.live.bound.relaxation import Relaxation
 
-__all__ = ["RELEASES", "RELEASES_MAX_LEFT", "Releases"]
+__all__ = ["RELEASES", "RELEASES_MAX_LEFT", "Releases", "lifted", "release_gain"]
 
 RELEASES = True
 """Whether the capacity conditions count the release-aware order statistics."""
@@ -83,3 +84,24 @@ class Releases:
             best[:, 1:] = np.where(on[:, None], take, best[:, 1:])
         out[rows, :size] = best[:, 1:]
         return out
+
+
+def lifted(cap: Capacity, left: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ends`` (per state the order statistics of the batches left on N, ascending, +inf past
+    them: :func:`~blitzplan.live.bound.ranks._rank_ends`) raised to the release-aware ones,
+    and per state what that adds to their sum (0 without :attr:`Capacity.releases`)."""
+    if cap.releases is None:
+        return ends, np.zeros(ends.shape[0])
+    raised = np.maximum(ends, cap.releases.ends(left))
+    gain = np.where(np.isfinite(ends), raised - ends, 0.0).sum(axis=1)
+    return np.asarray(raised), np.asarray(gain)
+
+
+def release_gain(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+    """Per state of ``rows`` (complete states of the capacity program), what the release-aware
+    order statistics add to the program's sum of the batches left on N (the capacity
+    conditions' own order statistics; either O order)."""
+    from blitzplan.live.bound.ranks import _rank_ends
+
+    left = crowd.left[rows] > 0
+    return lifted(cap, left, _rank_ends(cap, left))[1]
