@@ -19,6 +19,15 @@ the least of that makespan over every ``m`` batches of ``F``, which a dynamic pr
 the batches in order of ``q`` gives exactly (its state, the count chosen, keeps the least
 ``t``: the step does not fall as ``t`` grows). Each bound on ``c_m`` is valid alone, so the
 largest of these and the other order statistics counts.
+
+*Where it counts.* Only on the capacity program's complete states still under the best known
+(:meth:`~blitzplan.live.bound.subsets._Table.done`, either O order), as what the raised order
+statistics add to the program's sum (:func:`release_gain`), and in the ends the rank and
+deadline terms lift (:func:`lifted`; their terms then include that gain): the program's own
+order statistics, its crowding term and the busy bound keep the plain ones (a term measured
+against a raised last completion would charge less). On (80,16) FIFO seed 8 the root capacity
+bound rises from 0.9055 to 0.9192 of the 10 s incumbent; the nine other seeds' roots and
+(80,8)'s are unchanged (their cheap states leave early batches on N).
 """
 
 from __future__ import annotations
@@ -93,7 +102,8 @@ def lifted(cap: Capacity, left: np.ndarray, ends: np.ndarray) -> tuple[np.ndarra
     if cap.releases is None:
         return ends, np.zeros(ends.shape[0])
     raised = np.maximum(ends, cap.releases.ends(left))
-    gain = np.where(np.isfinite(ends), raised - ends, 0.0).sum(axis=1)
+    finite = np.isfinite(ends)
+    gain = (np.where(finite, raised, 0.0) - np.where(finite, ends, 0.0)).sum(axis=1)
     return np.asarray(raised), np.asarray(gain)
 
 
