@@ -15,7 +15,7 @@ from unittest import mock
 import numpy as np
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.bound import releases
+from blitzplan.live.bound import releases, subset_lifts
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
@@ -128,4 +128,49 @@ def test_the_release_ends_never_exceed_the_enumerated_optimum_under_a_free_order
 def test_the_oracle_check_catches_release_ends_one_percent_larger() -> None:
     """The same check with every makespan 1% larger finds bounds above the optimum."""
     _, _, over = _check("fifo", 1.01)
+    assert over > 0
+
+
+def _subset_check(
+    seed: int, nodes: Iterator[tuple[Relaxation, float]], scale: float
+) -> tuple[int, int, int]:
+    """(nodes, nodes the subset-aware lifts raise, nodes above the optimum): the capacity
+    program under FIFO with the deadline bound, its subset-aware lifts times ``scale``."""
+    real = subset_lifts.subset_lifts
+
+    def scaled(*args: object) -> np.ndarray:
+        return np.asarray(scale * real(*args))  # type: ignore[arg-type]
+
+    tried = lifted = over = 0
+    for relax, optimum in nodes:
+        upper = relax.obj.scaled(2 * optimum + 10)
+        with mock.patch.object(subset_lifts, "subset_lifts", scaled):
+            bound = _program(relax, upper, "fifo")
+        with mock.patch.object(subset_lifts, "SUBSET_LIFTS", False):
+            without = _program(relax, upper, "fifo")
+        tried += 1
+        lifted += bound > without + REL * max(1.0, without)
+        over += bound > optimum * (1 + REL)
+    return tried, lifted, over
+
+
+def _both(scale: float = 1.0) -> tuple[int, int, int]:
+    from tests.test_live_deadline_bound import _nodes as queued_nodes
+
+    first = _subset_check(22, _nodes(22, 40, "fifo"), scale)
+    second = _subset_check(21, queued_nodes(21, 40), scale)
+    return tuple(a + b for a, b in zip(first, second, strict=True))  # type: ignore[return-value]
+
+
+def test_the_subset_lifts_never_exceed_the_enumerated_optimum() -> None:
+    """The deadline bound with the subset-aware lifts (:mod:`blitzplan.live.bound.subset_lifts`)
+    on these nodes and the deadline bound's own: none above the optimum, some raised."""
+    tried, lifted, over = _both()
+    assert over == 0
+    assert tried >= 160 and lifted >= 4
+
+
+def test_the_oracle_check_catches_subset_lifts_one_percent_larger() -> None:
+    """The same check with the subset-aware lifts 1% larger finds bounds above the optimum."""
+    _, _, over = _both(1.01)
     assert over > 0

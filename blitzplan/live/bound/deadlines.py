@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from blitzplan.live.bound import subset_lifts as subset_module
 from blitzplan.live.bound.ranks import _rank_ends
 from blitzplan.live.bound.releases import lifted
 
@@ -122,6 +123,8 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
         ranked = _Ranks(at, own, ends, count, below, reach)
         xs = _candidates(blocks, ranked, cap.ratio)
         best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
+        if subset_module.SUBSET_LIFTS and not under.any():  # every work after s: the first
+            best = np.maximum(best, _subset_least(cap, left, xs, blocks, ranked))
     return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
 
 
@@ -175,9 +178,32 @@ def _candidates(blocks: _Blocks, ranked: _Ranks, rho: float) -> np.ndarray:
     return np.sort(x, axis=1)
 
 
-def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.ndarray:
+def _subset_least(
+    cap: Capacity, left: np.ndarray, xs: np.ndarray, blocks: _Blocks, ranked: _Ranks
+) -> np.ndarray:
+    """:func:`_least` with the subset-aware lifts
+    (:mod:`blitzplan.live.bound.subset_lifts`) on the candidates and an even grid, each share
+    standing for the interval up to the next (its relaxation there)."""
+    top = xs[:, -1:]
+    grid = top * np.linspace(0.0, 1.0, subset_module.SUBSET_GRID)[None, :]
+    xs = np.sort(np.concatenate([xs, grid], axis=1), axis=1)
+    ranks = ranked.ends.shape[1]
+    sub = subset_module.subset_lifts(cap, left, ranked.at, cap.ratio * xs, ranks)
+    upper = np.concatenate([xs[:, 1:], xs[:, -1:]], axis=1)
+    return _least(xs, blocks, ranked, cap.ratio, (sub, upper))
+
+
+def _least(
+    xs: np.ndarray,
+    blocks: _Blocks,
+    ranked: _Ranks,
+    rho: float,
+    relaxed: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """The dynamic program over the served blocks from the last (module docstring): per state
-    the least of ``sum (C_t - E_t) + sum (c_m - e_m)^+``."""
+    the least of ``sum (C_t - E_t) + sum (c_m - e_m)^+``. With ``relaxed`` (the lifts at each
+    share, and each share's interval's upper end) the lifts are at least those, and O's lead
+    is taken at the upper end."""
     states, ranks = ranked.ends.shape
     nus = np.arange(ranks + 1)
     real = nus[None, :] <= ranked.size[:, None]  # ranks that exist (0..|F|)
@@ -191,6 +217,8 @@ def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.nd
         x, p, real_on = xs[on][:, :, None], own[on], real[on][:, None, :]
         work = np.maximum(0.0, rho * x - ranked.below[on, t][:, None, None])  # W_t
         lift = ranked.at + p + work  # s + P_m + W_t
+        if relaxed is not None:
+            lift = np.maximum(lift, relaxed[0][on])
         holds = real_on & ((p > 0) | (work > 0))  # without work after s: no claim
         gain = np.where(holds, np.maximum(lift - _ends(ranked.ends[on]), 0.0), 0.0)
         gain[:, :, 0] = 0.0
@@ -201,7 +229,8 @@ def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.nd
         after = np.minimum.accumulate(v[:, ::-1], axis=1)[:, ::-1]  # X_{t+1} >= X_t
         best = np.minimum.accumulate((fixed + after)[:, :, ::-1], axis=2)[:, :, ::-1]  # nu >= mu
         high, low = blocks.highs[on, t][:, None, None], blocks.lows[on, t][:, None, None]
-        late = np.maximum(np.maximum(low, high - x), cover)
+        ahead = x if relaxed is None else relaxed[1][on][:, :, None]  # O's lead falls in X
+        late = np.maximum(np.maximum(low, high - ahead), cover)
         value[on] = late - low - fixed + best
     return np.asarray(np.where(np.isfinite(value), value, math.inf).min(axis=(1, 2)))
 
