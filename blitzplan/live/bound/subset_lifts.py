@@ -66,8 +66,10 @@ def subset_lifts(
     out = np.full((states, shares, ranks + 1), -math.inf)
     whole = cap.layers * cap.p_new
     later = [(t, whole - under) for t, under in cap.points if t > at]
-    taus = np.asarray([t for t, _ in later])
-    after = np.asarray([w for _, w in later]).reshape(len(later), -1)  # points x batches
+    taus = np.asarray([t for t, _ in later], dtype=float)
+    after = np.zeros((len(later), whole.size))  # points x batches: work from each on
+    for k, (_, w) in enumerate(later):
+        after[k] = w
     for row in range(states):
         members = np.flatnonzero(left[row])
         f = members.size
