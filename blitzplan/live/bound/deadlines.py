@@ -80,21 +80,25 @@ _CHUNK = 250
 """States evaluated together (the arrays are states x candidates x ranks)."""
 
 
-def deadline_extra_s(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+def deadline_extra_s(
+    cap: Capacity, crowd: Crowding, rows: np.ndarray, *, subsets: bool = False
+) -> np.ndarray:
     """Per state of ``rows`` (indices into ``crowd``, complete states of the program), the
     least the real completions add to the program's total by the deadline bound (module
-    docstring); 0 where O served none."""
+    docstring); 0 where O served none. With ``subsets``, at the first point with the
+    subset-aware lifts (:mod:`blitzplan.live.bound.subset_lifts`; dearer: the program asks
+    for them only on states the plain bound leaves under the best known)."""
     if cap.table.fifo_rank is None:
         raise ValueError("the deadline bound needs O in FIFO order")
     out = np.zeros(rows.size)
     for begin in range(0, rows.size, _CHUNK):
         part = rows[begin : begin + _CHUNK]
         with np.errstate(invalid="ignore"):  # inf - inf past the batches left on N
-            out[begin : begin + part.size] = _extra(cap, crowd, part)
+            out[begin : begin + part.size] = _extra(cap, crowd, part, subsets)
     return out
 
 
-def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray, subsets: bool) -> np.ndarray:
     layer = crowd.layer
     free, total = layer.free[rows], layer.total[rows]
     mask, placed = crowd.mask[rows], crowd.placed[rows] > 0
@@ -122,9 +126,10 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
         below = np.cumsum(np.where(served, under[order], 0.0), axis=1)  # may run before s
         ranked = _Ranks(at, own, ends, count, below, reach)
         xs = _candidates(blocks, ranked, cap.ratio)
-        best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
-        if subset_module.SUBSET_LIFTS and not under.any():  # every work after s: the first
+        if subsets and not under.any():  # every work after s: the first point
             best = np.maximum(best, _subset_least(cap, left, xs, blocks, ranked))
+        else:
+            best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
     return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
 
 

@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from blitzplan.live.bound import deadlines as deadlines_module
-from blitzplan.live.bound import ranks
+from blitzplan.live.bound import ranks, subset_lifts
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.releases import release_gain
@@ -202,6 +202,12 @@ class _Table:
                 still = np.flatnonzero(base[rows] + extra < best_cost)
                 more = deadlines_module.deadline_extra_s(self.capacity, crowd, rows[still])
                 extra[still] = np.maximum(extra[still], more)
+                if subset_lifts.SUBSET_LIFTS:  # the dearer lifts where still under
+                    again = still[base[rows[still]] + extra[still] < best_cost]
+                    more = deadlines_module.deadline_extra_s(
+                        self.capacity, crowd, rows[again], subsets=True
+                    )
+                    extra[again] = np.maximum(extra[again], more)
             out[rows] = base[rows] + extra
         return np.asarray(out)
 
