@@ -62,7 +62,13 @@ from blitzplan.live.bound.releases import lifted
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
 
-__all__ = ["DEADLINES", "DEADLINES_POINTS", "DEADLINES_SLACK_S", "deadline_extra_s"]
+__all__ = [
+    "DEADLINES",
+    "DEADLINES_POINTS",
+    "DEADLINES_SLACK_S",
+    "deadline_extra_s",
+    "subset_deadline_extra_s",
+]
 
 DEADLINES = True
 """Whether the capacity program (:mod:`blitzplan.live.bound.subsets`) counts the deadline
@@ -80,14 +86,21 @@ _CHUNK = 250
 """States evaluated together (the arrays are states x candidates x ranks)."""
 
 
-def deadline_extra_s(
-    cap: Capacity, crowd: Crowding, rows: np.ndarray, *, subsets: bool = False
-) -> np.ndarray:
+def subset_deadline_extra_s(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+    """:func:`deadline_extra_s` with the subset-aware lifts at the first point
+    (:mod:`blitzplan.live.bound.subset_lifts`; dearer: the program asks for it only on states
+    the plain bound leaves under the best known)."""
+    return _chunks(cap, crowd, rows, subsets=True)
+
+
+def deadline_extra_s(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     """Per state of ``rows`` (indices into ``crowd``, complete states of the program), the
     least the real completions add to the program's total by the deadline bound (module
-    docstring); 0 where O served none. With ``subsets``, at the first point with the
-    subset-aware lifts (:mod:`blitzplan.live.bound.subset_lifts`; dearer: the program asks
-    for them only on states the plain bound leaves under the best known)."""
+    docstring); 0 where O served none."""
+    return _chunks(cap, crowd, rows, subsets=False)
+
+
+def _chunks(cap: Capacity, crowd: Crowding, rows: np.ndarray, *, subsets: bool) -> np.ndarray:
     if cap.table.fifo_rank is None:
         raise ValueError("the deadline bound needs O in FIFO order")
     out = np.zeros(rows.size)

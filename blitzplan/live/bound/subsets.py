@@ -204,8 +204,8 @@ class _Table:
                 extra[still] = np.maximum(extra[still], more)
                 if subset_lifts.SUBSET_LIFTS:  # the dearer lifts where still under
                     again = still[base[rows[still]] + extra[still] < best_cost]
-                    more = deadlines_module.deadline_extra_s(
-                        self.capacity, crowd, rows[again], subsets=True
+                    more = deadlines_module.subset_deadline_extra_s(
+                        self.capacity, crowd, rows[again]
                     )
                     extra[again] = np.maximum(extra[again], more)
             out[rows] = base[rows] + extra
