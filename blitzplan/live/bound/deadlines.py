@@ -55,12 +55,20 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from blitzplan.live.bound import subset_lifts as subset_module
 from blitzplan.live.bound.ranks import _rank_ends
+from blitzplan.live.bound.releases import lifted
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
 
-__all__ = ["DEADLINES", "DEADLINES_POINTS", "DEADLINES_SLACK_S", "deadline_extra_s"]
+__all__ = [
+    "DEADLINES",
+    "DEADLINES_POINTS",
+    "DEADLINES_SLACK_S",
+    "deadline_extra_s",
+    "subset_deadline_extra_s",
+]
 
 DEADLINES = True
 """Whether the capacity program (:mod:`blitzplan.live.bound.subsets`) counts the deadline
@@ -78,21 +86,32 @@ _CHUNK = 250
 """States evaluated together (the arrays are states x candidates x ranks)."""
 
 
+def subset_deadline_extra_s(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+    """:func:`deadline_extra_s` with the subset-aware lifts at the first point
+    (:mod:`blitzplan.live.bound.subset_lifts`; dearer: the program asks for it only on states
+    the plain bound leaves under the best known)."""
+    return _chunks(cap, crowd, rows, subsets=True)
+
+
 def deadline_extra_s(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     """Per state of ``rows`` (indices into ``crowd``, complete states of the program), the
     least the real completions add to the program's total by the deadline bound (module
     docstring); 0 where O served none."""
+    return _chunks(cap, crowd, rows, subsets=False)
+
+
+def _chunks(cap: Capacity, crowd: Crowding, rows: np.ndarray, *, subsets: bool) -> np.ndarray:
     if cap.table.fifo_rank is None:
         raise ValueError("the deadline bound needs O in FIFO order")
     out = np.zeros(rows.size)
     for begin in range(0, rows.size, _CHUNK):
         part = rows[begin : begin + _CHUNK]
         with np.errstate(invalid="ignore"):  # inf - inf past the batches left on N
-            out[begin : begin + part.size] = _extra(cap, crowd, part)
+            out[begin : begin + part.size] = _extra(cap, crowd, part, subsets)
     return out
 
 
-def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray, subsets: bool) -> np.ndarray:
     layer = crowd.layer
     free, total = layer.free[rows], layer.total[rows]
     mask, placed = crowd.mask[rows], crowd.placed[rows] > 0
@@ -109,7 +128,8 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     reach = np.minimum.accumulate(np.where(served, cap.after[order], math.inf), axis=1)  # r_t
     count = left.sum(axis=1)
     ranks = max(1, int(count.max()))
-    ends = _rank_ends(cap, left)[:, :ranks]
+    ends, gain = lifted(cap, left, _rank_ends(cap, left))
+    ends = ends[:, :ranks]
     best = np.zeros(rows.size)
     for at, under in (cap.points[k] for k in DEADLINES_POINTS if k < len(cap.points)):
         works = np.sort(np.where(left, cap.layers * cap.p_new - under, math.inf), axis=1)
@@ -119,8 +139,11 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
         below = np.cumsum(np.where(served, under[order], 0.0), axis=1)  # may run before s
         ranked = _Ranks(at, own, ends, count, below, reach)
         xs = _candidates(blocks, ranked, cap.ratio)
-        best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
-    return np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
+        if subsets and not under.any():  # every work after s: the first point
+            best = np.maximum(best, _subset_least(cap, left, xs, blocks, ranked))
+        else:
+            best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
+    return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
 
 
 class _Blocks(NamedTuple):
@@ -173,9 +196,32 @@ def _candidates(blocks: _Blocks, ranked: _Ranks, rho: float) -> np.ndarray:
     return np.sort(x, axis=1)
 
 
-def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.ndarray:
+def _subset_least(
+    cap: Capacity, left: np.ndarray, xs: np.ndarray, blocks: _Blocks, ranked: _Ranks
+) -> np.ndarray:
+    """:func:`_least` with the subset-aware lifts
+    (:mod:`blitzplan.live.bound.subset_lifts`) on the candidates and an even grid, each share
+    standing for the interval up to the next (its relaxation there)."""
+    top = xs[:, -1:]
+    grid = top * np.linspace(0.0, 1.0, subset_module.SUBSET_GRID)[None, :]
+    xs = np.sort(np.concatenate([xs, grid], axis=1), axis=1)
+    ranks = ranked.ends.shape[1]
+    sub = subset_module.subset_lifts(cap, left, ranked.at, cap.ratio * xs, ranks)
+    upper = np.concatenate([xs[:, 1:], xs[:, -1:]], axis=1)
+    return _least(xs, blocks, ranked, cap.ratio, (sub, upper))
+
+
+def _least(
+    xs: np.ndarray,
+    blocks: _Blocks,
+    ranked: _Ranks,
+    rho: float,
+    relaxed: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """The dynamic program over the served blocks from the last (module docstring): per state
-    the least of ``sum (C_t - E_t) + sum (c_m - e_m)^+``."""
+    the least of ``sum (C_t - E_t) + sum (c_m - e_m)^+``. With ``relaxed`` (the lifts at each
+    share, and each share's interval's upper end) the lifts are at least those, and O's lead
+    is taken at the upper end."""
     states, ranks = ranked.ends.shape
     nus = np.arange(ranks + 1)
     real = nus[None, :] <= ranked.size[:, None]  # ranks that exist (0..|F|)
@@ -189,6 +235,8 @@ def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.nd
         x, p, real_on = xs[on][:, :, None], own[on], real[on][:, None, :]
         work = np.maximum(0.0, rho * x - ranked.below[on, t][:, None, None])  # W_t
         lift = ranked.at + p + work  # s + P_m + W_t
+        if relaxed is not None:
+            lift = np.maximum(lift, relaxed[0][on])
         holds = real_on & ((p > 0) | (work > 0))  # without work after s: no claim
         gain = np.where(holds, np.maximum(lift - _ends(ranked.ends[on]), 0.0), 0.0)
         gain[:, :, 0] = 0.0
@@ -199,7 +247,8 @@ def _least(xs: np.ndarray, blocks: _Blocks, ranked: _Ranks, rho: float) -> np.nd
         after = np.minimum.accumulate(v[:, ::-1], axis=1)[:, ::-1]  # X_{t+1} >= X_t
         best = np.minimum.accumulate((fixed + after)[:, :, ::-1], axis=2)[:, :, ::-1]  # nu >= mu
         high, low = blocks.highs[on, t][:, None, None], blocks.lows[on, t][:, None, None]
-        late = np.maximum(np.maximum(low, high - x), cover)
+        ahead = x if relaxed is None else relaxed[1][on][:, :, None]  # O's lead falls in X
+        late = np.maximum(np.maximum(low, high - ahead), cover)
         value[on] = late - low - fixed + best
     return np.asarray(np.where(np.isfinite(value), value, math.inf).min(axis=(1, 2)))
 

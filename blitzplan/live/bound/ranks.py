@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from blitzplan.live.bound.releases import lifted
+
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
 
@@ -91,7 +93,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     leads = cap.leads(mask, placed, free, total)  # every served block but the last
     last = np.where(placed > 0, rank[None, :], -1).argmax(axis=1)  # its excess is T - free
     leads[np.arange(rows.size), last] = -math.inf
-    ends = _rank_ends(cap, left)  # e_m of F in the first |F| columns, +inf after
+    ends, gain = lifted(cap, left, _rank_ends(cap, left))  # e_m, +inf past |F|
     best = np.zeros(rows.size)
     full = cap.layers * cap.p_new
     for at, under in cap.points[:RANKS_POINTS]:
@@ -99,7 +101,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
         own = np.cumsum(works, axis=1)  # P_m (inf past |F|)
         terms = _Terms(free, total, ready, placed @ under, (at, own), ends, leads, cap.ratio)
         best = np.maximum(best, terms.least())
-    return np.where(mask == 0, 0.0, np.maximum(0.0, best - RANKS_SLACK_S))
+    return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - RANKS_SLACK_S))
 
 
 def _rank_ends(cap: Capacity, left: np.ndarray) -> np.ndarray:

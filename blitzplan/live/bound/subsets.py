@@ -33,9 +33,10 @@ from functools import partial
 import numpy as np
 
 from blitzplan.live.bound import deadlines as deadlines_module
-from blitzplan.live.bound import pairs, ranks
+from blitzplan.live.bound import pairs, ranks, subset_lifts
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.releases import release_gain
 from blitzplan.live.schedule import SLO_TOL_S
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
@@ -201,12 +202,19 @@ class _Table:
                 raise _Cut
             rows = every[begin : begin + REFINED_ROWS]
             extra = self.capacity.refined(crowd, rows, every_block=fifo)
+            extra = np.maximum(extra, release_gain(self.capacity, crowd, rows))
             if ranks.RANKS and fifo:
                 extra = np.maximum(extra, ranks.rank_extra_s(self.capacity, crowd, rows))
             if self.deadlines and fifo:
                 still = np.flatnonzero(base[rows] + extra < best_cost)
                 more = deadlines_module.deadline_extra_s(self.capacity, crowd, rows[still])
                 extra[still] = np.maximum(extra[still], more)
+                if subset_lifts.SUBSET_LIFTS:  # the dearer lifts where still under
+                    again = still[base[rows[still]] + extra[still] < best_cost]
+                    more = deadlines_module.subset_deadline_extra_s(
+                        self.capacity, crowd, rows[again]
+                    )
+                    extra[again] = np.maximum(extra[again], more)
             if pair is not None:
                 extra = np.maximum(extra, pair[rows])
             out[rows] = base[rows] + extra

@@ -1,0 +1,176 @@
+"""The release-aware order statistics (:mod:`blitzplan.live.bound.releases`): the least makespan
+of any ``m`` of the batches left on N, checked against every subset; and the capacity program
+with them held against the exhaustive oracle (both O orders, the root and restricted nodes
+around the enumerated optimum of tiny instances whose short batches are released late, N
+crowded so that several finish on it); the same check catching the term made 1% larger."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Iterator
+from unittest import mock
+
+import numpy as np
+
+from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.bound import releases, subset_lifts
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.subsets import subset_search
+from blitzplan.live.exact.enumerate import count_schedules
+
+REL = 1e-9
+
+
+def _late(rng: random.Random) -> LiveScalingInstance:
+    """Two layers; long batches released at 0, short ones released while or after the layers
+    land; O busy long enough that N finishes several."""
+    long_, short = rng.choice([(1, 2), (2, 1), (2, 2), (1, 3)])
+    p = [rng.choice([1.0, 1.5, 2.0, 3.0]) for _ in range(long_)]
+    p += [rng.choice([0.25, 0.5, 0.75]) for _ in range(short)]
+    second = rng.choice([0.5, 1.0, 2.0])
+    late = sorted(rng.choice([0.5, 1.0, 2.0, 3.0, 4.0]) for _ in range(short))
+    fast = rng.choice([1.0, 1.0, 0.8])
+    return LiveScalingInstance(
+        [0.0, second],
+        [0.0] * long_ + late,
+        [fast * x for x in p],
+        p,
+        [rng.choice([0.0, 0.05]) for _ in p],
+        old_free_at_s=rng.choice([1.0, 2.0, 4.0, 6.0]),
+        head_ready_s=second + rng.choice([0.0, 0.5]),
+    )
+
+
+def _nodes(seed: int, count: int, order: str) -> Iterator[tuple[Relaxation, float]]:
+    """(restricted relaxation, its least schedule value): per instance, the root, the optimum's
+    split and two random split ranges around it (each keeps the optimum)."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        inst = _late(rng)
+        if count_schedules(inst, old_order=order) > 30_000:
+            continue
+        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
+        split, n, layers = oracle.split, inst.num_batches, inst.num_layers
+        yield Relaxation(inst, "mean_latency"), oracle.objective
+        for trial in range(3):
+            low = tuple(rng.randint(0, k) for k in split) if trial else split
+            high = tuple(rng.randint(k, layers) for k in split) if trial else split
+            restriction = Restriction(low, high, ((),) * n)
+            yield Relaxation(inst, "mean_latency", restriction), oracle.objective
+
+
+def _program(relax: Relaxation, upper: float, order: str) -> float:
+    fifo = order == "fifo"
+    cost, _, _ = subset_search(
+        relax, upper, math.inf, math.inf, capacity=True, fifo=fifo, deadlines=fifo
+    )
+    return relax.obj.final(cost)
+
+
+def _check(order: str, scale: float = 1.0) -> tuple[int, int, int]:
+    """(nodes, nodes the term lifts, nodes above the optimum), its makespans times ``scale``."""
+    real = releases.Releases.ends
+
+    def scaled(self: releases.Releases, left: np.ndarray) -> np.ndarray:
+        return np.asarray(scale * real(self, left))
+
+    tried = lifted = over = 0
+    for relax, optimum in _nodes(22, 40, order):
+        upper = relax.obj.scaled(2 * optimum + 10)
+        with mock.patch.object(releases.Releases, "ends", scaled):
+            bound = _program(relax, upper, order)
+        with mock.patch.object(releases, "RELEASES", False):
+            without = _program(relax, upper, order)
+        tried += 1
+        lifted += bound > without + REL * max(1.0, without)
+        over += bound > optimum * (1 + REL)
+    return tried, lifted, over
+
+
+def test_release_ends_are_the_least_makespans_of_m_batches() -> None:
+    """Against every subset: the least, over ``m`` batches of the set left on N, of the
+    makespan of one machine that runs each from its chain's first start."""
+    rng = random.Random(5)
+    for _ in range(30):
+        inst = _late(rng)
+        rel = releases.Releases(Relaxation(inst, "mean_latency"))
+        n = inst.num_batches
+        left = np.array([[rng.random() < 0.7 for _ in range(n)] for _ in range(6)])
+        got = rel.ends(left)
+        for row, mask in zip(got, left, strict=True):
+            members = [i for i in range(n) if mask[i]]
+            for m in range(1, n + 1):
+                want = math.inf
+                for subset in itertools.combinations(members, m):
+                    t = -math.inf
+                    for i in sorted(subset, key=lambda j: rel.start[j]):
+                        t = max(t, rel.start[i]) + rel.work[i]
+                    want = min(want, t)
+                assert row[m - 1] == want or math.isclose(row[m - 1], want, rel_tol=REL)
+
+
+def test_the_release_ends_never_exceed_the_enumerated_optimum_under_fifo() -> None:
+    """No node's bound passes the optimum; the term lifts some of them."""
+    tried, lifted, over = _check("fifo")
+    assert over == 0
+    assert tried >= 80 and lifted >= 4
+
+
+def test_the_release_ends_never_exceed_the_enumerated_optimum_under_a_free_order() -> None:
+    """The same under a free O order (the order statistics do not depend on it)."""
+    tried, lifted, over = _check("free")
+    assert over == 0
+    assert tried >= 40 and lifted >= 4
+
+
+def test_the_oracle_check_catches_release_ends_one_percent_larger() -> None:
+    """The same check with every makespan 1% larger finds bounds above the optimum."""
+    _, _, over = _check("fifo", 1.01)
+    assert over > 0
+
+
+def _subset_check(
+    seed: int, nodes: Iterator[tuple[Relaxation, float]], scale: float
+) -> tuple[int, int, int]:
+    """(nodes, nodes the subset-aware lifts raise, nodes above the optimum): the capacity
+    program under FIFO with the deadline bound, its subset-aware lifts times ``scale``."""
+    real = subset_lifts.subset_lifts
+
+    def scaled(*args: object) -> np.ndarray:
+        return np.asarray(scale * real(*args))  # type: ignore[arg-type]
+
+    tried = lifted = over = 0
+    for relax, optimum in nodes:
+        upper = relax.obj.scaled(2 * optimum + 10)
+        with mock.patch.object(subset_lifts, "subset_lifts", scaled):
+            bound = _program(relax, upper, "fifo")
+        with mock.patch.object(subset_lifts, "SUBSET_LIFTS", False):
+            without = _program(relax, upper, "fifo")
+        tried += 1
+        lifted += bound > without + REL * max(1.0, without)
+        over += bound > optimum * (1 + REL)
+    return tried, lifted, over
+
+
+def _both(scale: float = 1.0) -> tuple[int, int, int]:
+    from tests.test_live_deadline_bound import _nodes as queued_nodes
+
+    first = _subset_check(22, _nodes(22, 40, "fifo"), scale)
+    second = _subset_check(21, queued_nodes(21, 40), scale)
+    return tuple(a + b for a, b in zip(first, second, strict=True))  # type: ignore[return-value]
+
+
+def test_the_subset_lifts_never_exceed_the_enumerated_optimum() -> None:
+    """The deadline bound with the subset-aware lifts (:mod:`blitzplan.live.bound.subset_lifts`)
+    on these nodes and the deadline bound's own: none above the optimum, some raised."""
+    tried, lifted, over = _both()
+    assert over == 0
+    assert tried >= 160 and lifted >= 4
+
+
+def test_the_oracle_check_catches_subset_lifts_one_percent_larger() -> None:
+    """The same check with the subset-aware lifts 1% larger finds bounds above the optimum."""
+    _, _, over = _both(1.01)
+    assert over > 0
