@@ -51,7 +51,7 @@ from blitzplan.live.bound.releases import lifted
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
 
-__all__ = ["RANKS", "RANKS_POINTS", "RANKS_SLACK_S", "rank_extra_s"]
+__all__ = ["RANKS", "RANKS_POINTS", "RANKS_SLACK_S", "rank_extra_s", "release_gain"]
 
 RANKS = True
 """Whether the capacity program (:mod:`blitzplan.live.bound.subsets`) counts the rank
@@ -182,3 +182,11 @@ class _Terms:
         fits = holds & (switch >= low[:, :, None])
         best = np.minimum(best, np.where(fits, at_switch, math.inf).min(axis=2))
         return np.asarray((on_old + best).min(axis=1))
+
+
+def release_gain(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
+    """Per state of ``rows`` (complete states of the capacity program), what the release-aware
+    order statistics add to the program's sum of the batches left on N (the capacity
+    conditions' own order statistics; either O order)."""
+    left = crowd.left[rows] > 0
+    return lifted(cap, left, _rank_ends(cap, left))[1]

@@ -22,12 +22,12 @@ largest of these and the other order statistics counts.
 
 *Where it counts.* Only on the capacity program's complete states still under the best known
 (:meth:`~blitzplan.live.bound.subsets._Table.done`, either O order), as what the raised order
-statistics add to the program's sum (:func:`release_gain`), and in the ends the rank and
-deadline terms lift (:func:`lifted`; their terms then include that gain): the program's own
-order statistics, its crowding term and the busy bound keep the plain ones (a term measured
-against a raised last completion would charge less). On (80,16) FIFO seed 8 the root capacity
-bound rises from 0.9055 to 0.9192 of the 10 s incumbent; the nine other seeds' roots and
-(80,8)'s are unchanged (their cheap states leave early batches on N).
+statistics add to the program's sum (:func:`~blitzplan.live.bound.ranks.release_gain`), and in
+the ends the rank and deadline terms lift (:func:`lifted`; their terms then include that
+gain): the program's own order statistics, its crowding term and the busy bound keep the plain
+ones (a term measured against a raised last completion would charge less). On (80,16) FIFO
+seed 8 the root capacity bound rises from 0.9055 to 0.9192 of the 10 s incumbent; the nine
+other seeds' roots and (80,8)'s are unchanged (their cheap states leave early batches on N).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from blitzplan.live.bound.conditions import Capacity, Crowding
+    from blitzplan.live.bound.conditions import Capacity
     from blitzplan.live.bound.relaxation import Relaxation
 
-__all__ = ["RELEASES", "RELEASES_MAX_LEFT", "Releases", "lifted", "release_gain"]
+__all__ = ["RELEASES", "RELEASES_MAX_LEFT", "Releases", "lifted"]
 
 RELEASES = True
 """Whether the capacity conditions count the release-aware order statistics."""
@@ -105,13 +105,3 @@ def lifted(cap: Capacity, left: np.ndarray, ends: np.ndarray) -> tuple[np.ndarra
     finite = np.isfinite(ends)
     gain = (np.where(finite, raised, 0.0) - np.where(finite, ends, 0.0)).sum(axis=1)
     return np.asarray(raised), np.asarray(gain)
-
-
-def release_gain(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
-    """Per state of ``rows`` (complete states of the capacity program), what the release-aware
-    order statistics add to the program's sum of the batches left on N (the capacity
-    conditions' own order statistics; either O order)."""
-    from blitzplan.live.bound.ranks import _rank_ends
-
-    left = crowd.left[rows] > 0
-    return lifted(cap, left, _rank_ends(cap, left))[1]

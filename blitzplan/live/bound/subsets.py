@@ -36,7 +36,6 @@ from blitzplan.live.bound import deadlines as deadlines_module
 from blitzplan.live.bound import pairs, ranks, subset_lifts
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
-from blitzplan.live.bound.releases import release_gain
 from blitzplan.live.schedule import SLO_TOL_S
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
@@ -202,7 +201,7 @@ class _Table:
                 raise _Cut
             rows = every[begin : begin + REFINED_ROWS]
             extra = self.capacity.refined(crowd, rows, every_block=fifo)
-            extra = np.maximum(extra, release_gain(self.capacity, crowd, rows))
+            extra = np.maximum(extra, ranks.release_gain(self.capacity, crowd, rows))
             if ranks.RANKS and fifo:
                 extra = np.maximum(extra, ranks.rank_extra_s(self.capacity, crowd, rows))
             if self.deadlines and fifo:
