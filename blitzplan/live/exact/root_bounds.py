@@ -186,17 +186,23 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     budget = min(share * start.left_s(), CAPACITY_MAX_S)
     if budget < LAGRANGE_MIN_S:
         return report
+    _lagrangian(start, root_bound, budget)
+    return report
+
+
+def _lagrangian(start: Start, root_bound: float, budget: float) -> None:
+    """The Lagrangian bound (:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`) under
+    ``start``'s incumbent, from ``root_bound``, in ``budget`` seconds, kept."""
     start.raise_bound(
         lagrangian_bound(
             start.instance,
             old_order=start.old_order,
             objective=start.objective,
-            upper_bound=upper,
+            upper_bound=start.incumbent.objective,
             time_limit_s=budget,
             relaxed=root_bound,
         )
     )
-    return report
 
 
 def _capacity_budget(left_s: float, share: float) -> float:
@@ -218,16 +224,7 @@ def _quick_lagrangian(start: Start, root_bound: float) -> None:
     budget = QUICK_LAGRANGE_SHARE * start.left_s()
     if start.proven() or not wanted or not far_from(root_bound, upper) or budget <= 0:
         return
-    start.raise_bound(
-        lagrangian_bound(
-            start.instance,
-            old_order=start.old_order,
-            objective=start.objective,
-            upper_bound=upper,
-            time_limit_s=budget,
-            relaxed=root_bound,
-        )
-    )
+    _lagrangian(start, root_bound, budget)
 
 
 def _busy_bound(start: Start, short: bool = False) -> None:
