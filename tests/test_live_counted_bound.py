@@ -191,16 +191,16 @@ def test_a_merge_is_counted_by_its_states_and_how_many_costs_differ() -> None:
     states in the same parts are counted the same on every call."""
     import numpy as np
 
-    from blitzplan.live.bound import subsets
+    from blitzplan.live.bound import subset_cost
 
     size = 8_000
     equal = [{"cost": np.full(size // 2, 1.5)}, {"cost": np.full(size // 2, 1.5)}]
     distinct = [{"cost": np.arange(size, dtype=float)}]
-    per_state = subsets.MERGE_S_PER_STATE
-    low = subsets.MERGE_S_FIXED + size * per_state
-    high = low + size * subsets.MERGE_S_PER_DISTINCT
-    assert subsets._merge_s(equal, size) == pytest.approx(low, rel=1e-2)
-    assert subsets._merge_s(distinct, size) == pytest.approx(high)
+    per_state = subset_cost.MERGE_S_PER_STATE
+    low = subset_cost.MERGE_S_FIXED + size * per_state
+    high = low + size * subset_cost.MERGE_S_PER_DISTINCT
+    assert subset_cost.merge_s(equal, size) == pytest.approx(low, rel=1e-2)
+    assert subset_cost.merge_s(distinct, size) == pytest.approx(high)
     few = [{"cost": (np.arange(size) % 500).astype(float)}]
-    assert low < subsets._merge_s(few, size) < high
-    assert len({subsets._merge_s(few, size) for _ in range(3)}) == 1
+    assert low < subset_cost.merge_s(few, size) < high
+    assert len({subset_cost.merge_s(few, size) for _ in range(3)}) == 1

@@ -12,8 +12,8 @@ arrays, a chunk of states at a time; the clock is read before every chunk and ev
 merge is not started when the last large merge's time per state says it would end past the
 time allowed). Given a
 :class:`~blitzplan.live.work_meter.WorkMeter`, the clock is the meter's: every chunk and merge
-counts its estimated seconds (:data:`CHUNK_S_PER_BATCH`, :data:`STATE_S_PER_BATCH`, and
-:func:`_merge_s`: per state, more when their costs differ) and a merge is not started when
+counts its estimated seconds (:mod:`blitzplan.live.bound.subset_cost`: per chunk, and per
+merged state, more when their costs differ) and a merge is not started when
 its estimate would end past the counted time allowed, so the search does the same work on
 every run.
 
@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from blitzplan.live.bound import deadlines as deadlines_module
-from blitzplan.live.bound import pairs, ranks, subset_lifts
+from blitzplan.live.bound import pairs, ranks, subset_cost, subset_lifts
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
@@ -41,11 +41,6 @@ from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
     "CHUNK_STATES",
-    "CHUNK_S_PER_BATCH",
-    "MEASURED_MERGE_STATES",
-    "MERGE_S_PER_DISTINCT",
-    "MERGE_S_PER_STATE",
-    "STATE_S_PER_BATCH",
     "subset_search",
 ]
 
@@ -55,36 +50,6 @@ the capacity conditions under a free order, whose chunks take twice as long per 
 (32,16) of ``benchmarks/partition.py``, up to 90 ms for 4,000 states against 40 ms without
 the split apart of :meth:`~blitzplan.live.bound.conditions.Capacity.shared`): a time
 limit is overrun by at most one chunk."""
-
-MEASURED_MERGE_STATES = 1_000
-"""Merges of at least this many states set the time per state the next merge is judged by
-(smaller ones are mostly fixed costs)."""
-
-CHUNK_S_PER_BATCH = 2.4e-5
-"""A chunk's counted seconds per batch of the instance, whatever its size (numpy calls per
-batch). This and the following were least-squares fitted to thread CPU time per chunk and per
-merge on 43 pairs (``benchmarks/partition.py``'s five classes, seeds 0-4, free order, and 18
-paper pairs of equal and mixed queues; load 6): the pairs' CPU per counted second of the
-relaxation 0.51-0.89 before, 0.87-1.35 after (above 1.1 only on pairs the search completes in
-under 30 ms)."""
-
-STATE_S_PER_BATCH = 3.5e-8
-"""A chunk's (or an open state's bound's) counted seconds per state and batch."""
-
-MERGE_S_PER_STATE = 6.6e-8
-"""A merge's counted seconds per state merged, whatever their costs."""
-
-MERGE_S_PER_DISTINCT = 1.6e-7
-"""A merge's counted seconds per state merged, times the share of distinct costs among them
-(:func:`_distinct_share`): the sort is most of a merge, and equal costs sort at once. On equal
-batches every state of a level has the same cost (16 equal 512-token batches: 40-70 ns a
-state, counted 250 ns before), on the benchmark's classes all differ (180-380 ns)."""
-
-MERGE_S_FIXED = 4.3e-5
-"""A merge's counted seconds whatever its size."""
-
-DISTINCT_SAMPLE = 1_000
-"""The states :func:`_distinct_share` samples."""
 
 REFINED_ROWS = 250
 """Complete states whose refined crowding term (and rank bound) are taken together: on the
@@ -295,7 +260,7 @@ def subset_search(
             if clock.passed(search_until):
                 bound = _open_bound(table, level, begin, grown, best_cost, deadline, clock)
                 return bound, _sequence(history, best_ref), False
-            _count(clock, table.n, min(table.chunk, level["cost"].size - begin))
+            subset_cost.count_chunk(clock, table.n, min(table.chunk, level["cost"].size - begin))
             try:
                 found = _expand(table, level, begin, best_cost, grown)
             except _Cut:  # nothing of the chunk was grown: it is bounded as open
@@ -307,37 +272,16 @@ def subset_search(
             break
         size = sum(part["cost"].size for part in grown)
         began = time.perf_counter()
-        merge_s = clock.step_s(partial(_merge_s, grown, size), merge_s_per_state * size)
+        merge_s = clock.step_s(partial(subset_cost.merge_s, grown, size), merge_s_per_state * size)
         if clock.passed(search_until - merge_s):  # no time to merge: bound them
             empty = {key: value[:0] for key, value in level.items()}
             bound = _open_bound(table, empty, 0, grown, best_cost, deadline, clock)
             return bound, _sequence(history, best_ref), False
         clock.spend(merge_s)
         level = _pareto(grown, relative=table.relative)
-        if size >= MEASURED_MERGE_STATES:
+        if size >= subset_cost.MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
-
-
-def _merge_s(grown: list[_Arrays], size: int) -> float:
-    """A merge's counted seconds (:data:`MERGE_S_FIXED`, :data:`MERGE_S_PER_STATE`,
-    :data:`MERGE_S_PER_DISTINCT`)."""
-    return MERGE_S_FIXED + size * (
-        MERGE_S_PER_STATE + MERGE_S_PER_DISTINCT * _distinct_share(grown)
-    )
-
-
-def _distinct_share(grown: list[_Arrays]) -> float:
-    """The share of distinct costs among up to :data:`DISTINCT_SAMPLE` of the states to merge,
-    taken evenly through them (the same on every run): what their sort costs depends on it."""
-    cost = np.concatenate([part["cost"] for part in grown])
-    sample = cost[:: max(1, cost.size // DISTINCT_SAMPLE)]
-    return float(np.unique(sample).size / sample.size)
-
-
-def _count(clock: Clock, batches: int, states: int) -> None:
-    """Count a chunk of ``states`` states on ``clock``."""
-    clock.spend(batches * (CHUNK_S_PER_BATCH + STATE_S_PER_BATCH * states))
 
 
 def _chunk(level: _Arrays, begin: int, size: int) -> _Arrays:
@@ -446,7 +390,7 @@ def _open_bound(
         if clock.passed(deadline):
             bound = min(bound, float(cost.min()))
             continue
-        _count(clock, table.n, cost.size)
+        subset_cost.count_chunk(clock, table.n, cost.size)
         unplaced = table.unplaced(part["mask"])
         ends = table.ends(part["free"], part["mask"])
         floors = np.minimum(table.values(ends), table.on_new[None, :])
