@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.bound import pairs as relaxation_pairs
+from blitzplan.live.bound import last_blocks as relaxation_pairs
 from blitzplan.live.bound import splits as relaxation_splits
 from blitzplan.live.bound import subsets as relaxation_subsets
 from blitzplan.live.bound.conditions import Capacity
@@ -129,7 +129,7 @@ def test_no_schedule_of_a_node_completes_a_served_batch_before_the_condition(gro
 def test_the_split_apart_lifts_the_bound_on_a_late_layer_and_not_past_the_optimum() -> None:
     """On :func:`_late_layer` under a free order the capacity bound is 1.75 with shared work
     alone and 1.775 with the split apart (the pair bound off); the enumerated optimum is 1.8
-    (in both orders), which the pair bound (:mod:`blitzplan.live.bound.pairs`) reaches."""
+    (in both orders), which the pair bound (:mod:`blitzplan.live.bound.last_blocks`) reaches."""
     inst = _late_layer()
     for order in ("free", "fifo"):
         oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
@@ -150,7 +150,7 @@ def _merge_all(grown: list[dict[str, np.ndarray]], **_: bool) -> dict[str, np.nd
 def _merged_away() -> LiveScalingInstance:
     """Found by a search of random tiny instances: merged on O free time and cost, the free
     order's capacity program is 2.91875 (mean latency), kept whole 2.875 (optimum 3.125),
-    without the pair bound (:mod:`blitzplan.live.bound.pairs`; with it 3.0 either way)."""
+    without the pair bound (:mod:`blitzplan.live.bound.last_blocks`; with it 3.0 either way)."""
     return LiveScalingInstance(
         [0.0, 2.0],
         [0.5, 1.0, 0.0, 1.0],

@@ -1,4 +1,4 @@
-"""The pair bound (:mod:`blitzplan.live.bound.pairs`) held against the exhaustive oracle: the
+"""The pair bound (:mod:`blitzplan.live.bound.last_blocks`) held against the exhaustive oracle: the
 free-order capacity program with it, on tiny instances where O's last blocks wait for N (the
 root and random split ranges around the enumerated optimum), never above the optimum, and
 the same check catching the lift made 1% larger; the merge's carry of dropped states' lifts;
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.bound import pairs
+from blitzplan.live.bound import last_blocks
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import _pareto, _Table, subset_search
@@ -63,7 +63,7 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
 
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the pair bound lifts, nodes above the optimum), the lift times ``scale``."""
-    real = pairs.pair_extra_s
+    real = last_blocks.pair_extra_s
 
     def scaled(*args: object) -> np.ndarray:
         return np.asarray(scale * real(*args))  # type: ignore[arg-type]
@@ -71,9 +71,9 @@ def _check(scale: float = 1.0) -> tuple[int, int, int]:
     tried = lifted = over = 0
     for relax, optimum in _nodes(1, 60):
         upper = relax.obj.scaled(2 * optimum + 10)
-        with mock.patch.object(pairs, "pair_extra_s", scaled):
+        with mock.patch.object(last_blocks, "pair_extra_s", scaled):
             cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
-        with mock.patch.object(pairs, "PAIRS", False):
+        with mock.patch.object(last_blocks, "PAIRS", False):
             plain, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
         bound, without = relax.obj.final(cost), relax.obj.final(plain)
         assert bound >= without - TOL * max(1.0, without)
@@ -110,7 +110,7 @@ def test_a_last_block_waits_for_the_work_new_took_of_the_one_before() -> None:
     )
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")
     assert oracle.objective == pytest.approx(2.75)
-    with mock.patch.object(pairs, "PAIRS", False):
+    with mock.patch.object(last_blocks, "PAIRS", False):
         assert capacity_bound(inst, old_order="free") == pytest.approx(2.5)
     assert capacity_bound(inst, old_order="free") == pytest.approx(2.75)
     assert capacity_bound(inst, old_order="free") <= oracle.objective
@@ -151,7 +151,7 @@ def test_the_pair_bound_is_free_order_mean_latency_only() -> None:
     assert not _Table(Relaxation(inst, "mean_latency"), capacity=True, fifo=True).pairs
     assert not _Table(Relaxation(inst, "makespan"), capacity=True).pairs
     assert not _Table(Relaxation(inst, "mean_latency")).pairs
-    with mock.patch.object(pairs, "PAIRS", False):
+    with mock.patch.object(last_blocks, "PAIRS", False):
         assert not _Table(Relaxation(inst, "mean_latency"), capacity=True).pairs
 
 

@@ -1,6 +1,6 @@
-"""The release-aware order statistics (:mod:`blitzplan.live.bound.releases`): the least makespan
-of any ``m`` of the batches left on N, checked against every subset; and the capacity program
-with them held against the exhaustive oracle (both O orders, the root and restricted nodes
+"""The release-aware order statistics (:mod:`blitzplan.live.bound.release_ranks`): the least
+makespan of any ``m`` of the batches left on N, checked against every subset; and the capacity
+program with them held against the exhaustive oracle (both O orders, the root and restricted nodes
 around the enumerated optimum of tiny instances whose short batches are released late, N
 crowded so that several finish on it); the same check catching the term made 1% larger."""
 
@@ -15,7 +15,7 @@ from unittest import mock
 import numpy as np
 
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.bound import releases, subset_lifts
+from blitzplan.live.bound import release_ranks, subset_lifts
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
@@ -71,17 +71,17 @@ def _program(relax: Relaxation, upper: float, order: str) -> float:
 
 def _check(order: str, scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the term lifts, nodes above the optimum), its makespans times ``scale``."""
-    real = releases.Releases.ends
+    real = release_ranks.Releases.ends
 
-    def scaled(self: releases.Releases, left: np.ndarray) -> np.ndarray:
+    def scaled(self: release_ranks.Releases, left: np.ndarray) -> np.ndarray:
         return np.asarray(scale * real(self, left))
 
     tried = lifted = over = 0
     for relax, optimum in _nodes(22, 40, order):
         upper = relax.obj.scaled(2 * optimum + 10)
-        with mock.patch.object(releases.Releases, "ends", scaled):
+        with mock.patch.object(release_ranks.Releases, "ends", scaled):
             bound = _program(relax, upper, order)
-        with mock.patch.object(releases, "RELEASES", False):
+        with mock.patch.object(release_ranks, "RELEASES", False):
             without = _program(relax, upper, order)
         tried += 1
         lifted += bound > without + REL * max(1.0, without)
@@ -95,7 +95,7 @@ def test_release_ends_are_the_least_makespans_of_m_batches() -> None:
     rng = random.Random(5)
     for _ in range(30):
         inst = _late(rng)
-        rel = releases.Releases(Relaxation(inst, "mean_latency"))
+        rel = release_ranks.Releases(Relaxation(inst, "mean_latency"))
         n = inst.num_batches
         left = np.array([[rng.random() < 0.7 for _ in range(n)] for _ in range(6)])
         got = rel.ends(left)

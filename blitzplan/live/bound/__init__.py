@@ -10,8 +10,8 @@ one beside a heuristic's schedule.
 - :mod:`.conditions` puts N's capacity back into that program as necessary conditions (with
   :mod:`.splits` for the split apart), :mod:`.busy` charges N's work to the last completion,
   :mod:`.ranks` to every batch N finishes and :mod:`.deadlines` to each of O's served blocks;
-  :mod:`.pairs` (free order) to O's last two blocks and the batches left on N;
-  :mod:`.releases` and :mod:`.subset_lifts` count which batches N finishes first from their
+  :mod:`.last_blocks` (free order) to O's last two blocks and the batches left on N;
+  :mod:`.release_ranks` and :mod:`.subset_lifts` count which batches N finishes first from their
   releases and the layers' arrivals.
 - :mod:`.work`: both instances as one preemptive machine (microseconds).
 - :mod:`.lagrange` (FIFO) prices N's capacity per window of layers into O's sequencing

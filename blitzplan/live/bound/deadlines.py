@@ -57,7 +57,7 @@ import numpy as np
 
 from blitzplan.live.bound import subset_lifts as subset_module
 from blitzplan.live.bound.ranks import _rank_ends
-from blitzplan.live.bound.releases import lifted
+from blitzplan.live.bound.release_ranks import lifted
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from blitzplan.live.bound.releases import lifted
+from blitzplan.live.bound.release_ranks import lifted
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding

@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from blitzplan.live.bound import deadlines as deadlines_module
-from blitzplan.live.bound import pairs, ranks, subset_cost, subset_lifts
+from blitzplan.live.bound import last_blocks, ranks, subset_cost, subset_lifts
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
@@ -105,8 +105,8 @@ class _Table:
         complete state it is taken on, on (32,16) and (80,16): a chunk of 4,000 up to 0.3 s)."""
         self.relative = capacity and self.sums and not fifo
         """Whether the merge compares ``cost - free``, not ``cost`` (:func:`_pareto`)."""
-        self.pairs = self.relative and pairs.PAIRS
-        """Whether states carry the pair bound's lift (:mod:`blitzplan.live.bound.pairs`)."""
+        self.pairs = self.relative and last_blocks.PAIRS
+        """Whether states carry the pair bound's lift (:mod:`blitzplan.live.bound.last_blocks`)."""
         self.until = math.inf
         """A ``time.perf_counter()`` instant past which :meth:`done` stops between parts of
         :data:`REFINED_ROWS` states (raising :class:`_Cut`); set on the wall clock only."""
@@ -148,7 +148,7 @@ class _Table:
         taken at the chains' points too (and under FIFO counts every served block) only where
         the state could still beat ``best_cost`` (elsewhere the arrivals' points and the last
         block alone, a lower but valid bound, settle it). ``pair``: each state's pair bound
-        lift (:mod:`blitzplan.live.bound.pairs`), the larger of it and the crowding term
+        lift (:mod:`blitzplan.live.bound.last_blocks`), the larger of it and the crowding term
         counts."""
         alone = self.fold(np.broadcast_to(self.on_new, unplaced.shape), unplaced)
         if self.capacity is None or not self.sums:
@@ -330,7 +330,7 @@ def _expand_chunk(
                 left = unplaced[take]
                 left[:, i] = False
                 on_new = (left @ (cap.layers * cap.p_new), cap.last_on_new(left))
-                child["pair"] = pairs.pair_extra_s(
+                child["pair"] = last_blocks.pair_extra_s(
                     cap, i, free[take], served[:, take], ends[take, i], on_new
                 )
             grown.append(child)
@@ -363,8 +363,8 @@ def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
         before[shift:] = np.where(same, np.minimum(before[shift:], before[:-shift]), before[shift:])
         shift *= 2
     keep = cost < before
-    if "pair" in merged:  # the dropped states' pair bound lifts (pairs.carry_pairs)
-        pairs.carry_pairs(merged, keep, merged["free"])
+    if "pair" in merged:  # the dropped states' pair bound lifts (last_blocks.carry_pairs)
+        last_blocks.carry_pairs(merged, keep, merged["free"])
     return {key: value[keep] for key, value in merged.items()}
 
 

@@ -133,7 +133,7 @@ SLOT_MIN_S = 0.1
 FREE_CAPACITY_SHARE = 0.5
 """Under a free order, the share of the time left after the slot bound that the capacity
 bound gets (:data:`CAPACITY_SHARE_OF_LIMIT` under FIFO): with the pair bound
-(:mod:`blitzplan.live.bound.pairs`) its program costs more and gives more (on (32,16) of
+(:mod:`blitzplan.live.bound.last_blocks`) its program costs more and gives more (on (32,16) of
 ``benchmarks/partition.py``, uncut, 0.979-0.997 of the best known on seeds 2, 5, 7, 8 where the
 slot bound reaches 0.966-0.978)."""
 
