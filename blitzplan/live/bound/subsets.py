@@ -35,6 +35,7 @@ import numpy as np
 from blitzplan.live.bound import deadlines as deadlines_module
 from blitzplan.live.bound import last_blocks, ranks, subset_cost, subset_lifts
 from blitzplan.live.bound.conditions import Capacity
+from blitzplan.live.bound.fronts import staircase
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.schedule import SLO_TOL_S
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
@@ -352,17 +353,7 @@ def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
     rank = merged["cost"] - merged["free"] if relative else merged["cost"]
     order = np.lexsort((rank, merged["free"], merged["mask"]))
     merged = {key: value[order] for key, value in merged.items()}
-    mask, cost = merged["mask"], rank[order]
-    before = np.full(cost.size, math.inf)  # least cost earlier in the same set
-    before[1:] = np.where(mask[1:] == mask[:-1], cost[:-1], math.inf)
-    starts = np.flatnonzero(np.r_[True, mask[1:] != mask[:-1], True])
-    longest = int(np.diff(starts).max()) if cost.size else 0
-    shift = 1
-    while shift < longest:  # a segmented running minimum, by doubling
-        same = mask[shift:] == mask[:-shift]
-        before[shift:] = np.where(same, np.minimum(before[shift:], before[:-shift]), before[shift:])
-        shift *= 2
-    keep = cost < before
+    keep = staircase(rank[order], merged["mask"])
     if "pair" in merged:  # the dropped states' pair bound lifts (last_blocks.carry_pairs)
         last_blocks.carry_pairs(merged, keep, merged["free"])
     return {key: value[keep] for key, value in merged.items()}
