@@ -18,7 +18,8 @@ from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import last_blocks
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
-from blitzplan.live.bound.subsets import _pareto, _Table, subset_search
+from blitzplan.live.bound.subset_table import _Table
+from blitzplan.live.bound.subsets import _pareto, subset_search
 from blitzplan.live.exact.enumerate import count_schedules
 from tests.test_live_capacity_bound import _crowded
 

@@ -19,7 +19,8 @@ from blitzplan.live.bound import deadlines as relaxation_deadlines
 from blitzplan.live.bound import ranks as relaxation_ranks
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
-from blitzplan.live.bound.subsets import _Table, subset_search
+from blitzplan.live.bound.subset_table import _Table
+from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
 
 

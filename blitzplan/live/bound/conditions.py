@@ -18,7 +18,7 @@ from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.splits import split_groups
 
 if TYPE_CHECKING:
-    from blitzplan.live.bound.subsets import _Table
+    from blitzplan.live.bound.subset_table import _Table
 
 __all__ = ["CAPACITY_THRESHOLDS", "Capacity", "Crowding", "Layer"]
 
