@@ -15,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.bound import served_blocks
 from blitzplan.live.bound.conditions import Layer
 from blitzplan.live.bound.dp import capacity_bound, solve_relaxation
 from blitzplan.live.bound.relaxation import Relaxation
@@ -95,7 +96,7 @@ def test_a_batch_left_on_new_shares_new_with_the_served_prefix() -> None:
     the batch on N ends at ``c >= 2 + (4 - T)`` or ``T - 1 >= 2 + (4 - T)``, ``T >= 3.5``.
     The least added is 0.5: 5.5 in all, mean 2.75. The optimum is 3 (N runs 3 layers, O one,
     or N two and O two). Under FIFO the served batch's own block is counted apart
-    (:meth:`~blitzplan.live.bound.conditions.Capacity.last_block`): when N's last layer is
+    (:func:`~blitzplan.live.bound.served_blocks.last_block`): when N's last layer is
     the served batch's, at ``Z >= 2 + x``, its block of ``2 - x`` follows, ``T >= 4``: the
     bound is the optimum, 3."""
     inst = LiveScalingInstance([0.0, 0.0], [0.0, 0.0], 1.0, 1.0, 0.0, old_free_at_s=2.0)
@@ -156,7 +157,7 @@ def test_crowding_raises_the_bound_and_never_past_the_optimum() -> None:
         assert bound <= oracle.objective + 1e-9 * max(1.0, oracle.objective)
         with (
             mock.patch.object(Capacity, "extra_s", uncrowded),
-            mock.patch.object(Capacity, "served_extra_s", uncrowded),
+            mock.patch.object(served_blocks, "served_extra_s", uncrowded),
         ):
             without = capacity_bound(inst, old_order=order)
         raised += bound > without + 1e-9

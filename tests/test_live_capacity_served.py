@@ -1,8 +1,8 @@
 """The capacity program's crowding term under FIFO counts every served batch's block on O,
-not only the last (:meth:`~blitzplan.live.bound.conditions.Capacity.leads`), and O's last
-block's own share of N apart (:meth:`~blitzplan.live.bound.conditions.Capacity.
-last_block`): held against the exhaustive oracle on crowded tiny instances, for the whole
-problem and for random nodes of the search, and shown to raise the bound (a known answer)."""
+not only the last (:func:`~blitzplan.live.bound.served_blocks.leads`), and O's last
+block's own share of N apart (:func:`~blitzplan.live.bound.served_blocks.last_block`): held
+against the exhaustive oracle on crowded tiny instances, for the whole problem and for random
+nodes of the search, and shown to raise the bound (a known answer)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import deadlines as relaxation_deadlines
 from blitzplan.live.bound import ranks as relaxation_ranks
+from blitzplan.live.bound import served_blocks
 from blitzplan.live.bound.conditions import Capacity, Crowding
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Restriction
@@ -28,7 +29,7 @@ from tests.test_live_node_bound import _bound, _combinations, _value
 REL = 1e-9
 
 
-_LEADS = Capacity.leads
+_LEADS = served_blocks.leads
 
 
 def _last_only(self: Capacity, crowd: Crowding, rows: np.ndarray, **_: bool) -> np.ndarray:
@@ -94,7 +95,7 @@ def test_the_served_blocks_never_lift_the_bound_past_the_optimum() -> None:
     tried = 0
     for inst, order, oracle in crowded_cases(1423, 120):
         tried += 1
-        with mock.patch.object(Capacity, "leads", _checked_leads):
+        with mock.patch.object(served_blocks, "leads", _checked_leads):
             bound = capacity_bound(inst, old_order=order)
         assert bound <= oracle.objective + REL * max(1.0, oracle.objective)
         with mock.patch.object(Capacity, "refined", _last_only):

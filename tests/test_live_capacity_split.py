@@ -19,7 +19,7 @@ from blitzplan.live.bound import subsets as relaxation_subsets
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
-from blitzplan.live.bound.subsets import _Table
+from blitzplan.live.bound.subset_table import _Table
 from blitzplan.live.exact.enumerate import count_schedules
 from tests.test_live_bnb_nodes import _crowded as _nodes_crowded
 from tests.test_live_capacity_bound import _crowded

@@ -17,7 +17,7 @@ import pytest
 
 from blitzplan import schedule_live, validate_schedule
 from blitzplan.live.bound import busy as relaxation_busy
-from blitzplan.live.bound import subsets as relaxation_subsets
+from blitzplan.live.bound import subset_table
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact import bnb  # noqa: F401  (imported before a clock is patched)
@@ -130,7 +130,7 @@ def test_the_refined_terms_in_parts_give_the_whole_program(
     ends at the same value and sequence as in one piece."""
     relax, upper = _capacity_node(4)
     whole = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
-    monkeypatch.setattr(relaxation_subsets, "REFINED_ROWS", 7)
+    monkeypatch.setattr(subset_table, "REFINED_ROWS", 7)
     parts = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
     assert whole[2] and parts == whole
 
@@ -143,7 +143,7 @@ def _refined_calls(
     ``cut_at`` = (chunk, call), the clock passes ``search_until`` at that call."""
     relax, upper = _capacity_node(4)
     clock, calls, last = StillClock(0.0), [], [None]
-    original = relaxation_subsets.Capacity.refined
+    original = subset_table.Capacity.refined
 
     def counted(self: object, crowd: object, rows: np.ndarray, **kwargs: bool) -> np.ndarray:
         if crowd is not last[0]:
@@ -156,8 +156,8 @@ def _refined_calls(
 
     with monkeypatch.context() as patch:
         patch.setattr(time, "perf_counter", clock.perf_counter)  # the wall clock's reads too
-        patch.setattr(relaxation_subsets.Capacity, "refined", counted)
-        patch.setattr(relaxation_subsets, "REFINED_ROWS", 1)
+        patch.setattr(subset_table.Capacity, "refined", counted)
+        patch.setattr(subset_table, "REFINED_ROWS", 1)
         found = subset_search(relax, upper, 1.0, 1.0, capacity=True, fifo=True)
     return calls, found
 

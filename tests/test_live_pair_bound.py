@@ -18,8 +18,10 @@ from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import last_blocks
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
-from blitzplan.live.bound.subsets import _pareto, _Table, subset_search
+from blitzplan.live.bound.subset_table import _Table
+from blitzplan.live.bound.subsets import _pareto, subset_search
 from blitzplan.live.exact.enumerate import count_schedules
+from tests.bound_oracle import lift_counts
 from tests.test_live_capacity_bound import _crowded
 
 TOL = 1e-9
@@ -63,24 +65,14 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
 
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the pair bound lifts, nodes above the optimum), the lift times ``scale``."""
-    real = last_blocks.pair_extra_s
+    term, switch = (last_blocks, "pair_extra_s"), (last_blocks, "PAIRS")
+    return lift_counts(_nodes(1, 60), _program, term, switch, scale)
 
-    def scaled(*args: object) -> np.ndarray:
-        return np.asarray(scale * real(*args))  # type: ignore[arg-type]
 
-    tried = lifted = over = 0
-    for relax, optimum in _nodes(1, 60):
-        upper = relax.obj.scaled(2 * optimum + 10)
-        with mock.patch.object(last_blocks, "pair_extra_s", scaled):
-            cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
-        with mock.patch.object(last_blocks, "PAIRS", False):
-            plain, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
-        bound, without = relax.obj.final(cost), relax.obj.final(plain)
-        assert bound >= without - TOL * max(1.0, without)
-        tried += 1
-        lifted += bound > without + TOL * max(1.0, without)
-        over += bound > optimum * (1 + TOL)
-    return tried, lifted, over
+def _program(relax: Relaxation, upper: float) -> float:
+    """The capacity program under a free order."""
+    cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
+    return relax.obj.final(cost)
 
 
 def test_the_pair_bound_never_exceeds_the_enumerated_optimum() -> None:

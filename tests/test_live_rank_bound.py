@@ -17,10 +17,11 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import deadlines as relaxation_deadlines
 from blitzplan.live.bound import ranks as relaxation_ranks
-from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
-from blitzplan.live.bound.subsets import _Table, subset_search
+from blitzplan.live.bound.subset_table import _Table
+from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
+from tests.bound_oracle import lift_counts
 
 
 @pytest.fixture(autouse=True)
@@ -67,27 +68,17 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
             yield Relaxation(inst, "mean_latency", restriction), oracle.objective
 
 
+def _program(relax: Relaxation, upper: float) -> float:
+    """The capacity program under FIFO (the deadline bound off: :func:`_rank_bound_alone`)."""
+    cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
+    return relax.obj.final(cost)
+
+
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the rank bound lifts, nodes above the optimum), the rank bound's term
     times ``scale``."""
-    real = relaxation_ranks.rank_extra_s
-
-    def scaled(cap: Capacity, crowd: object, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(scale * real(cap, crowd, rows))  # type: ignore[arg-type]
-
-    tried = lifted = over = 0
-    for relax, optimum in _nodes(12, 25):
-        upper = relax.obj.scaled(2 * optimum + 10)
-        with mock.patch.object(relaxation_ranks, "rank_extra_s", scaled):
-            cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
-        with mock.patch.object(relaxation_ranks, "RANKS", False):
-            plain, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
-        bound, without = relax.obj.final(cost), relax.obj.final(plain)
-        assert bound >= without - 1e-9 * max(1.0, without)
-        tried += 1
-        lifted += bound > without + 1e-9 * max(1.0, without)
-        over += bound > optimum * (1 + 1e-9)
-    return tried, lifted, over
+    term, switch = (relaxation_ranks, "rank_extra_s"), (relaxation_ranks, "RANKS")
+    return lift_counts(_nodes(12, 25), _program, term, switch, scale)
 
 
 def test_the_rank_bound_never_exceeds_the_enumerated_optimum() -> None:

@@ -10,7 +10,7 @@ import itertools
 import math
 import random
 from collections.abc import Iterator
-from unittest import mock
+from functools import partial
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from blitzplan.live.bound import release_ranks, subset_lifts
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
+from tests.bound_oracle import lift_counts
 
 REL = 1e-9
 
@@ -71,22 +72,8 @@ def _program(relax: Relaxation, upper: float, order: str) -> float:
 
 def _check(order: str, scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the term lifts, nodes above the optimum), its makespans times ``scale``."""
-    real = release_ranks.Releases.ends
-
-    def scaled(self: release_ranks.Releases, left: np.ndarray) -> np.ndarray:
-        return np.asarray(scale * real(self, left))
-
-    tried = lifted = over = 0
-    for relax, optimum in _nodes(22, 40, order):
-        upper = relax.obj.scaled(2 * optimum + 10)
-        with mock.patch.object(release_ranks.Releases, "ends", scaled):
-            bound = _program(relax, upper, order)
-        with mock.patch.object(release_ranks, "RELEASES", False):
-            without = _program(relax, upper, order)
-        tried += 1
-        lifted += bound > without + REL * max(1.0, without)
-        over += bound > optimum * (1 + REL)
-    return tried, lifted, over
+    term, switch = (release_ranks.Releases, "ends"), (release_ranks, "RELEASES")
+    return lift_counts(_nodes(22, 40, order), partial(_program, order=order), term, switch, scale)
 
 
 def test_release_ends_are_the_least_makespans_of_m_batches() -> None:
@@ -136,22 +123,8 @@ def _subset_check(
 ) -> tuple[int, int, int]:
     """(nodes, nodes the subset-aware lifts raise, nodes above the optimum): the capacity
     program under FIFO with the deadline bound, its subset-aware lifts times ``scale``."""
-    real = subset_lifts.subset_lifts
-
-    def scaled(*args: object) -> np.ndarray:
-        return np.asarray(scale * real(*args))  # type: ignore[arg-type]
-
-    tried = lifted = over = 0
-    for relax, optimum in nodes:
-        upper = relax.obj.scaled(2 * optimum + 10)
-        with mock.patch.object(subset_lifts, "subset_lifts", scaled):
-            bound = _program(relax, upper, "fifo")
-        with mock.patch.object(subset_lifts, "SUBSET_LIFTS", False):
-            without = _program(relax, upper, "fifo")
-        tried += 1
-        lifted += bound > without + REL * max(1.0, without)
-        over += bound > optimum * (1 + REL)
-    return tried, lifted, over
+    term, switch = (subset_lifts, "subset_lifts"), (subset_lifts, "SUBSET_LIFTS")
+    return lift_counts(nodes, partial(_program, order="fifo"), term, switch, scale)
 
 
 def _both(scale: float = 1.0) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ from blitzplan.live.improve import polish
 from blitzplan.live.schedule import Schedule, build_schedule, evaluate_objective, timetable
 from blitzplan.live.split_jump import jump_splits
 from blitzplan.solvers import SolveStatus
+from tests.improved_check import checked_better
 
 
 def _stuck() -> tuple[LiveScalingInstance, list[int], list[int], list[int]]:
@@ -116,18 +117,5 @@ def test_jumped_schedules_are_valid_and_better(objective: str) -> None:
             continue
         improved += 1
         jumped, order, blocks, better = found
-        schedule = build_schedule(
-            inst,
-            jumped,
-            order,
-            blocks,
-            objective=objective,
-            method="exact",
-            old_order="fifo",
-            status=SolveStatus.UNKNOWN,
-            solve_s=0.0,
-        )
-        assert validate_schedule(inst, schedule).ok
-        assert schedule.objective == pytest.approx(better, rel=1e-12)
-        assert better < value
+        checked_better(inst, (jumped, order, blocks), objective, better, value, old_order="fifo")
     assert improved >= 50  # the cases exercise it

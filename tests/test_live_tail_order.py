@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from blitzplan import LiveScalingInstance, validate_schedule
+from blitzplan import LiveScalingInstance
 from blitzplan.live.exact.common import decode, start_point
-from blitzplan.live.schedule import build_schedule, evaluate_objective, timetable
+from blitzplan.live.schedule import evaluate_objective, timetable
 from blitzplan.live.tail_order import reorder_tail
-from blitzplan.solvers import SolveStatus
+from tests.improved_check import checked_better
 
 
 def _interleaved() -> tuple[LiveScalingInstance, list[int], list[int], list[int]]:
@@ -74,19 +74,7 @@ def test_reordered_schedules_are_valid_better_and_keep_o(every_order: bool) -> N
             continue
         improved += 1
         order, better = found
-        schedule = build_schedule(
-            inst,
-            split,
-            order,
-            old,
-            objective="mean_latency",
-            method="exact",
-            status=SolveStatus.UNKNOWN,
-            solve_s=0.0,
-        )
-        assert validate_schedule(inst, schedule).ok
-        assert schedule.objective == pytest.approx(better, rel=1e-12)
-        assert better < value
+        schedule = checked_better(inst, (split, order, old), "mean_latency", better, value)
         kept = [op for op in new_ops if split[op.batch] < inst.num_layers]
         moved = {(op.batch, op.layer): op.start_s for op in schedule.new_ops}
         assert all(moved[op.batch, op.layer] <= op.start_s + 1e-9 for op in kept)

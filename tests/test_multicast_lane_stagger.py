@@ -12,6 +12,7 @@ from blitzplan.multicast import validate_multicast
 from blitzplan.multicast.bound.lower_bound import lower_bound
 from blitzplan.multicast.exact import slice_fit
 from blitzplan.multicast.exact.phase_slices import phases_apart, slice_phases
+from blitzplan.multicast.exact.slice_fit import FINE_SLICES
 from blitzplan.multicast.exact.slice_layout import (
     BY_LANE,
     BY_SENDER,
@@ -19,7 +20,7 @@ from blitzplan.multicast.exact.slice_layout import (
     slice_layout,
     staggering,
 )
-from blitzplan.multicast.exact.slice_search import FINE_SLICES, SliceSearch, sliced_refinement
+from blitzplan.multicast.exact.slice_search import SliceSearch, sliced_refinement
 from blitzplan.multicast.exact.slice_timing import sliced_ready
 from blitzplan.multicast.planners.baselines import BASELINES
 from blitzplan.multicast.setup.problem import Problem
@@ -164,7 +165,7 @@ def test_fine_slices_are_timed_only_while_no_slicing_is_within_fine_above_of_the
     assert (FINE_SLICES, BY_LANE) in at
     assert at[FINE_SLICES, BY_LANE] < at[256, BY_LANE]
     fastest_at_256 = min(v for (m, _), v in at.items() if m <= 256)
-    assert slice_search.FINE_ABOVE == 0.01
+    assert slice_fit.FINE_ABOVE == 0.01
     for below, fine in ((1.005, False), (1.02, True)):
         search = SliceSearch(problem, "all_ready", bound_s=fastest_at_256 / below)
         search.time([one], None)
@@ -186,7 +187,7 @@ def test_the_fine_count_is_the_fewest_its_coarse_slicings_predict_near_the_bound
     excess = (at[128, BY_LANE] - at[256, BY_LANE]) * 256
     flow = at[256, BY_LANE] - excess / 256
     bound = (flow + excess / 400) / (1 + slice_fit.FINE_AIM)
-    assert bound < at[256, BY_LANE] / (1 + slice_search.FINE_ABOVE)  # fine slices wanted
+    assert bound < at[256, BY_LANE] / (1 + slice_fit.FINE_ABOVE)  # fine slices wanted
     search = SliceSearch(problem, "all_ready", bound_s=bound)
     search.time([one], None)
     fine = {m: v for v, m, by, _ in search.timed if m > 256}

@@ -6,9 +6,12 @@ one beside a heuristic's schedule.
 
 - :mod:`.relaxation`: the N-capacity relaxation (N runs any number of operations at once), the
   model the others build on; :mod:`.dp` solves it, by dynamic programs over O's order, and
-  :mod:`.subsets` is its subset program on numpy (its counted time: :mod:`.subset_cost`).
+  :mod:`.subsets` is its subset program on numpy (its table: :mod:`.subset_table`, its counted
+  time: :mod:`.subset_cost`);
+  :mod:`.fronts` is the Pareto merge of their states (and of :mod:`.lagrange`'s).
 - :mod:`.conditions` puts N's capacity back into that program as necessary conditions (with
-  :mod:`.splits` for the split apart), :mod:`.busy` charges N's work to the last completion,
+  :mod:`.splits` for the split apart, :mod:`.served_blocks` for every served block under FIFO),
+  :mod:`.busy` charges N's work to the last completion,
   :mod:`.ranks` to every batch N finishes and :mod:`.deadlines` to each of O's served blocks;
   :mod:`.last_blocks` (free order) to O's last two blocks and the batches left on N;
   :mod:`.release_ranks` and :mod:`.subset_lifts` count which batches N finishes first from their

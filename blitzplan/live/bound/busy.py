@@ -44,7 +44,8 @@ import numpy as np
 
 from blitzplan.live.bound.conditions import Capacity
 from blitzplan.live.bound.relaxation import Relaxation
-from blitzplan.live.bound.subsets import _pareto, _Table
+from blitzplan.live.bound.subset_table import _Table
+from blitzplan.live.bound.subsets import _pareto
 
 __all__ = ["BUSY_GRID_S", "busy_bound", "busy_point"]
 

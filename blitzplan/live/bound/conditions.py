@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from blitzplan.live.bound import release_ranks
+from blitzplan.live.bound import release_ranks, served_blocks
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.splits import split_groups
 
 if TYPE_CHECKING:
-    from blitzplan.live.bound.subsets import _Table
+    from blitzplan.live.bound.subset_table import _Table
 
 __all__ = ["CAPACITY_THRESHOLDS", "Capacity", "Crowding", "Layer"]
 
@@ -27,8 +27,9 @@ CAPACITY_THRESHOLDS = 12
 
 
 class Layer(NamedTuple):
-    """Per state, the terms of :meth:`Capacity.extra_s` (and :meth:`Capacity.served_extra_s`)
-    at one point ``s`` (:attr:`Capacity.points`)."""
+    """Per state, the terms of :meth:`Capacity.extra_s` (and
+    :func:`~blitzplan.live.bound.served_blocks.served_extra_s`) at one point ``s``
+    (:attr:`Capacity.points`)."""
 
     free: np.ndarray  # O's last completion in the program
     last: np.ndarray  # the last completion of the batches left on N in the program
@@ -52,13 +53,6 @@ class Crowding(NamedTuple):
     mask: np.ndarray
     placed: np.ndarray  # (states x batches): 1.0 where O served the batch
     left: np.ndarray  # (states x batches): 1.0 where the batch is left on N
-
-
-_Paid = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""The leads (:meth:`Capacity.leads`), and at each lead's kink the share ``x`` and ``O(x)``."""
-
-_Tail = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""O's last served block (:meth:`Capacity.last_block`): its base, its most share, its lead."""
 
 
 class Capacity:
@@ -219,8 +213,8 @@ class Capacity:
     def refined(self, crowd: Crowding, rows: np.ndarray, *, every_block: bool) -> np.ndarray:
         """The crowding term of the states ``rows`` of ``crowd`` at every point (the chains'
         too, :attr:`points`); with ``every_block`` (under FIFO) also, at the point of each
-        group where :meth:`extra_s` is largest, every served block (:meth:`served_extra_s`,
-        :meth:`leads`, :meth:`last_block`)."""
+        group where :meth:`extra_s` is largest, every served block
+        (:mod:`~blitzplan.live.bound.served_blocks`)."""
         layer = Layer(*(value[rows] for value in crowd.layer))
         c = Crowding(layer, *(value[rows] for value in crowd[1:]))
         chains = self._points(c, self.points[self.point_groups[0].size :])
@@ -229,16 +223,16 @@ class Capacity:
         extra = extras.max(axis=1)
         if every_block:
             free, total = c.layer.free, c.layer.total
-            leads = self.leads(c.mask, c.placed, free, total)
-            paid = (leads, _at(leads), _on_old(leads, _at(leads)))  # the leads' kinks, once
-            tail = self.last_block(c.placed, free, total)
+            leads = served_blocks.leads(self, c.mask, c.placed, free, total)
+            paid = served_blocks.kinks(leads)  # the leads' kinks, once
+            tail = served_blocks.last_block(self, c.placed, free, total)
             for group in self.point_groups:  # each group's best point
                 pick = group[np.argmax(extras[:, group], axis=1)][:, None]
                 work = np.take_along_axis(works, pick, axis=1)[:, 0]
                 below = np.take_along_axis(belows, pick, axis=1)[:, 0]
                 at = self.point_at[pick[:, 0]]
                 layer = self._at_point(c.layer, at, below, work)
-                extra = np.maximum(extra, self.served_extra_s(layer, paid, tail))
+                extra = np.maximum(extra, served_blocks.served_extra_s(self, layer, paid, tail))
         return np.where(c.mask == 0, 0.0, extra)
 
     def _points(
@@ -262,44 +256,6 @@ class Capacity:
         served batches' work then crowds N after it)."""
         none_left = layer.none_left | (work <= at)
         return layer._replace(below=below, work=work, none_left=none_left)
-
-    def last_block(self, placed: np.ndarray, free: np.ndarray, total: np.ndarray) -> _Tail:
-        """Per state under FIFO, of O's last served batch ``m``: ``L pO_m + ready*`` (with
-        ``ready*`` the least of ``d_m`` and ``d_t + pO_t`` over the served ``t`` before it)
-        less ``(1 - rho)^+`` times its most share ``x_m``; that share; and its lead ``B -
-        free`` (:meth:`extra_s`)."""
-        order = self.table.fifo_rank
-        if order is None:
-            raise ValueError("last_block needs O in FIFO order")
-        rank = np.where(placed > 0, order[None, :], -1)
-        m = rank.argmax(axis=1)
-        rows = np.arange(m.size)
-        after = np.where(placed > 0, self.handoff + self.p_old, math.inf)
-        after[rows, m] = self.handoff[m]
-        cap = self.most_share[m]
-        base = self.whole[m] + after.min(axis=1) - max(0.0, 1.0 - self.ratio) * cap
-        return np.asarray(base), np.asarray(cap), np.asarray(total - free)
-
-    def leads(
-        self, mask: np.ndarray, placed: np.ndarray, free: np.ndarray, total: np.ndarray
-    ) -> np.ndarray:
-        """(states x columns): ``B_t - E_t`` per served batch ``t`` whose completion the
-        program charges ``E_t`` and whose O block ends at least ``B_t - x`` when N runs ``x``
-        (in O's time) of the served batches: ``B_t = b_O + sum L pO`` over ``t`` and the
-        batches O serves before it. Under FIFO only (where a state's sequence is its set in
-        release order): ``E_t`` replayed as the program placed them. Unserved: -inf. (Under
-        the free order only the last block counts, ``B - free``: :meth:`crowded`.)"""
-        out = np.full(placed.shape, -math.inf)
-        at = np.full(free.shape, self.b_old)
-        served = np.stack([np.zeros(free.shape), np.full(free.shape, math.inf)])
-        for i in self.table.relax.instance.fifo_order:
-            rows = placed[:, i] > 0
-            end = self.table.end(i, at, served)
-            at = np.where(rows, end, at)
-            served[0] += np.where(rows, self.whole[i], 0.0)
-            served[1] = np.where(rows, np.minimum(served[1], self.after[i]), served[1])
-            out[:, i] = np.where(rows, self.b_old + served[0] - end, -math.inf)
-        return out
 
     def extra_s(self, layer: Layer) -> np.ndarray:
         """The least ``(T - free) + (c - last)`` over the real last O completion ``T >= free``
@@ -332,84 +288,3 @@ class Capacity:
         fixed = np.where(work + ready >= kink, work + ready, crossing)
         fixed = np.where(none_left, np.minimum(kink, crossing), fixed)
         return np.asarray(np.maximum(0.0, np.minimum(least, np.maximum(fixed, free) - free)))
-
-    def served_extra_s(self, layer: Layer, paid: _Paid, tail: _Tail) -> np.ndarray:
-        """:meth:`extra_s` under FIFO with every served block counted (arrays, one entry per
-        state): the least the real completions add to the program's over the work ``x = sum
-        k pO`` N runs of the served batches (in O's time). (With the last block alone, ``x =
-        B - T``, this is :meth:`extra_s`, which is cheaper and runs first on every state.)
-
-        *O's side.* O ran the rest of the served work before each served batch ``t``
-        completes, so ``C_t >= B_t - x`` (:meth:`leads`) and the served batches add at least
-        ``O(x) = sum_t (B_t - E_t - x)^+``; the last, ``T >= max(free, B - x)`` with ``B =
-        total``. *N's side.* After a point ``s`` N runs the N-only batches' layers that cannot start
-        before it (``work`` is ``s`` plus them) and at least ``rho x - below`` of the served
-        batches' (``below``, their work that may run before ``s``), so its last operation ends at
-        ``Z(x) = work + max(0, rho x - below)`` or later when that is work at all. That operation is
-        an N-only batch's (it completes at ``c >= Z``: ``+ (Z - last)^+``), or a served batch's,
-        whose block and every block after it on O come later (``T >= Z + ready``, ``ready`` the
-        least ``pO`` plus the least hand-off among them: ``+ (Z + ready - max(B - x, free))^+``),
-        or, without N-only batches (``none_left``) and ``rho x <= below``, there may be none (``+
-        0``). The served-batch case is also bounded by :meth:`_last_share` (the larger counts). Each
-        case is piecewise linear in ``x``, growing past its kinks, so its least over ``x >= 0`` is
-        at ``0`` or a kink: the leads, the
-        kink of ``Z``, ``B - free``, and where a ``(.)^+`` term turns 0. ``paid`` is the
-        leads, and at each lead's kink ``x`` and ``O(x)`` (the same at every layer).
-        """
-        free, last, total, below, work, ready, none_left = layer
-        rho = self.ratio
-        kink = below / rho  # where N's share of the served work starts to count
-        fixed = [
-            np.zeros(free.shape),
-            kink,
-            total - free,
-            (last - work + below) / rho,  # Z(x) = last, sloped part
-            total - work - ready,  # Z(x) + ready = B - x, flat part
-            (total - work + below - ready) / (1 + rho),  # the same, sloped part
-            (free - ready - work + below) / rho,  # Z(x) + ready = free, sloped part
-        ]
-        leads, at_leads, on_leads = paid
-        at_fixed = _at(np.stack(fixed, axis=1))
-        at = np.concatenate([at_fixed, at_leads], axis=1)
-        on_old = np.concatenate([_on_old(leads, at_fixed), on_leads], axis=1)
-        busy = work[:, None] + np.maximum(0.0, rho * at - below[:, None])
-        on_new = np.maximum(0.0, busy - last[:, None])
-        late = np.maximum(total[:, None] - at, free[:, None])
-        served_last = np.maximum(0.0, busy + ready[:, None] - late)
-        n_only = (on_old + on_new).min(axis=1)  # N's last operation an N-only batch's
-        served = (on_old + served_last).min(axis=1)  # a served batch's: two valid bounds
-        served = np.maximum(served, self._last_share(layer, paid, tail))
-        idle = np.maximum(leads - kink[:, None], 0.0).sum(axis=1)  # no N work after u_l
-        least = np.minimum(n_only, np.where(none_left, np.minimum(served, idle), served))
-        return np.asarray(np.maximum(least, 0.0))
-
-    def _last_share(self, layer: Layer, paid: _Paid, tail: _Tail) -> np.ndarray:
-        """The served-batch case of :meth:`extra_s` under FIFO, with O's last block's own share
-        ``x_m`` apart: ``w = x - x_m`` is what N runs of the earlier ones, so ``C_t >= B_t -
-        w`` for ``t < m``. N's last operation, a served batch's, ends at ``Z >= work + rho (w
-        + x_m) - below``; the block of its batch (``m``, after ``d_m``, or an earlier one,
-        after ``d_t + pO_t``) and then ``m``'s, ``L pO_m - x_m``, follow: ``T >= Z + ready* +
-        L pO_m - x_m >= work - below + rho w + base`` (``tail[0]``, ``x_m`` at most its most
-        share ``tail[1]``), and ``T >= B - w - x_m``. Convex in ``w``: least at a kink."""
-        free, total, below, work = layer.free, layer.total, layer.below, layer.work
-        rho = self.ratio
-        base, cap, lead_m = tail
-        leads, at_leads, on_leads = paid
-        g = work - below + base
-        fixed = [np.zeros(free.shape), (total - cap - g) / (1 + rho), total - cap - free]
-        at_fixed = _at(np.stack([*fixed, (free - g) / rho], axis=1))
-        at = np.concatenate([at_fixed, at_leads], axis=1)
-        on_old = np.concatenate([_on_old(leads, at_fixed), on_leads], axis=1)
-        earlier = on_old - np.maximum(lead_m[:, None] - at, 0.0)  # the blocks before m
-        late = np.maximum(total[:, None] - cap[:, None] - at, g[:, None] + rho * at)
-        return np.asarray((np.maximum(late - free[:, None], 0.0) + earlier).min(axis=1))
-
-
-def _at(x: np.ndarray) -> np.ndarray:
-    """Candidate shares ``x``: at least 0, 0 where not finite (unserved columns)."""
-    return np.asarray(np.where(np.isfinite(x), np.maximum(x, 0.0), 0.0))
-
-
-def _on_old(leads: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """(states x candidates): ``O(x) = sum_t (lead_t - x)^+`` at every candidate ``x``."""
-    return np.asarray(np.maximum(leads[:, None, :] - at[:, :, None], 0.0).sum(axis=2))

@@ -11,8 +11,9 @@ up to ``t`` (``X_t``, a prefix: ``X_1 <= X_2 <= ...`` in FIFO order) is what let
 after them.
 
 *The bound.* For each served ``t`` (in FIFO order), with O's completion ``C_t``: O ran the rest
-of the served work up to ``t``, so ``C_t >= B_t - X_t`` (``B_t``: :meth:`Capacity.leads`), and
-``C_t >= E_t`` (the program's completion). N ran ``W_t >= rho X_t`` of those batches after the
+of the served work up to ``t``, so ``C_t >= B_t - X_t`` (``B_t``:
+:func:`~.served_blocks.leads`), and ``C_t >= E_t`` (the program's completion). N ran
+``W_t >= rho X_t`` of those batches after the
 first layer arrival ``s = a_1`` (it runs nothing before), all of it before ``D_t = C_t - r_t``
 (the last such operation's batch ``t'`` is handed off and runs a layer on O before block ``t``
 ends: ``r_t``, the least ``d + pO`` over the served batches up to ``t``); so ``C_t >= s +
@@ -44,7 +45,7 @@ kinks add where ``W_t`` starts and the flat cover meets ``B_t - X``. On (80,16) 
 FIFO seeds 1, 2, 3, 5, 8 of ``benchmarks/partition.py`` no later point raised a root capacity
 bound (all twelve arrivals: up to 6 times the time), so only ``a_1`` is taken.
 
-O in FIFO order only (as the rank bound): a state's blocks are those :meth:`Capacity.leads`
+O in FIFO order only (as the rank bound): a state's blocks are those :func:`~.served_blocks.leads`
 replays.
 """
 
@@ -55,6 +56,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from blitzplan.live.bound import served_blocks
 from blitzplan.live.bound import subset_lifts as subset_module
 from blitzplan.live.bound.ranks import _rank_ends
 from blitzplan.live.bound.release_ranks import lifted
@@ -117,7 +119,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray, subsets: bool) -> n
     mask, placed = crowd.mask[rows], crowd.placed[rows] > 0
     left = crowd.left[rows] > 0
     order = list(cap.table.relax.instance.fifo_order)
-    leads = cap.leads(mask, placed.astype(float), free, total)[:, order]  # B_t - E_t
+    leads = served_blocks.leads(cap, mask, placed.astype(float), free, total)[:, order]  # B_t - E_t
     served = placed[:, order]
     before = np.cumsum(np.where(served, cap.whole[order], 0.0), axis=1)
     highs = cap.b_old + before  # B_t

@@ -16,6 +16,9 @@ import math
 import time
 from collections.abc import Iterator
 
+import numpy as np
+
+from blitzplan.live.bound.fronts import staircase
 from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.bound.work import work_bound
@@ -133,11 +136,8 @@ def _fifo_best(relax: Relaxation) -> tuple[float, list[int]]:
 
 def _pareto(states: list[_State]) -> list[_State]:
     states.sort(key=lambda s: (s[0], s[1]))
-    kept: list[_State] = []
-    for state in states:
-        if not kept or state[1] < kept[-1][1]:
-            kept.append(state)
-    return kept
+    keep = staircase(np.asarray([s[1] for s in states], dtype=float))
+    return [state for state, kept in zip(states, keep, strict=True) if kept]
 
 
 def solve_relaxation(

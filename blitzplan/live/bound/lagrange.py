@@ -50,6 +50,7 @@ import math
 
 import numpy as np
 
+from blitzplan.live.bound.fronts import staircase
 from blitzplan.live.bound.lagrange_prices import Priced, Prices
 from blitzplan.live.bound.polyak import PolyakSteps
 from blitzplan.live.instance import LiveScalingInstance
@@ -178,10 +179,7 @@ def _pareto(free: np.ndarray, cost: np.ndarray, later: int) -> np.ndarray:
     value stays at most the unrounded program's, with O's free time rounded or not (no slack
     for the rounding: the argument never uses the rounded program's own rest)."""
     order = np.argsort(free, kind="stable")  # equal free times: both may stay (harmless)
-    running = np.minimum.accumulate(cost[order])
-    keep = np.ones(order.size, dtype=bool)
-    keep[1:] = cost[order][1:] < running[:-1]
-    order = order[keep]
+    order = order[staircase(cost[order])]
     if order.size < 2 or later == 0:
         return order
     reach = cost[order] + later * free[order]  # cost plus what its delay may cost the rest

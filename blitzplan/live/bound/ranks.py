@@ -10,8 +10,9 @@ one after the other once the head has arrived: each of them, not only the last, 
 after all the served work N ran.
 
 *The bound.* Let N run ``x`` (in O's time, ``sum k pO``) of the served batches. O ran the rest
-of the served work before each served ``t`` completes: ``C_t >= B_t - x`` (:meth:`Capacity.leads`,
-``B_t = b_O + sum L pO`` over ``t`` and the served batches before it, under FIFO), and O's last
+of the served work before each served ``t`` completes: ``C_t >= B_t - x``
+(:func:`~.served_blocks.leads`, ``B_t = b_O + sum L pO`` over ``t`` and the served batches
+before it, under FIFO), and O's last
 completion ``T >= max(free, B - x)``. Fix a point ``s`` (:attr:`Capacity.points`): the served
 batches' N work after ``s`` is at least ``W = max(0, rho x - below)`` and ends by ``D <= T -
 ready`` (each served batch hands off before its block, which runs a layer; ``ready`` the least
@@ -34,7 +35,7 @@ passes its ``e_m``, or where a ``c_m'`` passes ``free`` or ``B - x``: all are tr
 :data:`RANKS_SLACK_S` is taken off (rounding at a crossing).
 
 O in FIFO order only: there the capacity program keeps one state per set (the set fixes O's
-sequence and each step's completion), so a state's blocks are those :meth:`Capacity.leads`
+sequence and each step's completion), so a state's blocks are those :func:`~.served_blocks.leads`
 replays. (Under a free order, without the leads, only ``T >= max(free, B - x)`` would count:
 that lifted none of (80,16) free seeds 0-3's root capacity bounds.)
 """
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from blitzplan.live.bound import served_blocks
 from blitzplan.live.bound.release_ranks import lifted
 
 if TYPE_CHECKING:
@@ -90,7 +92,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     rank = cap.table.fifo_rank
     if rank is None:
         raise ValueError("the rank bound needs O in FIFO order")
-    leads = cap.leads(mask, placed, free, total)  # every served block but the last
+    leads = served_blocks.leads(cap, mask, placed, free, total)  # every served block but the last
     last = np.where(placed > 0, rank[None, :], -1).argmax(axis=1)  # its excess is T - free
     leads[np.arange(rows.size), last] = -math.inf
     ends, gain = lifted(cap, left, _rank_ends(cap, left))  # e_m, +inf past |F|

@@ -21,7 +21,7 @@ the batches in order of ``q`` gives exactly (its state, the count chosen, keeps 
 largest of these and the other order statistics counts.
 
 *Where it counts.* Only on the capacity program's complete states still under the best known
-(:meth:`~blitzplan.live.bound.subsets._Table.done`, either O order), as what the raised order
+(:meth:`~blitzplan.live.bound.subset_table._Table.done`, either O order), as what the raised order
 statistics add to the program's sum (:func:`~blitzplan.live.bound.ranks.release_gain`), and in
 the ends the rank and deadline terms lift (:func:`lifted`; their terms then include that
 gain): the program's own order statistics, its crowding term and the busy bound keep the plain

@@ -273,7 +273,7 @@ def exact_plan(
     the search, which then leaves the time to build the fastest; within the limit);
     the best plan and the better of ``bound`` (the certified bound, the caller's) and the
     program's, which also tells the slicings when 512 slices need no trying
-    (:data:`~blitzplan.multicast.exact.slice_search.FINE_ABOVE`). ``evaluation_s``: the time
+    (:data:`~blitzplan.multicast.exact.slice_fit.FINE_ABOVE`). ``evaluation_s``: the time
     one choice took to build and allocate by linear program in this run (the search's first
     prediction, :func:`exact_search`)."""
     began = time.perf_counter()

@@ -25,7 +25,13 @@ from collections.abc import Callable, Sequence
 from blitzplan._collector import collector_paused
 from blitzplan.errors import InvalidInputError
 from blitzplan.multicast.exact.phase_slices import Late, deadline_check, sliced_until
-from blitzplan.multicast.exact.slice_fit import FINE_STEP, fine_count
+from blitzplan.multicast.exact.slice_fit import (
+    FINE_ABOVE,
+    FINE_MAX_LANES,
+    FINE_SLICES,
+    FINE_STEP,
+    fine_count,
+)
 from blitzplan.multicast.exact.slice_layout import Shape, pattern_ready, plan_shape
 from blitzplan.multicast.exact.slice_pace import BUILD_MARGIN, SlicePace
 from blitzplan.multicast.exact.slice_timing import SlicedTimes
@@ -33,8 +39,6 @@ from blitzplan.multicast.setup.problem import Problem
 from blitzplan.multicast.timeline.assemble import Built, score
 
 __all__ = [
-    "FINE_ABOVE",
-    "FINE_SLICES",
     "SLICES",
     "STAGGERED_SLICES",
     "SliceSearch",
@@ -48,22 +52,6 @@ STAGGERED_SLICES = (64, 128, 256)
 staggering pays only once slices are thin: 16 and 32 were rarely the fastest), for one count
 the plan fastest so far first. Those of the leading plan left for lack of time are timed
 after the search, the most slices first (:meth:`SliceSearch.time`)."""
-FINE_SLICES = 512
-"""Staggered slices tried last (at most this many:
-:func:`~blitzplan.multicast.exact.slice_fit.fine_count`), on plans of few atoms only
-(:data:`FINE_MAX_LANES`): a plan
-sliced ``m`` times ends about ``D / m`` later than its slices' flow, ``D`` its deepest offset
-(case 76's search plan, ``D`` 7: 1.0240 at 256, 1.0122 at 512)."""
-FINE_MAX_LANES = 512 * 512
-"""... of at most this many lanes (atoms times slices; was 256 atoms at 512 slices, 131 k
-lanes): case 76's packing twin, 424 atoms, at 512 slices 1.0060 of the bound where its 256
-are 1.0119 (217 k lanes, timed in 0.6 and built in 2.4 CPU s, validated in 8.7). Each is
-timed and built only when its predicted time fits (:class:`SliceSearch`)."""
-FINE_ABOVE = 0.01
-"""... and only while the fastest plan or slicing timed is more than this fraction above the
-bound (:class:`SliceSearch`'s ``bound_s``; 0: always): 512 slices raised the median plan time
-on the 197 random cases from 1.45 to 2.36 s, for gains mostly in the fourth decimal, and a
-plan already within this of the bound is within the exact method's target."""
 SLICE_WITHIN = 1.3
 """A plan's slicings are timed only within this factor of the fastest plan or slicing timed:
 slicing takes off per-hop lag (at most case 60's 1.158 -> 1.005), not a slow route (case
