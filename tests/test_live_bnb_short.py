@@ -19,7 +19,8 @@ import pytest
 
 from blitzplan import schedule_live, validate_schedule
 from blitzplan.live.bound.relaxation import Restriction
-from blitzplan.live.exact import bnb, root_bounds
+from blitzplan.live.bound.dp import SEARCH_SHARE
+from blitzplan.live.exact import bnb, free_short, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.solvers import SolveStatus
@@ -129,13 +130,15 @@ def test_the_root_is_given_its_capacity_program_again_only_when_it_was_cut(ended
     assert search.open[0].restriction == Restriction.none(start.instance)
 
 
-@pytest.mark.parametrize("old_order", ["free", "fifo"])
-def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
+@pytest.mark.parametrize(("old_order", "cut"), [("free", False), ("free", True), ("fifo", False)])
+def test_the_short_path_never_passes_the_optimum(old_order: str, cut: bool) -> None:
     """On the crowded tiny instances with every call taken as short (a 1,000 s limit, no early
     share, the busy bound at any gap): the quick Lagrangian, the capacity program's larger
-    share, the busy bound, the search without the nodes' programs. At every node taken the
-    search's bound is at most the oracle's optimum and the answer is OPTIMAL at the optimum;
-    the short path was taken (the check is not vacuous)."""
+    share, the busy bound, under a free order the capacity probe and (``cut``: the probe
+    taken as cut short) the slot bound on its short grid with the latency floor, the search
+    without the nodes' programs. At every node taken the search's bound is at most the
+    oracle's optimum and the answer is OPTIMAL at the optimum; the short path was taken (the
+    check is not vacuous)."""
     reports: list[root_bounds.Strengthened] = []
     real = root_bounds.strengthen
 
@@ -160,6 +163,7 @@ def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
             mock.patch.object(root_bounds, "BUSY_SHORT_GAP", math.inf),  # whatever the gap
             mock.patch.object(bnb, "strengthen", strengthen),
             mock.patch.object(nodes, "schedule_live", limited),
+            mock.patch.object(free_short, "SEARCH_SHARE", 0.0 if cut else SEARCH_SHARE),
         ):
             found, seen, _ = _watched(inst, old_order, "default")
         best = oracle.objective
@@ -168,3 +172,79 @@ def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
         assert found.status is SolveStatus.OPTIMAL, (seed, found.message)
         assert found.objective == pytest.approx(best, rel=REL, abs=1e-9), seed
     assert len(reports) >= 10 and all(report.short for report in reports), len(reports)
+
+
+def _record_free_phases(
+    monkeypatch: pytest.MonkeyPatch, start: Start
+) -> list[tuple[str, float, float, dict[str, object]]]:
+    """Like :func:`_record_phases` for a short call under a free order: the capacity program's
+    fake returns 0.9 of the incumbent, the slot bound's (``priced_search``) nothing."""
+    given: list[tuple[str, float, float, dict[str, object]]] = []
+
+    def polish(*args: object, **kwargs: object) -> None:
+        given.append(("polish", 0.0, start.left_s(), {}))
+
+    def capacity(*args: object, time_limit_s: float, **kwargs: object) -> float:
+        given.append(("capacity", time_limit_s, start.left_s(), {}))
+        return 0.9 * start.incumbent.objective
+
+    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> None:
+        given.append(("slot", budget_s, start.left_s(), kwargs))
+
+    monkeypatch.setattr(start, "polish", polish)
+    monkeypatch.setattr(free_short, "capacity_bound", capacity)
+    monkeypatch.setattr(free_short, "priced_search", priced)
+    monkeypatch.setattr(root_bounds, "priced_search", priced)
+    monkeypatch.setattr(start, "proven", lambda: False)
+    return given
+
+
+def _free_start(time_limit_s: float) -> Start:
+    inst = _crowded(3)
+    hint = schedule_live(inst, method="zigzag", old_order="free")
+    args = {"objective": "mean_latency", "old_order": "free", "backend": "bnb"}
+    return start_point(inst, **args, time_limit_s=time_limit_s, hint=hint, relax=False)
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_a_short_free_call_probes_the_capacity_program_before_the_slot_bound(
+    monkeypatch: pytest.MonkeyPatch, ended: bool
+) -> None:
+    """A 1 s call under a free order: the capacity program first, in
+    :data:`~blitzplan.live.exact.free_short.FREE_PROBE_SHARE` of the time left; when it
+    ended nothing follows (the report says so), else the slot bound gets
+    :data:`~blitzplan.live.exact.free_short.FREE_SLOT_SHARE` of the time left on its short
+    grid with the latency floor."""
+    start = _free_start(1.0)
+    given = _record_free_phases(monkeypatch, start)
+    monkeypatch.setattr(free_short, "SEARCH_SHARE", 1.0 if ended else 0.0)
+    report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
+    assert report.short and report.ended == ended
+    assert [name for name, *_ in given] == ["polish", "capacity"] + ([] if ended else ["slot"])
+    _, probe, left, _ = given[1]
+    assert probe == pytest.approx(free_short.FREE_PROBE_SHARE * left, rel=1e-2)
+    assert start.bound >= 0.9 * start.incumbent.objective  # the probe's bound is kept
+    if not ended:
+        _, slot, left, grid = given[2]
+        assert slot == pytest.approx(free_short.FREE_SLOT_SHARE * left, rel=1e-2)
+        assert grid == {
+            "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
+            "moves": root_bounds.POLISH_MOVES,
+            "slots": free_short.FREE_SLOTS,
+            "latency_floor": True,
+        }
+
+
+def test_a_long_free_call_keeps_the_slot_bound_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1,000 s under a free order the slot bound comes first on its own grid, then the
+    capacity program in its share: the short path is not taken."""
+    start = _free_start(1000.0)
+    given = _record_free_phases(monkeypatch, start)
+    monkeypatch.setattr(root_bounds, "capacity_bound", free_short.capacity_bound)
+    report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
+    assert not report.short
+    assert [name for name, *_ in given][:3] == ["polish", "slot", "capacity"]
+    assert given[1][3] == {
+        "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
+        "moves": root_bounds.POLISH_MOVES,
+    }

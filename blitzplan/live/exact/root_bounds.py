@@ -27,6 +27,7 @@ from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangi
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start
+from blitzplan.live.exact.free_short import free_short_bounds
 from blitzplan.live.exact.priced import priced_search
 
 __all__ = [
@@ -160,6 +161,9 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     report = Strengthened(ended=False, short=short)
     if start.proven():
         return report
+    if short and start.old_order == "free" and start.objective == "mean_latency":
+        ended = free_short_bounds(start, root_bound, POLISH_SHARE_OF_LIMIT, POLISH_MOVES)
+        return report._replace(ended=ended)
     _slot_bound(start)
     if short:
         _quick_lagrangian(start, root_bound)
