@@ -18,8 +18,8 @@ from unittest import mock
 import pytest
 
 from blitzplan import schedule_live, validate_schedule
-from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.bound.dp import SEARCH_SHARE
+from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact import bnb, free_short, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.enumerate import count_schedules
@@ -213,26 +213,47 @@ def test_a_short_free_call_probes_the_capacity_program_before_the_slot_bound(
     """A 1 s call under a free order: the capacity program first, in
     :data:`~blitzplan.live.exact.free_short.FREE_PROBE_SHARE` of the time left; when it
     ended nothing follows (the report says so), else the slot bound gets
-    :data:`~blitzplan.live.exact.free_short.FREE_SLOT_SHARE` of the time left on its short
-    grid with the latency floor."""
+    :data:`~blitzplan.live.exact.free_short.FREE_SLOT_SHARE` of the time left (at most
+    :data:`~blitzplan.live.exact.free_short.FREE_SLOT_MAX_S`) on its short grid with the
+    latency floor, then the capacity program again with
+    :data:`~blitzplan.live.exact.free_short.FREE_AGAIN_SHARE` of the time left, more than the
+    probe had (the fakes here take no time)."""
     start = _free_start(1.0)
     given = _record_free_phases(monkeypatch, start)
     monkeypatch.setattr(free_short, "SEARCH_SHARE", 1.0 if ended else 0.0)
     report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
     assert report.short and report.ended == ended
-    assert [name for name, *_ in given] == ["polish", "capacity"] + ([] if ended else ["slot"])
+    names = ["polish", "capacity"] + ([] if ended else ["slot", "capacity"])
+    assert [name for name, *_ in given] == names
     _, probe, left, _ = given[1]
     assert probe == pytest.approx(free_short.FREE_PROBE_SHARE * left, rel=1e-2)
     assert start.bound >= 0.9 * start.incumbent.objective  # the probe's bound is kept
     if not ended:
         _, slot, left, grid = given[2]
-        assert slot == pytest.approx(free_short.FREE_SLOT_SHARE * left, rel=1e-2)
+        wanted = min(free_short.FREE_SLOT_SHARE * left, free_short.FREE_SLOT_MAX_S)
+        assert slot == pytest.approx(wanted, rel=1e-2)
         assert grid == {
             "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
             "moves": root_bounds.POLISH_MOVES,
             "slots": free_short.FREE_SLOTS,
             "latency_floor": True,
         }
+        _, again, left, _ = given[3]
+        assert again == pytest.approx(free_short.FREE_AGAIN_SHARE * left, rel=1e-2)
+        assert again > probe
+
+
+def test_a_short_free_call_skips_a_second_program_no_longer_than_the_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the slot bound leaves the capacity program no more time than its probe had, it
+    is not run again (it would be cut short from a higher floor, in less time)."""
+    start = _free_start(1.0)
+    given = _record_free_phases(monkeypatch, start)
+    monkeypatch.setattr(free_short, "SEARCH_SHARE", 0.0)
+    monkeypatch.setattr(free_short, "FREE_AGAIN_SHARE", 0.1 * free_short.FREE_PROBE_SHARE)
+    root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
+    assert [name for name, *_ in given] == ["polish", "capacity", "slot"]
 
 
 def test_a_long_free_call_keeps_the_slot_bound_first(monkeypatch: pytest.MonkeyPatch) -> None:

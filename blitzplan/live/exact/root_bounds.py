@@ -13,7 +13,9 @@ it can return: where the relaxation is far from the incumbent the Lagrangian bou
 steps come first (the cheapest lift, kept at once), then the capacity program gets most of
 the time (it ends there on small instances and is then the strongest), the busy bound runs
 only near the incumbent, and the search after them branches without the nodes' capacity
-programs (:class:`Strengthened`)."""
+programs (:class:`Strengthened`). Under a free order (mean latency) a short call's bounds are
+:mod:`blitzplan.live.exact.free_short`'s: the capacity program as a probe, then the slot
+bound."""
 
 from __future__ import annotations
 
