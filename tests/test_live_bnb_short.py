@@ -18,9 +18,8 @@ from unittest import mock
 import pytest
 
 from blitzplan import schedule_live, validate_schedule
-from blitzplan.live.bound.dp import SEARCH_SHARE
 from blitzplan.live.bound.relaxation import Restriction
-from blitzplan.live.exact import bnb, free_short, root_bounds
+from blitzplan.live.exact import bnb, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.solvers import SolveStatus
@@ -130,12 +129,12 @@ def test_the_root_is_given_its_capacity_program_again_only_when_it_was_cut(ended
     assert search.open[0].restriction == Restriction.none(start.instance)
 
 
-@pytest.mark.parametrize(("old_order", "cut"), [("free", False), ("free", True), ("fifo", False)])
-def test_the_short_path_never_passes_the_optimum(old_order: str, cut: bool) -> None:
+@pytest.mark.parametrize("old_order", ["free", "fifo"])
+def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
     """On the crowded tiny instances with every call taken as short (a 1,000 s limit, no early
     share, the busy bound at any gap): the quick Lagrangian, the capacity program's larger
-    share, the busy bound, under a free order the capacity probe and (``cut``: the probe
-    taken as cut short) the slot bound on its short grid with the latency floor, the search
+    share, the busy bound, under a free order the slot bound on its short grid with the
+    latency floor (:data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS`), the search
     without the nodes' programs. At every node taken the search's bound is at most the
     oracle's optimum and the answer is OPTIMAL at the optimum; the short path was taken (the
     check is not vacuous)."""
@@ -163,7 +162,6 @@ def test_the_short_path_never_passes_the_optimum(old_order: str, cut: bool) -> N
             mock.patch.object(root_bounds, "BUSY_SHORT_GAP", math.inf),  # whatever the gap
             mock.patch.object(bnb, "strengthen", strengthen),
             mock.patch.object(nodes, "schedule_live", limited),
-            mock.patch.object(free_short, "SEARCH_SHARE", 0.0 if cut else SEARCH_SHARE),
         ):
             found, seen, _ = _watched(inst, old_order, "default")
         best = oracle.objective
@@ -177,8 +175,8 @@ def test_the_short_path_never_passes_the_optimum(old_order: str, cut: bool) -> N
 def _record_free_phases(
     monkeypatch: pytest.MonkeyPatch, start: Start
 ) -> list[tuple[str, float, float, dict[str, object]]]:
-    """Like :func:`_record_phases` for a short call under a free order: the capacity program's
-    fake returns 0.9 of the incumbent, the slot bound's (``priced_search``) nothing."""
+    """Like :func:`_record_phases` under a free order: the slot bound's fake
+    (``priced_search``) records the grid it was given."""
     given: list[tuple[str, float, float, dict[str, object]]] = []
 
     def polish(*args: object, **kwargs: object) -> None:
@@ -192,80 +190,34 @@ def _record_free_phases(
         given.append(("slot", budget_s, start.left_s(), kwargs))
 
     monkeypatch.setattr(start, "polish", polish)
-    monkeypatch.setattr(free_short, "capacity_bound", capacity)
-    monkeypatch.setattr(free_short, "priced_search", priced)
+    monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
     monkeypatch.setattr(root_bounds, "priced_search", priced)
     monkeypatch.setattr(start, "proven", lambda: False)
     return given
 
 
-def _free_start(time_limit_s: float) -> Start:
+@pytest.mark.parametrize(("time_limit_s", "short"), [(1.0, True), (1000.0, False)])
+def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
+    monkeypatch: pytest.MonkeyPatch, time_limit_s: float, short: bool
+) -> None:
+    """Under a free order the slot bound comes first, in its share of the time left, then
+    the capacity program; in a short call on
+    :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS` slots with the latency floor, in a
+    long one on the default grid without it."""
     inst = _crowded(3)
     hint = schedule_live(inst, method="zigzag", old_order="free")
     args = {"objective": "mean_latency", "old_order": "free", "backend": "bnb"}
-    return start_point(inst, **args, time_limit_s=time_limit_s, hint=hint, relax=False)
-
-
-@pytest.mark.parametrize("ended", [False, True])
-def test_a_short_free_call_probes_the_capacity_program_before_the_slot_bound(
-    monkeypatch: pytest.MonkeyPatch, ended: bool
-) -> None:
-    """A 1 s call under a free order: the capacity program first, in
-    :data:`~blitzplan.live.exact.free_short.FREE_PROBE_SHARE` of the time left; when it
-    ended nothing follows (the report says so), else the slot bound gets
-    :data:`~blitzplan.live.exact.free_short.FREE_SLOT_SHARE` of the time left (at most
-    :data:`~blitzplan.live.exact.free_short.FREE_SLOT_MAX_S`) on its short grid with the
-    latency floor, then the capacity program again with
-    :data:`~blitzplan.live.exact.free_short.FREE_AGAIN_SHARE` of the time left, more than the
-    probe had (the fakes here take no time)."""
-    start = _free_start(1.0)
+    start = start_point(inst, **args, time_limit_s=time_limit_s, hint=hint, relax=False)
     given = _record_free_phases(monkeypatch, start)
-    monkeypatch.setattr(free_short, "SEARCH_SHARE", 1.0 if ended else 0.0)
     report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
-    assert report.short and report.ended == ended
-    names = ["polish", "capacity"] + ([] if ended else ["slot", "capacity"])
-    assert [name for name, *_ in given] == names
-    _, probe, left, _ = given[1]
-    assert probe == pytest.approx(free_short.FREE_PROBE_SHARE * left, rel=1e-2)
-    assert start.bound >= 0.9 * start.incumbent.objective  # the probe's bound is kept
-    if not ended:
-        _, slot, left, grid = given[2]
-        wanted = min(free_short.FREE_SLOT_SHARE * left, free_short.FREE_SLOT_MAX_S)
-        assert slot == pytest.approx(wanted, rel=1e-2)
-        assert grid == {
-            "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
-            "moves": root_bounds.POLISH_MOVES,
-            "slots": free_short.FREE_SLOTS,
-            "latency_floor": True,
-        }
-        _, again, left, _ = given[3]
-        assert again == pytest.approx(free_short.FREE_AGAIN_SHARE * left, rel=1e-2)
-        assert again > probe
-
-
-def test_a_short_free_call_skips_a_second_program_no_longer_than_the_probe(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """When the slot bound leaves the capacity program no more time than its probe had, it
-    is not run again (it would be cut short from a higher floor, in less time)."""
-    start = _free_start(1.0)
-    given = _record_free_phases(monkeypatch, start)
-    monkeypatch.setattr(free_short, "SEARCH_SHARE", 0.0)
-    monkeypatch.setattr(free_short, "FREE_AGAIN_SHARE", 0.1 * free_short.FREE_PROBE_SHARE)
-    root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
-    assert [name for name, *_ in given] == ["polish", "capacity", "slot"]
-
-
-def test_a_long_free_call_keeps_the_slot_bound_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    """At 1,000 s under a free order the slot bound comes first on its own grid, then the
-    capacity program in its share: the short path is not taken."""
-    start = _free_start(1000.0)
-    given = _record_free_phases(monkeypatch, start)
-    monkeypatch.setattr(root_bounds, "capacity_bound", free_short.capacity_bound)
-    report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
-    assert not report.short
+    assert report.short == short
     assert [name for name, *_ in given][:3] == ["polish", "slot", "capacity"]
-    assert given[1][3] == {
+    _, slot, left, grid = given[1]
+    wanted = min(root_bounds.SLOT_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
+    assert slot == pytest.approx(wanted, rel=1e-2)
+    assert grid == {
         "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
         "moves": root_bounds.POLISH_MOVES,
+        "slots": root_bounds.SHORT_SLOTS if short else None,
+        "latency_floor": short,
     }
