@@ -134,8 +134,9 @@ SHORT_SLOTS = 100
 latency floor (:class:`~blitzplan.live.bound.slot_prices.SlotPrices`), in place of
 :data:`~blitzplan.live.bound.slot_prices.SLOTS` = 250 without it: its steps are cheaper and,
 on (32,16) free of ``benchmarks/partition.py``, 100 such slots in 0.4 CPU s bounded about as
-high as 250 in 0.7 s. 1 CPU s calls, seeds 0-9, free order, mean gap: (32,16) 6.17 -> 5.32%,
-(40,12) 1.66 -> 1.33%, (80,16) PLACEHOLDER (docs/benchmarks.md, s23-h4)."""
+high as 250 in 0.7 s. 1 CPU s calls, seeds 0-9, free order, mean gap, base and this in one
+run: (32,16) 6.22 -> 5.70%, (40,12) 1.82 -> 1.44%, (80,16) 25.6 -> 14.2% (a bound higher and
+incumbents from more priced steps; docs/benchmarks.md, s23-h4)."""
 
 SLOT_MIN_S = 0.1
 """A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
