@@ -133,9 +133,11 @@ def test_the_root_is_given_its_capacity_program_again_only_when_it_was_cut(ended
 def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
     """On the crowded tiny instances with every call taken as short (a 1,000 s limit, no early
     share, the busy bound at any gap): the quick Lagrangian, the capacity program's larger
-    share, the busy bound, the search without the nodes' programs. At every node taken the
-    search's bound is at most the oracle's optimum and the answer is OPTIMAL at the optimum;
-    the short path was taken (the check is not vacuous)."""
+    share, the busy bound, under a free order the slot bound on its short grid with the
+    latency floor (:data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS`), the search
+    without the nodes' programs. At every node taken the search's bound is at most the
+    oracle's optimum and the answer is OPTIMAL at the optimum; the short path was taken (the
+    check is not vacuous)."""
     reports: list[root_bounds.Strengthened] = []
     real = root_bounds.strengthen
 
@@ -168,3 +170,54 @@ def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
         assert found.status is SolveStatus.OPTIMAL, (seed, found.message)
         assert found.objective == pytest.approx(best, rel=REL, abs=1e-9), seed
     assert len(reports) >= 10 and all(report.short for report in reports), len(reports)
+
+
+def _record_free_phases(
+    monkeypatch: pytest.MonkeyPatch, start: Start
+) -> list[tuple[str, float, float, dict[str, object]]]:
+    """Like :func:`_record_phases` under a free order: the slot bound's fake
+    (``priced_search``) records the grid it was given."""
+    given: list[tuple[str, float, float, dict[str, object]]] = []
+
+    def polish(*args: object, **kwargs: object) -> None:
+        given.append(("polish", 0.0, start.left_s(), {}))
+
+    def capacity(*args: object, time_limit_s: float, **kwargs: object) -> float:
+        given.append(("capacity", time_limit_s, start.left_s(), {}))
+        return 0.9 * start.incumbent.objective
+
+    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> None:
+        given.append(("slot", budget_s, start.left_s(), kwargs))
+
+    monkeypatch.setattr(start, "polish", polish)
+    monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
+    monkeypatch.setattr(root_bounds, "priced_search", priced)
+    monkeypatch.setattr(start, "proven", lambda: False)
+    return given
+
+
+@pytest.mark.parametrize(("time_limit_s", "short"), [(1.0, True), (1000.0, False)])
+def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
+    monkeypatch: pytest.MonkeyPatch, time_limit_s: float, short: bool
+) -> None:
+    """Under a free order the slot bound comes first, in its share of the time left, then
+    the capacity program; in a short call on
+    :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS` slots with the latency floor, in a
+    long one on the default grid without it."""
+    inst = _crowded(3)
+    hint = schedule_live(inst, method="zigzag", old_order="free")
+    args = {"objective": "mean_latency", "old_order": "free", "backend": "bnb"}
+    start = start_point(inst, **args, time_limit_s=time_limit_s, hint=hint, relax=False)
+    given = _record_free_phases(monkeypatch, start)
+    report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
+    assert report.short == short
+    assert [name for name, *_ in given][:3] == ["polish", "slot", "capacity"]
+    _, slot, left, grid = given[1]
+    wanted = min(root_bounds.SLOT_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
+    assert slot == pytest.approx(wanted, rel=1e-2)
+    assert grid == {
+        "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
+        "moves": root_bounds.POLISH_MOVES,
+        "slots": root_bounds.SHORT_SLOTS if short else None,
+        "latency_floor": short,
+    }

@@ -40,6 +40,7 @@ from blitzplan.live.bound.slots import (
 from blitzplan.live.exact.common import finish, start_point
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
 from blitzplan.live.exact.priced import priced_search
+from blitzplan.live.exact.root_bounds import SHORT_SLOTS
 from blitzplan.live.schedule import build_schedule, lower_bound
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
@@ -66,16 +67,21 @@ def _tolerance(value: float) -> float:
 
 
 @settings(max_examples=120, deadline=None, derandomize=True)
-@given(instances(max_layers=4, max_batches=4), st.booleans())
+@given(instances(max_layers=4, max_batches=4), st.booleans(), st.booleans())
 def test_the_slot_bound_never_exceeds_the_enumerated_optimum(
-    instance: LiveScalingInstance, steered: bool
+    instance: LiveScalingInstance, steered: bool, floored: bool
 ) -> None:
     """Property: no schedule (the exhaustive oracle, free order) beats the bound, whether the
-    prices are steered toward the optimum itself or not."""
+    prices are steered toward the optimum itself or not, on the default grid or on the short
+    free call's (:data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS` slots, the latency
+    floor)."""
     assume(count_schedules(instance, old_order="free") <= 3_000)
     oracle = schedule_live(instance, method="exact", backend="enumerate")
     upper = oracle.objective if steered else math.inf
-    bound, _ = slot_bound(instance, upper_bound=upper, iterations=60)
+    slots = SHORT_SLOTS if floored else None
+    bound, _ = slot_bound(
+        instance, upper_bound=upper, iterations=60, slots=slots, latency_floor=floored
+    )
     assert bound <= oracle.objective + _tolerance(oracle.objective)
 
 

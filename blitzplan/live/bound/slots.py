@@ -233,6 +233,8 @@ def slot_bound(
     completion_s: Sequence[float] | None = None,
     min_steps: int = MIN_STEPS,
     on_paths: Callable[[list[SlotPath]], float] | None = None,
+    slots: int | None = None,
+    latency_floor: bool = False,
 ) -> tuple[float, SlotPrices | None]:
     """(a lower bound on the mean latency, the prices that gave it) by subgradient steps (see
     the module docstring); ``(-inf, None)`` for another objective. ``upper_bound`` (a known
@@ -243,14 +245,18 @@ def slot_bound(
     first prices took the time: then the answer is ``(-inf, None)``), and after the first when
     fewer than ``min_steps`` would fit. ``on_paths``, given every step's choices,
     answers the best schedule value known then (it may turn them into schedules,
-    :func:`priced_orders`): the steps aim at it from then on."""
+    :func:`priced_orders`): the steps aim at it from then on. ``slots`` and ``latency_floor``:
+    the grid (default :data:`~blitzplan.live.bound.slot_prices.SLOTS` slots) and the
+    program's latency floor (see :class:`SlotPrices`)."""
     if objective != "mean_latency":
         return -math.inf, None
     deadline = math.inf if time_limit_s is None else time.perf_counter() + time_limit_s
+    floor = latency_floor
     if completion_s is None:
-        prices = SlotPrices(instance, default_horizon_s(instance))
+        prices = SlotPrices(instance, default_horizon_s(instance), slots, latency_floor=floor)
     else:
-        prices = SlotPrices(instance, HORIZON_PAST_LAST * max(completion_s))
+        horizon = HORIZON_PAST_LAST * max(completion_s)
+        prices = SlotPrices(instance, horizon, slots, latency_floor=floor)
         _first_prices(prices, completion_s, deadline_s=deadline)
     if time.perf_counter() > deadline:  # the set-up took the time: no step, no bound
         return -math.inf, None

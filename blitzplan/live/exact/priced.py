@@ -25,10 +25,20 @@ from blitzplan.live.schedule import Schedule
 __all__ = ["priced_search"]
 
 
-def priced_search(start: Start, *, budget_s: float, polish_share: float, moves: int) -> None:
+def priced_search(
+    start: Start,
+    *,
+    budget_s: float,
+    polish_share: float,
+    moves: int,
+    slots: int | None = None,
+    latency_floor: bool = False,
+) -> None:
     """The slot bound from the incumbent's completions and value within ``budget_s`` (its
-    bound raises ``start``'s), every step's priced choices offered as a schedule; then the
-    best of those polished for ``polish_share`` of the time left (at most ``moves`` moves)."""
+    bound raises ``start``'s; ``slots`` and ``latency_floor``: its grid, see
+    :func:`~blitzplan.live.bound.slots.slot_bound`), every step's priced choices offered as a
+    schedule; then the best of those polished for ``polish_share`` of the time left (at most
+    ``moves`` moves)."""
     best = start.incumbent
     args = (start.objective, start.old_order, start.backend)
     priced: list[Schedule] = []
@@ -46,6 +56,8 @@ def priced_search(start: Start, *, budget_s: float, polish_share: float, moves: 
         time_limit_s=budget_s,
         completion_s=best.completion_s,
         on_paths=offer,
+        slots=slots,
+        latency_floor=latency_floor,
     )
     start.raise_bound(bound)
     if not priced or start.proven():

@@ -13,7 +13,8 @@ it can return: where the relaxation is far from the incumbent the Lagrangian bou
 steps come first (the cheapest lift, kept at once), then the capacity program gets most of
 the time (it ends there on small instances and is then the strongest), the busy bound runs
 only near the incumbent, and the search after them branches without the nodes' capacity
-programs (:class:`Strengthened`)."""
+programs (:class:`Strengthened`); under a free order the slot bound there runs on a coarser
+grid with its program's latency floor (:data:`SHORT_SLOTS`)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ __all__ = [
     "POLISH_SHARE_OF_LIMIT",
     "QUICK_LAGRANGE_SHARE",
     "SHORT_NODE_CAPACITY",
+    "SHORT_SLOTS",
     "SLOT_SHARE_OF_LIMIT",
     "Strengthened",
     "strengthen",
@@ -127,6 +129,15 @@ free order; :mod:`blitzplan.live.bound.slots`), before the capacity bound. On (8
 is the final bound and rises with its steps (0.5 against 0.25: gaps 22.3 / 18.6 / 27.2% ->
 19.6 / 18.1 / 18.2% on three instances); on (32,16) the bounds were equal or higher."""
 
+SHORT_SLOTS = 100
+"""The slot bound's grid in a short call (:data:`CAPACITY_SHORT_S`), with its program's
+latency floor (:class:`~blitzplan.live.bound.slot_prices.SlotPrices`), in place of
+:data:`~blitzplan.live.bound.slot_prices.SLOTS` = 250 without it: its steps are cheaper and,
+on (32,16) free of ``benchmarks/partition.py``, 100 such slots in 0.4 CPU s bounded about as
+high as 250 in 0.7 s. 1 CPU s calls, seeds 0-9, free order, mean gap, base and this in one
+run: (32,16) 6.22 -> 5.70%, (40,12) 1.82 -> 1.44%, (80,16) 25.6 -> 14.2% (a bound higher and
+incumbents from more priced steps; docs/benchmarks.md, s23-h4)."""
+
 SLOT_MIN_S = 0.1
 """A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
 
@@ -160,7 +171,7 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     report = Strengthened(ended=False, short=short)
     if start.proven():
         return report
-    _slot_bound(start)
+    _slot_bound(start, short)
     if short:
         _quick_lagrangian(start, root_bound)
     share = FREE_CAPACITY_SHARE if start.old_order == "free" else CAPACITY_SHARE_OF_LIMIT
@@ -248,11 +259,12 @@ def _busy_bound(start: Start, short: bool = False) -> None:
     start.raise_bound(relax.obj.final(bound))
 
 
-def _slot_bound(start: Start) -> None:
+def _slot_bound(start: Start, short: bool = False) -> None:
     """The slot bound (mean latency, O's order free) from the incumbent's completions and
     value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
     (:func:`~blitzplan.live.bound.slots.slot_setup_s`, stretched by the load seen so far:
-    nothing cuts the set-up short). It bounds every order, so
+    nothing cuts the set-up short); in a ``short`` call on :data:`SHORT_SLOTS` slots with the
+    latency floor. It bounds every order, so
     under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
     the free order): it is not run there. Every step's priced choices are offered as a
     schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
@@ -262,4 +274,11 @@ def _slot_bound(start: Start) -> None:
     setup_s = slot_setup_s(start.instance) * start.slowdown()  # it cannot stop before a step
     if not wanted or not best.has_ops or budget < max(SLOT_MIN_S, setup_s):
         return
-    priced_search(start, budget_s=budget, polish_share=POLISH_SHARE_OF_LIMIT, moves=POLISH_MOVES)
+    priced_search(
+        start,
+        budget_s=budget,
+        polish_share=POLISH_SHARE_OF_LIMIT,
+        moves=POLISH_MOVES,
+        slots=SHORT_SLOTS if short else None,
+        latency_floor=short,
+    )
