@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
-from blitzplan.live.exact import priced
-from blitzplan.live.exact import root_bounds
+from blitzplan.live.exact import priced, root_bounds
 from blitzplan.live.exact.common import finish, start_point
 from blitzplan.live.schedule import Schedule
 
