@@ -39,12 +39,13 @@ def _start(instance: LiveScalingInstance, left_s: float | None) -> Any:
     )
 
 
+@pytest.mark.parametrize("starts", [priced.PRICED_STARTS, 1])
 def test_the_best_distinct_priced_schedules_are_polished_best_first(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, starts: int
 ) -> None:
-    """Every priced schedule offered is recorded; the polished starts are the
-    ``PRICED_STARTS`` least distinct values among them, in increasing order, each polished
-    once, and the incumbent left passes the checker at a value no worse than any of them."""
+    """Every priced schedule offered is recorded; the polished starts are the ``starts`` least
+    distinct values among them, in increasing order, each polished once, and the incumbent
+    left passes the checker at a value no worse than any of them."""
     instance = _instance()
     offered: list[float] = []
     polished: list[float] = []
@@ -63,10 +64,10 @@ def test_the_best_distinct_priced_schedules_are_polished_best_first(
     monkeypatch.setattr(priced, "decode", recording_decode)
     monkeypatch.setattr(priced, "polish", recording_polish)
     start = _start(instance, None)
-    priced.priced_search(start, budget_s=math.inf, polish_share=0.5, moves=50)
+    priced.priced_search(start, budget_s=math.inf, polish_share=0.5, moves=50, starts=starts)
     steps = offered[: len(offered) - len(polished)]  # the polished results are decoded last
-    assert len(set(steps)) > priced.PRICED_STARTS  # the case has more than it keeps
-    assert polished == sorted(set(steps))[: priced.PRICED_STARTS]
+    assert len(set(steps)) > starts  # the case has more than it keeps
+    assert polished == sorted(set(steps))[:starts]
     found = finish(start)
     report = validate_schedule(instance, found)
     assert report.ok, report.violations
@@ -75,16 +76,18 @@ def test_the_best_distinct_priced_schedules_are_polished_best_first(
 
 def test_a_free_order_call_not_short_gives_the_priced_starts_the_polish() -> None:
     """Under a free order and mean latency a call of 10 s splits the polish as
-    ``FREE_POLISH_SHARE`` first and ``PRICED_POLISH_SHARE`` after the slot bound; a short call
-    (or FIFO) keeps ``POLISH_SHARE_OF_LIMIT`` for both."""
+    ``FREE_POLISH_SHARE`` first and ``PRICED_POLISH_SHARE`` after the slot bound, over
+    ``PRICED_STARTS`` starts; a short call (or FIFO) keeps ``POLISH_SHARE_OF_LIMIT`` for both
+    and the best priced schedule alone."""
     instance = _instance()
     long_call = _start(instance, 10.0)
     assert root_bounds._polish_shares(long_call) == (
         root_bounds.FREE_POLISH_SHARE,
         root_bounds.PRICED_POLISH_SHARE,
+        priced.PRICED_STARTS,
     )
     short_call = _start(instance, 1.0)
-    plain = (root_bounds.POLISH_SHARE_OF_LIMIT, root_bounds.POLISH_SHARE_OF_LIMIT)
+    plain = (root_bounds.POLISH_SHARE_OF_LIMIT, root_bounds.POLISH_SHARE_OF_LIMIT, 1)
     assert root_bounds._polish_shares(short_call) == plain
     fifo = start_point(
         instance,

@@ -30,20 +30,29 @@ from blitzplan.live.schedule import Schedule
 __all__ = ["PRICED_STARTS", "priced_search"]
 
 PRICED_STARTS = 4
-"""The most priced schedules (the best distinct values of the steps) that are polished."""
+"""The most priced schedules (the best distinct values of the steps) that are polished, by
+default (:mod:`~blitzplan.live.exact.root_bounds` polishes the best alone in a short call)."""
 
 
-def priced_search(start: Start, *, budget_s: float, polish_share: float, moves: int) -> None:
+def priced_search(
+    start: Start,
+    *,
+    budget_s: float,
+    polish_share: float,
+    moves: int,
+    starts: int = PRICED_STARTS,
+) -> None:
     """The slot bound from the incumbent's completions and value within ``budget_s`` (its
     bound raises ``start``'s), every step's priced choices offered as a schedule; then the
-    best of those polished for ``polish_share`` of the time left (at most ``moves`` moves)."""
+    ``starts`` best distinct of those polished, best first, in even shares of
+    ``polish_share`` of the time left (at most ``moves`` moves each)."""
     best = start.incumbent
     args = (start.objective, start.old_order, start.backend)
     priced: dict[float, Schedule] = {}
 
     def offer(paths: list[SlotPath]) -> float:
         schedule = decode(start.instance, *priced_orders(start.instance, paths), *args)
-        _keep(priced, schedule)
+        _keep(priced, schedule, starts)
         start.offer(schedule)
         return start.incumbent.objective
 
@@ -56,8 +65,8 @@ def priced_search(start: Start, *, budget_s: float, polish_share: float, moves: 
     )
     start.raise_bound(bound)
     deadline = time.perf_counter() + polish_share * start.left_s()
-    starts = sorted(priced.values(), key=lambda schedule: schedule.objective)
-    for count, schedule in enumerate(starts):
+    kept = sorted(priced.values(), key=lambda schedule: schedule.objective)
+    for count, schedule in enumerate(kept):
         now = time.perf_counter()
         if start.proven() or now >= deadline:
             return
@@ -66,17 +75,17 @@ def priced_search(start: Start, *, budget_s: float, polish_share: float, moves: 
             schedule,
             objective=start.objective,
             old_order=start.old_order,
-            deadline_s=now + (deadline - now) / (len(starts) - count),
+            deadline_s=now + (deadline - now) / (len(kept) - count),
             bound=start.bound,
             max_moves=moves,
         )
         start.offer(decode(start.instance, found.split, found.new, found.old, *args))
 
 
-def _keep(priced: dict[float, Schedule], schedule: Schedule) -> None:
-    """Keep ``schedule`` among the :data:`PRICED_STARTS` best distinct values in ``priced``."""
+def _keep(priced: dict[float, Schedule], schedule: Schedule, most: int) -> None:
+    """Keep ``schedule`` among the ``most`` best distinct values in ``priced``."""
     if schedule.objective in priced:
         return
     priced[schedule.objective] = schedule
-    if len(priced) > PRICED_STARTS:
+    if len(priced) > most:
         del priced[max(priced)]

@@ -27,7 +27,7 @@ from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangi
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start
-from blitzplan.live.exact.priced import priced_search
+from blitzplan.live.exact.priced import PRICED_STARTS, priced_search
 
 __all__ = [
     "BUSY_SHARE_OF_LIMIT",
@@ -168,13 +168,13 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     of the time left when it starts, and none starts past ``start``'s deadline. In a short
     call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
     the capacity program gets most of the time."""
-    first, then = _polish_shares(start)
+    first, then, starts = _polish_shares(start)
     start.polish(first * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
     short = CAPACITY_SHARE_OF_LIMIT * start.left_s() < CAPACITY_SHORT_S
     report = Strengthened(ended=False, short=short)
     if start.proven():
         return report
-    _slot_bound(start, then)
+    _slot_bound(start, then, starts)
     if short:
         _quick_lagrangian(start, root_bound)
     share = FREE_CAPACITY_SHARE if start.old_order == "free" else CAPACITY_SHARE_OF_LIMIT
@@ -262,14 +262,14 @@ def _busy_bound(start: Start, short: bool = False) -> None:
     start.raise_bound(relax.obj.final(bound))
 
 
-def _slot_bound(start: Start, polish_share: float = POLISH_SHARE_OF_LIMIT) -> None:
+def _slot_bound(start: Start, polish_share: float = POLISH_SHARE_OF_LIMIT, starts: int = 1) -> None:
     """The slot bound (mean latency, O's order free) from the incumbent's completions and
     value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
     (:func:`~blitzplan.live.bound.slots.slot_setup_s`, stretched by the load seen so far:
     nothing cuts the set-up short). It bounds every order, so
     under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
     the free order): it is not run there. Every step's priced choices are offered as a
-    schedule, the best of them then polished in ``polish_share`` of the time left
+    schedule, the ``starts`` best of them then polished in ``polish_share`` of the time left
     (:mod:`blitzplan.live.exact.priced`)."""
     best = start.incumbent
     budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
@@ -277,16 +277,20 @@ def _slot_bound(start: Start, polish_share: float = POLISH_SHARE_OF_LIMIT) -> No
     setup_s = slot_setup_s(start.instance) * start.slowdown()  # it cannot stop before a step
     if not wanted or not best.has_ops or budget < max(SLOT_MIN_S, setup_s):
         return
-    priced_search(start, budget_s=budget, polish_share=polish_share, moves=POLISH_MOVES)
+    priced_search(
+        start, budget_s=budget, polish_share=polish_share, moves=POLISH_MOVES, starts=starts
+    )
 
 
-def _polish_shares(start: Start) -> tuple[float, float]:
+def _polish_shares(start: Start) -> tuple[float, float, int]:
     """The shares of the time left that the local search from the incumbent and the polish of
-    the slot bound's priced schedules get: :data:`FREE_POLISH_SHARE` and
-    :data:`PRICED_POLISH_SHARE` under mean latency, a free order and a call not short
-    (:data:`CAPACITY_SHORT_S`, judged on the time left now), else
-    :data:`POLISH_SHARE_OF_LIMIT` both."""
+    the slot bound's priced schedules get, and how many priced schedules are polished:
+    :data:`FREE_POLISH_SHARE`, :data:`PRICED_POLISH_SHARE` and
+    :data:`~blitzplan.live.exact.priced.PRICED_STARTS` under mean latency, a free order and a
+    call not short (:data:`CAPACITY_SHORT_S`, judged on the time left now), else
+    :data:`POLISH_SHARE_OF_LIMIT` both and the best priced schedule alone (a short call's
+    path as before)."""
     free = start.objective == "mean_latency" and start.old_order == "free"
     if free and CAPACITY_SHARE_OF_LIMIT * start.left_s() >= CAPACITY_SHORT_S:
-        return FREE_POLISH_SHARE, PRICED_POLISH_SHARE
-    return POLISH_SHARE_OF_LIMIT, POLISH_SHARE_OF_LIMIT
+        return FREE_POLISH_SHARE, PRICED_POLISH_SHARE, PRICED_STARTS
+    return POLISH_SHARE_OF_LIMIT, POLISH_SHARE_OF_LIMIT, 1
