@@ -22,6 +22,7 @@ from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact import bnb, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.exact.priced import PRICED_STARTS
 from blitzplan.solvers import SolveStatus
 from tests import test_live_bnb_nodes as nodes
 from tests.test_live_bnb_nodes import REL, SEEDS, _crowded, _watched
@@ -216,8 +217,11 @@ def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
     wanted = min(root_bounds.SLOT_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
     assert slot == pytest.approx(wanted, rel=1e-2)
     assert grid == {
-        "polish_share": root_bounds.POLISH_SHARE_OF_LIMIT,
+        "polish_share": (
+            root_bounds.POLISH_SHARE_OF_LIMIT if short else root_bounds.PRICED_POLISH_SHARE
+        ),
         "moves": root_bounds.POLISH_MOVES,
         "slots": root_bounds.SHORT_SLOTS if short else None,
         "latency_floor": short,
+        "starts": 1 if short else PRICED_STARTS,
     }

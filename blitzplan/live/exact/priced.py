@@ -6,10 +6,15 @@ schedule (:func:`~blitzplan.live.bound.slots.priced_orders`: the priced splits, 
 order of the priced starts, N list-scheduled against them), that is a Lagrangian heuristic: the
 prices spread the batches' claims on both instances over time, where the N-capacity
 relaxation's plan lets them crowd N. Each is offered to the incumbent, the steps aim at the
-best known, and the best of them is then polished by the local search of
-:mod:`blitzplan.live.improve`, better than the incumbent or not: a start of its own. On
+best known, and the best of them (up to :data:`PRICED_STARTS` distinct values, best first,
+each in an even share of the time left for them) are then polished by the local search of
+:mod:`blitzplan.live.improve`, better than the incumbent or not: starts of their own. On
 (80,16) seed 0 of ``benchmarks/partition.py`` it went from 1.687 to 1.532 in 3 s where the
-incumbent was 1.542; on (32,16) seed 1 `bnb`'s 10 s went from 0.731 to 0.669-0.674.
+incumbent was 1.542; on (32,16) seed 1 `bnb`'s 10 s went from 0.731 to 0.669-0.674. Where a
+start ends depends much on which it is (the split jumps decide most): on (80,16) seed 0 under
+a free order the 8 best priced schedules of 2.5 s of steps (1.620-1.712) ended at 1.480-1.541
+after the jumps and 0.3 s of moves, the best priced one at 1.485, the 2nd at 1.541
+(docs/benchmarks.md, s23-h3).
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.improve import polish
 from blitzplan.live.schedule import Schedule
 
-__all__ = ["priced_search"]
+__all__ = ["PRICED_STARTS", "priced_search"]
+
+PRICED_STARTS = 4
+"""The most priced schedules (the best distinct values of the steps) that are polished, by
+default (:mod:`~blitzplan.live.exact.root_bounds` polishes the best alone in a short call)."""
 
 
 def priced_search(
@@ -33,20 +42,20 @@ def priced_search(
     moves: int,
     slots: int | None = None,
     latency_floor: bool = False,
+    starts: int = PRICED_STARTS,
 ) -> None:
     """The slot bound from the incumbent's completions and value within ``budget_s`` (its
     bound raises ``start``'s; ``slots`` and ``latency_floor``: its grid, see
     :func:`~blitzplan.live.bound.slots.slot_bound`), every step's priced choices offered as a
-    schedule; then the best of those polished for ``polish_share`` of the time left (at most
-    ``moves`` moves)."""
+    schedule; then the ``starts`` best distinct of those polished, best first, in even shares
+    of ``polish_share`` of the time left (at most ``moves`` moves each)."""
     best = start.incumbent
     args = (start.objective, start.old_order, start.backend)
-    priced: list[Schedule] = []
+    priced: dict[float, Schedule] = {}
 
     def offer(paths: list[SlotPath]) -> float:
         schedule = decode(start.instance, *priced_orders(start.instance, paths), *args)
-        if not priced or schedule.objective < priced[0].objective:
-            priced[:] = [schedule]
+        _keep(priced, schedule, starts)
         start.offer(schedule)
         return start.incumbent.objective
 
@@ -60,15 +69,28 @@ def priced_search(
         latency_floor=latency_floor,
     )
     start.raise_bound(bound)
-    if not priced or start.proven():
+    deadline = time.perf_counter() + polish_share * start.left_s()
+    kept = sorted(priced.values(), key=lambda schedule: schedule.objective)
+    for count, schedule in enumerate(kept):
+        now = time.perf_counter()
+        if start.proven() or now >= deadline:
+            return
+        found = polish(
+            start.instance,
+            schedule,
+            objective=start.objective,
+            old_order=start.old_order,
+            deadline_s=now + (deadline - now) / (len(kept) - count),
+            bound=start.bound,
+            max_moves=moves,
+        )
+        start.offer(decode(start.instance, found.split, found.new, found.old, *args))
+
+
+def _keep(priced: dict[float, Schedule], schedule: Schedule, most: int) -> None:
+    """Keep ``schedule`` among the ``most`` best distinct values in ``priced``."""
+    if schedule.objective in priced:
         return
-    found = polish(
-        start.instance,
-        priced[0],
-        objective=start.objective,
-        old_order=start.old_order,
-        deadline_s=time.perf_counter() + polish_share * start.left_s(),
-        bound=start.bound,
-        max_moves=moves,
-    )
-    start.offer(decode(start.instance, found.split, found.new, found.old, *args))
+    priced[schedule.objective] = schedule
+    if len(priced) > most:
+        del priced[max(priced)]

@@ -28,7 +28,7 @@ from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangi
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start
-from blitzplan.live.exact.priced import priced_search
+from blitzplan.live.exact.priced import PRICED_STARTS, priced_search
 
 __all__ = [
     "BUSY_SHARE_OF_LIMIT",
@@ -39,8 +39,10 @@ __all__ = [
     "CAPACITY_SHORT_S",
     "CAPACITY_SHORT_SHARE",
     "FREE_CAPACITY_SHARE",
+    "FREE_POLISH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
+    "PRICED_POLISH_SHARE",
     "QUICK_LAGRANGE_SHARE",
     "SHORT_NODE_CAPACITY",
     "SHORT_SLOTS",
@@ -51,6 +53,17 @@ __all__ = [
 
 POLISH_SHARE_OF_LIMIT = 0.2
 """The share of the time left after the root that a local search from the incumbent gets."""
+
+PRICED_POLISH_SHARE = 0.4
+"""Under a free order (mean latency), the share of the time left after the slot bound that
+the polish of its best priced schedules gets (:mod:`blitzplan.live.exact.priced`); the local
+search from the incumbent before it then gets :data:`FREE_POLISH_SHARE`: on (80,16) the priced
+starts, polished, end 2-5% below it (docs/benchmarks.md, s23-h3)."""
+
+FREE_POLISH_SHARE = 0.05
+"""The share of the time left after the root that the local search from the incumbent gets in
+place of :data:`POLISH_SHARE_OF_LIMIT` where the slot bound runs after it (mean latency, a free
+order; see :data:`PRICED_POLISH_SHARE`)."""
 
 POLISH_MOVES = 20_000
 """The most moves that local search tries (a fixed budget: without a time limit, runs repeat)."""
@@ -166,12 +179,13 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     of the time left when it starts, and none starts past ``start``'s deadline. In a short
     call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
     the capacity program gets most of the time."""
-    start.polish(POLISH_SHARE_OF_LIMIT * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
+    first, then, starts = _polish_shares(start)
+    start.polish(first * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
     short = CAPACITY_SHARE_OF_LIMIT * start.left_s() < CAPACITY_SHORT_S
     report = Strengthened(ended=False, short=short)
     if start.proven():
         return report
-    _slot_bound(start, short)
+    _slot_bound(start, short, then, starts)
     if short:
         _quick_lagrangian(start, root_bound)
     share = FREE_CAPACITY_SHARE if start.old_order == "free" else CAPACITY_SHARE_OF_LIMIT
@@ -259,7 +273,12 @@ def _busy_bound(start: Start, short: bool = False) -> None:
     start.raise_bound(relax.obj.final(bound))
 
 
-def _slot_bound(start: Start, short: bool = False) -> None:
+def _slot_bound(
+    start: Start,
+    short: bool = False,
+    polish_share: float = POLISH_SHARE_OF_LIMIT,
+    starts: int = 1,
+) -> None:
     """The slot bound (mean latency, O's order free) from the incumbent's completions and
     value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
     (:func:`~blitzplan.live.bound.slots.slot_setup_s`, stretched by the load seen so far:
@@ -267,7 +286,8 @@ def _slot_bound(start: Start, short: bool = False) -> None:
     latency floor. It bounds every order, so
     under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
     the free order): it is not run there. Every step's priced choices are offered as a
-    schedule, the best of them then polished (:mod:`blitzplan.live.exact.priced`)."""
+    schedule, the ``starts`` best of them then polished in ``polish_share`` of the time left
+    (:mod:`blitzplan.live.exact.priced`)."""
     best = start.incumbent
     budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
     wanted = start.objective == "mean_latency" and start.old_order == "free"
@@ -277,8 +297,23 @@ def _slot_bound(start: Start, short: bool = False) -> None:
     priced_search(
         start,
         budget_s=budget,
-        polish_share=POLISH_SHARE_OF_LIMIT,
+        polish_share=polish_share,
         moves=POLISH_MOVES,
         slots=SHORT_SLOTS if short else None,
         latency_floor=short,
+        starts=starts,
     )
+
+
+def _polish_shares(start: Start) -> tuple[float, float, int]:
+    """The shares of the time left that the local search from the incumbent and the polish of
+    the slot bound's priced schedules get, and how many priced schedules are polished:
+    :data:`FREE_POLISH_SHARE`, :data:`PRICED_POLISH_SHARE` and
+    :data:`~blitzplan.live.exact.priced.PRICED_STARTS` under mean latency, a free order and a
+    call not short (:data:`CAPACITY_SHORT_S`, judged on the time left now), else
+    :data:`POLISH_SHARE_OF_LIMIT` both and the best priced schedule alone (a short call's
+    path as before)."""
+    free = start.objective == "mean_latency" and start.old_order == "free"
+    if free and CAPACITY_SHARE_OF_LIMIT * start.left_s() >= CAPACITY_SHORT_S:
+        return FREE_POLISH_SHARE, PRICED_POLISH_SHARE, PRICED_STARTS
+    return POLISH_SHARE_OF_LIMIT, POLISH_SHARE_OF_LIMIT, 1
