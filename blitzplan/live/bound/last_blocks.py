@@ -60,10 +60,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from blitzplan.live.bound import forced_idle
+
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity
 
-__all__ = ["LAZY_PAIRS", "PAIRS", "PAIRS_SLACK_S", "carry_pairs", "fill_pairs", "pair_extra_s"]
+__all__ = [
+    "LAZY_PAIRS",
+    "PAIRS",
+    "PAIRS_SLACK_S",
+    "carry_pairs",
+    "fill_pairs",
+    "lift_s",
+    "pair_extra_s",
+]
 
 PAIRS = True
 """Whether the free-order capacity program counts the pair bound."""
@@ -242,4 +252,21 @@ def _lifts(
     for i in np.unique(last):
         at = np.flatnonzero(last == i)
         on_new = (works[at], ends_new[at])
-        out[rows[at]] = pair_extra_s(cap, int(i), free[at], served[:, at], ends[at], on_new)
+        out[rows[at]] = lift_s(cap, int(i), free[at], served[:, at], ends[at], on_new)
+
+
+def lift_s(
+    cap: Capacity,
+    i: int,
+    free: np.ndarray,
+    served: np.ndarray,
+    ends: np.ndarray,
+    left_on_new: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """:func:`pair_extra_s`, and the larger of it and the lift with N's forced idle
+    (:func:`~blitzplan.live.bound.forced_idle.idle_extra_s`) where N must idle."""
+    lift = pair_extra_s(cap, i, free, served, ends, left_on_new)
+    steps = forced_idle.steps_of(cap)
+    if not steps:
+        return lift
+    return np.asarray(np.maximum(lift, forced_idle.idle_extra_s(cap, i, steps, free, served, ends)))

@@ -344,7 +344,7 @@ def _expand_chunk(
                 left = unplaced[take]
                 left[:, i] = False
                 on_new = (left @ (cap.layers * cap.p_new), cap.last_on_new(left))
-                child["pair"] = last_blocks.pair_extra_s(
+                child["pair"] = last_blocks.lift_s(
                     cap, i, free[take], served[:, take], ends[take, i], on_new
                 )
             grown.append(child)
