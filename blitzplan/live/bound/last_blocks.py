@@ -79,10 +79,11 @@ PAIRS = True
 """Whether the free-order capacity program counts the pair bound."""
 
 LAZY_PAIRS = True
-"""Whether the lifts are taken in the merge (:func:`fill_pairs`), for the states it keeps and
-the dropped ones whose carry can lower a kept state's lift, not for every child grown: the
-same program (the lifts left out are ones the carry never reads), on (32,16) of
-``benchmarks/partition.py`` 3.5 times fewer lifts (docs/benchmarks.md, s23-h2)."""
+"""Whether the lifts are taken in the merge (:func:`fill_pairs`), per level and batch in one
+call, for the states it keeps and the dropped ones whose carry can lower a kept state's lift,
+not per chunk for every child grown: the same program (the lifts left out are ones the carry
+never reads: few, 1% of the children on (32,16) seed 8 of ``benchmarks/partition.py``), 5-12%
+less CPU there (seeds 2, 7, 8; docs/benchmarks.md, s23-h2)."""
 
 PAIRS_SLACK_S = 1e-9
 """Taken off every lift (cost units): the crossings' rounding."""
