@@ -233,6 +233,7 @@ def capacity_bound(
     lower_bound: float | None = None,
     upper_bound: float = math.inf,
     time_limit_s: float | None = None,
+    first_step: float = CAPACITY_FIRST_STEP,
 ) -> float:
     """A lower bound on ``objective`` that also counts what the N-capacity relaxation drops:
     the subset program with the capacity conditions of
@@ -242,7 +243,9 @@ def capacity_bound(
     N-capacity relaxation's): a search that ends without reaching a target proves the target,
     and one that reaches it has found the program's optimum. ``upper_bound`` (a known
     schedule's value) caps the targets: the answer is at most it. With ``time_limit_s``, a
-    search cut short still bounds its open states (weaker, valid).
+    search cut short still bounds its open states (weaker, valid). ``first_step``: how far
+    (relatively) the first target lies above the bound it starts from (inf: at
+    ``upper_bound``, one search).
     """
     started = time.perf_counter()
     relax = Relaxation(instance, objective)
@@ -251,7 +254,7 @@ def capacity_bound(
         proven, _, _ = solve_relaxation(relax, old_order=old_order)
     else:
         proven = relax.obj.scaled(lower_bound)
-    upper, step = relax.obj.scaled(upper_bound), CAPACITY_FIRST_STEP
+    upper, step = relax.obj.scaled(upper_bound), first_step
     while proven < upper:
         target = min(upper, proven + step * max(abs(proven), 1e-12))
         cost, found, complete = subset_search(

@@ -60,13 +60,30 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from blitzplan.live.bound import forced_idle
+
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity
 
-__all__ = ["PAIRS", "PAIRS_SLACK_S", "carry_pairs", "pair_extra_s"]
+__all__ = [
+    "LAZY_PAIRS",
+    "PAIRS",
+    "PAIRS_SLACK_S",
+    "carry_pairs",
+    "fill_pairs",
+    "lift_s",
+    "pair_extra_s",
+]
 
 PAIRS = True
 """Whether the free-order capacity program counts the pair bound."""
+
+LAZY_PAIRS = True
+"""Whether the lifts are taken in the merge (:func:`fill_pairs`), per level and batch in one
+call, for the states it keeps and the dropped ones whose carry can lower a kept state's lift,
+not per chunk for every child grown: the same program (the lifts left out are ones the carry
+never reads: few, 1% of the children on (32,16) seed 8 of ``benchmarks/partition.py``), 5-12%
+less CPU there (seeds 2, 7, 8; docs/benchmarks.md, s23-h2)."""
 
 PAIRS_SLACK_S = 1e-9
 """Taken off every lift (cost units): the crossings' rounding."""
@@ -193,3 +210,64 @@ def carry_pairs(merged: dict[str, np.ndarray], keep: np.ndarray, free: np.ndarra
     to = kept_before[dropped]
     np.minimum.at(pair, to, free[dropped] + pair[dropped] - free[to])
     merged["pair"] = np.maximum(pair, 0.0)
+
+
+def fill_pairs(
+    cap: Capacity, parent_free: np.ndarray, merged: dict[str, np.ndarray], keep: np.ndarray
+) -> None:
+    """In a merge (``merged`` sorted as :func:`carry_pairs` reads it, ``keep`` its front;
+    ``parent_free`` O's free time in the level the states grew from, which their ``parent``
+    indexes), each state's lift (:func:`pair_extra_s`), in place, where :func:`carry_pairs`
+    reads it: every kept state's, and a dropped state's only where its carry could lower its
+    kept dominator's (its free time under the dominator's free time plus lift: a lift is never
+    negative, so elsewhere the carry is at least the dominator's own). The others stay 0."""
+    pair = np.zeros(keep.size)
+    kept = np.flatnonzero(keep)
+    with np.errstate(invalid="ignore"):
+        _lifts(cap, parent_free, merged, kept, pair)
+        index = np.arange(keep.size)
+        kept_before = np.maximum.accumulate(np.where(keep, index, -1))
+        dropped = np.flatnonzero(~keep)
+        to = kept_before[dropped]
+        free = merged["free"]
+        near = dropped[free[dropped] < free[to] + pair[to]]
+        _lifts(cap, parent_free, merged, near, pair)
+    merged["pair"] = pair
+
+
+def _lifts(
+    cap: Capacity,
+    parent_free: np.ndarray,
+    merged: dict[str, np.ndarray],
+    rows: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """:func:`pair_extra_s` of the states ``rows`` of ``merged`` into ``out``, per batch each
+    grew by (its parent's set and free time, its own end, the batches it leaves on N)."""
+    table = cap.table
+    last, mask = merged["last"][rows], merged["mask"][rows]
+    served = cap.served(mask & ~table.bits[last])
+    left = table.unplaced(mask)
+    works, ends_new = left @ (cap.layers * cap.p_new), cap.last_on_new(left)
+    free, ends = parent_free[merged["parent"][rows]], merged["free"][rows]
+    for i in np.unique(last):
+        at = np.flatnonzero(last == i)
+        on_new = (works[at], ends_new[at])
+        out[rows[at]] = lift_s(cap, int(i), free[at], served[:, at], ends[at], on_new)
+
+
+def lift_s(
+    cap: Capacity,
+    i: int,
+    free: np.ndarray,
+    served: np.ndarray,
+    ends: np.ndarray,
+    left_on_new: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """:func:`pair_extra_s`, and the larger of it and the lift with N's forced idle
+    (:func:`~blitzplan.live.bound.forced_idle.idle_extra_s`) where N must idle."""
+    lift = pair_extra_s(cap, i, free, served, ends, left_on_new)
+    steps = forced_idle.steps_of(cap)
+    if not steps:
+        return lift
+    return np.asarray(np.maximum(lift, forced_idle.idle_extra_s(cap, i, steps, free, served, ends)))

@@ -87,11 +87,18 @@ class _Table:
         return np.asarray((mask[:, None] & self.bits[None, :]) == 0)
 
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """(states x batches): when each batch completes placed next on O."""
-        out = np.empty((free.size, self.n))
+        """(states x batches): when each batch completes placed next on O (inf where the
+        state has placed it: only the unplaced rows are computed, about half of a level's)."""
+        out = np.full((free.size, self.n), math.inf)
         served = None if self.capacity is None else self.capacity.served(mask)
+        unplaced = self.unplaced(mask)
         for i in range(self.n):
-            out[:, i] = self.end(i, free, served)
+            rows = unplaced[:, i]
+            if rows.all():
+                out[:, i] = self.end(i, free, served)
+            elif rows.any():
+                part = None if served is None else served[:, rows]
+                out[rows, i] = self.end(i, free[rows], part)
         return out
 
     def end(self, i: int, free: np.ndarray, served: np.ndarray | None) -> np.ndarray:

@@ -27,6 +27,7 @@ O serves the batches it takes in release order (``old_order="fifo"``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -99,7 +100,10 @@ def subset_search(
             bound = _open_bound(table, empty, 0, grown, best_cost, deadline, clock)
             return bound, _sequence(history, best_ref), False
         clock.spend(merge_s)
-        level = _pareto(grown, relative=table.relative)
+        lifts = None
+        if last_blocks.LAZY_PAIRS and table.pairs and table.capacity is not None:
+            lifts = partial(last_blocks.fill_pairs, table.capacity, level["free"])
+        level = _pareto(grown, relative=table.relative, lifts=lifts)
         if size >= subset_cost.MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
     return best_cost, _sequence(history, best_ref), True
@@ -133,7 +137,8 @@ def _expand_chunk(
         index = int(done.argmin())
         best_cost, better = float(done[index]), (float(done[index]), begin + index)
     alive = table.combine(cost, floor) < best_cost
-    served = table.capacity.served(mask) if table.pairs and table.capacity else None
+    eager = table.pairs and table.capacity and not last_blocks.LAZY_PAIRS
+    served = table.capacity.served(mask) if eager and table.capacity else None
     for i in range(table.n):
         new_cost = table.combine(cost, values[:, i])
         take = alive & unplaced[:, i] & np.isfinite(ends[:, i]) & table.allowed(part["last"], i)
@@ -146,19 +151,26 @@ def _expand_chunk(
                 "parent": np.flatnonzero(take) + begin,
                 "last": np.full(int(take.sum()), i),
             }
-            if served is not None and table.capacity is not None:
+            if last_blocks.LAZY_PAIRS and table.pairs:  # taken in the merge, where needed
+                child["pair"] = np.zeros(child["cost"].size)
+            elif served is not None and table.capacity is not None:
                 cap = table.capacity
                 left = unplaced[take]
                 left[:, i] = False
                 on_new = (left @ (cap.layers * cap.p_new), cap.last_on_new(left))
-                child["pair"] = last_blocks.pair_extra_s(
+                child["pair"] = last_blocks.lift_s(
                     cap, i, free[take], served[:, take], ends[take, i], on_new
                 )
             grown.append(child)
     return better
 
 
-def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
+def _pareto(
+    grown: list[_Arrays],
+    *,
+    relative: bool = False,
+    lifts: Callable[[_Arrays, np.ndarray], None] | None = None,
+) -> _Arrays:
     """Per set, the states no other state of the set beats on both O free time and cost (with
     ``relative``, on O free time and ``cost - free``, which implies cost).
 
@@ -168,13 +180,17 @@ def _pareto(grown: list[_Arrays], *, relative: bool = False) -> _Arrays:
     lower than the state that beats it (the other blocks' latencies, ``cost - free``, are
     what its real schedule pays). Under a free order, mean latency, the merge must keep it:
     beaten on ``free`` and ``cost - free`` it is not (a child's ``cost - free`` is its
-    parent's cost less the child's release, so the order carries to children)."""
+    parent's cost less the child's release, so the order carries to children). ``lifts``
+    (given the states sorted and whether each is kept) sets their pair bound lifts before
+    the carry (:func:`~blitzplan.live.bound.last_blocks.fill_pairs`)."""
     merged = {key: np.concatenate([g[key] for g in grown]) for key in grown[0]}
     rank = merged["cost"] - merged["free"] if relative else merged["cost"]
     order = np.lexsort((rank, merged["free"], merged["mask"]))
     merged = {key: value[order] for key, value in merged.items()}
     keep = staircase(rank[order], merged["mask"])
     if "pair" in merged:  # the dropped states' pair bound lifts (last_blocks.carry_pairs)
+        if lifts is not None:
+            lifts(merged, keep)
         last_blocks.carry_pairs(merged, keep, merged["free"])
     return {key: value[keep] for key, value in merged.items()}
 

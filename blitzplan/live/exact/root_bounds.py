@@ -23,7 +23,7 @@ import time
 from typing import NamedTuple
 
 from blitzplan.live.bound.busy import busy_bound, busy_point
-from blitzplan.live.bound.dp import SEARCH_SHARE, capacity_bound
+from blitzplan.live.bound.dp import CAPACITY_FIRST_STEP, SEARCH_SHARE, capacity_bound
 from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
@@ -39,6 +39,7 @@ __all__ = [
     "CAPACITY_SHORT_S",
     "CAPACITY_SHORT_SHARE",
     "FREE_CAPACITY_SHARE",
+    "FREE_FIRST_STEP",
     "FREE_POLISH_SHARE",
     "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
@@ -154,12 +155,20 @@ incumbents from more priced steps; docs/benchmarks.md, s23-h4)."""
 SLOT_MIN_S = 0.1
 """A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
 
-FREE_CAPACITY_SHARE = 0.5
+FREE_CAPACITY_SHARE = 0.75
 """Under a free order, the share of the time left after the slot bound that the capacity
 bound gets (:data:`CAPACITY_SHARE_OF_LIMIT` under FIFO): with the pair bound
 (:mod:`blitzplan.live.bound.last_blocks`) its program costs more and gives more (on (32,16) of
 ``benchmarks/partition.py``, uncut, 0.979-0.997 of the best known on seeds 2, 5, 7, 8 where the
 slot bound reaches 0.966-0.978)."""
+
+
+FREE_FIRST_STEP = math.inf
+"""Under a free order the capacity program runs once, against the incumbent (not against
+rising targets from the bound so far, :data:`~blitzplan.live.bound.dp.CAPACITY_FIRST_STEP`):
+with the pair bound a search costs about the same whatever its target (on (32,16) seed 8 of
+``benchmarks/partition.py`` 1.75 CPU s against 0.9843 of the best known, 1.96 against 1.0),
+so the first of two searches was time the second needed (docs/benchmarks.md, s23-h2)."""
 
 
 class Strengthened(NamedTuple):
@@ -200,6 +209,7 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
         lower_bound=max(root_bound, start.bound),
         upper_bound=start.incumbent.objective,
         time_limit_s=budget,
+        first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
     )
     report = report._replace(ended=time.perf_counter() - began < SEARCH_SHARE * budget)
     start.raise_bound(bound)
