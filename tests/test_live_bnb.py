@@ -150,11 +150,11 @@ def test_the_search_is_exact_when_the_sequencer_always_gives_up(instance, old_or
     large instances), repaired plans and branching still prove the oracle's optimum."""
     from unittest import mock
 
-    from blitzplan.live.exact import bnb
+    from blitzplan.live.exact import offers
 
     assume(count_schedules(instance, old_order=old_order) <= 3_000)
     oracle = schedule_live(instance, method="exact", backend="enumerate", old_order=old_order)
-    with mock.patch.object(bnb, "sequence", lambda ops, **_: (None, False)):
+    with mock.patch.object(offers, "sequence", lambda ops, **_: (None, False)):
         found = schedule_live(instance, method="exact", backend="bnb", old_order=old_order)
     assert validate_schedule(instance, found).ok
     assert found.status is oracle.status is SolveStatus.OPTIMAL, found.message

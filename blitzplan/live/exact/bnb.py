@@ -20,7 +20,8 @@ node, so the least bound over the open nodes is a proven lower bound; so are the
 order the slot bound, under FIFO the Lagrangian), computed once when the root is not solved:
 the search stops once the incumbent meets them. Nodes are explored best bound first. Each
 relaxed plan, repaired, offers the incumbent a schedule (once per plan), and sequenced when
-preemptive N can carry it out; a schedule is kept only when the independent checker passes it.
+preemptive N can carry it out (:mod:`blitzplan.live.exact.offers`); a schedule is kept only
+when the independent checker passes it.
 When the root was quick to bound the search runs first for a share of the time (small
 instances end there), then a local search and the root bounds get theirs and it starts again
 from the root (:data:`RESTART`); a node taken after that share first gets the capacity bound of
@@ -42,14 +43,14 @@ from blitzplan.live.bound.relaxation import (
     Relaxation,
     RelaxedPlan,
     Restriction,
-    repair,
 )
 from blitzplan.live.bound.work import work_bound
 from blitzplan.live.exact.branching import node_children
-from blitzplan.live.exact.common import Start, decode, finish, start_point
-from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops, sequence
+from blitzplan.live.exact.common import Start, finish, start_point
+from blitzplan.live.exact.nmachine import NOp, Overload, overload, plan_ops
 from blitzplan.live.exact.node_bound import node_capacity
 from blitzplan.live.exact.node_cpsat import node_cpsat
+from blitzplan.live.exact.offers import Offers
 from blitzplan.live.exact.root_bounds import SHORT_NODE_CAPACITY, strengthen
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.schedule import Schedule
@@ -64,22 +65,11 @@ __all__ = [
     "NODE_CPSAT",
     "NODE_CPSAT_MAX_S",
     "NODE_DEADLINES_GAP",
-    "REPOLISH_EVERY_S",
-    "REPOLISH_MOVES",
-    "REPOLISH_SHARE",
     "RESTART",
-    "SEQUENCE_BACK_OFF",
-    "SEQUENCE_STEPS",
     "TEARDOWN_S_PER_ENTRY",
     "WORST_OVERLOAD",
     "solve_bnb",
 ]
-
-SEQUENCE_STEPS = 500
-"""The most steps the N sequencer may take for one relaxed plan before the node branches."""
-
-SEQUENCE_BACK_OFF = 64
-"""While the sequencer keeps giving up, it runs on one relaxed plan in at most this many."""
 
 EARLY_SEARCH_SHARE = 0.1
 """The share of the time left after the root that the search gets before the local search and
@@ -136,19 +126,6 @@ and starts again from the root at the root bounds: a node gets that program befo
 branches, its children start from it (docs/benchmarks.md, s17-h1). An early share whose bound
 meets the root bounds is kept ((80,8) FIFO seed 6 proves in 4 s so; restarted, not in 10)."""
 
-REPOLISH_MOVES = 5_000
-"""After the root bounds, an incumbent the search found is polished by this many moves of the
-local search (:func:`~blitzplan.live.improve.polish`) before the next node: the search's
-schedules come from relaxed plans, repaired or sequenced, never polished. On (32,16) of
-``benchmarks/partition.py`` 5,000 moves took 0.3-0.5 s of CPU and lowered bnb's 10 s
-incumbents by up to 0.55% (FIFO seed 3: 0.516617 -> 0.513797)."""
-
-REPOLISH_EVERY_S = 1.0
-"""The search polishes a new incumbent at most once in this many seconds."""
-
-REPOLISH_SHARE = 0.2
-"""The most of the time left that one such polish may take."""
-
 TEARDOWN_S_PER_ENTRY = 5e-6
 """What freeing one open node or one cached set of a batch's options takes when the search
 returns (3.3-3.7 us of CPU on (80,16) and (40,12) FIFO: 27 ms after a 10 s search of (80,16)
@@ -194,20 +171,14 @@ class _Search:
         """The longest a child node has taken to bound: a child is not started with less left."""
         self.options: OptionsCache = {}
         """Each batch's relaxation options per restriction of that batch, shared by nodes."""
-        self.offers = 0
-        self.repaired: set[tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]] = set()
-        """The relaxed plans already offered repaired (see :meth:`_offer`)."""
-        self.sequence_every = 1
-        """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
+        self.offers = Offers(start)
+        """The schedules the search offers the incumbent, and the incumbent's polish."""
         self.worst = WORST_OVERLOAD and not FIRST_OVERLOAD_EARLY
         """Whether nodes branch on the worst overload (see :data:`WORST_OVERLOAD`)."""
         self.strong = False
         """Whether a node taken gets its capacity bound first (after the early share)."""
         self.whole = False
         """Whether a node whose plan fits only with preemption goes to CP-SAT (likewise)."""
-        self.polished: Schedule | None = None
-        """The incumbent last polished (None until the root bounds: no polish before them)."""
-        self.polished_at = -math.inf
 
     def upper_cost(self) -> float:
         return self.obj.scaled(self.start.incumbent.objective)
@@ -241,7 +212,7 @@ class _Search:
             bound = max(bound, parent.bound)
         plan = None if sequence_ is None else relax.plan(sequence_)
         if plan is not None:  # repaired, the relaxed plan is a schedule
-            self._offer(plan)
+            self.offers.repaired(plan)
         if plan is None or not complete or self.prunable(bound):
             self.floor = min(self.floor, bound)  # a valid bound of everything below it
             return
@@ -261,7 +232,7 @@ class _Search:
             node.ops = plan_ops(node.relax, node.plan)
             node.found = overload(node.ops, worst=self.worst)
             if node.found is None:
-                self._offer_sequenced(node.plan, node.ops)
+                self.offers.sequenced(node.plan, node.ops)
         if self.upper_cost() <= node.bound * (1 + 1e-12) + 1e-15:
             self.floor = min(self.floor, node.bound)  # solved: the incumbent meets its bound
             return True
@@ -307,41 +278,6 @@ class _Search:
         heapq.heappush(self.open, node)
         return True
 
-    def _offer(self, plan: RelaxedPlan) -> None:
-        """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
-        with the same splits, O order and O starts (all the repair reads) was: on (80,8) and
-        (40,12) FIFO 70% of the plans bounded in 10 s were such repeats."""
-        key = (plan.split, plan.old_sequence, plan.planned_old_start_s)
-        if key in self.repaired:
-            return
-        self.repaired.add(key)
-        start = self.start
-        args = (start.objective, start.old_order, start.backend)
-        start.offer(decode(start.instance, *repair(start.instance, plan), *args))
-
-    def _offer_sequenced(self, plan: RelaxedPlan, ops: list[NOp]) -> None:
-        """Offer the plan as a schedule with N's order from the sequencer, if it finds one
-        (preemptive N can carry the plan out)."""
-        start = self.start
-        self.offers += 1
-        if self.offers % self.sequence_every:
-            return
-        order, proven = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
-        self._back_off(order is not None, proven)
-        if order is not None:
-            args = (start.objective, start.old_order, start.backend)
-            start.offer(decode(start.instance, plan.split, order, plan.old_sequence, *args))
-
-    def _back_off(self, found: bool, proven: bool) -> None:
-        """The sequencer runs on every plan while it finds orders, and on ever fewer (every
-        2nd, 4th, ... :data:`SEQUENCE_BACK_OFF`-th) while it gives up: on large instances it
-        rarely finds one, costs more than the node, and the repaired plan and the branching
-        do without it."""
-        if found:
-            self.sequence_every = max(1, self.sequence_every // 2)
-        elif not proven:
-            self.sequence_every = min(2 * self.sequence_every, SEQUENCE_BACK_OFF)
-
     def run(self) -> None:
         start = self.start
         began = time.perf_counter()
@@ -357,23 +293,12 @@ class _Search:
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 report = strengthen(start, self._lowest())
-                self.polished = start.incumbent
+                self.offers.polished = start.incumbent
                 self.strong = self.strong and (SHORT_NODE_CAPACITY or not report.short)
                 if RESTART and not start.proven() and self._lowest() < start.bound:
                     self.restart(report.ended)
         self._search(start.deadline_s)
         start.raise_bound(self._lowest())
-
-    def _repolish(self, until_s: float) -> None:
-        """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`)."""
-        start, now = self.start, time.perf_counter()
-        if self.polished is None or start.incumbent is self.polished:
-            return
-        if now - self.polished_at < REPOLISH_EVERY_S:
-            return
-        self.polished_at = now
-        start.polish(REPOLISH_SHARE * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES)
-        self.polished = start.incumbent
 
     def _lowest(self) -> float:
         """The search's own bound: the least over the open and set-aside nodes (objective units)."""
@@ -399,7 +324,7 @@ class _Search:
         """Explore the open nodes best bound first until ``until_s`` (a
         ``time.perf_counter()`` instant): nodes left open stay open."""
         while self.open:
-            self._repolish(until_s)
+            self.offers.repolish(until_s)
             freeing = self._freeing_s()  # what is built must be freed by the deadline too
             until = until_s - freeing
             if until - time.perf_counter() <= self.add_s or self.start.proven():

@@ -1,0 +1,109 @@
+"""The schedules the live branch and bound (:mod:`blitzplan.live.exact.bnb`) offers its incumbent.
+
+A node's relaxed plan becomes a schedule two ways: repaired (N list-scheduled against the plan,
+:func:`~blitzplan.live.bound.relaxation.repair`), once per plan, and sequenced, when an order
+of N's operations meets every due time of the plan (:func:`~blitzplan.live.exact.nmachine.sequence`,
+backed off while it keeps giving up). After the root bounds a new incumbent the search found
+is polished by the local search (:data:`REPOLISH_MOVES`). Every schedule goes through
+:meth:`~blitzplan.live.exact.common.Start.offer`, which keeps it only when the independent
+checker passes it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from blitzplan.live.bound.relaxation import RelaxedPlan, repair
+from blitzplan.live.exact.common import Start, decode
+from blitzplan.live.exact.nmachine import NOp, sequence
+from blitzplan.live.schedule import Schedule
+
+__all__ = [
+    "REPOLISH_EVERY_S",
+    "REPOLISH_MOVES",
+    "REPOLISH_SHARE",
+    "SEQUENCE_BACK_OFF",
+    "SEQUENCE_STEPS",
+    "Offers",
+]
+
+SEQUENCE_STEPS = 500
+"""The most steps the N sequencer may take for one relaxed plan before the node branches."""
+
+SEQUENCE_BACK_OFF = 64
+"""While the sequencer keeps giving up, it runs on one relaxed plan in at most this many."""
+
+REPOLISH_MOVES = 5_000
+"""After the root bounds, an incumbent the search found is polished by this many moves of the
+local search (:func:`~blitzplan.live.improve.polish`) before the next node: the search's
+schedules come from relaxed plans, repaired or sequenced, never polished. On (32,16) of
+``benchmarks/partition.py`` 5,000 moves took 0.3-0.5 s of CPU and lowered bnb's 10 s
+incumbents by up to 0.55% (FIFO seed 3: 0.516617 -> 0.513797)."""
+
+REPOLISH_EVERY_S = 1.0
+"""The search polishes a new incumbent at most once in this many seconds."""
+
+REPOLISH_SHARE = 0.2
+"""The most of the time left that one such polish may take."""
+
+
+class Offers:
+    """The search's offers to ``start``'s incumbent and the incumbent's polish."""
+
+    def __init__(self, start: Start) -> None:
+        self.start = start
+        self.offers = 0
+        self.seen: set[tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]] = set()
+        """The relaxed plans already offered repaired (see :meth:`repaired`)."""
+        self.sequence_every = 1
+        """The sequencer runs on one relaxed plan in this many (see :meth:`_back_off`)."""
+        self.polished: Schedule | None = None
+        """The incumbent last polished (None until the root bounds: no polish before them)."""
+        self.polished_at = -math.inf
+
+    def repaired(self, plan: RelaxedPlan) -> None:
+        """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
+        with the same splits, O order and O starts (all the repair reads) was: on (80,8) and
+        (40,12) FIFO 70% of the plans bounded in 10 s were such repeats."""
+        key = (plan.split, plan.old_sequence, plan.planned_old_start_s)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        start = self.start
+        args = (start.objective, start.old_order, start.backend)
+        start.offer(decode(start.instance, *repair(start.instance, plan), *args))
+
+    def sequenced(self, plan: RelaxedPlan, ops: list[NOp]) -> None:
+        """Offer the plan as a schedule with N's order from the sequencer, if it finds one
+        (preemptive N can carry the plan out)."""
+        start = self.start
+        self.offers += 1
+        if self.offers % self.sequence_every:
+            return
+        order, proven = sequence(ops, deadline_s=start.deadline_s, max_steps=SEQUENCE_STEPS)
+        self._back_off(order is not None, proven)
+        if order is not None:
+            args = (start.objective, start.old_order, start.backend)
+            start.offer(decode(start.instance, plan.split, order, plan.old_sequence, *args))
+
+    def _back_off(self, found: bool, proven: bool) -> None:
+        """The sequencer runs on every plan while it finds orders, and on ever fewer (every
+        2nd, 4th, ... :data:`SEQUENCE_BACK_OFF`-th) while it gives up: on large instances it
+        rarely finds one, costs more than the node, and the repaired plan and the branching
+        do without it."""
+        if found:
+            self.sequence_every = max(1, self.sequence_every // 2)
+        elif not proven:
+            self.sequence_every = min(2 * self.sequence_every, SEQUENCE_BACK_OFF)
+
+    def repolish(self, until_s: float) -> None:
+        """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`)."""
+        start, now = self.start, time.perf_counter()
+        if self.polished is None or start.incumbent is self.polished:
+            return
+        if now - self.polished_at < REPOLISH_EVERY_S:
+            return
+        self.polished_at = now
+        start.polish(REPOLISH_SHARE * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES)
+        self.polished = start.incumbent
