@@ -3,14 +3,35 @@ their enumerated optimum, the program with a term (scaled) against the program w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import random
+from collections.abc import Callable, Iterable, Iterator
 from unittest import mock
 
 import numpy as np
 
-from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.exact.enumerate import count_schedules
 
 TOL = 1e-9
+
+
+def free_nodes(
+    instances: Iterable[LiveScalingInstance], rng: random.Random
+) -> Iterator[tuple[Relaxation, float]]:
+    """(restricted relaxation, its least schedule value under a free order): per instance
+    with at most 20,000 schedules, the root and two random split ranges (drawn from ``rng``)
+    around the enumerated optimum's split."""
+    for inst in instances:
+        if count_schedules(inst, old_order="free") > 20_000:
+            continue
+        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")
+        split, n, layers = oracle.split, inst.num_batches, inst.num_layers
+        for trial in range(3):
+            low = tuple(rng.randint(0, k) for k in split) if trial else (0,) * n
+            high = tuple(rng.randint(k, layers) for k in split) if trial else (layers,) * n
+            restriction = Restriction(low, high, ((),) * n)
+            yield Relaxation(inst, "mean_latency", restriction), oracle.objective
 
 
 def lift_counts(

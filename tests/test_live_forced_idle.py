@@ -17,9 +17,9 @@ import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import forced_idle
-from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.subsets import subset_search
-from blitzplan.live.exact.enumerate import count_schedules
+from tests.bound_oracle import free_nodes
 
 TOL = 1e-9
 
@@ -68,17 +68,7 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
     """(restricted relaxation, its least schedule value): per sparse instance, the root and
     two random split ranges around the optimum's split."""
     rng = random.Random(seed)
-    for _ in range(count):
-        inst = _sparse(rng)
-        if count_schedules(inst, old_order="free") > 20_000:
-            continue
-        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")
-        split, n, layers = oracle.split, inst.num_batches, inst.num_layers
-        for trial in range(3):
-            low = tuple(rng.randint(0, k) for k in split) if trial else (0,) * n
-            high = tuple(rng.randint(k, layers) for k in split) if trial else (layers,) * n
-            restriction = Restriction(low, high, ((),) * n)
-            yield Relaxation(inst, "mean_latency", restriction), oracle.objective
+    return free_nodes((_sparse(rng) for _ in range(count)), rng)
 
 
 def _check(scale: float = 1.0) -> tuple[int, int, int]:

@@ -17,11 +17,11 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import last_blocks
 from blitzplan.live.bound.dp import capacity_bound
-from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.subset_table import _Table
 from blitzplan.live.bound.subsets import _pareto, subset_search
 from blitzplan.live.exact.enumerate import count_schedules
-from tests.bound_oracle import lift_counts
+from tests.bound_oracle import free_nodes, lift_counts
 from tests.test_live_capacity_bound import _crowded
 
 TOL = 1e-9
@@ -50,17 +50,8 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
     """(restricted relaxation, its least schedule value): per instance (staggered, one in
     four crowded), the root and two random split ranges around the optimum's split."""
     rng = random.Random(seed)
-    for index in range(count):
-        inst = _crowded(rng) if index % 4 == 3 else _staggered(rng)
-        if count_schedules(inst, old_order="free") > 20_000:
-            continue
-        oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")
-        split, n, layers = oracle.split, inst.num_batches, inst.num_layers
-        for trial in range(3):
-            low = tuple(rng.randint(0, k) for k in split) if trial else (0,) * n
-            high = tuple(rng.randint(k, layers) for k in split) if trial else (layers,) * n
-            restriction = Restriction(low, high, ((),) * n)
-            yield Relaxation(inst, "mean_latency", restriction), oracle.objective
+    made = (_crowded(rng) if index % 4 == 3 else _staggered(rng) for index in range(count))
+    return free_nodes(made, rng)
 
 
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
