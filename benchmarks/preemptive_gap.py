@@ -1,0 +1,234 @@
+"""Whose is the live exact search's FIFO gap: N's preemption or more (issue 23 item 1).
+
+Per instance of ``benchmarks/partition.py`` (FIFO, mean latency): ``bnb``'s incumbent and bound
+after ``--limit`` CPU seconds; at the incumbent's splits, the *preemptive optimum* (N's
+operations may be interrupted; each layer still starts on N no earlier than its arrival, its
+batch's release and its earlier layers; O serves in FIFO order as before); then a local search
+over the splits (each batch's split moved by 1-3 layers, to 0 or to L) for a least preemptive
+optimum. That is the value of a preemptive schedule, so no bound valid for every preemptive
+schedule lies above it: where the search's bound meets it, only N's non-preemption (or a better
+incumbent) is left.
+
+The preemptive optimum at fixed splits: every layer of batch ``i`` is a piece of work ``pN_i``
+released at its alone chain's start; ``M(S)``, the preemptive makespan of a set ``S`` of
+batches' N work, is the largest ``t`` plus the work of ``S`` released from ``t`` on. In any
+schedule, sort the batches by the end ``E`` of their N work: the ``m``-th ends no earlier than
+``M`` of the first ``m`` and than its alone chain. Each completion is non-decreasing in ``E``
+(``E`` for a batch N finishes; O's FIFO chain from ``E + d`` for a served one), so a dynamic
+program over the sets (the order's prefixes) with each served batch's O chain from its
+predecessor's least completion gives a lower bound; the preemptive priority schedule in the
+program's order (each layer released at its alone start, run while no batch earlier in the order
+has work) is a preemptive schedule, timed exactly with O's chain. Where the two meet, that is the
+preemptive optimum. Checked against enumeration on 18,631 tiny fixed-split problems (2-4
+batches, 2-3 layers, every split and every order of N's layers): the lower bound never above
+the non-preemptive optimum, equal to it on 13,252 (docs/benchmarks.md, s24-h3).
+
+Run: .venv/bin/python benchmarks/preemptive_gap.py [--classes 32x16] [--seeds 1 2 3]
+[--limit 10] [--search-s 240] (BLITZPLAN_QUICK=1: (32,8) seeds 0-1, 0.5 s, no split search).
+The limits are CPU seconds of this thread (``time.perf_counter`` is the thread's CPU clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # partition's instances
+
+import numpy as np
+from partition import instance
+
+from blitzplan import LiveScalingInstance, schedule_live
+from blitzplan._table import format_table
+
+QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
+
+
+def _chains(
+    inst: LiveScalingInstance, split: Sequence[int]
+) -> tuple[list[list[float]], list[float]]:
+    """Per batch, its N layers' alone-chain starts, and its alone end (its release if none)."""
+    starts, ends = [], []
+    for i, k in enumerate(split):
+        p, end, mine = inst.new_layer_s[i], inst.release_s[i], []
+        for layer in range(k):
+            mine.append(max(end, inst.usable_s[layer]))
+            end = mine[-1] + p
+        starts.append(mine)
+        ends.append(end)
+    return starts, ends
+
+
+def _makespans(
+    inst: LiveScalingInstance, starts: list[list[float]], items: list[int]
+) -> np.ndarray:
+    """``M(S)`` for every subset ``S`` of ``items`` (bit ``b``: ``items[b]``); -inf for none."""
+    points = np.asarray(sorted({t for i in items for t in starts[i]}))
+    work = np.asarray(
+        [[inst.new_layer_s[i] * sum(s >= t for s in starts[i]) for t in points] for i in items]
+    )
+    masks = np.arange(1 << len(items))
+    bits = ((masks[:, None] >> np.arange(len(items))) & 1).astype(float)
+    out = np.empty(masks.size)
+    for lo in range(0, masks.size, 8192):
+        w = bits[lo : lo + 8192] @ work
+        out[lo : lo + 8192] = np.where(w > 0, points + w, -math.inf).max(axis=1)
+    return out
+
+
+def _chain(inst: LiveScalingInstance, split: Sequence[int], ends: Sequence[float]) -> list[float]:
+    """Completions: ``ends[i]`` for a batch N finishes, else O's FIFO chain from the hand-offs."""
+    L, free = inst.num_layers, inst.old_free_at_s
+    done = list(ends)
+    for i in inst.fifo_order:
+        if split[i] < L:
+            ready = ends[i] + inst.handoff_s[i] if split[i] > 0 else inst.release_s[i]
+            free = max(free, ready, inst.release_s[i]) + (L - split[i]) * inst.old_layer_s[i]
+            done[i] = free
+    return done
+
+
+def _mean(inst: LiveScalingInstance, done: Sequence[float]) -> float:
+    return sum(c - r for c, r in zip(done, inst.release_s, strict=True)) / inst.num_batches
+
+
+def lower(inst: LiveScalingInstance, split: Sequence[int]) -> tuple[float, list[int]]:
+    """The dynamic program's bound on every preemptive schedule at ``split`` (mean latency),
+    and the order of the batches with N work it takes."""
+    L, n = inst.num_layers, inst.num_batches
+    starts, alone = _chains(inst, split)
+    items = [i for i in range(n) if split[i] > 0]
+    makespan = _makespans(inst, starts, items)
+    least = _chain(inst, split, alone)  # O's chain with every batch at its alone end
+    before: dict[int, float] = {}
+    prior = -math.inf
+    for i in inst.fifo_order:
+        if split[i] < L:
+            before[i], prior = prior, least[i]
+
+    def cost(i: int, end: np.ndarray) -> np.ndarray:
+        if split[i] == L:
+            return end - inst.release_s[i]
+        ready = end + inst.handoff_s[i] if split[i] > 0 else np.full(end.shape, inst.release_s[i])
+        start = np.maximum(np.maximum(before[i], ready), max(inst.release_s[i], inst.old_free_at_s))
+        return start + (L - split[i]) * inst.old_layer_s[i] - inst.release_s[i]
+
+    m = len(items)
+    masks = np.arange(1 << m)
+    count = sum((masks >> b) & 1 for b in range(m))
+    value, arg = np.full(masks.size, math.inf), np.full(masks.size, -1)
+    value[0] = 0.0
+    for size in range(1, m + 1):
+        sets = masks[count == size]
+        best, pick = np.full(sets.size, math.inf), np.full(sets.size, -1)
+        for b in range(m):
+            has = (sets >> b) & 1 == 1
+            some = sets[has]
+            end = np.maximum(alone[items[b]], makespan[some])
+            v = value[some ^ (1 << b)] + cost(items[b], end)
+            better = v < best[has]
+            best[has], pick[has] = np.where(better, v, best[has]), np.where(better, b, pick[has])
+        value[sets], arg[sets] = best, pick
+    rest = sum(float(cost(i, np.asarray(alone[i]))) for i in range(n) if split[i] == 0)
+    order, s = [], masks.size - 1
+    while s:
+        order.append(items[arg[s]])
+        s ^= 1 << int(arg[s])
+    return (float(value[-1]) + rest) / n, order[::-1]
+
+
+def priority_value(inst: LiveScalingInstance, split: Sequence[int], order: Sequence[int]) -> float:
+    """Mean latency of the preemptive schedule that runs, at every moment, the first batch of
+    ``order`` with a layer released (its alone start) and its earlier layers done."""
+    starts, alone = _chains(inst, split)
+    ends = list(alone)
+    todo = {i: list(starts[i]) for i in order if starts[i]}
+    left = {i: inst.new_layer_s[i] for i in todo}
+    rank = {i: q for q, i in enumerate(order)}
+    now = 0.0
+    while todo:
+        ready = [i for i in todo if todo[i][0] <= now]
+        if not ready:
+            now = min(todo[i][0] for i in todo)
+            continue
+        i = min(ready, key=rank.__getitem__)
+        ahead = [todo[j][0] for j in todo if rank[j] < rank[i] and todo[j][0] > now]
+        run = min([left[i], *(t - now for t in ahead)])
+        now, left[i] = now + run, left[i] - run
+        if left[i] <= 1e-15:
+            todo[i].pop(0)
+            left[i] = inst.new_layer_s[i]
+            if not todo[i]:
+                del todo[i]
+                ends[i] = now
+    return _mean(inst, _chain(inst, split, ends))
+
+
+def split_search(
+    inst: LiveScalingInstance, split: Sequence[int], seconds: float
+) -> tuple[float, list[int]]:
+    """A local minimum over the splits of :func:`lower` from ``split``; first improvement."""
+    L, best_split = inst.num_layers, list(split)
+    best, _ = lower(inst, best_split)
+    until, better = time.perf_counter() + seconds, True
+    while better and time.perf_counter() < until:
+        better = False
+        for i in range(inst.num_batches):
+            k = best_split[i]
+            for other in sorted({0, L, *(k + d for d in (-3, -2, -1, 1, 2, 3))} - {k}):
+                if 0 <= other <= L:
+                    trial = [*best_split[:i], other, *best_split[i + 1 :]]
+                    value, _ = lower(inst, trial)
+                    if value < best - 1e-12:
+                        best, best_split, better = value, trial, True
+    return best, best_split
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--classes", nargs="+", default=["32x8"] if QUICK else ["32x16"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1] if QUICK else range(10))
+    parser.add_argument("--limit", type=float, default=0.5 if QUICK else 10.0, help="bnb's s")
+    parser.add_argument("--search-s", type=float, default=0.0 if QUICK else 240.0)
+    args = parser.parse_args()
+    time.perf_counter = time.thread_time  # every limit counts this thread's CPU
+    head = ["class", "seed", "status", "incumbent", "bound gap %", "pre at its splits gap %"]
+    head += ["least pre found gap %", "pre - bound %"]
+    rows = []
+    for c in args.classes:
+        layers, batches = map(int, c.split("x"))
+        for seed in args.seeds:
+            inst = instance(layers, batches, seed)
+            best = schedule_live(
+                inst, method="exact", backend="bnb", time_limit_s=args.limit, old_order="fifo"
+            )
+            bound = best.bound if best.bound is not None else -math.inf
+            at, order = lower(inst, best.split)
+            value = priority_value(inst, best.split, order)
+            if value > at + 1e-9 * abs(at):
+                at = math.nan  # the order's schedule does not meet the bound: not the optimum
+            _, splits = split_search(inst, best.split, args.search_s)
+            least_value = priority_value(inst, splits, lower(inst, splits)[1])
+
+            def gap(v: float, obj: float = best.objective) -> str:
+                return f"{100 * (obj - v) / obj:.4f}"
+
+            name = f"({layers},{batches})"
+            rows.append([name, seed, best.status.name, f"{best.objective:.7f}", gap(bound)])
+            rows[-1] += [gap(at), gap(least_value), gap(bound, least_value)]
+    print(format_table(head, rows))
+    print("---")
+    print(
+        "pre: the preemptive optimum (NaN: the priority schedule missed the bound); least pre "
+        "found: a preemptive schedule's value at the split search's local minimum; pre - bound: "
+        "that value's gap to the bound (0: no preemptive bound can lift it)."
+    )
+
+
+if __name__ == "__main__":
+    main()
