@@ -21,7 +21,7 @@ from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, compl
 from blitzplan.executor.transports import Chunk, Lane, runs, writes
 from blitzplan.models.layout import layout
 from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
-from blitzplan.wire.program_rules import memory_devices
+from blitzplan.wire.program_rules import memory_devices, waits
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
 class SendStep:
     """A step as its sender runs it: its pace (None: unpaced), and when it may start (times
     from the run's start): not before ``not_before_s`` and the end of the steps in ``after``
-    (the step's own and, store-and-forward, the steps feeding it)."""
+    (those the step :func:`~blitzplan.wire.program_rules.waits` for that still send)."""
 
     pace_bytes_per_s: float | None
     not_before_s: float
@@ -193,8 +193,7 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
         for k, chunk in enumerate(made):
             order = (begin_s + span_s * k / len(made), depth, key, k)
             lanes[(source.rank, destination.rank)].append((order, chunk))
-        feeding = step.feeds if step.store_and_forward else ()
-        after = [a for a in (*step.after, *feeding) if running[a]]
+        after = [a for a in waits(step) if running[a]]
         for prior in (by_id[a] for a in after):
             if step.source not in (prior.source, prior.destination):
                 jobs[prior.destination].tells.add(part.offset + prior.id)
