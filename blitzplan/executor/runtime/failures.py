@@ -20,6 +20,13 @@ class Failure:
     chunk: tuple[int, int] | None = None
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of ``exc``'s message, at most ``limit`` characters (its type's name when
+    it says nothing): what a failure report quotes of a library's error."""
+    text = str(exc)
+    return text.splitlines()[0][:limit] if text.strip() else type(exc).__name__
+
+
 class TransferError(Exception):
     """Raised in a worker when a transfer fails or times out."""
 

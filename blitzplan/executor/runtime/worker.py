@@ -21,7 +21,13 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, TransferError
+from blitzplan.executor.runtime.failures import (
+    Event,
+    Failure,
+    InjectedFault,
+    TransferError,
+    first_line,
+)
 
 DEVICES = ("cpu", "cuda")
 """Where a run's buffers live (default ``cpu``)."""
@@ -136,7 +142,7 @@ class RankContext:
                 work.wait(timeout=timedelta(seconds=self.timeout_s))
         except RuntimeError as exc:  # ``what``: ``sending ... to rank 3``
             text = str(exc)
-            message = f"{what} failed: {text.splitlines()[0][:200]}"
+            message = f"{what} failed: {first_line(exc)}"
             if "Timed out" in text:
                 message = f"timed out after {self.timeout_s:g} s {what}"
             elif "closed" in text or "reset" in text.lower():

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from blitzplan.executor.runtime.failures import Failure, TransferError
+from blitzplan.executor.runtime.failures import Failure, TransferError, first_line
 from blitzplan.executor.transports import Chunk, Done, Lane, Write, nixl_module
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class NixlTransport:
             handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, _note(write))
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
-            raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
+            raise self._failed(write[0], peer, f"writing failed: {first_line(exc)}") from None
         if state == "ERR":
             raise self._failed(write[0], peer, "writing ended in state ERR")
         self.flying.append((handle, peer, write))
@@ -114,7 +114,7 @@ class NixlTransport:
                 if state == "DONE":
                     self.agent.release_xfer_handle(handle)
             except Exception as exc:
-                raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
+                raise self._failed(write[0], peer, f"writing failed: {first_line(exc)}") from None
             if state not in ("DONE", "PROC"):
                 raise self._failed(write[0], peer, f"writing ended in {state}")
             (sent if state == "DONE" else still).append((handle, peer, write))
@@ -154,7 +154,3 @@ class NixlTransport:
             self.agent.remove_remote_agent(name)
         self.agent.deregister_memory(self.registered)
         del self.agent
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
