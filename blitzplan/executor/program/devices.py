@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, complete_gpus, gpu_ranks
 from blitzplan.executor.transports import Chunk, Lane, runs, writes
-from blitzplan.models.layout import layout
+from blitzplan.models.layout import Layout, layout
 from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
 from blitzplan.wire.program_rules import memory_devices, waits
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
@@ -84,11 +84,19 @@ class DeviceJob:
     def __post_init__(self) -> None:
         self.arena_bytes = self.arena_bytes or sum(self.sizes)
 
+    @property
+    def ranks(self) -> tuple[Layout, tuple[int, ...]]:
+        """The layout of the rank buffers the device holds of each unit, and their ranks (back
+        to back): its ``buffer``'s one, else every rank of the program's."""
+        if self.buffer is None:
+            return layout(self.spec, self.tp), tuple(range(self.tp))
+        return layout(self.spec, self.buffer[0]), self.buffer[1:]
+
     @functools.cached_property
     def sizes(self) -> tuple[int, ...]:
-        if self.buffer is None:
-            return tuple(self.tp * n for n in layout(self.spec, self.tp).unit_bytes)
-        return tuple(layout(self.spec, self.buffer[0]).unit_bytes)
+        """Each unit's bytes in the device's arena."""
+        held, ranks = self.ranks
+        return tuple(len(ranks) * n for n in held.unit_bytes)
 
     @functools.cached_property
     def bases(self) -> tuple[int, ...]:
