@@ -76,7 +76,13 @@ class ProgramSession:
         checked = range(len(job.sizes)) if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
         self.transport = open_transport(
-            job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
+            job.transport,
+            ctx,
+            self.arena,
+            run=job.run,
+            out=job.out,
+            into=job.into,
+            relays=job.relays,
         )
 
     def buffer(self, unit: int) -> torch.Tensor:

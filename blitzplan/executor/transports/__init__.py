@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -142,13 +142,15 @@ def open_transport(
     run: str,
     out: Sequence[Lane],
     into: Sequence[Lane],
+    relays: Mapping[int, int] | None = None,
 ) -> Transport:
     """This device's end of transport ``name`` for run ``run`` (a unique name), writing on its
-    lanes ``out`` and receiving on ``into``; every device opens its end before the shared start."""
+    lanes ``out`` and receiving on ``into``, ``relays`` its job's (a transport that forwards
+    sends a relay from where its bytes land); every device opens its end before the start."""
     if name == "nixl":
         from blitzplan.executor.transports.nixl_write import NixlTransport
 
         return NixlTransport(ctx, arena, run=run, out=out, into=into)
     from blitzplan.executor.transports.torch_p2p import TorchTransport
 
-    return TorchTransport(ctx, arena, out=out, into=into)
+    return TorchTransport(ctx, arena, out=out, into=into, relays=relays or {})

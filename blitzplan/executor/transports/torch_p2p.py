@@ -15,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,26 +45,27 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
     }
 
 
-def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
-    """Per relay sent (by id), the write received with the same bytes of the arena in the same
-    order (by id)."""
-    landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
-    return {id(w): landed[r] for w in writes(out) if (r := tuple(runs(w, "src"))) in landed}
-
-
 class TorchTransport:
-    """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
+    """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes, ``relays`` per
+    relay it sends the write it receives with its bytes (by their indices in the lanes)."""
 
     poll_s = idle_s = 0.05
     """A poll wakes as soon as a waiter queues something: an idle one may wait long."""
 
     def __init__(
-        self, ctx: RankContext, arena: torch.Tensor, *, out: Sequence[Lane], into: Sequence[Lane]
+        self,
+        ctx: RankContext,
+        arena: torch.Tensor,
+        *,
+        out: Sequence[Lane],
+        into: Sequence[Lane],
+        relays: Mapping[int, int],
     ) -> None:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
-        self.relayed = relays(out, into)
+        sent, received = writes(out), writes(into)
+        self.relayed = {id(sent[k]): id(received[j]) for k, j in relays.items()}
         self.landed: set[int] = {-1}
         """The writes received here (by id; -1 stands for the bytes of a write not relayed)."""
         self.feeds: dict[int, set[int]] = {}
