@@ -80,15 +80,14 @@ def test_units_flatten_to_exactly_the_spec_bytes(
 
 
 def _split_forward(dims: m.Dims, units: list[m.Weights], ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Layers 1..k on one copy of the weights, the rest on copies read from rank buffers."""
+    """Layers 1..k on one copy of the weights, the rest (as the old instance takes a batch
+    over: ``forward`` from layer k + 1) on copies read from rank buffers."""
     rope = m.rope_tables(dims, max_positions=len(ids))
     hidden = m.embed(units[0], ids)
     for layer in range(1, k + 1):
         hidden = m.decoder_layer(dims, units[layer], hidden, rope)
     moved = [_through_buffer(dims, u, w) for u, w in enumerate(units)]
-    for layer in range(k + 1, dims.layers + 1):
-        hidden = m.decoder_layer(dims, moved[layer], hidden.clone(), rope)
-    return m.final_logits(dims, moved[-1], hidden)
+    return m.forward(dims, moved, ids, rope, first=k + 1, hidden=hidden.clone())
 
 
 def test_splitting_the_layers_anywhere_gives_the_monolithic_logits() -> None:
