@@ -47,7 +47,13 @@ from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
-from blitzplan.executor.transports import NIXL_MODULES, nixl_module, runs, writes  # noqa: E402
+from blitzplan.executor.transports import (  # noqa: E402
+    NIXL_MODULES,
+    nixl_module,
+    relays,
+    runs,
+    writes,
+)
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402
@@ -193,17 +199,16 @@ def test_a_lanes_writes_are_few_unpaced_and_single_chunks_paced(small: Setup) ->
 
 
 def test_a_relay_forwards_a_write_from_where_it_landed(small: Setup) -> None:
-    """A device's write that carries the bytes of a write it receives, in the same order, is its
-    job's relay of that write (torch sends it from the buffer that one landed in, no packing):
-    matched byte for byte, and the small scenario's forwarding GPUs have such writes of several
-    runs (which would be packed)."""
+    """torch: a device's write that carries the bytes of a write it receives, in the same order,
+    is sent from the buffer that one landed in (no packing): matched byte for byte, and the small
+    scenario's forwarding GPUs have such writes of several runs (which would be packed)."""
     _, jobs = prepare(small.path, paced=False)
     packed = 0
     for job in jobs:
-        landed = writes(job.into)
-        for k, write in enumerate(writes(job.out)):
-            same = [j for j, w in enumerate(landed) if runs(w, "lo") == runs(write, "held")]
-            assert job.relays.get(k) in same if same else k not in job.relays
+        landed, found = {id(w): w for w in writes(job.into)}, relays(job.out, job.into)
+        for write in writes(job.out):
+            same = [k for k, w in landed.items() if runs(w, "lo") == runs(write, "held")]
+            assert found.get(id(write)) in same if same else id(write) not in found
             packed += bool(same) and len(runs(write, "src")) > 1
     assert packed > 0
 

@@ -59,7 +59,7 @@ class DeviceJob:
     ``(unit, own offset, arena offset, length)`` for its resharding steps. It sends on ``out``
     (``sends`` by step key), receives on ``into``, tells the store when the steps in ``tells``
     end (a third device's step waits for them); ``check``: compare every unit at the end.
-    ``needs``, ``relays``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
+    ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
     label: str
@@ -78,7 +78,6 @@ class DeviceJob:
     tells: set[int] = field(default_factory=set)
     arena_bytes: int = 0
     needs: list[tuple[int, ...]] = field(default_factory=list)
-    relays: dict[int, int] = field(default_factory=dict)
     whole: list[bool] = field(default_factory=list)
     duplicate_bytes: int = 0
 
@@ -141,20 +140,14 @@ def device_jobs(
 
 def _link(job: DeviceJob) -> None:
     """Per write the device sends, the writes it receives (by index) that bring a byte of it the
-    device lacks at the start; per *relay* (a write it sends, by index, of the arena bytes of a
-    write it receives, in that write's order) that write's index, for a transport that forwards
-    it from where it lands; per unit whether it ends whole (InvalidInputError for a checked GPU
-    that does not); the bytes it receives twice."""
+    device lacks at the start; per unit whether it ends whole (InvalidInputError for a checked
+    GPU that does not); the bytes it receives twice."""
     have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
     into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    landed: dict[tuple[tuple[int, int, int], ...], int] = {}
     for k, write in enumerate(writes(job.into)):
-        landed[tuple(runs(write, "dst"))] = k
         for unit, lo, hi in runs(write, "lo"):
             into[unit].append((lo, hi, k))
-    for k, write in enumerate(writes(job.out)):
-        if (same := landed.get(tuple(runs(write, "src")))) is not None:
-            job.relays[k] = same
+    for write in writes(job.out):
         found: set[int] = set()
         for unit, lo, hi in runs(write, "held"):
             if subtract((lo, hi), have[unit]):

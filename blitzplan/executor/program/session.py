@@ -76,13 +76,7 @@ class ProgramSession:
         checked = range(len(job.sizes)) if job.check else ()  # compared after the run (report)
         self._wanted = [self.own(u).numpy() for u in checked]
         self.transport = open_transport(
-            job.transport,
-            ctx,
-            self.arena,
-            run=job.run,
-            out=job.out,
-            into=job.into,
-            relays=job.relays,
+            job.transport, ctx, self.arena, run=job.run, out=job.out, into=job.into
         )
 
     def buffer(self, unit: int) -> torch.Tensor:

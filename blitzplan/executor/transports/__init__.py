@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -106,6 +106,13 @@ def writes(lanes: Sequence[Lane]) -> list[Write]:
     return [write for lane in lanes for write in lane.writes]
 
 
+def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
+    """Per *relay* sent (by id): the write received with the same bytes of the arena in the same
+    order (by id), which a transport that forwards sends it from as it lands."""
+    landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
+    return {id(w): landed[r] for w in writes(out) if (r := tuple(runs(w, "src"))) in landed}
+
+
 class Transport(Protocol):
     """What the program runner asks of a transport; an idle loop's polls wait from ``poll_s`` up
     to ``idle_s``. ``stalled`` names the oldest transfer still open."""
@@ -142,15 +149,13 @@ def open_transport(
     run: str,
     out: Sequence[Lane],
     into: Sequence[Lane],
-    relays: Mapping[int, int] | None = None,
 ) -> Transport:
     """This device's end of transport ``name`` for run ``run`` (a unique name), writing on its
-    lanes ``out`` and receiving on ``into``, ``relays`` its job's (a transport that forwards
-    sends a relay from where its bytes land); every device opens its end before the start."""
+    lanes ``out`` and receiving on ``into``; every device opens its end before the shared start."""
     if name == "nixl":
         from blitzplan.executor.transports.nixl_write import NixlTransport
 
         return NixlTransport(ctx, arena, run=run, out=out, into=into)
     from blitzplan.executor.transports.torch_p2p import TorchTransport
 
-    return TorchTransport(ctx, arena, out=out, into=into, relays=relays or {})
+    return TorchTransport(ctx, arena, out=out, into=into)

@@ -15,14 +15,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError, first_line
-from blitzplan.executor.transports import Done, Lane, Write, runs, writes
+from blitzplan.executor.transports import Done, Lane, Write, relays, runs, writes
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -46,26 +46,18 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
 
 
 class TorchTransport:
-    """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes, ``relays`` per
-    relay it sends the write it receives with its bytes (by their indices in the lanes)."""
+    """One device's end: ``arena`` its buffers, ``out`` and ``into`` its lanes."""
 
     poll_s = idle_s = 0.05
     """A poll wakes as soon as a waiter queues something: an idle one may wait long."""
 
     def __init__(
-        self,
-        ctx: RankContext,
-        arena: torch.Tensor,
-        *,
-        out: Sequence[Lane],
-        into: Sequence[Lane],
-        relays: Mapping[int, int],
+        self, ctx: RankContext, arena: torch.Tensor, *, out: Sequence[Lane], into: Sequence[Lane]
     ) -> None:
         self.ctx, self.arena = ctx, arena
         self.groups = pair_groups(ctx, out, into)
         self.staged = self._staging(out, "src") | self._staging(into, "dst")
-        sent, received = writes(out), writes(into)
-        self.relayed = {id(sent[k]): id(received[j]) for k, j in relays.items()}
+        self.relayed = relays(out, into)
         self.landed: set[int] = {-1}
         """The writes received here (by id; -1 stands for the bytes of a write not relayed)."""
         self.feeds: dict[int, set[int]] = {}
