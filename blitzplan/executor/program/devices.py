@@ -86,17 +86,14 @@ class DeviceJob:
 
     @property
     def ranks(self) -> tuple[Layout, tuple[int, ...]]:
-        """The layout of the rank buffers the device holds of each unit, and their ranks (back
-        to back): its ``buffer``'s one, else every rank of the program's."""
+        """The layout of the device's rank buffers, and the ranks it holds (back to back)."""
         if self.buffer is None:
             return layout(self.spec, self.tp), tuple(range(self.tp))
         return layout(self.spec, self.buffer[0]), self.buffer[1:]
 
     @functools.cached_property
     def sizes(self) -> tuple[int, ...]:
-        """Each unit's bytes in the device's arena."""
-        held, ranks = self.ranks
-        return tuple(len(ranks) * n for n in held.unit_bytes)
+        return tuple(len(self.ranks[1]) * n for n in self.ranks[0].unit_bytes)
 
     @functools.cached_property
     def bases(self) -> tuple[int, ...]:
