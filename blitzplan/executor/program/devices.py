@@ -59,7 +59,7 @@ class DeviceJob:
     ``(unit, own offset, arena offset, length)`` for its resharding steps. It sends on ``out``
     (``sends`` by step key), receives on ``into``, tells the store when the steps in ``tells``
     end (a third device's step waits for them); ``check``: compare every unit at the end.
-    ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
+    ``have``, ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
     label: str
@@ -77,6 +77,7 @@ class DeviceJob:
     sends: dict[int, SendStep] = field(default_factory=dict)
     tells: set[int] = field(default_factory=set)
     arena_bytes: int = 0
+    have: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     needs: list[tuple[int, ...]] = field(default_factory=list)
     whole: list[bool] = field(default_factory=list)
     duplicate_bytes: int = 0
@@ -136,10 +137,12 @@ def device_jobs(
 
 
 def _link(job: DeviceJob) -> None:
-    """Per write the device sends, the writes it receives (by index) that bring a byte of it the
-    device lacks at the start; per unit whether it ends whole (InvalidInputError for a checked
-    GPU that does not); the bytes it receives twice."""
-    have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
+    """Per unit the bytes the device has at the start; per write it sends, the writes it
+    receives (by index) that bring a byte of it the device lacks then; per unit whether it ends
+    whole (InvalidInputError for a checked GPU that does not); the bytes it receives twice."""
+    have = job.have
+    for unit, size in enumerate(job.sizes):
+        have[unit] = [(0, size)] if job.filled else job.held.get(unit, [])
     into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for k, write in enumerate(writes(job.into)):
         for unit, lo, hi in runs(write, "lo"):

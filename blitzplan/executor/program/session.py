@@ -92,11 +92,9 @@ class ProgramSession:
         return torch.from_numpy(np.concatenate(data))
 
     def _fill(self) -> None:
-        """All of the buffer, or its held bytes; then the packs of resharding steps."""
+        """What the device has at the start; then the packs of resharding steps."""
         job = self.job
-        for unit in range(len(job.sizes)) if job.filled else ():
-            self.buffer(unit).copy_(self.own(unit))
-        for unit, spans in job.held.items():
+        for unit, spans in job.have.items():
             for lo, hi in spans:
                 self.buffer(unit)[lo:hi] = self.own(unit)[lo:hi]
         for unit, src, at, n in job.packs:
