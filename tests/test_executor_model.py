@@ -15,7 +15,7 @@ import blitzplan  # noqa: E402
 from blitzplan import InvalidInputError, ScaleRequest, load_model  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.executor.program.runner import run_program  # noqa: E402
-from blitzplan.executor.runtime.failures import InjectedFault, first_line  # noqa: E402
+from blitzplan.executor.runtime.failures import Failure, InjectedFault  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.smallmodel import llama as m  # noqa: E402
@@ -141,9 +141,9 @@ def test_fault_numbers_may_be_numpy_integers() -> None:
 def test_a_failure_quotes_the_first_line_of_an_error() -> None:
     """What a transport's failure quotes of a library's error: its first line, cut, else the
     error's type (an empty message would otherwise leave nothing to quote)."""
-    assert first_line(RuntimeError("Connection reset\nstack trace")) == "Connection reset"
-    assert first_line(RuntimeError("x" * 500)) == "x" * 200
-    assert first_line(RuntimeError("")) == first_line(RuntimeError("\n")) == "RuntimeError"
+    assert Failure.quote(RuntimeError("Connection reset\nstack trace")) == "Connection reset"
+    assert Failure.quote(RuntimeError("x" * 500)) == "x" * 200
+    assert Failure.quote(RuntimeError("")) == Failure.quote(RuntimeError("\n")) == "RuntimeError"
 
 
 def test_bad_options_name_the_argument() -> None:

@@ -47,15 +47,7 @@ from blitzplan.wire.program_screen import (
 if TYPE_CHECKING:
     from blitzplan.models import ModelSpec
 
-__all__ = [
-    "ALL_RANKS",
-    "HOLDERS",
-    "LINKS",
-    "LIVE_POLICIES",
-    "STEP_KINDS",
-    "check_program_rules",
-    "waits",
-]
+__all__ = ["ALL_RANKS", "HOLDERS", "LINKS", "LIVE_POLICIES", "STEP_KINDS", "check_program_rules"]
 
 Span = tuple[int, int, int, int]
 """``(first_unit, last_unit, offset, length)``."""

@@ -19,12 +19,12 @@ class Failure:
     step: int | None = None
     chunk: tuple[int, int] | None = None
 
-
-def first_line(exc: BaseException, limit: int = 200) -> str:
-    """The first line of ``exc``'s message, at most ``limit`` characters (its type's name when
-    it says nothing): what a failure report quotes of a library's error."""
-    text = str(exc)
-    return text.splitlines()[0][:limit] if text.strip() else type(exc).__name__
+    @staticmethod
+    def quote(exc: BaseException, limit: int = 200) -> str:
+        """What a failure's message quotes of a library's error: the first line, at most
+        ``limit`` characters (the error's type when it says nothing)."""
+        text = str(exc)
+        return text.splitlines()[0][:limit] if text.strip() else type(exc).__name__
 
 
 class TransferError(Exception):

@@ -21,13 +21,7 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.errors import InvalidInputError
-from blitzplan.executor.runtime.failures import (
-    Event,
-    Failure,
-    InjectedFault,
-    TransferError,
-    first_line,
-)
+from blitzplan.executor.runtime.failures import Event, Failure, InjectedFault, TransferError
 
 DEVICES = ("cpu", "cuda")
 """Where a run's buffers live (default ``cpu``)."""
@@ -142,7 +136,7 @@ class RankContext:
                 work.wait(timeout=timedelta(seconds=self.timeout_s))
         except RuntimeError as exc:  # ``what``: ``sending ... to rank 3``
             text = str(exc)
-            message = f"{what} failed: {first_line(exc)}"
+            message = f"{what} failed: {Failure.quote(exc)}"
             if "Timed out" in text:
                 message = f"timed out after {self.timeout_s:g} s {what}"
             elif "closed" in text or "reset" in text.lower():

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from blitzplan.executor.runtime.failures import Failure, TransferError, first_line
+from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.transports import Done, Lane, Write, relays, runs, writes
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class TorchTransport:
                 try:
                     flying.append((write, dist.isend(data, peer, group)))
                 except RuntimeError as exc:
-                    message = f"sending a chunk to rank {peer} failed: {first_line(exc)}"
+                    message = f"sending a chunk to rank {peer} failed: {Failure.quote(exc)}"
                     raise TransferError(write[0].failure(peer, message)) from None
             if flying:
                 write, work = flying.popleft()
