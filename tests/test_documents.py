@@ -161,6 +161,15 @@ def _step_edit(**fields: Any) -> Callable[[dict[str, Any]], None]:
     return lambda d: d["steps"][0].update(fields)
 
 
+def _fed_cycle(document: dict[str, Any]) -> None:
+    """A store-and-forward step waits for its feeds: its feed waiting for it (``after``) makes a
+    cycle."""
+    by_id = {s["id"]: s for s in document["steps"]}
+    step = next(s for s in document["steps"] if s["feeds"])
+    step["store_and_forward"] = True
+    by_id[step["feeds"][0]]["after"] = [step["id"]]
+
+
 PROGRAM_PROBES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "negative length": (
         _step_edit(ranges=[{"first_unit": 0, "last_unit": 0, "offset": 0, "length": -5}]),
@@ -191,6 +200,10 @@ PROGRAM_PROBES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "held names 'h9/gpu9'",
     ),
     "repeated step id": (lambda d: d["steps"].append(d["steps"][0]), "step ids must be unique"),
+    "a wait through feeds": (
+        _fed_cycle,
+        r"steps wait for each other in a cycle: \[\d+, \d+, \d+\]",
+    ),
     "spec of another model": (
         lambda d: d["model"].update(content_hash="0" * 64),
         "spec is model .* but its 'model' says",

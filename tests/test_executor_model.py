@@ -15,7 +15,7 @@ import blitzplan  # noqa: E402
 from blitzplan import InvalidInputError, ScaleRequest, load_model  # noqa: E402
 from blitzplan.cli import main  # noqa: E402
 from blitzplan.executor.program.runner import run_program  # noqa: E402
-from blitzplan.executor.runtime.failures import InjectedFault  # noqa: E402
+from blitzplan.executor.runtime.failures import Failure, InjectedFault  # noqa: E402
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.smallmodel import llama as m  # noqa: E402
@@ -80,15 +80,14 @@ def test_units_flatten_to_exactly_the_spec_bytes(
 
 
 def _split_forward(dims: m.Dims, units: list[m.Weights], ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Layers 1..k on one copy of the weights, the rest on copies read from rank buffers."""
+    """Layers 1..k on one copy of the weights, the rest (as the old instance takes a batch
+    over: ``forward`` from layer k + 1) on copies read from rank buffers."""
     rope = m.rope_tables(dims, max_positions=len(ids))
     hidden = m.embed(units[0], ids)
     for layer in range(1, k + 1):
         hidden = m.decoder_layer(dims, units[layer], hidden, rope)
     moved = [_through_buffer(dims, u, w) for u, w in enumerate(units)]
-    for layer in range(k + 1, dims.layers + 1):
-        hidden = m.decoder_layer(dims, moved[layer], hidden.clone(), rope)
-    return m.final_logits(dims, moved[-1], hidden)
+    return m.forward(dims, moved, ids, rope, first=k + 1, hidden=hidden.clone())
 
 
 def test_splitting_the_layers_anywhere_gives_the_monolithic_logits() -> None:
@@ -137,6 +136,14 @@ def test_fault_numbers_may_be_numpy_integers() -> None:
     assert (fault.rank, fault.layer) == (1, 2) and type(fault.layer) is int
     with pytest.raises(InvalidInputError, match="fault layer must be an integer >= 0, got True"):
         InjectedFault(1, True)
+
+
+def test_a_failure_quotes_the_first_line_of_an_error() -> None:
+    """What a transport's failure quotes of a library's error: its first line, cut, else the
+    error's type (an empty message would otherwise leave nothing to quote)."""
+    assert Failure.quote(RuntimeError("Connection reset\nstack trace")) == "Connection reset"
+    assert Failure.quote(RuntimeError("x" * 500)) == "x" * 200
+    assert Failure.quote(RuntimeError("")) == Failure.quote(RuntimeError("\n")) == "RuntimeError"
 
 
 def test_bad_options_name_the_argument() -> None:

@@ -47,8 +47,13 @@ from blitzplan.executor.runtime.failures import InjectedFault, RankFailedError  
 from blitzplan.executor.runtime.pool import Workers  # noqa: E402
 from blitzplan.executor.runtime.worker import check_device  # noqa: E402
 from blitzplan.executor.serving.serve import LOGIT_TOLERANCE, serve_live  # noqa: E402
-from blitzplan.executor.transports import NIXL_MODULES, nixl_module, runs, writes  # noqa: E402
-from blitzplan.executor.transports.torch_p2p import relays  # noqa: E402
+from blitzplan.executor.transports import (  # noqa: E402
+    NIXL_MODULES,
+    nixl_module,
+    relays,
+    runs,
+    writes,
+)
 from blitzplan.live.schedule_checks import measured_violations  # noqa: E402
 from blitzplan.scale import ScalePlan  # noqa: E402
 from blitzplan.scale.document import document_digest  # noqa: E402

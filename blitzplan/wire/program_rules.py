@@ -20,8 +20,8 @@ reader (the executor's) refuse before anything runs. Each error names the step a
   ``old`` an instance that serves on (neither a new instance nor one the document releases or
   mutates), each in one pair; ``batches`` of request ids, each in one batch of one pair.
 
-What a particular data plane cannot run (the executor refuses ``loading`` sources, and ``after``
-across two sending devices) is that data plane's own check, made after these.
+What a particular data plane cannot run (the executor refuses ``loading`` sources) is that data
+plane's own check, made after these.
 """
 
 from __future__ import annotations
@@ -298,18 +298,20 @@ def _check_links(steps: Sequence[Any]) -> None:
                 )
 
 
+def waits(step: Any) -> tuple[int, ...]:
+    """The steps ``step`` waits for to end before it starts: its ``after`` and, store and
+    forward, its ``feeds`` (the one definition the rules and a data plane share)."""
+    return (*step.after, *(step.feeds if step.store_and_forward else ()))
+
+
 def _check_acyclic(steps: Sequence[Any]) -> None:
     """No step waits for itself through ``after`` and store-and-forward ``feeds``."""
-    waits = {
-        s.id: [*s.after, *(s.feeds if s.store_and_forward else ())]
-        for s in steps
-        if s.after or (s.store_and_forward and s.feeds)
-    }
+    waiting = {s.id: waits(s) for s in steps if s.after or s.store_and_forward}
     state: dict[int, int] = {}  # 1: on the path being walked, 2: done
-    for root in waits:
+    for root in waiting:
         if root in state:
             continue
-        path, stack = [root], [iter(waits[root])]
+        path, stack = [root], [iter(waiting[root])]
         state[root] = 1
         while stack:
             nxt = next(stack[-1], None)
@@ -321,4 +323,4 @@ def _check_acyclic(steps: Sequence[Any]) -> None:
             elif nxt not in state:
                 state[nxt] = 1
                 path.append(nxt)
-                stack.append(iter(waits.get(nxt, ())))
+                stack.append(iter(waiting.get(nxt, ())))

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from blitzplan.errors import InvalidInputError
 from blitzplan.executor.program.jobs import Buffer, Piece, Stage, buffers, complete_gpus, gpu_ranks
 from blitzplan.executor.transports import Chunk, Lane, runs, writes
-from blitzplan.models.layout import layout
+from blitzplan.models.layout import Layout, layout
 from blitzplan.wire.program_bytes import held_bytes, rank_base, subtract, union
-from blitzplan.wire.program_rules import memory_devices
+from blitzplan.wire.program_rules import memory_devices, waits
 from blitzplan.wire.scaleprogram import ScaleProgram, StepRecord
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def equal_chunks(lo: int, hi: int, chunk_bytes: int) -> list[tuple[int, int]]:
 class SendStep:
     """A step as its sender runs it: its pace (None: unpaced), and when it may start (times
     from the run's start): not before ``not_before_s`` and the end of the steps in ``after``
-    (the step's own and, store-and-forward, the steps feeding it)."""
+    (those the step :func:`~blitzplan.wire.program_rules.waits` for that still send)."""
 
     pace_bytes_per_s: float | None
     not_before_s: float
@@ -59,7 +59,7 @@ class DeviceJob:
     ``(unit, own offset, arena offset, length)`` for its resharding steps. It sends on ``out``
     (``sends`` by step key), receives on ``into``, tells the store when the steps in ``tells``
     end (a third device's step waits for them); ``check``: compare every unit at the end.
-    ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
+    ``have``, ``needs``, ``whole`` and ``duplicate_bytes``: see :func:`_link`."""
 
     rank: int
     label: str
@@ -77,6 +77,7 @@ class DeviceJob:
     sends: dict[int, SendStep] = field(default_factory=dict)
     tells: set[int] = field(default_factory=set)
     arena_bytes: int = 0
+    have: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     needs: list[tuple[int, ...]] = field(default_factory=list)
     whole: list[bool] = field(default_factory=list)
     duplicate_bytes: int = 0
@@ -84,11 +85,16 @@ class DeviceJob:
     def __post_init__(self) -> None:
         self.arena_bytes = self.arena_bytes or sum(self.sizes)
 
+    @property
+    def ranks(self) -> tuple[Layout, tuple[int, ...]]:
+        """The layout of the device's rank buffers, and the ranks it holds (back to back)."""
+        if self.buffer is None:
+            return layout(self.spec, self.tp), tuple(range(self.tp))
+        return layout(self.spec, self.buffer[0]), self.buffer[1:]
+
     @functools.cached_property
     def sizes(self) -> tuple[int, ...]:
-        if self.buffer is None:
-            return tuple(self.tp * n for n in layout(self.spec, self.tp).unit_bytes)
-        return tuple(layout(self.spec, self.buffer[0]).unit_bytes)
+        return tuple(len(self.ranks[1]) * n for n in self.ranks[0].unit_bytes)
 
     @functools.cached_property
     def bases(self) -> tuple[int, ...]:
@@ -131,10 +137,12 @@ def device_jobs(
 
 
 def _link(job: DeviceJob) -> None:
-    """Per write the device sends, the writes it receives (by index) that bring a byte of it the
-    device lacks at the start; per unit whether it ends whole (InvalidInputError for a checked
-    GPU that does not); the bytes it receives twice."""
-    have = {u: [(0, n)] if job.filled else job.held.get(u, []) for u, n in enumerate(job.sizes)}
+    """Per unit the bytes the device has at the start; per write it sends, the writes it
+    receives (by index) that bring a byte of it the device lacks then; per unit whether it ends
+    whole (InvalidInputError for a checked GPU that does not); the bytes it receives twice."""
+    have = job.have
+    for unit, size in enumerate(job.sizes):
+        have[unit] = [(0, size)] if job.filled else job.held.get(unit, [])
     into: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for k, write in enumerate(writes(job.into)):
         for unit, lo, hi in runs(write, "lo"):
@@ -193,8 +201,7 @@ def _add_stage(part: Stage, jobs: dict[str, DeviceJob], lanes: Lanes, *, paced: 
         for k, chunk in enumerate(made):
             order = (begin_s + span_s * k / len(made), depth, key, k)
             lanes[(source.rank, destination.rank)].append((order, chunk))
-        feeding = step.feeds if step.store_and_forward else ()
-        after = [a for a in (*step.after, *feeding) if running[a]]
+        after = [a for a in waits(step) if running[a]]
         for prior in (by_id[a] for a in after):
             if step.source not in (prior.source, prior.destination):
                 jobs[prior.destination].tells.add(part.offset + prior.id)

@@ -26,7 +26,6 @@ from blitzplan.executor.runtime.failures import Failure, TransferError
 from blitzplan.executor.runtime.worker import RankContext
 from blitzplan.executor.smallmodel.llama import hf_arrays, init_unit, model_dims
 from blitzplan.executor.transports import Write, open_transport, runs, writes
-from blitzplan.models.layout import layout
 
 WINDOW = 8
 """Writes a lane keeps in flight."""
@@ -88,18 +87,14 @@ class ProgramSession:
         if unit not in self._full:
             dims = model_dims(self.job.spec)
             self._full[unit] = hf_arrays(dims, unit, init_unit(dims, unit))
-        buffer, tp = self.job.buffer, self.job.tp
-        lay = layout(self.job.spec, tp if buffer is None else buffer[0])
-        ranks = range(tp) if buffer is None else (buffer[1],)
-        data = [lay.rank_buffer(unit, rank, self._full[unit]) for rank in ranks]
+        held, ranks = self.job.ranks
+        data = [held.rank_buffer(unit, rank, self._full[unit]) for rank in ranks]
         return torch.from_numpy(np.concatenate(data))
 
     def _fill(self) -> None:
-        """All of the buffer, or its held bytes; then the packs of resharding steps."""
+        """What the device has at the start; then the packs of resharding steps."""
         job = self.job
-        for unit in range(len(job.sizes)) if job.filled else ():
-            self.buffer(unit).copy_(self.own(unit))
-        for unit, spans in job.held.items():
+        for unit, spans in job.have.items():
             for lo, hi in spans:
                 self.buffer(unit)[lo:hi] = self.own(unit)[lo:hi]
         for unit, src, at, n in job.packs:

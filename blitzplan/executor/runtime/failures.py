@@ -19,6 +19,13 @@ class Failure:
     step: int | None = None
     chunk: tuple[int, int] | None = None
 
+    @staticmethod
+    def quote(exc: BaseException, limit: int = 200) -> str:
+        """What a failure's message quotes of a library's error: the first line, at most
+        ``limit`` characters (the error's type when it says nothing)."""
+        text = str(exc)
+        return text.splitlines()[0][:limit] if text.strip() else type(exc).__name__
+
 
 class TransferError(Exception):
     """Raised in a worker when a transfer fails or times out."""

@@ -136,7 +136,7 @@ class RankContext:
                 work.wait(timeout=timedelta(seconds=self.timeout_s))
         except RuntimeError as exc:  # ``what``: ``sending ... to rank 3``
             text = str(exc)
-            message = f"{what} failed: {text.splitlines()[0][:200]}"
+            message = f"{what} failed: {Failure.quote(exc)}"
             if "Timed out" in text:
                 message = f"timed out after {self.timeout_s:g} s {what}"
             elif "closed" in text or "reset" in text.lower():

@@ -119,14 +119,11 @@ def old_instance_job(
         _, batch, first, kept = message
         ctx.at(first)
         start = ctx.now()
-        if kept is None:
-            hidden = embed(units[0], prompts[batch])
-        else:
+        hidden = None  # the new instance kept none: from the embedding
+        if kept is not None:
             hidden = torch.frombuffer(bytearray(kept), dtype=dims.dtype).to(ctx.device)
             hidden = hidden.view(len(prompts[batch]), dims.hidden)
-        for layer in range(first, dims.layers + 1):
-            hidden = decoder_layer(dims, units[layer], hidden, rope)
-        logits = _logits(final_logits(dims, units[-1], hidden))
+        logits = _logits(forward(dims, units, prompts[batch], rope, first=first, hidden=hidden))
         ctx.synchronize()
         ctx.emit("old_done", (batch, start, ctx.now(), logits))
     return reference

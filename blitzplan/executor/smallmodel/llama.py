@@ -174,10 +174,18 @@ def final_logits(dims: Dims, w: Mapping[str, torch.Tensor], hidden: torch.Tensor
 
 
 def forward(
-    dims: Dims, units: Sequence[Mapping[str, torch.Tensor]], token_ids: torch.Tensor, rope: Rope
+    dims: Dims,
+    units: Sequence[Mapping[str, torch.Tensor]],
+    token_ids: torch.Tensor,
+    rope: Rope,
+    *,
+    first: int = 1,
+    hidden: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The monolithic model: embedding, every layer, the head; logits of the last position."""
-    hidden = embed(units[0], token_ids)
-    for layer in range(1, dims.layers + 1):
+    """The monolithic model: embedding, every layer, the head; logits of the last position.
+    With ``hidden`` (the activation before layer ``first``), the layers from ``first`` on."""
+    if hidden is None:
+        hidden = embed(units[0], token_ids)
+    for layer in range(first, dims.layers + 1):
         hidden = decoder_layer(dims, units[layer], hidden, rope)
     return final_logits(dims, units[-1], hidden)

@@ -106,6 +106,13 @@ def writes(lanes: Sequence[Lane]) -> list[Write]:
     return [write for lane in lanes for write in lane.writes]
 
 
+def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
+    """Per *relay* sent (by id): the write received with the same bytes of the arena in the same
+    order (by id), which a transport that forwards sends it from as it lands."""
+    landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
+    return {id(w): landed[r] for w in writes(out) if (r := tuple(runs(w, "src"))) in landed}
+
+
 class Transport(Protocol):
     """What the program runner asks of a transport; an idle loop's polls wait from ``poll_s`` up
     to ``idle_s``. ``stalled`` names the oldest transfer still open."""

@@ -88,7 +88,10 @@ class NixlTransport:
         self.expected = {_note(w): (lane.peer, w) for lane in into for w in lane.writes}
         self.writers = sorted({lane.peer for lane in into})
 
-    def _failed(self, chunk: Chunk, peer: int, what: str) -> TransferError:
+    def _failed(self, chunk: Chunk, peer: int, what: str | Exception) -> TransferError:
+        """``what`` failed, or writing raised it (NIXL raises its own types)."""
+        if isinstance(what, Exception):
+            what = f"writing failed: {Failure.quote(what)}"
         return TransferError(chunk.failure(peer, f"{what} (unit {chunk.unit}, rank {peer}, NIXL)"))
 
     def post(self, peer: int, write: Write) -> None:
@@ -98,7 +101,7 @@ class NixlTransport:
             handle = self.agent.make_prepped_xfer("WRITE", local, k, remote, k, _note(write))
             state = self.agent.transfer(handle)
         except Exception as exc:  # NIXL raises its own types (a lost peer: REMOTE_DISCONNECT)
-            raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
+            raise self._failed(write[0], peer, exc) from None
         if state == "ERR":
             raise self._failed(write[0], peer, "writing ended in state ERR")
         self.flying.append((handle, peer, write))
@@ -114,7 +117,7 @@ class NixlTransport:
                 if state == "DONE":
                     self.agent.release_xfer_handle(handle)
             except Exception as exc:
-                raise self._failed(write[0], peer, f"writing failed: {_first_line(exc)}") from None
+                raise self._failed(write[0], peer, exc) from None
             if state not in ("DONE", "PROC"):
                 raise self._failed(write[0], peer, f"writing ended in {state}")
             (sent if state == "DONE" else still).append((handle, peer, write))
@@ -154,7 +157,3 @@ class NixlTransport:
             self.agent.remove_remote_agent(name)
         self.agent.deregister_memory(self.registered)
         del self.agent
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__

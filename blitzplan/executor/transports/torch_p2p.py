@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from blitzplan.executor.runtime.failures import Failure, TransferError
-from blitzplan.executor.transports import Done, Lane, Write, runs, writes
+from blitzplan.executor.transports import Done, Lane, Write, relays, runs, writes
 
 if TYPE_CHECKING:
     from blitzplan.executor.runtime.worker import RankContext
@@ -43,13 +43,6 @@ def pair_groups(ctx: RankContext, out: Sequence[Lane], into: Sequence[Lane]) -> 
         pair: dist.new_group(sorted(pair), use_local_synchronization=True)
         for pair in sorted(pairs, key=lambda p: (min(p), max(p), p[0] > p[1]))
     }
-
-
-def relays(out: Sequence[Lane], into: Sequence[Lane]) -> dict[int, int]:
-    """Per relay sent (by id), the write received with the same bytes of the arena in the same
-    order (by id)."""
-    landed = {tuple(runs(w, "dst")): id(w) for w in writes(into)}
-    return {id(w): landed[r] for w in writes(out) if (r := tuple(runs(w, "src"))) in landed}
 
 
 class TorchTransport:
@@ -130,8 +123,8 @@ class TorchTransport:
                 try:
                     flying.append((write, dist.isend(data, peer, group)))
                 except RuntimeError as exc:
-                    message = f"sending a chunk to rank {peer} failed: {str(exc).splitlines()[0]}"
-                    raise TransferError(write[0].failure(peer, message[:240])) from None
+                    message = f"sending a chunk to rank {peer} failed: {Failure.quote(exc)}"
+                    raise TransferError(write[0].failure(peer, message)) from None
             if flying:
                 write, work = flying.popleft()
                 self.ctx.wait(work, f"sending a chunk to rank {peer}", write[0].failure(peer))
