@@ -261,9 +261,13 @@ def _lifts(
     parent_free, parent_idle, parent_lasts = parents
     last, mask = merged["last"][rows], merged["mask"][rows]
     served = cap.served(mask & ~table.bits[last])
-    if parent_lasts is not None:
+    if parent_lasts is not None:  # where it can change the lift (pair_history.ready_matters)
         lasts = parent_lasts[merged["parent"][rows]]
-        served[1] = pair_history.ready_after(cap, mask & ~table.bits[last], lasts)
+        cuts = np.asarray([pair_history.ready_matters(cap, b) for b in range(table.n)])
+        need = np.flatnonzero(served[1] < cuts[last])
+        served[1, need] = pair_history.ready_after(
+            cap, mask[need] & ~table.bits[last[need]], lasts[need]
+        )
     left = table.unplaced(mask)
     works, ends_new = left @ (cap.layers * cap.p_new), cap.last_on_new(left)
     free, ends = parent_free[merged["parent"][rows]], merged["free"][rows]

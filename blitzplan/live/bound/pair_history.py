@@ -60,6 +60,7 @@ __all__ = [
     "carry_lasts",
     "earliest_starts",
     "ready_after",
+    "ready_matters",
     "step",
 ]
 
@@ -111,17 +112,38 @@ def ready_after(cap: Capacity, mask: np.ndarray, lasts: np.ndarray) -> np.ndarra
     """Per state (O served the set ``mask``, ending with one of the blocks ``lasts``), the
     least time from N's last operation, if a served batch's, to the end of O's last served
     block (inf where O served none; see the module docstring)."""
-    placed = ~cap.table.unplaced(mask)
+    table = cap.table
     block = cap.whole - cap.most_share  # each batch's least block on O
-    after = np.where(placed, cap.handoff + block, math.inf)
-    own = np.asarray((lasts[:, None] & cap.table.bits[None, :]) != 0) & placed
-    as_last = np.where(own, after, math.inf).min(axis=1)
-    blocks = np.where(placed, block, math.inf)
-    order = np.argsort(blocks, axis=1)
+    after = cap.handoff + block
+    by_block = np.argsort(block, kind="stable")
+    placed = ~table.unplaced(mask)
+    own = np.asarray((lasts[:, None] & table.bits[None, :]) != 0) & placed
+    as_last = np.where(own, after[None, :], math.inf).min(axis=1)
     rows = np.arange(mask.size)
-    least = blocks[rows, order[:, 0]]
-    second = blocks[rows, order[:, 1]] if cap.table.n > 1 else np.full(mask.size, math.inf)
-    first = np.arange(cap.table.n)[None, :] == order[:, :1]
-    other = np.where(first, second[:, None], least[:, None])  # least block of another batch
-    before_last = (after + other).min(axis=1)
+    ranked = placed[:, by_block]  # the served batches, least block first
+    first = by_block[ranked.argmax(axis=1)]  # (meaningless where none is served)
+    ranked[rows, ranked.argmax(axis=1)] = False
+    some_other = ranked.any(axis=1)
+    second = np.where(some_other, block[by_block[ranked.argmax(axis=1)]], math.inf)
+    others = placed.copy()
+    others[rows, first] = False
+    before_other = np.where(others, after[None, :], math.inf).min(axis=1) + block[first]
+    before_first = after[first] + second
+    before_last = np.where(placed.any(axis=1), np.minimum(before_other, before_first), math.inf)
     return np.asarray(np.minimum(as_last, before_last))
+
+
+def ready_matters(cap: Capacity, i: int) -> float:
+    """The least served batches' ``d_t + pO_t`` (:meth:`Capacity.served`) at which the pair
+    bound with batch ``i`` served next no longer reads it: its case where N's last operation
+    is ``i``'s costs ``min(d_i, ready) + k (pN_i - pO_i)`` past the claim, so a ready time at
+    least ``d_i`` plus that (for its least such ``k``) changes nothing (inf where ``i`` runs
+    no layer on N)."""
+    inst, restriction = cap.table.relax.instance, cap.table.relax.restriction
+    L = inst.num_layers
+    low, high = restriction.split_min[i], min(restriction.split_max[i], L - 1)
+    if high < max(low, 1):
+        return math.inf
+    slope = inst.new_layer_s[i] - inst.old_layer_s[i]
+    own = min(max(low, 1) * slope, high * slope)
+    return float(inst.handoff_s[i] + max(own, 0.0))
