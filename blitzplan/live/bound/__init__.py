@@ -14,7 +14,8 @@ one beside a heuristic's schedule.
   :mod:`.busy` charges N's work to the last completion,
   :mod:`.ranks` to every batch N finishes and :mod:`.deadlines` to each of O's served blocks;
   :mod:`.last_blocks` (free order) to O's last two blocks and the batches left on N
-  (:mod:`.forced_idle`: with the idle N cannot avoid while the layers land);
+  (:mod:`.forced_idle`: with the idle N cannot avoid while the layers land;
+  :mod:`.pair_history`: with O's waits and the block that ends O's served work);
   :mod:`.release_ranks` and :mod:`.subset_lifts` count which batches N finishes first from their
   releases and the layers' arrivals.
 - :mod:`.work`: both instances as one preemptive machine (microseconds).

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from blitzplan.live.bound import release_ranks, served_blocks
+from blitzplan.live.bound import pair_history, release_ranks, served_blocks
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.splits import split_groups
 
@@ -122,6 +122,8 @@ class Capacity:
         self.after = self.handoff + p_old
         """Per batch, its hand-off and one layer on O: what follows N's last layer of it
         before a later block on O may start."""
+        self.starts = pair_history.earliest_starts(relax)
+        """Per batch, the earliest its block on O may start (:mod:`.pair_history`)."""
         none = (np.zeros(0, dtype=bool), *(np.zeros(0) for _ in range(4)))
         self.groups = [
             split_groups(relax, i) if split_apart else none for i in range(inst.num_batches)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -234,6 +234,7 @@ def capacity_bound(
     upper_bound: float = math.inf,
     time_limit_s: float | None = None,
     first_step: float = CAPACITY_FIRST_STEP,
+    on_plan: Callable[[RelaxedPlan], None] | None = None,
 ) -> float:
     """A lower bound on ``objective`` that also counts what the N-capacity relaxation drops:
     the subset program with the capacity conditions of
@@ -245,7 +246,9 @@ def capacity_bound(
     schedule's value) caps the targets: the answer is at most it. With ``time_limit_s``, a
     search cut short still bounds its open states (weaker, valid). ``first_step``: how far
     (relatively) the first target lies above the bound it starts from (inf: at
-    ``upper_bound``, one search).
+    ``upper_bound``, one search). ``on_plan``: given the relaxed plan of the O sequence of the
+    program's best state, when a search finds one under its target (the repaired plan is
+    then a candidate schedule).
     """
     started = time.perf_counter()
     relax = Relaxation(instance, objective)
@@ -266,6 +269,8 @@ def capacity_bound(
             fifo=old_order == "fifo",
             deadlines=True,
         )
+        if found is not None and on_plan is not None:
+            on_plan(relax.plan(found))
         if not complete or found is not None:
             return relax.obj.final(max(proven, cost))
         proven, step = target, 2 * step

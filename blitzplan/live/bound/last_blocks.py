@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from blitzplan.live.bound import forced_idle
+from blitzplan.live.bound import forced_idle, pair_history
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity
@@ -96,12 +96,14 @@ def pair_extra_s(
     served: np.ndarray,
     ends: np.ndarray,
     left_on_new: tuple[np.ndarray, np.ndarray] | None = None,
+    idle: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per parent state (O free at ``free``, having served work ``served``:
     :meth:`Capacity.served`), the pair bound's lift when batch ``i`` is served next and
     completes at ``ends`` in the program (module docstring); 0 where O served none before.
     ``left_on_new``: per state, the N work of the batches then left on N (all their layers)
-    and the program's bound on the last of their completions (-inf where none is left)."""
+    and the program's bound on the last of their completions (-inf where none is left).
+    ``idle``: per parent state, the credit of O's waits (:mod:`.pair_history`; none: 0)."""
     inst = cap.table.relax.instance
     restriction = cap.table.relax.restriction
     L = inst.num_layers
@@ -126,21 +128,24 @@ def pair_extra_s(
     rest = (L - high) * p_old  # i's least block after p's
     rho = cap.ratio
     base = cap.a1 + rho * total + w_left + q  # h(C) = base - rho C for C < B
+    low_at = free if idle is None else free - idle  # C_p less O's idle: y >= F - iota
 
     def served_last(at: np.ndarray, claim: np.ndarray) -> np.ndarray:
         h = base - rho * np.minimum(at, total)
         h = np.where(claim, h, -math.inf)
-        return np.asarray(at + np.maximum(np.maximum(ends, at + rest), h))
+        block = np.maximum(ends, np.maximum(at, free) + rest)
+        return np.asarray(at + np.maximum(block, h))
 
     with np.errstate(invalid="ignore"):
-        top = np.maximum(total, free)
+        top = np.maximum(total, low_at)
         least = served_last(top, some)  # C_p >= B: a claim only with work left on N
-        open_ = free < total  # C_p in [F, B): the claim holds
-        candidates = [free, total, (base - ends) / rho, (base - rest) / (1 + rho)]
+        open_ = low_at < total  # C_p in [F, B): the claim holds
+        candidates = [low_at, free, total, (base - ends) / rho, (base - rest) / (1 + rho)]
+        candidates.append((base - free - rest) / rho)
         for raw in candidates:
-            at = np.where(np.isfinite(raw), np.clip(raw, free, top), free)
+            at = np.where(np.isfinite(raw), np.clip(raw, low_at, top), low_at)
             least = np.where(open_, np.minimum(least, served_last(at, open_ | some)), least)
-        lift = least - free - ends
+        lift = least - low_at - ends
         if some.any():
             lift = np.where(
                 some, np.minimum(lift, _new_last(cap, i, free, total, ends, w_left, last)), lift
@@ -213,47 +218,65 @@ def carry_pairs(merged: dict[str, np.ndarray], keep: np.ndarray, free: np.ndarra
 
 
 def fill_pairs(
-    cap: Capacity, parent_free: np.ndarray, merged: dict[str, np.ndarray], keep: np.ndarray
+    cap: Capacity,
+    parent_free: np.ndarray,
+    merged: dict[str, np.ndarray],
+    keep: np.ndarray,
+    history: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> None:
     """In a merge (``merged`` sorted as :func:`carry_pairs` reads it, ``keep`` its front;
     ``parent_free`` O's free time in the level the states grew from, which their ``parent``
     indexes), each state's lift (:func:`pair_extra_s`), in place, where :func:`carry_pairs`
     reads it: every kept state's, and a dropped state's only where its carry could lower its
     kept dominator's (its free time under the dominator's free time plus lift: a lift is never
-    negative, so elsewhere the carry is at least the dominator's own). The others stay 0."""
+    negative, so elsewhere the carry is at least the dominator's own). The others stay 0.
+    ``history``: the parent level's credits of O's waits and batches that may end its blocks
+    (:mod:`.pair_history`), each None where not counted."""
     pair = np.zeros(keep.size)
     kept = np.flatnonzero(keep)
     with np.errstate(invalid="ignore"):
-        _lifts(cap, parent_free, merged, kept, pair)
+        _lifts(cap, (parent_free, *history), merged, kept, pair)
         index = np.arange(keep.size)
         kept_before = np.maximum.accumulate(np.where(keep, index, -1))
         dropped = np.flatnonzero(~keep)
         to = kept_before[dropped]
         free = merged["free"]
         near = dropped[free[dropped] < free[to] + pair[to]]
-        _lifts(cap, parent_free, merged, near, pair)
+        _lifts(cap, (parent_free, *history), merged, near, pair)
     merged["pair"] = pair
 
 
 def _lifts(
     cap: Capacity,
-    parent_free: np.ndarray,
+    parents: tuple[np.ndarray, np.ndarray | None, np.ndarray | None],
     merged: dict[str, np.ndarray],
     rows: np.ndarray,
     out: np.ndarray,
 ) -> None:
     """:func:`pair_extra_s` of the states ``rows`` of ``merged`` into ``out``, per batch each
-    grew by (its parent's set and free time, its own end, the batches it leaves on N)."""
+    grew by (its parent's set, free time and credit of O's waits, its own end, the batches it
+    leaves on N); ``parents``: the parent level's free times, credits and batches that may
+    end its blocks (:mod:`.pair_history`)."""
     table = cap.table
+    parent_free, parent_idle, parent_lasts = parents
     last, mask = merged["last"][rows], merged["mask"][rows]
     served = cap.served(mask & ~table.bits[last])
+    if parent_lasts is not None:  # where it can change the lift (pair_history.ready_matters)
+        lasts = parent_lasts[merged["parent"][rows]]
+        cuts = np.asarray([pair_history.ready_matters(cap, b) for b in range(table.n)])
+        need = np.flatnonzero(served[1] < cuts[last])
+        served[1, need] = pair_history.ready_after(
+            cap, mask[need] & ~table.bits[last[need]], lasts[need]
+        )
     left = table.unplaced(mask)
     works, ends_new = left @ (cap.layers * cap.p_new), cap.last_on_new(left)
     free, ends = parent_free[merged["parent"][rows]], merged["free"][rows]
+    idle = None if parent_idle is None else parent_idle[merged["parent"][rows]]
     for i in np.unique(last):
         at = np.flatnonzero(last == i)
         on_new = (works[at], ends_new[at])
-        out[rows[at]] = lift_s(cap, int(i), free[at], served[:, at], ends[at], on_new)
+        credit = None if idle is None else idle[at]
+        out[rows[at]] = lift_s(cap, int(i), free[at], served[:, at], ends[at], on_new, credit)
 
 
 def lift_s(
@@ -263,10 +286,12 @@ def lift_s(
     served: np.ndarray,
     ends: np.ndarray,
     left_on_new: tuple[np.ndarray, np.ndarray],
+    idle: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`pair_extra_s`, and the larger of it and the lift with N's forced idle
+    """:func:`pair_extra_s` (with ``idle``, the parents' credits of O's waits), and the larger
+    of it and the lift with N's forced idle
     (:func:`~blitzplan.live.bound.forced_idle.idle_extra_s`) where N must idle."""
-    lift = pair_extra_s(cap, i, free, served, ends, left_on_new)
+    lift = pair_extra_s(cap, i, free, served, ends, left_on_new, idle)
     steps = forced_idle.steps_of(cap)
     if not steps:
         return lift

@@ -32,7 +32,7 @@ from functools import partial
 
 import numpy as np
 
-from blitzplan.live.bound import last_blocks, subset_cost
+from blitzplan.live.bound import last_blocks, pair_history, subset_cost
 from blitzplan.live.bound.fronts import staircase
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.subset_table import _Cut, _Table
@@ -72,6 +72,10 @@ def subset_search(
     }
     if table.pairs:
         level["pair"] = np.zeros(1)
+        if pair_history.OLD_IDLE:  # O's waits' credit (pair_history)
+            level["idle"] = np.zeros(1)
+        if pair_history.LAST_READY:  # the batches that may end O's blocks (pair_history)
+            level["lasts"] = np.zeros(1, dtype=np.int64)
     history: list[_Arrays] = []
     best_ref: tuple[int, int] | None = None
     merge_s_per_state = 0.0  # the last large merge's time per state: what the next will take
@@ -102,7 +106,8 @@ def subset_search(
         clock.spend(merge_s)
         lifts = None
         if last_blocks.LAZY_PAIRS and table.pairs and table.capacity is not None:
-            lifts = partial(last_blocks.fill_pairs, table.capacity, level["free"])
+            path = (level.get("idle"), level.get("lasts"))
+            lifts = partial(last_blocks.fill_pairs, table.capacity, level["free"], history=path)
         level = _pareto(grown, relative=table.relative, lifts=lifts)
         if size >= subset_cost.MEASURED_MERGE_STATES:
             merge_s_per_state = (time.perf_counter() - began) / size
@@ -139,6 +144,8 @@ def _expand_chunk(
     alive = table.combine(cost, floor) < best_cost
     eager = table.pairs and table.capacity and not last_blocks.LAZY_PAIRS
     served = table.capacity.served(mask) if eager and table.capacity else None
+    if served is not None and table.capacity is not None and "lasts" in part:
+        served[1] = pair_history.ready_after(table.capacity, mask, part["lasts"])
     for i in range(table.n):
         new_cost = table.combine(cost, values[:, i])
         take = alive & unplaced[:, i] & np.isfinite(ends[:, i]) & table.allowed(part["last"], i)
@@ -151,6 +158,12 @@ def _expand_chunk(
                 "parent": np.flatnonzero(take) + begin,
                 "last": np.full(int(take.sum()), i),
             }
+            idle = part["idle"][take] if "idle" in part else None
+            if idle is not None and table.capacity is not None:
+                starts = table.capacity.starts
+                child["idle"] = idle + pair_history.step(starts, i, free[take])
+            if "lasts" in part:
+                child["lasts"] = np.full(int(take.sum()), table.bits[i])
             if last_blocks.LAZY_PAIRS and table.pairs:  # taken in the merge, where needed
                 child["pair"] = np.zeros(child["cost"].size)
             elif served is not None and table.capacity is not None:
@@ -159,7 +172,7 @@ def _expand_chunk(
                 left[:, i] = False
                 on_new = (left @ (cap.layers * cap.p_new), cap.last_on_new(left))
                 child["pair"] = last_blocks.lift_s(
-                    cap, i, free[take], served[:, take], ends[take, i], on_new
+                    cap, i, free[take], served[:, take], ends[take, i], on_new, idle
                 )
             grown.append(child)
     return better
@@ -192,6 +205,10 @@ def _pareto(
         if lifts is not None:
             lifts(merged, keep)
         last_blocks.carry_pairs(merged, keep, merged["free"])
+    if "idle" in merged:  # the dropped states' credits of O's waits
+        pair_history.carry(merged, keep)
+    if "lasts" in merged:  # and the batches that may end their blocks
+        pair_history.carry_lasts(merged, keep)
     return {key: value[keep] for key, value in merged.items()}
 
 
