@@ -15,8 +15,8 @@ one beside a heuristic's schedule.
   :mod:`.ranks` to every batch N finishes and :mod:`.deadlines` to each of O's served blocks;
   :mod:`.last_blocks` (free order) to O's last two blocks and the batches left on N
   (:mod:`.forced_idle`: with the idle N cannot avoid while the layers land);
-  :mod:`.release_ranks` and :mod:`.subset_lifts` count which batches N finishes first from their
-  releases and the layers' arrivals.
+  :mod:`.subset_lifts` counts which batches N finishes first from their releases and the
+  layers' arrivals.
 - :mod:`.work`: both instances as one preemptive machine (microseconds).
 - :mod:`.lagrange` (FIFO) prices N's capacity per window of layers into O's sequencing
   (:mod:`.lagrange_prices`); :mod:`.slots` (either order) prices both instances' capacity per
