@@ -118,14 +118,14 @@ def _record_phases(monkeypatch: pytest.MonkeyPatch, start: Start) -> list[tuple[
 
 
 def test_each_root_bound_is_given_at_most_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Property: the local search, the slot, capacity and Lagrangian bounds each start with
-    no more than the time then left (their shares of it; 8 s, less than the capacity and
-    Lagrangian bounds' budgets without a limit)."""
+    """Property: the local search, the slot and capacity bounds each start with no more than
+    the time then left (their shares of it; 8 s, less than the capacity bound's budget without
+    a limit; a short call's quick Lagrangian: ``test_live_bnb_short``)."""
     start = _start(8.0)
     given = _record_phases(monkeypatch, start)
     monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
     root_bounds.strengthen(start, -math.inf)
-    assert [name for name, _ in given] == ["polish", "slot", "capacity", "lagrange"]
+    assert [name for name, _ in given] == ["polish", "slot", "capacity"]
     assert all(over_s <= 0.0 for _, over_s in given)
 
 
@@ -147,7 +147,7 @@ def test_the_slot_bound_is_skipped_when_its_set_up_would_not_fit(
     monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.1)
     monkeypatch.setattr(start, "slowdown", lambda: 1e5)  # 0.1 s of CPU takes 10^4 s of wall
     root_bounds.strengthen(start, -math.inf)
-    assert [name for name, _ in given] == ["polish", "capacity", "lagrange"]
+    assert [name for name, _ in given] == ["polish", "capacity"]
 
 
 def test_the_slowdown_is_wall_time_over_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:

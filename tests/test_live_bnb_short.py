@@ -106,18 +106,16 @@ def test_a_short_call_runs_the_busy_bound_near_the_incumbent_only(
 
 def test_a_long_call_keeps_the_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 1,000 s the order and shares are the long call's: no quick Lagrangian, the capacity
-    program in its share (at most its cap), the busy bound in its share, then the Lagrangian."""
+    program in its share (at most its cap), and after it neither the busy bound nor the
+    Lagrangian bound (the search gets the time left)."""
     start = _start(1000.0)
     given = _record_phases(monkeypatch, start, capacity_share=0.9)
     report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
     assert not report.short
-    assert [name for name, _, _ in given] == ["polish", "capacity", "busy", "lagrange"]
+    assert [name for name, _, _ in given] == ["polish", "capacity"]
     _, capacity, left = given[1]
     wanted = min(root_bounds.CAPACITY_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
     assert capacity == pytest.approx(wanted, rel=1e-3)
-    _, busy, left = given[2]
-    wanted = min(root_bounds.BUSY_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
-    assert busy == pytest.approx(wanted, rel=1e-2)
 
 
 @pytest.mark.parametrize("ended", [False, True])

@@ -16,8 +16,8 @@ one beside a heuristic's schedule.
   :mod:`.last_blocks` (free order) to O's last two blocks and the batches left on N
   (:mod:`.forced_idle`: with the idle N cannot avoid while the layers land;
   :mod:`.pair_history`: with O's waits and the block that ends O's served work);
-  :mod:`.release_ranks` and :mod:`.subset_lifts` count which batches N finishes first from their
-  releases and the layers' arrivals.
+  :mod:`.subset_lifts` counts which batches N finishes first from their releases and the
+  layers' arrivals.
 - :mod:`.work`: both instances as one preemptive machine (microseconds).
 - :mod:`.lagrange` (FIFO) prices N's capacity per window of layers into O's sequencing
   (:mod:`.lagrange_prices`); :mod:`.slots` (either order) prices both instances' capacity per

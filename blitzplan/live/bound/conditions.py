@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from blitzplan.live.bound import pair_history, release_ranks, served_blocks
+from blitzplan.live.bound import pair_history, served_blocks
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.splits import split_groups
 
@@ -114,8 +114,6 @@ class Capacity:
         self.thresholds = [(inst.usable_s[j], float(L - j)) for j in grid]
         self.alone_end = np.asarray([o.chain_end[-1] for o in relax.options])
         self.alone_end = np.where(np.isinf(table.on_new), math.inf, self.alone_end)
-        self.releases = release_ranks.Releases(relax) if release_ranks.RELEASES else None
-        """The release-aware order statistics (:mod:`blitzplan.live.bound.release_ranks`)."""
         most = np.minimum(np.asarray(relax.restriction.split_max), L - 1)
         self.most_share = np.maximum(most, 0) * p_old
         """Per batch, the most of it N runs when O serves it (in O's time)."""

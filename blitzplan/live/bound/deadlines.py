@@ -59,7 +59,6 @@ import numpy as np
 from blitzplan.live.bound import served_blocks
 from blitzplan.live.bound import subset_lifts as subset_module
 from blitzplan.live.bound.ranks import _rank_ends
-from blitzplan.live.bound.release_ranks import lifted
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
@@ -130,8 +129,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray, subsets: bool) -> n
     reach = np.minimum.accumulate(np.where(served, cap.after[order], math.inf), axis=1)  # r_t
     count = left.sum(axis=1)
     ranks = max(1, int(count.max()))
-    ends, gain = lifted(cap, left, _rank_ends(cap, left))
-    ends = ends[:, :ranks]
+    ends = _rank_ends(cap, left)[:, :ranks]
     best = np.zeros(rows.size)
     for at, under in (cap.points[k] for k in DEADLINES_POINTS if k < len(cap.points)):
         works = np.sort(np.where(left, cap.layers * cap.p_new - under, math.inf), axis=1)
@@ -145,7 +143,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray, subsets: bool) -> n
             best = np.maximum(best, _subset_least(cap, left, xs, blocks, ranked))
         else:
             best = np.maximum(best, _least(xs, blocks, ranked, cap.ratio))
-    return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
+    return np.where(mask == 0, 0.0, np.maximum(0.0, best - DEADLINES_SLACK_S))
 
 
 class _Blocks(NamedTuple):

@@ -58,7 +58,6 @@ from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
     "FAR_RELAXED",
-    "FAR_SHARE_OF_LIMIT",
     "GRID_POINTS",
     "LAGRANGE_ITERATIONS",
     "QUICK_FAR_AIM_SHARE",
@@ -147,13 +146,6 @@ of the best known) in 1 s they reach 0.946 / 0.923 / 0.924 of the best known on 
 against 0.918 / 0.906 / 0.897 with :data:`GRID_POINTS` and :data:`AIM_SHARE` unrounded; where
 the relaxation is near the best known ((80,8), (40,12): 0.97-1.0) the rounding costs up to 0.9%
 and the defaults stay (docs/benchmarks.md, s19-h2)."""
-
-FAR_SHARE_OF_LIMIT = 0.4
-"""The share of the time left that the exact search's root gives the Lagrangian bound when
-the relaxation is far (:func:`far_from`; else ``root_bounds.LAGRANGE_SHARE_OF_LIMIT``): on
-(80,16) FIFO the search after it never lifted the bound (120 s on seed 2: none past 15 s), and
-0.4 against 0.15 raised it on 8 of 10 seeds by 0.3-1.2% of the best known at 10 s, the
-incumbent unchanged (mean gap 7.57 -> 7.01%, same run; docs/benchmarks.md, s19-h2)."""
 
 
 def far_from(relaxed: float, upper_bound: float) -> bool:

@@ -48,12 +48,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from blitzplan.live.bound import served_blocks
-from blitzplan.live.bound.release_ranks import lifted
 
 if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity, Crowding
 
-__all__ = ["RANKS", "RANKS_POINTS", "RANKS_SLACK_S", "rank_extra_s", "release_gain"]
+__all__ = ["RANKS", "RANKS_POINTS", "RANKS_SLACK_S", "rank_extra_s"]
 
 RANKS = True
 """Whether the capacity program (:mod:`blitzplan.live.bound.subsets`) counts the rank
@@ -95,7 +94,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
     leads = served_blocks.leads(cap, mask, placed, free, total)  # every served block but the last
     last = np.where(placed > 0, rank[None, :], -1).argmax(axis=1)  # its excess is T - free
     leads[np.arange(rows.size), last] = -math.inf
-    ends, gain = lifted(cap, left, _rank_ends(cap, left))  # e_m, +inf past |F|
+    ends = _rank_ends(cap, left)  # e_m, +inf past |F|
     best = np.zeros(rows.size)
     full = cap.layers * cap.p_new
     for at, under in cap.points[:RANKS_POINTS]:
@@ -103,7 +102,7 @@ def _extra(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
         own = np.cumsum(works, axis=1)  # P_m (inf past |F|)
         terms = _Terms(free, total, ready, placed @ under, (at, own), ends, leads, cap.ratio)
         best = np.maximum(best, terms.least())
-    return gain + np.where(mask == 0, 0.0, np.maximum(0.0, best - RANKS_SLACK_S))
+    return np.where(mask == 0, 0.0, np.maximum(0.0, best - RANKS_SLACK_S))
 
 
 def _rank_ends(cap: Capacity, left: np.ndarray) -> np.ndarray:
@@ -184,11 +183,3 @@ class _Terms:
         fits = holds & (switch >= low[:, :, None])
         best = np.minimum(best, np.where(fits, at_switch, math.inf).min(axis=2))
         return np.asarray((on_old + best).min(axis=1))
-
-
-def release_gain(cap: Capacity, crowd: Crowding, rows: np.ndarray) -> np.ndarray:
-    """Per state of ``rows`` (complete states of the capacity program), what the release-aware
-    order statistics add to the program's sum of the batches left on N (the capacity
-    conditions' own order statistics; either O order)."""
-    left = crowd.left[rows] > 0
-    return lifted(cap, left, _rank_ends(cap, left))[1]

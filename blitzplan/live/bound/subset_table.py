@@ -144,7 +144,6 @@ class _Table:
                 raise _Cut
             rows = every[begin : begin + REFINED_ROWS]
             extra = self.capacity.refined(crowd, rows, every_block=fifo)
-            extra = np.maximum(extra, ranks.release_gain(self.capacity, crowd, rows))
             if ranks.RANKS and fifo:
                 extra = np.maximum(extra, ranks.rank_extra_s(self.capacity, crowd, rows))
             if self.deadlines and fifo:

@@ -17,7 +17,8 @@ restriction. Its relaxed plan is then handed to N (:mod:`blitzplan.live.exact.nm
 Every child excludes the node's relaxed plan and together they cover every schedule of the
 node, so the least bound over the open nodes is a proven lower bound; so are the root bounds
 (:mod:`blitzplan.live.exact.root_bounds`: the work relaxation, the capacity bound, under a free
-order the slot bound, under FIFO the Lagrangian), computed once when the root is not solved:
+order the slot bound, in a short FIFO call the Lagrangian's first steps and the busy bound),
+computed once when the root is not solved:
 the search stops once the incumbent meets them. Nodes are explored best bound first. Each
 relaxed plan, repaired, offers the incumbent a schedule (once per plan), and sequenced when
 preemptive N can carry it out (:mod:`blitzplan.live.exact.offers`); a schedule is kept only
@@ -73,7 +74,7 @@ __all__ = [
 
 EARLY_SEARCH_SHARE = 0.1
 """The share of the time left after the root that the search gets before the local search and
-the capacity and Lagrangian bounds (which pay off only when the search alone does not end)."""
+the root bounds (which pay off only when the search alone does not end)."""
 
 EARLY_SEARCH_MAX_S = 1.0
 """The most time that first share of the search gets (without a time limit, too)."""

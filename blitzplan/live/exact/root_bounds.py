@@ -1,20 +1,22 @@
 """The bounds the exact search (:mod:`blitzplan.live.exact.bnb`) computes once, at a root its
 first share of search did not settle: a local search from the incumbent, then under mean
 latency and a free O order the slot bound (its priced choices offered as schedules,
-:mod:`blitzplan.live.exact.priced`), the capacity bound
-(:func:`~blitzplan.live.bound.dp.capacity_bound`), under mean latency and FIFO the busy
-bound (:func:`~blitzplan.live.bound.busy.busy_bound`) and, while the gap is still at least
-:data:`LAGRANGE_MIN_GAP`, the Lagrangian bound
-(:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`), each in its share of the time
-left; each stops once the incumbent meets the bound so far.
+:mod:`blitzplan.live.exact.priced`) and the capacity bound
+(:func:`~blitzplan.live.bound.dp.capacity_bound`), each in its share of the time left; each
+stops once the incumbent meets the bound so far. The time left goes to the search.
 
 A short call (a few seconds: :data:`CAPACITY_SHORT_S`) is ordered for the strongest bound
 it can return: where the relaxation is far from the incumbent the Lagrangian bound's first
-steps come first (the cheapest lift, kept at once), then the capacity program gets most of
-the time (it ends there on small instances and is then the strongest), the busy bound runs
-only near the incumbent, and the search after them branches without the nodes' capacity
-programs (:class:`Strengthened`); under a free order the slot bound there runs on a coarser
-grid with its program's latency floor (:data:`SHORT_SLOTS`)."""
+steps (:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`) come first (the cheapest lift,
+kept at once), then the capacity program gets most of the time (it ends there on small
+instances and is then the strongest), under mean latency and FIFO the busy bound
+(:func:`~blitzplan.live.bound.busy.busy_bound`) runs near the incumbent, and the search after
+them branches without the nodes' capacity programs (:class:`Strengthened`); under a free
+order the slot bound there runs on a coarser grid with its program's latency floor
+(:data:`SHORT_SLOTS`). A long call runs neither the busy bound nor the Lagrangian bound after
+the capacity program: on the benchmark's classes at 10 CPU s (seeds 0-9, both orders) each
+ran and never ended above the capacity bound (docs/benchmarks.md, s24-h5); the nodes keep the
+busy bound (:mod:`blitzplan.live.exact.node_bound`)."""
 
 from __future__ import annotations
 
@@ -25,14 +27,13 @@ from typing import NamedTuple
 
 from blitzplan.live.bound.busy import busy_bound, busy_point
 from blitzplan.live.bound.dp import CAPACITY_FIRST_STEP, SEARCH_SHARE, capacity_bound
-from blitzplan.live.bound.lagrange import FAR_SHARE_OF_LIMIT, far_from, lagrangian_bound
+from blitzplan.live.bound.lagrange import far_from, lagrangian_bound
 from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.exact.priced import PRICED_STARTS, priced_search
 
 __all__ = [
-    "BUSY_SHARE_OF_LIMIT",
     "BUSY_SHORT_GAP",
     "BUSY_SHORT_SHARE",
     "CAPACITY_FLOOR_S",
@@ -42,7 +43,6 @@ __all__ = [
     "FREE_CAPACITY_SHARE",
     "FREE_FIRST_STEP",
     "FREE_POLISH_SHARE",
-    "LAGRANGE_SHARE_OF_LIMIT",
     "POLISH_SHARE_OF_LIMIT",
     "PRICED_POLISH_SHARE",
     "QUICK_LAGRANGE_SHARE",
@@ -103,21 +103,6 @@ incumbent, the Lagrangian bound first gets this share of the time left: its firs
 the cheapest lift there (on (32,16) FIFO seed 1 0.82 -> 0.94 of the incumbent in 0.1 s, where
 the capacity program needs 0.9 s to end), kept at once, and the capacity program starts from
 it."""
-
-LAGRANGE_SHARE_OF_LIMIT = 0.15
-"""The share of the time left after the capacity bound that the Lagrangian bound gets (O in
-FIFO order, mean latency), when the gap is still at least :data:`LAGRANGE_MIN_GAP`."""
-
-LAGRANGE_MIN_GAP = 0.01
-"""Below this relative gap the search, not the Lagrangian bound, is left to close it."""
-
-LAGRANGE_MIN_S = 0.2
-"""A Lagrangian budget below this is not started (a step takes 50-100 ms of CPU at 80 layers
-and 16 batches)."""
-
-BUSY_SHARE_OF_LIMIT = 0.25
-"""The share of the time left after the capacity bound that the busy bound gets (mean latency,
-O in FIFO order)."""
 
 BUSY_SHORT_GAP = 0.01
 """In a short call (:data:`CAPACITY_SHORT_S`) the busy bound runs only while the gap is under
@@ -215,15 +200,8 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
     )
     report = report._replace(ended=time.perf_counter() - began < SEARCH_SHARE * budget)
     start.raise_bound(bound)
-    _busy_bound(start, short)
-    upper = start.incumbent.objective
-    if start.proven() or upper - start.bound < LAGRANGE_MIN_GAP * abs(upper):
-        return report
-    share = FAR_SHARE_OF_LIMIT if far_from(root_bound, upper) else LAGRANGE_SHARE_OF_LIMIT
-    budget = min(share * start.left_s(), CAPACITY_MAX_S)
-    if budget < LAGRANGE_MIN_S:
-        return report
-    _lagrangian(start, root_bound, budget)
+    if short:
+        _busy_bound(start)
     return report
 
 
@@ -272,17 +250,15 @@ def _quick_lagrangian(start: Start, root_bound: float) -> None:
     _lagrangian(start, root_bound, budget)
 
 
-def _busy_bound(start: Start, short: bool = False) -> None:
-    """The busy bound (mean latency, O in FIFO order; :mod:`blitzplan.live.bound.busy`)
-    counted from the layer arrival where the incumbent's splits keep N busiest, in
-    :data:`BUSY_SHARE_OF_LIMIT` of the time left (cut short, it claims nothing); in a
-    ``short`` call only while the gap is under :data:`BUSY_SHORT_GAP`, in
-    :data:`BUSY_SHORT_SHARE` of the time left."""
+def _busy_bound(start: Start) -> None:
+    """In a short call, the busy bound (mean latency, O in FIFO order;
+    :mod:`blitzplan.live.bound.busy`) counted from the layer arrival where the incumbent's
+    splits keep N busiest, while the gap is under :data:`BUSY_SHORT_GAP`, in
+    :data:`BUSY_SHORT_SHARE` of the time left (cut short, it claims nothing)."""
     best = start.incumbent
-    share = BUSY_SHORT_SHARE if short else BUSY_SHARE_OF_LIMIT
-    budget = min(share * start.left_s(), CAPACITY_MAX_S)
+    budget = min(BUSY_SHORT_SHARE * start.left_s(), CAPACITY_MAX_S)
     wanted = start.objective == "mean_latency" and start.old_order == "fifo"
-    if short and best.objective - start.bound >= BUSY_SHORT_GAP * abs(best.objective):
+    if best.objective - start.bound >= BUSY_SHORT_GAP * abs(best.objective):
         return
     if start.proven() or not wanted or not best.has_ops or budget <= 0:
         return

@@ -1,27 +1,22 @@
-"""The release-aware order statistics (:mod:`blitzplan.live.bound.release_ranks`): the least
-makespan of any ``m`` of the batches left on N, checked against every subset; and the capacity
-program with them held against the exhaustive oracle (both O orders, the root and restricted nodes
-around the enumerated optimum of tiny instances whose short batches are released late, N
-crowded so that several finish on it); the same check catching the term made 1% larger."""
+"""The subset-aware lifts of the deadline bound (:mod:`blitzplan.live.bound.subset_lifts`) held
+against the exhaustive oracle: the capacity program under FIFO with the deadline bound, at the
+root and restricted nodes around the enumerated optimum of tiny instances whose short batches
+are released late (O busy so that N finishes several) and of the deadline bound's own; the same
+check catching the lifts made 1% larger."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Iterator
 from functools import partial
 
-import numpy as np
-
 from blitzplan import LiveScalingInstance, schedule_live
-from blitzplan.live.bound import release_ranks, subset_lifts
+from blitzplan.live.bound import subset_lifts
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
 from tests.bound_oracle import lift_counts
-
-REL = 1e-9
 
 
 def _late(rng: random.Random) -> LiveScalingInstance:
@@ -68,54 +63,6 @@ def _program(relax: Relaxation, upper: float, order: str) -> float:
         relax, upper, math.inf, math.inf, capacity=True, fifo=fifo, deadlines=fifo
     )
     return relax.obj.final(cost)
-
-
-def _check(order: str, scale: float = 1.0) -> tuple[int, int, int]:
-    """(nodes, nodes the term lifts, nodes above the optimum), its makespans times ``scale``."""
-    term, switch = (release_ranks.Releases, "ends"), (release_ranks, "RELEASES")
-    return lift_counts(_nodes(22, 40, order), partial(_program, order=order), term, switch, scale)
-
-
-def test_release_ends_are_the_least_makespans_of_m_batches() -> None:
-    """Against every subset: the least, over ``m`` batches of the set left on N, of the
-    makespan of one machine that runs each from its chain's first start."""
-    rng = random.Random(5)
-    for _ in range(30):
-        inst = _late(rng)
-        rel = release_ranks.Releases(Relaxation(inst, "mean_latency"))
-        n = inst.num_batches
-        left = np.array([[rng.random() < 0.7 for _ in range(n)] for _ in range(6)])
-        got = rel.ends(left)
-        for row, mask in zip(got, left, strict=True):
-            members = [i for i in range(n) if mask[i]]
-            for m in range(1, n + 1):
-                want = math.inf
-                for subset in itertools.combinations(members, m):
-                    t = -math.inf
-                    for i in sorted(subset, key=lambda j: rel.start[j]):
-                        t = max(t, rel.start[i]) + rel.work[i]
-                    want = min(want, t)
-                assert row[m - 1] == want or math.isclose(row[m - 1], want, rel_tol=REL)
-
-
-def test_the_release_ends_never_exceed_the_enumerated_optimum_under_fifo() -> None:
-    """No node's bound passes the optimum; the term lifts some of them."""
-    tried, lifted, over = _check("fifo")
-    assert over == 0
-    assert tried >= 80 and lifted >= 4
-
-
-def test_the_release_ends_never_exceed_the_enumerated_optimum_under_a_free_order() -> None:
-    """The same under a free O order (the order statistics do not depend on it)."""
-    tried, lifted, over = _check("free")
-    assert over == 0
-    assert tried >= 40 and lifted >= 4
-
-
-def test_the_oracle_check_catches_release_ends_one_percent_larger() -> None:
-    """The same check with every makespan 1% larger finds bounds above the optimum."""
-    _, _, over = _check("fifo", 1.01)
-    assert over > 0
 
 
 def _subset_check(
