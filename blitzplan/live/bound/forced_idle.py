@@ -124,23 +124,26 @@ def idle_extra_s(
         """The least of ``value`` with the claim ``base`` over ``C`` in ``[lo, hi]`` (inf
         where ``hi <= lo``): the claim holds on ``[lo, hi)``, and the least over it is the
         least over the closed interval (the value is continuous)."""
-        out = np.full(free.shape, math.inf)
+        out = np.full(np.broadcast_shapes(lo.shape, hi.shape, base.shape), math.inf)
         for raw in (lo, hi, (base - ends) / rho, (base - rest) / (1 + rho)):
             at = np.clip(np.where(np.isfinite(raw), raw, lo), lo, np.maximum(lo, hi))
             out = np.minimum(out, value(at, base))
         return np.asarray(np.where(hi > lo, out, math.inf))
 
-    lift = np.zeros(free.shape)
+    if not steps:
+        return np.zeros(free.shape)
+    # every step at once, one row each (the same element-wise operations as one step at a time)
+    y = np.asarray([step[0] for step in steps], dtype=float)[:, None]
+    idle = np.asarray([step[1] for step in steps], dtype=float)[:, None]
     with np.errstate(invalid="ignore"):
         tail = value(np.maximum(total, free), None)  # C_p >= B: no claim
-        for y, idle in steps:
-            # the claim with the idle while a_1 + rho (B - C) + k_min pN_i > y (and C < B)
-            cut = total - (y - cap.a1 - low * p_new) / rho
-            cut = np.minimum(np.where(low * p_new > y - cap.a1, total, cut), total)
-            mid = np.maximum(cut, free)
-            inside = least(free, mid, plain + idle)
-            past = least(mid, np.maximum(total, mid), plain)
-            got = np.minimum(np.minimum(inside, past), tail) - free - ends
-            lift = np.maximum(lift, np.where(np.isfinite(got), got, 0.0))
+        # the claim with the idle while a_1 + rho (B - C) + k_min pN_i > y (and C < B)
+        cut = total - (y - cap.a1 - low * p_new) / rho
+        cut = np.minimum(np.where(low * p_new > y - cap.a1, total, cut), total)
+        mid = np.maximum(cut, free)
+        inside = least(free, mid, plain + idle)
+        past = least(mid, np.maximum(total, mid), plain)
+        got = np.minimum(np.minimum(inside, past), tail) - free - ends
+        lift = np.maximum.reduce(np.where(np.isfinite(got), got, 0.0), axis=0, initial=0.0)
     lift = lift - 1e-9
     return np.asarray(np.where(np.isinf(prior), 0.0, np.maximum(lift, 0.0)))
