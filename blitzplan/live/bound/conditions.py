@@ -244,9 +244,9 @@ class Capacity:
             out[1, :, k] = at + crowd.left @ (self.layers * self.p_new - under)  # before it
             out[2, :, k] = crowd.placed @ under  # the served batches' layers that may run before s
         # every point at once, one column each (the same element-wise operations)
-        at = np.asarray([at for at, _ in points], dtype=float)
+        ats = np.asarray([at for at, _ in points], dtype=float)
         layer = Layer(*(value[:, None] for value in crowd.layer))
-        out[0] = self.extra_s(self._at_point(layer, at, out[2], out[1]))
+        out[0] = self.extra_s(self._at_point(layer, ats, out[2], out[1]))
         return out[0], out[1], out[2]
 
     @staticmethod

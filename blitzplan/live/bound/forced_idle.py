@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity
     from blitzplan.live.bound.relaxation import Relaxation
 
-__all__ = ["FORCED_IDLE", "IDLE_STEPS", "idle_extra_s", "idle_steps", "steps_of"]
+__all__ = ["FORCED_IDLE", "IDLE_STEPS", "batch_terms", "idle_extra_s", "idle_steps", "steps_of"]
 
 FORCED_IDLE = True
 """Whether the pair bound counts N's forced idle time."""
@@ -85,9 +85,18 @@ def steps_of(cap: Capacity) -> list[tuple[float, float]]:
 _STEPS: dict[int, tuple[Capacity, list[tuple[float, float]]]] = {}
 
 
+def batch_terms(cap: Capacity, i: int | np.ndarray) -> tuple[np.ndarray, ...]:
+    """Batch ``i``'s (or, per state, each batch of ``i``'s) ``pN``, ``pO``, hand-off, least
+    split and most split under ``L`` in ``cap``'s relaxation, as the lifts read them."""
+    restriction = cap.table.relax.restriction
+    low = np.asarray(restriction.split_min)[i]
+    high = np.minimum(np.asarray(restriction.split_max)[i], cap.layers - 1)
+    return cap.p_new[i], cap.p_old[i], cap.handoff[i], low, high
+
+
 def idle_extra_s(
     cap: Capacity,
-    i: int,
+    i: int | np.ndarray,
     steps: list[tuple[float, float]],
     free: np.ndarray,
     served: np.ndarray,
@@ -97,21 +106,13 @@ def idle_extra_s(
     :meth:`~blitzplan.live.bound.conditions.Capacity.served`), the pair bound's lift with N's
     forced idle (module docstring) when ``i`` is served next and completes at ``ends`` in the
     program; 0 where O served none before."""
-    inst = cap.table.relax.instance
-    restriction = cap.table.relax.restriction
-    L = inst.num_layers
-    p_new, p_old, handoff = inst.new_layer_s[i], inst.old_layer_s[i], inst.handoff_s[i]
-    low = restriction.split_min[i]
-    high = min(restriction.split_max[i], L - 1)
+    L, (p_new, p_old, handoff, low, high) = cap.layers, batch_terms(cap, i)
     work, prior = served
     total = cap.b_old + work
-    q = np.full(free.shape, math.inf)
-    if low == 0:
-        q = np.minimum(q, prior + L * p_old)
-    if high >= max(low, 1):
-        first = max(low, 1)
-        own = min(first * (p_new - p_old), high * (p_new - p_old))
-        q = np.minimum(q, np.minimum(handoff, prior) + L * p_old + own)
+    q = np.where(low == 0, prior + L * p_old, math.inf)
+    first = np.maximum(low, 1)
+    own = np.minimum(first * (p_new - p_old), high * (p_new - p_old))
+    q = np.where(high >= first, np.minimum(q, np.minimum(handoff, prior) + L * p_old + own), q)
     rest = (L - high) * p_old
     rho = cap.ratio
     plain = cap.a1 + rho * total + q  # h(C) = plain - rho C while C < B (X > 0)
