@@ -241,10 +241,12 @@ class Capacity:
         """(states x points): :meth:`extra_s`, ``work`` and ``below`` at each of ``points``."""
         out = np.empty((3, crowd.mask.size, len(points)))
         for k, (at, under) in enumerate(points):  # after s N runs the layers that cannot start
-            work = at + crowd.left @ (self.layers * self.p_new - under)  # before it
-            below = crowd.placed @ under  # the served batches' layers that may run before s
-            layer = self._at_point(crowd.layer, at, below, work)
-            out[:, :, k] = self.extra_s(layer), work, below
+            out[1, :, k] = at + crowd.left @ (self.layers * self.p_new - under)  # before it
+            out[2, :, k] = crowd.placed @ under  # the served batches' layers that may run before s
+        # every point at once, one column each (the same element-wise operations)
+        ats = np.asarray([at for at, _ in points], dtype=float)
+        layer = Layer(*(value[:, None] for value in crowd.layer))
+        out[0] = self.extra_s(self._at_point(layer, ats, out[2], out[1]))
         return out[0], out[1], out[2]
 
     @staticmethod

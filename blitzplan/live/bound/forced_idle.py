@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from blitzplan.live.bound.conditions import Capacity
     from blitzplan.live.bound.relaxation import Relaxation
 
-__all__ = ["FORCED_IDLE", "IDLE_STEPS", "idle_extra_s", "idle_steps", "steps_of"]
+__all__ = ["FORCED_IDLE", "IDLE_STEPS", "batch_terms", "idle_extra_s", "idle_steps", "steps_of"]
 
 FORCED_IDLE = True
 """Whether the pair bound counts N's forced idle time."""
@@ -85,9 +85,18 @@ def steps_of(cap: Capacity) -> list[tuple[float, float]]:
 _STEPS: dict[int, tuple[Capacity, list[tuple[float, float]]]] = {}
 
 
+def batch_terms(cap: Capacity, i: int | np.ndarray) -> tuple[np.ndarray, ...]:
+    """Batch ``i``'s (or, per state, each batch of ``i``'s) ``pN``, ``pO``, hand-off, least
+    split and most split under ``L`` in ``cap``'s relaxation, as the lifts read them."""
+    restriction = cap.table.relax.restriction
+    low = np.asarray(restriction.split_min)[i]
+    high = np.minimum(np.asarray(restriction.split_max)[i], cap.layers - 1)
+    return cap.p_new[i], cap.p_old[i], cap.handoff[i], low, high
+
+
 def idle_extra_s(
     cap: Capacity,
-    i: int,
+    i: int | np.ndarray,
     steps: list[tuple[float, float]],
     free: np.ndarray,
     served: np.ndarray,
@@ -97,21 +106,13 @@ def idle_extra_s(
     :meth:`~blitzplan.live.bound.conditions.Capacity.served`), the pair bound's lift with N's
     forced idle (module docstring) when ``i`` is served next and completes at ``ends`` in the
     program; 0 where O served none before."""
-    inst = cap.table.relax.instance
-    restriction = cap.table.relax.restriction
-    L = inst.num_layers
-    p_new, p_old, handoff = inst.new_layer_s[i], inst.old_layer_s[i], inst.handoff_s[i]
-    low = restriction.split_min[i]
-    high = min(restriction.split_max[i], L - 1)
+    L, (p_new, p_old, handoff, low, high) = cap.layers, batch_terms(cap, i)
     work, prior = served
     total = cap.b_old + work
-    q = np.full(free.shape, math.inf)
-    if low == 0:
-        q = np.minimum(q, prior + L * p_old)
-    if high >= max(low, 1):
-        first = max(low, 1)
-        own = min(first * (p_new - p_old), high * (p_new - p_old))
-        q = np.minimum(q, np.minimum(handoff, prior) + L * p_old + own)
+    q = np.where(low == 0, prior + L * p_old, math.inf)
+    first = np.maximum(low, 1)
+    own = np.minimum(first * (p_new - p_old), high * (p_new - p_old))
+    q = np.where(high >= first, np.minimum(q, np.minimum(handoff, prior) + L * p_old + own), q)
     rest = (L - high) * p_old
     rho = cap.ratio
     plain = cap.a1 + rho * total + q  # h(C) = plain - rho C while C < B (X > 0)
@@ -124,23 +125,26 @@ def idle_extra_s(
         """The least of ``value`` with the claim ``base`` over ``C`` in ``[lo, hi]`` (inf
         where ``hi <= lo``): the claim holds on ``[lo, hi)``, and the least over it is the
         least over the closed interval (the value is continuous)."""
-        out = np.full(free.shape, math.inf)
+        out = np.full(np.broadcast_shapes(lo.shape, hi.shape, base.shape), math.inf)
         for raw in (lo, hi, (base - ends) / rho, (base - rest) / (1 + rho)):
             at = np.clip(np.where(np.isfinite(raw), raw, lo), lo, np.maximum(lo, hi))
             out = np.minimum(out, value(at, base))
         return np.asarray(np.where(hi > lo, out, math.inf))
 
-    lift = np.zeros(free.shape)
+    if not steps:
+        return np.zeros(free.shape)
+    # every step at once, one row each (the same element-wise operations as one step at a time)
+    y = np.asarray([step[0] for step in steps], dtype=float)[:, None]
+    idle = np.asarray([step[1] for step in steps], dtype=float)[:, None]
     with np.errstate(invalid="ignore"):
         tail = value(np.maximum(total, free), None)  # C_p >= B: no claim
-        for y, idle in steps:
-            # the claim with the idle while a_1 + rho (B - C) + k_min pN_i > y (and C < B)
-            cut = total - (y - cap.a1 - low * p_new) / rho
-            cut = np.minimum(np.where(low * p_new > y - cap.a1, total, cut), total)
-            mid = np.maximum(cut, free)
-            inside = least(free, mid, plain + idle)
-            past = least(mid, np.maximum(total, mid), plain)
-            got = np.minimum(np.minimum(inside, past), tail) - free - ends
-            lift = np.maximum(lift, np.where(np.isfinite(got), got, 0.0))
+        # the claim with the idle while a_1 + rho (B - C) + k_min pN_i > y (and C < B)
+        cut = total - (y - cap.a1 - low * p_new) / rho
+        cut = np.minimum(np.where(low * p_new > y - cap.a1, total, cut), total)
+        mid = np.maximum(cut, free)
+        inside = least(free, mid, plain + idle)
+        past = least(mid, np.maximum(total, mid), plain)
+        got = np.minimum(np.minimum(inside, past), tail) - free - ends
+        lift = np.maximum.reduce(np.where(np.isfinite(got), got, 0.0), axis=0, initial=0.0)
     lift = lift - 1e-9
     return np.asarray(np.where(np.isinf(prior), 0.0, np.maximum(lift, 0.0)))

@@ -91,7 +91,7 @@ PAIRS_SLACK_S = 1e-9
 
 def pair_extra_s(
     cap: Capacity,
-    i: int,
+    i: int | np.ndarray,
     free: np.ndarray,
     served: np.ndarray,
     ends: np.ndarray,
@@ -104,12 +104,7 @@ def pair_extra_s(
     ``left_on_new``: per state, the N work of the batches then left on N (all their layers)
     and the program's bound on the last of their completions (-inf where none is left).
     ``idle``: per parent state, the credit of O's waits (:mod:`.pair_history`; none: 0)."""
-    inst = cap.table.relax.instance
-    restriction = cap.table.relax.restriction
-    L = inst.num_layers
-    p_new, p_old, handoff = inst.new_layer_s[i], inst.old_layer_s[i], inst.handoff_s[i]
-    low = restriction.split_min[i]
-    high = min(restriction.split_max[i], L - 1)
+    L, (p_new, p_old, handoff, low, high) = cap.layers, forced_idle.batch_terms(cap, i)
     work, prior = served
     total = cap.b_old + work  # B over the parent's set
     if left_on_new is None:
@@ -118,13 +113,11 @@ def pair_extra_s(
         w_left, last = left_on_new
     some = np.isfinite(last) & (w_left > 0)  # batches left on N, with work after a_1
     w_left = np.where(some, w_left, 0.0)
-    q = np.full(free.shape, math.inf)
-    if low == 0:  # no layer of i on N: N's last operation is an earlier batch's
-        q = np.minimum(q, prior + L * p_old)
-    if high >= max(low, 1):
-        first = max(low, 1)
-        own = min(first * (p_new - p_old), high * (p_new - p_old))  # k (pN_i - pO_i)
-        q = np.minimum(q, np.minimum(handoff, prior) + L * p_old + own)
+    # no layer of i on N (low 0): N's last operation is an earlier batch's
+    q = np.where(low == 0, prior + L * p_old, math.inf)
+    first = np.maximum(low, 1)
+    own = np.minimum(first * (p_new - p_old), high * (p_new - p_old))  # k (pN_i - pO_i)
+    q = np.where(high >= first, np.minimum(q, np.minimum(handoff, prior) + L * p_old + own), q)
     rest = (L - high) * p_old  # i's least block after p's
     rho = cap.ratio
     base = cap.a1 + rho * total + w_left + q  # h(C) = base - rho C for C < B
@@ -157,7 +150,7 @@ def pair_extra_s(
 
 def _new_last(
     cap: Capacity,
-    i: int,
+    i: int | np.ndarray,
     free: np.ndarray,
     total: np.ndarray,
     ends: np.ndarray,
@@ -167,14 +160,9 @@ def _new_last(
     """The lift where N's last operation is a batch left on N's (module docstring): the least
     over ``C_p >= F`` of ``(C_p - F) + max(0, A1, A2, A3)``, ``A1`` ``i``'s block after ``p``'s,
     ``A2`` the last completion on N, ``A3`` both (the split ``k`` of ``i`` on both sides)."""
-    inst = cap.table.relax.instance
-    restriction = cap.table.relax.restriction
-    L = inst.num_layers
-    p_new, p_old = inst.new_layer_s[i], inst.old_layer_s[i]
-    low = restriction.split_min[i]
-    high = min(restriction.split_max[i], L - 1)
+    L, (p_new, p_old, _, low, high) = cap.layers, forced_idle.batch_terms(cap, i)
     rho = cap.ratio
-    own = min(low * (p_new - p_old), high * (p_new - p_old))
+    own = np.minimum(low * (p_new - p_old), high * (p_new - p_old))
     lines = [  # (slope, intercept) in C_p for C_p < B
         (1.0, (L - high) * p_old - ends),
         (-rho, cap.a1 + rho * total + low * p_new + w_left - last),
@@ -272,16 +260,12 @@ def _lifts(
     works, ends_new = left @ (cap.layers * cap.p_new), cap.last_on_new(left)
     free, ends = parent_free[merged["parent"][rows]], merged["free"][rows]
     idle = None if parent_idle is None else parent_idle[merged["parent"][rows]]
-    for i in np.unique(last):
-        at = np.flatnonzero(last == i)
-        on_new = (works[at], ends_new[at])
-        credit = None if idle is None else idle[at]
-        out[rows[at]] = lift_s(cap, int(i), free[at], served[:, at], ends[at], on_new, credit)
+    out[rows] = lift_s(cap, last, free, served, ends, (works, ends_new), idle)  # all at once
 
 
 def lift_s(
     cap: Capacity,
-    i: int,
+    i: int | np.ndarray,
     free: np.ndarray,
     served: np.ndarray,
     ends: np.ndarray,
