@@ -3,6 +3,7 @@ their enumerated optimum, the program with a term (scaled) against the program w
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable, Iterator
 from unittest import mock
@@ -11,6 +12,7 @@ import numpy as np
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
+from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
 
 TOL = 1e-9
@@ -32,6 +34,17 @@ def free_nodes(
             high = tuple(rng.randint(k, layers) for k in split) if trial else (layers,) * n
             restriction = Restriction(low, high, ((),) * n)
             yield Relaxation(inst, "mean_latency", restriction), oracle.objective
+
+
+def program(
+    relax: Relaxation, upper: float, *, fifo: bool = False, deadlines: bool = False
+) -> float:
+    """The capacity program's value on ``relax`` under ``upper`` (free order unless ``fifo``;
+    with ``deadlines``, the deadline bound asked for, as the FIFO root asks)."""
+    cost, _, _ = subset_search(
+        relax, upper, math.inf, math.inf, capacity=True, fifo=fifo, deadlines=deadlines
+    )
+    return relax.obj.final(cost)
 
 
 def lift_counts(

@@ -6,9 +6,9 @@ the program solved another way (a mixed-integer program) on states of (80,16).""
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator
+from functools import partial
 from unittest import mock
 
 import numpy as np
@@ -19,9 +19,8 @@ from blitzplan.live.bound import deadlines as relaxation_deadlines
 from blitzplan.live.bound import ranks as relaxation_ranks
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subset_table import _Table
-from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
-from tests.bound_oracle import lift_counts
+from tests.bound_oracle import lift_counts, program
 
 
 def _queued(rng: random.Random) -> LiveScalingInstance:
@@ -62,20 +61,14 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
             yield Relaxation(inst, "mean_latency", restriction), oracle.objective
 
 
-def _program(relax: Relaxation, upper: float) -> float:
-    """The capacity program under FIFO with the deadline bound asked for (as the root's)."""
-    cost, _, _ = subset_search(
-        relax, upper, math.inf, math.inf, capacity=True, fifo=True, deadlines=True
-    )
-    return relax.obj.final(cost)
-
-
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the deadline bound lifts over the rank bound, nodes above the optimum),
     the deadline bound's term times ``scale``."""
     term = (relaxation_deadlines, "deadline_extra_s")
     switch = (relaxation_deadlines, "DEADLINES")
-    return lift_counts(_nodes(21, 40), _program, term, switch, scale)
+    return lift_counts(
+        _nodes(21, 40), partial(program, fifo=True, deadlines=True), term, switch, scale
+    )
 
 
 def test_the_deadline_bound_never_exceeds_the_enumerated_optimum() -> None:

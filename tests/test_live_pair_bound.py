@@ -6,7 +6,6 @@ a hand case."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator
 from unittest import mock
@@ -19,9 +18,9 @@ from blitzplan.live.bound import last_blocks
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.subset_table import _Table
-from blitzplan.live.bound.subsets import _pareto, subset_search
+from blitzplan.live.bound.subsets import _pareto
 from blitzplan.live.exact.enumerate import count_schedules
-from tests.bound_oracle import free_nodes, lift_counts
+from tests.bound_oracle import free_nodes, lift_counts, program
 from tests.test_live_capacity_bound import _crowded
 
 TOL = 1e-9
@@ -57,13 +56,7 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the pair bound lifts, nodes above the optimum), the lift times ``scale``."""
     term, switch = (last_blocks, "pair_extra_s"), (last_blocks, "PAIRS")
-    return lift_counts(_nodes(1, 60), _program, term, switch, scale)
-
-
-def _program(relax: Relaxation, upper: float) -> float:
-    """The capacity program under a free order."""
-    cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
-    return relax.obj.final(cost)
+    return lift_counts(_nodes(1, 60), program, term, switch, scale)
 
 
 def test_the_pair_bound_never_exceeds_the_enumerated_optimum() -> None:

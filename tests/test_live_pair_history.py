@@ -21,12 +21,12 @@ from blitzplan.live.bound import pair_history
 from blitzplan.live.bound.dp import capacity_bound
 from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.bound.subset_table import _Table
-from blitzplan.live.bound.subsets import _pareto, subset_search
+from blitzplan.live.bound.subsets import _pareto
 from blitzplan.live.exact import root_bounds
 from blitzplan.live.exact.common import decode, start_point
 from blitzplan.live.schedule import Schedule, build_schedule
 from blitzplan.solvers.backends import SolveStatus
-from tests.bound_oracle import free_nodes, lift_counts
+from tests.bound_oracle import free_nodes, lift_counts, program
 from tests.test_live_capacity_bound import _crowded
 
 TOL = 1e-9
@@ -77,15 +77,9 @@ def _nodes(seed: int, count: int, draw: object) -> Iterator[tuple[Relaxation, fl
     return free_nodes(made, rng)
 
 
-def _program(relax: Relaxation, upper: float) -> float:
-    """The capacity program under a free order."""
-    cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True)
-    return relax.obj.final(cost)
-
-
 def _idle_check(scale: float = 1.0) -> tuple[int, int, int]:
     term, switch = (pair_history, "step"), (pair_history, "OLD_IDLE")
-    return lift_counts(_nodes(1, 60, _waiting), _program, term, switch, scale)
+    return lift_counts(_nodes(1, 60, _waiting), program, term, switch, scale)
 
 
 def test_the_credit_of_old_waits_never_lifts_past_the_enumerated_optimum() -> None:
@@ -105,7 +99,7 @@ def test_the_batches_ending_old_blocks_never_lift_past_the_enumerated_optimum() 
     lifts a tiny instance: N is seldom busy enough there; the schedules' check below is the
     one that catches it made larger)."""
     term, switch = (pair_history, "ready_after"), (pair_history, "LAST_READY")
-    tried, lifted, over = lift_counts(_nodes(13, 40, _handoffs), _program, term, switch)
+    tried, lifted, over = lift_counts(_nodes(13, 40, _handoffs), program, term, switch)
     assert over == 0
     assert tried >= 80 and lifted >= 1
 

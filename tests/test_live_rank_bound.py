@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
+from functools import partial
 from unittest import mock
 
 import numpy as np
@@ -21,7 +22,7 @@ from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subset_table import _Table
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
-from tests.bound_oracle import lift_counts
+from tests.bound_oracle import lift_counts, program
 
 
 @pytest.fixture(autouse=True)
@@ -68,17 +69,11 @@ def _nodes(seed: int, count: int) -> Iterator[tuple[Relaxation, float]]:
             yield Relaxation(inst, "mean_latency", restriction), oracle.objective
 
 
-def _program(relax: Relaxation, upper: float) -> float:
-    """The capacity program under FIFO (the deadline bound off: :func:`_rank_bound_alone`)."""
-    cost, _, _ = subset_search(relax, upper, math.inf, math.inf, capacity=True, fifo=True)
-    return relax.obj.final(cost)
-
-
 def _check(scale: float = 1.0) -> tuple[int, int, int]:
     """(nodes, nodes the rank bound lifts, nodes above the optimum), the rank bound's term
     times ``scale``."""
     term, switch = (relaxation_ranks, "rank_extra_s"), (relaxation_ranks, "RANKS")
-    return lift_counts(_nodes(12, 25), _program, term, switch, scale)
+    return lift_counts(_nodes(12, 25), partial(program, fifo=True), term, switch, scale)
 
 
 def test_the_rank_bound_never_exceeds_the_enumerated_optimum() -> None:

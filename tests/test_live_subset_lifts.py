@@ -6,7 +6,6 @@ check catching the lifts made 1% larger."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator
 from functools import partial
@@ -14,9 +13,8 @@ from functools import partial
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live.bound import subset_lifts
 from blitzplan.live.bound.relaxation import Relaxation, Restriction
-from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.exact.enumerate import count_schedules
-from tests.bound_oracle import lift_counts
+from tests.bound_oracle import lift_counts, program
 
 
 def _late(rng: random.Random) -> LiveScalingInstance:
@@ -57,21 +55,13 @@ def _nodes(seed: int, count: int, order: str) -> Iterator[tuple[Relaxation, floa
             yield Relaxation(inst, "mean_latency", restriction), oracle.objective
 
 
-def _program(relax: Relaxation, upper: float, order: str) -> float:
-    fifo = order == "fifo"
-    cost, _, _ = subset_search(
-        relax, upper, math.inf, math.inf, capacity=True, fifo=fifo, deadlines=fifo
-    )
-    return relax.obj.final(cost)
-
-
 def _subset_check(
     seed: int, nodes: Iterator[tuple[Relaxation, float]], scale: float
 ) -> tuple[int, int, int]:
     """(nodes, nodes the subset-aware lifts raise, nodes above the optimum): the capacity
     program under FIFO with the deadline bound, its subset-aware lifts times ``scale``."""
     term, switch = (subset_lifts, "subset_lifts"), (subset_lifts, "SUBSET_LIFTS")
-    return lift_counts(nodes, partial(_program, order="fifo"), term, switch, scale)
+    return lift_counts(nodes, partial(program, fifo=True, deadlines=True), term, switch, scale)
 
 
 def _both(scale: float = 1.0) -> tuple[int, int, int]:
