@@ -22,6 +22,7 @@ from blitzplan.live.bound.relaxation import Restriction
 from blitzplan.live.exact import bnb, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.enumerate import count_schedules
+from blitzplan.live.exact.offers import Offers
 from blitzplan.live.exact.priced import PRICED_STARTS
 from blitzplan.solvers import SolveStatus
 from tests import test_live_bnb_nodes as nodes
@@ -140,8 +141,8 @@ def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
     reports: list[root_bounds.Strengthened] = []
     real = root_bounds.strengthen
 
-    def strengthen(start: Start, root_bound: float) -> root_bounds.Strengthened:
-        report = real(start, root_bound)
+    def strengthen(start: Start, root_bound: float, offers: Offers) -> root_bounds.Strengthened:
+        report = real(start, root_bound, offers)
         reports.append(report)
         return report
 

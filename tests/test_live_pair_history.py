@@ -24,6 +24,7 @@ from blitzplan.live.bound.subset_table import _Table
 from blitzplan.live.bound.subsets import _pareto
 from blitzplan.live.exact import root_bounds
 from blitzplan.live.exact.common import decode, start_point
+from blitzplan.live.exact.offers import Offers
 from blitzplan.live.schedule import Schedule, build_schedule
 from blitzplan.solvers.backends import SolveStatus
 from tests.bound_oracle import free_nodes, lift_counts, program
@@ -243,7 +244,7 @@ def test_the_root_offers_the_programs_best_plan_repaired() -> None:
     plans: list[RelaxedPlan] = []
     capacity_bound(inst, old_order="free", upper_bound=before, on_plan=plans.append)
     assert plans
-    root_bounds._offer_repaired(start, plans[-1])
+    Offers(start).repaired(plans[-1])
     oracle = schedule_live(inst, method="exact", backend="enumerate", old_order="free")
     assert start.incumbent.objective == pytest.approx(oracle.objective)
     assert before > oracle.objective + TOL

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import math
 import time
-from functools import partial
 from typing import NamedTuple
 
 from blitzplan.live.bound.busy import busy_bound, busy_point
 from blitzplan.live.bound.dp import CAPACITY_FIRST_STEP, SEARCH_SHARE, capacity_bound
 from blitzplan.live.bound.lagrange import far_from, lagrangian_bound
-from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan, repair
+from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
-from blitzplan.live.exact.common import Start, decode
+from blitzplan.live.exact.common import Start
+from blitzplan.live.exact.offers import Offers
 from blitzplan.live.exact.priced import PRICED_STARTS, priced_search
 
 __all__ = [
@@ -168,9 +168,12 @@ class Strengthened(NamedTuple):
     without the nodes' capacity programs (:data:`SHORT_NODE_CAPACITY`)."""
 
 
-def strengthen(start: Start, root_bound: float) -> Strengthened:
+def strengthen(start: Start, root_bound: float, offers: Offers | None = None) -> Strengthened:
     """Polish ``start``'s incumbent and raise its bound; ``root_bound`` is the search's least
-    open bound so far (objective units), the capacity bound's floor. Each bound gets a share
+    open bound so far (objective units), the capacity bound's floor. The capacity program's
+    best relaxed plans go to ``offers`` (the search's; by default new ones) repaired: on (32,8)
+    free seed 1 of ``benchmarks/partition.py`` that is the optimum (0.546432), where the 1 s
+    call's incumbent was 0.547619 (docs/benchmarks.md, s24-h1). Each bound gets a share
     of the time left when it starts, and none starts past ``start``'s deadline. In a short
     call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
     the capacity program gets most of the time."""
@@ -196,36 +199,13 @@ def strengthen(start: Start, root_bound: float) -> Strengthened:
         upper_bound=start.incumbent.objective,
         time_limit_s=budget,
         first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
-        on_plan=partial(_offer_repaired, start),
+        on_plan=(offers or Offers(start)).repaired,
     )
     report = report._replace(ended=time.perf_counter() - began < SEARCH_SHARE * budget)
     start.raise_bound(bound)
     if short:
         _busy_bound(start)
     return report
-
-
-def _offer_repaired(start: Start, plan: RelaxedPlan) -> None:
-    """Offer ``start`` the capacity program's best relaxed plan, repaired (N list-scheduled
-    against it): on (32,8) free seed 1 of ``benchmarks/partition.py`` that is the optimum
-    (0.546432), where the 1 s call's incumbent was 0.547619 (docs/benchmarks.md, s24-h1)."""
-    args = (start.objective, start.old_order, start.backend)
-    start.offer(decode(start.instance, *repair(start.instance, plan), *args))
-
-
-def _lagrangian(start: Start, root_bound: float, budget: float) -> None:
-    """The Lagrangian bound (:func:`~blitzplan.live.bound.lagrange.lagrangian_bound`) under
-    ``start``'s incumbent, from ``root_bound``, in ``budget`` seconds, kept."""
-    start.raise_bound(
-        lagrangian_bound(
-            start.instance,
-            old_order=start.old_order,
-            objective=start.objective,
-            upper_bound=start.incumbent.objective,
-            time_limit_s=budget,
-            relaxed=root_bound,
-        )
-    )
 
 
 def _capacity_budget(left_s: float, share: float) -> float:
@@ -247,7 +227,16 @@ def _quick_lagrangian(start: Start, root_bound: float) -> None:
     budget = QUICK_LAGRANGE_SHARE * start.left_s()
     if start.proven() or not wanted or not far_from(root_bound, upper) or budget <= 0:
         return
-    _lagrangian(start, root_bound, budget)
+    start.raise_bound(
+        lagrangian_bound(
+            start.instance,
+            old_order=start.old_order,
+            objective=start.objective,
+            upper_bound=upper,
+            time_limit_s=budget,
+            relaxed=root_bound,
+        )
+    )
 
 
 def _busy_bound(start: Start) -> None:
