@@ -25,9 +25,9 @@ from blitzplan.live.bound.subsets import _pareto
 from blitzplan.live.exact import root_bounds
 from blitzplan.live.exact.common import decode, start_point
 from blitzplan.live.exact.offers import Offers
-from blitzplan.live.schedule import Schedule, build_schedule
-from blitzplan.solvers.backends import SolveStatus
+from blitzplan.live.schedule import Schedule
 from tests.bound_oracle import free_nodes, lift_counts, program
+from tests.improved_check import built
 from tests.test_live_capacity_bound import _crowded
 
 TOL = 1e-9
@@ -116,17 +116,7 @@ def _cases(seed: int, count: int) -> Iterator[tuple[LiveScalingInstance, Schedul
             rng.shuffle(new)
             old = [b for b in range(n) if split[b] < L]
             rng.shuffle(old)
-            sched = build_schedule(
-                inst,
-                split,
-                new,
-                old,
-                objective="mean_latency",
-                method="exact",
-                status=SolveStatus.FEASIBLE,
-                solve_s=0.0,
-            )
-            yield inst, sched
+            yield inst, built(inst, split, new, old)
 
 
 def _ready_check(scale: float) -> tuple[int, int]:
@@ -264,15 +254,8 @@ def test_the_capacity_bound_hands_its_best_plan() -> None:
         plans: list[RelaxedPlan] = []
         bound = capacity_bound(inst, old_order="free", upper_bound=1e6, on_plan=plans.append)
         for plan in plans:
-            sched = build_schedule(
-                inst,
-                *repair(inst, plan),
-                objective="mean_latency",
-                method="exact",
-                status=SolveStatus.FEASIBLE,
-                solve_s=0.0,
-            )
-            validate_schedule(inst, sched)
+            sched = built(inst, *repair(inst, plan))
+            assert validate_schedule(inst, sched).ok
             assert sched.objective >= bound - TOL * max(1.0, bound)
             handed += 1
     assert handed >= 10

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
 
 import pytest
 
 from blitzplan import LiveScalingInstance, validate_schedule
 from blitzplan.live.improve import polish
-from blitzplan.live.schedule import Schedule, build_schedule, evaluate_objective, timetable
+from blitzplan.live.schedule import evaluate_objective, timetable
 from blitzplan.live.split_jump import jump_splits
-from blitzplan.solvers import SolveStatus
-from tests.improved_check import checked_better
+from tests.improved_check import built, checked_better
 
 
 def _stuck() -> tuple[LiveScalingInstance, list[int], list[int], list[int]]:
@@ -26,26 +24,6 @@ def _stuck() -> tuple[LiveScalingInstance, list[int], list[int], list[int]]:
     behind its N work (FIFO); whole on O it ends at 4 s and batch 2 at 8 s."""
     inst = LiveScalingInstance([0.0] * 8, [0.0] * 3, [0.5, 1.0, 0.5], [0.5, 0.5, 0.5], [0.0] * 3)
     return inst, [8, 8, 0], [0] * 8 + [1] * 8, [2]
-
-
-def _schedule(
-    inst: LiveScalingInstance,
-    split: Sequence[int],
-    new: Sequence[int],
-    old: Sequence[int],
-    old_order: str,
-) -> Schedule:
-    return build_schedule(
-        inst,
-        split,
-        new,
-        old,
-        objective="mean_latency",
-        method="exact",
-        old_order=old_order,
-        status=SolveStatus.UNKNOWN,
-        solve_s=0.0,
-    )
 
 
 def test_a_batch_jumps_whole_to_o() -> None:
@@ -64,7 +42,7 @@ def test_a_batch_jumps_whole_to_o() -> None:
     jumped, order, blocks, better = found
     assert (jumped, blocks) == ([8, 0, 0], [1, 2])
     assert better == pytest.approx(16.0 / 3)
-    assert validate_schedule(inst, _schedule(inst, jumped, order, blocks, "fifo")).ok
+    assert validate_schedule(inst, built(inst, jumped, order, blocks, old_order="fifo")).ok
     assert (
         jump_splits(inst, jumped, order, blocks, "mean_latency", better, deadline_s=math.inf)
         is None
@@ -74,7 +52,7 @@ def test_a_batch_jumps_whole_to_o() -> None:
 def test_the_polish_jumps() -> None:
     """:func:`~blitzplan.live.improve.polish` (every exact backend's incumbent) jumps first."""
     inst, split, new, old = _stuck()
-    start = _schedule(inst, split, new, old, "fifo")
+    start = built(inst, split, new, old, old_order="fifo")
     found = polish(
         inst, start, objective="mean_latency", old_order="fifo", deadline_s=math.inf, max_moves=0
     )
