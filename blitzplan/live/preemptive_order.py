@@ -37,6 +37,7 @@ from blitzplan.live.schedule import evaluate_objective, timetable
 __all__ = [
     "EXACT_CELLS",
     "alone_chains",
+    "completions",
     "greedy_order",
     "list_sequence",
     "makespans",
@@ -105,7 +106,7 @@ def makespans(
     return out
 
 
-def _least_chain(
+def completions(
     instance: LiveScalingInstance,
     split: Sequence[int],
     old_sequence: Sequence[int],
@@ -134,7 +135,7 @@ def _costs(
     """Batch ``i``'s least latency when its N work ends at ``end``: ``end`` itself, or O's
     block from its hand-off, after its O predecessor's least completion."""
     L = instance.num_layers
-    least = _least_chain(instance, split, old_sequence, alone)
+    least = completions(instance, split, old_sequence, alone)
     before: dict[int, float] = {}
     prior = -math.inf
     for i in old_sequence:
