@@ -165,5 +165,5 @@ class Offers:
             bound=start.bound,
             max_moves=PREEMPTIVE_MOVES,
         )
-        if polished.value < best.objective:
+        if math.isfinite(polished.value):  # within 3% of the incumbent the offer re-orders it
             start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))
