@@ -9,7 +9,9 @@ optimum. That is the value of a preemptive schedule, so no bound valid for every
 schedule lies above it: where the search's bound meets it, only N's non-preemption (or a better
 incumbent) is left.
 
-The preemptive optimum at fixed splits: every layer of batch ``i`` is a piece of work ``pN_i``
+The preemptive optimum at fixed splits (the program is
+:func:`blitzplan.live.preemptive_order.order_program`): every layer of batch ``i`` is a piece of
+work ``pN_i``
 released at its alone chain's start; ``M(S)``, the preemptive makespan of a set ``S`` of
 batches' N work, is the largest ``t`` plus the work of ``S`` released from ``t`` on. In any
 schedule, sort the batches by the end ``E`` of their N work: the ``m``-th ends no earlier than
@@ -40,57 +42,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # partition's instances
 
-import numpy as np
 from partition import instance
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan._table import format_table
+from blitzplan.live.preemptive_order import alone_chains, completions, order_program
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 
 
-def _chains(
-    inst: LiveScalingInstance, split: Sequence[int]
-) -> tuple[list[list[float]], list[float]]:
-    """Per batch, its N layers' alone-chain starts, and its alone end (its release if none)."""
-    starts, ends = [], []
-    for i, k in enumerate(split):
-        p, end, mine = inst.new_layer_s[i], inst.release_s[i], []
-        for layer in range(k):
-            mine.append(max(end, inst.usable_s[layer]))
-            end = mine[-1] + p
-        starts.append(mine)
-        ends.append(end)
-    return starts, ends
-
-
-def _makespans(
-    inst: LiveScalingInstance, starts: list[list[float]], items: list[int]
-) -> np.ndarray:
-    """``M(S)`` for every subset ``S`` of ``items`` (bit ``b``: ``items[b]``); -inf for none."""
-    points = np.asarray(sorted({t for i in items for t in starts[i]}))
-    work = np.asarray(
-        [[inst.new_layer_s[i] * sum(s >= t for s in starts[i]) for t in points] for i in items]
-    )
-    masks = np.arange(1 << len(items))
-    bits = ((masks[:, None] >> np.arange(len(items))) & 1).astype(float)
-    out = np.empty(masks.size)
-    for lo in range(0, masks.size, 8192):
-        w = bits[lo : lo + 8192] @ work
-        out[lo : lo + 8192] = np.where(w > 0, points + w, -math.inf).max(axis=1)
-    return out
-
-
-def _chain(inst: LiveScalingInstance, split: Sequence[int], ends: Sequence[float]) -> list[float]:
-    """Completions: ``ends[i]`` for a batch N finishes, else O's FIFO chain from the hand-offs."""
-    L, free = inst.num_layers, inst.old_free_at_s
-    done = list(ends)
-    for i in inst.fifo_order:
-        if split[i] < L:
-            ready = ends[i] + inst.handoff_s[i] if split[i] > 0 else inst.release_s[i]
-            free = max(free, ready, inst.release_s[i]) + (L - split[i]) * inst.old_layer_s[i]
-            done[i] = free
-    return done
+def _fifo(inst: LiveScalingInstance, split: Sequence[int]) -> list[int]:
+    return [i for i in inst.fifo_order if split[i] < inst.num_layers]
 
 
 def _mean(inst: LiveScalingInstance, done: Sequence[float]) -> float:
@@ -99,53 +61,14 @@ def _mean(inst: LiveScalingInstance, done: Sequence[float]) -> float:
 
 def lower(inst: LiveScalingInstance, split: Sequence[int]) -> tuple[float, list[int]]:
     """The dynamic program's bound on every preemptive schedule at ``split`` (mean latency),
-    and the order of the batches with N work it takes."""
-    L, n = inst.num_layers, inst.num_batches
-    starts, alone = _chains(inst, split)
-    items = [i for i in range(n) if split[i] > 0]
-    makespan = _makespans(inst, starts, items)
-    least = _chain(inst, split, alone)  # O's chain with every batch at its alone end
-    before: dict[int, float] = {}
-    prior = -math.inf
-    for i in inst.fifo_order:
-        if split[i] < L:
-            before[i], prior = prior, least[i]
-
-    def cost(i: int, end: np.ndarray) -> np.ndarray:
-        if split[i] == L:
-            return end - inst.release_s[i]
-        ready = end + inst.handoff_s[i] if split[i] > 0 else np.full(end.shape, inst.release_s[i])
-        start = np.maximum(np.maximum(before[i], ready), max(inst.release_s[i], inst.old_free_at_s))
-        return start + (L - split[i]) * inst.old_layer_s[i] - inst.release_s[i]
-
-    m = len(items)
-    masks = np.arange(1 << m)
-    count = sum((masks >> b) & 1 for b in range(m))
-    value, arg = np.full(masks.size, math.inf), np.full(masks.size, -1)
-    value[0] = 0.0
-    for size in range(1, m + 1):
-        sets = masks[count == size]
-        best, pick = np.full(sets.size, math.inf), np.full(sets.size, -1)
-        for b in range(m):
-            has = (sets >> b) & 1 == 1
-            some = sets[has]
-            end = np.maximum(alone[items[b]], makespan[some])
-            v = value[some ^ (1 << b)] + cost(items[b], end)
-            better = v < best[has]
-            best[has], pick[has] = np.where(better, v, best[has]), np.where(better, b, pick[has])
-        value[sets], arg[sets] = best, pick
-    rest = sum(float(cost(i, np.asarray(alone[i]))) for i in range(n) if split[i] == 0)
-    order, s = [], masks.size - 1
-    while s:
-        order.append(items[arg[s]])
-        s ^= 1 << int(arg[s])
-    return (float(value[-1]) + rest) / n, order[::-1]
+    and the order of the batches with N work it takes (O in FIFO order)."""
+    return order_program(inst, split, _fifo(inst, split))
 
 
 def priority_value(inst: LiveScalingInstance, split: Sequence[int], order: Sequence[int]) -> float:
     """Mean latency of the preemptive schedule that runs, at every moment, the first batch of
     ``order`` with a layer released (its alone start) and its earlier layers done."""
-    starts, alone = _chains(inst, split)
+    starts, alone = alone_chains(inst, split)
     ends = list(alone)
     todo = {i: list(starts[i]) for i in order if starts[i]}
     left = {i: inst.new_layer_s[i] for i in todo}
@@ -166,7 +89,7 @@ def priority_value(inst: LiveScalingInstance, split: Sequence[int], order: Seque
             if not todo[i]:
                 del todo[i]
                 ends[i] = now
-    return _mean(inst, _chain(inst, split, ends))
+    return _mean(inst, completions(inst, split, _fifo(inst, split), ends))
 
 
 def split_search(

@@ -61,10 +61,15 @@ def _record_phases(
         given.append(("busy", until - bnb.time.perf_counter(), start.left_s()))
         return -math.inf
 
+    def preempted(offers: Offers, until_s: float) -> None:
+        left = start.left_s()
+        given.append(("preempted", until_s - start.deadline_s + left, left))
+
     monkeypatch.setattr(improve, "polish", polish)
     monkeypatch.setattr(root_bounds, "lagrangian_bound", lagrange)
     monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
     monkeypatch.setattr(root_bounds, "busy_bound", busy)
+    monkeypatch.setattr(Offers, "preempted", preempted)
     monkeypatch.setattr(start, "proven", lambda: False)
     return given
 
@@ -100,7 +105,7 @@ def test_a_short_call_runs_the_busy_bound_near_the_incumbent_only(
     given = _record_phases(monkeypatch, start, capacity_share=0.995)
     report = root_bounds.strengthen(start, 0.99 * start.incumbent.objective)
     assert report.short
-    assert [name for name, _, _ in given] == ["polish", "capacity", "busy"]
+    assert [name for name, _, _ in given] == ["polish", "capacity", "busy", "preempted"]
     _, busy, left = given[2]
     assert busy == pytest.approx(root_bounds.BUSY_SHORT_SHARE * left, rel=1e-2)
 
@@ -113,7 +118,7 @@ def test_a_long_call_keeps_the_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     given = _record_phases(monkeypatch, start, capacity_share=0.9)
     report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
     assert not report.short
-    assert [name for name, _, _ in given] == ["polish", "capacity"]
+    assert [name for name, _, _ in given] == ["polish", "capacity", "preempted"]
     _, capacity, left = given[1]
     wanted = min(root_bounds.CAPACITY_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
     assert capacity == pytest.approx(wanted, rel=1e-3)

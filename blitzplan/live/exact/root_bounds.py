@@ -174,10 +174,13 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
     best relaxed plans go to ``offers`` (the search's; by default new ones) repaired: on (32,8)
     free seed 1 of ``benchmarks/partition.py`` that is the optimum (0.546432), where the 1 s
     call's incumbent was 0.547619 (docs/benchmarks.md, s24-h1). Each bound gets a share
-    of the time left when it starts, and none starts past ``start``'s deadline. In a short
+    of the time left when it starts, and none starts past ``start``'s deadline. After the
+    local search the incumbent's best split jump with N in the preemptive program's order is
+    offered (:meth:`~blitzplan.live.exact.offers.Offers.preempted`). In a short
     call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
     the capacity program gets most of the time."""
     first, then, starts = _polish_shares(start)
+    offers = offers or Offers(start)
     start.polish(first * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
     short = CAPACITY_SHARE_OF_LIMIT * start.left_s() < CAPACITY_SHORT_S
     report = Strengthened(ended=False, short=short)
@@ -199,12 +202,13 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         upper_bound=start.incumbent.objective,
         time_limit_s=budget,
         first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
-        on_plan=(offers or Offers(start)).repaired,
+        on_plan=offers.repaired,
     )
     report = report._replace(ended=time.perf_counter() - began < SEARCH_SHARE * budget)
     start.raise_bound(bound)
     if short:
         _busy_bound(start)
+    offers.preempted(start.deadline_s)
     return report
 
 
