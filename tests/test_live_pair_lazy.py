@@ -15,7 +15,7 @@ import pytest
 
 from blitzplan.live.bound import last_blocks
 from blitzplan.live.bound.dp import capacity_bound
-from blitzplan.live.bound.relaxation import Relaxation
+from blitzplan.live.bound.relaxation import Relaxation, Restriction
 from blitzplan.live.bound.subsets import _pareto, _PendingPairs, _Table
 from tests.test_live_capacity_bound import _crowded
 from tests.test_live_pair_bound import _staggered
@@ -156,3 +156,15 @@ def test_one_search_against_the_incumbent_gives_about_the_rising_targets_value(s
             tried += 1
             same += once == pytest.approx(steps, rel=1e-9, abs=1e-12)
     assert same >= 0.8 * tried
+
+
+def test_ends_where_no_batch_may_end_on_o() -> None:
+    """Every batch held on N by the restriction (no option on O): every end is inf, at once
+    as one at a time."""
+    inst = _instances(5, 1)[0]
+    n, layers = inst.num_batches, inst.num_layers
+    restriction = Restriction((layers,) * n, (layers,) * n, ((),) * n)
+    table = _Table(Relaxation(inst, "mean_latency", restriction), capacity=True)
+    mask, free = np.zeros(3, dtype=np.int64), np.asarray([0.0, 1.0, math.inf])
+    assert np.isinf(table.ends(free, mask)).all()
+    assert np.isinf(table.end(0, free, None)).all()

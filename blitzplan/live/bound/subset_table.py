@@ -64,7 +64,7 @@ class _Table:
         self.widths = np.asarray([r.size for r in self.rho], dtype=np.int64)
         width = int(self.widths.max(initial=0))
         self.rho_pad = np.full((self.n, width), math.nan)
-        self.q_pad = np.full((self.n, width), math.inf)
+        self.q_pad = np.full((self.n, max(width, 1)), math.inf)  # read at j = 0 when j < 0
         self.best_pad = np.full((self.n, width + 1), math.inf)
         for i, size in enumerate(self.widths):
             self.rho_pad[i, :size], self.q_pad[i, :size] = self.rho[i], self.q[i]
