@@ -18,7 +18,9 @@ one beside a heuristic's schedule.
   :mod:`.pair_history`: with O's waits and the block that ends O's served work);
   :mod:`.subset_lifts` counts which batches N finishes first from their releases and the
   layers' arrivals.
-- :mod:`.work`: both instances as one preemptive machine (microseconds).
+- :mod:`.work`: both instances as one preemptive machine (microseconds); :mod:`.plan_floor`:
+  the least any schedule of a relaxed plan's splits and O order can be (what the exact search
+  checks before it repairs a plan).
 - :mod:`.lagrange` (FIFO) prices N's capacity per window of layers into O's sequencing
   (:mod:`.lagrange_prices`); :mod:`.slots` (either order) prices both instances' capacity per
   time slot (:mod:`.slot_prices`, :mod:`.slot_blocks`, :mod:`.slot_chains`, the master LP in

@@ -77,8 +77,9 @@ def earliest_starts(relax: Relaxation) -> np.ndarray:
     return np.asarray([o.rho[0] if o.rho else math.inf for o in relax.options])
 
 
-def step(starts: np.ndarray, i: int, free: np.ndarray) -> np.ndarray:
-    """What serving batch ``i`` next, O free at ``free``, adds to a state's credit."""
+def step(starts: np.ndarray, i: int | np.ndarray, free: np.ndarray) -> np.ndarray:
+    """What serving batch ``i`` (or ``i[s]`` for state ``s``) next, O free at ``free``, adds
+    to a state's credit."""
     return np.asarray(np.maximum(starts[i] - free, 0.0))
 
 

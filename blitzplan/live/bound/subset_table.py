@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,6 +61,15 @@ class _Table:
         self.rho = [np.asarray(o.rho, dtype=float) for o in opts]
         self.q = [np.asarray(o.q, dtype=float) for o in opts]
         self.best = [np.asarray(o.suffix_best, dtype=float) for o in opts]
+        self.widths = np.asarray([r.size for r in self.rho], dtype=np.int64)
+        width = int(self.widths.max(initial=0))
+        self.rho_pad = np.full((self.n, width), math.nan)
+        self.q_pad = np.full((self.n, max(width, 1)), math.inf)  # read at j = 0 when j < 0
+        self.best_pad = np.full((self.n, width + 1), math.inf)
+        for i, size in enumerate(self.widths):
+            self.rho_pad[i, :size], self.q_pad[i, :size] = self.rho[i], self.q[i]
+            self.best_pad[i, : size + 1] = self.best[i]
+        """Each batch's options as rows (:meth:`end` of one batch per state at once)."""
         self.on_new = np.asarray(relax.on_new, dtype=float)
         self.release = np.asarray(relax.instance.release_s, dtype=float)
         self.slo = np.asarray(relax.obj.slo, dtype=float)
@@ -78,6 +88,9 @@ class _Table:
         (:func:`~blitzplan.live.bound.subsets._pareto`)."""
         self.pairs = self.relative and last_blocks.PAIRS
         """Whether states carry the pair bound's lift (:mod:`blitzplan.live.bound.last_blocks`)."""
+        self.pending: Callable[[], None] | None = None
+        """The pair bound lifts of the level being expanded, taken when :meth:`done` first
+        needs one (:class:`~.subsets._PendingPairs`); None when they are there already."""
         self.until = math.inf
         """A ``time.perf_counter()`` instant past which :meth:`done` stops between parts of
         :data:`REFINED_ROWS` states (raising :class:`_Cut`); set on the wall clock only."""
@@ -88,27 +101,27 @@ class _Table:
 
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O (inf where the
-        state has placed it: only the unplaced rows are computed, about half of a level's)."""
+        state has placed it: only the unplaced pairs are computed, about half of a level's)."""
         out = np.full((free.size, self.n), math.inf)
         served = None if self.capacity is None else self.capacity.served(mask)
-        unplaced = self.unplaced(mask)
-        for i in range(self.n):
-            rows = unplaced[:, i]
-            if rows.all():
-                out[:, i] = self.end(i, free, served)
-            elif rows.any():
-                part = None if served is None else served[:, rows]
-                out[rows, i] = self.end(i, free[rows], part)
+        rows, batches = np.nonzero(self.unplaced(mask))
+        part = None if served is None else served[:, rows]
+        out[rows, batches] = self.end(batches, free[rows], part)
         return out
 
-    def end(self, i: int, free: np.ndarray, served: np.ndarray | None) -> np.ndarray:
-        """When batch ``i`` completes placed next on O, O free at ``free`` having served work
-        ``served`` (:meth:`Capacity.served`; None without the capacity conditions)."""
-        j = np.searchsorted(self.rho[i], free, side="right") - 1
-        best = self.best[i][j + 1]
-        if self.q[i].size:
-            alt = np.where(j >= 0, free + self.q[i][np.maximum(j, 0)], math.inf)
-            best = np.minimum(best, alt)
+    def end(self, i: int | np.ndarray, free: np.ndarray, served: np.ndarray | None) -> np.ndarray:
+        """When batch ``i`` (or ``i[s]`` for state ``s``) completes placed next on O, O free at
+        ``free`` having served work ``served`` (:meth:`Capacity.served`; None without the
+        capacity conditions)."""
+        if np.ndim(i) == 0:
+            j = np.searchsorted(self.rho[int(i)], free, side="right") - 1
+        else:  # the same count: NaN past a batch's options is never at or under ``free``
+            at = (self.rho_pad[i] <= free[:, None]).sum(axis=1)
+            j = np.where(np.isnan(free), self.widths[i], at) - 1
+        i = np.broadcast_to(i, free.shape)
+        best = self.best_pad[i, j + 1]
+        alt = np.where(j >= 0, free + self.q_pad[i, np.maximum(j, 0)], math.inf)
+        best = np.minimum(best, alt)
         if self.capacity is not None and served is not None:
             best = np.maximum(best, self.capacity.shared(served, i, free))
         return np.asarray(best)
@@ -135,6 +148,8 @@ class _Table:
         base = cost + np.maximum(alone, total)
         crowd = self.capacity.crowded(mask, free, unplaced, last)
         if pair is not None:
+            if self.pending is not None and bool((base + crowd.extra < best_cost).any()):
+                self.pending()  # a lift only raises a state: needed where it is under
             crowd = crowd._replace(extra=np.maximum(crowd.extra, pair))
         out = base + crowd.extra
         fifo = self.fifo_rank is not None
@@ -167,6 +182,13 @@ class _Table:
             return True
         return np.asarray((last < 0) | (self.fifo_rank[np.maximum(last, 0)] < self.fifo_rank[i]))
 
+    def allowed_all(self, last: np.ndarray) -> np.ndarray | bool:
+        """(states x batches): :meth:`allowed` of every batch."""
+        if self.fifo_rank is None:
+            return True
+        first = (last < 0)[:, None]
+        return np.asarray(first | (self.fifo_rank[np.maximum(last, 0)][:, None] < self.fifo_rank))
+
     def values(self, ends: np.ndarray) -> np.ndarray:
         """Each batch's value for those completions (as :meth:`RelaxObjective.value`)."""
         name = self.relax.obj.name
@@ -198,3 +220,10 @@ class _Table:
         if not rest.shape[1]:
             return np.full(floors.shape[0], -math.inf)
         return np.asarray(rest.max(axis=1))
+
+    def others_all(self, floors: np.ndarray, total: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """(states x batches): :meth:`others` of every batch."""
+        if not self.use_max:
+            return np.asarray(total[:, None] - floors)
+        columns = [self.others(floors, total, keep, i) for i in range(self.n)]
+        return np.stack(columns, axis=1) if columns else np.zeros(floors.shape)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 
+from blitzplan.live.bound.plan_floor import plan_floor
 from blitzplan.live.bound.relaxation import RelaxedPlan, repair
 from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.exact.nmachine import NOp, sequence
@@ -87,12 +88,16 @@ class Offers:
     def repaired(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
         with the same splits, O order and O starts (all the repair reads) was: on (80,8) and
-        (40,12) FIFO 70% of the plans bounded in 10 s were such repeats."""
+        (40,12) FIFO 70% of the plans bounded in 10 s were such repeats. Nor is it when no
+        schedule of its splits and O order can beat the incumbent
+        (:func:`~blitzplan.live.bound.plan_floor.plan_floor`)."""
         key = (plan.split, plan.old_sequence, plan.planned_old_start_s)
         if key in self.seen:
             return
         self.seen.add(key)
         start = self.start
+        if plan_floor(start.instance, plan, start.objective) >= start.incumbent.objective:
+            return  # no schedule of its splits and O order beats the incumbent
         args = (start.objective, start.old_order, start.backend)
         start.offer(decode(start.instance, *repair(start.instance, plan), *args))
 
