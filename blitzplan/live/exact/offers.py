@@ -25,6 +25,8 @@ __all__ = [
     "REPOLISH_SHARE",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
+    "WIDE_GAP",
+    "WIDE_SHARE",
     "Offers",
 ]
 
@@ -47,6 +49,15 @@ REPOLISH_EVERY_S = 1.0
 REPOLISH_SHARE = 0.2
 """The most of the time left that one such polish may take."""
 
+WIDE_GAP = 0.01
+"""Under a free O order, where the gap after the root bounds is at least this (relatively),
+the incumbent they leave is polished again by the search (:meth:`Offers.rooted`), in
+:data:`WIDE_SHARE` of the time left: the root's last polish (the slot bound's priced starts)
+ends short of a local optimum, and at such gaps the search rarely lowers either side."""
+
+WIDE_SHARE = 0.5
+"""The most of the time left that the polish of :data:`WIDE_GAP` may take."""
+
 
 class Offers:
     """The search's offers to ``start``'s incumbent and the incumbent's polish."""
@@ -61,6 +72,8 @@ class Offers:
         self.polished: Schedule | None = None
         """The incumbent last polished (None until the root bounds: no polish before them)."""
         self.polished_at = -math.inf
+        self.owed = False
+        """Whether the incumbent is polished again though it was polished (see :meth:`rooted`)."""
 
     def repaired(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
@@ -97,13 +110,25 @@ class Offers:
         elif not proven:
             self.sequence_every = min(2 * self.sequence_every, SEQUENCE_BACK_OFF)
 
+    def rooted(self) -> None:
+        """The root bounds are done: their incumbent counts as polished, but under a free O
+        order at a gap of :data:`WIDE_GAP` or more it is owed one more polish (the search's
+        first, in :data:`WIDE_SHARE` of the time left)."""
+        start = self.start
+        upper = start.incumbent.objective
+        wide = not math.isinf(upper) and upper - start.bound >= WIDE_GAP * abs(upper)
+        self.owed = start.old_order == "free" and wide
+        self.polished = start.incumbent
+
     def repolish(self, until_s: float) -> None:
-        """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`)."""
+        """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`), or the root's
+        when it is owed one (:meth:`rooted`)."""
         start, now = self.start, time.perf_counter()
-        if self.polished is None or start.incumbent is self.polished:
+        if self.polished is None or (start.incumbent is self.polished and not self.owed):
             return
         if now - self.polished_at < REPOLISH_EVERY_S:
             return
-        self.polished_at = now
-        start.polish(REPOLISH_SHARE * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES)
+        share = WIDE_SHARE if self.owed else REPOLISH_SHARE
+        self.polished_at, self.owed = now, False
+        start.polish(share * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES)
         self.polished = start.incumbent
