@@ -59,19 +59,31 @@ def test_the_best_order_on_a_hand_case() -> None:
 
 
 def test_the_free_polish_orders_blocks() -> None:
-    """:func:`~blitzplan.live.improve.polish` (every exact backend's incumbent) orders O's
-    blocks under a free order, with no random move: here N is too slow for any split jump
-    (100 s a layer), and O serves 6, 2 and 2 s blocks released at 0 longest first (mean 8 s,
-    shortest first 16/3 s). Under FIFO it leaves O's order alone."""
+    """:func:`~blitzplan.live.improve.polish` asked for it (bnb's polishes after its root
+    bounds) orders O's blocks under a free order, with no random move: here N is too slow
+    for any split jump (100 s a layer), and O serves 6, 2 and 2 s blocks released at 0
+    longest first (mean 8 s, shortest first 16/3 s). Under FIFO it leaves O's order alone."""
     inst = LiveScalingInstance([0.0, 0.0], [0.0] * 3, [100.0] * 3, [3.0, 1.0, 1.0], [0.0] * 3)
     start = built(inst, [0, 0, 0], [], [0, 1, 2])
     assert start.objective == pytest.approx(8.0)
     found = polish(
-        inst, start, objective="mean_latency", old_order="free", deadline_s=math.inf, max_moves=0
+        inst,
+        start,
+        objective="mean_latency",
+        old_order="free",
+        deadline_s=math.inf,
+        max_moves=0,
+        blocks=True,
     )
     assert (found.split, found.old, found.value) == ([0, 0, 0], [1, 2, 0], pytest.approx(16 / 3))
     fifo = polish(
-        inst, start, objective="mean_latency", old_order="fifo", deadline_s=math.inf, max_moves=0
+        inst,
+        start,
+        objective="mean_latency",
+        old_order="fifo",
+        deadline_s=math.inf,
+        max_moves=0,
+        blocks=True,
     )
     assert (fifo.old, fifo.value) == ([0, 1, 2], pytest.approx(8.0))
 
@@ -145,8 +157,8 @@ def test_the_root_incumbent_is_polished_again_at_a_wide_free_gap(
         relax=False,
     )
     start.bound = (1 - gap) * start.incumbent.objective
-    given: list[float] = []
-    monkeypatch.setattr(start, "polish", lambda seconds, **_: given.append(seconds))
+    given: list[tuple[float, dict[str, object]]] = []
+    monkeypatch.setattr(start, "polish", lambda seconds, **kw: given.append((seconds, kw)))
     offers = Offers(start)
     offers.rooted()
     until = time.perf_counter() + 10.0
@@ -155,4 +167,6 @@ def test_the_root_incumbent_is_polished_again_at_a_wide_free_gap(
     offers.repolish(until)
     assert len(given) == owed
     if owed:
-        assert given[0] == pytest.approx(offers_module.WIDE_SHARE * 10.0, rel=1e-2)
+        seconds, kwargs = given[0]
+        assert seconds == pytest.approx(offers_module.WIDE_SHARE * 10.0, rel=1e-2)
+        assert kwargs["blocks"] is True

@@ -122,7 +122,8 @@ class Offers:
 
     def repolish(self, until_s: float) -> None:
         """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`), or the root's
-        when it is owed one (:meth:`rooted`)."""
+        when it is owed one (:meth:`rooted`); under a free O order O's blocks are then
+        ordered (:mod:`~blitzplan.live.block_order`)."""
         start, now = self.start, time.perf_counter()
         if self.polished is None or (start.incumbent is self.polished and not self.owed):
             return
@@ -130,5 +131,5 @@ class Offers:
             return
         share = WIDE_SHARE if self.owed else REPOLISH_SHARE
         self.polished_at, self.owed = now, False
-        start.polish(share * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES)
+        start.polish(share * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES, blocks=True)
         self.polished = start.incumbent
