@@ -53,7 +53,9 @@ WIDE_GAP = 0.01
 """Under a free O order, where the gap after the root bounds is at least this (relatively),
 the incumbent they leave is polished again by the search (:meth:`Offers.rooted`), in
 :data:`WIDE_SHARE` of the time left: the root's last polish (the slot bound's priced starts)
-ends short of a local optimum, and at such gaps the search rarely lowers either side."""
+ends short of a local optimum (0.5 s more moves from bnb's 10 s (80,16) free incumbents of
+``benchmarks/partition.py`` lowered each by 0.1-0.9%), and at such gaps the search rarely
+lowers either side (docs/benchmarks.md, s25-h2)."""
 
 WIDE_SHARE = 0.5
 """The most of the time left that the polish of :data:`WIDE_GAP` may take."""
