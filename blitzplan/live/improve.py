@@ -9,9 +9,11 @@ layer to another place on N between its batch's previous and next layers. Before
 most half the time left) a steepest descent over larger split moves
 (:mod:`blitzplan.live.split_jump`: a batch moved whole to O or to N, or to a quarter of its
 layers) crosses what those steps cannot; :func:`polish` (the exact backends' incumbents) does
-the same. The answer for a control loop with 10-100 ms to spare; the bound it reports is the
-cheap one (each batch alone), or the N-capacity relaxation's when O's order is fixed
-(``old_order="fifo"``, where that relaxation is solved exactly in linear time).
+the same and, where asked under a free O order, orders O's blocks after the moves
+(:mod:`blitzplan.live.block_order`). The answer for a control loop with 10-100 ms to spare;
+the bound it reports is the cheap one (each batch alone), or the N-capacity relaxation's when
+O's order is fixed (``old_order="fifo"``, where that relaxation is solved exactly in linear
+time).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from blitzplan.live.block_order import order_blocks
 from blitzplan.live.bound.dp import relaxation_bound, relaxed_greedy
 from blitzplan.live.bound.relaxation import repair
 from blitzplan.live.instance import LiveScalingInstance
@@ -37,10 +40,18 @@ from blitzplan.live.schedule import (
 from blitzplan.live.split_jump import jump_splits
 from blitzplan.solvers.backends import SolveStatus
 
-__all__ = ["Solution", "improve", "polish"]
+__all__ = ["BLOCKS_SHARE", "Solution", "improve", "polish"]
 
 _GREEDY_SHARE = 0.2
 """The most of the budget the relaxed plan may take."""
+
+BLOCKS_SHARE = 0.1
+"""Under a free O order, the share of a polish's time left for ordering O's blocks at its end
+where asked (:mod:`~blitzplan.live.block_order`: 1-4 ms on (80,16) of
+``benchmarks/partition.py``): bnb asks it of the polishes after its root bounds. Asked of
+every polish (the root's too, whose incumbents seed the slot bound's steps), bnb's 10 s
+incumbents of (80,16) ended worse on seeds 0 and 3 (1.528-1.532 / 1.316-1.346 against
+1.506 / 1.279-1.300; docs/benchmarks.md, s25-h2)."""
 
 _JUMP_SHARE = 0.5
 """The most of the time left that the split jumps may take before the random moves."""
@@ -187,12 +198,21 @@ def polish(
     bound: float = -math.inf,
     max_moves: float = math.inf,
     seed: int = 0,
+    blocks: bool = False,
 ) -> Solution:
     """Local search from ``start`` until ``deadline_s`` (a ``time.perf_counter()`` value),
-    ``max_moves`` tried moves (a fixed budget makes runs repeatable), or it meets ``bound``."""
+    ``max_moves`` tried moves (a fixed budget makes runs repeatable), or it meets ``bound``.
+    With ``blocks``, under a free O order, O's blocks are then ordered (:func:`_blocked`), in
+    the :data:`BLOCKS_SHARE` of the time the jumps and moves leave."""
     search = _Search(instance, objective, old_order, seed)
-    current = _jumped(instance, Solution.of(start), objective, deadline_s)
-    return search.run(current, deadline_s, bound=bound, max_moves=max_moves)
+    if not blocks or old_order != "free":
+        current = _jumped(instance, Solution.of(start), objective, deadline_s)
+        return search.run(current, deadline_s, bound=bound, max_moves=max_moves)
+    left = max(deadline_s - time.perf_counter(), 0.0)
+    until = deadline_s if math.isinf(left) else deadline_s - BLOCKS_SHARE * left
+    current = _jumped(instance, Solution.of(start), objective, until)
+    found = search.run(current, until, bound=bound, max_moves=max_moves)
+    return _blocked(instance, found, objective, deadline_s)
 
 
 def _jumped(
@@ -202,6 +222,15 @@ def _jumped(
     args = (current.split, current.new, current.old, objective, current.value)
     found = jump_splits(instance, *args, deadline_s=deadline_s)
     return current if found is None else Solution(*found)
+
+
+def _blocked(
+    instance: LiveScalingInstance, current: Solution, objective: str, deadline_s: float
+) -> Solution:
+    """``current`` with O's blocks re-ordered (:func:`~blitzplan.live.block_order.order_blocks`)."""
+    args = (current.split, current.new, current.old, objective, current.value)
+    found = order_blocks(instance, *args, deadline_s=deadline_s)
+    return current if found is None else Solution(current.split, current.new, *found)
 
 
 def improve(

@@ -294,7 +294,7 @@ class _Search:
             self.worst, self.strong, self.whole = WORST_OVERLOAD, NODE_CAPACITY, NODE_CPSAT
             if (self.open or not self.prunable(self.floor)) and not start.proven():
                 report = strengthen(start, self._lowest(), self.offers)
-                self.offers.polished = start.incumbent
+                self.offers.rooted()
                 self.strong = self.strong and (SHORT_NODE_CAPACITY or not report.short)
                 if RESTART and not start.proven() and self._lowest() < start.bound:
                     self.restart(report.ended)

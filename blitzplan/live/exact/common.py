@@ -135,7 +135,12 @@ class Start:
         return f"{solver} called a round infeasible though {known}"
 
     def polish(
-        self, seconds: float, *, max_s: float = POLISH_MAX_S, moves: int = POLISH_MOVES
+        self,
+        seconds: float,
+        *,
+        max_s: float = POLISH_MAX_S,
+        moves: int = POLISH_MOVES,
+        blocks: bool = False,
     ) -> None:
         """Local search from the incumbent for at most ``seconds`` (and ``max_s``, and the time
         left) and ``moves`` tried moves (stops once proven; not started past the deadline),
@@ -154,6 +159,7 @@ class Start:
             deadline_s=limit,
             bound=self.bound,
             max_moves=moves,
+            blocks=blocks,
         )
         if found.value < self.incumbent.objective:
             args = (self.objective, self.old_order, self.backend)

@@ -32,6 +32,8 @@ __all__ = [
     "REPOLISH_SHARE",
     "SEQUENCE_BACK_OFF",
     "SEQUENCE_STEPS",
+    "WIDE_GAP",
+    "WIDE_SHARE",
     "Offers",
 ]
 
@@ -67,6 +69,16 @@ PREEMPTIVE_ORDERS = ("fifo",)
 """The O orders under which the jump is offered: under a free order, 1 CPU s calls on (32,16),
 (40,12) and (80,16), seeds 0-9, gained on 6 instances and lost on 3 (mean gaps 5.71 / 0.95 /
 14.42% -> 5.82 / 0.96 / 14.31%: its time is the priced starts' and the search's)."""
+WIDE_GAP = 0.01
+"""Under a free O order, where the gap after the root bounds is at least this (relatively),
+the incumbent they leave is polished again by the search (:meth:`Offers.rooted`), in
+:data:`WIDE_SHARE` of the time left: the root's last polish (the slot bound's priced starts)
+ends short of a local optimum (0.5 s more moves from bnb's 10 s (80,16) free incumbents of
+``benchmarks/partition.py`` lowered each by 0.1-0.9%), and at such gaps the search rarely
+lowers either side (docs/benchmarks.md, s25-h2)."""
+
+WIDE_SHARE = 0.5
+"""The most of the time left that the polish of :data:`WIDE_GAP` may take."""
 
 
 class Offers:
@@ -84,6 +96,8 @@ class Offers:
         self.polished_at = -math.inf
         self.jumped: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
         """The incumbents' splits and O orders whose preemptive jump was offered."""
+        self.owed = False
+        """Whether the incumbent is polished again though it was polished (see :meth:`rooted`)."""
 
     def repaired(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
@@ -124,15 +138,29 @@ class Offers:
         elif not proven:
             self.sequence_every = min(2 * self.sequence_every, SEQUENCE_BACK_OFF)
 
+    def rooted(self) -> None:
+        """The root bounds are done: their incumbent counts as polished, but under a free O
+        order at a gap of :data:`WIDE_GAP` or more it is owed one more polish (the search's
+        first, in :data:`WIDE_SHARE` of the time left)."""
+        start = self.start
+        upper = start.incumbent.objective
+        wide = not math.isinf(upper) and upper - start.bound >= WIDE_GAP * abs(upper)
+        self.owed = start.old_order == "free" and wide
+        self.polished = start.incumbent
+
     def repolish(self, until_s: float) -> None:
-        """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`)."""
+        """Polish an incumbent the search found (see :data:`REPOLISH_MOVES`), or the root's
+        when it is owed one (:meth:`rooted`); under a free O order O's blocks are then
+        ordered (:mod:`~blitzplan.live.block_order`); then its split jump is offered
+        (:meth:`preempted`)."""
         start, now = self.start, time.perf_counter()
-        if self.polished is None or start.incumbent is self.polished:
+        if self.polished is None or (start.incumbent is self.polished and not self.owed):
             return
         if now - self.polished_at < REPOLISH_EVERY_S:
             return
-        self.polished_at = now
-        start.polish(REPOLISH_SHARE * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES)
+        share = WIDE_SHARE if self.owed else REPOLISH_SHARE
+        self.polished_at, self.owed = now, False
+        start.polish(share * (until_s - now), max_s=math.inf, moves=REPOLISH_MOVES, blocks=True)
         self.preempted(until_s)
         self.polished = start.incumbent
 
