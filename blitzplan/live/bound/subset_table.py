@@ -102,6 +102,11 @@ class _Table:
     def ends(self, free: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(states x batches): when each batch completes placed next on O (inf where the
         state has placed it: only the unplaced pairs are computed, about half of a level's)."""
+        if free.size > self.chunk:  # in chunks: a part of 12,716 states at once took 1.85 s
+            parts = range(0, free.size, self.chunk)
+            return np.concatenate(
+                [self.ends(free[b : b + self.chunk], mask[b : b + self.chunk]) for b in parts]
+            )
         out = np.full((free.size, self.n), math.inf)
         served = None if self.capacity is None else self.capacity.served(mask)
         rows, batches = np.nonzero(self.unplaced(mask))
