@@ -31,6 +31,7 @@ __all__ = [
     "evaluate_objective",
     "lower_bound",
     "relative_gap",
+    "time_new",
     "timetable",
 ]
 
@@ -164,10 +165,31 @@ def timetable(
     ``new_sequence`` lists a batch once per layer it runs on N, in N's order; ``old_sequence``
     lists every batch with ``split[i] < L`` once, in O's order.
     """
-    L, n = instance.num_layers, instance.num_batches
-    ready, release, p_new = instance.usable_s, instance.release_s, instance.new_layer_s
-    done = [0] * n
-    last_end = list(release)
+    L, release = instance.num_layers, instance.release_s
+    new_ops, last_end = time_new(instance, split, new_sequence)
+    completion = list(last_end)
+    clock = instance.old_free_at_s
+    old_ops = []
+    for batch in old_sequence:
+        k = split[batch]
+        if k >= L:
+            raise InvalidInputError(f"old_sequence lists batch {batch}, which finishes on N")
+        start = max(clock, release[batch], last_end[batch] + instance.handoff_s[batch] * (k > 0))
+        clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
+        old_ops.append(OldOp(batch, k + 1, start, clock))
+    if len(old_ops) != sum(1 for k in split if k < L):
+        raise InvalidInputError(f"old_sequence {list(old_sequence)} misses a batch with split < L")
+    return new_ops, tuple(old_ops), tuple(completion)
+
+
+def time_new(
+    instance: LiveScalingInstance, split: Sequence[int], new_sequence: Iterable[int]
+) -> tuple[tuple[NewOp, ...], list[float]]:
+    """N's part of :func:`timetable`: its operations, each as early as N's order allows, and
+    each batch's end on N (its release when it runs no layer there)."""
+    ready, p_new = instance.usable_s, instance.new_layer_s
+    done = [0] * instance.num_batches
+    last_end = list(instance.release_s)
     clock = 0.0
     new_ops = []
     for batch in new_sequence:
@@ -182,19 +204,7 @@ def timetable(
         new_ops.append(NewOp(batch, layer, start, clock))
     if done != list(split):
         raise InvalidInputError(f"new_sequence runs layers {done}, the split is {list(split)}")
-    completion = list(last_end)
-    clock = instance.old_free_at_s
-    old_ops = []
-    for batch in old_sequence:
-        k = split[batch]
-        if k >= L:
-            raise InvalidInputError(f"old_sequence lists batch {batch}, which finishes on N")
-        start = max(clock, release[batch], last_end[batch] + instance.handoff_s[batch] * (k > 0))
-        clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
-        old_ops.append(OldOp(batch, k + 1, start, clock))
-    if len(old_ops) != sum(1 for k in split if k < L):
-        raise InvalidInputError(f"old_sequence {list(old_sequence)} misses a batch with split < L")
-    return tuple(new_ops), tuple(old_ops), tuple(completion)
+    return tuple(new_ops), last_end
 
 
 def build_schedule(
