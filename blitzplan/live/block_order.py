@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, time_new
+from blitzplan.live.schedule import evaluate_objective, time_new, time_old
 
 __all__ = ["order_blocks"]
 
@@ -34,7 +34,7 @@ class _Blocks:
     ) -> None:
         L = instance.num_layers
         last_end = time_new(instance, split, new_sequence)[1]
-        self.instance = instance
+        self.instance, self.split = instance, split
         self.completion = last_end
         """Each batch's completion with O unserved: its last layer's end on N (or release)."""
         self.release = {
@@ -46,10 +46,7 @@ class _Blocks:
         self.free_at = instance.old_free_at_s
 
     def value(self, order: Sequence[int], objective: str) -> float:
-        completion = list(self.completion)
-        clock = self.free_at
-        for batch in order:
-            clock = completion[batch] = max(clock, self.release[batch]) + self.length[batch]
+        completion = time_old(self.instance, self.split, order, self.completion)[1]
         return evaluate_objective(self.instance, completion, objective)
 
     def _cost(

@@ -32,12 +32,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.schedule import evaluate_objective, time_old, timetable
 
 __all__ = [
     "EXACT_CELLS",
     "alone_chains",
-    "completions",
     "greedy_order",
     "list_sequence",
     "makespans",
@@ -107,23 +106,6 @@ def makespans(
     return out
 
 
-def completions(
-    instance: LiveScalingInstance,
-    split: Sequence[int],
-    old_sequence: Sequence[int],
-    ends: Sequence[float],
-) -> list[float]:
-    """Completions when every batch's N work ends at ``ends``: those ends for the batches N
-    finishes, O's chain in ``old_sequence`` from the hand-offs for the others."""
-    L, free = instance.num_layers, instance.old_free_at_s
-    done = list(ends)
-    for i in old_sequence:
-        ready = ends[i] + instance.handoff_s[i] if split[i] > 0 else instance.release_s[i]
-        free = max(free, ready, instance.release_s[i]) + (L - split[i]) * instance.old_layer_s[i]
-        done[i] = free
-    return done
-
-
 Cost = Callable[[int, np.ndarray], np.ndarray]
 
 
@@ -136,7 +118,7 @@ def _costs(
     """Batch ``i``'s least latency when its N work ends at ``end``: ``end`` itself, or O's
     block from its hand-off, after its O predecessor's least completion."""
     L = instance.num_layers
-    least = completions(instance, split, old_sequence, alone)
+    least = time_old(instance, split, old_sequence, alone)[1]
     before: dict[int, float] = {}
     prior = -math.inf
     for i in old_sequence:

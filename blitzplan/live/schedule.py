@@ -32,6 +32,7 @@ __all__ = [
     "lower_bound",
     "relative_gap",
     "time_new",
+    "time_old",
     "timetable",
 ]
 
@@ -165,21 +166,9 @@ def timetable(
     ``new_sequence`` lists a batch once per layer it runs on N, in N's order; ``old_sequence``
     lists every batch with ``split[i] < L`` once, in O's order.
     """
-    L, release = instance.num_layers, instance.release_s
-    new_ops, last_end = time_new(instance, split, new_sequence)
-    completion = list(last_end)
-    clock = instance.old_free_at_s
-    old_ops = []
-    for batch in old_sequence:
-        k = split[batch]
-        if k >= L:
-            raise InvalidInputError(f"old_sequence lists batch {batch}, which finishes on N")
-        start = max(clock, release[batch], last_end[batch] + instance.handoff_s[batch] * (k > 0))
-        clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
-        old_ops.append(OldOp(batch, k + 1, start, clock))
-    if len(old_ops) != sum(1 for k in split if k < L):
-        raise InvalidInputError(f"old_sequence {list(old_sequence)} misses a batch with split < L")
-    return new_ops, tuple(old_ops), tuple(completion)
+    new_ops, new_end = time_new(instance, split, new_sequence)
+    old_ops, completion = time_old(instance, split, old_sequence, new_end)
+    return new_ops, old_ops, tuple(completion)
 
 
 def time_new(
@@ -205,6 +194,31 @@ def time_new(
     if done != list(split):
         raise InvalidInputError(f"new_sequence runs layers {done}, the split is {list(split)}")
     return tuple(new_ops), last_end
+
+
+def time_old(
+    instance: LiveScalingInstance,
+    split: Sequence[int],
+    old_sequence: Iterable[int],
+    new_end: Sequence[float],
+) -> tuple[tuple[OldOp, ...], list[float]]:
+    """O's part of :func:`timetable`: its blocks in O's order, each as early as O, its batch's
+    release and its hand-off allow (``new_end``: each batch's end on N, :func:`time_new`), and
+    every batch's completion (``new_end`` for the batches N finishes)."""
+    L, release = instance.num_layers, instance.release_s
+    completion = list(new_end)
+    clock = instance.old_free_at_s
+    old_ops = []
+    for batch in old_sequence:
+        k = split[batch]
+        if k >= L:
+            raise InvalidInputError(f"old_sequence lists batch {batch}, which finishes on N")
+        start = max(clock, release[batch], new_end[batch] + instance.handoff_s[batch] * (k > 0))
+        clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
+        old_ops.append(OldOp(batch, k + 1, start, clock))
+    if len(old_ops) != sum(1 for k in split if k < L):
+        raise InvalidInputError(f"old_sequence {list(old_sequence)} misses a batch with split < L")
+    return tuple(old_ops), completion
 
 
 def build_schedule(
