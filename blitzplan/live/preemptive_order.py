@@ -33,6 +33,7 @@ import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.schedule import evaluate_objective, time_old, timetable
+from blitzplan.live.split_jump import old_after_move
 
 __all__ = [
     "EXACT_CELLS",
@@ -256,14 +257,13 @@ def preemptive_jump(
     place, one leaving it dropped); None when no jump was scored before ``deadline_s`` (a
     ``time.perf_counter()`` value: no program starts past it). Mean latency."""
     L = instance.num_layers
-    rank = {batch: r for r, batch in enumerate(instance.fifo_order)}
     best: tuple[float, list[int], list[int], list[int]] | None = None
     for batch, k in enumerate(split):
         for target in sorted({0, L} - {k}):
             if time.perf_counter() >= deadline_s:
                 break
             moved = [*split[:batch], target, *split[batch + 1 :]]
-            old = _moved_old(old_sequence, batch, k, target, L, rank)
+            old = old_after_move(instance, old_sequence, batch, k, target)
             value, order = greedy_order(instance, moved, old)
             if best is None or value < best[0]:
                 best = (value, moved, order, old)
@@ -275,15 +275,3 @@ def preemptive_jump(
     new = list_sequence(instance, moved, order)
     completion = timetable(instance, moved, new, old)[2]
     return moved, new, old, evaluate_objective(instance, completion, "mean_latency")
-
-
-def _moved_old(
-    old: Sequence[int], batch: int, k: int, target: int, L: int, rank: dict[int, int]
-) -> list[int]:
-    """O's order after ``batch``'s split moves from ``k`` to ``target``."""
-    if target == L:
-        return [b for b in old if b != batch]
-    if k < L:
-        return list(old)
-    at = next((p for p, b in enumerate(old) if rank[b] > rank[batch]), len(old))
-    return [*old[:at], batch, *old[at:]]
