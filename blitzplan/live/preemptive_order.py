@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, time_old, timetable
+from blitzplan.live.schedule import order_value, time_old
 from blitzplan.live.split_jump import old_after_move
 
 __all__ = [
@@ -273,5 +273,4 @@ def preemptive_jump(
     if _exact(instance, moved) and time.perf_counter() < deadline_s:
         order = order_program(instance, moved, old)[1]
     new = list_sequence(instance, moved, order)
-    completion = timetable(instance, moved, new, old)[2]
-    return moved, new, old, evaluate_objective(instance, completion, "mean_latency")
+    return moved, new, old, order_value(instance, moved, new, old, "mean_latency")

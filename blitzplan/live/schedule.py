@@ -30,6 +30,7 @@ __all__ = [
     "empty_schedule",
     "evaluate_objective",
     "lower_bound",
+    "order_value",
     "relative_gap",
     "time_new",
     "time_old",
@@ -142,6 +143,19 @@ def evaluate_objective(
     if objective == "slo_violations":
         return float(late)
     return math.inf if late else sum(latency) / len(latency)
+
+
+def order_value(
+    instance: LiveScalingInstance,
+    split: Sequence[int],
+    new_sequence: Iterable[int],
+    old_sequence: Iterable[int],
+    objective: str,
+) -> float:
+    """The objective's value of the schedule the split and the two orders make
+    (:func:`timetable`)."""
+    completion = timetable(instance, split, new_sequence, old_sequence)[2]
+    return evaluate_objective(instance, completion, objective)
 
 
 def relative_gap(objective: float, bound: float | None) -> float | None:

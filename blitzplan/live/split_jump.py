@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.schedule import order_value
 from blitzplan.live.tail_order import reorder_tail
 
 __all__ = ["JUMP_PARTS", "Orders", "jump_splits", "old_after_move"]
@@ -68,7 +68,7 @@ def _best_jump(
         if time.perf_counter() >= deadline_s:
             break
         bar = current[3] if best is None else best[3]
-        value = evaluate_objective(instance, timetable(instance, split, new, old)[2], objective)
+        value = order_value(instance, split, new, old, objective)
         ordered = reorder_tail(instance, split, new, old, objective, value, every_order=False)
         if ordered is not None:
             new, value = list(ordered[0]), ordered[1]
