@@ -46,7 +46,8 @@ from partition import instance
 
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan._table import format_table
-from blitzplan.live.preemptive_order import alone_chains, completions, order_program
+from blitzplan.live.preemptive_order import alone_chains, order_program
+from blitzplan.live.schedule import time_old
 
 QUICK = os.environ.get("BLITZPLAN_QUICK") == "1"
 
@@ -89,7 +90,7 @@ def priority_value(inst: LiveScalingInstance, split: Sequence[int], order: Seque
             if not todo[i]:
                 del todo[i]
                 ends[i] = now
-    return _mean(inst, completions(inst, split, _fifo(inst, split), ends))
+    return _mean(inst, time_old(inst, split, _fifo(inst, split), ends)[1])
 
 
 def split_search(

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective
+from blitzplan.live.schedule import evaluate_objective, time_new, time_old
 
 __all__ = ["order_blocks"]
 
@@ -32,17 +32,9 @@ class _Blocks:
     def __init__(
         self, instance: LiveScalingInstance, split: Sequence[int], new_sequence: Sequence[int]
     ) -> None:
-        L, n = instance.num_layers, instance.num_batches
-        ready, p_new = instance.usable_s, instance.new_layer_s
-        done = [0] * n
-        last_end = list(instance.release_s)
-        clock = 0.0
-        for batch in new_sequence:  # N timed as schedule.timetable times it
-            layer = done[batch] + 1
-            start = max(clock, ready[layer - 1], last_end[batch])
-            clock = last_end[batch] = start + p_new[batch]
-            done[batch] = layer
-        self.instance = instance
+        L = instance.num_layers
+        last_end = time_new(instance, split, new_sequence)[1]
+        self.instance, self.split = instance, split
         self.completion = last_end
         """Each batch's completion with O unserved: its last layer's end on N (or release)."""
         self.release = {
@@ -54,10 +46,7 @@ class _Blocks:
         self.free_at = instance.old_free_at_s
 
     def value(self, order: Sequence[int], objective: str) -> float:
-        completion = list(self.completion)
-        clock = self.free_at
-        for batch in order:
-            clock = completion[batch] = max(clock, self.release[batch]) + self.length[batch]
+        completion = time_old(self.instance, self.split, order, self.completion)[1]
         return evaluate_objective(self.instance, completion, objective)
 
     def _cost(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from blitzplan.live.block_order import order_blocks
@@ -33,9 +32,8 @@ from blitzplan.live.policies import ZigZag
 from blitzplan.live.schedule import (
     Schedule,
     build_schedule,
-    evaluate_objective,
     lower_bound,
-    timetable,
+    order_value,
 )
 from blitzplan.live.split_jump import jump_splits
 from blitzplan.solvers.backends import SolveStatus
@@ -82,10 +80,6 @@ class _Search:
         self.rng = random.Random(seed)
         self.L = instance.num_layers
 
-    def value(self, split: Sequence[int], new: Sequence[int], old: Sequence[int]) -> float:
-        _, _, completion = timetable(self.inst, split, new, old)
-        return evaluate_objective(self.inst, completion, self.objective)
-
     def run(
         self,
         best: Solution,
@@ -104,7 +98,7 @@ class _Search:
             candidate = self.rng.choice(moves)(best)
             if candidate is None:
                 continue
-            value = self.value(*candidate)
+            value = order_value(self.inst, *candidate, self.objective)
             if value < best.value:
                 best = Solution(*candidate, value=value)
         return best
@@ -254,7 +248,7 @@ def improve(
     split, new, old = repair(instance, plan)
     timed = time.perf_counter()
     relaxed = Solution(list(split), list(new), list(old), math.inf)
-    relaxed.value = evaluate_objective(instance, timetable(instance, split, new, old)[2], objective)
+    relaxed.value = order_value(instance, split, new, old, objective)
     reserve = 2 * (time.perf_counter() - timed)  # the final timing of the answer fits in
     current = relaxed if relaxed.value < best.objective else Solution.of(best)
     bound = (

@@ -32,12 +32,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.schedule import order_value, time_old
+from blitzplan.live.split_jump import old_after_move
 
 __all__ = [
     "EXACT_CELLS",
     "alone_chains",
-    "completions",
     "greedy_order",
     "list_sequence",
     "makespans",
@@ -107,23 +107,6 @@ def makespans(
     return out
 
 
-def completions(
-    instance: LiveScalingInstance,
-    split: Sequence[int],
-    old_sequence: Sequence[int],
-    ends: Sequence[float],
-) -> list[float]:
-    """Completions when every batch's N work ends at ``ends``: those ends for the batches N
-    finishes, O's chain in ``old_sequence`` from the hand-offs for the others."""
-    L, free = instance.num_layers, instance.old_free_at_s
-    done = list(ends)
-    for i in old_sequence:
-        ready = ends[i] + instance.handoff_s[i] if split[i] > 0 else instance.release_s[i]
-        free = max(free, ready, instance.release_s[i]) + (L - split[i]) * instance.old_layer_s[i]
-        done[i] = free
-    return done
-
-
 Cost = Callable[[int, np.ndarray], np.ndarray]
 
 
@@ -136,7 +119,7 @@ def _costs(
     """Batch ``i``'s least latency when its N work ends at ``end``: ``end`` itself, or O's
     block from its hand-off, after its O predecessor's least completion."""
     L = instance.num_layers
-    least = completions(instance, split, old_sequence, alone)
+    least = time_old(instance, split, old_sequence, alone)[1]
     before: dict[int, float] = {}
     prior = -math.inf
     for i in old_sequence:
@@ -274,14 +257,13 @@ def preemptive_jump(
     place, one leaving it dropped); None when no jump was scored before ``deadline_s`` (a
     ``time.perf_counter()`` value: no program starts past it). Mean latency."""
     L = instance.num_layers
-    rank = {batch: r for r, batch in enumerate(instance.fifo_order)}
     best: tuple[float, list[int], list[int], list[int]] | None = None
     for batch, k in enumerate(split):
         for target in sorted({0, L} - {k}):
             if time.perf_counter() >= deadline_s:
                 break
             moved = [*split[:batch], target, *split[batch + 1 :]]
-            old = _moved_old(old_sequence, batch, k, target, L, rank)
+            old = old_after_move(instance, old_sequence, batch, k, target)
             value, order = greedy_order(instance, moved, old)
             if best is None or value < best[0]:
                 best = (value, moved, order, old)
@@ -291,17 +273,4 @@ def preemptive_jump(
     if _exact(instance, moved) and time.perf_counter() < deadline_s:
         order = order_program(instance, moved, old)[1]
     new = list_sequence(instance, moved, order)
-    completion = timetable(instance, moved, new, old)[2]
-    return moved, new, old, evaluate_objective(instance, completion, "mean_latency")
-
-
-def _moved_old(
-    old: Sequence[int], batch: int, k: int, target: int, L: int, rank: dict[int, int]
-) -> list[int]:
-    """O's order after ``batch``'s split moves from ``k`` to ``target``."""
-    if target == L:
-        return [b for b in old if b != batch]
-    if k < L:
-        return list(old)
-    at = next((p for p, b in enumerate(old) if rank[b] > rank[batch]), len(old))
-    return [*old[:at], batch, *old[at:]]
+    return moved, new, old, order_value(instance, moved, new, old, "mean_latency")

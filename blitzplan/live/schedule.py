@@ -30,7 +30,10 @@ __all__ = [
     "empty_schedule",
     "evaluate_objective",
     "lower_bound",
+    "order_value",
     "relative_gap",
+    "time_new",
+    "time_old",
     "timetable",
 ]
 
@@ -142,6 +145,19 @@ def evaluate_objective(
     return math.inf if late else sum(latency) / len(latency)
 
 
+def order_value(
+    instance: LiveScalingInstance,
+    split: Sequence[int],
+    new_sequence: Iterable[int],
+    old_sequence: Iterable[int],
+    objective: str,
+) -> float:
+    """The objective's value of the schedule the split and the two orders make
+    (:func:`timetable`)."""
+    completion = timetable(instance, split, new_sequence, old_sequence)[2]
+    return evaluate_objective(instance, completion, objective)
+
+
 def relative_gap(objective: float, bound: float | None) -> float | None:
     """(objective - bound) / |objective|; 0 when they meet, inf for an infinite objective."""
     if bound is None:
@@ -164,10 +180,19 @@ def timetable(
     ``new_sequence`` lists a batch once per layer it runs on N, in N's order; ``old_sequence``
     lists every batch with ``split[i] < L`` once, in O's order.
     """
-    L, n = instance.num_layers, instance.num_batches
-    ready, release, p_new = instance.usable_s, instance.release_s, instance.new_layer_s
-    done = [0] * n
-    last_end = list(release)
+    new_ops, new_end = time_new(instance, split, new_sequence)
+    old_ops, completion = time_old(instance, split, old_sequence, new_end)
+    return new_ops, old_ops, tuple(completion)
+
+
+def time_new(
+    instance: LiveScalingInstance, split: Sequence[int], new_sequence: Iterable[int]
+) -> tuple[tuple[NewOp, ...], list[float]]:
+    """N's part of :func:`timetable`: its operations, each as early as N's order allows, and
+    each batch's end on N (its release when it runs no layer there)."""
+    ready, p_new = instance.usable_s, instance.new_layer_s
+    done = [0] * instance.num_batches
+    last_end = list(instance.release_s)
     clock = 0.0
     new_ops = []
     for batch in new_sequence:
@@ -182,19 +207,32 @@ def timetable(
         new_ops.append(NewOp(batch, layer, start, clock))
     if done != list(split):
         raise InvalidInputError(f"new_sequence runs layers {done}, the split is {list(split)}")
-    completion = list(last_end)
+    return tuple(new_ops), last_end
+
+
+def time_old(
+    instance: LiveScalingInstance,
+    split: Sequence[int],
+    old_sequence: Iterable[int],
+    new_end: Sequence[float],
+) -> tuple[tuple[OldOp, ...], list[float]]:
+    """O's part of :func:`timetable`: its blocks in O's order, each as early as O, its batch's
+    release and its hand-off allow (``new_end``: each batch's end on N, :func:`time_new`), and
+    every batch's completion (``new_end`` for the batches N finishes)."""
+    L, release = instance.num_layers, instance.release_s
+    completion = list(new_end)
     clock = instance.old_free_at_s
     old_ops = []
     for batch in old_sequence:
         k = split[batch]
         if k >= L:
             raise InvalidInputError(f"old_sequence lists batch {batch}, which finishes on N")
-        start = max(clock, release[batch], last_end[batch] + instance.handoff_s[batch] * (k > 0))
+        start = max(clock, release[batch], new_end[batch] + instance.handoff_s[batch] * (k > 0))
         clock = completion[batch] = start + (L - k) * instance.old_layer_s[batch]
         old_ops.append(OldOp(batch, k + 1, start, clock))
     if len(old_ops) != sum(1 for k in split if k < L):
         raise InvalidInputError(f"old_sequence {list(old_sequence)} misses a batch with split < L")
-    return tuple(new_ops), tuple(old_ops), tuple(completion)
+    return tuple(old_ops), completion
 
 
 def build_schedule(

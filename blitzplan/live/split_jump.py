@@ -21,10 +21,10 @@ import time
 from collections.abc import Iterator, Sequence
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.schedule import order_value
 from blitzplan.live.tail_order import reorder_tail
 
-__all__ = ["JUMP_PARTS", "Orders", "jump_splits"]
+__all__ = ["JUMP_PARTS", "Orders", "jump_splits", "old_after_move"]
 
 JUMP_PARTS = 4
 """A split jumps to ``q L / JUMP_PARTS`` for ``q = 0..JUMP_PARTS`` (0, the quarters, ``L``)."""
@@ -68,7 +68,7 @@ def _best_jump(
         if time.perf_counter() >= deadline_s:
             break
         bar = current[3] if best is None else best[3]
-        value = evaluate_objective(instance, timetable(instance, split, new, old)[2], objective)
+        value = order_value(instance, split, new, old, objective)
         ordered = reorder_tail(instance, split, new, old, objective, value, every_order=False)
         if ordered is not None:
             new, value = list(ordered[0]), ordered[1]
@@ -83,7 +83,6 @@ def _jumps(
     """(split, N order, O order) of every jump of one batch's split from ``current``."""
     L = instance.num_layers
     split, new, old, _ = current
-    rank = {batch: r for r, batch in enumerate(instance.fifo_order)}
     for batch, k in enumerate(split):
         mine = [p for p, b in enumerate(new) if b == batch]
         targets = sorted({q * L // JUMP_PARTS for q in range(JUMP_PARTS + 1)} - {k})
@@ -96,17 +95,20 @@ def _jumps(
             else:
                 after = mine[-1] + 1 if mine else 0
                 jumped = [*new[:after], *([batch] * (target - k)), *new[after:]]
-            if target == L:
-                kept = [b for b in old if b != batch]
-            elif k == L:
-                kept = _enter(old, batch, rank)
-            else:
-                kept = list(old)
-            yield moved, jumped, kept
+            yield moved, jumped, old_after_move(instance, old, batch, k, target)
 
 
-def _enter(old: list[int], batch: int, rank: dict[int, int]) -> list[int]:
-    """O's order with ``batch`` at its release-order place: before the first block released
+def old_after_move(
+    instance: LiveScalingInstance, old: Sequence[int], batch: int, k: int, target: int
+) -> list[int]:
+    """O's order ``old`` after ``batch``'s split moves from ``k`` to ``target``: without it at
+    ``L``; when it enters O, with it at its release-order place, before the first block released
     after it (under FIFO the order stays FIFO; under the free order the search moves it)."""
-    at = next((p for p, b in enumerate(old) if rank[b] > rank[batch]), len(old))
+    L = instance.num_layers
+    if target == L:
+        return [b for b in old if b != batch]
+    if k < L:
+        return list(old)
+    rank = instance.fifo_order.index
+    at = next((p for p, b in enumerate(old) if rank(b) > rank(batch)), len(old))
     return [*old[:at], batch, *old[at:]]

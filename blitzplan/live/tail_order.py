@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.schedule import order_value, time_new
 
 __all__ = ["ALL_ORDERS_UP_TO", "reorder_tail"]
 
@@ -49,13 +49,12 @@ def reorder_tail(
     tail = [i for i, k in enumerate(split) if k == L]
     if not tail:
         return None
-    new_ops, _, _ = timetable(instance, split, new_sequence, old_sequence)
+    new_ops = time_new(instance, split, new_sequence)[0]
     kept = sorted((op.start_s, op.batch) for op in new_ops if split[op.batch] < L)
     best: tuple[tuple[int, ...], float] | None = None
     for priority in _priorities(instance, tail, every_order):
         order = _fill(instance, split, kept, priority)
-        completion = timetable(instance, split, order, old_sequence)[2]
-        found = evaluate_objective(instance, completion, objective)
+        found = order_value(instance, split, order, old_sequence, objective)
         if found < (value if best is None else best[1]):
             best = (order, found)
     return best

@@ -23,7 +23,7 @@ from blitzplan.live.bound.relaxation import Relaxation, RelaxedPlan, repair
 from blitzplan.live.bound.subsets import subset_search
 from blitzplan.live.bound.work import work_bound
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.schedule import evaluate_objective, timetable
+from blitzplan.live.schedule import order_value
 from blitzplan.live.work_meter import WALL_CLOCK, Clock
 
 __all__ = [
@@ -288,5 +288,4 @@ def _search_instants(started: float, time_limit_s: float | None) -> tuple[float,
 def _repaired_value(instance: LiveScalingInstance, plan: RelaxedPlan, objective: str) -> float:
     """The objective of the schedule :func:`~blitzplan.live.bound.relaxation.repair` makes of
     ``plan``."""
-    _, _, completion = timetable(instance, *repair(instance, plan))
-    return evaluate_objective(instance, completion, objective)
+    return order_value(instance, *repair(instance, plan), objective)

@@ -24,7 +24,8 @@ import bisect
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.schedule import SLO_TOL_S
@@ -106,6 +107,9 @@ class _Options:
     suffix_arg: tuple[int, ...]
     chain_end: tuple[float, ...]
     """``chain_end[k]``: end of layer ``k`` on N alone (``[0]`` is the release)."""
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What a bound derives from these options alone, kept with them: the exact search's nodes
+    share each batch's options per restriction of that batch (:data:`OptionsCache`)."""
 
     def place(self, free_s: float) -> tuple[float, int]:
         """(completion, split) of the batch placed on O when O is free at ``free_s``; (inf, -1)

@@ -231,7 +231,6 @@ def slot_bound(
     time_limit_s: float | None = None,
     iterations: int = SLOT_ITERATIONS,
     completion_s: Sequence[float] | None = None,
-    min_steps: int = MIN_STEPS,
     on_paths: Callable[[list[SlotPath]], float] | None = None,
     slots: int | None = None,
     latency_floor: bool = False,
@@ -243,7 +242,7 @@ def slot_bound(
     :func:`default_horizon_s`) and the first prices (:func:`_first_prices`). With
     ``time_limit_s`` it stops after the step under way (the first runs unless the grids and
     first prices took the time: then the answer is ``(-inf, None)``), and after the first when
-    fewer than ``min_steps`` would fit. ``on_paths``, given every step's choices,
+    fewer than :data:`MIN_STEPS` would fit. ``on_paths``, given every step's choices,
     answers the best schedule value known then (it may turn them into schedules,
     :func:`priced_orders`): the steps aim at it from then on. ``slots`` and ``latency_floor``:
     the grid (default :data:`~blitzplan.live.bound.slot_prices.SLOTS` slots) and the
@@ -275,7 +274,7 @@ def slot_bound(
         now = time.perf_counter()
         if value >= target or not paths or now > deadline:
             break
-        if iteration == 0 and began + min_steps * (now - began) > deadline:
+        if iteration == 0 and began + MIN_STEPS * (now - began) > deadline:
             break
         if not _move(prices, paths, ascent, value):
             break

@@ -19,31 +19,16 @@ on (32,16) seed 7 0.45599 / 0.45691 / 0.45691 / 0.45698 (CPU 0.9 / 2.0 / 2.2 / 2
 first at another load)."""
 
 
-_CACHE: dict[int, tuple[object, object, int, int, tuple[np.ndarray, ...]]] = {}
-"""Per batch options object (``relax.options[i]``, by identity, kept alive here so its id is
-not reused): the instance, split range and groups it was taken for. The exact search's nodes
-share each batch's options per restriction of that batch, so a node's program takes its groups
-from the nodes before it."""
-
-_CACHE_MAX = 4_096
-"""Entries kept (the cache is emptied past this)."""
-
-
 def split_groups(relax: Relaxation, i: int) -> tuple[np.ndarray, ...]:
-    """:func:`_split_groups` (see there), kept per batch options object: the same arrays (read
-    only) for the same options, instance and split range."""
-    options, r = relax.options[i], relax.restriction
-    low, high = r.split_min[i], r.split_max[i]
-    found = _CACHE.get(id(options))
-    # the options' own key holds the split range: comparing it too is a safeguard
-    if found is not None and found[:4] == (options, relax.instance, low, high):
-        return found[4]
-    groups = _split_groups(relax, i)
-    for array in groups:
-        array.setflags(write=False)
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[id(options)] = (options, relax.instance, low, high, groups)
+    """:func:`_split_groups` (see there), kept with batch ``i``'s options (they are taken for
+    one instance and split range): the same arrays (read only) for the same options, so a
+    node of the exact search takes its groups from the nodes before it."""
+    derived = relax.options[i].derived
+    groups: tuple[np.ndarray, ...] | None = derived.get("split_groups")
+    if groups is None:
+        groups = derived["split_groups"] = _split_groups(relax, i)
+        for array in groups:
+            array.setflags(write=False)
     return groups
 
 

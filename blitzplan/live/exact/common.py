@@ -257,17 +257,13 @@ def finish(start: Start, *, message: str = "", failed: bool = False) -> Schedule
     best, bound = start.incumbent, start.bound
     elapsed = time.perf_counter() - start.started_s
     if bound == math.inf:
-        return replace(
-            best,
-            split=(),
-            new_ops=(),
-            old_ops=(),
-            completion_s=(),
-            objective=math.inf,
+        return empty_schedule(
             status=SolveStatus.INFEASIBLE,
-            bound=None,
-            gap=None,
+            objective=best.objective_name,
+            method=best.method,
             solve_s=elapsed,
+            old_order=best.old_order,
+            backend=best.backend,
             message=message or "proven infeasible: a batch cannot meet its SLO",
         )
     if math.isinf(best.objective):

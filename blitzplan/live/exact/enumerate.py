@@ -19,9 +19,8 @@ from blitzplan.live.schedule import (
     Schedule,
     build_schedule,
     empty_schedule,
-    evaluate_objective,
     lower_bound,
-    timetable,
+    order_value,
 )
 from blitzplan.solvers.backends import SolveStatus
 
@@ -101,8 +100,7 @@ def solve_enumerate(
     for split in itertools.product(range(instance.num_layers + 1), repeat=instance.num_batches):
         for new_sequence in _interleavings(list(split)):
             for old_sequence in _old_orders(instance, split, old_order):
-                _, _, completion = timetable(instance, split, new_sequence, old_sequence)
-                value = evaluate_objective(instance, completion, objective)
+                value = order_value(instance, split, new_sequence, old_sequence, objective)
                 if best is None or value < best[0]:
                     best = (value, split, new_sequence, old_sequence)
         if time_limit_s is not None and time.perf_counter() - started > time_limit_s:
