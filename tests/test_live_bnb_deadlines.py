@@ -120,13 +120,66 @@ def _record_phases(monkeypatch: pytest.MonkeyPatch, start: Start) -> list[tuple[
 def test_each_root_bound_is_given_at_most_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
     """Property: the local search, the slot and capacity bounds each start with no more than
     the time then left (their shares of it; 8 s, less than the capacity bound's budget without
-    a limit; a short call's quick Lagrangian: ``test_live_bnb_short``)."""
+    a limit; a short call's quick Lagrangian: ``test_live_bnb_short``). Here the capacity
+    program's probe is cut short (it takes its whole budget), so the slot bound and the
+    capacity program run after it as without it."""
     start = _start(8.0)
+    given = _record_phases(monkeypatch, start)
+    _probe_takes_its_budget(monkeypatch)
+    monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
+    root_bounds.strengthen(start, -math.inf)
+    assert [name for name, _ in given] == ["polish", "capacity", "slot", "capacity"]
+    assert all(over_s <= 0.0 for _, over_s in given)
+
+
+def _probe_takes_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make :mod:`~blitzplan.live.exact.root_bounds`' clock read each capacity program as
+    taking its whole budget (the other phases take none of it)."""
+    clock = StillClock(0.0)
+    capacity = root_bounds.capacity_bound
+
+    def timed(*args: object, time_limit_s: float, **kwargs: object) -> float:
+        clock.now += time_limit_s
+        return capacity(*args, time_limit_s=time_limit_s, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(root_bounds, "time", clock)
+    monkeypatch.setattr(root_bounds, "capacity_bound", timed)
+
+
+@pytest.mark.parametrize(("share", "phases"), [(0.99, []), (0.9, ["slot"])])
+def test_a_capacity_probe_that_ended_is_the_root_program(
+    monkeypatch: pytest.MonkeyPatch, share: float, phases: list[str]
+) -> None:
+    """Under a free order the capacity program first gets its probe's share of the time
+    left; ended (not cut short) its value is the program's: it is not run again, the root
+    node is not given it (``ended``), and the slot bound runs only where the gap it leaves
+    is :data:`~blitzplan.live.exact.root_bounds.SLOT_SKIP_GAP` or more (here 1% and 10%)."""
+    start = _start(8.0)
+    given = _record_phases(monkeypatch, start)
+    monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
+    upper, budgets = start.incumbent.objective, []
+
+    def capacity(*args: object, time_limit_s: float, **kwargs: object) -> float:
+        given.append(("capacity", time_limit_s - start.left_s()))
+        budgets.append((time_limit_s, start.left_s()))
+        return share * upper  # at once: within its budget
+
+    monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
+    report = root_bounds.strengthen(start, -math.inf)
+    assert [name for name, _ in given] == ["polish", "capacity", *phases]
+    assert report.ended and start.bound == share * upper
+    budget, left = budgets[0]
+    assert budget == pytest.approx(root_bounds.CAPACITY_PROBE_SHARE * left, rel=1e-3)
+
+
+def test_a_short_free_call_runs_no_capacity_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 s call keeps the short path (the slot bound on its short grid, then the capacity
+    program with most of the time): no probe before the slot bound."""
+    start = _start(1.0)
     given = _record_phases(monkeypatch, start)
     monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
     root_bounds.strengthen(start, -math.inf)
     assert [name for name, _ in given] == ["polish", "slot", "capacity"]
-    assert all(over_s <= 0.0 for _, over_s in given)
 
 
 def test_no_root_bound_starts_past_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
