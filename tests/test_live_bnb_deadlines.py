@@ -99,8 +99,9 @@ def _record_phases(monkeypatch: pytest.MonkeyPatch, start: Start) -> list[tuple[
         given.append(("polish", deadline_s - start.deadline_s))
         return SimpleNamespace(value=math.inf)
 
-    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> None:
+    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> list[object]:
         given.append(("slot", budget_s - start_.left_s()))
+        return []
 
     def timed(name: str) -> object:
         def phase(*args: object, time_limit_s: float, **kwargs: object) -> float:

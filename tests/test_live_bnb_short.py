@@ -191,8 +191,9 @@ def _record_free_phases(
         given.append(("capacity", time_limit_s, start.left_s(), {}))
         return 0.9 * start.incumbent.objective
 
-    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> None:
+    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> list[object]:
         given.append(("slot", budget_s, start.left_s(), kwargs))
+        return []
 
     monkeypatch.setattr(start, "polish", polish)
     monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
@@ -206,9 +207,11 @@ def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
     monkeypatch: pytest.MonkeyPatch, time_limit_s: float, short: bool
 ) -> None:
     """Under a free order the slot bound gets its share of the time left; in a short call
-    first (then the capacity program) on :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS`
-    slots with the latency floor, in a long one after the capacity program's probe (which
-    ended here 10% under the incumbent) on the default grid without it."""
+    first (then the capacity program), in
+    :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOT_SHARE`, on
+    :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS` slots with the latency floor, in a
+    long one after the capacity program's probe (which ended here 10% under the incumbent) on
+    the default grid without it."""
     inst = _crowded(3)
     hint = schedule_live(inst, method="zigzag", old_order="free")
     args = {"objective": "mean_latency", "old_order": "free", "backend": "bnb"}
@@ -219,14 +222,81 @@ def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
     phases = ["polish", "slot", "capacity"] if short else ["polish", "capacity", "slot"]
     assert [name for name, *_ in given][:3] == phases
     _, slot, left, grid = given[phases.index("slot")]
-    wanted = min(root_bounds.SLOT_SHARE_OF_LIMIT * left, root_bounds.CAPACITY_MAX_S)
-    assert slot == pytest.approx(wanted, rel=1e-2)
+    share = root_bounds.SHORT_SLOT_SHARE if short else root_bounds.SLOT_SHARE_OF_LIMIT
+    assert slot == pytest.approx(min(share * left, root_bounds.CAPACITY_MAX_S), rel=1e-2)
     assert grid == {
-        "polish_share": (
-            root_bounds.POLISH_SHARE_OF_LIMIT if short else root_bounds.PRICED_POLISH_SHARE
-        ),
+        "polish_share": 0.0 if short else root_bounds.PRICED_POLISH_SHARE,
         "moves": root_bounds.POLISH_MOVES,
         "slots": root_bounds.SHORT_SLOTS if short else None,
         "latency_floor": short,
-        "starts": 1 if short else PRICED_STARTS,
+        "starts": root_bounds.SHORT_PRICED_STARTS if short else PRICED_STARTS,
     }
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_short_free_call_probes_the_capacity_program_then_polishes_the_priced_schedules(
+    monkeypatch: pytest.MonkeyPatch, ended: bool
+) -> None:
+    """In a short call under a free order the capacity program gets
+    :data:`~blitzplan.live.exact.root_bounds.SHORT_PROBE_SHARE` of the time left after the
+    slot bound (at least :data:`~blitzplan.live.exact.root_bounds.SHORT_PROBE_MIN_S`),
+    and the slot bound's priced schedules are polished after it: where it ended, the best
+    alone in the short call's polish share (the search gets the rest); where it was cut
+    short, every one kept in :data:`~blitzplan.live.exact.root_bounds.SHORT_PRICED_SHARE`."""
+    inst = _crowded(3)
+    hint = schedule_live(inst, method="zigzag", old_order="free")
+    args = {"objective": "mean_latency", "old_order": "free", "backend": "bnb"}
+    start = start_point(inst, **args, time_limit_s=1.0, hint=hint, relax=False)
+    given = _record_free_phases(monkeypatch, start)
+    kept = [start.incumbent, start.incumbent]
+    monkeypatch.setattr(root_bounds, "priced_search", lambda *a, **k: kept)
+    now = [0.0]  # root_bounds' clock, which times the capacity program
+    monkeypatch.setattr(root_bounds, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    real_capacity = root_bounds.capacity_bound
+
+    def capacity(*args: object, time_limit_s: float, **kwargs: object) -> float:
+        now[0] += 0.1 * time_limit_s if ended else time_limit_s
+        return real_capacity(*args, time_limit_s=time_limit_s, **kwargs)  # type: ignore[no-any-return]
+
+    polished: list[tuple[int, float]] = []
+
+    def polish_priced(start_: Start, schedules: list[object], **kwargs: float) -> None:
+        polished.append((len(schedules), kwargs["polish_share"]))
+
+    monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
+    monkeypatch.setattr(root_bounds, "polish_priced", polish_priced)
+    report = root_bounds.strengthen(start, 0.5 * start.incumbent.objective)
+    assert report.short and report.ended == ended
+    assert [name for name, *_ in given] == ["polish", "capacity"]
+    _, budget, left, _ = given[1]
+    probe = max(root_bounds.SHORT_PROBE_SHARE * left, root_bounds.SHORT_PROBE_MIN_S)
+    wanted = min(probe, root_bounds.FREE_CAPACITY_SHARE * left)
+    assert budget == pytest.approx(wanted, rel=1e-2)
+    if ended:
+        assert polished == [(1, root_bounds.POLISH_SHARE_OF_LIMIT)]
+    else:
+        assert polished == [(len(kept), root_bounds.SHORT_PRICED_SHARE)]
+
+
+@pytest.mark.parametrize("time_left", [False, True])
+def test_the_search_restarts_from_the_root_only_with_the_time_to_bound_it(
+    monkeypatch: pytest.MonkeyPatch, time_left: bool
+) -> None:
+    """After the root bounds the search starts again from the root only when more time is
+    left than bounding the root took; else it returns with the root bounds (a call of a
+    second under a free order had spent its time there and ran 0.03-0.05 s past it)."""
+    start = _start(None)
+    restarts: list[bool] = []
+
+    def strengthen(start_: Start, root_bound: float, offers: Offers) -> root_bounds.Strengthened:
+        start_.raise_bound(root_bound + 1e-3 * abs(start_.incumbent.objective))
+        if not time_left:
+            start_.deadline_s = bnb.time.perf_counter()  # the root bounds took the time
+        return root_bounds.Strengthened(ended=False, short=True)
+
+    monkeypatch.setattr(bnb, "EARLY_SEARCH_MAX_S", 0.0)
+    monkeypatch.setattr(bnb, "strengthen", strengthen)
+    monkeypatch.setattr(bnb._Search, "restart", lambda self, ended=False: restarts.append(ended))
+    search = bnb._Search(start)
+    search.run()
+    assert restarts == ([False] if time_left else [])

@@ -180,3 +180,18 @@ def test_no_work_after_a_point_crowds_nothing() -> None:
         oracle = schedule_live(inst, method="exact", backend="enumerate", old_order=order)
         assert oracle.objective == pytest.approx(0.5)
         assert capacity_bound(inst, old_order=order) <= oracle.objective * (1 + 1e-9)
+
+
+def test_without_open_floors_the_bound_is_the_same_uncut_and_valid_cut() -> None:
+    """``open_floors=False`` (the short free call's probe): on 40 crowded tiny instances, in
+    both orders, a program that ends gives the bound it gives with them, and one cut at once
+    (its open states bounded by their costs alone) stays at most the enumerated optimum."""
+    tried = 0
+    for inst, order, oracle in crowded_cases(31, 40):
+        tried += 1
+        full = capacity_bound(inst, old_order=order)
+        uncut = capacity_bound(inst, old_order=order, time_limit_s=60.0, open_floors=False)
+        assert uncut == pytest.approx(full, rel=1e-12, abs=1e-12)
+        cut = capacity_bound(inst, old_order=order, time_limit_s=0.0, open_floors=False)
+        assert cut <= oracle.objective + 1e-9 * max(1.0, oracle.objective)
+    assert tried >= 40

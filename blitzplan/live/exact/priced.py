@@ -27,7 +27,7 @@ from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.improve import polish
 from blitzplan.live.schedule import Schedule
 
-__all__ = ["PRICED_STARTS", "priced_search"]
+__all__ = ["PRICED_STARTS", "polish_priced", "priced_search"]
 
 PRICED_STARTS = 4
 """The most priced schedules (the best distinct values of the steps) that are polished, by
@@ -43,12 +43,12 @@ def priced_search(
     slots: int | None = None,
     latency_floor: bool = False,
     starts: int = PRICED_STARTS,
-) -> None:
+) -> list[Schedule]:
     """The slot bound from the incumbent's completions and value within ``budget_s`` (its
     bound raises ``start``'s; ``slots`` and ``latency_floor``: its grid, see
     :func:`~blitzplan.live.bound.slots.slot_bound`), every step's priced choices offered as a
-    schedule; then the ``starts`` best distinct of those polished, best first, in even shares
-    of ``polish_share`` of the time left (at most ``moves`` moves each)."""
+    schedule; then the ``starts`` best distinct of those polished (:func:`polish_priced`) in
+    ``polish_share`` of the time left (none at 0). Returns them, best first, unpolished."""
     best = start.incumbent
     args = (start.objective, start.old_order, start.backend)
     priced: dict[float, Schedule] = {}
@@ -69,8 +69,18 @@ def priced_search(
         latency_floor=latency_floor,
     )
     start.raise_bound(bound)
-    deadline = time.perf_counter() + polish_share * start.left_s()
     kept = sorted(priced.values(), key=lambda schedule: schedule.objective)
+    if polish_share > 0:
+        polish_priced(start, kept, polish_share=polish_share, moves=moves)
+    return kept
+
+
+def polish_priced(start: Start, kept: list[Schedule], *, polish_share: float, moves: int) -> None:
+    """Polish each of ``kept`` (priced schedules, best first) by local search, better than the
+    incumbent or not, in even shares of ``polish_share`` of the time left (at most ``moves``
+    moves each), and offer what it ends at."""
+    args = (start.objective, start.old_order, start.backend)
+    deadline = time.perf_counter() + polish_share * start.left_s()
     for count, schedule in enumerate(kept):
         now = time.perf_counter()
         if start.proven() or now >= deadline:

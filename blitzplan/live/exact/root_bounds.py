@@ -16,10 +16,14 @@ instances and is then the strongest), under mean latency and FIFO the busy bound
 (:func:`~blitzplan.live.bound.busy.busy_bound`) runs near the incumbent, and the search after
 them branches without the nodes' capacity programs (:class:`Strengthened`); under a free
 order the slot bound there runs on a coarser grid with its program's latency floor
-(:data:`SHORT_SLOTS`). A long call runs neither the busy bound nor the Lagrangian bound after
-the capacity program: on the benchmark's classes at 10 CPU s (seeds 0-9, both orders) each
-ran and never ended above the capacity bound (docs/benchmarks.md, s24-h5); the nodes keep the
-busy bound (:mod:`blitzplan.live.exact.node_bound`)."""
+(:data:`SHORT_SLOTS`) and with more of the time (:data:`SHORT_SLOT_SHARE`), the capacity
+program after it is a probe (:data:`SHORT_PROBE_SHARE`: where it ends it is the strongest
+bound; on (32,16) it mostly cannot end in a second), and the slot bound's best priced
+schedules are polished after the probe, with the time left where it did not end. A long
+call runs neither the busy bound nor the Lagrangian bound after the capacity program: on the
+benchmark's classes at 10 CPU s (seeds 0-9, both orders) each ran and never ended above the
+capacity bound (docs/benchmarks.md, s24-h5); the nodes keep the busy bound
+(:mod:`blitzplan.live.exact.node_bound`)."""
 
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ from blitzplan.live.bound.relaxation import Relaxation
 from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start
 from blitzplan.live.exact.offers import Offers
-from blitzplan.live.exact.priced import PRICED_STARTS, priced_search
+from blitzplan.live.exact.priced import PRICED_STARTS, polish_priced, priced_search
+from blitzplan.live.schedule import Schedule
 
 __all__ = [
     "BUSY_SHORT_GAP",
@@ -51,7 +56,12 @@ __all__ = [
     "PRICED_POLISH_SHARE",
     "QUICK_LAGRANGE_SHARE",
     "SHORT_NODE_CAPACITY",
+    "SHORT_PRICED_SHARE",
+    "SHORT_PRICED_STARTS",
+    "SHORT_PROBE_MIN_S",
+    "SHORT_PROBE_SHARE",
     "SHORT_SLOTS",
+    "SHORT_SLOT_SHARE",
     "SLOT_SHARE_OF_LIMIT",
     "SLOT_SKIP_GAP",
     "Strengthened",
@@ -177,6 +187,28 @@ with the pair bound a search costs about the same whatever its target (on (32,16
 so the first of two searches was time the second needed (docs/benchmarks.md, s23-h2)."""
 
 
+SHORT_PROBE_SHARE = 0.3
+"""In a short call under a free order (mean latency), the most of the time left the capacity
+program gets, after the slot bound; where it does not end there, the slot bound's priced
+schedules get the time (:data:`SHORT_PRICED_SHARE`)."""
+
+SHORT_PROBE_MIN_S = 0.15
+"""The capacity program's probe gets at least this (where its share of a short call allows:
+at most :data:`CAPACITY_SHORT_SHARE` of the time left)."""
+
+SHORT_SLOT_SHARE = 0.6
+"""In a short call under a free order, the share of the time left after the local search that
+the slot bound gets (:data:`SLOT_SHARE_OF_LIMIT` in a long one): there it is the final bound
+where the capacity program does not end (:data:`SHORT_PROBE_SHARE`)."""
+
+SHORT_PRICED_STARTS = 2
+"""In a short call under a free order, how many of the slot bound's priced schedules are kept
+to be polished where the capacity program did not end (:data:`SHORT_PROBE_SHARE`)."""
+
+SHORT_PRICED_SHARE = 0.9
+"""The share of the time left that those priced schedules' polish gets there."""
+
+
 class Strengthened(NamedTuple):
     """What :func:`strengthen` tells the search after it."""
 
@@ -213,11 +245,17 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
             _slot_bound(start, short, then, starts)
         offers.preempted(start.deadline_s)
         return report
-    _slot_bound(start, short, then, starts)
+    probe = short and _slot_wanted(start)
+    if probe:  # the priced schedules are polished after the capacity program
+        kept = _slot_bound(start, short, 0.0, SHORT_PRICED_STARTS, SHORT_SLOT_SHARE)
+    else:
+        _slot_bound(start, short, then, starts)
     if short:
         _quick_lagrangian(start, root_bound)
     share = FREE_CAPACITY_SHARE if start.old_order == "free" else CAPACITY_SHARE_OF_LIMIT
     budget = _capacity_budget(start.left_s(), share)
+    if probe:
+        budget = min(budget, max(SHORT_PROBE_SHARE * start.left_s(), SHORT_PROBE_MIN_S))
     if start.proven() or budget <= 0:  # none is started past the deadline
         return report
     began = time.perf_counter()
@@ -230,9 +268,13 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         time_limit_s=budget,
         first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
         on_plan=offers.repaired,
+        open_floors=not probe,  # a probe cut short returns its floor
     )
-    report = report._replace(ended=time.perf_counter() - began < SEARCH_SHARE * budget)
+    searched = budget if probe else SEARCH_SHARE * budget  # the search's share of it
+    report = report._replace(ended=time.perf_counter() - began < searched)
     start.raise_bound(bound)
+    if probe:
+        _polish_priced(start, kept, then, report.ended)
     if short:
         _busy_bound(start)
     offers.preempted(start.deadline_s)
@@ -324,7 +366,8 @@ def _slot_bound(
     short: bool = False,
     polish_share: float = POLISH_SHARE_OF_LIMIT,
     starts: int = 1,
-) -> None:
+    share: float = SLOT_SHARE_OF_LIMIT,
+) -> list[Schedule]:
     """The slot bound (mean latency, O's order free) from the incumbent's completions and
     value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
     (:func:`~blitzplan.live.bound.slots.slot_setup_s`, stretched by the load seen so far:
@@ -335,12 +378,12 @@ def _slot_bound(
     schedule, the ``starts`` best of them then polished in ``polish_share`` of the time left
     (:mod:`blitzplan.live.exact.priced`)."""
     best = start.incumbent
-    budget = min(SLOT_SHARE_OF_LIMIT * start.left_s(), CAPACITY_MAX_S)
+    budget = min(share * start.left_s(), CAPACITY_MAX_S)
     wanted = _slot_wanted(start)
     setup_s = slot_setup_s(start.instance) * start.slowdown()  # it cannot stop before a step
     if not wanted or not best.has_ops or budget < max(SLOT_MIN_S, setup_s):
-        return
-    priced_search(
+        return []
+    return priced_search(
         start,
         budget_s=budget,
         polish_share=polish_share,
@@ -349,6 +392,17 @@ def _slot_bound(
         latency_floor=short,
         starts=starts,
     )
+
+
+def _polish_priced(start: Start, kept: list[Schedule], share: float, ended: bool) -> None:
+    """In a short call under a free order, after the capacity program: the best of ``kept``
+    (the slot bound's priced schedules, best first) polished in ``share`` of the time left
+    where the program ended (the search after it then gets the rest), else all of them in
+    :data:`SHORT_PRICED_SHARE` (the search would branch few nodes from the slot bound)."""
+    if ended:
+        polish_priced(start, kept[:1], polish_share=share, moves=POLISH_MOVES)
+    else:
+        polish_priced(start, kept, polish_share=SHORT_PRICED_SHARE, moves=POLISH_MOVES)
 
 
 def _polish_shares(start: Start) -> tuple[float, float, int]:
