@@ -258,21 +258,9 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         budget = min(budget, max(SHORT_PROBE_SHARE * start.left_s(), SHORT_PROBE_MIN_S))
     if start.proven() or budget <= 0:  # none is started past the deadline
         return report
-    began = time.perf_counter()
-    bound = capacity_bound(
-        start.instance,
-        objective=start.objective,
-        old_order=start.old_order,
-        lower_bound=max(root_bound, start.bound),
-        upper_bound=start.incumbent.objective,
-        time_limit_s=budget,
-        first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
-        on_plan=offers.repaired,
-        open_floors=not probe,  # a probe cut short returns its floor
-    )
-    searched = budget if probe else SEARCH_SHARE * budget  # the search's share of it
-    report = report._replace(ended=time.perf_counter() - began < searched)
-    start.raise_bound(bound)
+    searched = 1.0 if probe else SEARCH_SHARE  # the search's share of the budget
+    ended = _capacity(start, root_bound, offers, budget, searched, open_floors=not probe)
+    report = report._replace(ended=ended)  # a probe cut short returns its floor
     if probe:
         _polish_priced(start, kept, then, report.ended)
     if short:
@@ -284,13 +272,23 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
 def _capacity_probe(start: Start, root_bound: float, offers: Offers) -> bool:
     """Under a free order (mean latency, a call not short), the capacity program before the
     slot bound in :data:`CAPACITY_PROBE_SHARE` of the time left (of :data:`CAPACITY_MAX_S`
-    at most); its bound raises ``start``'s,
-    its best relaxed plans go to ``offers`` repaired. True when it ended within its search's
-    share of that budget (not cut short): its value is then the program's, which a second
-    run cannot raise."""
+    at most). True when it ended within its search's share of that budget (not cut short):
+    its value is then the program's, which a second run cannot raise."""
     budget = CAPACITY_PROBE_SHARE * min(start.left_s(), CAPACITY_MAX_S)
-    if budget <= 0:
-        return False
+    return budget > 0 and _capacity(start, root_bound, offers, budget, SEARCH_SHARE)
+
+
+def _capacity(
+    start: Start,
+    root_bound: float,
+    offers: Offers,
+    budget: float,
+    searched: float,
+    open_floors: bool = True,
+) -> bool:
+    """The capacity program (:func:`~blitzplan.live.bound.dp.capacity_bound`) in ``budget``
+    seconds against the incumbent: its bound raises ``start``'s, its best relaxed plans go
+    to ``offers`` repaired. True when it ended within ``searched`` of its budget."""
     began = time.perf_counter()
     bound = capacity_bound(
         start.instance,
@@ -299,11 +297,12 @@ def _capacity_probe(start: Start, root_bound: float, offers: Offers) -> bool:
         lower_bound=max(root_bound, start.bound),
         upper_bound=start.incumbent.objective,
         time_limit_s=budget,
-        first_step=FREE_FIRST_STEP,
+        first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
         on_plan=offers.repaired,
+        open_floors=open_floors,
     )
     start.raise_bound(bound)
-    return time.perf_counter() - began < SEARCH_SHARE * budget
+    return time.perf_counter() - began < searched * budget
 
 
 def _slot_wanted(start: Start) -> bool:
