@@ -147,16 +147,25 @@ def _probe_takes_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(root_bounds, "capacity_bound", timed)
 
 
-@pytest.mark.parametrize(("share", "phases"), [(0.99, []), (0.9, ["slot"])])
+@pytest.mark.parametrize(("share", "polished"), [(0.99, False), (0.9, True)])
 def test_a_capacity_probe_that_ended_is_the_root_program(
-    monkeypatch: pytest.MonkeyPatch, share: float, phases: list[str]
+    monkeypatch: pytest.MonkeyPatch, share: float, polished: bool
 ) -> None:
     """Under a free order the capacity program first gets its probe's share of the time
     left; ended (not cut short) its value is the program's: it is not run again, the root
-    node is not given it (``ended``), and the slot bound runs only where the gap it leaves
-    is :data:`~blitzplan.live.exact.root_bounds.SLOT_SKIP_GAP` or more (here 1% and 10%)."""
+    node is not given it (``ended``), the slot bound runs after it, and its priced schedules
+    are polished only where the gap the program leaves is
+    :data:`~blitzplan.live.exact.root_bounds.SLOT_SKIP_GAP` or more (here 1% and 10%)."""
     start = _start(8.0)
     given = _record_phases(monkeypatch, start)
+    recorded = root_bounds.priced_search
+    shares: list[object] = []
+
+    def priced(*args: object, polish_share: float, **kwargs: object) -> object:
+        shares.append(polish_share)
+        return recorded(*args, polish_share=polish_share, **kwargs)
+
+    monkeypatch.setattr(root_bounds, "priced_search", priced)
     monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
     upper, budgets = start.incumbent.objective, []
 
@@ -167,8 +176,9 @@ def test_a_capacity_probe_that_ended_is_the_root_program(
 
     monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
     report = root_bounds.strengthen(start, -math.inf)
-    assert [name for name, _ in given] == ["polish", "capacity", *phases]
+    assert [name for name, _ in given] == ["polish", "capacity", "slot"]
     assert report.ended and start.bound == share * upper
+    assert len(shares) == 1 and (shares[0] > 0) == polished
     budget, left = budgets[0]
     assert budget == pytest.approx(root_bounds.CAPACITY_PROBE_SHARE * left, rel=1e-3)
 

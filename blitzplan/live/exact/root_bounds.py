@@ -6,7 +6,7 @@ latency and a free O order the slot bound (its priced choices offered as schedul
 stops once the incumbent meets the bound so far. The time left goes to the search. Under a
 free order the capacity program first gets a small share (:data:`CAPACITY_PROBE_SHARE`):
 where it ends there it is the root's program, and where the gap it leaves is narrow
-(:data:`SLOT_SKIP_GAP`) the slot bound and its priced polish are not run.
+(:data:`SLOT_SKIP_GAP`) the slot bound's priced schedules are not polished.
 
 A short call (a few seconds: :data:`CAPACITY_SHORT_S`) is ordered for the strongest bound
 it can return: where the relaxation is far from the incumbent the Lagrangian bound's first
@@ -173,11 +173,11 @@ short ((80,16), (32,16)) the slot bound and the capacity program run after it as
 
 SLOT_SKIP_GAP = 0.02
 """Where the capacity program ended first (:data:`CAPACITY_PROBE_SHARE`) and the gap it leaves
-is under this (relatively), the slot bound and the polish of its priced schedules are not run:
-the search gets their time, about half a call. On (80,8) and (40,12) the slot bound's value
-lay 1-2% under the program's there; where it lay above ((80,8) seed 9: 1.2415 against
-1.2072, the incumbent 1.2604) the gap was 4%. The program's gap on (80,8) seed 6 was 0.5%
-or 1.2% (the incumbent before it varies with the early search)."""
+is under this (relatively), the slot bound runs but its priced schedules are not polished
+(about 2 s of a 10 s call on (80,8)): the search gets that time. Without the slot bound too
+(s26-h2) (80,8) free seeds 5 and 6 proved in 10 s but seed 0 did not (its bound is the slot
+bound's; probe gap 0.5%); with it all three do, at 5.5-8.4 s (docs/benchmarks.md, final
+runs of the twenty-sixth session)."""
 
 FREE_FIRST_STEP = math.inf
 """Under a free order the capacity program runs once, against the incumbent (not against
@@ -241,8 +241,9 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
     if not short and _slot_wanted(start) and _capacity_probe(start, root_bound, offers):
         report = report._replace(ended=True)  # the program's value: not run again
         upper = start.incumbent.objective
-        if not start.proven() and upper - start.bound >= SLOT_SKIP_GAP * abs(upper):
-            _slot_bound(start, short, then, starts)
+        if not start.proven():
+            wide = upper - start.bound >= SLOT_SKIP_GAP * abs(upper)
+            _slot_bound(start, short, then if wide else 0.0, starts)
         offers.preempted(start.deadline_s)
         return report
     probe = short and _slot_wanted(start)
