@@ -21,7 +21,7 @@ import pytest
 from blitzplan import LiveScalingInstance, schedule_live
 from blitzplan.live import solve
 from blitzplan.live.bound import slots as relaxation_slots
-from blitzplan.live.exact import nmachine, node_cpsat, root_bounds
+from blitzplan.live.exact import nmachine, node_cpsat, priced, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.nmachine import NOp, sequence
 from blitzplan.live.exact.node_cpsat import CP_MODEL
@@ -99,7 +99,7 @@ def _record_phases(monkeypatch: pytest.MonkeyPatch, start: Start) -> list[tuple[
         given.append(("polish", deadline_s - start.deadline_s))
         return SimpleNamespace(value=math.inf)
 
-    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> list[object]:
+    def slot(start_: Start, *, budget_s: float, **kwargs: object) -> list[object]:
         given.append(("slot", budget_s - start_.left_s()))
         return []
 
@@ -111,7 +111,7 @@ def _record_phases(monkeypatch: pytest.MonkeyPatch, start: Start) -> list[tuple[
         return phase
 
     monkeypatch.setattr(improve, "polish", polish)
-    monkeypatch.setattr(root_bounds, "priced_search", priced)
+    monkeypatch.setattr(priced, "priced_search", slot)
     monkeypatch.setattr(root_bounds, "capacity_bound", timed("capacity"))
     monkeypatch.setattr(root_bounds, "lagrangian_bound", timed("lagrange"))
     monkeypatch.setattr(start, "proven", lambda: False)
@@ -127,7 +127,7 @@ def test_each_root_bound_is_given_at_most_the_time_left(monkeypatch: pytest.Monk
     start = _start(8.0)
     given = _record_phases(monkeypatch, start)
     _probe_takes_its_budget(monkeypatch)
-    monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
+    monkeypatch.setattr(priced, "slot_setup_s", lambda instance: 0.0)
     root_bounds.strengthen(start, -math.inf)
     assert [name for name, _ in given] == ["polish", "capacity", "slot", "capacity"]
     assert all(over_s <= 0.0 for _, over_s in given)
@@ -158,15 +158,15 @@ def test_a_capacity_probe_that_ended_is_the_root_program(
     :data:`~blitzplan.live.exact.root_bounds.SLOT_SKIP_GAP` or more (here 1% and 10%)."""
     start = _start(8.0)
     given = _record_phases(monkeypatch, start)
-    recorded = root_bounds.priced_search
+    recorded = priced.priced_search
     shares: list[object] = []
 
-    def priced(*args: object, polish_share: float, **kwargs: object) -> object:
+    def sharing(*args: object, polish_share: float, **kwargs: object) -> object:
         shares.append(polish_share)
         return recorded(*args, polish_share=polish_share, **kwargs)
 
-    monkeypatch.setattr(root_bounds, "priced_search", priced)
-    monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
+    monkeypatch.setattr(priced, "priced_search", sharing)
+    monkeypatch.setattr(priced, "slot_setup_s", lambda instance: 0.0)
     upper, budgets = start.incumbent.objective, []
 
     def capacity(*args: object, time_limit_s: float, **kwargs: object) -> float:
@@ -188,7 +188,7 @@ def test_a_short_free_call_runs_no_capacity_probe(monkeypatch: pytest.MonkeyPatc
     program with most of the time): no probe before the slot bound."""
     start = _start(1.0)
     given = _record_phases(monkeypatch, start)
-    monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.0)
+    monkeypatch.setattr(priced, "slot_setup_s", lambda instance: 0.0)
     root_bounds.strengthen(start, -math.inf)
     assert [name for name, _ in given] == ["polish", "slot", "capacity"]
 
@@ -208,7 +208,7 @@ def test_the_slot_bound_is_skipped_when_its_set_up_would_not_fit(
     seen) past its share of the time left, it is not started; the capacity bound still is."""
     start = _start(1000.0)
     given = _record_phases(monkeypatch, start)
-    monkeypatch.setattr(root_bounds, "slot_setup_s", lambda instance: 0.1)
+    monkeypatch.setattr(priced, "slot_setup_s", lambda instance: 0.1)
     monkeypatch.setattr(start, "slowdown", lambda: 1e5)  # 0.1 s of CPU takes 10^4 s of wall
     root_bounds.strengthen(start, -math.inf)
     assert [name for name, _ in given] == ["polish", "capacity"]

@@ -19,11 +19,10 @@ import pytest
 
 from blitzplan import schedule_live, validate_schedule
 from blitzplan.live.bound.relaxation import Restriction
-from blitzplan.live.exact import bnb, root_bounds
+from blitzplan.live.exact import bnb, priced, root_bounds
 from blitzplan.live.exact.common import Start, start_point
 from blitzplan.live.exact.enumerate import count_schedules
 from blitzplan.live.exact.offers import Offers
-from blitzplan.live.exact.priced import PRICED_STARTS
 from blitzplan.solvers import SolveStatus
 from tests import test_live_bnb_nodes as nodes
 from tests.test_live_bnb_nodes import REL, SEEDS, _crowded, _watched
@@ -139,7 +138,7 @@ def test_the_short_path_never_passes_the_optimum(old_order: str) -> None:
     """On the crowded tiny instances with every call taken as short (a 1,000 s limit, no early
     share, the busy bound at any gap): the quick Lagrangian, the capacity program's larger
     share, the busy bound, under a free order the slot bound on its short grid with the
-    latency floor (:data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS`), the search
+    latency floor (:data:`~blitzplan.live.exact.priced.SHORT_SLOTS`), the search
     without the nodes' programs. At every node taken the search's bound is at most the
     oracle's optimum and the answer is OPTIMAL at the optimum; the short path was taken (the
     check is not vacuous)."""
@@ -191,13 +190,13 @@ def _record_free_phases(
         given.append(("capacity", time_limit_s, start.left_s(), {}))
         return 0.9 * start.incumbent.objective
 
-    def priced(start_: Start, *, budget_s: float, **kwargs: object) -> list[object]:
+    def slot(start_: Start, *, budget_s: float, **kwargs: object) -> list[object]:
         given.append(("slot", budget_s, start.left_s(), kwargs))
         return []
 
     monkeypatch.setattr(start, "polish", polish)
     monkeypatch.setattr(root_bounds, "capacity_bound", capacity)
-    monkeypatch.setattr(root_bounds, "priced_search", priced)
+    monkeypatch.setattr(priced, "priced_search", slot)
     monkeypatch.setattr(start, "proven", lambda: False)
     return given
 
@@ -209,7 +208,7 @@ def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
     """Under a free order the slot bound gets its share of the time left; in a short call
     first (then the capacity program), in
     :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOT_SHARE`, on
-    :data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS` slots with the latency floor, in a
+    :data:`~blitzplan.live.exact.priced.SHORT_SLOTS` slots with the latency floor, in a
     long one after the capacity program's probe (which ended here 10% under the incumbent) on
     the default grid without it."""
     inst = _crowded(3)
@@ -225,11 +224,11 @@ def test_the_slot_bound_of_a_short_free_call_runs_on_the_short_grid(
     share = root_bounds.SHORT_SLOT_SHARE if short else root_bounds.SLOT_SHARE_OF_LIMIT
     assert slot == pytest.approx(min(share * left, root_bounds.CAPACITY_MAX_S), rel=1e-2)
     assert grid == {
-        "polish_share": 0.0 if short else root_bounds.PRICED_POLISH_SHARE,
-        "moves": root_bounds.POLISH_MOVES,
-        "slots": root_bounds.SHORT_SLOTS if short else None,
+        "polish_share": 0.0 if short else priced.PRICED_POLISH_SHARE,
+        "moves": priced.POLISH_MOVES,
+        "slots": priced.SHORT_SLOTS if short else None,
         "latency_floor": short,
-        "starts": root_bounds.SHORT_PRICED_STARTS if short else PRICED_STARTS,
+        "starts": root_bounds.SHORT_PRICED_STARTS if short else priced.PRICED_STARTS,
     }
 
 
@@ -249,7 +248,7 @@ def test_a_short_free_call_probes_the_capacity_program_then_polishes_the_priced_
     start = start_point(inst, **args, time_limit_s=1.0, hint=hint, relax=False)
     given = _record_free_phases(monkeypatch, start)
     kept = [start.incumbent, start.incumbent]
-    monkeypatch.setattr(root_bounds, "priced_search", lambda *a, **k: kept)
+    monkeypatch.setattr(priced, "priced_search", lambda *a, **k: kept)
     now = [0.0]  # root_bounds' clock, which times the capacity program
     monkeypatch.setattr(root_bounds, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     real_capacity = root_bounds.capacity_bound
@@ -273,7 +272,7 @@ def test_a_short_free_call_probes_the_capacity_program_then_polishes_the_priced_
     wanted = min(probe, root_bounds.FREE_CAPACITY_SHARE * left)
     assert budget == pytest.approx(wanted, rel=1e-2)
     if ended:
-        assert polished == [(1, root_bounds.POLISH_SHARE_OF_LIMIT)]
+        assert polished == [(1, priced.POLISH_SHARE_OF_LIMIT)]
     else:
         assert polished == [(len(kept), root_bounds.SHORT_PRICED_SHARE)]
 

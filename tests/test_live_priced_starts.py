@@ -1,6 +1,6 @@
 """``bnb``'s priced search polishes its best distinct priced schedules, best first, each from
 its own start (:mod:`blitzplan.live.exact.priced`), and the root's polish shares under a free
-order (:func:`~blitzplan.live.exact.root_bounds._polish_shares`)."""
+order (:func:`~blitzplan.live.exact.priced.polish_shares`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from blitzplan import LiveScalingInstance, schedule_live, validate_schedule
-from blitzplan.live.exact import priced, root_bounds
+from blitzplan.live.exact import priced
 from blitzplan.live.exact.common import finish, start_point
 from blitzplan.live.schedule import Schedule
 
@@ -81,14 +81,14 @@ def test_a_free_order_call_not_short_gives_the_priced_starts_the_polish() -> Non
     and the best priced schedule alone."""
     instance = _instance()
     long_call = _start(instance, 10.0)
-    assert root_bounds._polish_shares(long_call) == (
-        root_bounds.FREE_POLISH_SHARE,
-        root_bounds.PRICED_POLISH_SHARE,
+    assert priced.polish_shares(long_call, short=False) == (
+        priced.FREE_POLISH_SHARE,
+        priced.PRICED_POLISH_SHARE,
         priced.PRICED_STARTS,
     )
     short_call = _start(instance, 1.0)
-    plain = (root_bounds.POLISH_SHARE_OF_LIMIT, root_bounds.POLISH_SHARE_OF_LIMIT, 1)
-    assert root_bounds._polish_shares(short_call) == plain
+    plain = (priced.POLISH_SHARE_OF_LIMIT, priced.POLISH_SHARE_OF_LIMIT, 1)
+    assert priced.polish_shares(short_call, short=True) == plain
     fifo = start_point(
         instance,
         objective="mean_latency",
@@ -98,4 +98,4 @@ def test_a_free_order_call_not_short_gives_the_priced_starts_the_polish() -> Non
         hint=schedule_live(instance, method="zigzag", old_order="fifo"),
         relax=False,
     )
-    assert root_bounds._polish_shares(fifo) == plain
+    assert priced.polish_shares(fifo, short=False) == plain

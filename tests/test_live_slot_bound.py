@@ -39,8 +39,7 @@ from blitzplan.live.bound.slots import (
 )
 from blitzplan.live.exact.common import finish, start_point
 from blitzplan.live.exact.enumerate import _interleavings, count_schedules, solve_enumerate
-from blitzplan.live.exact.priced import priced_search
-from blitzplan.live.exact.root_bounds import SHORT_SLOTS
+from blitzplan.live.exact.priced import SHORT_SLOTS, priced_search
 from blitzplan.live.schedule import build_schedule, lower_bound
 from blitzplan.solvers.backends import SolveStatus
 from tests.test_live_properties import instances
@@ -73,7 +72,7 @@ def test_the_slot_bound_never_exceeds_the_enumerated_optimum(
 ) -> None:
     """Property: no schedule (the exhaustive oracle, free order) beats the bound, whether the
     prices are steered toward the optimum itself or not, on the default grid or on the short
-    free call's (:data:`~blitzplan.live.exact.root_bounds.SHORT_SLOTS` slots, the latency
+    free call's (:data:`~blitzplan.live.exact.priced.SHORT_SLOTS` slots, the latency
     floor)."""
     assume(count_schedules(instance, old_order="free") <= 3_000)
     oracle = schedule_live(instance, method="exact", backend="enumerate")

@@ -16,9 +16,10 @@ instances and is then the strongest), under mean latency and FIFO the busy bound
 (:func:`~blitzplan.live.bound.busy.busy_bound`) runs near the incumbent, and the search after
 them branches without the nodes' capacity programs (:class:`Strengthened`); under a free
 order the slot bound there runs on a coarser grid with its program's latency floor
-(:data:`SHORT_SLOTS`) and with more of the time (:data:`SHORT_SLOT_SHARE`), the capacity
-program after it is a probe (:data:`SHORT_PROBE_SHARE`: where it ends it is the strongest
-bound; on (32,16) it mostly cannot end in a second), and the slot bound's best priced
+(:data:`~blitzplan.live.exact.priced.SHORT_SLOTS`) and with more of the time
+(:data:`SHORT_SLOT_SHARE`), the capacity program after it is a probe
+(:data:`SHORT_PROBE_SHARE`: where it ends it is the strongest bound; on (32,16) it mostly
+cannot end in a second), and the slot bound's best priced
 schedules are polished after the probe, with the time left where it did not end. A long
 call runs neither the busy bound nor the Lagrangian bound after the capacity program: on the
 benchmark's classes at 10 CPU s (seeds 0-9, both orders) each ran and never ended above the
@@ -35,10 +36,15 @@ from blitzplan.live.bound.busy import busy_bound, busy_point
 from blitzplan.live.bound.dp import CAPACITY_FIRST_STEP, SEARCH_SHARE, capacity_bound
 from blitzplan.live.bound.lagrange import far_from, lagrangian_bound
 from blitzplan.live.bound.relaxation import Relaxation
-from blitzplan.live.bound.slots import slot_setup_s
 from blitzplan.live.exact.common import Start
 from blitzplan.live.exact.offers import Offers
-from blitzplan.live.exact.priced import PRICED_STARTS, polish_priced, priced_search
+from blitzplan.live.exact.priced import (
+    POLISH_MOVES,
+    polish_priced,
+    polish_shares,
+    slot_search,
+    slot_wanted,
+)
 from blitzplan.live.schedule import Schedule
 
 __all__ = [
@@ -51,39 +57,18 @@ __all__ = [
     "CAPACITY_SHORT_SHARE",
     "FREE_CAPACITY_SHARE",
     "FREE_FIRST_STEP",
-    "FREE_POLISH_SHARE",
-    "POLISH_SHARE_OF_LIMIT",
-    "PRICED_POLISH_SHARE",
     "QUICK_LAGRANGE_SHARE",
     "SHORT_NODE_CAPACITY",
     "SHORT_PRICED_SHARE",
     "SHORT_PRICED_STARTS",
     "SHORT_PROBE_MIN_S",
     "SHORT_PROBE_SHARE",
-    "SHORT_SLOTS",
     "SHORT_SLOT_SHARE",
     "SLOT_SHARE_OF_LIMIT",
     "SLOT_SKIP_GAP",
     "Strengthened",
     "strengthen",
 ]
-
-POLISH_SHARE_OF_LIMIT = 0.2
-"""The share of the time left after the root that a local search from the incumbent gets."""
-
-PRICED_POLISH_SHARE = 0.4
-"""Under a free order (mean latency), the share of the time left after the slot bound that
-the polish of its best priced schedules gets (:mod:`blitzplan.live.exact.priced`); the local
-search from the incumbent before it then gets :data:`FREE_POLISH_SHARE`: on (80,16) the priced
-starts, polished, end 2-5% below it (docs/benchmarks.md, s23-h3)."""
-
-FREE_POLISH_SHARE = 0.05
-"""The share of the time left after the root that the local search from the incumbent gets in
-place of :data:`POLISH_SHARE_OF_LIMIT` where the slot bound runs after it (mean latency, a free
-order; see :data:`PRICED_POLISH_SHARE`)."""
-
-POLISH_MOVES = 20_000
-"""The most moves that local search tries (a fixed budget: without a time limit, runs repeat)."""
 
 CAPACITY_SHARE_OF_LIMIT = 0.25
 """The share of the time left after the local search that the capacity bound gets."""
@@ -143,18 +128,6 @@ SLOT_SHARE_OF_LIMIT = 0.4
 free order; :mod:`blitzplan.live.bound.slots`), before the capacity bound. On (80,16) it
 is the final bound and rises with its steps (0.5 against 0.25: gaps 22.3 / 18.6 / 27.2% ->
 19.6 / 18.1 / 18.2% on three instances); on (32,16) the bounds were equal or higher."""
-
-SHORT_SLOTS = 100
-"""The slot bound's grid in a short call (:data:`CAPACITY_SHORT_S`), with its program's
-latency floor (:class:`~blitzplan.live.bound.slot_prices.SlotPrices`), in place of
-:data:`~blitzplan.live.bound.slot_prices.SLOTS` = 250 without it: its steps are cheaper and,
-on (32,16) free of ``benchmarks/partition.py``, 100 such slots in 0.4 CPU s bounded about as
-high as 250 in 0.7 s. 1 CPU s calls, seeds 0-9, free order, mean gap, base and this in one
-run: (32,16) 6.22 -> 5.70%, (40,12) 1.82 -> 1.44%, (80,16) 25.6 -> 14.2% (a bound higher and
-incumbents from more priced steps; docs/benchmarks.md, s23-h4)."""
-
-SLOT_MIN_S = 0.1
-"""A slot bound budget below this is not started (a step takes 20-100 ms at these sizes)."""
 
 FREE_CAPACITY_SHARE = 0.75
 """Under a free order, the share of the time left after the slot bound that the capacity
@@ -231,26 +204,28 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
     offered (:meth:`~blitzplan.live.exact.offers.Offers.preempted`). In a short
     call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
     the capacity program gets most of the time."""
-    first, then, starts = _polish_shares(start)
+    first, then, starts = polish_shares(start, short=_short(start))
     offers = offers or Offers(start)
     start.polish(first * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
-    short = CAPACITY_SHARE_OF_LIMIT * start.left_s() < CAPACITY_SHORT_S
+    short = _short(start)
     report = Strengthened(ended=False, short=short)
     if start.proven():
         return report
-    if not short and _slot_wanted(start) and _capacity_probe(start, root_bound, offers):
+    if not short and slot_wanted(start) and _capacity_probe(start, root_bound, offers):
         report = report._replace(ended=True)  # the program's value: not run again
         upper = start.incumbent.objective
         if not start.proven():
             wide = upper - start.bound >= SLOT_SKIP_GAP * abs(upper)
-            _slot_bound(start, short, then if wide else 0.0, starts)
+            polish = then if wide else 0.0
+            slot_search(start, _slot_budget(start), polish_share=polish, starts=starts)
         offers.preempted(start.deadline_s)
         return report
-    probe = short and _slot_wanted(start)
+    probe = short and slot_wanted(start)
     if probe:  # the priced schedules are polished after the capacity program
-        kept = _slot_bound(start, short, 0.0, SHORT_PRICED_STARTS, SHORT_SLOT_SHARE)
+        budget = _slot_budget(start, SHORT_SLOT_SHARE)
+        kept = slot_search(start, budget, short=True, polish_share=0.0, starts=SHORT_PRICED_STARTS)
     else:
-        _slot_bound(start, short, then, starts)
+        slot_search(start, _slot_budget(start), short=short, polish_share=then, starts=starts)
     if short:
         _quick_lagrangian(start, root_bound)
     share = FREE_CAPACITY_SHARE if start.old_order == "free" else CAPACITY_SHARE_OF_LIMIT
@@ -268,6 +243,19 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         _busy_bound(start)
     offers.preempted(start.deadline_s)
     return report
+
+
+def _short(start: Start) -> bool:
+    """A short call: :data:`CAPACITY_SHARE_OF_LIMIT` of the time left now is under
+    :data:`CAPACITY_SHORT_S`."""
+    return CAPACITY_SHARE_OF_LIMIT * start.left_s() < CAPACITY_SHORT_S
+
+
+def _slot_budget(start: Start, share: float = SLOT_SHARE_OF_LIMIT) -> float:
+    """The slot bound's budget (:func:`~blitzplan.live.exact.priced.slot_search`): ``share``
+    of the time left (:data:`SLOT_SHARE_OF_LIMIT`, :data:`SHORT_SLOT_SHARE` in a short call
+    under a free order), at most :data:`CAPACITY_MAX_S`."""
+    return min(share * start.left_s(), CAPACITY_MAX_S)
 
 
 def _capacity_probe(start: Start, root_bound: float, offers: Offers) -> bool:
@@ -304,11 +292,6 @@ def _capacity(
     )
     start.raise_bound(bound)
     return time.perf_counter() - began < searched * budget
-
-
-def _slot_wanted(start: Start) -> bool:
-    """Whether the slot bound is for ``start``: mean latency, O's order free."""
-    return start.objective == "mean_latency" and start.old_order == "free"
 
 
 def _capacity_budget(left_s: float, share: float) -> float:
@@ -361,39 +344,6 @@ def _busy_bound(start: Start) -> None:
     start.raise_bound(relax.obj.final(bound))
 
 
-def _slot_bound(
-    start: Start,
-    short: bool = False,
-    polish_share: float = POLISH_SHARE_OF_LIMIT,
-    starts: int = 1,
-    share: float = SLOT_SHARE_OF_LIMIT,
-) -> list[Schedule]:
-    """The slot bound (mean latency, O's order free) from the incumbent's completions and
-    value, in :data:`SLOT_SHARE_OF_LIMIT` of the time left, when its set-up fits there
-    (:func:`~blitzplan.live.bound.slots.slot_setup_s`, stretched by the load seen so far:
-    nothing cuts the set-up short); in a ``short`` call on :data:`SHORT_SLOTS` slots with the
-    latency floor. It bounds every order, so
-    under FIFO it is far below (0.54-0.76 of the best schedule on (32,16), 0.87-0.94 under
-    the free order): it is not run there. Every step's priced choices are offered as a
-    schedule, the ``starts`` best of them then polished in ``polish_share`` of the time left
-    (:mod:`blitzplan.live.exact.priced`)."""
-    best = start.incumbent
-    budget = min(share * start.left_s(), CAPACITY_MAX_S)
-    wanted = _slot_wanted(start)
-    setup_s = slot_setup_s(start.instance) * start.slowdown()  # it cannot stop before a step
-    if not wanted or not best.has_ops or budget < max(SLOT_MIN_S, setup_s):
-        return []
-    return priced_search(
-        start,
-        budget_s=budget,
-        polish_share=polish_share,
-        moves=POLISH_MOVES,
-        slots=SHORT_SLOTS if short else None,
-        latency_floor=short,
-        starts=starts,
-    )
-
-
 def _polish_priced(start: Start, kept: list[Schedule], share: float, ended: bool) -> None:
     """In a short call under a free order, after the capacity program: the best of ``kept``
     (the slot bound's priced schedules, best first) polished in ``share`` of the time left
@@ -403,17 +353,3 @@ def _polish_priced(start: Start, kept: list[Schedule], share: float, ended: bool
         polish_priced(start, kept[:1], polish_share=share, moves=POLISH_MOVES)
     else:
         polish_priced(start, kept, polish_share=SHORT_PRICED_SHARE, moves=POLISH_MOVES)
-
-
-def _polish_shares(start: Start) -> tuple[float, float, int]:
-    """The shares of the time left that the local search from the incumbent and the polish of
-    the slot bound's priced schedules get, and how many priced schedules are polished:
-    :data:`FREE_POLISH_SHARE`, :data:`PRICED_POLISH_SHARE` and
-    :data:`~blitzplan.live.exact.priced.PRICED_STARTS` under mean latency, a free order and a
-    call not short (:data:`CAPACITY_SHORT_S`, judged on the time left now), else
-    :data:`POLISH_SHARE_OF_LIMIT` both and the best priced schedule alone (a short call's
-    path as before)."""
-    free = start.objective == "mean_latency" and start.old_order == "free"
-    if free and CAPACITY_SHARE_OF_LIMIT * start.left_s() >= CAPACITY_SHORT_S:
-        return FREE_POLISH_SHARE, PRICED_POLISH_SHARE, PRICED_STARTS
-    return POLISH_SHARE_OF_LIMIT, POLISH_SHARE_OF_LIMIT, 1
