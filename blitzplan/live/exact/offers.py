@@ -20,10 +20,16 @@ from blitzplan.live.bound.plan_floor import plan_floor
 from blitzplan.live.bound.relaxation import RelaxedPlan, repair
 from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.exact.nmachine import NOp, sequence
+from blitzplan.live.preemptive_descent import preemptive_descent
 from blitzplan.live.preemptive_order import preemptive_jump
 from blitzplan.live.schedule import Schedule
 
 __all__ = [
+    "DESCENT",
+    "DESCENT_GAP",
+    "DESCENT_ROUNDS",
+    "DESCENT_SCORE_SHARE",
+    "DESCENT_SHARE",
     "PREEMPTIVE_GAP",
     "PREEMPTIVE_MOVES",
     "PREEMPTIVE_ORDERS",
@@ -77,6 +83,25 @@ PREEMPTIVE_ORDERS = ("fifo",)
 """The O orders under which the jump is offered: under a free order, 1 CPU s calls on (32,16),
 (40,12) and (80,16), seeds 0-9, gained on 6 instances and lost on 3 (mean gaps 5.71 / 0.95 /
 14.42% -> 5.82 / 0.96 / 14.31%: its time is the priced starts' and the search's)."""
+DESCENT = True
+"""Whether :meth:`Offers.preempted` also offers the splits the preemptive program's descent
+finds (:mod:`blitzplan.live.preemptive_descent`), polished, after the jump."""
+
+DESCENT_SHARE = 0.5
+"""The most of the time left that the descent and its polish take (after the jump's)."""
+
+DESCENT_GAP = 0.01
+"""The descent runs only while the gap (relative to the incumbent) is at least this: its time
+is the search's, which proves instances at narrower gaps."""
+
+DESCENT_ROUNDS = 3
+"""The most rounds of the descent one offer runs: each from the incumbent the round before
+left, while it lowers the incumbent."""
+
+DESCENT_SCORE_SHARE = 0.7
+"""The share of :data:`DESCENT_SHARE`'s time the descent's scoring may take; its polish gets
+the rest."""
+
 WIDE_GAP = 0.01
 """Under a free O order, where the gap after the root bounds is at least this (relatively),
 the incumbent they leave is polished again by the search (:meth:`Offers.rooted`), in
@@ -198,15 +223,32 @@ class Offers:
         if found is None or time.perf_counter() >= deadline:
             return
         args = (start.objective, start.old_order, start.backend)
-        jumped = decode(start.instance, *found[:3], *args)
-        polished = polish(
-            start.instance,
-            jumped,
-            objective=start.objective,
-            old_order=start.old_order,
-            deadline_s=deadline,
-            bound=start.bound,
-            max_moves=PREEMPTIVE_MOVES,
-        )
-        if math.isfinite(polished.value):  # within 3% of the incumbent the offer re-orders it
-            start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))
+        for step in range(DESCENT_ROUNDS + 1):
+            jumped = decode(start.instance, *found[:3], *args)
+            polished = polish(
+                start.instance,
+                jumped,
+                objective=start.objective,
+                old_order=start.old_order,
+                deadline_s=deadline,
+                bound=start.bound,
+                max_moves=PREEMPTIVE_MOVES,
+            )
+            if math.isfinite(polished.value):  # within 3% of the incumbent the offer re-orders it
+                start.offer(
+                    decode(start.instance, polished.split, polished.new, polished.old, *args)
+                )
+            if not DESCENT or start.proven() or (step and start.incumbent is best):
+                return  # a round of the descent that lowered nothing ends them
+            upper = start.incumbent.objective
+            if upper - start.bound < DESCENT_GAP * abs(upper):
+                return
+            best = start.incumbent
+            key = (best.split, best.old_sequence())
+            self.jumped.add(key)
+            now = time.perf_counter()
+            deadline = now + DESCENT_SHARE * (until_s - now)
+            scored_by = now + DESCENT_SCORE_SHARE * (deadline - now)
+            found = preemptive_descent(start.instance, best.split, key[1], deadline_s=scored_by)
+            if found is None:
+                return

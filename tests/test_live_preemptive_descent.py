@@ -1,0 +1,95 @@
+"""The descent over the splits on the preemptive program's score
+(:mod:`blitzplan.live.preemptive_descent`).
+
+Nothing here is a bound: the descent's schedules are only offered. What is checked: the
+schedule it returns passes the independent checker at the value it reports, its O order is FIFO
+where the start's was, its greedy score is below the start's, it starts nothing past its
+deadline, and the search's offer (:meth:`Offers.preempted`) keeps only a better, valid
+incumbent, the descent lowering some incumbents the jump alone leaves."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import pytest
+
+from blitzplan import validate_schedule
+from blitzplan.live.exact import offers as offers_module
+from blitzplan.live.exact.common import decode, start_point
+from blitzplan.live.exact.offers import Offers
+from blitzplan.live.preemptive_descent import kicks, preemptive_descent
+from blitzplan.live.preemptive_order import greedy_order
+from blitzplan.solvers import SolveStatus
+from tests.improved_check import built
+from tests.test_live_preemptive_order import _case
+
+
+def test_descents_are_valid_schedules_scored_below_their_start() -> None:
+    """Property: where the descent returns splits, their schedule passes the checker at the
+    value it reports, O's order stays FIFO and the greedy score is below the start's."""
+    found_some = 0
+    for seed in range(120):
+        inst, split, _, old = _case(seed)
+        found = preemptive_descent(inst, split, old, deadline_s=math.inf)
+        if found is None:
+            continue
+        found_some += 1
+        moved, new, blocks, value = found
+        assert blocks == [b for b in inst.fifo_order if moved[b] < inst.num_layers]
+        assert greedy_order(inst, moved, blocks)[0] < greedy_order(inst, split, old)[0]
+        schedule = built(inst, moved, new, blocks, old_order="fifo")
+        assert validate_schedule(inst, schedule).ok
+        assert schedule.objective == pytest.approx(value, rel=1e-12)
+    assert found_some > 30
+
+
+def test_kicks_move_the_batches_at_an_end_to_the_middle() -> None:
+    inst, _, _, _ = _case(3)
+    L, n = inst.num_layers, inst.num_batches
+    split = [L, 0, 1, L, 0] + [2] * (n - 5)
+    late = sorted(range(n), key=lambda i: -inst.release_s[i])
+    expected = [i for i in late if i in (1, 4)] + [i for i in late if i in (0, 3)]
+    assert list(kicks(inst, split)) == [(i, L // 2) for i in expected]
+
+
+def test_no_descent_starts_past_the_deadline() -> None:
+    inst, split, _, old = _case(0)
+    assert preemptive_descent(inst, split, old, deadline_s=time.perf_counter()) is None
+
+
+def _offered(seed: int, descent: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[float, float]:
+    """(the incumbent before, after) :meth:`Offers.preempted` from a poor incumbent."""
+    monkeypatch.setattr(offers_module, "DESCENT", descent)
+    inst, split, new, old = _case(seed)
+    start = start_point(
+        inst,
+        objective="mean_latency",
+        old_order="fifo",
+        backend="bnb",
+        time_limit_s=60.0,
+        hint=None,
+        relax=False,
+        warm=False,
+    )
+    start.incumbent = decode(inst, split, new, old, "mean_latency", "fifo", "bnb")
+    before = start.incumbent.objective
+    Offers(start).preempted(start.deadline_s)
+    assert validate_schedule(inst, replace(start.incumbent, status=SolveStatus.UNKNOWN)).ok
+    assert start.incumbent.objective <= before
+    return before, start.incumbent.objective
+
+
+def test_the_offer_with_the_descent_keeps_a_better_valid_incumbent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The offer with the descent: a valid incumbent, no worse than before nor than the jump's
+    alone on every case, and lower than the jump's alone on some."""
+    lower = 0
+    for seed in range(40):
+        _, jump = _offered(seed, False, monkeypatch)
+        _, both = _offered(seed, True, monkeypatch)
+        assert both <= jump + 1e-12
+        lower += both < jump - 1e-12
+    assert lower > 3
