@@ -22,8 +22,11 @@ from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.exact.nmachine import NOp, sequence
 from blitzplan.live.preemptive_order import preemptive_jump
 from blitzplan.live.schedule import Schedule
+from blitzplan.live.split_descent import split_descent
 
 __all__ = [
+    "DESCENT_GAP",
+    "DESCENT_SHARE",
     "PREEMPTIVE_GAP",
     "PREEMPTIVE_MOVES",
     "PREEMPTIVE_ORDERS",
@@ -77,6 +80,17 @@ PREEMPTIVE_ORDERS = ("fifo",)
 """The O orders under which the jump is offered: under a free order, 1 CPU s calls on (32,16),
 (40,12) and (80,16), seeds 0-9, gained on 6 instances and lost on 3 (mean gaps 5.71 / 0.95 /
 14.42% -> 5.82 / 0.96 / 14.31%: its time is the priced starts' and the search's)."""
+DESCENT_GAP = 0.01
+"""The capacity program's best relaxed plan seeds a split descent with N in the preemptive
+program's order (:meth:`Offers.programmed`, :mod:`blitzplan.live.split_descent`) only while the
+gap (relative to the incumbent) is at least this, under the orders of
+:data:`PREEMPTIVE_ORDERS`: on (80,8) FIFO seed 7 of ``benchmarks/partition.py`` (gap 3.2%) the
+program's plan finishes one batch on N where every incumbent finished two; descended and
+polished it gives 1.8277 against 1.8652 (docs/benchmarks.md, s27-h2)."""
+
+DESCENT_SHARE = 0.25
+"""The most of the time left that the descent and its polish take (:meth:`Offers.programmed`)."""
+
 WIDE_GAP = 0.01
 """Under a free O order, where the gap after the root bounds is at least this (relatively),
 the incumbent they leave is polished again by the search (:meth:`Offers.rooted`), in
@@ -106,6 +120,8 @@ class Offers:
         """The incumbents' splits and O orders whose preemptive jump was offered."""
         self.owed = False
         """Whether the incumbent is polished again though it was polished (see :meth:`rooted`)."""
+        self.programs: list[RelaxedPlan] = []
+        """The capacity program's best relaxed plans not yet descended from (:meth:`programmed`)."""
 
     def repaired(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
@@ -122,6 +138,12 @@ class Offers:
             return  # no schedule of its splits and O order beats the incumbent
         args = (start.objective, start.old_order, start.backend)
         start.offer(decode(start.instance, *repair(start.instance, plan), *args))
+
+    def programmed(self, plan: RelaxedPlan) -> None:
+        """A best relaxed plan of the root's capacity program: offered repaired
+        (:meth:`repaired`), and kept for the split descent of :meth:`preempted`."""
+        self.repaired(plan)
+        self.programs.append(plan)
 
     def sequenced(self, plan: RelaxedPlan, ops: list[NOp]) -> None:
         """Offer the plan as a schedule with N's order from the sequencer, if it finds one
@@ -186,7 +208,9 @@ class Offers:
         wanted = start.objective == "mean_latency" and start.old_order in PREEMPTIVE_ORDERS
         if not wanted or not best.has_ops or start.proven():
             return
-        if best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
+        self._descend(until_s)
+        best = start.incumbent
+        if start.proven() or best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
             return
         key = (best.split, best.old_sequence())
         if key in self.jumped:
@@ -209,4 +233,40 @@ class Offers:
             max_moves=PREEMPTIVE_MOVES,
         )
         if math.isfinite(polished.value):  # within 3% of the incumbent the offer re-orders it
+            start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))
+
+    def _descend(self, until_s: float) -> None:
+        """The split descent (:func:`~blitzplan.live.split_descent.split_descent`) from the
+        last of the capacity program's best plans not yet descended from (the others are
+        dropped), its end offered and, polished by :data:`REPOLISH_MOVES` moves, offered
+        again; all in :data:`DESCENT_SHARE` of the time left to ``until_s``, while the gap
+        is at least :data:`DESCENT_GAP`."""
+        from blitzplan.live.improve import polish
+
+        start = self.start
+        plans, self.programs = self.programs, []
+        upper = start.incumbent.objective
+        if not plans or upper - start.bound < DESCENT_GAP * abs(upper):
+            return
+        now = time.perf_counter()
+        deadline = now + DESCENT_SHARE * (until_s - now)
+        plan = plans[-1]
+        found = split_descent(start.instance, plan.split, plan.old_sequence, deadline_s=deadline)
+        if found is None:
+            return
+        args = (start.objective, start.old_order, start.backend)
+        descended = decode(start.instance, found.split, found.new, found.old, *args)
+        start.offer(descended)
+        if time.perf_counter() >= deadline:
+            return
+        polished = polish(
+            start.instance,
+            descended,
+            objective=start.objective,
+            old_order=start.old_order,
+            deadline_s=deadline,
+            bound=start.bound,
+            max_moves=REPOLISH_MOVES,
+        )
+        if math.isfinite(polished.value):
             start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))
