@@ -6,7 +6,8 @@ reports, O's order FIFO over the batches O serves; the program's value at its en
 above the start's (it only keeps moves that lower it) and is lower on many cases; it starts
 nothing past its deadline; the search's offer keeps only a better, valid incumbent, and only
 from a capacity program's plan at a gap of :data:`~blitzplan.live.exact.offers.DESCENT_GAP`
-or more. (An incumbent step: no bound changes, so no oracle.)"""
+or more with :data:`~blitzplan.live.exact.offers.DESCENT_MIN_LEFT_S` or more left. (An
+incumbent step: no bound changes, so no oracle.)"""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def _plan(split: list[int], old: list[int]) -> RelaxedPlan:
 def test_the_offer_keeps_a_better_valid_incumbent(monkeypatch: pytest.MonkeyPatch) -> None:
     """From a poor incumbent and a program's plan at another split: the incumbent after the
     offer passes the checker and is no worse (lower on some); no plan, no descent; at a gap
-    under :data:`~blitzplan.live.exact.offers.DESCENT_GAP`, none either."""
+    under :data:`~blitzplan.live.exact.offers.DESCENT_GAP` or with too little time left,
+    none either."""
     monkeypatch.setattr(offers_module, "PREEMPTIVE_GAP", math.inf)  # the jump apart
     lowered = 0
     for seed in range(40):
@@ -90,6 +92,9 @@ def test_the_offer_keeps_a_better_valid_incumbent(monkeypatch: pytest.MonkeyPatc
         offers.preempted(start.deadline_s)
         assert not offers.programs
         monkeypatch.setattr(offers_module, "DESCENT_GAP", 0.01)
+        offers.programs.append(plan)
+        offers.preempted(time.perf_counter() + 0.5 * offers_module.DESCENT_MIN_LEFT_S)
+        assert start.incumbent.objective == before and not offers.programs  # too little left
         offers.programs.append(plan)
         offers.preempted(start.deadline_s)
         assert validate_schedule(inst, replace(start.incumbent, status=SolveStatus.UNKNOWN)).ok

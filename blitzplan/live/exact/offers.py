@@ -26,6 +26,7 @@ from blitzplan.live.split_descent import split_descent
 
 __all__ = [
     "DESCENT_GAP",
+    "DESCENT_MIN_LEFT_S",
     "DESCENT_SHARE",
     "PREEMPTIVE_GAP",
     "PREEMPTIVE_MOVES",
@@ -89,6 +90,11 @@ program's plan finishes one batch on N where every incumbent finished two; desce
 polished it gives 1.8277 against 1.8652; on seed 9 (0.23%) 1.5086 against 1.5101 (neither
 incumbent moves in 60 CPU s of the search: docs/benchmarks.md, s27-h2). Seed 5 (0.13%), whose
 proof needs the search's time, is left out as by :data:`PREEMPTIVE_GAP`."""
+
+DESCENT_MIN_LEFT_S = 2.0
+"""The descent (:data:`DESCENT_GAP`) is not started with less time left than this: in 1 CPU s
+calls on (32,16) FIFO it cost four of ten incumbents (seed 8: gap 1.32 -> 1.45%) and seed 1's
+bound (2.80 -> 4.84%) (docs/benchmarks.md, s27-h2)."""
 
 DESCENT_SHARE = 0.25
 """The most of the time left that the descent and its polish take (:meth:`Offers.programmed`)."""
@@ -242,15 +248,17 @@ class Offers:
         last of the capacity program's best plans not yet descended from (the others are
         dropped), its end offered and, polished by :data:`REPOLISH_MOVES` moves, offered
         again; all in :data:`DESCENT_SHARE` of the time left to ``until_s``, while the gap
-        is at least :data:`DESCENT_GAP`."""
+        is at least :data:`DESCENT_GAP` and at least :data:`DESCENT_MIN_LEFT_S` is left."""
         from blitzplan.live.improve import polish
 
         start = self.start
         plans, self.programs = self.programs, []
         upper = start.incumbent.objective
+        now = time.perf_counter()
         if not plans or upper - start.bound < DESCENT_GAP * abs(upper):
             return
-        now = time.perf_counter()
+        if until_s - now < DESCENT_MIN_LEFT_S:
+            return
         deadline = now + DESCENT_SHARE * (until_s - now)
         plan = plans[-1]
         found = split_descent(start.instance, plan.split, plan.old_sequence, deadline_s=deadline)
