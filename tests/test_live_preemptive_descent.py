@@ -5,7 +5,10 @@ Nothing here is a bound: the descent's schedules are only offered. What is check
 schedule it returns passes the independent checker at the value it reports, its O order is FIFO
 where the start's was, its greedy score is below the start's, it starts nothing past its
 deadline, and the search's offer (:meth:`Offers.preempted`) keeps only a better, valid
-incumbent, the descent lowering some incumbents the jump alone leaves."""
+incumbent, the descent lowering some incumbents the jump alone leaves; from the capacity
+program's plan (:meth:`Offers.programmed`) only at a gap of
+:data:`~blitzplan.live.exact.offers.PROGRAM_DESCENT_GAP` or more with
+:data:`~blitzplan.live.exact.offers.PROGRAM_DESCENT_MIN_LEFT_S` or more left."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from dataclasses import replace
 import pytest
 
 from blitzplan import validate_schedule
+from blitzplan.live.bound.relaxation import RelaxedPlan
 from blitzplan.live.exact import offers as offers_module
 from blitzplan.live.exact.common import decode, start_point
 from blitzplan.live.exact.offers import Offers
@@ -24,6 +28,8 @@ from blitzplan.live.preemptive_order import greedy_order
 from blitzplan.solvers import SolveStatus
 from tests.improved_check import built
 from tests.test_live_preemptive_order import _case
+
+ROUNDS = offers_module.DESCENT_ROUNDS
 
 
 def test_descents_are_valid_schedules_scored_below_their_start() -> None:
@@ -61,7 +67,7 @@ def test_no_descent_starts_past_the_deadline() -> None:
 
 def _offered(seed: int, descent: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[float, float]:
     """(the incumbent before, after) :meth:`Offers.preempted` from a poor incumbent."""
-    monkeypatch.setattr(offers_module, "DESCENT", descent)
+    monkeypatch.setattr(offers_module, "DESCENT_ROUNDS", ROUNDS if descent else 0)
     inst, split, new, old = _case(seed)
     start = start_point(
         inst,
@@ -93,3 +99,53 @@ def test_the_offer_with_the_descent_keeps_a_better_valid_incumbent(
         assert both <= jump + 1e-12
         lower += both < jump - 1e-12
     assert lower > 3
+
+
+def _plan(split: list[int], old: list[int]) -> RelaxedPlan:
+    return RelaxedPlan(tuple(old), tuple(split), 0.0, tuple(0.0 for _ in old))
+
+
+def test_the_programs_plan_descended_keeps_a_better_valid_incumbent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From a poor incumbent and a program's plan at another split: the incumbent after the
+    offer passes the checker and is no worse (lower on some); no plan, no descent; at a gap
+    under :data:`~blitzplan.live.exact.offers.PROGRAM_DESCENT_GAP` or with too little time left,
+    none either."""
+    monkeypatch.setattr(offers_module, "PREEMPTIVE_GAP", math.inf)  # the jump and its descent apart
+    lowered = 0
+    for seed in range(40):
+        inst, split, new, old = _case(seed)
+        start = start_point(
+            inst,
+            objective="mean_latency",
+            old_order="fifo",
+            backend="bnb",
+            time_limit_s=60.0,
+            hint=None,
+            relax=False,
+            warm=False,
+        )
+        start.incumbent = decode(inst, split, new, old, "mean_latency", "fifo", "bnb")
+        before = start.incumbent.objective
+        start.bound = 0.0
+        offers = Offers(start)
+        offers.preempted(start.deadline_s)  # no program's plan kept
+        assert start.incumbent.objective == before
+        L = inst.num_layers
+        other = [L - k for k in split]
+        plan = _plan(other, [b for b in inst.fifo_order if other[b] < L])
+        monkeypatch.setattr(offers_module, "PROGRAM_DESCENT_GAP", math.inf)
+        offers.programs.append(plan)
+        offers.preempted(start.deadline_s)
+        assert not offers.programs
+        monkeypatch.setattr(offers_module, "PROGRAM_DESCENT_GAP", 0.01)
+        offers.programs.append(plan)
+        offers.preempted(time.perf_counter() + 0.5 * offers_module.PROGRAM_DESCENT_MIN_LEFT_S)
+        assert start.incumbent.objective == before and not offers.programs  # too little left
+        offers.programs.append(plan)
+        offers.preempted(start.deadline_s)
+        assert validate_schedule(inst, replace(start.incumbent, status=SolveStatus.UNKNOWN)).ok
+        assert start.incumbent.objective <= before
+        lowered += start.incumbent.objective < before
+    assert lowered > 5

@@ -21,11 +21,10 @@ from blitzplan.live.bound.relaxation import RelaxedPlan, repair
 from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.exact.nmachine import NOp, sequence
 from blitzplan.live.preemptive_descent import preemptive_descent
-from blitzplan.live.preemptive_order import preemptive_jump
+from blitzplan.live.preemptive_order import Jump, preemptive_jump
 from blitzplan.live.schedule import Schedule
 
 __all__ = [
-    "DESCENT",
     "DESCENT_GAP",
     "DESCENT_ROUNDS",
     "DESCENT_SCORE_SHARE",
@@ -34,6 +33,9 @@ __all__ = [
     "PREEMPTIVE_MOVES",
     "PREEMPTIVE_ORDERS",
     "PREEMPTIVE_SHARE",
+    "PROGRAM_DESCENT_GAP",
+    "PROGRAM_DESCENT_MIN_LEFT_S",
+    "PROGRAM_DESCENT_SHARE",
     "REPOLISH_EVERY_S",
     "REPOLISH_MOVES",
     "REPOLISH_SHARE",
@@ -83,20 +85,34 @@ PREEMPTIVE_ORDERS = ("fifo",)
 """The O orders under which the jump is offered: under a free order, 1 CPU s calls on (32,16),
 (40,12) and (80,16), seeds 0-9, gained on 6 instances and lost on 3 (mean gaps 5.71 / 0.95 /
 14.42% -> 5.82 / 0.96 / 14.31%: its time is the priced starts' and the search's)."""
-DESCENT = True
-"""Whether :meth:`Offers.preempted` also offers the splits the preemptive program's descent
-finds (:mod:`blitzplan.live.preemptive_descent`), polished, after the jump."""
-
 DESCENT_SHARE = 0.5
-"""The most of the time left that the descent and its polish take (after the jump's)."""
+"""The most of the time left that a descent from the incumbent and its polish take (after
+the jump's; :meth:`Offers.preempted`)."""
 
 DESCENT_GAP = 0.01
-"""The descent runs only while the gap (relative to the incumbent) is at least this: its time
-is the search's, which proves instances at narrower gaps."""
+"""The descent from the incumbent runs only while the gap (relative to the incumbent) is at
+least this: its time is the search's, which proves instances at narrower gaps."""
 
 DESCENT_ROUNDS = 3
 """The most rounds of the descent one offer runs: each from the incumbent the round before
 left, while it lowers the incumbent."""
+
+PROGRAM_DESCENT_GAP = 0.002
+"""The capacity program's best relaxed plan at the root (:meth:`Offers.programmed`) seeds a
+descent too, before the incumbent's jump, while the gap is at least this: on (80,8) FIFO
+seed 7 of ``benchmarks/partition.py`` (gap 3.2%) the program's plan finishes one batch on N
+where every incumbent finished two; descended and polished it gave 1.8277 against 1.8652; on
+seed 9 (0.23%) 1.5086 against 1.5101 (neither incumbent moves in 60 CPU s of the search:
+docs/benchmarks.md, s27-h2). Seed 5 (0.13%), whose proof needs the search's time, is left
+out as by :data:`PREEMPTIVE_GAP`."""
+
+PROGRAM_DESCENT_MIN_LEFT_S = 2.0
+"""The program's plan is not descended from with less time left than this: in 1 CPU s calls
+on (32,16) FIFO it cost four of ten incumbents (seed 8: gap 1.32 -> 1.45%) and seed 1's bound
+(2.80 -> 4.84%) (docs/benchmarks.md, s27-h2)."""
+
+PROGRAM_DESCENT_SHARE = 0.25
+"""The most of the time left that the descent from the program's plan and its polish take."""
 
 DESCENT_SCORE_SHARE = 0.7
 """The share of :data:`DESCENT_SHARE`'s time the descent's scoring may take; its polish gets
@@ -131,6 +147,8 @@ class Offers:
         """The incumbents' splits and O orders whose preemptive jump was offered."""
         self.owed = False
         """Whether the incumbent is polished again though it was polished (see :meth:`rooted`)."""
+        self.programs: list[RelaxedPlan] = []
+        """The capacity program's best relaxed plans not yet descended from (:meth:`programmed`)."""
 
     def repaired(self, plan: RelaxedPlan) -> None:
         """Offer the plan, repaired (N list-scheduled against it), as a schedule, unless one
@@ -147,6 +165,12 @@ class Offers:
             return  # no schedule of its splits and O order beats the incumbent
         args = (start.objective, start.old_order, start.backend)
         start.offer(decode(start.instance, *repair(start.instance, plan), *args))
+
+    def programmed(self, plan: RelaxedPlan) -> None:
+        """A best relaxed plan of the root's capacity program: offered repaired
+        (:meth:`repaired`), and kept for the descent of :meth:`preempted`."""
+        self.repaired(plan)
+        self.programs.append(plan)
 
     def sequenced(self, plan: RelaxedPlan, ops: list[NOp]) -> None:
         """Offer the plan as a schedule with N's order from the sequencer, if it finds one
@@ -203,15 +227,20 @@ class Offers:
         by :data:`PREEMPTIVE_MOVES` moves of the local search, all in
         :data:`PREEMPTIVE_SHARE` of the time left to ``until_s`` (a ``time.perf_counter()``
         instant); once per splits and O order, under mean latency and an O order of
-        :data:`PREEMPTIVE_ORDERS`. The bnb search's N orders
-        come from relaxed plans: with them the same jump misses what this order finds."""
-        from blitzplan.live.improve import polish
-
-        start, best = self.start, self.start.incumbent
+        :data:`PREEMPTIVE_ORDERS`. The bnb search's N orders come from relaxed plans: with
+        them the same jump misses what this order finds. Then, at a gap of
+        :data:`DESCENT_GAP` or more, up to :data:`DESCENT_ROUNDS` rounds of the preemptive
+        descent (:func:`~blitzplan.live.preemptive_descent.preemptive_descent`) from the
+        incumbent, each in :data:`DESCENT_SHARE` of the time left, while they lower it. Before
+        the jump, the capacity program's best plan kept at the root is descended from
+        (:meth:`_programmed`)."""
+        start = self.start
         wanted = start.objective == "mean_latency" and start.old_order in PREEMPTIVE_ORDERS
-        if not wanted or not best.has_ops or start.proven():
+        if not wanted or not start.incumbent.has_ops or start.proven():
             return
-        if best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
+        self._programmed(until_s)
+        best = start.incumbent
+        if start.proven() or best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
             return
         key = (best.split, best.old_sequence())
         if key in self.jumped:
@@ -220,25 +249,11 @@ class Offers:
         now = time.perf_counter()
         deadline = now + PREEMPTIVE_SHARE * (until_s - now)
         found = preemptive_jump(start.instance, best.split, key[1], deadline_s=deadline)
-        if found is None or time.perf_counter() >= deadline:
-            return
-        args = (start.objective, start.old_order, start.backend)
         for step in range(DESCENT_ROUNDS + 1):
-            jumped = decode(start.instance, *found[:3], *args)
-            polished = polish(
-                start.instance,
-                jumped,
-                objective=start.objective,
-                old_order=start.old_order,
-                deadline_s=deadline,
-                bound=start.bound,
-                max_moves=PREEMPTIVE_MOVES,
-            )
-            if math.isfinite(polished.value):  # within 3% of the incumbent the offer re-orders it
-                start.offer(
-                    decode(start.instance, polished.split, polished.new, polished.old, *args)
-                )
-            if not DESCENT or start.proven() or (step and start.incumbent is best):
+            if found is None or time.perf_counter() >= deadline:
+                return
+            self._offer_polished(found, deadline)
+            if step == DESCENT_ROUNDS or start.proven() or (step and start.incumbent is best):
                 return  # a round of the descent that lowered nothing ends them
             upper = start.incumbent.objective
             if upper - start.bound < DESCENT_GAP * abs(upper):
@@ -250,5 +265,45 @@ class Offers:
             deadline = now + DESCENT_SHARE * (until_s - now)
             scored_by = now + DESCENT_SCORE_SHARE * (deadline - now)
             found = preemptive_descent(start.instance, best.split, key[1], deadline_s=scored_by)
-            if found is None:
-                return
+
+    def _programmed(self, until_s: float) -> None:
+        """The preemptive descent from the last of the capacity program's best plans not yet
+        descended from (:meth:`programmed`; the others are dropped), its end polished and
+        offered, in :data:`PROGRAM_DESCENT_SHARE` of the time left to ``until_s``, while the
+        gap is at least :data:`PROGRAM_DESCENT_GAP` and at least
+        :data:`PROGRAM_DESCENT_MIN_LEFT_S` is left."""
+        start = self.start
+        plans, self.programs = self.programs, []
+        upper, now = start.incumbent.objective, time.perf_counter()
+        if not plans or upper - start.bound < PROGRAM_DESCENT_GAP * abs(upper):
+            return
+        if until_s - now < PROGRAM_DESCENT_MIN_LEFT_S:
+            return
+        deadline = now + PROGRAM_DESCENT_SHARE * (until_s - now)
+        scored_by = now + DESCENT_SCORE_SHARE * (deadline - now)
+        plan = plans[-1]
+        found = preemptive_descent(
+            start.instance, list(plan.split), list(plan.old_sequence), deadline_s=scored_by
+        )
+        if found is not None:
+            self._offer_polished(found, deadline)
+
+    def _offer_polished(self, found: Jump, deadline_s: float) -> None:
+        """Offer ``found`` (splits, N's and O's orders) polished by :data:`PREEMPTIVE_MOVES`
+        moves of the local search by ``deadline_s``; within 3% of the incumbent the offer
+        re-orders it."""
+        from blitzplan.live.improve import polish
+
+        start = self.start
+        args = (start.objective, start.old_order, start.backend)
+        polished = polish(
+            start.instance,
+            decode(start.instance, *found[:3], *args),
+            objective=start.objective,
+            old_order=start.old_order,
+            deadline_s=deadline_s,
+            bound=start.bound,
+            max_moves=PREEMPTIVE_MOVES,
+        )
+        if math.isfinite(polished.value):
+            start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))

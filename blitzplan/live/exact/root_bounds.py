@@ -287,7 +287,7 @@ def _capacity(
         upper_bound=start.incumbent.objective,
         time_limit_s=budget,
         first_step=FREE_FIRST_STEP if start.old_order == "free" else CAPACITY_FIRST_STEP,
-        on_plan=offers.repaired,
+        on_plan=offers.programmed,
         open_floors=open_floors,
     )
     start.raise_bound(bound)
