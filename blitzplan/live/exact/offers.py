@@ -6,7 +6,9 @@ of N's operations meets every due time of the plan (:func:`~blitzplan.live.exact
 backed off while it keeps giving up). After the root bounds a new incumbent the search found
 is polished by the local search (:data:`REPOLISH_MOVES`), and the incumbent's best split jump
 with N in the preemptive program's order is polished and offered
-(:mod:`blitzplan.live.preemptive_order`, :data:`PREEMPTIVE_MOVES`). Every schedule goes through
+(:mod:`blitzplan.live.preemptive_order`, :data:`PREEMPTIVE_MOVES`); under a free O order, the
+point a descent on the preemptive program's score reaches from it
+(:mod:`blitzplan.live.preemptive_descent`, :data:`DESCENT_ORDERS`). Every schedule goes through
 :meth:`~blitzplan.live.exact.common.Start.offer`, which keeps it only when the independent
 checker passes it.
 """
@@ -20,10 +22,16 @@ from blitzplan.live.bound.plan_floor import plan_floor
 from blitzplan.live.bound.relaxation import RelaxedPlan, repair
 from blitzplan.live.exact.common import Start, decode
 from blitzplan.live.exact.nmachine import NOp, sequence
-from blitzplan.live.preemptive_order import preemptive_jump
+from blitzplan.live.preemptive_descent import preemptive_descent
+from blitzplan.live.preemptive_order import Jump, preemptive_jump
 from blitzplan.live.schedule import Schedule
 
 __all__ = [
+    "DESCENT_MAX_S",
+    "DESCENT_MOVES",
+    "DESCENT_ORDERS",
+    "DESCENT_SEARCH_SHARE",
+    "DESCENT_SHARE",
     "PREEMPTIVE_GAP",
     "PREEMPTIVE_MOVES",
     "PREEMPTIVE_ORDERS",
@@ -77,6 +85,26 @@ PREEMPTIVE_ORDERS = ("fifo",)
 """The O orders under which the jump is offered: under a free order, 1 CPU s calls on (32,16),
 (40,12) and (80,16), seeds 0-9, gained on 6 instances and lost on 3 (mean gaps 5.71 / 0.95 /
 14.42% -> 5.82 / 0.96 / 14.31%: its time is the priced starts' and the search's)."""
+DESCENT_ORDERS = ("free",)
+"""The O orders under which :meth:`Offers.preempted` offers the preemptive descent's point
+(:func:`~blitzplan.live.preemptive_descent.preemptive_descent`) in place of the jump: from
+bnb's 10 s incumbents on (32,16) free of ``benchmarks/partition.py`` it found 0.09-1.17% lower
+schedules on seeds 1, 2, 4 and 7 in 1.4-1.6 CPU s (docs/benchmarks.md, s27-h4)."""
+
+DESCENT_SHARE = 0.5
+"""The most of the time left that the descent and the polish of its point take."""
+
+DESCENT_MAX_S = 1.5
+"""The most seconds they take (without it, a long call's root would give them its search's
+time: the descent reached its local minimum in 0.9-1.1 CPU s on (32,16))."""
+
+DESCENT_SEARCH_SHARE = 0.7
+"""The descent's share of that time; its point's polish gets the rest."""
+
+DESCENT_MOVES = 20_000
+"""The most moves of that polish (the descent's point, list-scheduled, is often above the
+incumbent before it: (32,16) seed 2 0.501000, polished 0.490699, against 0.495221)."""
+
 WIDE_GAP = 0.01
 """Under a free O order, where the gap after the root bounds is at least this (relatively),
 the incumbent they leave is polished again by the search (:meth:`Offers.rooted`), in
@@ -172,18 +200,26 @@ class Offers:
         self.preempted(until_s)
         self.polished = start.incumbent
 
-    def preempted(self, until_s: float) -> None:
+    def preempted(self, until_s: float, descend: bool = False) -> None:
         """Offer the incumbent's best split jump with N list-scheduled in the preemptive
         program's order (:func:`~blitzplan.live.preemptive_order.preemptive_jump`), polished
         by :data:`PREEMPTIVE_MOVES` moves of the local search, all in
         :data:`PREEMPTIVE_SHARE` of the time left to ``until_s`` (a ``time.perf_counter()``
         instant); once per splits and O order, under mean latency and an O order of
         :data:`PREEMPTIVE_ORDERS`. The bnb search's N orders
-        come from relaxed plans: with them the same jump misses what this order finds."""
+        come from relaxed plans: with them the same jump misses what this order finds. With
+        ``descend`` (the root bounds' call) under an O order of :data:`DESCENT_ORDERS`, the
+        point of the preemptive descent from the incumbent
+        (:func:`~blitzplan.live.preemptive_descent.preemptive_descent`, in
+        :data:`DESCENT_SEARCH_SHARE` of the time) polished by :data:`DESCENT_MOVES` moves in
+        its place, all in :data:`DESCENT_SHARE` of the time left (:data:`DESCENT_MAX_S` at
+        most)."""
         from blitzplan.live.improve import polish
 
         start, best = self.start, self.start.incumbent
-        wanted = start.objective == "mean_latency" and start.old_order in PREEMPTIVE_ORDERS
+        descent = descend and start.old_order in DESCENT_ORDERS
+        jump = start.old_order in PREEMPTIVE_ORDERS
+        wanted = start.objective == "mean_latency" and (jump or descent)
         if not wanted or not best.has_ops or start.proven():
             return
         if best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
@@ -193,8 +229,17 @@ class Offers:
             return
         self.jumped.add(key)
         now = time.perf_counter()
-        deadline = now + PREEMPTIVE_SHARE * (until_s - now)
-        found = preemptive_jump(start.instance, best.split, key[1], deadline_s=deadline)
+        found: Jump | None
+        if descent:
+            deadline = now + min(DESCENT_SHARE * (until_s - now), DESCENT_MAX_S)
+            until = now + DESCENT_SEARCH_SHARE * (deadline - now)
+            free = start.old_order == "free"
+            found = preemptive_descent(
+                start.instance, best.split, key[1], deadline_s=until, free=free
+            )
+        else:
+            deadline = now + PREEMPTIVE_SHARE * (until_s - now)
+            found = preemptive_jump(start.instance, best.split, key[1], deadline_s=deadline)
         if found is None or time.perf_counter() >= deadline:
             return
         args = (start.objective, start.old_order, start.backend)
@@ -206,7 +251,7 @@ class Offers:
             old_order=start.old_order,
             deadline_s=deadline,
             bound=start.bound,
-            max_moves=PREEMPTIVE_MOVES,
+            max_moves=DESCENT_MOVES if descent else PREEMPTIVE_MOVES,
         )
         if math.isfinite(polished.value):  # within 3% of the incumbent the offer re-orders it
             start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))

@@ -227,8 +227,9 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
     free seed 1 of ``benchmarks/partition.py`` that is the optimum (0.546432), where the 1 s
     call's incumbent was 0.547619 (docs/benchmarks.md, s24-h1). Each bound gets a share
     of the time left when it starts, and none starts past ``start``'s deadline. After the
-    local search the incumbent's best split jump with N in the preemptive program's order is
-    offered (:meth:`~blitzplan.live.exact.offers.Offers.preempted`). In a short
+    bounds the incumbent's best split jump with N in the preemptive program's order is
+    offered, under a free order the preemptive descent's point from it
+    (:meth:`~blitzplan.live.exact.offers.Offers.preempted`). In a short
     call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
     the capacity program gets most of the time."""
     first, then, starts = _polish_shares(start)
@@ -244,7 +245,7 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         if not start.proven():
             wide = upper - start.bound >= SLOT_SKIP_GAP * abs(upper)
             _slot_bound(start, short, then if wide else 0.0, starts)
-        offers.preempted(start.deadline_s)
+        offers.preempted(start.deadline_s, descend=True)
         return report
     probe = short and _slot_wanted(start)
     if probe:  # the priced schedules are polished after the capacity program
@@ -266,7 +267,7 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         _polish_priced(start, kept, then, report.ended)
     if short:
         _busy_bound(start)
-    offers.preempted(start.deadline_s)
+    offers.preempted(start.deadline_s, descend=True)
     return report
 
 
