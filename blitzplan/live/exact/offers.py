@@ -87,9 +87,10 @@ PREEMPTIVE_ORDERS = ("fifo",)
 14.42% -> 5.82 / 0.96 / 14.31%: its time is the priced starts' and the search's)."""
 DESCENT_ORDERS = ("free",)
 """The O orders under which :meth:`Offers.preempted` offers the preemptive descent's point
-(:func:`~blitzplan.live.preemptive_descent.preemptive_descent`) in place of the jump: from
-bnb's 10 s incumbents on (32,16) free of ``benchmarks/partition.py`` it found 0.09-1.17% lower
-schedules on seeds 1, 2, 4 and 7 in 1.4-1.6 CPU s (docs/benchmarks.md, s27-h4)."""
+(:func:`~blitzplan.live.preemptive_descent.preemptive_descent`) in place of the jump: in
+bnb's 10 CPU s calls under a free order on ``benchmarks/partition.py`` it lowered the root's
+incumbent on 6 of 8 open (32,16) seeds and 5 of 5 (80,16) seeds by 0.05-1.29% in 0.35-1.46 s
+((32,16) mean gap 1.06 -> 0.67%; docs/benchmarks.md, s27-h4)."""
 
 DESCENT_SHARE = 0.5
 """The most of the time left that the descent and the polish of its point take."""
