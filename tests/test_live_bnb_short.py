@@ -60,7 +60,7 @@ def _record_phases(
         given.append(("busy", until - bnb.time.perf_counter(), start.left_s()))
         return -math.inf
 
-    def preempted(offers: Offers, until_s: float) -> None:
+    def preempted(offers: Offers, until_s: float, descend: bool = False) -> None:
         left = start.left_s()
         given.append(("preempted", until_s - start.deadline_s + left, left))
 

@@ -11,6 +11,12 @@ moves each batch's split to 0, to ``L`` or by :data:`STEPS` layers while the sco
 improvement); from the given splits first, then, while time is left, from kicked starts (one
 batch at an end moved to the middle, :func:`kicks`). The least split vector found is
 list-scheduled in the program's order. The score is not a bound: the schedule is only offered.
+
+Under a free O order (``free``) one O block moved to another place is a step too, and a split
+moves by :data:`FREE_STEPS`: from bnb's 10 s incumbents on (32,16) free the descent ended,
+list-scheduled in the program's order and polished, below the incumbent: seed 2 0.495221 ->
+0.490699 (1 CPU s of descent, 0.5 s of polish), seed 4 0.376525 -> 0.375284
+(docs/benchmarks.md, s27-h4).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from blitzplan.live.instance import LiveScalingInstance
 from blitzplan.live.preemptive_order import (
     Jump,
-    _exact,
+    exact_cheap,
     greedy_order,
     list_sequence,
     order_program,
@@ -29,10 +35,13 @@ from blitzplan.live.preemptive_order import (
 from blitzplan.live.schedule import order_value
 from blitzplan.live.split_jump import old_after_move
 
-__all__ = ["STEPS", "kicks", "preemptive_descent"]
+__all__ = ["FREE_STEPS", "STEPS", "kicks", "preemptive_descent"]
 
 STEPS = (-8, -4, -2, -1, 1, 2, 4, 8)
-"""The split moves of the descent besides 0 and ``L``."""
+"""The split moves of the descent besides 0 and ``L`` (O's order FIFO)."""
+
+FREE_STEPS = (-3, -2, -1, 1, 2, 3)
+"""The split moves besides 0 and ``L`` under a free O order, where O's blocks move too."""
 
 _Scored = tuple[float, list[int], list[int], list[int]]
 """(greedy score, split, N order of the program, O order)."""
@@ -48,17 +57,22 @@ def _moved(
 
 
 def _descend(
-    instance: LiveScalingInstance, current: _Scored, deadline_s: float
+    instance: LiveScalingInstance,
+    current: _Scored,
+    deadline_s: float,
+    steps: Sequence[int],
+    free: bool,
 ) -> tuple[_Scored, bool]:
-    """First-improvement descent from ``current``; (the local minimum or the best by the
-    deadline, whether the deadline cut it)."""
+    """First-improvement descent from ``current`` (a batch's split moved by ``steps``, to 0 or
+    to ``L``; with ``free`` one O block moved to another place); (the local minimum or the
+    best by the deadline, whether the deadline cut it)."""
     L, n = instance.num_layers, instance.num_batches
     better = True
     while better:
         better = False
         for batch in range(n):
             k = current[1][batch]
-            for target in sorted({0, L, *(k + d for d in STEPS)} - {k}):
+            for target in sorted({0, L, *(k + d for d in steps)} - {k}):
                 if not 0 <= target <= L:
                     continue
                 if time.perf_counter() >= deadline_s:
@@ -67,6 +81,17 @@ def _descend(
                 value, order = greedy_order(instance, split, old)
                 if value < current[0] - 1e-12:
                     current, better = (value, split, order, old), True
+        for place in range(len(current[3]) if free else 0):
+            for to in range(len(current[3])):
+                if to == place:
+                    continue
+                if time.perf_counter() >= deadline_s:
+                    return current, True
+                old = [b for b in current[3] if b != current[3][place]]
+                old.insert(to, current[3][place])
+                value, order = greedy_order(instance, current[1], old)
+                if value < current[0] - 1e-12:
+                    current, better = (value, current[1], order, old), True
     return current, False
 
 
@@ -88,23 +113,26 @@ def preemptive_descent(
     old_sequence: Sequence[int],
     *,
     deadline_s: float,
+    free: bool = False,
 ) -> Jump | None:
-    """The least split vector the descent (module docstring) finds from ``split`` (O in
-    ``old_sequence``) and its kicked starts by ``deadline_s`` (a ``time.perf_counter()``
-    value), with N list-scheduled in the program's order (the exact program's where it is
-    cheap) and its mean latency; None when nothing scored under ``split`` itself."""
+    """The least split vector (and, with ``free``, O order) the descent (module docstring)
+    finds from ``split`` (O in ``old_sequence``) and its kicked starts by ``deadline_s`` (a
+    ``time.perf_counter()`` value), with N list-scheduled in the program's order (the exact
+    program's where it is cheap) and its mean latency; None when nothing scored under
+    ``split`` itself."""
     if time.perf_counter() >= deadline_s:
         return None
     first = list(split), list(old_sequence)
     value, order = greedy_order(instance, *first)
     origin = value
-    best, cut = _descend(instance, (value, first[0], order, first[1]), deadline_s)
+    steps = FREE_STEPS if free else STEPS
+    best, cut = _descend(instance, (value, first[0], order, first[1]), deadline_s, steps, free)
     for batch, target in [] if cut else kicks(instance, split):
         if time.perf_counter() >= deadline_s:
             break
         moved, old = _moved(instance, list(split), list(old_sequence), batch, target)
         value, order = greedy_order(instance, moved, old)
-        found, cut = _descend(instance, (value, moved, order, old), deadline_s)
+        found, cut = _descend(instance, (value, moved, order, old), deadline_s, steps, free)
         if found[0] < best[0]:
             best = found
         if cut:
@@ -112,7 +140,7 @@ def preemptive_descent(
     if best[0] >= origin - 1e-12:
         return None
     _, moved, order, old = best
-    if _exact(instance, moved) and time.perf_counter() < deadline_s:
+    if exact_cheap(instance, moved) and time.perf_counter() < deadline_s:
         order = order_program(instance, moved, old)[1]
     new = list_sequence(instance, moved, order)
     return moved, new, old, order_value(instance, moved, new, old, "mean_latency")

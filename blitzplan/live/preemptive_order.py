@@ -38,6 +38,7 @@ from blitzplan.live.split_jump import old_after_move
 __all__ = [
     "EXACT_CELLS",
     "alone_chains",
+    "exact_cheap",
     "greedy_order",
     "list_sequence",
     "makespans",
@@ -235,7 +236,7 @@ def list_sequence(
     return sequence
 
 
-def _exact(instance: LiveScalingInstance, split: Sequence[int]) -> bool:
+def exact_cheap(instance: LiveScalingInstance, split: Sequence[int]) -> bool:
     """Whether :func:`order_program` is cheap enough at ``split`` (:data:`EXACT_CELLS`)."""
     m = sum(1 for k in split if k > 0)
     points = len({t for chain in alone_chains(instance, split)[0] for t in chain})
@@ -270,7 +271,7 @@ def preemptive_jump(
     if best is None:
         return None
     _, moved, order, old = best
-    if _exact(instance, moved) and time.perf_counter() < deadline_s:
+    if exact_cheap(instance, moved) and time.perf_counter() < deadline_s:
         order = order_program(instance, moved, old)[1]
     new = list_sequence(instance, moved, order)
     return moved, new, old, order_value(instance, moved, new, old, "mean_latency")

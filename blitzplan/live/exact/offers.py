@@ -6,7 +6,11 @@ of N's operations meets every due time of the plan (:func:`~blitzplan.live.exact
 backed off while it keeps giving up). After the root bounds a new incumbent the search found
 is polished by the local search (:data:`REPOLISH_MOVES`), and the incumbent's best split jump
 with N in the preemptive program's order is polished and offered
-(:mod:`blitzplan.live.preemptive_order`, :data:`PREEMPTIVE_MOVES`). Every schedule goes through
+(:mod:`blitzplan.live.preemptive_order`, :data:`PREEMPTIVE_MOVES`), then under FIFO the points
+a descent over the splits on the preemptive program's score reaches from it and from the
+root's capacity program's best plan; under a free O order the root offers the point of that
+descent from its incumbent, O's blocks moved too (:mod:`blitzplan.live.preemptive_descent`).
+Every schedule goes through
 :meth:`~blitzplan.live.exact.common.Start.offer`, which keeps it only when the independent
 checker passes it.
 """
@@ -29,6 +33,8 @@ __all__ = [
     "DESCENT_ROUNDS",
     "DESCENT_SCORE_SHARE",
     "DESCENT_SHARE",
+    "FREE_DESCENT_MAX_S",
+    "FREE_DESCENT_MOVES",
     "PREEMPTIVE_GAP",
     "PREEMPTIVE_MOVES",
     "PREEMPTIVE_ORDERS",
@@ -113,6 +119,18 @@ on (32,16) FIFO it cost four of ten incumbents (seed 8: gap 1.32 -> 1.45%) and s
 
 PROGRAM_DESCENT_SHARE = 0.25
 """The most of the time left that the descent from the program's plan and its polish take."""
+
+FREE_DESCENT_MAX_S = 1.5
+"""Under a free O order the root's descent from its incumbent (:meth:`Offers.preempted` with
+``descend``, in place of the jump) and its polish take :data:`DESCENT_SHARE` of the time left
+but at most this: in bnb's 10 CPU s calls on ``benchmarks/partition.py`` it lowered the root's
+incumbent on 6 of 8 open (32,16) seeds and 5 of 5 (80,16) seeds by 0.05-1.29% in 0.35-1.46 s
+((32,16) mean gap 1.06 -> 0.67%), where it reached its local minimum in 0.9-1.1 CPU s
+(docs/benchmarks.md, s27-h4)."""
+
+FREE_DESCENT_MOVES = 20_000
+"""The most moves of the polish of that descent's point (list-scheduled, it is often above the
+incumbent before it: (32,16) seed 2 0.501000, polished 0.490699, against 0.495221)."""
 
 DESCENT_SCORE_SHARE = 0.7
 """The share of :data:`DESCENT_SHARE`'s time the descent's scoring may take; its polish gets
@@ -221,7 +239,7 @@ class Offers:
         self.preempted(until_s)
         self.polished = start.incumbent
 
-    def preempted(self, until_s: float) -> None:
+    def preempted(self, until_s: float, descend: bool = False) -> None:
         """Offer the incumbent's best split jump with N list-scheduled in the preemptive
         program's order (:func:`~blitzplan.live.preemptive_order.preemptive_jump`), polished
         by :data:`PREEMPTIVE_MOVES` moves of the local search, all in
@@ -233,10 +251,14 @@ class Offers:
         descent (:func:`~blitzplan.live.preemptive_descent.preemptive_descent`) from the
         incumbent, each in :data:`DESCENT_SHARE` of the time left, while they lower it. Before
         the jump, the capacity program's best plan kept at the root is descended from
-        (:meth:`_programmed`)."""
+        (:meth:`_programmed`). Under another O order (free) only the root's call
+        (``descend``) offers anything: :meth:`_free_descent`."""
         start = self.start
-        wanted = start.objective == "mean_latency" and start.old_order in PREEMPTIVE_ORDERS
-        if not wanted or not start.incumbent.has_ops or start.proven():
+        if start.objective != "mean_latency" or not start.incumbent.has_ops or start.proven():
+            return
+        if start.old_order not in PREEMPTIVE_ORDERS:
+            if descend:
+                self._free_descent(until_s)
             return
         self._programmed(until_s)
         best = start.incumbent
@@ -266,6 +288,22 @@ class Offers:
             scored_by = now + DESCENT_SCORE_SHARE * (deadline - now)
             found = preemptive_descent(start.instance, best.split, key[1], deadline_s=scored_by)
 
+    def _free_descent(self, until_s: float) -> None:
+        """The preemptive descent from the incumbent with O's blocks moved too, at a gap of
+        :data:`PREEMPTIVE_GAP` or more, in :data:`DESCENT_SCORE_SHARE` of
+        :data:`DESCENT_SHARE` of the time left to ``until_s`` (:data:`FREE_DESCENT_MAX_S` at
+        most), its point polished by :data:`FREE_DESCENT_MOVES` moves in the rest."""
+        start, best = self.start, self.start.incumbent
+        if best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
+            return
+        now = time.perf_counter()
+        deadline = now + min(DESCENT_SHARE * (until_s - now), FREE_DESCENT_MAX_S)
+        scored_by = now + DESCENT_SCORE_SHARE * (deadline - now)
+        old = best.old_sequence()
+        found = preemptive_descent(start.instance, best.split, old, deadline_s=scored_by, free=True)
+        if found is not None and time.perf_counter() < deadline:
+            self._offer_polished(found, deadline, FREE_DESCENT_MOVES)
+
     def _programmed(self, until_s: float) -> None:
         """The preemptive descent from the last of the capacity program's best plans not yet
         descended from (:meth:`programmed`; the others are dropped), its end polished and
@@ -288,10 +326,11 @@ class Offers:
         if found is not None:
             self._offer_polished(found, deadline)
 
-    def _offer_polished(self, found: Jump, deadline_s: float) -> None:
-        """Offer ``found`` (splits, N's and O's orders) polished by :data:`PREEMPTIVE_MOVES`
-        moves of the local search by ``deadline_s``; within 3% of the incumbent the offer
-        re-orders it."""
+    def _offer_polished(
+        self, found: Jump, deadline_s: float, moves: int = PREEMPTIVE_MOVES
+    ) -> None:
+        """Offer ``found`` (splits, N's and O's orders) polished by ``moves`` moves of the
+        local search by ``deadline_s``; within 3% of the incumbent the offer re-orders it."""
         from blitzplan.live.improve import polish
 
         start = self.start
@@ -303,7 +342,7 @@ class Offers:
             old_order=start.old_order,
             deadline_s=deadline_s,
             bound=start.bound,
-            max_moves=PREEMPTIVE_MOVES,
+            max_moves=moves,
         )
         if math.isfinite(polished.value):
             start.offer(decode(start.instance, polished.split, polished.new, polished.old, *args))

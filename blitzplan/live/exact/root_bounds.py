@@ -200,10 +200,15 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
     free seed 1 of ``benchmarks/partition.py`` that is the optimum (0.546432), where the 1 s
     call's incumbent was 0.547619 (docs/benchmarks.md, s24-h1). Each bound gets a share
     of the time left when it starts, and none starts past ``start``'s deadline. After the
-    local search the incumbent's best split jump with N in the preemptive program's order is
-    offered (:meth:`~blitzplan.live.exact.offers.Offers.preempted`). In a short
-    call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first (:func:`_quick_lagrangian`) and
-    the capacity program gets most of the time."""
+    bounds the incumbent's best split jump with N in the preemptive program's order is
+    offered (:meth:`~blitzplan.live.exact.offers.Offers.preempted`); under a free order, in a
+    call not short where the capacity program's probe did not end (the slot bound's priced
+    schedules gave the incumbent: (32,16), (80,16)), the preemptive descent's point from it.
+    Where the probe ended ((40,12), (80,8)) the search keeps that time: on (40,12) at 10 CPU s
+    the descent's 1.5 s lowered seed 8's incumbent by 0.18% and cost seed 1 the one the search
+    found later (+0.15%); (80,8)'s proofs need the search's time (docs/benchmarks.md,
+    s27-h4). In a short call (:data:`CAPACITY_SHORT_S`) the cheap lift comes first
+    (:func:`_quick_lagrangian`) and the capacity program gets most of the time."""
     first, then, starts = polish_shares(start, short=_short(start))
     offers = offers or Offers(start)
     start.polish(first * start.left_s(), max_s=math.inf, moves=POLISH_MOVES)
@@ -218,7 +223,7 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
             wide = upper - start.bound >= SLOT_SKIP_GAP * abs(upper)
             polish = then if wide else 0.0
             slot_search(start, _slot_budget(start), polish_share=polish, starts=starts)
-        offers.preempted(start.deadline_s)
+        offers.preempted(start.deadline_s)  # no descent: the search's time (s27-h4)
         return report
     probe = short and slot_wanted(start)
     if probe:  # the priced schedules are polished after the capacity program
@@ -241,7 +246,7 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         _polish_priced(start, kept, then, report.ended)
     if short:
         _busy_bound(start)
-    offers.preempted(start.deadline_s)
+    offers.preempted(start.deadline_s, descend=not short)
     return report
 
 
