@@ -23,14 +23,13 @@ import pytest
 from blitzplan import validate_schedule
 from blitzplan.live.bound.relaxation import RelaxedPlan
 from blitzplan.live.exact import offers as offers_module
-from blitzplan.live.exact.common import decode, start_point
 from blitzplan.live.exact.offers import Offers
 from blitzplan.live.preemptive_descent import FREE_STEPS, kicks, preemptive_descent
 from blitzplan.live.preemptive_order import greedy_order
 from blitzplan.live.split_jump import old_after_move
 from blitzplan.solvers import SolveStatus
 from tests.improved_check import built
-from tests.test_live_preemptive_order import _case
+from tests.test_live_preemptive_order import _case, poor_start
 
 ROUNDS = offers_module.DESCENT_ROUNDS
 
@@ -71,18 +70,8 @@ def test_no_descent_starts_past_the_deadline() -> None:
 def _offered(seed: int, descent: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[float, float]:
     """(the incumbent before, after) :meth:`Offers.preempted` from a poor incumbent."""
     monkeypatch.setattr(offers_module, "DESCENT_ROUNDS", ROUNDS if descent else 0)
-    inst, split, new, old = _case(seed)
-    start = start_point(
-        inst,
-        objective="mean_latency",
-        old_order="fifo",
-        backend="bnb",
-        time_limit_s=60.0,
-        hint=None,
-        relax=False,
-        warm=False,
-    )
-    start.incumbent = decode(inst, split, new, old, "mean_latency", "fifo", "bnb")
+    start = poor_start(seed)
+    inst = start.instance
     before = start.incumbent.objective
     Offers(start).preempted(start.deadline_s)
     assert validate_schedule(inst, replace(start.incumbent, status=SolveStatus.UNKNOWN)).ok
@@ -118,18 +107,8 @@ def test_the_programs_plan_descended_keeps_a_better_valid_incumbent(
     monkeypatch.setattr(offers_module, "PREEMPTIVE_GAP", math.inf)  # the jump and its descent apart
     lowered = 0
     for seed in range(40):
-        inst, split, new, old = _case(seed)
-        start = start_point(
-            inst,
-            objective="mean_latency",
-            old_order="fifo",
-            backend="bnb",
-            time_limit_s=60.0,
-            hint=None,
-            relax=False,
-            warm=False,
-        )
-        start.incumbent = decode(inst, split, new, old, "mean_latency", "fifo", "bnb")
+        start = poor_start(seed)
+        inst, split = start.instance, list(start.incumbent.split)
         before = start.incumbent.objective
         start.bound = 0.0
         offers = Offers(start)
@@ -198,22 +177,6 @@ def test_the_descent_ends_at_a_valid_schedule_at_a_local_minimum_of_the_score() 
     assert moved_count > 30
 
 
-def _poor_start(seed: int, old_order: str):  # type: ignore[no-untyped-def]
-    inst, split, new, old = _case(seed)
-    start = start_point(
-        inst,
-        objective="mean_latency",
-        old_order=old_order,
-        backend="bnb",
-        time_limit_s=60.0,
-        hint=None,
-        relax=False,
-        warm=False,
-    )
-    start.incumbent = decode(inst, split, new, old, "mean_latency", old_order, "bnb")
-    return start
-
-
 def test_the_root_offers_the_descent_under_a_free_order_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -230,7 +193,7 @@ def test_the_root_offers_the_descent_under_a_free_order_only(
     monkeypatch.setattr(offers_module, "preemptive_descent", descent)
     lowered = 0
     for seed in range(40):
-        start = _poor_start(seed, "free")
+        start = poor_start(seed, "free")
         before = start.incumbent.objective
         Offers(start).preempted(start.deadline_s)
         assert called == [] and start.incumbent.objective == before  # no jump under free

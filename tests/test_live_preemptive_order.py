@@ -20,7 +20,7 @@ from dataclasses import replace
 import pytest
 
 from blitzplan import LiveScalingInstance, validate_schedule
-from blitzplan.live.exact.common import decode, start_point
+from blitzplan.live.exact.common import Start, decode, start_point
 from blitzplan.live.exact.enumerate import _interleavings
 from blitzplan.live.exact.offers import Offers
 from blitzplan.live.preemptive_order import (
@@ -162,6 +162,24 @@ def _case(seed: int) -> tuple[LiveScalingInstance, list[int], list[int], list[in
     return inst, split, new, [b for b in inst.fifo_order if split[b] < L]
 
 
+def poor_start(seed: int, old_order: str = "fifo") -> Start:
+    """A 60 s start of the exact search on :func:`_case`'s instance with its poor schedule as
+    the incumbent (no warm start, no relaxation)."""
+    inst, split, new, old = _case(seed)
+    start = start_point(
+        inst,
+        objective="mean_latency",
+        old_order=old_order,
+        backend="bnb",
+        time_limit_s=60.0,
+        hint=None,
+        relax=False,
+        warm=False,
+    )
+    start.incumbent = decode(inst, split, new, old, "mean_latency", old_order, "bnb")
+    return start
+
+
 def test_jumps_are_valid_schedules_at_their_value() -> None:
     """Property: the jump moves one batch's split to 0 or L, keeps O's order FIFO, and its
     schedule passes the checker at the value it reports."""
@@ -188,18 +206,8 @@ def test_the_offer_keeps_a_better_valid_incumbent() -> None:
     after it passes the checker and is no worse; with no time left it does nothing."""
     lowered = 0
     for seed in range(40):
-        inst, split, new, old = _case(seed)
-        start = start_point(
-            inst,
-            objective="mean_latency",
-            old_order="fifo",
-            backend="bnb",
-            time_limit_s=60.0,
-            hint=None,
-            relax=False,
-            warm=False,
-        )
-        start.incumbent = decode(inst, split, new, old, "mean_latency", "fifo", "bnb")
+        start = poor_start(seed)
+        inst = start.instance
         before = start.incumbent.objective
         Offers(start).preempted(time.perf_counter())
         assert start.incumbent.objective == before

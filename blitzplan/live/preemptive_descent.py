@@ -25,14 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from blitzplan.live.instance import LiveScalingInstance
-from blitzplan.live.preemptive_order import (
-    Jump,
-    exact_cheap,
-    greedy_order,
-    list_sequence,
-    order_program,
-)
-from blitzplan.live.schedule import order_value
+from blitzplan.live.preemptive_order import Jump, greedy_order, program_point
 from blitzplan.live.split_jump import old_after_move
 
 __all__ = ["FREE_STEPS", "STEPS", "kicks", "preemptive_descent"]
@@ -140,7 +133,4 @@ def preemptive_descent(
     if best[0] >= origin - 1e-12:
         return None
     _, moved, order, old = best
-    if exact_cheap(instance, moved) and time.perf_counter() < deadline_s:
-        order = order_program(instance, moved, old)[1]
-    new = list_sequence(instance, moved, order)
-    return moved, new, old, order_value(instance, moved, new, old, "mean_latency")
+    return program_point(instance, moved, order, old, deadline_s)

@@ -44,6 +44,7 @@ __all__ = [
     "makespans",
     "order_program",
     "preemptive_jump",
+    "program_point",
 ]
 
 EXACT_CELLS = 1 << 18
@@ -271,7 +272,20 @@ def preemptive_jump(
     if best is None:
         return None
     _, moved, order, old = best
-    if exact_cheap(instance, moved) and time.perf_counter() < deadline_s:
-        order = order_program(instance, moved, old)[1]
-    new = list_sequence(instance, moved, order)
-    return moved, new, old, order_value(instance, moved, new, old, "mean_latency")
+    return program_point(instance, moved, order, old, deadline_s)
+
+
+def program_point(
+    instance: LiveScalingInstance,
+    split: list[int],
+    order: list[int],
+    old: list[int],
+    deadline_s: float,
+) -> Jump:
+    """``split`` and O's order ``old`` with N list-scheduled in the preemptive program's order:
+    the exact program's where it is cheap (:func:`exact_cheap`) and ``deadline_s`` has not
+    passed, else ``order`` (its greedy form's); and its mean latency."""
+    if exact_cheap(instance, split) and time.perf_counter() < deadline_s:
+        order = order_program(instance, split, old)[1]
+    new = list_sequence(instance, split, order)
+    return split, new, old, order_value(instance, split, new, old, "mean_latency")
