@@ -169,6 +169,11 @@ class Start:
         if not math.isnan(bound):
             self.bound = max(self.bound, bound)
 
+    def gap_at_least(self, share: float) -> bool:
+        """Whether the incumbent lies at least ``share`` (relatively) above the bound."""
+        upper = self.incumbent.objective
+        return upper - self.bound >= share * abs(upper)
+
     def proven(self) -> bool:
         """Whether the incumbent is proven optimal (or no schedule can exist)."""
         value = self.incumbent.objective

@@ -218,8 +218,7 @@ class Offers:
         order at a gap of :data:`WIDE_GAP` or more it is owed one more polish (the search's
         first, in :data:`WIDE_SHARE` of the time left)."""
         start = self.start
-        upper = start.incumbent.objective
-        wide = not math.isinf(upper) and upper - start.bound >= WIDE_GAP * abs(upper)
+        wide = not math.isinf(start.incumbent.objective) and start.gap_at_least(WIDE_GAP)
         self.owed = start.old_order == "free" and wide
         self.polished = start.incumbent
 
@@ -262,7 +261,7 @@ class Offers:
             return
         self._programmed(until_s)
         best = start.incumbent
-        if start.proven() or best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
+        if start.proven() or not start.gap_at_least(PREEMPTIVE_GAP):
             return
         key = (best.split, best.old_sequence())
         if key in self.jumped:
@@ -277,8 +276,7 @@ class Offers:
             self._offer_polished(found, deadline)
             if step == DESCENT_ROUNDS or start.proven() or (step and start.incumbent is best):
                 return  # a round of the descent that lowered nothing ends them
-            upper = start.incumbent.objective
-            if upper - start.bound < DESCENT_GAP * abs(upper):
+            if not start.gap_at_least(DESCENT_GAP):
                 return
             best = start.incumbent
             key = (best.split, best.old_sequence())
@@ -294,7 +292,7 @@ class Offers:
         :data:`DESCENT_SHARE` of the time left to ``until_s`` (:data:`FREE_DESCENT_MAX_S` at
         most), its point polished by :data:`FREE_DESCENT_MOVES` moves in the rest."""
         start, best = self.start, self.start.incumbent
-        if best.objective - start.bound < PREEMPTIVE_GAP * abs(best.objective):
+        if not start.gap_at_least(PREEMPTIVE_GAP):
             return
         now = time.perf_counter()
         deadline = now + min(DESCENT_SHARE * (until_s - now), FREE_DESCENT_MAX_S)
@@ -312,8 +310,8 @@ class Offers:
         :data:`PROGRAM_DESCENT_MIN_LEFT_S` is left."""
         start = self.start
         plans, self.programs = self.programs, []
-        upper, now = start.incumbent.objective, time.perf_counter()
-        if not plans or upper - start.bound < PROGRAM_DESCENT_GAP * abs(upper):
+        now = time.perf_counter()
+        if not plans or not start.gap_at_least(PROGRAM_DESCENT_GAP):
             return
         if until_s - now < PROGRAM_DESCENT_MIN_LEFT_S:
             return

@@ -218,10 +218,8 @@ def strengthen(start: Start, root_bound: float, offers: Offers | None = None) ->
         return report
     if not short and slot_wanted(start) and _capacity_probe(start, root_bound, offers):
         report = report._replace(ended=True)  # the program's value: not run again
-        upper = start.incumbent.objective
         if not start.proven():
-            wide = upper - start.bound >= SLOT_SKIP_GAP * abs(upper)
-            polish = then if wide else 0.0
+            polish = then if start.gap_at_least(SLOT_SKIP_GAP) else 0.0
             slot_search(start, _slot_budget(start), polish_share=polish, starts=starts)
         offers.preempted(start.deadline_s)  # no descent: the search's time (s27-h4)
         return report
@@ -338,7 +336,7 @@ def _busy_bound(start: Start) -> None:
     best = start.incumbent
     budget = min(BUSY_SHORT_SHARE * start.left_s(), CAPACITY_MAX_S)
     wanted = start.objective == "mean_latency" and start.old_order == "fifo"
-    if best.objective - start.bound >= BUSY_SHORT_GAP * abs(best.objective):
+    if start.gap_at_least(BUSY_SHORT_GAP):
         return
     if start.proven() or not wanted or not best.has_ops or budget <= 0:
         return
